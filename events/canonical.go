@@ -1,0 +1,84 @@
+package events
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"unicode/utf8"
+
+	"github.com/gowebpki/jcs"
+)
+
+// ErrNotJSON is wrapped by Canonicalize and DecodeObject for input that is
+// not one strict JSON value: invalid UTF-8, a lone surrogate, a duplicate
+// key, a number out of IEEE 754 range, or anything RFC 8259 rejects.
+var ErrNotJSON = errors.New("not strict JSON")
+
+// Canonicalize returns the RFC 8785 (JCS) canonical form of one JSON value.
+// Input must be I-JSON (RFC 7493): UTF-8, unique keys, no lone surrogates,
+// numbers within IEEE 754 double range; anything else wraps ErrNotJSON.
+func Canonicalize(raw []byte) ([]byte, error) {
+	if len(bytes.TrimSpace(raw)) == 0 {
+		return nil, fmt.Errorf("%w: empty input", ErrNotJSON)
+	}
+	if !utf8.Valid(raw) {
+		return nil, fmt.Errorf("%w: invalid UTF-8", ErrNotJSON)
+	}
+	out, err := jcs.Transform(raw)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrNotJSON, err)
+	}
+	return out, nil
+}
+
+// DecodeObject canonicalises raw and decodes it into a map whose numbers are
+// json.Number, so no precision is lost before a schema sees them. It returns
+// the canonical bytes alongside. Errors wrap ErrNotJSON, also when the value
+// is valid JSON but not an object.
+func DecodeObject(raw []byte) (map[string]any, []byte, error) {
+	canon, err := Canonicalize(raw)
+	if err != nil {
+		return nil, nil, err
+	}
+	if len(canon) == 0 || canon[0] != '{' {
+		return nil, nil, fmt.Errorf("%w: a JSON object is required", ErrNotJSON)
+	}
+	obj, err := decodeCanonical(canon)
+	if err != nil {
+		return nil, nil, err
+	}
+	return obj, canon, nil
+}
+
+func decodeCanonical(canon []byte) (map[string]any, error) {
+	dec := json.NewDecoder(bytes.NewReader(canon))
+	dec.UseNumber()
+	var obj map[string]any
+	if err := dec.Decode(&obj); err != nil {
+		// Cannot happen for JCS output; kept so a library bug is an error, not a panic.
+		return nil, fmt.Errorf("%w: %v", ErrNotJSON, err)
+	}
+	return obj, nil
+}
+
+// CanonicalWithout returns the RFC 8785 form of obj with the named top-level
+// members left out; obj itself is not changed. This is the preimage of
+// entry_hash (without "entry_hash"), execution/ref (without "signature" and
+// "execution/ref") and the signature payload (without "signature").
+func CanonicalWithout(obj map[string]any, omit ...string) ([]byte, error) {
+	sub := make(map[string]any, len(obj))
+	for k, v := range obj {
+		sub[k] = v
+	}
+	for _, k := range omit {
+		delete(sub, k)
+	}
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(sub); err != nil {
+		return nil, fmt.Errorf("encode: %w", err)
+	}
+	return Canonicalize(buf.Bytes())
+}

@@ -1,0 +1,170 @@
+package events
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+)
+
+// EntrySchema is the value of "schema" in every capsule envelope v1 entry
+// (seed 000).
+const EntrySchema = "capsule-envelope/v1"
+
+// ZeroHash is the parent_hash of the first entry of a chain: 64 zeros
+// (seed 000, "parent_hash" description).
+var ZeroHash = strings.Repeat("0", 64)
+
+// Entry is one parsed journal entry (capsule envelope v1). It is built only
+// by ParseEntry or NewEntry, which compute its canonical bytes and its
+// entry_hash preimage digest, so the two can never be out of step with the
+// content. An Entry is immutable and safe for concurrent reads.
+type Entry struct {
+	obj       map[string]any
+	canonical []byte
+	computed  string
+}
+
+// ParseEntry parses one journal line (without its newline). It checks only
+// that the line is strict JSON holding an object; the envelope rules are
+// checked by package validate. Errors wrap ErrNotJSON.
+func ParseEntry(line []byte) (*Entry, error) {
+	obj, canon, err := DecodeObject(line)
+	if err != nil {
+		return nil, err
+	}
+	return newEntry(obj, canon)
+}
+
+func newEntry(obj map[string]any, canon []byte) (*Entry, error) {
+	pre, err := CanonicalWithout(obj, "entry_hash")
+	if err != nil {
+		return nil, err
+	}
+	sum := sha256.Sum256(pre)
+	return &Entry{obj: obj, canonical: canon, computed: hex.EncodeToString(sum[:])}, nil
+}
+
+// NewEntry builds an entry from its members, setting entry_hash to the
+// hash of the rest (any entry_hash given is replaced). Values must be what
+// encoding/json produces (string, json.Number or float64, nil, maps). It is
+// how writers of journals, and tests, make entries that verify.
+func NewEntry(members map[string]any) (*Entry, error) {
+	obj := make(map[string]any, len(members)+1)
+	for k, v := range members {
+		obj[k] = v
+	}
+	delete(obj, "entry_hash")
+	pre, err := CanonicalWithout(obj)
+	if err != nil {
+		return nil, err
+	}
+	sum := sha256.Sum256(pre)
+	obj["entry_hash"] = hex.EncodeToString(sum[:])
+	raw, err := json.Marshal(obj)
+	if err != nil {
+		return nil, fmt.Errorf("encode entry: %w", err)
+	}
+	return ParseEntry(raw)
+}
+
+// Canonical returns the entry's RFC 8785 bytes: a valid journal line holds
+// exactly these bytes followed by "\n". The slice must not be modified.
+func (e *Entry) Canonical() []byte { return e.canonical }
+
+// Object returns the decoded entry (numbers as json.Number). It is shared:
+// callers must not modify it.
+func (e *Entry) Object() map[string]any { return e.obj }
+
+// ComputedHash is the lowercase hex SHA-256 of the canonical entry without
+// entry_hash: what entry_hash must be (seed 000).
+func (e *Entry) ComputedHash() string { return e.computed }
+
+// EntryHash is the entry_hash the entry claims ("" if absent or not a string).
+func (e *Entry) EntryHash() string { return e.str("entry_hash") }
+
+// ParentHash is the claimed parent_hash ("" if absent or not a string).
+func (e *Entry) ParentHash() string { return e.str("parent_hash") }
+
+// RunID is run_id ("" if absent or not a string).
+func (e *Entry) RunID() string { return e.str("run_id") }
+
+// CapsuleID is capsule_id ("" if absent or not a string).
+func (e *Entry) CapsuleID() string { return e.str("capsule_id") }
+
+// Seq is the entry's claimed chain position; ok is false when seq is
+// absent or not an integer that fits an int64.
+func (e *Entry) Seq() (seq int64, ok bool) {
+	n, isNum := e.obj["seq"].(json.Number)
+	if !isNum {
+		return 0, false
+	}
+	v, err := n.Int64()
+	if err != nil {
+		return 0, false
+	}
+	return v, true
+}
+
+// Metadata returns the four members that must agree across a capsule.
+func (e *Entry) Metadata() CapsuleMeta {
+	return CapsuleMeta{
+		RunID:          e.RunID(),
+		CapsuleID:      e.CapsuleID(),
+		HarnessVersion: e.str("harness_version"),
+		TaskFamily:     e.str("task_family"),
+	}
+}
+
+func (e *Entry) str(key string) string {
+	s, _ := e.obj[key].(string)
+	return s
+}
+
+// ChainKey names one chain: a journal is one chain per (run_id, capsule_id)
+// (seed 000).
+type ChainKey struct {
+	RunID     string `json:"run_id"`
+	CapsuleID string `json:"capsule_id"`
+}
+
+// CapsuleMeta is the metadata every entry of a capsule repeats, as
+// capsule.json states it.
+type CapsuleMeta struct {
+	RunID          string `json:"run_id"`
+	CapsuleID      string `json:"capsule_id"`
+	HarnessVersion string `json:"harness_version"`
+	TaskFamily     string `json:"task_family"`
+}
+
+// Key returns the chain the metadata names.
+func (m CapsuleMeta) Key() ChainKey { return ChainKey{RunID: m.RunID, CapsuleID: m.CapsuleID} }
+
+// ErrInvalidCapsule is wrapped by ParseCapsule.
+var ErrInvalidCapsule = errors.New("invalid capsule.json")
+
+// ParseCapsule reads capsule.json: a strict JSON object whose run_id,
+// capsule_id, harness_version and task_family are non-empty strings. Other
+// members (schema, created_at) are allowed. Errors wrap ErrInvalidCapsule.
+func ParseCapsule(raw []byte) (CapsuleMeta, error) {
+	obj, _, err := DecodeObject(raw)
+	if err != nil {
+		return CapsuleMeta{}, fmt.Errorf("%w: %v", ErrInvalidCapsule, err)
+	}
+	var m CapsuleMeta
+	var errs []error
+	for _, f := range []struct {
+		key string
+		dst *string
+	}{{"run_id", &m.RunID}, {"capsule_id", &m.CapsuleID}, {"harness_version", &m.HarnessVersion}, {"task_family", &m.TaskFamily}} {
+		s, ok := obj[f.key].(string)
+		if !ok || s == "" {
+			errs = append(errs, fmt.Errorf("%w: %q must be a non-empty string", ErrInvalidCapsule, f.key))
+			continue
+		}
+		*f.dst = s
+	}
+	return m, errors.Join(errs...)
+}

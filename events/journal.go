@@ -1,0 +1,282 @@
+package events
+
+import (
+	"bufio"
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"strconv"
+	"unicode/utf8"
+)
+
+// EntryCheck applies the entry-level rules (schema, payload allowlist and
+// types, secret canaries) that package validate owns. It returns
+// InvalidEntry problems located at at, or none. Passing it in keeps this
+// package free of JSON Schema while the offline verifier, the gate and the
+// subscriber all run the same chain code (DESIGN.md, "Imports point one way").
+type EntryCheck func(e *Entry, at Location) []Problem
+
+// ChainVerifier checks the entries of one chain in order, one line at a
+// time, with the upstream harness's per-line order: corrupt_entry,
+// invalid_entry, reordered, broken_link, non_canonical, metadata_mismatch.
+// It advances only past an entry that passed every check. It is not safe
+// for concurrent use.
+type ChainVerifier struct {
+	check EntryCheck
+	meta  *CapsuleMeta
+	next  int64
+	head  string
+}
+
+// NewChainVerifier returns a verifier for a chain starting at seq 0. meta is
+// the capsule.json metadata every entry must repeat; with nil, the first
+// entry's metadata is taken as the reference (seed 000). check may be nil
+// only in tests of the chain rules alone.
+func NewChainVerifier(meta *CapsuleMeta, check EntryCheck) *ChainVerifier {
+	v := &ChainVerifier{check: check, head: ZeroHash}
+	if meta != nil {
+		m := *meta
+		v.meta = &m
+	}
+	return v
+}
+
+// Resume positions the verifier after next verified entries whose last
+// entry_hash is head and whose metadata is meta: how the gate and a
+// subscriber continue a chain already stored in the stream.
+func (v *ChainVerifier) Resume(next int64, head string, meta CapsuleMeta) {
+	v.next, v.head, v.meta = next, head, &meta
+}
+
+// Next is the chain position the next entry must have.
+func (v *ChainVerifier) Next() int64 { return v.next }
+
+// Head is the entry_hash of the last accepted entry (ZeroHash before any).
+func (v *ChainVerifier) Head() string { return v.head }
+
+// Check verifies line (one journal line without its newline) as the next
+// entry of the chain. It returns the parsed entry (nil when the line is not
+// JSON) and every problem found, in check order. With no problems the
+// verifier advances past the entry.
+func (v *ChainVerifier) Check(line []byte, at Location) (*Entry, []Problem) {
+	e, err := ParseEntry(line)
+	if err != nil {
+		return nil, []Problem{{Code: CorruptEntry, At: at, Reason: err.Error()}}
+	}
+	problems := v.CheckEntry(e, at)
+	if !bytes.Equal(line, e.canonical) {
+		problems = insertBefore(problems, MetadataMismatch, Problem{Code: NonCanonical, At: at,
+			Reason: "line is not byte-equal to its RFC 8785 canonical form" + firstDiff(line, e.canonical)})
+	}
+	if len(problems) == 0 {
+		v.accept(e)
+	}
+	return e, problems
+}
+
+// CheckEntry applies every rule but the byte-level canonical one to an
+// already parsed entry, without advancing. The gate uses it on entries it
+// received in canonical form already.
+func (v *ChainVerifier) CheckEntry(e *Entry, at Location) []Problem {
+	var problems []Problem
+	if v.check != nil {
+		problems = append(problems, v.check(e, at)...)
+	}
+	if claimed, ok := e.obj["entry_hash"].(string); ok && claimed != e.computed {
+		problems = append(problems, Problem{Code: InvalidEntry, At: withPointer(at, "/entry_hash"),
+			Reason: "entry_hash is not the SHA-256 of the canonical entry without entry_hash", Expected: e.computed, Actual: claimed})
+	}
+	if seq, ok := e.Seq(); !ok || seq != v.next {
+		actual := "not an integer"
+		if ok {
+			actual = strconv.FormatInt(seq, 10)
+		}
+		problems = append(problems, Problem{Code: Reordered, At: withPointer(at, "/seq"),
+			Reason: "seq is not the entry's position in the chain", Expected: strconv.FormatInt(v.next, 10), Actual: actual})
+	}
+	if v.head != "" && e.ParentHash() != v.head {
+		problems = append(problems, Problem{Code: BrokenLink, At: withPointer(at, "/parent_hash"),
+			Reason: "parent_hash is not the previous entry's entry_hash", Expected: v.head, Actual: e.ParentHash()})
+	}
+	ref := e.Metadata()
+	if v.meta != nil {
+		ref = *v.meta
+	}
+	got := e.Metadata()
+	for _, f := range [...]struct{ key, want, have string }{
+		{"run_id", ref.RunID, got.RunID},
+		{"capsule_id", ref.CapsuleID, got.CapsuleID},
+		{"harness_version", ref.HarnessVersion, got.HarnessVersion},
+		{"task_family", ref.TaskFamily, got.TaskFamily},
+	} {
+		if f.want != f.have {
+			problems = append(problems, Problem{Code: MetadataMismatch, At: withPointer(at, "/"+f.key),
+				Reason: f.key + " differs from the capsule's", Expected: f.want, Actual: f.have})
+		}
+	}
+	return problems
+}
+
+// Accept advances the verifier past e, which the caller has verified with
+// CheckEntry.
+func (v *ChainVerifier) Accept(e *Entry) { v.accept(e) }
+
+func (v *ChainVerifier) accept(e *Entry) {
+	if v.meta == nil {
+		m := e.Metadata()
+		v.meta = &m
+	}
+	v.next++
+	v.head = e.EntryHash()
+}
+
+// skip moves past a failed line so later lines are checked against what is
+// really there; e is nil for a line that was not JSON, whose hash is unknown.
+func (v *ChainVerifier) skip(e *Entry) {
+	if e == nil {
+		v.next++
+		v.head = ""
+		return
+	}
+	if v.meta == nil {
+		m := e.Metadata()
+		v.meta = &m
+	}
+	v.next++
+	v.head = e.EntryHash()
+}
+
+func insertBefore(ps []Problem, before Code, p Problem) []Problem {
+	for i, q := range ps {
+		if q.Code == before {
+			return append(ps[:i], append([]Problem{p}, ps[i:]...)...)
+		}
+	}
+	return append(ps, p)
+}
+
+func withPointer(at Location, ptr string) Location {
+	at.Pointer = ptr
+	return at
+}
+
+// firstDiff describes where line first departs from canonical.
+func firstDiff(line, canonical []byte) string {
+	n := min(len(line), len(canonical))
+	for i := 0; i < n; i++ {
+		if line[i] != canonical[i] {
+			return fmt.Sprintf(" (first difference at byte %d)", i)
+		}
+	}
+	return fmt.Sprintf(" (lengths %d and %d)", len(line), len(canonical))
+}
+
+// JournalResult describes a journal that was read.
+type JournalResult struct {
+	Entries int    // complete lines read
+	Head    string // entry_hash of the last valid entry in an unbroken prefix, ZeroHash for none
+	Valid   int    // entries in the valid prefix
+}
+
+// MaxLineBytes bounds one journal line. A longer line is refused as
+// corrupt_entry without being held in memory whole.
+const MaxLineBytes = 8 << 20
+
+// VerifyJournal reads a whole journal from r and verifies it as one chain.
+// file names the journal in locations. meta is capsule.json's metadata, or
+// nil for a bare journal. It returns a *Refusal listing every problem
+// (file-level ones first: truncated_tail, then invalid UTF-8 as
+// non_canonical; then line problems in line order), or an I/O error.
+func VerifyJournal(r io.Reader, file string, meta *CapsuleMeta, check EntryCheck) (JournalResult, error) {
+	v := NewChainVerifier(meta, check)
+	br := bufio.NewReaderSize(r, 64<<10)
+	var fileProblems, lineProblems Problems
+	res := JournalResult{Head: ZeroHash}
+	broken := false
+	for lineNo := 1; ; lineNo++ {
+		line, complete, tooLong, err := readLine(br)
+		if err != nil {
+			return res, err
+		}
+		if line == nil && !tooLong {
+			break
+		}
+		at := Location{File: file, Line: lineNo}
+		if !complete {
+			fileProblems.Add(Problem{Code: TruncatedTail, At: at,
+				Reason: fmt.Sprintf("the journal does not end in a newline: %d trailing bytes are a partial entry", len(line))})
+			break
+		}
+		res.Entries++
+		if tooLong {
+			lineProblems.Add(Problem{Code: CorruptEntry, At: at, Reason: fmt.Sprintf("line longer than %d bytes", MaxLineBytes)})
+			v.skip(nil)
+			broken = true
+			continue
+		}
+		if !utf8.Valid(line) {
+			fileProblems.Add(Problem{Code: NonCanonical, At: at, Reason: "line is not valid UTF-8"})
+			v.skip(nil)
+			broken = true
+			continue
+		}
+		e, problems := v.Check(line, at)
+		if len(problems) > 0 {
+			for _, p := range problems {
+				lineProblems.Add(p)
+			}
+			v.skip(e)
+			broken = true
+			continue
+		}
+		if !broken {
+			res.Valid++
+			res.Head = v.Head()
+		}
+	}
+	if res.Entries == 0 && fileProblems.Len() == 0 {
+		fileProblems.Add(Problem{Code: EmptyInput, At: Location{File: file}, Reason: "the journal holds no entries"})
+	}
+	all := fileProblems
+	for _, p := range lineProblems.list {
+		all.Add(p)
+	}
+	all.omitted += lineProblems.omitted
+	if ref := all.Refusal(); ref != nil {
+		return res, ref
+	}
+	return res, nil
+}
+
+// readLine returns the next line without its "\n". complete is false for a
+// final line with no newline; line is nil at the end of input. A line over
+// MaxLineBytes is consumed to its end and returned empty with tooLong set.
+func readLine(br *bufio.Reader) (line []byte, complete, tooLong bool, err error) {
+	var buf []byte
+	for {
+		chunk, err := br.ReadSlice('\n')
+		if len(buf)+len(chunk) > MaxLineBytes {
+			tooLong = true
+			buf = buf[:0]
+		} else {
+			buf = append(buf, chunk...)
+		}
+		switch {
+		case err == nil:
+			if tooLong {
+				return []byte{}, true, true, nil
+			}
+			return buf[:len(buf)-1], true, false, nil
+		case errors.Is(err, bufio.ErrBufferFull):
+			continue
+		case errors.Is(err, io.EOF):
+			if len(buf) == 0 && !tooLong {
+				return nil, false, false, nil
+			}
+			return buf, false, tooLong, nil
+		default:
+			return nil, false, false, err
+		}
+	}
+}

@@ -1,0 +1,210 @@
+package events
+
+import (
+	"fmt"
+	"strconv"
+	"strings"
+)
+
+// Code is a refusal code from the shared vocabulary in DESIGN.md. One code
+// has one meaning everywhere: CLI output, service replies, logs and audits.
+//
+// Code implements error so that callers can write
+// errors.Is(err, events.BrokenLink) against any error that wraps a *Refusal.
+type Code string
+
+// Journal codes, kept from the upstream eval harness (seed 000 and
+// reference/capsule-journals/README.md).
+const (
+	TruncatedTail    Code = "truncated_tail"    // the journal does not end in a newline
+	CorruptEntry     Code = "corrupt_entry"     // a line is not strict JSON (I-JSON, RFC 7493)
+	InvalidEntry     Code = "invalid_entry"     // an entry breaks the envelope rules or its entry_hash
+	Reordered        Code = "reordered"         // seq is not the entry's position in the chain
+	BrokenLink       Code = "broken_link"       // parent_hash is not the previous entry_hash
+	NonCanonical     Code = "non_canonical"     // a line is not byte-equal to its RFC 8785 form, or not UTF-8
+	MetadataMismatch Code = "metadata_mismatch" // run_id, capsule_id, harness_version or task_family differ
+)
+
+// Execution record codes (seed 004 and DESIGN.md), in the order they are
+// checked; the first failure is a record's code.
+const (
+	MalformedJSON       Code = "malformed_json"       // not JSON, duplicate keys, invalid UTF-8 or lone surrogates
+	SchemaInvalid       Code = "schema_invalid"       // fails the execution record v1 JSON Schema
+	RefMismatch         Code = "ref_mismatch"         // execution/ref is not the hash of the record
+	DigestMismatch      Code = "digest_mismatch"      // X/digest does not match X/ref
+	HostMismatch        Code = "host_mismatch"        // host/node-id is not the signing key
+	SignatureInvalid    Code = "signature_invalid"    // the ed25519+domain-v1 signature does not verify
+	ForeignEvidence     Code = "foreign_evidence"     // evidence names another instance, or a record without one has evidence
+	UntrustedHost       Code = "untrusted_host"       // the signing host is not trusted here
+	IdempotencyConflict Code = "idempotency_conflict" // other bytes under a stored idempotency/key
+	RunConflict         Code = "run_conflict"         // a run/ref that already concluded
+	UnknownNotConsent   Code = "unknown_not_consent"  // the decision already has an unknown outcome
+)
+
+// Codes shared by both kinds and by readers (DESIGN.md).
+const (
+	TooLarge     Code = "too_large"     // over the size the server accepts
+	RoomConflict Code = "room_conflict" // a capsule already shipped into another room
+	Fork         Code = "fork"          // two different entries claim one chain position
+	Gap          Code = "gap"           // a chain position is missing
+	WrongRoom    Code = "wrong_room"    // content names another room or capsule than its subject
+)
+
+// Codes added by roompub where the shared vocabulary had none (DESIGN.md
+// allows this; each has exactly one meaning).
+const (
+	// InvalidCapsule: capsule.json is missing a field, is not strict JSON or
+	// is not an object of strings. It describes the capsule, not an entry.
+	InvalidCapsule Code = "invalid_capsule"
+	// EmptyInput: a file or message holds no JSON value at all.
+	EmptyInput Code = "empty_input"
+)
+
+// Error makes a Code usable as an errors.Is target.
+func (c Code) Error() string { return string(c) }
+
+// Location says where a problem is. Any field may be empty; String prints
+// the ones that are set, as file:line, JSON pointer (RFC 6901) and stream
+// sequence.
+type Location struct {
+	File    string `json:"file,omitempty"`
+	Line    int    `json:"line,omitempty"`    // 1-based line in File
+	Pointer string `json:"pointer,omitempty"` // JSON pointer into the entry or record; "" is the whole document
+	Seq     uint64 `json:"seq,omitempty"`     // JetStream stream sequence
+}
+
+// String renders the location as "file:line /pointer stream seq N".
+func (l Location) String() string {
+	var parts []string
+	switch {
+	case l.File != "" && l.Line > 0:
+		parts = append(parts, l.File+":"+strconv.Itoa(l.Line))
+	case l.File != "":
+		parts = append(parts, l.File)
+	case l.Line > 0:
+		parts = append(parts, "line "+strconv.Itoa(l.Line))
+	}
+	if l.Pointer != "" {
+		parts = append(parts, l.Pointer)
+	}
+	if l.Seq > 0 {
+		parts = append(parts, "stream seq "+strconv.FormatUint(l.Seq, 10))
+	}
+	return strings.Join(parts, " ")
+}
+
+// Problem is one failed rule: its code, where, why, and when the rule
+// compares two values, the expected and the actual one.
+type Problem struct {
+	Code     Code     `json:"code"`
+	At       Location `json:"at"`
+	Reason   string   `json:"reason"`
+	Expected string   `json:"expected,omitempty"`
+	Actual   string   `json:"actual,omitempty"`
+}
+
+// String renders "code at where: reason (expected E, got A)".
+func (p Problem) String() string {
+	var b strings.Builder
+	b.WriteString(string(p.Code))
+	if at := p.At.String(); at != "" {
+		b.WriteString(" at ")
+		b.WriteString(at)
+	}
+	b.WriteString(": ")
+	b.WriteString(p.Reason)
+	if p.Expected != "" || p.Actual != "" {
+		fmt.Fprintf(&b, " (expected %s, got %s)", quoteShort(p.Expected), quoteShort(p.Actual))
+	}
+	return b.String()
+}
+
+// quoteShort quotes s, cut to 80 bytes so a hostile value cannot flood a log.
+func quoteShort(s string) string {
+	const limit = 80
+	if len(s) > limit {
+		return strconv.Quote(s[:limit]) + "…"
+	}
+	return strconv.Quote(s)
+}
+
+// MaxProblems caps how many problems one Refusal lists; Omitted counts the
+// rest. A hostile million-line file cannot make a refusal unbounded.
+const MaxProblems = 100
+
+// Refusal is the error every check returns: the first failing problem in
+// DESIGN.md's order decides the Code, and Problems lists every problem found
+// (up to MaxProblems; Omitted counts those left out).
+type Refusal struct {
+	Problem
+	Problems []Problem `json:"problems"`
+	Omitted  int       `json:"omitted,omitempty"`
+}
+
+// NewRefusal returns a Refusal for problems, or nil when there are none.
+// problems must be in check order: problems[0] becomes the refusal's code.
+func NewRefusal(problems []Problem) *Refusal {
+	if len(problems) == 0 {
+		return nil
+	}
+	r := &Refusal{Problem: problems[0]}
+	if len(problems) > MaxProblems {
+		r.Omitted = len(problems) - MaxProblems
+		problems = problems[:MaxProblems]
+	}
+	r.Problems = problems
+	return r
+}
+
+// Error renders the first problem, and how many more there are.
+func (r *Refusal) Error() string {
+	s := r.Problem.String()
+	if more := len(r.Problems) - 1 + r.Omitted; more > 0 {
+		s += fmt.Sprintf(" (and %d more problem(s))", more)
+	}
+	return s
+}
+
+// Is reports whether target is the refusal's Code, so errors.Is(err,
+// events.SchemaInvalid) works through any wrapping.
+func (r *Refusal) Is(target error) bool {
+	c, ok := target.(Code)
+	return ok && c == r.Code
+}
+
+// Has reports whether any listed problem carries code c.
+func (r *Refusal) Has(c Code) bool {
+	for _, p := range r.Problems {
+		if p.Code == c {
+			return true
+		}
+	}
+	return false
+}
+
+// Problems collects problems in check order with a bound on memory.
+type Problems struct {
+	list    []Problem
+	omitted int
+}
+
+// Add records p, counting instead of storing it past MaxProblems.
+func (ps *Problems) Add(p Problem) {
+	if len(ps.list) >= MaxProblems {
+		ps.omitted++
+		return
+	}
+	ps.list = append(ps.list, p)
+}
+
+// Len is the number of problems recorded, including omitted ones.
+func (ps *Problems) Len() int { return len(ps.list) + ps.omitted }
+
+// Refusal returns the collected problems as a *Refusal, or nil if none.
+func (ps *Problems) Refusal() *Refusal {
+	r := NewRefusal(ps.list)
+	if r != nil {
+		r.Omitted += ps.omitted
+	}
+	return r
+}

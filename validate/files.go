@@ -1,0 +1,152 @@
+package validate
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+
+	"github.com/roompub/roompub/events"
+)
+
+// Kinds of input the offline verifier recognises, told from content.
+const (
+	KindJournal   = "journal"
+	KindExecution = "execution"
+)
+
+// Capsule directory layout of the upstream harness.
+const (
+	JournalFile = "journal.ndjson"
+	CapsuleFile = "capsule.json"
+)
+
+// ErrUsage is wrapped by VerifyPath for inputs that cannot be verified at
+// all: a missing file, an unreadable directory, a directory without a
+// journal. These are not refusals (exit 2, not 1).
+var ErrUsage = errors.New("cannot verify")
+
+// Report is the outcome of verifying one path, the shape of one line of
+// `publisher verify --json`.
+type Report struct {
+	Path     string           `json:"path"`
+	Kind     string           `json:"kind"`
+	OK       bool             `json:"ok"`
+	Code     events.Code      `json:"code,omitempty"`
+	At       string           `json:"at,omitempty"`
+	Reason   string           `json:"reason,omitempty"`
+	Problems []events.Problem `json:"problems,omitempty"`
+	Omitted  int              `json:"omitted,omitempty"`
+	Entries  *int             `json:"entries,omitempty"` // journals: complete lines read
+	Head     string           `json:"head,omitempty"`    // journals: entry_hash of the last entry of the valid prefix
+	Ref      string           `json:"ref,omitempty"`     // records: execution/ref as computed
+	Refusal  *events.Refusal  `json:"-"`
+}
+
+func (r *Report) refuse(err error) error {
+	var ref *events.Refusal
+	if !errors.As(err, &ref) {
+		return err
+	}
+	r.OK = false
+	r.Refusal = ref
+	r.Code, r.At, r.Reason = ref.Code, ref.At.String(), ref.Reason
+	r.Problems, r.Omitted = ref.Problems, ref.Omitted
+	return nil
+}
+
+// VerifyPath verifies a capsule directory (capsule.json + journal.ndjson), a
+// journal file or an execution record file; the kind of a file is told from
+// its content ("schema" versus "schema/v"), not its name. A refusal is
+// reported in the Report (OK false); the error is non-nil only for inputs
+// that cannot be verified at all, wrapping ErrUsage.
+func (v *Validator) VerifyPath(path string) (Report, error) {
+	rep := Report{Path: path, OK: true}
+	info, err := os.Stat(path)
+	if err != nil {
+		return rep, fmt.Errorf("%w: %v", ErrUsage, err)
+	}
+	if info.IsDir() {
+		rep.Kind = KindJournal
+		return rep, v.verifyCapsuleDir(path, &rep)
+	}
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return rep, fmt.Errorf("%w: %v", ErrUsage, err)
+	}
+	rep.Kind = DetectKind(data)
+	at := events.Location{File: path}
+	if rep.Kind == KindExecution {
+		rec, err := v.Record(data, at)
+		if rec != nil {
+			rep.Ref = rec.ComputedRef()
+		}
+		return rep, rep.refuse(err)
+	}
+	return rep, v.verifyJournal(bytes.NewReader(data), path, nil, &rep)
+}
+
+func (v *Validator) verifyCapsuleDir(dir string, rep *Report) error {
+	jpath := filepath.Join(dir, JournalFile)
+	f, err := os.Open(jpath)
+	if err != nil {
+		return fmt.Errorf("%w: %s is not a capsule directory: %v", ErrUsage, dir, err)
+	}
+	defer f.Close()
+	meta, err := ReadCapsuleMeta(dir)
+	if err != nil {
+		var ref *events.Refusal
+		if errors.As(err, &ref) {
+			return rep.refuse(err)
+		}
+		return err
+	}
+	return v.verifyJournal(f, jpath, &meta, rep)
+}
+
+// ReadCapsuleMeta reads DIR/capsule.json. A missing or invalid file is an
+// *events.Refusal with code invalid_capsule; an unreadable one wraps ErrUsage.
+func ReadCapsuleMeta(dir string) (events.CapsuleMeta, error) {
+	cpath := filepath.Join(dir, CapsuleFile)
+	raw, err := os.ReadFile(cpath)
+	if errors.Is(err, os.ErrNotExist) {
+		return events.CapsuleMeta{}, events.NewRefusal([]events.Problem{{Code: events.InvalidCapsule,
+			At: events.Location{File: cpath}, Reason: "the capsule directory has no capsule.json"}})
+	}
+	if err != nil {
+		return events.CapsuleMeta{}, fmt.Errorf("%w: %v", ErrUsage, err)
+	}
+	meta, err := events.ParseCapsule(raw)
+	if err != nil {
+		return meta, events.NewRefusal([]events.Problem{{Code: events.InvalidCapsule,
+			At: events.Location{File: cpath}, Reason: err.Error()}})
+	}
+	return meta, nil
+}
+
+func (v *Validator) verifyJournal(r io.Reader, file string, meta *events.CapsuleMeta, rep *Report) error {
+	res, err := v.Journal(r, file, meta)
+	rep.Entries = &res.Entries
+	rep.Head = res.Head
+	return rep.refuse(err)
+}
+
+// DetectKind tells an execution record from a journal by content: a file
+// that holds one JSON object with a "schema/v" member, or whose text names
+// "schema/v" but not "schema" as a key, is an execution record; anything
+// else (including empty or unparseable input) is read as a journal, whose
+// line checks then say what is wrong with it.
+func DetectKind(data []byte) string {
+	if obj, _, err := events.DecodeObject(data); err == nil {
+		if _, ok := obj["schema/v"]; ok {
+			return KindExecution
+		}
+		return KindJournal
+	}
+	if bytes.Contains(data, []byte(`"schema/v"`)) && !bytes.Contains(data, []byte(`"schema":`)) {
+		return KindExecution
+	}
+	return KindJournal
+}

@@ -1,0 +1,160 @@
+package validate
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io/fs"
+	"path"
+	"strings"
+	"time"
+
+	"github.com/dlclark/regexp2/v2"
+	"github.com/santhosh-tekuri/jsonschema/v6"
+	"golang.org/x/text/language"
+	"golang.org/x/text/message"
+
+	"github.com/roompub/roompub/events"
+	"github.com/roompub/roompub/schemas"
+)
+
+// ErrSchema is wrapped by New when a schema directory cannot be loaded or
+// compiled.
+var ErrSchema = errors.New("schema")
+
+// patternTimeout bounds one pattern match. The upstream patterns are
+// linear, but a user-supplied schema directory may hold a backtracking one;
+// a match that times out counts as "does not match".
+const patternTimeout = 250 * time.Millisecond
+
+// ecmaRegexp adapts regexp2 to jsonschema.Regexp. JSON Schema patterns are
+// ECMA-262 regular expressions (draft 2020-12 §6.4, draft-07 §4.3): Go's
+// RE2 differs, for example \s matches no Unicode space beyond ASCII there,
+// so "room:a\u00a0b" would pass ^room:[^\s]+$.
+type ecmaRegexp struct{ re *regexp2.Regexp }
+
+func (r ecmaRegexp) MatchString(s string) bool {
+	ok, err := r.re.MatchString(s)
+	return err == nil && ok
+}
+
+func (r ecmaRegexp) String() string { return r.re.String() }
+
+func compileECMA(expr string) (jsonschema.Regexp, error) {
+	re, err := regexp2.Compile(expr, regexp2.ECMAScript|regexp2.Unicode)
+	if err != nil {
+		return nil, err
+	}
+	re.MatchTimeout = patternTimeout
+	return ecmaRegexp{re: re}, nil
+}
+
+// fileLoader resolves every schema URL to the file of that name in fsys
+// (its last path or URN segment) and makes that file's URL its base.
+type fileLoader struct{ fsys fs.FS }
+
+func (l fileLoader) Load(url string) (any, error) {
+	name := url
+	if i := strings.IndexByte(name, '#'); i >= 0 {
+		name = name[:i]
+	}
+	if i := strings.LastIndexAny(name, "/:"); i >= 0 {
+		name = name[i+1:]
+	}
+	if name == "" || !fs.ValidPath(name) {
+		return nil, fmt.Errorf("%w: cannot resolve %q to a file name", ErrSchema, url)
+	}
+	data, err := fs.ReadFile(l.fsys, path.Clean(name))
+	if err != nil {
+		return nil, fmt.Errorf("%w: %s: %v", ErrSchema, name, err)
+	}
+	doc, err := jsonschema.UnmarshalJSON(bytes.NewReader(data))
+	if err != nil {
+		return nil, fmt.Errorf("%w: %s: %v", ErrSchema, name, err)
+	}
+	// The upstream $id is a URN; as a base it makes the bare-file-name $refs
+	// unresolvable. The file's own URL is the base instead (DESIGN.md).
+	if m, ok := doc.(map[string]any); ok {
+		if _, has := m["$id"]; has {
+			m["$id"] = "file:///" + name
+		}
+	}
+	return doc, nil
+}
+
+// compiledSchemas holds the two root schemas.
+type compiledSchemas struct {
+	envelope *jsonschema.Schema
+	record   *jsonschema.Schema
+}
+
+func compileSchemas(fsys fs.FS) (compiledSchemas, error) {
+	if fsys == nil {
+		fsys = schemas.FS()
+	}
+	c := jsonschema.NewCompiler()
+	c.UseLoader(fileLoader{fsys: fsys})
+	c.UseRegexpEngine(compileECMA)
+	c.AssertFormat()
+	var out compiledSchemas
+	var err error
+	if out.envelope, err = c.Compile("file:///" + schemas.EnvelopeFile); err != nil {
+		return out, fmt.Errorf("%w: %s: %v", ErrSchema, schemas.EnvelopeFile, err)
+	}
+	if out.record, err = c.Compile("file:///" + schemas.RecordFile); err != nil {
+		return out, fmt.Errorf("%w: %s: %v", ErrSchema, schemas.RecordFile, err)
+	}
+	return out, nil
+}
+
+var printer = message.NewPrinter(language.English)
+
+// schemaProblems validates inst and returns one problem per failing leaf
+// keyword, located by JSON pointer.
+func schemaProblems(sch *jsonschema.Schema, inst any, code events.Code, at events.Location) []events.Problem {
+	err := sch.Validate(inst)
+	if err == nil {
+		return nil
+	}
+	var ve *jsonschema.ValidationError
+	if !errors.As(err, &ve) {
+		return []events.Problem{{Code: code, At: at, Reason: err.Error()}}
+	}
+	var out []events.Problem
+	var walk func(e *jsonschema.ValidationError)
+	walk = func(e *jsonschema.ValidationError) {
+		if len(e.Causes) > 0 {
+			for _, c := range e.Causes {
+				walk(c)
+			}
+			return
+		}
+		loc := at
+		loc.Pointer = pointer(e.InstanceLocation)
+		out = append(out, events.Problem{Code: code, At: loc,
+			Reason: "schema: " + e.ErrorKind.LocalizedString(printer) + " (" + keywordPath(e) + ")"})
+	}
+	walk(ve)
+	return out
+}
+
+// pointer renders a JSON pointer (RFC 6901) from its reference tokens.
+func pointer(tokens []string) string {
+	if len(tokens) == 0 {
+		return "/"
+	}
+	var b strings.Builder
+	for _, t := range tokens {
+		b.WriteByte('/')
+		b.WriteString(strings.NewReplacer("~", "~0", "/", "~1").Replace(t))
+	}
+	return b.String()
+}
+
+func keywordPath(e *jsonschema.ValidationError) string {
+	kp := e.ErrorKind.KeywordPath()
+	if len(kp) == 0 {
+		return "schema"
+	}
+	return "keyword " + strings.Join(kp, "/")
+}
