@@ -41,7 +41,7 @@ func (v *Validator) CheckRecord(rec *events.Record, at events.Location) []events
 
 	if claimed := rec.ExecutionRef(); claimed != rec.ComputedRef() {
 		problems = append(problems, events.Problem{Code: events.RefMismatch, At: ptr("/execution~1ref"),
-			Reason: "execution/ref is not the SHA-256 of the canonical record without signature and execution/ref",
+			Reason:   "execution/ref is not the SHA-256 of the canonical record without signature and execution/ref",
 			Expected: rec.ComputedRef(), Actual: claimed})
 	}
 	for _, pair := range digestPairs {
