@@ -58,6 +58,10 @@ const (
 	InvalidCapsule Code = "invalid_capsule"
 	// EmptyInput: a file or message holds no JSON value at all.
 	EmptyInput Code = "empty_input"
+	// BadRequest: an ingest request that cannot be processed at all (no
+	// room, a room id that is not "room:" + non-space characters, an
+	// empty body); no item in it was looked at.
+	BadRequest Code = "bad_request"
 )
 
 // Error makes a Code usable as an errors.Is target.

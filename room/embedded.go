@@ -1,0 +1,131 @@
+package room
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"strconv"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+	"go.uber.org/zap"
+)
+
+// ErrEmbedded is wrapped by StartEmbedded.
+var ErrEmbedded = errors.New("embedded nats-server")
+
+// EmbeddedOptions configures the embedded nats-server. The zero value
+// listens on 127.0.0.1:4222 and keeps JetStream in ./data with an fsync
+// before every acknowledgement.
+type EmbeddedOptions struct {
+	// Listen is host:port for clients; port -1 picks a free port (tests).
+	// Default 127.0.0.1:4222.
+	Listen string
+	// StoreDir is the JetStream store directory. Default ./data.
+	StoreDir string
+	// SyncInterval is how often JetStream fsyncs. Zero, the default, means
+	// before every acknowledgement (sync_interval: always), so acknowledged
+	// means on disk. A positive value trades that away for speed.
+	SyncInterval time.Duration
+	// MaxPayload is the largest message the server accepts, in bytes;
+	// 0 keeps the server default (1 MiB).
+	MaxPayload int32
+	// MaxFileStore caps the JetStream file store in bytes; 0 = no cap
+	// beyond the disk.
+	MaxFileStore int64
+	// Logger receives the server's log lines; nil discards them.
+	Logger *zap.Logger
+	// ServerName names the server in logs and cluster views.
+	// Default "roompub-embedded".
+	ServerName string
+	// Configure, when set, may adjust the server options last (tests,
+	// secure mode). It must not turn JetStream off.
+	Configure func(*server.Options)
+}
+
+// Embedded is a running in-process nats-server with JetStream on disk.
+type Embedded struct {
+	srv *server.Server
+}
+
+// StartEmbedded starts the server and waits until it accepts clients.
+// Errors wrap ErrEmbedded.
+func StartEmbedded(o EmbeddedOptions) (*Embedded, error) {
+	listen := o.Listen
+	if listen == "" {
+		listen = "127.0.0.1:4222"
+	}
+	host, portStr, err := net.SplitHostPort(listen)
+	if err != nil {
+		return nil, fmt.Errorf("%w: listen %q: %v", ErrEmbedded, listen, err)
+	}
+	port, err := strconv.Atoi(portStr)
+	if err != nil {
+		return nil, fmt.Errorf("%w: listen %q: bad port", ErrEmbedded, listen)
+	}
+	opts := &server.Options{
+		ServerName:         o.ServerName,
+		Host:               host,
+		Port:               port,
+		JetStream:          true,
+		StoreDir:           o.StoreDir,
+		JetStreamMaxStore:  o.MaxFileStore,
+		JetStreamMaxMemory: 64 << 20,
+		MaxPayload:         o.MaxPayload,
+		NoSigs:             true,
+	}
+	if opts.ServerName == "" {
+		opts.ServerName = "roompub-embedded"
+	}
+	if opts.StoreDir == "" {
+		opts.StoreDir = "./data"
+	}
+	if o.SyncInterval > 0 {
+		opts.SyncInterval = o.SyncInterval
+	} else {
+		opts.SyncAlways = true
+		opts.SyncInterval = 2 * time.Minute // unused with SyncAlways; the server's default
+	}
+	if o.Configure != nil {
+		o.Configure(opts)
+	}
+	if !opts.JetStream {
+		return nil, fmt.Errorf("%w: JetStream must stay on", ErrEmbedded)
+	}
+	srv, err := server.NewServer(opts)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrEmbedded, err)
+	}
+	if o.Logger != nil {
+		srv.SetLoggerV2(zapServerLogger{o.Logger.Sugar().Named("nats-server")}, false, false, false)
+	}
+	srv.Start()
+	if !srv.ReadyForConnections(30 * time.Second) {
+		srv.Shutdown()
+		return nil, fmt.Errorf("%w: not ready for connections after 30s", ErrEmbedded)
+	}
+	return &Embedded{srv: srv}, nil
+}
+
+// ClientURL is the nats:// URL clients connect to.
+func (e *Embedded) ClientURL() string { return e.srv.ClientURL() }
+
+// Server exposes the underlying server (tests, monitoring).
+func (e *Embedded) Server() *server.Server { return e.srv }
+
+// Shutdown stops the server and waits until it has stopped; JetStream
+// flushes and closes its store first.
+func (e *Embedded) Shutdown() {
+	e.srv.Shutdown()
+	e.srv.WaitForShutdown()
+}
+
+// zapServerLogger adapts zap to the nats-server logger interface.
+type zapServerLogger struct{ l *zap.SugaredLogger }
+
+func (z zapServerLogger) Noticef(format string, v ...any) { z.l.Infof(format, v...) }
+func (z zapServerLogger) Warnf(format string, v ...any)   { z.l.Warnf(format, v...) }
+func (z zapServerLogger) Fatalf(format string, v ...any)  { z.l.Errorf(format, v...) }
+func (z zapServerLogger) Errorf(format string, v ...any)  { z.l.Errorf(format, v...) }
+func (z zapServerLogger) Debugf(format string, v ...any)  { z.l.Debugf(format, v...) }
+func (z zapServerLogger) Tracef(format string, v ...any)  { z.l.Debugf(format, v...) }

@@ -1,0 +1,592 @@
+package room
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"go.uber.org/zap"
+
+	"github.com/roompub/roompub/events"
+	"github.com/roompub/roompub/validate"
+)
+
+// Observer receives one call per decided item, for metrics. Implementations
+// must be safe for concurrent use and must not block.
+type Observer interface {
+	// Item is called with kind KindJournal or KindExecution, the outcome,
+	// the refusal code (outcome refused only) and the time the item took.
+	Item(kind, outcome string, code events.Code, took time.Duration)
+}
+
+// GateOptions configures a Gate. The zero value of each field is its
+// default.
+type GateOptions struct {
+	Stream   string   // stream name, default DefaultStream
+	Subjects Subjects // subject layout, default prefix "rooms"
+	// Validator applies the record and entry rules. It must check host
+	// trust (validate.WithTrustedHosts), or every record is refused.
+	Validator *validate.Validator
+	Logger    *zap.Logger // nil: no logs
+	Observer  Observer    // nil: no metrics
+	// PublishTimeout bounds one append round trip; default 5s.
+	PublishTimeout time.Duration
+	// Attempts bounds how often one item is retried after a race, a
+	// retryable server error or an ambiguous timeout; default 8.
+	Attempts int
+}
+
+// Gate decides every append to the room stream: each item is checked with
+// the same code as the offline verifier, then against what the stream
+// already holds, and only then appended with headers that let the server
+// refuse any race (DESIGN.md). Nothing refused reaches a room subject.
+// A Gate is safe for concurrent use; several gates, in one process or many,
+// may serve one stream.
+type Gate struct {
+	js       jetstream.JetStream
+	nc       *nats.Conn
+	stream   jetstream.Stream
+	subjects Subjects
+	v        *validate.Validator
+	log      *zap.Logger
+	obs      Observer
+	timeout  time.Duration
+	attempts int
+
+	mu     sync.Mutex
+	chains map[events.ChainKey]*chainState
+	rooms  map[string]*roomState
+}
+
+// ErrGate is wrapped by NewGate for unusable options.
+var ErrGate = errors.New("gate")
+
+// NewGate returns a gate over an existing room stream. It does not create
+// the stream (EnsureStream does).
+func NewGate(ctx context.Context, nc *nats.Conn, o GateOptions) (*Gate, error) {
+	if o.Validator == nil {
+		return nil, fmt.Errorf("%w: a validator is required", ErrGate)
+	}
+	if !o.Validator.ChecksTrust() {
+		return nil, fmt.Errorf("%w: the validator must check host trust (validate.WithTrustedHosts)", ErrGate)
+	}
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrGate, err)
+	}
+	name := o.Stream
+	if name == "" {
+		name = DefaultStream
+	}
+	cctx, cancel := withDefaultTimeout(ctx)
+	defer cancel()
+	st, err := js.Stream(cctx, name)
+	if err != nil {
+		return nil, fmt.Errorf("%w: stream %s: %v", ErrGate, name, err)
+	}
+	g := &Gate{
+		js: js, nc: nc, stream: st, subjects: o.Subjects, v: o.Validator,
+		log: o.Logger, obs: o.Observer, timeout: o.PublishTimeout, attempts: o.Attempts,
+		chains: map[events.ChainKey]*chainState{}, rooms: map[string]*roomState{},
+	}
+	if g.log == nil {
+		g.log = zap.NewNop()
+	}
+	if g.timeout <= 0 {
+		g.timeout = DefaultTimeout
+	}
+	if g.attempts <= 0 {
+		g.attempts = 8
+	}
+	return g, nil
+}
+
+// chainState is this process's view of one chain. The stream is the
+// authority: the view is reloaded whenever the server says it is stale.
+type chainState struct {
+	mu        sync.Mutex
+	loaded    bool
+	roomID    string // room the chain lives in, "" while it has no entry
+	next      int64
+	head      string
+	streamSeq uint64
+	meta      events.CapsuleMeta
+	// hashes holds entry_hash by position once loaded (only to decide
+	// whether a resent old entry is a duplicate); nil until needed.
+	hashes []string
+}
+
+func (g *Gate) chain(key events.ChainKey) *chainState {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	c := g.chains[key]
+	if c == nil {
+		c = &chainState{}
+		g.chains[key] = c
+	}
+	return c
+}
+
+// lastOn returns the last message on subject (wildcards allowed), or nil
+// when there is none. It uses direct get with a JSON body, which accepts a
+// wildcard filter where the subject-in-subject form cannot.
+func (g *Gate) lastOn(ctx context.Context, subject string) (*jetstream.RawStreamMsg, error) {
+	req, _ := json.Marshal(map[string]string{"last_by_subj": subject})
+	ctx, cancel := context.WithTimeout(ctx, g.timeout)
+	defer cancel()
+	m, err := g.nc.RequestWithContext(ctx, "$JS.API.DIRECT.GET."+g.stream.CachedInfo().Config.Name, req)
+	if err != nil {
+		return nil, err
+	}
+	if len(m.Data) == 0 && m.Header.Get("Status") != "" {
+		if m.Header.Get("Status") == "404" {
+			return nil, nil
+		}
+		return nil, fmt.Errorf("direct get %s: status %s %s", subject, m.Header.Get("Status"), m.Header.Get("Description"))
+	}
+	seq, err := strconv.ParseUint(m.Header.Get(jetstream.SequenceHeader), 10, 64)
+	if err != nil {
+		return nil, fmt.Errorf("direct get %s: bad sequence header", subject)
+	}
+	return &jetstream.RawStreamMsg{Subject: m.Header.Get(jetstream.SubjectHeader), Sequence: seq, Header: m.Header, Data: m.Data}, nil
+}
+
+// reload brings c up to the stream's head for key.
+func (g *Gate) reload(ctx context.Context, key events.ChainKey, c *chainState) error {
+	m, err := g.lastOn(ctx, g.subjects.ChainAnyRoom(key))
+	if err != nil {
+		return err
+	}
+	if m == nil {
+		// Field by field: c.mu is held by the caller.
+		c.loaded, c.roomID, c.next, c.head, c.streamSeq, c.meta, c.hashes = true, "", 0, events.ZeroHash, 0, events.CapsuleMeta{}, nil
+		return nil
+	}
+	p, err := g.subjects.Parse(m.Subject)
+	if err != nil {
+		return fmt.Errorf("chain head at stream seq %d: %w", m.Sequence, err)
+	}
+	e, err := events.ParseEntry(m.Data)
+	if err != nil {
+		return fmt.Errorf("chain head at stream seq %d is not an entry: %w", m.Sequence, err)
+	}
+	seq, ok := e.Seq()
+	if !ok {
+		return fmt.Errorf("chain head at stream seq %d has no seq", m.Sequence)
+	}
+	if c.hashes != nil && (int64(len(c.hashes)) > seq+1 || c.roomID != p.RoomID) {
+		c.hashes = nil // cannot happen on an append-only stream; start over
+	}
+	c.loaded, c.roomID, c.next, c.head, c.streamSeq, c.meta = true, p.RoomID, seq+1, e.EntryHash(), m.Sequence, e.Metadata()
+	return nil
+}
+
+// loadHashes reads the entry_hash of every stored entry of the chain from
+// the Nats-Msg-Id headers (the gate sets them to entry_hash), in order.
+func (g *Gate) loadHashes(ctx context.Context, c *chainState, key events.ChainKey) error {
+	subj := g.subjects.Journal(c.roomID, key)
+	cons, err := g.stream.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{
+		FilterSubjects: []string{subj},
+		HeadersOnly:    true,
+		DeliverPolicy:  jetstream.DeliverAllPolicy,
+	})
+	if err != nil {
+		return fmt.Errorf("read chain %s: %w", subj, err)
+	}
+	hashes := make([]string, 0, c.next)
+	for int64(len(hashes)) < c.next {
+		batch, err := cons.Fetch(int(min(c.next-int64(len(hashes)), 1000)), jetstream.FetchMaxWait(g.timeout))
+		if err != nil {
+			return fmt.Errorf("read chain %s: %w", subj, err)
+		}
+		n := 0
+		for msg := range batch.Messages() {
+			hashes = append(hashes, msg.Headers().Get(jetstream.MsgIDHeader))
+			n++
+		}
+		if batch.Error() != nil {
+			return fmt.Errorf("read chain %s: %w", subj, batch.Error())
+		}
+		if n == 0 {
+			return fmt.Errorf("read chain %s: %d of %d entries found", subj, len(hashes), c.next)
+		}
+	}
+	c.hashes = hashes[:c.next]
+	return nil
+}
+
+// Head reports where a chain stands. With roomID set, a chain that lives in
+// another room is reported with that room's id.
+func (g *Gate) Head(ctx context.Context, key events.ChainKey) (ChainHead, error) {
+	c := g.chain(key)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if err := g.reload(ctx, key, c); err != nil {
+		return ChainHead{}, err
+	}
+	return c.view(key), nil
+}
+
+func (c *chainState) view(key events.ChainKey) ChainHead {
+	return ChainHead{RoomID: c.roomID, Chain: key, Next: c.next, Head: c.head, StreamSeq: c.streamSeq}
+}
+
+// AppendJournal decides a batch of journal lines of one chain, in order.
+// body holds the lines exactly as a journal file does: each line the
+// canonical JSON of one entry followed by "\n". Lines before the first
+// refused or failed one may be stored; that one and every later one are
+// not (the later ones are "skipped"). capsule, when not nil, is the
+// capsule.json metadata every entry must repeat. A request-level problem
+// (bad room id, empty body) is returned as an *events.Refusal with code
+// bad_request and no items.
+func (g *Gate) AppendJournal(ctx context.Context, roomID string, body []byte, capsule *events.CapsuleMeta) (JournalReply, error) {
+	reply := JournalReply{RoomID: roomID}
+	if err := validate.CheckRoomID(roomID); err != nil {
+		return reply, err
+	}
+	lines := splitLines(body)
+	if len(lines) == 0 {
+		return reply, events.NewRefusal([]events.Problem{{Code: events.BadRequest, Reason: "the request holds no journal line"}})
+	}
+	reply.Items = make([]ItemResult, len(lines))
+	for i := range reply.Items {
+		reply.Items[i] = ItemResult{Index: i, Outcome: OutcomeSkipped}
+	}
+	// The chain is named by the first line; a later line of another chain
+	// fails metadata_mismatch like any entry that differs from its capsule.
+	first, err := events.ParseEntry(lines[0].data)
+	if err != nil || !lines[0].complete {
+		start := time.Now()
+		reply.Items[0] = g.refuseLine(lines[0], 0, nil)
+		g.observe(KindJournal, reply.Items[0], start)
+		reply.tally()
+		return reply, nil
+	}
+	key := events.ChainKey{RunID: first.RunID(), CapsuleID: first.CapsuleID()}
+	reply.Chain = key
+	c := g.chain(key)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for i, ln := range lines {
+		start := time.Now()
+		res := g.appendLine(ctx, roomID, key, c, capsule, ln, i)
+		reply.Items[i] = res
+		g.observe(KindJournal, res, start)
+		if res.Outcome != OutcomeStored && res.Outcome != OutcomeDuplicate {
+			break
+		}
+	}
+	if c.loaded {
+		reply.Head = c.view(key)
+	}
+	reply.tally()
+	return reply, nil
+}
+
+func (r *JournalReply) tally() {
+	for _, it := range r.Items {
+		switch it.Outcome {
+		case OutcomeStored:
+			r.Stored++
+		case OutcomeDuplicate:
+			r.Dupes++
+		case OutcomeRefused:
+			r.Refused++
+		case OutcomeSkipped:
+			r.Skipped++
+		case OutcomeFailed:
+			r.Failures++
+		}
+	}
+}
+
+type line struct {
+	data     []byte
+	complete bool // ended in "\n"
+}
+
+// splitLines splits body into journal lines; a final line without "\n" is
+// kept with complete false, so it is refused as truncated_tail.
+func splitLines(body []byte) []line {
+	var out []line
+	for len(body) > 0 {
+		i := bytes.IndexByte(body, '\n')
+		if i < 0 {
+			out = append(out, line{data: body})
+			break
+		}
+		out = append(out, line{data: body[:i], complete: true})
+		body = body[i+1:]
+	}
+	return out
+}
+
+func (g *Gate) refuseLine(ln line, idx int, problems []events.Problem) ItemResult {
+	at := events.Location{Line: idx + 1}
+	if !ln.complete {
+		problems = []events.Problem{{Code: events.TruncatedTail, At: at, Reason: "the last line does not end in a newline: a partial entry"}}
+	} else if problems == nil {
+		_, err := events.ParseEntry(ln.data)
+		problems = []events.Problem{{Code: events.CorruptEntry, At: at, Reason: err.Error()}}
+	}
+	return refused(idx, problems)
+}
+
+func refused(idx int, problems []events.Problem) ItemResult {
+	ref := events.NewRefusal(problems)
+	at := ref.At
+	return ItemResult{Index: idx, Outcome: OutcomeRefused, Code: ref.Code, At: &at, Reason: ref.Reason, Problems: ref.Problems}
+}
+
+func failed(idx int, err error) ItemResult {
+	return ItemResult{Index: idx, Outcome: OutcomeFailed, Reason: err.Error()}
+}
+
+// appendLine decides one line with c locked.
+func (g *Gate) appendLine(ctx context.Context, roomID string, key events.ChainKey, c *chainState, capsule *events.CapsuleMeta, ln line, idx int) ItemResult {
+	at := events.Location{Line: idx + 1}
+	if !ln.complete {
+		return g.refuseLine(ln, idx, nil)
+	}
+	e, err := events.ParseEntry(ln.data)
+	if err != nil {
+		return g.refuseLine(ln, idx, nil)
+	}
+	seq, _ := e.Seq()
+	for attempt := 0; ; attempt++ {
+		if attempt >= g.attempts {
+			return failed(idx, fmt.Errorf("gave up after %d attempts", attempt))
+		}
+		if !c.loaded {
+			if err := g.reload(ctx, key, c); err != nil {
+				return failed(idx, err)
+			}
+		}
+		if c.roomID != "" && c.roomID != roomID {
+			return refused(idx, []events.Problem{{Code: events.RoomConflict, At: at,
+				Reason: "the capsule's chain already lives in another room", Expected: c.roomID, Actual: roomID}})
+		}
+		meta := c.meta
+		if capsule != nil {
+			meta = *capsule
+		}
+		cv := g.v.NewChain(nil)
+		if c.next > 0 || capsule != nil {
+			cv.Resume(c.next, c.head, meta)
+		}
+		problems := cv.CheckEntry(e, at)
+		if !bytes.Equal(ln.data, e.Canonical()) {
+			problems = append(problems, events.Problem{Code: events.NonCanonical, At: at,
+				Reason: "line is not byte-equal to its RFC 8785 canonical form"})
+			problems = sortByCodeOrder(problems)
+		}
+		res := ItemResult{Index: idx, Seq: &seq, Hash: e.EntryHash()}
+		if seq < c.next && onlyPosition(problems) {
+			return g.resent(ctx, key, c, e, seq, res)
+		}
+		if len(problems) > 0 {
+			r := refused(idx, problems)
+			r.Seq, r.Hash = res.Seq, res.Hash
+			return r
+		}
+		subj := g.subjects.Journal(roomID, key)
+		msg := &nats.Msg{Subject: subj, Data: e.Canonical(), Header: nats.Header{}}
+		msg.Header.Set(jetstream.MsgIDHeader, e.EntryHash())
+		msg.Header.Set(jetstream.ExpectedLastSubjSeqHeader, strconv.FormatUint(c.streamSeq, 10))
+		msg.Header.Set(jetstream.ExpectedLastSubjSeqSubjHeader, g.subjects.ChainAnyRoom(key))
+		if tl := g.tooLarge(msg, at); tl != nil {
+			r := refused(idx, tl)
+			r.Seq, r.Hash = res.Seq, res.Hash
+			return r
+		}
+		ack, err := g.publish(ctx, msg)
+		switch {
+		case err == nil && !ack.Duplicate:
+			c.next, c.head, c.streamSeq, c.roomID = seq+1, e.EntryHash(), ack.Sequence, roomID
+			if c.next == 1 {
+				c.meta = e.Metadata()
+			}
+			if c.hashes != nil {
+				c.hashes = append(c.hashes, e.EntryHash())
+			}
+			res.Outcome, res.StreamSeq, res.Subject = OutcomeStored, ack.Sequence, subj
+			return res
+		case err == nil && ack.Duplicate:
+			// The server merged it with a message of the same Msg-Id: confirm
+			// by reading what is stored there (DESIGN.md), then resync.
+			if same, serr := g.storedEquals(ctx, ack.Sequence, subj, e.Canonical()); serr != nil || !same {
+				return failed(idx, fmt.Errorf("duplicate ack at stream seq %d does not hold this entry (%v)", ack.Sequence, serr))
+			}
+			c.loaded = false
+			res.Outcome, res.StreamSeq, res.Subject = OutcomeDuplicate, ack.Sequence, subj
+			return res
+		case isWrongLastSequence(err):
+			// Someone else appended to the chain (or to another room's copy):
+			// reload and decide again, possibly as a duplicate or a fork.
+			c.loaded = false
+			continue
+		case isRetryable(err):
+			c.loaded = false
+			if !sleepCtx(ctx, backoff(attempt)) {
+				return failed(idx, ctx.Err())
+			}
+			continue
+		default:
+			var apiErr *jetstream.APIError
+			if errors.As(err, &apiErr) && apiErr.ErrorCode == jetstream.JSErrCodeStreamMessageExceedsMaximum {
+				r := refused(idx, []events.Problem{{Code: events.TooLarge, At: at, Reason: apiErr.Description}})
+				r.Seq, r.Hash = res.Seq, res.Hash
+				return r
+			}
+			if errors.As(err, &apiErr) {
+				return failed(idx, err)
+			}
+			// Ambiguous: the append may or may not have happened. Read
+			// before deciding; the retry carries the same Msg-Id.
+			g.log.Warn("ambiguous append, reading back", zap.String("subject", subj), zap.Int64("seq", seq), zap.Error(err))
+			c.loaded = false
+			if ctx.Err() != nil {
+				return failed(idx, err)
+			}
+			continue
+		}
+	}
+}
+
+// resent decides an entry for a position that is already taken: the same
+// entry is a duplicate, another is a fork attempt and is refused.
+func (g *Gate) resent(ctx context.Context, key events.ChainKey, c *chainState, e *events.Entry, seq int64, res ItemResult) ItemResult {
+	if c.hashes == nil || int64(len(c.hashes)) < c.next {
+		if err := g.loadHashes(ctx, c, key); err != nil {
+			return failed(res.Index, err)
+		}
+	}
+	if c.hashes[seq] == e.EntryHash() {
+		res.Outcome = OutcomeDuplicate
+		res.Subject = g.subjects.Journal(c.roomID, key)
+		return res
+	}
+	r := refused(res.Index, []events.Problem{{Code: events.Fork, At: events.Location{Line: res.Index + 1, Pointer: "/seq"},
+		Reason: "chain position " + strconv.FormatInt(seq, 10) + " already holds a different entry", Expected: c.hashes[seq], Actual: e.EntryHash()}})
+	r.Seq, r.Hash = res.Seq, res.Hash
+	return r
+}
+
+// onlyPosition reports whether every problem is about the entry's position
+// (reordered, broken_link): an entry that is otherwise sound and names an
+// earlier position may be a resend.
+func onlyPosition(ps []events.Problem) bool {
+	for _, p := range ps {
+		if p.Code != events.Reordered && p.Code != events.BrokenLink {
+			return false
+		}
+	}
+	return true
+}
+
+// journalOrder is the upstream per-line check order (DESIGN.md).
+var journalOrder = map[events.Code]int{
+	events.CorruptEntry: 0, events.InvalidEntry: 1, events.Reordered: 2,
+	events.BrokenLink: 3, events.NonCanonical: 4, events.MetadataMismatch: 5,
+}
+
+func sortByCodeOrder(ps []events.Problem) []events.Problem {
+	out := make([]events.Problem, 0, len(ps))
+	for rank := 0; rank <= 5; rank++ {
+		for _, p := range ps {
+			if r, ok := journalOrder[p.Code]; ok && r == rank {
+				out = append(out, p)
+			}
+		}
+	}
+	for _, p := range ps {
+		if _, ok := journalOrder[p.Code]; !ok {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+// tooLarge refuses a message the server would not accept: data and headers
+// over the connection's max payload (DESIGN.md: refused before it is sent).
+func (g *Gate) tooLarge(msg *nats.Msg, at events.Location) []events.Problem {
+	size := int64(len(msg.Data))
+	for k, vs := range msg.Header {
+		for _, v := range vs {
+			size += int64(len(k) + len(v) + 4)
+		}
+	}
+	size += 16 // "NATS/1.0\r\n" and the final CRLF
+	if max := g.nc.MaxPayload(); size > max {
+		return []events.Problem{{Code: events.TooLarge, At: at,
+			Reason: fmt.Sprintf("%d bytes with headers; the server accepts at most %d", size, max)}}
+	}
+	return nil
+}
+
+func (g *Gate) publish(ctx context.Context, msg *nats.Msg) (*jetstream.PubAck, error) {
+	ctx, cancel := context.WithTimeout(ctx, g.timeout)
+	defer cancel()
+	// No client-side retries: every retry goes through the gate's own
+	// read-before-deciding loop.
+	return g.js.PublishMsg(ctx, msg, jetstream.WithRetryAttempts(0))
+}
+
+// storedEquals reports whether stream seq holds data on subject.
+func (g *Gate) storedEquals(ctx context.Context, seq uint64, subject string, data []byte) (bool, error) {
+	ctx, cancel := context.WithTimeout(ctx, g.timeout)
+	defer cancel()
+	m, err := g.stream.GetMsg(ctx, seq)
+	if err != nil {
+		return false, err
+	}
+	return m.Subject == subject && bytes.Equal(m.Data, data), nil
+}
+
+func isWrongLastSequence(err error) bool {
+	var apiErr *jetstream.APIError
+	return errors.As(err, &apiErr) && (apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence ||
+		apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequenceConstant)
+}
+
+// errCodeLastSeqNotReady is JSStreamExpectedLastSeqPerSubjectNotReady
+// (10163): a clustered stream cannot check the expected last subject
+// sequence yet; the append did not happen and may be retried.
+const errCodeLastSeqNotReady jetstream.ErrorCode = 10163
+
+func isRetryable(err error) bool {
+	var apiErr *jetstream.APIError
+	if errors.As(err, &apiErr) {
+		return apiErr.ErrorCode == errCodeLastSeqNotReady || apiErr.Code == 503
+	}
+	return errors.Is(err, jetstream.ErrNoStreamResponse) || errors.Is(err, nats.ErrNoResponders)
+}
+
+func backoff(attempt int) time.Duration {
+	d := 25 * time.Millisecond << min(attempt, 6)
+	return min(d, 2*time.Second)
+}
+
+func sleepCtx(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
+	}
+}
+
+func (g *Gate) observe(kind string, res ItemResult, start time.Time) {
+	if g.obs != nil {
+		g.obs.Item(kind, res.Outcome, res.Code, time.Since(start))
+	}
+}

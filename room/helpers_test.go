@@ -1,0 +1,230 @@
+package room_test
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/json"
+	"fmt"
+	"os"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/roompub/roompub/events"
+	"github.com/roompub/roompub/room"
+	"github.com/roompub/roompub/validate"
+)
+
+// env is one embedded server with the room stream, a gate and the ingest
+// service, on a fresh store.
+type env struct {
+	t      *testing.T
+	dir    string
+	srv    *room.Embedded
+	nc     *nats.Conn
+	js     jetstream.JetStream
+	stream jetstream.Stream
+	gate   *room.Gate
+	svc    *room.Service
+	key    *events.HostKey
+	v      *validate.Validator
+}
+
+func newEnv(t *testing.T) *env {
+	t.Helper()
+	e := &env{t: t, dir: t.TempDir()}
+	var err error
+	e.key, err = events.GenerateHostKey(rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.v, err = validate.New(validate.WithTrustedHosts(e.key.NodeID(), referenceHost))
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.start()
+	t.Cleanup(e.stop)
+	return e
+}
+
+const referenceHost = "node:did:key:z6MkqB3fVxzXFbVUK2q1GPrLQzaxgwDGGVuxkDzaf5tsLnpo"
+
+func (e *env) start() {
+	t := e.t
+	t.Helper()
+	var err error
+	e.srv, err = room.StartEmbedded(room.EmbeddedOptions{Listen: "127.0.0.1:-1", StoreDir: e.dir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.nc, err = nats.Connect(e.srv.ClientURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.js, _ = jetstream.New(e.nc)
+	ctx := context.Background()
+	var subj room.Subjects
+	e.stream, err = room.EnsureStream(ctx, e.js, room.StreamConfig("", subj, 1), subj)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.gate = e.newGate(e.nc)
+	e.svc, err = room.StartService(e.nc, e.gate, room.ServiceOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+func (e *env) newGate(nc *nats.Conn) *room.Gate {
+	g, err := room.NewGate(context.Background(), nc, room.GateOptions{Validator: e.v})
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	return g
+}
+
+func (e *env) stop() {
+	if e.svc != nil {
+		_ = e.svc.Stop()
+	}
+	if e.nc != nil {
+		e.nc.Close()
+	}
+	if e.srv != nil {
+		e.srv.Shutdown()
+	}
+	e.svc, e.nc, e.srv = nil, nil, nil
+}
+
+// journal builds n valid entries of one chain as journal bytes.
+func journal(t testing.TB, runID, capsuleID string, n int) ([]*events.Entry, []byte) {
+	t.Helper()
+	var out []*events.Entry
+	var buf bytes.Buffer
+	parent := events.ZeroHash
+	for i := 0; i < n; i++ {
+		e, err := events.NewEntry(map[string]any{
+			"schema": events.EntrySchema, "run_id": runID, "capsule_id": capsuleID, "seq": json.Number(fmt.Sprint(i)),
+			"ts": "2026-09-02T00:00:00.000Z", "lineage": "attempt", "kind": "tool.call", "effect_class": "SE0",
+			"harness_version": "test/1", "task_family": "slugify", "parent_hash": parent,
+			"payload": map[string]any{"tool": "bash", "duration_ms": json.Number("12.5"), "status": "ok"},
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, e)
+		buf.Write(e.Canonical())
+		buf.WriteByte('\n')
+		parent = e.EntryHash()
+	}
+	return out, buf.Bytes()
+}
+
+func lines(es []*events.Entry) []byte {
+	var buf bytes.Buffer
+	for _, e := range es {
+		buf.Write(e.Canonical())
+		buf.WriteByte('\n')
+	}
+	return buf.Bytes()
+}
+
+// reference returns a reference record file's members.
+func referenceRecord(t testing.TB, name string) map[string]any {
+	t.Helper()
+	raw, err := os.ReadFile("../testdata/reference/execution-records/" + name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec, err := events.ParseRecord(raw)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return rec.Object()
+}
+
+func referenceBytes(t testing.TB, name string) []byte {
+	raw, err := os.ReadFile("../testdata/reference/execution-records/" + name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return raw
+}
+
+// sign signs members (a copy, with changes applied) with the env's key.
+func (e *env) sign(members map[string]any, changes map[string]any) *events.Record {
+	e.t.Helper()
+	m := map[string]any{}
+	for k, v := range members {
+		m[k] = v
+	}
+	for k, v := range changes {
+		if v == nil {
+			delete(m, k)
+			continue
+		}
+		m[k] = v
+	}
+	rec, err := events.SignRecord(m, e.key)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	return rec
+}
+
+// request sends one ingest request and decodes the reply into out; it
+// returns the service error code header, if any.
+func (e *env) request(subject string, hdr nats.Header, body []byte, out any) string {
+	e.t.Helper()
+	msg := &nats.Msg{Subject: subject, Header: hdr, Data: body}
+	resp, err := e.nc.RequestMsg(msg, 10*time.Second)
+	if err != nil {
+		e.t.Fatalf("request %s: %v", subject, err)
+	}
+	if out != nil {
+		if err := json.Unmarshal(resp.Data, out); err != nil {
+			e.t.Fatalf("reply %q: %v", resp.Data, err)
+		}
+	}
+	return resp.Header.Get("Nats-Service-Error-Code")
+}
+
+func (e *env) shipJournal(roomID string, body []byte) room.JournalReply {
+	e.t.Helper()
+	var r room.JournalReply
+	if code := e.request("roompub.v1.journal", nats.Header{room.HeaderRoom: []string{roomID}}, body, &r); code != "" {
+		e.t.Fatalf("journal request failed: %s", code)
+	}
+	return r
+}
+
+func (e *env) shipRecord(raw []byte) room.RecordReply {
+	e.t.Helper()
+	var r room.RecordReply
+	if code := e.request("roompub.v1.execution", nil, raw, &r); code != "" {
+		e.t.Fatalf("execution request failed: %s", code)
+	}
+	return r
+}
+
+// stored returns every message on the stream, in order.
+func (e *env) stored() []*jetstream.RawStreamMsg {
+	e.t.Helper()
+	ctx := context.Background()
+	info, err := e.stream.Info(ctx)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	var out []*jetstream.RawStreamMsg
+	for seq := info.State.FirstSeq; seq <= info.State.LastSeq && info.State.Msgs > 0; seq++ {
+		m, err := e.stream.GetMsg(ctx, seq)
+		if err != nil {
+			e.t.Fatal(err)
+		}
+		out = append(out, m)
+	}
+	return out
+}

@@ -1,0 +1,208 @@
+package room
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"go.uber.org/zap"
+
+	"github.com/roompub/roompub/events"
+)
+
+// roomState is this process's index of one room's stored records, brought
+// up to the stream head before every decision.
+type roomState struct {
+	mu        sync.Mutex
+	streamSeq uint64            // last record read from the room's record subject
+	digests   map[string]uint64 // content digest → stream seq
+	keys      map[string]string // idempotency/key → content digest
+	runs      map[string]string // run/ref → content digest
+	unknown   map[string]uint64 // decision/ref with an unknown outcome → stream seq
+}
+
+func (g *Gate) room(roomID string) *roomState {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	r := g.rooms[roomID]
+	if r == nil {
+		r = &roomState{digests: map[string]uint64{}, keys: map[string]string{}, runs: map[string]string{}, unknown: map[string]uint64{}}
+		g.rooms[roomID] = r
+	}
+	return r
+}
+
+// catchUp reads every record stored on the room's record subject after
+// r.streamSeq, in stream order, into the index.
+func (g *Gate) catchUp(ctx context.Context, roomID string, r *roomState) error {
+	subj := g.subjects.Records(roomID)
+	for {
+		cctx, cancel := context.WithTimeout(ctx, g.timeout)
+		m, err := g.stream.GetMsg(cctx, r.streamSeq+1, jetstream.WithGetMsgSubject(subj))
+		cancel()
+		if errors.Is(err, jetstream.ErrMsgNotFound) {
+			return nil
+		}
+		if err != nil {
+			return fmt.Errorf("read records of %s: %w", roomID, err)
+		}
+		r.streamSeq = m.Sequence
+		rec, err := events.ParseRecord(m.Data)
+		if err != nil {
+			// Not written by a gate; subscribers and audits flag it.
+			g.log.Warn("unreadable record in stream", zap.Uint64("stream_seq", m.Sequence), zap.Error(err))
+			continue
+		}
+		r.add(rec, m.Sequence)
+	}
+}
+
+func (r *roomState) add(rec *events.Record, seq uint64) {
+	d := rec.ContentDigest()
+	if _, ok := r.digests[d]; ok {
+		return
+	}
+	r.digests[d] = seq
+	if k := rec.IdempotencyKey(); k != "" {
+		if _, ok := r.keys[k]; !ok {
+			r.keys[k] = d
+		}
+	}
+	if run := rec.RunRef(); run != "" {
+		if _, ok := r.runs[run]; !ok {
+			r.runs[run] = d
+		}
+	}
+	if rec.Outcome() == "unknown" && rec.DecisionRef() != "" {
+		if _, ok := r.unknown[rec.DecisionRef()]; !ok {
+			r.unknown[rec.DecisionRef()] = seq
+		}
+	}
+}
+
+// streamProblems applies the stream-side record rules (DESIGN.md order:
+// idempotency_conflict, run_conflict, unknown_not_consent).
+func (r *roomState) streamProblems(rec *events.Record, at events.Location) []events.Problem {
+	var ps []events.Problem
+	ptr := func(p string) events.Location { l := at; l.Pointer = p; return l }
+	if d, ok := r.keys[rec.IdempotencyKey()]; ok {
+		ps = append(ps, events.Problem{Code: events.IdempotencyConflict, At: ptr("/idempotency~1key"),
+			Reason: "idempotency/key already names another record in this room (stream seq " + strconv.FormatUint(r.digests[d], 10) + ")",
+			Expected: d, Actual: rec.ContentDigest()})
+	}
+	if d, ok := r.runs[rec.RunRef()]; ok {
+		ps = append(ps, events.Problem{Code: events.RunConflict, At: ptr("/run~1ref"),
+			Reason: "run/ref already concluded in this room (stream seq " + strconv.FormatUint(r.digests[d], 10) + ")",
+			Expected: d, Actual: rec.ContentDigest()})
+	}
+	if seq, ok := r.unknown[rec.DecisionRef()]; ok {
+		ps = append(ps, events.Problem{Code: events.UnknownNotConsent, At: ptr("/decision~1ref"),
+			Reason: "the decision already has an execution with outcome unknown (stream seq " + strconv.FormatUint(seq, 10) +
+				"); an unknown outcome is never consent to run it again"})
+	}
+	return ps
+}
+
+// AppendRecord decides one execution record (any JSON formatting; it is
+// stored in its RFC 8785 form). The room is the record's room/id.
+func (g *Gate) AppendRecord(ctx context.Context, raw []byte) RecordReply {
+	start := time.Now()
+	res := g.appendRecord(ctx, raw)
+	g.observe(KindExecution, res.Item, start)
+	return res
+}
+
+func (g *Gate) appendRecord(ctx context.Context, raw []byte) RecordReply {
+	at := events.Location{}
+	rec, err := g.v.Record(raw, at)
+	var reply RecordReply
+	if rec != nil {
+		reply.RoomID = rec.RoomID()
+		reply.Item.Hash = rec.ComputedRef()
+	}
+	if err != nil {
+		var ref *events.Refusal
+		if !errors.As(err, &ref) {
+			reply.Item = failed(0, err)
+			return reply
+		}
+		reply.Item = refused(0, ref.Problems)
+		if rec != nil {
+			reply.Item.Hash = rec.ComputedRef()
+		}
+		return reply
+	}
+	roomID := rec.RoomID()
+	r := g.room(roomID)
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	subj := g.subjects.Records(roomID)
+	digest := rec.ContentDigest()
+	for attempt := 0; ; attempt++ {
+		if attempt >= g.attempts {
+			reply.Item = failed(0, fmt.Errorf("gave up after %d attempts", attempt))
+			return reply
+		}
+		if err := g.catchUp(ctx, roomID, r); err != nil {
+			reply.Item = failed(0, err)
+			return reply
+		}
+		if seq, ok := r.digests[digest]; ok {
+			reply.Item = ItemResult{Outcome: OutcomeDuplicate, Hash: rec.ComputedRef(), StreamSeq: seq, Subject: subj}
+			return reply
+		}
+		if ps := r.streamProblems(rec, at); len(ps) > 0 {
+			reply.Item = refused(0, ps)
+			reply.Item.Hash = rec.ComputedRef()
+			return reply
+		}
+		msg := &nats.Msg{Subject: subj, Data: rec.Canonical(), Header: nats.Header{}}
+		msg.Header.Set(jetstream.MsgIDHeader, digest)
+		msg.Header.Set(jetstream.ExpectedLastSubjSeqHeader, strconv.FormatUint(r.streamSeq, 10))
+		if tl := g.tooLarge(msg, at); tl != nil {
+			reply.Item = refused(0, tl)
+			reply.Item.Hash = rec.ComputedRef()
+			return reply
+		}
+		ack, err := g.publish(ctx, msg)
+		switch {
+		case err == nil && !ack.Duplicate:
+			r.streamSeq = ack.Sequence
+			r.add(rec, ack.Sequence)
+			reply.Item = ItemResult{Outcome: OutcomeStored, Hash: rec.ComputedRef(), StreamSeq: ack.Sequence, Subject: subj}
+			return reply
+		case err == nil && ack.Duplicate:
+			if same, serr := g.storedEquals(ctx, ack.Sequence, subj, rec.Canonical()); serr != nil || !same {
+				reply.Item = failed(0, fmt.Errorf("duplicate ack at stream seq %d does not hold this record (%v)", ack.Sequence, serr))
+				return reply
+			}
+			reply.Item = ItemResult{Outcome: OutcomeDuplicate, Hash: rec.ComputedRef(), StreamSeq: ack.Sequence, Subject: subj}
+			return reply
+		case isWrongLastSequence(err):
+			continue // another gate appended to the room: catch up, decide again
+		case isRetryable(err):
+			if !sleepCtx(ctx, backoff(attempt)) {
+				reply.Item = failed(0, ctx.Err())
+				return reply
+			}
+			continue
+		default:
+			var apiErr *jetstream.APIError
+			if errors.As(err, &apiErr) && apiErr.ErrorCode == jetstream.JSErrCodeStreamMessageExceedsMaximum {
+				reply.Item = refused(0, []events.Problem{{Code: events.TooLarge, At: at, Reason: apiErr.Description}})
+				return reply
+			}
+			if errors.As(err, &apiErr) || ctx.Err() != nil {
+				reply.Item = failed(0, err)
+				return reply
+			}
+			g.log.Warn("ambiguous record append, reading back", zap.String("subject", subj), zap.Error(err))
+			continue // catchUp reads what is stored before deciding again
+		}
+	}
+}

@@ -1,0 +1,185 @@
+package room
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"runtime"
+	"sync"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/micro"
+	"go.uber.org/zap"
+
+	"github.com/roompub/roompub/events"
+)
+
+// ServiceOptions configures the ingest service.
+type ServiceOptions struct {
+	// Prefix is the endpoints' subject prefix; default DefaultServicePrefix.
+	// Endpoints: <prefix>.journal, <prefix>.execution, <prefix>.head.
+	Prefix string
+	// Version is reported by `nats micro info`; default "0.0.0".
+	Version string
+	// Concurrency bounds requests decided at once; default 4×GOMAXPROCS.
+	// Appends to one chain or one room are serialised regardless.
+	Concurrency int
+	Logger      *zap.Logger
+}
+
+// Service is the running ingest service: a nats.go micro service whose
+// endpoints call a Gate. Several processes may run it on one server; the
+// micro queue group spreads requests over them.
+type Service struct {
+	svc  micro.Service
+	gate *Gate
+	log  *zap.Logger
+	sem  chan struct{}
+	wg   sync.WaitGroup
+	ctx  context.Context
+	stop context.CancelFunc
+}
+
+// StartService registers the ingest service on nc.
+func StartService(nc *nats.Conn, gate *Gate, o ServiceOptions) (*Service, error) {
+	if o.Prefix == "" {
+		o.Prefix = DefaultServicePrefix
+	}
+	if o.Version == "" {
+		o.Version = "0.0.0"
+	}
+	if o.Concurrency <= 0 {
+		o.Concurrency = 4 * runtime.GOMAXPROCS(0)
+	}
+	s := &Service{gate: gate, log: o.Logger, sem: make(chan struct{}, o.Concurrency)}
+	if s.log == nil {
+		s.log = zap.NewNop()
+	}
+	s.ctx, s.stop = context.WithCancel(context.Background())
+	svc, err := micro.AddService(nc, micro.Config{
+		Name:        ServiceName,
+		Version:     o.Version,
+		Description: "roompub ingest: validates journal entries and execution records and appends them to their rooms",
+		Metadata:    map[string]string{"stream": gate.stream.CachedInfo().Config.Name, "subjects": gate.subjects.All()},
+	})
+	if err != nil {
+		return nil, fmt.Errorf("add service: %w", err)
+	}
+	s.svc = svc
+	grp := svc.AddGroup(o.Prefix)
+	for _, ep := range []struct {
+		name string
+		h    func(micro.Request)
+		doc  string
+	}{
+		{"journal", s.handleJournal, "journal lines of one chain (body: journal.ndjson bytes; header " + HeaderRoom + ")"},
+		{"execution", s.handleExecution, "one execution record (body: JSON)"},
+		{"head", s.handleHead, "where a chain stands (body: {\"run_id\",\"capsule_id\"})"},
+	} {
+		if err := grp.AddEndpoint(ep.name, s.async(ep.h), micro.WithEndpointMetadata(map[string]string{"description": ep.doc})); err != nil {
+			_ = svc.Stop()
+			return nil, fmt.Errorf("add endpoint %s: %w", ep.name, err)
+		}
+	}
+	return s, nil
+}
+
+// async runs h on its own goroutine, bounded by the concurrency limit, so
+// a slow append does not hold up the endpoint's subscription.
+func (s *Service) async(h func(micro.Request)) micro.Handler {
+	return micro.HandlerFunc(func(req micro.Request) {
+		select {
+		case s.sem <- struct{}{}:
+		case <-s.ctx.Done():
+			_ = req.Error("503", "shutting down", nil)
+			return
+		}
+		s.wg.Add(1)
+		go func() {
+			defer func() { <-s.sem; s.wg.Done() }()
+			h(req)
+		}()
+	})
+}
+
+// Stop unregisters the service and waits for requests in flight.
+func (s *Service) Stop() error {
+	err := s.svc.Stop()
+	s.stop()
+	s.wg.Wait()
+	return err
+}
+
+// Info returns the micro service's info (id, endpoints).
+func (s *Service) Info() micro.Info { return s.svc.Info() }
+
+func (s *Service) respondError(req micro.Request, status string, code events.Code, reason string) {
+	body, _ := json.Marshal(ErrorReply{Code: code, Reason: reason})
+	if err := req.Error(status, reason, body); err != nil {
+		s.log.Warn("respond", zap.Error(err))
+	}
+}
+
+func (s *Service) respond(req micro.Request, v any) {
+	if err := req.RespondJSON(v); err != nil {
+		s.log.Warn("respond", zap.Error(err))
+	}
+}
+
+func (s *Service) refusalOrError(req micro.Request, err error) {
+	var ref *events.Refusal
+	if errors.As(err, &ref) {
+		s.respondError(req, "400", ref.Code, ref.Reason)
+		return
+	}
+	s.respondError(req, "500", "", err.Error())
+}
+
+func (s *Service) handleJournal(req micro.Request) {
+	roomID := req.Headers().Get(HeaderRoom)
+	var capsule *events.CapsuleMeta
+	if raw := req.Headers().Get(HeaderCapsule); raw != "" {
+		m, err := events.ParseCapsule([]byte(raw))
+		if err != nil {
+			s.respondError(req, "400", events.InvalidCapsule, err.Error())
+			return
+		}
+		capsule = &m
+	}
+	reply, err := s.gate.AppendJournal(s.ctx, roomID, req.Data(), capsule)
+	if err != nil {
+		s.refusalOrError(req, err)
+		return
+	}
+	s.log.Debug("journal", zap.String("room", roomID), zap.String("run_id", reply.Chain.RunID), zap.String("capsule_id", reply.Chain.CapsuleID),
+		zap.Int("stored", reply.Stored), zap.Int("duplicates", reply.Dupes), zap.Int("refused", reply.Refused), zap.Int("failed", reply.Failures))
+	for _, it := range reply.Items {
+		if it.Outcome == OutcomeRefused {
+			s.log.Info("refused", zap.String("kind", KindJournal), zap.String("room", roomID), zap.String("code", string(it.Code)), zap.Int("line", it.Index+1), zap.String("reason", it.Reason))
+		}
+	}
+	s.respond(req, reply)
+}
+
+func (s *Service) handleExecution(req micro.Request) {
+	reply := s.gate.AppendRecord(s.ctx, req.Data())
+	if reply.Item.Outcome == OutcomeRefused {
+		s.log.Info("refused", zap.String("kind", KindExecution), zap.String("room", reply.RoomID), zap.String("code", string(reply.Item.Code)), zap.String("reason", reply.Item.Reason))
+	}
+	s.respond(req, reply)
+}
+
+func (s *Service) handleHead(req micro.Request) {
+	var hr HeadRequest
+	if err := json.Unmarshal(req.Data(), &hr); err != nil || hr.RunID == "" || hr.CapsuleID == "" {
+		s.respondError(req, "400", events.BadRequest, "body must be {\"run_id\":…,\"capsule_id\":…} with both set")
+		return
+	}
+	head, err := s.gate.Head(s.ctx, events.ChainKey{RunID: hr.RunID, CapsuleID: hr.CapsuleID})
+	if err != nil {
+		s.refusalOrError(req, err)
+		return
+	}
+	s.respond(req, head)
+}

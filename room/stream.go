@@ -1,0 +1,176 @@
+package room
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// DefaultStream is the name of the stream that holds every room.
+const DefaultStream = "ROOMS"
+
+// ErrStreamConfig is wrapped by CheckStreamConfig and EnsureStream when the
+// room stream is configured in a way that could lose, change or delete
+// evidence.
+var ErrStreamConfig = errors.New("room stream is not append-only")
+
+// StreamConfig returns the room stream's configuration (DESIGN.md,
+// "JetStream"): file storage, Limits retention with no limit at all,
+// Discard New, no delete, purge or rollup, no TTLs, delete markers,
+// counters or schedules, no mirror, source or transform writing into it,
+// direct get on for readers, and atomic batch publish (ADR-50) allowed for
+// journal backfill. replicas is 1 on one server, 3 on a cluster.
+func StreamConfig(name string, subjects Subjects, replicas int) jetstream.StreamConfig {
+	if name == "" {
+		name = DefaultStream
+	}
+	if replicas <= 0 {
+		replicas = 1
+	}
+	return jetstream.StreamConfig{
+		Name:               name,
+		Description:        "roompub rooms: append-only verified evidence",
+		Subjects:           []string{subjects.All()},
+		Retention:          jetstream.LimitsPolicy,
+		MaxConsumers:       -1,
+		MaxMsgs:            -1,
+		MaxBytes:           -1,
+		MaxAge:             0,
+		MaxMsgsPerSubject:  -1,
+		MaxMsgSize:         -1,
+		Discard:            jetstream.DiscardNew,
+		Storage:            jetstream.FileStorage,
+		Replicas:           replicas,
+		DenyDelete:         true,
+		DenyPurge:          true,
+		AllowRollup:        false,
+		AllowDirect:        true,
+		AllowAtomicPublish: true,
+		Metadata:           map[string]string{"roompub": "rooms/v1"},
+	}
+}
+
+// CheckStreamConfig reports every way cfg departs from an append-only room
+// stream, joined, each wrapping ErrStreamConfig; nil when it is sound.
+// Replicas and description may differ; subjects must include want.
+func CheckStreamConfig(cfg jetstream.StreamConfig, subjects Subjects) error {
+	var errs []error
+	bad := func(format string, args ...any) {
+		errs = append(errs, fmt.Errorf("%w: "+format, append([]any{ErrStreamConfig}, args...)...))
+	}
+	if cfg.Retention != jetstream.LimitsPolicy {
+		bad("retention is %s, want limits", cfg.Retention)
+	}
+	if cfg.MaxMsgs > 0 {
+		bad("max_msgs is %d, want no limit", cfg.MaxMsgs)
+	}
+	if cfg.MaxBytes > 0 {
+		bad("max_bytes is %d, want no limit", cfg.MaxBytes)
+	}
+	if cfg.MaxAge > 0 {
+		bad("max_age is %s, want none", cfg.MaxAge)
+	}
+	if cfg.MaxMsgsPerSubject > 0 {
+		bad("max_msgs_per_subject is %d, want no limit", cfg.MaxMsgsPerSubject)
+	}
+	if cfg.Discard != jetstream.DiscardNew {
+		bad("discard is %s, want new", cfg.Discard)
+	}
+	if !cfg.DenyDelete {
+		bad("deny_delete is off")
+	}
+	if !cfg.DenyPurge {
+		bad("deny_purge is off")
+	}
+	if cfg.AllowRollup {
+		bad("allow_rollup_hdrs is on")
+	}
+	if cfg.AllowMsgTTL {
+		bad("allow_msg_ttl is on")
+	}
+	if cfg.SubjectDeleteMarkerTTL > 0 {
+		bad("subject_delete_marker_ttl is %s", cfg.SubjectDeleteMarkerTTL)
+	}
+	if cfg.AllowMsgCounter {
+		bad("allow_msg_counter is on")
+	}
+	if cfg.AllowMsgSchedules {
+		bad("allow_msg_schedules is on")
+	}
+	if cfg.PersistMode == jetstream.AsyncPersistMode {
+		bad("persist_mode is async, want default (acknowledged means stored)")
+	}
+	if cfg.Mirror != nil {
+		bad("the stream is a mirror")
+	}
+	if len(cfg.Sources) > 0 {
+		bad("the stream has %d source(s) writing into it", len(cfg.Sources))
+	}
+	if cfg.SubjectTransform != nil {
+		bad("the stream has a subject transform")
+	}
+	if cfg.Sealed {
+		bad("the stream is sealed")
+	}
+	if cfg.NoAck {
+		bad("no_ack is on")
+	}
+	if !cfg.AllowDirect {
+		bad("allow_direct is off; readers use direct get")
+	}
+	if cfg.Storage != jetstream.FileStorage {
+		bad("storage is %s, want file", cfg.Storage)
+	}
+	found := false
+	for _, s := range cfg.Subjects {
+		if s == subjects.All() {
+			found = true
+		}
+	}
+	if !found {
+		bad("subjects %v do not include %q", cfg.Subjects, subjects.All())
+	}
+	return errors.Join(errs...)
+}
+
+// EnsureStream creates the room stream if it does not exist, and otherwise
+// checks that the existing one is append-only (CheckStreamConfig). It
+// never updates an existing stream: that is an administrator's act
+// (DESIGN.md). Errors wrap ErrStreamConfig for a weakened stream.
+func EnsureStream(ctx context.Context, js jetstream.JetStream, cfg jetstream.StreamConfig, subjects Subjects) (jetstream.Stream, error) {
+	ctx, cancel := withDefaultTimeout(ctx)
+	defer cancel()
+	s, err := js.Stream(ctx, cfg.Name)
+	switch {
+	case errors.Is(err, jetstream.ErrStreamNotFound):
+		s, err = js.CreateStream(ctx, cfg)
+		if errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) {
+			// Another publisher created it first; check theirs.
+			s, err = js.Stream(ctx, cfg.Name)
+		}
+		if err != nil {
+			return nil, fmt.Errorf("create stream %s: %w", cfg.Name, err)
+		}
+	case err != nil:
+		return nil, fmt.Errorf("look up stream %s: %w", cfg.Name, err)
+	}
+	info := s.CachedInfo()
+	if err := CheckStreamConfig(info.Config, subjects); err != nil {
+		return nil, fmt.Errorf("stream %s: %w", cfg.Name, err)
+	}
+	return s, nil
+}
+
+// DefaultTimeout bounds a server call when the caller's context has no
+// deadline (the nats.go jetstream convention).
+const DefaultTimeout = 5 * time.Second
+
+func withDefaultTimeout(ctx context.Context) (context.Context, context.CancelFunc) {
+	if _, ok := ctx.Deadline(); ok {
+		return ctx, func() {}
+	}
+	return context.WithTimeout(ctx, DefaultTimeout)
+}

@@ -1,0 +1,167 @@
+package room
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+
+	"github.com/roompub/roompub/events"
+)
+
+// ErrBadToken is wrapped by DecodeToken and ParseSubject.
+var ErrBadToken = errors.New("not a roompub subject token")
+
+// DefaultPrefix is the first token of every room subject.
+const DefaultPrefix = "rooms"
+
+// RoomIDPrefix starts every room id ("room:" + non-space characters,
+// at most 512; seed 004's room/id).
+const RoomIDPrefix = "room:"
+
+// tokenSafe reports whether b stands for itself in a token. Everything
+// else, including '.', '*', '>', '/', white space, '~' and every byte of
+// a non-ASCII character, is written as "~XX" (upper-case hex).
+func tokenSafe(b byte) bool {
+	return b >= 'a' && b <= 'z' || b >= 'A' && b <= 'Z' || b >= '0' && b <= '9' || b == '-' || b == '_' || b == ':'
+}
+
+const hexDigits = "0123456789ABCDEF"
+
+// EncodeToken encodes id as one NATS subject token: bytes in [A-Za-z0-9_:-]
+// stand for themselves and every other byte is "~" and two upper-case hex
+// digits. The encoding is injective and DecodeToken reverses it; an empty
+// id encodes to "~" (no id of a valid record or entry is empty).
+func EncodeToken(id string) string {
+	if id == "" {
+		return "~"
+	}
+	var b strings.Builder
+	b.Grow(len(id))
+	for i := 0; i < len(id); i++ {
+		c := id[i]
+		if tokenSafe(c) {
+			b.WriteByte(c)
+			continue
+		}
+		b.WriteByte('~')
+		b.WriteByte(hexDigits[c>>4])
+		b.WriteByte(hexDigits[c&0xF])
+	}
+	return b.String()
+}
+
+// DecodeToken reverses EncodeToken. It accepts only tokens EncodeToken can
+// produce (upper-case hex, no byte escaped that needs no escape), so every
+// id has exactly one token. Errors wrap ErrBadToken.
+func DecodeToken(tok string) (string, error) {
+	if tok == "~" {
+		return "", nil
+	}
+	if tok == "" {
+		return "", fmt.Errorf("%w: empty token", ErrBadToken)
+	}
+	var b strings.Builder
+	b.Grow(len(tok))
+	for i := 0; i < len(tok); i++ {
+		c := tok[i]
+		if tokenSafe(c) {
+			b.WriteByte(c)
+			continue
+		}
+		if c != '~' || i+2 >= len(tok) {
+			return "", fmt.Errorf("%w: byte %d of %q", ErrBadToken, i, tok)
+		}
+		hi, lo := strings.IndexByte(hexDigits, tok[i+1]), strings.IndexByte(hexDigits, tok[i+2])
+		if hi < 0 || lo < 0 {
+			return "", fmt.Errorf("%w: bad escape at byte %d of %q", ErrBadToken, i, tok)
+		}
+		v := byte(hi<<4 | lo)
+		if tokenSafe(v) {
+			return "", fmt.Errorf("%w: needless escape at byte %d of %q", ErrBadToken, i, tok)
+		}
+		b.WriteByte(v)
+		i += 2
+	}
+	return b.String(), nil
+}
+
+// Subjects builds and parses the subjects of one stream layout. The zero
+// value uses DefaultPrefix.
+type Subjects struct {
+	// Prefix is the first token of every subject; it must be a valid
+	// subject token without wildcards. "" means DefaultPrefix.
+	Prefix string
+}
+
+func (s Subjects) prefix() string {
+	if s.Prefix == "" {
+		return DefaultPrefix
+	}
+	return s.Prefix
+}
+
+// roomToken encodes a room id without its "room:" prefix, which every room
+// id has, so that subjects stay short and readable.
+func roomToken(roomID string) string { return EncodeToken(strings.TrimPrefix(roomID, RoomIDPrefix)) }
+
+// All is the stream's subject filter: every subject under the prefix.
+func (s Subjects) All() string { return s.prefix() + ".>" }
+
+// Room is the filter for every subject of one room.
+func (s Subjects) Room(roomID string) string { return s.prefix() + "." + roomToken(roomID) + ".>" }
+
+// Journal is the subject of one chain in one room.
+func (s Subjects) Journal(roomID string, key events.ChainKey) string {
+	return s.prefix() + "." + roomToken(roomID) + ".journal." + EncodeToken(key.RunID) + "." + EncodeToken(key.CapsuleID)
+}
+
+// ChainAnyRoom is the filter for one chain in every room: the subject over
+// which the gate expects the chain's last sequence, so a capsule can never
+// land in two rooms (room_conflict) even with racing publishers.
+func (s Subjects) ChainAnyRoom(key events.ChainKey) string {
+	return s.prefix() + ".*.journal." + EncodeToken(key.RunID) + "." + EncodeToken(key.CapsuleID)
+}
+
+// Records is the subject of one room's execution records.
+func (s Subjects) Records(roomID string) string { return s.prefix() + "." + roomToken(roomID) + ".exec" }
+
+// Subject kinds returned by Parse.
+const (
+	KindJournal   = "journal"
+	KindExecution = "execution"
+)
+
+// Parsed is a subject taken apart.
+type Parsed struct {
+	Kind   string // KindJournal or KindExecution
+	RoomID string
+	Chain  events.ChainKey // journal subjects only
+}
+
+// Parse takes a room subject apart. Errors wrap ErrBadToken.
+func (s Subjects) Parse(subject string) (Parsed, error) {
+	toks := strings.Split(subject, ".")
+	if len(toks) < 3 || toks[0] != s.prefix() {
+		return Parsed{}, fmt.Errorf("%w: %q is not under %q", ErrBadToken, subject, s.prefix())
+	}
+	room, err := DecodeToken(toks[1])
+	if err != nil {
+		return Parsed{}, err
+	}
+	p := Parsed{RoomID: RoomIDPrefix + room}
+	switch {
+	case len(toks) == 3 && toks[2] == "exec":
+		p.Kind = KindExecution
+	case len(toks) == 5 && toks[2] == "journal":
+		p.Kind = KindJournal
+		if p.Chain.RunID, err = DecodeToken(toks[3]); err != nil {
+			return Parsed{}, err
+		}
+		if p.Chain.CapsuleID, err = DecodeToken(toks[4]); err != nil {
+			return Parsed{}, err
+		}
+	default:
+		return Parsed{}, fmt.Errorf("%w: %q has no known layout", ErrBadToken, subject)
+	}
+	return p, nil
+}

@@ -1,0 +1,94 @@
+package room
+
+import (
+	"github.com/roompub/roompub/events"
+)
+
+// Ingest service subjects and headers (README "Ingest service"). The wire
+// format is part of the product: harnesses in other languages speak it.
+const (
+	// ServiceName is the micro service name, as `nats micro ls` shows it.
+	ServiceName = "roompub-ingest"
+	// DefaultServicePrefix prefixes every endpoint subject.
+	DefaultServicePrefix = "roompub.v1"
+
+	// HeaderRoom names the room of a journal request (entries name none).
+	HeaderRoom = "Roompub-Room"
+	// HeaderCapsule optionally carries the capsule's capsule.json (one line
+	// of JSON) so the gate checks every entry's metadata against it.
+	HeaderCapsule = "Roompub-Capsule"
+)
+
+// Item outcomes in a reply.
+const (
+	OutcomeStored    = "stored"    // appended now, at StreamSeq
+	OutcomeDuplicate = "duplicate" // the same bytes are already stored, at StreamSeq; nothing new stored
+	OutcomeRefused   = "refused"   // not stored, never will be as it is: see Code
+	OutcomeSkipped   = "skipped"   // not looked at: an earlier item of the batch was refused or failed
+	OutcomeFailed    = "failed"    // not decided: the server could not be reached in time; retry
+)
+
+// ItemResult is the outcome of one journal entry or record.
+type ItemResult struct {
+	// Index is the item's position in the request, from 0 (the line).
+	Index   int    `json:"index"`
+	Outcome string `json:"outcome"`
+	// Seq is the entry's chain position, when it could be read.
+	Seq *int64 `json:"seq,omitempty"`
+	// Hash is the entry_hash (journals) or execution/ref (records).
+	Hash      string           `json:"hash,omitempty"`
+	StreamSeq uint64           `json:"stream_seq,omitempty"`
+	Subject   string           `json:"subject,omitempty"`
+	Code      events.Code      `json:"code,omitempty"`
+	At        *events.Location `json:"at,omitempty"`
+	Reason    string           `json:"reason,omitempty"`
+	Problems  []events.Problem `json:"problems,omitempty"`
+}
+
+// ChainHead is where a chain stands in the stream.
+type ChainHead struct {
+	RoomID string          `json:"room,omitempty"` // the room the chain lives in; "" when it has no entry
+	Chain  events.ChainKey `json:"chain"`
+	// Next is the chain position the next entry must have (entries stored).
+	Next int64 `json:"next"`
+	// Head is the entry_hash of the last stored entry (64 zeros for none).
+	Head string `json:"head"`
+	// StreamSeq is the stream sequence of the last stored entry (0 for none).
+	StreamSeq uint64 `json:"stream_seq"`
+}
+
+// JournalReply answers a journal request: one result per line, in order.
+type JournalReply struct {
+	RoomID string          `json:"room"`
+	Chain  events.ChainKey `json:"chain"`
+	Items  []ItemResult    `json:"items"`
+	// Head is the chain's head after the request.
+	Head     ChainHead `json:"head"`
+	Stored   int       `json:"stored"`
+	Dupes    int       `json:"duplicates"`
+	Refused  int       `json:"refused"`
+	Skipped  int       `json:"skipped"`
+	Failures int       `json:"failed"`
+}
+
+// RecordReply answers an execution request.
+type RecordReply struct {
+	RoomID string     `json:"room,omitempty"`
+	Item   ItemResult `json:"item"`
+}
+
+// HeadRequest asks where a chain stands. RoomID may be empty: the reply
+// then names the room the chain lives in, if any.
+type HeadRequest struct {
+	RoomID    string `json:"room,omitempty"`
+	RunID     string `json:"run_id"`
+	CapsuleID string `json:"capsule_id"`
+}
+
+// ErrorReply is the body of a request-level error (status header
+// Nats-Service-Error-Code 400 or 500): the request as a whole could not be
+// processed, so no item was looked at.
+type ErrorReply struct {
+	Code   events.Code `json:"code"`
+	Reason string      `json:"reason"`
+}
