@@ -92,12 +92,12 @@ func (r *roomState) streamProblems(rec *events.Record, at events.Location) []eve
 	ptr := func(p string) events.Location { l := at; l.Pointer = p; return l }
 	if d, ok := r.keys[rec.IdempotencyKey()]; ok {
 		ps = append(ps, events.Problem{Code: events.IdempotencyConflict, At: ptr("/idempotency~1key"),
-			Reason: "idempotency/key already names another record in this room (stream seq " + strconv.FormatUint(r.digests[d], 10) + ")",
+			Reason:   "idempotency/key already names another record in this room (stream seq " + strconv.FormatUint(r.digests[d], 10) + ")",
 			Expected: d, Actual: rec.ContentDigest()})
 	}
 	if d, ok := r.runs[rec.RunRef()]; ok {
 		ps = append(ps, events.Problem{Code: events.RunConflict, At: ptr("/run~1ref"),
-			Reason: "run/ref already concluded in this room (stream seq " + strconv.FormatUint(r.digests[d], 10) + ")",
+			Reason:   "run/ref already concluded in this room (stream seq " + strconv.FormatUint(r.digests[d], 10) + ")",
 			Expected: d, Actual: rec.ContentDigest()})
 	}
 	if seq, ok := r.unknown[rec.DecisionRef()]; ok {

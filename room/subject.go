@@ -123,7 +123,9 @@ func (s Subjects) ChainAnyRoom(key events.ChainKey) string {
 }
 
 // Records is the subject of one room's execution records.
-func (s Subjects) Records(roomID string) string { return s.prefix() + "." + roomToken(roomID) + ".exec" }
+func (s Subjects) Records(roomID string) string {
+	return s.prefix() + "." + roomToken(roomID) + ".exec"
+}
 
 // Subject kinds returned by Parse.
 const (
