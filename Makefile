@@ -1,0 +1,65 @@
+# roompub: build, demo and checks. Needs only Go (see go.mod) and bash.
+SHELL := bash
+.SHELLFLAGS := -euo pipefail -c
+.DEFAULT_GOAL := build
+
+GO ?= go
+# Packages whose Fuzz targets `make test` (5s each) and `make fuzz` (60s each) run.
+FUZZ_PKGS := ./events ./validate
+
+.PHONY: build run test unit integration fuzz-short fuzz bench fmt vet lint samples clean
+
+## build: compile the commands into bin/
+build:
+	$(GO) build -o bin/ ./cmd/...
+
+## run: build, then verify the bundled samples and check every verdict
+run: build
+	testdata/samples/run.sh bin/publisher
+
+## test: unit tests (race detector), integration tests, then 5s per fuzz target
+test: unit integration fuzz-short
+
+unit:
+	$(GO) test -race -count=1 ./events/... ./validate/... ./schemas/... ./cmd/...
+
+integration:
+	$(GO) test -count=1 ./test/integration/...
+
+fuzz-short:
+	@$(MAKE) --no-print-directory fuzz FUZZTIME=5s
+
+## fuzz: every Fuzz target in $(FUZZ_PKGS), FUZZTIME each (default 60s)
+FUZZTIME ?= 60s
+fuzz:
+	@for pkg in $(FUZZ_PKGS); do \
+		list=$$($(GO) test -list '^Fuzz' "$$pkg"); \
+		for target in $$(grep '^Fuzz' <<<"$$list" || true); do \
+			echo "fuzz $$pkg $$target ($(FUZZTIME))"; \
+			$(GO) test -run='^$$' -fuzz="^$$target\$$" -fuzztime=$(FUZZTIME) "$$pkg"; \
+		done; \
+	done
+
+## bench: benchmarks of the verification code
+bench:
+	$(GO) test -run='^$$' -bench=. -benchmem ./events ./validate
+
+## fmt: rewrite Go files in gofmt style
+fmt:
+	gofmt -l -w .
+
+## vet: go vet, including the sample generator under testdata
+vet:
+	$(GO) vet ./... ./testdata/samples/gen
+
+## lint: fail if any Go file is not gofmt-clean, then vet
+lint:
+	@files=$$(gofmt -l .); if [[ -n $$files ]]; then echo "not gofmt-clean:"; echo "$$files"; exit 1; fi
+	@$(MAKE) --no-print-directory vet
+
+## samples: regenerate testdata/samples from testdata/samples/gen
+samples:
+	$(GO) run ./testdata/samples/gen -out testdata/samples
+
+clean:
+	rm -rf bin/

@@ -1,0 +1,120 @@
+// Command publisher checks and produces roompub's evidence formats: capsule
+// journals (seed 000) and signed task-pack execution records (seed 004).
+//
+// The offline subcommands are
+//
+//	publisher verify [--json] [--schema-dir DIR] [--trusted-host NODE_ID ...] PATH...
+//	publisher keygen --out FILE [--force]
+//	publisher sign --key FILE RECORD.json
+//
+// Exit status: 0 on success, 1 when verify refused an input, 2 for anything
+// that kept a command from doing its job (bad flags, a missing or unreadable
+// input, a bad schema directory or key).
+package main
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"runtime/debug"
+
+	"github.com/alecthomas/kong"
+)
+
+// Exit statuses.
+const (
+	exitOK      = 0
+	exitRefused = 1 // verify: at least one input was refused
+	exitUsage   = 2 // the command could not do its job
+)
+
+// Errors of verify, which has printed each path's outcome already.
+var (
+	// errRefused: some input was refused (exitRefused).
+	errRefused = errors.New("refused")
+	// errUnverifiable: some input could not be verified at all (exitUsage).
+	errUnverifiable = errors.New("could not be verified")
+)
+
+// version is set at link time (-ldflags "-X main.version=v1.2.3"); without
+// it the module version from the build info is used.
+var version = ""
+
+// cli is the command line grammar.
+type cli struct {
+	Version kong.VersionFlag `help:"Print the version and exit."`
+
+	Verify verifyCmd `cmd:"" help:"Verify capsule directories, journal files and execution record files offline."`
+	Keygen keygenCmd `cmd:"" help:"Write a new Ed25519 host key (PEM, mode 0600) and print its node id."`
+	Sign   signCmd   `cmd:"" help:"Sign an execution record with a host key and print the signed record."`
+}
+
+// streams are the command's stdout and stderr, bound into every Run method.
+type streams struct {
+	out, err io.Writer
+}
+
+func main() {
+	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
+}
+
+// exitRequest carries the status kong asks for (after --help or
+// --version) out of parsing, so run returns instead of exiting.
+type exitRequest int
+
+// run parses args, runs the selected command and returns the exit status.
+func run(args []string, stdout, stderr io.Writer) (status int) {
+	defer func() {
+		if r := recover(); r != nil {
+			req, ok := r.(exitRequest)
+			if !ok {
+				panic(r)
+			}
+			status = int(req)
+		}
+	}()
+	var grammar cli
+	parser, err := kong.New(&grammar,
+		kong.Name("publisher"),
+		kong.Description("roompub publisher: verify, sign and (later) publish evidence into a room."),
+		kong.Writers(stdout, stderr),
+		kong.Exit(func(code int) { panic(exitRequest(code)) }),
+		kong.Vars{"version": buildVersion()},
+		kong.Bind(&streams{out: stdout, err: stderr}),
+	)
+	if err != nil {
+		// The grammar is static: this is a programming error.
+		fmt.Fprintf(stderr, "publisher: %v\n", err)
+		return exitUsage
+	}
+	ctx, err := parser.Parse(args)
+	if err != nil {
+		fmt.Fprintf(stderr, "publisher: %v\nRun 'publisher --help' for usage.\n", err)
+		return exitUsage
+	}
+	return exitStatus(ctx.Run(), stderr)
+}
+
+// exitStatus maps a command's error to the exit status, reporting it on
+// stderr.
+func exitStatus(err error, stderr io.Writer) int {
+	if err == nil {
+		return exitOK
+	}
+	fmt.Fprintf(stderr, "publisher: %v\n", err)
+	if errors.Is(err, errRefused) {
+		return exitRefused
+	}
+	return exitUsage
+}
+
+func buildVersion() string {
+	if version != "" {
+		return version
+	}
+	if info, ok := debug.ReadBuildInfo(); ok && info.Main.Version != "" {
+		return info.Main.Version
+	}
+	return "(devel)"
+}

@@ -1,0 +1,286 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/roompub/roompub/events"
+	"github.com/roompub/roompub/validate"
+)
+
+const samples = "../../testdata/samples"
+
+// invoke runs the command line in-process and returns its status and output.
+func invoke(t *testing.T, args ...string) (status int, stdout, stderr string) {
+	t.Helper()
+	var out, errOut bytes.Buffer
+	status = run(args, &out, &errOut)
+	return status, out.String(), errOut.String()
+}
+
+func TestExitStatus(t *testing.T) {
+	emptyDir := t.TempDir()
+	tests := []struct {
+		name   string
+		args   []string
+		status int
+		stdout string // substring; "" checks nothing
+		stderr string
+	}{
+		{"capsule ok", []string{"verify", samples + "/capsules/csv-dedupe"}, exitOK, "ok      journal   " + samples + "/capsules/csv-dedupe  14 entries, head ", ""},
+		{"record ok", []string{"verify", samples + "/records/verified.json"}, exitOK, "ref corpus-task-pack-execution:sha256:PEaap8mlrUCWgXaN…", ""},
+		{"tampered capsule", []string{"verify", samples + "/capsules/broken"}, exitRefused, "REFUSED journal   " + samples + "/capsules/broken: invalid_entry at ", "1 of 1 path refused"},
+		{"foreign evidence", []string{"verify", samples + "/records/foreign-evidence.json"}, exitRefused, ": foreign_evidence at " + samples + "/records/foreign-evidence.json /evidence/0/environment~1ref: ", ""},
+		{"usage beats refusal", []string{"verify", samples + "/capsules/broken", "no/such/path"}, exitUsage, "REFUSED", "no/such/path"},
+		{"dir without journal", []string{"verify", emptyDir}, exitUsage, "", "is not a capsule directory"},
+		{"no path", []string{"verify"}, exitUsage, "", "expected \"<path> ...\""},
+		{"unknown flag", []string{"verify", "--frobnicate", samples + "/records/verified.json"}, exitUsage, "", "unknown flag --frobnicate"},
+		{"no command", nil, exitUsage, "", "expected one of"},
+		{"missing schema dir", []string{"verify", "--schema-dir", "no/such/dir", samples + "/records/verified.json"}, exitUsage, "", "no/such/dir"},
+		{"schema dir without schemas", []string{"verify", "--schema-dir", emptyDir, samples + "/records/verified.json"}, exitUsage, "", "capsule-envelope.schema.json"},
+		{"bad trusted host", []string{"verify", "--trusted-host", "node:did:key:nope", samples + "/records/verified.json"}, exitUsage, "", "trusted host"},
+		{"untrusted host", []string{"verify", "--trusted-host", "node:did:key:z6MkqB3fVxzXFbVUK2q1GPrLQzaxgwDGGVuxkDzaf5tsLnpX", samples + "/records/verified.json"}, exitRefused, "untrusted_host", ""},
+		{"trusted host", []string{"verify", "--trusted-host", "node:did:key:z6MkqB3fVxzXFbVUK2q1GPrLQzaxgwDGGVuxkDzaf5tsLnpo", samples + "/records/verified.json"}, exitOK, "ok", ""},
+		{"widened schema dir", []string{"verify", "--schema-dir", samples + "/widened/schemas", samples + "/widened/control-plane"}, exitOK, "10 entries", ""},
+		{"widened keys refused by default", []string{"verify", samples + "/widened/control-plane"}, exitRefused, "invalid_entry at ", ""},
+		{"version", []string{"--version"}, exitOK, "", ""},
+		{"help", []string{"--help"}, exitOK, "Usage: publisher <command>", ""},
+		{"keygen without --out", []string{"keygen"}, exitUsage, "", "--out"},
+		{"sign without --key", []string{"sign", samples + "/records/verified.json"}, exitUsage, "", "--key"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			status, stdout, stderr := invoke(t, tc.args...)
+			if status != tc.status {
+				t.Errorf("status %d, want %d\nstdout: %s\nstderr: %s", status, tc.status, stdout, stderr)
+			}
+			if !strings.Contains(stdout, tc.stdout) {
+				t.Errorf("stdout lacks %q:\n%s", tc.stdout, stdout)
+			}
+			if !strings.Contains(stderr, tc.stderr) {
+				t.Errorf("stderr lacks %q:\n%s", tc.stderr, stderr)
+			}
+		})
+	}
+}
+
+func TestVerifyJSONOneLinePerPath(t *testing.T) {
+	paths := []string{
+		samples + "/records/verified.json",
+		"no/such/file.json",
+		samples + "/capsules/broken",
+		samples + "/capsules/slugify-run",
+	}
+	status, stdout, stderr := invoke(t, append([]string{"verify", "--json"}, paths...)...)
+	if status != exitUsage {
+		t.Fatalf("status %d, want %d (a path could not be verified)", status, exitUsage)
+	}
+	if !strings.Contains(stderr, "no/such/file.json") {
+		t.Errorf("stderr does not name the missing path:\n%s", stderr)
+	}
+	lines := strings.Split(strings.TrimSuffix(stdout, "\n"), "\n")
+	if len(lines) != len(paths) {
+		t.Fatalf("%d lines, want %d:\n%s", len(lines), len(paths), stdout)
+	}
+	var got []jsonLine
+	for i, l := range lines {
+		var jl jsonLine
+		if err := json.Unmarshal([]byte(l), &jl); err != nil {
+			t.Fatalf("line %d is not JSON: %v\n%s", i+1, err, l)
+		}
+		if jl.Path != paths[i] {
+			t.Errorf("line %d is for %q, want %q", i+1, jl.Path, paths[i])
+		}
+		got = append(got, jl)
+	}
+	if !got[0].OK || got[0].Kind != validate.KindExecution || got[0].Ref == "" {
+		t.Errorf("verified.json: %+v", got[0])
+	}
+	if got[1].OK || got[1].Error == "" {
+		t.Errorf("missing file: want ok false and an error, got %+v", got[1])
+	}
+	if got[2].OK || got[2].Code != events.InvalidEntry || !strings.HasSuffix(got[2].At, "journal.ndjson:14 /entry_hash") || len(got[2].Problems) != 1 {
+		t.Errorf("broken: %+v", got[2])
+	}
+	if !got[3].OK || got[3].Entries == nil || *got[3].Entries != 299 || len(got[3].Head) != 64 {
+		t.Errorf("slugify-run: %+v", got[3])
+	}
+}
+
+func TestTextReportListsEveryProblem(t *testing.T) {
+	problems := []events.Problem{
+		{Code: events.Reordered, At: events.Location{File: "j", Line: 2, Pointer: "/seq"}, Reason: "seq is off", Expected: "1", Actual: "2"},
+		{Code: events.BrokenLink, At: events.Location{File: "j", Line: 2}, Reason: "link"},
+		{Code: events.BrokenLink, At: events.Location{File: "j", Line: 3}, Reason: "link"},
+	}
+	rep := validate.Report{Path: "j", Kind: validate.KindJournal, Code: events.Reordered, Problems: problems, Omitted: 7}
+	var b bytes.Buffer
+	if err := textReport(&b, rep, nil); err != nil {
+		t.Fatal(err)
+	}
+	want := `REFUSED journal   j: reordered at j:2 /seq: seq is off (expected "1", got "2")
+        broken_link at j:2: link
+        broken_link at j:3: link
+        ... and 7 more problem(s)
+`
+	if b.String() != want {
+		t.Errorf("got\n%s\nwant\n%s", b.String(), want)
+	}
+}
+
+func TestKeygenSignVerify(t *testing.T) {
+	dir := t.TempDir()
+	keyFile := filepath.Join(dir, "host.pem")
+
+	status, nodeID, stderr := invoke(t, "keygen", "--out", keyFile)
+	if status != exitOK {
+		t.Fatalf("keygen: status %d: %s", status, stderr)
+	}
+	nodeID = strings.TrimSuffix(nodeID, "\n")
+	if _, err := events.ParseNodeID(nodeID); err != nil {
+		t.Fatalf("keygen printed %q: %v", nodeID, err)
+	}
+	info, err := os.Stat(keyFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info.Mode().Perm() != 0o600 {
+		t.Errorf("key file mode %v, want 0600", info.Mode().Perm())
+	}
+	keyPEM, err := os.ReadFile(keyFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	key, err := events.ParseHostKey(keyPEM)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if key.NodeID() != nodeID {
+		t.Errorf("file holds %s, keygen printed %s", key.NodeID(), nodeID)
+	}
+
+	status, signed, stderr := invoke(t, "sign", "--key", keyFile, samples+"/records/verified.json")
+	if status != exitOK {
+		t.Fatalf("sign: status %d: %s", status, stderr)
+	}
+	if strings.Contains(signed, "PRIVATE KEY") {
+		t.Fatal("sign printed key material")
+	}
+	var obj map[string]any
+	if err := json.Unmarshal([]byte(signed), &obj); err != nil {
+		t.Fatalf("sign output is not JSON: %v", err)
+	}
+	if obj["host/node-id"] != nodeID {
+		t.Errorf("host/node-id %v, want %s", obj["host/node-id"], nodeID)
+	}
+	if !strings.HasPrefix(signed, "{\n  \"candidate\": {\n    \"artifact-ref\": ") || !strings.HasSuffix(signed, "\n}\n") {
+		t.Errorf("sign output is not sorted, 2-space indented JSON with a trailing newline:\n%s", signed)
+	}
+	signedFile := filepath.Join(dir, "signed.json")
+	if err := os.WriteFile(signedFile, []byte(signed), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if status, stdout, stderr := invoke(t, "verify", "--trusted-host", nodeID, signedFile); status != exitOK {
+		t.Fatalf("verify of the signed record: status %d\n%s%s", status, stdout, stderr)
+	}
+
+	// Refuses to overwrite without --force; --force replaces with a new key.
+	status, stdout, stderr := invoke(t, "keygen", "--out", keyFile)
+	if status != exitUsage || stdout != "" || !strings.Contains(stderr, "--force") {
+		t.Errorf("keygen over an existing file: status %d, stdout %q, stderr %q", status, stdout, stderr)
+	}
+	if again, _ := os.ReadFile(keyFile); !bytes.Equal(again, keyPEM) {
+		t.Error("keygen without --force changed the existing file")
+	}
+	status, stdout, _ = invoke(t, "keygen", "--out", keyFile, "--force")
+	if status != exitOK || strings.TrimSpace(stdout) == nodeID {
+		t.Errorf("keygen --force: status %d, node id %q (old %q)", status, stdout, nodeID)
+	}
+	if info, err := os.Stat(keyFile); err != nil || info.Mode().Perm() != 0o600 {
+		t.Errorf("after --force: %v, %v", info, err)
+	}
+	if entries, _ := os.ReadDir(dir); len(entries) != 2 {
+		t.Errorf("temporary files left behind: %v", entries)
+	}
+}
+
+func TestSignUsageErrors(t *testing.T) {
+	dir := t.TempDir()
+	keyFile := filepath.Join(dir, "host.pem")
+	if status, _, stderr := invoke(t, "keygen", "--out", keyFile); status != exitOK {
+		t.Fatal(stderr)
+	}
+	keyBody := pemBody(t, keyFile)
+	notJSON := filepath.Join(dir, "record.json")
+	if err := os.WriteFile(notJSON, []byte(`{"a":1,"a":2}`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	notKey := filepath.Join(dir, "not-a-key.pem")
+	if err := os.WriteFile(notKey, []byte("hello\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name, key, record, stderr string
+	}{
+		{"missing key", filepath.Join(dir, "nope.pem"), samples + "/records/verified.json", "read key"},
+		{"not a key", notKey, samples + "/records/verified.json", events.ErrBadHostKey.Error()},
+		{"missing record", keyFile, filepath.Join(dir, "nope.json"), "read record"},
+		{"duplicate keys", keyFile, notJSON, events.ErrNotJSON.Error()},
+		{"not an object", keyFile, keyFile, events.ErrNotJSON.Error()},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			status, stdout, stderr := invoke(t, "sign", "--key", tc.key, tc.record)
+			if status != exitUsage || stdout != "" || !strings.Contains(stderr, tc.stderr) {
+				t.Errorf("status %d, stdout %q, stderr %q; want %d and %q", status, stdout, stderr, exitUsage, tc.stderr)
+			}
+			if strings.Contains(stderr, keyBody) {
+				t.Error("stderr shows key material")
+			}
+		})
+	}
+}
+
+// TestHelpShowsNoSecret: help given together with a real key file prints
+// neither the key nor anything read from it.
+func TestHelpShowsNoSecret(t *testing.T) {
+	keyFile := filepath.Join(t.TempDir(), "host.pem")
+	if status, _, stderr := invoke(t, "keygen", "--out", keyFile); status != exitOK {
+		t.Fatal(stderr)
+	}
+	body := pemBody(t, keyFile)
+	for _, args := range [][]string{
+		{"--help"},
+		{"sign", "--help"},
+		{"sign", "--key", keyFile, "--help"},
+		{"sign", "--key", keyFile, "x.json", "--help"},
+		{"keygen", "--out", keyFile, "--help"},
+		{"verify", "--help"},
+	} {
+		status, stdout, stderr := invoke(t, args...)
+		if status != exitOK {
+			t.Errorf("%v: status %d: %s", args, status, stderr)
+		}
+		if out := stdout + stderr; strings.Contains(out, "PRIVATE KEY") || strings.Contains(out, body) {
+			t.Errorf("%v printed key material:\n%s", args, out)
+		}
+	}
+}
+
+// pemBody returns 16 characters of the base64 body of the PEM file: a
+// sample of the key material that must never be printed.
+func pemBody(t *testing.T, file string) string {
+	t.Helper()
+	data, err := os.ReadFile(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.Split(string(data), "\n")
+	if len(lines) < 2 || len(lines[1]) < 40 {
+		t.Fatalf("%s is not a PEM key", file)
+	}
+	return lines[1][24:40] // past the PKCS #8 header common to every Ed25519 key
+}

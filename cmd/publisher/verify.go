@@ -1,0 +1,151 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+
+	"github.com/roompub/roompub/events"
+	"github.com/roompub/roompub/validate"
+)
+
+type verifyCmd struct {
+	JSON         bool     `name:"json" help:"Print one JSON object per PATH per line instead of text."`
+	SchemaDir    string   `name:"schema-dir" type:"existingdir" placeholder:"DIR" help:"Validate against the schema files in DIR (flat, by file name) instead of the embedded ones."`
+	TrustedHosts []string `name:"trusted-host" sep:"none" placeholder:"NODE_ID" help:"Accept execution records only from this host/node-id (node:did:key:z6Mk...); repeat for more hosts. Without it host trust is not checked."`
+	Paths        []string `arg:"" name:"path" help:"Capsule directory (capsule.json + journal.ndjson), journal file or execution record file."`
+}
+
+// validatorOptions builds the validator's options from the flags.
+func (c *verifyCmd) validatorOptions() []validate.Option {
+	var opts []validate.Option
+	if c.SchemaDir != "" {
+		opts = append(opts, validate.WithSchemaFS(os.DirFS(c.SchemaDir)))
+	}
+	if len(c.TrustedHosts) > 0 {
+		opts = append(opts, validate.WithTrustedHosts(c.TrustedHosts...))
+	}
+	return opts
+}
+
+func (c *verifyCmd) Run(s *streams) error {
+	v, err := validate.New(c.validatorOptions()...)
+	if err != nil {
+		return err
+	}
+	w := textReport
+	if c.JSON {
+		w = jsonReport
+	}
+	return verifyPaths(v, c.Paths, s, w)
+}
+
+// reportWriter prints the outcome of one path; err is VerifyPath's error
+// (the path could not be verified at all).
+type reportWriter func(out io.Writer, rep validate.Report, err error) error
+
+// verifyPaths verifies every path in order, printing each outcome with
+// write and each usage error on stderr. It returns an error wrapping
+// errUnverifiable when some path could not be verified, else one wrapping
+// errRefused when some path was refused, else nil.
+func verifyPaths(v *validate.Validator, paths []string, s *streams, write reportWriter) error {
+	var unusable, refused int
+	for _, p := range paths {
+		rep, err := v.VerifyPath(p)
+		switch {
+		case err != nil:
+			unusable++
+			fmt.Fprintf(s.err, "publisher: %v\n", err)
+		case !rep.OK:
+			refused++
+		}
+		if werr := write(s.out, rep, err); werr != nil {
+			return fmt.Errorf("write report: %w", werr)
+		}
+	}
+	noun := "paths"
+	if len(paths) == 1 {
+		noun = "path"
+	}
+	switch {
+	case unusable > 0:
+		return fmt.Errorf("%d of %d %s %w", unusable, len(paths), noun, errUnverifiable)
+	case refused > 0:
+		return fmt.Errorf("%d of %d %s %w", refused, len(paths), noun, errRefused)
+	}
+	return nil
+}
+
+// jsonLine is one line of verify --json: the report, and for a path that
+// could not be verified, the error.
+type jsonLine struct {
+	validate.Report
+	Error string `json:"error,omitempty"`
+}
+
+// jsonReport writes rep as one JSON object on one line. A path that could
+// not be verified gets a line too, with ok false and an "error" member.
+func jsonReport(out io.Writer, rep validate.Report, err error) error {
+	line := jsonLine{Report: rep}
+	if err != nil {
+		line.OK = false
+		line.Error = err.Error()
+	}
+	enc := json.NewEncoder(out)
+	enc.SetEscapeHTML(false)
+	return enc.Encode(line)
+}
+
+// textReport writes rep as one readable line, with the refusal's further
+// problems indented below it. Usage errors go to stderr only (verifyPaths),
+// so nothing is written for them here.
+func textReport(out io.Writer, rep validate.Report, err error) error {
+	if err != nil {
+		return nil
+	}
+	var b strings.Builder
+	if rep.OK {
+		fmt.Fprintf(&b, "%-7s %-9s %s  %s\n", "ok", rep.Kind, rep.Path, summary(rep))
+	} else {
+		problems := rep.Problems
+		if len(problems) == 0 { // not from validate, which lists every refusal's problems
+			problems = []events.Problem{{Code: rep.Code, Reason: rep.Reason}}
+		}
+		fmt.Fprintf(&b, "%-7s %-9s %s: %s\n", "REFUSED", rep.Kind, rep.Path, problems[0])
+		indent := strings.Repeat(" ", 8)
+		for _, p := range problems[1:] {
+			fmt.Fprintf(&b, "%s%s\n", indent, p)
+		}
+		if rep.Omitted > 0 {
+			fmt.Fprintf(&b, "%s... and %d more problem(s)\n", indent, rep.Omitted)
+		}
+	}
+	_, werr := io.WriteString(out, b.String())
+	return werr
+}
+
+// summary describes an accepted input: a journal's length and head, a
+// record's ref.
+func summary(rep validate.Report) string {
+	switch rep.Kind {
+	case validate.KindJournal:
+		n := 0
+		if rep.Entries != nil {
+			n = *rep.Entries
+		}
+		return fmt.Sprintf("%d entries, head %s", n, abbrev(rep.Head, 16))
+	case validate.KindExecution:
+		return "ref " + events.ExecutionRefPrefix + abbrev(strings.TrimPrefix(rep.Ref, events.ExecutionRefPrefix), 16)
+	}
+	return ""
+}
+
+// abbrev cuts s to n bytes followed by "…"; --json prints the full value.
+func abbrev(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n] + "…"
+}

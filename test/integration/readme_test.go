@@ -1,0 +1,31 @@
+package integration
+
+import (
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+)
+
+// TestReadmeListsEveryRefusalCode keeps the README's refusal code table in
+// step with events/refusal.go: every code declared there has a row.
+func TestReadmeListsEveryRefusalCode(t *testing.T) {
+	src, err := os.ReadFile(filepath.Join(root, "events", "refusal.go"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	readme, err := os.ReadFile(filepath.Join(root, "README.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	codes := regexp.MustCompile(`\bCode = "([a-z_]+)"`).FindAllStringSubmatch(string(src), -1)
+	if len(codes) < 20 {
+		t.Fatalf("found only %d codes in events/refusal.go", len(codes))
+	}
+	for _, m := range codes {
+		if !strings.Contains(string(readme), "\n| `"+m[1]+"` | ") {
+			t.Errorf("README.md has no row for refusal code %s", m[1])
+		}
+	}
+}
