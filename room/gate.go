@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -60,6 +61,8 @@ type Gate struct {
 	timeout  time.Duration
 	attempts int
 
+	paused atomic.Pointer[error] // non-nil: the stream failed its check; no appends
+
 	mu     sync.Mutex
 	chains map[events.ChainKey]*chainState
 	rooms  map[string]*roomState
@@ -106,6 +109,23 @@ func NewGate(ctx context.Context, nc *nats.Conn, o GateOptions) (*Gate, error) {
 		g.attempts = 8
 	}
 	return g, nil
+}
+
+// pause stops (err != nil) or resumes (nil) appends: while the stream is
+// not append-only, nothing is appended and items fail with err.
+func (g *Gate) pause(err error) {
+	if err == nil {
+		g.paused.Store(nil)
+		return
+	}
+	g.paused.Store(&err)
+}
+
+func (g *Gate) pausedErr() error {
+	if p := g.paused.Load(); p != nil {
+		return fmt.Errorf("appends paused: %w", *p)
+	}
+	return nil
 }
 
 // chainState is this process's view of one chain. The stream is the
@@ -405,6 +425,9 @@ func (g *Gate) appendLine(ctx context.Context, roomID string, key events.ChainKe
 			r := refused(idx, tl)
 			r.Seq, r.Hash = res.Seq, res.Hash
 			return r
+		}
+		if perr := g.pausedErr(); perr != nil {
+			return failed(idx, perr)
 		}
 		ack, err := g.publish(ctx, msg)
 		switch {

@@ -169,6 +169,10 @@ func (g *Gate) appendRecord(ctx context.Context, raw []byte) RecordReply {
 			reply.Item.Hash = rec.ComputedRef()
 			return reply
 		}
+		if perr := g.pausedErr(); perr != nil {
+			reply.Item = failed(0, perr)
+			return reply
+		}
 		ack, err := g.publish(ctx, msg)
 		switch {
 		case err == nil && !ack.Duplicate:

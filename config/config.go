@@ -1,0 +1,251 @@
+// Package config holds the settings of roompub's commands: the flag
+// grammar (kong struct tags), the YAML config file that may stand in for
+// flags, validation that reports every problem at once, and the NATS
+// connection options built from them. Only cmd/* imports it.
+package config
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/alecthomas/kong"
+	"github.com/nats-io/nats.go"
+	"go.yaml.in/yaml/v3"
+
+	"github.com/roompub/roompub/events"
+)
+
+// ErrInvalid is wrapped by every Validate error.
+var ErrInvalid = errors.New("invalid configuration")
+
+// Credentials are the nats CLI's authentication and TLS options. The
+// password and the nkey seed are never printed: --help shows no default
+// for them, and String redacts them.
+type Credentials struct {
+	User     string `name:"user" help:"User name." yaml:"user"`
+	Password string `name:"password" help:"Password (prefer --creds or an nkey)." yaml:"password"`
+	Creds    string `name:"creds" help:"NATS user credentials file (JWT + nkey seed)." placeholder:"FILE" yaml:"creds"`
+	NKey     string `name:"nkey" help:"NKey seed file." placeholder:"FILE" yaml:"nkey"`
+	TLSCert  string `name:"tlscert" help:"TLS client certificate file." placeholder:"FILE" yaml:"tlscert"`
+	TLSKey   string `name:"tlskey" help:"TLS client private key file." placeholder:"FILE" yaml:"tlskey"`
+	TLSCA    string `name:"tlsca" help:"TLS certificate authority chain file." placeholder:"FILE" yaml:"tlsca"`
+	TLSFirst bool   `name:"tlsfirst" help:"Perform the TLS handshake before the NATS protocol." yaml:"tlsfirst"`
+}
+
+// String redacts secrets.
+func (c Credentials) String() string {
+	pw := ""
+	if c.Password != "" {
+		pw = "[REDACTED]"
+	}
+	return fmt.Sprintf("Credentials{user=%q password=%s creds=%q nkey=%q tls=%v}", c.User, pw, c.Creds, c.NKey, c.TLSCert != "")
+}
+
+// Validate reports every problem, joined.
+func (c Credentials) Validate() error {
+	var errs []error
+	if c.Creds != "" && (c.NKey != "" || c.User != "") {
+		errs = append(errs, fmt.Errorf("%w: --creds excludes --nkey and --user", ErrInvalid))
+	}
+	if c.NKey != "" && c.User != "" {
+		errs = append(errs, fmt.Errorf("%w: --nkey excludes --user", ErrInvalid))
+	}
+	if c.Password != "" && c.User == "" {
+		errs = append(errs, fmt.Errorf("%w: --password needs --user", ErrInvalid))
+	}
+	if (c.TLSCert == "") != (c.TLSKey == "") {
+		errs = append(errs, fmt.Errorf("%w: --tlscert and --tlskey go together", ErrInvalid))
+	}
+	for _, f := range []struct{ flag, path string }{{"--creds", c.Creds}, {"--nkey", c.NKey}, {"--tlscert", c.TLSCert}, {"--tlskey", c.TLSKey}, {"--tlsca", c.TLSCA}} {
+		if f.path == "" {
+			continue
+		}
+		if _, err := os.Stat(f.path); err != nil {
+			errs = append(errs, fmt.Errorf("%w: %s: %v", ErrInvalid, f.flag, err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// Options returns the nats.go options these credentials need.
+func (c Credentials) Options() ([]nats.Option, error) {
+	var opts []nats.Option
+	switch {
+	case c.Creds != "":
+		opts = append(opts, nats.UserCredentials(c.Creds))
+	case c.NKey != "":
+		o, err := nats.NkeyOptionFromSeed(c.NKey)
+		if err != nil {
+			return nil, fmt.Errorf("%w: --nkey: %v", ErrInvalid, err)
+		}
+		opts = append(opts, o)
+	case c.User != "":
+		opts = append(opts, nats.UserInfo(c.User, c.Password))
+	}
+	if c.TLSCert != "" {
+		opts = append(opts, nats.ClientCert(c.TLSCert, c.TLSKey))
+	}
+	if c.TLSCA != "" {
+		opts = append(opts, nats.RootCAs(c.TLSCA))
+	}
+	if c.TLSFirst {
+		opts = append(opts, nats.TLSHandshakeFirst())
+	}
+	return opts, nil
+}
+
+// Logging configures zap in main.
+type Logging struct {
+	Level  string `name:"log-level" help:"Log level: debug, info, warn, error." default:"info" enum:"debug,info,warn,error" yaml:"log-level"`
+	Format string `name:"log-format" help:"Log format: json or console." default:"json" enum:"json,console" yaml:"log-format"`
+}
+
+// Serve is the configuration of `publisher serve`. Its zero value, after
+// kong applies the defaults, runs the embedded server on 127.0.0.1:4222
+// with its store in ./data and an fsync before every acknowledgement.
+type Serve struct {
+	// Server is deliberately not bound to $NATS_URL: an exported variable
+	// must not silently replace the embedded server.
+	Server string `name:"server" help:"Use this NATS server or cluster instead of starting the embedded one." placeholder:"URL" yaml:"server"`
+	Credentials
+	Listen       string        `name:"listen" help:"Embedded server: client listen address." default:"127.0.0.1:4222" yaml:"listen"`
+	StoreDir     string        `name:"store-dir" help:"Embedded server: JetStream store directory." default:"./data" yaml:"store-dir"`
+	SyncInterval time.Duration `name:"sync-interval" help:"Embedded server: fsync interval; 0 (default) fsyncs before every acknowledgement." default:"0s" yaml:"sync-interval"`
+	MaxPayload   string        `name:"max-payload" help:"Embedded server: largest message accepted (e.g. 1MB); empty keeps the server default." yaml:"max-payload"`
+	Replicas     int           `name:"replicas" help:"Room stream replicas when it is created: default 1 embedded, 3 with --server." yaml:"replicas"`
+	Stream       string        `name:"stream" help:"Room stream name." default:"ROOMS" yaml:"stream"`
+	Prefix       string        `name:"subject-prefix" help:"First token of every room subject." default:"rooms" yaml:"subject-prefix"`
+	TrustedHosts []string      `name:"trusted-host" help:"Host node id whose execution records are accepted (repeatable)." placeholder:"NODE_ID" yaml:"trusted-host"`
+	SchemaDir    string        `name:"schema-dir" help:"Validate against the schema files in DIR instead of the embedded ones." placeholder:"DIR" yaml:"schema-dir"`
+	HTTP         string        `name:"http" help:"Serve /metrics and /healthz on this address." placeholder:"ADDR" yaml:"http"`
+	Logging
+}
+
+// Validate reports every problem, joined, each wrapping ErrInvalid.
+func (s *Serve) Validate() error {
+	var errs []error
+	bad := func(format string, args ...any) {
+		errs = append(errs, fmt.Errorf("%w: "+format, append([]any{ErrInvalid}, args...)...))
+	}
+	if err := s.Credentials.Validate(); err != nil {
+		errs = append(errs, err)
+	}
+	if s.Server == "" {
+		if _, port, err := net.SplitHostPort(s.Listen); err != nil {
+			bad("--listen %q: %v", s.Listen, err)
+		} else if p, err := strconv.Atoi(port); err != nil || p < -1 || p > 65535 {
+			bad("--listen %q: bad port", s.Listen)
+		}
+		if s.StoreDir == "" {
+			bad("--store-dir is empty")
+		}
+	}
+	if s.SyncInterval < 0 {
+		bad("--sync-interval must not be negative")
+	}
+	if _, err := ParseSize(s.MaxPayload); err != nil {
+		bad("--max-payload: %v", err)
+	}
+	if s.Replicas < 0 || s.Replicas > 5 {
+		bad("--replicas must be 1 to 5")
+	}
+	if s.Stream == "" || strings.ContainsAny(s.Stream, " \t.*>/\\") {
+		bad("--stream %q is not a valid stream name", s.Stream)
+	}
+	if s.Prefix == "" || strings.ContainsAny(s.Prefix, " \t.*>") {
+		bad("--subject-prefix %q must be one subject token", s.Prefix)
+	}
+	for _, id := range s.TrustedHosts {
+		if _, err := events.ParseNodeID(id); err != nil {
+			bad("--trusted-host %q: %v", id, err)
+		}
+	}
+	if s.SchemaDir != "" {
+		if fi, err := os.Stat(s.SchemaDir); err != nil || !fi.IsDir() {
+			bad("--schema-dir %q is not a directory", s.SchemaDir)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// ParseSize parses "", "1048576", "512KB", "1MB" into bytes (powers of
+// 1024); "" is 0, meaning "the default".
+func ParseSize(s string) (int64, error) {
+	s = strings.TrimSpace(strings.ToUpper(s))
+	if s == "" {
+		return 0, nil
+	}
+	mult := int64(1)
+	for _, u := range []struct {
+		suffix string
+		mult   int64
+	}{{"KB", 1 << 10}, {"MB", 1 << 20}, {"GB", 1 << 30}, {"K", 1 << 10}, {"M", 1 << 20}, {"G", 1 << 30}, {"B", 1}} {
+		if strings.HasSuffix(s, u.suffix) {
+			s, mult = strings.TrimSpace(strings.TrimSuffix(s, u.suffix)), u.mult
+			break
+		}
+	}
+	n, err := strconv.ParseInt(s, 10, 64)
+	if err != nil || n < 0 {
+		return 0, fmt.Errorf("%q is not a size", s)
+	}
+	return n * mult, nil
+}
+
+// YAML is a kong.ConfigurationLoader for YAML config files whose keys are
+// flag names ("store-dir: /var/lib/roompub", "trusted-host: [node:…]").
+// Unlike kong's JSON loader it refuses a key that names no flag, so a typo
+// in a config file is an error, not a silently ignored setting.
+func YAML(r io.Reader) (kong.Resolver, error) {
+	var values map[string]any
+	dec := yaml.NewDecoder(r)
+	if err := dec.Decode(&values); err != nil && !errors.Is(err, io.EOF) {
+		return nil, fmt.Errorf("%w: config file: %v", ErrInvalid, err)
+	}
+	return yamlResolver(values), nil
+}
+
+type yamlResolver map[string]any
+
+func (y yamlResolver) Validate(app *kong.Application) error {
+	known := map[string]bool{}
+	_ = kong.Visit(app, func(n kong.Visitable, next kong.Next) error {
+		if f, ok := n.(*kong.Flag); ok {
+			known[f.Name] = true
+		}
+		return next(nil)
+	})
+	var errs []error
+	for k := range y {
+		if !known[k] {
+			errs = append(errs, fmt.Errorf("%w: config file: unknown key %q", ErrInvalid, k))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+func (y yamlResolver) Resolve(_ *kong.Context, _ *kong.Path, flag *kong.Flag) (any, error) {
+	v, ok := y[flag.Name]
+	if !ok {
+		return nil, nil
+	}
+	// kong parses strings for flags of every type; YAML gives typed values.
+	switch t := v.(type) {
+	case []any:
+		parts := make([]string, len(t))
+		for i, p := range t {
+			parts[i] = fmt.Sprint(p)
+		}
+		return strings.Join(parts, ","), nil
+	case nil:
+		return nil, nil
+	default:
+		return fmt.Sprint(t), nil
+	}
+}

@@ -1,0 +1,218 @@
+package room
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"go.uber.org/zap"
+
+	"github.com/roompub/roompub/validate"
+)
+
+// ServeOptions configures Serve. The zero value of each field is its
+// default, except Validator, which is required.
+type ServeOptions struct {
+	// ServerURL names an existing NATS server or cluster. Empty starts the
+	// embedded server with Embedded.
+	ServerURL string
+	Embedded  EmbeddedOptions
+	// Connect are extra connection options (credentials, TLS).
+	Connect []nats.Option
+	// Stream and Subjects name the room stream; Replicas is its replica
+	// count when Serve creates it: default 1 embedded, 3 with ServerURL.
+	Stream   string
+	Subjects Subjects
+	Replicas int
+	// Validator checks every item; it must check host trust.
+	Validator *validate.Validator
+	// Service configures the ingest service.
+	Service ServiceOptions
+	// HTTPAddr, when set, serves /metrics (Prometheus) and /healthz.
+	HTTPAddr string
+	// CheckInterval is how often the stream's configuration is checked
+	// again while serving; default 30s. A weakened stream stops appends.
+	CheckInterval time.Duration
+	Logger        *zap.Logger
+	// Ready, when set, is called once the service answers requests.
+	Ready func(ServeInfo)
+}
+
+// ServeInfo describes a serving publisher.
+type ServeInfo struct {
+	ClientURL string // where clients connect
+	Stream    string
+	HTTPAddr  string // the bound metrics/health address, "" if none
+	ServiceID string
+}
+
+// Serve runs the publisher until ctx is done: it starts the embedded server
+// (or connects to ServerURL), creates or checks the room stream, and serves
+// the ingest service; then it stops the service, waits for requests in
+// flight, drains the connection and shuts the embedded server down.
+func Serve(ctx context.Context, o ServeOptions) error {
+	log := o.Logger
+	if log == nil {
+		log = zap.NewNop()
+	}
+	if o.Validator == nil || !o.Validator.ChecksTrust() {
+		return fmt.Errorf("%w: serve needs a validator that checks host trust", ErrGate)
+	}
+	url := o.ServerURL
+	replicas := o.Replicas
+	var emb *Embedded
+	if url == "" {
+		eo := o.Embedded
+		if eo.Logger == nil {
+			eo.Logger = log
+		}
+		var err error
+		if emb, err = StartEmbedded(eo); err != nil {
+			return err
+		}
+		defer emb.Shutdown()
+		url = emb.ClientURL()
+		if replicas <= 0 {
+			replicas = 1
+		}
+		log.Info("embedded nats-server started", zap.String("url", url), zap.String("store_dir", eo.StoreDir), zap.Bool("fsync_before_ack", eo.SyncInterval <= 0))
+	} else if replicas <= 0 {
+		replicas = 3
+	}
+	opts := append([]nats.Option{
+		nats.Name("roompub-publisher"),
+		nats.MaxReconnects(-1),
+		nats.DisconnectErrHandler(func(_ *nats.Conn, err error) { log.Warn("nats disconnected", zap.Error(err)) }),
+		nats.ReconnectHandler(func(nc *nats.Conn) { log.Info("nats reconnected", zap.String("url", nc.ConnectedUrlRedacted())) }),
+	}, o.Connect...)
+	nc, err := nats.Connect(url, opts...)
+	if err != nil {
+		return fmt.Errorf("connect %s: %w", redact(url), err)
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return err
+	}
+	cfg := StreamConfig(o.Stream, o.Subjects, replicas)
+	if _, err := EnsureStream(ctx, js, cfg, o.Subjects); err != nil {
+		return err
+	}
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	metrics, err := NewMetrics(reg)
+	if err != nil {
+		return err
+	}
+	gate, err := NewGate(ctx, nc, GateOptions{Stream: cfg.Name, Subjects: o.Subjects, Validator: o.Validator, Logger: log, Observer: metrics})
+	if err != nil {
+		return err
+	}
+	so := o.Service
+	if so.Logger == nil {
+		so.Logger = log
+	}
+	svc, err := StartService(nc, gate, so)
+	if err != nil {
+		return err
+	}
+	info := ServeInfo{ClientURL: url, Stream: cfg.Name, ServiceID: svc.Info().ID}
+
+	var healthy atomic.Value
+	healthy.Store(error(nil))
+	var httpSrv *http.Server
+	if o.HTTPAddr != "" {
+		ln, err := net.Listen("tcp", o.HTTPAddr)
+		if err != nil {
+			_ = svc.Stop()
+			return fmt.Errorf("http listen %s: %w", o.HTTPAddr, err)
+		}
+		info.HTTPAddr = ln.Addr().String()
+		mux := http.NewServeMux()
+		mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+		mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) {
+			herr, _ := healthy.Load().(error)
+			if herr == nil && !nc.IsConnected() {
+				herr = errors.New("not connected to NATS")
+			}
+			if herr != nil {
+				http.Error(w, "unhealthy: "+herr.Error(), http.StatusServiceUnavailable)
+				return
+			}
+			_, _ = w.Write([]byte("ok\n"))
+		})
+		httpSrv = &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+		go func() { _ = httpSrv.Serve(ln) }()
+	}
+	log.Info("publisher serving", zap.String("url", redact(url)), zap.String("stream", cfg.Name), zap.Int("replicas", replicas),
+		zap.Strings("trusted_hosts", o.Validator.TrustedHosts()), zap.String("http", info.HTTPAddr))
+	if len(o.Validator.TrustedHosts()) == 0 {
+		log.Warn("no trusted host: every execution record will be refused with untrusted_host")
+	}
+	if o.Ready != nil {
+		o.Ready(info)
+	}
+
+	interval := o.CheckInterval
+	if interval <= 0 {
+		interval = 30 * time.Second
+	}
+	tick := time.NewTicker(interval)
+	defer tick.Stop()
+loop:
+	for {
+		select {
+		case <-ctx.Done():
+			break loop
+		case <-tick.C:
+			cctx, cancel := context.WithTimeout(ctx, DefaultTimeout)
+			s, err := js.Stream(cctx, cfg.Name)
+			if err == nil {
+				err = CheckStreamConfig(s.CachedInfo().Config, o.Subjects)
+			}
+			cancel()
+			gate.pause(err)
+			if prev, _ := healthy.Load().(error); (prev == nil) != (err == nil) {
+				if err != nil {
+					log.Error("room stream check failed: appends paused", zap.Error(err))
+				} else {
+					log.Info("room stream check passed: appends resumed")
+				}
+			}
+			healthy.Store(err)
+		}
+	}
+	log.Info("publisher stopping: draining")
+	if httpSrv != nil {
+		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		_ = httpSrv.Shutdown(sctx)
+		cancel()
+	}
+	serr := svc.Stop()
+	if err := nc.Drain(); err != nil {
+		log.Warn("drain", zap.Error(err))
+	}
+	for i := 0; i < 100 && !nc.IsClosed(); i++ {
+		time.Sleep(50 * time.Millisecond)
+	}
+	log.Info("publisher stopped")
+	return serr
+}
+
+// redact drops credentials from a URL before it is logged.
+func redact(u string) string {
+	if i, j := strings.Index(u, "://"), strings.LastIndex(u, "@"); i >= 0 && j > i {
+		return u[:i+3] + "[REDACTED]" + u[j:]
+	}
+	return u
+}
