@@ -123,7 +123,7 @@ func (e *Embedded) Shutdown() {
 // zapServerLogger adapts zap to the nats-server logger interface.
 type zapServerLogger struct{ l *zap.SugaredLogger }
 
-func (z zapServerLogger) Noticef(format string, v ...any) { z.l.Infof(format, v...) }
+func (z zapServerLogger) Noticef(format string, v ...any) { z.l.Debugf(format, v...) }
 func (z zapServerLogger) Warnf(format string, v ...any)   { z.l.Warnf(format, v...) }
 func (z zapServerLogger) Fatalf(format string, v ...any)  { z.l.Errorf(format, v...) }
 func (z zapServerLogger) Errorf(format string, v ...any)  { z.l.Errorf(format, v...) }

@@ -92,7 +92,11 @@ func Serve(ctx context.Context, o ServeOptions) error {
 	opts := append([]nats.Option{
 		nats.Name("roompub-publisher"),
 		nats.MaxReconnects(-1),
-		nats.DisconnectErrHandler(func(_ *nats.Conn, err error) { log.Warn("nats disconnected", zap.Error(err)) }),
+		nats.DisconnectErrHandler(func(_ *nats.Conn, err error) {
+			if err != nil { // nil on our own drain
+				log.Warn("nats disconnected", zap.Error(err))
+			}
+		}),
 		nats.ReconnectHandler(func(nc *nats.Conn) { log.Info("nats reconnected", zap.String("url", nc.ConnectedUrlRedacted())) }),
 	}, o.Connect...)
 	nc, err := nats.Connect(url, opts...)
@@ -128,8 +132,11 @@ func Serve(ctx context.Context, o ServeOptions) error {
 	}
 	info := ServeInfo{ClientURL: url, Stream: cfg.Name, ServiceID: svc.Info().ID}
 
+	// healthy holds the last stream check's error, wrapped: atomic.Value
+	// panics on a nil interface, and nil is the healthy case.
+	type checkResult struct{ err error }
 	var healthy atomic.Value
-	healthy.Store(error(nil))
+	healthy.Store(checkResult{})
 	var httpSrv *http.Server
 	if o.HTTPAddr != "" {
 		ln, err := net.Listen("tcp", o.HTTPAddr)
@@ -141,7 +148,7 @@ func Serve(ctx context.Context, o ServeOptions) error {
 		mux := http.NewServeMux()
 		mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
 		mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) {
-			herr, _ := healthy.Load().(error)
+			herr := healthy.Load().(checkResult).err
 			if herr == nil && !nc.IsConnected() {
 				herr = errors.New("not connected to NATS")
 			}
@@ -182,14 +189,14 @@ loop:
 			}
 			cancel()
 			gate.pause(err)
-			if prev, _ := healthy.Load().(error); (prev == nil) != (err == nil) {
+			if prev := healthy.Load().(checkResult).err; (prev == nil) != (err == nil) {
 				if err != nil {
 					log.Error("room stream check failed: appends paused", zap.Error(err))
 				} else {
 					log.Info("room stream check passed: appends resumed")
 				}
 			}
-			healthy.Store(err)
+			healthy.Store(checkResult{err})
 		}
 	}
 	log.Info("publisher stopping: draining")

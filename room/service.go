@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"regexp"
 	"runtime"
 	"sync"
 
@@ -15,12 +16,15 @@ import (
 	"github.com/roompub/roompub/events"
 )
 
+var semver = regexp.MustCompile(`^v?(0|[1-9]\d*)\.(0|[1-9]\d*)\.(0|[1-9]\d*)(-[0-9A-Za-z.-]+)?(\+[0-9A-Za-z.-]+)?$`)
+
 // ServiceOptions configures the ingest service.
 type ServiceOptions struct {
 	// Prefix is the endpoints' subject prefix; default DefaultServicePrefix.
 	// Endpoints: <prefix>.journal, <prefix>.execution, <prefix>.head.
 	Prefix string
-	// Version is reported by `nats micro info`; default "0.0.0".
+	// Version is reported by `nats micro info`; anything that is not
+	// SemVer (a development build) is reported as "0.0.0-dev".
 	Version string
 	// Concurrency bounds requests decided at once; default 4×GOMAXPROCS.
 	// Appends to one chain or one room are serialised regardless.
@@ -46,8 +50,9 @@ func StartService(nc *nats.Conn, gate *Gate, o ServiceOptions) (*Service, error)
 	if o.Prefix == "" {
 		o.Prefix = DefaultServicePrefix
 	}
-	if o.Version == "" {
-		o.Version = "0.0.0"
+	if !semver.MatchString(o.Version) {
+		// micro requires SemVer; a development build has none.
+		o.Version = "0.0.0-dev"
 	}
 	if o.Concurrency <= 0 {
 		o.Concurrency = 4 * runtime.GOMAXPROCS(0)

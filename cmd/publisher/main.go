@@ -20,6 +20,8 @@ import (
 	"runtime/debug"
 
 	"github.com/alecthomas/kong"
+
+	"github.com/roompub/roompub/config"
 )
 
 // Exit statuses.
@@ -48,6 +50,9 @@ type cli struct {
 	Verify verifyCmd `cmd:"" help:"Verify capsule directories, journal files and execution record files offline."`
 	Keygen keygenCmd `cmd:"" help:"Write a new Ed25519 host key (PEM, mode 0600) and print its node id."`
 	Sign   signCmd   `cmd:"" help:"Sign an execution record with a host key and print the signed record."`
+	Serve  serveCmd  `cmd:"" help:"Run the validating publisher: embedded nats-server (or --server), room stream, ingest service."`
+
+	Config kong.ConfigFlag `name:"config" help:"YAML file of flag values (keys are flag names); flags given on the command line win." placeholder:"FILE"`
 }
 
 // streams are the command's stdout and stderr, bound into every Run method.
@@ -82,6 +87,7 @@ func run(args []string, stdout, stderr io.Writer) (status int) {
 		kong.Exit(func(code int) { panic(exitRequest(code)) }),
 		kong.Vars{"version": buildVersion()},
 		kong.Bind(&streams{out: stdout, err: stderr}),
+		kong.Configuration(config.YAML),
 	)
 	if err != nil {
 		// The grammar is static: this is a programming error.

@@ -1,0 +1,84 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
+
+	"github.com/roompub/roompub/config"
+	"github.com/roompub/roompub/room"
+	"github.com/roompub/roompub/validate"
+)
+
+type serveCmd struct {
+	config.Serve
+}
+
+func (c *serveCmd) Run(s *streams) error {
+	log, err := newLogger(c.Logging, s)
+	if err != nil {
+		return err
+	}
+	defer func() { _ = log.Sync() }()
+	vopts := []validate.Option{validate.WithTrustedHosts(c.TrustedHosts...)}
+	if c.SchemaDir != "" {
+		vopts = append(vopts, validate.WithSchemaFS(os.DirFS(c.SchemaDir)))
+	}
+	v, err := validate.New(vopts...)
+	if err != nil {
+		return err
+	}
+	connect, err := c.Credentials.Options()
+	if err != nil {
+		return err
+	}
+	maxPayload, _ := config.ParseSize(c.MaxPayload) // checked by Validate
+	if maxPayload > 1<<31-1 {
+		return fmt.Errorf("%w: --max-payload too large", config.ErrInvalid)
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	return room.Serve(ctx, room.ServeOptions{
+		ServerURL: c.Server,
+		Embedded: room.EmbeddedOptions{
+			Listen:       c.Listen,
+			StoreDir:     c.StoreDir,
+			SyncInterval: c.SyncInterval,
+			MaxPayload:   int32(maxPayload),
+		},
+		Connect:   connect,
+		Stream:    c.Stream,
+		Subjects:  room.Subjects{Prefix: c.Prefix},
+		Replicas:  c.Replicas,
+		Validator: v,
+		Service:   room.ServiceOptions{Version: buildVersion()},
+		HTTPAddr:  c.HTTP,
+		Logger:    log,
+		Ready: func(info room.ServeInfo) {
+			fmt.Fprintf(s.err, "publisher: serving on %s (stream %s, service %s)\n", info.ClientURL, info.Stream, room.ServiceName)
+		},
+	})
+}
+
+// newLogger builds the zap logger of a long-running command; logs go to
+// stderr.
+func newLogger(l config.Logging, s *streams) (*zap.Logger, error) {
+	level, err := zapcore.ParseLevel(l.Level)
+	if err != nil {
+		return nil, fmt.Errorf("%w: --log-level: %v", config.ErrInvalid, err)
+	}
+	encCfg := zap.NewProductionEncoderConfig()
+	encCfg.EncodeTime = zapcore.ISO8601TimeEncoder
+	var enc zapcore.Encoder
+	if l.Format == "console" {
+		enc = zapcore.NewConsoleEncoder(encCfg)
+	} else {
+		enc = zapcore.NewJSONEncoder(encCfg)
+	}
+	return zap.New(zapcore.NewCore(enc, zapcore.AddSync(s.err), level)), nil
+}
