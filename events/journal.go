@@ -191,7 +191,9 @@ const MaxLineBytes = 8 << 20
 func VerifyJournal(r io.Reader, file string, meta *CapsuleMeta, check EntryCheck) (JournalResult, error) {
 	v := NewChainVerifier(meta, check)
 	br := bufio.NewReaderSize(r, 64<<10)
-	var fileProblems, lineProblems Problems
+	// truncated_tail is found last but reported first (DESIGN.md: for the
+	// file truncated_tail, then invalid UTF-8; then the lines).
+	var truncated, fileProblems, lineProblems Problems
 	res := JournalResult{Head: ZeroHash}
 	broken := false
 	for lineNo := 1; ; lineNo++ {
@@ -204,7 +206,7 @@ func VerifyJournal(r io.Reader, file string, meta *CapsuleMeta, check EntryCheck
 		}
 		at := Location{File: file, Line: lineNo}
 		if !complete {
-			fileProblems.Add(Problem{Code: TruncatedTail, At: at,
+			truncated.Add(Problem{Code: TruncatedTail, At: at,
 				Reason: fmt.Sprintf("the journal does not end in a newline: %d trailing bytes are a partial entry", len(line))})
 			break
 		}
@@ -235,14 +237,16 @@ func VerifyJournal(r io.Reader, file string, meta *CapsuleMeta, check EntryCheck
 			res.Head = v.Head()
 		}
 	}
-	if res.Entries == 0 && fileProblems.Len() == 0 {
+	if res.Entries == 0 && truncated.Len() == 0 {
 		fileProblems.Add(Problem{Code: EmptyInput, At: Location{File: file}, Reason: "the journal holds no entries"})
 	}
-	all := fileProblems
-	for _, p := range lineProblems.list {
-		all.Add(p)
+	all := truncated
+	for _, ps := range [...]Problems{fileProblems, lineProblems} {
+		for _, p := range ps.list {
+			all.Add(p)
+		}
+		all.omitted += ps.omitted
 	}
-	all.omitted += lineProblems.omitted
 	if ref := all.Refusal(); ref != nil {
 		return res, ref
 	}

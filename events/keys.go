@@ -76,14 +76,16 @@ func (k *HostKey) sign(domain string, payload []byte) string {
 	return base64.RawURLEncoding.EncodeToString(ed25519.Sign(k.priv, m[:]))
 }
 
-// String redacts the private key.
-func (k *HostKey) String() string { return "HostKey(" + k.NodeID() + ")" }
+// String redacts the private key. String, GoString and Format have value
+// receivers so that a HostKey value (not only a *HostKey), or a struct
+// holding one, is redacted too.
+func (k HostKey) String() string { return "HostKey(" + k.NodeID() + ")" }
 
 // GoString redacts the private key from %#v.
-func (k *HostKey) GoString() string { return k.String() }
+func (k HostKey) GoString() string { return k.String() }
 
 // Format redacts the private key from every fmt verb.
-func (k *HostKey) Format(f fmt.State, _ rune) { _, _ = io.WriteString(f, k.String()) }
+func (k HostKey) Format(f fmt.State, _ rune) { _, _ = io.WriteString(f, k.String()) }
 
 // MarshalJSON emits only the node id.
 func (k *HostKey) MarshalJSON() ([]byte, error) { return []byte(`"` + k.NodeID() + `"`), nil }

@@ -6,11 +6,13 @@ import (
 	"fmt"
 	"io/fs"
 	"path"
+	"sort"
 	"strings"
 	"time"
 
 	"github.com/dlclark/regexp2/v2"
 	"github.com/santhosh-tekuri/jsonschema/v6"
+	"github.com/santhosh-tekuri/jsonschema/v6/kind"
 	"golang.org/x/text/language"
 	"golang.org/x/text/message"
 
@@ -131,12 +133,27 @@ func schemaProblems(sch *jsonschema.Schema, inst any, code events.Code, at event
 		}
 		loc := at
 		loc.Pointer = pointer(e.InstanceLocation)
+		if ap, ok := e.ErrorKind.(*kind.AdditionalProperties); ok {
+			sort.Strings(ap.Properties) // found in map order
+		}
 		out = append(out, events.Problem{Code: code, At: loc,
 			Reason: "schema: " + e.ErrorKind.LocalizedString(printer) + " (" + keywordPath(e) + ")"})
 	}
 	walk(ve)
+	// The validator walks the instance's members in Go map order; sort so
+	// that the same bytes always get the same first problem and list.
+	sort.SliceStable(out, func(i, j int) bool {
+		if out[i].At.Pointer != out[j].At.Pointer {
+			return out[i].At.Pointer < out[j].At.Pointer
+		}
+		return out[i].Reason < out[j].Reason
+	})
 	return out
 }
+
+// pointerEscaper escapes one RFC 6901 reference token. Built once: building
+// a strings.Replacer costs ~25 KB, and pointer runs for every payload key.
+var pointerEscaper = strings.NewReplacer("~", "~0", "/", "~1")
 
 // pointer renders a JSON pointer (RFC 6901) from its reference tokens.
 func pointer(tokens []string) string {
@@ -146,7 +163,7 @@ func pointer(tokens []string) string {
 	var b strings.Builder
 	for _, t := range tokens {
 		b.WriteByte('/')
-		b.WriteString(strings.NewReplacer("~", "~0", "/", "~1").Replace(t))
+		b.WriteString(pointerEscaper.Replace(t))
 	}
 	return b.String()
 }

@@ -1,0 +1,313 @@
+package events_test
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"strings"
+	"testing"
+	"testing/iotest"
+
+	"github.com/roompub/roompub/events"
+)
+
+type problemAt struct {
+	code events.Code
+	line int
+	ptr  string
+}
+
+func checkProblems(t *testing.T, got []events.Problem, want []problemAt) {
+	t.Helper()
+	if len(got) != len(want) {
+		t.Fatalf("%d problems, want %d:\n%s", len(got), len(want), list(got))
+	}
+	for i, w := range want {
+		if g := got[i]; g.Code != w.code || g.At.Line != w.line || g.At.Pointer != w.ptr {
+			t.Errorf("problem %d = %s at line %d pointer %q, want %s at line %d pointer %q",
+				i, g.Code, g.At.Line, g.At.Pointer, w.code, w.line, w.ptr)
+		}
+	}
+}
+
+func list(ps []events.Problem) string {
+	var b strings.Builder
+	for _, p := range ps {
+		fmt.Fprintf(&b, "  %s\n", p)
+	}
+	return b.String()
+}
+
+func TestVerifyJournalReference(t *testing.T) {
+	raw := readRef(t, "capsule-journals", "canonical", "journal.ndjson")
+	meta, err := events.ParseCapsule(readRef(t, "capsule-journals", "canonical", "capsule.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, m := range map[string]*events.CapsuleMeta{"with capsule.json": &meta, "bare": nil} {
+		t.Run(name, func(t *testing.T) {
+			res, err := events.VerifyJournal(bytes.NewReader(raw), "journal.ndjson", m, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			want := events.JournalResult{Entries: 2, Head: refEntry1Hash, Valid: 2}
+			if res != want {
+				t.Errorf("result %+v, want %+v", res, want)
+			}
+		})
+	}
+}
+
+func TestVerifyJournalValidPrefix(t *testing.T) {
+	lines := chainLines(t, 5, func(i int, m map[string]any) {
+		if i == 2 {
+			m["seq"] = 9
+		}
+	})
+	res, err := events.VerifyJournal(bytes.NewReader(journal(lines...)), "j", nil, nil)
+	ref := asRefusal(t, err)
+	checkProblems(t, ref.Problems, []problemAt{{events.Reordered, 3, "/seq"}})
+	want := events.JournalResult{Entries: 5, Valid: 2, Head: hashOf(t, lines[1])}
+	if res != want {
+		t.Errorf("result %+v, want %+v", res, want)
+	}
+}
+
+// The file-level checks come first, truncated_tail before invalid UTF-8,
+// then line problems in line order (DESIGN.md, "Checked in the upstream's
+// order").
+func TestVerifyJournalFileProblemsFirst(t *testing.T) {
+	lines := chainLines(t, 3, func(i int, m map[string]any) {
+		if i == 0 {
+			m["seq"] = 5
+		}
+	})
+	lines[2] = bytes.Replace(lines[2], []byte("Alpha"), []byte("Al\xffpha"), 1)
+	data := append(journal(lines...), `{"schema":"capsule-envelope/v1"`...)
+	res, err := events.VerifyJournal(bytes.NewReader(data), "j", nil, nil)
+	ref := asRefusal(t, err)
+	checkProblems(t, ref.Problems, []problemAt{
+		{events.TruncatedTail, 4, ""},
+		{events.NonCanonical, 3, ""},
+		{events.Reordered, 1, "/seq"},
+	})
+	if ref.Code != events.TruncatedTail || !errors.Is(err, events.TruncatedTail) {
+		t.Errorf("code %s, want truncated_tail", ref.Code)
+	}
+	if res.Entries != 3 || res.Valid != 0 || res.Head != events.ZeroHash {
+		t.Errorf("result %+v, want 3 entries, 0 valid, zero head", res)
+	}
+}
+
+func TestVerifyJournalEmpty(t *testing.T) {
+	res, err := events.VerifyJournal(strings.NewReader(""), "empty.ndjson", nil, nil)
+	ref := asRefusal(t, err)
+	if ref.Code != events.EmptyInput || ref.At != (events.Location{File: "empty.ndjson"}) || len(ref.Problems) != 1 {
+		t.Errorf("refusal %+v, want one empty_input at the file", ref)
+	}
+	if res != (events.JournalResult{Head: events.ZeroHash}) {
+		t.Errorf("result %+v", res)
+	}
+}
+
+func TestVerifyJournalLongLines(t *testing.T) {
+	t.Run("a valid line longer than the read buffer", func(t *testing.T) {
+		lines := chainLines(t, 2, func(i int, m map[string]any) {
+			m["payload"].(map[string]any)["message"] = strings.Repeat("long line ", 30_000)
+		})
+		res, err := events.VerifyJournal(bytes.NewReader(journal(lines...)), "j", nil, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if res.Valid != 2 || res.Head != hashOf(t, lines[1]) {
+			t.Errorf("result %+v", res)
+		}
+	})
+	t.Run("a line over MaxLineBytes", func(t *testing.T) {
+		lines := chainLines(t, 2, nil)
+		huge := bytes.Repeat([]byte("x"), events.MaxLineBytes+1)
+		res, err := events.VerifyJournal(bytes.NewReader(journal(huge, lines[1])), "j", nil, nil)
+		ref := asRefusal(t, err)
+		// The next line is still checked: at position 1, link unknown.
+		checkProblems(t, ref.Problems, []problemAt{{events.CorruptEntry, 1, ""}})
+		if !strings.Contains(ref.Reason, "longer than") {
+			t.Errorf("reason %q", ref.Reason)
+		}
+		if res.Entries != 2 || res.Valid != 0 {
+			t.Errorf("result %+v", res)
+		}
+	})
+}
+
+func TestVerifyJournalBoundsProblems(t *testing.T) {
+	data := strings.Repeat("not json\n", events.MaxProblems+50)
+	_, err := events.VerifyJournal(strings.NewReader(data), "j", nil, nil)
+	ref := asRefusal(t, err)
+	if len(ref.Problems) != events.MaxProblems || ref.Omitted != 50 {
+		t.Fatalf("%d problems, %d omitted; want %d, 50", len(ref.Problems), ref.Omitted, events.MaxProblems)
+	}
+	if last := ref.Problems[len(ref.Problems)-1]; last.At.Line != events.MaxProblems {
+		t.Errorf("last listed problem at line %d, want %d", last.At.Line, events.MaxProblems)
+	}
+	if want := fmt.Sprintf("(and %d more problem(s))", events.MaxProblems+49); !strings.Contains(err.Error(), want) {
+		t.Errorf("Error() = %q, want it to say %q", err.Error(), want)
+	}
+}
+
+func TestVerifyJournalReadError(t *testing.T) {
+	boom := errors.New("disk on fire")
+	r := io.MultiReader(bytes.NewReader(journal(chainLines(t, 1, nil)...)), iotest.ErrReader(boom))
+	_, err := events.VerifyJournal(r, "j", nil, nil)
+	if !errors.Is(err, boom) {
+		t.Fatalf("error = %v, want the reader's error", err)
+	}
+	var ref *events.Refusal
+	if errors.As(err, &ref) {
+		t.Fatal("an I/O error was reported as a refusal")
+	}
+}
+
+func TestChainVerifierCheck(t *testing.T) {
+	lines := chainLines(t, 3, nil)
+	v := events.NewChainVerifier(nil, nil)
+	if v.Next() != 0 || v.Head() != events.ZeroHash {
+		t.Fatalf("new verifier at %d %s", v.Next(), v.Head())
+	}
+	for i, line := range lines {
+		e, ps := v.Check(line, events.Location{Line: i + 1})
+		if len(ps) != 0 {
+			t.Fatalf("line %d: %s", i+1, list(ps))
+		}
+		if e == nil || e.EntryHash() != hashOf(t, line) {
+			t.Fatalf("line %d: entry %v", i+1, e)
+		}
+		if v.Next() != int64(i+1) || v.Head() != e.EntryHash() {
+			t.Fatalf("after line %d: next %d head %s", i+1, v.Next(), v.Head())
+		}
+	}
+	// A failing line does not advance the verifier.
+	bad := chainLines(t, 4, nil)[3]
+	_, ps := v.Check(append([]byte(" "), bad...), events.Location{Line: 4})
+	checkProblems(t, ps, []problemAt{{events.NonCanonical, 4, ""}})
+	if v.Next() != 3 || v.Head() != hashOf(t, lines[2]) {
+		t.Errorf("verifier advanced past a refused line: next %d", v.Next())
+	}
+	if _, ps := v.Check(bad, events.Location{Line: 4}); len(ps) != 0 {
+		t.Errorf("the same entry in canonical form: %s", list(ps))
+	}
+}
+
+func TestChainVerifierCorruptLine(t *testing.T) {
+	v := events.NewChainVerifier(nil, nil)
+	at := events.Location{File: "j", Line: 7}
+	e, ps := v.Check([]byte(`{"seq":0,`), at)
+	if e != nil {
+		t.Errorf("entry %v for a line that is not JSON", e)
+	}
+	if len(ps) != 1 || ps[0].Code != events.CorruptEntry || ps[0].At != at {
+		t.Fatalf("problems %s, want one corrupt_entry at %v", list(ps), at)
+	}
+	if !strings.Contains(ps[0].Reason, events.ErrNotJSON.Error()) {
+		t.Errorf("reason %q does not say why", ps[0].Reason)
+	}
+}
+
+// The entry check runs first and its problems keep their place in the order:
+// invalid_entry, reordered, broken_link, non_canonical, metadata_mismatch.
+func TestChainVerifierOrder(t *testing.T) {
+	var gotAt events.Location
+	check := func(e *events.Entry, at events.Location) []events.Problem {
+		gotAt = at
+		at.Pointer = "/kind"
+		return []events.Problem{{Code: events.InvalidEntry, At: at, Reason: "stub"}}
+	}
+	line := chainLines(t, 1, func(_ int, m map[string]any) {
+		m["seq"] = 3
+		m["parent_hash"] = strings.Repeat("e", 64)
+		m["task_family"] = "other"
+	})[0]
+	line = bytes.Replace(line, []byte(`"seq":3`), []byte(`"seq":3.0`), 1)
+	meta := events.CapsuleMeta{RunID: "run-7", CapsuleID: "cap-7", HarnessVersion: "test/1", TaskFamily: "slugify"}
+	v := events.NewChainVerifier(&meta, check)
+	at := events.Location{File: "j", Line: 1}
+	_, ps := v.Check(line, at)
+	if gotAt != at {
+		t.Errorf("entry check got location %+v, want %+v", gotAt, at)
+	}
+	checkProblems(t, ps, []problemAt{
+		{events.InvalidEntry, 1, "/kind"},
+		{events.Reordered, 1, "/seq"},
+		{events.BrokenLink, 1, "/parent_hash"},
+		{events.NonCanonical, 1, ""},
+		{events.MetadataMismatch, 1, "/task_family"},
+	})
+	if p := ps[1]; p.Expected != "0" || p.Actual != "3" {
+		t.Errorf("reordered expected %q actual %q", p.Expected, p.Actual)
+	}
+	if p := ps[2]; p.Expected != events.ZeroHash || p.Actual != strings.Repeat("e", 64) {
+		t.Errorf("broken_link expected %q actual %q", p.Expected, p.Actual)
+	}
+	if p := ps[4]; p.Expected != "slugify" || p.Actual != "other" {
+		t.Errorf("metadata_mismatch expected %q actual %q", p.Expected, p.Actual)
+	}
+	if ref := events.NewRefusal(ps); ref.Code != events.InvalidEntry {
+		t.Errorf("refusal code %s, want invalid_entry", ref.Code)
+	}
+}
+
+func TestChainVerifierCheckEntryAndAccept(t *testing.T) {
+	lines := chainLines(t, 2, nil)
+	v := events.NewChainVerifier(nil, nil)
+	e0, err := events.ParseEntry(lines[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ps := v.CheckEntry(e0, events.Location{}); len(ps) != 0 {
+		t.Fatal(list(ps))
+	}
+	if v.Next() != 0 {
+		t.Fatal("CheckEntry advanced the verifier")
+	}
+	v.Accept(e0)
+	if v.Next() != 1 || v.Head() != e0.EntryHash() {
+		t.Fatalf("after Accept: next %d head %s", v.Next(), v.Head())
+	}
+	// The first accepted entry is now the metadata reference.
+	m := entryMembers(1, e0.EntryHash())
+	m["harness_version"] = "test/2"
+	e1, err := events.NewEntry(m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ps := v.CheckEntry(e1, events.Location{Line: 2})
+	checkProblems(t, ps, []problemAt{{events.MetadataMismatch, 2, "/harness_version"}})
+	if ps[0].Expected != "test/1" || ps[0].Actual != "test/2" {
+		t.Errorf("expected %q actual %q", ps[0].Expected, ps[0].Actual)
+	}
+}
+
+func TestChainVerifierResume(t *testing.T) {
+	lines := chainLines(t, 4, nil)
+	meta := events.CapsuleMeta{RunID: "run-7", CapsuleID: "cap-7", HarnessVersion: "test/1", TaskFamily: "slugify"}
+	v := events.NewChainVerifier(nil, nil)
+	v.Resume(2, hashOf(t, lines[1]), meta)
+	if v.Next() != 2 || v.Head() != hashOf(t, lines[1]) {
+		t.Fatalf("Resume: next %d head %s", v.Next(), v.Head())
+	}
+	for i, line := range lines[2:] {
+		if _, ps := v.Check(line, events.Location{Line: i + 3}); len(ps) != 0 {
+			t.Fatalf("line %d after Resume: %s", i+3, list(ps))
+		}
+	}
+	// Resuming with other metadata refuses the same entries.
+	meta.TaskFamily = "other"
+	v.Resume(2, hashOf(t, lines[1]), meta)
+	_, ps := v.Check(lines[2], events.Location{Line: 3})
+	checkProblems(t, ps, []problemAt{{events.MetadataMismatch, 3, "/task_family"}})
+	// Resuming at the wrong position refuses them as reordered.
+	meta.TaskFamily = "slugify"
+	v.Resume(1, hashOf(t, lines[1]), meta)
+	_, ps = v.Check(lines[2], events.Location{Line: 3})
+	checkProblems(t, ps, []problemAt{{events.Reordered, 3, "/seq"}})
+}

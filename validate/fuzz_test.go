@@ -1,0 +1,129 @@
+package validate_test
+
+import (
+	"bytes"
+	"errors"
+	"testing"
+
+	"github.com/roompub/roompub/events"
+)
+
+func addRecordSeeds(f *testing.F) {
+	for _, name := range []string{
+		"verified.json", "refused.json", "foreign-evidence.json",
+		"invalid/inline-output.json", "invalid/refused-without-code.json", "invalid/verified-without-instance.json",
+	} {
+		f.Add(readRef(f, "execution-records", name))
+	}
+	key, _ := testKey(11)
+	f.Add(signed(f, recordMembers(f), key))
+	f.Add([]byte(`{"schema/v":1}`))
+}
+
+// FuzzRecord: validate.Record never panics, reports only refusals, and a
+// record it accepts re-verifies from its canonical bytes with the same
+// identity.
+func FuzzRecord(f *testing.F) {
+	addRecordSeeds(f)
+	v := newValidator(f)
+	f.Fuzz(func(t *testing.T, raw []byte) {
+		rec, err := v.Record(raw, events.Location{})
+		if err != nil {
+			var ref *events.Refusal
+			if !errors.As(err, &ref) || len(ref.Problems) == 0 || ref.Problems[0].Code != ref.Code {
+				t.Fatalf("error %v is not a well-formed refusal", err)
+			}
+			if (rec == nil) != (ref.Code == events.MalformedJSON) {
+				t.Fatalf("code %s with record %v", ref.Code, rec != nil)
+			}
+			return
+		}
+		if rec.ExecutionRef() != rec.ComputedRef() {
+			t.Fatalf("accepted a record whose execution/ref %s is not %s", rec.ExecutionRef(), rec.ComputedRef())
+		}
+		again, err := v.Record(rec.Canonical(), events.Location{})
+		if err != nil {
+			t.Fatalf("accepted record does not re-verify from its canonical bytes: %v", err)
+		}
+		if !bytes.Equal(again.Canonical(), rec.Canonical()) || again.ContentDigest() != rec.ContentDigest() {
+			t.Fatal("re-verification changed the record")
+		}
+	})
+}
+
+func addJournalSeeds(f *testing.F) {
+	raw := readRef(f, "capsule-journals", "canonical", "journal.ndjson")
+	for _, line := range bytes.Split(bytes.TrimSuffix(raw, []byte("\n")), []byte("\n")) {
+		f.Add(line)
+	}
+	for _, line := range chainLines(f, 1, func(_ int, m map[string]any) {
+		payload(m)["note"] = "n"
+		payload(m)["score"] = -0.5
+	}) {
+		f.Add(line)
+	}
+	f.Add([]byte(`{"seq":0}`))
+	f.Add([]byte(`{"a":"\ud800"}`))
+}
+
+// FuzzChainCheck feeds one line to a chain verifier with the real entry
+// rules: it never panics, a line that is not JSON is exactly one
+// corrupt_entry, and an accepted line is canonical, hash-correct and linked
+// to the zero hash.
+func FuzzChainCheck(f *testing.F) {
+	addJournalSeeds(f)
+	v := newValidator(f)
+	f.Fuzz(func(t *testing.T, line []byte) {
+		chain := v.NewChain(nil)
+		e, problems := chain.Check(line, events.Location{Line: 1})
+		if e == nil {
+			if len(problems) != 1 || problems[0].Code != events.CorruptEntry {
+				t.Fatalf("no entry, problems %v", problems)
+			}
+			if _, err := events.ParseEntry(line); err == nil {
+				t.Fatal("Check calls a line corrupt that ParseEntry accepts")
+			}
+			return
+		}
+		if len(problems) > 0 {
+			if events.NewRefusal(problems).Code != problems[0].Code || chain.Next() != 0 {
+				t.Fatal("refused line advanced the chain")
+			}
+			return
+		}
+		seq, ok := e.Seq()
+		if !bytes.Equal(line, e.Canonical()) || e.EntryHash() != e.ComputedHash() || e.ParentHash() != events.ZeroHash || !ok || seq != 0 {
+			t.Fatalf("accepted a line that breaks the chain rules: %q", line)
+		}
+		if chain.Next() != 1 || chain.Head() != e.EntryHash() {
+			t.Fatal("accepted line did not advance the chain")
+		}
+	})
+}
+
+// FuzzJournal verifies whole journals: never panics, refusals are
+// well-formed and bounded, and an accepted journal ends in a newline and is
+// valid throughout.
+func FuzzJournal(f *testing.F) {
+	f.Add(readRef(f, "capsule-journals", "canonical", "journal.ndjson"))
+	f.Add(journalBytes(chainLines(f, 3, nil)...))
+	f.Add([]byte("\n\n"))
+	f.Add([]byte(""))
+	v := newValidator(f)
+	f.Fuzz(func(t *testing.T, data []byte) {
+		res, err := v.Journal(bytes.NewReader(data), "j", nil)
+		if res.Valid > res.Entries || len(res.Head) != 64 {
+			t.Fatalf("result %+v", res)
+		}
+		if err != nil {
+			var ref *events.Refusal
+			if !errors.As(err, &ref) || len(ref.Problems) == 0 || len(ref.Problems) > events.MaxProblems {
+				t.Fatalf("error %v is not a well-formed refusal", err)
+			}
+			return
+		}
+		if len(data) == 0 || data[len(data)-1] != '\n' || res.Valid != res.Entries || res.Entries != bytes.Count(data, []byte("\n")) {
+			t.Fatalf("accepted %q with result %+v", data, res)
+		}
+	})
+}
