@@ -91,7 +91,11 @@ func FuzzParseEntry(f *testing.F) {
 			if !errors.Is(err, events.ErrNotJSON) {
 				t.Fatalf("error %v does not wrap ErrNotJSON", err)
 			}
-			if ce != nil || len(problems) != 1 || problems[0].Code != events.CorruptEntry {
+			want := events.CorruptEntry
+			if !utf8.Valid(line) {
+				want = events.NonCanonical // DESIGN.md: invalid UTF-8 is non_canonical
+			}
+			if ce != nil || len(problems) != 1 || problems[0].Code != want {
 				t.Fatalf("Check on a line ParseEntry refuses: %v %v", ce, problems)
 			}
 			return

@@ -60,6 +60,11 @@ func (v *ChainVerifier) Head() string { return v.head }
 // JSON) and every problem found, in check order. With no problems the
 // verifier advances past the entry.
 func (v *ChainVerifier) Check(line []byte, at Location) (*Entry, []Problem) {
+	if !utf8.Valid(line) {
+		// Upstream checks UTF-8 over the whole file before parsing lines:
+		// invalid UTF-8 is non_canonical, not corrupt_entry, here too.
+		return nil, []Problem{{Code: NonCanonical, At: at, Reason: "line is not valid UTF-8"}}
+	}
 	e, err := ParseEntry(line)
 	if err != nil {
 		return nil, []Problem{{Code: CorruptEntry, At: at, Reason: err.Error()}}

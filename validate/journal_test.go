@@ -69,7 +69,7 @@ func TestJournalRefusals(t *testing.T) {
 			name:  "invalid_entry: missing field",
 			mut:   at(1, func(m map[string]any) { delete(m, "effect_class") }),
 			valid: 1,
-			wants: []want{{events.InvalidEntry, 2, "/"}},
+			wants: []want{{events.InvalidEntry, 2, ""}},
 		},
 		{
 			name:  "invalid_entry: ts not a date-time",

@@ -1,6 +1,7 @@
 package validate
 
 import (
+	"bytes"
 	"errors"
 	"strconv"
 
@@ -21,8 +22,12 @@ var digestPairs = [...][2]string{
 // (malformed_json, schema_invalid, ref_mismatch, digest_mismatch,
 // host_mismatch, signature_invalid, foreign_evidence, untrusted_host) and
 // whose Problems list every rule that failed; the record is returned too
-// when it could be parsed. The stream-side rules are the gate's.
+// when it could be parsed. Empty input (only white space) is empty_input.
+// The stream-side rules are the gate's.
 func (v *Validator) Record(raw []byte, at events.Location) (*events.Record, error) {
+	if len(bytes.TrimSpace(raw)) == 0 {
+		return nil, events.NewRefusal([]events.Problem{{Code: events.EmptyInput, At: at, Reason: "no JSON value: the record is empty"}})
+	}
 	rec, err := events.ParseRecord(raw)
 	if err != nil {
 		return nil, events.NewRefusal([]events.Problem{{Code: events.MalformedJSON, At: at, Reason: err.Error()}})

@@ -103,12 +103,12 @@ func TestReferenceExecutionRecords(t *testing.T) {
 			{events.SignatureInvalid, 0, "/signature"},
 		}},
 		{"invalid/refused-without-code.json", []want{
-			{events.SchemaInvalid, 0, "/"},
+			{events.SchemaInvalid, 0, ""},
 			{events.RefMismatch, 0, "/execution~1ref"},
 			{events.SignatureInvalid, 0, "/signature"},
 		}},
 		{"invalid/verified-without-instance.json", []want{
-			{events.SchemaInvalid, 0, "/"},
+			{events.SchemaInvalid, 0, ""},
 			{events.RefMismatch, 0, "/execution~1ref"},
 			{events.SignatureInvalid, 0, "/signature"},
 			{events.ForeignEvidence, 0, "/evidence/0"},

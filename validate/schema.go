@@ -158,7 +158,7 @@ var pointerEscaper = strings.NewReplacer("~", "~0", "/", "~1")
 // pointer renders a JSON pointer (RFC 6901) from its reference tokens.
 func pointer(tokens []string) string {
 	if len(tokens) == 0 {
-		return "/"
+		return "" // the whole document (RFC 6901); "/" would name the member ""
 	}
 	var b strings.Builder
 	for _, t := range tokens {

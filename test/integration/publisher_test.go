@@ -170,9 +170,9 @@ func TestVerifyEveryFile(t *testing.T) {
 		{path: reference + "/execution-records/invalid/inline-output.json", status: 1, kind: "execution", code: "schema_invalid",
 			at: reference + "/execution-records/invalid/inline-output.json /evidence/0"},
 		{path: reference + "/execution-records/invalid/refused-without-code.json", status: 1, kind: "execution", code: "schema_invalid",
-			at: reference + "/execution-records/invalid/refused-without-code.json /"},
+			at: reference + "/execution-records/invalid/refused-without-code.json"},
 		{path: reference + "/execution-records/invalid/verified-without-instance.json", status: 1, kind: "execution", code: "schema_invalid",
-			at: reference + "/execution-records/invalid/verified-without-instance.json /"},
+			at: reference + "/execution-records/invalid/verified-without-instance.json"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.path, func(t *testing.T) {
