@@ -1,11 +1,14 @@
-// Command publisher checks and produces roompub's evidence formats: capsule
-// journals (seed 000) and signed task-pack execution records (seed 004).
+// Command publisher checks, produces and publishes roompub's evidence
+// formats: capsule journals (seed 000) and signed task-pack execution
+// records (seed 004).
 //
 // The offline subcommands are
 //
 //	publisher verify [--json] [--schema-dir DIR] [--trusted-host NODE_ID ...] PATH...
 //	publisher keygen --out FILE [--force]
 //	publisher sign --key FILE RECORD.json
+//
+// and `publisher serve` runs the validating publisher (see serve.go).
 //
 // Exit status: 0 on success, 1 when verify refused an input, 2 for anything
 // that kept a command from doing its job (bad flags, a missing or unreadable
