@@ -2,115 +2,453 @@ package room_test
 
 import (
 	"bytes"
+	"encoding/json"
+	"fmt"
+	"strings"
 	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
 
 	"github.com/roompub/roompub/events"
 	"github.com/roompub/roompub/room"
 )
 
-func TestJournalStoreAndDuplicate(t *testing.T) {
+const (
+	subjJournal   = "roompub.v1.journal"
+	subjExecution = "roompub.v1.execution"
+	subjHead      = "roompub.v1.head"
+)
+
+// checkStored asserts that items[from:to] hold es[from:to] and were stored
+// in order at stream sequences firstSeq, firstSeq+1, … on subject.
+func checkStored(t *testing.T, r room.JournalReply, es []*events.Entry, from, to int, firstSeq uint64, subject string) {
+	t.Helper()
+	for i := from; i < to; i++ {
+		it := r.Items[i]
+		want := firstSeq + uint64(i-from)
+		seq, _ := es[i].Seq()
+		if it.Index != i || it.Outcome != room.OutcomeStored || it.StreamSeq != want || it.Subject != subject ||
+			seqOf(it) != seq || it.Hash != es[i].EntryHash() || it.Code != "" || it.At != nil {
+			t.Fatalf("item %d: %+v, want stored at stream seq %d on %s", i, it, want, subject)
+		}
+	}
+}
+
+func seqOf(it room.ItemResult) int64 {
+	if it.Seq == nil {
+		return -1
+	}
+	return *it.Seq
+}
+
+func TestJournalStoreDuplicateExtend(t *testing.T) {
 	e := newEnv(t)
-	entries, body := journal(t, "run-1", "cap-1", 5)
-	r := e.shipJournal("room:alpha", body)
-	if r.Stored != 5 || r.Dupes != 0 || r.Refused != 0 {
+	const subj = "rooms.alpha.journal.run-1.cap-1"
+	key := events.ChainKey{RunID: "run-1", CapsuleID: "cap-1"}
+	entries, body := journal(t, "run-1", "cap-1", 8)
+	first := lines(entries[:5])
+
+	r := e.shipJournal("room:alpha", first)
+	if r.RoomID != "room:alpha" || r.Chain != key || len(r.Items) != 5 ||
+		r.Stored != 5 || r.Dupes != 0 || r.Refused != 0 || r.Skipped != 0 || r.Failures != 0 {
 		t.Fatalf("first ship: %+v", r)
 	}
-	if r.Head.Next != 5 || r.Head.Head != entries[4].EntryHash() || r.Head.RoomID != "room:alpha" {
-		t.Fatalf("head: %+v", r.Head)
+	checkStored(t, r, entries, 0, 5, 1, subj)
+	wantHead := room.ChainHead{RoomID: "room:alpha", Chain: key, Next: 5, Head: entries[4].EntryHash(), StreamSeq: 5}
+	if r.Head != wantHead {
+		t.Fatalf("head: %+v, want %+v", r.Head, wantHead)
 	}
-	for i, it := range r.Items {
-		if it.StreamSeq != uint64(i+1) || it.Subject != "rooms.alpha.journal.run-1.cap-1" {
-			t.Fatalf("item %d: %+v", i, it)
+	before := e.state()
+	if before.Msgs != 5 || before.LastSeq != 5 {
+		t.Fatalf("stream: %+v", before)
+	}
+	for i, m := range e.stored() {
+		if m.Subject != subj || !bytes.Equal(m.Data, entries[i].Canonical()) || m.Header.Get(nats.MsgIdHdr) != entries[i].EntryHash() {
+			t.Fatalf("message %d: %s %q %v", i+1, m.Subject, m.Data, m.Header)
 		}
 	}
-	r = e.shipJournal("room:alpha", body)
-	if r.Stored != 0 || r.Dupes != 5 {
+
+	// The same lines again: all duplicate, nothing new in the stream.
+	r = e.shipJournal("room:alpha", first)
+	if r.Stored != 0 || r.Dupes != 5 || r.Refused != 0 || r.Skipped != 0 || r.Failures != 0 || r.Head != wantHead {
 		t.Fatalf("re-ship: %+v", r)
 	}
-	msgs := e.stored()
-	if len(msgs) != 5 {
-		t.Fatalf("stream holds %d messages, want 5", len(msgs))
-	}
-	for i, m := range msgs {
-		if !bytes.Equal(m.Data, entries[i].Canonical()) {
-			t.Fatalf("message %d is not entry %d", i+1, i)
+	for i, it := range r.Items {
+		if it.Outcome != room.OutcomeDuplicate || seqOf(it) != int64(i) || it.Hash != entries[i].EntryHash() || it.Subject != subj {
+			t.Fatalf("re-ship item %d: %+v", i, it)
 		}
 	}
-	// Continue from the head: only the new ones are stored.
-	more, body2 := journal(t, "run-1", "cap-1", 8)
-	_ = more
-	r = e.shipJournal("room:alpha", body2)
-	if r.Stored != 3 || r.Dupes != 5 {
+	if after := e.state(); after != before {
+		t.Fatalf("re-ship changed the stream: %+v, was %+v", after, before)
+	}
+
+	// The whole journal: the stored prefix is duplicate, the rest extends
+	// the chain from its head.
+	r = e.shipJournal("room:alpha", body)
+	if r.Stored != 3 || r.Dupes != 5 || r.Refused != 0 || r.Skipped != 0 || r.Failures != 0 {
 		t.Fatalf("extend: %+v", r)
 	}
-}
-
-func TestJournalRefusalStopsBatch(t *testing.T) {
-	e := newEnv(t)
-	entries, _ := journal(t, "run-1", "cap-1", 6)
-	// Swap entries 3 and 4: line 4 is reordered.
-	bad := append(append([]*events.Entry{}, entries[:3]...), entries[4], entries[3], entries[5])
-	r := e.shipJournal("room:alpha", lines(bad))
-	if r.Stored != 3 || r.Refused != 1 || r.Skipped != 2 {
-		t.Fatalf("reply: %+v", r)
+	checkStored(t, r, entries, 5, 8, 6, subj)
+	wantHead = room.ChainHead{RoomID: "room:alpha", Chain: key, Next: 8, Head: entries[7].EntryHash(), StreamSeq: 8}
+	if r.Head != wantHead {
+		t.Fatalf("head after extend: %+v", r.Head)
 	}
-	if it := r.Items[3]; it.Code != events.Reordered || it.At == nil || it.At.Line != 4 {
-		t.Fatalf("item 3: %+v", it)
+	// Extend from the head alone (no overlap).
+	more, _ := journal(t, "run-1", "cap-1", 10)
+	r = e.shipJournal("room:alpha", lines(more[8:]))
+	if r.Stored != 2 || r.Dupes != 0 {
+		t.Fatalf("extend from head: %+v", r)
 	}
-	if n := len(e.stored()); n != 3 {
-		t.Fatalf("stream holds %d, want 3", n)
+	checkStored(t, r, more[8:], 0, 2, 9, subj)
+	if st := e.state(); st.Msgs != 10 || st.LastSeq != 10 {
+		t.Fatalf("stream: %+v", st)
 	}
 }
 
-func TestRoomConflictAndFork(t *testing.T) {
+// TestJournalRefusals covers each line-level refusal of a journal request:
+// the prefix before the refused line lands, the refused line and every
+// later one ("skipped") do not.
+func TestJournalRefusals(t *testing.T) {
 	e := newEnv(t)
-	entries, body := journal(t, "run-1", "cap-1", 3)
-	e.shipJournal("room:alpha", body)
+	join := func(parts ...[]byte) []byte {
+		var b []byte
+		for _, p := range parts {
+			b = append(b, p...)
+			b = append(b, '\n')
+		}
+		return b
+	}
+	c := func(es []*events.Entry, i int) []byte { return es[i].Canonical() }
+	cases := []struct {
+		name    string
+		build   func(t *testing.T, es []*events.Entry) []byte
+		lines   int
+		code    events.Code
+		pointer string
+		exp     string
+		act     string
+	}{
+		{"reordered", func(t *testing.T, es []*events.Entry) []byte {
+			return join(c(es, 0), c(es, 1), c(es, 2), c(es, 4), c(es, 3), c(es, 5))
+		}, 6, events.Reordered, "/seq", "3", "4"},
+		{"truncated_tail", func(t *testing.T, es []*events.Entry) []byte {
+			return bytes.TrimSuffix(lines(es[:4]), []byte("\n"))
+		}, 4, events.TruncatedTail, "", "", ""},
+		{"non_canonical", func(t *testing.T, es []*events.Entry) []byte {
+			return join(c(es, 0), c(es, 1), c(es, 2), append([]byte(`{ `), c(es, 3)[1:]...), c(es, 4))
+		}, 5, events.NonCanonical, "", "", ""},
+		{"corrupt_entry", func(t *testing.T, es []*events.Entry) []byte {
+			return join(c(es, 0), c(es, 1), c(es, 2), []byte(`{"seq":3,`), c(es, 4))
+		}, 5, events.CorruptEntry, "", "", ""},
+		{"invalid_entry", func(t *testing.T, es []*events.Entry) []byte {
+			bad, err := events.NewEntry(mutate(es[3].Object(), "payload", map[string]any{"stdout": "hello"}))
+			if err != nil {
+				t.Fatal(err)
+			}
+			return join(c(es, 0), c(es, 1), c(es, 2), bad.Canonical(), c(es, 4))
+		}, 5, events.InvalidEntry, "/payload", "", ""},
+		{"broken_link", func(t *testing.T, es []*events.Entry) []byte {
+			bad, err := events.NewEntry(mutate(es[3].Object(), "parent_hash", es[1].EntryHash()))
+			if err != nil {
+				t.Fatal(err)
+			}
+			return join(c(es, 0), c(es, 1), c(es, 2), bad.Canonical(), c(es, 4), c(es, 5))
+		}, 6, events.BrokenLink, "/parent_hash", "", ""},
+		{"metadata_mismatch", func(t *testing.T, es []*events.Entry) []byte {
+			bad, err := events.NewEntry(mutate(es[3].Object(), "task_family", "other"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			return join(c(es, 0), c(es, 1), c(es, 2), bad.Canonical())
+		}, 4, events.MetadataMismatch, "/task_family", "slugify", "other"},
+	}
+	for i, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			// Each case has its own chain.
+			run := fmt.Sprintf("run-%d", i)
+			es, _ := journal(t, run, "cap-1", 6)
+			if tc.name == "broken_link" {
+				tc.exp, tc.act = es[2].EntryHash(), es[1].EntryHash()
+			}
+			body := tc.build(t, es)
+			subj := "rooms.alpha.journal." + run + ".cap-1"
+			before := e.state()
+			r := e.shipJournal("room:alpha", body)
+			n := tc.lines
+			if len(r.Items) != n || r.Stored != 3 || r.Refused != 1 || r.Skipped != n-4 || r.Dupes != 0 || r.Failures != 0 {
+				t.Fatalf("reply: %+v", r)
+			}
+			checkStored(t, r, es, 0, 3, before.LastSeq+1, subj)
+			it := r.Items[3]
+			if it.Outcome != room.OutcomeRefused || it.Code != tc.code || it.At == nil || it.At.Line != 4 || it.StreamSeq != 0 || it.Subject != "" {
+				t.Fatalf("item 3: %+v", it)
+			}
+			if len(it.Problems) == 0 || it.Problems[0].Code != tc.code || it.Problems[0].At.Pointer != tc.pointer ||
+				it.Problems[0].Expected != tc.exp || it.Problems[0].Actual != tc.act {
+				t.Fatalf("item 3 problems: %+v", it.Problems)
+			}
+			for j := 4; j < n; j++ {
+				if it := r.Items[j]; it.Outcome != room.OutcomeSkipped || it.Index != j || it.Code != "" {
+					t.Fatalf("item %d: %+v", j, it)
+				}
+			}
+			want := room.ChainHead{RoomID: "room:alpha", Chain: events.ChainKey{RunID: run, CapsuleID: "cap-1"}, Next: 3, Head: es[2].EntryHash(), StreamSeq: before.LastSeq + 3}
+			if r.Head != want {
+				t.Fatalf("head: %+v, want %+v", r.Head, want)
+			}
+			if got := e.countOn(subj); got != 3 {
+				t.Fatalf("%d messages on %s, want 3", got, subj)
+			}
+			if after := e.state(); after.Msgs != before.Msgs+3 {
+				t.Fatalf("stream grew by %d, want 3", after.Msgs-before.Msgs)
+			}
+		})
+	}
+	// A refused first line: nothing of the request is stored.
+	es, _ := journal(t, "run-first", "cap-1", 2)
+	before := e.state()
+	r := e.shipJournal("room:alpha", join([]byte(`nope`), c(es, 0), c(es, 1)))
+	if r.Refused != 1 || r.Skipped != 2 || r.Items[0].Code != events.CorruptEntry || r.Items[0].At.Line != 1 {
+		t.Fatalf("first line corrupt: %+v", r)
+	}
+	r = e.shipJournal("room:alpha", bytes.TrimSuffix(lines(es[:1]), []byte("\n")))
+	if r.Refused != 1 || len(r.Items) != 1 || r.Items[0].Code != events.TruncatedTail {
+		t.Fatalf("single truncated line: %+v", r)
+	}
+	if after := e.state(); after != before {
+		t.Fatalf("stream changed: %+v, was %+v", after, before)
+	}
+}
+
+func TestJournalBadRequest(t *testing.T) {
+	e := newEnv(t)
+	_, body := journal(t, "run-1", "cap-1", 2)
+	cases := []struct {
+		name string
+		hdr  nats.Header
+		body []byte
+	}{
+		{"no room header", nats.Header{}, body},
+		{"space in room id", nats.Header{room.HeaderRoom: {"room:a b"}}, body},
+		{"no-break space in room id", nats.Header{room.HeaderRoom: {"room:a\u00a0b"}}, body},
+		{"nothing after room:", nats.Header{room.HeaderRoom: {"room:"}}, body},
+		{"no room: prefix", nats.Header{room.HeaderRoom: {"alpha"}}, body},
+		{"room id too long", nats.Header{room.HeaderRoom: {"room:" + strings.Repeat("x", 508)}}, body},
+		{"empty body", nats.Header{room.HeaderRoom: {"room:alpha"}}, nil},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			code, er := e.requestError(subjJournal, c.hdr, c.body)
+			if code != "400" || er.Code != events.BadRequest || er.Reason == "" {
+				t.Fatalf("got %q %+v, want 400 bad_request", code, er)
+			}
+		})
+	}
+	// 512 characters is the limit, not over it.
+	r := e.shipJournal("room:"+strings.Repeat("x", 507), body)
+	if r.Stored != 2 {
+		t.Fatalf("512-character room id: %+v", r)
+	}
+	// A capsule header that is not a capsule.json.
+	code, er := e.requestError(subjJournal, nats.Header{room.HeaderRoom: {"room:alpha"}, room.HeaderCapsule: {`{"run_id":"run-1"}`}}, body)
+	if code != "400" || er.Code != events.InvalidCapsule {
+		t.Fatalf("bad capsule header: %q %+v", code, er)
+	}
+	// A head request that names no chain.
+	for _, b := range []string{``, `{}`, `{"run_id":"run-1"}`, `not json`} {
+		code, er := e.requestError(subjHead, nil, []byte(b))
+		if code != "400" || er.Code != events.BadRequest {
+			t.Fatalf("head %q: %q %+v", b, code, er)
+		}
+	}
+	if st := e.state(); st.Msgs != 2 {
+		t.Fatalf("stream holds %d messages, want 2", st.Msgs)
+	}
+}
+
+func TestJournalCapsuleHeader(t *testing.T) {
+	e := newEnv(t)
+	_, body := journal(t, "run-1", "cap-1", 3)
+	hdr := func(capsule string) nats.Header {
+		return nats.Header{room.HeaderRoom: {"room:alpha"}, room.HeaderCapsule: {capsule}}
+	}
+	var r room.JournalReply
+	bad := `{"schema":"capsule/v1","run_id":"run-1","capsule_id":"cap-1","harness_version":"test/2","task_family":"slugify"}`
+	if code := e.request(subjJournal, hdr(bad), body, &r); code != "" {
+		t.Fatalf("error %s", code)
+	}
+	if r.Stored != 0 || r.Refused != 1 || r.Skipped != 2 {
+		t.Fatalf("mismatch: %+v", r)
+	}
+	it := r.Items[0]
+	if it.Code != events.MetadataMismatch || len(it.Problems) != 1 || it.Problems[0].At.Pointer != "/harness_version" ||
+		it.Problems[0].Expected != "test/2" || it.Problems[0].Actual != "test/1" || it.At.Line != 1 {
+		t.Fatalf("mismatch item: %+v", it)
+	}
+	if st := e.state(); st.Msgs != 0 {
+		t.Fatalf("stream holds %d messages, want 0", st.Msgs)
+	}
+	good := `{"run_id":"run-1","capsule_id":"cap-1","harness_version":"test/1","task_family":"slugify"}`
+	r = room.JournalReply{}
+	if code := e.request(subjJournal, hdr(good), body, &r); code != "" || r.Stored != 3 {
+		t.Fatalf("matching capsule: %s %+v", code, r)
+	}
+	// A later request with a mismatching capsule is refused at the head.
+	more, _ := journal(t, "run-1", "cap-1", 4)
+	r = room.JournalReply{}
+	if code := e.request(subjJournal, hdr(bad), lines(more[3:]), &r); code != "" || r.Refused != 1 || r.Items[0].Code != events.MetadataMismatch {
+		t.Fatalf("mismatch after head: %s %+v", code, r)
+	}
+	if st := e.state(); st.Msgs != 3 {
+		t.Fatalf("stream holds %d messages, want 3", st.Msgs)
+	}
+}
+
+func TestJournalRoomConflictForkGap(t *testing.T) {
+	e := newEnv(t)
+	entries, body := journal(t, "run-1", "cap-1", 6)
+	const subj = "rooms.alpha.journal.run-1.cap-1"
+	if r := e.shipJournal("room:alpha", lines(entries[:3])); r.Stored != 3 {
+		t.Fatalf("ship: %+v", r)
+	}
+	before := e.state()
+
+	// The same capsule into a second room: refused, nothing lands there.
 	r := e.shipJournal("room:beta", body)
-	if r.Items[0].Code != events.RoomConflict {
-		t.Fatalf("room conflict: %+v", r.Items[0])
+	if r.Stored != 0 || r.Refused != 1 || r.Skipped != 5 {
+		t.Fatalf("room conflict: %+v", r)
 	}
-	// A different entry at position 1.
+	if it := r.Items[0]; it.Code != events.RoomConflict || it.Problems[0].Expected != "room:alpha" || it.Problems[0].Actual != "room:beta" {
+		t.Fatalf("room conflict item: %+v", it)
+	}
+	if n := e.countOn("rooms.beta.>"); n != 0 {
+		t.Fatalf("%d messages landed in room beta", n)
+	}
+	// Also for entries past the head (nothing of them is stored anywhere).
+	if r := e.shipJournal("room:beta", lines(entries[3:])); r.Items[0].Code != events.RoomConflict {
+		t.Fatalf("room conflict past the head: %+v", r)
+	}
+
+	// A different entry at a taken position: fork.
 	alt, err := events.NewEntry(mutate(entries[1].Object(), "kind", "other.kind"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	r = e.shipJournal("room:alpha", lines([]*events.Entry{alt}))
-	if r.Items[0].Code != events.Fork {
-		t.Fatalf("fork: %+v", r.Items[0])
+	it := r.Items[0]
+	if r.Refused != 1 || it.Code != events.Fork || seqOf(it) != 1 || it.Hash != alt.EntryHash() ||
+		it.Problems[0].Expected != entries[1].EntryHash() || it.Problems[0].Actual != alt.EntryHash() || it.Problems[0].At.Pointer != "/seq" {
+		t.Fatalf("fork: %+v", r)
 	}
-	if n := len(e.stored()); n != 3 {
-		t.Fatalf("stream holds %d, want 3", n)
+	// The same fork after a duplicate prefix in one batch.
+	r = e.shipJournal("room:alpha", lines([]*events.Entry{entries[0], alt, entries[2]}))
+	if r.Dupes != 1 || r.Refused != 1 || r.Skipped != 1 || r.Items[1].Code != events.Fork {
+		t.Fatalf("fork after duplicate: %+v", r)
 	}
-	_ = room.OutcomeRefused
+
+	// Beyond the head: a gap is refused as reordered.
+	r = e.shipJournal("room:alpha", lines(entries[4:]))
+	it = r.Items[0]
+	if r.Refused != 1 || r.Skipped != 1 || it.Code != events.Reordered || it.Problems[0].Expected != "3" || it.Problems[0].Actual != "4" {
+		t.Fatalf("gap: %+v", r)
+	}
+	if after := e.state(); after != before {
+		t.Fatalf("refusals changed the stream: %+v, was %+v", after, before)
+	}
+	if n := e.countOn(subj); n != 3 {
+		t.Fatalf("%d messages on %s, want 3", n, subj)
+	}
 }
 
-func mutate(obj map[string]any, k string, v any) map[string]any {
-	m := map[string]any{}
-	for kk, vv := range obj {
-		m[kk] = vv
+// TestJournalTooLarge uses a server that accepts at most 4 KiB: an entry
+// whose request fits but whose message, with the gate's headers, does not
+// is refused before it is sent.
+func TestJournalTooLarge(t *testing.T) {
+	const maxPayload = 4096
+	e := newEnvWith(t, room.EmbeddedOptions{MaxPayload: maxPayload})
+	if got := e.nc.MaxPayload(); got != maxPayload {
+		t.Fatalf("max payload %d", got)
 	}
-	m[k] = v
-	return m
+	entries, _ := journal(t, "run-1", "cap-1", 1)
+	if r := e.shipJournal("room:alpha", lines(entries)); r.Stored != 1 {
+		t.Fatalf("ship: %+v", r)
+	}
+	big := func(n int) *events.Entry {
+		obj := mutate(entries[0].Object(), "seq", json.Number("1"))
+		obj = mutate(obj, "parent_hash", entries[0].EntryHash())
+		obj = mutate(obj, "payload", map[string]any{"tool": "bash", "status": strings.Repeat("x", n)})
+		ent, err := events.NewEntry(obj)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return ent
+	}
+	// Size the entry so that its line and the request's one header fit in
+	// max payload, and the same bytes with the append headers do not.
+	pad := maxPayload - 100 - len(big(0).Canonical())
+	ent := big(pad)
+	if n := len(ent.Canonical()); n != maxPayload-100 {
+		t.Fatalf("entry is %d bytes", n)
+	}
+	before := e.state()
+	r := e.shipJournal("room:alpha", lines([]*events.Entry{ent}))
+	it := r.Items[0]
+	if r.Refused != 1 || r.Stored != 0 || it.Code != events.TooLarge || seqOf(it) != 1 || it.Hash != ent.EntryHash() ||
+		!strings.Contains(it.Reason, fmt.Sprintf("the server accepts at most %d", maxPayload)) {
+		t.Fatalf("too large: %+v", r)
+	}
+	if after := e.state(); after != before {
+		t.Fatalf("stream changed: %+v, was %+v", after, before)
+	}
+	// A smaller entry at the same position still goes in.
+	small := big(100)
+	if r := e.shipJournal("room:alpha", lines([]*events.Entry{small})); r.Stored != 1 || r.Items[0].StreamSeq != 2 {
+		t.Fatalf("small: %+v", r)
+	}
 }
 
-func TestRecords(t *testing.T) {
+func TestHeadEndpoint(t *testing.T) {
 	e := newEnv(t)
-	r := e.shipRecord(referenceBytes(t, "verified.json"))
-	if r.Item.Outcome != room.OutcomeStored || r.RoomID != "room:qmail-open-relay" {
-		t.Fatalf("verified: %+v", r)
+	entries, body := journal(t, "run.1:x", "cap-1", 4)
+	if r := e.shipJournal("room:a.b/c", body); r.Stored != 4 || r.Items[0].Subject != "rooms.a~2Eb~2Fc.journal.run~2E1:x.cap-1" {
+		t.Fatalf("ship: %+v", r)
 	}
-	r = e.shipRecord(referenceBytes(t, "verified.json"))
-	if r.Item.Outcome != room.OutcomeDuplicate || r.Item.StreamSeq != 1 {
-		t.Fatalf("again: %+v", r)
+	var h room.ChainHead
+	if code := e.request(subjHead, nil, []byte(`{"run_id":"run.1:x","capsule_id":"cap-1"}`), &h); code != "" {
+		t.Fatalf("head: %s", code)
 	}
-	r = e.shipRecord(referenceBytes(t, "foreign-evidence.json"))
-	if r.Item.Code != events.ForeignEvidence {
-		t.Fatalf("foreign: %+v", r)
+	want := room.ChainHead{RoomID: "room:a.b/c", Chain: events.ChainKey{RunID: "run.1:x", CapsuleID: "cap-1"}, Next: 4, Head: entries[3].EntryHash(), StreamSeq: 4}
+	if h != want {
+		t.Fatalf("head %+v, want %+v", h, want)
 	}
-	base := referenceRecord(t, "verified.json")
-	r = e.shipRecord(e.sign(base, map[string]any{"recorded-at": "2026-09-25T12:16:00Z"}).Canonical())
-	if r.Item.Code != events.IdempotencyConflict {
-		t.Fatalf("idempotency: %+v", r)
+	// Room ids with wildcards, '~' and non-ASCII characters stay one token.
+	es, body2 := journal(t, "run-3", "cap-1", 1)
+	r := e.shipJournal("room:é*>~", body2)
+	if r.Stored != 1 || r.Items[0].Subject != "rooms.~C3~A9~2A~3E~7E.journal.run-3.cap-1" {
+		t.Fatalf("ship: %+v", r)
+	}
+	h = room.ChainHead{}
+	if code := e.request(subjHead, nil, []byte(`{"run_id":"run-3","capsule_id":"cap-1"}`), &h); code != "" ||
+		h != (room.ChainHead{RoomID: "room:é*>~", Chain: events.ChainKey{RunID: "run-3", CapsuleID: "cap-1"}, Next: 1, Head: es[0].EntryHash(), StreamSeq: 5}) {
+		t.Fatalf("head: %s %+v", code, h)
+	}
+
+	// A chain that does not exist, read as raw JSON to see the wire form.
+	resp, err := e.nc.Request(subjHead, []byte(`{"run_id":"run-2","capsule_id":"cap-1"}`), 5*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var raw map[string]any
+	if err := json.Unmarshal(resp.Data, &raw); err != nil {
+		t.Fatal(err)
+	}
+	if raw["next"] != 0.0 || raw["head"] != events.ZeroHash || raw["stream_seq"] != 0.0 || raw["room"] != nil {
+		t.Fatalf("missing chain: %s", resp.Data)
+	}
+	h = room.ChainHead{}
+	_ = json.Unmarshal(resp.Data, &h)
+	if h != (room.ChainHead{Chain: events.ChainKey{RunID: "run-2", CapsuleID: "cap-1"}, Head: events.ZeroHash}) || h.RoomID != "" {
+		t.Fatalf("missing chain: %+v", h)
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"testing"
@@ -23,6 +24,7 @@ import (
 type env struct {
 	t      *testing.T
 	dir    string
+	opts   room.EmbeddedOptions // Listen and StoreDir are set by start
 	srv    *room.Embedded
 	nc     *nats.Conn
 	js     jetstream.JetStream
@@ -35,7 +37,13 @@ type env struct {
 
 func newEnv(t *testing.T) *env {
 	t.Helper()
-	e := &env{t: t, dir: t.TempDir()}
+	return newEnvWith(t, room.EmbeddedOptions{})
+}
+
+// newEnvWith is newEnv with server options (MaxPayload, SyncInterval).
+func newEnvWith(t *testing.T, opts room.EmbeddedOptions) *env {
+	t.Helper()
+	e := &env{t: t, dir: t.TempDir(), opts: opts}
 	var err error
 	e.key, err = events.GenerateHostKey(rand.Reader)
 	if err != nil {
@@ -56,7 +64,9 @@ func (e *env) start() {
 	t := e.t
 	t.Helper()
 	var err error
-	e.srv, err = room.StartEmbedded(room.EmbeddedOptions{Listen: "127.0.0.1:-1", StoreDir: e.dir})
+	o := e.opts
+	o.Listen, o.StoreDir = "127.0.0.1:-1", e.dir
+	e.srv, err = room.StartEmbedded(o)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -179,14 +189,19 @@ func (e *env) sign(members map[string]any, changes map[string]any) *events.Recor
 // returns the service error code header, if any.
 func (e *env) request(subject string, hdr nats.Header, body []byte, out any) string {
 	e.t.Helper()
+	return request(e.t, e.nc, subject, hdr, body, out)
+}
+
+func request(t testing.TB, nc *nats.Conn, subject string, hdr nats.Header, body []byte, out any) string {
+	t.Helper()
 	msg := &nats.Msg{Subject: subject, Header: hdr, Data: body}
-	resp, err := e.nc.RequestMsg(msg, 10*time.Second)
+	resp, err := nc.RequestMsg(msg, 10*time.Second)
 	if err != nil {
-		e.t.Fatalf("request %s: %v", subject, err)
+		t.Fatalf("request %s: %v", subject, err)
 	}
 	if out != nil {
 		if err := json.Unmarshal(resp.Data, out); err != nil {
-			e.t.Fatalf("reply %q: %v", resp.Data, err)
+			t.Fatalf("reply %q: %v", resp.Data, err)
 		}
 	}
 	return resp.Header.Get("Nats-Service-Error-Code")
@@ -194,18 +209,28 @@ func (e *env) request(subject string, hdr nats.Header, body []byte, out any) str
 
 func (e *env) shipJournal(roomID string, body []byte) room.JournalReply {
 	e.t.Helper()
+	return shipJournal(e.t, e.nc, roomID, body)
+}
+
+func shipJournal(t testing.TB, nc *nats.Conn, roomID string, body []byte) room.JournalReply {
+	t.Helper()
 	var r room.JournalReply
-	if code := e.request("roompub.v1.journal", nats.Header{room.HeaderRoom: []string{roomID}}, body, &r); code != "" {
-		e.t.Fatalf("journal request failed: %s", code)
+	if code := request(t, nc, "roompub.v1.journal", nats.Header{room.HeaderRoom: []string{roomID}}, body, &r); code != "" {
+		t.Fatalf("journal request failed: %s", code)
 	}
 	return r
 }
 
 func (e *env) shipRecord(raw []byte) room.RecordReply {
 	e.t.Helper()
+	return shipRecord(e.t, e.nc, raw)
+}
+
+func shipRecord(t testing.TB, nc *nats.Conn, raw []byte) room.RecordReply {
+	t.Helper()
 	var r room.RecordReply
-	if code := e.request("roompub.v1.execution", nil, raw, &r); code != "" {
-		e.t.Fatalf("execution request failed: %s", code)
+	if code := request(t, nc, "roompub.v1.execution", nil, raw, &r); code != "" {
+		t.Fatalf("execution request failed: %s", code)
 	}
 	return r
 }
@@ -227,4 +252,84 @@ func (e *env) stored() []*jetstream.RawStreamMsg {
 		out = append(out, m)
 	}
 	return out
+}
+
+// streamState is the stream's message count, bytes and last sequence.
+type streamState struct {
+	Msgs, Bytes, LastSeq uint64
+}
+
+func (e *env) state() streamState {
+	e.t.Helper()
+	info, err := e.stream.Info(context.Background())
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	return streamState{Msgs: info.State.Msgs, Bytes: info.State.Bytes, LastSeq: info.State.LastSeq}
+}
+
+// countOn counts the messages stored on subjects matching filter.
+func (e *env) countOn(filter string) uint64 {
+	e.t.Helper()
+	return countOn(e.t, e.stream, filter)
+}
+
+func countOn(t testing.TB, st jetstream.Stream, filter string) uint64 {
+	t.Helper()
+	info, err := st.Info(context.Background(), jetstream.WithSubjectFilter(filter))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var n uint64
+	for _, c := range info.State.Subjects {
+		n += c
+	}
+	return n
+}
+
+// requestError sends a request that must fail as a whole: it returns the
+// service error code header and the decoded ErrorReply.
+func (e *env) requestError(subject string, hdr nats.Header, body []byte) (string, room.ErrorReply) {
+	e.t.Helper()
+	var er room.ErrorReply
+	code := e.request(subject, hdr, body, &er)
+	return code, er
+}
+
+// onSubject returns the messages stored on subject, in stream order.
+func (e *env) onSubject(subject string) []*jetstream.RawStreamMsg {
+	e.t.Helper()
+	var out []*jetstream.RawStreamMsg
+	for seq := uint64(1); ; {
+		m, err := e.stream.GetMsg(context.Background(), seq, jetstream.WithGetMsgSubject(subject))
+		if errors.Is(err, jetstream.ErrMsgNotFound) {
+			return out
+		}
+		if err != nil {
+			e.t.Fatal(err)
+		}
+		out = append(out, m)
+		seq = m.Sequence + 1
+	}
+}
+
+// connect opens another client connection to the env's server.
+func (e *env) connect() *nats.Conn {
+	e.t.Helper()
+	nc, err := nats.Connect(e.srv.ClientURL())
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	e.t.Cleanup(nc.Close)
+	return nc
+}
+
+// mutate returns a copy of obj with member k set to v.
+func mutate(obj map[string]any, k string, v any) map[string]any {
+	m := map[string]any{}
+	for kk, vv := range obj {
+		m[kk] = vv
+	}
+	m[k] = v
+	return m
 }
