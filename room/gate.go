@@ -138,9 +138,11 @@ type chainState struct {
 	head      string
 	streamSeq uint64
 	meta      events.CapsuleMeta
-	// hashes holds entry_hash by position once loaded (only to decide
-	// whether a resent old entry is a duplicate); nil until needed.
+	// hashes and seqs hold entry_hash and stream sequence by chain
+	// position once loaded (only to decide whether a resent old entry is a
+	// duplicate, and where it is stored); nil until needed.
 	hashes []string
+	seqs   []uint64
 }
 
 func (g *Gate) chain(key events.ChainKey) *chainState {
@@ -186,7 +188,7 @@ func (g *Gate) reload(ctx context.Context, key events.ChainKey, c *chainState) e
 	}
 	if m == nil {
 		// Field by field: c.mu is held by the caller.
-		c.loaded, c.roomID, c.next, c.head, c.streamSeq, c.meta, c.hashes = true, "", 0, events.ZeroHash, 0, events.CapsuleMeta{}, nil
+		c.loaded, c.roomID, c.next, c.head, c.streamSeq, c.meta, c.hashes, c.seqs = true, "", 0, events.ZeroHash, 0, events.CapsuleMeta{}, nil, nil
 		return nil
 	}
 	p, err := g.subjects.Parse(m.Subject)
@@ -202,25 +204,30 @@ func (g *Gate) reload(ctx context.Context, key events.ChainKey, c *chainState) e
 		return fmt.Errorf("chain head at stream seq %d has no seq", m.Sequence)
 	}
 	if c.hashes != nil && (int64(len(c.hashes)) > seq+1 || c.roomID != p.RoomID) {
-		c.hashes = nil // cannot happen on an append-only stream; start over
+		c.hashes, c.seqs = nil, nil // cannot happen on an append-only stream; start over
 	}
 	c.loaded, c.roomID, c.next, c.head, c.streamSeq, c.meta = true, p.RoomID, seq+1, e.EntryHash(), m.Sequence, e.Metadata()
 	return nil
 }
 
-// loadHashes reads the entry_hash of every stored entry of the chain from
-// the Nats-Msg-Id headers (the gate sets them to entry_hash), in order.
+// loadHashes reads the entry_hash and stream sequence of every stored entry
+// of the chain, in order, from the Nats-Msg-Id headers (the gate sets them
+// to entry_hash) of a headers-only ordered consumer.
 func (g *Gate) loadHashes(ctx context.Context, c *chainState, key events.ChainKey) error {
 	subj := g.subjects.Journal(c.roomID, key)
 	cons, err := g.stream.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{
 		FilterSubjects: []string{subj},
 		HeadersOnly:    true,
 		DeliverPolicy:  jetstream.DeliverAllPolicy,
+		// The server removes it soon after this read instead of keeping
+		// one idle consumer per resend check for nats.go's default 5m.
+		InactiveThreshold: 2 * time.Second,
 	})
 	if err != nil {
 		return fmt.Errorf("read chain %s: %w", subj, err)
 	}
 	hashes := make([]string, 0, c.next)
+	seqs := make([]uint64, 0, c.next)
 	for int64(len(hashes)) < c.next {
 		batch, err := cons.Fetch(int(min(c.next-int64(len(hashes)), 1000)), jetstream.FetchMaxWait(g.timeout))
 		if err != nil {
@@ -228,7 +235,12 @@ func (g *Gate) loadHashes(ctx context.Context, c *chainState, key events.ChainKe
 		}
 		n := 0
 		for msg := range batch.Messages() {
+			meta, err := msg.Metadata()
+			if err != nil {
+				return fmt.Errorf("read chain %s: %w", subj, err)
+			}
 			hashes = append(hashes, msg.Headers().Get(jetstream.MsgIDHeader))
+			seqs = append(seqs, meta.Sequence.Stream)
 			n++
 		}
 		if batch.Error() != nil {
@@ -238,12 +250,12 @@ func (g *Gate) loadHashes(ctx context.Context, c *chainState, key events.ChainKe
 			return fmt.Errorf("read chain %s: %d of %d entries found", subj, len(hashes), c.next)
 		}
 	}
-	c.hashes = hashes[:c.next]
+	c.hashes, c.seqs = hashes[:c.next], seqs[:c.next]
 	return nil
 }
 
-// Head reports where a chain stands. With roomID set, a chain that lives in
-// another room is reported with that room's id.
+// Head reports where a chain stands in the stream, read fresh, including
+// the room it lives in ("" when it has no entry yet).
 func (g *Gate) Head(ctx context.Context, key events.ChainKey) (ChainHead, error) {
 	c := g.chain(key)
 	c.mu.Lock()
@@ -274,6 +286,10 @@ func (g *Gate) AppendJournal(ctx context.Context, roomID string, body []byte, ca
 	lines := splitLines(body)
 	if len(lines) == 0 {
 		return reply, events.NewRefusal([]events.Problem{{Code: events.BadRequest, Reason: "the request holds no journal line"}})
+	}
+	if len(lines) > MaxBatchLines {
+		return reply, events.NewRefusal([]events.Problem{{Code: events.BadRequest,
+			Reason: fmt.Sprintf("the request holds %d lines; at most %d per request", len(lines), MaxBatchLines)}})
 	}
 	reply.Items = make([]ItemResult, len(lines))
 	for i := range reply.Items {
@@ -438,6 +454,7 @@ func (g *Gate) appendLine(ctx context.Context, roomID string, key events.ChainKe
 			}
 			if c.hashes != nil {
 				c.hashes = append(c.hashes, e.EntryHash())
+				c.seqs = append(c.seqs, ack.Sequence)
 			}
 			res.Outcome, res.StreamSeq, res.Subject = OutcomeStored, ack.Sequence, subj
 			return res
@@ -492,7 +509,7 @@ func (g *Gate) resent(ctx context.Context, key events.ChainKey, c *chainState, e
 		}
 	}
 	if c.hashes[seq] == e.EntryHash() {
-		res.Outcome = OutcomeDuplicate
+		res.Outcome, res.StreamSeq = OutcomeDuplicate, c.seqs[seq]
 		res.Subject = g.subjects.Journal(c.roomID, key)
 		return res
 	}
@@ -546,7 +563,7 @@ func (g *Gate) tooLarge(msg *nats.Msg, at events.Location) []events.Problem {
 			size += int64(len(k) + len(v) + 4)
 		}
 	}
-	size += 16 // "NATS/1.0\r\n" and the final CRLF
+	size += 12 // "NATS/1.0\r\n" and the final CRLF
 	if max := g.nc.MaxPayload(); size > max {
 		return []events.Problem{{Code: events.TooLarge, At: at,
 			Reason: fmt.Sprintf("%d bytes with headers; the server accepts at most %d", size, max)}}

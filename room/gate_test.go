@@ -75,7 +75,8 @@ func TestJournalStoreDuplicateExtend(t *testing.T) {
 		t.Fatalf("re-ship: %+v", r)
 	}
 	for i, it := range r.Items {
-		if it.Outcome != room.OutcomeDuplicate || seqOf(it) != int64(i) || it.Hash != entries[i].EntryHash() || it.Subject != subj {
+		if it.Outcome != room.OutcomeDuplicate || seqOf(it) != int64(i) || it.Hash != entries[i].EntryHash() || it.Subject != subj ||
+			it.StreamSeq != uint64(i+1) {
 			t.Fatalf("re-ship item %d: %+v", i, it)
 		}
 	}
@@ -236,6 +237,7 @@ func TestJournalBadRequest(t *testing.T) {
 		{"no room: prefix", nats.Header{room.HeaderRoom: {"alpha"}}, body},
 		{"room id too long", nats.Header{room.HeaderRoom: {"room:" + strings.Repeat("x", 508)}}, body},
 		{"empty body", nats.Header{room.HeaderRoom: {"room:alpha"}}, nil},
+		{"more lines than MaxBatchLines", nats.Header{room.HeaderRoom: {"room:alpha"}}, bytes.Repeat([]byte("\n"), room.MaxBatchLines+1)},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

@@ -10,7 +10,7 @@ import (
 
 // Metrics is an Observer that exports Prometheus metrics:
 //
-//	roompub_items_total{kind,outcome}            items decided (stored, duplicate, refused, skipped, failed)
+//	roompub_items_total{kind,outcome}            items decided (stored, duplicate, refused, failed)
 //	roompub_refusals_total{kind,code}            refusals by code
 //	roompub_item_duration_seconds{kind,outcome}  time to decide one item
 type Metrics struct {

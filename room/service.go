@@ -8,6 +8,7 @@ import (
 	"regexp"
 	"runtime"
 	"sync"
+	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/micro"
@@ -108,11 +109,23 @@ func (s *Service) async(h func(micro.Request)) micro.Handler {
 	})
 }
 
-// Stop unregisters the service and waits for requests in flight.
+// StopGrace is how long Stop lets requests in flight finish before it
+// cancels them.
+const StopGrace = 10 * time.Second
+
+// Stop unregisters the service, lets requests in flight finish (up to
+// StopGrace, then cancels them) and waits for them.
 func (s *Service) Stop() error {
 	err := s.svc.Stop()
+	done := make(chan struct{})
+	go func() { s.wg.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(StopGrace):
+		s.log.Warn("requests still in flight after the grace period: cancelling them")
+	}
 	s.stop()
-	s.wg.Wait()
+	<-done
 	return err
 }
 
@@ -128,7 +141,10 @@ func (s *Service) respondError(req micro.Request, status string, code events.Cod
 
 func (s *Service) respond(req micro.Request, v any) {
 	if err := req.RespondJSON(v); err != nil {
+		// Typically a reply over the max payload: say so rather than
+		// leaving the client to time out.
 		s.log.Warn("respond", zap.Error(err))
+		s.respondError(req, "500", "", "the reply could not be sent: "+err.Error())
 	}
 }
 

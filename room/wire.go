@@ -19,6 +19,10 @@ const (
 	HeaderCapsule = "Roompub-Capsule"
 )
 
+// MaxBatchLines bounds the journal lines of one request, so every reply
+// fits in a message; a longer shipment is sent as several requests.
+const MaxBatchLines = 1000
+
 // Item outcomes in a reply.
 const (
 	OutcomeStored    = "stored"    // appended now, at StreamSeq
@@ -77,10 +81,9 @@ type RecordReply struct {
 	Item   ItemResult `json:"item"`
 }
 
-// HeadRequest asks where a chain stands. RoomID may be empty: the reply
-// then names the room the chain lives in, if any.
+// HeadRequest asks where a chain stands; the reply (ChainHead) names the
+// room it lives in, if any.
 type HeadRequest struct {
-	RoomID    string `json:"room,omitempty"`
 	RunID     string `json:"run_id"`
 	CapsuleID string `json:"capsule_id"`
 }
