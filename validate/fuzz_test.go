@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"testing"
+	"unicode/utf8"
 
 	"github.com/roompub/roompub/events"
 )
@@ -18,6 +19,7 @@ func addRecordSeeds(f *testing.F) {
 	key, _ := testKey(11)
 	f.Add(signed(f, recordMembers(f), key))
 	f.Add([]byte(`{"schema/v":1}`))
+	f.Add([]byte("")) // empty_input, no record
 }
 
 // FuzzRecord: validate.Record never panics, reports only refusals, and a
@@ -33,7 +35,7 @@ func FuzzRecord(f *testing.F) {
 			if !errors.As(err, &ref) || len(ref.Problems) == 0 || ref.Problems[0].Code != ref.Code {
 				t.Fatalf("error %v is not a well-formed refusal", err)
 			}
-			if (rec == nil) != (ref.Code == events.MalformedJSON) {
+			if unparsed := ref.Code == events.MalformedJSON || ref.Code == events.EmptyInput; (rec == nil) != unparsed {
 				t.Fatalf("code %s with record %v", ref.Code, rec != nil)
 			}
 			return
@@ -64,12 +66,13 @@ func addJournalSeeds(f *testing.F) {
 	}
 	f.Add([]byte(`{"seq":0}`))
 	f.Add([]byte(`{"a":"\ud800"}`))
+	f.Add([]byte("\x91")) // not UTF-8: non_canonical, no entry
 }
 
 // FuzzChainCheck feeds one line to a chain verifier with the real entry
 // rules: it never panics, a line that is not JSON is exactly one
-// corrupt_entry, and an accepted line is canonical, hash-correct and linked
-// to the zero hash.
+// corrupt_entry (non_canonical when it is not UTF-8), and an accepted line
+// is canonical, hash-correct and linked to the zero hash.
 func FuzzChainCheck(f *testing.F) {
 	addJournalSeeds(f)
 	v := newValidator(f)
@@ -77,7 +80,11 @@ func FuzzChainCheck(f *testing.F) {
 		chain := v.NewChain(nil)
 		e, problems := chain.Check(line, events.Location{Line: 1})
 		if e == nil {
-			if len(problems) != 1 || problems[0].Code != events.CorruptEntry {
+			want := events.CorruptEntry
+			if !utf8.Valid(line) {
+				want = events.NonCanonical // checked before parsing, as upstream does
+			}
+			if len(problems) != 1 || problems[0].Code != want {
 				t.Fatalf("no entry, problems %v", problems)
 			}
 			if _, err := events.ParseEntry(line); err == nil {
