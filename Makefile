@@ -27,18 +27,12 @@ integration:
 	$(GO) test -count=1 ./test/integration/...
 
 fuzz-short:
-	@$(MAKE) --no-print-directory fuzz FUZZTIME=5s
+	@GO=$(GO) .ci/fuzz -fuzztime 5s $(FUZZ_PKGS)
 
 ## fuzz: every Fuzz target in $(FUZZ_PKGS), FUZZTIME each (default 60s)
 FUZZTIME ?= 60s
 fuzz:
-	@for pkg in $(FUZZ_PKGS); do \
-		list=$$($(GO) test -list '^Fuzz' "$$pkg"); \
-		for target in $$(grep '^Fuzz' <<<"$$list" || true); do \
-			echo "fuzz $$pkg $$target ($(FUZZTIME))"; \
-			$(GO) test -run='^$$' -fuzz="^$$target\$$" -fuzztime=$(FUZZTIME) "$$pkg"; \
-		done; \
-	done
+	@GO=$(GO) .ci/fuzz -fuzztime $(FUZZTIME) $(FUZZ_PKGS)
 
 ## bench: benchmarks of the verification code
 bench:
