@@ -5,7 +5,7 @@ SHELL := bash
 
 GO ?= go
 # Packages whose Fuzz targets `make test` (5s each) and `make fuzz` (60s each) run.
-FUZZ_PKGS := ./events ./validate
+FUZZ_PKGS := ./events ./validate ./room
 
 .PHONY: build run test unit integration fuzz-short fuzz bench fmt vet lint samples clean
 
@@ -20,10 +20,13 @@ run: build
 ## test: unit tests (race detector), integration tests, then 5s per fuzz target
 test: unit integration fuzz-short
 
+## unit: fast tests of the libraries and commands, with the race detector
 unit:
-	$(GO) test -race -count=1 ./events/... ./validate/... ./schemas/... ./cmd/...
+	$(GO) test -race -count=1 ./events/... ./validate/... ./schemas/... ./config/... ./cmd/...
 
+## integration: against real embedded nats-servers (JetStream on disk), then the built binaries
 integration:
+	$(GO) test -race -count=1 ./room/...
 	$(GO) test -count=1 ./test/integration/...
 
 fuzz-short:

@@ -1,0 +1,124 @@
+package config_test
+
+import (
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/alecthomas/kong"
+
+	"github.com/roompub/roompub/config"
+)
+
+const host = "node:did:key:z6MkqB3fVxzXFbVUK2q1GPrLQzaxgwDGGVuxkDzaf5tsLnpo"
+
+type grammar struct {
+	Config kong.ConfigFlag `name:"config"`
+	Serve  struct {
+		config.Serve
+	} `cmd:""`
+}
+
+func parse(t *testing.T, args ...string) (*grammar, error) {
+	t.Helper()
+	var g grammar
+	p, err := kong.New(&g, kong.Configuration(config.YAML), kong.Exit(func(int) { t.Fatal("exit") }))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = p.Parse(args)
+	return &g, err
+}
+
+func TestServeDefaults(t *testing.T) {
+	g, err := parse(t, "serve")
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := g.Serve.Serve
+	if s.Server != "" || s.Listen != "127.0.0.1:4222" || s.StoreDir != "./data" || s.SyncInterval != 0 ||
+		s.Stream != "ROOMS" || s.Prefix != "rooms" || len(s.TrustedHosts) != 0 || s.Level != "info" || s.Format != "json" {
+		t.Fatalf("defaults: %+v", s)
+	}
+}
+
+func TestServeNotFromNATSURL(t *testing.T) {
+	t.Setenv("NATS_URL", "nats://elsewhere:4222")
+	g, err := parse(t, "serve")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if g.Serve.Server != "" {
+		t.Fatalf("NATS_URL replaced the embedded server: %q", g.Serve.Server)
+	}
+}
+
+func TestConfigFileAndFlags(t *testing.T) {
+	dir := t.TempDir()
+	file := filepath.Join(dir, "roompub.yaml")
+	yaml := "store-dir: /var/lib/roompub\nsync-interval: 50ms\ntrusted-host:\n  - " + host + "\nlisten: 127.0.0.1:5222\n"
+	if err := os.WriteFile(file, []byte(yaml), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	g, err := parse(t, "--config", file, "serve", "--listen", "127.0.0.1:6222")
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := g.Serve.Serve
+	if s.StoreDir != "/var/lib/roompub" || s.SyncInterval.String() != "50ms" || len(s.TrustedHosts) != 1 || s.TrustedHosts[0] != host {
+		t.Fatalf("from file: %+v", s)
+	}
+	if s.Listen != "127.0.0.1:6222" {
+		t.Fatalf("the flag must win over the file: %q", s.Listen)
+	}
+}
+
+func TestConfigFileUnknownKey(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "c.yaml")
+	if err := os.WriteFile(file, []byte("store_dri: x\nlisten: 127.0.0.1:1\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	_, err := parse(t, "--config", file, "serve")
+	if err == nil || !errors.Is(err, config.ErrInvalid) || !strings.Contains(err.Error(), `unknown key "store_dri"`) {
+		t.Fatalf("got %v, want an unknown-key error", err)
+	}
+}
+
+func TestServeValidateReportsEveryProblem(t *testing.T) {
+	s := config.Serve{Listen: "nope", StoreDir: "", SyncInterval: -1, MaxPayload: "lots", Replicas: 9, Stream: "a.b",
+		Prefix: "x>", TrustedHosts: []string{"node:did:key:zBad"}, SchemaDir: "/does/not/exist",
+		Credentials: config.Credentials{Password: "pw", TLSCert: "c.pem"}}
+	err := s.Validate()
+	if !errors.Is(err, config.ErrInvalid) {
+		t.Fatalf("got %v", err)
+	}
+	for _, want := range []string{"--listen", "--store-dir", "--sync-interval", "--max-payload", "--replicas", "--stream",
+		"--subject-prefix", "--trusted-host", "--schema-dir", "--password needs --user", "--tlscert and --tlskey"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("%q missing from %v", want, err)
+		}
+	}
+}
+
+func TestCredentialsRedacted(t *testing.T) {
+	c := config.Credentials{User: "u", Password: "hunter2-secret"}
+	if s := c.String(); strings.Contains(s, "hunter2") || !strings.Contains(s, "[REDACTED]") {
+		t.Fatalf("String: %s", s)
+	}
+}
+
+func TestParseSize(t *testing.T) {
+	for in, want := range map[string]int64{"": 0, "1024": 1024, "512KB": 512 << 10, "1MB": 1 << 20, "2m": 2 << 20, "1G": 1 << 30, "10B": 10} {
+		got, err := config.ParseSize(in)
+		if err != nil || got != want {
+			t.Errorf("ParseSize(%q) = %d, %v; want %d", in, got, err, want)
+		}
+	}
+	for _, in := range []string{"x", "-1", "1TB", "1.5MB"} {
+		if _, err := config.ParseSize(in); err == nil {
+			t.Errorf("ParseSize(%q) accepted", in)
+		}
+	}
+}
