@@ -3,6 +3,8 @@ package validate_test
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
+	"os"
 	"strings"
 	"testing"
 	"testing/fstest"
@@ -145,6 +147,25 @@ func TestWithSchemaFS(t *testing.T) {
 	wide := newValidator(t, validate.WithSchemaFS(fsys))
 	_, err = wide.Journal(bytes.NewReader(journalBytes(lines...)), "j", nil)
 	expectRefusal(t, err)
+
+	// A directory with only the envelope takes the record schemas from the
+	// embedded set.
+	only := fstest.MapFS{schemas.EnvelopeFile: fsys[schemas.EnvelopeFile]}
+	partial := newValidator(t, validate.WithSchemaFS(only))
+	if _, err := partial.Journal(bytes.NewReader(journalBytes(lines...)), "j", nil); err != nil {
+		t.Fatalf("envelope-only schema dir: %v", err)
+	}
+	ref, err := os.ReadFile("../testdata/reference/execution-records/verified.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := partial.Record(ref, events.Location{}); err != nil {
+		t.Fatalf("envelope-only schema dir, record: %v", err)
+	}
+	// A directory with neither root schema is an error, not a fallback.
+	if _, err := validate.New(validate.WithSchemaFS(fstest.MapFS{"other.json": &fstest.MapFile{Data: []byte("{}")}})); !errors.Is(err, validate.ErrInvalidOption) {
+		t.Fatalf("schema dir without a root schema: %v", err)
+	}
 
 	// The default-deny value rule holds whatever the schema allows.
 	props["blob"] = map[string]any{}

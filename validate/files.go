@@ -62,8 +62,13 @@ func (r *Report) refuse(err error) error {
 // its content ("schema" versus "schema/v"), not its name. A refusal is
 // reported in the Report (OK false); the error is non-nil only for inputs
 // that cannot be verified at all, wrapping ErrUsage.
-func (v *Validator) VerifyPath(path string) (Report, error) {
-	rep := Report{Path: path, OK: true}
+func (v *Validator) VerifyPath(path string) (rep Report, err error) {
+	rep = Report{Path: path, OK: true}
+	defer func() {
+		if err != nil {
+			rep.OK = false // not verified is not valid
+		}
+	}()
 	info, err := os.Stat(path)
 	if err != nil {
 		return rep, fmt.Errorf("%w: %v", ErrUsage, err)

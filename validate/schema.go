@@ -51,9 +51,10 @@ func compileECMA(expr string) (jsonschema.Regexp, error) {
 	return ecmaRegexp{re: re}, nil
 }
 
-// fileLoader resolves every schema URL to the file of that name in fsys
-// (its last path or URN segment) and makes that file's URL its base.
-type fileLoader struct{ fsys fs.FS }
+// fileLoader resolves every schema URL to the file of that name (its last
+// path or URN segment) in the first of fsys that has it, and makes that
+// file's URL its base.
+type fileLoader struct{ fsys []fs.FS }
 
 func (l fileLoader) Load(url string) (any, error) {
 	name := url
@@ -66,7 +67,13 @@ func (l fileLoader) Load(url string) (any, error) {
 	if name == "" || !fs.ValidPath(name) {
 		return nil, fmt.Errorf("%w: cannot resolve %q to a file name", ErrSchema, url)
 	}
-	data, err := fs.ReadFile(l.fsys, path.Clean(name))
+	var data []byte
+	var err error
+	for _, fsys := range l.fsys {
+		if data, err = fs.ReadFile(fsys, path.Clean(name)); !errors.Is(err, fs.ErrNotExist) {
+			break
+		}
+	}
 	if err != nil {
 		return nil, fmt.Errorf("%w: %s: %v", ErrSchema, name, err)
 	}
@@ -90,12 +97,15 @@ type compiledSchemas struct {
 	record   *jsonschema.Schema
 }
 
+// compileSchemas compiles the root schemas from fsys, taking any file fsys
+// lacks from the embedded set (nil fsys: the embedded set alone).
 func compileSchemas(fsys fs.FS) (compiledSchemas, error) {
-	if fsys == nil {
-		fsys = schemas.FS()
+	layers := []fs.FS{schemas.FS()}
+	if fsys != nil {
+		layers = []fs.FS{fsys, schemas.FS()}
 	}
 	c := jsonschema.NewCompiler()
-	c.UseLoader(fileLoader{fsys: fsys})
+	c.UseLoader(fileLoader{fsys: layers})
 	c.UseRegexpEngine(compileECMA)
 	c.AssertFormat()
 	var out compiledSchemas

@@ -8,6 +8,7 @@ import (
 	"sort"
 
 	"github.com/roompub/roompub/events"
+	"github.com/roompub/roompub/schemas"
 )
 
 // ErrInvalidOption is wrapped by New for an option that cannot be applied.
@@ -30,11 +31,20 @@ type options struct {
 
 // WithSchemaFS validates against the schema files in fsys (flat, by file
 // name; see package schemas) instead of the embedded ones, for example the
-// upstream's later envelope revision with seven more payload keys.
+// upstream's later envelope revision with seven more payload keys. A file
+// fsys lacks is taken from the embedded set, so a directory may hold just
+// the one schema it replaces; but it must hold at least one of the two
+// root schemas (schemas.EnvelopeFile, schemas.RecordFile), so that a wrong
+// directory is an error rather than a silent fallback.
 func WithSchemaFS(fsys fs.FS) Option {
 	return func(o *options) error {
 		if fsys == nil {
 			return fmt.Errorf("%w: nil schema FS", ErrInvalidOption)
+		}
+		_, errEnv := fs.Stat(fsys, schemas.EnvelopeFile)
+		_, errRec := fs.Stat(fsys, schemas.RecordFile)
+		if errEnv != nil && errRec != nil {
+			return fmt.Errorf("%w: the schema directory holds neither %s nor %s", ErrInvalidOption, schemas.EnvelopeFile, schemas.RecordFile)
 		}
 		o.schemaFS = fsys
 		return nil
