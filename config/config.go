@@ -249,3 +249,52 @@ func (y yamlResolver) Resolve(_ *kong.Context, _ *kong.Path, flag *kong.Flag) (a
 		return fmt.Sprint(t), nil
 	}
 }
+
+// Client is the configuration of the commands that talk to a running
+// publisher (publisher journal, publisher execution, the subscriber).
+type Client struct {
+	Server string `name:"server" help:"NATS server URL(s), comma separated (default nats://127.0.0.1:4222)." default:"nats://127.0.0.1:4222" env:"NATS_URL" placeholder:"URL" yaml:"server"`
+	Credentials
+	Timeout time.Duration `name:"timeout" help:"How long to wait for one reply." default:"30s" yaml:"timeout"`
+}
+
+// Validate reports every problem, joined.
+func (c *Client) Validate() error {
+	var errs []error
+	if strings.TrimSpace(c.Server) == "" {
+		errs = append(errs, fmt.Errorf("%w: --server is empty", ErrInvalid))
+	}
+	if c.Timeout <= 0 {
+		errs = append(errs, fmt.Errorf("%w: --timeout must be positive", ErrInvalid))
+	}
+	if err := c.Credentials.Validate(); err != nil {
+		errs = append(errs, err)
+	}
+	return errors.Join(errs...)
+}
+
+// Connect dials the server with the credentials, failing fast (one
+// attempt, the timeout) so a missing server is an error, not a hang.
+func (c *Client) Connect(name string) (*nats.Conn, error) {
+	opts, err := c.Credentials.Options()
+	if err != nil {
+		return nil, err
+	}
+	opts = append(opts, nats.Name(name), nats.Timeout(min(c.Timeout, 10*time.Second)))
+	nc, err := nats.Connect(c.Server, opts...)
+	if err != nil {
+		return nil, fmt.Errorf("connect %s: %w", RedactURL(c.Server), err)
+	}
+	return nc, nil
+}
+
+// RedactURL hides user:password@ in a URL list before it is printed.
+func RedactURL(u string) string {
+	parts := strings.Split(u, ",")
+	for i, p := range parts {
+		if a, b := strings.Index(p, "://"), strings.LastIndex(p, "@"); a >= 0 && b > a {
+			parts[i] = p[:a+3] + "[REDACTED]" + p[b:]
+		}
+	}
+	return strings.Join(parts, ",")
+}

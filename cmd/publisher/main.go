@@ -55,6 +55,9 @@ type cli struct {
 	Sign   signCmd   `cmd:"" help:"Sign an execution record with a host key and print the signed record."`
 	Serve  serveCmd  `cmd:"" help:"Run the validating publisher: embedded nats-server (or --server), room stream, ingest service."`
 
+	Journal   journalCmd   `cmd:"" help:"Ship capsule directories into a room through the ingest service (resumable; --follow)."`
+	Execution executionCmd `cmd:"" help:"Ship execution records into their rooms through the ingest service."`
+
 	Config kong.ConfigFlag `name:"config" help:"YAML file of flag values (keys are flag names); flags given on the command line win." placeholder:"FILE"`
 }
 

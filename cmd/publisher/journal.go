@@ -1,0 +1,284 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"strings"
+	"sync"
+	"syscall"
+
+	"github.com/schollz/progressbar/v3"
+	"golang.org/x/term"
+
+	"github.com/roompub/roompub/config"
+	"github.com/roompub/roompub/room"
+	"github.com/roompub/roompub/validate"
+)
+
+// errShipFailed: some item could not be shipped (no service, no answer,
+// unreadable file): exitUsage; what was stored is printed.
+var errShipFailed = errors.New("not everything could be shipped; run again to resume")
+
+type journalCmd struct {
+	config.Client
+	Room   string   `name:"room" required:"" placeholder:"ROOM" help:"Room to ship into: room: and non-space characters."`
+	Follow bool     `name:"follow" help:"Keep shipping what the harness appends until interrupted."`
+	JSON   bool     `name:"json" help:"Print one JSON object per capsule instead of text."`
+	Dirs   []string `arg:"" name:"capsule-dir" help:"Capsule directory: capsule.json + journal.ndjson."`
+}
+
+// Validate checks the room id before anything is sent (exit 2, not 1).
+func (c *journalCmd) Validate() error {
+	if err := validate.CheckRoomID(c.Room); err != nil {
+		return fmt.Errorf("%w: --room %q: %v", config.ErrInvalid, c.Room, err)
+	}
+	return nil
+}
+
+func (c *journalCmd) Run(s *streams) error {
+	nc, err := c.Connect("roompub-publisher-journal")
+	if err != nil {
+		return err
+	}
+	defer nc.Close()
+	client := room.NewClient(nc, room.ClientOptions{Timeout: c.Timeout})
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	out := &shipPrinter{w: s.out, json: c.JSON}
+	var refused, failed int
+	var mu sync.Mutex
+	note := func(res room.ShipResult, err error) {
+		mu.Lock()
+		defer mu.Unlock()
+		out.print(res, err)
+		if res.Refused != nil {
+			refused++
+		}
+		if err != nil {
+			failed++
+			fmt.Fprintf(s.err, "publisher: %s: %v\n", res.Dir, err)
+		}
+	}
+	if c.Follow {
+		var wg sync.WaitGroup
+		for _, dir := range c.Dirs {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				var lastPrinted int
+				res, err := room.FollowCapsule(ctx, client, dir, c.Room, room.ShipOptions{}, func(r room.ShipResult) {
+					if r.Stored+r.Duplicates != lastPrinted || r.Refused != nil {
+						lastPrinted = r.Stored + r.Duplicates
+						note(r, nil)
+					}
+				})
+				if err != nil {
+					note(res, err)
+				}
+			}()
+		}
+		wg.Wait()
+	} else {
+		for _, dir := range c.Dirs {
+			bar := newBar(s.err, dir)
+			res, err := room.ShipCapsule(ctx, client, dir, c.Room, room.ShipOptions{Progress: bar.update})
+			bar.finish()
+			note(res, err)
+			if ctx.Err() != nil {
+				break
+			}
+		}
+	}
+	switch {
+	case failed > 0:
+		return fmt.Errorf("%d of %d capsules: %w", failed, len(c.Dirs), errShipFailed)
+	case refused > 0:
+		return fmt.Errorf("%d of %d capsules %w", refused, len(c.Dirs), errRefused)
+	}
+	return nil
+}
+
+// shipPrinter prints ship results as text or JSON lines.
+type shipPrinter struct {
+	w    io.Writer
+	json bool
+}
+
+func (p *shipPrinter) print(res room.ShipResult, err error) {
+	if p.json {
+		line := struct {
+			room.ShipResult
+			OK    bool   `json:"ok"`
+			Error string `json:"error,omitempty"`
+		}{ShipResult: res, OK: err == nil && res.Refused == nil}
+		if err != nil {
+			line.Error = err.Error()
+		}
+		b, _ := json.Marshal(line)
+		fmt.Fprintf(p.w, "%s\n", b)
+		return
+	}
+	status := "ok"
+	switch {
+	case err != nil:
+		status = "FAILED"
+	case res.Refused != nil:
+		status = "REFUSED"
+	}
+	fmt.Fprintf(p.w, "%-8s %s → %s  chain %s/%s: %d stored, %d duplicate, %d already stored",
+		status, res.Dir, res.RoomID, res.Chain.RunID, res.Chain.CapsuleID, res.Stored, res.Duplicates, res.Skipped)
+	if res.Stored == 0 && res.Refused == nil && err == nil {
+		fmt.Fprint(p.w, " (nothing new)")
+	}
+	if res.Head.StreamSeq > 0 && res.Head.RoomID == res.RoomID {
+		fmt.Fprintf(p.w, "; head seq %d %s at stream seq %d", res.Head.Next-1, short(res.Head.Head), res.Head.StreamSeq)
+	}
+	fmt.Fprintln(p.w)
+	if res.Refused != nil {
+		fmt.Fprintf(p.w, "         %s\n", res.Refused.Problem.String())
+		for _, q := range res.Refused.Problems[min(1, len(res.Refused.Problems)):] {
+			fmt.Fprintf(p.w, "         %s\n", q.String())
+		}
+		if res.Stored+res.Duplicates+res.Skipped > 0 {
+			fmt.Fprintf(p.w, "         lines before it are in the room; it and every later line are not\n")
+		}
+	}
+	if res.PartialTail {
+		fmt.Fprintf(p.w, "         the last line has no newline yet: not sent (the harness may still be writing it)\n")
+	}
+}
+
+func short(h string) string {
+	if len(h) > 16 {
+		return h[:16] + "…"
+	}
+	return h
+}
+
+// bar is a progress bar on a terminal, and nothing otherwise.
+type bar struct {
+	pb *progressbar.ProgressBar
+}
+
+func newBar(w io.Writer, dir string) *bar {
+	f, ok := w.(*os.File)
+	if !ok || !term.IsTerminal(int(f.Fd())) {
+		return &bar{}
+	}
+	total := countLines(dir)
+	return &bar{pb: progressbar.NewOptions(total,
+		progressbar.OptionSetWriter(w),
+		progressbar.OptionSetDescription("shipping "+dir),
+		progressbar.OptionShowCount(),
+		progressbar.OptionSetItsString("entries"),
+		progressbar.OptionShowIts(),
+		progressbar.OptionClearOnFinish(),
+	)}
+}
+
+func (b *bar) update(r room.ShipResult) {
+	if b.pb != nil {
+		_ = b.pb.Set(r.Skipped + r.Stored + r.Duplicates)
+	}
+}
+
+func (b *bar) finish() {
+	if b.pb != nil {
+		_ = b.pb.Finish()
+	}
+}
+
+func countLines(dir string) int {
+	data, err := os.ReadFile(dir + string(os.PathSeparator) + validate.JournalFile)
+	if err != nil {
+		return -1
+	}
+	return strings.Count(string(data), "\n")
+}
+
+type executionCmd struct {
+	config.Client
+	JSON  bool     `name:"json" help:"Print one JSON object per file instead of text."`
+	Files []string `arg:"" name:"file" help:"Execution record file (JSON); its room is its room/id."`
+}
+
+func (c *executionCmd) Run(s *streams) error {
+	nc, err := c.Connect("roompub-publisher-execution")
+	if err != nil {
+		return err
+	}
+	defer nc.Close()
+	client := room.NewClient(nc, room.ClientOptions{Timeout: c.Timeout})
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	var refused, failed int
+	for _, f := range c.Files {
+		raw, err := os.ReadFile(f)
+		if err != nil {
+			fmt.Fprintf(s.err, "publisher: %v\n", err)
+			failed++
+			continue
+		}
+		reply, err := client.AppendRecord(ctx, raw)
+		if err != nil {
+			failed++
+			fmt.Fprintf(s.err, "publisher: %s: %v\n", f, err)
+			if errors.Is(err, room.ErrUnavailable) {
+				break
+			}
+			continue
+		}
+		it := reply.Item
+		if it.Outcome == room.OutcomeRefused {
+			refused++
+		}
+		if it.Outcome == room.OutcomeFailed {
+			failed++
+		}
+		printRecord(s.out, c.JSON, f, reply)
+	}
+	switch {
+	case failed > 0:
+		return fmt.Errorf("%d of %d records: %w", failed, len(c.Files), errShipFailed)
+	case refused > 0:
+		return fmt.Errorf("%d of %d records %w", refused, len(c.Files), errRefused)
+	}
+	return nil
+}
+
+func printRecord(w io.Writer, asJSON bool, file string, r room.RecordReply) {
+	it := r.Item
+	if asJSON {
+		b, _ := json.Marshal(struct {
+			File string `json:"file"`
+			OK   bool   `json:"ok"`
+			room.RecordReply
+		}{file, it.Outcome == room.OutcomeStored || it.Outcome == room.OutcomeDuplicate, r})
+		fmt.Fprintf(w, "%s\n", b)
+		return
+	}
+	switch it.Outcome {
+	case room.OutcomeStored, room.OutcomeDuplicate:
+		fmt.Fprintf(w, "%-9s %s → %s  %s at stream seq %d\n", it.Outcome, file, r.RoomID, it.Hash, it.StreamSeq)
+	case room.OutcomeRefused:
+		fmt.Fprintf(w, "REFUSED   %s → %s\n", file, orUnknown(r.RoomID))
+		for _, p := range it.Problems {
+			p.At.File = file
+			fmt.Fprintf(w, "          %s\n", p.String())
+		}
+	default:
+		fmt.Fprintf(w, "FAILED    %s: %s\n", file, it.Reason)
+	}
+}
+
+func orUnknown(s string) string {
+	if s == "" {
+		return "(no room)"
+	}
+	return s
+}

@@ -1,0 +1,123 @@
+package room
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/roompub/roompub/events"
+)
+
+// ErrUnavailable is wrapped by Client calls whose request got no answer
+// (no service, timeout, lost connection): nothing is known to be decided;
+// the same request may be sent again.
+var ErrUnavailable = errors.New("ingest service unavailable")
+
+// ServiceError is a request-level error reply from the ingest service
+// (Nats-Service-Error-Code and an ErrorReply body).
+type ServiceError struct {
+	Status string // the Nats-Service-Error-Code header, e.g. "400"
+	ErrorReply
+}
+
+func (e *ServiceError) Error() string {
+	if e.Code != "" {
+		return fmt.Sprintf("ingest service: %s: %s (status %s)", e.Code, e.Reason, e.Status)
+	}
+	return fmt.Sprintf("ingest service: %s (status %s)", e.Reason, e.Status)
+}
+
+// ClientOptions configures a Client; the zero value is the default.
+type ClientOptions struct {
+	// Prefix is the ingest service's subject prefix; default
+	// DefaultServicePrefix.
+	Prefix string
+	// Timeout bounds one request when ctx has no deadline; default 30s (a
+	// batch of 1,000 fsynced appends takes a while).
+	Timeout time.Duration
+}
+
+// Client speaks the ingest service's wire format (README "The ingest
+// service"). It is safe for concurrent use.
+type Client struct {
+	nc      *nats.Conn
+	prefix  string
+	timeout time.Duration
+}
+
+// NewClient returns a client on nc.
+func NewClient(nc *nats.Conn, o ClientOptions) *Client {
+	c := &Client{nc: nc, prefix: o.Prefix, timeout: o.Timeout}
+	if c.prefix == "" {
+		c.prefix = DefaultServicePrefix
+	}
+	if c.timeout <= 0 {
+		c.timeout = 30 * time.Second
+	}
+	return c
+}
+
+// MaxPayload is the largest request the server accepts, in bytes.
+func (c *Client) MaxPayload() int64 { return c.nc.MaxPayload() }
+
+func (c *Client) request(ctx context.Context, endpoint string, hdr nats.Header, body []byte, out any) error {
+	if _, ok := ctx.Deadline(); !ok {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, c.timeout)
+		defer cancel()
+	}
+	msg := &nats.Msg{Subject: c.prefix + "." + endpoint, Header: hdr, Data: body}
+	resp, err := c.nc.RequestMsgWithContext(ctx, msg)
+	if err != nil {
+		return fmt.Errorf("%w: %s: %v", ErrUnavailable, msg.Subject, err)
+	}
+	if status := resp.Header.Get("Nats-Service-Error-Code"); status != "" {
+		se := &ServiceError{Status: status}
+		if json.Unmarshal(resp.Data, &se.ErrorReply) != nil || se.Reason == "" {
+			se.Reason = resp.Header.Get("Nats-Service-Error")
+		}
+		return se
+	}
+	if err := json.Unmarshal(resp.Data, out); err != nil {
+		return fmt.Errorf("%s: unreadable reply: %w", msg.Subject, err)
+	}
+	return nil
+}
+
+// Head asks where a chain stands.
+func (c *Client) Head(ctx context.Context, key events.ChainKey) (ChainHead, error) {
+	body, _ := json.Marshal(HeadRequest{RunID: key.RunID, CapsuleID: key.CapsuleID})
+	var h ChainHead
+	err := c.request(ctx, "head", nil, body, &h)
+	return h, err
+}
+
+// AppendJournal sends journal lines of one chain (each ending in "\n") to
+// roomID. capsule, when not nil, is sent as the Roompub-Capsule header.
+// Errors: *ServiceError for a request-level refusal, ErrUnavailable when
+// no answer came.
+func (c *Client) AppendJournal(ctx context.Context, roomID string, capsule *events.CapsuleMeta, lines []byte) (JournalReply, error) {
+	hdr := nats.Header{}
+	hdr.Set(HeaderRoom, roomID)
+	if capsule != nil {
+		b, err := json.Marshal(capsule)
+		if err != nil {
+			return JournalReply{}, err
+		}
+		hdr.Set(HeaderCapsule, string(b))
+	}
+	var r JournalReply
+	err := c.request(ctx, "journal", hdr, lines, &r)
+	return r, err
+}
+
+// AppendRecord sends one execution record.
+func (c *Client) AppendRecord(ctx context.Context, raw []byte) (RecordReply, error) {
+	var r RecordReply
+	err := c.request(ctx, "execution", nil, raw, &r)
+	return r, err
+}

@@ -1,0 +1,399 @@
+package room
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/roompub/roompub/events"
+	"github.com/roompub/roompub/validate"
+)
+
+// ShipOptions configures ShipCapsule and FollowCapsule; the zero value is
+// the default.
+type ShipOptions struct {
+	// BatchLines bounds the lines of one request; default MaxBatchLines.
+	BatchLines int
+	// BatchBytes bounds the body of one request; default the server's max
+	// payload less 8 KiB for headers.
+	BatchBytes int
+	// Progress, when set, is called after every request with the result
+	// so far.
+	Progress func(ShipResult)
+	// Poll is how often FollowCapsule looks for appended lines; default
+	// 250ms.
+	Poll time.Duration
+	// Retry is how long FollowCapsule waits after the service could not
+	// be reached before it tries again; default 2s.
+	Retry time.Duration
+}
+
+// ShipResult is what happened to one capsule directory.
+type ShipResult struct {
+	Dir    string          `json:"dir"`
+	RoomID string          `json:"room"`
+	Chain  events.ChainKey `json:"chain"`
+	// Lines is how many complete lines the journal held when last read.
+	Lines int `json:"lines"`
+	// Skipped is how many lines were already stored before this run
+	// (not sent again).
+	Skipped    int `json:"already_stored"`
+	Stored     int `json:"stored"`
+	Duplicates int `json:"duplicates"`
+	// Head is the chain's head in the stream after the run.
+	Head ChainHead `json:"head"`
+	// Refused is the first refused line (file line numbers), if any.
+	Refused *LineRefusal `json:"refused,omitempty"`
+	// PartialTail is set when the journal ends in a line without a
+	// newline: the harness is still writing it; it was not sent.
+	PartialTail bool `json:"partial_tail,omitempty"`
+}
+
+// LineRefusal is a refusal located in the journal file.
+type LineRefusal struct {
+	events.Problem
+	Problems []events.Problem `json:"problems"`
+}
+
+// ErrShip is wrapped by ShipCapsule and FollowCapsule for a capsule
+// directory that cannot be shipped at all (no journal, unreadable file).
+var ErrShip = errors.New("cannot ship")
+
+// shipper ships one capsule from a cursor into a room.
+type shipper struct {
+	c      *Client
+	o      ShipOptions
+	dir    string
+	jpath  string
+	meta   events.CapsuleMeta
+	res    ShipResult
+	offset int64 // bytes of the journal already shipped (whole lines)
+	line   int   // lines already shipped or skipped
+}
+
+func newShipper(ctx context.Context, c *Client, dir, roomID string, o ShipOptions) (*shipper, error) {
+	if o.BatchLines <= 0 || o.BatchLines > MaxBatchLines {
+		o.BatchLines = MaxBatchLines
+	}
+	if o.BatchBytes <= 0 {
+		o.BatchBytes = int(c.MaxPayload()) - 8<<10
+	}
+	s := &shipper{c: c, o: o, dir: dir, jpath: filepath.Join(dir, validate.JournalFile)}
+	s.res = ShipResult{Dir: dir, RoomID: roomID}
+	if _, err := os.Stat(s.jpath); err != nil {
+		return nil, fmt.Errorf("%w: %s is not a capsule directory: %v", ErrShip, dir, err)
+	}
+	meta, err := validate.ReadCapsuleMeta(dir)
+	if err != nil {
+		var ref *events.Refusal
+		if errors.As(err, &ref) {
+			s.res.Refused = &LineRefusal{Problem: ref.Problem, Problems: ref.Problems}
+			return s, nil
+		}
+		return nil, fmt.Errorf("%w: %v", ErrShip, err)
+	}
+	s.meta = meta
+	s.res.Chain = meta.Key()
+	if err := s.resume(ctx); err != nil {
+		return s, err
+	}
+	s.res.Skipped = s.line
+	s.res.Lines = s.line
+	return s, nil
+}
+
+// resume asks where the chain stands and moves the cursor past the lines
+// already stored. If the file's line at that position is not the stored
+// head, it starts from the top so the gate reports where they differ.
+func (s *shipper) resume(ctx context.Context) error {
+	head, err := s.c.Head(ctx, s.meta.Key())
+	if err != nil {
+		return err
+	}
+	s.res.Head = head
+	s.offset, s.line = 0, 0
+	if head.Next == 0 || (head.RoomID != "" && head.RoomID != s.res.RoomID) {
+		return nil
+	}
+	f, err := os.Open(s.jpath)
+	if err != nil {
+		return fmt.Errorf("%w: %v", ErrShip, err)
+	}
+	defer f.Close()
+	br := bufio.NewReaderSize(f, 256<<10)
+	var off int64
+	var last []byte
+	for n := int64(0); n < head.Next; n++ {
+		ln, err := br.ReadSlice('\n')
+		for errors.Is(err, bufio.ErrBufferFull) {
+			var more []byte
+			more, err = br.ReadSlice('\n')
+			ln = append(append([]byte{}, ln...), more...)
+		}
+		if err != nil {
+			// The stream holds more of this chain than the file: the file
+			// is not the journal that was shipped. Send it all; the gate
+			// says what is wrong.
+			return nil
+		}
+		off += int64(len(ln))
+		if n == head.Next-1 {
+			last = ln[:len(ln)-1]
+		}
+	}
+	if e, err := events.ParseEntry(last); err != nil || e.EntryHash() != head.Head {
+		return nil
+	}
+	s.offset, s.line = off, int(head.Next)
+	return nil
+}
+
+// pass reads the journal from the cursor and ships every complete line.
+// It returns nil when it has shipped all complete lines (or recorded a
+// refusal), ErrUnavailable-wrapping errors when the service went away.
+func (s *shipper) pass(ctx context.Context) error {
+	f, err := os.Open(s.jpath)
+	if err != nil {
+		return fmt.Errorf("%w: %v", ErrShip, err)
+	}
+	defer f.Close()
+	if fi, err := f.Stat(); err == nil && fi.Size() < s.offset {
+		return fmt.Errorf("%w: %s shrank from %d to %d bytes: a journal is append-only", ErrShip, s.jpath, s.offset, fi.Size())
+	}
+	if _, err := f.Seek(s.offset, io.SeekStart); err != nil {
+		return fmt.Errorf("%w: %v", ErrShip, err)
+	}
+	br := bufio.NewReaderSize(f, 256<<10)
+	var batch bytes.Buffer
+	batchLines, batchStart := 0, s.line
+	s.res.PartialTail = false
+	flush := func() error {
+		if batchLines == 0 {
+			return nil
+		}
+		err := s.send(ctx, batch.Bytes(), batchStart)
+		batch.Reset()
+		batchLines, batchStart = 0, s.line
+		return err
+	}
+	for s.res.Refused == nil {
+		ln, err := readFullLine(br)
+		if errors.Is(err, io.EOF) {
+			if len(ln) > 0 {
+				s.res.PartialTail = true
+			}
+			break
+		}
+		if err != nil {
+			return fmt.Errorf("%w: %v", ErrShip, err)
+		}
+		if len(ln) > s.o.BatchBytes {
+			if err := flush(); err != nil {
+				return err
+			}
+			if s.res.Refused != nil {
+				break
+			}
+			s.res.Refused = &LineRefusal{Problem: events.Problem{Code: events.TooLarge,
+				At:     events.Location{File: s.jpath, Line: s.line + 1},
+				Reason: fmt.Sprintf("the line is %d bytes; a request carries at most %d", len(ln), s.o.BatchBytes)}}
+			s.res.Refused.Problems = []events.Problem{s.res.Refused.Problem}
+			break
+		}
+		if batchLines == s.o.BatchLines || batch.Len()+len(ln) > s.o.BatchBytes {
+			if err := flush(); err != nil {
+				return err
+			}
+			if s.res.Refused != nil {
+				break
+			}
+		}
+		batch.Write(ln)
+		batchLines++
+		s.line++
+		s.res.Lines = max(s.res.Lines, s.line)
+	}
+	if s.res.Refused == nil {
+		if err := flush(); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// send ships one batch whose first line is file line first+1, and moves
+// the cursor past what was stored or found stored.
+func (s *shipper) send(ctx context.Context, body []byte, first int) error {
+	capsule := s.meta
+	reply, err := s.c.AppendJournal(ctx, s.res.RoomID, &capsule, body)
+	if err != nil {
+		s.line = first // not shipped: resend from here
+		var se *ServiceError
+		if errors.As(err, &se) && se.Status == "400" {
+			p := events.Problem{Code: se.Code, At: events.Location{File: s.jpath, Line: first + 1}, Reason: se.Reason}
+			s.res.Refused = &LineRefusal{Problem: p, Problems: []events.Problem{p}}
+			return nil
+		}
+		return err
+	}
+	if reply.Head.Chain.RunID != "" {
+		s.res.Head = reply.Head
+	}
+	s.res.Stored += reply.Stored
+	s.res.Duplicates += reply.Dupes
+	shipped := 0
+	for _, it := range reply.Items {
+		switch it.Outcome {
+		case OutcomeStored, OutcomeDuplicate:
+			shipped++
+			continue
+		case OutcomeRefused:
+			s.res.Refused = &LineRefusal{Problem: events.Problem{Code: it.Code, Reason: it.Reason}, Problems: relocate(it.Problems, s.jpath, first)}
+			if it.At != nil {
+				s.res.Refused.At = relocate([]events.Problem{{At: *it.At}}, s.jpath, first)[0].At
+			}
+		case OutcomeFailed:
+			err = fmt.Errorf("%w: line %d not decided: %s", ErrUnavailable, first+it.Index+1, it.Reason)
+		}
+		break
+	}
+	// Advance the cursor by what is now in the stream.
+	adv := 0
+	for i := 0; i < shipped; i++ {
+		j := bytes.IndexByte(body[adv:], '\n')
+		adv += j + 1
+	}
+	s.offset += int64(adv)
+	s.line = first + shipped
+	if s.o.Progress != nil {
+		s.o.Progress(s.res)
+	}
+	return err
+}
+
+// relocate turns request line numbers into file line numbers.
+func relocate(ps []events.Problem, file string, first int) []events.Problem {
+	out := make([]events.Problem, len(ps))
+	for i, p := range ps {
+		p.At.File = file
+		if p.At.Line > 0 {
+			p.At.Line += first
+		}
+		out[i] = p
+	}
+	return out
+}
+
+// readFullLine returns the next line including its "\n"; at the end of
+// input it returns the partial line (without "\n", possibly empty) and
+// io.EOF.
+func readFullLine(br *bufio.Reader) ([]byte, error) {
+	var buf []byte
+	for {
+		chunk, err := br.ReadSlice('\n')
+		buf = append(buf, chunk...)
+		switch {
+		case err == nil:
+			return buf, nil
+		case errors.Is(err, bufio.ErrBufferFull):
+			continue
+		default:
+			return buf, err
+		}
+	}
+}
+
+// ShipCapsule ships a capsule directory (capsule.json + journal.ndjson)
+// into roomID through the ingest service: it asks where the chain stands,
+// sends only the lines not yet stored, in batches, and stops at the first
+// refused line (the lines before it may have landed; it and every later
+// one never do). A final line without a newline is not sent (PartialTail).
+// A refusal is reported in the result, not as an error. Errors: ErrShip
+// (no journal, unreadable file), ErrUnavailable (the service went away:
+// the result says what was stored; run again to resume), *ServiceError.
+func ShipCapsule(ctx context.Context, c *Client, dir, roomID string, o ShipOptions) (ShipResult, error) {
+	s, err := newShipper(ctx, c, dir, roomID, o)
+	if err != nil {
+		if s != nil {
+			return s.res, err
+		}
+		return ShipResult{Dir: dir, RoomID: roomID}, err
+	}
+	if s.res.Refused != nil {
+		return s.res, nil
+	}
+	err = s.pass(ctx)
+	return s.res, err
+}
+
+// FollowCapsule ships a capsule like ShipCapsule, then keeps shipping what
+// the harness appends until ctx is done or a line is refused. It waits for
+// capsule.json and journal.ndjson to appear, never sends a line before its
+// newline is written, and rides out an unavailable service by retrying.
+// report is called after every pass that shipped something, and once at
+// the end. It returns nil when ctx ends it.
+func FollowCapsule(ctx context.Context, c *Client, dir, roomID string, o ShipOptions, report func(ShipResult)) (ShipResult, error) {
+	if o.Poll <= 0 {
+		o.Poll = 250 * time.Millisecond
+	}
+	if o.Retry <= 0 {
+		o.Retry = 2 * time.Second
+	}
+	var s *shipper
+	var last ShipResult
+	for {
+		var err error
+		if s == nil {
+			s, err = newShipper(ctx, c, dir, roomID, o)
+			if errors.Is(err, ErrShip) {
+				s, err = nil, nil // not there yet
+			}
+			if s != nil && s.res.Refused != nil {
+				report(s.res)
+				return s.res, nil
+			}
+		}
+		if s != nil && err == nil {
+			before := s.res.Stored + s.res.Duplicates
+			err = s.pass(ctx)
+			last = s.res
+			if s.res.Refused != nil {
+				report(s.res)
+				return s.res, nil
+			}
+			if err == nil && s.res.Stored+s.res.Duplicates != before {
+				report(s.res)
+			}
+		}
+		wait := o.Poll
+		switch {
+		case err == nil:
+		case errors.Is(err, ErrUnavailable):
+			wait = o.Retry
+			if s != nil {
+				// Ask again where the chain stands before resending.
+				if rerr := s.resume(ctx); rerr != nil {
+					s.offset, s.line = 0, 0
+					s = nil
+				}
+			}
+		default:
+			return last, err
+		}
+		select {
+		case <-ctx.Done():
+			if s != nil {
+				last = s.res
+			}
+			report(last)
+			return last, nil
+		case <-time.After(wait):
+		}
+	}
+}
