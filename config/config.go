@@ -298,3 +298,36 @@ func RedactURL(u string) string {
 	}
 	return strings.Join(parts, ",")
 }
+
+// Reader is the configuration shared by the subscriber's commands: how to
+// reach the stream and what to trust. A record from a host not trusted
+// here is refused here, whatever the publisher accepted.
+type Reader struct {
+	Client
+	TrustedHosts []string `name:"trusted-host" help:"Host node id whose execution records are accepted (repeatable)." placeholder:"NODE_ID" yaml:"trusted-host"`
+	SchemaDir    string   `name:"schema-dir" help:"Validate against the schema files in DIR instead of the embedded ones." placeholder:"DIR" yaml:"schema-dir"`
+	Stream       string   `name:"stream" help:"Room stream name." default:"ROOMS" yaml:"stream"`
+	Prefix       string   `name:"subject-prefix" help:"First token of every room subject." default:"rooms" yaml:"subject-prefix"`
+}
+
+// Validate reports every problem, joined.
+func (r *Reader) Validate() error {
+	errs := []error{r.Client.Validate()}
+	for _, id := range r.TrustedHosts {
+		if _, err := events.ParseNodeID(id); err != nil {
+			errs = append(errs, fmt.Errorf("%w: --trusted-host %q: %v", ErrInvalid, id, err))
+		}
+	}
+	if r.SchemaDir != "" {
+		if fi, err := os.Stat(r.SchemaDir); err != nil || !fi.IsDir() {
+			errs = append(errs, fmt.Errorf("%w: --schema-dir %q is not a directory", ErrInvalid, r.SchemaDir))
+		}
+	}
+	if r.Stream == "" || strings.ContainsAny(r.Stream, " \t.*>/\\") {
+		errs = append(errs, fmt.Errorf("%w: --stream %q is not a valid stream name", ErrInvalid, r.Stream))
+	}
+	if r.Prefix == "" || strings.ContainsAny(r.Prefix, " \t.*>") {
+		errs = append(errs, fmt.Errorf("%w: --subject-prefix %q must be one subject token", ErrInvalid, r.Prefix))
+	}
+	return errors.Join(errs...)
+}

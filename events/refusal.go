@@ -58,6 +58,22 @@ const (
 	InvalidCapsule Code = "invalid_capsule"
 	// EmptyInput: a file or message holds no JSON value at all.
 	EmptyInput Code = "empty_input"
+	// ChainBroken: a reader sets aside an entry of a chain that is already
+	// broken at an earlier position (fork, gap or a refused entry); the
+	// first entry stored at a position wins and the chain is broken from
+	// the first failure (DESIGN.md).
+	ChainBroken Code = "chain_broken"
+	// Replayed: a message repeats, byte for byte, one already in the room.
+	// The gate never stores the same bytes twice, so a reader sets the
+	// copy aside rather than serve it twice.
+	Replayed Code = "replayed"
+	// BadSubject: a message under the stream's prefix on a subject that
+	// is not a room subject (rooms.<room>.journal.<run>.<capsule> or
+	// rooms.<room>.exec).
+	BadSubject Code = "bad_subject"
+	// WeakStream: the room stream is not append-only (a limit, TTL,
+	// rollup, deletes allowed, messages deleted); reported by audits.
+	WeakStream Code = "weak_stream"
 	// BadRequest: an ingest request that cannot be processed at all (no
 	// room, a room id that is not "room:" + non-space characters, an
 	// empty body); no item in it was looked at.

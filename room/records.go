@@ -15,8 +15,10 @@ import (
 	"github.com/roompub/roompub/events"
 )
 
-// roomState is this process's index of one room's stored records, brought
-// up to the stream head before every decision.
+// roomState indexes one room's stored records for the relation rules
+// (idempotency/key, run/ref, unknown outcomes, same bytes). The gate
+// brings it up to the stream head before every decision; a Reader builds
+// it in stream order; both apply the rules with the same code.
 type roomState struct {
 	mu        sync.Mutex
 	streamSeq uint64            // last record read from the room's record subject
@@ -31,10 +33,14 @@ func (g *Gate) room(roomID string) *roomState {
 	defer g.mu.Unlock()
 	r := g.rooms[roomID]
 	if r == nil {
-		r = &roomState{digests: map[string]uint64{}, keys: map[string]string{}, runs: map[string]string{}, unknown: map[string]uint64{}}
+		r = newRoomState()
 		g.rooms[roomID] = r
 	}
 	return r
+}
+
+func newRoomState() *roomState {
+	return &roomState{digests: map[string]uint64{}, keys: map[string]string{}, runs: map[string]string{}, unknown: map[string]uint64{}}
 }
 
 // catchUp reads every record stored on the room's record subject after

@@ -88,7 +88,7 @@ func run(args []string, stdout, stderr io.Writer) (status int) {
 	var grammar cli
 	parser, err := kong.New(&grammar,
 		kong.Name("publisher"),
-		kong.Description("roompub publisher: verify, sign and (later) publish evidence into a room."),
+		kong.Description("roompub publisher: verify, sign and publish evidence into rooms on NATS JetStream."),
 		kong.Writers(stdout, stderr),
 		kong.Exit(func(code int) { panic(exitRequest(code)) }),
 		kong.Vars{"version": buildVersion()},

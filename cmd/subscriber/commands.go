@@ -1,0 +1,281 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"sort"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/schollz/progressbar/v3"
+	"golang.org/x/term"
+
+	"github.com/roompub/roompub/config"
+	"github.com/roompub/roompub/room"
+	"github.com/roompub/roompub/validate"
+)
+
+// reader is what every subcommand needs: a connection, JetStream and a
+// validator that checks host trust.
+func open(c *config.Reader, name string) (*nats.Conn, jetstream.JetStream, *validate.Validator, error) {
+	vopts := []validate.Option{validate.WithTrustedHosts(c.TrustedHosts...)}
+	if c.SchemaDir != "" {
+		vopts = append(vopts, validate.WithSchemaFS(os.DirFS(c.SchemaDir)))
+	}
+	v, err := validate.New(vopts...)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	nc, err := c.Connect(name)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	js, err := jetstream.New(nc)
+	if err != nil {
+		nc.Close()
+		return nil, nil, nil, err
+	}
+	return nc, js, v, nil
+}
+
+func checkRooms(rooms []string) error {
+	for _, r := range rooms {
+		if err := validate.CheckRoomID(r); err != nil {
+			return fmt.Errorf("%w: --room %q: %v", config.ErrInvalid, r, err)
+		}
+	}
+	return nil
+}
+
+type followCmd struct {
+	config.Reader
+	Rooms    []string `name:"room" required:"" placeholder:"ROOM" help:"Room to follow (repeatable)."`
+	Durable  string   `name:"durable" required:"" placeholder:"NAME" help:"Durable consumer name: where this subscriber resumes after a restart."`
+	JSON     bool     `name:"json" help:"Print events as JSON lines (the default; kept for symmetry with the other commands)." default:"true" negatable:""`
+	StateDir string   `name:"state-dir" help:"Directory of the set-aside list (<durable>.set-aside.ndjson)." default:"." placeholder:"DIR"`
+}
+
+func (c *followCmd) Validate() error {
+	if err := checkRooms(c.Rooms); err != nil {
+		return err
+	}
+	if strings.ContainsAny(c.Durable, " \t.*>/\\") {
+		return fmt.Errorf("%w: --durable %q is not a valid consumer name", config.ErrInvalid, c.Durable)
+	}
+	return nil
+}
+
+func (c *followCmd) Run(s *streams) error {
+	nc, js, v, err := open(&c.Reader, "roompub-subscriber-follow")
+	if err != nil {
+		return err
+	}
+	defer nc.Close()
+	if err := os.MkdirAll(c.StateDir, 0o755); err != nil {
+		return err
+	}
+	qpath := filepath.Join(c.StateDir, c.Durable+".set-aside.ndjson")
+	q, err := os.OpenFile(qpath, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o644)
+	if err != nil {
+		return err
+	}
+	defer q.Close()
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	enc := json.NewEncoder(s.out)
+	var qerr error
+	err = room.Follow(ctx, js, room.FollowOptions{
+		Stream: c.Stream, Subjects: room.Subjects{Prefix: c.Prefix}, Rooms: c.Rooms, Durable: c.Durable, Validator: v,
+		OnSetAside: func(a room.SetAside) {
+			fmt.Fprintf(s.err, "set aside: %s\n", a.Error())
+			b, _ := json.Marshal(a)
+			if _, err := q.Write(append(b, '\n')); err != nil && qerr == nil {
+				qerr = err
+			}
+			_ = q.Sync()
+		},
+		Ready: func(floor uint64) {
+			fmt.Fprintf(s.err, "subscriber: following %s as %s (resumed after stream seq %d; set-aside list %s)\n",
+				strings.Join(c.Rooms, ", "), c.Durable, floor, qpath)
+		},
+	}, func(_ context.Context, ev *room.Event) error {
+		if c.JSON {
+			return enc.Encode(ev)
+		}
+		_, err := fmt.Fprintf(s.out, "%s %s seq %d %s%s\n", ev.RoomID, ev.Kind, ev.Seq, ev.EntryHash, ev.Ref)
+		return err
+	})
+	if err != nil {
+		return err
+	}
+	return qerr
+}
+
+type auditCmd struct {
+	config.Reader
+	Rooms   []string  `name:"room" placeholder:"ROOM" help:"Room to audit (repeatable); default every room."`
+	FromSeq uint64    `name:"from-seq" placeholder:"N" help:"Start at stream sequence N (chains are anchored at their first entry seen)."`
+	Since   time.Time `name:"since" placeholder:"TIME" help:"Start at the first message stored at or after TIME (RFC 3339)." format:"2006-01-02T15:04:05Z07:00"`
+	JSON    bool      `name:"json" help:"Print the report as one JSON object."`
+}
+
+func (c *auditCmd) Validate() error {
+	if c.FromSeq > 0 && !c.Since.IsZero() {
+		return fmt.Errorf("%w: --from-seq and --since exclude each other", config.ErrInvalid)
+	}
+	return checkRooms(c.Rooms)
+}
+
+func (c *auditCmd) Run(s *streams) error {
+	nc, js, v, err := open(&c.Reader, "roompub-subscriber-audit")
+	if err != nil {
+		return err
+	}
+	defer nc.Close()
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	var bar *progressbar.ProgressBar
+	if f, ok := s.err.(*os.File); ok && term.IsTerminal(int(f.Fd())) {
+		bar = progressbar.NewOptions64(-1, progressbar.OptionSetWriter(s.err), progressbar.OptionSetDescription("auditing"),
+			progressbar.OptionShowCount(), progressbar.OptionClearOnFinish())
+	}
+	rep, err := room.Audit(ctx, js, room.AuditOptions{
+		Stream: c.Stream, Subjects: room.Subjects{Prefix: c.Prefix}, Rooms: c.Rooms, FromSeq: c.FromSeq, Since: c.Since, Validator: v,
+		Progress: func(read, last uint64) {
+			if bar != nil {
+				bar.ChangeMax64(int64(last))
+				_ = bar.Set64(int64(read))
+			}
+		},
+	})
+	if bar != nil {
+		_ = bar.Finish()
+	}
+	if err != nil {
+		return err
+	}
+	if c.JSON {
+		b, _ := json.Marshal(rep)
+		fmt.Fprintf(s.out, "%s\n", b)
+	} else {
+		printAudit(s, rep)
+	}
+	if !rep.Clean() {
+		return fmt.Errorf("audit: %d message(s) set aside, %d chain(s) broken, %d stream problem(s): %w",
+			rep.Totals.SetAside, rep.Totals.ChainsBroken, len(rep.StreamProblems), errRefused)
+	}
+	return nil
+}
+
+func printAudit(s *streams, rep *room.AuditReport) {
+	w := s.out
+	fmt.Fprintf(w, "audit of stream %s, stream seq %d to %d\n", rep.Stream, rep.FromSeq, rep.LastSeq)
+	for _, p := range rep.StreamProblems {
+		fmt.Fprintf(w, "  weak_stream: %s\n", p)
+	}
+	room := ""
+	for _, c := range rep.Chains {
+		if c.RoomID != room {
+			room = c.RoomID
+			fmt.Fprintf(w, "%s\n", room)
+		}
+		head := c.Head
+		if len(head) > 16 {
+			head = head[:16] + "…"
+		}
+		verdict := c.Verdict
+		if c.Broken != nil {
+			verdict = fmt.Sprintf("broken at stream seq %d: %s", c.Broken.Seq, c.Broken.Code)
+		}
+		anch := ""
+		if c.Anchored {
+			anch = " (anchored: start not checked)"
+		}
+		fmt.Fprintf(w, "  journal %s/%s: %d entries, head %s, %s%s\n", c.Chain.RunID, c.Chain.CapsuleID, c.Entries, head, verdict, anch)
+	}
+	rooms := make([]string, 0, len(rep.Records))
+	for r := range rep.Records {
+		rooms = append(rooms, r)
+	}
+	sort.Strings(rooms)
+	for _, r := range rooms {
+		fmt.Fprintf(w, "%s\n  execution records: %d verified\n", r, rep.Records[r])
+	}
+	if len(rep.Violations) > 0 {
+		fmt.Fprintf(w, "violations:\n")
+		for _, v := range rep.Violations {
+			fmt.Fprintf(w, "  %s\n", v.Error())
+		}
+		if rep.Omitted > 0 {
+			fmt.Fprintf(w, "  … and %d more\n", rep.Omitted)
+		}
+	}
+	t := rep.Totals
+	verdict := "CLEAN"
+	if !rep.Clean() {
+		verdict = "REFUSED"
+	}
+	fmt.Fprintf(w, "%s: %d messages, %d entries and %d records verified, %d set aside; %d chains ok, %d broken; stream append-only: %v\n",
+		verdict, t.Messages, t.Entries, t.Records, t.SetAside, t.ChainsOK, t.ChainsBroken, t.StreamIsSound)
+}
+
+type evidenceCmd struct {
+	config.Reader
+	Instance string `name:"instance" required:"" placeholder:"ENV_REF" help:"The instance (environment/ref) whose verified records to print."`
+	Room     string `name:"room" placeholder:"ROOM" help:"Only this room."`
+	JSON     bool   `name:"json" help:"Print one JSON object per record."`
+}
+
+func (c *evidenceCmd) Validate() error {
+	if c.Room != "" {
+		return checkRooms([]string{c.Room})
+	}
+	return nil
+}
+
+func (c *evidenceCmd) Run(s *streams) error {
+	nc, js, v, err := open(&c.Reader, "roompub-subscriber-evidence")
+	if err != nil {
+		return err
+	}
+	defer nc.Close()
+	var rooms []string
+	if c.Room != "" {
+		rooms = []string{c.Room}
+	}
+	idx := room.NewEvidenceIndex()
+	rep, err := room.Audit(context.Background(), js, room.AuditOptions{
+		Stream: c.Stream, Subjects: room.Subjects{Prefix: c.Prefix}, Rooms: rooms, Validator: v,
+		OnEvent: func(ev *room.Event) {
+			if ev.Record != nil {
+				idx.Add(ev.RoomID, ev.Record, ev.Seq)
+			}
+		},
+	})
+	if err != nil {
+		return err
+	}
+	recs := idx.Instance(c.Instance, c.Room)
+	for _, r := range recs {
+		if c.JSON {
+			b, _ := json.Marshal(r)
+			fmt.Fprintf(s.out, "%s\n", b)
+			continue
+		}
+		fmt.Fprintf(s.out, "%s %s (%s) at stream seq %d: outcome %s, run %s\n", r.RoomID, r.Ref, r.Digest, r.StreamSeq, r.Outcome, r.RunRef)
+		for _, it := range r.Evidence {
+			fmt.Fprintf(s.out, "  %s %s %s\n", it.StepID, it.ArtifactRef, it.Digest)
+		}
+	}
+	if !c.JSON {
+		fmt.Fprintf(s.err, "subscriber: %d verified record(s) observed on %s; %d message(s) of the room(s) set aside\n", len(recs), c.Instance, rep.Totals.SetAside)
+	}
+	return nil
+}

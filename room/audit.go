@@ -1,0 +1,243 @@
+package room
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sort"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/roompub/roompub/events"
+	"github.com/roompub/roompub/validate"
+)
+
+// AuditOptions configures Audit; the zero value of each field is its
+// default, except Validator, which is required.
+type AuditOptions struct {
+	Stream   string   // default DefaultStream
+	Subjects Subjects // default prefix "rooms"
+	// Rooms limits the audit to these room ids; empty audits every room.
+	Rooms []string
+	// FromSeq or Since start the replay mid-stream; chains first seen
+	// there are anchored at their first entry (their start is unchecked).
+	FromSeq uint64
+	Since   time.Time
+	// Validator verifies every message; it should check host trust.
+	Validator *validate.Validator
+	// Progress, when set, is called every ProgressEvery messages and at
+	// the end with the messages read and the stream's last sequence.
+	Progress      func(read, last uint64)
+	ProgressEvery uint64
+	// MaxViolations bounds the violations kept in the report (default
+	// 10,000); Omitted counts the rest. Totals count them all.
+	MaxViolations int
+	// OnEvent, when set, receives every verified event (the evidence
+	// command uses it). It must not keep Entry or Record past the call
+	// unless it needs them.
+	OnEvent func(*Event)
+}
+
+// AuditReport is the verdict of one replay.
+type AuditReport struct {
+	Stream  string `json:"stream"`
+	FromSeq uint64 `json:"from_seq"`
+	LastSeq uint64 `json:"last_seq"`
+	// StreamProblems are the ways the stream is not append-only (code
+	// weak_stream), including messages deleted from it.
+	StreamProblems []string       `json:"stream_problems,omitempty"`
+	Chains         []ChainSummary `json:"chains"`
+	Records        map[string]int `json:"records"` // verified execution records per room
+	Violations     []SetAside     `json:"violations"`
+	Omitted        int            `json:"violations_omitted,omitempty"`
+	Totals         AuditTotals    `json:"totals"`
+}
+
+// AuditTotals counts what the audit read.
+type AuditTotals struct {
+	Messages      uint64              `json:"messages"`
+	Entries       uint64              `json:"entries"`
+	Records       uint64              `json:"records"`
+	SetAside      uint64              `json:"set_aside"`
+	ByCode        map[events.Code]int `json:"by_code,omitempty"`
+	ChainsOK      int                 `json:"chains_ok"`
+	ChainsBroken  int                 `json:"chains_broken"`
+	StreamIsSound bool                `json:"stream_append_only"`
+}
+
+// Clean reports whether the audit found nothing wrong.
+func (r *AuditReport) Clean() bool {
+	return r.Totals.SetAside == 0 && len(r.StreamProblems) == 0 && r.Totals.ChainsBroken == 0
+}
+
+// Audit replays the room stream (every room, or opts.Rooms) from the start
+// or the given point up to the last message at the time it starts, with an
+// ordered consumer, verifies every message with a Reader, and reports per
+// chain the entries, head and verdict, every violation with its code and
+// stream sequence, and totals. Memory is per chain and per record, not per
+// journal entry.
+func Audit(ctx context.Context, js jetstream.JetStream, o AuditOptions) (*AuditReport, error) {
+	if o.Validator == nil {
+		return nil, fmt.Errorf("%w: audit needs a validator", ErrGate)
+	}
+	name := o.Stream
+	if name == "" {
+		name = DefaultStream
+	}
+	if o.MaxViolations <= 0 {
+		o.MaxViolations = 10000
+	}
+	if o.ProgressEvery == 0 {
+		o.ProgressEvery = 10000
+	}
+	cctx, cancel := withDefaultTimeout(ctx)
+	st, err := js.Stream(cctx, name)
+	var info *jetstream.StreamInfo
+	if err == nil {
+		info, err = st.Info(cctx)
+	}
+	cancel()
+	if err != nil {
+		return nil, fmt.Errorf("stream %s: %w", name, err)
+	}
+	rep := &AuditReport{Stream: name, FromSeq: max(o.FromSeq, 1), LastSeq: info.State.LastSeq, Records: map[string]int{},
+		Totals: AuditTotals{ByCode: map[events.Code]int{}}}
+	if err := CheckStreamConfig(info.Config, o.Subjects); err != nil {
+		for _, e := range unjoin(err) {
+			rep.StreamProblems = append(rep.StreamProblems, e.Error())
+		}
+	}
+	if info.State.NumDeleted > 0 || (info.State.Msgs > 0 && info.State.FirstSeq != 1) {
+		rep.StreamProblems = append(rep.StreamProblems, fmt.Sprintf("%v: %d message(s) deleted; first sequence %d",
+			ErrStreamConfig, info.State.NumDeleted, info.State.FirstSeq))
+	}
+	rep.Totals.StreamIsSound = len(rep.StreamProblems) == 0
+
+	r := NewReader(o.Validator, o.Subjects)
+	r.Anchor = o.FromSeq > 1 || !o.Since.IsZero()
+	if info.State.Msgs > 0 && info.State.LastSeq >= rep.FromSeq {
+		if err := replay(ctx, st, o.Subjects, o.Rooms, o.FromSeq, o.Since, info.State.LastSeq, func(m StreamMsg) error {
+			rep.Totals.Messages++
+			ev, aside := r.Verify(m)
+			switch {
+			case aside != nil:
+				rep.Totals.SetAside++
+				rep.Totals.ByCode[aside.Code]++
+				if len(rep.Violations) < o.MaxViolations {
+					rep.Violations = append(rep.Violations, *aside)
+				} else {
+					rep.Omitted++
+				}
+			case ev.Kind == KindJournal:
+				rep.Totals.Entries++
+			default:
+				rep.Totals.Records++
+				rep.Records[ev.RoomID]++
+			}
+			if ev != nil && o.OnEvent != nil {
+				o.OnEvent(ev)
+			}
+			if o.Progress != nil && rep.Totals.Messages%o.ProgressEvery == 0 {
+				o.Progress(m.Seq, info.State.LastSeq)
+			}
+			return nil
+		}); err != nil {
+			return rep, err
+		}
+	}
+	if o.Progress != nil {
+		o.Progress(info.State.LastSeq, info.State.LastSeq)
+	}
+	rep.Chains = r.Chains()
+	sort.Slice(rep.Chains, func(i, j int) bool {
+		a, b := rep.Chains[i], rep.Chains[j]
+		if a.RoomID != b.RoomID {
+			return a.RoomID < b.RoomID
+		}
+		if a.Chain.RunID != b.Chain.RunID {
+			return a.Chain.RunID < b.Chain.RunID
+		}
+		return a.Chain.CapsuleID < b.Chain.CapsuleID
+	})
+	for _, c := range rep.Chains {
+		if c.Verdict == "ok" {
+			rep.Totals.ChainsOK++
+		} else {
+			rep.Totals.ChainsBroken++
+		}
+	}
+	return rep, nil
+}
+
+func unjoin(err error) []error {
+	if j, ok := err.(interface{ Unwrap() []error }); ok {
+		return j.Unwrap()
+	}
+	return []error{err}
+}
+
+// filters returns the subject filters for rooms (every room when empty).
+func filters(subjects Subjects, rooms []string) []string {
+	if len(rooms) == 0 {
+		return []string{subjects.All()}
+	}
+	out := make([]string, len(rooms))
+	for i, id := range rooms {
+		out[i] = subjects.Room(id)
+	}
+	return out
+}
+
+// replay reads the messages on the rooms' subjects, in stream order, from
+// fromSeq (or since) up to last inclusive, with an ordered consumer.
+func replay(ctx context.Context, st jetstream.Stream, subjects Subjects, rooms []string, fromSeq uint64, since time.Time, last uint64, fn func(StreamMsg) error) error {
+	cfg := jetstream.OrderedConsumerConfig{FilterSubjects: filters(subjects, rooms), DeliverPolicy: jetstream.DeliverAllPolicy}
+	switch {
+	case fromSeq > 1:
+		cfg.DeliverPolicy, cfg.OptStartSeq = jetstream.DeliverByStartSequencePolicy, fromSeq
+	case !since.IsZero():
+		cfg.DeliverPolicy, cfg.OptStartTime = jetstream.DeliverByStartTimePolicy, &since
+	}
+	cons, err := st.OrderedConsumer(ctx, cfg)
+	if err != nil {
+		return fmt.Errorf("replay: %w", err)
+	}
+	for {
+		batch, err := cons.Fetch(500, jetstream.FetchMaxWait(2*time.Second))
+		if err != nil {
+			return fmt.Errorf("replay: %w", err)
+		}
+		n := 0
+		for msg := range batch.Messages() {
+			n++
+			meta, err := msg.Metadata()
+			if err != nil {
+				return fmt.Errorf("replay: %w", err)
+			}
+			if err := fn(StreamMsg{Subject: msg.Subject(), Seq: meta.Sequence.Stream, Data: msg.Data(), Time: meta.Timestamp}); err != nil {
+				return err
+			}
+			if meta.Sequence.Stream >= last || meta.NumPending == 0 {
+				return nil
+			}
+		}
+		if err := batch.Error(); err != nil && !errors.Is(err, jetstream.ErrNoMessages) {
+			return fmt.Errorf("replay: %w", err)
+		}
+		if n == 0 {
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+			// An empty fetch is either the end of these subjects or a slow
+			// server: ask the consumer which, rather than stop short.
+			ci, err := cons.Info(ctx)
+			if err != nil {
+				return fmt.Errorf("replay: %w", err)
+			}
+			if ci.NumPending == 0 {
+				return nil
+			}
+		}
+	}
+}

@@ -1,0 +1,255 @@
+package room
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+	"unicode/utf8"
+
+	"github.com/roompub/roompub/events"
+	"github.com/roompub/roompub/validate"
+)
+
+// StreamMsg is one message read from the room stream.
+type StreamMsg struct {
+	Subject string
+	Seq     uint64 // stream sequence
+	Data    []byte
+	Time    time.Time
+}
+
+// Event is a verified message, as handed to the application.
+type Event struct {
+	RoomID  string    `json:"room"`
+	Kind    string    `json:"kind"` // KindJournal or KindExecution
+	Seq     uint64    `json:"stream_seq"`
+	Subject string    `json:"subject"`
+	Time    time.Time `json:"time"`
+
+	// Journal entries.
+	Chain     *events.ChainKey `json:"chain,omitempty"`
+	Position  *int64           `json:"seq,omitempty"` // chain position (the entry's seq)
+	EntryHash string           `json:"entry_hash,omitempty"`
+	Entry     *events.Entry    `json:"-"`
+
+	// Execution records.
+	Ref      string         `json:"ref,omitempty"`      // execution/ref
+	Digest   string         `json:"digest,omitempty"`   // content digest of the canonical bytes
+	Instance string         `json:"instance,omitempty"` // environment/ref
+	Outcome  string         `json:"outcome,omitempty"`
+	Record   *events.Record `json:"-"`
+}
+
+// SetAside is a message that failed verification: it is not served, and
+// it is reported with its code, stream sequence and reason.
+type SetAside struct {
+	RoomID   string           `json:"room,omitempty"`
+	Kind     string           `json:"kind,omitempty"`
+	Seq      uint64           `json:"stream_seq"`
+	Subject  string           `json:"subject"`
+	Time     time.Time        `json:"time"`
+	Chain    *events.ChainKey `json:"chain,omitempty"`
+	Code     events.Code      `json:"code"`
+	Reason   string           `json:"reason"`
+	Problems []events.Problem `json:"problems,omitempty"`
+}
+
+// Error renders the set-aside message like a refusal.
+func (s *SetAside) Error() string {
+	return fmt.Sprintf("%s at stream seq %d (%s): %s", s.Code, s.Seq, s.Subject, s.Reason)
+}
+
+// chainView is a reader's state of one chain: bounded, whatever the
+// chain's length.
+type chainView struct {
+	roomID   string
+	cv       *events.ChainVerifier
+	entries  int64
+	firstSeq uint64
+	lastSeq  uint64
+	broken   *SetAside // the first failure; nil while the chain is whole
+	anchored bool      // the chain was first seen mid-way (audit from a point)
+}
+
+// Reader re-verifies room messages in stream order with the same code as
+// the offline verifier and the gate: every journal entry (schema, canonical
+// form, hash, chain position and link, metadata, subject) and every
+// execution record (schema, ref, digests, host, signature, host trust,
+// foreign evidence, and the room's relation rules). Its state is per chain
+// and per room, not per message. It is not safe for concurrent use.
+type Reader struct {
+	v        *validate.Validator
+	subjects Subjects
+	chains   map[events.ChainKey]*chainView
+	rooms    map[string]*roomState
+	evidence *EvidenceIndex
+	// Anchor, when set, starts a chain at the first entry seen for it
+	// instead of at position 0: for audits that start mid-stream.
+	Anchor bool
+}
+
+// NewReader returns a reader that verifies with v (which should check
+// host trust: a record from a host not trusted here is refused here, what
+// ever the publisher accepted).
+func NewReader(v *validate.Validator, subjects Subjects) *Reader {
+	return &Reader{v: v, subjects: subjects, chains: map[events.ChainKey]*chainView{}, rooms: map[string]*roomState{}, evidence: NewEvidenceIndex()}
+}
+
+// Evidence is the index of the verified execution records read so far.
+func (r *Reader) Evidence() *EvidenceIndex { return r.evidence }
+
+// Verify checks one message, which must come after every message given
+// before it in stream order. It returns the verified event, or the reason
+// the message is set aside.
+func (r *Reader) Verify(m StreamMsg) (*Event, *SetAside) {
+	p, err := r.subjects.Parse(m.Subject)
+	if err != nil {
+		return nil, r.aside(m, Parsed{}, nil, []events.Problem{{Code: events.BadSubject, At: events.Location{Seq: m.Seq}, Reason: err.Error()}})
+	}
+	if p.Kind == KindJournal {
+		return r.verifyEntry(m, p)
+	}
+	return r.verifyRecord(m, p)
+}
+
+func (r *Reader) aside(m StreamMsg, p Parsed, chain *events.ChainKey, problems []events.Problem) *SetAside {
+	ref := events.NewRefusal(problems)
+	return &SetAside{RoomID: p.RoomID, Kind: p.Kind, Seq: m.Seq, Subject: m.Subject, Time: m.Time, Chain: chain,
+		Code: ref.Code, Reason: ref.Reason, Problems: ref.Problems}
+}
+
+func (r *Reader) verifyEntry(m StreamMsg, p Parsed) (*Event, *SetAside) {
+	at := events.Location{Seq: m.Seq}
+	key := p.Chain
+	c := r.chains[key]
+	if c == nil {
+		c = &chainView{roomID: p.RoomID, cv: r.v.NewChain(nil), firstSeq: m.Seq}
+		r.chains[key] = c
+	}
+	if c.roomID != p.RoomID {
+		return nil, r.aside(m, p, &key, []events.Problem{{Code: events.RoomConflict, At: at,
+			Reason: "the capsule's chain already lives in another room", Expected: c.roomID, Actual: p.RoomID}})
+	}
+	var e *events.Entry
+	if utf8.Valid(m.Data) {
+		e, _ = events.ParseEntry(m.Data)
+	}
+	if e != nil && (e.RunID() != key.RunID || e.CapsuleID() != key.CapsuleID) {
+		// Not this chain's entry at all: set aside without touching the chain.
+		return nil, r.aside(m, p, &key, []events.Problem{{Code: events.WrongRoom, At: at,
+			Reason:   "the entry names another run or capsule than its subject",
+			Expected: key.RunID + "/" + key.CapsuleID, Actual: e.RunID() + "/" + e.CapsuleID()}})
+	}
+	if c.broken != nil {
+		return nil, r.aside(m, p, &key, []events.Problem{{Code: events.ChainBroken, At: at,
+			Reason: fmt.Sprintf("the chain is broken at stream seq %d (%s): later entries are not served", c.broken.Seq, c.broken.Code)}})
+	}
+	if e != nil && r.Anchor && c.entries == 0 && !c.anchored {
+		if pos, ok := e.Seq(); ok && pos > 0 {
+			c.cv.Resume(pos, e.ParentHash(), e.Metadata())
+			c.anchored = true
+		}
+	}
+	if e != nil {
+		if pos, ok := e.Seq(); ok && pos != c.cv.Next() {
+			var ps []events.Problem
+			switch {
+			case pos < c.cv.Next() && pos == c.cv.Next()-1 && e.EntryHash() == c.cv.Head() && e.EntryHash() == e.ComputedHash() && bytes.Equal(m.Data, e.Canonical()):
+				return nil, r.aside(m, p, &key, []events.Problem{{Code: events.Replayed, At: at,
+					Reason: "the entry repeats the chain's head, byte for byte"}})
+			case pos < c.cv.Next():
+				ps = []events.Problem{{Code: events.Fork, At: withPtr(at, "/seq"),
+					Reason: "chain position " + strconv.FormatInt(pos, 10) + " is already held by an earlier entry: the first one stored wins"}}
+			default:
+				ps = []events.Problem{{Code: events.Gap, At: withPtr(at, "/seq"),
+					Reason:   "chain position " + strconv.FormatInt(c.cv.Next(), 10) + " is missing",
+					Expected: strconv.FormatInt(c.cv.Next(), 10), Actual: strconv.FormatInt(pos, 10)}}
+			}
+			s := r.aside(m, p, &key, ps)
+			c.broken = s
+			return nil, s
+		}
+	}
+	e, problems := c.cv.Check(m.Data, at)
+	if len(problems) > 0 {
+		s := r.aside(m, p, &key, problems)
+		c.broken = s
+		return nil, s
+	}
+	c.entries++
+	c.lastSeq = m.Seq
+	pos, _ := e.Seq()
+	return &Event{RoomID: p.RoomID, Kind: KindJournal, Seq: m.Seq, Subject: m.Subject, Time: m.Time,
+		Chain: &key, Position: &pos, EntryHash: e.EntryHash(), Entry: e}, nil
+}
+
+func withPtr(at events.Location, ptr string) events.Location {
+	at.Pointer = ptr
+	return at
+}
+
+func (r *Reader) verifyRecord(m StreamMsg, p Parsed) (*Event, *SetAside) {
+	at := events.Location{Seq: m.Seq}
+	rec, err := r.v.Record(m.Data, at)
+	if err != nil {
+		var ref *events.Refusal
+		if errors.As(err, &ref) {
+			return nil, r.aside(m, p, nil, ref.Problems)
+		}
+		return nil, r.aside(m, p, nil, []events.Problem{{Code: events.MalformedJSON, At: at, Reason: err.Error()}})
+	}
+	if rec.RoomID() != p.RoomID {
+		return nil, r.aside(m, p, nil, []events.Problem{{Code: events.WrongRoom, At: withPtr(at, "/room~1id"),
+			Reason: "the record names another room than its subject", Expected: p.RoomID, Actual: rec.RoomID()}})
+	}
+	rs := r.rooms[p.RoomID]
+	if rs == nil {
+		rs = newRoomState()
+		r.rooms[p.RoomID] = rs
+	}
+	if seq, ok := rs.digests[rec.ContentDigest()]; ok {
+		return nil, r.aside(m, p, nil, []events.Problem{{Code: events.Replayed, At: at,
+			Reason: "the record repeats, byte for byte, the one at stream seq " + strconv.FormatUint(seq, 10)}})
+	}
+	if ps := rs.streamProblems(rec, at); len(ps) > 0 {
+		return nil, r.aside(m, p, nil, ps)
+	}
+	rs.add(rec, m.Seq)
+	r.evidence.Add(p.RoomID, rec, m.Seq)
+	env, _ := rec.EnvironmentRef()
+	return &Event{RoomID: p.RoomID, Kind: KindExecution, Seq: m.Seq, Subject: m.Subject, Time: m.Time,
+		Ref: rec.ComputedRef(), Digest: rec.ContentDigest(), Instance: env, Outcome: rec.Outcome(), Record: rec}, nil
+}
+
+// ChainSummary describes one chain as a reader has seen it.
+type ChainSummary struct {
+	RoomID string          `json:"room"`
+	Chain  events.ChainKey `json:"chain"`
+	// Entries is how many entries were verified and served.
+	Entries int64 `json:"entries"`
+	// Head is the entry_hash of the last verified entry.
+	Head     string `json:"head"`
+	FirstSeq uint64 `json:"first_stream_seq"`
+	LastSeq  uint64 `json:"last_stream_seq,omitempty"`
+	// Verdict is "ok", or "broken" with Broken naming the first failure.
+	Verdict string    `json:"verdict"`
+	Broken  *SetAside `json:"broken,omitempty"`
+	// Anchored chains were first seen mid-way: their start is unchecked.
+	Anchored bool `json:"anchored,omitempty"`
+}
+
+// Chains summarises every chain seen, in no particular order.
+func (r *Reader) Chains() []ChainSummary {
+	out := make([]ChainSummary, 0, len(r.chains))
+	for k, c := range r.chains {
+		s := ChainSummary{RoomID: c.roomID, Chain: k, Entries: c.entries, Head: c.cv.Head(), FirstSeq: c.firstSeq, LastSeq: c.lastSeq,
+			Verdict: "ok", Broken: c.broken, Anchored: c.anchored}
+		if c.broken != nil {
+			s.Verdict = "broken"
+		}
+		out = append(out, s)
+	}
+	return out
+}
