@@ -332,6 +332,17 @@ func ShipCapsule(ctx context.Context, c *Client, dir, roomID string, o ShipOptio
 	return s.res, err
 }
 
+// capsuleMissing reports whether s was refused only because dir has no
+// capsule.json yet (a harness may create journal.ndjson first): a
+// follower waits for it as it waits for the journal.
+func capsuleMissing(dir string, s *shipper) bool {
+	if s == nil || s.res.Refused == nil || s.res.Refused.Code != events.InvalidCapsule {
+		return false
+	}
+	_, err := os.Stat(filepath.Join(dir, validate.CapsuleFile))
+	return errors.Is(err, os.ErrNotExist)
+}
+
 // FollowCapsule ships a capsule like ShipCapsule, then keeps shipping what
 // the harness appends until ctx is done or a line is refused. It waits for
 // capsule.json and journal.ndjson to appear, never sends a line before its
@@ -351,7 +362,7 @@ func FollowCapsule(ctx context.Context, c *Client, dir, roomID string, o ShipOpt
 		var err error
 		if s == nil {
 			s, err = newShipper(ctx, c, dir, roomID, o)
-			if errors.Is(err, ErrShip) {
+			if errors.Is(err, ErrShip) || (err == nil && capsuleMissing(dir, s)) {
 				s, err = nil, nil // not there yet
 			}
 			if s != nil && s.res.Refused != nil {
