@@ -202,7 +202,7 @@ func VerifyJournal(r io.Reader, file string, meta *CapsuleMeta, check EntryCheck
 	res := JournalResult{Head: ZeroHash}
 	broken := false
 	for lineNo := 1; ; lineNo++ {
-		line, complete, tooLong, err := readLine(br)
+		line, complete, tooLong, n, err := readLine(br)
 		if err != nil {
 			return res, err
 		}
@@ -212,7 +212,7 @@ func VerifyJournal(r io.Reader, file string, meta *CapsuleMeta, check EntryCheck
 		at := Location{File: file, Line: lineNo}
 		if !complete {
 			truncated.Add(Problem{Code: TruncatedTail, At: at,
-				Reason: fmt.Sprintf("the journal does not end in a newline: %d trailing bytes are a partial entry", len(line))})
+				Reason: fmt.Sprintf("the journal does not end in a newline: %d trailing bytes are a partial entry", n)})
 			break
 		}
 		res.Entries++
@@ -260,32 +260,35 @@ func VerifyJournal(r io.Reader, file string, meta *CapsuleMeta, check EntryCheck
 
 // readLine returns the next line without its "\n". complete is false for a
 // final line with no newline; line is nil at the end of input. A line over
-// MaxLineBytes is consumed to its end and returned empty with tooLong set.
-func readLine(br *bufio.Reader) (line []byte, complete, tooLong bool, err error) {
+// MaxLineBytes is consumed to its end and returned empty with tooLong set;
+// n is the line's length in bytes in every case.
+func readLine(br *bufio.Reader) (line []byte, complete, tooLong bool, n int, err error) {
 	var buf []byte
 	for {
 		chunk, err := br.ReadSlice('\n')
+		n += len(chunk)
 		if len(buf)+len(chunk) > MaxLineBytes {
 			tooLong = true
 			buf = buf[:0]
-		} else {
+		} else if !tooLong {
 			buf = append(buf, chunk...)
 		}
 		switch {
 		case err == nil:
+			n-- // the newline
 			if tooLong {
-				return []byte{}, true, true, nil
+				return []byte{}, true, true, n, nil
 			}
-			return buf[:len(buf)-1], true, false, nil
+			return buf[:len(buf)-1], true, false, n, nil
 		case errors.Is(err, bufio.ErrBufferFull):
 			continue
 		case errors.Is(err, io.EOF):
 			if len(buf) == 0 && !tooLong {
-				return nil, false, false, nil
+				return nil, false, false, n, nil
 			}
-			return buf, false, tooLong, nil
+			return buf, false, tooLong, n, nil
 		default:
-			return nil, false, false, err
+			return nil, false, false, n, err
 		}
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"unicode/utf8"
 )
 
 // Code is a refusal code from the shared vocabulary in DESIGN.md. One code
@@ -161,18 +162,45 @@ type Refusal struct {
 	Omitted  int       `json:"omitted,omitempty"`
 }
 
+// MaxTextBytes bounds a problem's Reason, Expected and Actual, so that a
+// hostile input (90,000 unknown keys, a megabyte-long value) cannot make a
+// refusal, a reply or a log line unbounded.
+const MaxTextBytes = 1024
+
+func clipText(s string) string {
+	if len(s) <= MaxTextBytes {
+		return s
+	}
+	cut := MaxTextBytes
+	for cut > 0 && !utf8.RuneStart(s[cut]) {
+		cut--
+	}
+	return s[:cut] + fmt.Sprintf("… (%d bytes more)", len(s)-cut)
+}
+
+func clip(p Problem) Problem {
+	p.Reason, p.Expected, p.Actual = clipText(p.Reason), clipText(p.Expected), clipText(p.Actual)
+	p.At.Pointer = clipText(p.At.Pointer)
+	return p
+}
+
 // NewRefusal returns a Refusal for problems, or nil when there are none.
 // problems must be in check order: problems[0] becomes the refusal's code.
+// Texts are clipped to MaxTextBytes and the list to MaxProblems.
 func NewRefusal(problems []Problem) *Refusal {
 	if len(problems) == 0 {
 		return nil
 	}
-	r := &Refusal{Problem: problems[0]}
+	r := &Refusal{}
 	if len(problems) > MaxProblems {
 		r.Omitted = len(problems) - MaxProblems
 		problems = problems[:MaxProblems]
 	}
-	r.Problems = problems
+	r.Problems = make([]Problem, len(problems))
+	for i, p := range problems {
+		r.Problems[i] = clip(p)
+	}
+	r.Problem = r.Problems[0]
 	return r
 }
 

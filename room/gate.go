@@ -283,6 +283,9 @@ func (g *Gate) AppendJournal(ctx context.Context, roomID string, body []byte, ca
 	if err := validate.CheckRoomID(roomID); err != nil {
 		return reply, err
 	}
+	if err := g.subjects.CheckRoom(roomID); err != nil {
+		return reply, events.NewRefusal([]events.Problem{{Code: events.BadRequest, Reason: err.Error()}})
+	}
 	lines := splitLines(body)
 	if len(lines) == 0 {
 		return reply, events.NewRefusal([]events.Problem{{Code: events.BadRequest, Reason: "the request holds no journal line"}})
@@ -396,6 +399,7 @@ func (g *Gate) appendLine(ctx context.Context, roomID string, key events.ChainKe
 		return g.refuseLine(ln, idx, nil)
 	}
 	seq, _ := e.Seq()
+	fresh := false // the view was read from the stream during this call
 	for attempt := 0; ; attempt++ {
 		if attempt >= g.attempts {
 			return failed(idx, fmt.Errorf("gave up after %d attempts", attempt))
@@ -404,6 +408,11 @@ func (g *Gate) appendLine(ctx context.Context, roomID string, key events.ChainKe
 			if err := g.reload(ctx, key, c); err != nil {
 				return failed(idx, err)
 			}
+			fresh = true
+		}
+		if c.roomID != "" && c.roomID != roomID && !fresh {
+			c.loaded = false // decide on the stream's word, not a cached view
+			continue
 		}
 		if c.roomID != "" && c.roomID != roomID {
 			return refused(idx, []events.Problem{{Code: events.RoomConflict, At: at,
@@ -426,6 +435,12 @@ func (g *Gate) appendLine(ctx context.Context, roomID string, key events.ChainKe
 		res := ItemResult{Index: idx, Seq: &seq, Hash: e.EntryHash()}
 		if seq < c.next && onlyPosition(problems) {
 			return g.resent(ctx, key, c, e, seq, res)
+		}
+		if len(problems) > 0 && !fresh {
+			// The cached view may be stale (another publisher appended): a
+			// refusal is final, so it is decided on a fresh read.
+			c.loaded = false
+			continue
 		}
 		if len(problems) > 0 {
 			r := refused(idx, problems)

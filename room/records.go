@@ -144,6 +144,11 @@ func (g *Gate) appendRecord(ctx context.Context, raw []byte) RecordReply {
 		return reply
 	}
 	roomID := rec.RoomID()
+	if err := g.subjects.CheckRoom(roomID); err != nil {
+		reply.Item = refused(0, []events.Problem{{Code: events.TooLarge, At: events.Location{Pointer: "/room~1id"}, Reason: err.Error()}})
+		reply.Item.Hash = rec.ComputedRef()
+		return reply
+	}
 	r := g.room(roomID)
 	r.mu.Lock()
 	defer r.mu.Unlock()

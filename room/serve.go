@@ -89,8 +89,16 @@ func Serve(ctx context.Context, o ServeOptions) error {
 	} else if replicas <= 0 {
 		replicas = 3
 	}
+	// A connection the client gives up on (the server closed it for a
+	// protocol error, reconnects exhausted) ends Serve with an error, so a
+	// supervisor restarts it instead of it lingering without a service.
+	connCtx, connLost := context.WithCancelCause(ctx)
+	defer connLost(nil)
 	opts := append([]nats.Option{
 		nats.Name("roompub-publisher"),
+		nats.ClosedHandler(func(nc *nats.Conn) {
+			connLost(fmt.Errorf("connection to NATS closed: %v", nc.LastError()))
+		}),
 		nats.MaxReconnects(-1),
 		nats.DisconnectErrHandler(func(_ *nats.Conn, err error) {
 			if err != nil { // nil on our own drain
@@ -109,9 +117,11 @@ func Serve(ctx context.Context, o ServeOptions) error {
 		return err
 	}
 	cfg := StreamConfig(o.Stream, o.Subjects, replicas)
-	if _, err := EnsureStream(ctx, js, cfg, o.Subjects); err != nil {
+	st, err := EnsureStream(ctx, js, cfg, o.Subjects)
+	if err != nil {
 		return err
 	}
+	replicas = st.CachedInfo().Config.Replicas // an existing stream keeps its own
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	metrics, err := NewMetrics(reg)
@@ -176,10 +186,15 @@ func Serve(ctx context.Context, o ServeOptions) error {
 	}
 	tick := time.NewTicker(interval)
 	defer tick.Stop()
+	var lost error
 loop:
 	for {
 		select {
-		case <-ctx.Done():
+		case <-connCtx.Done():
+			if ctx.Err() == nil {
+				lost = context.Cause(connCtx)
+				log.Error("publisher lost its NATS connection: stopping", zap.Error(lost))
+			}
 			break loop
 		case <-tick.C:
 			cctx, cancel := context.WithTimeout(ctx, DefaultTimeout)
@@ -213,6 +228,9 @@ loop:
 		time.Sleep(50 * time.Millisecond)
 	}
 	log.Info("publisher stopped")
+	if lost != nil {
+		return lost
+	}
 	return serr
 }
 

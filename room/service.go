@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"regexp"
 	"runtime"
+	"strings"
 	"sync"
 	"time"
 
@@ -157,10 +158,42 @@ func (s *Service) refusalOrError(req micro.Request, err error) {
 	s.respondError(req, "500", "", err.Error())
 }
 
+// header returns the single value of header name, matched without regard
+// to case; two values are an error (which one would be meant?).
+func header(h micro.Headers, name string) (string, bool, error) {
+	var vals []string
+	for k, vs := range h {
+		if strings.EqualFold(k, name) {
+			vals = append(vals, vs...)
+		}
+	}
+	switch len(vals) {
+	case 0:
+		return "", false, nil
+	case 1:
+		return vals[0], true, nil
+	default:
+		return "", true, fmt.Errorf("%d %s headers: send exactly one", len(vals), name)
+	}
+}
+
 func (s *Service) handleJournal(req micro.Request) {
-	roomID := req.Headers().Get(HeaderRoom)
+	roomID, ok, err := header(req.Headers(), HeaderRoom)
+	if err != nil || !ok {
+		reason := "no " + HeaderRoom + " header: a journal request names its room"
+		if err != nil {
+			reason = err.Error()
+		}
+		s.respondError(req, "400", events.BadRequest, reason)
+		return
+	}
+	capsuleRaw, _, err := header(req.Headers(), HeaderCapsule)
+	if err != nil {
+		s.respondError(req, "400", events.BadRequest, err.Error())
+		return
+	}
 	var capsule *events.CapsuleMeta
-	if raw := req.Headers().Get(HeaderCapsule); raw != "" {
+	if raw := capsuleRaw; raw != "" {
 		m, err := events.ParseCapsule([]byte(raw))
 		if err != nil {
 			s.respondError(req, "400", events.InvalidCapsule, err.Error())
@@ -191,12 +224,23 @@ func (s *Service) handleExecution(req micro.Request) {
 	s.respond(req, reply)
 }
 
+// chainID is the envelope's run_id and capsule_id pattern (seed 000).
+var chainID = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$`)
+
 func (s *Service) handleHead(req micro.Request) {
-	var hr HeadRequest
-	if err := json.Unmarshal(req.Data(), &hr); err != nil || hr.RunID == "" || hr.CapsuleID == "" {
-		s.respondError(req, "400", events.BadRequest, "body must be {\"run_id\":…,\"capsule_id\":…} with both set")
+	const usage = "body must be {\"run_id\":…,\"capsule_id\":…}, both ids of the envelope's form and nothing else"
+	obj, _, err := events.DecodeObject(req.Data()) // strict: duplicate keys are an error
+	if err != nil || len(obj) != 2 {
+		s.respondError(req, "400", events.BadRequest, usage)
 		return
 	}
+	run, _ := obj["run_id"].(string)
+	capsule, _ := obj["capsule_id"].(string)
+	if !chainID.MatchString(run) || !chainID.MatchString(capsule) {
+		s.respondError(req, "400", events.BadRequest, usage)
+		return
+	}
+	hr := HeadRequest{RunID: run, CapsuleID: capsule}
 	head, err := s.gate.Head(s.ctx, events.ChainKey{RunID: hr.RunID, CapsuleID: hr.CapsuleID})
 	if err != nil {
 		s.refusalOrError(req, err)

@@ -85,6 +85,24 @@ func DecodeToken(tok string) (string, error) {
 	return b.String(), nil
 }
 
+// MaxRoomTokenBytes bounds a room id's subject token. Every room id of the
+// schema's form fits its subjects into a NATS control line (4 KiB by
+// default) once encoded, except ids of mostly non-ASCII characters, whose
+// bytes take three each: those are refused (CheckRoom) rather than sent,
+// since a publish over the control line costs the connection.
+const MaxRoomTokenBytes = 2048
+
+// ErrSubjectTooLong is wrapped by CheckRoom.
+var ErrSubjectTooLong = errors.New("room id too long for a subject once encoded")
+
+// CheckRoom reports whether roomID's subjects fit (MaxRoomTokenBytes).
+func (s Subjects) CheckRoom(roomID string) error {
+	if n := len(roomToken(roomID)); n > MaxRoomTokenBytes {
+		return fmt.Errorf("%w: %d bytes, at most %d", ErrSubjectTooLong, n, MaxRoomTokenBytes)
+	}
+	return nil
+}
+
 // Subjects builds and parses the subjects of one stream layout. The zero
 // value uses DefaultPrefix.
 type Subjects struct {

@@ -77,12 +77,33 @@ func (v *Validator) VerifyPath(path string) (rep Report, err error) {
 		rep.Kind = KindJournal
 		return rep, v.verifyCapsuleDir(path, &rep)
 	}
-	data, err := os.ReadFile(path)
+	f, err := os.Open(path)
+	if err != nil {
+		return rep, fmt.Errorf("%w: %v", ErrUsage, err)
+	}
+	defer f.Close()
+	at := events.Location{File: path}
+	if info.Size() > MaxRecordBytes {
+		// Too big to be a record: stream it as a journal, in bounded
+		// memory, unless its beginning says it is a record.
+		head := make([]byte, 64<<10)
+		n, _ := io.ReadFull(f, head)
+		if looksLikeRecord(head[:n]) {
+			rep.Kind = KindExecution
+			return rep, rep.refuse(events.NewRefusal([]events.Problem{{Code: events.TooLarge, At: at,
+				Reason: fmt.Sprintf("an execution record of %d bytes; at most %d are read", info.Size(), MaxRecordBytes)}}))
+		}
+		if _, err := f.Seek(0, io.SeekStart); err != nil {
+			return rep, fmt.Errorf("%w: %v", ErrUsage, err)
+		}
+		rep.Kind = KindJournal
+		return rep, v.verifyJournal(f, path, nil, &rep)
+	}
+	data, err := io.ReadAll(f)
 	if err != nil {
 		return rep, fmt.Errorf("%w: %v", ErrUsage, err)
 	}
 	rep.Kind = DetectKind(data)
-	at := events.Location{File: path}
 	if rep.Kind == KindExecution {
 		rec, err := v.Record(data, at)
 		if rec != nil {
@@ -92,6 +113,12 @@ func (v *Validator) VerifyPath(path string) (rep Report, err error) {
 	}
 	return rep, v.verifyJournal(bytes.NewReader(data), path, nil, &rep)
 }
+
+// MaxRecordBytes bounds an execution record file: the server's default
+// max payload is 1 MiB, so a record is far smaller; a larger file is read
+// as a journal (streamed) unless it starts like a record, which is then
+// refused as too_large without being read whole.
+const MaxRecordBytes = 8 << 20
 
 func (v *Validator) verifyCapsuleDir(dir string, rep *Report) error {
 	jpath := filepath.Join(dir, JournalFile)
@@ -138,6 +165,11 @@ func (v *Validator) verifyJournal(r io.Reader, file string, meta *events.Capsule
 	return rep.refuse(err)
 }
 
+// looksLikeRecord applies DetectKind's text rule to a file's beginning.
+func looksLikeRecord(head []byte) bool {
+	return bytes.Contains(head, []byte(`"schema/v"`)) && !bytes.Contains(head, []byte(`"schema":`))
+}
+
 // DetectKind tells an execution record from a journal by content: a file
 // that holds one JSON object with a "schema/v" member, or whose text names
 // "schema/v" but not "schema" as a key, is an execution record; anything
@@ -150,7 +182,7 @@ func DetectKind(data []byte) string {
 		}
 		return KindJournal
 	}
-	if bytes.Contains(data, []byte(`"schema/v"`)) && !bytes.Contains(data, []byte(`"schema":`)) {
+	if looksLikeRecord(data) {
 		return KindExecution
 	}
 	return KindJournal
