@@ -311,3 +311,17 @@ func TestChainVerifierResume(t *testing.T) {
 	_, ps = v.Check(lines[2], events.Location{Line: 3})
 	checkProblems(t, ps, []problemAt{{events.Reordered, 3, "/seq"}})
 }
+
+// TestTruncatedTailCountsEveryByte: a partial last line longer than
+// MaxLineBytes is reported with its real length.
+func TestTruncatedTailCountsEveryByte(t *testing.T) {
+	tail := bytes.Repeat([]byte("x"), events.MaxLineBytes+(1<<20))
+	_, err := events.VerifyJournal(bytes.NewReader(tail), "j", nil, nil)
+	var ref *events.Refusal
+	if !errors.As(err, &ref) || ref.Code != events.TruncatedTail {
+		t.Fatalf("got %v", err)
+	}
+	if want := fmt.Sprintf("%d trailing bytes", len(tail)); !strings.Contains(ref.Reason, want) {
+		t.Fatalf("reason %q does not say %q", ref.Reason, want)
+	}
+}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strings"
 	"testing"
+	"unicode/utf8"
 
 	"github.com/roompub/roompub/events"
 )
@@ -127,5 +128,18 @@ func TestRefusalBoundsProblems(t *testing.T) {
 	var empty events.Problems
 	if empty.Refusal() != nil || empty.Len() != 0 {
 		t.Error("empty Problems makes a refusal")
+	}
+}
+
+func TestRefusalTextsClipped(t *testing.T) {
+	long := strings.Repeat("é", events.MaxTextBytes) // 2 bytes each
+	r := events.NewRefusal([]events.Problem{{Code: events.SchemaInvalid, Reason: long, Expected: long, Actual: "short"}})
+	for _, s := range []string{r.Reason, r.Problems[0].Reason, r.Problems[0].Expected} {
+		if len(s) > events.MaxTextBytes+32 || !strings.Contains(s, "bytes more)") || !utf8.ValidString(s) {
+			t.Fatalf("not clipped at a rune boundary: %d bytes, %q…", len(s), s[len(s)-40:])
+		}
+	}
+	if r.Problems[0].Actual != "short" {
+		t.Fatalf("short text changed: %q", r.Problems[0].Actual)
 	}
 }
