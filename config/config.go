@@ -274,13 +274,16 @@ func (c *Client) Validate() error {
 }
 
 // Connect dials the server with the credentials, failing fast (one
-// attempt, the timeout) so a missing server is an error, not a hang.
-func (c *Client) Connect(name string) (*nats.Conn, error) {
+// attempt, the timeout) so a missing server is an error, not a hang. extra
+// options come last (a one-shot command adds nats.NoReconnect and a
+// closed handler, so a server that goes away ends it at once).
+func (c *Client) Connect(name string, extra ...nats.Option) (*nats.Conn, error) {
 	opts, err := c.Credentials.Options()
 	if err != nil {
 		return nil, err
 	}
 	opts = append(opts, nats.Name(name), nats.Timeout(min(c.Timeout, 10*time.Second)))
+	opts = append(opts, extra...)
 	nc, err := nats.Connect(c.Server, opts...)
 	if err != nil {
 		return nil, fmt.Errorf("connect %s: %w", RedactURL(c.Server), err)

@@ -12,6 +12,7 @@ import (
 	"sync"
 	"syscall"
 
+	"github.com/nats-io/nats.go"
 	"github.com/schollz/progressbar/v3"
 	"golang.org/x/term"
 
@@ -41,14 +42,23 @@ func (c *journalCmd) Validate() error {
 }
 
 func (c *journalCmd) Run(s *streams) error {
-	nc, err := c.Connect("roompub-publisher-journal")
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	var extra []nats.Option
+	if !c.Follow {
+		// One shot: a server that goes away ends the shipment now (exit 2,
+		// with what was stored) rather than after --timeout; --follow
+		// reconnects and rides it out instead.
+		ctx, stop = withConnectionLoss(ctx)
+		defer stop()
+		extra = connectionLossOptions(ctx)
+	}
+	nc, err := c.Connect("roompub-publisher-journal", extra...)
 	if err != nil {
 		return err
 	}
 	defer nc.Close()
 	client := room.NewClient(nc, room.ClientOptions{Timeout: c.Timeout})
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
 	out := &shipPrinter{w: s.out, json: c.JSON}
 	var refused, failed int
 	var mu sync.Mutex
@@ -103,6 +113,29 @@ func (c *journalCmd) Run(s *streams) error {
 	return nil
 }
 
+// lossKey carries the cancel function that a lost connection calls.
+type lossKey struct{}
+
+// withConnectionLoss returns a context that connectionLossOptions cancels
+// when the connection is lost.
+func withConnectionLoss(ctx context.Context) (context.Context, context.CancelFunc) {
+	ctx, cancel := context.WithCancelCause(ctx)
+	ctx = context.WithValue(ctx, lossKey{}, cancel)
+	return ctx, func() { cancel(nil) }
+}
+
+// connectionLossOptions makes a lost connection cancel ctx with the cause
+// "connection to NATS lost", and turns reconnecting off.
+func connectionLossOptions(ctx context.Context) []nats.Option {
+	cancel, _ := ctx.Value(lossKey{}).(context.CancelCauseFunc)
+	lost := func(_ *nats.Conn, err error) {
+		if cancel != nil {
+			cancel(fmt.Errorf("connection to NATS lost: %v", err))
+		}
+	}
+	return []nats.Option{nats.NoReconnect(), nats.DisconnectErrHandler(lost)}
+}
+
 // shipPrinter prints ship results as text or JSON lines.
 type shipPrinter struct {
 	w    io.Writer
@@ -130,8 +163,12 @@ func (p *shipPrinter) print(res room.ShipResult, err error) {
 	case res.Refused != nil:
 		status = "REFUSED"
 	}
-	fmt.Fprintf(p.w, "%-8s %s → %s  chain %s/%s: %d stored, %d duplicate, %d already stored",
-		status, res.Dir, res.RoomID, res.Chain.RunID, res.Chain.CapsuleID, res.Stored, res.Duplicates, res.Skipped)
+	chain := ""
+	if res.Chain.RunID != "" {
+		chain = "  chain " + res.Chain.RunID + "/" + res.Chain.CapsuleID + ":"
+	}
+	fmt.Fprintf(p.w, "%-8s %s → %s%s %d stored, %d duplicate, %d already stored",
+		status, res.Dir, res.RoomID, chain, res.Stored, res.Duplicates, res.Skipped)
 	if res.Stored == 0 && res.Refused == nil && err == nil {
 		fmt.Fprint(p.w, " (nothing new)")
 	}
@@ -208,14 +245,16 @@ type executionCmd struct {
 }
 
 func (c *executionCmd) Run(s *streams) error {
-	nc, err := c.Connect("roompub-publisher-execution")
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	ctx, stopLoss := withConnectionLoss(ctx)
+	defer stopLoss()
+	nc, err := c.Connect("roompub-publisher-execution", connectionLossOptions(ctx)...)
 	if err != nil {
 		return err
 	}
 	defer nc.Close()
 	client := room.NewClient(nc, room.ClientOptions{Timeout: c.Timeout})
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
 	var refused, failed int
 	for _, f := range c.Files {
 		raw, err := os.ReadFile(f)
