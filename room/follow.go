@@ -89,6 +89,14 @@ func Follow(ctx context.Context, js jetstream.JetStream, o FollowOptions, handle
 		return fmt.Errorf("consumer %s: %w", o.Durable, err)
 	}
 	ci, err := cons.Info(cctx)
+	if err == nil && ci.NumAckPending > 0 {
+		// An earlier run stopped (crash, handler error) with messages
+		// delivered but not acknowledged. The server would deliver them
+		// again only after AckWait, behind newer ones: out of stream
+		// order, so the newer ones would look like a gap. Deliver again
+		// from the acknowledgement floor instead.
+		_, err = js.ResetConsumer(cctx, name, o.Durable)
+	}
 	cancel()
 	if err != nil {
 		return fmt.Errorf("consumer %s: %w", o.Durable, err)

@@ -10,6 +10,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+	"unicode/utf8"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -371,6 +372,9 @@ func (g *Gate) refuseLine(ln line, idx int, problems []events.Problem) ItemResul
 	at := events.Location{Line: idx + 1}
 	if !ln.complete {
 		problems = []events.Problem{{Code: events.TruncatedTail, At: at, Reason: "the last line does not end in a newline: a partial entry"}}
+	} else if problems == nil && !utf8.Valid(ln.data) {
+		// As the chain verifier has it: invalid UTF-8 is non_canonical.
+		problems = []events.Problem{{Code: events.NonCanonical, At: at, Reason: "line is not valid UTF-8"}}
 	} else if problems == nil {
 		_, err := events.ParseEntry(ln.data)
 		problems = []events.Problem{{Code: events.CorruptEntry, At: at, Reason: err.Error()}}
@@ -406,8 +410,10 @@ func (g *Gate) appendLine(ctx context.Context, roomID string, key events.ChainKe
 		}
 		if !c.loaded {
 			if err := g.reload(ctx, key, c); err != nil {
+				g.log.Warn("DEBUG reload failed", zap.Error(err))
 				return failed(idx, err)
 			}
+			g.log.Warn("DEBUG reloaded", zap.Int64("next", c.next), zap.Uint64("stream_seq", c.streamSeq))
 			fresh = true
 		}
 		if c.roomID != "" && c.roomID != roomID && !fresh {
@@ -461,6 +467,7 @@ func (g *Gate) appendLine(ctx context.Context, roomID string, key events.ChainKe
 			return failed(idx, perr)
 		}
 		ack, err := g.publish(ctx, msg)
+		g.log.Warn("DEBUG attempt", zap.Int("attempt", attempt), zap.Int64("seq", seq), zap.Int64("view_next", c.next), zap.Bool("fresh", fresh), zap.Error(err))
 		switch {
 		case err == nil && !ack.Duplicate:
 			c.next, c.head, c.streamSeq, c.roomID = seq+1, e.EntryHash(), ack.Sequence, roomID

@@ -135,7 +135,12 @@ func (s *Service) Info() micro.Info { return s.svc.Info() }
 
 func (s *Service) respondError(req micro.Request, status string, code events.Code, reason string) {
 	body, _ := json.Marshal(ErrorReply{Code: code, Reason: reason})
-	if err := req.Error(status, reason, body); err != nil {
+	// The same headers req.Error sets, sent with Respond: req.Error also
+	// records the error on the request for micro's stats, which micro
+	// reads as soon as the (async) handler returns, a data race with this
+	// goroutine.
+	hdr := micro.Headers{micro.ErrorHeader: []string{reason}, micro.ErrorCodeHeader: []string{status}}
+	if err := req.Respond(body, micro.WithHeaders(hdr)); err != nil {
 		s.log.Warn("respond", zap.Error(err))
 	}
 }
