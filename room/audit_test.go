@@ -1,0 +1,192 @@
+package room_test
+
+import (
+	"fmt"
+	"maps"
+	"strings"
+	"testing"
+
+	"github.com/roompub/roompub/events"
+	"github.com/roompub/roompub/room"
+)
+
+// checkChains compares an audit's chain summaries with want.
+func checkChains(t *testing.T, got []room.ChainSummary, want []chainWant) {
+	t.Helper()
+	if len(got) != len(want) {
+		t.Errorf("%d chains, want %d: %+v", len(got), len(want), got)
+		return
+	}
+	for i, w := range want {
+		g := got[i]
+		key := g.Chain.RunID + "/" + g.Chain.CapsuleID
+		ok := g.RoomID == w.room && key == w.chain && g.Entries == w.entries && g.Head == w.head &&
+			g.FirstSeq == w.first && g.LastSeq == w.last && g.Verdict == w.verdict && !g.Anchored
+		if w.verdict == "ok" {
+			ok = ok && g.Broken == nil
+		} else {
+			ok = ok && g.Broken != nil && g.Broken.Seq == w.brokenAt && g.Broken.Code == w.brokenCode
+		}
+		if !ok {
+			t.Errorf("chain %d: %+v (broken %+v)\nwant %+v", i, g, g.Broken, w)
+		}
+	}
+}
+
+// TestAuditCompromisedWriter: an audit of the scenario's stream names
+// every bad message with its code and stream sequence, reports each
+// chain's verdict (broken from its first failure) and counts the rest.
+func TestAuditCompromisedWriter(t *testing.T) {
+	e := newEnv(t)
+	sc := compromisedStream(t, e)
+	var evs []uint64
+	rep, err := room.Audit(t.Context(), e.js, room.AuditOptions{Validator: e.v, OnEvent: func(ev *room.Event) { evs = append(evs, ev.Seq) }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []aside
+	for _, v := range rep.Violations {
+		got = append(got, asideOf(t, v))
+	}
+	diffAsides(t, "violations", got, sc.asides)
+	if fmt.Sprint(evs) != fmt.Sprint(sc.events) {
+		t.Errorf("events at %v, want %v", evs, sc.events)
+	}
+	checkChains(t, rep.Chains, sc.chains)
+	if !maps.Equal(rep.Records, sc.records) {
+		t.Errorf("records %v, want %v", rep.Records, sc.records)
+	}
+	byCode := map[events.Code]int{}
+	for _, a := range sc.asides {
+		byCode[a.Code]++
+	}
+	want := room.AuditTotals{Messages: sc.last, Entries: 14, Records: 3, SetAside: uint64(len(sc.asides)), ByCode: byCode,
+		ChainsOK: 2, ChainsBroken: 3, StreamIsSound: true}
+	if fmt.Sprint(rep.Totals) != fmt.Sprint(want) {
+		t.Errorf("totals %+v\nwant   %+v", rep.Totals, want)
+	}
+	if rep.Stream != room.DefaultStream || rep.FromSeq != 1 || rep.LastSeq != sc.last || len(rep.StreamProblems) != 0 || rep.Omitted != 0 || rep.Clean() {
+		t.Errorf("report: stream %s from %d last %d problems %v omitted %d clean %v", rep.Stream, rep.FromSeq, rep.LastSeq, rep.StreamProblems, rep.Omitted, rep.Clean())
+	}
+	if want := "fork at stream seq 12 (rooms.evil.journal.run-b.cap-b): chain position 1 is already held by an earlier entry: the first one stored wins"; rep.Violations[2].Error() != want {
+		t.Errorf("violation renders as %q, want %q", rep.Violations[2].Error(), want)
+	}
+	for _, c := range []struct {
+		i                         int
+		pointer, expected, actual string
+	}{
+		{0, "/entry_hash", "", ""},                   // tampered: entry_hash kept, payload changed
+		{4, "/seq", "2", "3"},                        // gap
+		{6, "", "run-d/cap-d", "run-a/cap-a"},        // wrong_room: an entry of another capsule
+		{9, "/room~1id", evilRoom, "room:elsewhere"}, // wrong_room: a record of another room
+	} {
+		p := rep.Violations[c.i].Problems[0]
+		if p.At.Pointer != c.pointer || (c.expected != "" && (p.Expected != c.expected || p.Actual != c.actual)) {
+			t.Errorf("violation %d: %+v", c.i, p)
+		}
+	}
+	if want := "the chain is broken at stream seq 16 (gap): later entries are not served"; rep.Violations[5].Reason != want {
+		t.Errorf("chain_broken reason %q, want %q", rep.Violations[5].Reason, want)
+	}
+
+	// One room only: the other room's messages are not read at all.
+	rep, err = room.Audit(t.Context(), e.js, room.AuditOptions{Validator: e.v, Rooms: []string{refRoom}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got = nil
+	for _, v := range rep.Violations {
+		got = append(got, asideOf(t, v))
+	}
+	diffAsides(t, "violations in "+refRoom, got, []aside{sc.asides[8]})
+	if rep.Totals.Messages != 2 || rep.Totals.Records != 1 || len(rep.Chains) != 0 || rep.Clean() {
+		t.Errorf("audit of %s: %+v", refRoom, rep.Totals)
+	}
+
+	// MaxViolations keeps the first ones and counts the rest.
+	rep, err = room.Audit(t.Context(), e.js, room.AuditOptions{Validator: e.v, MaxViolations: 3})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(rep.Violations) != 3 || rep.Omitted != len(sc.asides)-3 || rep.Violations[2].Seq != 12 || rep.Totals.SetAside != uint64(len(sc.asides)) {
+		t.Errorf("max 3 violations: %d kept, %d omitted, totals %+v", len(rep.Violations), rep.Omitted, rep.Totals)
+	}
+}
+
+// TestAuditFromSeq: an audit that starts mid-stream anchors a chain at its
+// first entry seen (its start is unchecked) and still finds what follows.
+func TestAuditFromSeq(t *testing.T) {
+	e := newEnv(t)
+	sc := compromisedStream(t, e)
+	rep, err := room.Audit(t.Context(), e.js, room.AuditOptions{Validator: e.v, FromSeq: 3})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []aside
+	for _, v := range rep.Violations {
+		got = append(got, asideOf(t, v))
+	}
+	diffAsides(t, "violations from stream seq 3", got, sc.asides)
+	if rep.FromSeq != 3 || rep.Totals.Messages != sc.last-2 || rep.Totals.Entries != 12 || len(rep.Chains) != 5 {
+		t.Fatalf("from seq 3: from %d, totals %+v, %d chains", rep.FromSeq, rep.Totals, len(rep.Chains))
+	}
+	a := rep.Chains[0]
+	if !a.Anchored || a.Entries != 2 || a.FirstSeq != 3 || a.Broken == nil || a.Broken.Seq != 10 || a.Broken.Code != events.InvalidEntry {
+		t.Errorf("chain a from stream seq 3: %+v", a)
+	}
+	for _, c := range rep.Chains[1:] {
+		if c.Anchored {
+			t.Errorf("chain %v first seen at its start is anchored", c.Chain)
+		}
+	}
+}
+
+// TestAuditClean: a stream written only through the gate is clean.
+func TestAuditClean(t *testing.T) {
+	e := newEnv(t)
+	es, body := journal(t, "run-1", "cap-1", 5)
+	e.shipJournal("room:alpha", body)
+	e.shipRecord(referenceBytes(t, "verified.json"))
+	e.shipRecord(referenceBytes(t, "refused.json"))
+	rep, err := room.Audit(t.Context(), e.js, room.AuditOptions{Validator: e.v})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := room.AuditTotals{Messages: 7, Entries: 5, Records: 2, ByCode: map[events.Code]int{}, ChainsOK: 1, StreamIsSound: true}
+	if !rep.Clean() || fmt.Sprint(rep.Totals) != fmt.Sprint(want) || len(rep.Violations) != 0 || rep.LastSeq != 7 {
+		t.Errorf("clean stream: clean %v totals %+v violations %v", rep.Clean(), rep.Totals, rep.Violations)
+	}
+	checkChains(t, rep.Chains, []chainWant{{room: "room:alpha", chain: "run-1/cap-1", entries: 5, head: es[4].EntryHash(), first: 1, last: 5, verdict: "ok"}})
+	if !maps.Equal(rep.Records, map[string]int{refRoom: 2}) {
+		t.Errorf("records %v", rep.Records)
+	}
+
+	// An empty stream is clean too.
+	e2 := newEnv(t)
+	rep, err = room.Audit(t.Context(), e2.js, room.AuditOptions{Validator: e2.v})
+	if err != nil || !rep.Clean() || rep.Totals.Messages != 0 || rep.LastSeq != 0 {
+		t.Errorf("empty stream: %v %+v", err, rep)
+	}
+}
+
+// TestAuditTrustsOnlyItsOwnHosts: the publisher trusted the record's host;
+// an auditor that does not refuses it (untrusted_host), whatever the gate
+// accepted.
+func TestAuditTrustsOnlyItsOwnHosts(t *testing.T) {
+	e := newEnv(t)
+	rec := recordIn(t, e.key, "room:alpha", "r-1", nil)
+	if r := e.shipRecord(rec.Canonical()); r.Item.Outcome != room.OutcomeStored {
+		t.Fatalf("gate: %+v", r)
+	}
+	rep, err := room.Audit(t.Context(), e.js, room.AuditOptions{Validator: referenceOnly(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep.Clean() || len(rep.Violations) != 1 || rep.Violations[0].Code != events.UntrustedHost || rep.Violations[0].Seq != 1 ||
+		!strings.Contains(rep.Violations[0].Reason, "not trusted") {
+		t.Errorf("audit trusting only the reference host: %+v", rep.Violations)
+	}
+	if _, err := room.Audit(t.Context(), e.js, room.AuditOptions{}); err == nil {
+		t.Error("Audit without a validator did not fail")
+	}
+}
