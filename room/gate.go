@@ -410,10 +410,8 @@ func (g *Gate) appendLine(ctx context.Context, roomID string, key events.ChainKe
 		}
 		if !c.loaded {
 			if err := g.reload(ctx, key, c); err != nil {
-				g.log.Warn("DEBUG reload failed", zap.Error(err))
 				return failed(idx, err)
 			}
-			g.log.Warn("DEBUG reloaded", zap.Int64("next", c.next), zap.Uint64("stream_seq", c.streamSeq))
 			fresh = true
 		}
 		if c.roomID != "" && c.roomID != roomID && !fresh {
@@ -467,7 +465,6 @@ func (g *Gate) appendLine(ctx context.Context, roomID string, key events.ChainKe
 			return failed(idx, perr)
 		}
 		ack, err := g.publish(ctx, msg)
-		g.log.Warn("DEBUG attempt", zap.Int("attempt", attempt), zap.Int64("seq", seq), zap.Int64("view_next", c.next), zap.Bool("fresh", fresh), zap.Error(err))
 		switch {
 		case err == nil && !ack.Duplicate:
 			c.next, c.head, c.streamSeq, c.roomID = seq+1, e.EntryHash(), ack.Sequence, roomID
