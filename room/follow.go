@@ -128,6 +128,11 @@ func Follow(ctx context.Context, js jetstream.JetStream, o FollowOptions, handle
 			return fmt.Errorf("fetch: %w", err)
 		}
 		for msg := range batch.Messages() {
+			if ctx.Err() != nil {
+				// Stop now: the rest of the batch is unacknowledged and is
+				// delivered again, from the ack floor, on the next start.
+				return nil
+			}
 			meta, err := msg.Metadata()
 			if err != nil {
 				return fmt.Errorf("fetch: %w", err)

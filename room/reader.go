@@ -123,6 +123,17 @@ func (r *Reader) aside(m StreamMsg, p Parsed, chain *events.ChainKey, problems [
 func (r *Reader) verifyEntry(m StreamMsg, p Parsed) (*Event, *SetAside) {
 	at := events.Location{Seq: m.Seq}
 	key := p.Chain
+	var e *events.Entry
+	if utf8.Valid(m.Data) {
+		e, _ = events.ParseEntry(m.Data)
+	}
+	if e != nil && (e.RunID() != key.RunID || e.CapsuleID() != key.CapsuleID) {
+		// Not this chain's entry at all: set aside without touching (or
+		// creating) the chain.
+		return nil, r.aside(m, p, &key, []events.Problem{{Code: events.WrongRoom, At: at,
+			Reason:   "the entry names another run or capsule than its subject",
+			Expected: key.RunID + "/" + key.CapsuleID, Actual: e.RunID() + "/" + e.CapsuleID()}})
+	}
 	c := r.chains[key]
 	if c == nil {
 		c = &chainView{roomID: p.RoomID, cv: r.v.NewChain(nil), firstSeq: m.Seq}
@@ -131,16 +142,6 @@ func (r *Reader) verifyEntry(m StreamMsg, p Parsed) (*Event, *SetAside) {
 	if c.roomID != p.RoomID {
 		return nil, r.aside(m, p, &key, []events.Problem{{Code: events.RoomConflict, At: at,
 			Reason: "the capsule's chain already lives in another room", Expected: c.roomID, Actual: p.RoomID}})
-	}
-	var e *events.Entry
-	if utf8.Valid(m.Data) {
-		e, _ = events.ParseEntry(m.Data)
-	}
-	if e != nil && (e.RunID() != key.RunID || e.CapsuleID() != key.CapsuleID) {
-		// Not this chain's entry at all: set aside without touching the chain.
-		return nil, r.aside(m, p, &key, []events.Problem{{Code: events.WrongRoom, At: at,
-			Reason:   "the entry names another run or capsule than its subject",
-			Expected: key.RunID + "/" + key.CapsuleID, Actual: e.RunID() + "/" + e.CapsuleID()}})
 	}
 	if c.broken != nil {
 		return nil, r.aside(m, p, &key, []events.Problem{{Code: events.ChainBroken, At: at,
@@ -199,6 +200,11 @@ func (r *Reader) verifyRecord(m StreamMsg, p Parsed) (*Event, *SetAside) {
 			return nil, r.aside(m, p, nil, ref.Problems)
 		}
 		return nil, r.aside(m, p, nil, []events.Problem{{Code: events.MalformedJSON, At: at, Reason: err.Error()}})
+	}
+	if !bytes.Equal(m.Data, rec.Canonical()) {
+		// The gate stores records in their RFC 8785 form (DESIGN.md).
+		return nil, r.aside(m, p, nil, []events.Problem{{Code: events.NonCanonical, At: at,
+			Reason: "the stored record is not byte-equal to its RFC 8785 canonical form"}})
 	}
 	if rec.RoomID() != p.RoomID {
 		return nil, r.aside(m, p, nil, []events.Problem{{Code: events.WrongRoom, At: withPtr(at, "/room~1id"),

@@ -1,6 +1,7 @@
 package room
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -58,10 +59,13 @@ func (g *Gate) catchUp(ctx context.Context, roomID string, r *roomState) error {
 			return fmt.Errorf("read records of %s: %w", roomID, err)
 		}
 		r.streamSeq = m.Sequence
-		rec, err := events.ParseRecord(m.Data)
-		if err != nil {
-			// Not written by a gate; subscribers and audits flag it.
-			g.log.Warn("unreadable record in stream", zap.Uint64("stream_seq", m.Sequence), zap.Error(err))
+		// Only records that pass every rule count for the relation rules:
+		// a record a compromised writer put straight into the stream must
+		// not block a genuine one (idempotency_conflict, run_conflict).
+		// Subscribers and audits report such records.
+		rec, err := g.v.Record(m.Data, events.Location{Seq: m.Sequence})
+		if err != nil || rec.RoomID() != roomID || !bytes.Equal(m.Data, rec.Canonical()) {
+			g.log.Warn("unverifiable record in stream: ignored by the gate", zap.Uint64("stream_seq", m.Sequence), zap.String("room", roomID), zap.Error(err))
 			continue
 		}
 		r.add(rec, m.Sequence)

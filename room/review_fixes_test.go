@@ -126,3 +126,38 @@ func TestHugeRecordReasonFits(t *testing.T) {
 		t.Fatalf("got outcome %s code %s reason of %d bytes", r.Item.Outcome, r.Item.Code, len(r.Item.Reason))
 	}
 }
+
+// TestGateIgnoresUnverifiedStoredRecords: a record a compromised writer put
+// straight into the stream (here the reference foreign-evidence record,
+// which shares verified.json's idempotency/key and run/ref) does not count
+// for the relation rules: the genuine record is still stored.
+func TestGateIgnoresUnverifiedStoredRecords(t *testing.T) {
+	e := newEnv(t)
+	publishRaw(t, e.js, "rooms.qmail-open-relay.exec", referenceBytes(t, "foreign-evidence.json"))
+	r := e.shipRecord(referenceBytes(t, "verified.json"))
+	if r.Item.Outcome != room.OutcomeStored || r.Item.StreamSeq != 2 {
+		t.Fatalf("genuine record after a forged one: %+v", r.Item)
+	}
+}
+
+// TestReaderRecordNotCanonical: the gate stores records canonical, so a
+// reader sets aside stored record bytes that are not (non_canonical), and
+// an entry on an empty chain's subject that names another capsule leaves
+// no phantom chain in the report.
+func TestReaderRecordNotCanonical(t *testing.T) {
+	e := newEnv(t)
+	seq := publishRaw(t, e.js, "rooms.qmail-open-relay.exec", referenceBytes(t, "verified.json")) // pretty-printed
+	entries, _ := journal(t, "run-a", "cap-a", 1)
+	publishRaw(t, e.js, "rooms.r.journal.run-b.cap-b", entries[0].Canonical())
+	rep, err := room.Audit(t.Context(), e.js, room.AuditOptions{Validator: e.v})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(rep.Violations) != 2 || rep.Violations[0].Code != events.NonCanonical || rep.Violations[0].Seq != seq ||
+		rep.Violations[1].Code != events.WrongRoom {
+		t.Fatalf("violations: %+v", rep.Violations)
+	}
+	if len(rep.Chains) != 0 {
+		t.Fatalf("phantom chains: %+v", rep.Chains)
+	}
+}
