@@ -17,27 +17,25 @@ package main
 
 import (
 	"errors"
-	"fmt"
 	"io"
 	"os"
-	"runtime/debug"
 
 	"github.com/alecthomas/kong"
 
 	"github.com/roompub/roompub/config"
 )
 
-// Exit statuses.
+// Exit statuses (config.Run maps errors to them).
 const (
-	exitOK      = 0
-	exitRefused = 1 // verify: at least one input was refused
-	exitUsage   = 2 // the command could not do its job
+	exitOK      = config.ExitOK
+	exitRefused = config.ExitRefused // at least one input was refused
+	exitUsage   = config.ExitUsage   // the command could not do its job
 )
 
-// Errors of verify, which has printed each path's outcome already.
+// Errors of the commands, which have printed each input's outcome already.
 var (
 	// errRefused: some input was refused (exitRefused).
-	errRefused = errors.New("refused")
+	errRefused = config.ErrRefused
 	// errUnverifiable: some input could not be verified at all (exitUsage).
 	errUnverifiable = errors.New("could not be verified")
 )
@@ -70,63 +68,16 @@ func main() {
 	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
 }
 
-// exitRequest carries the status kong asks for (after --help or
-// --version) out of parsing, so run returns instead of exiting.
-type exitRequest int
-
 // run parses args, runs the selected command and returns the exit status.
-func run(args []string, stdout, stderr io.Writer) (status int) {
-	defer func() {
-		if r := recover(); r != nil {
-			req, ok := r.(exitRequest)
-			if !ok {
-				panic(r)
-			}
-			status = int(req)
-		}
-	}()
+func run(args []string, stdout, stderr io.Writer) int {
 	var grammar cli
-	parser, err := kong.New(&grammar,
-		kong.Name("publisher"),
-		kong.Description("roompub publisher: verify, sign and publish evidence into rooms on NATS JetStream."),
-		kong.Writers(stdout, stderr),
-		kong.Exit(func(code int) { panic(exitRequest(code)) }),
-		kong.Vars{"version": buildVersion()},
-		kong.Bind(&streams{out: stdout, err: stderr}),
-		kong.Configuration(config.YAML),
-	)
-	if err != nil {
-		// The grammar is static: this is a programming error.
-		fmt.Fprintf(stderr, "publisher: %v\n", err)
-		return exitUsage
-	}
-	ctx, err := parser.Parse(args)
-	if err != nil {
-		fmt.Fprintf(stderr, "publisher: %v\nRun 'publisher --help' for usage.\n", err)
-		return exitUsage
-	}
-	return exitStatus(ctx.Run(), stderr)
-}
-
-// exitStatus maps a command's error to the exit status, reporting it on
-// stderr.
-func exitStatus(err error, stderr io.Writer) int {
-	if err == nil {
-		return exitOK
-	}
-	fmt.Fprintf(stderr, "publisher: %v\n", err)
-	if errors.Is(err, errRefused) {
-		return exitRefused
-	}
-	return exitUsage
+	return config.Run("publisher", "roompub publisher: verify, sign and publish evidence into rooms on NATS JetStream.",
+		buildVersion(), &grammar, args, stdout, stderr, &streams{out: stdout, err: stderr})
 }
 
 func buildVersion() string {
 	if version != "" {
 		return version
 	}
-	if info, ok := debug.ReadBuildInfo(); ok && info.Main.Version != "" {
-		return info.Main.Version
-	}
-	return "(devel)"
+	return config.Version()
 }

@@ -11,26 +11,16 @@
 package main
 
 import (
-	"errors"
-	"fmt"
 	"io"
 	"os"
-	"runtime/debug"
 
 	"github.com/alecthomas/kong"
 
 	"github.com/roompub/roompub/config"
 )
 
-// Exit statuses.
-const (
-	exitOK      = 0
-	exitRefused = 1
-	exitUsage   = 2
-)
-
 // errRefused: the command found something refused and printed it.
-var errRefused = errors.New("refused")
+var errRefused = config.ErrRefused
 
 var version = ""
 
@@ -47,60 +37,19 @@ type streams struct {
 	out, err io.Writer
 }
 
-type exitRequest int
-
 func main() {
 	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
 }
 
-func run(args []string, stdout, stderr io.Writer) (status int) {
-	defer func() {
-		if r := recover(); r != nil {
-			req, ok := r.(exitRequest)
-			if !ok {
-				panic(r)
-			}
-			status = int(req)
-		}
-	}()
+func run(args []string, stdout, stderr io.Writer) int {
 	var grammar cli
-	parser, err := kong.New(&grammar,
-		kong.Name("subscriber"),
-		kong.Description("roompub subscriber: follow, audit and query rooms, verifying every message again."),
-		kong.Writers(stdout, stderr),
-		kong.Exit(func(code int) { panic(exitRequest(code)) }),
-		kong.Vars{"version": buildVersion()},
-		kong.Bind(&streams{out: stdout, err: stderr}),
-		kong.Configuration(config.YAML),
-	)
-	if err != nil {
-		fmt.Fprintf(stderr, "subscriber: %v\n", err)
-		return exitUsage
-	}
-	ctx, err := parser.Parse(args)
-	if err != nil {
-		fmt.Fprintf(stderr, "subscriber: %v\nRun 'subscriber --help' for usage.\n", err)
-		return exitUsage
-	}
-	err = ctx.Run()
-	switch {
-	case err == nil:
-		return exitOK
-	case errors.Is(err, errRefused):
-		fmt.Fprintf(stderr, "subscriber: %v\n", err)
-		return exitRefused
-	default:
-		fmt.Fprintf(stderr, "subscriber: %v\n", err)
-		return exitUsage
-	}
+	return config.Run("subscriber", "roompub subscriber: follow, audit and query rooms, verifying every message again.",
+		buildVersion(), &grammar, args, stdout, stderr, &streams{out: stdout, err: stderr})
 }
 
 func buildVersion() string {
 	if version != "" {
 		return version
 	}
-	if info, ok := debug.ReadBuildInfo(); ok && info.Main.Version != "" {
-		return info.Main.Version
-	}
-	return "(devel)"
+	return config.Version()
 }
