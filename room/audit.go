@@ -7,6 +7,7 @@ import (
 	"sort"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/roompub/roompub/events"
@@ -203,6 +204,7 @@ func replay(ctx context.Context, st jetstream.Stream, subjects Subjects, rooms [
 	if err != nil {
 		return fmt.Errorf("replay: %w", err)
 	}
+	noResponders := 0
 	for {
 		batch, err := cons.Fetch(500, jetstream.FetchMaxWait(2*time.Second))
 		if err != nil {
@@ -223,7 +225,14 @@ func replay(ctx context.Context, st jetstream.Stream, subjects Subjects, rooms [
 			}
 		}
 		if err := batch.Error(); err != nil && !errors.Is(err, jetstream.ErrNoMessages) {
-			return fmt.Errorf("replay: %w", err)
+			// In a cluster the first pull of a consumer just created can
+			// find no responder: its interest is still on its way between
+			// the servers. Ask again (a few times) rather than give up.
+			if !errors.Is(err, nats.ErrNoResponders) || noResponders >= 20 {
+				return fmt.Errorf("replay: %w", err)
+			}
+			noResponders++
+			time.Sleep(50 * time.Millisecond)
 		}
 		if n == 0 {
 			if ctx.Err() != nil {

@@ -41,7 +41,8 @@ type GateOptions struct {
 	// PublishTimeout bounds one append round trip; default 5s.
 	PublishTimeout time.Duration
 	// Attempts bounds how often one item is retried after a race, a
-	// retryable server error or an ambiguous timeout; default 8.
+	// retryable server error or an ambiguous timeout; default 8. Retryable
+	// errors (no stream leader) count only after 20s of them.
 	Attempts int
 }
 
@@ -159,8 +160,12 @@ func (g *Gate) chain(key events.ChainKey) *chainState {
 
 // lastOn returns the last message on subject (wildcards allowed), or nil
 // when there is none. It uses direct get with a JSON body, which accepts a
-// wildcard filter where the subject-in-subject form cannot.
-func (g *Gate) lastOn(ctx context.Context, subject string) (*jetstream.RawStreamMsg, error) {
+// wildcard filter where the subject-in-subject form cannot. With leader
+// set the stream leader answers instead (see leaderMsg).
+func (g *Gate) lastOn(ctx context.Context, subject string, leader bool) (*jetstream.RawStreamMsg, error) {
+	if leader {
+		return g.leaderMsg(ctx, map[string]any{"last_by_subj": subject})
+	}
 	req, _ := json.Marshal(map[string]string{"last_by_subj": subject})
 	ctx, cancel := context.WithTimeout(ctx, g.timeout)
 	defer cancel()
@@ -181,9 +186,46 @@ func (g *Gate) lastOn(ctx context.Context, subject string) (*jetstream.RawStream
 	return &jetstream.RawStreamMsg{Subject: m.Header.Get(jetstream.SubjectHeader), Sequence: seq, Header: m.Header, Data: m.Data}, nil
 }
 
-// reload brings c up to the stream's head for key.
-func (g *Gate) reload(ctx context.Context, key events.ChainKey, c *chainState) error {
-	m, err := g.lastOn(ctx, g.subjects.ChainAnyRoom(key))
+// leaderMsg returns the message req selects ("seq", "next_by_subj",
+// "last_by_subj", as direct get takes them) as the stream leader has it
+// ($JS.API.STREAM.MSG.GET), or nil when there is none. In a cluster a
+// follower may answer a direct get (so nats.go's GetMsg on a stream that
+// allows direct gets) from its own copy, which can lag behind the stream:
+// what a refusal or a record decision rests on is read here instead.
+func (g *Gate) leaderMsg(ctx context.Context, req map[string]any) (*jetstream.RawStreamMsg, error) {
+	body, _ := json.Marshal(req)
+	ctx, cancel := context.WithTimeout(ctx, g.timeout)
+	defer cancel()
+	m, err := g.nc.RequestWithContext(ctx, "$JS.API.STREAM.MSG.GET."+g.stream.CachedInfo().Config.Name, body)
+	if err != nil {
+		return nil, err
+	}
+	var resp struct {
+		Error   *jetstream.APIError `json:"error"`
+		Message *struct {
+			Subject string `json:"subject"`
+			Seq     uint64 `json:"seq"`
+			Data    []byte `json:"data"`
+		} `json:"message"`
+	}
+	if err := json.Unmarshal(m.Data, &resp); err != nil {
+		return nil, fmt.Errorf("stream get %s: %w", body, err)
+	}
+	switch {
+	case resp.Error != nil && resp.Error.ErrorCode == jetstream.JSErrCodeMessageNotFound:
+		return nil, nil
+	case resp.Error != nil:
+		return nil, fmt.Errorf("stream get %s: %w", body, resp.Error)
+	case resp.Message == nil:
+		return nil, fmt.Errorf("stream get %s: empty reply", body)
+	}
+	return &jetstream.RawStreamMsg{Subject: resp.Message.Subject, Sequence: resp.Message.Seq, Data: resp.Message.Data}, nil
+}
+
+// reload brings c up to the stream's head for key; with leader set, as the
+// stream leader has it (see lastOn).
+func (g *Gate) reload(ctx context.Context, key events.ChainKey, c *chainState, leader bool) error {
+	m, err := g.lastOn(ctx, g.subjects.ChainAnyRoom(key), leader)
 	if err != nil {
 		return err
 	}
@@ -261,7 +303,7 @@ func (g *Gate) Head(ctx context.Context, key events.ChainKey) (ChainHead, error)
 	c := g.chain(key)
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if err := g.reload(ctx, key, c); err != nil {
+	if err := g.reload(ctx, key, c, false); err != nil {
 		return ChainHead{}, err
 	}
 	return c.view(key), nil
@@ -403,19 +445,27 @@ func (g *Gate) appendLine(ctx context.Context, roomID string, key events.ChainKe
 		return g.refuseLine(ln, idx, nil)
 	}
 	seq, _ := e.Seq()
-	fresh := false // the view was read from the stream during this call
+	// fresh: the view was read during this call from the stream leader,
+	// whose word a refusal waits for (a cached view may be stale: another
+	// publisher appended; so may a follower's copy, which answers direct
+	// gets in a cluster).
+	fresh, wantFresh := false, false
+	retryUntil := time.Now().Add(retryWindow)
 	for attempt := 0; ; attempt++ {
 		if attempt >= g.attempts {
 			return failed(idx, fmt.Errorf("gave up after %d attempts", attempt))
 		}
 		if !c.loaded {
-			if err := g.reload(ctx, key, c); err != nil {
-				return failed(idx, err)
+			if err := g.reload(ctx, key, c, wantFresh); err != nil {
+				if !g.waitRead(ctx, err, &attempt, retryUntil) {
+					return failed(idx, err)
+				}
+				continue
 			}
-			fresh = true
+			fresh = wantFresh
 		}
 		if c.roomID != "" && c.roomID != roomID && !fresh {
-			c.loaded = false // decide on the stream's word, not a cached view
+			c.loaded, wantFresh = false, true // decide on the stream's word, not a cached view
 			continue
 		}
 		if c.roomID != "" && c.roomID != roomID {
@@ -438,12 +488,19 @@ func (g *Gate) appendLine(ctx context.Context, roomID string, key events.ChainKe
 		}
 		res := ItemResult{Index: idx, Seq: &seq, Hash: e.EntryHash()}
 		if seq < c.next && onlyPosition(problems) {
-			return g.resent(ctx, key, c, e, seq, res)
+			if err := g.needHashes(ctx, c, key); err != nil {
+				if !g.waitRead(ctx, err, &attempt, retryUntil) {
+					return failed(idx, err)
+				}
+				c.loaded = false
+				continue
+			}
+			return g.resent(key, c, e, seq, res)
 		}
 		if len(problems) > 0 && !fresh {
-			// The cached view may be stale (another publisher appended): a
-			// refusal is final, so it is decided on a fresh read.
-			c.loaded = false
+			// The view may be stale: a refusal is final, so it is decided
+			// on a fresh read.
+			c.loaded, wantFresh = false, true
 			continue
 		}
 		if len(problems) > 0 {
@@ -493,6 +550,7 @@ func (g *Gate) appendLine(ctx context.Context, roomID string, key events.ChainKe
 			continue
 		case isRetryable(err):
 			c.loaded = false
+			attempt = g.waitOut(attempt, retryUntil)
 			if !sleepCtx(ctx, backoff(attempt)) {
 				return failed(idx, ctx.Err())
 			}
@@ -519,14 +577,18 @@ func (g *Gate) appendLine(ctx context.Context, roomID string, key events.ChainKe
 	}
 }
 
+// needHashes loads c.hashes unless they cover c.next already.
+func (g *Gate) needHashes(ctx context.Context, c *chainState, key events.ChainKey) error {
+	if c.hashes == nil || int64(len(c.hashes)) < c.next {
+		return g.loadHashes(ctx, c, key)
+	}
+	return nil
+}
+
 // resent decides an entry for a position that is already taken: the same
 // entry is a duplicate, another is a fork attempt and is refused.
-func (g *Gate) resent(ctx context.Context, key events.ChainKey, c *chainState, e *events.Entry, seq int64, res ItemResult) ItemResult {
-	if c.hashes == nil || int64(len(c.hashes)) < c.next {
-		if err := g.loadHashes(ctx, c, key); err != nil {
-			return failed(res.Index, err)
-		}
-	}
+// c.hashes must cover c.next (needHashes).
+func (g *Gate) resent(key events.ChainKey, c *chainState, e *events.Entry, seq int64, res ItemResult) ItemResult {
 	if c.hashes[seq] == e.EntryHash() {
 		res.Outcome, res.StreamSeq = OutcomeDuplicate, c.seqs[seq]
 		res.Subject = g.subjects.Journal(c.roomID, key)
@@ -600,10 +662,8 @@ func (g *Gate) publish(ctx context.Context, msg *nats.Msg) (*jetstream.PubAck, e
 
 // storedEquals reports whether stream seq holds data on subject.
 func (g *Gate) storedEquals(ctx context.Context, seq uint64, subject string, data []byte) (bool, error) {
-	ctx, cancel := context.WithTimeout(ctx, g.timeout)
-	defer cancel()
-	m, err := g.stream.GetMsg(ctx, seq)
-	if err != nil {
+	m, err := g.leaderMsg(ctx, map[string]any{"seq": seq})
+	if err != nil || m == nil {
 		return false, err
 	}
 	return m.Subject == subject && bytes.Equal(m.Data, data), nil
@@ -620,12 +680,49 @@ func isWrongLastSequence(err error) bool {
 // sequence yet; the append did not happen and may be retried.
 const errCodeLastSeqNotReady jetstream.ErrorCode = 10163
 
+// errCodeDupInProcess is JSStreamDuplicateMessageConflict (10158): an
+// append with the same Nats-Msg-Id is still being stored (a resend after an
+// ambiguous timeout, in a cluster); wait and read back.
+const errCodeDupInProcess jetstream.ErrorCode = 10158
+
 func isRetryable(err error) bool {
 	var apiErr *jetstream.APIError
 	if errors.As(err, &apiErr) {
-		return apiErr.ErrorCode == errCodeLastSeqNotReady || apiErr.Code == 503
+		return apiErr.ErrorCode == errCodeLastSeqNotReady || apiErr.ErrorCode == errCodeDupInProcess || apiErr.Code == 503
 	}
 	return errors.Is(err, jetstream.ErrNoStreamResponse) || errors.Is(err, nats.ErrNoResponders)
+}
+
+// retryWindow is how long one item waits out a stream that takes no
+// appends for now (no leader: an election, a partition) before the
+// attempts count down: a leader election takes up to about 10s.
+const retryWindow = 20 * time.Second
+
+// waitOut returns the attempt number to go on with after a retryable
+// error: while until has not passed, it does not count.
+func (g *Gate) waitOut(attempt int, until time.Time) int {
+	if time.Now().Before(until) {
+		return max(0, min(attempt, g.attempts-2))
+	}
+	return attempt
+}
+
+// waitRead decides after a read of the stream failed: when the read may
+// be tried again (retryRead) and until has not passed, it sleeps, sets
+// *attempt and returns true; otherwise the item fails.
+func (g *Gate) waitRead(ctx context.Context, err error, attempt *int, until time.Time) bool {
+	if !retryRead(ctx, err) || !time.Now().Before(until) {
+		return false
+	}
+	*attempt = g.waitOut(*attempt, until)
+	return sleepCtx(ctx, backoff(*attempt))
+}
+
+// retryRead reports whether a read that failed may be tried again: no
+// responder, or no answer in time (a stream without a leader for now
+// answers no leader read).
+func retryRead(ctx context.Context, err error) bool {
+	return ctx.Err() == nil && (isRetryable(err) || errors.Is(err, context.DeadlineExceeded))
 }
 
 func backoff(attempt int) time.Duration {

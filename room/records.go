@@ -45,18 +45,17 @@ func newRoomState() *roomState {
 }
 
 // catchUp reads every record stored on the room's record subject after
-// r.streamSeq, in stream order, into the index.
+// r.streamSeq, in stream order, into the index, as the stream leader has
+// them (see leaderMsg).
 func (g *Gate) catchUp(ctx context.Context, roomID string, r *roomState) error {
 	subj := g.subjects.Records(roomID)
 	for {
-		cctx, cancel := context.WithTimeout(ctx, g.timeout)
-		m, err := g.stream.GetMsg(cctx, r.streamSeq+1, jetstream.WithGetMsgSubject(subj))
-		cancel()
-		if errors.Is(err, jetstream.ErrMsgNotFound) {
-			return nil
-		}
+		m, err := g.leaderMsg(ctx, map[string]any{"seq": r.streamSeq + 1, "next_by_subj": subj})
 		if err != nil {
 			return fmt.Errorf("read records of %s: %w", roomID, err)
+		}
+		if m == nil {
+			return nil
 		}
 		r.streamSeq = m.Sequence
 		// Only records that pass every rule count for the relation rules:
@@ -158,14 +157,18 @@ func (g *Gate) appendRecord(ctx context.Context, raw []byte) RecordReply {
 	defer r.mu.Unlock()
 	subj := g.subjects.Records(roomID)
 	digest := rec.ContentDigest()
+	retryUntil := time.Now().Add(retryWindow)
 	for attempt := 0; ; attempt++ {
 		if attempt >= g.attempts {
 			reply.Item = failed(0, fmt.Errorf("gave up after %d attempts", attempt))
 			return reply
 		}
 		if err := g.catchUp(ctx, roomID, r); err != nil {
-			reply.Item = failed(0, err)
-			return reply
+			if !g.waitRead(ctx, err, &attempt, retryUntil) {
+				reply.Item = failed(0, err)
+				return reply
+			}
+			continue
 		}
 		if seq, ok := r.digests[digest]; ok {
 			reply.Item = ItemResult{Outcome: OutcomeDuplicate, Hash: rec.ComputedRef(), StreamSeq: seq, Subject: subj}
@@ -205,6 +208,7 @@ func (g *Gate) appendRecord(ctx context.Context, raw []byte) RecordReply {
 		case isWrongLastSequence(err):
 			continue // another gate appended to the room: catch up, decide again
 		case isRetryable(err):
+			attempt = g.waitOut(attempt, retryUntil)
 			if !sleepCtx(ctx, backoff(attempt)) {
 				reply.Item = failed(0, ctx.Err())
 				return reply

@@ -199,10 +199,17 @@ loop:
 		case <-tick.C:
 			cctx, cancel := context.WithTimeout(ctx, DefaultTimeout)
 			s, err := js.Stream(cctx, cfg.Name)
+			cancel()
 			if err == nil {
 				err = CheckStreamConfig(s.CachedInfo().Config, o.Subjects)
+			} else if !errors.Is(err, jetstream.ErrStreamNotFound) {
+				// The stream could not be read now (no leader during an
+				// election, a partition): that says nothing about its
+				// configuration, so the last verdict stands rather than
+				// appends pausing until the next check.
+				log.Warn("room stream check: cannot read the stream now; the last verdict stands", zap.Error(err))
+				continue
 			}
-			cancel()
 			gate.pause(err)
 			if prev := healthy.Load().(checkResult).err; (prev == nil) != (err == nil) {
 				if err != nil {
