@@ -118,6 +118,7 @@ type Serve struct {
 	StoreDir     string        `name:"store-dir" help:"Embedded server: JetStream store directory." default:"./data" yaml:"store-dir"`
 	SyncInterval time.Duration `name:"sync-interval" help:"Embedded server: fsync interval; 0 (default) fsyncs before every acknowledgement." default:"0s" yaml:"sync-interval"`
 	MaxPayload   string        `name:"max-payload" help:"Embedded server: largest message accepted (e.g. 1MB); empty keeps the server default." yaml:"max-payload"`
+	MaxStore     string        `name:"max-store" help:"Embedded server: cap on the JetStream file store (e.g. 10GB); empty means the disk is the limit." yaml:"max-store"`
 	Replicas     int           `name:"replicas" help:"Room stream replicas when it is created: default 1 embedded, 3 with --server." yaml:"replicas"`
 	Stream       string        `name:"stream" help:"Room stream name." default:"ROOMS" yaml:"stream"`
 	Prefix       string        `name:"subject-prefix" help:"First token of every room subject." default:"rooms" yaml:"subject-prefix"`
@@ -151,6 +152,9 @@ func (s *Serve) Validate() error {
 	}
 	if _, err := ParseSize(s.MaxPayload); err != nil {
 		bad("--max-payload: %v", err)
+	}
+	if _, err := ParseSize(s.MaxStore); err != nil {
+		bad("--max-store: %v", err)
 	}
 	if s.Replicas < 0 || s.Replicas > 5 {
 		bad("--replicas must be 1 to 5")

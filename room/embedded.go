@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net"
 	"strconv"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
@@ -96,10 +97,19 @@ func StartEmbedded(o EmbeddedOptions) (*Embedded, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrEmbedded, err)
 	}
-	if o.Logger != nil {
-		srv.SetLoggerV2(zapServerLogger{o.Logger.Sugar().Named("nats-server")}, false, false, false)
+	zl := o.Logger
+	if zl == nil {
+		zl = zap.NewNop()
 	}
+	var fatal atomic.Pointer[string]
+	srv.SetLoggerV2(zapServerLogger{l: zl.Sugar().Named("nats-server"), fatal: &fatal}, false, false, false)
 	srv.Start()
+	if f := fatal.Load(); f != nil {
+		// The server could not start (a JetStream store it cannot write):
+		// say why now rather than wait for a listener that never comes.
+		srv.Shutdown()
+		return nil, fmt.Errorf("%w: %s", ErrEmbedded, *f)
+	}
 	if !srv.ReadyForConnections(30 * time.Second) {
 		srv.Shutdown()
 		return nil, fmt.Errorf("%w: not ready for connections after 30s", ErrEmbedded)
@@ -120,12 +130,20 @@ func (e *Embedded) Shutdown() {
 	e.srv.WaitForShutdown()
 }
 
-// zapServerLogger adapts zap to the nats-server logger interface.
-type zapServerLogger struct{ l *zap.SugaredLogger }
+// zapServerLogger adapts zap to the nats-server logger interface. It keeps
+// the first fatal line: the server reports a failed start only there.
+type zapServerLogger struct {
+	l     *zap.SugaredLogger
+	fatal *atomic.Pointer[string]
+}
 
 func (z zapServerLogger) Noticef(format string, v ...any) { z.l.Debugf(format, v...) }
 func (z zapServerLogger) Warnf(format string, v ...any)   { z.l.Warnf(format, v...) }
-func (z zapServerLogger) Fatalf(format string, v ...any)  { z.l.Errorf(format, v...) }
+func (z zapServerLogger) Fatalf(format string, v ...any) {
+	msg := fmt.Sprintf(format, v...)
+	z.fatal.CompareAndSwap(nil, &msg)
+	z.l.Error(msg)
+}
 func (z zapServerLogger) Errorf(format string, v ...any)  { z.l.Errorf(format, v...) }
 func (z zapServerLogger) Debugf(format string, v ...any)  { z.l.Debugf(format, v...) }
 func (z zapServerLogger) Tracef(format string, v ...any)  { z.l.Debugf(format, v...) }

@@ -548,6 +548,8 @@ func (g *Gate) appendLine(ctx context.Context, roomID string, key events.ChainKe
 			// reload and decide again, possibly as a duplicate or a fork.
 			c.loaded = false
 			continue
+		case isStoreFull(err):
+			return failed(idx, errStoreFull(err))
 		case isRetryable(err):
 			c.loaded = false
 			attempt = g.waitOut(attempt, retryUntil)
@@ -685,10 +687,25 @@ const errCodeLastSeqNotReady jetstream.ErrorCode = 10163
 // ambiguous timeout, in a cluster); wait and read back.
 const errCodeDupInProcess jetstream.ErrorCode = 10158
 
+// errCodeInsufficientResources is JSInsufficientResourcesErr (10023, status
+// 503): the server's JetStream store is full. It is not waited out: space
+// comes back only when an operator makes some.
+const errCodeInsufficientResources jetstream.ErrorCode = 10023
+
+func isStoreFull(err error) bool {
+	var apiErr *jetstream.APIError
+	return errors.As(err, &apiErr) && apiErr.ErrorCode == errCodeInsufficientResources
+}
+
+func errStoreFull(err error) error {
+	return fmt.Errorf("the JetStream store is full (nothing more can be stored until there is space): %w", err)
+}
+
 func isRetryable(err error) bool {
 	var apiErr *jetstream.APIError
 	if errors.As(err, &apiErr) {
-		return apiErr.ErrorCode == errCodeLastSeqNotReady || apiErr.ErrorCode == errCodeDupInProcess || apiErr.Code == 503
+		return apiErr.ErrorCode == errCodeLastSeqNotReady || apiErr.ErrorCode == errCodeDupInProcess ||
+			(apiErr.Code == 503 && apiErr.ErrorCode != errCodeInsufficientResources)
 	}
 	return errors.Is(err, jetstream.ErrNoStreamResponse) || errors.Is(err, nats.ErrNoResponders)
 }

@@ -207,6 +207,9 @@ func (g *Gate) appendRecord(ctx context.Context, raw []byte) RecordReply {
 			return reply
 		case isWrongLastSequence(err):
 			continue // another gate appended to the room: catch up, decide again
+		case isStoreFull(err):
+			reply.Item = failed(0, errStoreFull(err))
+			return reply
 		case isRetryable(err):
 			attempt = g.waitOut(attempt, retryUntil)
 			if !sleepCtx(ctx, backoff(attempt)) {

@@ -38,6 +38,7 @@ func (c *serveCmd) Run(s *streams) error {
 		return err
 	}
 	maxPayload, _ := config.ParseSize(c.MaxPayload) // checked by Validate
+	maxStore, _ := config.ParseSize(c.MaxStore)     // checked by Validate
 	if maxPayload > 1<<31-1 {
 		return fmt.Errorf("%w: --max-payload too large", config.ErrInvalid)
 	}
@@ -50,6 +51,7 @@ func (c *serveCmd) Run(s *streams) error {
 			StoreDir:     c.StoreDir,
 			SyncInterval: c.SyncInterval,
 			MaxPayload:   int32(maxPayload),
+			MaxFileStore: maxStore,
 		},
 		Connect:   connect,
 		Stream:    c.Stream,
