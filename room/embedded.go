@@ -144,6 +144,6 @@ func (z zapServerLogger) Fatalf(format string, v ...any) {
 	z.fatal.CompareAndSwap(nil, &msg)
 	z.l.Error(msg)
 }
-func (z zapServerLogger) Errorf(format string, v ...any)  { z.l.Errorf(format, v...) }
-func (z zapServerLogger) Debugf(format string, v ...any)  { z.l.Debugf(format, v...) }
-func (z zapServerLogger) Tracef(format string, v ...any)  { z.l.Debugf(format, v...) }
+func (z zapServerLogger) Errorf(format string, v ...any) { z.l.Errorf(format, v...) }
+func (z zapServerLogger) Debugf(format string, v ...any) { z.l.Debugf(format, v...) }
+func (z zapServerLogger) Tracef(format string, v ...any) { z.l.Debugf(format, v...) }

@@ -388,10 +388,15 @@ func FollowCapsule(ctx context.Context, c *Client, dir, roomID string, o ShipOpt
 		case errors.Is(err, ErrUnavailable):
 			wait = o.Retry
 			if s != nil {
-				// Ask again where the chain stands before resending.
+				// Ask again where the chain stands before resending. Lines
+				// found stored meanwhile (a reply that never came back)
+				// count as already stored, so the totals add up to the head.
+				before := s.line
 				if rerr := s.resume(ctx); rerr != nil {
 					s.offset, s.line = 0, 0
 					s = nil
+				} else if s.line > before {
+					s.res.Skipped += s.line - before
 				}
 			}
 		default:
