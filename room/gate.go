@@ -546,7 +546,8 @@ func (g *Gate) appendLine(ctx context.Context, roomID string, key events.ChainKe
 		case isWrongLastSequence(err):
 			// Someone else appended to the chain (or to another room's copy):
 			// reload and decide again, possibly as a duplicate or a fork.
-			c.loaded = false
+			// From the leader: a lagging replica would say the same again.
+			c.loaded, wantFresh = false, true
 			continue
 		case isStoreFull(err):
 			return failed(idx, errStoreFull(err))

@@ -48,6 +48,9 @@ type ServeOptions struct {
 	Ready func(ServeInfo)
 }
 
+// streamSetupTimeout bounds creating or looking up the room stream at start.
+const streamSetupTimeout = 30 * time.Second
+
 // ServeInfo describes a serving publisher.
 type ServeInfo struct {
 	ClientURL string // where clients connect
@@ -117,7 +120,11 @@ func Serve(ctx context.Context, o ServeOptions) error {
 		return err
 	}
 	cfg := StreamConfig(o.Stream, o.Subjects, replicas)
-	st, err := EnsureStream(ctx, js, cfg, o.Subjects)
+	// Creating a replicated stream elects its leader first: on a cluster
+	// that has just formed that can take longer than DefaultTimeout.
+	ectx, cancel := context.WithTimeout(ctx, streamSetupTimeout)
+	st, err := EnsureStream(ectx, js, cfg, o.Subjects)
+	cancel()
 	if err != nil {
 		return err
 	}
