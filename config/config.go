@@ -36,6 +36,9 @@ type Credentials struct {
 	TLSKey   string `name:"tlskey" help:"TLS client private key file." placeholder:"FILE" yaml:"tlskey"`
 	TLSCA    string `name:"tlsca" help:"TLS certificate authority chain file." placeholder:"FILE" yaml:"tlsca"`
 	TLSFirst bool   `name:"tlsfirst" help:"Perform the TLS handshake before the NATS protocol." yaml:"tlsfirst"`
+	// PasswordFile and InboxPrefix: secure mode (secure.go).
+	PasswordFile string `name:"password-file" help:"File whose first line is the password (keeps it off the command line)." placeholder:"FILE" yaml:"password-file"`
+	InboxPrefix  string `name:"inbox-prefix" help:"Inbox prefix for replies, when the user's permissions name its own (e.g. _INBOX_harness)." placeholder:"PREFIX" yaml:"inbox-prefix"`
 }
 
 // String redacts secrets.
@@ -59,10 +62,11 @@ func (c Credentials) Validate() error {
 	if c.Password != "" && c.User == "" {
 		errs = append(errs, fmt.Errorf("%w: --password needs --user", ErrInvalid))
 	}
+	errs = append(errs, c.checkSecure())
 	if (c.TLSCert == "") != (c.TLSKey == "") {
 		errs = append(errs, fmt.Errorf("%w: --tlscert and --tlskey go together", ErrInvalid))
 	}
-	for _, f := range []struct{ flag, path string }{{"--creds", c.Creds}, {"--nkey", c.NKey}, {"--tlscert", c.TLSCert}, {"--tlskey", c.TLSKey}, {"--tlsca", c.TLSCA}} {
+	for _, f := range []struct{ flag, path string }{{"--creds", c.Creds}, {"--nkey", c.NKey}, {"--password-file", c.PasswordFile}, {"--tlscert", c.TLSCert}, {"--tlskey", c.TLSKey}, {"--tlsca", c.TLSCA}} {
 		if f.path == "" {
 			continue
 		}
@@ -86,7 +90,14 @@ func (c Credentials) Options() ([]nats.Option, error) {
 		}
 		opts = append(opts, o)
 	case c.User != "":
-		opts = append(opts, nats.UserInfo(c.User, c.Password))
+		pw, err := c.password()
+		if err != nil {
+			return nil, err
+		}
+		opts = append(opts, nats.UserInfo(c.User, pw))
+	}
+	if c.InboxPrefix != "" {
+		opts = append(opts, nats.CustomInboxPrefix(c.InboxPrefix))
 	}
 	if c.TLSCert != "" {
 		opts = append(opts, nats.ClientCert(c.TLSCert, c.TLSKey))
@@ -114,6 +125,7 @@ type Serve struct {
 	// must not silently replace the embedded server.
 	Server string `name:"server" help:"Use this NATS server or cluster instead of starting the embedded one." placeholder:"URL" yaml:"server"`
 	Credentials
+	Secure
 	Listen       string        `name:"listen" help:"Embedded server: client listen address." default:"127.0.0.1:4222" yaml:"listen"`
 	StoreDir     string        `name:"store-dir" help:"Embedded server: JetStream store directory." default:"./data" yaml:"store-dir"`
 	SyncInterval time.Duration `name:"sync-interval" help:"Embedded server: fsync interval; 0 (default) fsyncs before every acknowledgement." default:"0s" yaml:"sync-interval"`
@@ -135,6 +147,9 @@ func (s *Serve) Validate() error {
 		errs = append(errs, fmt.Errorf("%w: "+format, append([]any{ErrInvalid}, args...)...))
 	}
 	if err := s.Credentials.Validate(); err != nil {
+		errs = append(errs, err)
+	}
+	if err := s.Secure.check(s); err != nil {
 		errs = append(errs, err)
 	}
 	if s.Server == "" {

@@ -56,6 +56,10 @@ type cli struct {
 	Journal   journalCmd   `cmd:"" help:"Ship capsule directories into a room through the ingest service (resumable; --follow)."`
 	Execution executionCmd `cmd:"" help:"Ship execution records into their rooms through the ingest service."`
 
+	Passwd   passwdCmd   `cmd:"" help:"Print the bcrypt hash of a password (read from the terminal or stdin, or generated with --out) for a secure config."`
+	Nkeygen  nkeygenCmd  `cmd:"" help:"Write a new user nkey seed (mode 0600) and print its public key for a secure config."`
+	Authconf authconfCmd `cmd:"" help:"Print the nats-server authorization block that gives an existing server the secure config's users and permissions."`
+
 	Config kong.ConfigFlag `name:"config" help:"YAML file of flag values (keys are flag names); flags given on the command line win." placeholder:"FILE"`
 }
 

@@ -33,7 +33,7 @@ func (c *serveCmd) Run(s *streams) error {
 	if err != nil {
 		return err
 	}
-	connect, err := c.Credentials.Options()
+	connect, secure, err := secureConnect(&c.Serve) // secure.go
 	if err != nil {
 		return err
 	}
@@ -52,6 +52,7 @@ func (c *serveCmd) Run(s *streams) error {
 			SyncInterval: c.SyncInterval,
 			MaxPayload:   int32(maxPayload),
 			MaxFileStore: maxStore,
+			Configure:    secure,
 		},
 		Connect:   connect,
 		Stream:    c.Stream,

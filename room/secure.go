@@ -1,0 +1,463 @@
+package room
+
+import (
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"regexp"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nkeys"
+	"golang.org/x/crypto/bcrypt"
+)
+
+// ErrSecure is wrapped by every secure mode error.
+var ErrSecure = errors.New("secure mode")
+
+// Role is what an identity does with the rooms in secure mode. Each role
+// has exactly the permissions Permissions gives it (README "Secure mode").
+type Role string
+
+// The four roles.
+const (
+	// RolePublisher runs `publisher serve`: the only identity that writes
+	// room subjects. It reads and creates its stream, reads messages for
+	// the gate's decisions, and serves the ingest service.
+	RolePublisher Role = "publisher"
+	// RoleHarness ships journals and records through the ingest service
+	// and may do nothing else: no room subject, no JetStream API.
+	RoleHarness Role = "harness"
+	// RoleSolver (alias "auditor") reads rooms: stream info, message gets,
+	// its own pull consumers and their acks. It never writes a room
+	// subject and never changes the stream.
+	RoleSolver Role = "solver"
+	// RoleAdmin may do everything except write room subjects directly:
+	// it is the only identity that may update or delete the stream.
+	RoleAdmin Role = "admin"
+)
+
+// Roles lists the roles in the order the README's table has them.
+var Roles = []Role{RolePublisher, RoleHarness, RoleSolver, RoleAdmin}
+
+// ParseRole parses a role name; "auditor" is the solver role.
+func ParseRole(s string) (Role, error) {
+	switch r := Role(strings.ToLower(strings.TrimSpace(s))); r {
+	case RolePublisher, RoleHarness, RoleSolver, RoleAdmin:
+		return r, nil
+	case "auditor":
+		return RoleSolver, nil
+	}
+	return "", fmt.Errorf("%w: unknown role %q (publisher, harness, solver or auditor, admin)", ErrSecure, s)
+}
+
+// SecureUser is one identity of the embedded server: a user name with a
+// bcrypt password hash, or a public user nkey. It never holds a plain
+// password or an nkey seed; String and GoString print no hash either.
+type SecureUser struct {
+	Role         Role
+	Name         string // user name (password users)
+	PasswordHash string // bcrypt hash of the password ($2a$, $2b$, $2y$)
+	NKey         string // public user nkey, "U…" (nkey users)
+	// InboxPrefix, when set (e.g. "_INBOX_harness"), is the only inbox
+	// this identity may subscribe to; its clients must connect with that
+	// inbox prefix (nats.CustomInboxPrefix, --inbox-prefix). Empty: the
+	// default "_INBOX", shared by every identity that uses it.
+	InboxPrefix string
+}
+
+// ID names the user in messages: its name or its public nkey.
+func (u SecureUser) ID() string {
+	if u.NKey != "" {
+		return u.NKey
+	}
+	return u.Name
+}
+
+// String describes the user without its password hash.
+func (u SecureUser) String() string {
+	auth := "nkey"
+	if u.NKey == "" {
+		auth = "password"
+		if u.PasswordHash != "" {
+			auth = "password [REDACTED]"
+		}
+	}
+	return fmt.Sprintf("%s %s (%s)", u.Role, u.ID(), auth)
+}
+
+// GoString is String, so %#v prints no hash either.
+func (u SecureUser) GoString() string { return "room.SecureUser{" + u.String() + "}" }
+
+// SecureTLS is the embedded server's TLS: its certificate and key, and
+// the CA that signs client certificates when Verify is set.
+type SecureTLS struct {
+	Cert, Key, CA string
+	Verify        bool // require and verify client certificates (mutual TLS)
+}
+
+// SecureOptions is the secure mode of the embedded server: who may
+// connect, in which role. Stream, Subjects and ServicePrefix must be the
+// ones `publisher serve` uses, since the permissions name them.
+type SecureOptions struct {
+	Users []SecureUser
+	// Stream is the room stream's name; default DefaultStream.
+	Stream   string
+	Subjects Subjects
+	// ServicePrefix is the ingest service's subject prefix; default
+	// DefaultServicePrefix.
+	ServicePrefix string
+	// SolverHead lets solvers ask the ingest service where a chain stands
+	// (<ServicePrefix>.head, a read), never append through it. Off by
+	// default: solvers do not talk to the ingest service at all.
+	SolverHead bool
+	// TLS, when Cert is set, turns TLS on (and off plain connections).
+	TLS SecureTLS
+}
+
+// ResponseExpiry is how long the publisher may answer a request it
+// received (allow_responses): longer than any client waits.
+const ResponseExpiry = 10 * time.Minute
+
+var (
+	userNameRe    = regexp.MustCompile(`^[A-Za-z0-9_.@-]{1,128}$`)
+	inboxPrefixRe = regexp.MustCompile(`^_INBOX[A-Za-z0-9_-]+$`)
+	streamNameRe  = regexp.MustCompile(`^[A-Za-z0-9_-]{1,255}$`)
+	tokenRe       = regexp.MustCompile(`^[A-Za-z0-9_-]+$`)
+)
+
+func (o SecureOptions) stream() string {
+	if o.Stream == "" {
+		return DefaultStream
+	}
+	return o.Stream
+}
+
+func (o SecureOptions) service() string {
+	if o.ServicePrefix == "" {
+		return DefaultServicePrefix
+	}
+	return o.ServicePrefix
+}
+
+// Check reports every problem of the options, joined, each wrapping
+// ErrSecure. No message holds a password hash.
+func (o SecureOptions) Check() error {
+	var errs []error
+	bad := func(format string, args ...any) {
+		errs = append(errs, fmt.Errorf("%w: "+format, append([]any{ErrSecure}, args...)...))
+	}
+	if !streamNameRe.MatchString(o.stream()) {
+		bad("stream name %q is not a plain token", o.stream())
+	}
+	if !tokenRe.MatchString(o.Subjects.prefix()) {
+		bad("subject prefix %q is not a plain token", o.Subjects.prefix())
+	}
+	for _, tok := range strings.Split(o.service(), ".") {
+		if !tokenRe.MatchString(tok) {
+			bad("service prefix %q is not a dotted subject of plain tokens", o.service())
+			break
+		}
+	}
+	names, nkeysSeen, inboxes := map[string]bool{}, map[string]bool{}, map[string]bool{}
+	publishers := 0
+	for i, u := range o.Users {
+		at := fmt.Sprintf("user %d", i+1)
+		switch {
+		case u.NKey != "" && nkeys.IsValidPublicUserKey(u.NKey):
+			at = fmt.Sprintf("user %d (%s)", i+1, u.NKey)
+		case u.NKey == "" && u.Name != "":
+			// Never the nkey field otherwise: it may hold a seed.
+			at = fmt.Sprintf("user %d (%s)", i+1, u.Name)
+		}
+		role, err := ParseRole(string(u.Role))
+		if err != nil {
+			bad("%s: unknown role %q", at, u.Role)
+		}
+		if role == RolePublisher {
+			publishers++
+		}
+		switch {
+		case u.NKey != "" && (u.Name != "" || u.PasswordHash != ""):
+			bad("%s: an nkey user has no name or password", at)
+		case u.NKey != "":
+			if !nkeys.IsValidPublicUserKey(u.NKey) {
+				bad("%s: nkey is not a public user nkey (U…; the seed, S…, never goes in this file)", at)
+			}
+			if nkeysSeen[u.NKey] {
+				bad("%s: nkey listed twice", at)
+			}
+			nkeysSeen[u.NKey] = true
+		default:
+			if !userNameRe.MatchString(u.Name) {
+				bad("%s: user name must be 1 to 128 of A-Z a-z 0-9 _ . @ -", at)
+			}
+			if names[u.Name] {
+				bad("%s: user name listed twice", at)
+			}
+			names[u.Name] = true
+			if _, err := bcrypt.Cost([]byte(u.PasswordHash)); err != nil || !strings.HasPrefix(u.PasswordHash, "$2") {
+				bad("%s: password must be a bcrypt hash ($2a$…, $2b$…); make one with `publisher passwd`", at)
+			}
+		}
+		if u.InboxPrefix != "" {
+			if !inboxPrefixRe.MatchString(u.InboxPrefix) {
+				bad("%s: inbox prefix %q must be one token starting with _INBOX and longer than it (e.g. _INBOX_harness)", at, u.InboxPrefix)
+			}
+			if inboxes[u.InboxPrefix] {
+				bad("%s: inbox prefix %q is used by another user", at, u.InboxPrefix)
+			}
+			inboxes[u.InboxPrefix] = true
+		}
+	}
+	if publishers == 0 {
+		bad("no user has the publisher role: `publisher serve` connects as one")
+	}
+	if t := o.TLS; t.Cert != "" || t.Key != "" || t.CA != "" || t.Verify {
+		if t.Cert == "" || t.Key == "" {
+			bad("tls: cert and key go together")
+		}
+		if t.Verify && t.CA == "" {
+			bad("tls: verify needs the ca that signs client certificates")
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// permSet is a role's permissions, as lists.
+type permSet struct {
+	pubAllow, pubDeny, subAllow, subDeny []string
+	responses                            bool
+}
+
+func (o SecureOptions) perms(role Role, inboxPrefix string) permSet {
+	if r, err := ParseRole(string(role)); err == nil {
+		role = r
+	}
+	st, rooms, svc := o.stream(), o.Subjects.All(), o.service()
+	api := func(op string) string { return "$JS.API." + op + "." + st }
+	inbox := "_INBOX.>"
+	if inboxPrefix != "" {
+		inbox = inboxPrefix + ".>"
+	}
+	// What no identity but the admin may ever ask JetStream for.
+	streamAdmin := []string{api("STREAM.UPDATE"), api("STREAM.DELETE"), api("STREAM.PURGE"), api("STREAM.MSG.DELETE")}
+	read := []string{
+		api("STREAM.INFO"),
+		api("STREAM.MSG.GET"),
+		api("DIRECT.GET"), api("DIRECT.GET") + ".>",
+		api("CONSUMER.CREATE") + ".>",
+		api("CONSUMER.INFO") + ".*",
+		api("CONSUMER.MSG.NEXT") + ".*",
+		// nats.go deletes an ordered consumer's old consumer when it
+		// resets; consumers never change a Limits stream's messages.
+		api("CONSUMER.DELETE") + ".*",
+	}
+	switch role {
+	case RolePublisher:
+		return permSet{
+			pubAllow: append([]string{rooms, api("STREAM.CREATE")}, read...),
+			pubDeny:  streamAdmin,
+			subAllow: []string{svc + ".>", "$SRV.>", inbox},
+			// Replies to ingest requests and $SRV pings go to the
+			// requester's inbox: allowed once per request received.
+			responses: true,
+		}
+	case RoleHarness:
+		return permSet{
+			pubAllow: []string{svc + ".>"},
+			pubDeny:  []string{rooms, "$JS.>"},
+			subAllow: []string{inbox},
+			subDeny:  []string{svc + ".>", rooms},
+		}
+	case RoleSolver:
+		allow := append(read,
+			api("CONSUMER.DURABLE.CREATE")+".*",
+			api("CONSUMER.RESET")+".*",
+			"$JS.ACK."+st+".>", "$JS.ACK.*.*."+st+".>", // v1 and v2 ack subjects
+			"$JS.FC."+st+".>", "$JS.FC.*.*."+st+".>", // flow control of push consumers
+		)
+		deny := append([]string{rooms}, streamAdmin...)
+		if o.SolverHead {
+			allow = append(allow, svc+".head")
+			deny = append(deny, svc+".journal", svc+".execution")
+		} else {
+			deny = append(deny, svc+".>")
+		}
+		return permSet{pubAllow: allow, pubDeny: deny, subAllow: []string{inbox}, subDeny: []string{svc + ".>"}}
+	case RoleAdmin:
+		return permSet{pubAllow: []string{">"}, pubDeny: []string{rooms}, subAllow: []string{">"}}
+	}
+	// An unknown role may do nothing at all.
+	return permSet{pubAllow: []string{}, subAllow: []string{}}
+}
+
+// Permissions returns the nats-server permissions of role. inboxPrefix is
+// the user's InboxPrefix ("" for "_INBOX").
+func (o SecureOptions) Permissions(role Role, inboxPrefix string) *server.Permissions {
+	ps := o.perms(role, inboxPrefix)
+	p := &server.Permissions{
+		Publish:   &server.SubjectPermission{Allow: ps.pubAllow, Deny: ps.pubDeny},
+		Subscribe: &server.SubjectPermission{Allow: ps.subAllow, Deny: ps.subDeny},
+	}
+	if ps.responses {
+		p.Response = &server.ResponsePermission{MaxMsgs: 1, Expires: ResponseExpiry}
+	}
+	return p
+}
+
+// Configure checks the options and returns the function that applies them
+// to the embedded server's options (EmbeddedOptions.Configure): the users
+// with their permissions, no anonymous access, and TLS when set.
+func (o SecureOptions) Configure() (func(*server.Options), error) {
+	if err := o.Check(); err != nil {
+		return nil, err
+	}
+	var tlsConfig *tls.Config
+	if o.TLS.Cert != "" {
+		var err error
+		tlsConfig, err = server.GenTLSConfig(&server.TLSConfigOpts{CertFile: o.TLS.Cert, KeyFile: o.TLS.Key, CaFile: o.TLS.CA, Verify: o.TLS.Verify})
+		if err != nil {
+			// The error names files, never their contents.
+			return nil, fmt.Errorf("%w: tls: %v", ErrSecure, err)
+		}
+	}
+	var users []*server.User
+	var nkeyUsers []*server.NkeyUser
+	for _, u := range o.Users {
+		perms := o.Permissions(u.Role, u.InboxPrefix)
+		if u.NKey != "" {
+			nkeyUsers = append(nkeyUsers, &server.NkeyUser{Nkey: u.NKey, Permissions: perms})
+		} else {
+			users = append(users, &server.User{Username: u.Name, Password: u.PasswordHash, Permissions: perms})
+		}
+	}
+	return func(opts *server.Options) {
+		opts.Users, opts.Nkeys = users, nkeyUsers
+		opts.NoAuthUser = ""
+		opts.Username, opts.Password, opts.Authorization = "", "", ""
+		if tlsConfig != nil {
+			opts.TLS, opts.TLSConfig, opts.TLSVerify, opts.TLSTimeout = true, tlsConfig, o.TLS.Verify, 2
+		}
+	}, nil
+}
+
+// IdentifyPassword returns the user name of a publisher-role password
+// user whose hash matches password; with name set, only that user. The
+// error names the user, never the password or its hash.
+func (o SecureOptions) IdentifyPassword(name, password string) (SecureUser, error) {
+	var candidates []SecureUser
+	for _, u := range o.Users {
+		if r, _ := ParseRole(string(u.Role)); r == RolePublisher && u.NKey == "" && (name == "" || u.Name == name) {
+			candidates = append(candidates, u)
+		}
+	}
+	if len(candidates) == 0 {
+		if name != "" {
+			return SecureUser{}, fmt.Errorf("%w: no publisher-role password user named %q", ErrSecure, name)
+		}
+		return SecureUser{}, fmt.Errorf("%w: no publisher-role password user", ErrSecure)
+	}
+	for _, u := range candidates {
+		if bcrypt.CompareHashAndPassword([]byte(u.PasswordHash), []byte(password)) == nil {
+			return u, nil
+		}
+	}
+	if name != "" {
+		return SecureUser{}, fmt.Errorf("%w: the password does not match publisher user %q", ErrSecure, name)
+	}
+	return SecureUser{}, fmt.Errorf("%w: the password matches no publisher-role user", ErrSecure)
+}
+
+// IdentifyNKey returns the publisher-role nkey user of public key pub.
+func (o SecureOptions) IdentifyNKey(pub string) (SecureUser, error) {
+	for _, u := range o.Users {
+		if u.NKey == pub {
+			if r, _ := ParseRole(string(u.Role)); r != RolePublisher {
+				return SecureUser{}, fmt.Errorf("%w: nkey %s has role %s, not publisher", ErrSecure, pub, u.Role)
+			}
+			return u, nil
+		}
+	}
+	return SecureUser{}, fmt.Errorf("%w: nkey %s is not a user of the secure config", ErrSecure, pub)
+}
+
+// AuthorizationConf renders the same users and permissions as a
+// nats-server configuration block, for a server or cluster run outside
+// roompub: an `authorization { users = [...] }` block, or, with account
+// set, an `accounts { <account> { jetstream: enabled, users = [...] } }`
+// block. It holds the bcrypt hashes and public nkeys, no secret; TLS is
+// not part of it.
+func (o SecureOptions) AuthorizationConf(account string) (string, error) {
+	if err := o.Check(); err != nil {
+		return "", err
+	}
+	if account != "" && !tokenRe.MatchString(account) {
+		return "", fmt.Errorf("%w: account name %q is not a plain token", ErrSecure, account)
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "# roompub secure mode: stream %s, room subjects %s, ingest service %s.>\n", o.stream(), o.Subjects.All(), o.service())
+	fmt.Fprintf(&b, "# Generated by `publisher authconf`; the README's \"Secure mode\" explains every permission.\n")
+	indent := "  "
+	if account != "" {
+		fmt.Fprintf(&b, "accounts {\n  %s {\n    jetstream: enabled\n", account)
+		indent = "    "
+	} else {
+		b.WriteString("authorization {\n")
+	}
+	fmt.Fprintf(&b, "%susers = [\n", indent)
+	users := append([]SecureUser(nil), o.Users...)
+	order := map[Role]int{RolePublisher: 0, RoleHarness: 1, RoleSolver: 2, RoleAdmin: 3}
+	for i := range users {
+		if r, err := ParseRole(string(users[i].Role)); err == nil {
+			users[i].Role = r
+		}
+	}
+	sort.SliceStable(users, func(i, j int) bool { return order[users[i].Role] < order[users[j].Role] })
+	in := indent + "  "
+	for _, u := range users {
+		ps := o.perms(u.Role, u.InboxPrefix)
+		fmt.Fprintf(&b, "%s# %s\n%s{\n", in, u.Role, in)
+		if u.NKey != "" {
+			fmt.Fprintf(&b, "%s  nkey: %q\n", in, u.NKey)
+		} else {
+			fmt.Fprintf(&b, "%s  user: %q\n%s  password: %q\n", in, u.Name, in, u.PasswordHash)
+		}
+		fmt.Fprintf(&b, "%s  permissions: {\n", in)
+		confSubjects(&b, in+"    ", "publish", ps.pubAllow, ps.pubDeny)
+		confSubjects(&b, in+"    ", "subscribe", ps.subAllow, ps.subDeny)
+		if ps.responses {
+			fmt.Fprintf(&b, "%s    allow_responses: {max: 1, expires: \"%dm\"}\n", in, int(ResponseExpiry.Minutes()))
+		}
+		fmt.Fprintf(&b, "%s  }\n%s}\n", in, in)
+	}
+	fmt.Fprintf(&b, "%s]\n", indent)
+	if account != "" {
+		b.WriteString("  }\n}\n")
+	} else {
+		b.WriteString("}\n")
+	}
+	return b.String(), nil
+}
+
+// confSubjects writes "what: { allow: [...] deny: [...] }", one subject a
+// line.
+func confSubjects(b *strings.Builder, in, what string, allow, deny []string) {
+	fmt.Fprintf(b, "%s%s: {\n", in, what)
+	for _, l := range []struct {
+		key  string
+		subs []string
+	}{{"allow", allow}, {"deny", deny}} {
+		if len(l.subs) == 0 {
+			continue
+		}
+		fmt.Fprintf(b, "%s  %s: [\n", in, l.key)
+		for _, s := range l.subs {
+			fmt.Fprintf(b, "%s    %q\n", in, s)
+		}
+		fmt.Fprintf(b, "%s  ]\n", in)
+	}
+	fmt.Fprintf(b, "%s}\n", in)
+}
