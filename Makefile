@@ -18,7 +18,7 @@ run: build
 	testdata/samples/run.sh bin/publisher
 
 ## test: unit tests (race detector), integration tests, then 5s per fuzz target
-test: unit integration fuzz-short
+test: unit integration test-faults fuzz-short
 
 ## unit: fast tests of the libraries and commands, with the race detector
 unit:
@@ -28,6 +28,11 @@ unit:
 integration:
 	$(GO) test -race -count=1 ./room/...
 	$(GO) test -count=1 ./test/integration/...
+
+## test-faults: injected faults (killed servers, step-downs, cut routes, full and read-only stores) on a real 3-server cluster and the embedded server; prints the counts (about 3 min)
+.PHONY: test-faults
+test-faults:
+	$(GO) test -count=1 -v ./test/faults/...
 
 fuzz-short:
 	@GO=$(GO) .ci/fuzz -fuzztime 5s $(FUZZ_PKGS)
