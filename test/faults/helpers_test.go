@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	mrand "math/rand/v2"
 	"net"
 	"os"
 	"os/exec"
@@ -181,16 +182,34 @@ func run(t *testing.T, limit time.Duration, bin string, args ...string) result {
 	return result{status: cmd.ProcessState.ExitCode(), stdout: out.String(), stderr: errOut.String(), took: time.Since(start)}
 }
 
-// freePort returns a loopback port nothing listened on a moment ago.
+// freePort returns a loopback port nothing listened on a moment ago. It
+// is below the ephemeral range (32768 and up on Linux), so no outgoing
+// connection takes it before the server that is to listen on it starts.
 func freePort(t *testing.T) int {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
+	portsMu.Lock()
+	defer portsMu.Unlock()
+	for range 1000 {
+		p := 20000 + mrand.IntN(12000)
+		if portsTaken[p] {
+			continue
+		}
+		ln, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", p))
+		if err != nil {
+			continue
+		}
+		ln.Close()
+		portsTaken[p] = true
+		return p
 	}
-	defer ln.Close()
-	return ln.Addr().(*net.TCPAddr).Port
+	t.Fatal("no free loopback port in 20000-31999")
+	return 0
 }
+
+var (
+	portsMu    sync.Mutex
+	portsTaken = map[int]bool{} // handed out in this run: not again
+)
 
 // ---- publisher serve ----
 
