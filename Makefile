@@ -17,7 +17,7 @@ build:
 run: build
 	testdata/samples/run.sh bin/publisher
 
-## test: unit tests (race detector), integration tests, then 5s per fuzz target
+## test: unit tests (race detector), integration tests, the fault suite, then 5s per fuzz target
 test: unit integration test-faults fuzz-short
 
 ## unit: fast tests of the libraries and commands, with the race detector
