@@ -60,29 +60,46 @@ func (v *ChainVerifier) Head() string { return v.head }
 // JSON) and every problem found, in check order. With no problems the
 // verifier advances past the entry.
 func (v *ChainVerifier) Check(line []byte, at Location) (*Entry, []Problem) {
-	if !utf8.Valid(line) {
-		// Upstream checks UTF-8 over the whole file before parsing lines:
-		// invalid UTF-8 is non_canonical, not corrupt_entry, here too.
-		return nil, []Problem{{Code: NonCanonical, At: at, Reason: "line is not valid UTF-8"}}
+	e, problems := ParseLine(line, at)
+	if e == nil {
+		return nil, problems
 	}
-	e, err := ParseEntry(line)
-	if err != nil {
-		return nil, []Problem{{Code: CorruptEntry, At: at, Reason: err.Error()}}
-	}
-	problems := v.CheckEntry(e, at)
-	if !bytes.Equal(line, e.canonical) {
-		problems = insertBefore(problems, MetadataMismatch, Problem{Code: NonCanonical, At: at,
-			Reason: "line is not byte-equal to its RFC 8785 canonical form" + firstDiff(line, e.canonical)})
-	}
+	problems = v.CheckLine(e, line, at)
 	if len(problems) == 0 {
 		v.accept(e)
 	}
 	return e, problems
 }
 
+// ParseLine parses one journal line (without its newline). A line that is
+// not UTF-8 is non_canonical (upstream checks UTF-8 over the whole file
+// before parsing lines); one that is not strict JSON holding an object is
+// corrupt_entry. Either way the entry is nil and the one problem says why.
+func ParseLine(line []byte, at Location) (*Entry, []Problem) {
+	if !utf8.Valid(line) {
+		return nil, []Problem{{Code: NonCanonical, At: at, Reason: "line is not valid UTF-8"}}
+	}
+	e, err := ParseEntry(line)
+	if err != nil {
+		return nil, []Problem{{Code: CorruptEntry, At: at, Reason: err.Error()}}
+	}
+	return e, nil
+}
+
+// CheckLine applies every rule to e, parsed from line, without advancing:
+// CheckEntry's, and that line is byte-equal to e's canonical form, each
+// problem in the upstream's per-line order.
+func (v *ChainVerifier) CheckLine(e *Entry, line []byte, at Location) []Problem {
+	problems := v.CheckEntry(e, at)
+	if !bytes.Equal(line, e.canonical) {
+		problems = insertBefore(problems, MetadataMismatch, Problem{Code: NonCanonical, At: at,
+			Reason: "line is not byte-equal to its RFC 8785 canonical form" + firstDiff(line, e.canonical)})
+	}
+	return problems
+}
+
 // CheckEntry applies every rule but the byte-level canonical one to an
-// already parsed entry, without advancing. The gate uses it on entries it
-// received in canonical form already.
+// already parsed entry, without advancing.
 func (v *ChainVerifier) CheckEntry(e *Entry, at Location) []Problem {
 	var problems []Problem
 	if v.check != nil {

@@ -10,7 +10,6 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
-	"unicode/utf8"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -343,10 +342,10 @@ func (g *Gate) AppendJournal(ctx context.Context, roomID string, body []byte, ca
 	}
 	// The chain is named by the first line; a later line of another chain
 	// fails metadata_mismatch like any entry that differs from its capsule.
-	first, err := events.ParseEntry(lines[0].data)
-	if err != nil || !lines[0].complete {
+	first, bad := parseLine(lines[0], 0)
+	if bad != nil {
 		start := time.Now()
-		reply.Items[0] = g.refuseLine(lines[0], 0, nil)
+		reply.Items[0] = *bad
 		g.observe(KindJournal, reply.Items[0], start)
 		reply.tally()
 		return reply, nil
@@ -410,18 +409,21 @@ func splitLines(body []byte) []line {
 	return out
 }
 
-func (g *Gate) refuseLine(ln line, idx int, problems []events.Problem) ItemResult {
+// parseLine parses one request line into an entry, or refuses it: a
+// partial line is truncated_tail, one that does not parse gets
+// events.ParseLine's code (non_canonical or corrupt_entry).
+func parseLine(ln line, idx int) (*events.Entry, *ItemResult) {
 	at := events.Location{Line: idx + 1}
 	if !ln.complete {
-		problems = []events.Problem{{Code: events.TruncatedTail, At: at, Reason: "the last line does not end in a newline: a partial entry"}}
-	} else if problems == nil && !utf8.Valid(ln.data) {
-		// As the chain verifier has it: invalid UTF-8 is non_canonical.
-		problems = []events.Problem{{Code: events.NonCanonical, At: at, Reason: "line is not valid UTF-8"}}
-	} else if problems == nil {
-		_, err := events.ParseEntry(ln.data)
-		problems = []events.Problem{{Code: events.CorruptEntry, At: at, Reason: err.Error()}}
+		r := refused(idx, []events.Problem{{Code: events.TruncatedTail, At: at, Reason: "the last line does not end in a newline: a partial entry"}})
+		return nil, &r
 	}
-	return refused(idx, problems)
+	e, problems := events.ParseLine(ln.data, at)
+	if e == nil {
+		r := refused(idx, problems)
+		return nil, &r
+	}
+	return e, nil
 }
 
 func refused(idx int, problems []events.Problem) ItemResult {
@@ -437,12 +439,9 @@ func failed(idx int, err error) ItemResult {
 // appendLine decides one line with c locked.
 func (g *Gate) appendLine(ctx context.Context, roomID string, key events.ChainKey, c *chainState, capsule *events.CapsuleMeta, ln line, idx int) ItemResult {
 	at := events.Location{Line: idx + 1}
-	if !ln.complete {
-		return g.refuseLine(ln, idx, nil)
-	}
-	e, err := events.ParseEntry(ln.data)
-	if err != nil {
-		return g.refuseLine(ln, idx, nil)
+	e, bad := parseLine(ln, idx)
+	if bad != nil {
+		return *bad
 	}
 	seq, _ := e.Seq()
 	// fresh: the view was read during this call from the stream leader,
@@ -480,12 +479,7 @@ func (g *Gate) appendLine(ctx context.Context, roomID string, key events.ChainKe
 		if c.next > 0 || capsule != nil {
 			cv.Resume(c.next, c.head, meta)
 		}
-		problems := cv.CheckEntry(e, at)
-		if !bytes.Equal(ln.data, e.Canonical()) {
-			problems = append(problems, events.Problem{Code: events.NonCanonical, At: at,
-				Reason: "line is not byte-equal to its RFC 8785 canonical form"})
-			problems = sortByCodeOrder(problems)
-		}
+		problems := cv.CheckLine(e, ln.data, at)
 		res := ItemResult{Index: idx, Seq: &seq, Hash: e.EntryHash()}
 		if seq < c.next && onlyPosition(problems) {
 			if err := g.needHashes(ctx, c, key); err != nil {
@@ -613,29 +607,6 @@ func onlyPosition(ps []events.Problem) bool {
 		}
 	}
 	return true
-}
-
-// journalOrder is the upstream per-line check order (DESIGN.md).
-var journalOrder = map[events.Code]int{
-	events.CorruptEntry: 0, events.InvalidEntry: 1, events.Reordered: 2,
-	events.BrokenLink: 3, events.NonCanonical: 4, events.MetadataMismatch: 5,
-}
-
-func sortByCodeOrder(ps []events.Problem) []events.Problem {
-	out := make([]events.Problem, 0, len(ps))
-	for rank := 0; rank <= 5; rank++ {
-		for _, p := range ps {
-			if r, ok := journalOrder[p.Code]; ok && r == rank {
-				out = append(out, p)
-			}
-		}
-	}
-	for _, p := range ps {
-		if _, ok := journalOrder[p.Code]; !ok {
-			out = append(out, p)
-		}
-	}
-	return out
 }
 
 // tooLarge refuses a message the server would not accept: data and headers
