@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"strconv"
 	"time"
-	"unicode/utf8"
 
 	"github.com/roompub/roompub/events"
 	"github.com/roompub/roompub/validate"
@@ -123,10 +122,7 @@ func (r *Reader) aside(m StreamMsg, p Parsed, chain *events.ChainKey, problems [
 func (r *Reader) verifyEntry(m StreamMsg, p Parsed) (*Event, *SetAside) {
 	at := events.Location{Seq: m.Seq}
 	key := p.Chain
-	var e *events.Entry
-	if utf8.Valid(m.Data) {
-		e, _ = events.ParseEntry(m.Data)
-	}
+	e, parseProblems := events.ParseLine(m.Data, at)
 	if e != nil && (e.RunID() != key.RunID || e.CapsuleID() != key.CapsuleID) {
 		// Not this chain's entry at all: set aside without touching (or
 		// creating) the chain.
@@ -173,12 +169,16 @@ func (r *Reader) verifyEntry(m StreamMsg, p Parsed) (*Event, *SetAside) {
 			return nil, s
 		}
 	}
-	e, problems := c.cv.Check(m.Data, at)
+	problems := parseProblems
+	if e != nil {
+		problems = c.cv.CheckLine(e, m.Data, at)
+	}
 	if len(problems) > 0 {
 		s := r.aside(m, p, &key, problems)
 		c.broken = s
 		return nil, s
 	}
+	c.cv.Accept(e)
 	c.entries++
 	c.lastSeq = m.Seq
 	pos, _ := e.Seq()
