@@ -19,7 +19,6 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/roompub/roompub/events"
-	"github.com/roompub/roompub/room"
 )
 
 // ErrInvalid is wrapped by every Validate error.
@@ -306,9 +305,20 @@ func (c *Client) Connect(name string, extra ...nats.Option) (*nats.Conn, error) 
 	opts = append(opts, extra...)
 	nc, err := nats.Connect(c.Server, opts...)
 	if err != nil {
-		return nil, fmt.Errorf("connect %s: %w", room.RedactURL(c.Server), err)
+		return nil, fmt.Errorf("connect %s: %w", RedactURL(c.Server), err)
 	}
 	return nc, nil
+}
+
+// RedactURL hides user:password@ in a URL list before it is printed.
+func RedactURL(u string) string {
+	parts := strings.Split(u, ",")
+	for i, p := range parts {
+		if a, b := strings.Index(p, "://"), strings.LastIndex(p, "@"); a >= 0 && b > a {
+			parts[i] = p[:a+3] + "[REDACTED]" + p[b:]
+		}
+	}
+	return strings.Join(parts, ",")
 }
 
 // Reader is the configuration shared by the subscriber's commands: how to

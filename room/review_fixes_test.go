@@ -161,12 +161,3 @@ func TestReaderRecordNotCanonical(t *testing.T) {
 		t.Fatalf("phantom chains: %+v", rep.Chains)
 	}
 }
-
-// TestRedactURL: every URL of a server list loses its credentials and
-// keeps its host.
-func TestRedactURL(t *testing.T) {
-	got := room.RedactURL("nats://u:secret1@a:4222,nats://b:4222,tls://v:secret2@c:4223")
-	if want := "nats://[REDACTED]@a:4222,nats://b:4222,tls://[REDACTED]@c:4223"; got != want {
-		t.Fatalf("got %q, want %q", got, want)
-	}
-}

@@ -112,7 +112,7 @@ func Serve(ctx context.Context, o ServeOptions) error {
 	}, o.Connect...)
 	nc, err := nats.Connect(url, opts...)
 	if err != nil {
-		return fmt.Errorf("connect %s: %w", RedactURL(url), err)
+		return fmt.Errorf("connect %s: %w", redact(url), err)
 	}
 	defer nc.Close()
 	js, err := jetstream.New(nc)
@@ -178,7 +178,7 @@ func Serve(ctx context.Context, o ServeOptions) error {
 		httpSrv = &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
 		go func() { _ = httpSrv.Serve(ln) }()
 	}
-	log.Info("publisher serving", zap.String("url", RedactURL(url)), zap.String("stream", cfg.Name), zap.Int("replicas", replicas),
+	log.Info("publisher serving", zap.String("url", redact(url)), zap.String("stream", cfg.Name), zap.Int("replicas", replicas),
 		zap.Strings("trusted_hosts", o.Validator.TrustedHosts()), zap.String("http", info.HTTPAddr))
 	if len(o.Validator.TrustedHosts()) == 0 {
 		log.Warn("no trusted host: every execution record will be refused with untrusted_host")
@@ -248,14 +248,10 @@ loop:
 	return serr
 }
 
-// RedactURL hides user:password@ in each URL of a comma-separated list
-// before it is logged or printed.
-func RedactURL(u string) string {
-	parts := strings.Split(u, ",")
-	for i, p := range parts {
-		if a, b := strings.Index(p, "://"), strings.LastIndex(p, "@"); a >= 0 && b > a {
-			parts[i] = p[:a+3] + "[REDACTED]" + p[b:]
-		}
+// redact drops credentials from a URL before it is logged.
+func redact(u string) string {
+	if i, j := strings.Index(u, "://"), strings.LastIndex(u, "@"); i >= 0 && j > i {
+		return u[:i+3] + "[REDACTED]" + u[j:]
 	}
-	return strings.Join(parts, ",")
+	return u
 }
