@@ -6,7 +6,11 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
+	"strconv"
 	"strings"
+	"sync"
+	"unicode/utf8"
 )
 
 // EntrySchema is the value of "schema" in every capsule envelope v1 entry
@@ -21,16 +25,59 @@ var ZeroHash = strings.Repeat("0", 64)
 // by ParseEntry or NewEntry, which compute its canonical bytes and its
 // entry_hash preimage digest, so the two can never be out of step with the
 // content. An Entry is immutable and safe for concurrent reads.
+//
+// A line already in RFC 8785 form with the envelope's simple shape (see
+// Fields) is parsed in one pass without a map; Object builds the map on
+// first use. Any other line takes the general path (jcs, encoding/json).
 type Entry struct {
-	obj       map[string]any
 	canonical []byte
 	computed  string
+	fast      bool    // fields is the entry's content (the fast path)
+	fields    []Field // top-level members in canonical order, when fast
+
+	objOnce sync.Once
+	obj     map[string]any
 }
 
 // ParseEntry parses one journal line (without its newline). It checks only
 // that the line is strict JSON holding an object; the envelope rules are
 // checked by package validate. Errors wrap ErrNotJSON.
 func ParseEntry(line []byte) (*Entry, error) {
+	if !utf8.Valid(line) {
+		_, err := Canonicalize(line) // the general path's error
+		return nil, err
+	}
+	return parseValidUTF8(line)
+}
+
+// parseValidUTF8 is ParseEntry for a line known to be valid UTF-8.
+func parseValidUTF8(line []byte) (*Entry, error) {
+	if e := parseCanonical(line); e != nil {
+		return e, nil
+	}
+	return parseGeneral(line)
+}
+
+// parseCanonical is the fast path: it returns nil unless line is canonical
+// and of the simple shape, and then an entry equal to what the general
+// path builds (FuzzEntryFastPath holds the two side by side).
+func parseCanonical(line []byte) *Entry {
+	src := string(line)
+	s, fields, ok := scanCanonicalEntry(src)
+	if !ok {
+		return nil
+	}
+	head, tail := s.hashPreimage()
+	h := sha256.New()
+	io.WriteString(h, head)
+	io.WriteString(h, tail)
+	var sum [sha256.Size]byte
+	return &Entry{canonical: []byte(src), computed: hex.EncodeToString(h.Sum(sum[:0])), fast: true, fields: fields}
+}
+
+// parseGeneral is the general path: canonical form by jcs, decoding by
+// encoding/json, the preimage re-serialised from the map.
+func parseGeneral(line []byte) (*Entry, error) {
 	obj, canon, err := DecodeObject(line)
 	if err != nil {
 		return nil, err
@@ -75,8 +122,29 @@ func NewEntry(members map[string]any) (*Entry, error) {
 func (e *Entry) Canonical() []byte { return e.canonical }
 
 // Object returns the decoded entry (numbers as json.Number). It is shared:
-// callers must not modify it.
-func (e *Entry) Object() map[string]any { return e.obj }
+// callers must not modify it. For an entry parsed by the fast path it is
+// decoded from the canonical bytes on first use, once.
+func (e *Entry) Object() map[string]any {
+	e.objOnce.Do(func() {
+		if e.obj != nil {
+			return
+		}
+		obj, err := decodeCanonical(e.canonical)
+		if err != nil {
+			obj = map[string]any{} // cannot happen: the bytes are canonical JSON
+		}
+		e.obj = obj
+	})
+	return e.obj
+}
+
+// Fields returns the entry's top-level members in RFC 8785 order, and true,
+// when the entry was parsed by the fast path: its line was canonical, every
+// key printable ASCII without escapes, and every value a string, number,
+// boolean, null or an object of those. Otherwise it returns nil, false and
+// Object is the only representation. The slice is shared: callers must not
+// modify it.
+func (e *Entry) Fields() ([]Field, bool) { return e.fields, e.fast }
 
 // ComputedHash is the lowercase hex SHA-256 of the canonical entry without
 // entry_hash: what entry_hash must be (seed 000).
@@ -97,11 +165,21 @@ func (e *Entry) CapsuleID() string { return e.str("capsule_id") }
 // Seq is the entry's claimed chain position; ok is false when seq is
 // absent or not an integer that fits an int64.
 func (e *Entry) Seq() (seq int64, ok bool) {
-	n, isNum := e.obj["seq"].(json.Number)
-	if !isNum {
-		return 0, false
+	var text string
+	if e.fast {
+		f, found := e.field("seq")
+		if !found || f.Kind != KindNumber {
+			return 0, false
+		}
+		text = f.Text
+	} else {
+		n, isNum := e.obj["seq"].(json.Number)
+		if !isNum {
+			return 0, false
+		}
+		text = string(n)
 	}
-	v, err := n.Int64()
+	v, err := strconv.ParseInt(text, 10, 64) // json.Number.Int64
 	if err != nil {
 		return 0, false
 	}
@@ -119,8 +197,31 @@ func (e *Entry) Metadata() CapsuleMeta {
 }
 
 func (e *Entry) str(key string) string {
-	s, _ := e.obj[key].(string)
+	s, _ := e.strOK(key)
 	return s
+}
+
+// strOK returns member key and whether it is a string.
+func (e *Entry) strOK(key string) (string, bool) {
+	if e.fast {
+		f, found := e.field(key)
+		if !found || f.Kind != KindString {
+			return "", false
+		}
+		return f.Text, true
+	}
+	s, ok := e.obj[key].(string)
+	return s, ok
+}
+
+// field finds a top-level member of a fast-path entry.
+func (e *Entry) field(key string) (Field, bool) {
+	for _, f := range e.fields {
+		if f.Key == key {
+			return f, true
+		}
+	}
+	return Field{}, false
 }
 
 // ChainKey names one chain: a journal is one chain per (run_id, capsule_id)

@@ -10,6 +10,8 @@ import (
 	"testing"
 	"unicode/utf8"
 
+	"github.com/gowebpki/jcs"
+
 	"github.com/roompub/roompub/events"
 )
 
@@ -123,6 +125,50 @@ func FuzzParseEntry(f *testing.F) {
 			}
 		} else if v.Next() != 0 {
 			t.Fatal("advanced past a refused line")
+		}
+	})
+}
+
+// FuzzEntryFastPath holds the fast path (one pass over a canonical line,
+// the preimage cut out of it) against the general path (jcs, encoding/json,
+// CanonicalWithout) on every input: when the fast path takes a line, jcs
+// must say the line is canonical and both paths must build the same entry
+// (canonical bytes, entry hash, decoded object, accessors, chain problems);
+// when it declines a line, the line must not be a canonical one of the
+// simple shape.
+func FuzzEntryFastPath(f *testing.F) {
+	addSeeds(f)
+	for _, line := range sampleLines(f) {
+		f.Add(line)
+	}
+	for _, s := range []string{
+		`{"a":1,"entry_hash":{"b":2},"z":null}`, `{"entry_hash":"x","z":1}`, `{"a":"\u001f\b"}`, `{"a":1e+21,"b":-0.5}`,
+		`{"a":{"b":true,"c":false}}`, `{"B":1,"a":2}`,
+	} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, line []byte) {
+		compareFastPath(t, line)
+	})
+}
+
+// FuzzCanonicalNumber holds the fast path's number rule against jcs: a
+// number token is taken as canonical exactly when jcs leaves it unchanged,
+// and every ES6 rendering of a double is taken.
+func FuzzCanonicalNumber(f *testing.F) {
+	for _, s := range []string{"0", "-0", "1e+21", "123456789012345", "0.1", "5e-324", "1e309", "01"} {
+		f.Add(s, 1.5)
+	}
+	f.Add("9007199254740993", 1e21)
+	f.Add("-1.7976931348623157e+308", 5e-324)
+	f.Fuzz(func(t *testing.T, s string, x float64) {
+		canon, err := jcs.Transform([]byte(s))
+		want := err == nil && string(canon) == s && s != "" && (s[0] == '-' || '0' <= s[0] && s[0] <= '9')
+		if got := events.CanonicalNumber(s); got != want {
+			t.Fatalf("CanonicalNumber(%q) = %v, jcs says %v (%q, %v)", s, got, want, canon, err)
+		}
+		if es6, err := jcs.NumberToJSON(x); err == nil && !events.CanonicalNumber(es6) {
+			t.Fatalf("CanonicalNumber(%q), the ES6 form of %v, is false", es6, x)
 		}
 	})
 }

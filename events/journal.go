@@ -79,7 +79,7 @@ func ParseLine(line []byte, at Location) (*Entry, []Problem) {
 	if !utf8.Valid(line) {
 		return nil, []Problem{{Code: NonCanonical, At: at, Reason: "line is not valid UTF-8"}}
 	}
-	e, err := ParseEntry(line)
+	e, err := parseValidUTF8(line)
 	if err != nil {
 		return nil, []Problem{{Code: CorruptEntry, At: at, Reason: err.Error()}}
 	}
@@ -105,7 +105,7 @@ func (v *ChainVerifier) CheckEntry(e *Entry, at Location) []Problem {
 	if v.check != nil {
 		problems = append(problems, v.check(e, at)...)
 	}
-	if claimed, ok := e.obj["entry_hash"].(string); ok && claimed != e.computed {
+	if claimed, ok := e.strOK("entry_hash"); ok && claimed != e.computed {
 		problems = append(problems, Problem{Code: InvalidEntry, At: withPointer(at, "/entry_hash"),
 			Reason: "entry_hash is not the SHA-256 of the canonical entry without entry_hash", Expected: e.computed, Actual: claimed})
 	}

@@ -1,0 +1,217 @@
+package events_test
+
+import (
+	"bytes"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"reflect"
+	"testing"
+
+	"github.com/gowebpki/jcs"
+
+	"github.com/roompub/roompub/events"
+)
+
+// fieldsObject converts the fast representation to what encoding/json
+// decodes with UseNumber, to compare it with Object.
+func fieldsObject(fields []events.Field) map[string]any {
+	obj := make(map[string]any, len(fields))
+	for _, f := range fields {
+		switch f.Kind {
+		case events.KindString:
+			obj[f.Key] = f.Text
+		case events.KindNumber:
+			obj[f.Key] = json.Number(f.Text)
+		case events.KindBool:
+			obj[f.Key] = f.Text == "true"
+		case events.KindNull:
+			obj[f.Key] = nil
+		case events.KindObject:
+			obj[f.Key] = fieldsObject(f.Members)
+		default:
+			panic("unknown kind")
+		}
+	}
+	return obj
+}
+
+// simpleShape reports whether a decoded object is what the fast path
+// represents: printable ASCII keys needing no escape, values scalars or
+// (at the top) objects of scalars.
+func simpleShape(obj map[string]any, depth int) bool {
+	for k, v := range obj {
+		for i := 0; i < len(k); i++ {
+			if k[i] < 0x20 || k[i] > 0x7e || k[i] == '"' || k[i] == '\\' {
+				return false
+			}
+		}
+		switch v := v.(type) {
+		case []any:
+			return false
+		case map[string]any:
+			if depth >= 2 || !simpleShape(v, depth+1) {
+				return false
+			}
+		}
+	}
+	return true
+}
+
+// compareFastPath fails t when the fast path's answer for line differs
+// from the general path's (jcs and encoding/json), or when the fast path
+// declines a line it should take.
+func compareFastPath(t *testing.T, line []byte) {
+	t.Helper()
+	fast := events.ParseEntryFast(line)
+	slow, slowErr := events.ParseEntryGeneral(line)
+	got, gotErr := events.ParseEntry(line)
+	if (gotErr == nil) != (slowErr == nil) || gotErr != nil && gotErr.Error() != slowErr.Error() {
+		t.Fatalf("ParseEntry(%q) error %v, general path %v", line, gotErr, slowErr)
+	}
+	if fast == nil {
+		if slowErr == nil {
+			canon, err := jcs.Transform(line)
+			if err == nil && bytes.Equal(canon, line) && simpleShape(slow.Object(), 1) {
+				t.Fatalf("fast path declined a canonical line of the simple shape: %q", line)
+			}
+			sameEntry(t, line, got, slow)
+		}
+		return
+	}
+	// The fast path took the line: it must be exactly canonical by jcs.
+	canon, err := jcs.Transform(line)
+	if err != nil || !bytes.Equal(canon, line) {
+		t.Fatalf("fast path took %q, which jcs canonicalises to %q (%v)", line, canon, err)
+	}
+	if slowErr != nil {
+		t.Fatalf("fast path took %q, which the general path refuses: %v", line, slowErr)
+	}
+	sameEntry(t, line, fast, slow)
+	sameEntry(t, line, got, slow)
+	fields, ok := fast.Fields()
+	if !ok || !reflect.DeepEqual(fieldsObject(fields), slow.Object()) {
+		t.Fatalf("Fields of %q are not the decoded object", line)
+	}
+	if !simpleShape(slow.Object(), 1) {
+		t.Fatalf("fast path took %q, which is not of the simple shape", line)
+	}
+}
+
+// sameEntry compares every observable of two entries.
+func sameEntry(t *testing.T, line []byte, a, b *events.Entry) {
+	t.Helper()
+	seqA, okA := a.Seq()
+	seqB, okB := b.Seq()
+	if !bytes.Equal(a.Canonical(), b.Canonical()) || a.ComputedHash() != b.ComputedHash() ||
+		a.EntryHash() != b.EntryHash() || a.ParentHash() != b.ParentHash() || a.Metadata() != b.Metadata() ||
+		seqA != seqB || okA != okB || !reflect.DeepEqual(a.Object(), b.Object()) {
+		t.Fatalf("entries of %q differ:\n%q %s %s %q %v %v %d %v\n%q %s %s %q %v %v %d %v", line,
+			a.Canonical(), a.ComputedHash(), a.EntryHash(), a.ParentHash(), a.Metadata(), a.Object(), seqA, okA,
+			b.Canonical(), b.ComputedHash(), b.EntryHash(), b.ParentHash(), b.Metadata(), b.Object(), seqB, okB)
+	}
+	// The chain rules see the same thing.
+	for _, meta := range []*events.CapsuleMeta{nil, {RunID: "r", CapsuleID: "c", HarnessVersion: "h", TaskFamily: "t"}} {
+		va, vb := events.NewChainVerifier(meta, nil), events.NewChainVerifier(meta, nil)
+		pa := va.CheckLine(a, line, events.Location{Line: 1})
+		pb := vb.CheckLine(b, line, events.Location{Line: 1})
+		if !reflect.DeepEqual(pa, pb) {
+			t.Fatalf("chain problems of %q differ:\n%v\n%v", line, pa, pb)
+		}
+	}
+}
+
+// sampleLines returns every journal line under testdata: the reference
+// vectors and the samples.
+func sampleLines(tb testing.TB) [][]byte {
+	tb.Helper()
+	var files []string
+	for _, pat := range []string{
+		filepath.Join(refDir, "capsule-journals", "*", "journal.ndjson"),
+		filepath.Join("..", "testdata", "samples", "capsules", "*", "journal.ndjson"),
+		filepath.Join("..", "testdata", "samples", "widened", "*", "journal.ndjson"),
+	} {
+		m, err := filepath.Glob(pat)
+		if err != nil {
+			tb.Fatal(err)
+		}
+		files = append(files, m...)
+	}
+	var lines [][]byte
+	for _, f := range files {
+		raw, err := os.ReadFile(f)
+		if err != nil {
+			tb.Fatal(err)
+		}
+		for _, l := range bytes.Split(raw, []byte("\n")) {
+			if len(l) > 0 {
+				lines = append(lines, l)
+			}
+		}
+	}
+	if len(lines) < 20 {
+		tb.Fatalf("only %d sample lines found", len(lines))
+	}
+	return lines
+}
+
+// TestFastPathTakesRealEntries: every canonical line of the reference and
+// sample journals goes through the fast path, with the general path's
+// result.
+func TestFastPathTakesRealEntries(t *testing.T) {
+	fast := 0
+	for _, line := range sampleLines(t) {
+		compareFastPath(t, line)
+		if events.ParseEntryFast(line) != nil {
+			fast++
+		}
+	}
+	for _, line := range refJournalLines(t) {
+		if events.ParseEntryFast(line) == nil {
+			t.Fatalf("reference line takes the general path: %q", line)
+		}
+	}
+	if fast == 0 {
+		t.Fatal("no sample line took the fast path")
+	}
+}
+
+// TestFastPathEdges: lines next to the fast path's borders, each compared
+// with the general path.
+func TestFastPathEdges(t *testing.T) {
+	for _, s := range []string{
+		`{}`, `{"a":{}}`, `{"":1}`, `{"entry_hash":"x"}`, `{"a":1,"entry_hash":"x"}`, `{"entry_hash":"x","z":1}`,
+		`{"a":1,"entry_hash":{"b":2},"z":null}`, `{"entry_hash":1}`,
+		`{"a":"\u001f\b\t\n\f\r\"\\"}`, `{"a":"\u0008"}`, `{"a":"\u001F"}`, `{"a":"\u0041"}`, `{"a":"\/"}`, `{"a":"\u007f"}`,
+		"{\"a\":\"\x7f\u2028é\"}", `{"a":"\ud83d\ude00"}`, `{"a":"\ud800"}`,
+		`{"a":1e21}`, `{"a":1e+21}`, `{"a":-0}`, `{"a":0}`, `{"a":-1}`, `{"a":00}`, `{"a":1.0}`, `{"a":0.1}`, `{"a":1E+21}`,
+		`{"a":123456789012345}`, `{"a":1234567890123456}`, `{"a":9007199254740993}`, `{"a":1e-7}`, `{"a":0.000001}`,
+		`{"a":1e400}`, `{"a":-}`, `{"a":1.}`, `{"a":.5}`, `{"a":+1}`, `{"a":0x10}`,
+		`{"a":true,"b":false,"c":null}`, `{"a":tru}`, `{"a":truex}`, `{"a":nul}`,
+		`{"b":1,"a":2}`, `{"a":1,"a":2}`, `{"a":1,"B":2}`, `{"B":1,"a":2}`, `{"a":[1]}`, `{"a":{"b":{"c":1}}}`,
+		`{"é":1}`, `{"a\n":1}`, `{"a":1} `, ` {"a":1}`, `{"a" :1}`, `{"a":1,}`, `{"a":1`, `{"a":"x`, `{"a`, `{`, `"a"`, `[]`, `1`,
+		`{"a":{"b":1,"b":2}}`, `{"a":{"c":1,"b":2}}`, `{"a":{}}`, "{\"a\":\"\x01\"}",
+	} {
+		compareFastPath(t, []byte(s))
+	}
+	for _, line := range chainLines(t, 3, func(i int, m map[string]any) {
+		m["payload"].(map[string]any)["score"] = []float64{0.5, 1e21, 1e-7, 123.456}[i]
+	}) {
+		compareFastPath(t, line)
+		if events.ParseEntryFast(line) == nil {
+			t.Fatalf("a canonical entry takes the general path: %q", line)
+		}
+	}
+}
+
+// TestCanonicalNumber compares the fast path's number rule with jcs.
+func TestCanonicalNumber(t *testing.T) {
+	for _, s := range []string{"0", "-0", "1", "-1", "10", "1e21", "1e+21", "1e+20", "100000000000000000000", "123456789012345",
+		"1234567890123456", "0.1", "1.5", "1.50", "1e-7", "1e-6", "0.000001", "5e-324", "1.7976931348623157e+308", "1e309", "01", "1.", "-", ""} {
+		canon, err := jcs.Transform([]byte(s))
+		want := err == nil && string(canon) == s
+		if got := events.CanonicalNumber(s); got != want {
+			t.Errorf("CanonicalNumber(%q) = %v, jcs says %v (%q, %v)", s, got, want, canon, err)
+		}
+	}
+}

@@ -1,0 +1,337 @@
+package events
+
+import (
+	"strconv"
+
+	"github.com/gowebpki/jcs"
+)
+
+// Kind is the JSON type of a Field's value.
+type Kind uint8
+
+// The kinds of value a Field holds.
+const (
+	KindString Kind = iota + 1 // Text is the decoded string
+	KindNumber                 // Text is the number as written, which is its RFC 8785 form (a json.Number's text)
+	KindBool                   // Text is "true" or "false"
+	KindNull                   // Text is ""
+	KindObject                 // Members holds the object's members
+)
+
+// Field is one member of an entry in the representation the fast path
+// builds (see Entry.Fields): the key, the value's kind, and the value as
+// text or, for an object, its members in canonical order. It holds exactly
+// what Entry.Object holds for the same member: Text is what the string or
+// json.Number there holds.
+type Field struct {
+	Key     string
+	Kind    Kind
+	Text    string
+	Members []Field // KindObject only, in RFC 8785 order
+}
+
+// maxFastDepth is the deepest object the fast path represents: the entry
+// and objects directly inside it (the envelope's payload). Deeper nesting
+// and arrays take the general path.
+const maxFastDepth = 2
+
+// scanner recognises one journal line that is already in RFC 8785
+// canonical form and has the envelope's simple shape: an object of scalars
+// and objects of scalars, with ASCII keys written without escapes. It never
+// says more than "this line is canonical and here are its members"; any
+// line it does not recognise goes to the general path (jcs and
+// encoding/json), which decides what is wrong with it, if anything. The
+// line must be valid UTF-8 (checked by the caller), so bytes of 0x80 and
+// above inside strings need no further look: the canonical form copies
+// them unchanged.
+type scanner struct {
+	src string
+	i   int
+	// The span of the top-level "entry_hash" member, key to end of value;
+	// hashStart is -1 when there is none.
+	hashStart, hashEnd int
+}
+
+// scanCanonicalEntry returns the fields of line when line is the RFC 8785
+// form of an object of the simple shape; ok is false otherwise (the line
+// may still be canonical, or not JSON at all: the general path decides).
+func scanCanonicalEntry(src string) (s scanner, fields []Field, ok bool) {
+	s = scanner{src: src, hashStart: -1}
+	if len(src) < 2 || src[0] != '{' {
+		return s, nil, false
+	}
+	fields, ok = s.object(1)
+	if !ok || s.i != len(src) {
+		return s, nil, false
+	}
+	return s, fields, true
+}
+
+// object scans an object starting at s.i ('{'); depth is 1 for the entry.
+func (s *scanner) object(depth int) ([]Field, bool) {
+	s.i++ // '{'
+	if s.i < len(s.src) && s.src[s.i] == '}' {
+		s.i++
+		return []Field{}, true
+	}
+	capacity := 8
+	if depth == 1 {
+		capacity = 16
+	}
+	fields := make([]Field, 0, capacity)
+	for {
+		start := s.i
+		key, ok := s.key()
+		if !ok || len(fields) > 0 && key <= fields[len(fields)-1].Key {
+			// Not ASCII, escaped, out of RFC 8785 order or duplicated.
+			return nil, false
+		}
+		if s.i >= len(s.src) || s.src[s.i] != ':' {
+			return nil, false
+		}
+		s.i++
+		f, ok := s.value(key, depth)
+		if !ok {
+			return nil, false
+		}
+		if depth == 1 && key == "entry_hash" {
+			s.hashStart, s.hashEnd = start, s.i
+		}
+		fields = append(fields, f)
+		if s.i >= len(s.src) {
+			return nil, false
+		}
+		c := s.src[s.i]
+		s.i++
+		switch c {
+		case '}':
+			return fields, true
+		case ',':
+		default:
+			return nil, false
+		}
+	}
+}
+
+// key scans a member name: printable ASCII other than '"' and '\', so
+// that the name is written exactly as it is and its UTF-16 order is its
+// byte order.
+func (s *scanner) key() (string, bool) {
+	if s.i >= len(s.src) || s.src[s.i] != '"' {
+		return "", false
+	}
+	start := s.i + 1
+	for i := start; i < len(s.src); i++ {
+		c := s.src[i]
+		if c == '"' {
+			s.i = i + 1
+			return s.src[start:i], true
+		}
+		if c < 0x20 || c > 0x7e || c == '\\' {
+			return "", false
+		}
+	}
+	return "", false
+}
+
+// value scans the value of member key at s.i.
+func (s *scanner) value(key string, depth int) (Field, bool) {
+	f := Field{Key: key}
+	if s.i >= len(s.src) {
+		return f, false
+	}
+	var ok bool
+	switch c := s.src[s.i]; {
+	case c == '"':
+		f.Kind = KindString
+		f.Text, ok = s.str()
+	case c == '{':
+		if depth >= maxFastDepth {
+			return f, false
+		}
+		f.Kind = KindObject
+		f.Members, ok = s.object(depth + 1)
+	case c == 't':
+		f.Kind, f.Text, ok = KindBool, "true", s.literal("true")
+	case c == 'f':
+		f.Kind, f.Text, ok = KindBool, "false", s.literal("false")
+	case c == 'n':
+		f.Kind, ok = KindNull, s.literal("null")
+	case c == '-' || '0' <= c && c <= '9':
+		f.Kind = KindNumber
+		f.Text, ok = s.number()
+	}
+	return f, ok
+}
+
+func (s *scanner) literal(lit string) bool {
+	if len(s.src)-s.i < len(lit) || s.src[s.i:s.i+len(lit)] != lit {
+		return false
+	}
+	s.i += len(lit)
+	return true
+}
+
+// str scans a string in canonical form (RFC 8785 §3.2.2.2: only '"', '\'
+// and controls escaped, controls as \b \t \n \f \r or \u00xx in lower
+// case) and returns its decoded value.
+func (s *scanner) str() (string, bool) {
+	start := s.i + 1
+	for i := start; i < len(s.src); i++ {
+		switch c := s.src[i]; {
+		case c == '"':
+			s.i = i + 1
+			return s.src[start:i], true
+		case c == '\\':
+			return s.escapedStr(start, i)
+		case c < 0x20:
+			return "", false
+		}
+	}
+	return "", false
+}
+
+// escapedStr continues str from the first backslash at i, decoding.
+func (s *scanner) escapedStr(start, i int) (string, bool) {
+	buf := make([]byte, 0, 2*(i-start)+16)
+	buf = append(buf, s.src[start:i]...)
+	for i < len(s.src) {
+		c := s.src[i]
+		switch {
+		case c == '"':
+			s.i = i + 1
+			return string(buf), true
+		case c < 0x20:
+			return "", false
+		case c != '\\':
+			buf = append(buf, c)
+			i++
+			continue
+		}
+		if i+1 >= len(s.src) {
+			return "", false
+		}
+		var b byte
+		switch s.src[i+1] {
+		case '"':
+			b = '"'
+		case '\\':
+			b = '\\'
+		case 'b':
+			b = '\b'
+		case 'f':
+			b = '\f'
+		case 'n':
+			b = '\n'
+		case 'r':
+			b = '\r'
+		case 't':
+			b = '\t'
+		case 'u':
+			v, ok := controlEscape(s.src[i+2:])
+			if !ok {
+				return "", false
+			}
+			buf = append(buf, v)
+			i += 6
+			continue
+		default:
+			return "", false
+		}
+		buf = append(buf, b)
+		i += 2
+	}
+	return "", false
+}
+
+// controlEscape reads the four hex digits of a canonical \u escape, which
+// RFC 8785 uses only for controls without a short escape, in lower case.
+func controlEscape(hex string) (byte, bool) {
+	if len(hex) < 4 || hex[0] != '0' || hex[1] != '0' || hex[2] != '0' && hex[2] != '1' {
+		return 0, false
+	}
+	lo := hex[3]
+	var v byte
+	switch {
+	case '0' <= lo && lo <= '9':
+		v = lo - '0'
+	case 'a' <= lo && lo <= 'f':
+		v = lo - 'a' + 10
+	default:
+		return 0, false
+	}
+	v += (hex[2] - '0') << 4
+	switch v {
+	case '\b', '\t', '\n', '\f', '\r':
+		return 0, false // these have short escapes
+	}
+	return v, true
+}
+
+// number scans a number and accepts it only in its RFC 8785 form, the
+// ECMAScript Number.prototype.toString of its IEEE 754 value.
+func (s *scanner) number() (string, bool) {
+	start := s.i
+	i := start
+	for i < len(s.src) {
+		c := s.src[i]
+		if '0' <= c && c <= '9' || c == '-' || c == '+' || c == '.' || c == 'e' || c == 'E' {
+			i++
+			continue
+		}
+		break
+	}
+	tok := s.src[start:i]
+	if !canonicalNumber(tok) {
+		return "", false
+	}
+	s.i = i
+	return tok, true
+}
+
+// canonicalNumber reports whether tok is the RFC 8785 text of its value.
+// Integers of at most 15 digits without a leading zero are (they are exact
+// in a double and ECMAScript prints them as they are); anything else is
+// decided by jcs's own ES6 formatter, the one the general path uses.
+func canonicalNumber(tok string) bool {
+	digits := tok
+	if len(digits) > 0 && digits[0] == '-' {
+		digits = digits[1:]
+	}
+	if n := len(digits); n > 0 && n <= 15 && (digits[0] != '0' || tok == "0") {
+		allDigits := true
+		for j := 0; j < n; j++ {
+			if digits[j] < '0' || digits[j] > '9' {
+				allDigits = false
+				break
+			}
+		}
+		if allDigits {
+			return true
+		}
+	}
+	f, err := strconv.ParseFloat(tok, 64)
+	if err != nil {
+		return false
+	}
+	out, err := jcs.NumberToJSON(f)
+	return err == nil && out == tok
+}
+
+// hashPreimage returns the canonical entry without its entry_hash member
+// as two pieces to hash one after the other: removing one member of a
+// canonical object leaves it canonical (the other members keep their
+// order and their bytes), so this is CanonicalWithout(obj, "entry_hash").
+func (s *scanner) hashPreimage() (head, tail string) {
+	if s.hashStart < 0 {
+		return s.src, ""
+	}
+	start, end := s.hashStart, s.hashEnd
+	switch {
+	case s.src[start-1] == ',': // not the first member: drop the comma before it
+		start--
+	case s.src[end] == ',': // the first of several: drop the comma after it
+		end++
+	}
+	return s.src[:start], s.src[end:]
+}
