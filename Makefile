@@ -42,9 +42,20 @@ FUZZTIME ?= 60s
 fuzz:
 	@GO=$(GO) .ci/fuzz -fuzztime $(FUZZTIME) $(FUZZ_PKGS)
 
-## bench: benchmarks of the verification code
-bench:
+## bench: per-entry Go benchmarks with allocations, then cmd/roompub-bench: roompub against raw JetStream on one embedded server, same bytes (about 6 min; BENCH_FLAGS adds flags)
+BENCH_FLAGS ?=
+bench: build
 	$(GO) test -run='^$$' -bench=. -benchmem ./events ./validate
+	bin/roompub-bench --publisher bin/publisher --subscriber bin/subscriber $(BENCH_FLAGS)
+
+## bench-check: the side-by-side run only; exit 1 when a ratio is below the issue's floor
+.PHONY: bench-check bench-quick
+bench-check: build
+	bin/roompub-bench --check --publisher bin/publisher --subscriber bin/subscriber $(BENCH_FLAGS)
+
+## bench-quick: the side-by-side run at small sizes (seconds; what the integration test runs)
+bench-quick: build
+	bin/roompub-bench --quick --publisher bin/publisher --subscriber bin/subscriber $(BENCH_FLAGS)
 
 ## fmt: rewrite Go files in gofmt style
 fmt:

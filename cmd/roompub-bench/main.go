@@ -1,0 +1,83 @@
+// Command roompub-bench measures roompub against raw JetStream in one run,
+// on one embedded nats-server with the durability of `publisher serve`
+// (sync_interval: always), on the same message bytes (issue 8):
+//
+//	long chain     one chain: raw atomic batches vs roompub's full path
+//	               (client, ingest service, gate, chain check, store)
+//	parallel       many chains at once, the in-flight batches capped alike
+//	records        pre-signed execution records: one synchronous publish
+//	               each vs the ingest service
+//	read           a raw ordered-consumer read of a filled stream vs
+//	               `subscriber audit` of it, and audit's peak memory
+//	verify         `sha256sum` of a journal vs `publisher verify` of it
+//
+// It prints a table and, as its last line, one line of JSON with every
+// throughput and every ratio (roompub / raw). With --check it exits 1 when
+// a ratio is below the issue's floor.
+//
+//	roompub-bench [--quick] [--check] [--only SCENARIO]...
+//
+// Exit status: 0 done, 1 below a floor (--check), 2 usage or a failed run.
+package main
+
+import (
+	"io"
+	"os"
+	"time"
+
+	"github.com/alecthomas/kong"
+
+	"github.com/roompub/roompub/config"
+)
+
+var version = ""
+
+// cli is the command line. Size flags default to 0, meaning the issue's
+// size, or the --quick size with --quick.
+type cli struct {
+	Version kong.VersionFlag `help:"Print the version and exit."`
+	Config  kong.ConfigFlag  `name:"config" help:"YAML file of flag values (keys are flag names); flags given on the command line win." placeholder:"FILE"`
+
+	Quick bool     `name:"quick" help:"Small sizes, for a test: a 500-entry chain, 10 chains × 100, 100 records, 20,000 read entries, a 5,000-entry verify."`
+	Check bool     `name:"check" help:"Exit 1 if a ratio is below its floor (long chain 0.5, parallel 0.6, records 0.6, read 0.4 and audit's peak under 256 MiB, verify 0.2)."`
+	Only  []string `name:"only" enum:"long,parallel,records,read,verify" placeholder:"SCENARIO" help:"Run only these scenarios (repeatable): long, parallel, records, read, verify."`
+
+	ChainEntries  int `name:"chain-entries" placeholder:"N" help:"Entries of the long chain (default 10000; --quick 500)."`
+	Chains        int `name:"chains" placeholder:"N" help:"Chains shipped in parallel (default 100; --quick 10)."`
+	ChainLength   int `name:"chain-length" placeholder:"N" help:"Entries of each parallel chain (default 1000; --quick 100)."`
+	Records       int `name:"records" placeholder:"N" help:"Execution records (default 2000; --quick 100)."`
+	ReadChains    int `name:"read-chains" placeholder:"N" help:"Chains of the read stream (default 100; --quick 10)."`
+	ReadLength    int `name:"read-length" placeholder:"N" help:"Entries of each chain of the read stream (default 10000; --quick 2000)."`
+	VerifyEntries int `name:"verify-entries" placeholder:"N" help:"Entries of the verified journal (default 200000; --quick 5000)."`
+
+	Inflight int `name:"inflight" default:"50" help:"Atomic batches in flight at once, on both sides (the server allows 50 per stream by default)."`
+	Batch    int `name:"batch" default:"1000" help:"Messages per raw atomic batch (the server allows 1000)."`
+	Repeat   int `name:"repeat" default:"3" help:"Runs of verify and sha256sum; the median counts."`
+
+	StoreDir   string        `name:"store-dir" placeholder:"DIR" help:"JetStream store of the embedded server; the read stream is filled once and kept there (default: the user cache dir, roompub-bench; --quick: a temporary directory, removed)."`
+	Refill     bool          `name:"refill" help:"Fill the read stream again even if the store holds one of the right size."`
+	Publisher  string        `name:"publisher" default:"bin/publisher" placeholder:"FILE" help:"The publisher binary (verify)."`
+	Subscriber string        `name:"subscriber" default:"bin/subscriber" placeholder:"FILE" help:"The subscriber binary (audit)."`
+	Timeout    time.Duration `name:"timeout" default:"10m" placeholder:"DURATION" help:"How long one ingest request may wait for its reply (requests queue at the service while others are decided)."`
+}
+
+type streams struct {
+	out, err io.Writer
+}
+
+func main() {
+	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
+}
+
+func run(args []string, stdout, stderr io.Writer) int {
+	var grammar cli
+	return config.Run("roompub-bench", "roompub against raw JetStream on one embedded nats-server, in one run, on the same message bytes (issue 8).",
+		buildVersion(), &grammar, args, stdout, stderr, &streams{out: stdout, err: stderr})
+}
+
+func buildVersion() string {
+	if version != "" {
+		return version
+	}
+	return config.Version()
+}

@@ -1,0 +1,250 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/schollz/progressbar/v3"
+	"golang.org/x/term"
+
+	"github.com/roompub/roompub/room"
+)
+
+// genVersion names the generator's output in the read stream's metadata:
+// change it whenever the generator writes other bytes, so a stream filled
+// by an older one is filled again.
+const genVersion = "gen-v1"
+
+// readRooms is how many rooms the read stream's chains are spread over.
+const readRooms = 10
+
+// peakCapMiB is the issue's cap on audit's peak memory over 1,000,000
+// entries.
+const peakCapMiB = 256
+
+// read: a raw ordered-consumer read of the whole read stream versus
+// `subscriber audit` of it (a subprocess), with audit's peak RSS.
+func (b *bench) read() (*result, error) {
+	k, n := b.sz.readChains, b.sz.readLength
+	want := k * n
+	subjects := room.Subjects{Prefix: readPrefix}
+	st, err := b.fillRead(subjects)
+	if err != nil {
+		return nil, err
+	}
+	if err := b.warmStream(); err != nil {
+		return nil, err
+	}
+	r := &result{key: "read", name: fmt.Sprintf("read (%d × %d)", k, n), unit: "entries", items: want, floor: 0.4, peakCapMiB: peakCapMiB,
+		rawHow: "one ordered consumer (jetstream.OrderedConsumer, Messages), counting messages and bytes",
+		pubHow: "`subscriber audit --json` of the stream, a subprocess (connect, replay, verify every entry, report)"}
+
+	b.logf("read: raw ordered consumer over %d entries", want)
+	start := time.Now()
+	r.raw.n, r.raw.bytes, err = orderedRead(b.ctx, st, subjects.All(), want)
+	r.raw.dur = time.Since(start)
+	if err != nil {
+		return nil, err
+	}
+
+	b.logf("read: %s audit", b.c.Subscriber)
+	cmd := exec.CommandContext(b.ctx, b.c.Subscriber, "audit", "--server", b.emb.ClientURL(),
+		"--stream", readStream, "--subject-prefix", readPrefix, "--json")
+	var out, errOut bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errOut
+	start = time.Now()
+	err = cmd.Run()
+	r.pub.dur = time.Since(start)
+	if err != nil {
+		return nil, fmt.Errorf("%s audit: %v\n%s", b.c.Subscriber, err, errOut.Bytes())
+	}
+	if ru, ok := cmd.ProcessState.SysUsage().(*syscall.Rusage); ok {
+		r.peakMiB = float64(ru.Maxrss) / 1024 // KiB on Linux
+	}
+	var rep room.AuditReport
+	if err := json.Unmarshal(out.Bytes(), &rep); err != nil {
+		return nil, fmt.Errorf("audit report: %w", err)
+	}
+	t := rep.Totals
+	if t.Entries != uint64(want) || t.Messages != uint64(want) || t.SetAside != 0 || t.ChainsOK != k || t.ChainsBroken != 0 || !t.StreamIsSound {
+		return nil, fmt.Errorf("audit verified %d entries of %d messages (want %d), %d set aside, %d chains ok (want %d), %d broken, stream append-only %v",
+			t.Entries, t.Messages, want, t.SetAside, t.ChainsOK, k, t.ChainsBroken, t.StreamIsSound)
+	}
+	r.pub.n, r.pub.bytes = int(t.Entries), r.raw.bytes
+	r.extra = map[string]any{"audit_exit_code": cmd.ProcessState.ExitCode(), "audit_chains_ok": t.ChainsOK}
+	return r, nil
+}
+
+// orderedRead reads every message on filter with an ordered consumer until
+// it has want of them, and returns how many and their payload bytes.
+func orderedRead(ctx context.Context, st jetstream.Stream, filter string, want int) (int, int64, error) {
+	cons, err := st.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{FilterSubjects: []string{filter}, DeliverPolicy: jetstream.DeliverAllPolicy})
+	if err != nil {
+		return 0, 0, err
+	}
+	it, err := cons.Messages()
+	if err != nil {
+		return 0, 0, err
+	}
+	defer it.Stop()
+	n, size := 0, int64(0)
+	for n < want {
+		m, err := it.Next()
+		if err != nil {
+			return n, size, fmt.Errorf("ordered read after %d messages: %w", n, err)
+		}
+		n++
+		size += int64(len(m.Data()))
+	}
+	return n, size, nil
+}
+
+// fillRead returns the read stream, filling it first unless the store
+// already holds one of the wanted size from this generator: readChains
+// chains of readLength valid entries over readRooms rooms, appended with
+// raw atomic batches with roompub's subjects and headers (publishBatch).
+func (b *bench) fillRead(subjects room.Subjects) (jetstream.Stream, error) {
+	k, n := b.sz.readChains, b.sz.readLength
+	want := k * n
+	sig := fmt.Sprintf("%d chains × %d entries, %s", k, n, genVersion)
+	ctx, cancel := context.WithTimeout(b.ctx, 30*time.Second)
+	defer cancel()
+	if st, err := b.js.Stream(ctx, readStream); err == nil {
+		info, err := st.Info(ctx)
+		if err != nil {
+			return nil, err
+		}
+		if !b.c.Refill && info.Config.Metadata[fillKey] == sig && info.State.Msgs == uint64(want) {
+			b.logf("read: reusing the read stream in the store (%s)", sig)
+			return st, nil
+		}
+		if err := b.js.DeleteStream(ctx, readStream); err != nil {
+			return nil, err
+		}
+	} else if !errors.Is(err, jetstream.ErrStreamNotFound) {
+		return nil, err
+	}
+	cfg := room.StreamConfig(readStream, subjects, 1)
+	cfg.Metadata[fillKey] = sig
+	st, err := room.EnsureStream(ctx, b.js, cfg, subjects)
+	if err != nil {
+		return nil, err
+	}
+
+	b.logf("read: filling the read stream once (%s)", sig)
+	var bar *progressbar.ProgressBar
+	if f, ok := b.out.err.(*os.File); ok && term.IsTerminal(int(f.Fd())) {
+		bar = progressbar.NewOptions(want, progressbar.OptionSetWriter(f), progressbar.OptionSetDescription("filling"),
+			progressbar.OptionShowCount(), progressbar.OptionThrottle(200*time.Millisecond), progressbar.OptionClearOnFinish())
+	}
+	var done atomic.Int64
+	jobs := make(chan int)
+	errs := make(chan error, b.c.Inflight)
+	var wg sync.WaitGroup
+	for range min(b.c.Inflight, k) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range jobs {
+				if err := b.fillChain(subjects, i, n, func(m int) {
+					if bar != nil {
+						_ = bar.Set64(done.Add(int64(m)))
+					}
+				}); err != nil {
+					errs <- err
+					return
+				}
+			}
+		}()
+	}
+	start := time.Now()
+feed:
+	for i := range k {
+		select {
+		case jobs <- i:
+		case err := <-errs:
+			close(jobs)
+			wg.Wait()
+			return nil, err
+		case <-b.ctx.Done():
+			break feed
+		}
+	}
+	close(jobs)
+	wg.Wait()
+	if bar != nil {
+		_ = bar.Finish()
+	}
+	select {
+	case err := <-errs:
+		return nil, err
+	default:
+	}
+	if err := b.ctx.Err(); err != nil {
+		return nil, err
+	}
+	got, err := b.storedOn(readStream, subjects.All())
+	if err != nil {
+		return nil, err
+	}
+	if got != want {
+		return nil, fmt.Errorf("the read stream holds %d messages after the fill, want %d", got, want)
+	}
+	b.logf("read: filled %d entries in %.1fs", want, time.Since(start).Seconds())
+	return st, nil
+}
+
+// fillChain appends chain i of the read stream, generating one batch at a
+// time.
+func (b *bench) fillChain(subjects room.Subjects, i, n int, progress func(int)) error {
+	meta := chainMeta(fmt.Sprintf("run-bench-read-%04d", i), fmt.Sprintf("cap-bench-read-%04d", i))
+	roomID := fmt.Sprintf("room:bench-read-%02d", i%readRooms)
+	subj, anyRoom := subjects.Journal(roomID, meta.Key()), subjects.ChainAnyRoom(meta.Key())
+	g := newChainGen(meta, uint64(1000+i))
+	lines, hashes := make([][]byte, 0, b.c.Batch), make([]string, 0, b.c.Batch)
+	var last uint64
+	for off := 0; off < n; off += b.c.Batch {
+		lines, hashes = lines[:0], hashes[:0]
+		for range min(b.c.Batch, n-off) {
+			line, hash := g.next()
+			lines, hashes = append(lines, bytes.Clone(line)), append(hashes, hash)
+		}
+		var err error
+		if last, err = publishBatch(b.ctx, b.js, subj, anyRoom, lines, hashes, last); err != nil {
+			return fmt.Errorf("fill %s at entry %d: %w", subj, off, err)
+		}
+		progress(len(lines))
+	}
+	return nil
+}
+
+// warmStream reads the read stream's files once, so that neither the raw
+// read nor the audit (which comes second) pays for the disk.
+func (b *bench) warmStream() error {
+	dir := filepath.Join(b.storeDir, "jetstream")
+	return filepath.WalkDir(dir, func(path string, d fs.DirEntry, err error) error {
+		if err != nil || d.IsDir() || filepath.Base(filepath.Dir(filepath.Dir(path))) != readStream {
+			return err
+		}
+		f, err := os.Open(path)
+		if err != nil {
+			return nil // the server may be replacing it
+		}
+		defer f.Close()
+		_, err = io.Copy(io.Discard, f)
+		return err
+	})
+}

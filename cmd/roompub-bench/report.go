@@ -1,0 +1,142 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"math"
+	"strings"
+	"time"
+	"unicode/utf8"
+)
+
+// side is what one side (raw or roompub) did in a scenario: n items of
+// bytes payload bytes in dur (the timed work only).
+type side struct {
+	n     int
+	bytes int64
+	dur   time.Duration
+}
+
+func (s side) rate() float64 { return float64(s.n) / s.dur.Seconds() }
+
+// mbps is payload megabytes (10^6 bytes) per second.
+func (s side) mbps() float64 { return float64(s.bytes) / 1e6 / s.dur.Seconds() }
+
+func (s side) String() string {
+	return fmt.Sprintf("%d in %.3fs (%.0f/s, %.1f MB/s)", s.n, s.dur.Seconds(), s.rate(), s.mbps())
+}
+
+// result is one scenario's row.
+type result struct {
+	key   string // JSON key prefix
+	name  string // table row
+	unit  string // "entries" or "records"
+	items int    // how many were asked for, on each side
+	raw   side
+	pub   side
+	floor float64 // the floor for ratio
+	// peakMiB and peakCapMiB: audit's peak memory and its cap (0: none).
+	peakMiB, peakCapMiB float64
+	// how says what each side did, for the notes under the table.
+	rawHow, pubHow string
+	extra          map[string]any // more JSON members, keyed without the prefix
+
+	ratio float64 // roompub throughput / raw throughput
+	ok    bool
+}
+
+func (r *result) finish() {
+	r.ratio = r.pub.rate() / r.raw.rate()
+	r.ok = r.ratio >= r.floor && (r.peakCapMiB == 0 || r.peakMiB < r.peakCapMiB)
+}
+
+func (r *result) verdict() string {
+	if r.ok {
+		return "ok"
+	}
+	return "BELOW"
+}
+
+func (r *result) verdictReason() string {
+	var why []string
+	if r.ratio < r.floor {
+		why = append(why, fmt.Sprintf("ratio %.3f < %.2f", r.ratio, r.floor))
+	}
+	if r.peakCapMiB > 0 && r.peakMiB >= r.peakCapMiB {
+		why = append(why, fmt.Sprintf("peak %.0f MiB >= %.0f MiB", r.peakMiB, r.peakCapMiB))
+	}
+	return strings.Join(why, ", ")
+}
+
+func (b *bench) printTable(results []*result) {
+	w := b.out.out
+	env := b.environment()
+	fmt.Fprintf(w, "roompub-bench: roompub against raw JetStream, one run, the same message bytes on both sides\n")
+	fmt.Fprintf(w, "%s, GOMAXPROCS %d, nats-server %s (embedded, in process), sync: always (fsync before every ack), store %s\n",
+		env["go_version"], env["gomaxprocs"], env["nats_server_version"], b.storeDir)
+	if b.inflightNote != "" {
+		fmt.Fprintf(w, "in flight: %s\n", b.inflightNote)
+	}
+	fmt.Fprintln(w)
+	nameW, nW := len("scenario"), len("n")
+	for _, r := range results {
+		nameW = max(nameW, utf8.RuneCountInString(r.name))
+		nW = max(nW, len(fmt.Sprintf("%d %s", r.items, r.unit)))
+	}
+	fmt.Fprintf(w, "%-*s  %*s  %10s  %8s  %10s  %12s  %6s  %5s  %s\n", nameW, "scenario", nW, "n", "raw /s", "raw MB/s", "roompub /s", "roompub MB/s", "ratio", "floor", "verdict")
+	for _, r := range results {
+		verdict := r.verdict()
+		if r.peakCapMiB > 0 {
+			verdict += fmt.Sprintf(" (audit peak %.0f MiB, cap %.0f)", r.peakMiB, r.peakCapMiB)
+		}
+		fmt.Fprintf(w, "%-*s  %*s  %10.0f  %8.1f  %10.0f  %12.1f  %6.3f  %5.2f  %s\n", nameW, r.name, nW, fmt.Sprintf("%d %s", r.items, r.unit),
+			r.raw.rate(), r.raw.mbps(), r.pub.rate(), r.pub.mbps(), r.ratio, r.floor, verdict)
+	}
+	fmt.Fprintln(w)
+	for _, r := range results {
+		fmt.Fprintf(w, "%s:\n  raw:     %s: %s\n  roompub: %s: %s\n", r.name, r.rawHow, r.raw, r.pubHow, r.pub)
+	}
+}
+
+// round keeps d decimals.
+func round(x float64, d int) float64 {
+	p := math.Pow(10, float64(d))
+	return math.Round(x*p) / p
+}
+
+// printJSON writes the last line: every throughput and ratio, the counts
+// both sides reached and the environment, in one flat object.
+func (b *bench) printJSON(results []*result) error {
+	obj := b.environment()
+	allOK := true
+	for _, r := range results {
+		p := r.key + "_"
+		obj[p+"items"] = r.items
+		obj[p+"unit"] = r.unit
+		for name, s := range map[string]side{"raw": r.raw, "roompub": r.pub} {
+			obj[p+name+"_count"] = s.n
+			obj[p+name+"_bytes"] = s.bytes
+			obj[p+name+"_seconds"] = round(s.dur.Seconds(), 4)
+			obj[p+name+"_per_s"] = round(s.rate(), 1)
+			obj[p+name+"_mb_per_s"] = round(s.mbps(), 2)
+		}
+		obj[p+"ratio"] = round(r.ratio, 4)
+		obj[p+"floor"] = r.floor
+		obj[p+"ok"] = r.ok
+		if r.peakCapMiB > 0 {
+			obj[p+"peak_rss_mib"] = round(r.peakMiB, 1)
+			obj[p+"peak_rss_cap_mib"] = r.peakCapMiB
+		}
+		for k, v := range r.extra {
+			obj[p+k] = v
+		}
+		allOK = allOK && r.ok
+	}
+	obj["all_ok"] = allOK
+	line, err := json.Marshal(obj)
+	if err != nil {
+		return err
+	}
+	_, err = fmt.Fprintf(b.out.out, "%s\n", line)
+	return err
+}
