@@ -69,6 +69,9 @@ func (c *cli) Validate() error {
 	if c.Batch < 1 || c.Batch > room.MaxBatchLines {
 		bad("--batch must be between 1 and %d", room.MaxBatchLines)
 	}
+	if c.Rounds < 0 {
+		bad("--rounds must not be negative")
+	}
 	if c.Repeat < 1 {
 		bad("--repeat must be at least 1")
 	}
@@ -114,14 +117,22 @@ type bench struct {
 	// shippers caps roompub's concurrent shippers in the parallel
 	// scenario, standing in for the raw side's cap on batches in flight.
 	shippers     int
+	pubInflight  string // how roompub's side is capped, for the table
 	inflightNote string
+	rounds       int
 }
 
 // Run runs the selected scenarios, prints the table and the JSON line.
 func (c *cli) Run(s *streams) error {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	b := &bench{c: c, out: s, ctx: ctx, sz: c.sizes()}
+	b := &bench{c: c, out: s, ctx: ctx, sz: c.sizes(), rounds: c.Rounds}
+	if b.rounds == 0 {
+		b.rounds = 3
+		if c.Quick {
+			b.rounds = 2
+		}
+	}
 	defer b.close()
 	if err := b.start(); err != nil {
 		return err
@@ -200,7 +211,9 @@ func (b *bench) start() error {
 	if b.nc, err = nats.Connect(b.emb.ClientURL(), nats.Name("roompub-bench-raw")); err != nil {
 		return err
 	}
-	if b.js, err = jetstream.New(b.nc); err != nil {
+	// The raw side waits for an acknowledgement as long as roompub's client
+	// waits for a reply.
+	if b.js, err = jetstream.New(b.nc, jetstream.WithDefaultTimeout(b.c.Timeout)); err != nil {
 		return err
 	}
 	b.logf("embedded nats-server %s at %s, store %s", server.VERSION, b.emb.ClientURL(), b.storeDir)
@@ -250,7 +263,8 @@ func (b *bench) startRoompub() error {
 	}
 	b.client = room.NewClient(b.clientNC, room.ClientOptions{Timeout: b.c.Timeout})
 	b.shippers = b.c.Inflight
-	b.inflightNote = fmt.Sprintf("raw: at most %d atomic batches in flight; roompub: at most %d shippers at once (the gate has no in-flight batch setting)", b.c.Inflight, b.shippers)
+	b.pubInflight = fmt.Sprintf("at most %d shipping at once (the gate has no in-flight batch setting)", b.shippers)
+	b.inflightNote = fmt.Sprintf("raw: at most %d atomic batches in flight; roompub: %s", b.c.Inflight, b.pubInflight)
 	return nil
 }
 
@@ -312,5 +326,6 @@ func (b *bench) environment() map[string]any {
 		"inflight":            b.c.Inflight,
 		"batch":               b.c.Batch,
 		"quick":               b.c.Quick,
+		"rounds":              b.rounds,
 	}
 }

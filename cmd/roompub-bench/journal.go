@@ -90,11 +90,12 @@ func (b *bench) ship(dir, roomID string, want int) (int, error) {
 	return res.Stored, nil
 }
 
-// sides names a scenario's raw and roompub chains: ids of equal length, so
-// that both sides' entries, generated from one seed, have equal lengths.
-func sides(scenario string, i int) (raw, pub events.CapsuleMeta, rawRoom, pubRoom string) {
+// sides names a scenario's raw and roompub chains of one round: ids of
+// equal length, so that both sides' entries, generated from one seed, have
+// equal lengths. Each side has one room per scenario.
+func sides(scenario string, round, i int) (raw, pub events.CapsuleMeta, rawRoom, pubRoom string) {
 	id := func(side string) (events.CapsuleMeta, string) {
-		return chainMeta(fmt.Sprintf("run-bench-%s-%s-%04d", side, scenario, i), fmt.Sprintf("cap-bench-%s-%s-%04d", side, scenario, i)),
+		return chainMeta(fmt.Sprintf("run-bench-%s-%s-r%d-%04d", side, scenario, round, i), fmt.Sprintf("cap-bench-%s-%s-r%d-%04d", side, scenario, round, i)),
 			fmt.Sprintf("room:bench-%s-%s", side, scenario)
 	}
 	raw, rawRoom = id("raw")
@@ -102,43 +103,71 @@ func sides(scenario string, i int) (raw, pub events.CapsuleMeta, rawRoom, pubRoo
 	return raw, pub, rawRoom, pubRoom
 }
 
+// inRounds runs the scenario --rounds times, raw first in even rounds and
+// roompub first in odd ones, so that a machine getting faster or slower
+// during the run favours neither side, and adds up each side's work.
+// raw and pub prepare their round's data untimed and return the timed
+// work only.
+func (b *bench) inRounds(r *result, raw, pub func(round int) (side, error)) error {
+	r.rounds = b.rounds
+	for round := range b.rounds {
+		order := []struct {
+			name string
+			fn   func(int) (side, error)
+			dst  *side
+		}{{"raw", raw, &r.raw}, {"roompub", pub, &r.pub}}
+		if round%2 == 1 {
+			order[0], order[1] = order[1], order[0]
+		}
+		for _, o := range order {
+			b.logf("%s: round %d of %d: %s", r.key, round+1, b.rounds, o.name)
+			s, err := o.fn(round)
+			o.dst.n += s.n
+			o.dst.bytes += s.bytes
+			o.dst.dur += s.dur
+			if err != nil {
+				return fmt.Errorf("round %d, %s: %w", round+1, o.name, err)
+			}
+		}
+	}
+	return nil
+}
+
 // longChain: one chain of chainEntries entries, raw atomic batches versus
-// roompub's full path.
+// roompub's full path; a new chain each round.
 func (b *bench) longChain() (*result, error) {
 	if err := b.startRoompub(); err != nil {
 		return nil, err
 	}
 	n := b.sz.chainEntries
-	rawMeta, pubMeta, rawRoom, pubRoom := sides("long", 0)
-	b.logf("long chain: generating 2 × %d entries", n)
-	rawC, pubC := genChain(rawMeta, 1, n), genChain(pubMeta, 1, n)
-	dir := filepath.Join(b.tmp, "long", pubMeta.CapsuleID)
-	if err := writeChain(dir, pubC); err != nil {
-		return nil, err
-	}
-	r := &result{key: "long_chain", name: fmt.Sprintf("long chain (1 × %d)", n), unit: "entries", items: n, floor: 0.5,
+	r := &result{key: "long_chain", name: fmt.Sprintf("long chain (1 × %d)", n), unit: "entries", items: n * b.rounds, floor: 0.5,
 		rawHow: fmt.Sprintf("jetstreamext.PublishMsgBatch, %d per atomic batch, one after another", b.c.Batch),
 		pubHow: "room.ShipCapsule of the capsule directory: client, ingest service, gate, chain check, store"}
-
-	b.logf("long chain: raw")
-	start := time.Now()
-	stored, err := rawBatches(b.ctx, b.js, b.subjects, rawRoom, rawMeta.Key(), rawC.lines, rawC.hashes, b.c.Batch, nil)
-	r.raw = side{n: stored, bytes: rawC.bytes, dur: time.Since(start)}
-	if err != nil {
-		return nil, err
-	}
-
-	b.logf("long chain: roompub")
-	start = time.Now()
-	stored, err = b.ship(dir, pubRoom, n)
-	r.pub = side{n: stored, bytes: pubC.bytes, dur: time.Since(start)}
+	_, _, rawRoom, pubRoom := sides("long", 0, 0)
+	err := b.inRounds(r, func(round int) (side, error) {
+		meta, _, roomID, _ := sides("long", round, 0)
+		c := genChain(meta, uint64(1+round), n)
+		start := time.Now()
+		stored, err := rawBatches(b.ctx, b.js, b.subjects, roomID, meta.Key(), c.lines, c.hashes, b.c.Batch, nil)
+		return side{n: stored, bytes: c.bytes, dur: time.Since(start)}, err
+	}, func(round int) (side, error) {
+		_, meta, _, roomID := sides("long", round, 0)
+		c := genChain(meta, uint64(1+round), n)
+		dir := filepath.Join(b.tmp, "long", meta.CapsuleID)
+		if err := writeChain(dir, c); err != nil {
+			return side{}, err
+		}
+		start := time.Now()
+		stored, err := b.ship(dir, roomID, n)
+		return side{n: stored, bytes: c.bytes, dur: time.Since(start)}, err
+	})
 	if err != nil {
 		return nil, err
 	}
 	return r, b.countStored(r, rawRoom, pubRoom)
 }
 
-// countStored checks that the write stream holds items messages in each
+// countStored checks that the write stream holds r.items messages in each
 // side's room, so neither side's count rests on its own word alone.
 func (b *bench) countStored(r *result, rawRoom, pubRoom string) error {
 	for _, s := range []struct {
@@ -162,43 +191,45 @@ func (b *bench) parallel() (*result, error) {
 		return nil, err
 	}
 	k, n := b.sz.chains, b.sz.chainLength
-	b.logf("parallel: generating 2 × %d chains of %d entries", k, n)
-	rawC, pubC, dirs := make([]*chain, k), make([]*chain, k), make([]string, k)
-	var rawRoom, pubRoom string
-	var rawBytes, pubBytes int64
-	for i := range k {
-		var rawMeta, pubMeta events.CapsuleMeta
-		rawMeta, pubMeta, rawRoom, pubRoom = sides("par", i)
-		rawC[i], pubC[i] = genChain(rawMeta, uint64(100+i), n), genChain(pubMeta, uint64(100+i), n)
-		dirs[i] = filepath.Join(b.tmp, "parallel", pubMeta.CapsuleID)
-		if err := writeChain(dirs[i], pubC[i]); err != nil {
-			return nil, err
-		}
-		rawBytes += rawC[i].bytes
-		pubBytes += pubC[i].bytes
-	}
-	r := &result{key: "parallel", name: fmt.Sprintf("parallel (%d × %d)", k, n), unit: "entries", items: k * n, floor: 0.6,
+	r := &result{key: "parallel", name: fmt.Sprintf("parallel (%d × %d)", k, n), unit: "entries", items: k * n * b.rounds, floor: 0.6,
 		rawHow: fmt.Sprintf("%d goroutines, atomic batches of up to %d, at most %d in flight", k, b.c.Batch, b.c.Inflight),
-		pubHow: fmt.Sprintf("%d room.ShipCapsule goroutines, at most %d shipping at once", k, b.shippers)}
-
-	b.logf("parallel: raw")
-	sem := make(chan struct{}, b.c.Inflight)
-	total, err := runAll(k, func(i int) (int, error) {
-		return rawBatches(b.ctx, b.js, b.subjects, rawRoom, rawC[i].meta.Key(), rawC[i].lines, rawC[i].hashes, b.c.Batch, sem)
-	}, &r.raw.dur)
-	r.raw.n, r.raw.bytes = total, rawBytes
-	if err != nil {
-		return nil, err
-	}
-
-	b.logf("parallel: roompub")
-	ships := make(chan struct{}, b.shippers)
-	total, err = runAll(k, func(i int) (int, error) {
-		ships <- struct{}{}
-		defer func() { <-ships }()
-		return b.ship(dirs[i], pubRoom, n)
-	}, &r.pub.dur)
-	r.pub.n, r.pub.bytes = total, pubBytes
+		pubHow: fmt.Sprintf("%d room.ShipCapsule goroutines, %s", k, b.pubInflight)}
+	_, _, rawRoom, pubRoom := sides("par", 0, 0)
+	err := b.inRounds(r, func(round int) (side, error) {
+		chains := make([]*chain, k)
+		var s side
+		for i := range k {
+			meta, _, _, _ := sides("par", round, i)
+			chains[i] = genChain(meta, uint64(100+1000*round+i), n)
+			s.bytes += chains[i].bytes
+		}
+		sem := make(chan struct{}, b.c.Inflight)
+		var err error
+		s.n, err = runAll(k, func(i int) (int, error) {
+			return rawBatches(b.ctx, b.js, b.subjects, rawRoom, chains[i].meta.Key(), chains[i].lines, chains[i].hashes, b.c.Batch, sem)
+		}, &s.dur)
+		return s, err
+	}, func(round int) (side, error) {
+		dirs := make([]string, k)
+		var s side
+		for i := range k {
+			_, meta, _, _ := sides("par", round, i)
+			c := genChain(meta, uint64(100+1000*round+i), n)
+			dirs[i] = filepath.Join(b.tmp, "parallel", meta.CapsuleID)
+			if err := writeChain(dirs[i], c); err != nil {
+				return s, err
+			}
+			s.bytes += c.bytes
+		}
+		ships := make(chan struct{}, b.shippers)
+		var err error
+		s.n, err = runAll(k, func(i int) (int, error) {
+			ships <- struct{}{}
+			defer func() { <-ships }()
+			return b.ship(dirs[i], pubRoom, n)
+		}, &s.dur)
+		return s, err
+	})
 	if err != nil {
 		return nil, err
 	}

@@ -52,12 +52,13 @@ type cli struct {
 
 	Inflight int `name:"inflight" default:"50" help:"Atomic batches in flight at once, on both sides (the server allows 50 per stream by default)."`
 	Batch    int `name:"batch" default:"1000" help:"Messages per raw atomic batch (the server allows 1000)."`
-	Repeat   int `name:"repeat" default:"3" help:"Runs of verify and sha256sum; the median counts."`
+	Rounds   int `name:"rounds" placeholder:"N" help:"Rounds of the long chain, parallel and records scenarios, raw first in odd rounds, roompub first in even ones; each side's work is added up (default 3; --quick 2)."`
+	Repeat   int `name:"repeat" default:"3" help:"Runs of verify and sha256sum, alternating; the medians count."`
 
 	StoreDir   string        `name:"store-dir" placeholder:"DIR" help:"JetStream store of the embedded server; the read stream is filled once and kept there (default: the user cache dir, roompub-bench; --quick: a temporary directory, removed)."`
 	Refill     bool          `name:"refill" help:"Fill the read stream again even if the store holds one of the right size."`
-	Publisher  string        `name:"publisher" default:"bin/publisher" placeholder:"FILE" help:"The publisher binary (verify)."`
-	Subscriber string        `name:"subscriber" default:"bin/subscriber" placeholder:"FILE" help:"The subscriber binary (audit)."`
+	Publisher  string        `name:"publisher" default:"bin/publisher" placeholder:"FILE" help:"The publisher binary (verify); default bin/publisher."`
+	Subscriber string        `name:"subscriber" default:"bin/subscriber" placeholder:"FILE" help:"The subscriber binary (audit); default bin/subscriber."`
 	Timeout    time.Duration `name:"timeout" default:"10m" placeholder:"DURATION" help:"How long one ingest request may wait for its reply (requests queue at the service while others are decided)."`
 }
 

@@ -22,65 +22,67 @@ func (b *bench) records() (*result, error) {
 	}
 	n := b.sz.records
 	const rawRoom, pubRoom = "room:bench-raw-records", "room:bench-pub-records"
-	b.logf("records: signing 2 × %d records", n)
-	type signed struct {
-		recs []*events.Record
-		err  error
+	r := &result{key: "records", name: fmt.Sprintf("records (%d)", n), unit: "records", items: n * b.rounds, floor: 0.6,
+		rawHow: "js.PublishMsg per record, Nats-Msg-Id and expected last subject sequence, one after another",
+		pubHow: "room.Client.AppendRecord per record (ingest service, gate: schema, signature, trust, room rules), one after another"}
+	// Each round signs its own records (untimed), tagged by side and
+	// round so that no two share an idempotency/key or run/ref.
+	sign := func(roomID, tag string) ([]*events.Record, int64, error) {
+		b.logf("records: signing %d records", n)
+		recs, err := genRecords(b.key, roomID, tag, n)
+		var size int64
+		for _, rec := range recs {
+			size += int64(len(rec.Canonical()))
+		}
+		return recs, size, err
 	}
-	ch := make(chan signed, 1)
-	go func() {
-		recs, err := genRecords(b.key, pubRoom, "pub", n)
-		ch <- signed{recs, err}
-	}()
-	rawRecs, err := genRecords(b.key, rawRoom, "raw", n)
-	pub := <-ch
+	subj := b.subjects.Records(rawRoom)
+	var last uint64 // the raw side's last record, across rounds
+	err := b.inRounds(r, func(round int) (side, error) {
+		recs, size, err := sign(rawRoom, fmt.Sprintf("raw-r%d", round))
+		if err != nil {
+			return side{}, err
+		}
+		s := side{bytes: size}
+		start := time.Now()
+		for _, rec := range recs {
+			msg := &nats.Msg{Subject: subj, Data: rec.Canonical(), Header: nats.Header{}}
+			msg.Header.Set(jetstream.MsgIDHeader, rec.ContentDigest())
+			msg.Header.Set(jetstream.ExpectedLastSubjSeqHeader, strconv.FormatUint(last, 10))
+			ack, err := b.js.PublishMsg(b.ctx, msg)
+			if err != nil {
+				return s, fmt.Errorf("raw record %d: %w", s.n, err)
+			}
+			if ack.Duplicate {
+				return s, fmt.Errorf("raw record %d: acknowledged as a duplicate", s.n)
+			}
+			last = ack.Sequence
+			s.n++
+		}
+		s.dur = time.Since(start)
+		return s, nil
+	}, func(round int) (side, error) {
+		recs, size, err := sign(pubRoom, fmt.Sprintf("pub-r%d", round))
+		if err != nil {
+			return side{}, err
+		}
+		s := side{bytes: size}
+		start := time.Now()
+		for _, rec := range recs {
+			reply, err := b.client.AppendRecord(b.ctx, rec.Canonical())
+			if err != nil {
+				return s, fmt.Errorf("roompub record %d: %w", s.n, err)
+			}
+			if reply.Item.Outcome != room.OutcomeStored {
+				return s, fmt.Errorf("roompub record %d: %s %s %s", s.n, reply.Item.Outcome, reply.Item.Code, reply.Item.Reason)
+			}
+			s.n++
+		}
+		s.dur = time.Since(start)
+		return s, nil
+	})
 	if err != nil {
 		return nil, err
 	}
-	if pub.err != nil {
-		return nil, pub.err
-	}
-	var rawBytes, pubBytes int64
-	for i := range n {
-		rawBytes += int64(len(rawRecs[i].Canonical()))
-		pubBytes += int64(len(pub.recs[i].Canonical()))
-	}
-	r := &result{key: "records", name: fmt.Sprintf("records (%d)", n), unit: "records", items: n, floor: 0.6,
-		rawHow: "js.PublishMsg per record, Nats-Msg-Id and expected last subject sequence, one after another",
-		pubHow: "room.Client.AppendRecord per record (ingest service, gate: schema, signature, trust, room rules), one after another"}
-
-	b.logf("records: raw")
-	subj := b.subjects.Records(rawRoom)
-	var last uint64
-	start := time.Now()
-	for _, rec := range rawRecs {
-		msg := &nats.Msg{Subject: subj, Data: rec.Canonical(), Header: nats.Header{}}
-		msg.Header.Set(jetstream.MsgIDHeader, rec.ContentDigest())
-		msg.Header.Set(jetstream.ExpectedLastSubjSeqHeader, strconv.FormatUint(last, 10))
-		ack, err := b.js.PublishMsg(b.ctx, msg)
-		if err != nil {
-			return nil, fmt.Errorf("raw record %d: %w", r.raw.n, err)
-		}
-		if ack.Duplicate {
-			return nil, fmt.Errorf("raw record %d: acknowledged as a duplicate", r.raw.n)
-		}
-		last = ack.Sequence
-		r.raw.n++
-	}
-	r.raw.dur, r.raw.bytes = time.Since(start), rawBytes
-
-	b.logf("records: roompub")
-	start = time.Now()
-	for _, rec := range pub.recs {
-		reply, err := b.client.AppendRecord(b.ctx, rec.Canonical())
-		if err != nil {
-			return nil, fmt.Errorf("roompub record %d: %w", r.pub.n, err)
-		}
-		if reply.Item.Outcome != room.OutcomeStored {
-			return nil, fmt.Errorf("roompub record %d: %s %s %s", r.pub.n, reply.Item.Outcome, reply.Item.Code, reply.Item.Reason)
-		}
-		r.pub.n++
-	}
-	r.pub.dur, r.pub.bytes = time.Since(start), pubBytes
 	return r, b.countStored(r, rawRoom, pubRoom)
 }

@@ -28,13 +28,14 @@ func (s side) String() string {
 
 // result is one scenario's row.
 type result struct {
-	key   string // JSON key prefix
-	name  string // table row
-	unit  string // "entries" or "records"
-	items int    // how many were asked for, on each side
-	raw   side
-	pub   side
-	floor float64 // the floor for ratio
+	key    string // JSON key prefix
+	name   string // table row
+	unit   string // "entries" or "records"
+	items  int    // how many were asked for, on each side, in all rounds
+	rounds int    // rounds the items were done in (1: one)
+	raw    side
+	pub    side
+	floor  float64 // the floor for ratio
 	// peakMiB and peakCapMiB: audit's peak memory and its cap (0: none).
 	peakMiB, peakCapMiB float64
 	// how says what each side did, for the notes under the table.
@@ -43,6 +44,14 @@ type result struct {
 
 	ratio float64 // roompub throughput / raw throughput
 	ok    bool
+}
+
+// count is the n column: the items, per round when there were rounds.
+func (r *result) count() string {
+	if r.rounds > 1 {
+		return fmt.Sprintf("%d × %d %s", r.rounds, r.items/r.rounds, r.unit)
+	}
+	return fmt.Sprintf("%d %s", r.items, r.unit)
 }
 
 func (r *result) finish() {
@@ -76,12 +85,13 @@ func (b *bench) printTable(results []*result) {
 		env["go_version"], env["gomaxprocs"], env["nats_server_version"], b.storeDir)
 	if b.inflightNote != "" {
 		fmt.Fprintf(w, "in flight: %s\n", b.inflightNote)
+		fmt.Fprintf(w, "rounds: the write scenarios run %d rounds, raw first in odd rounds, roompub first in even ones; each side's work and time are added up\n", b.rounds)
 	}
 	fmt.Fprintln(w)
 	nameW, nW := len("scenario"), len("n")
 	for _, r := range results {
 		nameW = max(nameW, utf8.RuneCountInString(r.name))
-		nW = max(nW, len(fmt.Sprintf("%d %s", r.items, r.unit)))
+		nW = max(nW, len(r.count()))
 	}
 	fmt.Fprintf(w, "%-*s  %*s  %10s  %8s  %10s  %12s  %6s  %5s  %s\n", nameW, "scenario", nW, "n", "raw /s", "raw MB/s", "roompub /s", "roompub MB/s", "ratio", "floor", "verdict")
 	for _, r := range results {
@@ -89,7 +99,7 @@ func (b *bench) printTable(results []*result) {
 		if r.peakCapMiB > 0 {
 			verdict += fmt.Sprintf(" (audit peak %.0f MiB, cap %.0f)", r.peakMiB, r.peakCapMiB)
 		}
-		fmt.Fprintf(w, "%-*s  %*s  %10.0f  %8.1f  %10.0f  %12.1f  %6.3f  %5.2f  %s\n", nameW, r.name, nW, fmt.Sprintf("%d %s", r.items, r.unit),
+		fmt.Fprintf(w, "%-*s  %*s  %10.0f  %8.1f  %10.0f  %12.1f  %6.3f  %5.2f  %s\n", nameW, r.name, nW, r.count(),
 			r.raw.rate(), r.raw.mbps(), r.pub.rate(), r.pub.mbps(), r.ratio, r.floor, verdict)
 	}
 	fmt.Fprintln(w)
@@ -113,6 +123,7 @@ func (b *bench) printJSON(results []*result) error {
 		p := r.key + "_"
 		obj[p+"items"] = r.items
 		obj[p+"unit"] = r.unit
+		obj[p+"rounds"] = max(r.rounds, 1)
 		for name, s := range map[string]side{"raw": r.raw, "roompub": r.pub} {
 			obj[p+name+"_count"] = s.n
 			obj[p+name+"_bytes"] = s.bytes

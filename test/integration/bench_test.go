@@ -36,13 +36,17 @@ func TestBenchQuick(t *testing.T) {
 	}
 	t.Logf("\n%s", out.String())
 
-	// The --quick sizes, per scenario: what each side must have stored,
-	// audited or verified.
-	want := map[string]float64{"long_chain": 500, "parallel": 10 * 100, "records": 100, "read": 10 * 2000, "verify": 5000}
-	for sc, n := range want {
+	// The --quick sizes, per scenario and round (the write scenarios run
+	// two rounds in --quick): what each side must have stored, audited or
+	// verified.
+	want := map[string]struct{ n, rounds float64 }{"long_chain": {500, 2}, "parallel": {10 * 100, 2}, "records": {100, 2}, "read": {10 * 2000, 1}, "verify": {5000, 1}}
+	for sc, w := range want {
+		if got[sc+"_rounds"] != w.rounds {
+			t.Errorf("%s_rounds = %v, want %v", sc, got[sc+"_rounds"], w.rounds)
+		}
 		for _, k := range []string{"items", "raw_count", "roompub_count"} {
-			if v, ok := got[sc+"_"+k].(float64); !ok || v != n {
-				t.Errorf("%s_%s = %v, want %v", sc, k, got[sc+"_"+k], n)
+			if v, ok := got[sc+"_"+k].(float64); !ok || v != w.n*w.rounds {
+				t.Errorf("%s_%s = %v, want %v", sc, k, got[sc+"_"+k], w.n*w.rounds)
 			}
 		}
 		for _, k := range []string{"raw_per_s", "raw_mb_per_s", "roompub_per_s", "roompub_mb_per_s", "ratio", "raw_bytes", "roompub_bytes"} {
