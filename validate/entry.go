@@ -13,7 +13,23 @@ import (
 // the schema directory allows) and the secret canaries. Every problem is
 // events.InvalidEntry with a JSON pointer and a reason naming the rule. It
 // has the events.EntryCheck signature.
+//
+// With the embedded envelope schema, an entry from events' fast path whose
+// members certainly satisfy it (envelopeValid) skips jsonschema and the map:
+// its payload then holds only allowlisted strings, numbers and nulls, so
+// only the secret canaries remain to run. Any other entry is checked by
+// jsonschema, which finds and words the problems.
 func (v *Validator) CheckEntry(e *events.Entry, at events.Location) []events.Problem {
+	if v.schemas.fastEnvelope {
+		if fields, ok := e.Fields(); ok && envelopeValid(fields) {
+			return canaryProblems(payloadField(fields), at)
+		}
+	}
+	return v.checkEntrySchema(e, at)
+}
+
+// checkEntrySchema is CheckEntry by jsonschema and the decoded map.
+func (v *Validator) checkEntrySchema(e *events.Entry, at events.Location) []events.Problem {
 	obj := e.Object()
 	problems := schemaProblems(v.schemas.envelope, obj, events.InvalidEntry, at)
 	payload, ok := obj["payload"].(map[string]any)
@@ -38,6 +54,26 @@ func (v *Validator) CheckEntry(e *events.Entry, at events.Location) []events.Pro
 		default:
 			problems = append(problems, events.Problem{Code: events.InvalidEntry, At: loc,
 				Reason: "payload values must be strings, numbers or null, not " + jsonType(val)})
+		}
+	}
+	return problems
+}
+
+// canaryProblems runs the secret canaries over the string members of a
+// payload that envelopeValid accepted, in key order: what the payload
+// rules of checkEntrySchema find in such a payload (its keys are ASCII, so
+// RFC 8785 order is sort.Strings order).
+func canaryProblems(payload []events.Field, at events.Location) []events.Problem {
+	var problems []events.Problem
+	for _, f := range payload {
+		if f.Kind != events.KindString {
+			continue
+		}
+		if name := matchSecret(f.Text); name != "" {
+			loc := at
+			loc.Pointer = pointer([]string{"payload", f.Key})
+			problems = append(problems, events.Problem{Code: events.InvalidEntry, At: loc,
+				Reason: "secret canary: payload string looks like " + name + " (value withheld)"})
 		}
 	}
 	return problems

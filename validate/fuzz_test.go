@@ -2,11 +2,14 @@ package validate_test
 
 import (
 	"bytes"
+	"encoding/json"
 	"errors"
+	"strings"
 	"testing"
 	"unicode/utf8"
 
 	"github.com/roompub/roompub/events"
+	"github.com/roompub/roompub/validate"
 )
 
 func addRecordSeeds(f *testing.F) {
@@ -131,6 +134,95 @@ func FuzzJournal(f *testing.F) {
 		}
 		if len(data) == 0 || data[len(data)-1] != '\n' || res.Valid != res.Entries || res.Entries != bytes.Count(data, []byte("\n")) {
 			t.Fatalf("accepted %q with result %+v", data, res)
+		}
+	})
+}
+
+// FuzzEnvelopeFastCheck holds the envelope fast check against jsonschema
+// v6 on every line that parses: the fast check never calls valid what
+// jsonschema refuses, and CheckEntry's problems are exactly those of the
+// jsonschema path. Seeded with the real entries of testdata, which the
+// fuzzer mutates.
+func FuzzEnvelopeFastCheck(f *testing.F) {
+	addJournalSeeds(f)
+	for _, line := range sampleEntryLines(f) {
+		f.Add(line)
+	}
+	v := newValidator(f)
+	f.Fuzz(func(t *testing.T, line []byte) {
+		e, err := events.ParseEntry(line)
+		if err != nil {
+			return
+		}
+		compareEnvelopeCheck(t, v, e)
+	})
+}
+
+// FuzzEnvelopeValues sets one member of a valid entry (top level, or the
+// payload's when key starts with "payload.") to a fuzzed string, number,
+// or literal, and compares the fast check with jsonschema on the result.
+func FuzzEnvelopeValues(f *testing.F) {
+	for _, s := range []struct {
+		key, val string
+		as       byte
+	}{
+		{"ts", "2026-09-02T00:00:00Z", 's'}, {"ts", "2026-09-02T23:59:60+01:00", 's'}, {"run_id", "a:b", 's'},
+		{"kind", "tool.call", 's'}, {"seq", "1e+21", 'n'}, {"seq", "-0", 'n'}, {"payload.exit_code", "null", 'l'},
+		{"payload.tokens_in", "12.5", 'n'}, {"payload.message", "AKIAABCDEFGHIJKLMNOP", 's'}, {"effect_class", "SE3", 's'},
+		{"parent_hash", events.ZeroHash, 's'}, {"lineage", "plan", 's'}, {"payload.cost_usd", "0.0003", 'n'},
+	} {
+		f.Add(s.key, s.val, s.as)
+	}
+	v := newValidator(f)
+	f.Fuzz(func(t *testing.T, key, val string, as byte) {
+		var value any = val
+		switch as % 3 {
+		case 1:
+			if !json.Valid([]byte(val)) {
+				return
+			}
+			value = json.RawMessage(val)
+		case 2:
+			switch val {
+			case "null":
+				value = nil
+			case "true", "false":
+				value = val == "true"
+			}
+		}
+		m := entryMembers(0, events.ZeroHash)
+		if k, ok := strings.CutPrefix(key, "payload."); ok {
+			payload(m)[k] = value
+		} else {
+			m[key] = value
+		}
+		raw, err := json.Marshal(m)
+		if err != nil {
+			return
+		}
+		canon, err := events.Canonicalize(raw)
+		if err != nil {
+			return
+		}
+		e, err := events.ParseEntry(canon)
+		if err != nil {
+			t.Fatalf("canonical %q does not parse: %v", canon, err)
+		}
+		compareEnvelopeCheck(t, v, e)
+	})
+}
+
+// FuzzSecretCanaries holds the canaries' literal prefilter against the
+// patterns alone.
+func FuzzSecretCanaries(f *testing.F) {
+	for _, c := range canaries() {
+		f.Add(c.value)
+	}
+	f.Add("token = 'abc'")
+	f.Add("gh_ k_ eyJ. xox- sk-")
+	f.Fuzz(func(t *testing.T, s string) {
+		if got, want := validate.MatchSecret(s), validate.MatchSecretPatterns(s); got != want {
+			t.Fatalf("MatchSecret(%q) = %q, the patterns say %q", s, got, want)
 		}
 	})
 }

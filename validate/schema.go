@@ -95,6 +95,9 @@ func (l fileLoader) Load(url string) (any, error) {
 type compiledSchemas struct {
 	envelope *jsonschema.Schema
 	record   *jsonschema.Schema
+	// fastEnvelope: the envelope schema is the embedded one, so
+	// envelopeValid may stand in front of jsonschema.
+	fastEnvelope bool
 }
 
 // compileSchemas compiles the root schemas from fsys, taking any file fsys
@@ -108,7 +111,7 @@ func compileSchemas(fsys fs.FS) (compiledSchemas, error) {
 	c.UseLoader(fileLoader{fsys: layers})
 	c.UseRegexpEngine(compileECMA)
 	c.AssertFormat()
-	var out compiledSchemas
+	out := compiledSchemas{fastEnvelope: fastEnvelopeApplies(layers)}
 	var err error
 	if out.envelope, err = c.Compile("file:///" + schemas.EnvelopeFile); err != nil {
 		return out, fmt.Errorf("%w: %s: %v", ErrSchema, schemas.EnvelopeFile, err)

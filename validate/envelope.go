@@ -1,0 +1,238 @@
+package validate
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"io/fs"
+	"time"
+
+	"github.com/roompub/roompub/events"
+	"github.com/roompub/roompub/schemas"
+)
+
+// envelopeSchemaSHA256 is the SHA-256 of the capsule-envelope.schema.json
+// that envelopeValid encodes (seed 000, as embedded). The fast check is
+// used only when the envelope schema in use has exactly these bytes: a
+// schema directory with another envelope (--schema-dir), or a later edit
+// of the embedded file, makes every entry go to jsonschema.
+const envelopeSchemaSHA256 = "f3b0131afb1af05e4f4a3d9887cd7cfc658e10bf89ab629d13109ea5f3724c78"
+
+// fastEnvelopeApplies reports whether the envelope schema compiled from
+// layers (the first that has the file wins, as in fileLoader) is the one
+// envelopeValid encodes.
+func fastEnvelopeApplies(layers []fs.FS) bool {
+	for _, fsys := range layers {
+		data, err := fs.ReadFile(fsys, schemas.EnvelopeFile)
+		if err != nil {
+			continue
+		}
+		sum := sha256.Sum256(data)
+		return hex.EncodeToString(sum[:]) == envelopeSchemaSHA256
+	}
+	return false
+}
+
+// envelopeMember is one member the envelope requires, with a check that
+// answers only "certainly valid under the schema's rules for it".
+type envelopeMember struct {
+	key string
+	ok  func(f events.Field) bool
+}
+
+// envelopeMembers are the envelope's 13 required members, and with
+// additionalProperties false its only ones, in RFC 8785 (byte) order, the
+// order Entry.Fields lists them in.
+var envelopeMembers = [...]envelopeMember{
+	{"capsule_id", func(f events.Field) bool { return isString(f) && isID(f.Text) }},
+	{"effect_class", func(f events.Field) bool {
+		return isString(f) && len(f.Text) == 3 && f.Text[:2] == "SE" && '0' <= f.Text[2] && f.Text[2] <= '4'
+	}},
+	{"entry_hash", func(f events.Field) bool { return isString(f) && isHex64(f.Text) }},
+	{"harness_version", func(f events.Field) bool { return isString(f) && f.Text != "" }}, // minLength 1
+	{"kind", func(f events.Field) bool { return isString(f) && isKind(f.Text) }},
+	{"lineage", func(f events.Field) bool {
+		if !isString(f) {
+			return false
+		}
+		switch f.Text {
+		case "plan", "attempt", "interaction", "environment", "strategy":
+			return true
+		}
+		return false
+	}},
+	{"parent_hash", func(f events.Field) bool { return isString(f) && isHex64(f.Text) }},
+	{"payload", func(f events.Field) bool { return f.Kind == events.KindObject && payloadValid(f.Members) }},
+	{"run_id", func(f events.Field) bool { return isString(f) && isID(f.Text) }},
+	{"schema", func(f events.Field) bool { return isString(f) && f.Text == events.EntrySchema }}, // const
+	{"seq", func(f events.Field) bool { return isNonNegativeInteger(f) }},                        // integer, minimum 0
+	{"task_family", func(f events.Field) bool { return isString(f) && f.Text != "" }},            // minLength 1
+	{"ts", func(f events.Field) bool { return isString(f) && isDateTime(f.Text) }},
+}
+
+// payloadType is the type the envelope's payload allowlist gives a key.
+type payloadType uint8
+
+const (
+	payloadString payloadType = iota + 1
+	payloadNumber
+	payloadInteger
+	payloadIntegerOrNull
+)
+
+// payloadTypes is the envelope's payload allowlist (additionalProperties
+// false) with each key's type.
+var payloadTypes = map[string]payloadType{
+	"task_id": payloadString, "task_family": payloadString, "tool": payloadString, "tool_call_id": payloadString,
+	"args_hash": payloadString, "response_hash": payloadString, "status": payloadString,
+	"exit_code": payloadIntegerOrNull, "duration_ms": payloadNumber, "tokens_in": payloadInteger,
+	"tokens_out": payloadInteger, "cost_usd": payloadNumber, "model": payloadString, "message": payloadString,
+	"note": payloadString, "decision": payloadString, "reason": payloadString, "score": payloadNumber,
+	"passed": payloadInteger, "failed": payloadInteger, "total": payloadInteger, "variant": payloadString,
+	"digest": payloadString, "path": payloadString, "fixture_key": payloadString, "stage": payloadString,
+	"verdict": payloadString, "hits": payloadInteger, "branch_id": payloadString,
+	"parent_branch_id": payloadString, "summary": payloadString,
+}
+
+// envelopeValid reports whether fields certainly satisfy the embedded
+// envelope schema. false means only "not certain": jsonschema decides, and
+// reports the problems. Every rule is the schema's, made stricter where
+// jsonschema's own reading has edges (an integer written with an exponent,
+// a leap second, a lower-case 't'): those go to jsonschema.
+func envelopeValid(fields []events.Field) bool {
+	if len(fields) != len(envelopeMembers) {
+		return false
+	}
+	for i, f := range fields {
+		if m := &envelopeMembers[i]; f.Key != m.key || !m.ok(f) {
+			return false
+		}
+	}
+	return true
+}
+
+// payloadField is the payload of fields that envelopeValid accepted.
+func payloadField(fields []events.Field) []events.Field { return fields[7].Members }
+
+func payloadValid(members []events.Field) bool {
+	for _, f := range members {
+		switch payloadTypes[f.Key] {
+		case payloadString:
+			if !isString(f) {
+				return false
+			}
+		case payloadNumber:
+			if f.Kind != events.KindNumber {
+				return false
+			}
+		case payloadInteger:
+			if !isInteger(f) {
+				return false
+			}
+		case payloadIntegerOrNull:
+			if f.Kind != events.KindNull && !isInteger(f) {
+				return false
+			}
+		default: // not allowlisted
+			return false
+		}
+	}
+	return true
+}
+
+func isString(f events.Field) bool { return f.Kind == events.KindString }
+
+// isInteger: a number written with digits only (and a sign) is an
+// integer for JSON Schema; canonical numbers with a fraction or an
+// exponent go to jsonschema, which decides with big.Rat.
+func isInteger(f events.Field) bool {
+	if f.Kind != events.KindNumber {
+		return false
+	}
+	s := f.Text
+	if s != "" && s[0] == '-' {
+		s = s[1:]
+	}
+	return s != "" && allIn(s, isDigit)
+}
+
+func isNonNegativeInteger(f events.Field) bool {
+	return isInteger(f) && f.Text[0] != '-'
+}
+
+// isID: ^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$ (run_id, capsule_id).
+func isID(s string) bool {
+	return len(s) >= 1 && len(s) <= 128 && isAlnum(s[0]) && allIn(s[1:], func(c byte) bool {
+		return isAlnum(c) || c == '.' || c == '_' || c == ':' || c == '-'
+	})
+}
+
+// isKind: ^[a-z][a-z0-9_.-]{0,63}$.
+func isKind(s string) bool {
+	return len(s) >= 1 && len(s) <= 64 && 'a' <= s[0] && s[0] <= 'z' && allIn(s[1:], func(c byte) bool {
+		return 'a' <= c && c <= 'z' || isDigit(c) || c == '_' || c == '.' || c == '-'
+	})
+}
+
+// isHex64: ^[0-9a-f]{64}$.
+func isHex64(s string) bool {
+	return len(s) == 64 && allIn(s, func(c byte) bool { return isDigit(c) || 'a' <= c && c <= 'f' })
+}
+
+// isDateTime accepts "YYYY-MM-DDTHH:MM:SS[.fraction](Z|+hh:mm|-hh:mm)"
+// with a real calendar date (the same time.Parse call jsonschema v6 makes),
+// hours to 23, minutes and seconds to 59 (RFC 3339 §5.6; what v6's
+// date-time format asserts, without its leap-second and lower-case cases).
+func isDateTime(s string) bool {
+	if len(s) < 20 || s[10] != 'T' || s[13] != ':' || s[16] != ':' {
+		return false
+	}
+	if _, err := time.Parse("2006-01-02", s[:10]); err != nil {
+		return false
+	}
+	h, okH := twoDigits(s[11:13])
+	m, okM := twoDigits(s[14:16])
+	sec, okS := twoDigits(s[17:19])
+	if !okH || !okM || !okS || h > 23 || m > 59 || sec > 59 {
+		return false
+	}
+	rest := s[19:]
+	if rest[0] == '.' {
+		n := 1
+		for n < len(rest) && isDigit(rest[n]) {
+			n++
+		}
+		if n == 1 {
+			return false
+		}
+		rest = rest[n:]
+	}
+	if rest == "Z" {
+		return true
+	}
+	if len(rest) != 6 || rest[0] != '+' && rest[0] != '-' || rest[3] != ':' {
+		return false
+	}
+	zh, okZH := twoDigits(rest[1:3])
+	zm, okZM := twoDigits(rest[4:6])
+	return okZH && okZM && zh <= 23 && zm <= 59
+}
+
+func twoDigits(s string) (int, bool) {
+	if len(s) != 2 || !isDigit(s[0]) || !isDigit(s[1]) {
+		return 0, false
+	}
+	return int(s[0]-'0')*10 + int(s[1]-'0'), true
+}
+
+func isDigit(c byte) bool { return '0' <= c && c <= '9' }
+
+func isAlnum(c byte) bool { return isDigit(c) || 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' }
+
+func allIn(s string, ok func(byte) bool) bool {
+	for i := 0; i < len(s); i++ {
+		if !ok(s[i]) {
+			return false
+		}
+	}
+	return true
+}
