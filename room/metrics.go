@@ -1,22 +1,30 @@
 package room
 
 import (
+	"errors"
+	"strconv"
 	"time"
 
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/roompub/roompub/events"
 )
 
-// Metrics is an Observer that exports Prometheus metrics:
+// Metrics is an Observer (and BatchObserver) that exports Prometheus
+// metrics:
 //
 //	roompub_items_total{kind,outcome}            items decided (stored, duplicate, refused, failed)
 //	roompub_refusals_total{kind,code}            refusals by code
-//	roompub_item_duration_seconds{kind,outcome}  time to decide one item
+//	roompub_item_duration_seconds{kind,outcome}  time to decide one item (the lines of one journal request share its time)
+//	roompub_batches_total{result}                atomic batches published: "stored", the server's error code, or "no_answer"
+//	roompub_batch_messages                       messages per atomic batch
 type Metrics struct {
 	items    *prometheus.CounterVec
 	refusals *prometheus.CounterVec
 	latency  *prometheus.HistogramVec
+	batches  *prometheus.CounterVec
+	sizes    prometheus.Histogram
 }
 
 // NewMetrics registers the metrics on reg.
@@ -29,11 +37,20 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 			Namespace: "roompub", Name: "refusals_total", Help: "Items refused by the gate, by refusal code.",
 		}, []string{"kind", "code"}),
 		latency: prometheus.NewHistogramVec(prometheus.HistogramOpts{
-			Namespace: "roompub", Name: "item_duration_seconds", Help: "Time the gate took to decide one item, including the append.",
+			Namespace: "roompub", Name: "item_duration_seconds",
+			Help:    "Time the gate took to decide one item, including the append; the lines of one journal request share its time equally.",
 			Buckets: prometheus.ExponentialBuckets(0.0001, 2, 16),
 		}, []string{"kind", "outcome"}),
+		batches: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: "roompub", Name: "batches_total",
+			Help: "Atomic batches of journal entries the gate published, by result: stored, the server's error code, or no_answer (read back).",
+		}, []string{"result"}),
+		sizes: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Namespace: "roompub", Name: "batch_messages", Help: "Messages per atomic batch the gate published.",
+			Buckets: prometheus.ExponentialBuckets(2, 2, 10),
+		}),
 	}
-	for _, c := range []prometheus.Collector{m.items, m.refusals, m.latency} {
+	for _, c := range []prometheus.Collector{m.items, m.refusals, m.latency, m.batches, m.sizes} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}
@@ -48,4 +65,23 @@ func (m *Metrics) Item(kind, outcome string, code events.Code, took time.Duratio
 		m.refusals.WithLabelValues(kind, string(code)).Inc()
 	}
 	m.latency.WithLabelValues(kind, outcome).Observe(took.Seconds())
+}
+
+// Batch implements BatchObserver.
+func (m *Metrics) Batch(messages int, err error, _ time.Duration) {
+	m.sizes.Observe(float64(messages))
+	m.batches.WithLabelValues(batchResult(err)).Inc()
+}
+
+// batchResult names the result of a batch publish for a metric label.
+func batchResult(err error) string {
+	var apiErr *jetstream.APIError
+	switch {
+	case err == nil:
+		return "stored"
+	case errors.As(err, &apiErr):
+		return strconv.Itoa(int(apiErr.ErrorCode))
+	default:
+		return "no_answer"
+	}
 }

@@ -21,7 +21,13 @@ import (
 // brings it up to the stream head before every decision; a Reader builds
 // it in stream order; both apply the rules with the same code.
 type roomState struct {
-	mu        sync.Mutex
+	mu sync.Mutex
+	// loaded: the index has been brought up to the stream head at least
+	// once. From then on it is kept current by this gate's own appends,
+	// and every append says which last sequence it expects: another
+	// gate's append in between makes the server refuse it, and the index
+	// is brought up to date before deciding again.
+	loaded    bool
 	streamSeq uint64            // last record read from the room's record subject
 	digests   map[string]uint64 // content digest → stream seq
 	keys      map[string]string // idempotency/key → content digest
@@ -158,23 +164,37 @@ func (g *Gate) appendRecord(ctx context.Context, raw []byte) RecordReply {
 	subj := g.subjects.Records(roomID)
 	digest := rec.ContentDigest()
 	retryUntil := time.Now().Add(retryWindow)
+	// stale: the index must be brought up to the stream head before the
+	// next decision; fresh: it was during this call.
+	stale, fresh := !r.loaded, false
 	for attempt := 0; ; attempt++ {
 		if attempt >= g.attempts {
 			reply.Item = failed(0, fmt.Errorf("gave up after %d attempts", attempt))
 			return reply
 		}
-		if err := g.catchUp(ctx, roomID, r); err != nil {
-			if !g.waitRead(ctx, err, &attempt, retryUntil) {
-				reply.Item = failed(0, err)
-				return reply
+		if stale {
+			if err := g.catchUp(ctx, roomID, r); err != nil {
+				if !g.waitRead(ctx, err, &attempt, retryUntil) {
+					reply.Item = failed(0, err)
+					return reply
+				}
+				continue
 			}
-			continue
+			r.loaded, stale, fresh = true, false, true
 		}
+		// The index only grows, in stream order: a record found in it is
+		// stored there whatever came later.
 		if seq, ok := r.digests[digest]; ok {
 			reply.Item = ItemResult{Outcome: OutcomeDuplicate, Hash: rec.ComputedRef(), StreamSeq: seq, Subject: subj}
 			return reply
 		}
 		if ps := r.streamProblems(rec, at); len(ps) > 0 {
+			if !fresh {
+				// A refusal is final: decide it on the stream as it is now
+				// (the same record may have been stored meanwhile).
+				stale = true
+				continue
+			}
 			reply.Item = refused(0, ps)
 			reply.Item.Hash = rec.ComputedRef()
 			return reply
@@ -206,11 +226,13 @@ func (g *Gate) appendRecord(ctx context.Context, raw []byte) RecordReply {
 			reply.Item = ItemResult{Outcome: OutcomeDuplicate, Hash: rec.ComputedRef(), StreamSeq: ack.Sequence, Subject: subj}
 			return reply
 		case isWrongLastSequence(err):
-			continue // another gate appended to the room: catch up, decide again
+			stale = true // another gate appended to the room: catch up, decide again
+			continue
 		case isStoreFull(err):
 			reply.Item = failed(0, errStoreFull(err))
 			return reply
 		case isRetryable(err):
+			stale = true
 			attempt = g.waitOut(attempt, retryUntil)
 			if !sleepCtx(ctx, backoff(attempt)) {
 				reply.Item = failed(0, ctx.Err())
@@ -228,7 +250,8 @@ func (g *Gate) appendRecord(ctx context.Context, raw []byte) RecordReply {
 				return reply
 			}
 			g.log.Warn("ambiguous record append, reading back", zap.String("subject", subj), zap.Error(err))
-			continue // catchUp reads what is stored before deciding again
+			stale = true // catchUp reads what is stored before deciding again
+			continue
 		}
 	}
 }

@@ -1,0 +1,709 @@
+package room
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"runtime"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/synadia-io/orbit.go/jetstreamext"
+	"go.uber.org/zap"
+
+	"github.com/roompub/roompub/events"
+	"github.com/roompub/roompub/validate"
+)
+
+// BatchObserver may be implemented by an Observer that also wants one call
+// per atomic batch the gate publishes (Metrics does). Implementations must
+// be safe for concurrent use and must not block.
+type BatchObserver interface {
+	// Batch is called with the messages of the batch, the error the
+	// publish returned (nil: the server stored the batch) and the time it
+	// took.
+	Batch(messages int, err error, took time.Duration)
+}
+
+// AppendJournal decides a batch of journal lines of one chain, in order.
+// body holds the lines exactly as a journal file does: each line the
+// canonical JSON of one entry followed by "\n". Lines before the first
+// refused or failed one may be stored; that one and every later one are
+// not (the later ones are "skipped"). capsule, when not nil, is the
+// capsule.json metadata every entry must repeat. A request-level problem
+// (bad room id, empty body) is returned as an *events.Refusal with code
+// bad_request and no items.
+//
+// Every line is checked first (the stateless rules in parallel, then the
+// chain rules in order); the lines that pass are appended together, as one
+// atomic batch (ADR-50), with the expected last sequence of the chain's
+// subject on the first message and Nats-Msg-Id = entry_hash on each, so the
+// server stores all of them after the chain's head or none. Each line gets
+// the outcome one append per line would have given it.
+func (g *Gate) AppendJournal(ctx context.Context, roomID string, body []byte, capsule *events.CapsuleMeta) (JournalReply, error) {
+	reply := JournalReply{RoomID: roomID}
+	if err := validate.CheckRoomID(roomID); err != nil {
+		return reply, err
+	}
+	if err := g.subjects.CheckRoom(roomID); err != nil {
+		return reply, events.NewRefusal([]events.Problem{{Code: events.BadRequest, Reason: err.Error()}})
+	}
+	lines := splitLines(body)
+	if len(lines) == 0 {
+		return reply, events.NewRefusal([]events.Problem{{Code: events.BadRequest, Reason: "the request holds no journal line"}})
+	}
+	if len(lines) > MaxBatchLines {
+		return reply, events.NewRefusal([]events.Problem{{Code: events.BadRequest,
+			Reason: fmt.Sprintf("the request holds %d lines; at most %d per request", len(lines), MaxBatchLines)}})
+	}
+	start := time.Now()
+	reply.Items = make([]ItemResult, len(lines))
+	for i := range reply.Items {
+		reply.Items[i] = ItemResult{Index: i, Outcome: OutcomeSkipped}
+	}
+	pre := g.checkLines(lines)
+	// The chain is named by the first line; a later line of another chain
+	// fails metadata_mismatch like any entry that differs from its capsule.
+	if pre[0].bad != nil {
+		reply.Items[0] = *pre[0].bad
+		g.observeItems(reply.Items, start)
+		reply.tally()
+		return reply, nil
+	}
+	first := pre[0].e
+	key := events.ChainKey{RunID: first.RunID(), CapsuleID: first.CapsuleID()}
+	reply.Chain = key
+	c := g.chain(key)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	r := &journalRun{g: g, ctx: ctx, roomID: roomID, key: key, subj: g.subjects.Journal(roomID, key),
+		c: c, capsule: capsule, lines: lines, pre: pre, items: reply.Items}
+	r.run()
+	if c.loaded {
+		reply.Head = c.view(key)
+	}
+	g.observeItems(reply.Items, start)
+	reply.tally()
+	return reply, nil
+}
+
+// checkedLine is one request line after the checks that need no chain state:
+// parsed (bad when it could not be), with its entry-level problems.
+type checkedLine struct {
+	e        *events.Entry
+	bad      *ItemResult
+	problems []events.Problem // the validator's entry rules, located at the line
+}
+
+// checkChunk is how many lines one worker takes at a time.
+const checkChunk = 32
+
+// checkLines parses every line and applies the entry-level rules
+// (validate.Validator.CheckEntry), in parallel: none of it depends on the
+// chain or on other lines.
+func (g *Gate) checkLines(lines []line) []checkedLine {
+	pre := make([]checkedLine, len(lines))
+	one := func(i int) {
+		e, bad := parseLine(lines[i], i)
+		if bad != nil {
+			pre[i].bad = bad
+			return
+		}
+		pre[i].e = e
+		pre[i].problems = g.v.CheckEntry(e, events.Location{Line: i + 1})
+	}
+	workers := min(runtime.GOMAXPROCS(0), (len(lines)+checkChunk-1)/checkChunk)
+	if workers <= 1 {
+		for i := range lines {
+			one(i)
+		}
+		return pre
+	}
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	for range workers {
+		wg.Go(func() {
+			for {
+				from := int(next.Add(checkChunk)) - checkChunk
+				if from >= len(lines) {
+					return
+				}
+				for i := from; i < min(from+checkChunk, len(lines)); i++ {
+					one(i)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	return pre
+}
+
+// lineTry is the retry state of the line being decided.
+type lineTry struct {
+	attempt int
+	until   time.Time // retryable errors count against attempt only after this
+	// fresh: the chain view was read during this decision from the stream
+	// leader, whose word a refusal waits for (a cached view may be stale:
+	// another publisher appended; so may a follower's copy, which answers
+	// direct gets in a cluster).
+	fresh, wantFresh bool
+}
+
+func newTry() lineTry { return lineTry{until: time.Now().Add(retryWindow)} }
+
+// pend is a line that passed every check and waits in the next batch.
+type pend struct {
+	idx int
+	e   *events.Entry
+	seq int64
+	try lineTry // its retry state, for when the batch must be decided again
+}
+
+// journalRun decides the lines of one request with the chain locked.
+//
+// Invariant: the pending lines passed every check against the chain as c
+// has it plus the pending lines before them (cv is positioned after the
+// last one), so the first pending line's batch carries c.streamSeq as the
+// expected last sequence. Whenever c is reloaded from the stream, nothing
+// is pending: the lines are decided again.
+type journalRun struct {
+	g       *Gate
+	ctx     context.Context
+	roomID  string
+	key     events.ChainKey
+	subj    string
+	c       *chainState
+	capsule *events.CapsuleMeta
+	lines   []line
+	pre     []checkedLine
+	items   []ItemResult
+	pending []pend
+	cv      *events.ChainVerifier
+	cur     []events.Problem // the entry problems of the line cv checks
+	singles bool             // publish the pending lines one at a time
+}
+
+type decision int
+
+const (
+	decAccept decision = iota // append the line with the pending ones
+	decFinal                  // the line's outcome is decided (not appended now)
+	decFlush                  // the pending lines must be appended before the line is decided
+)
+
+// flushResult says how the run goes on after flush.
+type flushResult struct {
+	stop   bool    // an item failed or was refused: the run ends
+	rewind bool    // decide again from line idx with try
+	idx    int     // the line to decide again
+	try    lineTry // its retry state
+}
+
+func (r *journalRun) run() {
+	i, try := 0, newTry()
+	for i < len(r.lines) || len(r.pending) > 0 {
+		d := decFlush // every line decided: append the pending ones
+		var res ItemResult
+		if i < len(r.lines) {
+			d, res = r.decide(i, &try)
+		}
+		switch d {
+		case decAccept:
+			e := r.pre[i].e
+			seq, _ := e.Seq()
+			r.pending = append(r.pending, pend{idx: i, e: e, seq: seq, try: try})
+			r.cv.Accept(e)
+			i, try = i+1, newTry()
+			if len(r.pending) < r.g.batchLimit() {
+				continue
+			}
+		case decFinal:
+			r.items[i] = res
+			if res.Outcome != OutcomeStored && res.Outcome != OutcomeDuplicate {
+				return
+			}
+			i, try = i+1, newTry()
+			continue
+		case decFlush:
+		}
+		f := r.flush()
+		switch {
+		case f.stop:
+			return
+		case f.rewind:
+			i, try = f.idx, f.try
+		}
+	}
+}
+
+// check is the EntryCheck of cv: the entry problems checkLines found.
+func (r *journalRun) check(*events.Entry, events.Location) []events.Problem { return r.cur }
+
+// resume positions cv at the chain as c has it.
+func (r *journalRun) resume() {
+	c := r.c
+	r.cv = events.NewChainVerifier(nil, r.check)
+	if c.next > 0 || r.capsule != nil {
+		meta := c.meta
+		if r.capsule != nil {
+			meta = *r.capsule
+		}
+		r.cv.Resume(c.next, c.head, meta)
+	}
+}
+
+// decide decides line i against the chain and the pending lines. Anything
+// but appending the line is decided on the stream as it is, so with lines
+// pending it asks for them to be appended first (decFlush).
+func (r *journalRun) decide(i int, try *lineTry) (decision, ItemResult) {
+	g, c := r.g, r.c
+	p := r.pre[i]
+	flushFirst := len(r.pending) > 0
+	if p.bad != nil {
+		if flushFirst {
+			return decFlush, ItemResult{}
+		}
+		return decFinal, *p.bad
+	}
+	at := events.Location{Line: i + 1}
+	e := p.e
+	seq, _ := e.Seq()
+	for ; ; try.attempt++ {
+		if try.attempt >= g.attempts {
+			if flushFirst {
+				return decFlush, ItemResult{}
+			}
+			return decFinal, failed(i, fmt.Errorf("gave up after %d attempts", try.attempt))
+		}
+		if !c.loaded {
+			if err := g.reload(r.ctx, r.key, c, try.wantFresh); err != nil {
+				if !g.waitRead(r.ctx, err, &try.attempt, try.until) {
+					return decFinal, failed(i, err)
+				}
+				continue
+			}
+			try.fresh = try.wantFresh
+		}
+		if !flushFirst {
+			r.resume()
+		}
+		if c.roomID != "" && c.roomID != r.roomID {
+			if flushFirst {
+				return decFlush, ItemResult{}
+			}
+			if !try.fresh {
+				c.loaded, try.wantFresh = false, true // decide on the stream's word, not a cached view
+				continue
+			}
+			return decFinal, refused(i, []events.Problem{{Code: events.RoomConflict, At: at,
+				Reason: "the capsule's chain already lives in another room", Expected: c.roomID, Actual: r.roomID}})
+		}
+		r.cur = p.problems
+		problems := r.cv.CheckLine(e, r.lines[i].data, at)
+		r.cur = nil
+		res := ItemResult{Index: i, Seq: &seq, Hash: e.EntryHash()}
+		if len(problems) > 0 && flushFirst {
+			return decFlush, ItemResult{}
+		}
+		if seq < c.next && onlyPosition(problems) {
+			if err := g.needHashes(r.ctx, c, r.key); err != nil {
+				if !g.waitRead(r.ctx, err, &try.attempt, try.until) {
+					return decFinal, failed(i, err)
+				}
+				c.loaded = false
+				continue
+			}
+			return decFinal, g.resent(r.key, c, e, seq, res)
+		}
+		if len(problems) > 0 && !try.fresh {
+			// The view may be stale: a refusal is final, so it is decided
+			// on a fresh read.
+			c.loaded, try.wantFresh = false, true
+			continue
+		}
+		if len(problems) > 0 {
+			rf := refused(i, problems)
+			rf.Seq, rf.Hash = res.Seq, res.Hash
+			return decFinal, rf
+		}
+		// The message one append of this line alone would send (flush checks
+		// the exact one again).
+		msg := r.message(e, true, c.streamSeq+uint64(len(r.pending)))
+		if tl := g.tooLarge(msg, at); tl != nil {
+			if flushFirst {
+				return decFlush, ItemResult{}
+			}
+			rf := refused(i, tl)
+			rf.Seq, rf.Hash = res.Seq, res.Hash
+			return decFinal, rf
+		}
+		return decAccept, ItemResult{}
+	}
+}
+
+// message is the append of e: Nats-Msg-Id = entry_hash and, when expect,
+// the expected last sequence of the chain's subjects in every room.
+func (r *journalRun) message(e *events.Entry, expect bool, last uint64) *nats.Msg {
+	msg := &nats.Msg{Subject: r.subj, Data: e.Canonical(), Header: nats.Header{}}
+	msg.Header.Set(jetstream.MsgIDHeader, e.EntryHash())
+	if expect {
+		msg.Header.Set(jetstream.ExpectedLastSubjSeqHeader, strconv.FormatUint(last, 10))
+		msg.Header.Set(jetstream.ExpectedLastSubjSeqSubjHeader, r.g.subjects.ChainAnyRoom(r.key))
+	}
+	return msg
+}
+
+// stored records that the pending line p is stored at stream sequence seq
+// by this run, and moves c past it.
+func (r *journalRun) stored(p pend, seq uint64) {
+	c := r.c
+	if c.next == 0 {
+		c.meta = p.e.Metadata()
+	}
+	c.next, c.head, c.streamSeq, c.roomID = p.seq+1, p.e.EntryHash(), seq, r.roomID
+	if c.hashes != nil {
+		c.hashes = append(c.hashes, p.e.EntryHash())
+		c.seqs = append(c.seqs, seq)
+	}
+	s := p.seq
+	r.items[p.idx] = ItemResult{Index: p.idx, Outcome: OutcomeStored, Seq: &s, Hash: p.e.EntryHash(), StreamSeq: seq, Subject: r.subj}
+}
+
+// end sets the outcome of the first pending line and ends the run.
+func (r *journalRun) end(res ItemResult) flushResult {
+	p := r.pending[0]
+	s := p.seq
+	if res.Outcome == OutcomeRefused {
+		res.Seq, res.Hash = &s, p.e.EntryHash()
+	}
+	r.items[p.idx] = res
+	r.pending = nil
+	return flushResult{stop: true}
+}
+
+// again drops the pending lines from the k-th on: they are decided again
+// from the chain as the stream has it, from try on (the k-th line's).
+func (r *journalRun) again(k int, try lineTry) flushResult {
+	idx := r.pending[k].idx
+	r.pending = nil
+	return flushResult{rewind: true, idx: idx, try: try}
+}
+
+// retry is again for the first pending line after a retryable error: it
+// waits (backoff) and counts an attempt unless the retry window is open.
+func (r *journalRun) retry(wantFresh bool) flushResult {
+	g := r.g
+	try := r.pending[0].try
+	r.c.loaded = false
+	try.attempt = g.waitOut(try.attempt, try.until)
+	if !sleepCtx(r.ctx, backoff(try.attempt)) {
+		return r.end(failed(r.pending[0].idx, r.ctx.Err()))
+	}
+	try.attempt++
+	try.wantFresh = try.wantFresh || wantFresh
+	try.fresh = false
+	return r.again(0, try)
+}
+
+// flush appends the pending lines: as atomic batches, or one at a time
+// when batching is off or a batch failed in a way that one append per line
+// says more precisely.
+func (r *journalRun) flush() flushResult {
+	g := r.g
+	for len(r.pending) > 0 {
+		if perr := g.pausedErr(); perr != nil {
+			return r.end(failed(r.pending[0].idx, perr))
+		}
+		n := min(len(r.pending), g.batchLimit())
+		if r.singles || g.noAtomic.Load() {
+			n = 1
+		}
+		var f flushResult
+		var done bool
+		if n == 1 {
+			f, done = r.publishOne()
+		} else {
+			f, done = r.publishBatch(n)
+		}
+		if !done {
+			return f
+		}
+	}
+	return flushResult{}
+}
+
+// publishOne appends the first pending line alone, as the gate did before
+// batching. done means it was stored and the next may follow.
+func (r *journalRun) publishOne() (flushResult, bool) {
+	g, c := r.g, r.c
+	p := r.pending[0]
+	at := events.Location{Line: p.idx + 1}
+	msg := r.message(p.e, true, c.streamSeq)
+	if tl := g.tooLarge(msg, at); tl != nil {
+		return r.end(refused(p.idx, tl)), false
+	}
+	ack, err := g.publish(r.ctx, msg)
+	switch {
+	case err == nil && !ack.Duplicate:
+		r.stored(p, ack.Sequence)
+		r.pending = r.pending[1:]
+		return flushResult{}, true
+	case err == nil && ack.Duplicate:
+		// The server merged it with a message of the same Msg-Id: confirm
+		// by reading what is stored there (DESIGN.md), then resync.
+		if same, serr := g.storedEquals(r.ctx, ack.Sequence, r.subj, p.e.Canonical()); serr != nil || !same {
+			return r.end(failed(p.idx, fmt.Errorf("duplicate ack at stream seq %d does not hold this entry (%v)", ack.Sequence, serr))), false
+		}
+		c.loaded = false
+		s := p.seq
+		r.items[p.idx] = ItemResult{Index: p.idx, Outcome: OutcomeDuplicate, Seq: &s, Hash: p.e.EntryHash(), StreamSeq: ack.Sequence, Subject: r.subj}
+		if len(r.pending) == 1 {
+			r.pending = nil
+			return flushResult{}, true
+		}
+		return r.again(1, r.pending[1].try), false
+	case isWrongLastSequence(err):
+		// Someone else appended to the chain (or to another room's copy):
+		// reload and decide again, possibly as a duplicate or a fork.
+		// From the leader: a lagging replica would say the same again.
+		try := p.try
+		try.attempt++
+		try.fresh, try.wantFresh = false, true
+		c.loaded = false
+		return r.again(0, try), false
+	case isStoreFull(err):
+		return r.end(failed(p.idx, errStoreFull(err))), false
+	case isRetryable(err):
+		return r.retry(false), false
+	default:
+		var apiErr *jetstream.APIError
+		if errors.As(err, &apiErr) && apiErr.ErrorCode == jetstream.JSErrCodeStreamMessageExceedsMaximum {
+			return r.end(refused(p.idx, []events.Problem{{Code: events.TooLarge, At: at, Reason: apiErr.Description}})), false
+		}
+		if errors.As(err, &apiErr) || r.ctx.Err() != nil {
+			return r.end(failed(p.idx, err)), false
+		}
+		// Ambiguous: the append may or may not have happened. Read
+		// before deciding; the retry carries the same Msg-Id.
+		g.log.Warn("ambiguous append, reading back", zap.String("subject", r.subj), zap.Int64("seq", p.seq), zap.Error(err))
+		try := p.try
+		try.attempt++
+		try.fresh = false
+		c.loaded = false
+		return r.again(0, try), false
+	}
+}
+
+// Error codes of atomic batch publish (nats-server errors.json).
+const (
+	// errCodeBatchDuplicate is JSAtomicPublishContainsDuplicateMessageErr
+	// (10201): a message of the batch has a Nats-Msg-Id the stream holds
+	// (within its duplicate window); the whole batch was refused.
+	errCodeBatchDuplicate = jetstreamext.JSErrCodeBatchPublishDuplicateMsgID
+	// errCodeBatchTooManyInflight is JSAtomicPublishTooManyInflight
+	// (10210, status 429): the stream (or server) has as many batches
+	// open as it allows; nothing was stored.
+	errCodeBatchTooManyInflight = jetstreamext.JSErrCodeAtomicPublishTooManyInflight
+	// errCodeBatchIncomplete is JSAtomicPublishIncompleteBatchErr (10176):
+	// the server lost track of the batch (a message missing, a leader
+	// change, 10s without traffic); nothing was stored.
+	errCodeBatchIncomplete = jetstreamext.JSErrCodeBatchPublishIncomplete
+	// errCodeBatchDisabled is JSAtomicPublishDisabledErr (10174): the
+	// stream does not allow atomic batches.
+	errCodeBatchDisabled = jetstreamext.JSErrCodeBatchPublishNotEnabled
+	// errCodeBatchTooLarge is JSAtomicPublishTooLargeBatchErrF (10199):
+	// more messages than the server's max_batch_size.
+	errCodeBatchTooLarge = jetstreamext.JSErrCodeBatchPublishExceedsLimit
+)
+
+// batchHeaderRoom is what the batch headers (Nats-Batch-Id, 22 characters;
+// Nats-Batch-Sequence; Nats-Batch-Commit) add to a message at most.
+const batchHeaderRoom = 128
+
+// publishBatch appends the first n pending lines as one atomic batch.
+// done means they were all stored and the rest may follow.
+func (r *journalRun) publishBatch(n int) (flushResult, bool) {
+	g, c := r.g, r.c
+	batch := r.pending[:n]
+	msgs := make([]*nats.Msg, n)
+	for k, p := range batch {
+		msgs[k] = r.message(p.e, k == 0, c.streamSeq)
+		if int64(len(msgs[k].Data))+msgHeaderSize(msgs[k])+batchHeaderRoom > g.nc.MaxPayload() {
+			// One append per line says which line is too large.
+			r.singles = true
+			return flushResult{}, true
+		}
+	}
+	select {
+	case g.inflight <- struct{}{}:
+	case <-r.ctx.Done():
+		return r.end(failed(batch[0].idx, r.ctx.Err())), false
+	}
+	prev := c.streamSeq
+	start := time.Now()
+	ctx, cancel := context.WithTimeout(r.ctx, g.timeout)
+	ack, err := jetstreamext.PublishMsgBatch(ctx, g.js, msgs,
+		jetstreamext.BatchFlowControl{AckFirst: true, AckTimeout: g.timeout})
+	cancel()
+	<-g.inflight
+	if bo, ok := g.obs.(BatchObserver); ok {
+		bo.Batch(n, err, time.Since(start))
+	}
+	var apiErr *jetstream.APIError
+	isAPI := errors.As(err, &apiErr)
+	switch {
+	case err == nil:
+		first := ack.Sequence - uint64(n) + 1 // a batch is stored at consecutive sequences
+		for k, p := range batch {
+			r.stored(p, first+uint64(k))
+		}
+		r.pending = r.pending[n:]
+		return flushResult{}, true
+	case isWrongLastSequence(err) || (isAPI && apiErr.ErrorCode == errCodeBatchDuplicate):
+		// Someone else appended to the chain, or some of these entries are
+		// stored already: the whole batch was refused. Read the head from
+		// the leader and decide every line again (duplicate, fork, or new).
+		try := batch[0].try
+		try.attempt++
+		try.fresh, try.wantFresh = false, true
+		c.loaded = false
+		return r.again(0, try), false
+	case isStoreFull(err):
+		return r.end(failed(batch[0].idx, errStoreFull(err))), false
+	case isAPI && apiErr.ErrorCode == errCodeBatchDisabled:
+		if !g.noAtomic.Swap(true) {
+			g.log.Warn("the stream does not allow atomic batch publish: one append per entry from now on", zap.Error(err))
+		}
+		return flushResult{}, true
+	case isAPI && apiErr.ErrorCode == errCodeBatchTooLarge:
+		smaller := max(1, int64(n/2))
+		g.maxBatch.Store(smaller)
+		g.log.Warn("the server refused a batch as too large: smaller batches from now on", zap.Int("messages", n), zap.Int64("now", smaller), zap.Error(err))
+		return flushResult{}, true
+	case isRetryable(err):
+		return r.retry(false), false
+	case isAPI:
+		// Refused whole for a reason that concerns one message (too large,
+		// a header): one append per line says which, as before batching.
+		r.singles = true
+		return flushResult{}, true
+	case r.ctx.Err() != nil:
+		return r.end(failed(batch[0].idx, err)), false
+	default:
+		// Ambiguous: the batch may or may not have been stored (it is all
+		// or nothing, but for a store that fills up while it commits). Read
+		// before deciding.
+		g.log.Warn("ambiguous batch append, reading back", zap.String("subject", r.subj), zap.Int("messages", n), zap.Error(err))
+		return r.readBack(msgs[0].Header.Get(jetstreamext.BatchIDHeader), prev, n), false
+	}
+}
+
+// readBack decides the first n pending lines after their batch (id) got no
+// clear answer: it reads the chain's head from the stream leader and the
+// messages after prev, the chain's last stream sequence before the batch.
+// The leading ones that carry this batch's id and the line's entry_hash
+// were stored by this batch; the other lines are decided again.
+func (r *journalRun) readBack(id string, prev uint64, n int) flushResult {
+	g, c := r.g, r.c
+	batch := r.pending[:n]
+	try := batch[0].try
+	var seqs []uint64
+	for ; ; try.attempt++ {
+		if try.attempt >= g.attempts {
+			return r.end(failed(batch[0].idx, fmt.Errorf("gave up after %d attempts", try.attempt)))
+		}
+		c.loaded = false
+		err := g.reload(r.ctx, r.key, c, true)
+		if err == nil {
+			seqs, err = r.ours(id, prev, batch)
+		}
+		if err == nil {
+			break
+		}
+		if !g.waitRead(r.ctx, err, &try.attempt, try.until) {
+			return r.end(failed(batch[0].idx, err))
+		}
+	}
+	for k, seq := range seqs {
+		s := batch[k].seq
+		r.items[batch[k].idx] = ItemResult{Index: batch[k].idx, Outcome: OutcomeStored, Seq: &s, Hash: batch[k].e.EntryHash(), StreamSeq: seq, Subject: r.subj}
+	}
+	k := len(seqs)
+	if k == len(r.pending) {
+		r.pending = nil
+		return flushResult{}
+	}
+	// c was just read from the stream leader: the lines from the k-th on
+	// are decided again on it.
+	if k == 0 {
+		try.attempt++ // nothing of the batch is stored: this was an attempt
+	} else {
+		try = r.pending[k].try
+	}
+	try.fresh, try.wantFresh = true, true
+	return r.again(k, try)
+}
+
+// ours returns the stream sequences of the leading lines of batch that are
+// stored, after stream sequence prev, by the batch id.
+func (r *journalRun) ours(id string, prev uint64, batch []pend) ([]uint64, error) {
+	var seqs []uint64
+	after := prev
+	for _, p := range batch {
+		if p.seq >= r.c.next {
+			break
+		}
+		m, err := r.g.leaderMsg(r.ctx, map[string]any{"seq": after + 1, "next_by_subj": r.subj})
+		if err != nil {
+			return nil, fmt.Errorf("read back batch %s: %w", id, err)
+		}
+		if m == nil || m.Header.Get(jetstreamext.BatchIDHeader) != id || m.Header.Get(jetstream.MsgIDHeader) != p.e.EntryHash() {
+			break
+		}
+		seqs = append(seqs, m.Sequence)
+		after = m.Sequence
+	}
+	return seqs, nil
+}
+
+// msgHeaderSize is the size of msg's headers on the wire, as tooLarge
+// counts them.
+func msgHeaderSize(msg *nats.Msg) int64 {
+	var size int64 = 12
+	for k, vs := range msg.Header {
+		for _, v := range vs {
+			size += int64(len(k) + len(v) + 4)
+		}
+	}
+	return size
+}
+
+// batchLimit is the number of messages one atomic batch may hold now.
+func (g *Gate) batchLimit() int { return int(g.maxBatch.Load()) }
+
+// observeItems reports every decided item of a request; items decided
+// together share the request's time equally.
+func (g *Gate) observeItems(items []ItemResult, start time.Time) {
+	if g.obs == nil {
+		return
+	}
+	n := 0
+	for _, it := range items {
+		if it.Outcome != OutcomeSkipped {
+			n++
+		}
+	}
+	if n == 0 {
+		return
+	}
+	took := time.Since(start) / time.Duration(n)
+	for _, it := range items {
+		if it.Outcome != OutcomeSkipped {
+			g.obs.Item(KindJournal, it.Outcome, it.Code, took)
+		}
+	}
+}
