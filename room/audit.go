@@ -116,31 +116,39 @@ func Audit(ctx context.Context, js jetstream.JetStream, o AuditOptions) (*AuditR
 	rep.Totals.StreamIsSound = len(rep.StreamProblems) == 0
 
 	r := NewReader(o.Validator, o.Subjects)
+	r.evidence = nil // the report counts records; OnEvent callers keep what they need
 	r.Anchor = o.FromSeq > 1 || !o.Since.IsZero()
 	if info.State.Msgs > 0 && info.State.LastSeq >= rep.FromSeq {
-		if err := replay(ctx, st, o.Subjects, o.Rooms, o.FromSeq, o.Since, info.State.LastSeq, func(m StreamMsg) error {
-			rep.Totals.Messages++
-			ev, aside := r.Verify(m)
-			switch {
-			case aside != nil:
-				rep.Totals.SetAside++
-				rep.Totals.ByCode[aside.Code]++
-				if len(rep.Violations) < o.MaxViolations {
-					rep.Violations = append(rep.Violations, *aside)
-				} else {
-					rep.Omitted++
+		produce := func(ctx context.Context, emit func(*batch) bool) error {
+			return replay(ctx, st, int(js.Conn().MaxPayload()), o.Subjects, o.Rooms, o.FromSeq, o.Since, info.State.LastSeq, emit)
+		}
+		if err := runOrdered(ctx, r, produce, func(b *batch) error {
+			for i := range b.xs {
+				x := &b.xs[i]
+				rep.Totals.Messages++
+				ev, aside := r.apply(x)
+				switch {
+				case aside != nil:
+					rep.Totals.SetAside++
+					rep.Totals.ByCode[aside.Code]++
+					if len(rep.Violations) < o.MaxViolations {
+						rep.Violations = append(rep.Violations, *aside)
+					} else {
+						rep.Omitted++
+					}
+				case ev.Kind == KindJournal:
+					rep.Totals.Entries++
+				default:
+					rep.Totals.Records++
+					rep.Records[ev.RoomID]++
 				}
-			case ev.Kind == KindJournal:
-				rep.Totals.Entries++
-			default:
-				rep.Totals.Records++
-				rep.Records[ev.RoomID]++
-			}
-			if ev != nil && o.OnEvent != nil {
-				o.OnEvent(ev)
-			}
-			if o.Progress != nil && rep.Totals.Messages%o.ProgressEvery == 0 {
-				o.Progress(m.Seq, info.State.LastSeq)
+				if ev != nil && o.OnEvent != nil {
+					o.OnEvent(ev)
+				}
+				if o.Progress != nil && rep.Totals.Messages%o.ProgressEvery == 0 {
+					o.Progress(x.m.Seq, info.State.LastSeq)
+				}
+				*x = prepared{} // let the entry go before the batch does
 			}
 			return nil
 		}); err != nil {
@@ -190,9 +198,16 @@ func filters(subjects Subjects, rooms []string) []string {
 	return out
 }
 
-// replay reads the messages on the rooms' subjects, in stream order, from
-// fromSeq (or since) up to last inclusive, with an ordered consumer.
-func replay(ctx context.Context, st jetstream.Stream, subjects Subjects, rooms []string, fromSeq uint64, since time.Time, last uint64, fn func(StreamMsg) error) error {
+// pullMaxBytes bounds what a replay's ordered consumer buffers in the
+// client: big pulls (one request for many messages) with a memory bound.
+// It is raised to twice the server's max payload so one message always
+// fits.
+const pullMaxBytes = 8 << 20
+
+// replay emits, in batches, the messages on the rooms' subjects in stream
+// order, from fromSeq (or since) up to last inclusive, read with an
+// ordered consumer that pulls up to pullMaxBytes at a time.
+func replay(ctx context.Context, st jetstream.Stream, maxPayload int, subjects Subjects, rooms []string, fromSeq uint64, since time.Time, last uint64, emit func(*batch) bool) error {
 	cfg := jetstream.OrderedConsumerConfig{FilterSubjects: filters(subjects, rooms), DeliverPolicy: jetstream.DeliverAllPolicy}
 	switch {
 	case fromSeq > 1:
@@ -204,48 +219,57 @@ func replay(ctx context.Context, st jetstream.Stream, subjects Subjects, rooms [
 	if err != nil {
 		return fmt.Errorf("replay: %w", err)
 	}
-	noResponders := 0
+	it, err := cons.Messages(jetstream.PullMaxBytes(max(pullMaxBytes, 2*maxPayload)))
+	if err != nil {
+		return fmt.Errorf("replay: %w", err)
+	}
+	defer it.Stop()
+	b := &batch{}
+	flush := func() bool {
+		if len(b.xs) == 0 {
+			return true
+		}
+		ok := emit(b)
+		b = &batch{}
+		return ok
+	}
 	for {
-		batch, err := cons.Fetch(500, jetstream.FetchMaxWait(2*time.Second))
-		if err != nil {
-			return fmt.Errorf("replay: %w", err)
-		}
-		n := 0
-		for msg := range batch.Messages() {
-			n++
-			meta, err := msg.Metadata()
-			if err != nil {
-				return fmt.Errorf("replay: %w", err)
+		msg, err := it.Next(jetstream.NextMaxWait(2 * time.Second))
+		if errors.Is(err, nats.ErrTimeout) {
+			// Nothing for a while: either the end of these subjects or a
+			// slow server. Hand on what is here, then ask the consumer.
+			if !flush() {
+				return ctx.Err()
 			}
-			if err := fn(StreamMsg{Subject: msg.Subject(), Seq: meta.Sequence.Stream, Data: msg.Data(), Time: meta.Timestamp}); err != nil {
-				return err
-			}
-			if meta.Sequence.Stream >= last || meta.NumPending == 0 {
-				return nil
-			}
-		}
-		if err := batch.Error(); err != nil && !errors.Is(err, jetstream.ErrNoMessages) {
-			// In a cluster the first pull of a consumer just created can
-			// find no responder: its interest is still on its way between
-			// the servers. Ask again (a few times) rather than give up.
-			if !errors.Is(err, nats.ErrNoResponders) || noResponders >= 20 {
-				return fmt.Errorf("replay: %w", err)
-			}
-			noResponders++
-			time.Sleep(50 * time.Millisecond)
-		}
-		if n == 0 {
 			if ctx.Err() != nil {
 				return ctx.Err()
 			}
-			// An empty fetch is either the end of these subjects or a slow
-			// server: ask the consumer which, rather than stop short.
 			ci, err := cons.Info(ctx)
 			if err != nil {
 				return fmt.Errorf("replay: %w", err)
 			}
 			if ci.NumPending == 0 {
 				return nil
+			}
+			continue
+		}
+		if err != nil {
+			return fmt.Errorf("replay: %w", err)
+		}
+		meta, err := msg.Metadata()
+		if err != nil {
+			return fmt.Errorf("replay: %w", err)
+		}
+		b.add(StreamMsg{Subject: msg.Subject(), Seq: meta.Sequence.Stream, Data: msg.Data(), Time: meta.Timestamp}, nil)
+		if meta.Sequence.Stream >= last || meta.NumPending == 0 {
+			if !flush() {
+				return ctx.Err()
+			}
+			return nil
+		}
+		if len(b.xs) >= batchMsgs || b.size >= batchBytes {
+			if !flush() {
+				return ctx.Err()
 			}
 		}
 	}

@@ -104,8 +104,15 @@ func Follow(ctx context.Context, js jetstream.JetStream, o FollowOptions, handle
 	r := NewReader(o.Validator, o.Subjects)
 	floor := ci.AckFloor.Stream
 	if floor > 0 {
-		if err := replay(ctx, st, o.Subjects, o.Rooms, 1, time.Time{}, floor, func(m StreamMsg) error {
-			r.Verify(m) // already handled or set aside before the restart
+		// Already handled or set aside before the restart: only the state.
+		produce := func(ctx context.Context, emit func(*batch) bool) error {
+			return replay(ctx, st, int(js.Conn().MaxPayload()), o.Subjects, o.Rooms, 1, time.Time{}, floor, emit)
+		}
+		if err := runOrdered(ctx, r, produce, func(b *batch) error {
+			for i := range b.xs {
+				r.apply(&b.xs[i])
+				b.xs[i] = prepared{}
+			}
 			return nil
 		}); err != nil {
 			return fmt.Errorf("rebuild: %w", err)
@@ -115,35 +122,69 @@ func Follow(ctx context.Context, js jetstream.JetStream, o FollowOptions, handle
 	if o.Ready != nil {
 		o.Ready(floor)
 	}
-	last := floor
-	for {
-		if ctx.Err() != nil {
-			return nil
-		}
-		batch, err := cons.Fetch(64, jetstream.FetchMaxWait(time.Second))
-		if err != nil {
-			if ctx.Err() != nil {
+	// Live: fetched messages are prepared in parallel as they arrive and
+	// decided, handed out and acknowledged one by one in stream order.
+	produce := func(pctx context.Context, emit func(*batch) bool) error {
+		for {
+			if pctx.Err() != nil {
 				return nil
 			}
-			return fmt.Errorf("fetch: %w", err)
-		}
-		for msg := range batch.Messages() {
-			if ctx.Err() != nil {
-				// Stop now: the rest of the batch is unacknowledged and is
-				// delivered again, from the ack floor, on the next start.
-				return nil
-			}
-			meta, err := msg.Metadata()
+			fb, err := cons.Fetch(followFetch, jetstream.FetchMaxWait(time.Second))
 			if err != nil {
+				if pctx.Err() != nil {
+					return nil
+				}
 				return fmt.Errorf("fetch: %w", err)
 			}
-			seq := meta.Sequence.Stream
+			ch := fb.Messages()
+			for msg := range ch {
+				b := &batch{}
+				if err := addFetched(b, msg); err != nil {
+					return err
+				}
+				// Take what has already arrived too, without waiting.
+			more:
+				for len(b.xs) < followBatch {
+					select {
+					case msg, ok := <-ch:
+						if !ok {
+							break more
+						}
+						if err := addFetched(b, msg); err != nil {
+							return err
+						}
+					default:
+						break more
+					}
+				}
+				if !emit(b) {
+					return nil
+				}
+			}
+			if err := fb.Error(); err != nil && !errors.Is(err, jetstream.ErrNoMessages) && !errors.Is(err, context.DeadlineExceeded) {
+				if pctx.Err() != nil {
+					return nil
+				}
+				log.Warn("fetch", zap.Error(err))
+			}
+		}
+	}
+	last := floor
+	err = runOrdered(ctx, r, produce, func(b *batch) error {
+		for i := range b.xs {
+			if ctx.Err() != nil {
+				// Stop now: the rest is unacknowledged and is delivered
+				// again, from the ack floor, on the next start.
+				return errStopped
+			}
+			x, msg := &b.xs[i], b.msgs[i]
+			seq := x.m.Seq
 			if seq <= last {
 				// Delivered again (an ack that was lost): already handled.
 				_ = msg.Ack()
 				continue
 			}
-			ev, aside := r.Verify(StreamMsg{Subject: msg.Subject(), Seq: seq, Data: msg.Data(), Time: meta.Timestamp})
+			ev, aside := r.apply(x)
 			if aside != nil {
 				if o.OnSetAside != nil {
 					o.OnSetAside(*aside)
@@ -155,18 +196,39 @@ func Follow(ctx context.Context, js jetstream.JetStream, o FollowOptions, handle
 			// Synchronous: once handle returned, the ack is on the server
 			// before the next message, so a crash repeats nothing handled.
 			actx, acancel := context.WithTimeout(context.Background(), DefaultTimeout)
-			err = msg.DoubleAck(actx)
+			err := msg.DoubleAck(actx)
 			acancel()
 			if err != nil {
 				return fmt.Errorf("ack stream seq %d: %w", seq, err)
 			}
 			last = seq
+			b.xs[i] = prepared{}
 		}
-		if err := batch.Error(); err != nil && !errors.Is(err, jetstream.ErrNoMessages) && !errors.Is(err, context.DeadlineExceeded) {
-			if ctx.Err() != nil {
-				return nil
-			}
-			log.Warn("fetch", zap.Error(err))
-		}
+		return nil
+	})
+	if errors.Is(err, errStopped) || (err == nil && ctx.Err() != nil) {
+		return nil
 	}
+	return err
+}
+
+// Follow's fetches: followFetch messages per pull (at most MaxAckPending,
+// 256, are ever unacknowledged), prepared in batches of up to followBatch
+// that have already arrived.
+const (
+	followFetch = 64
+	followBatch = 16
+)
+
+// errStopped stops Follow's pipeline when its context is done.
+var errStopped = errors.New("stopped")
+
+// addFetched adds a fetched message to b.
+func addFetched(b *batch, msg jetstream.Msg) error {
+	meta, err := msg.Metadata()
+	if err != nil {
+		return fmt.Errorf("fetch: %w", err)
+	}
+	b.add(StreamMsg{Subject: msg.Subject(), Seq: meta.Sequence.Stream, Data: msg.Data(), Time: meta.Timestamp}, msg)
+	return nil
 }

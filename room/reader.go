@@ -83,7 +83,8 @@ type Reader struct {
 	subjects Subjects
 	chains   map[events.ChainKey]*chainView
 	rooms    map[string]*roomState
-	evidence *EvidenceIndex
+	evidence *EvidenceIndex // nil: not kept (Audit)
+	cur      *prepared      // the message being applied (entryRules)
 	// Anchor, when set, starts a chain at the first entry seen for it
 	// instead of at position 0: for audits that start mid-stream.
 	Anchor bool
@@ -103,14 +104,68 @@ func (r *Reader) Evidence() *EvidenceIndex { return r.evidence }
 // before it in stream order. It returns the verified event, or the reason
 // the message is set aside.
 func (r *Reader) Verify(m StreamMsg) (*Event, *SetAside) {
-	p, err := r.subjects.Parse(m.Subject)
-	if err != nil {
-		return nil, r.aside(m, Parsed{}, nil, []events.Problem{{Code: events.BadSubject, At: events.Location{Seq: m.Seq}, Reason: err.Error()}})
+	var x prepared
+	r.prepare(&x, m)
+	return r.apply(&x)
+}
+
+// prepared is one message with the part of its verification that needs no
+// reader state done ahead: the subject taken apart, a journal line parsed
+// and checked against the entry rules alone, a record parsed and checked
+// alone (schema, digests, signature, host trust). Messages of one stream
+// can be prepared in parallel; apply then decides them in stream order.
+type prepared struct {
+	m       StreamMsg
+	p       Parsed
+	subjErr error
+
+	// Journal entries.
+	e          *events.Entry
+	parse      []events.Problem // events.ParseLine's (e is nil then)
+	rules      []events.Problem // the validator's entry rules, when ruled
+	ruled      bool
+	otherChain bool // e names another run or capsule than its subject
+
+	// Execution records.
+	rec    *events.Record
+	recErr error
+}
+
+// prepare does x's stateless work for m. It reads only the reader's
+// validator and subjects, so any number of goroutines may prepare
+// messages at once while none applies.
+func (r *Reader) prepare(x *prepared, m StreamMsg) {
+	*x = prepared{m: m}
+	x.p, x.subjErr = r.subjects.Parse(m.Subject)
+	if x.subjErr != nil {
+		return
 	}
-	if p.Kind == KindJournal {
-		return r.verifyEntry(m, p)
+	at := events.Location{Seq: m.Seq}
+	if x.p.Kind != KindJournal {
+		x.rec, x.recErr = r.v.Record(m.Data, at)
+		return
 	}
-	return r.verifyRecord(m, p)
+	x.e, x.parse = events.ParseLine(m.Data, at)
+	if x.e == nil {
+		return
+	}
+	if x.e.RunID() != x.p.Chain.RunID || x.e.CapsuleID() != x.p.Chain.CapsuleID {
+		x.otherChain = true
+		return
+	}
+	x.rules, x.ruled = r.v.CheckEntry(x.e, at), true
+}
+
+// apply decides a prepared message against the reader's state, which
+// must be the state after every message before it in stream order.
+func (r *Reader) apply(x *prepared) (*Event, *SetAside) {
+	if x.subjErr != nil {
+		return nil, r.aside(x.m, Parsed{}, nil, []events.Problem{{Code: events.BadSubject, At: events.Location{Seq: x.m.Seq}, Reason: x.subjErr.Error()}})
+	}
+	if x.p.Kind == KindJournal {
+		return r.verifyEntry(x)
+	}
+	return r.verifyRecord(x)
 }
 
 func (r *Reader) aside(m StreamMsg, p Parsed, chain *events.ChainKey, problems []events.Problem) *SetAside {
@@ -119,11 +174,20 @@ func (r *Reader) aside(m StreamMsg, p Parsed, chain *events.ChainKey, problems [
 		Code: ref.Code, Reason: ref.Reason, Problems: ref.Problems}
 }
 
-func (r *Reader) verifyEntry(m StreamMsg, p Parsed) (*Event, *SetAside) {
+// entryRules is every chain verifier's entry check: the rules prepare
+// already applied to the entry being decided, or the validator's.
+func (r *Reader) entryRules(e *events.Entry, at events.Location) []events.Problem {
+	if x := r.cur; x != nil && x.ruled && x.e == e {
+		return x.rules
+	}
+	return r.v.CheckEntry(e, at)
+}
+
+func (r *Reader) verifyEntry(x *prepared) (*Event, *SetAside) {
+	m, p, e := x.m, x.p, x.e
 	at := events.Location{Seq: m.Seq}
 	key := p.Chain
-	e, parseProblems := events.ParseLine(m.Data, at)
-	if e != nil && (e.RunID() != key.RunID || e.CapsuleID() != key.CapsuleID) {
+	if x.otherChain {
 		// Not this chain's entry at all: set aside without touching (or
 		// creating) the chain.
 		return nil, r.aside(m, p, &key, []events.Problem{{Code: events.WrongRoom, At: at,
@@ -132,7 +196,7 @@ func (r *Reader) verifyEntry(m StreamMsg, p Parsed) (*Event, *SetAside) {
 	}
 	c := r.chains[key]
 	if c == nil {
-		c = &chainView{roomID: p.RoomID, cv: r.v.NewChain(nil), firstSeq: m.Seq}
+		c = &chainView{roomID: p.RoomID, cv: events.NewChainVerifier(nil, r.entryRules), firstSeq: m.Seq}
 		r.chains[key] = c
 	}
 	if c.roomID != p.RoomID {
@@ -169,9 +233,11 @@ func (r *Reader) verifyEntry(m StreamMsg, p Parsed) (*Event, *SetAside) {
 			return nil, s
 		}
 	}
-	problems := parseProblems
+	problems := x.parse
 	if e != nil {
+		r.cur = x
 		problems = c.cv.CheckLine(e, m.Data, at)
+		r.cur = nil
 	}
 	if len(problems) > 0 {
 		s := r.aside(m, p, &key, problems)
@@ -191,9 +257,10 @@ func withPtr(at events.Location, ptr string) events.Location {
 	return at
 }
 
-func (r *Reader) verifyRecord(m StreamMsg, p Parsed) (*Event, *SetAside) {
+func (r *Reader) verifyRecord(x *prepared) (*Event, *SetAside) {
+	m, p := x.m, x.p
 	at := events.Location{Seq: m.Seq}
-	rec, err := r.v.Record(m.Data, at)
+	rec, err := x.rec, x.recErr
 	if err != nil {
 		var ref *events.Refusal
 		if errors.As(err, &ref) {
@@ -223,7 +290,9 @@ func (r *Reader) verifyRecord(m StreamMsg, p Parsed) (*Event, *SetAside) {
 		return nil, r.aside(m, p, nil, ps)
 	}
 	rs.add(rec, m.Seq)
-	r.evidence.Add(p.RoomID, rec, m.Seq)
+	if r.evidence != nil {
+		r.evidence.Add(p.RoomID, rec, m.Seq)
+	}
 	env, _ := rec.EnvironmentRef()
 	return &Event{RoomID: p.RoomID, Kind: KindExecution, Seq: m.Seq, Subject: m.Subject, Time: m.Time,
 		Ref: rec.ComputedRef(), Digest: rec.ContentDigest(), Instance: env, Outcome: rec.Outcome(), Record: rec}, nil

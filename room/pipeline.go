@@ -1,0 +1,104 @@
+package room
+
+import (
+	"context"
+	"runtime"
+	"sync"
+
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// Parallel verification: messages of a stream are prepared (Reader.prepare:
+// subject, parse, entry rules, record rules, signature) on several workers
+// and applied (Reader.apply: chain links, positions, room rules) on one
+// goroutine in stream order, so the verdicts are those of Reader.Verify
+// called on each message in turn.
+
+// batch is a run of consecutive stream messages, prepared by one worker.
+type batch struct {
+	xs   []prepared
+	msgs []jetstream.Msg // Follow: the messages to acknowledge, parallel to xs
+	size int             // bytes of message data
+	done chan struct{}   // closed once every element of xs is prepared
+}
+
+func (b *batch) add(m StreamMsg, msg jetstream.Msg) {
+	b.xs = append(b.xs, prepared{m: m})
+	if msg != nil {
+		b.msgs = append(b.msgs, msg)
+	}
+	b.size += len(m.Data)
+}
+
+// Bounds of the work in flight between the stream and the applier: a
+// batch is cut at batchMsgs messages or batchBytes bytes of data
+// (whichever comes first, and always holds one message), and at most
+// pipelineDepth batches wait to be applied, so a reader holds about
+// (pipelineDepth+2) × batchBytes of message data at once, whatever the
+// stream's length, plus what the client has pulled (pullMaxBytes).
+const (
+	batchMsgs     = 256
+	batchBytes    = 256 << 10
+	pipelineDepth = 8
+)
+
+// verifyWorkers is how many goroutines prepare messages: GOMAXPROCS.
+func verifyWorkers() int { return max(runtime.GOMAXPROCS(0), 1) }
+
+// runOrdered prepares the batches produce emits on verifyWorkers
+// goroutines and hands them to consume, on the calling goroutine, in the
+// order they were emitted. emit returns false once the pipeline is
+// stopping (consume failed or ctx is done); produce should then return.
+// When consume returns an error, the batches already emitted are waited
+// for but not consumed. runOrdered returns consume's error first, then
+// produce's.
+func runOrdered(ctx context.Context, r *Reader, produce func(ctx context.Context, emit func(*batch) bool) error, consume func(*batch) error) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	workers := verifyWorkers()
+	work := make(chan *batch, pipelineDepth)
+	order := make(chan *batch, pipelineDepth)
+	var wg sync.WaitGroup
+	for range workers {
+		wg.Go(func() {
+			for b := range work {
+				for i := range b.xs {
+					r.prepare(&b.xs[i], b.xs[i].m)
+				}
+				close(b.done)
+			}
+		})
+	}
+	var perr error
+	go func() {
+		defer close(order)
+		defer close(work)
+		perr = produce(ctx, func(b *batch) bool {
+			b.done = make(chan struct{})
+			select {
+			case order <- b:
+			case <-ctx.Done():
+				return false
+			}
+			// Never blocks for long: workers take every batch and
+			// depend on nothing.
+			work <- b
+			return true
+		})
+	}()
+	var cerr error
+	for b := range order {
+		<-b.done
+		if cerr != nil {
+			continue
+		}
+		if cerr = consume(b); cerr != nil {
+			cancel()
+		}
+	}
+	wg.Wait()
+	if cerr != nil {
+		return cerr
+	}
+	return perr
+}

@@ -1,0 +1,223 @@
+package room_test
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/roompub/roompub/events"
+	"github.com/roompub/roompub/room"
+	"github.com/roompub/roompub/validate"
+)
+
+// The read path's yardstick in Go benchmarks: one embedded server holding
+// benchChains chains of benchPerChain valid entries (the sample run's
+// entries, about 600 bytes each, relinked), read back by a raw ordered
+// consumer and by room.Audit. ROOMPUB_BENCH_CHAINS and
+// ROOMPUB_BENCH_PER_CHAIN change the shape.
+
+var (
+	benchOnce   sync.Once
+	benchJS     jetstream.JetStream
+	benchNC     *nats.Conn
+	benchV      *validate.Validator
+	benchTotal  int
+	benchErr    error
+	benchChains = envInt("ROOMPUB_BENCH_CHAINS", 20)
+	benchPer    = envInt("ROOMPUB_BENCH_PER_CHAIN", 1000)
+)
+
+func envInt(name string, def int) int {
+	if n, err := strconv.Atoi(os.Getenv(name)); err == nil && n > 0 {
+		return n
+	}
+	return def
+}
+
+const benchRoom = "room:bench"
+
+// sampleMembers returns the members of the sample run's entries, to be
+// relinked into chains of any length.
+func sampleMembers(tb testing.TB) []map[string]any {
+	tb.Helper()
+	f, err := os.Open("../testdata/samples/capsules/slugify-run/journal.ndjson")
+	if err != nil {
+		tb.Fatal(err)
+	}
+	defer f.Close()
+	var out []map[string]any
+	sc := bufio.NewScanner(f)
+	sc.Buffer(nil, 1<<20)
+	for sc.Scan() {
+		d := json.NewDecoder(bytes.NewReader(sc.Bytes()))
+		d.UseNumber()
+		var m map[string]any
+		if err := d.Decode(&m); err != nil {
+			tb.Fatal(err)
+		}
+		out = append(out, m)
+	}
+	return out
+}
+
+// benchEntries builds chain c's n valid entries as canonical lines.
+func benchEntries(tb testing.TB, samples []map[string]any, c, n int) (events.ChainKey, [][]byte) {
+	tb.Helper()
+	key := events.ChainKey{RunID: fmt.Sprintf("run-bench-%03d", c), CapsuleID: fmt.Sprintf("cap-bench-%03d", c)}
+	parent := events.ZeroHash
+	lines := make([][]byte, 0, n)
+	for i := range n {
+		m := map[string]any{}
+		for k, v := range samples[i%len(samples)] {
+			m[k] = v
+		}
+		delete(m, "entry_hash")
+		m["run_id"], m["capsule_id"], m["seq"], m["parent_hash"] = key.RunID, key.CapsuleID, json.Number(strconv.Itoa(i)), parent
+		e, err := events.NewEntry(m)
+		if err != nil {
+			tb.Fatal(err)
+		}
+		lines = append(lines, e.Canonical())
+		parent = e.EntryHash()
+	}
+	return key, lines
+}
+
+// fillBench publishes chains × per entries, the chains interleaved in
+// rounds of 100 entries (as parallel harnesses would), with async
+// publishes on subjects the gate uses.
+func fillBench(tb testing.TB, js jetstream.JetStream, chains, per int) int {
+	tb.Helper()
+	samples := sampleMembers(tb)
+	keys := make([]events.ChainKey, chains)
+	all := make([][][]byte, chains)
+	var wg sync.WaitGroup
+	for c := range chains {
+		wg.Go(func() { keys[c], all[c] = benchEntries(tb, samples, c, per) })
+	}
+	wg.Wait()
+	var subj room.Subjects
+	ctx := context.Background()
+	n := 0
+	for from := 0; from < per; from += 100 {
+		for c := range chains {
+			s := subj.Journal(benchRoom, keys[c])
+			for i := from; i < min(from+100, per); i++ {
+				if _, err := js.PublishAsync(s, all[c][i], jetstream.WithMsgID(keys[c].RunID+"/"+strconv.Itoa(i))); err != nil {
+					tb.Fatal(err)
+				}
+				n++
+			}
+		}
+	}
+	select {
+	case <-js.PublishAsyncComplete():
+	case <-time.After(5 * time.Minute):
+		tb.Fatal("publish did not complete")
+	}
+	_ = ctx
+	return n
+}
+
+// benchStream starts (once per process) the benchmarks' server and fills
+// it.
+func benchStream(b *testing.B) (jetstream.JetStream, int) {
+	b.Helper()
+	benchOnce.Do(func() {
+		dir, err := os.MkdirTemp("", "roompub-readbench-")
+		if err != nil {
+			benchErr = err
+			return
+		}
+		srv, err := room.StartEmbedded(room.EmbeddedOptions{Listen: "127.0.0.1:-1", StoreDir: dir, SyncInterval: time.Minute})
+		if err != nil {
+			benchErr = err
+			return
+		}
+		benchNC, err = nats.Connect(srv.ClientURL())
+		if err != nil {
+			benchErr = err
+			return
+		}
+		benchJS, _ = jetstream.New(benchNC, jetstream.WithPublishAsyncMaxPending(4096))
+		var subj room.Subjects
+		if _, err := room.EnsureStream(context.Background(), benchJS, room.StreamConfig("", subj, 1), subj); err != nil {
+			benchErr = err
+			return
+		}
+		benchV, err = validate.New()
+		if err != nil {
+			benchErr = err
+			return
+		}
+		benchTotal = fillBench(b, benchJS, benchChains, benchPer)
+	})
+	if benchErr != nil {
+		b.Fatal(benchErr)
+	}
+	return benchJS, benchTotal
+}
+
+// BenchmarkRawOrderedRead reads every message of the stream with an
+// ordered consumer and does nothing else but take its metadata.
+func BenchmarkRawOrderedRead(b *testing.B) {
+	js, total := benchStream(b)
+	ctx := context.Background()
+	b.ResetTimer()
+	for b.Loop() {
+		st, err := js.Stream(ctx, room.DefaultStream)
+		if err != nil {
+			b.Fatal(err)
+		}
+		cons, err := st.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{})
+		if err != nil {
+			b.Fatal(err)
+		}
+		it, err := cons.Messages()
+		if err != nil {
+			b.Fatal(err)
+		}
+		n := 0
+		var bytes int
+		for n < total {
+			msg, err := it.Next()
+			if err != nil {
+				b.Fatal(err)
+			}
+			if _, err := msg.Metadata(); err != nil {
+				b.Fatal(err)
+			}
+			bytes += len(msg.Data())
+			n++
+		}
+		it.Stop()
+	}
+	b.ReportMetric(float64(total)*float64(b.N)/b.Elapsed().Seconds(), "entries/s")
+}
+
+// BenchmarkAudit audits the same stream with room.Audit.
+func BenchmarkAudit(b *testing.B) {
+	js, total := benchStream(b)
+	ctx := context.Background()
+	b.ResetTimer()
+	for b.Loop() {
+		rep, err := room.Audit(ctx, js, room.AuditOptions{Validator: benchV})
+		if err != nil {
+			b.Fatal(err)
+		}
+		if !rep.Clean() || rep.Totals.Entries != uint64(total) {
+			b.Fatalf("audit: clean %v, %d entries of %d: %+v", rep.Clean(), rep.Totals.Entries, total, rep.Violations)
+		}
+	}
+	b.ReportMetric(float64(total)*float64(b.N)/b.Elapsed().Seconds(), "entries/s")
+}
