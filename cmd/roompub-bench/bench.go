@@ -251,7 +251,10 @@ func (b *bench) startRoompub() error {
 	if err != nil {
 		return err
 	}
-	gate, err := room.NewGate(ctx, b.gateNC, room.GateOptions{Stream: writeStream, Subjects: b.subjects, Validator: v, Observer: metrics})
+	// The gate batches as the raw side does: up to --batch messages per
+	// atomic batch, at most --inflight batches open at once.
+	gate, err := room.NewGate(ctx, b.gateNC, room.GateOptions{Stream: writeStream, Subjects: b.subjects, Validator: v, Observer: metrics,
+		MaxBatch: b.c.Batch, MaxInflightBatches: b.c.Inflight})
 	if err != nil {
 		return err
 	}
@@ -262,8 +265,9 @@ func (b *bench) startRoompub() error {
 		return err
 	}
 	b.client = room.NewClient(b.clientNC, room.ClientOptions{Timeout: b.c.Timeout})
-	b.shippers = b.c.Inflight
-	b.pubInflight = fmt.Sprintf("at most %d shipping at once (the gate has no in-flight batch setting)", b.shippers)
+	b.shippers = b.sz.chains
+	b.pubInflight = fmt.Sprintf("all shipping at once; the gate's atomic batches: up to %d messages, at most %d in flight (GateOptions.MaxBatch, MaxInflightBatches; the ingest service at serve's default concurrency)",
+		b.c.Batch, b.c.Inflight)
 	b.inflightNote = fmt.Sprintf("raw: at most %d atomic batches in flight; roompub: %s", b.c.Inflight, b.pubInflight)
 	return nil
 }

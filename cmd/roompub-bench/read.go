@@ -130,7 +130,10 @@ func orderedRead(ctx context.Context, st jetstream.Stream, filter string, want i
 func (b *bench) fillRead(subjects room.Subjects) (jetstream.Stream, error) {
 	k, n := b.sz.readChains, b.sz.readLength
 	want := k * n
-	sig := fmt.Sprintf("%d chains × %d entries, %s", k, n, genVersion)
+	// The first chain's subject stands for roompub's subject layout: a
+	// stream filled under another layout is filled again.
+	first := chainMeta(readRunID(0), readCapsuleID(0))
+	sig := fmt.Sprintf("%d chains × %d entries, %s, %s", k, n, genVersion, subjects.Journal(readRoom(0), first.Key()))
 	ctx, cancel := context.WithTimeout(b.ctx, 30*time.Second)
 	defer cancel()
 	if st, err := b.js.Stream(ctx, readStream); err == nil {
@@ -221,8 +224,8 @@ feed:
 // fillChain appends chain i of the read stream, generating one batch at a
 // time.
 func (b *bench) fillChain(subjects room.Subjects, i, n int, progress func(int)) error {
-	meta := chainMeta(fmt.Sprintf("run-bench-read-%04d", i), fmt.Sprintf("cap-bench-read-%04d", i))
-	roomID := fmt.Sprintf("room:bench-read-%02d", i%readRooms)
+	meta := chainMeta(readRunID(i), readCapsuleID(i))
+	roomID := readRoom(i)
 	subj, anyRoom := subjects.Journal(roomID, meta.Key()), subjects.ChainAnyRoom(meta.Key())
 	g := newChainGen(meta, uint64(1000+i))
 	lines, hashes := make([][]byte, 0, b.c.Batch), make([]string, 0, b.c.Batch)
@@ -241,6 +244,11 @@ func (b *bench) fillChain(subjects room.Subjects, i, n int, progress func(int)) 
 	}
 	return nil
 }
+
+// readRunID, readCapsuleID and readRoom name chain i of the read stream.
+func readRunID(i int) string     { return fmt.Sprintf("run-bench-read-%04d", i) }
+func readCapsuleID(i int) string { return fmt.Sprintf("cap-bench-read-%04d", i) }
+func readRoom(i int) string      { return fmt.Sprintf("room:bench-read-%02d", i%readRooms) }
 
 // warmStream reads the read stream's files once, so that neither the raw
 // read nor the audit (which comes second) pays for the disk.
