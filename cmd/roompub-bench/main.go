@@ -4,16 +4,19 @@
 //
 //	long chain     one chain: raw atomic batches vs roompub's full path
 //	               (client, ingest service, gate, chain check, store)
-//	parallel       many chains at once, the in-flight batches capped alike
+//	parallel       many chains at once, the atomic batches in flight
+//	               capped alike on both sides
 //	records        pre-signed execution records: one synchronous publish
 //	               each vs the ingest service
 //	read           a raw ordered-consumer read of a filled stream vs
 //	               `subscriber audit` of it, and audit's peak memory
 //	verify         `sha256sum` of a journal vs `publisher verify` of it
 //
-// It prints a table and, as its last line, one line of JSON with every
-// throughput and every ratio (roompub / raw). With --check it exits 1 when
-// a ratio is below the issue's floor.
+// The write scenarios run in rounds, raw first in odd rounds and roompub
+// first in even ones; only the work is timed, never the setup. It prints a
+// table and, as its last line, one line of JSON with every throughput and
+// every ratio (roompub / raw). With --check it exits 1 when a ratio is
+// below the issue's floor.
 //
 //	roompub-bench [--quick] [--check] [--only SCENARIO]...
 //
