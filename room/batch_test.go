@@ -629,3 +629,53 @@ func TestBatchStoreFull(t *testing.T) {
 	}
 	e.checkChainStored(subj, es[:acked])
 }
+
+// TestServiceManyChains: 100 clients ship 100 chains at once through the
+// ingest service, whose gate may have two batches open: every request is
+// answered, every entry stored once, in order.
+func TestServiceManyChains(t *testing.T) {
+	e := newEnv(t)
+	if err := e.svc.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	g, log := e.gateWith(e.connect(), room.GateOptions{MaxInflightBatches: 2})
+	var err error
+	if e.svc, err = room.StartService(e.connect(), g, room.ServiceOptions{Concurrency: 32}); err != nil {
+		t.Fatal(err)
+	}
+	const chains, n, per = 100, 100, 50
+	es := make([][]*events.Entry, chains)
+	for c := range es {
+		es[c], _ = journal(t, "run-many", "cap-"+strconv.Itoa(c), n)
+	}
+	conns := make([]*room.Client, 10)
+	for i := range conns {
+		conns[i] = room.NewClient(e.connect(), room.ClientOptions{})
+	}
+	var wg sync.WaitGroup
+	start := make(chan struct{})
+	for c := range chains {
+		cl := conns[c%len(conns)]
+		wg.Go(func() {
+			<-start
+			for from := 0; from < n; from += per {
+				r, err := cl.AppendJournal(t.Context(), "room:many", nil, lines(es[c][from:from+per]))
+				if err != nil || r.Stored != per {
+					t.Errorf("chain %d from %d: %v %+v", c, from, err, r)
+					return
+				}
+			}
+		})
+	}
+	close(start)
+	wg.Wait()
+	if t.Failed() {
+		t.FailNow()
+	}
+	if got := log.count("stored"); got != chains*n/per {
+		t.Errorf("%d batches stored, want %d: %s", got, chains*n/per, log)
+	}
+	for c := range chains {
+		e.checkChainStored("rooms.many.journal.run-many.cap-"+strconv.Itoa(c), es[c])
+	}
+}

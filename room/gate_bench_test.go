@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"fmt"
+	"os"
 	"strconv"
 	"sync"
 	"testing"
@@ -64,7 +65,7 @@ func newGateBenchEnv(b *testing.B) *gateBenchEnv {
 	if be.gate, err = room.NewGate(context.Background(), be.nc, room.GateOptions{Validator: v}); err != nil {
 		b.Fatal(err)
 	}
-	if be.svc, err = room.StartService(be.nc, be.gate, room.ServiceOptions{}); err != nil {
+	if be.svc, err = room.StartService(be.nc, be.gate, room.ServiceOptions{Concurrency: benchConcurrency()}); err != nil {
 		b.Fatal(err)
 	}
 	be.client = room.NewClient(be.nc, room.ClientOptions{})
@@ -287,4 +288,10 @@ func BenchmarkRawRecord(b *testing.B) {
 		last = ack.Sequence
 		i++
 	}
+}
+
+// benchConcurrency is ROOMPUB_BENCH_CONCURRENCY, or 0 (the default).
+func benchConcurrency() int {
+	n, _ := strconv.Atoi(os.Getenv("ROOMPUB_BENCH_CONCURRENCY"))
+	return n
 }

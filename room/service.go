@@ -31,8 +31,17 @@ type ServiceOptions struct {
 	// Concurrency bounds requests decided at once; default 4×GOMAXPROCS.
 	// Appends to one chain or one room are serialised regardless.
 	Concurrency int
-	Logger      *zap.Logger
+	// PendingBytes bounds the requests waiting for a free slot, per
+	// endpoint, in bytes; requests beyond it are dropped (their clients
+	// time out: ErrUnavailable). Default DefaultPendingBytes.
+	PendingBytes int
+	Logger       *zap.Logger
 }
+
+// DefaultPendingBytes is ServiceOptions.PendingBytes's default: room for
+// a hundred full journal requests at once (nats.go's own default of 64 MiB
+// would drop some of them).
+const DefaultPendingBytes = 256 << 20
 
 // Service is the running ingest service: a nats.go micro service whose
 // endpoints call a Gate. Several processes may run it on one server; the
@@ -59,6 +68,9 @@ func StartService(nc *nats.Conn, gate *Gate, o ServiceOptions) (*Service, error)
 	if o.Concurrency <= 0 {
 		o.Concurrency = 4 * runtime.GOMAXPROCS(0)
 	}
+	if o.PendingBytes <= 0 {
+		o.PendingBytes = DefaultPendingBytes
+	}
 	s := &Service{gate: gate, log: o.Logger, sem: make(chan struct{}, o.Concurrency)}
 	if s.log == nil {
 		s.log = zap.NewNop()
@@ -84,7 +96,8 @@ func StartService(nc *nats.Conn, gate *Gate, o ServiceOptions) (*Service, error)
 		{"execution", s.handleExecution, "one execution record (body: JSON)"},
 		{"head", s.handleHead, "where a chain stands (body: {\"run_id\",\"capsule_id\"})"},
 	} {
-		if err := grp.AddEndpoint(ep.name, s.async(ep.h), micro.WithEndpointMetadata(map[string]string{"description": ep.doc})); err != nil {
+		if err := grp.AddEndpoint(ep.name, s.async(ep.h), micro.WithEndpointMetadata(map[string]string{"description": ep.doc}),
+			micro.WithEndpointPendingLimits(nats.DefaultSubPendingMsgsLimit, o.PendingBytes)); err != nil {
 			_ = svc.Stop()
 			return nil, fmt.Errorf("add endpoint %s: %w", ep.name, err)
 		}
