@@ -52,7 +52,16 @@ func ParseEntry(line []byte) (*Entry, error) {
 
 // parseValidUTF8 is ParseEntry for a line known to be valid UTF-8.
 func parseValidUTF8(line []byte) (*Entry, error) {
-	if e := parseCanonical(line); e != nil {
+	if e := parseCanonical(line, false); e != nil {
+		return e, nil
+	}
+	return parseGeneral(line)
+}
+
+// parseOwned is parseValidUTF8 for a line the caller hands over: the
+// entry may keep it as its canonical bytes, and no one may change it.
+func parseOwned(line []byte) (*Entry, error) {
+	if e := parseCanonical(line, true); e != nil {
 		return e, nil
 	}
 	return parseGeneral(line)
@@ -60,8 +69,9 @@ func parseValidUTF8(line []byte) (*Entry, error) {
 
 // parseCanonical is the fast path: it returns nil unless line is canonical
 // and of the simple shape, and then an entry equal to what the general
-// path builds (FuzzEntryFastPath holds the two side by side).
-func parseCanonical(line []byte) *Entry {
+// path builds (FuzzEntryFastPath holds the two side by side). With owned,
+// the entry keeps line itself as its canonical bytes.
+func parseCanonical(line []byte, owned bool) *Entry {
 	src := string(line)
 	s, fields, ok := scanCanonicalEntry(src)
 	if !ok {
@@ -72,7 +82,11 @@ func parseCanonical(line []byte) *Entry {
 	io.WriteString(h, head)
 	io.WriteString(h, tail)
 	var sum [sha256.Size]byte
-	return &Entry{canonical: []byte(src), computed: hex.EncodeToString(h.Sum(sum[:0])), fast: true, fields: fields}
+	canonical := line
+	if !owned {
+		canonical = []byte(src)
+	}
+	return &Entry{canonical: canonical, computed: hex.EncodeToString(h.Sum(sum[:0])), fast: true, fields: fields}
 }
 
 // parseGeneral is the general path: canonical form by jcs, decoding by

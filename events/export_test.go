@@ -1,6 +1,11 @@
 package events
 
-import "unicode/utf8"
+import (
+	"bufio"
+	"fmt"
+	"io"
+	"unicode/utf8"
+)
 
 // ParseEntryGeneral is the general path alone (jcs, encoding/json, the
 // preimage re-serialised from the map): the oracle of the fast path.
@@ -17,8 +22,80 @@ func ParseEntryFast(line []byte) *Entry {
 	if !utf8.Valid(line) {
 		return nil
 	}
-	return parseCanonical(line)
+	return parseCanonical(line, false)
 }
 
 // CanonicalNumber is the fast path's number rule.
 var CanonicalNumber = canonicalNumber
+
+// VerifyJournalWith is VerifyJournal with workers goroutines and batches
+// of batchLines lines, so that tests run the pipeline on small journals.
+func VerifyJournalWith(r io.Reader, file string, meta *CapsuleMeta, check EntryCheck, workers, batchLines int) (JournalResult, error) {
+	return verifyJournal(r, file, meta, check, workers, batchLines)
+}
+
+// VerifyJournalSequential is VerifyJournal as it was before the pipeline:
+// one line after the other through ChainVerifier.Check. It is the oracle
+// of the parallel verification.
+func VerifyJournalSequential(r io.Reader, file string, meta *CapsuleMeta, check EntryCheck) (JournalResult, error) {
+	v := NewChainVerifier(meta, check)
+	br := bufio.NewReaderSize(r, 64<<10)
+	var truncated, fileProblems, lineProblems Problems
+	res := JournalResult{Head: ZeroHash}
+	broken := false
+	for lineNo := 1; ; lineNo++ {
+		line, complete, tooLong, n, err := readLine(br)
+		if err != nil {
+			return res, err
+		}
+		if line == nil && !tooLong {
+			break
+		}
+		at := Location{File: file, Line: lineNo}
+		if !complete {
+			truncated.Add(Problem{Code: TruncatedTail, At: at,
+				Reason: fmt.Sprintf("the journal does not end in a newline: %d trailing bytes are a partial entry", n)})
+			break
+		}
+		res.Entries++
+		if tooLong {
+			lineProblems.Add(Problem{Code: CorruptEntry, At: at, Reason: fmt.Sprintf("line longer than %d bytes", MaxLineBytes)})
+			v.skip(nil)
+			broken = true
+			continue
+		}
+		if !utf8.Valid(line) {
+			fileProblems.Add(Problem{Code: NonCanonical, At: at, Reason: "line is not valid UTF-8"})
+			v.skip(nil)
+			broken = true
+			continue
+		}
+		e, problems := v.Check(line, at)
+		if len(problems) > 0 {
+			for _, p := range problems {
+				lineProblems.Add(p)
+			}
+			v.skip(e)
+			broken = true
+			continue
+		}
+		if !broken {
+			res.Valid++
+			res.Head = v.Head()
+		}
+	}
+	if res.Entries == 0 && truncated.Len() == 0 {
+		fileProblems.Add(Problem{Code: EmptyInput, At: Location{File: file}, Reason: "the journal holds no entries"})
+	}
+	all := truncated
+	for _, ps := range [...]Problems{fileProblems, lineProblems} {
+		for _, p := range ps.list {
+			all.Add(p)
+		}
+		all.omitted += ps.omitted
+	}
+	if ref := all.Refusal(); ref != nil {
+		return res, ref
+	}
+	return res, nil
+}

@@ -6,7 +6,9 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"runtime"
 	"strconv"
+	"sync"
 	"unicode/utf8"
 )
 
@@ -91,24 +93,45 @@ func ParseLine(line []byte, at Location) (*Entry, []Problem) {
 // problem in the upstream's per-line order.
 func (v *ChainVerifier) CheckLine(e *Entry, line []byte, at Location) []Problem {
 	problems := v.CheckEntry(e, at)
-	if !bytes.Equal(line, e.canonical) {
-		problems = insertBefore(problems, MetadataMismatch, Problem{Code: NonCanonical, At: at,
-			Reason: "line is not byte-equal to its RFC 8785 canonical form" + firstDiff(line, e.canonical)})
+	if p, ok := nonCanonical(e, line, at); ok {
+		problems = insertBefore(problems, MetadataMismatch, p)
 	}
 	return problems
+}
+
+// nonCanonical is the non_canonical problem of a line whose bytes are not
+// e's canonical form.
+func nonCanonical(e *Entry, line []byte, at Location) (Problem, bool) {
+	if bytes.Equal(line, e.canonical) {
+		return Problem{}, false
+	}
+	return Problem{Code: NonCanonical, At: at,
+		Reason: "line is not byte-equal to its RFC 8785 canonical form" + firstDiff(line, e.canonical)}, true
 }
 
 // CheckEntry applies every rule but the byte-level canonical one to an
 // already parsed entry, without advancing.
 func (v *ChainVerifier) CheckEntry(e *Entry, at Location) []Problem {
+	return v.chainProblems(e, at, entryProblems(v.check, e, at))
+}
+
+// entryProblems applies the rules that depend on the entry alone: check's,
+// then entry_hash. Journal verification runs it on several lines at once.
+func entryProblems(check EntryCheck, e *Entry, at Location) []Problem {
 	var problems []Problem
-	if v.check != nil {
-		problems = append(problems, v.check(e, at)...)
+	if check != nil {
+		problems = append(problems, check(e, at)...)
 	}
 	if claimed, ok := e.strOK("entry_hash"); ok && claimed != e.computed {
 		problems = append(problems, Problem{Code: InvalidEntry, At: withPointer(at, "/entry_hash"),
 			Reason: "entry_hash is not the SHA-256 of the canonical entry without entry_hash", Expected: e.computed, Actual: claimed})
 	}
+	return problems
+}
+
+// chainProblems appends to problems those of the rules that depend on the
+// chain so far (seq, parent_hash, metadata), in check order.
+func (v *ChainVerifier) chainProblems(e *Entry, at Location, problems []Problem) []Problem {
 	if seq, ok := e.Seq(); !ok || seq != v.next {
 		actual := "not an integer"
 		if ok {
@@ -210,69 +233,234 @@ const MaxLineBytes = 8 << 20
 // nil for a bare journal. It returns a *Refusal listing every problem
 // (file-level ones first: truncated_tail, then invalid UTF-8 as
 // non_canonical; then line problems in line order), or an I/O error.
+//
+// Lines are parsed, hashed and checked with check on up to GOMAXPROCS
+// goroutines at once, so check must be safe for concurrent use; the chain
+// rules (seq, parent_hash, metadata) link the lines in order on one. The
+// result is the one checking line after line gives, and memory stays
+// bounded: a few batches of lines (each at most journalBatchLines lines or
+// journalBatchBytes bytes and one line) are in flight at any time.
 func VerifyJournal(r io.Reader, file string, meta *CapsuleMeta, check EntryCheck) (JournalResult, error) {
-	v := NewChainVerifier(meta, check)
-	br := bufio.NewReaderSize(r, 64<<10)
-	// truncated_tail is found last but reported first (DESIGN.md: for the
-	// file truncated_tail, then invalid UTF-8; then the lines).
-	var truncated, fileProblems, lineProblems Problems
-	res := JournalResult{Head: ZeroHash}
-	broken := false
-	for lineNo := 1; ; lineNo++ {
-		line, complete, tooLong, n, err := readLine(br)
+	return verifyJournal(r, file, meta, check, runtime.GOMAXPROCS(0), journalBatchLines)
+}
+
+// verifyJournal is VerifyJournal with workers goroutines and batches of at
+// most batchLines lines.
+func verifyJournal(r io.Reader, file string, meta *CapsuleMeta, check EntryCheck, workers, batchLines int) (JournalResult, error) {
+	j := &journalLinker{v: NewChainVerifier(meta, check), res: JournalResult{Head: ZeroHash}}
+	rd := &journalReader{br: bufio.NewReaderSize(r, 64<<10), file: file, next: 1, maxLines: batchLines}
+	first := rd.batch()
+	if first.last || workers < 2 {
+		// Small or single-core: no goroutines.
+		for b := first; ; b = rd.batch() {
+			for i := range b.lines {
+				b.lines[i].prepare(check)
+			}
+			if err := j.link(b); err != nil || b.last {
+				return j.finish(file, err)
+			}
+		}
+	}
+	work := make(chan *journalBatch, workers)
+	ordered := make(chan *journalBatch, 2*workers)
+	var wg sync.WaitGroup
+	for range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for b := range work {
+				for i := range b.lines {
+					b.lines[i].prepare(check)
+				}
+				close(b.done)
+			}
+		}()
+	}
+	go func() {
+		defer close(work)
+		defer close(ordered)
+		for b := first; ; b = rd.batch() {
+			b.done = make(chan struct{})
+			work <- b
+			ordered <- b
+			if b.last {
+				return
+			}
+		}
+	}()
+	var err error
+	for b := range ordered {
+		<-b.done
+		if lerr := j.link(b); lerr != nil && err == nil {
+			err = lerr
+		}
+	}
+	wg.Wait()
+	return j.finish(file, err)
+}
+
+// Batches of journal lines handed to a worker: at most this many lines, and
+// a batch is closed once its lines reach this many bytes.
+const (
+	journalBatchLines = 256
+	journalBatchBytes = 1 << 20
+)
+
+// journalLine is one line read from a journal and, once prepared, what the
+// checks that depend on it alone found.
+type journalLine struct {
+	line      []byte // without its newline; owned by this line
+	at        Location
+	n         int  // the line's length in bytes (a truncated tail's)
+	truncated bool // the last line, without a newline
+	tooLong   bool
+
+	notUTF8     bool
+	e           *Entry    // nil when not parsed
+	problems    []Problem // corrupt_entry for a line that is not JSON; else entryProblems
+	nonCanon    Problem   // the line's non_canonical problem, when hasNonCanon
+	hasNonCanon bool
+}
+
+// prepare runs the checks of one line that do not depend on the chain.
+func (l *journalLine) prepare(check EntryCheck) {
+	if l.truncated || l.tooLong {
+		return
+	}
+	if !utf8.Valid(l.line) {
+		l.notUTF8 = true
+		return
+	}
+	e, err := parseOwned(l.line)
+	if err != nil {
+		l.problems = []Problem{{Code: CorruptEntry, At: l.at, Reason: err.Error()}}
+		return
+	}
+	l.e = e
+	l.problems = entryProblems(check, e, l.at)
+	l.nonCanon, l.hasNonCanon = nonCanonical(e, l.line, l.at)
+	l.line = nil // e holds what it needs
+}
+
+// journalBatch is a run of consecutive lines; last is set on the batch
+// that ends the journal (end of input, truncated tail or read error err).
+type journalBatch struct {
+	lines []journalLine
+	last  bool
+	err   error
+	done  chan struct{} // closed when every line is prepared
+}
+
+// journalReader cuts a journal into batches of lines.
+type journalReader struct {
+	br       *bufio.Reader
+	file     string
+	next     int // the next line's number
+	maxLines int
+}
+
+func (rd *journalReader) batch() *journalBatch {
+	b := &journalBatch{}
+	size := 0
+	for len(b.lines) < rd.maxLines && size < journalBatchBytes {
+		line, complete, tooLong, n, err := readLine(rd.br)
 		if err != nil {
-			return res, err
+			b.last, b.err = true, err
+			return b
 		}
 		if line == nil && !tooLong {
-			break
+			b.last = true
+			return b
 		}
-		at := Location{File: file, Line: lineNo}
+		l := journalLine{line: line, at: Location{File: rd.file, Line: rd.next}, n: n, truncated: !complete, tooLong: tooLong}
+		rd.next++
+		b.lines = append(b.lines, l)
 		if !complete {
-			truncated.Add(Problem{Code: TruncatedTail, At: at,
-				Reason: fmt.Sprintf("the journal does not end in a newline: %d trailing bytes are a partial entry", n)})
-			break
+			b.last = true
+			return b
 		}
-		res.Entries++
-		if tooLong {
-			lineProblems.Add(Problem{Code: CorruptEntry, At: at, Reason: fmt.Sprintf("line longer than %d bytes", MaxLineBytes)})
-			v.skip(nil)
-			broken = true
+		size += len(line)
+	}
+	return b
+}
+
+// journalLinker applies the chain rules to prepared lines in order and
+// collects the problems, as checking line after line does.
+type journalLinker struct {
+	v *ChainVerifier
+	// truncated_tail is found last but reported first (DESIGN.md: for the
+	// file truncated_tail, then invalid UTF-8; then the lines).
+	truncated, fileProblems, lineProblems Problems
+	res                                   JournalResult
+	broken                                bool
+}
+
+// link takes the lines of b in order; it returns b's read error, if any.
+func (j *journalLinker) link(b *journalBatch) error {
+	for i := range b.lines {
+		l := &b.lines[i]
+		switch {
+		case l.truncated:
+			j.truncated.Add(Problem{Code: TruncatedTail, At: l.at,
+				Reason: fmt.Sprintf("the journal does not end in a newline: %d trailing bytes are a partial entry", l.n)})
 			continue
-		}
-		if !utf8.Valid(line) {
-			fileProblems.Add(Problem{Code: NonCanonical, At: at, Reason: "line is not valid UTF-8"})
-			v.skip(nil)
-			broken = true
-			continue
-		}
-		e, problems := v.Check(line, at)
-		if len(problems) > 0 {
-			for _, p := range problems {
-				lineProblems.Add(p)
+		case l.tooLong:
+			j.res.Entries++
+			j.lineProblems.Add(Problem{Code: CorruptEntry, At: l.at, Reason: fmt.Sprintf("line longer than %d bytes", MaxLineBytes)})
+		case l.notUTF8:
+			j.res.Entries++
+			j.fileProblems.Add(Problem{Code: NonCanonical, At: l.at, Reason: "line is not valid UTF-8"})
+		case l.e == nil:
+			j.res.Entries++
+			for _, p := range l.problems {
+				j.lineProblems.Add(p)
 			}
-			v.skip(e)
-			broken = true
-			continue
+		default:
+			j.res.Entries++
+			problems := j.v.chainProblems(l.e, l.at, l.problems)
+			if l.hasNonCanon {
+				problems = insertBefore(problems, MetadataMismatch, l.nonCanon)
+			}
+			if len(problems) == 0 {
+				j.v.accept(l.e)
+				if !j.broken {
+					j.res.Valid++
+					j.res.Head = j.v.Head()
+				}
+				b.lines[i] = journalLine{}
+				continue
+			}
+			for _, p := range problems {
+				j.lineProblems.Add(p)
+			}
 		}
-		if !broken {
-			res.Valid++
-			res.Head = v.Head()
-		}
+		j.v.skip(l.e)
+		j.broken = true
+		b.lines[i] = journalLine{}
 	}
-	if res.Entries == 0 && truncated.Len() == 0 {
-		fileProblems.Add(Problem{Code: EmptyInput, At: Location{File: file}, Reason: "the journal holds no entries"})
+	return b.err
+}
+
+// finish returns the result, the I/O error if reading failed, or else the
+// refusal of every problem found.
+func (j *journalLinker) finish(file string, ioErr error) (JournalResult, error) {
+	if ioErr != nil {
+		return j.res, ioErr
 	}
-	all := truncated
-	for _, ps := range [...]Problems{fileProblems, lineProblems} {
+	if j.res.Entries == 0 && j.truncated.Len() == 0 {
+		j.fileProblems.Add(Problem{Code: EmptyInput, At: Location{File: file}, Reason: "the journal holds no entries"})
+	}
+	all := j.truncated
+	for _, ps := range [...]Problems{j.fileProblems, j.lineProblems} {
 		for _, p := range ps.list {
 			all.Add(p)
 		}
 		all.omitted += ps.omitted
 	}
 	if ref := all.Refusal(); ref != nil {
-		return res, ref
+		return j.res, ref
 	}
-	return res, nil
+	return j.res, nil
 }
 
 // readLine returns the next line without its "\n". complete is false for a

@@ -436,3 +436,33 @@ func TestCapsuleDirectory(t *testing.T) {
 }
 
 func ptr(s string) *string { return &s }
+
+// TestJournalParallelWithRealRules verifies a journal long enough for the
+// parallel pipeline, with entries that go to jsonschema and to the secret
+// canaries on several goroutines at once (run with -race), and checks the
+// problems are found in line order.
+func TestJournalParallelWithRealRules(t *testing.T) {
+	n := 1200
+	if raceEnabled {
+		n = 600
+	}
+	lines := chainLines(t, n, func(i int, m map[string]any) {
+		switch i % 100 {
+		case 37:
+			payload(m)["blob"] = "not allowlisted"
+		case 71:
+			payload(m)["message"] = canaries()[1].value
+		}
+	})
+	_, err := newValidator(t).Journal(bytes.NewReader(journalBytes(lines...)), "j", nil)
+	var wants []want
+	for i := range n {
+		switch i % 100 {
+		case 37:
+			wants = append(wants, want{events.InvalidEntry, i + 1, "/payload"})
+		case 71:
+			wants = append(wants, want{events.InvalidEntry, i + 1, "/payload/message"})
+		}
+	}
+	expectRefusal(t, err, wants...)
+}

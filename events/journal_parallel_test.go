@@ -1,0 +1,128 @@
+package events_test
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"reflect"
+	"strings"
+	"testing"
+	"testing/iotest"
+
+	"github.com/roompub/roompub/events"
+)
+
+// oddCheck is an entry check that refuses entries whose seq is 3 modulo 7;
+// it is stateless, so safe for concurrent use as VerifyJournal requires.
+func oddCheck(e *events.Entry, at events.Location) []events.Problem {
+	if seq, ok := e.Seq(); ok && seq%7 == 3 {
+		at.Pointer = "/seq"
+		return []events.Problem{{Code: events.InvalidEntry, At: at, Reason: "test rule"}}
+	}
+	return nil
+}
+
+// compareJournal verifies data with the pipeline in several shapes and
+// fails t unless each gives exactly what the sequential verifier gives:
+// the same result and the same refusal (codes, locations, reasons, order,
+// omitted count) or the same I/O error.
+func compareJournal(t *testing.T, data func() io.Reader, meta *events.CapsuleMeta, check events.EntryCheck) {
+	t.Helper()
+	wantRes, wantErr := events.VerifyJournalSequential(data(), "j.ndjson", meta, check)
+	type shape struct{ workers, batch int }
+	for _, s := range []shape{{1, 256}, {2, 1}, {2, 3}, {3, 2}, {4, 256}} {
+		gotRes, gotErr := events.VerifyJournalWith(data(), "j.ndjson", meta, check, s.workers, s.batch)
+		if gotRes != wantRes || !sameError(gotErr, wantErr) {
+			t.Fatalf("workers %d, batches of %d: %+v %v\nsequential: %+v %v", s.workers, s.batch, gotRes, gotErr, wantRes, wantErr)
+		}
+	}
+	gotRes, gotErr := events.VerifyJournal(data(), "j.ndjson", meta, check)
+	if gotRes != wantRes || !sameError(gotErr, wantErr) {
+		t.Fatalf("VerifyJournal: %+v %v\nsequential: %+v %v", gotRes, gotErr, wantRes, wantErr)
+	}
+}
+
+func sameError(a, b error) bool {
+	var ra, rb *events.Refusal
+	if errors.As(a, &ra) != errors.As(b, &rb) {
+		return false
+	}
+	if ra != nil {
+		return reflect.DeepEqual(ra, rb)
+	}
+	return a == b || a != nil && b != nil && a.Error() == b.Error()
+}
+
+func readerOf(data []byte) func() io.Reader {
+	return func() io.Reader { return bytes.NewReader(data) }
+}
+
+// TestVerifyJournalParallelMatchesSequential: journals long enough for the
+// pipeline, with every kind of problem at positions inside and across
+// batch borders.
+func TestVerifyJournalParallelMatchesSequential(t *testing.T) {
+	lines := chainLines(t, 700, nil)
+	meta := &events.CapsuleMeta{RunID: "run-7", CapsuleID: "cap-7", HarnessVersion: "test/1", TaskFamily: "slugify"}
+	edit := func(edits map[int][]byte) []byte {
+		out := make([][]byte, len(lines))
+		copy(out, lines)
+		for i, l := range edits {
+			out[i] = l
+		}
+		return journal(out...)
+	}
+	spaced := bytes.Replace(lines[300], []byte(`"seq":`), []byte(`"seq": `), 1)
+	cases := map[string][]byte{
+		"valid":          journal(lines...),
+		"corrupt":        edit(map[int][]byte{0: []byte("{"), 256: []byte("not json"), 699: []byte("")}),
+		"not UTF-8":      edit(map[int][]byte{5: []byte("\xff{}"), 511: append(bytes.Clone(lines[511][:20]), 0xc3)}),
+		"non-canonical":  edit(map[int][]byte{300: spaced}),
+		"reordered":      edit(map[int][]byte{255: lines[256], 256: lines[255]}),
+		"wrong metadata": edit(map[int][]byte{400: bytes.Replace(lines[400], []byte(`"cap-7"`), []byte(`"cap-8"`), 1)}),
+		"truncated":      journal(lines...)[:len(journal(lines...))-5],
+		"many problems":  bytes.Repeat([]byte("x\n"), 700),
+		"empty":          nil,
+		"newlines":       []byte("\n\n\n"),
+		"general path":   edit(map[int][]byte{10: bytes.Replace(lines[10], []byte(`"Alpha ok"`), []byte(`"\u0041lpha ok"`), 1)}),
+	}
+	for name, data := range cases {
+		t.Run(name, func(t *testing.T) {
+			compareJournal(t, readerOf(data), nil, nil)
+			compareJournal(t, readerOf(data), meta, oddCheck)
+		})
+	}
+	t.Run("read error", func(t *testing.T) {
+		boom := errors.New("disk on fire")
+		data := journal(lines...)
+		for _, cut := range []int{len(data) / 3, len(data) - 1} {
+			compareJournal(t, func() io.Reader {
+				return io.MultiReader(bytes.NewReader(data[:cut]), iotest.ErrReader(boom))
+			}, meta, oddCheck)
+		}
+	})
+	t.Run("long line", func(t *testing.T) {
+		huge := append([]byte(`{"a":"`), bytes.Repeat([]byte("y"), events.MaxLineBytes)...)
+		huge = append(huge, `"}`...)
+		compareJournal(t, readerOf(journal(append([][]byte{huge}, lines[:300]...)...)), nil, oddCheck)
+	})
+}
+
+// FuzzJournalParallel: on any input, the pipeline (with small batches, so
+// that short inputs span several) refuses or accepts exactly as the
+// sequential verifier does.
+func FuzzJournalParallel(f *testing.F) {
+	lines := chainLines(f, 12, nil)
+	f.Add(journal(lines...), uint8(2), uint8(1))
+	f.Add(journal(lines[1:]...), uint8(3), uint8(2))
+	f.Add(append(journal(lines[:4]...), []byte("{\"a\":1}\nx\n\xff\n")...), uint8(2), uint8(3))
+	f.Add([]byte(strings.Repeat("\n", 5)), uint8(2), uint8(1))
+	f.Fuzz(func(t *testing.T, data []byte, workers, batch uint8) {
+		w, b := int(workers%4)+1, int(batch%5)+1
+		wantRes, wantErr := events.VerifyJournalSequential(bytes.NewReader(data), "j", nil, oddCheck)
+		gotRes, gotErr := events.VerifyJournalWith(bytes.NewReader(data), "j", nil, oddCheck, w, b)
+		if gotRes != wantRes || !sameError(gotErr, wantErr) {
+			t.Fatalf("%s: %+v %v\nsequential: %+v %v", fmt.Sprint(w, "x", b), gotRes, gotErr, wantRes, wantErr)
+		}
+	})
+}
