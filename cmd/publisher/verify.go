@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"runtime"
 	"strings"
 
 	"github.com/roompub/roompub/events"
@@ -46,14 +47,17 @@ func (c *verifyCmd) Run(s *streams) error {
 // (the path could not be verified at all).
 type reportWriter func(out io.Writer, rep validate.Report, err error) error
 
-// verifyPaths verifies every path in order, printing each outcome with
-// write and each usage error on stderr. It returns an error wrapping
-// errUnverifiable when some path could not be verified, else one wrapping
-// errRefused when some path was refused, else nil.
+// verifyPaths verifies the paths, up to GOMAXPROCS at once, and prints
+// each outcome in the order of paths with write, and each usage error on
+// stderr. It returns an error wrapping errUnverifiable when some path could
+// not be verified, else one wrapping errRefused when some path was
+// refused, else nil.
 func verifyPaths(v *validate.Validator, paths []string, s *streams, write reportWriter) error {
+	outcomes := verifyInParallel(v, paths, runtime.GOMAXPROCS(0))
+	defer outcomes.stop()
 	var unusable, refused int
-	for _, p := range paths {
-		rep, err := v.VerifyPath(p)
+	for i := range paths {
+		rep, err := outcomes.wait(i)
 		switch {
 		case err != nil:
 			unusable++
@@ -77,6 +81,53 @@ func verifyPaths(v *validate.Validator, paths []string, s *streams, write report
 	}
 	return nil
 }
+
+// pathOutcomes are the results of VerifyPath for a list of paths, filled
+// in by goroutines; wait(i) blocks until path i is done.
+type pathOutcomes struct {
+	reps []validate.Report
+	errs []error
+	done []chan struct{}
+	quit chan struct{}
+}
+
+// verifyInParallel starts verifying paths, at most n at a time, in order
+// of the list (so the first results come first).
+func verifyInParallel(v *validate.Validator, paths []string, n int) *pathOutcomes {
+	o := &pathOutcomes{
+		reps: make([]validate.Report, len(paths)),
+		errs: make([]error, len(paths)),
+		done: make([]chan struct{}, len(paths)),
+		quit: make(chan struct{}),
+	}
+	for i := range o.done {
+		o.done[i] = make(chan struct{})
+	}
+	slots := make(chan struct{}, max(n, 1))
+	go func() {
+		for i, p := range paths {
+			select {
+			case slots <- struct{}{}:
+			case <-o.quit:
+				return
+			}
+			go func() {
+				defer func() { <-slots }()
+				o.reps[i], o.errs[i] = v.VerifyPath(p)
+				close(o.done[i])
+			}()
+		}
+	}()
+	return o
+}
+
+func (o *pathOutcomes) wait(i int) (validate.Report, error) {
+	<-o.done[i]
+	return o.reps[i], o.errs[i]
+}
+
+// stop starts no further paths; those running finish on their own.
+func (o *pathOutcomes) stop() { close(o.quit) }
 
 // jsonLine is one line of verify --json: the report, and for a path that
 // could not be verified, the error.
