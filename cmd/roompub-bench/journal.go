@@ -120,8 +120,10 @@ func (b *bench) inRounds(r *result, raw, pub func(round int) (side, error)) erro
 			order[0], order[1] = order[1], order[0]
 		}
 		for _, o := range order {
-			b.logf("%s: round %d of %d: %s", r.key, round+1, b.rounds, o.name)
 			s, err := o.fn(round)
+			if err == nil {
+				b.logf("%s: round %d of %d: %-7s %s", r.key, round+1, b.rounds, o.name, s)
+			}
 			o.dst.n += s.n
 			o.dst.bytes += s.bytes
 			o.dst.dur += s.dur

@@ -58,7 +58,9 @@ func (b *bench) read() (*result, error) {
 		b.logf("read: raw ordered consumer over %d entries", want)
 		start := time.Now()
 		n, size, err := orderedRead(b.ctx, st, subjects.All(), want)
-		r.raw.dur += time.Since(start)
+		took := time.Since(start)
+		r.raw.dur += took
+		b.logf("read: raw ordered consumer: %d messages in %.3fs", n, took.Seconds())
 		r.raw.n += n
 		r.raw.bytes += size
 		return err
