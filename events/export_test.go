@@ -2,6 +2,7 @@ package events
 
 import (
 	"bufio"
+	"bytes"
 	"fmt"
 	"io"
 	"unicode/utf8"
@@ -98,4 +99,24 @@ func VerifyJournalSequential(r io.Reader, file string, meta *CapsuleMeta, check 
 		return res, ref
 	}
 	return res, nil
+}
+
+// ParseRecordGeneral is ParseRecord as it was: jcs, encoding/json, and the
+// preimages re-serialised from the map. The oracle of the one-pass path.
+func ParseRecordGeneral(raw []byte) (*Record, error) {
+	obj, canon, err := DecodeObject(raw)
+	if err != nil {
+		return nil, err
+	}
+	return newRecord(obj, canon)
+}
+
+// RecordTakesOnePass reports whether ParseRecord decodes raw without jcs.
+func RecordTakesOnePass(raw []byte) bool {
+	src := string(bytes.Trim(raw, jsonSpace))
+	if !utf8.ValidString(src) {
+		return false
+	}
+	_, _, ok := scanCanonicalTree(src)
+	return ok
 }

@@ -1,10 +1,13 @@
 package events
 
 import (
+	"bytes"
 	"crypto/sha256"
 	"encoding/base64"
 	"encoding/json"
+	"fmt"
 	"strings"
+	"unicode/utf8"
 )
 
 // RecordSchemaVersion is the value of "schema/v" in an execution record v1.
@@ -30,12 +33,45 @@ type Record struct {
 // ParseRecord parses an execution record. It checks only that raw is strict
 // JSON holding an object; the rules are checked by package validate. Errors
 // wrap ErrNotJSON.
+//
+// The record is decoded once: a record already in RFC 8785 form (white
+// space around it aside) is decoded in one pass without jcs, and the
+// execution/ref preimage and the signing payload are its canonical bytes
+// with members cut out, not re-serialised. Records the one-pass decoder
+// does not take (see scanCanonicalTree) go through jcs and encoding/json.
 func ParseRecord(raw []byte) (*Record, error) {
-	obj, canon, err := DecodeObject(raw)
+	if src := string(bytes.Trim(raw, jsonSpace)); utf8.ValidString(src) {
+		if obj, members, ok := scanCanonicalTree(src); ok {
+			return recordFromCanonical(obj, src, members), nil
+		}
+	}
+	canon, err := Canonicalize(raw)
+	if err != nil {
+		return nil, err
+	}
+	if len(canon) == 0 || canon[0] != '{' {
+		return nil, fmt.Errorf("%w: a JSON object is required", ErrNotJSON)
+	}
+	if obj, members, ok := scanCanonicalTree(string(canon)); ok {
+		return recordFromCanonical(obj, string(canon), members), nil
+	}
+	obj, err := decodeCanonical(canon)
 	if err != nil {
 		return nil, err
 	}
 	return newRecord(obj, canon)
+}
+
+// jsonSpace is JSON's insignificant white space (RFC 8259 §2), which the
+// canonical form drops around the value.
+const jsonSpace = " \t\n\r"
+
+// recordFromCanonical builds a record from its canonical text, decoded,
+// with its top-level members located.
+func recordFromCanonical(obj map[string]any, canon string, members []span) *Record {
+	pre := cutMembers(canon, members, "signature", "execution/ref")
+	payload := cutMembers(canon, members, "signature")
+	return &Record{obj: obj, canonical: []byte(canon), ref: ExecutionRefPrefix + b64(sha256.Sum256(pre)), payload: payload}
 }
 
 func newRecord(obj map[string]any, canon []byte) (*Record, error) {

@@ -1,6 +1,8 @@
 package events
 
 import (
+	"encoding/json"
+	"slices"
 	"strconv"
 
 	"github.com/gowebpki/jcs"
@@ -334,4 +336,153 @@ func (s *scanner) hashPreimage() (head, tail string) {
 		end++
 	}
 	return s.src[:start], s.src[end:]
+}
+
+// maxTreeDepth bounds the nesting the tree scanner follows; deeper
+// documents take the general path (jcs allows 10,000 levels).
+const maxTreeDepth = 64
+
+// span is where one top-level member is: its key's opening quote to the
+// end of its value.
+type span struct {
+	key        string
+	start, end int
+}
+
+// scanCanonicalTree decodes src when it is the RFC 8785 form of a JSON
+// object whose keys (at every depth) are printable ASCII without escapes,
+// nested at most maxTreeDepth deep; the values are what encoding/json
+// decodes with UseNumber. It also returns where each top-level member is.
+// ok is false for anything else, which the general path decides.
+func scanCanonicalTree(src string) (obj map[string]any, members []span, ok bool) {
+	s := scanner{src: src, hashStart: -1}
+	if len(src) < 2 || src[0] != '{' {
+		return nil, nil, false
+	}
+	obj, ok = s.treeObject(1, &members)
+	if !ok || s.i != len(src) {
+		return nil, nil, false
+	}
+	return obj, members, true
+}
+
+// treeObject scans an object at s.i ('{'); members, if not nil, receives
+// the spans of its members.
+func (s *scanner) treeObject(depth int, members *[]span) (map[string]any, bool) {
+	s.i++ // '{'
+	obj := map[string]any{}
+	if s.i < len(s.src) && s.src[s.i] == '}' {
+		s.i++
+		return obj, true
+	}
+	prev := ""
+	for first := true; ; first = false {
+		start := s.i
+		key, ok := s.key()
+		if !ok || !first && key <= prev {
+			return nil, false
+		}
+		prev = key
+		if s.i >= len(s.src) || s.src[s.i] != ':' {
+			return nil, false
+		}
+		s.i++
+		v, ok := s.treeValue(depth)
+		if !ok {
+			return nil, false
+		}
+		obj[key] = v
+		if members != nil {
+			*members = append(*members, span{key: key, start: start, end: s.i})
+		}
+		if s.i >= len(s.src) {
+			return nil, false
+		}
+		c := s.src[s.i]
+		s.i++
+		switch c {
+		case '}':
+			return obj, true
+		case ',':
+		default:
+			return nil, false
+		}
+	}
+}
+
+func (s *scanner) treeArray(depth int) ([]any, bool) {
+	s.i++ // '['
+	arr := []any{}
+	if s.i < len(s.src) && s.src[s.i] == ']' {
+		s.i++
+		return arr, true
+	}
+	for {
+		v, ok := s.treeValue(depth)
+		if !ok {
+			return nil, false
+		}
+		arr = append(arr, v)
+		if s.i >= len(s.src) {
+			return nil, false
+		}
+		c := s.src[s.i]
+		s.i++
+		switch c {
+		case ']':
+			return arr, true
+		case ',':
+		default:
+			return nil, false
+		}
+	}
+}
+
+// treeValue scans one value inside a container at depth.
+func (s *scanner) treeValue(depth int) (any, bool) {
+	if s.i >= len(s.src) {
+		return nil, false
+	}
+	switch c := s.src[s.i]; {
+	case c == '"':
+		return s.str()
+	case c == '{' || c == '[':
+		if depth >= maxTreeDepth {
+			return nil, false
+		}
+		if c == '{' {
+			return s.treeObject(depth+1, nil)
+		}
+		return s.treeArray(depth + 1)
+	case c == 't':
+		return true, s.literal("true")
+	case c == 'f':
+		return false, s.literal("false")
+	case c == 'n':
+		return nil, s.literal("null")
+	case c == '-' || '0' <= c && c <= '9':
+		tok, ok := s.number()
+		return json.Number(tok), ok
+	}
+	return nil, false
+}
+
+// cutMembers returns the canonical object src without the named top-level
+// members, given where its members are: removing members of a canonical
+// object leaves it canonical, so this is CanonicalWithout of its decoding.
+func cutMembers(src string, members []span, omit ...string) []byte {
+	out := make([]byte, 0, len(src))
+	out = append(out, '{')
+	n := 0
+	for _, m := range members {
+		if slices.Contains(omit, m.key) {
+			continue
+		}
+		if n > 0 {
+			out = append(out, ',')
+		}
+		out = append(out, src[m.start:m.end]...)
+		n++
+	}
+	return append(out, '}')
 }
