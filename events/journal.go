@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"runtime"
+	"slices"
 	"strconv"
 	"sync"
 	"unicode/utf8"
@@ -99,6 +100,19 @@ func (v *ChainVerifier) CheckLine(e *Entry, line []byte, at Location) []Problem 
 	return problems
 }
 
+// CheckLineChecked is CheckLine for an entry whose EntryCheck problems,
+// rules, were computed beforehand (on another goroutine, say: the check is
+// the costly, chain-independent part). The verifier's own check is not
+// called; everything else, and the order, is CheckLine's, so with rules =
+// check(e, at) the result is CheckLine's. It does not advance.
+func (v *ChainVerifier) CheckLineChecked(e *Entry, line []byte, at Location, rules []Problem) []Problem {
+	problems := v.chainProblems(e, at, hashProblem(slices.Clip(rules), e, at))
+	if p, ok := nonCanonical(e, line, at); ok {
+		problems = insertBefore(problems, MetadataMismatch, p)
+	}
+	return problems
+}
+
 // nonCanonical is the non_canonical problem of a line whose bytes are not
 // e's canonical form.
 func nonCanonical(e *Entry, line []byte, at Location) (Problem, bool) {
@@ -122,6 +136,11 @@ func entryProblems(check EntryCheck, e *Entry, at Location) []Problem {
 	if check != nil {
 		problems = append(problems, check(e, at)...)
 	}
+	return hashProblem(problems, e, at)
+}
+
+// hashProblem appends the entry_hash problem of e, if it has one.
+func hashProblem(problems []Problem, e *Entry, at Location) []Problem {
 	if claimed, ok := e.strOK("entry_hash"); ok && claimed != e.computed {
 		problems = append(problems, Problem{Code: InvalidEntry, At: withPointer(at, "/entry_hash"),
 			Reason: "entry_hash is not the SHA-256 of the canonical entry without entry_hash", Expected: e.computed, Actual: claimed})

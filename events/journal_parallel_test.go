@@ -126,3 +126,31 @@ func FuzzJournalParallel(f *testing.F) {
 		}
 	})
 }
+
+// TestCheckLineChecked: with the check's problems computed beforehand,
+// CheckLineChecked gives CheckLine's problems, in CheckLine's order, and
+// leaves the given slice alone.
+func TestCheckLineChecked(t *testing.T) {
+	lines := chainLines(t, 8, nil)
+	lines[3] = bytes.Replace(lines[3], []byte(`"cap-7"`), []byte(`"cap-8"`), 1)  // metadata and hash
+	lines[5] = bytes.Replace(lines[5], []byte(`"seq":5`), []byte(`"seq": 5`), 1) // non-canonical
+	lines[6] = bytes.Replace(lines[6], []byte(`"run-7"`), []byte(`"run-9"`), 1)  // metadata
+	meta := &events.CapsuleMeta{RunID: "run-7", CapsuleID: "cap-7", HarnessVersion: "test/1", TaskFamily: "slugify"}
+	a, b := events.NewChainVerifier(meta, oddCheck), events.NewChainVerifier(meta, nil)
+	for i, line := range lines {
+		at := events.Location{Line: i + 1}
+		e, err := events.ParseEntry(line)
+		if err != nil {
+			t.Fatal(err)
+		}
+		rules := oddCheck(e, at)
+		before := fmt.Sprint(rules)
+		want := a.CheckLine(e, line, at)
+		got := b.CheckLineChecked(e, line, at, rules)
+		if !reflect.DeepEqual(got, want) || fmt.Sprint(rules) != before {
+			t.Fatalf("line %d: %v, want %v", i+1, got, want)
+		}
+		a.Accept(e)
+		b.Accept(e)
+	}
+}
