@@ -159,8 +159,15 @@ func (c *cli) Run(s *streams) error {
 		b.logf("%s: raw %s, roompub %s, ratio %.3f (floor %.2f) %s", r.name, r.raw, r.pub, r.ratio, r.floor, r.verdict())
 		results = append(results, r)
 	}
+	var audit map[string]any
+	if (c.Quick || c.AuditWrites) && b.client != nil {
+		var err error
+		if audit, err = b.auditWrites(results); err != nil {
+			return err
+		}
+	}
 	b.printTable(results)
-	if err := b.printJSON(results); err != nil {
+	if err := b.printJSON(results, audit); err != nil {
 		return err
 	}
 	if c.Check {
@@ -332,4 +339,42 @@ func (b *bench) environment() map[string]any {
 		"quick":               b.c.Quick,
 		"rounds":              b.rounds,
 	}
+}
+
+// auditWrites replays the write stream with room.Audit, as `subscriber
+// audit` would, and checks that every message both sides stored verifies:
+// the raw side's messages are exactly what roompub stores (subjects,
+// bytes, chains), and roompub's side stored every item once.
+func (b *bench) auditWrites(results []*result) (map[string]any, error) {
+	var entries, records uint64
+	chains := 0
+	for _, r := range results {
+		switch r.key {
+		case "long_chain":
+			entries += 2 * uint64(r.items)
+			chains += 2 * r.rounds
+		case "parallel":
+			entries += 2 * uint64(r.items)
+			chains += 2 * r.rounds * b.sz.chains
+		case "records":
+			records += 2 * uint64(r.items)
+		}
+	}
+	v, err := validate.New(validate.WithTrustedHosts(b.key.NodeID()))
+	if err != nil {
+		return nil, err
+	}
+	b.logf("auditing the write stream: %d entries, %d records expected", entries, records)
+	start := time.Now()
+	rep, err := room.Audit(b.ctx, b.js, room.AuditOptions{Stream: writeStream, Subjects: b.subjects, Validator: v})
+	if err != nil {
+		return nil, fmt.Errorf("audit of the write stream: %w", err)
+	}
+	t := rep.Totals
+	if !rep.Clean() || t.Entries != entries || t.Records != records || t.ChainsOK != chains {
+		return nil, fmt.Errorf("audit of the write stream: clean %v, %d entries (want %d), %d records (want %d), %d chains ok (want %d), %d set aside %v",
+			rep.Clean(), t.Entries, entries, t.Records, records, t.ChainsOK, chains, t.SetAside, t.ByCode)
+	}
+	b.logf("write stream audit: clean, %d entries, %d records, %d chains in %.1fs", t.Entries, t.Records, t.ChainsOK, time.Since(start).Seconds())
+	return map[string]any{"write_audit_clean": true, "write_audit_entries": t.Entries, "write_audit_records": t.Records, "write_audit_chains_ok": t.ChainsOK}, nil
 }

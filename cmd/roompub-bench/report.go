@@ -116,8 +116,11 @@ func round(x float64, d int) float64 {
 
 // printJSON writes the last line: every throughput and ratio, the counts
 // both sides reached and the environment, in one flat object.
-func (b *bench) printJSON(results []*result) error {
+func (b *bench) printJSON(results []*result, more map[string]any) error {
 	obj := b.environment()
+	for k, v := range more {
+		obj[k] = v
+	}
 	allOK := true
 	for _, r := range results {
 		p := r.key + "_"

@@ -64,6 +64,17 @@ func TestBenchQuick(t *testing.T) {
 			t.Errorf("%s_ok missing", sc)
 		}
 	}
+	// --quick audits the write stream: both sides' entries and records
+	// verify (the raw side stored exactly what roompub stores), each
+	// chain once per side and round.
+	if got["write_audit_clean"] != true {
+		t.Errorf("write_audit_clean = %v, want true", got["write_audit_clean"])
+	}
+	for k, v := range map[string]float64{"write_audit_entries": 2 * 2 * (500 + 1000), "write_audit_records": 2 * 2 * 100, "write_audit_chains_ok": 2 * 2 * (1 + 10)} {
+		if got[k] != v {
+			t.Errorf("%s = %v, want %v", k, got[k], v)
+		}
+	}
 	for k, v := range map[string]float64{"read_audit_exit_code": 0, "read_audit_chains_ok": 10, "verify_exit_code": 0, "read_peak_rss_cap_mib": 256} {
 		if got[k] != v {
 			t.Errorf("%s = %v, want %v", k, got[k], v)
