@@ -1,0 +1,151 @@
+package room_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"math/rand/v2"
+	"testing"
+
+	"github.com/roompub/roompub/events"
+	"github.com/roompub/roompub/room"
+)
+
+// equivChain is one chain and the lines a random request may be made of.
+type equivChain struct {
+	es    []*events.Entry
+	forks []*events.Entry // forks[k]: another entry for position k (k ≥ 1)
+	meta  events.CapsuleMeta
+}
+
+func newEquivChain(t *testing.T, run string, n int) equivChain {
+	es, _ := journal(t, run, "cap-1", n)
+	c := equivChain{es: es, forks: make([]*events.Entry, n), meta: es[0].Metadata()}
+	for k := 1; k < n; k++ {
+		c.forks[k] = variant(t, es, k)
+	}
+	return c
+}
+
+// request builds a random journal request of chain c: mostly a run of
+// consecutive entries from near the head, sometimes with one line changed
+// (a fork, a repeat, a swap, a corrupt, non-canonical or partial line, a
+// line of another chain).
+func (c equivChain) request(rng *rand.Rand, head int, other equivChain) []byte {
+	n := len(c.es)
+	from := max(0, min(n-1, head-3+rng.IntN(6)))
+	to := min(n, from+1+rng.IntN(14))
+	ls := make([][]byte, 0, to-from+1)
+	for k := from; k < to; k++ {
+		ls = append(ls, append(append([]byte{}, c.es[k].Canonical()...), '\n'))
+	}
+	i := rng.IntN(len(ls))
+	switch rng.IntN(14) {
+	case 0:
+		if k := from + i; k > 0 {
+			ls[i] = append(append([]byte{}, c.forks[k].Canonical()...), '\n')
+		}
+	case 1:
+		ls = append(ls[:i+1], append([][]byte{ls[i]}, ls[i+1:]...)...) // a line twice
+	case 2:
+		if i+1 < len(ls) {
+			ls[i], ls[i+1] = ls[i+1], ls[i]
+		}
+	case 3:
+		ls[i] = []byte("{\"seq\": oops\n")
+	case 4:
+		ls[i] = append(bytes.Replace(ls[i], []byte(`{"`), []byte(`{ "`), 1), []byte{}...)
+	case 5:
+		ls[len(ls)-1] = ls[len(ls)-1][:len(ls[len(ls)-1])-1] // no final newline
+	case 6:
+		ls[i] = append(append([]byte{}, other.es[min(from+i, len(other.es)-1)].Canonical()...), '\n')
+	}
+	return bytes.Join(ls, nil)
+}
+
+// TestBatchEquivalence holds the batching gate against the gate before
+// atomic batches (AppendJournalOneByOne, its code kept as the oracle: decide
+// a line, append it alone, decide the next) and against the batching gate
+// with MaxBatch 1: the same random requests, each gate on its own server,
+// get the same replies, item by item, and leave the same streams.
+func TestBatchEquivalence(t *testing.T) {
+	for seed := range uint64(4) {
+		t.Run(fmt.Sprint("seed ", seed), func(t *testing.T) { batchEquivalence(t, seed, 120, true) })
+	}
+}
+
+// FuzzBatchEquivalence is TestBatchEquivalence with the fuzzer's seeds
+// (shorter runs: each starts three servers).
+func FuzzBatchEquivalence(f *testing.F) {
+	f.Add(uint64(11))
+	f.Fuzz(func(t *testing.T, seed uint64) { batchEquivalence(t, seed, 30, false) })
+}
+
+// batchEquivalence sends that many random requests (seeded) to the three
+// gates; mixed asks for a mix of every outcome.
+func batchEquivalence(t *testing.T, seed uint64, requests int, mixed bool) {
+	rng := rand.New(rand.NewPCG(seed, 7))
+	batched, single, oracle := newEnv(t), newEnv(t), newEnv(t)
+	gb, logb := batched.gateWith(batched.nc, room.GateOptions{})
+	gs, logs := single.gateWith(single.nc, room.GateOptions{MaxBatch: 1})
+	gateOf := map[*env]func(ctx context.Context, roomID string, body []byte, capsule *events.CapsuleMeta) (room.JournalReply, error){
+		batched: gb.AppendJournal, single: gs.AppendJournal, oracle: oracle.gate.AppendJournalOneByOne,
+	}
+	chains := []equivChain{newEquivChain(t, "eq-a", 120), newEquivChain(t, "eq-b", 120)}
+	heads := make([]int, len(chains))
+	outcomes := map[string]int{}
+	codes := map[events.Code]int{}
+	for range requests {
+		ci := rng.IntN(len(chains))
+		c := chains[ci]
+		body := c.request(rng, heads[ci], chains[1-ci])
+		roomID := "room:eq"
+		if rng.IntN(15) == 0 {
+			roomID = "room:elsewhere"
+		}
+		var capsule *events.CapsuleMeta
+		switch rng.IntN(6) {
+		case 0:
+			m := c.meta
+			capsule = &m
+		case 1:
+			m := c.meta
+			m.TaskFamily = "another"
+			capsule = &m
+		}
+		rb, eb := gateOf[batched](t.Context(), roomID, body, capsule)
+		jb, _ := json.Marshal(rb)
+		for _, other := range []*env{single, oracle} {
+			ro, eo := gateOf[other](t.Context(), roomID, body, capsule)
+			jo, _ := json.Marshal(ro)
+			if fmt.Sprint(eb) != fmt.Sprint(eo) || !bytes.Equal(jb, jo) {
+				t.Fatalf("request %q to %s:\nbatched: %v %s\nother:   %v %s", body, roomID, eb, jb, eo, jo)
+			}
+		}
+		heads[ci] = int(rb.Head.Next)
+		for _, it := range rb.Items {
+			outcomes[it.Outcome]++
+			codes[it.Code]++
+		}
+	}
+	t.Logf("outcomes %v, codes %v; batches: %d stored, %s", outcomes, codes, logb.count("stored"), logs)
+	if len(logs.results) != 0 {
+		t.Fatalf("the one-at-a-time gate published batches: %s", logs)
+	}
+	if mixed && (outcomes[room.OutcomeStored] < 50 || outcomes[room.OutcomeDuplicate] == 0 || outcomes[room.OutcomeRefused] < 10 || codes[events.Fork] == 0) {
+		t.Fatalf("the mix is too one-sided: %v %v", outcomes, codes)
+	}
+	mb := batched.stored()
+	for _, other := range []*env{single, oracle} {
+		ms := other.stored()
+		if len(mb) != len(ms) {
+			t.Fatalf("streams hold %d and %d messages", len(mb), len(ms))
+		}
+		for i := range mb {
+			if mb[i].Subject != ms[i].Subject || !bytes.Equal(mb[i].Data, ms[i].Data) {
+				t.Fatalf("stream seq %d: %s %s vs %s %s", mb[i].Sequence, mb[i].Subject, mb[i].Data, ms[i].Subject, ms[i].Data)
+			}
+		}
+	}
+}
