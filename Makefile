@@ -44,8 +44,9 @@ fuzz:
 
 ## bench: per-entry Go benchmarks with allocations, then cmd/roompub-bench: roompub against raw JetStream on one embedded server, same bytes (about 6 min; BENCH_FLAGS adds flags)
 BENCH_FLAGS ?=
-bench: build
+bench:
 	$(GO) test -run='^$$' -bench=. -benchmem ./events ./validate
+	@$(MAKE) --no-print-directory build
 	bin/roompub-bench --publisher bin/publisher --subscriber bin/subscriber $(BENCH_FLAGS)
 
 ## bench-check: the side-by-side run only; exit 1 when a ratio is below the issue's floor

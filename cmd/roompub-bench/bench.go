@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"os/exec"
 	"os/signal"
 	"path/filepath"
 	"runtime"
@@ -126,6 +127,13 @@ type bench struct {
 func (c *cli) Run(s *streams) error {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	for _, bin := range []struct{ scenario, flag, path string }{{"verify", "--publisher", c.Publisher}, {"read", "--subscriber", c.Subscriber}} {
+		if c.selected(bin.scenario) {
+			if _, err := exec.LookPath(bin.path); err != nil {
+				return fmt.Errorf("%w: %s %s: %v (run make build, or name the binary)", config.ErrInvalid, bin.flag, bin.path, err)
+			}
+		}
+	}
 	b := &bench{c: c, out: s, ctx: ctx, sz: c.sizes(), rounds: c.Rounds}
 	if b.rounds == 0 {
 		b.rounds = 3
