@@ -10,6 +10,7 @@ import (
 
 	"github.com/roompub/roompub/events"
 	"github.com/roompub/roompub/room"
+	"github.com/roompub/roompub/validate"
 )
 
 // equivChain is one chain and the lines a random request may be made of.
@@ -147,5 +148,82 @@ func batchEquivalence(t *testing.T, seed uint64, requests int, mixed bool) {
 				t.Fatalf("stream seq %d: %s %s vs %s %s", mb[i].Sequence, mb[i].Subject, mb[i].Data, ms[i].Subject, ms[i].Data)
 			}
 		}
+	}
+}
+
+// TestRecordEquivalence holds the record path, which decides on the gate's
+// room index kept current by its own appends, against the path before it
+// (AppendRecordCatchingUp, the old code kept as the oracle: the index brought
+// up to the stream head before every decision). Two gates on one server
+// and two oracle gates on another get the same random records (repeats,
+// idempotency and run conflicts, unknown outcomes, two rooms) in the same
+// order: the same replies, the same streams.
+func TestRecordEquivalence(t *testing.T) {
+	for seed := range uint64(3) {
+		t.Run(fmt.Sprint("seed ", seed), func(t *testing.T) {
+			rng := rand.New(rand.NewPCG(seed, 3))
+			fast, oracle := newEnv(t), newEnv(t)
+			fg := fast.racers()
+			// The oracle's gates trust the host that signs the records.
+			ov, err := validate.New(validate.WithTrustedHosts(fast.key.NodeID()))
+			if err != nil {
+				t.Fatal(err)
+			}
+			var og [2]*room.Gate
+			for i := range og {
+				if og[i], err = room.NewGate(t.Context(), oracle.connect(), room.GateOptions{Validator: ov}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			base := referenceRecord(t, "verified.json")
+			d1 := "oA28VKhsifc4ODhCXQhTYA5qikyleR46w0_GrRwpce1"
+			var pool [][]byte
+			for i := range 60 {
+				changes := map[string]any{
+					"room/id":         []string{"room:rd", "room:rd", "room:rd2"}[rng.IntN(3)],
+					"idempotency/key": fmt.Sprint("key-", rng.IntN(14)),
+					"run/ref":         fmt.Sprint("operator-task-run:r", rng.IntN(14)),
+					"recorded-at":     fmt.Sprintf("2026-09-25T12:%02d:00Z", i),
+				}
+				if rng.IntN(4) == 0 {
+					changes["outcome"] = "unknown"
+				}
+				if k := rng.IntN(6); k > 0 {
+					d := d1[:len(d1)-1] + fmt.Sprint(k)
+					changes["decision/ref"] = "corpus-experiment-chair-decision:sha256:" + d
+					changes["decision/digest"] = "sha256:" + d
+				}
+				pool = append(pool, fast.sign(base, changes).Canonical())
+			}
+			outcomes := map[string]int{}
+			codes := map[events.Code]int{}
+			for range 150 {
+				raw := pool[rng.IntN(len(pool))]
+				i := rng.IntN(2)
+				rf := fg[i].AppendRecord(t.Context(), raw)
+				ro := og[i].AppendRecordCatchingUp(t.Context(), raw)
+				jf, _ := json.Marshal(rf)
+				jo, _ := json.Marshal(ro)
+				if !bytes.Equal(jf, jo) {
+					t.Fatalf("record %s through gate %d:\nnew:    %s\noracle: %s", raw, i, jf, jo)
+				}
+				outcomes[rf.Item.Outcome]++
+				codes[rf.Item.Code]++
+			}
+			t.Logf("outcomes %v, codes %v", outcomes, codes)
+			if outcomes[room.OutcomeStored] < 5 || outcomes[room.OutcomeDuplicate] < 5 || codes[events.IdempotencyConflict] == 0 ||
+				codes[events.RunConflict] == 0 || codes[events.UnknownNotConsent] == 0 {
+				t.Fatalf("the mix is too one-sided: %v %v", outcomes, codes)
+			}
+			mf, mo := fast.stored(), oracle.stored()
+			if len(mf) != len(mo) {
+				t.Fatalf("streams hold %d and %d messages", len(mf), len(mo))
+			}
+			for i := range mf {
+				if mf[i].Subject != mo[i].Subject || !bytes.Equal(mf[i].Data, mo[i].Data) {
+					t.Fatalf("stream seq %d differs", mf[i].Sequence)
+				}
+			}
+		})
 	}
 }

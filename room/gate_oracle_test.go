@@ -1,6 +1,7 @@
 package room
 
-// The gate's journal path before atomic batches, kept as a test oracle.
+// The gate's journal and record paths before issue 8, kept as test
+// oracles.
 
 import (
 	"context"
@@ -214,6 +215,117 @@ func (g *Gate) oldAppendLine(ctx context.Context, roomID string, key events.Chai
 				return failed(idx, err)
 			}
 			continue
+		}
+	}
+}
+
+// AppendRecordCatchingUp is the gate's record path before the room index
+// was kept current by the gate's own appends (commit 0d93e38): it brings
+// the index up to the stream head before every decision. It is the oracle
+// of TestRecordEquivalence.
+func (g *Gate) AppendRecordCatchingUp(ctx context.Context, raw []byte) RecordReply {
+	at := events.Location{}
+	rec, err := g.v.Record(raw, at)
+	var reply RecordReply
+	if rec != nil {
+		reply.RoomID = rec.RoomID()
+		reply.Item.Hash = rec.ComputedRef()
+	}
+	if err != nil {
+		var ref *events.Refusal
+		if !errors.As(err, &ref) {
+			reply.Item = failed(0, err)
+			return reply
+		}
+		reply.Item = refused(0, ref.Problems)
+		if rec != nil {
+			reply.Item.Hash = rec.ComputedRef()
+		}
+		return reply
+	}
+	roomID := rec.RoomID()
+	if err := g.subjects.CheckRoom(roomID); err != nil {
+		reply.Item = refused(0, []events.Problem{{Code: events.TooLarge, At: events.Location{Pointer: "/room~1id"}, Reason: err.Error()}})
+		reply.Item.Hash = rec.ComputedRef()
+		return reply
+	}
+	r := g.room(roomID)
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	subj := g.subjects.Records(roomID)
+	digest := rec.ContentDigest()
+	retryUntil := time.Now().Add(retryWindow)
+	for attempt := 0; ; attempt++ {
+		if attempt >= g.attempts {
+			reply.Item = failed(0, fmt.Errorf("gave up after %d attempts", attempt))
+			return reply
+		}
+		if err := g.catchUp(ctx, roomID, r); err != nil {
+			if !g.waitRead(ctx, err, &attempt, retryUntil) {
+				reply.Item = failed(0, err)
+				return reply
+			}
+			continue
+		}
+		if seq, ok := r.digests[digest]; ok {
+			reply.Item = ItemResult{Outcome: OutcomeDuplicate, Hash: rec.ComputedRef(), StreamSeq: seq, Subject: subj}
+			return reply
+		}
+		if ps := r.streamProblems(rec, at); len(ps) > 0 {
+			reply.Item = refused(0, ps)
+			reply.Item.Hash = rec.ComputedRef()
+			return reply
+		}
+		msg := &nats.Msg{Subject: subj, Data: rec.Canonical(), Header: nats.Header{}}
+		msg.Header.Set(jetstream.MsgIDHeader, digest)
+		msg.Header.Set(jetstream.ExpectedLastSubjSeqHeader, strconv.FormatUint(r.streamSeq, 10))
+		if tl := g.tooLarge(msg, at); tl != nil {
+			reply.Item = refused(0, tl)
+			reply.Item.Hash = rec.ComputedRef()
+			return reply
+		}
+		if perr := g.pausedErr(); perr != nil {
+			reply.Item = failed(0, perr)
+			return reply
+		}
+		ack, err := g.publish(ctx, msg)
+		switch {
+		case err == nil && !ack.Duplicate:
+			r.streamSeq = ack.Sequence
+			r.add(rec, ack.Sequence)
+			reply.Item = ItemResult{Outcome: OutcomeStored, Hash: rec.ComputedRef(), StreamSeq: ack.Sequence, Subject: subj}
+			return reply
+		case err == nil && ack.Duplicate:
+			if same, serr := g.storedEquals(ctx, ack.Sequence, subj, rec.Canonical()); serr != nil || !same {
+				reply.Item = failed(0, fmt.Errorf("duplicate ack at stream seq %d does not hold this record (%v)", ack.Sequence, serr))
+				return reply
+			}
+			reply.Item = ItemResult{Outcome: OutcomeDuplicate, Hash: rec.ComputedRef(), StreamSeq: ack.Sequence, Subject: subj}
+			return reply
+		case isWrongLastSequence(err):
+			continue // another gate appended to the room: catch up, decide again
+		case isStoreFull(err):
+			reply.Item = failed(0, errStoreFull(err))
+			return reply
+		case isRetryable(err):
+			attempt = g.waitOut(attempt, retryUntil)
+			if !sleepCtx(ctx, backoff(attempt)) {
+				reply.Item = failed(0, ctx.Err())
+				return reply
+			}
+			continue
+		default:
+			var apiErr *jetstream.APIError
+			if errors.As(err, &apiErr) && apiErr.ErrorCode == jetstream.JSErrCodeStreamMessageExceedsMaximum {
+				reply.Item = refused(0, []events.Problem{{Code: events.TooLarge, At: at, Reason: apiErr.Description}})
+				return reply
+			}
+			if errors.As(err, &apiErr) || ctx.Err() != nil {
+				reply.Item = failed(0, err)
+				return reply
+			}
+			g.log.Warn("ambiguous record append, reading back", zap.String("subject", subj), zap.Error(err))
+			continue // catchUp reads what is stored before deciding again
 		}
 	}
 }
