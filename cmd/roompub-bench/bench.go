@@ -359,8 +359,11 @@ func (b *bench) auditWrites(results []*result) (map[string]any, error) {
 	for _, r := range results {
 		switch r.key {
 		case "long_chain":
-			entries += 2 * uint64(r.items)
+			entries += 2*uint64(r.items) + uint64(r.syncEntries)
 			chains += 2 * r.rounds
+			if r.syncEntries > 0 {
+				chains++
+			}
 		case "parallel":
 			entries += 2 * uint64(r.items)
 			chains += 2 * r.rounds * b.sz.chains

@@ -166,7 +166,46 @@ func (b *bench) longChain() (*result, error) {
 	if err != nil {
 		return nil, err
 	}
-	return r, b.countStored(r, rawRoom, pubRoom)
+	if err := b.countStored(r, rawRoom, pubRoom); err != nil {
+		return nil, err
+	}
+	// For reference, not a ratio: one synchronous publish per entry with
+	// the same headers each, the way the gate appended before it batched
+	// (issue 8: atomic batches are roughly ten times faster with fsync).
+	m := min(n, 2000)
+	meta := chainMeta(fmt.Sprintf("run-bench-syn-long-r0-%04d", 0), fmt.Sprintf("cap-bench-syn-long-r0-%04d", 0))
+	c := genChain(meta, 1, m)
+	b.logf("long_chain: reference: %d synchronous publishes", m)
+	start := time.Now()
+	stored, err := syncPublishes(b.ctx, b.js, b.subjects, "room:bench-syn-long", meta.Key(), c.lines, c.hashes)
+	sync := side{n: stored, bytes: c.bytes, dur: time.Since(start)}
+	if err != nil {
+		return nil, err
+	}
+	r.syncEntries = stored
+	r.extra = map[string]any{"raw_sync_count": stored, "raw_sync_per_s": round(sync.rate(), 1), "batch_over_sync": round(r.raw.rate()/sync.rate(), 2)}
+	r.notes = append(r.notes, fmt.Sprintf("reference: one synchronous publish per entry (same headers on each): %s; atomic batches are %.1f× that", sync, r.raw.rate()/sync.rate()))
+	return r, nil
+}
+
+// syncPublishes appends lines to the chain's subject with one synchronous
+// publish each, with Nats-Msg-Id and the expected last sequence over the
+// chain's subject in every room on every message.
+func syncPublishes(ctx context.Context, js jetstream.JetStream, subjects room.Subjects, roomID string, key events.ChainKey, lines [][]byte, hashes []string) (int, error) {
+	subj, anyRoom := subjects.Journal(roomID, key), subjects.ChainAnyRoom(key)
+	var last uint64
+	for i, line := range lines {
+		m := &nats.Msg{Subject: subj, Data: line, Header: nats.Header{}}
+		m.Header.Set(jetstream.MsgIDHeader, hashes[i])
+		m.Header.Set(jetstream.ExpectedLastSubjSeqHeader, strconv.FormatUint(last, 10))
+		m.Header.Set(jetstream.ExpectedLastSubjSeqSubjHeader, anyRoom)
+		ack, err := js.PublishMsg(ctx, m)
+		if err != nil {
+			return i, fmt.Errorf("entry %d on %s: %w", i, subj, err)
+		}
+		last = ack.Sequence
+	}
+	return len(lines), nil
 }
 
 // countStored checks that the write stream holds r.items messages in each

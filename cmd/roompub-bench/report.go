@@ -41,6 +41,9 @@ type result struct {
 	// how says what each side did, for the notes under the table.
 	rawHow, pubHow string
 	extra          map[string]any // more JSON members, keyed without the prefix
+	notes          []string       // more lines under the table
+	// syncEntries were stored in one more chain for reference (long chain).
+	syncEntries int
 
 	ratio float64 // roompub throughput / raw throughput
 	ok    bool
@@ -105,6 +108,9 @@ func (b *bench) printTable(results []*result) {
 	fmt.Fprintln(w)
 	for _, r := range results {
 		fmt.Fprintf(w, "%s:\n  raw:     %s: %s\n  roompub: %s: %s\n", r.name, r.rawHow, r.raw, r.pubHow, r.pub)
+		for _, n := range r.notes {
+			fmt.Fprintf(w, "  %s\n", n)
+		}
 	}
 }
 

@@ -66,11 +66,15 @@ func TestBenchQuick(t *testing.T) {
 	}
 	// --quick audits the write stream: both sides' entries and records
 	// verify (the raw side stored exactly what roompub stores), each
-	// chain once per side and round.
+	// chain once per side and round, plus the long chain's reference chain
+	// of synchronous publishes.
 	if got["write_audit_clean"] != true {
 		t.Errorf("write_audit_clean = %v, want true", got["write_audit_clean"])
 	}
-	for k, v := range map[string]float64{"write_audit_entries": 2 * 2 * (500 + 1000), "write_audit_records": 2 * 2 * 100, "write_audit_chains_ok": 2 * 2 * (1 + 10)} {
+	if got["long_chain_raw_sync_count"] != 500.0 {
+		t.Errorf("long_chain_raw_sync_count = %v, want 500", got["long_chain_raw_sync_count"])
+	}
+	for k, v := range map[string]float64{"write_audit_entries": 2*2*(500+1000) + 500, "write_audit_records": 2 * 2 * 100, "write_audit_chains_ok": 2*2*(1+10) + 1} {
 		if got[k] != v {
 			t.Errorf("%s = %v, want %v", k, got[k], v)
 		}
