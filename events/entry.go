@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"strconv"
 	"strings"
 	"sync"
@@ -77,10 +76,10 @@ func parseCanonical(line []byte, owned bool) *Entry {
 	if !ok {
 		return nil
 	}
-	head, tail := s.hashPreimage()
+	cut, end := s.hashCut()
 	h := sha256.New()
-	io.WriteString(h, head)
-	io.WriteString(h, tail)
+	h.Write(line[:cut])
+	h.Write(line[end:])
 	var sum [sha256.Size]byte
 	canonical := line
 	if !owned {

@@ -70,24 +70,25 @@ func scanCanonicalEntry(src string) (s scanner, fields []Field, ok bool) {
 }
 
 // object scans an object starting at s.i ('{'); depth is 1 for the entry.
+// Members are gathered on the stack and returned in one exact allocation.
 func (s *scanner) object(depth int) ([]Field, bool) {
 	s.i++ // '{'
 	if s.i < len(s.src) && s.src[s.i] == '}' {
 		s.i++
 		return []Field{}, true
 	}
-	capacity := 8
-	if depth == 1 {
-		capacity = 16
-	}
-	fields := make([]Field, 0, capacity)
+	var buf [24]Field
+	var more []Field // all the members, once there are more than buf holds
+	n := 0
+	prev := ""
 	for {
 		start := s.i
 		key, ok := s.key()
-		if !ok || len(fields) > 0 && key <= fields[len(fields)-1].Key {
+		if !ok || n > 0 && key <= prev {
 			// Not ASCII, escaped, out of RFC 8785 order or duplicated.
 			return nil, false
 		}
+		prev = key
 		if s.i >= len(s.src) || s.src[s.i] != ':' {
 			return nil, false
 		}
@@ -99,7 +100,15 @@ func (s *scanner) object(depth int) ([]Field, bool) {
 		if depth == 1 && key == "entry_hash" {
 			s.hashStart, s.hashEnd = start, s.i
 		}
-		fields = append(fields, f)
+		switch {
+		case n < len(buf):
+			buf[n] = f
+		case more == nil:
+			more = append(append(make([]Field, 0, 2*len(buf)), buf[:]...), f)
+		default:
+			more = append(more, f)
+		}
+		n++
 		if s.i >= len(s.src) {
 			return nil, false
 		}
@@ -107,7 +116,10 @@ func (s *scanner) object(depth int) ([]Field, bool) {
 		s.i++
 		switch c {
 		case '}':
-			return fields, true
+			if more != nil {
+				return more, true
+			}
+			return append([]Field(nil), buf[:n]...), true
 		case ',':
 		default:
 			return nil, false
@@ -320,22 +332,23 @@ func canonicalNumber(tok string) bool {
 	return err == nil && out == tok
 }
 
-// hashPreimage returns the canonical entry without its entry_hash member
-// as two pieces to hash one after the other: removing one member of a
-// canonical object leaves it canonical (the other members keep their
-// order and their bytes), so this is CanonicalWithout(obj, "entry_hash").
-func (s *scanner) hashPreimage() (head, tail string) {
+// hashCut returns the bytes to cut from the line for the entry_hash
+// preimage, [cut, end): the member and one comma next to it. Removing one
+// member of a canonical object leaves it canonical (the other members keep
+// their order and their bytes), so line[:cut] followed by line[end:] is
+// CanonicalWithout(obj, "entry_hash"). Without the member, cut = end.
+func (s *scanner) hashCut() (cut, end int) {
 	if s.hashStart < 0 {
-		return s.src, ""
+		return len(s.src), len(s.src)
 	}
-	start, end := s.hashStart, s.hashEnd
+	cut, end = s.hashStart, s.hashEnd
 	switch {
-	case s.src[start-1] == ',': // not the first member: drop the comma before it
-		start--
+	case s.src[cut-1] == ',': // not the first member: drop the comma before it
+		cut--
 	case s.src[end] == ',': // the first of several: drop the comma after it
 		end++
 	}
-	return s.src[:start], s.src[end:]
+	return cut, end
 }
 
 // maxTreeDepth bounds the nesting the tree scanner follows; deeper

@@ -152,31 +152,60 @@ func isInteger(f events.Field) bool {
 	if s != "" && s[0] == '-' {
 		s = s[1:]
 	}
-	return s != "" && allIn(s, isDigit)
+	for i := 0; i < len(s); i++ {
+		if !isDigit(s[i]) {
+			return false
+		}
+	}
+	return s != ""
 }
 
 func isNonNegativeInteger(f events.Field) bool {
 	return isInteger(f) && f.Text[0] != '-'
 }
 
+// Byte classes of the envelope's patterns.
+var (
+	idFirst  = byteClass("A-Z", "a-z", "0-9")                     // run_id, capsule_id: [A-Za-z0-9]
+	idRest   = byteClass("A-Z", "a-z", "0-9", ".", "_", ":", "-") // [A-Za-z0-9._:-]
+	kindRest = byteClass("a-z", "0-9", "_", ".", "-")             // kind: [a-z0-9_.-]
+	hexLower = byteClass("0-9", "a-f")                            // [0-9a-f]
+)
+
+// byteClass builds a table of the bytes in the given ranges ("a-z") and
+// single bytes.
+func byteClass(parts ...string) *[256]bool {
+	var t [256]bool
+	for _, p := range parts {
+		lo, hi := p[0], p[len(p)-1]
+		for c := int(lo); c <= int(hi); c++ {
+			t[c] = true
+		}
+	}
+	return &t
+}
+
+func allIn(s string, class *[256]bool) bool {
+	for i := 0; i < len(s); i++ {
+		if !class[s[i]] {
+			return false
+		}
+	}
+	return true
+}
+
 // isID: ^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$ (run_id, capsule_id).
 func isID(s string) bool {
-	return len(s) >= 1 && len(s) <= 128 && isAlnum(s[0]) && allIn(s[1:], func(c byte) bool {
-		return isAlnum(c) || c == '.' || c == '_' || c == ':' || c == '-'
-	})
+	return len(s) >= 1 && len(s) <= 128 && idFirst[s[0]] && allIn(s[1:], idRest)
 }
 
 // isKind: ^[a-z][a-z0-9_.-]{0,63}$.
 func isKind(s string) bool {
-	return len(s) >= 1 && len(s) <= 64 && 'a' <= s[0] && s[0] <= 'z' && allIn(s[1:], func(c byte) bool {
-		return 'a' <= c && c <= 'z' || isDigit(c) || c == '_' || c == '.' || c == '-'
-	})
+	return len(s) >= 1 && len(s) <= 64 && 'a' <= s[0] && s[0] <= 'z' && allIn(s[1:], kindRest)
 }
 
 // isHex64: ^[0-9a-f]{64}$.
-func isHex64(s string) bool {
-	return len(s) == 64 && allIn(s, func(c byte) bool { return isDigit(c) || 'a' <= c && c <= 'f' })
-}
+func isHex64(s string) bool { return len(s) == 64 && allIn(s, hexLower) }
 
 // isDateTime accepts "YYYY-MM-DDTHH:MM:SS[.fraction](Z|+hh:mm|-hh:mm)"
 // with a real calendar date (the same time.Parse call jsonschema v6 makes),
@@ -225,14 +254,3 @@ func twoDigits(s string) (int, bool) {
 }
 
 func isDigit(c byte) bool { return '0' <= c && c <= '9' }
-
-func isAlnum(c byte) bool { return isDigit(c) || 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' }
-
-func allIn(s string, ok func(byte) bool) bool {
-	for i := 0; i < len(s); i++ {
-		if !ok(s[i]) {
-			return false
-		}
-	}
-	return true
-}
