@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/roompub/roompub/events"
+	"github.com/roompub/roompub/validate"
 )
 
 // BenchmarkChainCheck verifies one journal entry as the gate does: parse,
@@ -102,6 +103,32 @@ func BenchmarkRecordCanonical(b *testing.B) {
 	for b.Loop() {
 		if _, err := v.Record(raw, events.Location{}); err != nil {
 			b.Fatal(err)
+		}
+	}
+}
+
+// BenchmarkCheckEntry is the entry rules alone on a fast-path entry: the
+// envelope check and the secret canaries; BenchmarkCheckEntrySchema is the
+// same through jsonschema v6 and the decoded map, as before.
+func BenchmarkCheckEntry(b *testing.B) {
+	benchCheckEntry(b, (*validate.Validator).CheckEntry)
+}
+
+func BenchmarkCheckEntrySchema(b *testing.B) {
+	benchCheckEntry(b, (*validate.Validator).CheckEntrySchema)
+}
+
+func benchCheckEntry(b *testing.B, check func(*validate.Validator, *events.Entry, events.Location) []events.Problem) {
+	v := newValidator(b)
+	e, err := events.ParseEntry(realisticJournal(b, 2)[:bytes.IndexByte(realisticJournal(b, 2), '\n')])
+	if err != nil {
+		b.Fatal(err)
+	}
+	e.Object() // decoded once, outside the loop, as a reused value would be
+	b.ReportAllocs()
+	for b.Loop() {
+		if ps := check(v, e, events.Location{}); len(ps) != 0 {
+			b.Fatal(ps)
 		}
 	}
 }
