@@ -341,7 +341,7 @@ func (b *bench) environment() map[string]any {
 		"go_version":          runtime.Version(),
 		"gomaxprocs":          runtime.GOMAXPROCS(0),
 		"nats_server_version": server.VERSION,
-		"sync":                "always",
+		"sync":                b.syncSetting(),
 		"inflight":            b.c.Inflight,
 		"batch":               b.c.Batch,
 		"quick":               b.c.Quick,
@@ -388,4 +388,22 @@ func (b *bench) auditWrites(results []*result) (map[string]any, error) {
 	}
 	b.logf("write stream audit: clean, %d entries, %d records, %d chains in %.1fs", t.Entries, t.Records, t.ChainsOK, time.Since(start).Seconds())
 	return map[string]any{"write_audit_clean": true, "write_audit_entries": t.Entries, "write_audit_records": t.Records, "write_audit_chains_ok": t.ChainsOK}, nil
+}
+
+// syncSetting reads the running server's JetStream fsync setting:
+// "always" (sync_interval: always, what `publisher serve` runs with) or
+// the interval.
+func (b *bench) syncSetting() string {
+	if b.emb == nil {
+		return "unknown"
+	}
+	cfg := b.emb.Server().JetStreamConfig()
+	switch {
+	case cfg == nil:
+		return "no JetStream"
+	case cfg.SyncAlways:
+		return "always"
+	default:
+		return cfg.SyncInterval.String()
+	}
 }

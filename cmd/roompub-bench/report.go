@@ -84,8 +84,12 @@ func (b *bench) printTable(results []*result) {
 	w := b.out.out
 	env := b.environment()
 	fmt.Fprintf(w, "roompub-bench: roompub against raw JetStream, one run, the same message bytes on both sides\n")
-	fmt.Fprintf(w, "%s, GOMAXPROCS %d, nats-server %s (embedded, in process), sync: always (fsync before every ack), store %s\n",
-		env["go_version"], env["gomaxprocs"], env["nats_server_version"], b.storeDir)
+	sync := env["sync"]
+	if sync == "always" {
+		sync = "always (fsync before every ack)"
+	}
+	fmt.Fprintf(w, "%s, GOMAXPROCS %d, nats-server %s (embedded, in process), sync: %s, store %s\n",
+		env["go_version"], env["gomaxprocs"], env["nats_server_version"], sync, b.storeDir)
 	if b.inflightNote != "" {
 		fmt.Fprintf(w, "in flight: %s\n", b.inflightNote)
 		fmt.Fprintf(w, "rounds: the write scenarios run %d rounds, raw first in odd rounds, roompub first in even ones; each side's work and time are added up\n", b.rounds)
