@@ -103,21 +103,17 @@ type bench struct {
 	sz  sizes
 	tmp string // capsule directories
 
-	storeDir  string
-	dropStore bool
-	emb       *room.Embedded
-	nc        *nats.Conn // the raw side's connection
-	js        jetstream.JetStream
+	storeDir string
+	emb      *room.Embedded
+	nc       *nats.Conn // the raw side's connection
+	js       jetstream.JetStream
 
-	subjects room.Subjects // the write stream's layout
-	key      *events.HostKey
-	gateNC   *nats.Conn
-	svc      *room.Service
-	clientNC *nats.Conn
-	client   *room.Client
-	// shippers caps roompub's concurrent shippers in the parallel
-	// scenario, standing in for the raw side's cap on batches in flight.
-	shippers     int
+	subjects     room.Subjects // the write stream's layout
+	key          *events.HostKey
+	gateNC       *nats.Conn
+	svc          *room.Service
+	clientNC     *nats.Conn
+	client       *room.Client
 	pubInflight  string // how roompub's side is capped, for the table
 	inflightNote string
 	rounds       int
@@ -207,7 +203,7 @@ func (b *bench) start() error {
 	}
 	b.storeDir = b.c.StoreDir
 	if b.storeDir == "" && b.c.Quick {
-		b.storeDir, b.dropStore = filepath.Join(b.tmp, "store"), true
+		b.storeDir = filepath.Join(b.tmp, "store") // removed with b.tmp
 	}
 	if b.storeDir == "" {
 		cache, err := os.UserCacheDir()
@@ -280,7 +276,6 @@ func (b *bench) startRoompub() error {
 		return err
 	}
 	b.client = room.NewClient(b.clientNC, room.ClientOptions{Timeout: b.c.Timeout})
-	b.shippers = b.sz.chains
 	b.pubInflight = fmt.Sprintf("all shipping at once; the gate's atomic batches: up to %d messages, at most %d in flight (GateOptions.MaxBatch, MaxInflightBatches; the ingest service at serve's default concurrency)",
 		b.c.Batch, b.c.Inflight)
 	b.inflightNote = fmt.Sprintf("raw: at most %d atomic batches in flight; roompub: %s", b.c.Inflight, b.pubInflight)
