@@ -61,6 +61,12 @@ func (cr *clusterRun) startShipment(name string) *shipment {
 // the shipper is still at it.
 func (cr *clusterRun) waitProgress(s *shipment, n uint64) uint64 {
 	cr.t.Helper()
+	defer func() {
+		if cr.t.Failed() {
+			cr.t.Logf("publisher journal so far:\n%s%s\npublisher serve's log (tail):\n%s",
+				s.journal.stdout, tail(s.journal.stderr.String(), 3000), tail(cr.srv.stderr.String(), 6000))
+		}
+	}()
 	got := cr.in.waitCount(cr.in.subj.Journal(s.roomID, s.cap.key()), n, 60*time.Second)
 	if !s.journal.running() {
 		cr.t.Fatalf("the shipment ended before the fault (%d entries stored):\n%s", got, s.journal.stdout)
