@@ -5,9 +5,10 @@ import (
 	"errors"
 	"fmt"
 	"sort"
+	"sync"
+	"sync/atomic"
 	"time"
 
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/roompub/roompub/events"
@@ -126,7 +127,7 @@ func Audit(ctx context.Context, js jetstream.JetStream, o AuditOptions) (*AuditR
 			for i := range b.xs {
 				x := &b.xs[i]
 				rep.Totals.Messages++
-				ev, aside := r.apply(x)
+				ev, aside := r.decide(x, o.OnEvent != nil)
 				switch {
 				case aside != nil:
 					rep.Totals.SetAside++
@@ -148,7 +149,6 @@ func Audit(ctx context.Context, js jetstream.JetStream, o AuditOptions) (*AuditR
 				if o.Progress != nil && rep.Totals.Messages%o.ProgressEvery == 0 {
 					o.Progress(x.m.Seq, info.State.LastSeq)
 				}
-				*x = prepared{} // let the entry go before the batch does
 			}
 			return nil
 		}); err != nil {
@@ -198,15 +198,24 @@ func filters(subjects Subjects, rooms []string) []string {
 	return out
 }
 
-// pullMaxBytes bounds what a replay's ordered consumer buffers in the
-// client: big pulls (one request for many messages) with a memory bound.
-// It is raised to twice the server's max payload so one message always
-// fits.
-const pullMaxBytes = 8 << 20
+// A replay's ordered consumer pulls up to pullMaxMessages messages at a
+// time, and at most pullMaxBytes (raised to twice the server's max
+// payload, so one message always fits) in one pull: big pulls, one
+// request for many messages, and a bound on what the client buffers.
+const (
+	pullMaxMessages = 1024
+	pullMaxBytes    = 4 << 20
+)
+
+// replayIdle is how long a replay waits for a message before it asks the
+// consumer whether any is left.
+const replayIdle = 2 * time.Second
 
 // replay emits, in batches, the messages on the rooms' subjects in stream
 // order, from fromSeq (or since) up to last inclusive, read with an
-// ordered consumer that pulls up to pullMaxBytes at a time.
+// ordered consumer. It returns once the message at last (or the last one
+// on these subjects) is emitted, on an error, or with ctx's error once
+// emit refuses a batch.
 func replay(ctx context.Context, st jetstream.Stream, maxPayload int, subjects Subjects, rooms []string, fromSeq uint64, since time.Time, last uint64, emit func(*batch) bool) error {
 	cfg := jetstream.OrderedConsumerConfig{FilterSubjects: filters(subjects, rooms), DeliverPolicy: jetstream.DeliverAllPolicy}
 	switch {
@@ -219,58 +228,107 @@ func replay(ctx context.Context, st jetstream.Stream, maxPayload int, subjects S
 	if err != nil {
 		return fmt.Errorf("replay: %w", err)
 	}
-	it, err := cons.Messages(jetstream.PullMaxBytes(max(pullMaxBytes, 2*maxPayload)))
-	if err != nil {
-		return fmt.Errorf("replay: %w", err)
+	// The handler runs on the consumer's delivery goroutine; mu guards the
+	// batch it fills and the end, which the idle check below may also
+	// reach.
+	var (
+		mu       sync.Mutex
+		b        = newBatch()
+		handled  uint64 // stream seq of the last message added
+		finished bool
+		seen     atomic.Uint64 // messages delivered, for the idle check
+		done     = make(chan error, 1)
+	)
+	// finish ends the replay once, with mu held.
+	finish := func(err error) {
+		if !finished {
+			finished = true
+			done <- err
+		}
 	}
-	defer it.Stop()
-	b := &batch{}
+	// flush hands on the batch, with mu held.
 	flush := func() bool {
 		if len(b.xs) == 0 {
 			return true
 		}
 		ok := emit(b)
-		b = &batch{}
+		b = newBatch()
 		return ok
 	}
-	for {
-		msg, err := it.Next(jetstream.NextMaxWait(2 * time.Second))
-		if errors.Is(err, nats.ErrTimeout) {
-			// Nothing for a while: either the end of these subjects or a
-			// slow server. Hand on what is here, then ask the consumer.
-			if !flush() {
-				return ctx.Err()
-			}
-			if ctx.Err() != nil {
-				return ctx.Err()
-			}
-			ci, err := cons.Info(ctx)
-			if err != nil {
-				return fmt.Errorf("replay: %w", err)
-			}
-			if ci.NumPending == 0 {
-				return nil
-			}
-			continue
-		}
-		if err != nil {
-			return fmt.Errorf("replay: %w", err)
+	cc, err := cons.Consume(func(msg jetstream.Msg) {
+		seen.Add(1)
+		mu.Lock()
+		defer mu.Unlock()
+		if finished {
+			return
 		}
 		meta, err := msg.Metadata()
 		if err != nil {
-			return fmt.Errorf("replay: %w", err)
+			finish(fmt.Errorf("replay: %w", err))
+			return
 		}
-		b.add(StreamMsg{Subject: msg.Subject(), Seq: meta.Sequence.Stream, Data: msg.Data(), Time: meta.Timestamp}, nil)
-		if meta.Sequence.Stream >= last || meta.NumPending == 0 {
+		seq := meta.Sequence.Stream
+		if seq > last {
+			// Appended after the replay started (on a room's subject,
+			// where the last sequence read is below last).
 			if !flush() {
-				return ctx.Err()
+				finish(ctx.Err())
+				return
 			}
-			return nil
+			finish(nil)
+			return
 		}
-		if len(b.xs) >= batchMsgs || b.size >= batchBytes {
+		handled = seq
+		b.add(StreamMsg{Subject: msg.Subject(), Seq: seq, Data: msg.Data(), Time: meta.Timestamp}, nil)
+		if seq == last || meta.NumPending == 0 || len(b.xs) >= batchMsgs || b.size >= batchBytes {
 			if !flush() {
-				return ctx.Err()
+				finish(ctx.Err())
+				return
 			}
+			if seq == last || meta.NumPending == 0 {
+				finish(nil)
+			}
+		}
+	}, jetstream.PullMaxMessagesWithBytesLimit(pullMaxMessages, max(pullMaxBytes, 2*maxPayload)))
+	if err != nil {
+		return fmt.Errorf("replay: %w", err)
+	}
+	defer cc.Stop()
+	idle := time.NewTicker(replayIdle)
+	defer idle.Stop()
+	before := uint64(0)
+	for {
+		select {
+		case err := <-done:
+			return err
+		case <-ctx.Done():
+			mu.Lock()
+			finish(ctx.Err())
+			mu.Unlock()
+		case <-idle.C:
+			// Nothing for a while: either the end of these subjects or a
+			// slow server. Ask the consumer which, rather than stop short.
+			if now := seen.Load(); now != before {
+				before = now
+				continue
+			}
+			ci, err := cons.Info(ctx)
+			mu.Lock()
+			switch {
+			case errors.Is(err, jetstream.ErrConsumerNotFound) || errors.Is(err, jetstream.ErrOrderedConsumerNotCreated):
+				// The ordered consumer is being created again: ask later.
+			case err != nil:
+				finish(fmt.Errorf("replay: %w", err))
+			case ci.NumPending == 0 && (ci.Delivered.Consumer == 0 || ci.Delivered.Stream <= handled):
+				// Nothing left on the server and nothing delivered that
+				// the handler has not taken.
+				if !flush() {
+					finish(ctx.Err())
+				} else {
+					finish(nil)
+				}
+			}
+			mu.Unlock()
 		}
 	}
 }

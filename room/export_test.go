@@ -13,7 +13,7 @@ func VerifyInBatches(r *Reader, msgs []StreamMsg, cut func() int) ([]*Event, []*
 	produce := func(ctx context.Context, emit func(*batch) bool) error {
 		for from := 0; from < len(msgs); {
 			to := min(from+max(cut(), 1), len(msgs))
-			b := &batch{}
+			b := newBatch()
 			for _, m := range msgs[from:to] {
 				b.add(m, nil)
 			}

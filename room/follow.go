@@ -102,6 +102,7 @@ func Follow(ctx context.Context, js jetstream.JetStream, o FollowOptions, handle
 		return fmt.Errorf("consumer %s: %w", o.Durable, err)
 	}
 	r := NewReader(o.Validator, o.Subjects)
+	r.evidence = nil // no caller can reach it: per-record memory for nothing
 	floor := ci.AckFloor.Stream
 	if floor > 0 {
 		// Already handled or set aside before the restart: only the state.
@@ -110,8 +111,7 @@ func Follow(ctx context.Context, js jetstream.JetStream, o FollowOptions, handle
 		}
 		if err := runOrdered(ctx, r, produce, func(b *batch) error {
 			for i := range b.xs {
-				r.apply(&b.xs[i])
-				b.xs[i] = prepared{}
+				r.decide(&b.xs[i], false)
 			}
 			return nil
 		}); err != nil {
@@ -138,7 +138,7 @@ func Follow(ctx context.Context, js jetstream.JetStream, o FollowOptions, handle
 			}
 			ch := fb.Messages()
 			for msg := range ch {
-				b := &batch{}
+				b := newBatch()
 				if err := addFetched(b, msg); err != nil {
 					return err
 				}
@@ -202,7 +202,6 @@ func Follow(ctx context.Context, js jetstream.JetStream, o FollowOptions, handle
 				return fmt.Errorf("ack stream seq %d: %w", seq, err)
 			}
 			last = seq
-			b.xs[i] = prepared{}
 		}
 		return nil
 	})

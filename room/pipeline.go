@@ -22,6 +22,23 @@ type batch struct {
 	done chan struct{}   // closed once every element of xs is prepared
 }
 
+// batches recycles batches: a replay goes through a few dozen of them,
+// whatever its length.
+var batches = sync.Pool{New: func() any {
+	return &batch{xs: make([]prepared, 0, batchMsgs)}
+}}
+
+// newBatch returns an empty batch.
+func newBatch() *batch { return batches.Get().(*batch) }
+
+// release empties b, dropping every reference it holds, for reuse.
+func (b *batch) release() {
+	clear(b.xs)
+	clear(b.msgs)
+	b.xs, b.msgs, b.size, b.done = b.xs[:0], b.msgs[:0], 0, nil
+	batches.Put(b)
+}
+
 func (b *batch) add(m StreamMsg, msg jetstream.Msg) {
 	b.xs = append(b.xs, prepared{m: m})
 	if msg != nil {
@@ -37,8 +54,8 @@ func (b *batch) add(m StreamMsg, msg jetstream.Msg) {
 // (pipelineDepth+2) × batchBytes of message data at once, whatever the
 // stream's length, plus what the client has pulled (pullMaxBytes).
 const (
-	batchMsgs     = 256
-	batchBytes    = 256 << 10
+	batchMsgs     = 128
+	batchBytes    = 128 << 10
 	pipelineDepth = 8
 )
 
@@ -61,9 +78,10 @@ func runOrdered(ctx context.Context, r *Reader, produce func(ctx context.Context
 	var wg sync.WaitGroup
 	for range workers {
 		wg.Go(func() {
+			subjects := subjectCache{}
 			for b := range work {
 				for i := range b.xs {
-					r.prepare(&b.xs[i], b.xs[i].m)
+					r.prepare(&b.xs[i], b.xs[i].m, subjects)
 				}
 				close(b.done)
 			}
@@ -89,12 +107,12 @@ func runOrdered(ctx context.Context, r *Reader, produce func(ctx context.Context
 	var cerr error
 	for b := range order {
 		<-b.done
-		if cerr != nil {
-			continue
+		if cerr == nil {
+			if cerr = consume(b); cerr != nil {
+				cancel()
+			}
 		}
-		if cerr = consume(b); cerr != nil {
-			cancel()
-		}
+		b.release()
 	}
 	wg.Wait()
 	if cerr != nil {

