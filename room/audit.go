@@ -208,8 +208,13 @@ const (
 )
 
 // replayIdle is how long a replay waits for a message before it asks the
-// consumer whether any is left.
-const replayIdle = 2 * time.Second
+// consumer whether any is left; replayRecreate is how many times in a row
+// it lets the answer be that the consumer is being created again before
+// it gives up (about 30 s).
+const (
+	replayIdle     = 2 * time.Second
+	replayRecreate = 15
+)
 
 // replay emits, in batches, the messages on the rooms' subjects in stream
 // order, from fromSeq (or since) up to last inclusive, read with an
@@ -296,7 +301,7 @@ func replay(ctx context.Context, st jetstream.Stream, maxPayload int, subjects S
 	defer cc.Stop()
 	idle := time.NewTicker(replayIdle)
 	defer idle.Stop()
-	before := uint64(0)
+	before, recreating := uint64(0), 0
 	for {
 		select {
 		case err := <-done:
@@ -313,10 +318,16 @@ func replay(ctx context.Context, st jetstream.Stream, maxPayload int, subjects S
 				continue
 			}
 			ci, err := cons.Info(ctx)
+			if err == nil {
+				recreating = 0
+			}
 			mu.Lock()
 			switch {
-			case errors.Is(err, jetstream.ErrConsumerNotFound) || errors.Is(err, jetstream.ErrOrderedConsumerNotCreated):
-				// The ordered consumer is being created again: ask later.
+			case (errors.Is(err, jetstream.ErrConsumerNotFound) || errors.Is(err, jetstream.ErrOrderedConsumerNotCreated)) && recreating < replayRecreate:
+				// The ordered consumer is being created again (after a
+				// missed heartbeat, a reconnect, a leader change): ask
+				// later, for a while.
+				recreating++
 			case err != nil:
 				finish(fmt.Errorf("replay: %w", err))
 			case ci.NumPending == 0 && (ci.Delivered.Consumer == 0 || ci.Delivered.Stream <= handled):

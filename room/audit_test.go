@@ -3,8 +3,10 @@ package room_test
 import (
 	"fmt"
 	"maps"
+	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/roompub/roompub/events"
 	"github.com/roompub/roompub/room"
@@ -188,5 +190,40 @@ func TestAuditTrustsOnlyItsOwnHosts(t *testing.T) {
 	}
 	if _, err := room.Audit(t.Context(), e.js, room.AuditOptions{}); err == nil {
 		t.Error("Audit without a validator did not fail")
+	}
+}
+
+// TestAuditSlowConsumer: while the verdicts are slow to be taken (here
+// the first event's handler blocks across two of the replay's idle
+// checks), the server has already delivered every message to the client
+// and reports none pending; the replay waits for the messages delivered
+// and not yet verified, and loses none. A room filter that matches
+// nothing ends the replay too.
+func TestAuditSlowConsumer(t *testing.T) {
+	e := newEnvWith(t, room.EmbeddedOptions{SyncInterval: time.Minute})
+	var subj room.Subjects
+	const n = 1500
+	g := &chainGen{key: events.ChainKey{RunID: "run-slow", CapsuleID: "cap-slow"}, roomID: "room:slow"}
+	for range n {
+		publishRaw(t, e.js, subj.Journal(g.roomID, g.key), g.next(t).Canonical())
+	}
+	publishRaw(t, e.js, subj.Records("room:other"), recordIn(t, e.key, "room:other", "r-1", nil).Canonical())
+	var seen []uint64
+	rep, err := room.Audit(t.Context(), e.js, room.AuditOptions{Validator: e.v, Rooms: []string{"room:slow"}, OnEvent: func(ev *room.Event) {
+		if len(seen) == 0 {
+			time.Sleep(5 * time.Second) // two of the replay's idle checks (2 s)
+		}
+		seen = append(seen, ev.Seq)
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !rep.Clean() || rep.Totals.Entries != n || rep.Totals.Messages != n || !slices.Equal(seen, seqRange(1, n)) {
+		t.Errorf("slow consumer: clean %v, totals %+v, %d events", rep.Clean(), rep.Totals, len(seen))
+	}
+
+	rep, err = room.Audit(t.Context(), e.js, room.AuditOptions{Validator: e.v, Rooms: []string{"room:nothing-here"}})
+	if err != nil || !rep.Clean() || rep.Totals.Messages != 0 {
+		t.Errorf("room without messages: %v %+v", err, rep.Totals)
 	}
 }
