@@ -295,3 +295,32 @@ func benchConcurrency() int {
 	n, _ := strconv.Atoi(os.Getenv("ROOMPUB_BENCH_CONCURRENCY"))
 	return n
 }
+
+// BenchmarkGateRecord is the gate's record path alone (no service), and
+// BenchmarkGateRecordCatchingUp the path before issue 8 (the room index
+// brought up to the stream head, one leader read, before every record).
+func BenchmarkGateRecord(b *testing.B) { benchGateRecord(b, (*room.Gate).AppendRecord) }
+
+func BenchmarkGateRecordCatchingUp(b *testing.B) {
+	benchGateRecord(b, (*room.Gate).AppendRecordCatchingUp)
+}
+
+func benchGateRecord(b *testing.B, appendRecord func(*room.Gate, context.Context, []byte) room.RecordReply) {
+	be := newGateBenchEnv(b)
+	ctx := context.Background()
+	recs := be.gateBenchRecords(b, 0, 5000)
+	b.ReportAllocs()
+	i, made := 0, len(recs)
+	for b.Loop() {
+		if i == len(recs) {
+			b.StopTimer()
+			recs = be.gateBenchRecords(b, made, 5000)
+			i, made = 0, made+len(recs)
+			b.StartTimer()
+		}
+		if r := appendRecord(be.gate, ctx, recs[i].Canonical()); r.Item.Outcome != room.OutcomeStored {
+			b.Fatalf("%+v", r)
+		}
+		i++
+	}
+}
