@@ -84,7 +84,14 @@ func FuzzRecordOnePass(f *testing.F) {
 	for _, raw := range recordSeeds(f) {
 		f.Add(raw)
 	}
-	f.Add([]byte(`{"a":[{"b":[]}],"c":-0.5}`))
+	for _, s := range []string{
+		`{"a":[{"b":[]}],"c":-0.5}`,
+		`{"a":"b","execution/ref":"x","signature":{"alg":"y"},"z":[1,{"q":null}]}`,
+		"{\n  \"signature\": {\"value\": \"v\"},\n  \"execution/ref\": \"r\",\n  \"a\": [true, 1e21]\n}\n",
+		`{"execution/ref":"r"}`,
+	} {
+		f.Add([]byte(s))
+	}
 	f.Fuzz(func(t *testing.T, raw []byte) {
 		compareRecordPaths(t, raw)
 	})
