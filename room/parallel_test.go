@@ -446,3 +446,89 @@ func TestParallelAuditAndFollow(t *testing.T) {
 		t.Logf("first outcomes:\n%s", b.String())
 	}
 }
+
+// FuzzParallelReader: any sequence of messages drawn from a pool of good
+// and bad ones (every chain rule, records and their room rules, subjects
+// outside the layout), verified one by one and through the parallel
+// pipeline under fuzzed batch cuttings, gets the same outcome per message
+// and leaves the same chains.
+func FuzzParallelReader(f *testing.F) {
+	key, stranger := newHostKey(f), newHostKey(f)
+	v, err := validate.New(validate.WithTrustedHosts(key.NodeID(), referenceHost))
+	if err != nil {
+		f.Fatal(err)
+	}
+	var subj room.Subjects
+	type msg struct{ subject, data string }
+	type chain struct {
+		subject string
+		es      []*events.Entry
+	}
+	var chains []chain
+	for i, roomID := range []string{"room:r1", "room:r1", "room:r2"} {
+		g := &chainGen{key: events.ChainKey{RunID: fmt.Sprintf("run-%d", i), CapsuleID: "cap"}, roomID: roomID}
+		for range 8 {
+			g.next(f)
+		}
+		chains = append(chains, chain{subj.Journal(roomID, g.key), g.es})
+	}
+	// bad is a fixed pool of other messages.
+	a, c := chains[0], chains[2]
+	rec1 := recordIn(f, key, "room:r1", "f1", nil)
+	bad := []msg{
+		{a.subject, string(tampered(f, a.es[3]))},
+		{a.subject, string(forkOf(f, a.es[2]).Canonical())},
+		{a.subject, string(c.es[0].Canonical())},                                                                  // another chain's entry
+		{subj.Journal("room:r9", events.ChainKey{RunID: "run-0", CapsuleID: "cap"}), string(a.es[0].Canonical())}, // another room
+		{a.subject, string(rebuilt(f, a.es[1], map[string]any{"effect_class": "SE9"}).Canonical())},
+		{a.subject, string(rebuilt(f, a.es[1], map[string]any{"task_family": "other"}).Canonical())},
+		{a.subject, " " + string(a.es[0].Canonical())},
+		{a.subject, "\xff"},
+		{a.subject, "{"},
+		{"rooms.r1.junk", "{}"},
+		{subj.Records("room:r1"), string(rec1.Canonical())},
+		{subj.Records("room:r1"), string(recordIn(f, key, "room:r1", "f1", map[string]any{"recorded-at": "2026-09-25T12:16:00Z"}).Canonical())},
+		{subj.Records("room:r1"), string(recordIn(f, key, "room:r1", "f2", map[string]any{"run/ref": "operator-task-run:f1"}).Canonical())},
+		{subj.Records("room:r1"), string(recordIn(f, stranger, "room:r1", "f3", nil).Canonical())},
+		{subj.Records("room:r2"), string(rec1.Canonical())}, // another room's record
+		{subj.Records("room:r1"), "null"},
+	}
+	f.Add([]byte{0, 1, 2, 0, 1, 2, 0x40, 0x41, 0x80, 0x81}, uint64(1), false)
+	f.Add([]byte{0x30, 0x31, 0x32, 0x33, 0x34, 0x35, 0x36, 0x37, 0x38, 0x39, 0x3a, 0x3b, 0x3c, 0x3d, 0x3e, 0x3f, 0, 0, 0}, uint64(7), false)
+	f.Add([]byte{0x83, 0x84, 0x85, 0, 1, 2, 0x30}, uint64(3), true)
+	f.Fuzz(func(t *testing.T, script []byte, seed uint64, anchor bool) {
+		if len(script) > 512 {
+			return
+		}
+		l := msgList{t0: msgEpoch}
+		next := make([]int, len(chains))
+		for _, op := range script {
+			switch {
+			case op < 0x30: // the next good entry of a chain
+				k := int(op) % len(chains)
+				ch := chains[k]
+				l.add(ch.subject, ch.es[min(next[k], len(ch.es)-1)].Canonical())
+				next[k]++
+			case op < 0x80: // one of the bad messages
+				m := bad[int(op-0x30)%len(bad)]
+				l.add(m.subject, []byte(m.data))
+			default: // any entry of any chain: gaps, forks, repeats
+				ch := chains[int(op)%len(chains)]
+				l.add(ch.subject, ch.es[int(op>>2)%len(ch.es)].Canonical())
+			}
+		}
+		want, wr := sequential(v, l.msgs, anchor)
+		rng := rand.New(rand.NewPCG(seed, seed>>32))
+		r := room.NewReader(v, room.Subjects{})
+		r.Anchor = anchor
+		evs, asides := room.VerifyInBatches(r, l.msgs, func() int { return 1 + rng.IntN(8) })
+		got := make([]outcome, len(l.msgs))
+		for i := range l.msgs {
+			got[i] = outcomeOf(evs[i], asides[i])
+		}
+		diffOutcomes(t, "fuzzed", got, want)
+		if g, w := sortedChains(r.Chains()), sortedChains(wr.Chains()); !reflect.DeepEqual(g, w) {
+			t.Errorf("chains\n got  %+v\n want %+v", g, w)
+		}
+	})
+}
