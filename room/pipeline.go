@@ -50,9 +50,10 @@ func (b *batch) add(m StreamMsg, msg jetstream.Msg) {
 // Bounds of the work in flight between the stream and the applier: a
 // batch is cut at batchMsgs messages or batchBytes bytes of data
 // (whichever comes first, and always holds one message), and at most
-// pipelineDepth batches wait to be applied, so a reader holds about
-// (pipelineDepth+2) × batchBytes of message data at once, whatever the
-// stream's length, plus what the client has pulled (pullMaxBytes).
+// pipelineDepth batches (twice the workers, on a machine with more than
+// four cores) wait to be applied, so a reader holds about (depth+2) ×
+// batchBytes of message data at once, whatever the stream's length, plus
+// what the client has pulled (pullMaxMessages, pullMaxBytes).
 const (
 	batchMsgs     = 128
 	batchBytes    = 128 << 10
@@ -73,8 +74,9 @@ func runOrdered(ctx context.Context, r *Reader, produce func(ctx context.Context
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	workers := verifyWorkers()
-	work := make(chan *batch, pipelineDepth)
-	order := make(chan *batch, pipelineDepth)
+	depth := max(pipelineDepth, 2*workers)
+	work := make(chan *batch, depth)
+	order := make(chan *batch, depth)
 	var wg sync.WaitGroup
 	for range workers {
 		wg.Go(func() {
