@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"runtime"
@@ -113,8 +114,15 @@ func fillBench(tb testing.TB, js jetstream.JetStream, chains, per int) int {
 		for c := range chains {
 			s := subj.Journal(benchRoom, keys[c])
 			for i := from; i < min(from+100, per); i++ {
-				if _, err := js.PublishAsync(s, all[c][i], jetstream.WithMsgID(keys[c].RunID+"/"+strconv.Itoa(i))); err != nil {
-					tb.Fatal(err)
+				for {
+					_, err := js.PublishAsync(s, all[c][i], jetstream.WithMsgID(keys[c].RunID+"/"+strconv.Itoa(i)), jetstream.WithStallWait(10*time.Second))
+					if err == nil {
+						break
+					}
+					if !errors.Is(err, jetstream.ErrTooManyStalledMsgs) {
+						tb.Fatal(err)
+					}
+					<-js.PublishAsyncComplete() // a loaded machine: let the server catch up
 				}
 				n++
 			}
