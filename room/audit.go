@@ -77,8 +77,12 @@ func (r *AuditReport) Clean() bool {
 // or the given point up to the last message at the time it starts, with an
 // ordered consumer, verifies every message with a Reader, and reports per
 // chain the entries, head and verdict, every violation with its code and
-// stream sequence, and totals. Memory is per chain and per record, not per
-// journal entry.
+// stream sequence, and totals. The stateless part of verification (parse,
+// entry rules, hashes, record signatures) runs on GOMAXPROCS goroutines;
+// chain links and room rules are decided in stream order, so the verdicts
+// are those of Reader.Verify on each message in turn. Memory is per chain
+// and per record, plus a bounded window of messages in flight (about 1,000
+// pulled and 1,000 being verified), not per journal entry.
 func Audit(ctx context.Context, js jetstream.JetStream, o AuditOptions) (*AuditReport, error) {
 	if o.Validator == nil {
 		return nil, fmt.Errorf("%w: audit needs a validator", ErrGate)

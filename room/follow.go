@@ -51,7 +51,9 @@ var ErrHandler = errors.New("handler")
 // block the room). Before live delivery it rebuilds the verification state
 // (chain heads, the rooms' record indexes) by replaying the stream up to
 // the consumer's acknowledgement floor, so a restarted subscriber checks
-// new messages against everything before them. It returns nil when ctx is
+// new messages against everything before them. Messages are prepared in
+// parallel as they arrive (as in Audit) and decided, handed out and
+// acknowledged one at a time in stream order. It returns nil when ctx is
 // done, after acknowledging what was handled.
 func Follow(ctx context.Context, js jetstream.JetStream, o FollowOptions, handle Handler) error {
 	if o.Validator == nil || o.Durable == "" {
