@@ -137,6 +137,10 @@ type Serve struct {
 	TrustedHosts []string      `name:"trusted-host" help:"Host node id whose execution records are accepted (repeatable)." placeholder:"NODE_ID" yaml:"trusted-host"`
 	SchemaDir    string        `name:"schema-dir" help:"Validate against the schema files in DIR instead of the embedded ones." placeholder:"DIR" yaml:"schema-dir"`
 	HTTP         string        `name:"http" help:"Serve /metrics and /healthz on this address." placeholder:"ADDR" yaml:"http"`
+	// MaxBatch and MaxInflightBatches bound the gate's atomic batches
+	// (room.GateOptions); 0 is the default.
+	MaxBatch           int `name:"max-batch" help:"Journal entries per atomic batch; 0 is 1000, the server's default max_batch_size; no more than the server allows." yaml:"max-batch"`
+	MaxInflightBatches int `name:"max-inflight-batches" help:"Atomic batches this publisher keeps open at once; 0 is 32, below the server's default of 50 per stream." yaml:"max-inflight-batches"`
 	Logging
 }
 
@@ -173,6 +177,12 @@ func (s *Serve) Validate() error {
 	}
 	if s.Replicas < 0 || s.Replicas > 5 {
 		bad("--replicas must be 1 to 5")
+	}
+	if s.MaxBatch < 0 || s.MaxBatch > 1000 {
+		bad("--max-batch must be 1 to 1000 (a journal request holds at most 1000 lines)")
+	}
+	if s.MaxInflightBatches < 0 {
+		bad("--max-inflight-batches must not be negative")
 	}
 	if s.Stream == "" || strings.ContainsAny(s.Stream, " \t.*>/\\") {
 		bad("--stream %q is not a valid stream name", s.Stream)

@@ -87,7 +87,7 @@ func TestConfigFileUnknownKey(t *testing.T) {
 }
 
 func TestServeValidateReportsEveryProblem(t *testing.T) {
-	s := config.Serve{Listen: "nope", StoreDir: "", SyncInterval: -1, MaxPayload: "lots", Replicas: 9, Stream: "a.b",
+	s := config.Serve{Listen: "nope", StoreDir: "", SyncInterval: -1, MaxPayload: "lots", Replicas: 9, Stream: "a.b", MaxBatch: 1001, MaxInflightBatches: -1,
 		Prefix: "x>", TrustedHosts: []string{"node:did:key:zBad"}, SchemaDir: "/does/not/exist",
 		Credentials: config.Credentials{Password: "pw", TLSCert: "c.pem"}}
 	err := s.Validate()
@@ -95,7 +95,7 @@ func TestServeValidateReportsEveryProblem(t *testing.T) {
 		t.Fatalf("got %v", err)
 	}
 	for _, want := range []string{"--listen", "--store-dir", "--sync-interval", "--max-payload", "--replicas", "--stream",
-		"--subject-prefix", "--trusted-host", "--schema-dir", "--password needs --user", "--tlscert and --tlskey"} {
+		"--subject-prefix", "--trusted-host", "--schema-dir", "--password needs --user", "--tlscert and --tlskey", "--max-batch", "--max-inflight-batches"} {
 		if !strings.Contains(err.Error(), want) {
 			t.Errorf("%q missing from %v", want, err)
 		}

@@ -38,6 +38,9 @@ type ServeOptions struct {
 	Validator *validate.Validator
 	// Service configures the ingest service.
 	Service ServiceOptions
+	// MaxBatch and MaxInflightBatches bound the gate's atomic batches
+	// (GateOptions); 0 is the default.
+	MaxBatch, MaxInflightBatches int
 	// HTTPAddr, when set, serves /metrics (Prometheus) and /healthz.
 	HTTPAddr string
 	// CheckInterval is how often the stream's configuration is checked
@@ -135,7 +138,8 @@ func Serve(ctx context.Context, o ServeOptions) error {
 	if err != nil {
 		return err
 	}
-	gate, err := NewGate(ctx, nc, GateOptions{Stream: cfg.Name, Subjects: o.Subjects, Validator: o.Validator, Logger: log, Observer: metrics})
+	gate, err := NewGate(ctx, nc, GateOptions{Stream: cfg.Name, Subjects: o.Subjects, Validator: o.Validator, Logger: log, Observer: metrics,
+		MaxBatch: o.MaxBatch, MaxInflightBatches: o.MaxInflightBatches})
 	if err != nil {
 		return err
 	}
