@@ -324,3 +324,21 @@ func benchGateRecord(b *testing.B, appendRecord func(*room.Gate, context.Context
 		i++
 	}
 }
+
+// BenchmarkAppendJournal1000OneByOne is BenchmarkAppendJournal1000 through
+// the gate's journal path before atomic batches (one append per entry).
+func BenchmarkAppendJournal1000OneByOne(b *testing.B) {
+	be := newGateBenchEnv(b)
+	ctx := context.Background()
+	b.ReportAllocs()
+	for i := 0; b.Loop(); i++ {
+		b.StopTimer()
+		body := lines(gateBenchChains(b, i, 1, 1000)[0])
+		b.StartTimer()
+		r, err := be.gate.AppendJournalOneByOne(ctx, "room:bench", body, nil)
+		if err != nil || r.Stored != 1000 {
+			b.Fatalf("%v %+v", err, r)
+		}
+	}
+	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*1000), "ns/entry")
+}
