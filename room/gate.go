@@ -38,7 +38,8 @@ type GateOptions struct {
 	Validator *validate.Validator
 	Logger    *zap.Logger // nil: no logs
 	Observer  Observer    // nil: no metrics
-	// PublishTimeout bounds one append round trip; default 5s.
+	// PublishTimeout bounds one append round trip (an atomic batch, from
+	// its first message to the commit's answer); default 5s.
 	PublishTimeout time.Duration
 	// Attempts bounds how often one item is retried after a race, a
 	// retryable server error or an ambiguous timeout; default 8. Retryable
