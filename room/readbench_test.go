@@ -22,21 +22,22 @@ import (
 	"github.com/roompub/roompub/validate"
 )
 
-// The read path's yardstick in Go benchmarks: one embedded server holding
-// benchChains chains of benchPerChain valid entries (the sample run's
-// entries, about 600 bytes each, relinked), read back by a raw ordered
-// consumer and by room.Audit. ROOMPUB_BENCH_CHAINS and
-// ROOMPUB_BENCH_PER_CHAIN change the shape.
+// The read path's yardstick in Go benchmarks: an embedded server holding
+// benchChains chains of benchPer valid entries (the sample run's entries,
+// about 600 bytes each, relinked), read back by a raw ordered consumer
+// and by room.Audit, each benchmark on its own server and temporary
+// store. ROOMPUB_BENCH_CHAINS and ROOMPUB_BENCH_PER_CHAIN change the
+// shape (default 20 × 1,000).
 
 var (
-	benchOnce   sync.Once
-	benchJS     jetstream.JetStream
-	benchNC     *nats.Conn
-	benchV      *validate.Validator
-	benchTotal  int
-	benchErr    error
 	benchChains = envInt("ROOMPUB_BENCH_CHAINS", 20)
 	benchPer    = envInt("ROOMPUB_BENCH_PER_CHAIN", 1000)
+
+	// The entries are built once per process; each benchmark has its own
+	// server on its own temporary store, filled with them.
+	benchOnce  sync.Once
+	benchKeys  []events.ChainKey
+	benchLines [][][]byte
 )
 
 func envInt(name string, def int) int {
@@ -100,14 +101,17 @@ func benchEntries(tb testing.TB, samples []map[string]any, c, n int) (events.Cha
 // publishes on subjects the gate uses.
 func fillBench(tb testing.TB, js jetstream.JetStream, chains, per int) int {
 	tb.Helper()
-	samples := sampleMembers(tb)
-	keys := make([]events.ChainKey, chains)
-	all := make([][][]byte, chains)
-	var wg sync.WaitGroup
-	for c := range chains {
-		wg.Go(func() { keys[c], all[c] = benchEntries(tb, samples, c, per) })
-	}
-	wg.Wait()
+	benchOnce.Do(func() {
+		samples := sampleMembers(tb)
+		benchKeys = make([]events.ChainKey, chains)
+		benchLines = make([][][]byte, chains)
+		var wg sync.WaitGroup
+		for c := range chains {
+			wg.Go(func() { benchKeys[c], benchLines[c] = benchEntries(tb, samples, c, per) })
+		}
+		wg.Wait()
+	})
+	keys, all := benchKeys, benchLines
 	var subj room.Subjects
 	n := 0
 	for from := 0; from < per; from += 100 {
@@ -136,43 +140,26 @@ func fillBench(tb testing.TB, js jetstream.JetStream, chains, per int) int {
 	return n
 }
 
-// benchStream starts (once per process) the benchmarks' server and fills
-// it.
+// benchStream starts a server on a temporary store, removed when the
+// benchmark ends, and fills it.
 func benchStream(b *testing.B) (jetstream.JetStream, int) {
 	b.Helper()
-	benchOnce.Do(func() {
-		dir, err := os.MkdirTemp("", "roompub-readbench-")
-		if err != nil {
-			benchErr = err
-			return
-		}
-		srv, err := room.StartEmbedded(room.EmbeddedOptions{Listen: "127.0.0.1:-1", StoreDir: dir, SyncInterval: time.Minute})
-		if err != nil {
-			benchErr = err
-			return
-		}
-		benchNC, err = nats.Connect(srv.ClientURL())
-		if err != nil {
-			benchErr = err
-			return
-		}
-		benchJS, _ = jetstream.New(benchNC, jetstream.WithPublishAsyncMaxPending(4096))
-		var subj room.Subjects
-		if _, err := room.EnsureStream(context.Background(), benchJS, room.StreamConfig("", subj, 1), subj); err != nil {
-			benchErr = err
-			return
-		}
-		benchV, err = validate.New()
-		if err != nil {
-			benchErr = err
-			return
-		}
-		benchTotal = fillBench(b, benchJS, benchChains, benchPer)
-	})
-	if benchErr != nil {
-		b.Fatal(benchErr)
+	srv, err := room.StartEmbedded(room.EmbeddedOptions{Listen: "127.0.0.1:-1", StoreDir: b.TempDir(), SyncInterval: time.Minute})
+	if err != nil {
+		b.Fatal(err)
 	}
-	return benchJS, benchTotal
+	b.Cleanup(srv.Shutdown)
+	nc, err := nats.Connect(srv.ClientURL())
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(nc.Close)
+	js, _ := jetstream.New(nc, jetstream.WithPublishAsyncMaxPending(4096))
+	var subj room.Subjects
+	if _, err := room.EnsureStream(context.Background(), js, room.StreamConfig("", subj, 1), subj); err != nil {
+		b.Fatal(err)
+	}
+	return js, fillBench(b, js, benchChains, benchPer)
 }
 
 // BenchmarkRawOrderedRead reads every message of the stream with an
@@ -215,11 +202,15 @@ func BenchmarkRawOrderedRead(b *testing.B) {
 // embedded server's).
 func BenchmarkAudit(b *testing.B) {
 	js, total := benchStream(b)
+	v, err := validate.New()
+	if err != nil {
+		b.Fatal(err)
+	}
 	ctx := context.Background()
 	b.ResetTimer()
 	var peak uint64 // heap in use, sampled every 10,000 messages
 	for b.Loop() {
-		rep, err := room.Audit(ctx, js, room.AuditOptions{Validator: benchV, Progress: func(_, _ uint64) {
+		rep, err := room.Audit(ctx, js, room.AuditOptions{Validator: v, Progress: func(_, _ uint64) {
 			var ms runtime.MemStats
 			runtime.ReadMemStats(&ms)
 			peak = max(peak, ms.HeapInuse)
