@@ -679,3 +679,42 @@ func TestServiceManyChains(t *testing.T) {
 		e.checkChainStored("rooms.many.journal.run-many.cap-"+strconv.Itoa(c), es[c])
 	}
 }
+
+// TestGateWithoutDirectGet: where no server answers direct gets (the
+// replicas of a stream just created, here a stream without allow_direct),
+// the gate asks the stream leader: Head and appends work as usual.
+func TestGateWithoutDirectGet(t *testing.T) {
+	srv, err := room.StartEmbedded(room.EmbeddedOptions{Listen: "127.0.0.1:-1", StoreDir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(srv.Shutdown)
+	nc, err := nats.Connect(srv.ClientURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	js, _ := jetstream.New(nc)
+	var subj room.Subjects
+	cfg := room.StreamConfig("", subj, 1)
+	cfg.AllowDirect = false
+	if _, err := js.CreateStream(t.Context(), cfg); err != nil {
+		t.Fatal(err)
+	}
+	e := &env{t: t, v: newEnv(t).v}
+	g, _ := e.gateWith(nc, room.GateOptions{})
+	key := events.ChainKey{RunID: "run-nd", CapsuleID: "cap-1"}
+	if h, err := g.Head(t.Context(), key); err != nil || h.Next != 0 {
+		t.Fatalf("head: %+v %v", h, err)
+	}
+	es, _ := journal(t, "run-nd", "cap-1", 6)
+	appendJournal(t, g, "room:nd", lines(es[:3]))
+	fresh, _ := e.gateWith(nc, room.GateOptions{})
+	r := appendJournal(t, fresh, "room:nd", lines(es))
+	if r.Dupes != 3 || r.Stored != 3 || r.Head.Next != 6 {
+		t.Fatalf("%+v", r)
+	}
+	if h, err := fresh.Head(t.Context(), key); err != nil || h.Next != 6 || h.Head != es[5].EntryHash() || h.RoomID != "room:nd" {
+		t.Fatalf("head: %+v %v", h, err)
+	}
+}

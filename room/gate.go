@@ -191,15 +191,20 @@ func (g *Gate) chain(key events.ChainKey) *chainState {
 // lastOn returns the last message on subject (wildcards allowed), or nil
 // when there is none. It uses direct get with a JSON body, which accepts a
 // wildcard filter where the subject-in-subject form cannot. With leader
-// set the stream leader answers instead (see leaderMsg).
+// set, or when no server answers direct gets yet (the replicas of a stream
+// just created start to after a while), the stream leader answers instead
+// (see leaderMsg).
 func (g *Gate) lastOn(ctx context.Context, subject string, leader bool) (*jetstream.RawStreamMsg, error) {
 	if leader {
 		return g.leaderMsg(ctx, map[string]any{"last_by_subj": subject})
 	}
 	req, _ := json.Marshal(map[string]string{"last_by_subj": subject})
-	ctx, cancel := context.WithTimeout(ctx, g.timeout)
+	dctx, cancel := context.WithTimeout(ctx, g.timeout)
 	defer cancel()
-	m, err := g.nc.RequestWithContext(ctx, "$JS.API.DIRECT.GET."+g.stream.CachedInfo().Config.Name, req)
+	m, err := g.nc.RequestWithContext(dctx, "$JS.API.DIRECT.GET."+g.stream.CachedInfo().Config.Name, req)
+	if errors.Is(err, nats.ErrNoResponders) {
+		return g.leaderMsg(ctx, map[string]any{"last_by_subj": subject})
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -336,14 +341,22 @@ func (g *Gate) loadHashes(ctx context.Context, c *chainState, key events.ChainKe
 
 // Head reports where a chain stands in the stream, read fresh, including
 // the room it lives in ("" when it has no entry yet).
+// A read that may be tried again (no responder, no answer in time) is,
+// as appends do, for up to 20s and Attempts times.
 func (g *Gate) Head(ctx context.Context, key events.ChainKey) (ChainHead, error) {
 	c := g.chain(key)
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if err := g.reload(ctx, key, c, false); err != nil {
-		return ChainHead{}, err
+	until := time.Now().Add(retryWindow)
+	for attempt := 0; ; attempt++ {
+		err := g.reload(ctx, key, c, false)
+		if err == nil {
+			return c.view(key), nil
+		}
+		if attempt+1 >= g.attempts || !g.waitRead(ctx, err, &attempt, until) {
+			return ChainHead{}, err
+		}
 	}
-	return c.view(key), nil
 }
 
 func (c *chainState) view(key events.ChainKey) ChainHead {
