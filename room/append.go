@@ -183,8 +183,7 @@ type journalRun struct {
 	items   []ItemResult
 	pending []pend
 	cv      *events.ChainVerifier
-	cur     []events.Problem // the entry problems of the line cv checks
-	singles bool             // publish the pending lines one at a time
+	singles bool // publish the pending lines one at a time
 }
 
 type decision int
@@ -240,13 +239,10 @@ func (r *journalRun) run() {
 	}
 }
 
-// check is the EntryCheck of cv: the entry problems checkLines found.
-func (r *journalRun) check(*events.Entry, events.Location) []events.Problem { return r.cur }
-
 // resume positions cv at the chain as c has it.
 func (r *journalRun) resume() {
 	c := r.c
-	r.cv = events.NewChainVerifier(nil, r.check)
+	r.cv = r.g.v.NewChain(nil)
 	if c.next > 0 || r.capsule != nil {
 		meta := c.meta
 		if r.capsule != nil {
@@ -302,9 +298,9 @@ func (r *journalRun) decide(i int, try *lineTry) (decision, ItemResult) {
 			return decFinal, refused(i, []events.Problem{{Code: events.RoomConflict, At: at,
 				Reason: "the capsule's chain already lives in another room", Expected: c.roomID, Actual: r.roomID}})
 		}
-		r.cur = p.problems
-		problems := r.cv.CheckLine(e, r.lines[i].data, at)
-		r.cur = nil
+		// The entry rules ran in checkLines; CheckLineChecked adds the rest
+		// in CheckLine's order.
+		problems := r.cv.CheckLineChecked(e, r.lines[i].data, at, p.problems)
 		res := ItemResult{Index: i, Seq: &seq, Hash: e.EntryHash()}
 		if len(problems) > 0 && flushFirst {
 			return decFlush, ItemResult{}
