@@ -31,3 +31,6 @@ func MatchSecretPatterns(s string) string {
 	}
 	return ""
 }
+
+// TranslateECMA is the linear-class translator (pattern.go).
+var TranslateECMA = translateECMA

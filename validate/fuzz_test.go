@@ -4,10 +4,13 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"regexp"
 	"strings"
 	"testing"
+	"time"
 	"unicode/utf8"
 
+	"github.com/dlclark/regexp2/v2"
 	"github.com/roompub/roompub/events"
 	"github.com/roompub/roompub/validate"
 )
@@ -223,6 +226,51 @@ func FuzzSecretCanaries(f *testing.F) {
 	f.Fuzz(func(t *testing.T, s string) {
 		if got, want := validate.MatchSecret(s), validate.MatchSecretPatterns(s); got != want {
 			t.Fatalf("MatchSecret(%q) = %q, the patterns say %q", s, got, want)
+		}
+	})
+}
+
+// FuzzPatternLinear: whenever the translator accepts a pattern (and Go's
+// regexp compiles the translation, as compileLinear requires), Go's regexp
+// and regexp2 (ECMAScript|Unicode, as compileECMA configures it) give every
+// input the same MatchString verdict. Inputs are valid UTF-8, as every JSON
+// string jsonschema sees is. regexp2's budget never makes a verdict here: a
+// match still running after 200 ms (an exponential backtrack the class
+// allows, e.g. (a*)*b, which Go's regexp matches in linear time) is skipped.
+// Patterns up to 64 bytes and inputs up to 256 bytes keep executions short.
+func FuzzPatternLinear(f *testing.F) {
+	for _, p := range []string{
+		`^[0-9a-f]{64}$`, `^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$`, `^sha256:[A-Za-z0-9_-]{43}$`,
+		`^[a-z][a-z0-9-]*:[^\s]+$`, `^[a-z0-9]+(?:-[a-z0-9]+)*$`, `^[a-z][a-z0-9-]*[:/][^\s]+$`,
+		`^z[A-Za-z0-9]+$`, `[^\s\d]|\S{2,3}?`, `(a|\u00a0)*\W$`, `.\w[\x00-\x1f-]`,
+	} {
+		for _, s := range []string{"", "room:a\u00a0b", "a\u2028", "\u180e\u0085\ufeff", "\v\f\x00", "\U0001f600\ufffd", "abc\n"} {
+			f.Add(p, s)
+		}
+	}
+	f.Fuzz(func(t *testing.T, pattern, input string) {
+		if !utf8.ValidString(input) || len(pattern) > 64 || len(input) > 256 {
+			return
+		}
+		src, ok := validate.TranslateECMA(pattern)
+		if !ok {
+			return
+		}
+		lin, err := regexp.Compile(src)
+		if err != nil {
+			return // compileLinear leaves it to regexp2
+		}
+		ora, err := regexp2.Compile(pattern, regexp2.ECMAScript|regexp2.Unicode)
+		if err != nil {
+			return // compileECMA refuses it before trying the translation
+		}
+		ora.MatchTimeout = 200 * time.Millisecond
+		want, err := ora.MatchString(input)
+		if err != nil {
+			t.Skip(err)
+		}
+		if got := lin.MatchString(input); got != want {
+			t.Fatalf("pattern %q (Go %q) on %+q: linear %v, regexp2 %v", pattern, src, input, got, want)
 		}
 	})
 }

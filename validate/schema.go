@@ -6,8 +6,11 @@ import (
 	"fmt"
 	"io/fs"
 	"path"
+	"regexp"
 	"sort"
+	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/dlclark/regexp2/v2"
@@ -24,10 +27,13 @@ import (
 // compiled.
 var ErrSchema = errors.New("schema")
 
-// patternTimeout bounds one pattern match. The upstream patterns are
-// linear, but a user-supplied schema directory may hold a backtracking one;
-// a match that times out counts as "does not match".
-const patternTimeout = 250 * time.Millisecond
+// patternTimeout bounds one regexp2 match of a pattern outside the linear
+// class (pattern.go): only a custom schema directory can hold one. A match
+// that runs out of it refuses the value (jsonschema's Regexp can only say
+// "does not match"); schemaProblems then says so in the reason. Patterns in
+// the linear class (all the embedded ones) run on Go's regexp and never
+// read it. A variable so that tests can shrink it.
+var patternTimeout = 250 * time.Millisecond
 
 // ecmaRegexp adapts regexp2 to jsonschema.Regexp. JSON Schema patterns are
 // ECMA-262 regular expressions (draft 2020-12 §6.4, draft-07 §4.3): Go's
@@ -42,13 +48,58 @@ func (r ecmaRegexp) MatchString(s string) bool {
 
 func (r ecmaRegexp) String() string { return r.re.String() }
 
+// linearRegexp is a pattern of the linear class (pattern.go) on Go's
+// regexp: the same verdicts as regexp2, in linear time, with no budget.
+type linearRegexp struct {
+	re  *regexp.Regexp
+	src string // the ECMAScript source, for error messages
+}
+
+func (r linearRegexp) MatchString(s string) bool { return r.re.MatchString(s) }
+
+func (r linearRegexp) String() string { return r.src }
+
+// compileECMA compiles a "pattern" keyword. regexp2 always parses it, so
+// that the patterns refused stay those refused before the linear engine;
+// a pattern of the linear class then runs on Go's regexp.
 func compileECMA(expr string) (jsonschema.Regexp, error) {
 	re, err := regexp2.Compile(expr, regexp2.ECMAScript|regexp2.Unicode)
 	if err != nil {
 		return nil, err
 	}
+	if lin, ok := compileLinear(expr); ok {
+		return linearRegexp{re: lin, src: expr}, nil
+	}
 	re.MatchTimeout = patternTimeout
+	backtracking.Store(expr, re)
 	return ecmaRegexp{re: re}, nil
+}
+
+// backtracking maps the source of each compiled pattern outside the linear
+// class to its regexp2 form, for timedOut.
+var backtracking sync.Map // string -> *regexp2.Regexp
+
+// quoteSchema quotes s as jsonschema v6's messages do: Go quoting in
+// single quotes, double quotes bare.
+func quoteSchema(s string) string {
+	q := strconv.Quote(s)
+	q = strings.ReplaceAll(q, `\"`, `"`)
+	q = strings.ReplaceAll(q, `'`, `\'`)
+	return "'" + q[1:len(q)-1] + "'"
+}
+
+// timedOut reports whether a "pattern" failure of s against expr came from
+// regexp2 running out of patternTimeout rather than from a real mismatch:
+// it matches again (a match, or another timeout, proves the failure was a
+// timeout, since a match is otherwise deterministic). Linear patterns never
+// time out.
+func timedOut(expr, s string) bool {
+	v, ok := backtracking.Load(expr)
+	if !ok {
+		return false
+	}
+	m, err := v.(*regexp2.Regexp).MatchString(s)
+	return err != nil || m
 }
 
 // fileLoader resolves every schema URL to the file of that name (its last
@@ -149,8 +200,13 @@ func schemaProblems(sch *jsonschema.Schema, inst any, code events.Code, at event
 		if ap, ok := e.ErrorKind.(*kind.AdditionalProperties); ok {
 			sort.Strings(ap.Properties) // found in map order
 		}
+		reason := e.ErrorKind.LocalizedString(printer)
+		if p, ok := e.ErrorKind.(*kind.Pattern); ok && timedOut(p.Want, p.Got) {
+			reason = fmt.Sprintf("%s could not be matched against pattern %s within %v (a backtracking pattern outside the linear class); refused",
+				quoteSchema(p.Got), quoteSchema(p.Want), patternTimeout)
+		}
 		out = append(out, events.Problem{Code: code, At: loc,
-			Reason: "schema: " + e.ErrorKind.LocalizedString(printer) + " (" + keywordPath(e) + ")"})
+			Reason: "schema: " + reason + " (" + keywordPath(e) + ")"})
 	}
 	walk(ve)
 	// The validator walks the instance's members in Go map order; sort so
