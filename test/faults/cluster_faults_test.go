@@ -424,7 +424,8 @@ func TestClusterStaleReplica(t *testing.T) {
 		meta := c.meta
 		rep, err := cli.AppendJournal(ctx, roomID, &meta, joinLines(c.lines[from:to]))
 		if err != nil {
-			t.Fatalf("lines %d-%d: %v", from+1, to, err)
+			t.Fatalf("lines %d-%d: %v\npublisher serve on %s (tail):\n%s\npublisher serve on %s (tail):\n%s", from+1, to, err,
+				x.name, tail(serveX.stderr.String(), 4000), l.name, tail(serveL.stderr.String(), 4000))
 		}
 		return rep
 	}
