@@ -34,3 +34,14 @@ func MatchSecretPatterns(s string) string {
 
 // TranslateECMA is the linear-class translator (pattern.go).
 var TranslateECMA = translateECMA
+
+// CompileLinear is compileLinear with the matcher as a func; seq reports
+// whether it is the seqMatcher.
+func CompileLinear(expr string) (match func(string) bool, seq bool, ok bool) {
+	m, ok := compileLinear(expr)
+	if !ok {
+		return nil, false, false
+	}
+	_, seq = m.(*seqMatcher)
+	return m.MatchString, seq, true
+}

@@ -230,9 +230,8 @@ func FuzzSecretCanaries(f *testing.F) {
 	})
 }
 
-// FuzzPatternLinear: whenever the translator accepts a pattern (and Go's
-// regexp compiles the translation, as compileLinear requires), Go's regexp
-// and regexp2 (ECMAScript|Unicode, as compileECMA configures it) give every
+// FuzzPatternLinear: whenever compileLinear accepts a pattern, its matcher
+// (seqMatcher or Go's regexp), Go's regexp on the translation, and regexp2 (ECMAScript|Unicode, as compileECMA configures it) give every
 // input the same MatchString verdict. Inputs are valid UTF-8, as every JSON
 // string jsonschema sees is. regexp2's budget never makes a verdict here: a
 // match still running after 200 ms (an exponential backtrack the class
@@ -243,6 +242,7 @@ func FuzzPatternLinear(f *testing.F) {
 		`^[0-9a-f]{64}$`, `^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$`, `^sha256:[A-Za-z0-9_-]{43}$`,
 		`^[a-z][a-z0-9-]*:[^\s]+$`, `^[a-z0-9]+(?:-[a-z0-9]+)*$`, `^[a-z][a-z0-9-]*[:/][^\s]+$`,
 		`^z[A-Za-z0-9]+$`, `[^\s\d]|\S{2,3}?`, `(a|\u00a0)*\W$`, `.\w[\x00-\x1f-]`,
+		`^\d*[:/]\S+$`, `^[^a-f]{0,3}a+\s?$`, `^.*é[^\w]{2}$`,
 	} {
 		for _, s := range []string{"", "room:a\u00a0b", "a\u2028", "\u180e\u0085\ufeff", "\v\f\x00", "\U0001f600\ufffd", "abc\n"} {
 			f.Add(p, s)
@@ -252,14 +252,12 @@ func FuzzPatternLinear(f *testing.F) {
 		if !utf8.ValidString(input) || len(pattern) > 64 || len(input) > 256 {
 			return
 		}
-		src, ok := validate.TranslateECMA(pattern)
+		match, seq, ok := validate.CompileLinear(pattern)
 		if !ok {
-			return
+			return // left to regexp2
 		}
-		lin, err := regexp.Compile(src)
-		if err != nil {
-			return // compileLinear leaves it to regexp2
-		}
+		src, _ := validate.TranslateECMA(pattern)
+		lin := regexp.MustCompile(src) // compileLinear compiled it
 		ora, err := regexp2.Compile(pattern, regexp2.ECMAScript|regexp2.Unicode)
 		if err != nil {
 			return // compileECMA refuses it before trying the translation
@@ -270,7 +268,10 @@ func FuzzPatternLinear(f *testing.F) {
 			t.Skip(err)
 		}
 		if got := lin.MatchString(input); got != want {
-			t.Fatalf("pattern %q (Go %q) on %+q: linear %v, regexp2 %v", pattern, src, input, got, want)
+			t.Fatalf("pattern %q (Go %q) on %+q: Go regexp %v, regexp2 %v", pattern, src, input, got, want)
+		}
+		if got := match(input); got != want {
+			t.Fatalf("pattern %q (seqMatcher %v) on %+q: compileLinear %v, regexp2 %v", pattern, seq, input, got, want)
 		}
 	})
 }

@@ -59,37 +59,58 @@ var (
 	lineTerminators = []rng{{0x0a, 0x0a}, {0x0d, 0x0d}, {0x2028, 0x2029}}
 )
 
-// compileLinear returns the Go regexp equal to the ECMAScript pattern expr
-// (regexp2, ECMAScript|Unicode), or ok == false when expr is outside the
-// class documented above or Go's regexp cannot compile the translation.
-func compileLinear(expr string) (*regexp.Regexp, bool) {
-	src, ok := translateECMA(expr)
+// linearMatcher is a compiled pattern of the linear class.
+type linearMatcher interface{ MatchString(s string) bool }
+
+// compileLinear returns a linear-time matcher equal to the ECMAScript
+// pattern expr (regexp2, ECMAScript|Unicode), or ok == false when expr is
+// outside the class documented above or Go's regexp cannot compile the
+// translation. The matcher is a *seqMatcher when expr has that shape, else
+// the *regexp.Regexp of the translation.
+func compileLinear(expr string) (linearMatcher, bool) {
+	t, ok := translate(expr)
 	if !ok {
 		return nil, false
 	}
-	re, err := regexp.Compile(src)
+	re, err := regexp.Compile(t.out.String())
 	if err != nil {
 		return nil, false
+	}
+	if m, ok := t.seqMatcher(); ok {
+		return m, true
 	}
 	return re, true
 }
 
 // translateECMA returns the Go regexp syntax equal to expr, or ok == false.
 func translateECMA(expr string) (string, bool) {
-	if !utf8.ValidString(expr) {
-		return "", false
-	}
-	t := translator{src: []rune(expr)}
-	if !t.disjunction(0) || t.i != len(t.src) {
+	t, ok := translate(expr)
+	if !ok {
 		return "", false
 	}
 	return t.out.String(), true
+}
+
+func translate(expr string) (*translator, bool) {
+	if !utf8.ValidString(expr) {
+		return nil, false
+	}
+	t := &translator{src: []rune(expr)}
+	if !t.disjunction(0) || t.i != len(t.src) {
+		return nil, false
+	}
+	return t, true
 }
 
 type translator struct {
 	src []rune
 	i   int
 	out strings.Builder
+	// terms lists the top-level terms for seqMatcher: each atom's set
+	// with its repetition; anchors as items with anchor set. notSeq is
+	// set by any group or alternation.
+	terms  []seqItem
+	notSeq bool
 }
 
 func (t *translator) peek() (rune, bool) {
@@ -115,6 +136,7 @@ func (t *translator) disjunction(depth int) bool {
 		// alternative stops only at | ) or the end.
 		t.i++
 		t.out.WriteByte('|')
+		t.notSeq = true
 	}
 }
 
@@ -129,6 +151,7 @@ func (t *translator) alternative(depth int) bool {
 		case '^', '$':
 			t.i++
 			t.out.WriteRune(c) // Go without (?m): \A and \z, as ECMA without m
+			t.terms = append(t.terms, seqItem{anchor: c})
 			if q, ok := t.peek(); ok && isQuantifierStart(q) {
 				return false // quantified assertion: a u-mode syntax error
 			}
@@ -172,6 +195,7 @@ func (t *translator) atom(depth int) bool {
 			t.i += 2
 		}
 		t.out.WriteString("(?:")
+		t.notSeq = true
 		if !t.disjunction(depth + 1) {
 			return false
 		}
@@ -208,6 +232,14 @@ func (t *translator) quantifier() bool {
 	case '*', '+', '?':
 		t.i++
 		t.out.WriteRune(c)
+		switch c {
+		case '*':
+			t.repeat([2]int{0, -1})
+		case '+':
+			t.repeat([2]int{1, -1})
+		default:
+			t.repeat([2]int{0, 1})
+		}
 	case '{':
 		t.i++
 		n, ok := t.number()
@@ -229,6 +261,11 @@ func (t *translator) quantifier() bool {
 		t.i++
 		if n > maxLinearRepeat || m > maxLinearRepeat || n > m {
 			return false
+		}
+		if bounded {
+			t.repeat([2]int{n, m})
+		} else {
+			t.repeat([2]int{n, -1})
 		}
 		switch {
 		case !bounded:
@@ -445,9 +482,18 @@ func negate(set []rng) []rng {
 	return out
 }
 
+// repeat sets the repetition (min, max; max < 0: unbounded) of the last
+// term.
+func (t *translator) repeat(mm [2]int) {
+	if n := len(t.terms); n > 0 {
+		t.terms[n-1].min, t.terms[n-1].max = mm[0], mm[1]
+	}
+}
+
 // writeSet writes set as a Go class of explicit code points; the empty set
 // as a class that matches nothing.
 func (t *translator) writeSet(set []rng) {
+	t.terms = append(t.terms, newSeqItem(set))
 	if len(set) == 0 {
 		t.out.WriteString(`[^\x{0}-\x{10FFFF}]`)
 		return
@@ -460,4 +506,108 @@ func (t *translator) writeSet(set []rng) {
 		}
 	}
 	t.out.WriteByte(']')
+}
+
+// seqItem is one set repeated min to max times (max < 0: unbounded), or an
+// anchor (^ or $) when anchor != 0.
+type seqItem struct {
+	set      []rng // normalized
+	ascii    [2]uint64
+	min, max int
+	anchor   rune
+}
+
+func newSeqItem(set []rng) seqItem {
+	it := seqItem{set: normalize(set), min: 1, max: 1}
+	for c := range rune(utf8.RuneSelf) {
+		if inSet(it.set, c) {
+			it.ascii[c>>6] |= 1 << (c & 63)
+		}
+	}
+	return it
+}
+
+func inSet(set []rng, r rune) bool {
+	_, found := slices.BinarySearchFunc(set, r, func(x rng, r rune) int {
+		switch {
+		case x.hi < r:
+			return -1
+		case x.lo > r:
+			return 1
+		}
+		return 0
+	})
+	return found
+}
+
+func disjoint(a, b []rng) bool {
+	for _, x := range a {
+		for _, y := range b {
+			if x.lo <= y.hi && y.lo <= x.hi {
+				return false
+			}
+		}
+	}
+	return true
+}
+
+// seqMatcher matches patterns of the shape ^ item… $ where each item is
+// one set (a code point, an escape, a class or .) with a repetition, and
+// every item of variable count is the last one or is followed by an item
+// of at least one repetition whose set is disjoint from its own. Then
+// exactly one way to split the input can succeed: a variable item must
+// take every leading code point of its set (the next one must be outside
+// it), so consuming greedily without backtracking decides the match. Code
+// points are read as Go's regexp reads them (an invalid UTF-8 byte is
+// U+FFFD, one byte wide).
+type seqMatcher struct{ items []seqItem }
+
+// seqMatcher returns the seqMatcher of t's pattern when it has that shape.
+func (t *translator) seqMatcher() (*seqMatcher, bool) {
+	n := len(t.terms)
+	if t.notSeq || n < 2 || t.terms[0].anchor != '^' || t.terms[n-1].anchor != '$' {
+		return nil, false
+	}
+	items := t.terms[1 : n-1]
+	for k, it := range items {
+		if it.anchor != 0 {
+			return nil, false
+		}
+		if it.min == it.max || k == len(items)-1 {
+			continue
+		}
+		next := items[k+1]
+		if next.anchor != 0 || next.min < 1 || !disjoint(it.set, next.set) {
+			return nil, false
+		}
+	}
+	return &seqMatcher{items: slices.Clone(items)}, true
+}
+
+// MatchString reports whether s matches; see seqMatcher.
+func (m *seqMatcher) MatchString(s string) bool {
+	i := 0
+	for k := range m.items {
+		it := &m.items[k]
+		n := 0
+		for (it.max < 0 || n < it.max) && i < len(s) {
+			if c := s[i]; c < utf8.RuneSelf {
+				if it.ascii[c>>6]&(1<<(c&63)) == 0 {
+					break
+				}
+				i++
+			} else {
+				r, w := utf8.DecodeRuneInString(s[i:])
+				if !inSet(it.set, r) {
+					break
+				}
+				i += w
+			}
+			n++
+		}
+		if n < it.min {
+			return false
+		}
+	}
+	return i == len(s)
 }

@@ -6,6 +6,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"reflect"
 	"regexp"
 	"strings"
 	"testing"
@@ -39,7 +40,7 @@ func oracle(tb testing.TB, expr string) *regexp2.Regexp {
 	return re
 }
 
-func linear(tb testing.TB, expr string) *regexp.Regexp {
+func linear(tb testing.TB, expr string) linearMatcher {
 	tb.Helper()
 	re, ok := compileLinear(expr)
 	if !ok {
@@ -51,14 +52,15 @@ func linear(tb testing.TB, expr string) *regexp.Regexp {
 
 // agree fails tb unless Go's regexp and regexp2 give s the same verdict; it
 // returns the verdict.
-func agree(tb testing.TB, expr string, lin *regexp.Regexp, ora *regexp2.Regexp, s string) bool {
+func agree(tb testing.TB, expr string, lin linearMatcher, ora *regexp2.Regexp, s string) bool {
 	tb.Helper()
 	want, err := ora.MatchString(s)
 	if err != nil {
 		tb.Fatalf("regexp2 %q on %q: %v", expr, s, err)
 	}
 	if got := lin.MatchString(s); got != want {
-		tb.Fatalf("pattern %q (Go %q) on %q (%+q): linear %v, regexp2 %v", expr, lin.String(), s, s, got, want)
+		src, _ := translateECMA(expr)
+		tb.Fatalf("pattern %q (Go %q, %T) on %q (%+q): linear %v, regexp2 %v", expr, src, lin, s, s, got, want)
 	}
 	return want
 }
@@ -428,4 +430,108 @@ func readRefInternal(tb testing.TB, parts ...string) []byte {
 		tb.Fatal(err)
 	}
 	return data
+}
+
+// BenchmarkPattern matches each embedded pattern against a valid value of
+// the shape the journals and records carry, on regexp2 (as compileECMA
+// configured it before the linear engine, with its budget) and on the
+// linear engine.
+func BenchmarkPattern(b *testing.B) {
+	b64 := strings.Repeat("Ab9_-", 20)
+	values := map[string]string{
+		`^[0-9a-f]{64}$`:                      strings.Repeat("3251349a", 8),
+		`^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$`: "run-2026-09-02.r17:a",
+		`^sha256:[A-Za-z0-9_-]{43}$`:          "sha256:" + b64[:43],
+		`^[a-z][a-z0-9-]*:[^\s]+$`:            "room:eval-harness/2026",
+		`^[a-z0-9]+(?:-[a-z0-9]+)*$`:          "corpus-task-pack-7",
+	}
+	for _, engine := range []string{"regexp2", "linear"} {
+		b.Run(engine, func(b *testing.B) {
+			type pv struct {
+				m func(string) bool
+				s string
+			}
+			var all []pv
+			for expr, s := range values {
+				if engine == "linear" {
+					all = append(all, pv{linear(b, expr).MatchString, s})
+				} else {
+					re := oracle(b, expr)
+					re.MatchTimeout = 250 * time.Millisecond
+					all = append(all, pv{ecmaRegexp{re}.MatchString, s})
+				}
+			}
+			b.ReportAllocs()
+			for b.Loop() {
+				for _, p := range all {
+					if !p.m(p.s) {
+						b.Fatal(p.s)
+					}
+				}
+			}
+		})
+	}
+}
+
+// genSeqPattern builds a random pattern of seqMatcher's shape or close to
+// it: ^ items $, items drawn so that the disjointness rule holds often and
+// fails often.
+func genSeqPattern(r *rand.Rand) string {
+	var b strings.Builder
+	b.WriteByte('^')
+	atoms := []string{"a", "b", ":", "-", "é", "😀", `\d`, `\s`, `\S`, `\w`, `\W`, `.`, `[a-f]`, `[^a-f]`, `[0-9a-f]`, `[^\s]`, `[a-z0-9-]`, `[:/]`, `[A-Za-z0-9_-]`, `\u00a0`, `[\u2000-\u200b]`, `[^]`}
+	for range 1 + r.IntN(4) {
+		a := atoms[r.IntN(len(atoms))]
+		if a == `[^]` {
+			a = `[^:]`
+		}
+		b.WriteString(a)
+		b.WriteString([]string{"", "", "*", "+", "?", "{2}", "{0,3}", "{1,}", "{2,4}", "{0}"}[r.IntN(10)])
+	}
+	b.WriteByte('$')
+	return b.String()
+}
+
+// TestSeqMatcher: where compileLinear picks seqMatcher, it agrees with
+// regexp2 and with Go's regexp on the translation; the simple embedded
+// patterns take it.
+func TestSeqMatcher(t *testing.T) {
+	r := rand.New(rand.NewPCG(30, 11))
+	seq, other := 0, 0
+	for range 3000 {
+		expr := genSeqPattern(r)
+		m := linear(t, expr)
+		if _, ok := m.(*seqMatcher); !ok {
+			other++
+			continue
+		}
+		seq++
+		src, _ := translateECMA(expr)
+		re, ora := regexp.MustCompile(src), oracle(t, expr)
+		for _, s := range append(genInputsN(r, 150), "ab", "a:b", "0123abcdef", "aa::bb", "é😀", "a\u00a0b") {
+			want := agree(t, expr, m, ora, s)
+			if re.MatchString(s) != want {
+				t.Fatalf("%q on %+q: Go regexp %v, regexp2 %v", expr, s, !want, want)
+			}
+		}
+		// Invalid UTF-8: seqMatcher reads it as Go's regexp does.
+		for _, s := range []string{"\xff", "a\xffb", "\xed\xa0\x80", "\xf0\x9f\x98", "ab\xc3"} {
+			if m.MatchString(s) != re.MatchString(s) {
+				t.Fatalf("%q on %+q: seqMatcher %v, Go regexp %v", expr, s, m.MatchString(s), re.MatchString(s))
+			}
+		}
+	}
+	if seq < 500 || other < 100 {
+		t.Fatalf("generator covers seqMatcher %d times, Go regexp %d times", seq, other)
+	}
+	for _, expr := range []string{`^[0-9a-f]{64}$`, `^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$`, `^sha256:[A-Za-z0-9_-]{43}$`, `^[a-z][a-z0-9-]*:[^\s]+$`, `^[a-z][a-z0-9-]*[:/][^\s]+$`, `^room:[^\s]+$`} {
+		if m := linear(t, expr); reflect.TypeOf(m) != reflect.TypeFor[*seqMatcher]() {
+			t.Errorf("%q: %T, want *seqMatcher", expr, m)
+		}
+	}
+	for _, expr := range []string{`^[a-z0-9]+(?:-[a-z0-9]+)*$`, `^[a-z]*[a-z0-9]$`, `^a*b?$`, `^a*b?c$`, `a$`, `^a`, `^a|b$`} {
+		if m := linear(t, expr); reflect.TypeOf(m) != reflect.TypeFor[*regexp.Regexp]() {
+			t.Errorf("%q: %T, want *regexp.Regexp", expr, m)
+		}
+	}
 }

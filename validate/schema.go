@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io/fs"
 	"path"
-	"regexp"
 	"sort"
 	"strconv"
 	"strings"
@@ -49,9 +48,10 @@ func (r ecmaRegexp) MatchString(s string) bool {
 func (r ecmaRegexp) String() string { return r.re.String() }
 
 // linearRegexp is a pattern of the linear class (pattern.go) on Go's
-// regexp: the same verdicts as regexp2, in linear time, with no budget.
+// regexp or a seqMatcher: the same verdicts as regexp2, in linear time,
+// with no budget.
 type linearRegexp struct {
-	re  *regexp.Regexp
+	re  linearMatcher
 	src string // the ECMAScript source, for error messages
 }
 
