@@ -71,6 +71,9 @@ type streams struct {
 }
 
 func main() {
+	if job := os.Getenv(rawReadEnv); job != "" {
+		os.Exit(rawReadMain(job, os.Stdout, os.Stderr))
+	}
 	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
 }
 

@@ -42,29 +42,29 @@ func (b *bench) read() (*result, error) {
 	k, n := b.sz.readChains, b.sz.readLength
 	want := k * n
 	subjects := room.Subjects{Prefix: readPrefix}
-	st, err := b.fillRead(subjects)
-	if err != nil {
+	if _, err := b.fillRead(subjects); err != nil {
 		return nil, err
 	}
 	if err := b.warmStream(); err != nil {
 		return nil, err
 	}
 	r := &result{key: "read", name: fmt.Sprintf("read (%d × %d)", k, n), unit: "entries", items: want, floor: 0.4, peakCapMiB: peakCapMiB,
-		rawHow: "one ordered consumer (jetstream.OrderedConsumer, Messages), counting messages and bytes; mean of one read before and one after the audit",
+		rawHow: "one ordered consumer (jetstream.OrderedConsumer, Messages) in a subprocess, counting messages and bytes; mean of one read before and one after the audit",
 		pubHow: "`subscriber audit --json` of the stream, a subprocess (connect, replay, verify every entry, report)"}
 
 	// The raw read runs before and after the audit (and counts twice),
 	// so that load from elsewhere falls on both sides alike.
 	rawRead := func() error {
-		b.logf("read: raw ordered consumer over %d entries", want)
-		start := time.Now()
-		n, size, err := orderedRead(b.ctx, st, subjects.All(), want)
-		took := time.Since(start)
-		r.raw.dur += took
-		b.logf("read: raw ordered consumer: %d messages in %.3fs", n, took.Seconds())
-		r.raw.n += n
-		r.raw.bytes += size
-		return err
+		b.logf("read: raw ordered consumer over %d entries (a subprocess)", want)
+		s, err := b.rawReadProcess(rawReadJob{URL: b.emb.ClientURL(), Stream: readStream, Filter: subjects.All(), Want: want})
+		if err != nil {
+			return err
+		}
+		b.logf("read: raw ordered consumer: %d messages in %.3fs", s.n, s.dur.Seconds())
+		r.raw.n += s.n
+		r.raw.bytes += s.bytes
+		r.raw.dur += s.dur
+		return nil
 	}
 	if err := rawRead(); err != nil {
 		return nil, err
@@ -98,30 +98,6 @@ func (b *bench) read() (*result, error) {
 	r.pub.n, r.pub.bytes = int(t.Entries), r.raw.bytes
 	r.extra = map[string]any{"audit_exit_code": cmd.ProcessState.ExitCode(), "audit_chains_ok": t.ChainsOK}
 	return r, nil
-}
-
-// orderedRead reads every message on filter with an ordered consumer until
-// it has want of them, and returns how many and their payload bytes.
-func orderedRead(ctx context.Context, st jetstream.Stream, filter string, want int) (int, int64, error) {
-	cons, err := st.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{FilterSubjects: []string{filter}, DeliverPolicy: jetstream.DeliverAllPolicy})
-	if err != nil {
-		return 0, 0, err
-	}
-	it, err := cons.Messages()
-	if err != nil {
-		return 0, 0, err
-	}
-	defer it.Stop()
-	n, size := 0, int64(0)
-	for n < want {
-		m, err := it.Next()
-		if err != nil {
-			return n, size, fmt.Errorf("ordered read after %d messages: %w", n, err)
-		}
-		n++
-		size += int64(len(m.Data()))
-	}
-	return n, size, nil
 }
 
 // fillRead returns the read stream, filling it first unless the store
