@@ -27,15 +27,20 @@ import (
 //     U+0009–U+000D, U+0020, U+00A0, U+1680, U+2000–U+200A, U+2028, U+2029,
 //     U+202F, U+205F, U+3000, U+FEFF (not U+0085, not U+180E)
 //   - classes [...] and [^...] holding single atoms (a code point or one of
-//     the escapes above, plus \- ), ranges a-b of two single atoms with
-//     a <= b, and - first or last; not empty, no [ inside, no \b
+//     the escapes above, plus \- ), ranges a-b of two single code points
+//     with a <= b, and - first or last; not [] or [^], no [ inside, no \b,
+//     no - right after a range but before ]
 //   - ^ and $ (no m flag: start and end of the input only)
-//   - groups (?:...) and (...), alternation |
+//   - groups (?:...) and (...) nested at most 100 deep, alternation |
 //   - quantifiers * + ? {n} {n,} {n,m} (n <= m <= 1000) and their lazy
-//     forms, on an atom or group (never on ^ or $)
+//     forms, on an atom or group (never on ^ or $, never doubled)
 //
-// Captures and laziness change which match is found, never whether one
-// exists, and MatchString only asks the latter.
+// and Go's regexp must compile the translation. Captures and laziness
+// change which match is found, never whether one exists, and MatchString
+// only asks the latter. The translation writes every atom as a Go class of
+// explicit code points (\x{...}), so no escape or class means anything
+// in Go that it was not given. Patterns of the shape ^ item… $ with a
+// forced split run on seqMatcher (below) instead of Go's regexp.
 
 // maxLinearRepeat is the largest count Go's regexp/syntax accepts in a
 // {n,m} repetition.
