@@ -1,5 +1,5 @@
 // Command forge publishes a plan of raw messages (lines "subject<TAB>base64
-// payload") straight into a JetStream stream, bypassing roompub's gate, to
+// payload", optionally "<TAB>Nats-Msg-Id") straight into a JetStream stream, bypassing roompub's gate, to
 // test what readers make of forged, forked and corrupt messages.
 //
 //	go run ./test/breakers/forge nats://127.0.0.1:4222 plan.txt
@@ -45,11 +45,16 @@ func run(url, plan string) error {
 	n := 0
 	for sc.Scan() {
 		subj, b64, _ := strings.Cut(sc.Text(), "\t")
+		b64, msgID, _ := strings.Cut(b64, "\t")
 		data, err := base64.StdEncoding.DecodeString(b64)
 		if err != nil {
 			return err
 		}
-		if _, err := js.PublishAsync(subj, data); err != nil {
+		var opts []jetstream.PublishOpt
+		if msgID != "" {
+			opts = append(opts, jetstream.WithMsgID(msgID))
+		}
+		if _, err := js.PublishAsync(subj, data, opts...); err != nil {
 			return fmt.Errorf("line %d: %w", n+1, err)
 		}
 		n++
