@@ -656,7 +656,8 @@ func run(t *testing.T, dir, bin string, args ...string) result {
 // and records and runs both verifiers on them, in groups of paths (the new
 // verifier checks paths in parallel), comparing exit code, stdout and
 // stderr of each group; a differing group is re-run path by path to name
-// the inputs that differ.
+// the inputs that differ. Each group is also verified with the widened
+// schema directory, where no envelope fast check applies.
 func TestVerifyDiff(t *testing.T) {
 	oldBin, newBin := bins(t)
 	root := repoRoot(t)
@@ -714,7 +715,8 @@ func TestVerifyDiff(t *testing.T) {
 	diffs := 0
 	for g := 0; g < len(paths); g += group {
 		ps := paths[g:min(g+group, len(paths))]
-		for _, mode := range [][]string{{"verify", "--json"}, {"verify"}} {
+		widened := filepath.Join(root, "testdata/samples/widened/schemas")
+		for _, mode := range [][]string{{"verify", "--json"}, {"verify"}, {"verify", "--json", "--schema-dir", widened}} {
 			args := append(append([]string(nil), mode...), ps...)
 			a, b := run(t, dir, filepath.Join(oldBin, "publisher"), args...), run(t, dir, filepath.Join(newBin, "publisher"), args...)
 			if a == b {
