@@ -45,3 +45,20 @@ func CompileLinear(expr string) (match func(string) bool, seq bool, ok bool) {
 	_, seq = m.(*seqMatcher)
 	return m.MatchString, seq, true
 }
+
+// CheckRecordSchema is CheckRecord without the record fast check: the
+// oracle the fast check is held against.
+func (v *Validator) CheckRecordSchema(rec *events.Record, at events.Location) []events.Problem {
+	return v.checkRecord(rec, at, false)
+}
+
+// RecordShapeValid is the record fast check.
+var RecordShapeValid = recordShapeValid
+
+// RecordSchemaProblems validates rec's object with jsonschema alone.
+func (v *Validator) RecordSchemaProblems(rec *events.Record) []events.Problem {
+	return schemaProblems(v.schemas.record, rec.Object(), events.SchemaInvalid, events.Location{})
+}
+
+// FastRecord reports whether the record fast check is on.
+func (v *Validator) FastRecord() bool { return v.schemas.fastRecord }

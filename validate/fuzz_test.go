@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -273,5 +274,107 @@ func FuzzPatternLinear(f *testing.F) {
 		if got := match(input); got != want {
 			t.Fatalf("pattern %q (seqMatcher %v) on %+q: compileLinear %v, regexp2 %v", pattern, seq, input, got, want)
 		}
+	})
+}
+
+// FuzzRecordShape holds the record fast check against jsonschema v6 on
+// every input that parses as a record: the fast check never calls valid
+// what jsonschema refuses, and CheckRecord's problems are exactly those of
+// the jsonschema path. Seeded with the records of testdata and a sample of
+// their one-change mutations, which the fuzzer mutates further.
+func FuzzRecordShape(f *testing.F) {
+	addRecordSeeds(f)
+	for _, raw := range sampleRecords(f) {
+		f.Add(raw)
+	}
+	for i, m := range mutations(recordMembers(f)) {
+		if i%40 == 0 {
+			raw, err := json.Marshal(m)
+			if err != nil {
+				f.Fatal(err)
+			}
+			f.Add(raw)
+		}
+	}
+	v := newValidator(f)
+	f.Fuzz(func(t *testing.T, raw []byte) {
+		rec, err := events.ParseRecord(raw)
+		if err != nil {
+			return
+		}
+		compareRecordCheck(t, v, rec)
+	})
+}
+
+// FuzzRecordShapeValues sets one member of a valid record to a fuzzed
+// string, JSON value or literal and compares the fast check with
+// jsonschema on the result. key is a member name, or a path of member
+// names and array indexes joined by "." ("candidate.ref", "evidence.0.step/id").
+func FuzzRecordShapeValues(f *testing.F) {
+	for _, s := range []struct {
+		key, val string
+		as       byte
+	}{
+		{"recorded-at", "2026-09-02T23:59:60+01:00", 's'}, {"schema/v", "1.0", 'n'}, {"room/id", "room:a\u00a0b", 's'},
+		{"outcome", "refused", 's'}, {"refusal/code", "hil/denied", 's'}, {"evidence.0.step/id", "a--b", 's'},
+		{"candidate.artifact/type", "inquirium.candidate-plan.v1", 's'}, {"signature.key/public", "z6Mk", 's'},
+		{"target.binding/ref", "operator-task-local-binding:x", 's'}, {"environment/ref", "null", 'l'},
+		{"evidence", `[]`, 'n'}, {"idempotency/key", "é", 's'}, {"candidate/adoption-ref", "x", 's'},
+	} {
+		f.Add(s.key, s.val, s.as)
+	}
+	v := newValidator(f)
+	f.Fuzz(func(t *testing.T, key, val string, as byte) {
+		var value any = val
+		switch as % 3 {
+		case 1:
+			d := json.NewDecoder(strings.NewReader(val))
+			d.UseNumber()
+			if err := d.Decode(&value); err != nil || d.More() {
+				return
+			}
+		case 2:
+			switch val {
+			case "null":
+				value = nil
+			case "true", "false":
+				value = val == "true"
+			}
+		}
+		m := recordMembers(t)
+		var cur any = m
+		steps := strings.Split(key, ".")
+		for i, step := range steps {
+			last := i == len(steps)-1
+			switch c := cur.(type) {
+			case map[string]any:
+				if last {
+					c[step] = value
+				} else {
+					cur = c[step]
+				}
+			case []any:
+				n, err := strconv.Atoi(step)
+				if err != nil || n < 0 || n >= len(c) {
+					return
+				}
+				if last {
+					c[n] = value
+				} else {
+					cur = c[n]
+				}
+			default:
+				return
+			}
+		}
+		raw, err := json.Marshal(m)
+		if err != nil {
+			return
+		}
+		rec, err := events.ParseRecord(raw)
+		if err != nil {
+			t.Fatalf("%s does not parse: %v", raw, err)
+		}
+		compareRecordCheck(t, v, rec)
 	})
 }

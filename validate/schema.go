@@ -149,6 +149,9 @@ type compiledSchemas struct {
 	// fastEnvelope: the envelope schema is the embedded one, so
 	// envelopeValid may stand in front of jsonschema.
 	fastEnvelope bool
+	// fastRecord: the record schema and every file it references are the
+	// embedded ones, so recordShapeValid may stand in front of jsonschema.
+	fastRecord bool
 }
 
 // compileSchemas compiles the root schemas from fsys, taking any file fsys
@@ -162,7 +165,7 @@ func compileSchemas(fsys fs.FS) (compiledSchemas, error) {
 	c.UseLoader(fileLoader{fsys: layers})
 	c.UseRegexpEngine(compileECMA)
 	c.AssertFormat()
-	out := compiledSchemas{fastEnvelope: fastEnvelopeApplies(layers)}
+	out := compiledSchemas{fastEnvelope: fastEnvelopeApplies(layers), fastRecord: fastRecordApplies(layers)}
 	var err error
 	if out.envelope, err = c.Compile("file:///" + schemas.EnvelopeFile); err != nil {
 		return out, fmt.Errorf("%w: %s: %v", ErrSchema, schemas.EnvelopeFile, err)
