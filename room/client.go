@@ -65,15 +65,40 @@ func NewClient(nc *nats.Conn, o ClientOptions) *Client {
 // MaxPayload is the largest request the server accepts, in bytes.
 func (c *Client) MaxPayload() int64 { return c.nc.MaxPayload() }
 
+// errConnectionLost is why a request was given up when its connection
+// dropped before the reply came.
+var errConnectionLost = errors.New("the connection was lost before the reply came: the outcome is unknown")
+
 func (c *Client) request(ctx context.Context, endpoint string, hdr nats.Header, body []byte, out any) error {
 	if _, ok := ctx.Deadline(); !ok {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, c.timeout)
 		defer cancel()
 	}
+	// A reply cannot come back over a connection that dropped (the server
+	// or serve died mid-request): the request is given up at once instead
+	// of after the whole timeout. The outcome is unknown, so the caller asks
+	// where the chain stands and resends; the gate decides a resend by
+	// content (a duplicate, never a second copy).
+	lost := c.nc.StatusChanged(nats.DISCONNECTED, nats.RECONNECTING, nats.CLOSED)
+	defer c.nc.RemoveStatusListener(lost)
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	done := make(chan struct{})
+	defer close(done)
+	go func() {
+		select {
+		case <-lost:
+			cancel(errConnectionLost)
+		case <-done:
+		}
+	}()
 	msg := &nats.Msg{Subject: c.prefix + "." + endpoint, Header: hdr, Data: body}
 	resp, err := c.nc.RequestMsgWithContext(ctx, msg)
 	if err != nil {
+		if cause := context.Cause(ctx); errors.Is(cause, errConnectionLost) {
+			err = cause
+		}
 		return fmt.Errorf("%w: %s: %v", ErrUnavailable, msg.Subject, err)
 	}
 	if status := resp.Header.Get("Nats-Service-Error-Code"); status != "" {

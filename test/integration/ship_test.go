@@ -867,6 +867,11 @@ func TestFollowRidesOutRestart(t *testing.T) {
 	appendFile(t, journal, joinLines(lines[:10]))
 
 	f := startPub(t, "journal", "--follow", "--json", "--server", srv.url, "--room", "room:live", dir)
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("the follower's stdout:\n%s\nstderr:\n%s", f.stdout, f.err)
+		}
+	})
 	in.waitCount(subj, 10, 10*time.Second)
 	in.nc.Close()
 	srv.kill()
