@@ -487,7 +487,7 @@ func (r *journalRun) publishOne() (flushResult, bool) {
 		// before deciding; the retry carries the same Msg-Id.
 		g.log.Warn("ambiguous append, reading back", zap.String("subject", r.subj), zap.Int64("seq", p.seq), zap.Error(err))
 		try := p.try
-		try.attempt++
+		try.attempt = g.waitOut(try.attempt, try.until) + 1
 		try.fresh = false
 		c.loaded = false
 		return r.again(0, try), false
@@ -636,7 +636,10 @@ func (r *journalRun) readBack(id string, prev uint64, n int) flushResult {
 	// c was just read from the stream leader: the lines from the k-th on
 	// are decided again on it.
 	if k == 0 {
-		try.attempt++ // nothing of the batch is stored: this was an attempt
+		// Nothing of the batch is stored: this was an attempt, counted only
+		// once the retry window has passed (an unanswered batch is what a
+		// partition or an election looks like from here).
+		try.attempt = g.waitOut(try.attempt, try.until) + 1
 	} else {
 		try = r.pending[k].try
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -44,6 +45,7 @@ type shipment struct {
 const (
 	clusterEntries = 3000 // journal lines per phase
 	clusterRecords = 60   // execution records per phase
+	clusterBatch   = 25   // publisher serve --max-batch in the cluster phases
 )
 
 func (cr *clusterRun) startShipment(name string) *shipment {
@@ -175,7 +177,12 @@ func TestCluster(t *testing.T) {
 	cr := &clusterRun{t: t, dir: t.TempDir(), key: hostKey(t)}
 	start := time.Now()
 	cr.cl = startCluster(t, 3)
-	cr.srv = startServe(t, "--server", cr.cl.urls(), "--replicas", "3", "--trusted-host", cr.key.NodeID(), "--log-level", "warn")
+	// Small atomic batches (the default is 1,000): a phase's 3,000 entries
+	// then take 120 batches, so each fault lands while the shipment is still
+	// running, between and during batches, as in a long shipment. With
+	// 1,000 a phase was three batches and could end before its second fault.
+	cr.srv = startServe(t, "--server", cr.cl.urls(), "--replicas", "3", "--trusted-host", cr.key.NodeID(), "--log-level", "warn",
+		"--max-batch", strconv.Itoa(clusterBatch))
 	cr.in = inspect(t, cr.cl.urls())
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	info, err := cr.in.stream.Info(ctx)
