@@ -270,6 +270,9 @@ type capsule struct {
 	dir   string
 	meta  events.CapsuleMeta
 	lines [][]byte // the journal's lines without their newlines
+	// written is how many of lines journal.ndjson holds; less than
+	// len(lines) when the test grows it while a follower ships (grow).
+	written int
 }
 
 func (c *capsule) key() events.ChainKey { return c.meta.Key() }
@@ -296,7 +299,34 @@ func newCapsule(t *testing.T, dir, runID string, n int) *capsule {
 	if err := os.WriteFile(filepath.Join(dir, "journal.ndjson"), joinLines(c.lines), 0o644); err != nil {
 		t.Fatal(err)
 	}
+	c.written = n
 	return c
+}
+
+// truncate rewrites the journal with only its first n lines; grow appends
+// more later, as a harness does while `publisher journal --follow` ships.
+func (c *capsule) truncate(t *testing.T, n int) {
+	t.Helper()
+	if err := os.WriteFile(filepath.Join(c.dir, "journal.ndjson"), joinLines(c.lines[:n]), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	c.written = n
+}
+
+// grow appends lines [written, n) to the journal in one write.
+func (c *capsule) grow(t *testing.T, n int) {
+	t.Helper()
+	f, err := os.OpenFile(filepath.Join(c.dir, "journal.ndjson"), os.O_WRONLY|os.O_APPEND, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.Write(joinLines(c.lines[c.written:n])); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Close(); err != nil {
+		t.Fatal(err)
+	}
+	c.written = n
 }
 
 func chainLines(t *testing.T, meta events.CapsuleMeta, n int) [][]byte {
