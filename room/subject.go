@@ -145,15 +145,23 @@ func (s Subjects) Records(roomID string) string {
 	return s.prefix() + "." + roomToken(roomID) + ".exec"
 }
 
+// Checkpoint is the subject of one room's signed checkpoints (issue 9):
+// C2SP tlog-checkpoint notes over the room's tree of admitted messages.
+// It is under Room's filter but never a leaf of the tree.
+func (s Subjects) Checkpoint(roomID string) string {
+	return s.prefix() + "." + roomToken(roomID) + ".checkpoint"
+}
+
 // Subject kinds returned by Parse.
 const (
-	KindJournal   = "journal"
-	KindExecution = "execution"
+	KindJournal    = "journal"
+	KindExecution  = "execution"
+	KindCheckpoint = "checkpoint"
 )
 
 // Parsed is a subject taken apart.
 type Parsed struct {
-	Kind   string // KindJournal or KindExecution
+	Kind   string // KindJournal, KindExecution or KindCheckpoint
 	RoomID string
 	Chain  events.ChainKey // journal subjects only
 }
@@ -172,6 +180,8 @@ func (s Subjects) Parse(subject string) (Parsed, error) {
 	switch {
 	case len(toks) == 3 && toks[2] == "exec":
 		p.Kind = KindExecution
+	case len(toks) == 3 && toks[2] == "checkpoint":
+		p.Kind = KindCheckpoint
 	case len(toks) == 5 && toks[2] == "journal":
 		p.Kind = KindJournal
 		if p.Chain.RunID, err = DecodeToken(toks[3]); err != nil {

@@ -88,6 +88,13 @@ func TestSubjectsParse(t *testing.T) {
 			if filter := s.Room(r); filter != strings.TrimSuffix(subj, "exec")+">" {
 				t.Fatalf("Room(%q) = %q", r, filter)
 			}
+			ck := s.Checkpoint(r)
+			if ck != strings.TrimSuffix(subj, "exec")+"checkpoint" {
+				t.Fatalf("Checkpoint(%q) = %q", r, ck)
+			}
+			if p, err := s.Parse(ck); err != nil || p != (room.Parsed{Kind: room.KindCheckpoint, RoomID: r}) {
+				t.Fatalf("Parse(%q) = %+v, %v", ck, p, err)
+			}
 			for _, k := range chains {
 				subj := s.Journal(r, k)
 				if strings.ContainsAny(subj, "*> \t") || strings.Count(subj, ".") != 4 {
@@ -119,8 +126,12 @@ func TestSubjectsParse(t *testing.T) {
 	if got := s.Room("room:a.b"); got != "rooms.a~2Eb.>" {
 		t.Fatalf("Room = %q", got)
 	}
+	if got := s.Checkpoint("room:a.b"); got != "rooms.a~2Eb.checkpoint" {
+		t.Fatalf("Checkpoint = %q", got)
+	}
 	for _, bad := range []string{"", "rooms", "rooms.a", "other.a.exec", "rooms.a.exec.x", "rooms.a.journal.r", "rooms.a.journal.r.c.x",
-		"rooms.a.journal.r~2e.c", "rooms.a~2e.exec", "rooms.a.records", "rooms..exec", "rooms.a.journal..c"} {
+		"rooms.a.journal.r~2e.c", "rooms.a~2e.exec", "rooms.a.records", "rooms..exec", "rooms.a.journal..c",
+		"rooms.a.checkpoint.x", "rooms.a.checkpoints", "rooms.a~2e.checkpoint", "rooms..checkpoint", "rooms.checkpoint", "other.a.checkpoint"} {
 		if p, err := s.Parse(bad); !errors.Is(err, room.ErrBadToken) {
 			t.Errorf("Parse(%q) = %+v, %v; want ErrBadToken", bad, p, err)
 		}
