@@ -79,6 +79,17 @@ const (
 	// room, a room id that is not "room:" + non-space characters, an
 	// empty body); no item in it was looked at.
 	BadRequest Code = "bad_request"
+	// CheckpointMismatch: a reader that trusts publisher keys (issue 9)
+	// finds a room message without a valid attestation by a trusted
+	// publisher (no header, an untrusted key, a bad signature: the message
+	// was not admitted, e.g. a well-formed continuation written straight
+	// into the stream), or a checkpoint that does not cover the room's
+	// admitted messages as it says (untrusted signature, another origin,
+	// a size beyond what was read, another root, smaller than or
+	// inconsistent with an earlier checkpoint), or a room whose newest
+	// checkpoint is not consistent with one verified before (a rolled
+	// back or forked copy of the stream).
+	CheckpointMismatch Code = "checkpoint_mismatch"
 )
 
 // Error makes a Code usable as an errors.Is target.
