@@ -1,0 +1,187 @@
+package checkpoint
+
+import (
+	"crypto/ed25519"
+	"encoding/base64"
+	"encoding/hex"
+	"errors"
+	"strings"
+	"testing"
+
+	"github.com/roompub/roompub/events"
+)
+
+const (
+	tRoom    = "room:test/a.b"
+	tSubject = "roompub.cm9vbTp0ZXN0L2EuYg.journal.cnVu.Y2Fw"
+)
+
+func TestAttestRoundTrip(t *testing.T) {
+	k := testKey(1)
+	c := ContentHash([]byte(`{"seq":0}` + "\n"))
+	pos := JournalPosition(0)
+	h := Attest(k, tRoom, tSubject, pos, c)
+
+	id, sig, ok := strings.Cut(h, " ")
+	if !ok || id != k.NodeID() || len(sig) != 86 {
+		t.Fatalf("header %q: want %q + space + 86 characters", h, k.NodeID())
+	}
+	// The signed message is exactly issue 9's, signed by plain Ed25519.
+	raw, err := base64.RawURLEncoding.DecodeString(sig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	full := "roompub-attestation/v1\n" + tRoom + "\n" + tSubject + "\nseq:0\n" + hex.EncodeToString(c[:]) + "\n"
+	if !ed25519.Verify(k.Public(), []byte(full), raw) {
+		t.Fatal("signature is not Ed25519 over the issue 9 message")
+	}
+
+	tr := mustTrust(t, k.NodeID())
+	signer, err := tr.VerifyAttestation(h, tRoom, tSubject, pos, c)
+	if err != nil || signer != k.NodeID() {
+		t.Fatalf("VerifyAttestation = %q, %v; want %q, nil", signer, err, k.NodeID())
+	}
+	if got, err := tr.AttestationSigner(h); err != nil || got != k.NodeID() {
+		t.Fatalf("AttestationSigner = %q, %v", got, err)
+	}
+	// Deterministic (Ed25519): the same inputs give the same header.
+	if h2 := Attest(k, tRoom, tSubject, pos, c); h2 != h {
+		t.Fatal("Attest is not deterministic")
+	}
+}
+
+func TestAttestationBindsEveryField(t *testing.T) {
+	k := testKey(1)
+	tr := mustTrust(t, k.NodeID())
+	c := ContentHash([]byte("entry"))
+	c2 := c
+	c2[0] ^= 0x80
+	h := Attest(k, tRoom, tSubject, RecordPosition(7), c)
+	for _, tc := range []struct {
+		name               string
+		room, subject, pos string
+		content            [32]byte
+	}{
+		{"room", "room:test/a.c", tSubject, RecordPosition(7), c},
+		{"subject", tRoom, tSubject + ".x", RecordPosition(7), c},
+		{"position index", tRoom, tSubject, RecordPosition(8), c},
+		{"position kind", tRoom, tSubject, "seq:7", c},
+		{"content", tRoom, tSubject, RecordPosition(7), c2},
+		{"newline in room", tRoom + "\n", tSubject, RecordPosition(7), c},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := tr.VerifyAttestation(h, tc.room, tc.subject, tc.pos, tc.content)
+			if !errors.Is(err, ErrBadAttestation) {
+				t.Fatalf("err = %v, want ErrBadAttestation", err)
+			}
+		})
+	}
+}
+
+func TestAttestationUntrusted(t *testing.T) {
+	k1, k2 := testKey(1), testKey(2)
+	c := ContentHash([]byte("entry"))
+	h := Attest(k2, tRoom, tSubject, JournalPosition(3), c)
+	for name, tr := range map[string]*Trust{
+		"other key": mustTrust(t, k1.NodeID()),
+		"empty":     mustTrust(t),
+		"nil":       nil,
+	} {
+		t.Run(name, func(t *testing.T) {
+			if _, err := tr.VerifyAttestation(h, tRoom, tSubject, JournalPosition(3), c); !errors.Is(err, ErrUntrustedPublisher) {
+				t.Fatalf("VerifyAttestation err = %v, want ErrUntrustedPublisher", err)
+			}
+			if _, err := tr.AttestationSigner(h); !errors.Is(err, ErrUntrustedPublisher) {
+				t.Fatalf("AttestationSigner err = %v, want ErrUntrustedPublisher", err)
+			}
+		})
+	}
+	// A header naming a trusted key but carrying another key's signature.
+	forged := k1.NodeID() + h[strings.IndexByte(h, ' '):]
+	if _, err := mustTrust(t, k1.NodeID(), k2.NodeID()).VerifyAttestation(forged, tRoom, tSubject, JournalPosition(3), c); !errors.Is(err, ErrBadAttestation) {
+		t.Fatalf("forged: err = %v, want ErrBadAttestation", err)
+	}
+}
+
+func TestAttestationMalformed(t *testing.T) {
+	k := testKey(1)
+	tr := mustTrust(t, k.NodeID())
+	c := ContentHash([]byte("entry"))
+	h := Attest(k, tRoom, tSubject, JournalPosition(0), c)
+	id, sig, _ := strings.Cut(h, " ")
+	if _, err := tr.VerifyAttestation("", tRoom, tSubject, JournalPosition(0), c); !errors.Is(err, ErrNoAttestation) {
+		t.Fatalf("empty: err = %v, want ErrNoAttestation", err)
+	}
+	flipped := []byte(sig)
+	flipped[10] ^= 'A' ^ 'B'
+	if flipped[10] == sig[10] {
+		flipped[10] = 'C'
+	}
+	for name, hv := range map[string]string{
+		"no space":         id + sig,
+		"two spaces":       id + "  " + sig,
+		"trailing space":   h + " ",
+		"leading space":    " " + h,
+		"three fields":     h + " x",
+		"only id":          id,
+		"only id, space":   id + " ",
+		"not a node id":    "did:key:" + strings.TrimPrefix(id, events.NodeIDPrefix) + " " + sig,
+		"padded":           h + "==",
+		"std base64":       id + " " + strings.NewReplacer("-", "+", "_", "/").Replace(sig),
+		"short signature":  id + " " + sig[:85],
+		"long signature":   id + " " + sig + "A",
+		"not base64":       id + " " + strings.Repeat("!", 86),
+		"nonzero pad bits": id + " " + sig[:85] + nonCanonicalLast(sig[85]),
+		"flipped":          id + " " + string(flipped),
+	} {
+		t.Run(name, func(t *testing.T) {
+			if name == "std base64" && !strings.ContainsAny(sig, "-_") {
+				t.Skip("signature has no base64url-only characters")
+			}
+			_, err := tr.VerifyAttestation(hv, tRoom, tSubject, JournalPosition(0), c)
+			if !errors.Is(err, ErrBadAttestation) {
+				t.Fatalf("err = %v, want ErrBadAttestation", err)
+			}
+		})
+	}
+}
+
+// nonCanonicalLast returns a last character that encodes the same final 4
+// data bits as c with unused low bits set, which strict base64
+// decoding must refuse.
+func nonCanonicalLast(c byte) string {
+	const alphabet = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_"
+	i := strings.IndexByte(alphabet, c)
+	return string(alphabet[i|3])
+}
+
+func TestNewTrust(t *testing.T) {
+	k1, k2 := testKey(1), testKey(2)
+	tr := mustTrust(t, k2.NodeID(), k1.NodeID(), k2.NodeID())
+	if tr.Len() != 2 {
+		t.Fatalf("Len = %d, want 2 (duplicates collapse)", tr.Len())
+	}
+	if !tr.Trusts(k1.NodeID()) || tr.Trusts(testKey(3).NodeID()) {
+		t.Fatal("Trusts is wrong")
+	}
+	if got := mustTrust(t).Len(); got != 0 {
+		t.Fatalf("empty Len = %d", got)
+	}
+	var nilTrust *Trust
+	if nilTrust.Len() != 0 {
+		t.Fatal("nil Len")
+	}
+	id := k1.NodeID()
+	for name, bad := range map[string]string{
+		"empty":       "",
+		"did key":     strings.TrimPrefix(id, "node:"),
+		"bad base58":  id[:len(id)-1] + "0",
+		"short":       id[:len(id)-2],
+		"space":       id + " ",
+		"wrong codec": events.NodeIDPrefix + "z6LS" + id[len(events.NodeIDPrefix)+4:],
+	} {
+		if _, err := NewTrust(k2.NodeID(), bad); !errors.Is(err, events.ErrBadDIDKey) {
+			t.Errorf("%s: NewTrust(%q) err = %v, want ErrBadDIDKey", name, bad, err)
+		}
+	}
+}

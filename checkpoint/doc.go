@@ -1,0 +1,18 @@
+// Package checkpoint makes a room's messages tamper-evident (issue 9): each
+// admitted message carries a publisher's attestation header, the room's
+// admitted messages are the leaves of an RFC 6962 Merkle tree, and
+// publishers sign C2SP tlog-checkpoint notes over that tree, so a reader can
+// prove that a message is in the room (inclusion proof) and that a later
+// checkpoint extends an earlier one (consistency proof).
+//
+// The Merkle tree hashing and proofs come from
+// github.com/transparency-dev/merkle (rfc6962, compact, proof), the
+// checkpoint body from github.com/transparency-dev/formats/log and the
+// signed note from golang.org/x/mod/sumdb/note. This package adds only
+// roompub's leaf and attestation formats, the key plumbing from
+// events.HostKey, and a tree that keeps every complete subtree hash so proofs
+// for any earlier size are O(log n) lookups.
+//
+// Like events, it imports no NATS: callers pass bytes, subjects and
+// positions in.
+package checkpoint

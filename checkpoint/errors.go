@@ -1,0 +1,31 @@
+package checkpoint
+
+import "errors"
+
+// ErrNoAttestation is returned by (*Trust).VerifyAttestation and
+// (*Trust).AttestationSigner when the header is empty: the message was not
+// attested, so it is not a leaf (issue 9).
+var ErrNoAttestation = errors.New("no attestation")
+
+// ErrUntrustedPublisher is returned (wrapped) when an attestation or a
+// checkpoint is signed by a key that is not in the Trust.
+var ErrUntrustedPublisher = errors.New("untrusted publisher")
+
+// ErrBadAttestation is returned (wrapped) when an attestation header is
+// malformed or its signature does not verify for the message it is on.
+var ErrBadAttestation = errors.New("bad attestation")
+
+// ErrBadCheckpoint is returned (wrapped) by Parse, ParseUnverified and Sign
+// when a checkpoint note is malformed, names another room, or carries an
+// invalid signature by a trusted key.
+var ErrBadCheckpoint = errors.New("bad checkpoint")
+
+// ErrBadProof is returned (wrapped) by VerifyInclusion, VerifyConsistency and
+// (*Proof).Verify when a proof does not lead to the expected root; the
+// merkle/proof error (e.g. proof.RootMismatchError with both roots) is
+// wrapped too.
+var ErrBadProof = errors.New("proof does not verify")
+
+// ErrTreeSize is returned (wrapped) by Tree methods asked about a size or
+// index the tree does not have.
+var ErrTreeSize = errors.New("size out of range")
