@@ -5,7 +5,7 @@ SHELL := bash
 
 GO ?= go
 # Packages whose Fuzz targets `make test` (5s each) and `make fuzz` (60s each) run.
-FUZZ_PKGS := ./events ./validate ./room
+FUZZ_PKGS := ./events ./validate ./room ./checkpoint
 
 .PHONY: build run test unit integration fuzz-short fuzz bench fmt vet lint samples clean
 
@@ -22,7 +22,7 @@ test: unit integration test-faults fuzz-short
 
 ## unit: fast tests of the libraries and commands, with the race detector
 unit:
-	$(GO) test -race -count=1 ./events/... ./validate/... ./schemas/... ./config/... ./cmd/...
+	$(GO) test -race -count=1 ./events/... ./validate/... ./schemas/... ./config/... ./checkpoint/... ./cmd/...
 
 ## integration: against real embedded nats-servers (JetStream on disk), then the built binaries
 integration:

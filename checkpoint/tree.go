@@ -56,15 +56,16 @@ func (t *Tree) node(id compact.NodeID) ([32]byte, error) {
 	return t.levels[id.Level][id.Index], nil
 }
 
-// nodes returns the hashes of ids as slices, for merkle/proof.
+// nodes returns the hashes of ids as slices into the tree's storage, for
+// merkle/proof (Rehash reorders the slice headers but never writes through
+// them).
 func (t *Tree) nodes(ids []compact.NodeID) ([][]byte, error) {
 	hs := make([][]byte, len(ids))
 	for i, id := range ids {
-		h, err := t.node(id)
-		if err != nil {
+		if _, err := t.node(id); err != nil {
 			return nil, err
 		}
-		hs[i] = h[:]
+		hs[i] = t.levels[id.Level][id.Index][:]
 	}
 	return hs, nil
 }

@@ -1,0 +1,104 @@
+package checkpoint
+
+import "testing"
+
+// BenchmarkAttest is the gate's cost per appended message (one Ed25519
+// signature over the issue 9 attestation message).
+func BenchmarkAttest(b *testing.B) {
+	k := testKey(1)
+	c := ContentHash([]byte("entry"))
+	for b.Loop() {
+		_ = Attest(k, tRoom, tSubject, JournalPosition(42), c)
+	}
+}
+
+// BenchmarkVerifyAttestation is a reader's cost per message it cannot
+// leave to a checkpoint (issue 9: optimistic verification).
+func BenchmarkVerifyAttestation(b *testing.B) {
+	k := testKey(1)
+	trust := mustTrust(b, k.NodeID())
+	c := ContentHash([]byte("entry"))
+	h := Attest(k, tRoom, tSubject, JournalPosition(42), c)
+	for b.Loop() {
+		if _, err := trust.VerifyAttestation(h, tRoom, tSubject, JournalPosition(42), c); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// BenchmarkAttestationSigner is the optimistic path's header check.
+func BenchmarkAttestationSigner(b *testing.B) {
+	k := testKey(1)
+	trust := mustTrust(b, k.NodeID())
+	h := Attest(k, tRoom, tSubject, JournalPosition(42), ContentHash([]byte("entry")))
+	for b.Loop() {
+		if _, err := trust.AttestationSigner(h); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// BenchmarkLeafHash is the per-message leaf cost.
+func BenchmarkLeafHash(b *testing.B) {
+	c := ContentHash([]byte("entry"))
+	for b.Loop() {
+		_ = LeafHash(tRoom, tSubject, c)
+	}
+}
+
+// BenchmarkTreeAppend is the per-message tree cost (amortised: one
+// HashChildren per leaf on average).
+func BenchmarkTreeAppend(b *testing.B) {
+	tr := NewTree()
+	leaf := leafN(tRoom, 1)
+	for b.Loop() {
+		tr.Append(leaf)
+	}
+}
+
+// BenchmarkInclusionProof and BenchmarkVerifyInclusion: one proof in a
+// tree of 2^20 leaves (`subscriber prove`, `verify-proof`).
+func BenchmarkInclusionProof(b *testing.B) {
+	tr := treeOf(tRoom, 1<<20)
+	b.ResetTimer()
+	for i := uint64(0); b.Loop(); i++ {
+		if _, err := tr.InclusionProof(i*7919%(1<<20-3), 1<<20-3); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+func BenchmarkVerifyInclusion(b *testing.B) {
+	tr := treeOf(tRoom, 1<<20)
+	const size = 1<<20 - 3
+	path, _ := tr.InclusionProof(12345, size)
+	root, _ := tr.RootAt(size)
+	leaf := leafN(tRoom, 12345)
+	for b.Loop() {
+		if err := VerifyInclusion(leaf, 12345, size, path, root); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// BenchmarkSignCheckpoint and BenchmarkParseCheckpoint: one checkpoint.
+func BenchmarkSignCheckpoint(b *testing.B) {
+	s := mustSigner(b, testKey(1))
+	root := leafN(tRoom, 0)
+	for b.Loop() {
+		if _, err := Sign(s, tRoom, 1000, root); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+func BenchmarkParseCheckpoint(b *testing.B) {
+	k := testKey(1)
+	trust := mustTrust(b, k.NodeID())
+	n, _ := Sign(mustSigner(b, k), tRoom, 1000, leafN(tRoom, 0))
+	for b.Loop() {
+		if _, err := Parse(n, tRoom, trust); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
