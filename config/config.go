@@ -141,6 +141,11 @@ type Serve struct {
 	// (room.GateOptions); 0 is the default.
 	MaxBatch           int `name:"max-batch" help:"Journal entries per atomic batch; 0 is 1000, the server's default max_batch_size; no more than the server allows." yaml:"max-batch"`
 	MaxInflightBatches int `name:"max-inflight-batches" help:"Atomic batches this publisher keeps open at once; 0 is 32, below the server's default of 50 per stream." yaml:"max-inflight-batches"`
+	// Issue 9: attestations and signed room checkpoints.
+	PublisherKey       string        `name:"publisher-key" help:"Attest every appended message and sign room checkpoints with this key (made by 'publisher keygen'; its node id names it). Without it nothing is attested or checkpointed." placeholder:"FILE" yaml:"publisher-key"`
+	TrustedPublishers  []string      `name:"trusted-publisher" help:"Node id of another publisher whose attestations and checkpoints count (repeatable); the own key always does." placeholder:"NODE_ID" yaml:"trusted-publisher"`
+	CheckpointEvery    int           `name:"checkpoint-every" help:"Write a room's checkpoint once its tree has grown by this many messages (0: 1000)." default:"1000" yaml:"checkpoint-every"`
+	CheckpointInterval time.Duration `name:"checkpoint-interval" help:"Write a checkpoint of every room whose tree grew at least this often (0: 10s)." default:"10s" yaml:"checkpoint-interval"`
 	Logging
 }
 
@@ -199,6 +204,23 @@ func (s *Serve) Validate() error {
 		if fi, err := os.Stat(s.SchemaDir); err != nil || !fi.IsDir() {
 			bad("--schema-dir %q is not a directory", s.SchemaDir)
 		}
+	}
+	if s.PublisherKey != "" {
+		if fi, err := os.Stat(s.PublisherKey); err != nil || fi.IsDir() {
+			bad("--publisher-key %q is not a key file", s.PublisherKey)
+		}
+	}
+	for _, id := range s.TrustedPublishers {
+		if _, err := events.ParseNodeID(id); err != nil {
+			bad("--trusted-publisher %q: %v", id, err)
+		}
+	}
+	// 0 is the default (room.CheckpointerOptions), as for --max-batch.
+	if s.CheckpointEvery < 0 {
+		bad("--checkpoint-every must not be negative")
+	}
+	if s.CheckpointInterval < 0 {
+		bad("--checkpoint-interval must not be negative")
 	}
 	return errors.Join(errs...)
 }

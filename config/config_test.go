@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/alecthomas/kong"
 
@@ -39,7 +40,8 @@ func TestServeDefaults(t *testing.T) {
 	}
 	s := g.Serve.Serve
 	if s.Server != "" || s.Listen != "127.0.0.1:4222" || s.StoreDir != "./data" || s.SyncInterval != 0 ||
-		s.Stream != "ROOMS" || s.Prefix != "rooms" || len(s.TrustedHosts) != 0 || s.Level != "info" || s.Format != "json" {
+		s.Stream != "ROOMS" || s.Prefix != "rooms" || len(s.TrustedHosts) != 0 || s.Level != "info" || s.Format != "json" ||
+		s.PublisherKey != "" || len(s.TrustedPublishers) != 0 || s.CheckpointEvery != 1000 || s.CheckpointInterval != 10*time.Second {
 		t.Fatalf("defaults: %+v", s)
 	}
 }
@@ -58,7 +60,12 @@ func TestServeNotFromNATSURL(t *testing.T) {
 func TestConfigFileAndFlags(t *testing.T) {
 	dir := t.TempDir()
 	file := filepath.Join(dir, "roompub.yaml")
-	yaml := "store-dir: /var/lib/roompub\nsync-interval: 50ms\ntrusted-host:\n  - " + host + "\nlisten: 127.0.0.1:5222\n"
+	keyFile := filepath.Join(dir, "publisher.pem") // Validate checks it exists; serve parses it
+	if err := os.WriteFile(keyFile, []byte("not parsed here"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	yaml := "store-dir: /var/lib/roompub\nsync-interval: 50ms\ntrusted-host:\n  - " + host + "\nlisten: 127.0.0.1:5222\n" +
+		"publisher-key: " + keyFile + "\ntrusted-publisher: [" + host + "]\ncheckpoint-every: 50\ncheckpoint-interval: 2s\n"
 	if err := os.WriteFile(file, []byte(yaml), 0o600); err != nil {
 		t.Fatal(err)
 	}
@@ -70,8 +77,27 @@ func TestConfigFileAndFlags(t *testing.T) {
 	if s.StoreDir != "/var/lib/roompub" || s.SyncInterval.String() != "50ms" || len(s.TrustedHosts) != 1 || s.TrustedHosts[0] != host {
 		t.Fatalf("from file: %+v", s)
 	}
+	if s.PublisherKey != keyFile || len(s.TrustedPublishers) != 1 || s.TrustedPublishers[0] != host ||
+		s.CheckpointEvery != 50 || s.CheckpointInterval != 2*time.Second {
+		t.Fatalf("issue 9 keys from file: %+v", s)
+	}
 	if s.Listen != "127.0.0.1:6222" {
 		t.Fatalf("the flag must win over the file: %q", s.Listen)
+	}
+}
+
+func TestServeTrustedPublisherRepeatable(t *testing.T) {
+	other := "node:did:key:z6MkhaXgBZDvotDkL5257faiztiGiC2QtKLGpbnnEGta2doK"
+	g, err := parse(t, "serve", "--trusted-publisher", host, "--trusted-publisher", other, "--checkpoint-every", "7", "--checkpoint-interval", "1m")
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := g.Serve.Serve
+	if len(s.TrustedPublishers) != 2 || s.TrustedPublishers[0] != host || s.TrustedPublishers[1] != other || s.CheckpointEvery != 7 || s.CheckpointInterval != time.Minute {
+		t.Fatalf("got %+v", s)
+	}
+	if err := s.Validate(); err != nil {
+		t.Fatalf("valid flags refused: %v", err)
 	}
 }
 
@@ -89,13 +115,15 @@ func TestConfigFileUnknownKey(t *testing.T) {
 func TestServeValidateReportsEveryProblem(t *testing.T) {
 	s := config.Serve{Listen: "nope", StoreDir: "", SyncInterval: -1, MaxPayload: "lots", Replicas: 9, Stream: "a.b", MaxBatch: 1001, MaxInflightBatches: -1,
 		Prefix: "x>", TrustedHosts: []string{"node:did:key:zBad"}, SchemaDir: "/does/not/exist",
+		PublisherKey: "/does/not/exist.pem", TrustedPublishers: []string{"node:did:key:zAlsoBad"}, CheckpointEvery: -1, CheckpointInterval: -time.Second,
 		Credentials: config.Credentials{Password: "pw", TLSCert: "c.pem"}}
 	err := s.Validate()
 	if !errors.Is(err, config.ErrInvalid) {
 		t.Fatalf("got %v", err)
 	}
 	for _, want := range []string{"--listen", "--store-dir", "--sync-interval", "--max-payload", "--replicas", "--stream",
-		"--subject-prefix", "--trusted-host", "--schema-dir", "--password needs --user", "--tlscert and --tlskey", "--max-batch", "--max-inflight-batches"} {
+		"--subject-prefix", "--trusted-host", "--schema-dir", "--password needs --user", "--tlscert and --tlskey", "--max-batch", "--max-inflight-batches",
+		"--publisher-key", "--trusted-publisher", "--checkpoint-every", "--checkpoint-interval"} {
 		if !strings.Contains(err.Error(), want) {
 			t.Errorf("%q missing from %v", want, err)
 		}
