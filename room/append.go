@@ -15,6 +15,7 @@ import (
 	"github.com/synadia-io/orbit.go/jetstreamext"
 	"go.uber.org/zap"
 
+	"github.com/roompub/roompub/checkpoint"
 	"github.com/roompub/roompub/events"
 	"github.com/roompub/roompub/validate"
 )
@@ -65,7 +66,7 @@ func (g *Gate) AppendJournal(ctx context.Context, roomID string, body []byte, ca
 	for i := range reply.Items {
 		reply.Items[i] = ItemResult{Index: i, Outcome: OutcomeSkipped}
 	}
-	pre := g.checkLines(lines)
+	pre := g.checkLines(lines, roomID)
 	// The chain is named by the first line; a later line of another chain
 	// fails metadata_mismatch like any entry that differs from its capsule.
 	if pre[0].bad != nil {
@@ -92,11 +93,14 @@ func (g *Gate) AppendJournal(ctx context.Context, roomID string, body []byte, ca
 }
 
 // checkedLine is one request line after the checks that need no chain state:
-// parsed (bad when it could not be), with its entry-level problems.
+// parsed (bad when it could not be), with its entry-level problems and,
+// when it has none and the gate has a publisher key, its attestation.
 type checkedLine struct {
 	e        *events.Entry
 	bad      *ItemResult
 	problems []events.Problem // the validator's entry rules, located at the line
+	att      string           // checkpoint.AttestationHeader value; "" for none
+	content  [32]byte         // checkpoint.ContentHash of the entry, with att
 }
 
 // checkChunk is how many lines one worker takes at a time.
@@ -104,10 +108,20 @@ const checkChunk = 32
 
 // checkLines parses every line and applies the entry-level rules
 // (validate.Validator.CheckEntry), in parallel: none of it depends on the
-// chain or on other lines.
-func (g *Gate) checkLines(lines []line) []checkedLine {
+// chain or on other lines. With a publisher key it also attests every line
+// that passed them (issue 9): the attestation binds the room, the line's
+// own chain subject, its seq and its bytes, none of which depends on the
+// chain either, so the signatures are made here on every core rather than
+// one by one when the batch is sent. A line of another chain than the
+// first is refused later (metadata_mismatch) and its attestation unused.
+func (g *Gate) checkLines(lines []line, roomID string) []checkedLine {
 	pre := make([]checkedLine, len(lines))
-	one := func(i int) {
+	// one checks line i; sc caches the subject of the worker's last chain.
+	type subjCache struct {
+		key  events.ChainKey
+		subj string
+	}
+	one := func(i int, sc *subjCache) {
 		e, bad := parseLine(lines[i], i)
 		if bad != nil {
 			pre[i].bad = bad
@@ -115,11 +129,24 @@ func (g *Gate) checkLines(lines []line) []checkedLine {
 		}
 		pre[i].e = e
 		pre[i].problems = g.v.CheckEntry(e, events.Location{Line: i + 1})
+		if g.key == nil || len(pre[i].problems) > 0 {
+			return
+		}
+		seq, ok := e.Seq()
+		if !ok {
+			return
+		}
+		if k := (events.ChainKey{RunID: e.RunID(), CapsuleID: e.CapsuleID()}); sc.subj == "" || k != sc.key {
+			sc.key, sc.subj = k, g.subjects.Journal(roomID, k)
+		}
+		pre[i].content = checkpoint.ContentHash(e.Canonical())
+		pre[i].att = g.attest(roomID, sc.subj, checkpoint.JournalPosition(seq), pre[i].content)
 	}
 	workers := min(runtime.GOMAXPROCS(0), (len(lines)+checkChunk-1)/checkChunk)
 	if workers <= 1 {
+		var sc subjCache
 		for i := range lines {
-			one(i)
+			one(i, &sc)
 		}
 		return pre
 	}
@@ -127,13 +154,14 @@ func (g *Gate) checkLines(lines []line) []checkedLine {
 	var wg sync.WaitGroup
 	for range workers {
 		wg.Go(func() {
+			var sc subjCache
 			for {
 				from := int(next.Add(checkChunk)) - checkChunk
 				if from >= len(lines) {
 					return
 				}
 				for i := from; i < min(from+checkChunk, len(lines)); i++ {
-					one(i)
+					one(i, &sc)
 				}
 			}
 		})
@@ -157,10 +185,12 @@ func newTry() lineTry { return lineTry{until: time.Now().Add(retryWindow)} }
 
 // pend is a line that passed every check and waits in the next batch.
 type pend struct {
-	idx int
-	e   *events.Entry
-	seq int64
-	try lineTry // its retry state, for when the batch must be decided again
+	idx     int
+	e       *events.Entry
+	seq     int64
+	att     string   // its attestation (checkedLine.att)
+	content [32]byte // with att
+	try     lineTry  // its retry state, for when the batch must be decided again
 }
 
 // journalRun decides the lines of one request with the chain locked.
@@ -214,7 +244,13 @@ func (r *journalRun) run() {
 		case decAccept:
 			e := r.pre[i].e
 			seq, _ := e.Seq()
-			r.pending = append(r.pending, pend{idx: i, e: e, seq: seq, try: try})
+			if r.g.key != nil && r.pre[i].att == "" {
+				// checkLines attests every line the chain may accept; this
+				// keeps a line it did not attest from going out without.
+				r.pre[i].content = checkpoint.ContentHash(e.Canonical())
+				r.pre[i].att = r.g.attest(r.roomID, r.subj, checkpoint.JournalPosition(seq), r.pre[i].content)
+			}
+			r.pending = append(r.pending, pend{idx: i, e: e, seq: seq, att: r.pre[i].att, content: r.pre[i].content, try: try})
 			r.cv.Accept(e)
 			i, try = i+1, newTry()
 			if len(r.pending) < r.g.batchLimit() {
@@ -328,7 +364,7 @@ func (r *journalRun) decide(i int, try *lineTry) (decision, ItemResult) {
 		}
 		// The message one append of this line alone would send (flush checks
 		// the exact one again).
-		msg := r.message(e, true, c.streamSeq+uint64(len(r.pending)))
+		msg := r.message(e, p.att, true, c.streamSeq+uint64(len(r.pending)))
 		if tl := g.tooLarge(msg, at); tl != nil {
 			if flushFirst {
 				return decFlush, ItemResult{}
@@ -341,11 +377,15 @@ func (r *journalRun) decide(i int, try *lineTry) (decision, ItemResult) {
 	}
 }
 
-// message is the append of e: Nats-Msg-Id = entry_hash and, when expect,
-// the expected last sequence of the chain's subjects in every room.
-func (r *journalRun) message(e *events.Entry, expect bool, last uint64) *nats.Msg {
+// message is the append of e: Nats-Msg-Id = entry_hash, the attestation
+// att (when the gate has a publisher key) and, when expect, the expected
+// last sequence of the chain's subjects in every room.
+func (r *journalRun) message(e *events.Entry, att string, expect bool, last uint64) *nats.Msg {
 	msg := &nats.Msg{Subject: r.subj, Data: e.Canonical(), Header: nats.Header{}}
 	msg.Header.Set(jetstream.MsgIDHeader, e.EntryHash())
+	if att != "" {
+		msg.Header.Set(checkpoint.AttestationHeader, att)
+	}
 	if expect {
 		msg.Header.Set(jetstream.ExpectedLastSubjSeqHeader, strconv.FormatUint(last, 10))
 		msg.Header.Set(jetstream.ExpectedLastSubjSeqSubjHeader, r.g.subjects.ChainAnyRoom(r.key))
@@ -438,10 +478,11 @@ func (r *journalRun) publishOne() (flushResult, bool) {
 	g, c := r.g, r.c
 	p := r.pending[0]
 	at := events.Location{Line: p.idx + 1}
-	msg := r.message(p.e, true, c.streamSeq)
+	msg := r.message(p.e, p.att, true, c.streamSeq)
 	if tl := g.tooLarge(msg, at); tl != nil {
 		return r.end(refused(p.idx, tl)), false
 	}
+	g.expect(msg, p.content)
 	ack, err := g.publish(r.ctx, msg)
 	switch {
 	case err == nil && !ack.Duplicate:
@@ -527,12 +568,15 @@ func (r *journalRun) publishBatch(n int) (flushResult, bool) {
 	batch := r.pending[:n]
 	msgs := make([]*nats.Msg, n)
 	for k, p := range batch {
-		msgs[k] = r.message(p.e, k == 0, c.streamSeq)
+		msgs[k] = r.message(p.e, p.att, k == 0, c.streamSeq)
 		if int64(len(msgs[k].Data))+msgHeaderSize(msgs[k])+batchHeaderRoom > g.nc.MaxPayload() {
 			// One append per line says which line is too large.
 			r.singles = true
 			return flushResult{}, true
 		}
+	}
+	for k, p := range batch {
+		g.expect(msgs[k], p.content)
 	}
 	select {
 	case g.inflight <- struct{}{}:

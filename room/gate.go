@@ -16,6 +16,7 @@ import (
 	"github.com/synadia-io/orbit.go/jetstreamext"
 	"go.uber.org/zap"
 
+	"github.com/roompub/roompub/checkpoint"
 	"github.com/roompub/roompub/events"
 	"github.com/roompub/roompub/validate"
 )
@@ -56,6 +57,27 @@ type GateOptions struct {
 	// (max_batch_inflight_per_stream), so other publishers keep some. A
 	// server that answers "too many in flight" anyway is waited out.
 	MaxInflightBatches int
+	// PublisherKey, when set, attests every message the gate appends
+	// (checkpoint.AttestationHeader, issue 9): journal entries at
+	// checkpoint.JournalPosition of their seq, records at
+	// checkpoint.RecordPosition of their ordinal on the room's exec
+	// subject. Nil: nothing is attested.
+	PublisherKey *events.HostKey
+	// Attested, when set, is told of each attestation before its message
+	// is sent (a Checkpointer in the same process, which then need not
+	// verify the gate's own signatures).
+	Attested AttestationSink
+}
+
+// AttestationSink is told of each message a gate attests, before the
+// message is sent: it may be stored, stored by an earlier attempt, or
+// never. Checkpointer implements it. Implementations must be safe for
+// concurrent use and must not block.
+type AttestationSink interface {
+	// Expect is called with the message's subject, its
+	// checkpoint.AttestationHeader value and its content hash
+	// (checkpoint.ContentHash of the data).
+	Expect(subject, header string, content [32]byte)
 }
 
 // Defaults of GateOptions.
@@ -86,6 +108,9 @@ type Gate struct {
 	noAtomic atomic.Bool   // the stream refused atomic batches: one publish per entry
 
 	paused atomic.Pointer[error] // non-nil: the stream failed its check; no appends
+
+	key      *events.HostKey // attests appends (issue 9); nil: none
+	attested AttestationSink // nil: nobody is told
 
 	mu     sync.Mutex
 	chains map[events.ChainKey]*chainState
@@ -120,7 +145,7 @@ func NewGate(ctx context.Context, nc *nats.Conn, o GateOptions) (*Gate, error) {
 	}
 	g := &Gate{
 		js: js, nc: nc, stream: st, subjects: o.Subjects, v: o.Validator,
-		log: o.Logger, obs: o.Observer, timeout: o.PublishTimeout, attempts: o.Attempts,
+		log: o.Logger, obs: o.Observer, timeout: o.PublishTimeout, attempts: o.Attempts, key: o.PublisherKey, attested: o.Attested,
 		chains: map[events.ChainKey]*chainState{}, rooms: map[string]*roomState{},
 	}
 	if g.log == nil {
@@ -478,6 +503,25 @@ func (g *Gate) tooLarge(msg *nats.Msg, at events.Location) []events.Problem {
 			Reason: fmt.Sprintf("%d bytes with headers; the server accepts at most %d", size, max)}}
 	}
 	return nil
+}
+
+// attest returns the attestation header value of data on subject at
+// position, or "" when the gate has no publisher key.
+func (g *Gate) attest(roomID, subject, position string, content [32]byte) string {
+	if g.key == nil {
+		return ""
+	}
+	return checkpoint.Attest(g.key, roomID, subject, position, content)
+}
+
+// expect tells the attestation sink about msg just before it is sent.
+func (g *Gate) expect(msg *nats.Msg, content [32]byte) {
+	if g.attested == nil {
+		return
+	}
+	if h := msg.Header.Get(checkpoint.AttestationHeader); h != "" {
+		g.attested.Expect(msg.Subject, h, content)
+	}
 }
 
 func (g *Gate) publish(ctx context.Context, msg *nats.Msg) (*jetstream.PubAck, error) {

@@ -13,6 +13,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"go.uber.org/zap"
 
+	"github.com/roompub/roompub/checkpoint"
 	"github.com/roompub/roompub/events"
 )
 
@@ -28,11 +29,16 @@ type roomState struct {
 	// gate's append in between makes the server refuse it, and the index
 	// is brought up to date before deciding again.
 	loaded    bool
-	streamSeq uint64            // last record read from the room's record subject
-	digests   map[string]uint64 // content digest → stream seq
-	keys      map[string]string // idempotency/key → content digest
-	runs      map[string]string // run/ref → content digest
-	unknown   map[string]uint64 // decision/ref with an unknown outcome → stream seq
+	streamSeq uint64 // last record read from the room's record subject
+	// count is the number of messages on the room's record subject up to
+	// streamSeq, every one of them whether it counts for the rules or
+	// not: the next record's position (checkpoint.RecordPosition, issue
+	// 9). Kept by the gate only.
+	count   uint64
+	digests map[string]uint64 // content digest → stream seq
+	keys    map[string]string // idempotency/key → content digest
+	runs    map[string]string // run/ref → content digest
+	unknown map[string]uint64 // decision/ref with an unknown outcome → stream seq
 }
 
 func (g *Gate) room(roomID string) *roomState {
@@ -64,6 +70,7 @@ func (g *Gate) catchUp(ctx context.Context, roomID string, r *roomState) error {
 			return nil
 		}
 		r.streamSeq = m.Sequence
+		r.count++
 		// Only records that pass every rule count for the relation rules:
 		// a record a compromised writer put straight into the stream must
 		// not block a genuine one (idempotency_conflict, run_conflict).
@@ -163,6 +170,10 @@ func (g *Gate) appendRecord(ctx context.Context, raw []byte) RecordReply {
 	defer r.mu.Unlock()
 	subj := g.subjects.Records(roomID)
 	digest := rec.ContentDigest()
+	var content [32]byte // checkpoint.ContentHash of the record, with a key
+	if g.key != nil {
+		content = checkpoint.ContentHash(rec.Canonical())
+	}
 	retryUntil := time.Now().Add(retryWindow)
 	// stale: the index must be brought up to the stream head before the
 	// next decision; fresh: it was during this call.
@@ -202,6 +213,12 @@ func (g *Gate) appendRecord(ctx context.Context, raw []byte) RecordReply {
 		msg := &nats.Msg{Subject: subj, Data: rec.Canonical(), Header: nats.Header{}}
 		msg.Header.Set(jetstream.MsgIDHeader, digest)
 		msg.Header.Set(jetstream.ExpectedLastSubjSeqHeader, strconv.FormatUint(r.streamSeq, 10))
+		// The position is the record's ordinal on the subject if it lands
+		// right after r.streamSeq, which the expected sequence makes sure
+		// of; after a catch-up it is signed again.
+		if att := g.attest(roomID, subj, checkpoint.RecordPosition(r.count), content); att != "" {
+			msg.Header.Set(checkpoint.AttestationHeader, att)
+		}
 		if tl := g.tooLarge(msg, at); tl != nil {
 			reply.Item = refused(0, tl)
 			reply.Item.Hash = rec.ComputedRef()
@@ -211,10 +228,12 @@ func (g *Gate) appendRecord(ctx context.Context, raw []byte) RecordReply {
 			reply.Item = failed(0, perr)
 			return reply
 		}
+		g.expect(msg, content)
 		ack, err := g.publish(ctx, msg)
 		switch {
 		case err == nil && !ack.Duplicate:
 			r.streamSeq = ack.Sequence
+			r.count++
 			r.add(rec, ack.Sequence)
 			reply.Item = ItemResult{Outcome: OutcomeStored, Hash: rec.ComputedRef(), StreamSeq: ack.Sequence, Subject: subj}
 			return reply

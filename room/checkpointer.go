@@ -1,0 +1,718 @@
+package room
+
+import (
+	"context"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus"
+	"go.uber.org/zap"
+	"golang.org/x/mod/sumdb/note"
+
+	"github.com/roompub/roompub/checkpoint"
+	"github.com/roompub/roompub/events"
+)
+
+// Defaults of CheckpointerOptions (issue 9).
+const (
+	// DefaultLeaseBucket is the JetStream key-value bucket of the rooms'
+	// checkpoint leases: key LeaseKey(room id), value the writer's node id.
+	DefaultLeaseBucket = "ROOMPUB_CHECKPOINT_LEASES"
+	// DefaultLeaseTTL is the bucket's TTL when the checkpointer creates
+	// it: a lease nobody renews lapses after it.
+	DefaultLeaseTTL = 30 * time.Second
+	// DefaultCheckpointEvery and DefaultCheckpointInterval: a room's
+	// checkpoint is due after this many new leaves, or this long.
+	DefaultCheckpointEvery    = 1000
+	DefaultCheckpointInterval = 10 * time.Second
+)
+
+// ErrCheckpointer is wrapped by StartCheckpointer for unusable options.
+var ErrCheckpointer = errors.New("checkpointer")
+
+// CheckpointerOptions configures a Checkpointer. The zero value of each
+// field is its default, except Key, which is required.
+type CheckpointerOptions struct {
+	Stream   string   // room stream, default DefaultStream
+	Subjects Subjects // its layout
+	// Key signs the checkpoints (C2SP signed note named by its node id).
+	Key *events.HostKey
+	// TrustedPublishers are the node ids of the other publishers whose
+	// attestations admit messages into the rooms' trees and whose
+	// checkpoints count; Key's own node id is always trusted.
+	TrustedPublishers []string
+	// Every writes a room's checkpoint once its tree has grown by this
+	// many leaves since its latest checkpoint; default 1,000.
+	Every int
+	// Interval writes a checkpoint of every room whose tree has grown
+	// for this long without one; default 10s.
+	Interval time.Duration
+	// LeaseBucket is the lease bucket, default DefaultLeaseBucket;
+	// LeaseTTL its TTL and Replicas its replicas when the checkpointer
+	// creates it (default DefaultLeaseTTL, and 1). An existing bucket
+	// keeps its own.
+	LeaseBucket string
+	LeaseTTL    time.Duration
+	Replicas    int
+	Logger      *zap.Logger // nil: no logs
+	// Registerer, when set, gets the checkpointer's metrics
+	// (roompub_checkpoint*).
+	Registerer prometheus.Registerer
+}
+
+// Checkpointer writes the signed checkpoints of every room of one stream
+// (issue 9). It reads the stream in stream order with an ordered consumer
+// and keeps, per room, the RFC 6962 tree (checkpoint.Tree) of the room's
+// admitted messages: journal and exec messages with a valid attestation by
+// a trusted publisher, in stream order. The gate of the same process tells
+// it its own attestations (Expect), which are then admitted without their
+// signature being verified again.
+//
+// For each room whose tree grew it writes a checkpoint every Every leaves
+// or Interval, and on Stop, on the room's checkpoint subject, but only
+// while it holds the room's lease (a key-value entry with a TTL, created or
+// updated by revision) and only after the room's latest checkpoint matched
+// its own tree (signed by a trusted key, same root at that size, no
+// smaller than the one before). A room whose latest checkpoint contradicts
+// the tree gets no checkpoint from it, and an error log: a checkpoint never
+// contradicts an earlier one. Every write carries the checkpoint subject's
+// last sequence the checkpointer read as Nats-Expected-Last-Subject-
+// Sequence, so it lands only on the checkpoint it checked, and two writers
+// never both land.
+//
+// A Checkpointer is safe for concurrent use.
+type Checkpointer struct {
+	log      *zap.Logger
+	subjects Subjects
+	js       jetstream.JetStream
+	stream   jetstream.Stream
+	kv       jetstream.KeyValue
+	signer   note.Signer
+	nodeID   string
+	trust    *checkpoint.Trust
+	every    uint64
+	interval time.Duration
+	ttl      time.Duration
+	m        *checkpointMetrics
+
+	own ownAttestations
+
+	cons     jetstream.ConsumeContext
+	handled  atomic.Uint64 // stream seq of the last message handled
+	due      chan struct{} // a room reached Every: write now
+	stopW    context.CancelFunc
+	wdone    chan struct{}
+	stopOnce sync.Once
+
+	mu       sync.Mutex
+	rooms    map[string]*ckRoom
+	parsed   map[string]Parsed // subject cache
+	startSeq uint64            // the stream's last sequence at start
+	caughtUp bool              // handled up to startSeq: writes may begin
+	consErr  error             // the consumer's last error, for Stop
+}
+
+// ckSubjectCache bounds the checkpointer's cache of parsed subjects (one
+// per chain and two per room); it is cleared when full.
+const ckSubjectCache = 4096
+
+// ckRoom is the checkpointer's view of one room. Fields under
+// Checkpointer.mu, but lease: the writer's alone.
+type ckRoom struct {
+	id        string
+	tree      *checkpoint.Tree
+	execCount uint64 // messages read on the exec subject (the next record's position)
+	// ckptSeq is the checkpoint subject's last stream sequence read or
+	// written: a write expects it.
+	ckptSeq  uint64
+	goodSize uint64 // size of the latest checkpoint that matched the tree
+	written  uint64 // size of this checkpointer's last write
+	bad      string // why the latest checkpoint contradicts the tree; "" if it does not
+	grewAt   time.Time
+	waitTill time.Time // after a failed write
+	unsigned bool      // a message without attestation was logged
+	lease    lease
+}
+
+// lease is the writer's hold on one room's lease key.
+type lease struct {
+	rev       uint64 // revision of the last create or update; 0: not held
+	renewedAt time.Time
+	retryAt   time.Time // not held: do not try to take it before
+}
+
+// StartCheckpointer creates the lease bucket if needed, starts reading the
+// room stream from its first message and starts the writer. Stop ends it.
+func StartCheckpointer(ctx context.Context, nc *nats.Conn, o CheckpointerOptions) (*Checkpointer, error) {
+	if o.Key == nil {
+		return nil, fmt.Errorf("%w: a publisher key is required", ErrCheckpointer)
+	}
+	trust, err := checkpoint.NewTrust(append([]string{o.Key.NodeID()}, o.TrustedPublishers...)...)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrCheckpointer, err)
+	}
+	signer, err := checkpoint.NewNoteSigner(o.Key)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrCheckpointer, err)
+	}
+	c := &Checkpointer{log: o.Logger, subjects: o.Subjects, signer: signer, nodeID: o.Key.NodeID(), trust: trust,
+		every: uint64(o.Every), interval: o.Interval, due: make(chan struct{}, 1), wdone: make(chan struct{}),
+		rooms: map[string]*ckRoom{}, parsed: map[string]Parsed{}}
+	if c.log == nil {
+		c.log = zap.NewNop()
+	}
+	if o.Every <= 0 {
+		c.every = DefaultCheckpointEvery
+	}
+	if c.interval <= 0 {
+		c.interval = DefaultCheckpointInterval
+	}
+	if c.m, err = newCheckpointMetrics(o.Registerer); err != nil {
+		return nil, fmt.Errorf("%w: metrics: %w", ErrCheckpointer, err)
+	}
+	if c.js, err = jetstream.New(nc); err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrCheckpointer, err)
+	}
+	name := o.Stream
+	if name == "" {
+		name = DefaultStream
+	}
+	cctx, cancel := withDefaultTimeout(ctx)
+	defer cancel()
+	if c.stream, err = c.js.Stream(cctx, name); err != nil {
+		return nil, fmt.Errorf("%w: stream %s: %w", ErrCheckpointer, name, err)
+	}
+	if c.kv, c.ttl, err = leaseBucket(cctx, c.js, o); err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrCheckpointer, err)
+	}
+	info, err := c.stream.Info(cctx)
+	if err != nil {
+		return nil, fmt.Errorf("%w: stream %s: %w", ErrCheckpointer, name, err)
+	}
+	c.startSeq = info.State.LastSeq
+	c.caughtUp = c.startSeq == 0
+	cons, err := c.stream.OrderedConsumer(cctx, jetstream.OrderedConsumerConfig{
+		FilterSubjects: []string{c.subjects.All()},
+		DeliverPolicy:  jetstream.DeliverAllPolicy,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("%w: read stream %s: %w", ErrCheckpointer, name, err)
+	}
+	c.cons, err = cons.Consume(c.handle, jetstream.ConsumeErrHandler(func(_ jetstream.ConsumeContext, err error) {
+		c.mu.Lock()
+		c.consErr = err
+		c.mu.Unlock()
+		c.log.Warn("checkpointer: reading the room stream", zap.Error(err))
+	}))
+	if err != nil {
+		return nil, fmt.Errorf("%w: read stream %s: %w", ErrCheckpointer, name, err)
+	}
+	wctx, stopW := context.WithCancel(context.Background())
+	c.stopW = stopW
+	go c.writer(wctx)
+	c.log.Info("checkpointer started", zap.String("publisher", c.nodeID), zap.Strings("trusted_publishers", trust.NodeIDs()),
+		zap.Uint64("every", c.every), zap.Duration("interval", c.interval), zap.String("lease_bucket", leaseBucketName(o)), zap.Duration("lease_ttl", c.ttl))
+	return c, nil
+}
+
+func leaseBucketName(o CheckpointerOptions) string {
+	if o.LeaseBucket == "" {
+		return DefaultLeaseBucket
+	}
+	return o.LeaseBucket
+}
+
+// leaseBucket binds the lease bucket, creating it when it does not exist,
+// and returns it with its TTL.
+func leaseBucket(ctx context.Context, js jetstream.JetStream, o CheckpointerOptions) (jetstream.KeyValue, time.Duration, error) {
+	bucket := leaseBucketName(o)
+	kv, err := js.KeyValue(ctx, bucket)
+	if errors.Is(err, jetstream.ErrBucketNotFound) {
+		ttl := o.LeaseTTL
+		if ttl <= 0 {
+			ttl = DefaultLeaseTTL
+		}
+		kv, err = js.CreateKeyValue(ctx, jetstream.KeyValueConfig{
+			Bucket:      bucket,
+			Description: "roompub checkpoint leases: one key per room, the writer's node id",
+			History:     1,
+			TTL:         ttl,
+			Storage:     jetstream.FileStorage,
+			Replicas:    max(o.Replicas, 1),
+		})
+		if errors.Is(err, jetstream.ErrBucketExists) {
+			kv, err = js.KeyValue(ctx, bucket) // another publisher made it first
+		}
+	}
+	if err != nil {
+		return nil, 0, fmt.Errorf("lease bucket %s: %w", bucket, err)
+	}
+	st, err := kv.Status(ctx)
+	if err != nil {
+		return nil, 0, fmt.Errorf("lease bucket %s: %w", bucket, err)
+	}
+	if st.TTL() <= 0 {
+		return nil, 0, fmt.Errorf("lease bucket %s has no TTL: a lease would never lapse", bucket)
+	}
+	return kv, st.TTL(), nil
+}
+
+// LeaseKey is the lease bucket's key of a room: its subject token (without
+// "room:") with '~' written '=' and ':' written '/', two characters a
+// key-value key may hold and a token never does, so the key is injective.
+func LeaseKey(roomID string) string {
+	return leaseKeyReplacer.Replace(roomToken(roomID))
+}
+
+var leaseKeyReplacer = strings.NewReplacer("~", "=", ":", "/")
+
+// Expect implements AttestationSink: the gate of this process is about to
+// send a message on subject with this attestation and content hash.
+func (c *Checkpointer) Expect(subject, header string, content [32]byte) {
+	c.own.add(content, subject, header)
+}
+
+// ownAttestations holds the attestations the gate made and the reader has
+// not seen yet, in two generations: the older one is dropped when the
+// newer fills up or a minute has passed, so an attestation whose message
+// never landed costs memory only for a while (a message seen later than
+// that has its signature verified instead).
+type ownAttestations struct {
+	mu       sync.Mutex
+	cur, old map[[32]byte]ownAttestation
+	since    time.Time
+}
+
+type ownAttestation struct{ subject, header string }
+
+const (
+	ownGeneration    = 1 << 16
+	ownGenerationAge = time.Minute
+)
+
+func (o *ownAttestations) add(content [32]byte, subject, header string) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if o.cur == nil {
+		o.cur, o.since = make(map[[32]byte]ownAttestation), time.Now()
+	}
+	if len(o.cur) >= ownGeneration || time.Since(o.since) > ownGenerationAge {
+		o.old, o.cur, o.since = o.cur, make(map[[32]byte]ownAttestation), time.Now()
+	}
+	o.cur[content] = ownAttestation{subject, header}
+}
+
+// take reports whether the gate attested exactly this header for content
+// on subject, and forgets it.
+func (o *ownAttestations) take(content [32]byte, subject, header string) bool {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	for _, m := range []map[[32]byte]ownAttestation{o.cur, o.old} {
+		if a, ok := m[content]; ok && a.subject == subject && a.header == header {
+			delete(m, content)
+			return true
+		}
+	}
+	return false
+}
+
+// handle reads one message of the stream, in stream order.
+func (c *Checkpointer) handle(msg jetstream.Msg) {
+	meta, err := msg.Metadata()
+	if err != nil {
+		c.log.Warn("checkpointer: a message without metadata", zap.Error(err))
+		return
+	}
+	seq := meta.Sequence.Stream
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	defer c.handled.Store(seq)
+	if !c.caughtUp && (seq >= c.startSeq || meta.NumPending == 0) {
+		c.caughtUp = true
+		c.log.Info("checkpointer caught up with the stream", zap.Uint64("stream_seq", seq), zap.Int("rooms", len(c.rooms)))
+	}
+	subject := msg.Subject()
+	p, ok := c.parsed[subject]
+	if !ok {
+		if p, err = c.subjects.Parse(subject); err != nil {
+			return // not a room subject: nothing of any room's tree
+		}
+		if len(c.parsed) >= ckSubjectCache {
+			clear(c.parsed)
+		}
+		c.parsed[subject] = p
+	}
+	r := c.rooms[p.RoomID]
+	if r == nil {
+		r = &ckRoom{id: p.RoomID, tree: checkpoint.NewTree()}
+		c.rooms[p.RoomID] = r
+	}
+	if p.Kind == KindCheckpoint {
+		c.readCheckpoint(r, seq, msg.Data())
+		return
+	}
+	position := ""
+	if p.Kind == KindExecution {
+		position = checkpoint.RecordPosition(r.execCount)
+		r.execCount++
+	}
+	data := msg.Data()
+	content := checkpoint.ContentHash(data)
+	header := msg.Headers().Get(checkpoint.AttestationHeader)
+	if !c.admitted(r, p, subject, position, header, data, content, seq) {
+		c.m.unadmitted.Inc()
+		return
+	}
+	r.tree.Append(checkpoint.LeafHash(r.id, subject, content))
+	if r.grewAt.IsZero() {
+		r.grewAt = time.Now()
+	}
+	if r.tree.Size()-max(r.goodSize, r.written) >= c.every {
+		select {
+		case c.due <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// admitted reports whether a journal or exec message is a leaf: it carries
+// a valid attestation by a trusted publisher (issue 9).
+func (c *Checkpointer) admitted(r *ckRoom, p Parsed, subject, position, header string, data []byte, content [32]byte, seq uint64) bool {
+	if header == "" {
+		if !r.unsigned {
+			r.unsigned = true
+			c.log.Warn("checkpointer: a message without attestation is not a leaf of its room (logged once per room)",
+				zap.String("room", r.id), zap.Uint64("stream_seq", seq), zap.String("subject", subject))
+		}
+		return false
+	}
+	if c.own.take(content, subject, header) {
+		return true
+	}
+	if p.Kind == KindJournal {
+		e, err := events.ParseEntry(data)
+		seqNo, ok := int64(0), false
+		if err == nil {
+			seqNo, ok = e.Seq()
+		}
+		if !ok {
+			c.log.Warn("checkpointer: an attested journal message that is no entry is not a leaf", zap.String("room", r.id), zap.Uint64("stream_seq", seq))
+			return false
+		}
+		position = checkpoint.JournalPosition(seqNo)
+	}
+	if _, err := c.trust.VerifyAttestation(header, r.id, subject, position, content); err != nil {
+		c.log.Warn("checkpointer: a message whose attestation does not verify is not a leaf", zap.String("room", r.id),
+			zap.Uint64("stream_seq", seq), zap.String("subject", subject), zap.Error(err))
+		return false
+	}
+	return true
+}
+
+// readCheckpoint checks a checkpoint read at seq against the room's tree,
+// which holds every leaf before it in stream order.
+func (c *Checkpointer) readCheckpoint(r *ckRoom, seq uint64, data []byte) {
+	r.ckptSeq = max(r.ckptSeq, seq)
+	ck, err := checkpoint.Parse(data, r.id, c.trust)
+	var reason string
+	switch {
+	case err != nil:
+		reason = err.Error()
+	case ck.Size > r.tree.Size():
+		reason = fmt.Sprintf("it covers %d messages; the room has %d admitted messages before it", ck.Size, r.tree.Size())
+	case ck.Size < r.goodSize:
+		reason = fmt.Sprintf("it covers %d messages, fewer than the checkpoint before it (%d)", ck.Size, r.goodSize)
+	default:
+		if root, _ := r.tree.RootAt(ck.Size); root != ck.Root {
+			reason = fmt.Sprintf("root %s at size %d; the room's tree has %s", hex.EncodeToString(ck.Root[:]), ck.Size, hex.EncodeToString(root[:]))
+		}
+	}
+	wasBad := r.bad != ""
+	if reason != "" {
+		r.bad = reason
+		if !wasBad {
+			c.m.blocked.Inc()
+		}
+		signer := ""
+		if u, uerr := checkpoint.ParseUnverified(data); uerr == nil {
+			signer = u.Signer
+		}
+		c.log.Error("checkpointer: the room's latest checkpoint contradicts its messages: no checkpoint will be written for the room",
+			zap.String("room", r.id), zap.Uint64("stream_seq", seq), zap.String("signer", signer), zap.String("reason", reason))
+		return
+	}
+	if wasBad {
+		c.m.blocked.Dec()
+		c.log.Info("checkpointer: the room's latest checkpoint matches its messages again", zap.String("room", r.id), zap.Uint64("stream_seq", seq))
+	}
+	r.bad, r.goodSize = "", ck.Size
+	if ck.Size == r.tree.Size() {
+		r.grewAt = time.Time{}
+	}
+}
+
+// writer writes due checkpoints until ctx is done.
+func (c *Checkpointer) writer(ctx context.Context) {
+	defer close(c.wdone)
+	tick := time.NewTicker(min(max(c.interval/4, 10*time.Millisecond), time.Second))
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		case <-c.due:
+		}
+		_ = c.writeDue(ctx, false)
+	}
+}
+
+// dueCheckpoint is a checkpoint to write: a room's tree as it was.
+type dueCheckpoint struct {
+	r      *ckRoom
+	size   uint64
+	root   [32]byte
+	expect uint64
+}
+
+// writeDue writes the checkpoint of every room that is due (every room
+// whose tree grew, with final) and whose lease it holds or takes. It
+// returns the errors of writes that failed.
+func (c *Checkpointer) writeDue(ctx context.Context, final bool) error {
+	now := time.Now()
+	var due []dueCheckpoint
+	c.mu.Lock()
+	if !c.caughtUp {
+		c.mu.Unlock()
+		return nil
+	}
+	for _, r := range c.rooms {
+		size, covered := r.tree.Size(), max(r.goodSize, r.written)
+		if size <= covered || r.bad != "" || (!final && now.Before(r.waitTill)) {
+			continue
+		}
+		if final || size-covered >= c.every || now.Sub(r.grewAt) >= c.interval {
+			due = append(due, dueCheckpoint{r: r, size: size, root: r.tree.Root(), expect: r.ckptSeq})
+		}
+	}
+	c.mu.Unlock()
+	var errs []error
+	for _, d := range due {
+		if ctx.Err() != nil {
+			break
+		}
+		if !c.holdLease(ctx, d.r) {
+			continue
+		}
+		if err := c.write(ctx, d); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// write appends one checkpoint.
+func (c *Checkpointer) write(ctx context.Context, d dueCheckpoint) error {
+	r := d.r
+	signed, err := checkpoint.Sign(c.signer, r.id, d.size, d.root)
+	if err != nil {
+		c.log.Error("checkpointer: cannot sign the room's checkpoint", zap.String("room", r.id), zap.Error(err))
+		c.mu.Lock()
+		r.waitTill = time.Now().Add(c.interval)
+		c.mu.Unlock()
+		return err
+	}
+	msg := &nats.Msg{Subject: c.subjects.Checkpoint(r.id), Data: signed, Header: nats.Header{}}
+	// From content, as every roompub append (DESIGN.md): the same
+	// checkpoint written twice is stored once.
+	msg.Header.Set(jetstream.MsgIDHeader, "ckpt:"+hex.EncodeToString(d.root[:])+":"+strconv.FormatUint(d.size, 10)+":"+roomToken(r.id))
+	msg.Header.Set(jetstream.ExpectedLastSubjSeqHeader, strconv.FormatUint(d.expect, 10))
+	pctx, cancel := withDefaultTimeout(ctx)
+	ack, err := c.js.PublishMsg(pctx, msg, jetstream.WithRetryAttempts(0))
+	cancel()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	switch {
+	case err == nil:
+		r.written = max(r.written, d.size)
+		r.ckptSeq = max(r.ckptSeq, ack.Sequence)
+		if r.tree.Size() == d.size {
+			r.grewAt = time.Time{}
+		} else {
+			r.grewAt = time.Now()
+		}
+		if !ack.Duplicate {
+			c.m.written.Inc()
+			c.log.Debug("checkpoint written", zap.String("room", r.id), zap.Uint64("size", d.size), zap.Uint64("stream_seq", ack.Sequence))
+		}
+		return nil
+	case isWrongLastSequence(err):
+		// A checkpoint this reader has not read yet: it is checked when
+		// read, and the room is decided again after.
+		r.waitTill = time.Now().Add(time.Second)
+		return nil
+	case ctx.Err() != nil:
+		return fmt.Errorf("checkpoint of %s at size %d: %w", r.id, d.size, err)
+	default:
+		r.waitTill = time.Now().Add(min(c.interval, 5*time.Second))
+		c.log.Warn("checkpointer: writing the room's checkpoint failed", zap.String("room", r.id), zap.Uint64("size", d.size), zap.Error(err))
+		return fmt.Errorf("checkpoint of %s at size %d: %w", r.id, d.size, err)
+	}
+}
+
+// holdLease reports whether this checkpointer holds r's lease now, renewing
+// it when a third of the TTL has passed and taking it when it is free.
+func (c *Checkpointer) holdLease(ctx context.Context, r *ckRoom) bool {
+	l := &r.lease
+	now := time.Now()
+	key := LeaseKey(r.id)
+	lctx, cancel := withDefaultTimeout(ctx)
+	defer cancel()
+	if l.rev != 0 {
+		if now.Sub(l.renewedAt) < c.ttl/3 {
+			return true
+		}
+		rev, err := c.kv.Update(lctx, key, []byte(c.nodeID), l.rev)
+		if err == nil {
+			l.rev, l.renewedAt = rev, now
+			return true
+		}
+		if !errors.Is(err, jetstream.ErrKeyExists) && !isWrongLastSequence(err) {
+			// No answer: the lease may still be ours; do not write on it.
+			if ctx.Err() == nil {
+				c.log.Warn("checkpointer: renewing a lease failed", zap.String("room", r.id), zap.Error(err))
+			}
+			return false
+		}
+		// Lapsed, or taken by another publisher: take it again if free.
+		l.rev = 0
+		c.m.leases.Dec()
+		c.log.Info("checkpointer: lease lapsed", zap.String("room", r.id))
+	}
+	if now.Before(l.retryAt) {
+		return false
+	}
+	rev, err := c.kv.Create(lctx, key, []byte(c.nodeID))
+	if err != nil {
+		l.retryAt = now.Add(c.ttl / 3)
+		if !errors.Is(err, jetstream.ErrKeyExists) && ctx.Err() == nil {
+			c.log.Warn("checkpointer: taking a lease failed", zap.String("room", r.id), zap.Error(err))
+		}
+		return false
+	}
+	l.rev, l.renewedAt = rev, now
+	c.m.leases.Inc()
+	c.log.Info("checkpointer: lease taken", zap.String("room", r.id), zap.String("key", key))
+	return true
+}
+
+// Stop writes the final checkpoints and ends the checkpointer: it stops
+// the writer, reads the stream up to its last sequence (the gate should be
+// stopped first), writes the checkpoint of every room whose tree grew and
+// whose lease it holds or takes, and releases its leases. ctx bounds all
+// of it. It returns the errors of what could not be done.
+func (c *Checkpointer) Stop(ctx context.Context) error {
+	var err error
+	c.stopOnce.Do(func() { err = c.stop(ctx) })
+	return err
+}
+
+func (c *Checkpointer) stop(ctx context.Context) error {
+	c.stopW()
+	<-c.wdone
+	var errs []error
+	if err := c.catchUp(ctx); err != nil {
+		errs = append(errs, fmt.Errorf("final checkpoints: %w", err))
+	}
+	c.cons.Stop()
+	if len(errs) == 0 {
+		errs = append(errs, c.writeDue(ctx, true))
+	}
+	// Release the leases, so another publisher need not wait for the TTL.
+	c.mu.Lock()
+	var held []*ckRoom
+	for _, r := range c.rooms {
+		if r.lease.rev != 0 {
+			held = append(held, r)
+		}
+	}
+	c.mu.Unlock()
+	for _, r := range held {
+		lctx, cancel := withDefaultTimeout(ctx)
+		if err := c.kv.Delete(lctx, LeaseKey(r.id), jetstream.LastRevision(r.lease.rev)); err != nil {
+			c.log.Info("checkpointer: releasing a lease", zap.String("room", r.id), zap.Error(err))
+		}
+		cancel()
+		r.lease.rev = 0
+		c.m.leases.Dec()
+	}
+	c.log.Info("checkpointer stopped")
+	return errors.Join(errs...)
+}
+
+// catchUp waits until the reader has handled the stream's last message.
+func (c *Checkpointer) catchUp(ctx context.Context) error {
+	ictx, cancel := withDefaultTimeout(ctx)
+	info, err := c.stream.Info(ictx)
+	cancel()
+	if err != nil {
+		return err
+	}
+	last := info.State.LastSeq
+	for c.handled.Load() < last {
+		if !sleepCtx(ctx, 10*time.Millisecond) {
+			c.mu.Lock()
+			cerr := c.consErr
+			c.mu.Unlock()
+			return fmt.Errorf("read %d of %d messages: %w (%v)", c.handled.Load(), last, ctx.Err(), cerr)
+		}
+	}
+	c.mu.Lock()
+	c.caughtUp = true
+	c.mu.Unlock()
+	return nil
+}
+
+// checkpointMetrics are the checkpointer's Prometheus metrics.
+type checkpointMetrics struct {
+	written    prometheus.Counter
+	leases     prometheus.Gauge
+	blocked    prometheus.Gauge
+	unadmitted prometheus.Counter
+}
+
+func newCheckpointMetrics(reg prometheus.Registerer) (*checkpointMetrics, error) {
+	m := &checkpointMetrics{
+		written: prometheus.NewCounter(prometheus.CounterOpts{
+			Namespace: "roompub", Name: "checkpoints_written_total", Help: "Signed room checkpoints this publisher wrote.",
+		}),
+		leases: prometheus.NewGauge(prometheus.GaugeOpts{
+			Namespace: "roompub", Name: "checkpoint_leases_held", Help: "Room checkpoint leases this publisher holds.",
+		}),
+		blocked: prometheus.NewGauge(prometheus.GaugeOpts{
+			Namespace: "roompub", Name: "checkpoint_rooms_blocked",
+			Help: "Rooms whose latest checkpoint contradicts their messages as this publisher reads them: it writes none for them.",
+		}),
+		unadmitted: prometheus.NewCounter(prometheus.CounterOpts{
+			Namespace: "roompub", Name: "checkpoint_unadmitted_messages_total",
+			Help: "Messages on room subjects without a valid attestation by a trusted publisher: not leaves of any checkpoint.",
+		}),
+	}
+	if reg == nil {
+		return m, nil
+	}
+	for _, col := range []prometheus.Collector{m.written, m.leases, m.blocked, m.unadmitted} {
+		if err := reg.Register(col); err != nil {
+			return nil, err
+		}
+	}
+	return m, nil
+}

@@ -1,0 +1,696 @@
+package room_test
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zaptest/observer"
+
+	"github.com/roompub/roompub/checkpoint"
+	"github.com/roompub/roompub/events"
+	"github.com/roompub/roompub/room"
+)
+
+// newPublisherKey makes a publisher key (what `publisher keygen` makes).
+func newPublisherKey(t testing.TB) *events.HostKey {
+	t.Helper()
+	k, err := events.GenerateHostKey(rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return k
+}
+
+// attestingGate is a gate of e's stream that attests with key and tells
+// sink (nil: nobody).
+func (e *env) attestingGate(nc *nats.Conn, key *events.HostKey, sink room.AttestationSink, o room.GateOptions) *room.Gate {
+	e.t.Helper()
+	o.Validator, o.PublisherKey, o.Attested = e.v, key, sink
+	g, err := room.NewGate(context.Background(), nc, o)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	return g
+}
+
+// startCheckpointer starts a checkpointer on nc with o (Key required) and
+// stops it when the test ends; its logs go to the returned observer.
+func startCheckpointer(t *testing.T, nc *nats.Conn, o room.CheckpointerOptions) (*room.Checkpointer, *observer.ObservedLogs) {
+	t.Helper()
+	core, logs := observer.New(zap.DebugLevel)
+	o.Logger = zap.New(core)
+	c, err := room.StartCheckpointer(context.Background(), nc, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		_ = c.Stop(ctx)
+	})
+	return c, logs
+}
+
+// roomTree is a room rebuilt from the stream independently of the
+// checkpointer: its leaves (attested messages) and its checkpoints, in
+// stream order.
+type roomTree struct {
+	tree        *checkpoint.Tree
+	leafSeqs    []uint64 // stream seq of each leaf
+	notLeaves   []uint64 // stream seqs of journal and exec messages that are no leaf
+	checkpoints []*checkpoint.Checkpoint
+	ckptSeqs    []uint64
+	sizeAt      []uint64 // the tree's size when each checkpoint was read
+}
+
+// rebuild reads every message of e's stream and rebuilds roomID with trust:
+// a journal message is a leaf when its attestation verifies at "seq:" of
+// its entry's seq, an exec message at "index:" of its ordinal among all
+// messages on the room's exec subject.
+func (e *env) rebuild(roomID string, trust *checkpoint.Trust) *roomTree {
+	e.t.Helper()
+	rt := &roomTree{tree: checkpoint.NewTree()}
+	var execIndex uint64
+	subjects := room.Subjects{}
+	for _, m := range e.stored() {
+		p, err := subjects.Parse(m.Subject)
+		if err != nil || p.RoomID != roomID {
+			continue
+		}
+		if p.Kind == room.KindCheckpoint {
+			ck, err := checkpoint.Parse(m.Data, roomID, trust)
+			if err != nil {
+				e.t.Fatalf("checkpoint at stream seq %d: %v", m.Sequence, err)
+			}
+			rt.checkpoints = append(rt.checkpoints, ck)
+			rt.ckptSeqs = append(rt.ckptSeqs, m.Sequence)
+			rt.sizeAt = append(rt.sizeAt, rt.tree.Size())
+			continue
+		}
+		var position string
+		if p.Kind == room.KindExecution {
+			position = checkpoint.RecordPosition(execIndex)
+			execIndex++
+		} else {
+			en, err := events.ParseEntry(m.Data)
+			if err != nil {
+				rt.notLeaves = append(rt.notLeaves, m.Sequence)
+				continue
+			}
+			seq, _ := en.Seq()
+			position = checkpoint.JournalPosition(seq)
+		}
+		content := checkpoint.ContentHash(m.Data)
+		if _, err := trust.VerifyAttestation(m.Header.Get(checkpoint.AttestationHeader), roomID, m.Subject, position, content); err != nil {
+			rt.notLeaves = append(rt.notLeaves, m.Sequence)
+			continue
+		}
+		rt.tree.Append(checkpoint.LeafHash(roomID, m.Subject, content))
+		rt.leafSeqs = append(rt.leafSeqs, m.Sequence)
+	}
+	return rt
+}
+
+// checkCheckpoints asserts that every checkpoint of rt verifies (Parse did),
+// covers no more than the leaves before it, has the independent tree's root
+// at its size, and that sizes never shrink; it returns their sizes.
+func (rt *roomTree) checkCheckpoints(t *testing.T) []uint64 {
+	t.Helper()
+	var sizes []uint64
+	for i, ck := range rt.checkpoints {
+		if ck.Size > rt.sizeAt[i] {
+			t.Fatalf("checkpoint %d (stream seq %d) covers %d leaves; only %d are before it", i, rt.ckptSeqs[i], ck.Size, rt.sizeAt[i])
+		}
+		root, err := rt.tree.RootAt(ck.Size)
+		if err != nil || root != ck.Root {
+			t.Fatalf("checkpoint %d (stream seq %d) at size %d: root %x, the independent tree has %x (%v)", i, rt.ckptSeqs[i], ck.Size, ck.Root, root, err)
+		}
+		if i > 0 && ck.Size < sizes[i-1] {
+			t.Fatalf("checkpoint sizes shrink: %v then %d", sizes, ck.Size)
+		}
+		sizes = append(sizes, ck.Size)
+	}
+	return sizes
+}
+
+// waitFor polls cond every 20ms for up to d.
+func waitFor(t *testing.T, d time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("after %s: %s", d, what)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+func trustOf(t testing.TB, keys ...*events.HostKey) *checkpoint.Trust {
+	t.Helper()
+	var ids []string
+	for _, k := range keys {
+		ids = append(ids, k.NodeID())
+	}
+	tr, err := checkpoint.NewTrust(ids...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tr
+}
+
+// recordIn signs a copy of the reference record for roomID with a fresh
+// idempotency key and run ref named n.
+func (e *env) recordNamed(roomID, n string) []byte {
+	e.t.Helper()
+	base := referenceRecord(e.t, "verified.json")
+	return e.sign(base, map[string]any{"room/id": roomID, "idempotency/key": "key-" + n, "run/ref": "operator-task-run:" + n,
+		"execution/ref": nil, "signature": nil}).Canonical()
+}
+
+// TestGateAttestsEveryAppend: every message a gate with a publisher key
+// appends carries an attestation that verifies under checkpoint.Trust at
+// its position: a journal entry at its seq (atomic batches and one append
+// per entry), a record at its ordinal among all messages on the room's exec
+// subject, counted across another gate's appends and a raw message there.
+func TestGateAttestsEveryAppend(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	key, other := newPublisherKey(t), newPublisherKey(t)
+	batched := e.attestingGate(e.nc, key, nil, room.GateOptions{})
+	single := e.attestingGate(e.connect(), key, nil, room.GateOptions{MaxBatch: 1})
+	second := e.attestingGate(e.connect(), other, nil, room.GateOptions{})
+	const roomID = "room:attest"
+
+	es, body := journal(t, "run-a", "cap-a", 40)
+	if r, err := batched.AppendJournal(ctx, roomID, body[:len(lines(es[:25]))], nil); err != nil || r.Stored != 25 {
+		t.Fatalf("batched: %+v %v", r, err)
+	}
+	if r, err := single.AppendJournal(ctx, roomID, lines(es[25:]), nil); err != nil || r.Stored != 15 {
+		t.Fatalf("one by one: %+v %v", r, err)
+	}
+	// A resend stores nothing new and so attests nothing new.
+	if r, err := batched.AppendJournal(ctx, roomID, lines(es[:3]), nil); err != nil || r.Dupes != 3 {
+		t.Fatalf("resend: %+v %v", r, err)
+	}
+
+	recs := []string{"r0", "r1", "r2", "r3"}
+	appendRec := func(g *room.Gate, n string) {
+		t.Helper()
+		if r := g.AppendRecord(ctx, e.recordNamed(roomID, n)); r.Item.Outcome != room.OutcomeStored {
+			t.Fatalf("record %s: %+v", n, r)
+		}
+	}
+	appendRec(batched, recs[0]) // index 0
+	appendRec(batched, recs[1]) // index 1: batched's room index is current
+	appendRec(second, recs[2])  // index 2: another gate, which catches up first
+	// Index 3: a raw message on the exec subject (no record at all).
+	if _, err := e.js.Publish(ctx, room.Subjects{}.Records(roomID), []byte(`{"not":"a record"}`)); err != nil {
+		t.Fatal(err)
+	}
+	// Index 4: batched's view is two messages behind: the server refuses
+	// its expected sequence, it reads them and counts them.
+	appendRec(batched, recs[3])
+
+	trust := trustOf(t, key, other)
+	rt := e.rebuild(roomID, trust)
+	if len(rt.leafSeqs) != 44 || len(rt.notLeaves) != 1 {
+		t.Fatalf("%d leaves, %d not (seqs %v); want 44 and the raw message", len(rt.leafSeqs), len(rt.notLeaves), rt.notLeaves)
+	}
+	// Exact positions and signers, message by message.
+	subj := room.Subjects{}
+	var execIndex uint64
+	for _, m := range e.stored() {
+		h := m.Header.Get(checkpoint.AttestationHeader)
+		content := checkpoint.ContentHash(m.Data)
+		if m.Subject == subj.Records(roomID) {
+			pos := checkpoint.RecordPosition(execIndex)
+			execIndex++
+			signer, err := trust.VerifyAttestation(h, roomID, m.Subject, pos, content)
+			switch execIndex - 1 {
+			case 3:
+				if !errors.Is(err, checkpoint.ErrNoAttestation) {
+					t.Fatalf("raw message: %v", err)
+				}
+			case 2:
+				if err != nil || signer != other.NodeID() {
+					t.Fatalf("record at %s: %s %v", pos, signer, err)
+				}
+			default:
+				if err != nil || signer != key.NodeID() {
+					t.Fatalf("record at %s: %s %v", pos, signer, err)
+				}
+				// Not at any other position.
+				if _, err := trust.VerifyAttestation(h, roomID, m.Subject, checkpoint.RecordPosition(execIndex), content); !errors.Is(err, checkpoint.ErrBadAttestation) {
+					t.Fatalf("record at %s also verifies at index %d: %v", pos, execIndex, err)
+				}
+			}
+			continue
+		}
+		en, err := events.ParseEntry(m.Data)
+		if err != nil {
+			t.Fatal(err)
+		}
+		seq, _ := en.Seq()
+		if signer, err := trust.VerifyAttestation(h, roomID, m.Subject, checkpoint.JournalPosition(seq), content); err != nil || signer != key.NodeID() {
+			t.Fatalf("entry %d at stream seq %d: %s %v", seq, m.Sequence, signer, err)
+		}
+		// A flipped content bit, another room, another position: refused.
+		flipped := content
+		flipped[0] ^= 1
+		for _, bad := range []struct{ room, pos string }{{roomID, checkpoint.JournalPosition(seq + 1)}, {"room:other", checkpoint.JournalPosition(seq)}} {
+			if _, err := trust.VerifyAttestation(h, bad.room, m.Subject, bad.pos, content); !errors.Is(err, checkpoint.ErrBadAttestation) {
+				t.Fatalf("entry %d verifies as %s %s: %v", seq, bad.room, bad.pos, err)
+			}
+		}
+		if _, err := trust.VerifyAttestation(h, roomID, m.Subject, checkpoint.JournalPosition(seq), flipped); !errors.Is(err, checkpoint.ErrBadAttestation) {
+			t.Fatalf("entry %d verifies with a flipped content bit: %v", seq, err)
+		}
+	}
+	if execIndex != 5 {
+		t.Fatalf("%d messages on the exec subject, want 5", execIndex)
+	}
+	// Only the own key: the other gate's record is an untrusted publisher's.
+	if _, err := trustOf(t, key).VerifyAttestation(e.onSubject(subj.Records(roomID))[2].Header.Get(checkpoint.AttestationHeader),
+		roomID, subj.Records(roomID), checkpoint.RecordPosition(2), checkpoint.ContentHash(e.onSubject(subj.Records(roomID))[2].Data)); !errors.Is(err, checkpoint.ErrUntrustedPublisher) {
+		t.Fatalf("other key's record under the own key only: %v", err)
+	}
+}
+
+// TestGateWithoutKeyAttestsNothing: without a publisher key no message
+// carries the header (the behaviour before issue 9).
+func TestGateWithoutKeyAttestsNothing(t *testing.T) {
+	e := newEnv(t)
+	_, body := journal(t, "run-n", "cap-n", 5)
+	if r := e.shipJournal("room:none", body); r.Stored != 5 {
+		t.Fatalf("%+v", r)
+	}
+	if r := e.shipRecord(e.recordNamed("room:none", "n0")); r.Item.Outcome != room.OutcomeStored {
+		t.Fatalf("%+v", r)
+	}
+	for _, m := range e.stored() {
+		if h := m.Header.Get(checkpoint.AttestationHeader); h != "" {
+			t.Fatalf("stream seq %d carries %q", m.Sequence, h)
+		}
+	}
+}
+
+// TestGateCountsAttestationSize: the attestation header counts toward the
+// size the gate checks: an entry that fits without it is too_large with it.
+func TestGateCountsAttestationSize(t *testing.T) {
+	const maxPayload = 4096
+	e := newEnvWith(t, room.EmbeddedOptions{MaxPayload: maxPayload})
+	ctx := context.Background()
+	key := newPublisherKey(t)
+	plain := e.attestingGate(e.nc, nil, nil, room.GateOptions{})
+	attesting := e.attestingGate(e.connect(), key, nil, room.GateOptions{})
+	// One entry whose message without the attestation is 80 bytes under
+	// the limit: the attestation header adds len(name)+len(value)+4 bytes.
+	subj := room.Subjects{}.Journal("room:size", events.ChainKey{RunID: "run-s", CapsuleID: "cap-s"})
+	attSize := len(checkpoint.AttestationHeader) + len(key.NodeID()) + 1 + 86 + 4
+	fixed := 12 + len(jetstream.MsgIDHeader) + 64 + 4 + len(jetstream.ExpectedLastSubjSeqHeader) + 1 + 4 +
+		len(jetstream.ExpectedLastSubjSeqSubjHeader) + len(room.Subjects{}.ChainAnyRoom(events.ChainKey{RunID: "run-s", CapsuleID: "cap-s"})) + 4
+	entry := func(pad int) *events.Entry {
+		en, err := events.NewEntry(map[string]any{
+			"schema": events.EntrySchema, "run_id": "run-s", "capsule_id": "cap-s", "seq": json.Number("0"),
+			"ts": "2026-09-02T00:00:00.000Z", "lineage": "attempt", "kind": "tool.call", "effect_class": "SE0",
+			"harness_version": "test/1", "task_family": "slugify", "parent_hash": events.ZeroHash,
+			"payload": map[string]any{"tool": strings.Repeat("x", pad)},
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return en
+	}
+	probe := entry(0)
+	pad := maxPayload - 80 - fixed - len(probe.Canonical())
+	en := entry(pad)
+	if got := fixed + len(en.Canonical()); got != maxPayload-80 || attSize <= 80 {
+		t.Fatalf("setup: message of %d bytes, attestation %d", got, attSize)
+	}
+	line := append(append([]byte(nil), en.Canonical()...), '\n')
+	r, err := attesting.AppendJournal(ctx, "room:size", line, nil)
+	if err != nil || r.Refused != 1 || r.Items[0].Code != events.TooLarge {
+		t.Fatalf("with the attestation: %+v %v", r, err)
+	}
+	if e.countOn(subj) != 0 {
+		t.Fatal("a refused entry was stored")
+	}
+	if r, err := plain.AppendJournal(ctx, "room:size", line, nil); err != nil || r.Stored != 1 {
+		t.Fatalf("without the attestation it fits: %+v %v", r, err)
+	}
+}
+
+// TestCheckpointerWritesEveryNAfterTAndOnStop: checkpoints appear every N
+// leaves, after T, and on Stop; each verifies, sizes grow, and every root
+// is the independently rebuilt tree's at that size.
+func TestCheckpointerWritesEveryNAfterTAndOnStop(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	key := newPublisherKey(t)
+	const roomID, quiet = "room:ckpt", "room:quiet"
+	ckp, _ := startCheckpointer(t, e.connect(), room.CheckpointerOptions{Key: key, Every: 10, Interval: time.Hour, LeaseTTL: 5 * time.Second})
+	gate := e.attestingGate(e.nc, key, ckp, room.GateOptions{})
+	ckSubj := room.Subjects{}.Checkpoint(roomID)
+	trust := trustOf(t, key)
+	es, _ := journal(t, "run-c", "cap-c", 25)
+
+	// Every 10: one request of 10 lines, one checkpoint of size 10; then
+	// 10 more; then 5, which stay under N and T.
+	for i, want := range []uint64{10, 20} {
+		if r, err := gate.AppendJournal(ctx, roomID, lines(es[i*10:i*10+10]), nil); err != nil || r.Stored != 10 {
+			t.Fatalf("%+v %v", r, err)
+		}
+		waitFor(t, 10*time.Second, fmt.Sprintf("checkpoint %d", i+1), func() bool { return e.countOn(ckSubj) == uint64(i+1) })
+		rt := e.rebuild(roomID, trust)
+		if sizes := rt.checkCheckpoints(t); sizes[len(sizes)-1] != want {
+			t.Fatalf("sizes %v, want the last %d", sizes, want)
+		}
+	}
+	if r, err := gate.AppendJournal(ctx, roomID, lines(es[20:]), nil); err != nil || r.Stored != 5 {
+		t.Fatalf("%+v %v", r, err)
+	}
+	// Records count as leaves too.
+	if r := gate.AppendRecord(ctx, e.recordNamed(roomID, "c0")); r.Item.Outcome != room.OutcomeStored {
+		t.Fatalf("%+v", r)
+	}
+	// A room with 3 leaves, under N: no checkpoint before Stop either.
+	_, qbody := journal(t, "run-q", "cap-q", 3)
+	if r, err := gate.AppendJournal(ctx, quiet, qbody, nil); err != nil || r.Stored != 3 {
+		t.Fatalf("%+v %v", r, err)
+	}
+	time.Sleep(300 * time.Millisecond)
+	if n := e.countOn(ckSubj); n != 2 {
+		t.Fatalf("%d checkpoints before N or T, want 2", n)
+	}
+	if n := e.countOn(room.Subjects{}.Checkpoint(quiet)); n != 0 {
+		t.Fatalf("quiet room: %d checkpoints", n)
+	}
+	// Stop writes the final checkpoints of both rooms and releases the
+	// leases.
+	if err := ckp.Stop(ctx); err != nil {
+		t.Fatal(err)
+	}
+	rt := e.rebuild(roomID, trust)
+	if sizes := rt.checkCheckpoints(t); fmt.Sprint(sizes) != "[10 20 26]" {
+		t.Fatalf("sizes %v, want [10 20 26]", sizes)
+	}
+	if rt.tree.Size() != 26 || len(rt.notLeaves) != 0 {
+		t.Fatalf("independent tree: %d leaves, not leaves %v", rt.tree.Size(), rt.notLeaves)
+	}
+	for _, ck := range rt.checkpoints {
+		if ck.Signer != key.NodeID() || ck.Room != roomID {
+			t.Fatalf("checkpoint by %s of %s", ck.Signer, ck.Room)
+		}
+	}
+	if sizes := e.rebuild(quiet, trust).checkCheckpoints(t); fmt.Sprint(sizes) != "[3]" {
+		t.Fatalf("quiet room sizes %v, want [3]", sizes)
+	}
+	kv, err := e.js.KeyValue(ctx, room.DefaultLeaseBucket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := kv.Get(ctx, room.LeaseKey(roomID)); !errors.Is(err, jetstream.ErrKeyNotFound) {
+		t.Fatalf("lease after Stop: %v, want released", err)
+	}
+
+	// After T: a new checkpointer (reading the stream from the start) with
+	// N out of reach writes within T of growth.
+	ckp2, _ := startCheckpointer(t, e.connect(), room.CheckpointerOptions{Key: key, Every: 1000, Interval: 300 * time.Millisecond})
+	gate2 := e.attestingGate(e.connect(), key, ckp2, room.GateOptions{})
+	if r := gate2.AppendRecord(ctx, e.recordNamed(roomID, "c1")); r.Item.Outcome != room.OutcomeStored {
+		t.Fatalf("%+v", r)
+	}
+	start := time.Now()
+	waitFor(t, 10*time.Second, "a checkpoint after T", func() bool { return e.countOn(ckSubj) == 4 })
+	if took := time.Since(start); took < 250*time.Millisecond {
+		t.Fatalf("checkpoint %s after the append, before T", took)
+	}
+	rt = e.rebuild(roomID, trust)
+	if sizes := rt.checkCheckpoints(t); fmt.Sprint(sizes) != "[10 20 26 27]" {
+		t.Fatalf("sizes %v, want [10 20 26 27]", sizes)
+	}
+	// Nothing grew: Stop writes nothing new.
+	if err := ckp2.Stop(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if n := e.countOn(ckSubj); n != 4 {
+		t.Fatalf("%d checkpoints after an idle Stop, want 4", n)
+	}
+}
+
+// TestCheckpointerLeaseTakeover: two serve-like checkpointers with their
+// own keys, each trusting the other: only the lease holder writes; when it
+// dies (its connection closes, the lease is not released), the other takes
+// over once the lease's TTL has passed, and its checkpoints extend the
+// first's.
+func TestCheckpointerLeaseTakeover(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	keyA, keyB := newPublisherKey(t), newPublisherKey(t)
+	const roomID, ttl = "room:lease", 1500 * time.Millisecond
+	opts := func(k *events.HostKey, other *events.HostKey) room.CheckpointerOptions {
+		return room.CheckpointerOptions{Key: k, TrustedPublishers: []string{other.NodeID()}, Every: 5, Interval: 100 * time.Millisecond, LeaseTTL: ttl}
+	}
+	ncA, ncB := e.connect(), e.connect()
+	ckA, _ := startCheckpointer(t, ncA, opts(keyA, keyB))
+	ckB, _ := startCheckpointer(t, ncB, opts(keyB, keyA))
+	gateA := e.attestingGate(e.connect(), keyA, ckA, room.GateOptions{})
+	gateB := e.attestingGate(e.connect(), keyB, ckB, room.GateOptions{})
+	trust := trustOf(t, keyA, keyB)
+	es, _ := journal(t, "run-l", "cap-l", 60)
+
+	// Both gates append; three rounds, each ending in a checkpoint.
+	next := 0
+	appendRound := func(g *room.Gate) {
+		t.Helper()
+		if r, err := g.AppendJournal(ctx, roomID, lines(es[next:next+10]), nil); err != nil || r.Stored != 10 {
+			t.Fatalf("%+v %v", r, err)
+		}
+		next += 10
+		waitFor(t, 10*time.Second, fmt.Sprintf("a checkpoint of size %d", next), func() bool {
+			cks := e.rebuild(roomID, trust).checkpoints
+			return len(cks) > 0 && cks[len(cks)-1].Size == uint64(next)
+		})
+	}
+	appendRound(gateA)
+	appendRound(gateB)
+	appendRound(gateA)
+	rt := e.rebuild(roomID, trust)
+	rt.checkCheckpoints(t)
+	holder := rt.checkpoints[0].Signer
+	for _, ck := range rt.checkpoints {
+		if ck.Signer != holder {
+			t.Fatalf("checkpoints by %s and %s: both wrote", holder, ck.Signer)
+		}
+	}
+	kv, err := e.js.KeyValue(ctx, room.DefaultLeaseBucket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	en, err := kv.Get(ctx, room.LeaseKey(roomID))
+	if err != nil || string(en.Value()) != holder {
+		t.Fatalf("lease: %v %v, want held by %s", en, err, holder)
+	}
+	renewed := en.Created() // the holder writes nothing more: no renewal
+	// The holder dies without releasing its lease.
+	survivor, survivorGate, deadNC := keyB, gateB, ncA
+	if holder == keyB.NodeID() {
+		survivor, survivorGate, deadNC = keyA, gateA, ncB
+	}
+	deadNC.Close()
+	appendRound(survivorGate)
+	rt = e.rebuild(roomID, trust)
+	sizes := rt.checkCheckpoints(t)
+	var first *jetstream.RawStreamMsg
+	for i, ck := range rt.checkpoints {
+		if ck.Signer == survivor.NodeID() {
+			first, err = e.stream.GetMsg(ctx, rt.ckptSeqs[i])
+			if err != nil {
+				t.Fatal(err)
+			}
+			if ck.Size <= 30 {
+				t.Fatalf("the survivor's first checkpoint is of size %d, which the holder had covered", ck.Size)
+			}
+			break
+		}
+	}
+	last := rt.checkpoints[len(rt.checkpoints)-1]
+	if first == nil || last.Signer != survivor.NodeID() || sizes[len(sizes)-1] != 40 {
+		t.Fatalf("after the holder died: last checkpoint by %s at %d, want %s at 40", last.Signer, last.Size, survivor.NodeID())
+	}
+	if lapse := renewed.Add(ttl); first.Time.Before(lapse) {
+		t.Fatalf("the survivor wrote at %s, before the holder's lease lapsed (%s)", first.Time, lapse)
+	}
+	t.Logf("takeover %s after the last renewal (lease TTL %s); checkpoint sizes %v", first.Time.Sub(renewed), ttl, sizes)
+	if en, err := kv.Get(ctx, room.LeaseKey(roomID)); err != nil || string(en.Value()) != survivor.NodeID() {
+		t.Fatalf("lease: %v %v, want held by the survivor", en, err)
+	}
+}
+
+// TestCheckpointerSkipsForgedMessages: messages written straight into the
+// room without an attestation, with one by an untrusted key, or with a
+// trusted header copied from another message are no leaves: the next
+// checkpoint's size excludes them and its root is the tree without them.
+func TestCheckpointerSkipsForgedMessages(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	key, stranger := newPublisherKey(t), newPublisherKey(t)
+	const roomID = "room:forged"
+	ckp, logs := startCheckpointer(t, e.connect(), room.CheckpointerOptions{Key: key, Every: 1000, Interval: time.Hour})
+	gate := e.attestingGate(e.nc, key, ckp, room.GateOptions{})
+	es, _ := journal(t, "run-f", "cap-f", 8)
+	if r, err := gate.AppendJournal(ctx, roomID, lines(es[:5]), nil); err != nil || r.Stored != 5 {
+		t.Fatalf("%+v %v", r, err)
+	}
+	subj := room.Subjects{}
+	chain := subj.Journal(roomID, events.ChainKey{RunID: "run-f", CapsuleID: "cap-f"})
+	stored := e.onSubject(chain)
+	// A well-formed continuation of another chain of the room, raw.
+	other, _ := journal(t, "run-x", "cap-x", 2)
+	xsubj := subj.Journal(roomID, events.ChainKey{RunID: "run-x", CapsuleID: "cap-x"})
+	forge := func(subject string, data []byte, header string) {
+		t.Helper()
+		msg := &nats.Msg{Subject: subject, Data: data, Header: nats.Header{}}
+		if header != "" {
+			msg.Header.Set(checkpoint.AttestationHeader, header)
+		}
+		if _, err := e.js.PublishMsg(ctx, msg); err != nil {
+			t.Fatal(err)
+		}
+	}
+	forge(xsubj, other[0].Canonical(), "")
+	// Attested by a key nobody trusts, correctly for what it claims.
+	forge(xsubj, other[1].Canonical(), checkpoint.Attest(stranger, roomID, xsubj, checkpoint.JournalPosition(1), checkpoint.ContentHash(other[1].Canonical())))
+	// The trusted header of entry 0 on other bytes.
+	forge(subj.Records(roomID), []byte(`{"forged":true}`), stored[0].Header.Get(checkpoint.AttestationHeader))
+	// The gate appends on: 3 more entries and a record, whose position
+	// counts the forged exec message (index 1).
+	if r, err := gate.AppendJournal(ctx, roomID, lines(es[5:]), nil); err != nil || r.Stored != 3 {
+		t.Fatalf("%+v %v", r, err)
+	}
+	if r := gate.AppendRecord(ctx, e.recordNamed(roomID, "f0")); r.Item.Outcome != room.OutcomeStored {
+		t.Fatalf("%+v", r)
+	}
+	if err := ckp.Stop(ctx); err != nil {
+		t.Fatal(err)
+	}
+	rt := e.rebuild(roomID, trustOf(t, key))
+	if sizes := rt.checkCheckpoints(t); fmt.Sprint(sizes) != "[9]" {
+		t.Fatalf("sizes %v, want [9]: 8 entries and a record, no forged message", sizes)
+	}
+	if len(rt.notLeaves) != 3 {
+		t.Fatalf("not leaves %v, want the 3 forged messages", rt.notLeaves)
+	}
+	// The checkpoint's root is not the root of the tree that takes the
+	// first forged message in, in its stream place.
+	leaf := map[uint64]bool{rt.notLeaves[0]: true}
+	for _, seq := range rt.leafSeqs {
+		leaf[seq] = true
+	}
+	withForged := checkpoint.NewTree()
+	for _, m := range e.stored() {
+		if leaf[m.Sequence] {
+			withForged.Append(checkpoint.LeafHash(roomID, m.Subject, checkpoint.ContentHash(m.Data)))
+		}
+	}
+	if withForged.Size() != 10 || withForged.Root() == rt.checkpoints[0].Root || rt.tree.Root() != rt.checkpoints[0].Root {
+		t.Fatalf("a tree with a forged leaf (size %d) has the checkpoint's root, or the tree without has not", withForged.Size())
+	}
+	if n := logs.FilterMessageSnippet("not a leaf").Len(); n < 2 {
+		t.Fatalf("%d logs about messages that are no leaves, want at least 2:\n%v", n, logs.All())
+	}
+}
+
+// TestCheckpointerRefusesContradictedRoom: a room whose latest checkpoint,
+// signed by a trusted key, has a wrong root gets no new checkpoint, and an
+// error log; another room goes on.
+func TestCheckpointerRefusesContradictedRoom(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	key, trusted := newPublisherKey(t), newPublisherKey(t)
+	const roomID, fine = "room:contradicted", "room:fine"
+	ckp, logs := startCheckpointer(t, e.connect(), room.CheckpointerOptions{Key: key, TrustedPublishers: []string{trusted.NodeID()},
+		Every: 5, Interval: 100 * time.Millisecond})
+	gate := e.attestingGate(e.nc, key, ckp, room.GateOptions{})
+	es, _ := journal(t, "run-k", "cap-k", 15)
+	if r, err := gate.AppendJournal(ctx, roomID, lines(es[:5]), nil); err != nil || r.Stored != 5 {
+		t.Fatalf("%+v %v", r, err)
+	}
+	ckSubj := room.Subjects{}.Checkpoint(roomID)
+	waitFor(t, 10*time.Second, "the first checkpoint", func() bool { return e.countOn(ckSubj) == 1 })
+	// A trusted key signs a checkpoint of size 5 over a wrong root,
+	// written straight into the stream.
+	signer, err := checkpoint.NewNoteSigner(trusted)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var wrong [32]byte
+	copy(wrong[:], "not the root of this room at all")
+	forged, err := checkpoint.Sign(signer, roomID, 5, wrong)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.js.Publish(ctx, ckSubj, forged); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 10*time.Second, "an error log", func() bool { return logs.FilterMessageSnippet("contradicts").Len() == 1 })
+	entry := logs.FilterMessageSnippet("contradicts").All()[0]
+	if entry.Level != zap.ErrorLevel || entry.ContextMap()["room"] != roomID || entry.ContextMap()["signer"] != trusted.NodeID() ||
+		!strings.Contains(fmt.Sprint(entry.ContextMap()["reason"]), hex.EncodeToString(wrong[:])) {
+		t.Fatalf("log: %v %v", entry.Level, entry.ContextMap())
+	}
+	// The room grows past N and T, and Stop comes: nothing is written.
+	if r, err := gate.AppendJournal(ctx, roomID, lines(es[5:]), nil); err != nil || r.Stored != 10 {
+		t.Fatalf("%+v %v", r, err)
+	}
+	_, fbody := journal(t, "run-g", "cap-g", 5)
+	if r, err := gate.AppendJournal(ctx, fine, fbody, nil); err != nil || r.Stored != 5 {
+		t.Fatalf("%+v %v", r, err)
+	}
+	fineSubj := room.Subjects{}.Checkpoint(fine)
+	waitFor(t, 10*time.Second, "the other room's checkpoint", func() bool { return e.countOn(fineSubj) == 1 })
+	time.Sleep(300 * time.Millisecond)
+	if err := ckp.Stop(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if n := e.countOn(ckSubj); n != 2 {
+		t.Fatalf("%d checkpoints of the contradicted room, want 2 (the first and the forged one)", n)
+	}
+	last := e.onSubject(ckSubj)[1]
+	if ck, err := checkpoint.Parse(last.Data, roomID, trustOf(t, trusted)); err != nil || ck.Root != wrong {
+		t.Fatalf("the latest checkpoint is not the forged one: %v", err)
+	}
+	if sizes := e.rebuild(fine, trustOf(t, key)).checkCheckpoints(t); fmt.Sprint(sizes) != "[5]" {
+		t.Fatalf("the other room: %v", sizes)
+	}
+}
+
+// TestLeaseKey: lease keys are valid key-value keys, one per room.
+func TestLeaseKey(t *testing.T) {
+	seen := map[string]string{}
+	for _, id := range []string{"room:a", "room:a.b", "room:a:b", "room:a/b", "room:a~3Ab", "room:a=b", "room:é", "room:" + strings.Repeat("x", 512)} {
+		k := room.LeaseKey(id)
+		for _, c := range k {
+			if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || strings.ContainsRune("-/_=", c)) {
+				t.Fatalf("LeaseKey(%q) = %q holds %q", id, k, c)
+			}
+		}
+		if prev, ok := seen[k]; ok {
+			t.Fatalf("LeaseKey(%q) = LeaseKey(%q) = %q", id, prev, k)
+		}
+		seen[k] = id
+	}
+	if got := room.LeaseKey("room:a.b:c"); got != "a=2Eb/c" {
+		t.Fatalf("LeaseKey = %q", got)
+	}
+}
