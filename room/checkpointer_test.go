@@ -7,6 +7,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
+	"net/http"
 	"strings"
 	"testing"
 	"time"
@@ -19,6 +21,7 @@ import (
 	"github.com/roompub/roompub/checkpoint"
 	"github.com/roompub/roompub/events"
 	"github.com/roompub/roompub/room"
+	"github.com/roompub/roompub/validate"
 )
 
 // newPublisherKey makes a publisher key (what `publisher keygen` makes).
@@ -692,5 +695,112 @@ func TestLeaseKey(t *testing.T) {
 	}
 	if got := room.LeaseKey("room:a.b:c"); got != "a=2Eb/c" {
 		t.Fatalf("LeaseKey = %q", got)
+	}
+}
+
+// TestServeCheckpoints: room.Serve with a publisher key attests what its
+// gate appends, writes checkpoints with its metrics, and writes the final
+// checkpoint when its context ends; without a key it warns once and
+// attests nothing.
+func TestServeCheckpoints(t *testing.T) {
+	srv, err := room.StartEmbedded(room.EmbeddedOptions{Listen: "127.0.0.1:-1", StoreDir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(srv.Shutdown)
+	hostKey, pubKey := newPublisherKey(t), newPublisherKey(t)
+	v, err := validate.New(validate.WithTrustedHosts(hostKey.NodeID()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	serve := func(key *events.HostKey) (*observer.ObservedLogs, room.ServeInfo, func()) {
+		t.Helper()
+		core, logs := observer.New(zap.InfoLevel)
+		ctx, cancel := context.WithCancel(context.Background())
+		done, ready := make(chan error, 1), make(chan room.ServeInfo, 1)
+		go func() {
+			done <- room.Serve(ctx, room.ServeOptions{ServerURL: srv.ClientURL(), Replicas: 1, Validator: v, Logger: zap.New(core),
+				HTTPAddr: "127.0.0.1:0", PublisherKey: key, Checkpoint: room.CheckpointerOptions{Every: 5, Interval: time.Hour},
+				Ready: func(i room.ServeInfo) { ready <- i }})
+		}()
+		var info room.ServeInfo
+		select {
+		case info = <-ready:
+		case err := <-done:
+			t.Fatalf("serve: %v", err)
+		}
+		return logs, info, func() {
+			cancel()
+			if err := <-done; err != nil {
+				t.Fatalf("serve returned %v", err)
+			}
+		}
+	}
+	nc, err := nats.Connect(srv.ClientURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	js, _ := jetstream.New(nc)
+	st, err := js.Stream(context.Background(), room.DefaultStream)
+	ckSubj := room.Subjects{}.Checkpoint("room:served")
+	count := func() uint64 { t.Helper(); return countOn(t, st, ckSubj) }
+
+	logs, info, stop := serve(pubKey)
+	if err == nil {
+		t.Fatal("the stream existed before serve")
+	}
+	if st, err = js.Stream(context.Background(), room.DefaultStream); err != nil {
+		t.Fatal(err)
+	}
+	es, _ := journal(t, "run-s", "cap-s", 7)
+	if r := shipJournal(t, nc, "room:served", lines(es[:5])); r.Stored != 5 {
+		t.Fatalf("%+v", r)
+	}
+	waitFor(t, 10*time.Second, "a checkpoint every 5", func() bool { return count() == 1 })
+	if r := shipJournal(t, nc, "room:served", lines(es[5:])); r.Stored != 2 {
+		t.Fatalf("%+v", r)
+	}
+	resp, err := http.Get("http://" + info.HTTPAddr + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	for _, want := range []string{"roompub_checkpoints_written_total 1\n", "roompub_checkpoint_leases_held 1\n", "roompub_checkpoint_rooms_blocked 0\n"} {
+		if !strings.Contains(string(body), want) {
+			t.Errorf("metrics lack %q", want)
+		}
+	}
+	stop()
+	if n := count(); n != 2 {
+		t.Fatalf("%d checkpoints after serve stopped, want 2 (every 5, and the final one)", n)
+	}
+	last, err := st.GetLastMsgForSubject(context.Background(), ckSubj)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ck, err := checkpoint.Parse(last.Data, "room:served", trustOf(t, pubKey))
+	if err != nil || ck.Size != 7 || ck.Signer != pubKey.NodeID() {
+		t.Fatalf("final checkpoint: %+v %v", ck, err)
+	}
+	if logs.FilterMessageSnippet("no publisher key").Len() != 0 {
+		t.Fatal("warned about a missing key with one")
+	}
+
+	// Without a key: one warning, no attestation, no checkpoint.
+	logs, _, stop = serve(nil)
+	if r := shipRecord(t, nc, (&env{t: t, key: hostKey}).recordNamed("room:served", "s0")); r.Item.Outcome != room.OutcomeStored {
+		t.Fatalf("%+v", r)
+	}
+	stop()
+	if n := logs.FilterMessageSnippet("no publisher key").Len(); n != 1 {
+		t.Fatalf("%d warnings about the missing key, want 1", n)
+	}
+	if m, err := st.GetLastMsgForSubject(context.Background(), room.Subjects{}.Records("room:served")); err != nil || m.Header.Get(checkpoint.AttestationHeader) != "" {
+		t.Fatalf("a record appended without a key: %v, header %q", err, m.Header.Get(checkpoint.AttestationHeader))
+	}
+	if n := count(); n != 2 {
+		t.Fatalf("%d checkpoints, want still 2", n)
 	}
 }

@@ -17,6 +17,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"go.uber.org/zap"
 
+	"github.com/roompub/roompub/events"
 	"github.com/roompub/roompub/validate"
 )
 
@@ -46,7 +47,16 @@ type ServeOptions struct {
 	// CheckInterval is how often the stream's configuration is checked
 	// again while serving; default 30s. A weakened stream stops appends.
 	CheckInterval time.Duration
-	Logger        *zap.Logger
+	// PublisherKey, when set, attests every appended message and signs
+	// the rooms' checkpoints (issue 9; GateOptions.PublisherKey, a
+	// Checkpointer). Nil: nothing is attested or checkpointed, and Serve
+	// logs a warning.
+	PublisherKey *events.HostKey
+	// Checkpoint configures the checkpointer when PublisherKey is set;
+	// its Key, Stream, Subjects, Logger and Registerer are Serve's, and
+	// Replicas is the stream's.
+	Checkpoint CheckpointerOptions
+	Logger     *zap.Logger
 	// Ready, when set, is called once the service answers requests.
 	Ready func(ServeInfo)
 }
@@ -138,8 +148,25 @@ func Serve(ctx context.Context, o ServeOptions) error {
 	if err != nil {
 		return err
 	}
-	gate, err := NewGate(ctx, nc, GateOptions{Stream: cfg.Name, Subjects: o.Subjects, Validator: o.Validator, Logger: log, Observer: metrics,
-		MaxBatch: o.MaxBatch, MaxInflightBatches: o.MaxInflightBatches})
+	gopts := GateOptions{Stream: cfg.Name, Subjects: o.Subjects, Validator: o.Validator, Logger: log, Observer: metrics,
+		MaxBatch: o.MaxBatch, MaxInflightBatches: o.MaxInflightBatches, PublisherKey: o.PublisherKey}
+	var ckp *Checkpointer
+	if o.PublisherKey != nil {
+		co := o.Checkpoint
+		co.Key, co.Stream, co.Subjects, co.Logger, co.Registerer, co.Replicas = o.PublisherKey, cfg.Name, o.Subjects, log, reg, replicas
+		cctx, cancel := context.WithTimeout(ctx, streamSetupTimeout)
+		ckp, err = StartCheckpointer(cctx, nc, co)
+		cancel()
+		if err != nil {
+			return err
+		}
+		// Also on a failed start of what follows: its final checkpoints.
+		defer func() { stopCheckpointer(ckp, log) }()
+		gopts.Attested = ckp
+	} else {
+		log.Warn("no publisher key (--publisher-key): appended messages carry no attestation and no room checkpoint is written; subscribers that trust publishers will refuse them")
+	}
+	gate, err := NewGate(ctx, nc, gopts)
 	if err != nil {
 		return err
 	}
@@ -182,8 +209,12 @@ func Serve(ctx context.Context, o ServeOptions) error {
 		httpSrv = &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
 		go func() { _ = httpSrv.Serve(ln) }()
 	}
+	publisher := ""
+	if o.PublisherKey != nil {
+		publisher = o.PublisherKey.NodeID()
+	}
 	log.Info("publisher serving", zap.String("url", redact(url)), zap.String("stream", cfg.Name), zap.Int("replicas", replicas),
-		zap.Strings("trusted_hosts", o.Validator.TrustedHosts()), zap.String("http", info.HTTPAddr))
+		zap.Strings("trusted_hosts", o.Validator.TrustedHosts()), zap.String("http", info.HTTPAddr), zap.String("publisher", publisher))
 	if len(o.Validator.TrustedHosts()) == 0 {
 		log.Warn("no trusted host: every execution record will be refused with untrusted_host")
 	}
@@ -239,6 +270,8 @@ loop:
 		cancel()
 	}
 	serr := svc.Stop()
+	// Every request is decided: the last checkpoints cover them.
+	stopCheckpointer(ckp, log)
 	if err := nc.Drain(); err != nil {
 		log.Warn("drain", zap.Error(err))
 	}
@@ -250,6 +283,22 @@ loop:
 		return lost
 	}
 	return serr
+}
+
+// checkpointerStopTimeout bounds a checkpointer's final checkpoints.
+const checkpointerStopTimeout = 30 * time.Second
+
+// stopCheckpointer writes ckp's final checkpoints (nil: nothing to do;
+// Stop runs once).
+func stopCheckpointer(ckp *Checkpointer, log *zap.Logger) {
+	if ckp == nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), checkpointerStopTimeout)
+	defer cancel()
+	if err := ckp.Stop(ctx); err != nil {
+		log.Error("final checkpoints", zap.Error(err))
+	}
 }
 
 // redact drops credentials from a URL before it is logged.

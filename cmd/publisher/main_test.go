@@ -284,3 +284,35 @@ func pemBody(t *testing.T, file string) string {
 	}
 	return lines[1][24:40] // past the PKCS #8 header common to every Ed25519 key
 }
+
+// TestServePublisherKeyFlags: serve refuses a --publisher-key that is no
+// key without printing the file, and a --trusted-publisher that is no node
+// id, before it starts anything.
+func TestServePublisherKeyFlags(t *testing.T) {
+	dir := t.TempDir()
+	bad := filepath.Join(dir, "bad.pem")
+	if err := os.WriteFile(bad, []byte("top-secret-not-a-key\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	base := []string{"serve", "--listen", "127.0.0.1:-1", "--store-dir", filepath.Join(dir, "store")}
+	for _, tc := range []struct {
+		name string
+		args []string
+		want string
+	}{
+		{"not a key", []string{"--publisher-key", bad}, "--publisher-key " + bad + ": not a key made by 'publisher keygen'"},
+		{"no such file", []string{"--publisher-key", filepath.Join(dir, "none.pem")}, "--publisher-key"},
+		{"bad trusted publisher", []string{"--trusted-publisher", "node:did:key:nope"}, `--trusted-publisher "node:did:key:nope"`},
+		{"negative every", []string{"--checkpoint-every=-1"}, "--checkpoint-every must not be negative"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			status, stdout, stderr := invoke(t, append(base, tc.args...)...)
+			if status != exitUsage || !strings.Contains(stderr, tc.want) {
+				t.Fatalf("status %d, stderr %q; want %d and %q", status, stderr, exitUsage, tc.want)
+			}
+			if strings.Contains(stdout+stderr, "top-secret") {
+				t.Fatal("the key file's content was printed")
+			}
+		})
+	}
+}

@@ -11,6 +11,7 @@ import (
 	"go.uber.org/zap/zapcore"
 
 	"github.com/roompub/roompub/config"
+	"github.com/roompub/roompub/events"
 	"github.com/roompub/roompub/room"
 	"github.com/roompub/roompub/validate"
 )
@@ -42,6 +43,17 @@ func (c *serveCmd) Run(s *streams) error {
 	if maxPayload > 1<<31-1 {
 		return fmt.Errorf("%w: --max-payload too large", config.ErrInvalid)
 	}
+	var publisherKey *events.HostKey
+	if c.PublisherKey != "" {
+		data, err := os.ReadFile(c.PublisherKey)
+		if err != nil {
+			return fmt.Errorf("%w: --publisher-key: %v", config.ErrInvalid, err)
+		}
+		// The error names the file, never its content.
+		if publisherKey, err = events.ParseHostKey(data); err != nil {
+			return fmt.Errorf("%w: --publisher-key %s: not a key made by 'publisher keygen'", config.ErrInvalid, c.PublisherKey)
+		}
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	return room.Serve(ctx, room.ServeOptions{
@@ -62,9 +74,16 @@ func (c *serveCmd) Run(s *streams) error {
 		MaxBatch:           c.MaxBatch,
 		MaxInflightBatches: c.MaxInflightBatches,
 		Validator:          v,
-		Service:            room.ServiceOptions{Version: buildVersion()},
-		HTTPAddr:           c.HTTP,
-		Logger:             log,
+		// Issue 9: attestations and room checkpoints.
+		PublisherKey: publisherKey,
+		Checkpoint: room.CheckpointerOptions{
+			TrustedPublishers: c.TrustedPublishers,
+			Every:             c.CheckpointEvery,
+			Interval:          c.CheckpointInterval,
+		},
+		Service:  room.ServiceOptions{Version: buildVersion()},
+		HTTPAddr: c.HTTP,
+		Logger:   log,
 		Ready: func(info room.ServeInfo) {
 			fmt.Fprintf(s.err, "publisher: serving on %s (stream %s, service %s)\n", info.ClientURL, info.Stream, room.ServiceName)
 		},
