@@ -55,12 +55,12 @@ func attestationMessage(roomID, subject, position string, content [32]byte) []by
 // does. It panics only if k holds no usable Ed25519 key, which no
 // events.HostKey constructor produces.
 func Attest(k *events.HostKey, roomID, subject, position string, content [32]byte) string {
-	priv, err := privateKey(k)
+	hk, err := signingKey(k)
 	if err != nil {
 		panic("checkpoint.Attest: " + err.Error())
 	}
-	sig := ed25519.Sign(priv, attestationMessage(roomID, subject, position, content))
-	return k.NodeID() + " " + base64.RawURLEncoding.EncodeToString(sig)
+	sig := ed25519.Sign(hk.priv, attestationMessage(roomID, subject, position, content))
+	return hk.nodeID + " " + base64.RawURLEncoding.EncodeToString(sig)
 }
 
 // Trust is a set of trusted publisher keys, named by node id (issue 9:

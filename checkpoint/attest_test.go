@@ -5,8 +5,11 @@ import (
 	"encoding/base64"
 	"encoding/hex"
 	"errors"
+	"runtime"
 	"strings"
 	"testing"
+	"time"
+	"weak"
 
 	"github.com/roompub/roompub/events"
 )
@@ -184,4 +187,35 @@ func TestNewTrust(t *testing.T) {
 			t.Errorf("%s: NewTrust(%q) err = %v, want ErrBadDIDKey", name, bad, err)
 		}
 	}
+}
+
+// TestKeyCache checks that the cached key is the key (two HostKey values of
+// one key attest identically) and that a collected HostKey leaves the
+// cache.
+func TestKeyCache(t *testing.T) {
+	c := ContentHash([]byte("x"))
+	a, b := testKey(9), testKey(9)
+	if Attest(a, tRoom, tSubject, "seq:1", c) != Attest(b, tRoom, tSubject, "seq:1", c) {
+		t.Fatal("one key, two headers")
+	}
+	var wp weak.Pointer[events.HostKey]
+	func() {
+		k := testKey(10)
+		_ = Attest(k, tRoom, tSubject, "seq:1", c)
+		wp = weak.Make(k)
+	}()
+	if _, ok := hostKeys.Load(wp); !ok {
+		t.Fatal("Attest did not cache the key")
+	}
+	cached := true
+	for i := 0; i < 100 && cached; i++ {
+		runtime.GC()
+		time.Sleep(10 * time.Millisecond)
+		_, cached = hostKeys.Load(wp)
+	}
+	if cached {
+		t.Fatal("the cache kept a collected key")
+	}
+	runtime.KeepAlive(a)
+	runtime.KeepAlive(b)
 }

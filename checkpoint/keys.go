@@ -20,22 +20,44 @@ import (
 // signed-note; x/mod/sumdb/note's algEd25519).
 const noteAlgEd25519 = 0x01
 
-// privKeys caches the Ed25519 private key behind each *events.HostKey, so
-// Attest does not re-encode the key for every message. Entries are keyed by
-// weak pointers and dropped when the HostKey is collected.
-var privKeys sync.Map // weak.Pointer[events.HostKey] -> ed25519.PrivateKey
+// hostKey is what Attest needs of an events.HostKey.
+type hostKey struct {
+	priv   ed25519.PrivateKey
+	nodeID string
+}
 
-// privateKey returns the Ed25519 key inside k. events.HostKey keeps it
-// unexported and offers only its PKCS #8 PEM form, so it is read back from
-// there once per key. The key never reaches an error or a log.
-func privateKey(k *events.HostKey) (ed25519.PrivateKey, error) {
+// hostKeys caches the Ed25519 private key and node id behind each
+// *events.HostKey: reading the key back from its PEM form costs about 30 us
+// (PKCS #8 parsing derives the public key), base58 another microsecond, and
+// Attest runs for every appended message. Entries are keyed by weak
+// pointers and dropped when the HostKey is collected.
+var hostKeys sync.Map // weak.Pointer[events.HostKey] -> hostKey
+
+// signingKey returns the Ed25519 key inside k and k's node id.
+// events.HostKey keeps the key unexported and offers only its PKCS #8 PEM
+// form, so it is read back from there once per key. The key never reaches
+// an error or a log.
+func signingKey(k *events.HostKey) (hostKey, error) {
 	if k == nil {
-		return nil, errors.New("nil host key")
+		return hostKey{}, errors.New("nil host key")
 	}
 	wp := weak.Make(k)
-	if v, ok := privKeys.Load(wp); ok {
-		return v.(ed25519.PrivateKey), nil
+	if v, ok := hostKeys.Load(wp); ok {
+		return v.(hostKey), nil
 	}
+	priv, err := privateKey(k)
+	if err != nil {
+		return hostKey{}, err
+	}
+	hk := hostKey{priv: priv, nodeID: k.NodeID()}
+	if _, loaded := hostKeys.LoadOrStore(wp, hk); !loaded {
+		runtime.AddCleanup(k, func(wp weak.Pointer[events.HostKey]) { hostKeys.Delete(wp) }, wp)
+	}
+	return hk, nil
+}
+
+// privateKey reads the Ed25519 key inside k from its PEM form (uncached).
+func privateKey(k *events.HostKey) (ed25519.PrivateKey, error) {
 	der, err := k.MarshalPEM()
 	if err != nil {
 		return nil, fmt.Errorf("host key %s: %w", k.NodeID(), err)
@@ -52,9 +74,6 @@ func privateKey(k *events.HostKey) (ed25519.PrivateKey, error) {
 	if !ok {
 		return nil, fmt.Errorf("host key %s: not Ed25519", k.NodeID())
 	}
-	if _, loaded := privKeys.LoadOrStore(wp, priv); !loaded {
-		runtime.AddCleanup(k, func(wp weak.Pointer[events.HostKey]) { privKeys.Delete(wp) }, wp)
-	}
 	return priv, nil
 }
 
@@ -64,6 +83,9 @@ func privateKey(k *events.HostKey) (ed25519.PrivateKey, error) {
 // note.NewSigner from the encoded signer key, which x/mod checks against
 // that hash. The returned signer holds the private key; never log it.
 func NewNoteSigner(k *events.HostKey) (note.Signer, error) {
+	if k == nil {
+		return nil, errors.New("nil host key")
+	}
 	priv, err := privateKey(k)
 	if err != nil {
 		return nil, err
