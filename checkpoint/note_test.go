@@ -9,6 +9,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/transparency-dev/formats/log"
 	"golang.org/x/mod/sumdb/note"
 )
 
@@ -75,6 +76,11 @@ func TestNoteKeyInterop(t *testing.T) {
 	n, err := note.Open(signed, note.VerifierList(v))
 	if err != nil || len(n.Sigs) != 1 || n.Sigs[0].Name != k.NodeID() {
 		t.Fatalf("note.Open = %+v, %v", n, err)
+	}
+	// formats/log's own checkpoint parser accepts it too.
+	lc, _, _, err := log.ParseCheckpoint(signed, tRoom, v)
+	if err != nil || lc.Size != 1 || lc.Origin != tRoom {
+		t.Fatalf("log.ParseCheckpoint = %+v, %v", lc, err)
 	}
 	ours, err := NewNoteVerifier(k.NodeID())
 	if err != nil || ours.Name() != v.Name() || ours.KeyHash() != v.KeyHash() {
@@ -177,5 +183,31 @@ func TestCheckpointMalformed(t *testing.T) {
 		if _, err := Sign(s, room, 1, root); !errors.Is(err, ErrBadCheckpoint) {
 			t.Errorf("Sign(%q) err = %v, want ErrBadCheckpoint", room, err)
 		}
+	}
+}
+
+// TestTrustVerifiers: the Trust's note verifiers open a note signed by any
+// trusted key and report other keys as unverified.
+func TestTrustVerifiers(t *testing.T) {
+	k1, k2, k3 := testKey(1), testKey(2), testKey(3)
+	tr := mustTrust(t, k1.NodeID(), k2.NodeID(), k1.NodeID())
+	body := &note.Note{Text: tRoom + "\n3\n" + base64.StdEncoding.EncodeToString(make([]byte, 32)) + "\n"}
+	signed, err := note.Sign(body, mustSigner(t, k3), mustSigner(t, k2))
+	if err != nil {
+		t.Fatal(err)
+	}
+	n, err := note.Open(signed, tr.Verifiers())
+	if err != nil || len(n.Sigs) != 1 || n.Sigs[0].Name != k2.NodeID() || len(n.UnverifiedSigs) != 1 || n.UnverifiedSigs[0].Name != k3.NodeID() {
+		t.Fatalf("note.Open = %+v, %v", n, err)
+	}
+	if _, err := tr.Verifiers().Verifier(k3.NodeID(), 0); err == nil {
+		t.Fatal("an untrusted key has a verifier")
+	}
+	var nilTrust *Trust
+	if _, err := note.Open(signed, nilTrust.Verifiers()); err == nil {
+		t.Fatal("nil Trust verified a note")
+	}
+	if got := tr.NodeIDs(); len(got) != 2 || got[0] > got[1] {
+		t.Fatalf("NodeIDs = %v", got)
 	}
 }
