@@ -11,6 +11,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/roompub/roompub/checkpoint"
 	"github.com/roompub/roompub/events"
 	"github.com/roompub/roompub/validate"
 )
@@ -39,6 +40,38 @@ type AuditOptions struct {
 	// command uses it). It must not keep Entry or Record past the call
 	// unless it needs them.
 	OnEvent func(*Event)
+
+	// Trust, when it holds a key, checks issue 9's attestations and
+	// checkpoints (checkpoint_mismatch): only messages attested by these
+	// publishers are admitted, and every checkpoint must cover the room as
+	// read. A replay from FromSeq or Since cannot check them (a room's tree
+	// starts at its first message); the report says so.
+	Trust *checkpoint.Trust
+	// State, when set (with Trust), holds the last checkpoint verified per
+	// room: each audited room's newest checkpoint must be consistent with
+	// it (else the room is rolled back or forked), and the audit stores
+	// its own newest verified checkpoints there. Without Rooms, every room
+	// of the state is audited for this.
+	State *CheckpointState
+	// External are checkpoints obtained elsewhere (audit --checkpoint):
+	// each must verify under Trust and be consistent with its room as
+	// read. They need Trust and a full replay.
+	External []ExternalCheckpoint
+}
+
+// ExternalCheckpoint is a signed checkpoint note from outside the stream.
+type ExternalCheckpoint struct {
+	Name string // where it came from (a file name), for reasons
+	Note []byte
+}
+
+// AttestationFacts says whether an audit checked issue 9's attestations
+// and checkpoints, and with which keys.
+type AttestationFacts struct {
+	Checked bool `json:"checked"`
+	// Why it was not checked.
+	Why               string   `json:"why,omitempty"`
+	TrustedPublishers []string `json:"trusted_publishers,omitempty"`
 }
 
 // AuditReport is the verdict of one replay.
@@ -54,6 +87,10 @@ type AuditReport struct {
 	Violations     []SetAside     `json:"violations"`
 	Omitted        int            `json:"violations_omitted,omitempty"`
 	Totals         AuditTotals    `json:"totals"`
+	// Attestation says whether attestations and checkpoints were checked;
+	// Checkpoints is then what was verified per room, sorted by room.
+	Attestation AttestationFacts  `json:"attestation"`
+	Checkpoints []RoomCheckpoints `json:"checkpoints,omitempty"`
 }
 
 // AuditTotals counts what the audit read.
@@ -66,6 +103,9 @@ type AuditTotals struct {
 	ChainsOK      int                 `json:"chains_ok"`
 	ChainsBroken  int                 `json:"chains_broken"`
 	StreamIsSound bool                `json:"stream_append_only"`
+	// Checkpoints counts the checkpoint messages not set aside (verified
+	// when attestation is checked, otherwise not looked at).
+	Checkpoints uint64 `json:"checkpoints,omitempty"`
 }
 
 // Clean reports whether the audit found nothing wrong.
@@ -82,10 +122,25 @@ func (r *AuditReport) Clean() bool {
 // chain links and room rules are decided in stream order, so the verdicts
 // are those of Reader.Verify on each message in turn. Memory is per chain
 // and per record, plus a bounded window of messages in flight (about 1,000
-// pulled and 1,000 being verified), not per journal entry.
+// pulled and 1,000 being verified), not per journal entry. With
+// trusted publishers (o.Trust) it also checks issue 9's attestations and
+// checkpoints (see attested.go: signatures are verified one by one only
+// where no checkpoint covers a message), keeping each room's Merkle tree
+// (about 64 bytes per admitted message) and up to maxDeferred verdicts
+// that wait for a checkpoint.
 func Audit(ctx context.Context, js jetstream.JetStream, o AuditOptions) (*AuditReport, error) {
+	rep, _, err := audit(ctx, js, o)
+	return rep, err
+}
+
+// audit is Audit, returning its reader too (Prove reads its trees).
+func audit(ctx context.Context, js jetstream.JetStream, o AuditOptions) (*AuditReport, *Reader, error) {
 	if o.Validator == nil {
-		return nil, fmt.Errorf("%w: audit needs a validator", ErrGate)
+		return nil, nil, fmt.Errorf("%w: audit needs a validator", ErrGate)
+	}
+	partial := o.FromSeq > 1 || !o.Since.IsZero()
+	if len(o.External) > 0 && (o.Trust.Len() == 0 || partial) {
+		return nil, nil, fmt.Errorf("%w: a checkpoint from elsewhere needs trusted publishers and a replay from the start", ErrGate)
 	}
 	name := o.Stream
 	if name == "" {
@@ -105,7 +160,7 @@ func Audit(ctx context.Context, js jetstream.JetStream, o AuditOptions) (*AuditR
 	}
 	cancel()
 	if err != nil {
-		return nil, fmt.Errorf("stream %s: %w", name, err)
+		return nil, nil, fmt.Errorf("stream %s: %w", name, err)
 	}
 	rep := &AuditReport{Stream: name, FromSeq: max(o.FromSeq, 1), LastSeq: info.State.LastSeq, Records: map[string]int{},
 		Totals: AuditTotals{ByCode: map[events.Code]int{}}}
@@ -122,7 +177,42 @@ func Audit(ctx context.Context, js jetstream.JetStream, o AuditOptions) (*AuditR
 
 	r := NewReader(o.Validator, o.Subjects)
 	r.evidence = nil // the report counts records; OnEvent callers keep what they need
-	r.Anchor = o.FromSeq > 1 || !o.Since.IsZero()
+	r.Anchor = partial
+	switch {
+	case o.Trust.Len() == 0:
+		rep.Attestation.Why = "no trusted publisher keys (--trusted-publisher)"
+	case partial:
+		rep.Attestation.Why = "a replay from a point (--from-seq, --since): a room's tree starts at its first message"
+	default:
+		r.trustPublishers(o.Trust)
+		rep.Attestation = AttestationFacts{Checked: true, TrustedPublishers: o.Trust.NodeIDs()}
+		if err := loadFloors(r, o.State, o.Rooms); err != nil {
+			return nil, nil, err
+		}
+	}
+	full := o.OnEvent != nil
+	out := func(ev *Event, aside *SetAside) {
+		switch {
+		case aside != nil:
+			rep.Totals.SetAside++
+			rep.Totals.ByCode[aside.Code]++
+			if len(rep.Violations) < o.MaxViolations {
+				rep.Violations = append(rep.Violations, *aside)
+			} else {
+				rep.Omitted++
+			}
+		case ev == nil:
+			rep.Totals.Checkpoints++
+		case ev.Kind == KindJournal:
+			rep.Totals.Entries++
+		default:
+			rep.Totals.Records++
+			rep.Records[ev.RoomID]++
+		}
+		if ev != nil && o.OnEvent != nil {
+			o.OnEvent(ev)
+		}
+	}
 	if info.State.Msgs > 0 && info.State.LastSeq >= rep.FromSeq {
 		produce := func(ctx context.Context, emit func(*batch) bool) error {
 			return replay(ctx, st, int(js.Conn().MaxPayload()), o.Subjects, o.Rooms, o.FromSeq, o.Since, info.State.LastSeq, emit)
@@ -131,36 +221,24 @@ func Audit(ctx context.Context, js jetstream.JetStream, o AuditOptions) (*AuditR
 			for i := range b.xs {
 				x := &b.xs[i]
 				rep.Totals.Messages++
-				ev, aside := r.decide(x, o.OnEvent != nil)
-				switch {
-				case aside != nil:
-					rep.Totals.SetAside++
-					rep.Totals.ByCode[aside.Code]++
-					if len(rep.Violations) < o.MaxViolations {
-						rep.Violations = append(rep.Violations, *aside)
-					} else {
-						rep.Omitted++
-					}
-				case ev.Kind == KindJournal:
-					rep.Totals.Entries++
-				default:
-					rep.Totals.Records++
-					rep.Records[ev.RoomID]++
-				}
-				if ev != nil && o.OnEvent != nil {
-					o.OnEvent(ev)
-				}
+				r.feed(x, full, out)
 				if o.Progress != nil && rep.Totals.Messages%o.ProgressEvery == 0 {
 					o.Progress(x.m.Seq, info.State.LastSeq)
 				}
 			}
 			return nil
 		}); err != nil {
-			return rep, err
+			return rep, r, err
 		}
 	}
+	r.finish(full, out)
 	if o.Progress != nil {
 		o.Progress(info.State.LastSeq, info.State.LastSeq)
+	}
+	if r.trust != nil {
+		if err := auditCheckpoints(r, o, rep, out); err != nil {
+			return rep, r, err
+		}
 	}
 	rep.Chains = r.Chains()
 	sort.Slice(rep.Chains, func(i, j int) bool {
@@ -180,7 +258,65 @@ func Audit(ctx context.Context, js jetstream.JetStream, o AuditOptions) (*AuditR
 			rep.Totals.ChainsBroken++
 		}
 	}
-	return rep, nil
+	return rep, r, nil
+}
+
+// loadFloors gives each room's ledger the checkpoint state holds for it:
+// rooms, or every room of state.
+func loadFloors(r *Reader, state *CheckpointState, rooms []string) error {
+	if state == nil {
+		return nil
+	}
+	if len(rooms) == 0 {
+		var err error
+		if rooms, err = state.Rooms(); err != nil {
+			return err
+		}
+	}
+	for _, id := range rooms {
+		c, err := state.Load(id)
+		if err != nil {
+			return err
+		}
+		if c != nil {
+			r.ledgerOf(id).floor = c
+		}
+	}
+	return nil
+}
+
+// auditCheckpoints ends a trusting audit: rooms whose newest checkpoint
+// is smaller than the one verified before (rolled back), the checkpoints
+// from elsewhere, the per-room facts, and the state saved.
+func auditCheckpoints(r *Reader, o AuditOptions, rep *AuditReport, out func(*Event, *SetAside)) error {
+	ids := r.ledgerRooms()
+	for _, id := range ids {
+		l := r.ledgers[id]
+		if why := l.rolledBack(); why != "" {
+			l.refused = why
+			out(nil, roomAside(o.Subjects, id, l.latestSeq, why))
+		}
+	}
+	for _, e := range o.External {
+		if a := r.checkExternal(o.Subjects, o.Rooms, e); a != nil {
+			out(nil, a)
+		}
+	}
+	for _, id := range r.ledgerRooms() {
+		rep.Checkpoints = append(rep.Checkpoints, r.ledgers[id].facts())
+	}
+	if o.State == nil {
+		return nil
+	}
+	for _, id := range ids {
+		l := r.ledgers[id]
+		if l.latest != nil && l.refused == "" && (l.floor == nil || l.latest.Size > l.floor.Size) {
+			if err := o.State.Save(l.latest); err != nil {
+				return fmt.Errorf("checkpoint state: %w", err)
+			}
+		}
+	}
+	return nil
 }
 
 func unjoin(err error) []error {
@@ -288,7 +424,7 @@ func replay(ctx context.Context, st jetstream.Stream, maxPayload int, subjects S
 			return
 		}
 		handled = seq
-		b.add(StreamMsg{Subject: msg.Subject(), Seq: seq, Data: msg.Data(), Time: meta.Timestamp}, nil)
+		b.add(StreamMsg{Subject: msg.Subject(), Seq: seq, Data: msg.Data(), Time: meta.Timestamp, Attestation: attestationOf(msg.Headers())}, nil)
 		if seq == last || meta.NumPending == 0 || len(b.xs) >= batchMsgs || b.size >= batchBytes {
 			if !flush() {
 				finish(ctx.Err())

@@ -9,6 +9,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"go.uber.org/zap"
 
+	"github.com/roompub/roompub/checkpoint"
 	"github.com/roompub/roompub/validate"
 )
 
@@ -34,6 +35,21 @@ type FollowOptions struct {
 	// Ready, when set, is called once the rebuild is done and live
 	// delivery starts, with the stream sequence the rebuild reached.
 	Ready func(rebuiltTo uint64)
+
+	// Trust, when it holds a key, checks issue 9's attestations and
+	// checkpoints: a message not attested by these publishers, or a
+	// checkpoint that does not cover its room as read, is set aside
+	// (checkpoint_mismatch). Live messages have their attestation verified
+	// one by one before they are handed out; the rebuild relies on
+	// checkpoints where they cover it.
+	Trust *checkpoint.Trust
+	// State, when set (with Trust), keeps the last checkpoint verified per
+	// room: at the start, a room whose newest checkpoint on the stream is
+	// smaller than (or, at the same size, differs from) the stored one is
+	// refused as rolled back, and a later checkpoint not consistent with
+	// it refuses the room from there on; every checkpoint verified beyond
+	// it is stored.
+	State *CheckpointState
 }
 
 // Handler receives verified events in stream order. Returning nil
@@ -105,7 +121,14 @@ func Follow(ctx context.Context, js jetstream.JetStream, o FollowOptions, handle
 	}
 	r := NewReader(o.Validator, o.Subjects)
 	r.evidence = nil // no caller can reach it: per-record memory for nothing
+	r.trustPublishers(o.Trust)
+	if r.trust != nil {
+		if err := followFloors(ctx, st, r, o, log); err != nil {
+			return err
+		}
+	}
 	floor := ci.AckFloor.Stream
+	discard := func(*Event, *SetAside) {}
 	if floor > 0 {
 		// Already handled or set aside before the restart: only the state.
 		produce := func(ctx context.Context, emit func(*batch) bool) error {
@@ -113,13 +136,15 @@ func Follow(ctx context.Context, js jetstream.JetStream, o FollowOptions, handle
 		}
 		if err := runOrdered(ctx, r, produce, func(b *batch) error {
 			for i := range b.xs {
-				r.decide(&b.xs[i], false)
+				r.feed(&b.xs[i], false, discard)
 			}
 			return nil
 		}); err != nil {
 			return fmt.Errorf("rebuild: %w", err)
 		}
 	}
+	r.finish(false, discard)
+	r.eager = true // from here on each message's verdict is needed at once
 	log.Info("subscriber rebuilt", zap.String("durable", o.Durable), zap.Uint64("ack_floor", floor))
 	if o.Ready != nil {
 		o.Ready(floor)
@@ -186,19 +211,27 @@ func Follow(ctx context.Context, js jetstream.JetStream, o FollowOptions, handle
 				_ = msg.Ack()
 				continue
 			}
-			ev, aside := r.apply(x)
-			if aside != nil {
+			ev, aside, err := r.feedOne(x)
+			if err != nil {
+				return err
+			}
+			switch {
+			case aside != nil:
 				if o.OnSetAside != nil {
 					o.OnSetAside(*aside)
 				}
-			} else if err := handle(ctx, ev); err != nil {
-				_ = msg.Nak()
-				return fmt.Errorf("%w: stream seq %d: %w", ErrHandler, seq, err)
+			case ev == nil:
+				// A checkpoint message: verified (or not looked at), not an event.
+			default:
+				if err := handle(ctx, ev); err != nil {
+					_ = msg.Nak()
+					return fmt.Errorf("%w: stream seq %d: %w", ErrHandler, seq, err)
+				}
 			}
 			// Synchronous: once handle returned, the ack is on the server
 			// before the next message, so a crash repeats nothing handled.
 			actx, acancel := context.WithTimeout(context.Background(), DefaultTimeout)
-			err := msg.DoubleAck(actx)
+			err = msg.DoubleAck(actx)
 			acancel()
 			if err != nil {
 				return fmt.Errorf("ack stream seq %d: %w", seq, err)
@@ -211,6 +244,78 @@ func Follow(ctx context.Context, js jetstream.JetStream, o FollowOptions, handle
 		return nil
 	}
 	return err
+}
+
+// feedOne feeds x, whose verdict must be known at once (no verdict is
+// waiting, and x's attestation is verified one by one), and returns it.
+func (r *Reader) feedOne(x *prepared) (ev *Event, aside *SetAside, err error) {
+	n := 0
+	r.feed(x, true, func(e *Event, a *SetAside) { ev, aside = e, a; n++ })
+	if n != 1 {
+		return nil, nil, fmt.Errorf("follow: %d verdicts for stream seq %d, want 1", n, x.m.Seq)
+	}
+	return ev, aside, nil
+}
+
+// followFloors loads the checkpoints o.State keeps for the followed rooms
+// (every room of the state when o.Rooms is empty), refuses at once a room
+// whose newest checkpoint on the stream is smaller than its stored one or,
+// at the same size, another tree (rolled back or forked), and has every
+// checkpoint verified beyond the stored one saved.
+func followFloors(ctx context.Context, st jetstream.Stream, r *Reader, o FollowOptions, log *zap.Logger) error {
+	if o.State == nil {
+		return nil
+	}
+	if err := loadFloors(r, o.State, o.Rooms); err != nil {
+		return err
+	}
+	saved := map[string]uint64{}
+	for _, id := range r.ledgerRooms() {
+		l := r.ledgers[id]
+		if l.floor == nil {
+			continue
+		}
+		saved[id] = l.floor.Size
+		cctx, cancel := withDefaultTimeout(ctx)
+		m, err := st.GetLastMsgForSubject(cctx, o.Subjects.Checkpoint(id))
+		cancel()
+		var newest *checkpoint.Checkpoint
+		switch {
+		case errors.Is(err, jetstream.ErrMsgNotFound):
+		case err != nil:
+			return fmt.Errorf("newest checkpoint of %s: %w", id, err)
+		default:
+			if newest, err = checkpoint.Parse(m.Data, id, r.trust); err != nil {
+				// Set aside when read in stream order; nothing to judge by.
+				log.Warn("newest checkpoint refused", zap.String("room", id), zap.Uint64("stream_seq", m.Sequence), zap.Error(err))
+				continue
+			}
+		}
+		switch {
+		case newest == nil:
+			l.refused = l.rolledBack()
+		case newest.Size < l.floor.Size || newest.Size == l.floor.Size && newest.Root != l.floor.Root:
+			l.refused = fmt.Sprintf("rolled back or forked: this reader verified a checkpoint of size %d (root %s) before; the newest on the stream has size %d (root %s, stream seq %d)",
+				l.floor.Size, hexRoot(l.floor.Root), newest.Size, hexRoot(newest.Root), m.Sequence)
+		}
+		if l.refused != "" {
+			log.Error("room refused", zap.String("room", id), zap.String("reason", l.refused))
+			if o.OnSetAside != nil {
+				o.OnSetAside(*roomAside(o.Subjects, id, 0, l.refused))
+			}
+		}
+	}
+	r.onVerified = func(c *checkpoint.Checkpoint) {
+		if n, ok := saved[c.Room]; ok && c.Size <= n {
+			return
+		}
+		if err := o.State.Save(c); err != nil {
+			log.Error("checkpoint state not saved", zap.String("room", c.Room), zap.Uint64("size", c.Size), zap.Error(err))
+			return
+		}
+		saved[c.Room] = c.Size
+	}
+	return nil
 }
 
 // Follow's fetches: followFetch messages per pull (at most MaxAckPending,
@@ -230,6 +335,6 @@ func addFetched(b *batch, msg jetstream.Msg) error {
 	if err != nil {
 		return fmt.Errorf("fetch: %w", err)
 	}
-	b.add(StreamMsg{Subject: msg.Subject(), Seq: meta.Sequence.Stream, Data: msg.Data(), Time: meta.Timestamp}, msg)
+	b.add(StreamMsg{Subject: msg.Subject(), Seq: meta.Sequence.Stream, Data: msg.Data(), Time: meta.Timestamp, Attestation: attestationOf(msg.Headers())}, msg)
 	return nil
 }

@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/roompub/roompub/checkpoint"
 	"github.com/roompub/roompub/events"
 	"github.com/roompub/roompub/validate"
 )
@@ -17,6 +18,10 @@ type StreamMsg struct {
 	Seq     uint64 // stream sequence
 	Data    []byte
 	Time    time.Time
+	// Attestation is the message's checkpoint.AttestationHeader value
+	// ("" when it has none; several values joined by ", ", which no
+	// attestation accepts).
+	Attestation string
 }
 
 // Event is a verified message, as handed to the application.
@@ -39,6 +44,12 @@ type Event struct {
 	Instance string         `json:"instance,omitempty"` // environment/ref
 	Outcome  string         `json:"outcome,omitempty"`
 	Record   *events.Record `json:"-"`
+
+	// A trusting reader's leaf (issue 9): index in the room's tree and
+	// content hash; leafOK is false without trusted publishers.
+	leafOK  bool
+	leaf    uint64
+	content [32]byte
 }
 
 // SetAside is a message that failed verification: it is not served, and
@@ -88,6 +99,28 @@ type Reader struct {
 	// Anchor, when set, starts a chain at the first entry seen for it
 	// instead of at position 0: for audits that start mid-stream.
 	Anchor bool
+
+	// Issue 9 (attested.go), for Audit and Follow: with trust set (at
+	// least one key), attestations and checkpoints are checked, each room
+	// keeping a ledger, and verdicts go through feed's queue. eager
+	// verifies every attestation on its own (Follow's live delivery).
+	trust      *checkpoint.Trust
+	eager      bool
+	ledgers    map[string]*ledger
+	queue      []*prepared // verdicts waiting, in stream order, from qhead
+	qhead      int
+	qbytes     int                          // message data in the queue
+	free       []*prepared                  // spent queue elements, for reuse
+	onVerified func(*checkpoint.Checkpoint) // called on every checkpoint verified
+}
+
+// trustPublishers makes r check attestations and checkpoints with t (no
+// keys: nothing is checked).
+func (r *Reader) trustPublishers(t *checkpoint.Trust) {
+	if t.Len() == 0 {
+		return
+	}
+	r.trust, r.ledgers = t, map[string]*ledger{}
 }
 
 // NewReader returns a reader that verifies with v (which should check
@@ -128,6 +161,9 @@ type prepared struct {
 	// Execution records.
 	rec    *events.Record
 	recErr error
+
+	// A trusting reader's (issue 9).
+	att attestation
 }
 
 // prepare does x's stateless work for m. It reads only the reader's
@@ -141,19 +177,23 @@ func (r *Reader) prepare(x *prepared, m StreamMsg, subjects subjectCache) {
 		return
 	}
 	at := events.Location{Seq: m.Seq}
-	if x.p.Kind != KindJournal {
+	switch x.p.Kind {
+	case KindExecution:
 		x.rec, x.recErr = r.v.Record(m.Data, at)
-		return
+	case KindJournal:
+		x.e, x.parse = events.ParseLine(m.Data, at)
+		if x.e == nil {
+			break
+		}
+		if x.e.RunID() != x.p.Chain.RunID || x.e.CapsuleID() != x.p.Chain.CapsuleID {
+			x.otherChain = true
+			break
+		}
+		x.rules = r.v.CheckEntry(x.e, at)
 	}
-	x.e, x.parse = events.ParseLine(m.Data, at)
-	if x.e == nil {
-		return
+	if r.trust != nil {
+		r.prepareAttestation(x)
 	}
-	if x.e.RunID() != x.p.Chain.RunID || x.e.CapsuleID() != x.p.Chain.CapsuleID {
-		x.otherChain = true
-		return
-	}
-	x.rules = r.v.CheckEntry(x.e, at)
 }
 
 // subjectCache maps subjects to what Subjects.Parse made of them; it is
@@ -183,12 +223,21 @@ func (r *Reader) apply(x *prepared) (*Event, *SetAside) { return r.decide(x, tru
 
 // decide is apply. Without full, a verified message's event is the
 // reader's own, valid until the next call, with only Kind, RoomID and Seq
-// set (Audit counts; it builds no event per entry).
+// set (Audit counts; it builds no event per entry). A checkpoint message
+// gives neither an event nor a set-aside unless a trusting reader refused
+// it; a message such a reader did not admit is set aside before any other
+// rule sees it (it is not in the room, so it touches no chain or index).
 func (r *Reader) decide(x *prepared, full bool) (*Event, *SetAside) {
 	if x.subjErr != nil {
 		return nil, r.aside(x.m, Parsed{}, nil, []events.Problem{{Code: events.BadSubject, At: events.Location{Seq: x.m.Seq}, Reason: x.subjErr.Error()}})
 	}
-	if x.p.Kind == KindJournal {
+	if x.att.state == attRefused {
+		return nil, r.refusedAttestation(x)
+	}
+	switch x.p.Kind {
+	case KindCheckpoint:
+		return nil, nil
+	case KindJournal:
 		return r.verifyEntry(x, full)
 	}
 	return r.verifyRecord(x, full)
