@@ -3,6 +3,8 @@ package room_test
 import (
 	"crypto/ed25519"
 	"encoding/base64"
+	"encoding/json"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -31,6 +33,7 @@ type attestor struct {
 	room   string
 	subj   room.Subjects
 	tree   *checkpoint.Tree // the publisher's: admitted messages only
+	leaves [][32]byte       // its leaves
 	execs  uint64           // messages on the room's exec subject
 }
 
@@ -65,7 +68,7 @@ func (a *attestor) entry(e *events.Entry) uint64 {
 	subject := a.subj.Journal(a.room, events.ChainKey{RunID: e.RunID(), CapsuleID: e.CapsuleID()})
 	pos, _ := e.Seq()
 	c := checkpoint.ContentHash(e.Canonical())
-	a.tree.Append(checkpoint.LeafHash(a.room, subject, c))
+	a.leaf(checkpoint.LeafHash(a.room, subject, c))
 	return a.publish(subject, e.Canonical(), checkpoint.Attest(a.key, a.room, subject, checkpoint.JournalPosition(pos), c))
 }
 
@@ -74,10 +77,15 @@ func (a *attestor) record(rec *events.Record) uint64 {
 	a.t.Helper()
 	subject := a.subj.Records(a.room)
 	c := checkpoint.ContentHash(rec.Canonical())
-	a.tree.Append(checkpoint.LeafHash(a.room, subject, c))
+	a.leaf(checkpoint.LeafHash(a.room, subject, c))
 	att := checkpoint.Attest(a.key, a.room, subject, checkpoint.RecordPosition(a.execs), c)
 	a.execs++
 	return a.publish(subject, rec.Canonical(), att)
+}
+
+func (a *attestor) leaf(h [32]byte) {
+	a.tree.Append(h)
+	a.leaves = append(a.leaves, h)
 }
 
 // forgedEntry appends e with the attestation header att (not a leaf of
@@ -253,7 +261,8 @@ func TestAttestedForgedContinuationFollow(t *testing.T) {
 	e := newEnv(t)
 	pub := newHostKey(t)
 	a, forged, served := forgedStream(t, e, pub)
-	o := room.FollowOptions{Durable: "solver", Validator: e.v, Trust: trusting(t, pub), Rooms: []string{attRoom}}
+	state := &room.CheckpointState{Dir: t.TempDir()}
+	o := room.FollowOptions{Durable: "solver", Validator: e.v, Trust: trusting(t, pub), Rooms: []string{attRoom}, State: state}
 	f := startFollow(t, e.js, o, nil)
 	f.waitSeen(t, len(served)+len(forged))
 	if got := f.eventSeqs(); !slices.Equal(got, served) {
@@ -264,6 +273,10 @@ func TestAttestedForgedContinuationFollow(t *testing.T) {
 	}
 	if err := f.stop(t); err != nil {
 		t.Fatal(err)
+	}
+	// Every checkpoint verified was stored; the last one stays.
+	if c, err := state.Load(attRoom); err != nil || c == nil || c.Size != 13 || c.Root != a.tree.Root() {
+		t.Errorf("follow's state: %+v, %v", c, err)
 	}
 
 	// A restart rebuilds from the stream; then a forged continuation of
@@ -393,4 +406,269 @@ func mustSigner(t testing.TB, k *events.HostKey) note.Signer {
 		t.Fatal(err)
 	}
 	return s
+}
+
+// laterTree is the publisher's tree as it will be once es are appended
+// too: what a reader of a longer copy of the room verified.
+func (a *attestor) laterTree(es []*events.Entry) *checkpoint.Tree {
+	tr := checkpoint.NewTree()
+	for _, l := range a.leaves {
+		tr.Append(l)
+	}
+	for _, e := range es {
+		subject := a.subj.Journal(a.room, events.ChainKey{RunID: e.RunID(), CapsuleID: e.CapsuleID()})
+		tr.Append(checkpoint.LeafHash(a.room, subject, checkpoint.ContentHash(e.Canonical())))
+	}
+	return tr
+}
+
+// parsed parses a note this test signed.
+func parsed(t testing.TB, n []byte) *checkpoint.Checkpoint {
+	t.Helper()
+	c, err := checkpoint.ParseUnverified(n)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+// TestAttestedRolledBack: a state directory holding a checkpoint of size
+// 50 refuses a copy of the room whose newest checkpoint has size 30
+// (audit at the end of the read, follow at once), accepts the room once
+// it reaches 50 consistently (and stores the newer checkpoint), and
+// refuses a copy with another tree at 50 (forked).
+func TestAttestedRolledBack(t *testing.T) {
+	e := newEnv(t)
+	pub := newHostKey(t)
+	trust := trusting(t, pub)
+	a := newAttestor(t, e.js, pub, attRoom)
+	es, _ := journal(t, "run-r", "cap-r", 60)
+	for _, en := range es[:30] {
+		a.entry(en)
+	}
+	ck30 := a.checkpoint()
+	later := a.laterTree(es[30:50])
+	state := &room.CheckpointState{Dir: t.TempDir()}
+	if err := state.Save(parsed(t, a.note(50, later.Root(), a.signer))); err != nil {
+		t.Fatal(err)
+	}
+
+	rep, err := room.Audit(t.Context(), e.js, room.AuditOptions{Validator: e.v, Trust: trust, State: state})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := fmt.Sprintf("rolled back or forked: this reader verified a checkpoint of size 50 (root %x) before; the newest verified checkpoint has size 30", later.Root())
+	if len(rep.Violations) != 1 || rep.Violations[0].Seq != ck30 || rep.Violations[0].Code != events.CheckpointMismatch || rep.Violations[0].Reason != want {
+		t.Errorf("violations %v\nwant %q at stream seq %d", rep.Violations, want, ck30)
+	}
+	if f := rep.Checkpoints[0]; f.Stored == nil || f.Stored.Size != 50 || f.StoredConsistent || f.Refused != want || rep.Clean() {
+		t.Errorf("facts %+v", f)
+	}
+	if c, err := state.Load(attRoom); err != nil || c.Size != 50 {
+		t.Errorf("state after a rolled-back audit: %+v, %v", c, err)
+	}
+
+	// Follow refuses the room at once: nothing is served.
+	f := startFollow(t, e.js, room.FollowOptions{Durable: "rb", Validator: e.v, Trust: trust, State: state, Rooms: []string{attRoom}}, nil)
+	// The room's set-aside, then its 30 entries and its checkpoint.
+	f.waitSeen(t, 32)
+	if len(f.eventSeqs()) != 0 || len(mismatches(t, f.asides)) != 32 || f.asides[0].Seq != 0 || !strings.Contains(f.asides[0].Reason, "the newest on the stream has size 30") {
+		t.Errorf("follow of a rolled-back room: served %v, set aside %v", f.eventSeqs(), f.asides[:2])
+	}
+	_ = f.stop(t)
+
+	// The room grows to 50 as the state says: consistent, and the state
+	// moves on to 55.
+	for _, en := range es[30:50] {
+		a.entry(en)
+	}
+	a.checkpoint()
+	for _, en := range es[50:55] {
+		a.entry(en)
+	}
+	ck55 := a.checkpoint()
+	rep, err = room.Audit(t.Context(), e.js, room.AuditOptions{Validator: e.v, Trust: trust, State: state})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !rep.Clean() || !rep.Checkpoints[0].StoredConsistent {
+		t.Errorf("grown room: violations %v, facts %+v", rep.Violations, rep.Checkpoints)
+	}
+	if c, err := state.Load(attRoom); err != nil || c.Size != 55 || c.Root != a.tree.Root() || c.Signer != pub.NodeID() {
+		t.Errorf("state after a clean audit: %+v, %v", c, err)
+	}
+
+	// Another tree at 50 in the state: the stream's checkpoint at 50 is
+	// not consistent with it; the room is refused from there on.
+	other := newAttestor(t, e.js, pub, attRoom)
+	for _, en := range es[:49] {
+		other.leaf(checkpoint.LeafHash(attRoom, "x", checkpoint.ContentHash(en.Canonical())))
+	}
+	other.leaf([32]byte{1})
+	if err := state.Save(parsed(t, a.note(50, other.tree.Root(), a.signer))); err != nil {
+		t.Fatal(err)
+	}
+	rep, err = room.Audit(t.Context(), e.js, room.AuditOptions{Validator: e.v, Trust: trust, State: state})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := mismatches(t, rep.Violations)
+	// The checkpoint at 50 (stream seq 52), then every later message.
+	if wantSeqs := seqRange(52, ck55); !slices.Equal(got, wantSeqs) || !strings.Contains(rep.Violations[0].Reason, "checkpoint of size 50 is not consistent with it") {
+		t.Errorf("forked: set aside %v, want %v: %v", got, wantSeqs, rep.Violations[0].Reason)
+	}
+	if c, _ := state.Load(attRoom); c.Root != other.tree.Root() {
+		t.Error("a forked audit replaced the state")
+	}
+	// Follow: the newest checkpoint (55) is larger, so the room is
+	// refused when the read reaches the one at 50.
+	f = startFollow(t, e.js, room.FollowOptions{Durable: "fork", Validator: e.v, Trust: trust, State: state, Rooms: []string{attRoom}}, nil)
+	f.waitSeen(t, 50+len(got))
+	if n := len(f.eventSeqs()); n != 50 {
+		t.Errorf("follow of a forked room served %d entries, want the 50 before the fork", n)
+	}
+	if g := mismatches(t, f.asides); !slices.Equal(g, got) {
+		t.Errorf("follow of a forked room set aside %v, want %v", g, got)
+	}
+}
+
+// TestAttestedExternalCheckpoint: audit --checkpoint accepts a note that
+// a trusted key signed over the room as read (at any covered size) and
+// refuses a forked one, one beyond the room as read, an untrusted one and
+// garbage.
+func TestAttestedExternalCheckpoint(t *testing.T) {
+	e := newEnv(t)
+	pub, other := newHostKey(t), newHostKey(t)
+	a := newAttestor(t, e.js, pub, attRoom)
+	es, _ := journal(t, "run-x", "cap-x", 12)
+	for _, en := range es[:10] {
+		a.entry(en)
+	}
+	a.checkpoint()
+	for _, en := range es[10:] {
+		a.entry(en) // an uncovered tail: 12 leaves, the latest checkpoint at 10
+	}
+	forked := a.laterTree(nil)
+	forked.Truncate(4)
+	forked.Append([32]byte{9})
+	exts := []room.ExternalCheckpoint{
+		{Name: "good-5", Note: a.note(5, mustRootAt(t, a.tree, 5), a.signer)},
+		{Name: "good-12", Note: a.note(12, a.tree.Root(), a.signer)},
+		{Name: "forked", Note: a.note(5, forked.Root(), a.signer)},
+		{Name: "beyond", Note: a.note(13, a.tree.Root(), a.signer)},
+		{Name: "untrusted", Note: a.note(5, mustRootAt(t, a.tree, 5), mustSigner(t, other))},
+		{Name: "garbage", Note: []byte("room:attested\n5\n")},
+	}
+	rep, err := room.Audit(t.Context(), e.js, room.AuditOptions{Validator: e.v, Trust: trusting(t, pub), External: exts})
+	if err != nil {
+		t.Fatal(err)
+	}
+	wants := []string{
+		"checkpoint forked (size 5): forked: the room as read has root",
+		"checkpoint beyond (size 13): the room as read has 12 admitted messages",
+		"checkpoint untrusted (size 5): untrusted publisher",
+		"checkpoint garbage: bad checkpoint",
+	}
+	if len(rep.Violations) != len(wants) {
+		t.Fatalf("violations %v", rep.Violations)
+	}
+	for i, w := range wants {
+		if v := rep.Violations[i]; v.Code != events.CheckpointMismatch || !strings.HasPrefix(v.Reason, w) {
+			t.Errorf("violation %d: %s, want %q", i, v.Error(), w)
+		}
+	}
+	ext := rep.Checkpoints[0].External
+	if len(ext) != 2 || ext[0].Size != 5 || ext[1].Size != 12 || ext[1].Root != fmt.Sprintf("%x", a.tree.Root()) || ext[0].Signer != pub.NodeID() {
+		t.Errorf("external facts %+v", ext)
+	}
+	if _, err := room.Audit(t.Context(), e.js, room.AuditOptions{Validator: e.v, External: exts[:1]}); !errors.Is(err, room.ErrGate) {
+		t.Errorf("an external checkpoint without trusted keys: %v", err)
+	}
+}
+
+// TestAttestedProve: inclusion proofs of a journal entry and a record
+// verify offline (also through JSON) against the latest checkpoint; a
+// proof against another checkpoint, or tampered, does not; a message no
+// checkpoint covers, a forged one and an unknown one have no proof.
+func TestAttestedProve(t *testing.T) {
+	e := newEnv(t)
+	pub := newHostKey(t)
+	trust := trusting(t, pub)
+	a, forged, served := forgedStream(t, e, pub)
+	es, _ := journal(t, "run-f", "cap-f", 13)
+	tail := a.entry(es[12]) // not covered
+	prove := func(entry, ref string) (*checkpoint.Proof, error) {
+		return room.Prove(t.Context(), e.js, room.ProveOptions{Room: attRoom, Entry: entry, Ref: ref, Validator: e.v, Trust: trust})
+	}
+	rec := recordIn(t, e.key, attRoom, "attested-1", nil)
+	for _, c := range []struct {
+		name, entry, ref string
+		seq, index       uint64
+	}{
+		{"entry 3", es[3].EntryHash(), "", served[3], 3},
+		{"entry 10", es[10].EntryHash(), "", served[10], 10},
+		{"record", "", rec.ComputedRef(), served[11], 11},
+	} {
+		p, err := prove(c.entry, c.ref)
+		if err != nil {
+			t.Fatalf("%s: %v", c.name, err)
+		}
+		if p.StreamSeq != c.seq || p.LeafIndex != c.index || p.TreeSize != 13 || p.Room != attRoom {
+			t.Errorf("%s: proof %+v", c.name, p)
+		}
+		b, err := json.Marshal(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var back checkpoint.Proof
+		if err := json.Unmarshal(b, &back); err != nil {
+			t.Fatal(err)
+		}
+		ck, err := back.Verify(trust)
+		if err != nil || ck.Size != 13 || ck.Root != mustRootAt(t, a.tree, 13) {
+			t.Errorf("%s: verify: %v, %+v", c.name, err, ck)
+		}
+		// Against another checkpoint of the room (its genuine one at 12).
+		other := back
+		other.Checkpoint = string(a.note(12, mustRootAt(t, a.tree, 12), a.signer))
+		if _, err := other.Verify(trust); !errors.Is(err, checkpoint.ErrBadProof) {
+			t.Errorf("%s: against the checkpoint at 12: %v", c.name, err)
+		}
+		other.TreeSize = 12
+		if _, err := other.Verify(trust); !errors.Is(err, checkpoint.ErrBadProof) {
+			t.Errorf("%s: against the checkpoint at 12, size 12: %v", c.name, err)
+		}
+		// Tampered: a bit of the path, the content hash (with its leaf
+		// hash), the index.
+		bad := back
+		bad.Path = slices.Clone(back.Path)
+		bad.Path[0][0] ^= 1
+		if _, err := bad.Verify(trust); !errors.Is(err, checkpoint.ErrBadProof) {
+			t.Errorf("%s: flipped path bit: %v", c.name, err)
+		}
+		bad = back
+		bad.ContentHash[31] ^= 1
+		bad.LeafHash = checkpoint.LeafHash(bad.Room, bad.Subject, bad.ContentHash)
+		if _, err := bad.Verify(trust); !errors.Is(err, checkpoint.ErrBadProof) {
+			t.Errorf("%s: other content: %v", c.name, err)
+		}
+		bad = back
+		bad.LeafIndex ^= 1
+		if _, err := bad.Verify(trust); !errors.Is(err, checkpoint.ErrBadProof) {
+			t.Errorf("%s: other index: %v", c.name, err)
+		}
+		if _, err := back.Verify(trusting(t, newHostKey(t))); !errors.Is(err, checkpoint.ErrUntrustedPublisher) {
+			t.Errorf("%s: under another key: %v", c.name, err)
+		}
+	}
+	if _, err := prove(es[12].EntryHash(), ""); !errors.Is(err, room.ErrNotCovered) {
+		t.Errorf("uncovered entry at stream seq %d: %v", tail, err)
+	}
+	fork := forkOf(t, es[10])
+	if _, err := prove(fork.EntryHash(), ""); !errors.Is(err, room.ErrNoSuchMessage) {
+		t.Errorf("forged entry at stream seq %d: %v", forged[1], err)
+	}
+	if _, err := prove(strings.Repeat("0", 64), ""); !errors.Is(err, room.ErrNoSuchMessage) {
+		t.Errorf("unknown entry: %v", err)
+	}
 }
