@@ -9,6 +9,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/roompub/roompub/checkpoint"
@@ -215,7 +216,7 @@ func audit(ctx context.Context, js jetstream.JetStream, o AuditOptions) (*AuditR
 	}
 	if info.State.Msgs > 0 && info.State.LastSeq >= rep.FromSeq {
 		produce := func(ctx context.Context, emit func(*batch) bool) error {
-			return replay(ctx, st, int(js.Conn().MaxPayload()), o.Subjects, o.Rooms, o.FromSeq, o.Since, info.State.LastSeq, emit)
+			return replay(ctx, js.Conn(), st, int(js.Conn().MaxPayload()), o.Subjects, o.Rooms, o.FromSeq, o.Since, info.State.LastSeq, emit)
 		}
 		if err := runOrdered(ctx, r, produce, func(b *batch) error {
 			for i := range b.xs {
@@ -361,7 +362,7 @@ const (
 // ordered consumer. It returns once the message at last (or the last one
 // on these subjects) is emitted, on an error, or with ctx's error once
 // emit refuses a batch.
-func replay(ctx context.Context, st jetstream.Stream, maxPayload int, subjects Subjects, rooms []string, fromSeq uint64, since time.Time, last uint64, emit func(*batch) bool) error {
+func replay(ctx context.Context, nc *nats.Conn, st jetstream.Stream, maxPayload int, subjects Subjects, rooms []string, fromSeq uint64, since time.Time, last uint64, emit func(*batch) bool) error {
 	cfg := jetstream.OrderedConsumerConfig{FilterSubjects: filters(subjects, rooms), DeliverPolicy: jetstream.DeliverAllPolicy}
 	switch {
 	case fromSeq > 1:
@@ -383,6 +384,7 @@ func replay(ctx context.Context, st jetstream.Stream, maxPayload int, subjects S
 		finished bool
 		seen     atomic.Uint64 // messages delivered, for the idle check
 		done     = make(chan error, 1)
+		endCheck = make(chan struct{}, 1) // the handler saw nothing pending
 	)
 	// finish ends the replay once, with mu held.
 	finish := func(err error) {
@@ -430,8 +432,16 @@ func replay(ctx context.Context, st jetstream.Stream, maxPayload int, subjects S
 				finish(ctx.Err())
 				return
 			}
-			if seq == last || meta.NumPending == 0 {
+			switch {
+			case seq == last:
 				finish(nil)
+			case meta.NumPending == 0:
+				// The end of these subjects, unless the consumer sits on
+				// a lagging replica: the loop below asks the leader.
+				select {
+				case endCheck <- struct{}{}:
+				default:
+				}
 			}
 		}
 	}, jetstream.PullMaxMessagesWithBytesLimit(pullMaxMessages, max(pullMaxBytes, 2*maxPayload)))
@@ -442,6 +452,19 @@ func replay(ctx context.Context, st jetstream.Stream, maxPayload int, subjects S
 	idle := time.NewTicker(replayIdle)
 	defer idle.Stop()
 	before, recreating := uint64(0), 0
+	stream := st.CachedInfo().Config.Name
+	// atEnd reports whether nothing after handled up to last is left on
+	// these subjects as the stream leader has them (see leaderHasMore).
+	atEnd := func(handled uint64) bool {
+		more, err := leaderHasMore(ctx, nc, stream, cfg.FilterSubjects, handled, last)
+		if err != nil {
+			mu.Lock()
+			finish(fmt.Errorf("replay: %w", err))
+			mu.Unlock()
+			return false
+		}
+		return !more
+	}
 	for {
 		select {
 		case err := <-done:
@@ -450,6 +473,17 @@ func replay(ctx context.Context, st jetstream.Stream, maxPayload int, subjects S
 			mu.Lock()
 			finish(ctx.Err())
 			mu.Unlock()
+		case <-endCheck:
+			mu.Lock()
+			h := handled
+			mu.Unlock()
+			if atEnd(h) {
+				mu.Lock()
+				if handled == h {
+					finish(nil) // the batch up to h was flushed by the handler
+				}
+				mu.Unlock()
+			}
 		case <-idle.C:
 			// Nothing for a while: either the end of these subjects or a
 			// slow server. Ask the consumer which, rather than stop short.
@@ -471,11 +505,18 @@ func replay(ctx context.Context, st jetstream.Stream, maxPayload int, subjects S
 			case err != nil:
 				finish(fmt.Errorf("replay: %w", err))
 			case ci.NumPending == 0 && (ci.Delivered.Consumer == 0 || ci.Delivered.Stream <= handled):
-				// Nothing left on the server and nothing delivered that
-				// the handler has not taken.
+				// Nothing left on the consumer's replica and nothing
+				// delivered that the handler has not taken: the end, once
+				// the leader agrees (mu is released for its answer).
 				if !flush() {
 					finish(ctx.Err())
-				} else {
+					break
+				}
+				h := handled
+				mu.Unlock()
+				end := atEnd(h)
+				mu.Lock()
+				if end && handled == h {
 					finish(nil)
 				}
 			}

@@ -132,7 +132,7 @@ func Follow(ctx context.Context, js jetstream.JetStream, o FollowOptions, handle
 	if floor > 0 {
 		// Already handled or set aside before the restart: only the state.
 		produce := func(ctx context.Context, emit func(*batch) bool) error {
-			return replay(ctx, st, int(js.Conn().MaxPayload()), o.Subjects, o.Rooms, 1, time.Time{}, floor, emit)
+			return replay(ctx, js.Conn(), st, int(js.Conn().MaxPayload()), o.Subjects, o.Rooms, 1, time.Time{}, floor, emit)
 		}
 		if err := runOrdered(ctx, r, produce, func(b *batch) error {
 			for i := range b.xs {

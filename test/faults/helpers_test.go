@@ -976,3 +976,21 @@ func auditClean(t *testing.T, tl *tally, url string, trusted []string, entries, 
 		}
 	}
 }
+
+// auditReadsAll runs `subscriber audit --json` through url alone and
+// checks that it read every message up to the last stream sequence it
+// reports (the stream has no deletes, so every sequence is a message),
+// whatever its verdict on chains still being shipped.
+func auditReadsAll(t *testing.T, url string) {
+	t.Helper()
+	r := run(t, 2*time.Minute, subscriberBin, "audit", "--json", "--server", url)
+	var rep auditReport
+	if err := json.Unmarshal([]byte(r.stdout), &rep); err != nil {
+		t.Fatalf("subscriber audit --json through %s: exit %d, %v\n%s%s", url, r.status, err, tail(r.stdout, 3000), tail(r.stderr, 3000))
+	}
+	if rep.LastSeq == 0 || rep.Totals.Messages != rep.LastSeq {
+		t.Errorf("oracle (audit reads to the end): audit through %s read %d messages, last seq %d (exit %d)", url, rep.Totals.Messages, rep.LastSeq, r.status)
+	} else {
+		t.Logf("audit through %s: read all %d messages up to last seq %d (exit %d)", url, rep.Totals.Messages, rep.LastSeq, r.status)
+	}
+}

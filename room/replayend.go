@@ -1,0 +1,60 @@
+package room
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// leaderGetTimeout bounds one stream-get request to the stream leader.
+const leaderGetTimeout = 10 * time.Second
+
+// leaderHasMore reports whether the stream leader holds a message on any
+// of filters with a sequence in (after, last]. A replay asks it before it
+// takes "nothing pending" for the end: an ordered consumer is an R1
+// consumer that the server may place on any replica, and on a follower
+// that lags (routes cut and just healed) it reports nothing pending while
+// the leader holds more. The stream-get API ($JS.API.STREAM.MSG.GET) is
+// answered by the leader, unlike a direct get, which any replica answers
+// from its own copy.
+func leaderHasMore(ctx context.Context, nc *nats.Conn, stream string, filters []string, after, last uint64) (bool, error) {
+	if after >= last {
+		return false, nil
+	}
+	for _, f := range filters {
+		body, err := json.Marshal(map[string]any{"seq": after + 1, "next_by_subj": f})
+		if err != nil {
+			return false, err
+		}
+		rctx, cancel := context.WithTimeout(ctx, leaderGetTimeout)
+		m, err := nc.RequestWithContext(rctx, "$JS.API.STREAM.MSG.GET."+stream, body)
+		cancel()
+		if err != nil {
+			return false, fmt.Errorf("stream get %s: %w", body, err)
+		}
+		var resp struct {
+			Error   *jetstream.APIError `json:"error"`
+			Message *struct {
+				Seq uint64 `json:"seq"`
+			} `json:"message"`
+		}
+		if err := json.Unmarshal(m.Data, &resp); err != nil {
+			return false, fmt.Errorf("stream get %s: %w", body, err)
+		}
+		switch {
+		case resp.Error != nil && resp.Error.ErrorCode == jetstream.JSErrCodeMessageNotFound:
+			continue
+		case resp.Error != nil:
+			return false, fmt.Errorf("stream get %s: %w", body, resp.Error)
+		case resp.Message == nil:
+			return false, fmt.Errorf("stream get %s: empty reply", body)
+		case resp.Message.Seq <= last:
+			return true, nil
+		}
+	}
+	return false, nil
+}
