@@ -3,7 +3,9 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"io"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -17,6 +19,7 @@ import (
 	"github.com/schollz/progressbar/v3"
 	"golang.org/x/term"
 
+	"github.com/roompub/roompub/checkpoint"
 	"github.com/roompub/roompub/config"
 	"github.com/roompub/roompub/room"
 	"github.com/roompub/roompub/validate"
@@ -56,10 +59,11 @@ func checkRooms(rooms []string) error {
 
 type followCmd struct {
 	config.Reader
+	publisherTrust
 	Rooms    []string `name:"room" required:"" placeholder:"ROOM" help:"Room to follow (repeatable)."`
 	Durable  string   `name:"durable" required:"" placeholder:"NAME" help:"Durable consumer name: where this subscriber resumes after a restart."`
 	JSON     bool     `name:"json" help:"Print events as JSON lines (the default; kept for symmetry with the other commands)." default:"true" negatable:""`
-	StateDir string   `name:"state-dir" help:"Directory of the set-aside list (<durable>.set-aside.ndjson)." default:"." placeholder:"DIR"`
+	StateDir string   `name:"state-dir" help:"Directory of the subscriber's state: with --trusted-publisher, the last checkpoint verified per room (a room whose newest checkpoint is smaller or not consistent with it is refused as rolled back or forked). Default $XDG_STATE_HOME/roompub, else ~/.local/state/roompub; one directory per deployment. The set-aside list <durable>.set-aside.ndjson is kept there too." placeholder:"DIR" yaml:"state-dir"`
 }
 
 func (c *followCmd) Validate() error {
@@ -69,19 +73,31 @@ func (c *followCmd) Validate() error {
 	if strings.ContainsAny(c.Durable, " \t.*>/\\") {
 		return fmt.Errorf("%w: --durable %q is not a valid consumer name", config.ErrInvalid, c.Durable)
 	}
-	return nil
+	return c.publisherTrust.validate()
 }
 
 func (c *followCmd) Run(s *streams) error {
+	t, err := c.trust()
+	if err != nil {
+		return err
+	}
+	dir, err := stateDir(c.StateDir)
+	if err != nil {
+		return err
+	}
+	state, err := checkpointState(t, dir)
+	if err != nil {
+		return err
+	}
 	nc, js, v, err := open(&c.Reader, "roompub-subscriber-follow")
 	if err != nil {
 		return err
 	}
 	defer nc.Close()
-	if err := os.MkdirAll(c.StateDir, 0o755); err != nil {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return err
 	}
-	qpath := filepath.Join(c.StateDir, c.Durable+".set-aside.ndjson")
+	qpath := filepath.Join(dir, c.Durable+".set-aside.ndjson")
 	q, err := os.OpenFile(qpath, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o644)
 	if err != nil {
 		return err
@@ -93,6 +109,7 @@ func (c *followCmd) Run(s *streams) error {
 	var qerr error
 	err = room.Follow(ctx, js, room.FollowOptions{
 		Stream: c.Stream, Subjects: room.Subjects{Prefix: c.Prefix}, Rooms: c.Rooms, Durable: c.Durable, Validator: v,
+		Trust: t, State: state,
 		OnSetAside: func(a room.SetAside) {
 			fmt.Fprintf(s.err, "set aside: %s\n", a.Error())
 			b, _ := json.Marshal(a)
@@ -102,8 +119,8 @@ func (c *followCmd) Run(s *streams) error {
 			_ = q.Sync()
 		},
 		Ready: func(floor uint64) {
-			fmt.Fprintf(s.err, "subscriber: following %s as %s (resumed after stream seq %d; set-aside list %s)\n",
-				strings.Join(c.Rooms, ", "), c.Durable, floor, qpath)
+			fmt.Fprintf(s.err, "subscriber: following %s as %s (resumed after stream seq %d; set-aside list %s; %s)\n",
+				strings.Join(c.Rooms, ", "), c.Durable, floor, qpath, attestationNote(t))
 		},
 	}, func(_ context.Context, ev *room.Event) error {
 		if c.JSON {
@@ -120,20 +137,42 @@ func (c *followCmd) Run(s *streams) error {
 
 type auditCmd struct {
 	config.Reader
-	Rooms   []string  `name:"room" placeholder:"ROOM" help:"Room to audit (repeatable); default every room."`
-	FromSeq uint64    `name:"from-seq" placeholder:"N" help:"Start at stream sequence N (chains are anchored at their first entry seen)."`
-	Since   time.Time `name:"since" placeholder:"TIME" help:"Start at the first message stored at or after TIME (RFC 3339)." format:"2006-01-02T15:04:05Z07:00"`
-	JSON    bool      `name:"json" help:"Print the report as one JSON object."`
+	publisherTrust
+	Rooms       []string  `name:"room" placeholder:"ROOM" help:"Room to audit (repeatable); default every room."`
+	FromSeq     uint64    `name:"from-seq" placeholder:"N" help:"Start at stream sequence N (chains are anchored at their first entry seen; attestations and checkpoints are not checked)."`
+	Since       time.Time `name:"since" placeholder:"TIME" help:"Start at the first message stored at or after TIME (RFC 3339; attestations and checkpoints are not checked)." format:"2006-01-02T15:04:05Z07:00"`
+	JSON        bool      `name:"json" help:"Print the report as one JSON object."`
+	StateDir    string    `name:"state-dir" help:"Directory of the subscriber's state: with --trusted-publisher, the last checkpoint verified per room (a room whose newest checkpoint is smaller or not consistent with it is refused as rolled back or forked). Default $XDG_STATE_HOME/roompub, else ~/.local/state/roompub; one directory per deployment." placeholder:"DIR" yaml:"state-dir"`
+	Checkpoints []string  `name:"checkpoint" type:"existingfile" placeholder:"FILE" help:"A signed checkpoint note obtained elsewhere (repeatable): it must verify under --trusted-publisher and be consistent with its room as read (catches a fork shown to different readers)."`
 }
 
 func (c *auditCmd) Validate() error {
+	var errs []error
 	if c.FromSeq > 0 && !c.Since.IsZero() {
-		return fmt.Errorf("%w: --from-seq and --since exclude each other", config.ErrInvalid)
+		errs = append(errs, fmt.Errorf("%w: --from-seq and --since exclude each other", config.ErrInvalid))
 	}
-	return checkRooms(c.Rooms)
+	if len(c.Checkpoints) > 0 && (len(c.TrustedPublishers) == 0 || c.FromSeq > 1 || !c.Since.IsZero()) {
+		errs = append(errs, fmt.Errorf("%w: --checkpoint needs --trusted-publisher and a replay from the start", config.ErrInvalid))
+	}
+	errs = append(errs, checkRooms(c.Rooms), c.publisherTrust.validate())
+	return errors.Join(errs...)
 }
 
 func (c *auditCmd) Run(s *streams) error {
+	t, err := c.trust()
+	if err != nil {
+		return err
+	}
+	var state *room.CheckpointState
+	if c.FromSeq <= 1 && c.Since.IsZero() {
+		if state, err = checkpointState(t, c.StateDir); err != nil {
+			return err
+		}
+	}
+	external, err := externalCheckpoints(c.Checkpoints)
+	if err != nil {
+		return err
+	}
 	nc, js, v, err := open(&c.Reader, "roompub-subscriber-audit")
 	if err != nil {
 		return err
@@ -148,6 +187,7 @@ func (c *auditCmd) Run(s *streams) error {
 	}
 	rep, err := room.Audit(ctx, js, room.AuditOptions{
 		Stream: c.Stream, Subjects: room.Subjects{Prefix: c.Prefix}, Rooms: c.Rooms, FromSeq: c.FromSeq, Since: c.Since, Validator: v,
+		Trust: t, State: state, External: external,
 		Progress: func(read, last uint64) {
 			if bar != nil {
 				bar.ChangeMax64(int64(last))
@@ -217,6 +257,7 @@ func printAudit(s *streams, rep *room.AuditReport) {
 			fmt.Fprintf(w, "  … and %d more\n", rep.Omitted)
 		}
 	}
+	printCheckpoints(w, rep)
 	t := rep.Totals
 	verdict := "CLEAN"
 	if !rep.Clean() {
@@ -228,6 +269,7 @@ func printAudit(s *streams, rep *room.AuditReport) {
 
 type evidenceCmd struct {
 	config.Reader
+	publisherTrust
 	Instance string `name:"instance" required:"" placeholder:"ENV_REF" help:"The instance (environment/ref) whose verified records to print."`
 	Room     string `name:"room" placeholder:"ROOM" help:"Only this room."`
 	JSON     bool   `name:"json" help:"Print one JSON object per record."`
@@ -235,12 +277,18 @@ type evidenceCmd struct {
 
 func (c *evidenceCmd) Validate() error {
 	if c.Room != "" {
-		return checkRooms([]string{c.Room})
+		if err := checkRooms([]string{c.Room}); err != nil {
+			return err
+		}
 	}
-	return nil
+	return c.publisherTrust.validate()
 }
 
 func (c *evidenceCmd) Run(s *streams) error {
+	t, err := c.trust()
+	if err != nil {
+		return err
+	}
 	nc, js, v, err := open(&c.Reader, "roompub-subscriber-evidence")
 	if err != nil {
 		return err
@@ -252,7 +300,7 @@ func (c *evidenceCmd) Run(s *streams) error {
 	}
 	idx := room.NewEvidenceIndex()
 	rep, err := room.Audit(context.Background(), js, room.AuditOptions{
-		Stream: c.Stream, Subjects: room.Subjects{Prefix: c.Prefix}, Rooms: rooms, Validator: v,
+		Stream: c.Stream, Subjects: room.Subjects{Prefix: c.Prefix}, Rooms: rooms, Validator: v, Trust: t,
 		OnEvent: func(ev *room.Event) {
 			if ev.Record != nil {
 				idx.Add(ev.RoomID, ev.Record, ev.Seq)
@@ -278,4 +326,43 @@ func (c *evidenceCmd) Run(s *streams) error {
 		fmt.Fprintf(s.err, "subscriber: %d verified record(s) observed on %s; %d message(s) of the room(s) set aside\n", len(recs), c.Instance, rep.Totals.SetAside)
 	}
 	return nil
+}
+
+// attestationNote says whether attestations are checked, for people.
+func attestationNote(t *checkpoint.Trust) string {
+	if t.Len() == 0 {
+		return "attestations not checked: no --trusted-publisher"
+	}
+	return fmt.Sprintf("attestations and checkpoints checked against %d trusted publisher key(s)", t.Len())
+}
+
+// printCheckpoints prints the report's issue 9 facts.
+func printCheckpoints(w io.Writer, rep *room.AuditReport) {
+	a := rep.Attestation
+	if !a.Checked {
+		fmt.Fprintf(w, "attestations and checkpoints: not checked (%s)\n", a.Why)
+		return
+	}
+	fmt.Fprintf(w, "attestations and checkpoints: checked; trusted publishers %s\n", strings.Join(a.TrustedPublishers, ", "))
+	for _, f := range rep.Checkpoints {
+		fmt.Fprintf(w, "%s\n  checkpoints: %d verified, %d refused; %d admitted messages: %d covered by the latest checkpoint, %d after it (each attestation verified)\n",
+			f.RoomID, f.Checkpoints, f.CheckpointsRefused, f.Admitted, f.Covered, f.Tail)
+		if l := f.Latest; l != nil {
+			fmt.Fprintf(w, "  latest checkpoint: size %d, root %s, signed by %s, stream seq %d\n", l.Size, l.Root, l.Signer, l.Seq)
+		}
+		fmt.Fprintf(w, "  signatures: %d attestations verified one by one, %d messages admitted by a covering checkpoint\n", f.AttestationsVerified, f.AdmittedByCheckpoint)
+		if st := f.Stored; st != nil {
+			verdict := "consistent"
+			if !f.StoredConsistent {
+				verdict = "NOT consistent"
+			}
+			fmt.Fprintf(w, "  stored checkpoint (state dir): size %d, root %s: %s\n", st.Size, st.Root, verdict)
+		}
+		for _, e := range f.External {
+			fmt.Fprintf(w, "  checkpoint from elsewhere: size %d, root %s, signed by %s: consistent\n", e.Size, e.Root, e.Signer)
+		}
+		if f.Refused != "" {
+			fmt.Fprintf(w, "  room refused: %s\n", f.Refused)
+		}
+	}
 }

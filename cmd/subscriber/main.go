@@ -5,9 +5,17 @@
 //	subscriber follow --room ROOM --durable NAME [--json]
 //	subscriber audit [--room ROOM]... [--from-seq N | --since TIME] [--json]
 //	subscriber evidence --instance ENV_REF [--room ROOM] [--json]
+//	subscriber prove --room ROOM (--ref REF | --entry HASH) --trusted-publisher NODE_ID...
+//	subscriber verify-proof --trusted-publisher NODE_ID... FILE|-
 //
-// Exit status: 0 clean, 1 something was refused (audit, evidence), 2 usage,
-// configuration or connection errors.
+// With --trusted-publisher (repeatable, config key trusted-publisher),
+// follow, audit and evidence also check issue 9's publisher attestations
+// and signed room checkpoints, and follow and audit keep the last verified
+// checkpoint per room in --state-dir to catch a rolled-back or forked room.
+//
+// Exit status: 0 clean, 1 something was refused (audit, evidence, prove:
+// no proof; verify-proof: invalid), 2 usage, configuration or connection
+// errors.
 package main
 
 import (
@@ -29,12 +37,15 @@ type cli struct {
 	Version kong.VersionFlag `help:"Print the version and exit."`
 	Config  kong.ConfigFlag  `name:"config" help:"YAML file of flag values (keys are flag names); flags given on the command line win." placeholder:"FILE"`
 
-	Follow   followCmd   `cmd:"" help:"Follow rooms with a durable consumer and print verified events as JSON lines."`
-	Audit    auditCmd    `cmd:"" help:"Replay rooms from the stream, verify everything and print a verdict."`
-	Evidence evidenceCmd `cmd:"" help:"Print one instance's verified execution records and evidence items."`
+	Follow      followCmd      `cmd:"" help:"Follow rooms with a durable consumer and print verified events as JSON lines."`
+	Audit       auditCmd       `cmd:"" help:"Replay rooms from the stream, verify everything and print a verdict."`
+	Evidence    evidenceCmd    `cmd:"" help:"Print one instance's verified execution records and evidence items."`
+	Prove       proveCmd       `cmd:"" help:"Print the inclusion proof of a message against its room's latest verified checkpoint (JSON)."`
+	VerifyProof verifyProofCmd `cmd:"" name:"verify-proof" help:"Check an inclusion proof offline with the trusted publisher keys only."`
 }
 
 type streams struct {
+	in       io.Reader
 	out, err io.Writer
 }
 
@@ -63,7 +74,7 @@ func tuneGC() {
 func run(args []string, stdout, stderr io.Writer) int {
 	var grammar cli
 	return config.Run("subscriber", "roompub subscriber: follow, audit and query rooms, verifying every message again.",
-		buildVersion(), &grammar, args, stdout, stderr, &streams{out: stdout, err: stderr})
+		buildVersion(), &grammar, args, stdout, stderr, &streams{in: os.Stdin, out: stdout, err: stderr})
 }
 
 func buildVersion() string {

@@ -1,0 +1,262 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/roompub/roompub/checkpoint"
+	"github.com/roompub/roompub/config"
+	"github.com/roompub/roompub/events"
+	"github.com/roompub/roompub/room"
+)
+
+// The issue 9 commands end to end, in process, against an embedded
+// server holding a room written as an attesting publisher writes it.
+
+func invoke(t *testing.T, stdin string, args ...string) (status int, stdout, stderr string) {
+	t.Helper()
+	var out, errOut bytes.Buffer
+	var grammar cli
+	status = config.Run("subscriber", "", "test", &grammar, args, &out, &errOut, &streams{in: strings.NewReader(stdin), out: &out, err: &errOut})
+	return status, out.String(), errOut.String()
+}
+
+const cliRoom = "room:cli"
+
+// attestedServer starts a server and writes 6 attested entries of one
+// chain with a checkpoint at 5 (signed by pub) and a forged seventh
+// entry. It returns the server URL, the entries and the checkpoint note.
+func attestedServer(t *testing.T, pub *events.HostKey) (url string, es []*events.Entry, note []byte, tree *checkpoint.Tree) {
+	t.Helper()
+	srv, err := room.StartEmbedded(room.EmbeddedOptions{Listen: "127.0.0.1:-1", StoreDir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(srv.Shutdown)
+	nc, err := nats.Connect(srv.ClientURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	js, _ := jetstream.New(nc)
+	var subj room.Subjects
+	ctx := context.Background()
+	if _, err := room.EnsureStream(ctx, js, room.StreamConfig("", subj, 1), subj); err != nil {
+		t.Fatal(err)
+	}
+	publish := func(subject string, data []byte, att string) {
+		m := nats.NewMsg(subject)
+		m.Data = data
+		if att != "" {
+			m.Header.Set(checkpoint.AttestationHeader, att)
+		}
+		if _, err := js.PublishMsg(ctx, m); err != nil {
+			t.Fatal(err)
+		}
+	}
+	key := events.ChainKey{RunID: "run-1", CapsuleID: "cap-1"}
+	subject := subj.Journal(cliRoom, key)
+	parent := events.ZeroHash
+	tree = checkpoint.NewTree()
+	for i := range 7 {
+		e, err := events.NewEntry(map[string]any{
+			"schema": events.EntrySchema, "run_id": key.RunID, "capsule_id": key.CapsuleID, "seq": json.Number(fmt.Sprint(i)),
+			"ts": "2026-09-02T00:00:00.000Z", "lineage": "attempt", "kind": "tool.call", "effect_class": "SE0",
+			"harness_version": "test/1", "task_family": "slugify", "parent_hash": parent,
+			"payload": map[string]any{"tool": "bash", "duration_ms": json.Number("12.5"), "status": "ok"},
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		es = append(es, e)
+		parent = e.EntryHash()
+		c := checkpoint.ContentHash(e.Canonical())
+		if i == 6 {
+			publish(subject, e.Canonical(), "") // forged: no attestation
+			continue
+		}
+		tree.Append(checkpoint.LeafHash(cliRoom, subject, c))
+		publish(subject, e.Canonical(), checkpoint.Attest(pub, cliRoom, subject, checkpoint.JournalPosition(int64(i)), c))
+		if i == 4 {
+			s, err := checkpoint.NewNoteSigner(pub)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if note, err = checkpoint.Sign(s, cliRoom, tree.Size(), tree.Root()); err != nil {
+				t.Fatal(err)
+			}
+			publish(subj.Checkpoint(cliRoom), note, "")
+		}
+	}
+	return srv.ClientURL(), es, note, tree
+}
+
+func TestProveAndVerifyProof(t *testing.T) {
+	pub, err := events.GenerateHostKey(rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	other, _ := events.GenerateHostKey(rand.Reader)
+	url, es, _, _ := attestedServer(t, pub)
+	dir := t.TempDir()
+	status, stdout, stderr := invoke(t, "", "prove", "--server", url, "--room", cliRoom, "--entry", es[2].EntryHash(), "--trusted-publisher", pub.NodeID())
+	if status != config.ExitOK {
+		t.Fatalf("prove: status %d\n%s\n%s", status, stdout, stderr)
+	}
+	var p checkpoint.Proof
+	if err := json.Unmarshal([]byte(stdout), &p); err != nil {
+		t.Fatal(err)
+	}
+	if p.LeafIndex != 2 || p.TreeSize != 5 || p.StreamSeq != 3 || p.Room != cliRoom {
+		t.Errorf("proof %+v", p)
+	}
+	good := filepath.Join(dir, "proof.json")
+	if err := os.WriteFile(good, []byte(stdout), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	tampered := filepath.Join(dir, "tampered.json")
+	bad := p
+	bad.LeafIndex = 3
+	b, _ := json.Marshal(bad)
+	if err := os.WriteFile(tampered, b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		name   string
+		stdin  string
+		args   []string
+		status int
+		out    string
+	}{
+		{"valid", "", []string{good, "--trusted-publisher", pub.NodeID()}, config.ExitOK, "valid: room:cli at stream seq 3"},
+		{"valid from stdin", stdout, []string{"-", "--trusted-publisher", pub.NodeID()}, config.ExitOK, "is leaf 2 of the checkpoint of size 5 signed by " + pub.NodeID()},
+		{"valid JSON", "", []string{good, "--json", "--trusted-publisher", pub.NodeID()}, config.ExitOK, `{"valid":true,"room":"room:cli"`},
+		{"tampered", "", []string{tampered, "--trusted-publisher", pub.NodeID()}, config.ExitRefused, "invalid: proof does not verify"},
+		{"another key", "", []string{good, "--trusted-publisher", other.NodeID()}, config.ExitRefused, "invalid: untrusted publisher"},
+		{"not JSON", "{", []string{"-", "--trusted-publisher", pub.NodeID()}, config.ExitRefused, "invalid: not a proof document: unexpected end of JSON input"},
+		{"no such file", "", []string{filepath.Join(dir, "nope"), "--trusted-publisher", pub.NodeID()}, config.ExitUsage, ""},
+		{"no key", "", []string{good}, config.ExitUsage, ""},
+	} {
+		status, out, errOut := invoke(t, c.stdin, append([]string{"verify-proof"}, c.args...)...)
+		if status != c.status || !strings.Contains(out, c.out) {
+			t.Errorf("%s: status %d (want %d)\n%s\n%s", c.name, status, c.status, out, errOut)
+		}
+	}
+	// No proof: not covered (entry 5), forged (entry 6), neither selector.
+	for _, c := range []struct {
+		name   string
+		args   []string
+		status int
+		err    string
+	}{
+		{"not covered", []string{"--entry", es[5].EntryHash()}, config.ExitRefused, "not covered by a verified checkpoint"},
+		{"forged", []string{"--entry", es[6].EntryHash()}, config.ExitRefused, "no such verified message"},
+		{"both", []string{"--entry", es[1].EntryHash(), "--ref", "x"}, config.ExitUsage, ""},
+		{"neither", nil, config.ExitUsage, ""},
+	} {
+		status, out, errOut := invoke(t, "", append([]string{"prove", "--server", url, "--room", cliRoom, "--trusted-publisher", pub.NodeID()}, c.args...)...)
+		if status != c.status || !strings.Contains(errOut, c.err) {
+			t.Errorf("prove %s: status %d (want %d)\n%s\n%s", c.name, status, c.status, out, errOut)
+		}
+	}
+}
+
+func TestAuditCheckpointFlags(t *testing.T) {
+	pub, err := events.GenerateHostKey(rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	url, _, note, tree := attestedServer(t, pub)
+	dir := t.TempDir()
+	state := filepath.Join(dir, "state")
+	goodNote := filepath.Join(dir, "good.note")
+	if err := os.WriteFile(goodNote, note, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	s, _ := checkpoint.NewNoteSigner(pub)
+	forkedTree := checkpoint.NewTree()
+	for i := range 5 {
+		forkedTree.Append([32]byte{byte(i)})
+	}
+	forked, err := checkpoint.Sign(s, cliRoom, 5, forkedTree.Root())
+	if err != nil {
+		t.Fatal(err)
+	}
+	forkedNote := filepath.Join(dir, "forked.note")
+	if err := os.WriteFile(forkedNote, forked, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	base := []string{"audit", "--server", url, "--trusted-publisher", pub.NodeID(), "--state-dir", state}
+
+	// The forged entry is refused; the report names the room's facts.
+	status, stdout, stderr := invoke(t, "", append(base, "--checkpoint", goodNote, "--json")...)
+	if status != config.ExitRefused {
+		t.Fatalf("audit: status %d\n%s\n%s", status, stdout, stderr)
+	}
+	var rep room.AuditReport
+	if err := json.Unmarshal([]byte(stdout), &rep); err != nil {
+		t.Fatal(err)
+	}
+	if len(rep.Violations) != 1 || rep.Violations[0].Code != events.CheckpointMismatch || rep.Violations[0].Seq != 8 {
+		t.Errorf("violations %+v", rep.Violations)
+	}
+	r5, err := tree.RootAt(5)
+	if err != nil {
+		t.Fatal(err)
+	}
+	root := fmt.Sprintf("%x", r5)
+	if len(rep.Checkpoints) != 1 || rep.Checkpoints[0].Latest.Size != 5 || rep.Checkpoints[0].Latest.Root != root || rep.Checkpoints[0].Tail != 1 ||
+		len(rep.Checkpoints[0].External) != 1 || !rep.Attestation.Checked {
+		t.Errorf("checkpoints %+v, attestation %+v", rep.Checkpoints, rep.Attestation)
+	}
+	for _, key := range []string{`"attestation":{"checked":true`, `"admitted":6`, `"covered":5`, `"tail":1`, `"attestations_verified":1`, `"admitted_by_checkpoint":5`, `"latest":{"size":5,"root":"` + root} {
+		if !strings.Contains(stdout, key) {
+			t.Errorf("report lacks %s: %s", key, stdout)
+		}
+	}
+	c, err := (&room.CheckpointState{Dir: state}).Load(cliRoom)
+	if err != nil || c == nil || c.Size != 5 {
+		t.Errorf("state: %+v, %v", c, err)
+	}
+
+	// Text output.
+	status, stdout, _ = invoke(t, "", base...)
+	for _, line := range []string{
+		"attestations and checkpoints: checked; trusted publishers " + pub.NodeID(),
+		"checkpoints: 1 verified, 0 refused; 6 admitted messages: 5 covered by the latest checkpoint, 1 after it (each attestation verified)",
+		"latest checkpoint: size 5, root " + root + ", signed by " + pub.NodeID() + ", stream seq 6",
+		"stored checkpoint (state dir): size 5, root " + root + ": consistent",
+		"checkpoint_mismatch at stream seq 8 (rooms.cli.journal.run-1.cap-1): the message has no Roompub-Attestation header",
+	} {
+		if !strings.Contains(stdout, line) {
+			t.Errorf("text report lacks %q:\n%s", line, stdout)
+		}
+	}
+	if status != config.ExitRefused {
+		t.Errorf("status %d", status)
+	}
+
+	// A forked note from elsewhere is refused.
+	status, stdout, _ = invoke(t, "", append(base, "--checkpoint", forkedNote)...)
+	if status != config.ExitRefused || !strings.Contains(stdout, "checkpoint "+forkedNote+" (size 5): forked: the room as read has root "+root) {
+		t.Errorf("forked note: status %d\n%s", status, stdout)
+	}
+	// Without keys: not checked, said so; --checkpoint needs keys.
+	status, stdout, _ = invoke(t, "", "audit", "--server", url)
+	if status != config.ExitOK || !strings.Contains(stdout, "attestations and checkpoints: not checked (no trusted publisher keys (--trusted-publisher))") {
+		t.Errorf("untrusting audit: status %d\n%s", status, stdout)
+	}
+	if status, _, stderr = invoke(t, "", "audit", "--server", url, "--checkpoint", goodNote); status != config.ExitUsage || !strings.Contains(stderr, "--checkpoint needs --trusted-publisher") {
+		t.Errorf("--checkpoint without keys: status %d %s", status, stderr)
+	}
+}
