@@ -24,8 +24,9 @@ type Role string
 // The four roles.
 const (
 	// RolePublisher runs `publisher serve`: the only identity that writes
-	// room subjects. It reads and creates its stream, reads messages for
-	// the gate's decisions, and serves the ingest service.
+	// room subjects (checkpoint subjects included). It reads and creates
+	// its stream, reads messages for the gate's decisions, serves the
+	// ingest service, and creates and writes the checkpoint lease bucket.
 	RolePublisher Role = "publisher"
 	// RoleHarness ships journals and records through the ingest service
 	// and may do nothing else: no room subject, no JetStream API.
@@ -113,6 +114,9 @@ type SecureOptions struct {
 	// (<ServicePrefix>.head, a read), never append through it. Off by
 	// default: solvers do not talk to the ingest service at all.
 	SolverHead bool
+	// LeaseBucket is the checkpoint lease bucket (issue 9), which only
+	// the publisher (and the admin) may write; default DefaultLeaseBucket.
+	LeaseBucket string
 	// TLS, when Cert is set, turns TLS on (and off plain connections).
 	TLS SecureTLS
 }
@@ -135,6 +139,13 @@ func (o SecureOptions) stream() string {
 	return o.Stream
 }
 
+func (o SecureOptions) leaseBucket() string {
+	if o.LeaseBucket == "" {
+		return DefaultLeaseBucket
+	}
+	return o.LeaseBucket
+}
+
 func (o SecureOptions) service() string {
 	if o.ServicePrefix == "" {
 		return DefaultServicePrefix
@@ -154,6 +165,9 @@ func (o SecureOptions) Check() error {
 	}
 	if !tokenRe.MatchString(o.Subjects.prefix()) {
 		bad("subject prefix %q is not a plain token", o.Subjects.prefix())
+	}
+	if !tokenRe.MatchString(o.leaseBucket()) {
+		bad("lease bucket %q is not a plain token", o.leaseBucket())
 	}
 	for _, tok := range strings.Split(o.service(), ".") {
 		if !tokenRe.MatchString(tok) {
@@ -257,8 +271,21 @@ func (o SecureOptions) perms(role Role, inboxPrefix string) permSet {
 	}
 	switch role {
 	case RolePublisher:
+		// The checkpoint lease bucket (issue 9): a key-value bucket is the
+		// stream KV_<bucket> on the subjects $KV.<bucket>.>.
+		kvStream := "KV_" + o.leaseBucket()
+		leases := []string{
+			"$KV." + o.leaseBucket() + ".>",
+			"$JS.API.STREAM.INFO." + kvStream,
+			"$JS.API.STREAM.CREATE." + kvStream,
+			"$JS.API.STREAM.MSG.GET." + kvStream,
+			"$JS.API.DIRECT.GET." + kvStream, "$JS.API.DIRECT.GET." + kvStream + ".>",
+			// nats.go reads the account's JetStream info before it
+			// creates a bucket (limits and usage; it changes nothing).
+			"$JS.API.INFO",
+		}
 		return permSet{
-			pubAllow: append([]string{rooms, api("STREAM.CREATE")}, read...),
+			pubAllow: append(append([]string{rooms, api("STREAM.CREATE")}, read...), leases...),
 			pubDeny:  streamAdmin,
 			subAllow: []string{svc + ".>", "$SRV.>", inbox},
 			// Replies to ingest requests and $SRV pings go to the

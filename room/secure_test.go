@@ -22,6 +22,7 @@ import (
 	"go.uber.org/zap/zapcore"
 	"golang.org/x/crypto/bcrypt"
 
+	"github.com/roompub/roompub/checkpoint"
 	"github.com/roompub/roompub/events"
 	"github.com/roompub/roompub/room"
 	"github.com/roompub/roompub/validate"
@@ -163,7 +164,10 @@ type securePlace struct {
 	id   *identities
 	logs *syncBuf
 	key  *events.HostKey
-	stop func()
+	// pubKey attests and signs checkpoints (issue 9): serve runs its
+	// checkpointer as the publisher user.
+	pubKey *events.HostKey
+	stop   func()
 }
 
 type syncBuf struct {
@@ -186,10 +190,16 @@ func (s *syncBuf) String() string {
 }
 
 // startSecureServe runs room.Serve until the test ends: on the embedded
-// server in secure mode when url is "", else on the server at url.
-func startSecureServe(t *testing.T, id *identities, url string) *securePlace {
+// server in secure mode when url is "", else on the server at url. Serve
+// has a publisher key, and by default writes no checkpoint before it
+// stops; with changes change the options.
+func startSecureServe(t *testing.T, id *identities, url string, changes ...func(*room.ServeOptions)) *securePlace {
 	t.Helper()
 	key, err := events.GenerateHostKey(rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pubKey, err := events.GenerateHostKey(rand.Reader)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -197,7 +207,7 @@ func startSecureServe(t *testing.T, id *identities, url string) *securePlace {
 	if err != nil {
 		t.Fatal(err)
 	}
-	p := &securePlace{id: id, logs: &syncBuf{}, key: key}
+	p := &securePlace{id: id, logs: &syncBuf{}, key: key, pubKey: pubKey}
 	// Every log line, at debug level, with the embedded server's own.
 	log := zap.New(zapcore.NewCore(zapcore.NewJSONEncoder(zap.NewProductionEncoderConfig()), p.logs, zapcore.DebugLevel))
 	so := room.ServeOptions{
@@ -206,6 +216,13 @@ func startSecureServe(t *testing.T, id *identities, url string) *securePlace {
 		Validator: v,
 		Logger:    log,
 		Replicas:  1,
+		// The checkpointer starts (the lease bucket is made as the
+		// publisher user) but is not due before serve stops.
+		PublisherKey: pubKey,
+		Checkpoint:   room.CheckpointerOptions{Every: 1 << 30, Interval: time.Hour},
+	}
+	for _, change := range changes {
+		change(&so)
 	}
 	if url == "" {
 		configure, err := id.opts.Configure()
@@ -227,7 +244,7 @@ func startSecureServe(t *testing.T, id *identities, url string) *securePlace {
 		t.Fatalf("serve: %v\n%s", err, p.logs)
 	case <-time.After(30 * time.Second):
 		cancel()
-		t.Fatal("serve not ready after 30s")
+		t.Fatalf("serve not ready after 30s\n%s", p.logs)
 	}
 	var once sync.Once
 	p.stop = func() {
@@ -413,6 +430,7 @@ func secureMatrix(t *testing.T, p *securePlace) {
 				"rooms.secure.exec",
 				"rooms.secure.journal.run-20260903-csv-dedupe-0009.cap-csv-dedupe-0009",
 				"rooms.new-room.exec",
+				"rooms.secure.checkpoint", // issue 9: checkpoints too
 			} {
 				// Core publish, and a JetStream publish (which waits for an ack).
 				if err := c.nc.Publish(subj, entry); err != nil {
@@ -434,6 +452,28 @@ func secureMatrix(t *testing.T, p *securePlace) {
 		}
 		wg.Wait()
 		unchanged(t, "direct writes")
+		// Nor the checkpoint leases (issue 9), but for the admin.
+		leases := "$KV." + room.DefaultLeaseBucket + ".secure"
+		for _, c := range []*conn{harness, solver, auditor} {
+			if err := c.nc.Publish(leases, []byte("mallory")); err != nil {
+				t.Fatal(err)
+			}
+			_ = c.nc.Flush()
+			t.Logf("%s publishes on %s: %s", c.name, leases, c.v.expect(t, `Permissions Violation for Publish to "`+leases+`"`))
+			cctx, cancel := short(ctx)
+			_, err := c.js.KeyValue(cctx, room.DefaultLeaseBucket)
+			cancel()
+			if err == nil {
+				t.Errorf("%s: looked the lease bucket up", c.name)
+			}
+		}
+		kv, err := publisher.js.KeyValue(ctx, room.DefaultLeaseBucket)
+		if err != nil {
+			t.Fatalf("publisher: the lease bucket serve made: %v", err)
+		}
+		if _, err := kv.Get(ctx, "secure"); !errors.Is(err, jetstream.ErrKeyNotFound) {
+			t.Fatalf("a lease was written: %v", err)
+		}
 	})
 
 	t.Run("no one but the admin changes the stream", func(t *testing.T) {
@@ -798,5 +838,50 @@ func TestSecureOptionsCheck(t *testing.T) {
 	b, _ := json.Marshal(room.SecureOptions{}.Permissions(room.RoleHarness, ""))
 	if !strings.Contains(string(b), `"allow":["roompub.v1.\u003e"]`) {
 		t.Errorf("harness permissions: %s", b)
+	}
+}
+
+// TestSecureCheckpoints: in secure mode serve, as the publisher user,
+// takes a room's lease and writes its checkpoints; a solver reads them.
+func TestSecureCheckpoints(t *testing.T) {
+	id := newIdentities(t, false)
+	p := startSecureServe(t, id, "", func(so *room.ServeOptions) {
+		so.Checkpoint = room.CheckpointerOptions{Every: 5, Interval: 100 * time.Millisecond}
+	})
+	ctx := context.Background()
+	harness := dial(t, p.url, userHarness, id.as(userHarness))
+	solver := dial(t, p.url, "solver", id.asSolver(t))
+	admin := dial(t, p.url, userAdmin, id.as(userAdmin))
+	res, err := room.ShipCapsule(ctx, room.NewClient(harness.nc, room.ClientOptions{}), "../testdata/samples/capsules/csv-dedupe", "room:secure", room.ShipOptions{})
+	if err != nil || res.Stored != 14 {
+		t.Fatalf("ship: %+v %v", res, err)
+	}
+	st, err := solver.js.Stream(ctx, room.DefaultStream)
+	if err != nil {
+		t.Fatal(err)
+	}
+	trust, err := checkpoint.NewTrust(p.pubKey.NodeID())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ck *checkpoint.Checkpoint
+	waitFor(t, 10*time.Second, "a checkpoint of all 14 entries, read by the solver", func() bool {
+		m, err := st.GetLastMsgForSubject(ctx, room.Subjects{}.Checkpoint("room:secure"))
+		if err != nil {
+			return false
+		}
+		ck, err = checkpoint.Parse(m.Data, "room:secure", trust)
+		return err == nil && ck.Size == 14
+	})
+	kv, err := admin.js.KeyValue(ctx, room.DefaultLeaseBucket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if en, err := kv.Get(ctx, room.LeaseKey("room:secure")); err != nil || string(en.Value()) != p.pubKey.NodeID() {
+		t.Fatalf("lease: %v %v", en, err)
+	}
+	p.stop()
+	if strings.Contains(p.logs.String(), "Permissions Violation") || strings.Contains(p.logs.String(), "checkpointer: writing") {
+		t.Fatalf("serve hit a permission:\n%s", p.logs)
 	}
 }
