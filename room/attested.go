@@ -132,8 +132,8 @@ func (r *Reader) checkAttestation(x *prepared) {
 // messages, the leaves whose admission is still open, and its checkpoints.
 type ledger struct {
 	roomID string
-	tree   *checkpoint.Tree
-	execs  uint64 // messages read on the room's exec subject: the next record's position
+	tree   roomTree // *leanTree, or a *checkpoint.Tree for readers that prove or compare old sizes
+	execs  uint64   // messages read on the room's exec subject: the next record's position
 	// pending holds the room's leaves from the first one still attPending
 	// on, in stream order (so none of them is decided yet, and a rebuild
 	// can append them again); empty when no leaf is pending.
@@ -163,7 +163,10 @@ type ledger struct {
 func (r *Reader) ledgerOf(roomID string) *ledger {
 	l := r.ledgers[roomID]
 	if l == nil {
-		l = &ledger{roomID: roomID, tree: checkpoint.NewTree()}
+		l = &ledger{roomID: roomID, tree: newLeanTree()}
+		if r.fullTrees {
+			l.tree = checkpoint.NewTree()
+		}
 		r.ledgers[roomID] = l
 	}
 	return l
@@ -384,6 +387,12 @@ func (l *ledger) consistent(old, c *checkpoint.Checkpoint) error {
 func (l *ledger) accept(c *checkpoint.Checkpoint, seq uint64) {
 	l.latest, l.latestSeq = c, seq
 	l.checkpoints++
+	if t, ok := l.tree.(*leanTree); ok {
+		// Later checks need no root or proof below c's size.
+		if err := t.advance(c.Size); err != nil {
+			panic("room: advance a room's tree: " + err.Error()) // c.Size <= the tree's size: checked
+		}
+	}
 	for _, d := range l.pending {
 		if d.att.index >= c.Size {
 			break

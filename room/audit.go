@@ -58,6 +58,9 @@ type AuditOptions struct {
 	// each must verify under Trust and be consistent with its room as
 	// read. They need Trust and a full replay.
 	External []ExternalCheckpoint
+
+	// fullTrees keeps every node of the rooms' trees (Prove).
+	fullTrees bool
 }
 
 // ExternalCheckpoint is a signed checkpoint note from outside the stream.
@@ -186,6 +189,9 @@ func audit(ctx context.Context, js jetstream.JetStream, o AuditOptions) (*AuditR
 		rep.Attestation.Why = "a replay from a point (--from-seq, --since): a room's tree starts at its first message"
 	default:
 		r.trustPublishers(o.Trust)
+		// A checkpoint from elsewhere may be older than the ones read:
+		// its root and proof need the whole tree.
+		r.fullTrees = o.fullTrees || len(o.External) > 0
 		rep.Attestation = AttestationFacts{Checked: true, TrustedPublishers: o.Trust.NodeIDs()}
 		if err := loadFloors(r, o.State, o.Rooms); err != nil {
 			return nil, nil, err

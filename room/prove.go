@@ -45,7 +45,7 @@ func Prove(ctx context.Context, js jetstream.JetStream, o ProveOptions) (*checkp
 		return nil, fmt.Errorf("%w: prove needs a room, trusted publishers and one of an entry hash or a ref", ErrGate)
 	}
 	var found *Event
-	_, r, err := audit(ctx, js, AuditOptions{Stream: o.Stream, Subjects: o.Subjects, Rooms: []string{o.Room}, Validator: o.Validator, Trust: o.Trust,
+	_, r, err := audit(ctx, js, AuditOptions{Stream: o.Stream, Subjects: o.Subjects, Rooms: []string{o.Room}, Validator: o.Validator, Trust: o.Trust, fullTrees: true,
 		OnEvent: func(ev *Event) {
 			if found == nil && ev.leafOK && (o.Entry != "" && ev.EntryHash == o.Entry || o.Ref != "" && ev.Ref == o.Ref) {
 				c := *ev
@@ -74,7 +74,7 @@ func Prove(ctx context.Context, js jetstream.JetStream, o ProveOptions) (*checkp
 		}
 		return nil, fmt.Errorf("%w: %s (stream seq %d) is leaf %d of %s; the latest verified checkpoint covers %d", ErrNotCovered, what, found.Seq, found.leaf, o.Room, size)
 	}
-	path, err := l.tree.InclusionProof(found.leaf, l.latest.Size)
+	path, err := l.tree.(*checkpoint.Tree).InclusionProof(found.leaf, l.latest.Size)
 	if err != nil {
 		return nil, err
 	}

@@ -106,6 +106,7 @@ type Reader struct {
 	// verifies every attestation on its own (Follow's live delivery).
 	trust      *checkpoint.Trust
 	eager      bool
+	fullTrees  bool // keep every tree node (Prove, checkpoints from elsewhere)
 	ledgers    map[string]*ledger
 	queue      []*prepared // verdicts waiting, in stream order, from qhead
 	qhead      int
