@@ -53,7 +53,10 @@ func (b *batch) add(m StreamMsg, msg jetstream.Msg) {
 // pipelineDepth batches (twice the workers, on a machine with more than
 // four cores) wait to be applied, so a reader holds about (depth+2) ×
 // batchBytes of message data at once, whatever the stream's length, plus
-// what the client has pulled (pullMaxMessages, pullMaxBytes).
+// what the client has pulled (pullMaxMessages, pullMaxBytes). A reader
+// that trusts publisher keys also holds the verdicts that wait for a
+// checkpoint (attested.go: at most maxDeferred messages and
+// maxDeferredBytes of their data).
 const (
 	batchMsgs     = 128
 	batchBytes    = 128 << 10
