@@ -66,7 +66,9 @@ func (g *Gate) AppendJournal(ctx context.Context, roomID string, body []byte, ca
 	for i := range reply.Items {
 		reply.Items[i] = ItemResult{Index: i, Outcome: OutcomeSkipped}
 	}
-	pre := g.checkLines(lines, roomID)
+	pre := g.checkLines(lines)
+	sg := g.startSigning(roomID, pre)
+	defer sg.close()
 	// The chain is named by the first line; a later line of another chain
 	// fails metadata_mismatch like any entry that differs from its capsule.
 	if pre[0].bad != nil {
@@ -82,7 +84,7 @@ func (g *Gate) AppendJournal(ctx context.Context, roomID string, body []byte, ca
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	r := &journalRun{g: g, ctx: ctx, roomID: roomID, key: key, subj: g.subjects.Journal(roomID, key),
-		c: c, capsule: capsule, lines: lines, pre: pre, items: reply.Items}
+		c: c, capsule: capsule, lines: lines, pre: pre, items: reply.Items, sg: sg}
 	r.run()
 	if c.loaded {
 		reply.Head = c.view(key)
@@ -94,13 +96,13 @@ func (g *Gate) AppendJournal(ctx context.Context, roomID string, body []byte, ca
 
 // checkedLine is one request line after the checks that need no chain state:
 // parsed (bad when it could not be), with its entry-level problems and,
-// when it has none and the gate has a publisher key, its attestation.
+// when it has none and the gate has a publisher key, its content hash.
 type checkedLine struct {
 	e        *events.Entry
 	bad      *ItemResult
 	problems []events.Problem // the validator's entry rules, located at the line
-	att      string           // checkpoint.AttestationHeader value; "" for none
-	content  [32]byte         // checkpoint.ContentHash of the entry, with att
+	sign     bool             // the line may be accepted: the signer attests it
+	content  [32]byte         // checkpoint.ContentHash of the entry, when sign
 }
 
 // checkChunk is how many lines one worker takes at a time.
@@ -108,20 +110,11 @@ const checkChunk = 32
 
 // checkLines parses every line and applies the entry-level rules
 // (validate.Validator.CheckEntry), in parallel: none of it depends on the
-// chain or on other lines. With a publisher key it also attests every line
-// that passed them (issue 9): the attestation binds the room, the line's
-// own chain subject, its seq and its bytes, none of which depends on the
-// chain either, so the signatures are made here on every core rather than
-// one by one when the batch is sent. A line of another chain than the
-// first is refused later (metadata_mismatch) and its attestation unused.
-func (g *Gate) checkLines(lines []line, roomID string) []checkedLine {
+// chain or on other lines. With a publisher key it marks the lines that
+// passed them for the signer, with their content hash.
+func (g *Gate) checkLines(lines []line) []checkedLine {
 	pre := make([]checkedLine, len(lines))
-	// one checks line i; sc caches the subject of the worker's last chain.
-	type subjCache struct {
-		key  events.ChainKey
-		subj string
-	}
-	one := func(i int, sc *subjCache) {
+	one := func(i int) {
 		e, bad := parseLine(lines[i], i)
 		if bad != nil {
 			pre[i].bad = bad
@@ -129,24 +122,14 @@ func (g *Gate) checkLines(lines []line, roomID string) []checkedLine {
 		}
 		pre[i].e = e
 		pre[i].problems = g.v.CheckEntry(e, events.Location{Line: i + 1})
-		if g.key == nil || len(pre[i].problems) > 0 {
-			return
+		if _, ok := e.Seq(); ok && g.key != nil && len(pre[i].problems) == 0 {
+			pre[i].sign, pre[i].content = true, checkpoint.ContentHash(e.Canonical())
 		}
-		seq, ok := e.Seq()
-		if !ok {
-			return
-		}
-		if k := (events.ChainKey{RunID: e.RunID(), CapsuleID: e.CapsuleID()}); sc.subj == "" || k != sc.key {
-			sc.key, sc.subj = k, g.subjects.Journal(roomID, k)
-		}
-		pre[i].content = checkpoint.ContentHash(e.Canonical())
-		pre[i].att = g.attest(roomID, sc.subj, checkpoint.JournalPosition(seq), pre[i].content)
 	}
 	workers := min(runtime.GOMAXPROCS(0), (len(lines)+checkChunk-1)/checkChunk)
 	if workers <= 1 {
-		var sc subjCache
 		for i := range lines {
-			one(i, &sc)
+			one(i)
 		}
 		return pre
 	}
@@ -154,20 +137,99 @@ func (g *Gate) checkLines(lines []line, roomID string) []checkedLine {
 	var wg sync.WaitGroup
 	for range workers {
 		wg.Go(func() {
-			var sc subjCache
 			for {
 				from := int(next.Add(checkChunk)) - checkChunk
 				if from >= len(lines) {
 					return
 				}
 				for i := from; i < min(from+checkChunk, len(lines)); i++ {
-					one(i, &sc)
+					one(i)
 				}
 			}
 		})
 	}
 	wg.Wait()
 	return pre
+}
+
+// signer attests the lines checkLines marked (issue 9), on every core and
+// in line order, while the run decides the chain and sends the batch: an
+// attestation binds the room, the line's own chain subject, its seq and
+// its bytes, none of which depends on the chain, and an Ed25519 signature
+// costs more than the rest of a line's checks, so it is made beside them,
+// not before or one by one. A line of another chain than the first is
+// refused later (metadata_mismatch) and its attestation unused.
+type signer struct {
+	atts []string        // atts[i]: line i's checkpoint.AttestationHeader value
+	done []chan struct{} // done[k] is closed once chunk k is signed
+	stop atomic.Bool     // the run is over: sign nothing more
+	wg   sync.WaitGroup
+}
+
+// startSigning starts the signer of pre; nil when the gate has no key.
+func (g *Gate) startSigning(roomID string, pre []checkedLine) *signer {
+	if g.key == nil {
+		return nil
+	}
+	n := (len(pre) + checkChunk - 1) / checkChunk
+	sg := &signer{atts: make([]string, len(pre)), done: make([]chan struct{}, n)}
+	for k := range sg.done {
+		sg.done[k] = make(chan struct{})
+	}
+	var next atomic.Int64
+	for range min(runtime.GOMAXPROCS(0), n) {
+		sg.wg.Go(func() {
+			var key events.ChainKey // the subject of the worker's last chain
+			var subj string
+			for {
+				k := int(next.Add(1)) - 1
+				if k >= n {
+					return
+				}
+				for i := k * checkChunk; i < min((k+1)*checkChunk, len(pre)) && !sg.stop.Load(); i++ {
+					if !pre[i].sign {
+						continue
+					}
+					e := pre[i].e
+					if ck := (events.ChainKey{RunID: e.RunID(), CapsuleID: e.CapsuleID()}); subj == "" || ck != key {
+						key, subj = ck, g.subjects.Journal(roomID, ck)
+					}
+					seq, _ := e.Seq()
+					sg.atts[i] = g.attest(roomID, subj, checkpoint.JournalPosition(seq), pre[i].content)
+				}
+				close(sg.done[k])
+			}
+		})
+	}
+	return sg
+}
+
+// attestation waits for line p's attestation and returns it ("" without
+// a key). A line the signer did not attest (it cannot be accepted) is
+// attested here, so no accepted line goes out without one.
+func (r *journalRun) attestation(p pend) (string, error) {
+	sg := r.sg
+	if sg == nil {
+		return "", nil
+	}
+	select {
+	case <-sg.done[p.idx/checkChunk]:
+	case <-r.ctx.Done():
+		return "", r.ctx.Err()
+	}
+	if att := sg.atts[p.idx]; att != "" {
+		return att, nil
+	}
+	return r.g.attest(r.roomID, r.subj, checkpoint.JournalPosition(p.seq), p.content), nil
+}
+
+// close stops the signer and waits for its workers.
+func (sg *signer) close() {
+	if sg == nil {
+		return
+	}
+	sg.stop.Store(true)
+	sg.wg.Wait()
 }
 
 // lineTry is the retry state of the line being decided.
@@ -188,8 +250,7 @@ type pend struct {
 	idx     int
 	e       *events.Entry
 	seq     int64
-	att     string   // its attestation (checkedLine.att)
-	content [32]byte // with att
+	content [32]byte // checkpoint.ContentHash of the entry, with a key
 	try     lineTry  // its retry state, for when the batch must be decided again
 }
 
@@ -213,7 +274,8 @@ type journalRun struct {
 	items   []ItemResult
 	pending []pend
 	cv      *events.ChainVerifier
-	singles bool // publish the pending lines one at a time
+	singles bool    // publish the pending lines one at a time
+	sg      *signer // nil without a publisher key
 }
 
 type decision int
@@ -244,13 +306,11 @@ func (r *journalRun) run() {
 		case decAccept:
 			e := r.pre[i].e
 			seq, _ := e.Seq()
-			if r.g.key != nil && r.pre[i].att == "" {
-				// checkLines attests every line the chain may accept; this
-				// keeps a line it did not attest from going out without.
-				r.pre[i].content = checkpoint.ContentHash(e.Canonical())
-				r.pre[i].att = r.g.attest(r.roomID, r.subj, checkpoint.JournalPosition(seq), r.pre[i].content)
+			content := r.pre[i].content
+			if r.g.key != nil && !r.pre[i].sign {
+				content = checkpoint.ContentHash(e.Canonical()) // cannot happen: see attestation
 			}
-			r.pending = append(r.pending, pend{idx: i, e: e, seq: seq, att: r.pre[i].att, content: r.pre[i].content, try: try})
+			r.pending = append(r.pending, pend{idx: i, e: e, seq: seq, content: content, try: try})
 			r.cv.Accept(e)
 			i, try = i+1, newTry()
 			if len(r.pending) < r.g.batchLimit() {
@@ -364,7 +424,7 @@ func (r *journalRun) decide(i int, try *lineTry) (decision, ItemResult) {
 		}
 		// The message one append of this line alone would send (flush checks
 		// the exact one again).
-		msg := r.message(e, p.att, true, c.streamSeq+uint64(len(r.pending)))
+		msg := r.message(e, "", true, c.streamSeq+uint64(len(r.pending)))
 		if tl := g.tooLarge(msg, at); tl != nil {
 			if flushFirst {
 				return decFlush, ItemResult{}
@@ -478,7 +538,11 @@ func (r *journalRun) publishOne() (flushResult, bool) {
 	g, c := r.g, r.c
 	p := r.pending[0]
 	at := events.Location{Line: p.idx + 1}
-	msg := r.message(p.e, p.att, true, c.streamSeq)
+	att, err := r.attestation(p)
+	if err != nil {
+		return r.end(failed(p.idx, err)), false
+	}
+	msg := r.message(p.e, att, true, c.streamSeq)
 	if tl := g.tooLarge(msg, at); tl != nil {
 		return r.end(refused(p.idx, tl)), false
 	}
@@ -568,15 +632,14 @@ func (r *journalRun) publishBatch(n int) (flushResult, bool) {
 	batch := r.pending[:n]
 	msgs := make([]*nats.Msg, n)
 	for k, p := range batch {
-		msgs[k] = r.message(p.e, p.att, k == 0, c.streamSeq)
-		if int64(len(msgs[k].Data))+msgHeaderSize(msgs[k])+batchHeaderRoom > g.nc.MaxPayload() {
+		// Without its attestation yet: msgHeaderSize counts what it will
+		// add (sendBatch sets it).
+		msgs[k] = r.message(p.e, "", k == 0, c.streamSeq)
+		if int64(len(msgs[k].Data))+g.msgHeaderSize(msgs[k])+batchHeaderRoom > g.nc.MaxPayload() {
 			// One append per line says which line is too large.
 			r.singles = true
 			return flushResult{}, true
 		}
-	}
-	for k, p := range batch {
-		g.expect(msgs[k], p.content)
 	}
 	select {
 	case g.inflight <- struct{}{}:
@@ -586,8 +649,7 @@ func (r *journalRun) publishBatch(n int) (flushResult, bool) {
 	prev := c.streamSeq
 	start := time.Now()
 	ctx, cancel := context.WithTimeout(r.ctx, g.timeout)
-	ack, err := jetstreamext.PublishMsgBatch(ctx, g.js, msgs,
-		jetstreamext.BatchFlowControl{AckFirst: true, AckTimeout: g.timeout})
+	ack, err := r.sendBatch(ctx, batch, msgs)
 	cancel()
 	<-g.inflight
 	if bo, ok := g.obs.(BatchObserver); ok {
@@ -640,6 +702,36 @@ func (r *journalRun) publishBatch(n int) (flushResult, bool) {
 		g.log.Warn("ambiguous batch append, reading back", zap.String("subject", r.subj), zap.Int("messages", n), zap.Error(err))
 		return r.readBack(msgs[0].Header.Get(jetstreamext.BatchIDHeader), prev, n), false
 	}
+}
+
+// sendBatch publishes msgs, the messages of batch, as one atomic batch
+// (ADR-50), as jetstreamext.PublishMsgBatch does (an ack on the first
+// message, the commit on the last), but each message as soon as its
+// attestation is made, so the server stores the first while the signer
+// works on the later ones.
+func (r *journalRun) sendBatch(ctx context.Context, batch []pend, msgs []*nats.Msg) (*jetstreamext.BatchAck, error) {
+	g := r.g
+	bp, err := jetstreamext.NewBatchPublisher(g.js, jetstreamext.BatchFlowControl{AckFirst: true, AckTimeout: g.timeout})
+	if err != nil {
+		return nil, err
+	}
+	for k, p := range batch {
+		att, err := r.attestation(p)
+		if err != nil {
+			return nil, err
+		}
+		if att != "" {
+			msgs[k].Header.Set(checkpoint.AttestationHeader, att)
+			g.expect(msgs[k], p.content)
+		}
+		if k == len(batch)-1 {
+			return bp.CommitMsg(ctx, msgs[k])
+		}
+		if err := bp.AddMsg(msgs[k]); err != nil {
+			return nil, fmt.Errorf("publishing message in the batch: %w", err)
+		}
+	}
+	return nil, errors.New("empty batch")
 }
 
 // readBack decides the first n pending lines after their batch (id) got no
@@ -714,13 +806,17 @@ func (r *journalRun) ours(id string, prev uint64, batch []pend) ([]uint64, error
 }
 
 // msgHeaderSize is the size of msg's headers on the wire, as tooLarge
-// counts them.
-func msgHeaderSize(msg *nats.Msg) int64 {
+// counts them, with the attestation the gate will add when msg has none
+// yet.
+func (g *Gate) msgHeaderSize(msg *nats.Msg) int64 {
 	var size int64 = 12
 	for k, vs := range msg.Header {
 		for _, v := range vs {
 			size += int64(len(k) + len(v) + 4)
 		}
+	}
+	if g.key != nil && msg.Header.Get(checkpoint.AttestationHeader) == "" {
+		size += g.attestationSize
 	}
 	return size
 }

@@ -138,7 +138,7 @@ type ckRoom struct {
 	bad      string // why the latest checkpoint contradicts the tree; "" if it does not
 	grewAt   time.Time
 	waitTill time.Time // after a failed write
-	unsigned bool      // a message without attestation was logged
+	warned   bool      // a message that is no leaf was logged at warn level
 	lease    lease
 }
 
@@ -387,11 +387,7 @@ func (c *Checkpointer) handle(msg jetstream.Msg) {
 // a valid attestation by a trusted publisher (issue 9).
 func (c *Checkpointer) admitted(r *ckRoom, p Parsed, subject, position, header string, data []byte, content [32]byte, seq uint64) bool {
 	if header == "" {
-		if !r.unsigned {
-			r.unsigned = true
-			c.log.Warn("checkpointer: a message without attestation is not a leaf of its room (logged once per room)",
-				zap.String("room", r.id), zap.Uint64("stream_seq", seq), zap.String("subject", subject))
-		}
+		c.notLeaf(r, "checkpointer: a message without attestation is not a leaf", seq, subject, nil)
 		return false
 	}
 	if c.own.take(content, subject, header) {
@@ -404,17 +400,28 @@ func (c *Checkpointer) admitted(r *ckRoom, p Parsed, subject, position, header s
 			seqNo, ok = e.Seq()
 		}
 		if !ok {
-			c.log.Warn("checkpointer: an attested journal message that is no entry is not a leaf", zap.String("room", r.id), zap.Uint64("stream_seq", seq))
+			c.notLeaf(r, "checkpointer: an attested journal message that is no entry is not a leaf", seq, subject, err)
 			return false
 		}
 		position = checkpoint.JournalPosition(seqNo)
 	}
 	if _, err := c.trust.VerifyAttestation(header, r.id, subject, position, content); err != nil {
-		c.log.Warn("checkpointer: a message whose attestation does not verify is not a leaf", zap.String("room", r.id),
-			zap.Uint64("stream_seq", seq), zap.String("subject", subject), zap.Error(err))
+		c.notLeaf(r, "checkpointer: a message whose attestation does not verify is not a leaf", seq, subject, err)
 		return false
 	}
 	return true
+}
+
+// notLeaf logs a message that is no leaf: the room's first at warn level,
+// later ones at debug level, so writing into a room raw cannot flood the
+// log (roompub_checkpoint_unadmitted_messages_total counts them all).
+func (c *Checkpointer) notLeaf(r *ckRoom, what string, seq uint64, subject string, err error) {
+	log := c.log.Debug
+	if !r.warned {
+		r.warned, log = true, c.log.Warn
+		what += " (the room's first; later ones are logged at debug level)"
+	}
+	log(what, zap.String("room", r.id), zap.Uint64("stream_seq", seq), zap.String("subject", subject), zap.Error(err))
 }
 
 // readCheckpoint checks a checkpoint read at seq against the room's tree,

@@ -3,6 +3,8 @@ package room
 import (
 	"bytes"
 	"context"
+	"crypto/ed25519"
+	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -111,6 +113,9 @@ type Gate struct {
 
 	key      *events.HostKey // attests appends (issue 9); nil: none
 	attested AttestationSink // nil: nobody is told
+	// attestationSize is what an attestation header adds to a message
+	// on the wire: name, node id, space, 86 characters of signature.
+	attestationSize int64
 
 	mu     sync.Mutex
 	chains map[events.ChainKey]*chainState
@@ -150,6 +155,10 @@ func NewGate(ctx context.Context, nc *nats.Conn, o GateOptions) (*Gate, error) {
 	}
 	if g.log == nil {
 		g.log = zap.NewNop()
+	}
+	if g.key != nil {
+		sig := base64.RawURLEncoding.EncodedLen(ed25519.SignatureSize)
+		g.attestationSize = int64(len(checkpoint.AttestationHeader) + len(g.key.NodeID()) + 1 + sig + 4)
 	}
 	if g.timeout <= 0 {
 		g.timeout = DefaultTimeout
@@ -489,15 +498,10 @@ func onlyPosition(ps []events.Problem) bool {
 }
 
 // tooLarge refuses a message the server would not accept: data and headers
-// over the connection's max payload (DESIGN.md: refused before it is sent).
+// (with the attestation, which the gate may add later: msgHeaderSize) over
+// the connection's max payload (DESIGN.md: refused before it is sent).
 func (g *Gate) tooLarge(msg *nats.Msg, at events.Location) []events.Problem {
-	size := int64(len(msg.Data))
-	for k, vs := range msg.Header {
-		for _, v := range vs {
-			size += int64(len(k) + len(v) + 4)
-		}
-	}
-	size += 12 // "NATS/1.0\r\n" and the final CRLF
+	size := int64(len(msg.Data)) + g.msgHeaderSize(msg)
 	if max := g.nc.MaxPayload(); size > max {
 		return []events.Problem{{Code: events.TooLarge, At: at,
 			Reason: fmt.Sprintf("%d bytes with headers; the server accepts at most %d", size, max)}}

@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -19,7 +20,10 @@ import (
 )
 
 // gateBenchEnv is one embedded server (sync_interval: always, as publisher
-// serve runs it) with the room stream, a gate and the ingest service.
+// serve runs it) with the room stream, a gate and the ingest service. The
+// gate attests with a publisher key and a checkpointer reads the stream, as
+// `publisher serve --publisher-key` runs them (issue 9), unless
+// ROOMPUB_BENCH_NO_ATTEST is set; the raw yardsticks run neither.
 type gateBenchEnv struct {
 	srv    *room.Embedded
 	nc     *nats.Conn
@@ -31,6 +35,18 @@ type gateBenchEnv struct {
 }
 
 func newGateBenchEnv(b *testing.B) *gateBenchEnv {
+	b.Helper()
+	return newGateBenchEnvWith(b, os.Getenv("ROOMPUB_BENCH_NO_ATTEST") == "")
+}
+
+// newRawBenchEnv is the environment of a raw yardstick: no checkpointer
+// reads what it writes.
+func newRawBenchEnv(b *testing.B) *gateBenchEnv {
+	b.Helper()
+	return newGateBenchEnvWith(b, false)
+}
+
+func newGateBenchEnvWith(b *testing.B, attest bool) *gateBenchEnv {
 	b.Helper()
 	key, err := events.GenerateHostKey(rand.Reader)
 	if err != nil {
@@ -62,7 +78,42 @@ func newGateBenchEnv(b *testing.B) *gateBenchEnv {
 	if _, err := room.EnsureStream(context.Background(), be.js, room.StreamConfig("", subj, 1), subj); err != nil {
 		b.Fatal(err)
 	}
-	if be.gate, err = room.NewGate(context.Background(), be.nc, room.GateOptions{Validator: v}); err != nil {
+	gopts := room.GateOptions{Validator: v}
+	if attest {
+		pub, err := events.GenerateHostKey(rand.Reader)
+		if err != nil {
+			b.Fatal(err)
+		}
+		gopts.PublisherKey = pub
+		if os.Getenv("ROOMPUB_BENCH_NO_CHECKPOINTER") != "" {
+			// Attestations only: what signing costs alone.
+			if be.gate, err = room.NewGate(context.Background(), be.nc, gopts); err != nil {
+				b.Fatal(err)
+			}
+			if be.svc, err = room.StartService(be.nc, be.gate, room.ServiceOptions{Concurrency: benchConcurrency()}); err != nil {
+				b.Fatal(err)
+			}
+			be.client = room.NewClient(be.nc, room.ClientOptions{})
+			return be
+		}
+		ckNC, err := nats.Connect(srv.ClientURL())
+		if err != nil {
+			b.Fatal(err)
+		}
+		// Serve's defaults: every 1,000 leaves or 10s.
+		ckp, err := room.StartCheckpointer(context.Background(), ckNC, room.CheckpointerOptions{Key: pub})
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.Cleanup(func() {
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			_ = ckp.Stop(ctx)
+			ckNC.Close()
+		})
+		gopts.PublisherKey, gopts.Attested = pub, ckp
+	}
+	if be.gate, err = room.NewGate(context.Background(), be.nc, gopts); err != nil {
 		b.Fatal(err)
 	}
 	if be.svc, err = room.StartService(be.nc, be.gate, room.ServiceOptions{Concurrency: benchConcurrency()}); err != nil {
@@ -135,7 +186,7 @@ func rawJournalBatch(ctx context.Context, js jetstream.JetStream, subj string, e
 // BenchmarkRawAtomicBatch1000 is the raw yardstick for
 // BenchmarkAppendJournal1000 on the same server and bytes.
 func BenchmarkRawAtomicBatch1000(b *testing.B) {
-	be := newGateBenchEnv(b)
+	be := newRawBenchEnv(b)
 	ctx := context.Background()
 	b.ReportAllocs()
 	for i := 0; b.Loop(); i++ {
@@ -186,7 +237,7 @@ func BenchmarkClientJournal100Chains(b *testing.B) {
 // BenchmarkClientJournal100Chains: 100 atomic batches at once, at most 40
 // in flight (the server allows 50 per stream).
 func BenchmarkRawAtomicBatch100Chains(b *testing.B) {
-	be := newGateBenchEnv(b)
+	be := newRawBenchEnv(b)
 	ctx := context.Background()
 	b.ReportAllocs()
 	for i := 0; b.Loop(); i++ {
@@ -265,7 +316,7 @@ func BenchmarkClientRecord(b *testing.B) {
 // BenchmarkRawRecord is the raw yardstick for BenchmarkClientRecord: one
 // synchronous publish with the headers the gate sets.
 func BenchmarkRawRecord(b *testing.B) {
-	be := newGateBenchEnv(b)
+	be := newRawBenchEnv(b)
 	ctx := context.Background()
 	recs := be.gateBenchRecords(b, 0, 5000)
 	b.ReportAllocs()
