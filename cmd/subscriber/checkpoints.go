@@ -169,7 +169,9 @@ func (c *verifyProofCmd) Run(s *streams) error {
 		Reason    string `json:"reason,omitempty"`
 		Room      string `json:"room,omitempty"`
 		Subject   string `json:"subject,omitempty"`
-		StreamSeq uint64 `json:"stream_seq,omitempty"`
+		// ReportedStreamSeq is the proof's stream_seq as the prover read
+		// it: not covered by the signature or the proof.
+		ReportedStreamSeq uint64 `json:"reported_stream_seq,omitempty"`
 		LeafIndex uint64 `json:"leaf_index"`
 		TreeSize  uint64 `json:"tree_size,omitempty"`
 		Signer    string `json:"signer,omitempty"`
@@ -178,15 +180,15 @@ func (c *verifyProofCmd) Run(s *streams) error {
 	if err != nil {
 		out.Reason = err.Error()
 	} else {
-		out.Room, out.Subject, out.StreamSeq, out.LeafIndex, out.TreeSize, out.Signer = p.Room, p.Subject, p.StreamSeq, p.LeafIndex, ck.Size, ck.Signer
+		out.Room, out.Subject, out.ReportedStreamSeq, out.LeafIndex, out.TreeSize, out.Signer = p.Room, p.Subject, p.StreamSeq, p.LeafIndex, ck.Size, ck.Signer
 	}
 	switch {
 	case c.JSON:
 		b, _ := json.Marshal(out)
 		fmt.Fprintf(s.out, "%s\n", b)
 	case err == nil:
-		fmt.Fprintf(s.out, "valid: %s at stream seq %d (%s) is leaf %d of the checkpoint of size %d signed by %s\n",
-			p.Room, p.StreamSeq, p.Subject, p.LeafIndex, ck.Size, ck.Signer)
+		fmt.Fprintf(s.out, "valid: %s (%s) is leaf %d of the checkpoint of size %d signed by %s (stream seq %d as reported by the prover, not proven)\n",
+			p.Room, p.Subject, p.LeafIndex, ck.Size, ck.Signer, p.StreamSeq)
 	default:
 		fmt.Fprintf(s.out, "invalid: %v\n", err)
 	}

@@ -138,7 +138,7 @@ func TestProveAndVerifyProof(t *testing.T) {
 		status int
 		out    string
 	}{
-		{"valid", "", []string{good, "--trusted-publisher", pub.NodeID()}, config.ExitOK, "valid: room:cli at stream seq 3"},
+		{"valid", "", []string{good, "--trusted-publisher", pub.NodeID()}, config.ExitOK, "(stream seq 3 as reported by the prover, not proven)"},
 		{"valid from stdin", stdout, []string{"-", "--trusted-publisher", pub.NodeID()}, config.ExitOK, "is leaf 2 of the checkpoint of size 5 signed by " + pub.NodeID()},
 		{"valid JSON", "", []string{good, "--json", "--trusted-publisher", pub.NodeID()}, config.ExitOK, `{"valid":true,"room":"room:cli"`},
 		{"tampered", "", []string{tampered, "--trusted-publisher", pub.NodeID()}, config.ExitRefused, "invalid: proof does not verify"},

@@ -839,7 +839,7 @@ func TestCheckpointProve(t *testing.T) {
 		return hex.EncodeToString(b)
 	}
 	entryFile, recordFile := file("entry.json", entryProof), file("record.json", recordProof)
-	valid := fmt.Sprintf("valid: %s at stream seq 138 (%s) is leaf 137 of the checkpoint of size 299 signed by %s\n", slug, slugSubj, key.id)
+	valid := fmt.Sprintf("valid: %s (%s) is leaf 137 of the checkpoint of size 299 signed by %s (stream seq 138 as reported by the prover, not proven)\n", slug, slugSubj, key.id)
 	for _, tc := range []struct {
 		name   string
 		stdin  string
@@ -850,9 +850,9 @@ func TestCheckpointProve(t *testing.T) {
 		{"entry", "", []string{entryFile}, 0, valid},
 		{"entry from stdin", entryProof, []string{"-"}, 0, valid},
 		{"record", "", []string{recordFile}, 0,
-			fmt.Sprintf("valid: %s at stream seq 301 (%s) is leaf 1 of the checkpoint of size 2 signed by %s\n", qmail, execSubject, key.id)},
+			fmt.Sprintf("valid: %s (%s) is leaf 1 of the checkpoint of size 2 signed by %s (stream seq 301 as reported by the prover, not proven)\n", qmail, execSubject, key.id)},
 		{"entry, JSON", "", []string{"--json", entryFile}, 0,
-			fmt.Sprintf(`{"valid":true,"room":%q,"subject":%q,"stream_seq":138,"leaf_index":137,"tree_size":299,"signer":%q}`+"\n", slug, slugSubj, key.id)},
+			fmt.Sprintf(`{"valid":true,"room":%q,"subject":%q,"reported_stream_seq":138,"leaf_index":137,"tree_size":299,"signer":%q}`+"\n", slug, slugSubj, key.id)},
 		{"a proof hash flipped", "", []string{file("path.json", edit(entryProof, func(p *proofDoc) { p.Proof[4] = flip(p.Proof[4]) }))}, 1, "invalid: …"},
 		{"the content hash flipped", "", []string{file("content.json", edit(recordProof, func(p *proofDoc) { p.ContentHash = flip(p.ContentHash) }))}, 1, "invalid: …"},
 		{"the leaf hash flipped", "", []string{file("leaf.json", edit(entryProof, func(p *proofDoc) { p.LeafHash = flip(p.LeafHash) }))}, 1, "invalid: …"},
