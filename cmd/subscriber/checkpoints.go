@@ -165,16 +165,16 @@ func (c *verifyProofCmd) Run(s *streams) error {
 		ck, err = p.Verify(t)
 	}
 	type verdict struct {
-		Valid     bool   `json:"valid"`
-		Reason    string `json:"reason,omitempty"`
-		Room      string `json:"room,omitempty"`
-		Subject   string `json:"subject,omitempty"`
+		Valid   bool   `json:"valid"`
+		Reason  string `json:"reason,omitempty"`
+		Room    string `json:"room,omitempty"`
+		Subject string `json:"subject,omitempty"`
 		// ReportedStreamSeq is the proof's stream_seq as the prover read
 		// it: not covered by the signature or the proof.
 		ReportedStreamSeq uint64 `json:"reported_stream_seq,omitempty"`
-		LeafIndex uint64 `json:"leaf_index"`
-		TreeSize  uint64 `json:"tree_size,omitempty"`
-		Signer    string `json:"signer,omitempty"`
+		LeafIndex         uint64 `json:"leaf_index"`
+		TreeSize          uint64 `json:"tree_size,omitempty"`
+		Signer            string `json:"signer,omitempty"`
 	}
 	out := verdict{Valid: err == nil}
 	if err != nil {
