@@ -1,6 +1,7 @@
 package checkpoint
 
 import (
+	"errors"
 	"fmt"
 
 	"github.com/transparency-dev/merkle/proof"
@@ -25,7 +26,7 @@ func slices32(hs [][32]byte) [][]byte {
 // carries both roots).
 func VerifyInclusion(leaf [32]byte, index, size uint64, path [][32]byte, root [32]byte) error {
 	if err := proof.VerifyInclusion(rfc6962.DefaultHasher, index, size, leaf[:], slices32(path), root[:]); err != nil {
-		return fmt.Errorf("%w: inclusion of leaf %d at size %d: %w", ErrBadProof, index, size, err)
+		return fmt.Errorf("%w: inclusion of leaf %d at size %d: %w", ErrBadProof, index, size, readable(err))
 	}
 	return nil
 }
@@ -41,7 +42,25 @@ func VerifyConsistency(size1, size2 uint64, path [][32]byte, root1, root2 [32]by
 		return fmt.Errorf("%w: consistency from size 0: root %x is not the empty tree's", ErrBadProof, root1)
 	}
 	if err := proof.VerifyConsistency(rfc6962.DefaultHasher, size1, size2, slices32(path), root1[:], root2[:]); err != nil {
-		return fmt.Errorf("%w: consistency from size %d to %d: %w", ErrBadProof, size1, size2, err)
+		return fmt.Errorf("%w: consistency from size %d to %d: %w", ErrBadProof, size1, size2, readable(err))
 	}
 	return nil
+}
+
+// rootMismatch prints merkle/proof's RootMismatchError with hex roots (its
+// own text lists them as decimal bytes) and keeps it in the error chain.
+type rootMismatch struct{ proof.RootMismatchError }
+
+func (e rootMismatch) Error() string {
+	return fmt.Sprintf("calculated root %x does not match the expected root %x", e.CalculatedRoot, e.ExpectedRoot)
+}
+
+func (e rootMismatch) Unwrap() error { return e.RootMismatchError }
+
+func readable(err error) error {
+	var m proof.RootMismatchError
+	if errors.As(err, &m) {
+		return rootMismatch{m}
+	}
+	return err
 }

@@ -345,8 +345,12 @@ func printCheckpoints(w io.Writer, rep *room.AuditReport) {
 	}
 	fmt.Fprintf(w, "attestations and checkpoints: checked; trusted publishers %s\n", strings.Join(a.TrustedPublishers, ", "))
 	for _, f := range rep.Checkpoints {
-		fmt.Fprintf(w, "%s\n  checkpoints: %d verified, %d refused; %d admitted messages: %d covered by the latest checkpoint, %d after it (each attestation verified)\n",
-			f.RoomID, f.Checkpoints, f.CheckpointsRefused, f.Admitted, f.Covered, f.Tail)
+		tail := ""
+		if f.Tail > 0 {
+			tail = " (no checkpoint covers them: their attestations were verified one by one)"
+		}
+		fmt.Fprintf(w, "%s\n  checkpoints: %d verified, %d refused; %d admitted messages: %d covered by the latest checkpoint, %d after it%s\n",
+			f.RoomID, f.Checkpoints, f.CheckpointsRefused, f.Admitted, f.Covered, f.Tail, tail)
 		if l := f.Latest; l != nil {
 			fmt.Fprintf(w, "  latest checkpoint: size %d, root %s, signed by %s, stream seq %d\n", l.Size, l.Root, l.Signer, l.Seq)
 		}

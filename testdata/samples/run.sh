@@ -3,22 +3,31 @@
 # with nothing to install.
 #
 #  1. publisher verify checks the sample files offline;
-#  2. publisher serve starts on the embedded nats-server in a temporary
-#     directory (fsync before every ack; it trusts the reference host);
+#  2. publisher keygen makes a publisher key, and publisher serve starts on
+#     the embedded nats-server in a temporary directory (fsync before every
+#     ack; it trusts the reference host, attests every message it admits
+#     and signs room checkpoints with that key);
 #  3. publisher journal ships the sample capsules into sample rooms, then
 #     again (nothing new), then the tampered capsule (its prefix lands, the
 #     tampered line and everything after it never do);
 #  4. publisher execution ships the reference records, one of which is
 #     refused (foreign_evidence);
-#  5. the server is stopped, leaving no process behind.
+#  5. the server is stopped (it writes each room's final checkpoint),
+#     leaving no process behind;
+#  6. an auditor replays the rooms from a restarted server, trusting only
+#     that publisher key, checks every attestation and checkpoint, and
+#     obtains an inclusion proof of one entry, which is checked offline
+#     (and refused once tampered with).
 #
 # Every step's verdict is checked; the script exits 0 only if all are as
 # expected.
 #
-#   testdata/samples/run.sh [PUBLISHER]     (default bin/publisher)
+#   testdata/samples/run.sh [PUBLISHER [SUBSCRIBER]]
+#   (default bin/publisher and the subscriber next to it)
 set -euo pipefail
 
 publisher=${1:-bin/publisher}
+subscriber=${2:-$(dirname "$publisher")/subscriber}
 s=testdata/samples
 tmp=$(mktemp -d)
 server_pid=
@@ -54,6 +63,17 @@ step() {
 	expect "$status" "$want" "$title"
 }
 
+# sstep TITLE WANT-STATUS COMMAND...: the same for a subscriber command.
+sstep() {
+	local title=$1 want=$2 status=0
+	shift 2
+	echo
+	echo "== $title"
+	echo "\$ subscriber $*"
+	"$subscriber" "$@" || status=$?
+	expect "$status" "$want" "$title"
+}
+
 # grep_out PATTERN WHAT COMMAND...: run a command and check its output.
 grep_out() {
 	local pattern=$1 what=$2 out
@@ -72,22 +92,36 @@ step "1. verify the sample files offline (2 of 6 must be refused)" 1 \
 	"$s/capsules/broken" "$s/records/foreign-evidence.json"
 
 echo
-echo "== 2. start publisher serve: embedded nats-server, JetStream in $tmp/data"
-"$publisher" --config "$s/roompub.yaml" serve --listen 127.0.0.1:-1 --store-dir "$tmp/data" 2>"$tmp/serve.log" &
-server_pid=$!
-for _ in $(seq 300); do
-	grep -q 'serving on' "$tmp/serve.log" 2>/dev/null && break
-	kill -0 "$server_pid" 2>/dev/null || break
-	sleep 0.1
-done
-url=$(sed -n 's/^publisher: serving on \(nats:[^ ]*\).*/\1/p' "$tmp/serve.log")
-if [[ -z $url ]]; then
-	echo "publisher serve did not start:"
-	cat "$tmp/serve.log"
+echo "== 2. make a publisher key, start publisher serve: embedded nats-server, JetStream in $tmp/data"
+echo "\$ publisher keygen --out $tmp/publisher-key.pem"
+publisher_id=$("$publisher" keygen --out "$tmp/publisher-key.pem")
+echo "$publisher_id"
+if [[ $publisher_id != node:did:key:z6Mk* ]]; then
+	echo "  UNEXPECTED   publisher keygen printed no node id"
 	exit 1
 fi
-grep 'serving on' "$tmp/serve.log"
-export NATS_URL=$url
+
+# start_server: publisher serve on $tmp/data, attesting with the key; sets url.
+start_server() {
+	: >"$tmp/serve.log"
+	"$publisher" --config "$s/roompub.yaml" serve --listen 127.0.0.1:-1 --store-dir "$tmp/data" \
+		--publisher-key "$tmp/publisher-key.pem" 2>>"$tmp/serve.log" &
+	server_pid=$!
+	for _ in $(seq 300); do
+		grep -q 'serving on' "$tmp/serve.log" 2>/dev/null && break
+		kill -0 "$server_pid" 2>/dev/null || break
+		sleep 0.1
+	done
+	url=$(sed -n 's/^publisher: serving on \(nats:[^ ]*\).*/\1/p' "$tmp/serve.log")
+	if [[ -z $url ]]; then
+		echo "publisher serve did not start:"
+		cat "$tmp/serve.log"
+		exit 1
+	fi
+	grep 'serving on' "$tmp/serve.log"
+	export NATS_URL=$url
+}
+start_server
 
 step "3a. ship a 299-entry capsule into room:eval-slugify" 0 \
 	journal --room room:eval-slugify "$s/capsules/slugify-run"
@@ -109,24 +143,62 @@ step "4a. ship the reference execution records into their room" 0 \
 step "4b. one refused record: its evidence was observed on another instance" 1 \
 	execution "$s/records/foreign-evidence.json"
 
+# check_stopped: no publisher process left, no error in serve's log.
+check_stopped() {
+	if pgrep -f -- "--store-dir $tmp/data" >/dev/null; then
+		echo "  UNEXPECTED   a publisher process is still running"
+		fail=1
+	else
+		echo "  as expected  server stopped, no process left behind"
+	fi
+	if grep -qiE '"level":"(error|fatal)"|\bERROR\b|panic' "$tmp/serve.log"; then
+		echo "  UNEXPECTED   the server logged errors:"
+		cat "$tmp/serve.log"
+		fail=1
+	fi
+}
+
 echo
-echo "== 5. stop publisher serve"
+echo "== 5. stop publisher serve (it writes each room's final checkpoint)"
 stop_server
-if pgrep -f -- "--store-dir $tmp/data" >/dev/null; then
-	echo "  UNEXPECTED   a publisher process is still running"
-	fail=1
+check_stopped
+
+echo
+echo "== 6. audit the rooms, trusting only the publisher key (server restarted, nothing shipped)"
+start_server
+trusted_host=$(sed -n 's/^  - \(node:did:key:.*\)/\1/p' "$s/roompub.yaml")
+sstep "6a. every message attested, every checkpoint verified, chains and records clean" 0 \
+	audit --trusted-publisher "$publisher_id" --trusted-host "$trusted_host" --state-dir "$tmp/state"
+out=$("$subscriber" audit --trusted-publisher "$publisher_id" --trusted-host "$trusted_host" --state-dir "$tmp/state" 2>&1) || true
+if grep -qE 'checkpoints: [1-9][0-9]* verified, 0 refused' <<<"$out"; then
+	echo "  as expected  the audit verified the rooms' checkpoints"
 else
-	echo "  as expected  server stopped, no process left behind"
-fi
-if grep -qiE '"level":"(error|fatal)"|\bERROR\b|panic' "$tmp/serve.log"; then
-	echo "  UNEXPECTED   the server logged errors:"
-	cat "$tmp/serve.log"
+	printf '  UNEXPECTED   no verified checkpoint in the audit:\n%s\n' "$out"
 	fail=1
 fi
+entry=$(sed -n 5p "$s/capsules/csv-dedupe/journal.ndjson" | grep -o '"entry_hash":"[0-9a-f]*"' | cut -d'"' -f4)
+echo
+echo "== 6b. an inclusion proof of entry 4 of room:eval-csv against its latest checkpoint"
+echo "\$ subscriber prove --room room:eval-csv --entry $entry --trusted-publisher $publisher_id"
+status=0
+"$subscriber" prove --room room:eval-csv --entry "$entry" --trusted-publisher "$publisher_id" >"$tmp/proof.json" || status=$?
+cat "$tmp/proof.json"
+expect "$status" 0 "6b. an inclusion proof of entry 4 of room:eval-csv"
+stop_server
+check_stopped
+sstep "6c. check the proof offline: only the proof and the publisher's node id" 0 \
+	verify-proof --trusted-publisher "$publisher_id" "$tmp/proof.json"
+sed 's/"leaf_index":4,/"leaf_index":5,/' "$tmp/proof.json" >"$tmp/tampered.json"
+if cmp -s "$tmp/proof.json" "$tmp/tampered.json"; then
+	echo "  UNEXPECTED   the proof does not name leaf 4"
+	fail=1
+fi
+sstep "6d. the same proof claiming another leaf is refused" 1 \
+	verify-proof --trusted-publisher "$publisher_id" "$tmp/tampered.json"
 
 echo
 if [[ $fail -ne 0 ]]; then
 	echo "make run: FAILED: the verdicts above are not the expected ones"
 	exit 1
 fi
-echo "make run: OK: capsules and records landed in their rooms, duplicates stored nothing, refusals named their code and line, the server stopped cleanly"
+echo "make run: OK: capsules and records landed in their rooms, duplicates stored nothing, refusals named their code and line, every message was attested and every checkpoint verified, the proof checked offline, the server stopped cleanly"
