@@ -380,7 +380,7 @@ func TestKeygenRefusesToOverwrite(t *testing.T) {
 
 // TestMakeRunScript runs the `make run` demo script against the binary.
 func TestMakeRunScript(t *testing.T) {
-	r := execIn(t, root, filepath.Join(root, samples, "run.sh"), publisher)
+	r := execIn(t, root, filepath.Join(root, samples, "run.sh"), publisher, subscriberBin(t))
 	if r.status != 0 || !strings.Contains(r.stdout, "make run: OK") {
 		t.Errorf("run.sh: exit %d\n%s%s", r.status, r.stdout, r.stderr)
 	}

@@ -1125,7 +1125,7 @@ func TestMakeRunLeavesNothingBehind(t *testing.T) {
 	tmp := t.TempDir()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, filepath.Join(root, samples, "run.sh"), publisher)
+	cmd := exec.CommandContext(ctx, filepath.Join(root, samples, "run.sh"), publisher, subscriberBin(t))
 	cmd.Dir = root
 	cmd.Env = childEnv("TMPDIR=" + tmp)
 	out, err := cmd.CombinedOutput()
@@ -1137,6 +1137,12 @@ func TestMakeRunLeavesNothingBehind(t *testing.T) {
 		"as expected  exit 1: 3d. ship the tampered capsule",
 		"as expected  exit 1: 4b. one refused record",
 		"as expected  server stopped, no process left behind",
+		"as expected  exit 0: 6a. every message attested, every checkpoint verified",
+		"as expected  the audit verified the rooms' checkpoints",
+		"as expected  exit 0: 6b. an inclusion proof of entry 4 of room:eval-csv",
+		"\nvalid: room:eval-csv (rooms.eval-csv.journal.run-20260903-csv-dedupe-0009.cap-csv-dedupe-0009) is leaf 4 of the checkpoint of size 14 signed by node:did:key:",
+		"as expected  exit 0: 6c. check the proof offline",
+		"as expected  exit 1: 6d. the same proof claiming another leaf is refused",
 	} {
 		if !strings.Contains(string(out), want) {
 			t.Errorf("run.sh output lacks %q", want)
