@@ -138,17 +138,21 @@ func gateBenchChains(b *testing.B, from, n, size int) [][]*events.Entry {
 func BenchmarkAppendJournal1000(b *testing.B) {
 	be := newGateBenchEnv(b)
 	ctx := context.Background()
+	var cpu cpuMeter
 	b.ReportAllocs()
 	for i := 0; b.Loop(); i++ {
 		b.StopTimer()
 		body := lines(gateBenchChains(b, i, 1, 1000)[0])
 		b.StartTimer()
+		cpu.start()
 		r, err := be.gate.AppendJournal(ctx, "room:bench", body, nil)
+		cpu.stop()
 		if err != nil || r.Stored != 1000 {
 			b.Fatalf("%v %+v", err, r.Items[r.Stored])
 		}
 	}
 	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*1000), "ns/entry")
+	cpu.report(b, b.N*1000, "entry")
 }
 
 // BenchmarkClientJournal1000 is roompub's full path for 1,000 new entries
@@ -188,16 +192,21 @@ func rawJournalBatch(ctx context.Context, js jetstream.JetStream, subj string, e
 func BenchmarkRawAtomicBatch1000(b *testing.B) {
 	be := newRawBenchEnv(b)
 	ctx := context.Background()
+	var cpu cpuMeter
 	b.ReportAllocs()
 	for i := 0; b.Loop(); i++ {
 		b.StopTimer()
 		es := gateBenchChains(b, i, 1, 1000)[0]
 		b.StartTimer()
-		if _, err := rawJournalBatch(ctx, be.js, "rooms.bench.journal.run-b.cap-"+strconv.Itoa(i), es, 0); err != nil {
+		cpu.start()
+		_, err := rawJournalBatch(ctx, be.js, "rooms.bench.journal.run-b.cap-"+strconv.Itoa(i), es, 0)
+		cpu.stop()
+		if err != nil {
 			b.Fatal(err)
 		}
 	}
 	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*1000), "ns/entry")
+	cpu.report(b, b.N*1000, "entry")
 }
 
 // BenchmarkClientJournal100Chains ships 100 chains of 100 entries at once,
@@ -297,12 +306,16 @@ func BenchmarkClientRecord(b *testing.B) {
 	ctx := context.Background()
 	recs := be.gateBenchRecords(b, 0, 5000)
 	b.ReportAllocs()
+	var cpu cpuMeter
 	i, made := 0, len(recs)
+	cpu.start()
 	for b.Loop() {
 		if i == len(recs) {
 			b.StopTimer()
+			cpu.stop()
 			recs = be.gateBenchRecords(b, made, 5000)
 			i, made = 0, made+len(recs)
+			cpu.start()
 			b.StartTimer()
 		}
 		r, err := be.client.AppendRecord(ctx, recs[i].Canonical())
@@ -311,6 +324,8 @@ func BenchmarkClientRecord(b *testing.B) {
 		}
 		i++
 	}
+	cpu.stop()
+	cpu.report(b, b.N, "record")
 }
 
 // BenchmarkRawRecord is the raw yardstick for BenchmarkClientRecord: one
@@ -321,12 +336,16 @@ func BenchmarkRawRecord(b *testing.B) {
 	recs := be.gateBenchRecords(b, 0, 5000)
 	b.ReportAllocs()
 	var last uint64
+	var cpu cpuMeter
 	i, made := 0, len(recs)
+	cpu.start()
 	for b.Loop() {
 		if i == len(recs) {
 			b.StopTimer()
+			cpu.stop()
 			recs = be.gateBenchRecords(b, made, 5000)
 			i, made = 0, made+len(recs)
+			cpu.start()
 			b.StartTimer()
 		}
 		msg := &nats.Msg{Subject: "rooms.bench.exec", Data: recs[i].Canonical(), Header: nats.Header{}}
@@ -339,6 +358,22 @@ func BenchmarkRawRecord(b *testing.B) {
 		last = ack.Sequence
 		i++
 	}
+	cpu.stop()
+	cpu.report(b, b.N, "record")
+}
+
+// cpuMeter sums the process's CPU time (user and system, every goroutine:
+// the gate, the embedded server, the checkpointer) over the timed parts of
+// a benchmark. On a shared machine wall time says little about what a
+// change costs; CPU time does.
+type cpuMeter struct{ sum, at time.Duration }
+
+func (m *cpuMeter) start() { m.at = cpuNow() }
+func (m *cpuMeter) stop()  { m.sum += cpuNow() - m.at }
+
+// report adds the metric cpu-ns/<unit>: CPU time per n units.
+func (m *cpuMeter) report(b *testing.B, n int, unit string) {
+	b.ReportMetric(float64(m.sum.Nanoseconds())/float64(n), "cpu-ns/"+unit)
 }
 
 // benchConcurrency is ROOMPUB_BENCH_CONCURRENCY, or 0 (the default).
