@@ -811,14 +811,15 @@ func TestSecureOptionsCheck(t *testing.T) {
 		{Role: room.RoleHarness, Name: "h", PasswordHash: string(hash)},
 		{Role: room.RoleSolver, NKey: string(seed)},
 		{Role: room.RoleSolver, Name: "bad name", PasswordHash: string(hash), InboxPrefix: "_INBOX"},
-	}, TLS: room.SecureTLS{Cert: "c.pem", Verify: true}}
+	}, TLS: room.SecureTLS{Cert: "c.pem", Verify: true}, LeaseBucket: "bad.bucket"}
 	err := o.Check()
 	if err == nil {
 		t.Fatal("accepted")
 	}
 	msg := err.Error()
 	for _, want := range []string{`unknown role "owner"`, "must be a bcrypt hash", "user name listed twice", "not a public user nkey",
-		"user name must be", "inbox prefix", "no user has the publisher role", "cert and key go together", "verify needs the ca"} {
+		"user name must be", "inbox prefix", "no user has the publisher role", "cert and key go together", "verify needs the ca",
+		`lease bucket "bad.bucket" is not a plain token`} {
 		if !strings.Contains(msg, want) {
 			t.Errorf("no %q in:\n%s", want, msg)
 		}
@@ -838,6 +839,23 @@ func TestSecureOptionsCheck(t *testing.T) {
 	b, _ := json.Marshal(room.SecureOptions{}.Permissions(room.RoleHarness, ""))
 	if !strings.Contains(string(b), `"allow":["roompub.v1.\u003e"]`) {
 		t.Errorf("harness permissions: %s", b)
+	}
+	// The lease bucket (issue 9): the publisher's, under its own name.
+	leases := func(o room.SecureOptions, role room.Role) string {
+		b, _ := json.Marshal(o.Permissions(role, "").Publish.Allow)
+		return string(b)
+	}
+	if p := leases(room.SecureOptions{}, room.RolePublisher); !strings.Contains(p, `"$KV.ROOMPUB_CHECKPOINT_LEASES.\u003e"`) ||
+		!strings.Contains(p, `"$JS.API.STREAM.CREATE.KV_ROOMPUB_CHECKPOINT_LEASES"`) {
+		t.Errorf("publisher permissions: %s", p)
+	}
+	if p := leases(room.SecureOptions{LeaseBucket: "OTHER"}, room.RolePublisher); !strings.Contains(p, `"$KV.OTHER.\u003e"`) || strings.Contains(p, "ROOMPUB_CHECKPOINT_LEASES") {
+		t.Errorf("publisher permissions with another bucket: %s", p)
+	}
+	for _, role := range []room.Role{room.RoleHarness, room.RoleSolver} {
+		if p := leases(room.SecureOptions{}, role); strings.Contains(p, "KV") || strings.Contains(p, "$JS.API.INFO") {
+			t.Errorf("%s may touch the lease bucket: %s", role, p)
+		}
 	}
 }
 

@@ -171,3 +171,37 @@ func FuzzTokenRoundTrip(f *testing.F) {
 		}
 	})
 }
+
+// FuzzSubjectsParse: Parse never panics, refuses with ErrBadToken, and
+// whatever it accepts is the one subject its parts build (Records,
+// Journal, Checkpoint), so no two subjects name one room's stream.
+func FuzzSubjectsParse(f *testing.F) {
+	s := room.Subjects{}
+	for _, subj := range []string{"rooms.a.exec", "rooms.a.checkpoint", "rooms.a~2Eb.journal.r.c", "rooms.a.checkpoint.x", "rooms..exec",
+		"rooms.a~2e.checkpoint", "other.a.exec", "rooms.a.journal.r", "rooms.~.exec", "rooms.a.journal.~.~"} {
+		f.Add(subj)
+	}
+	f.Fuzz(func(t *testing.T, subj string) {
+		p, err := s.Parse(subj)
+		if err != nil {
+			if !errors.Is(err, room.ErrBadToken) {
+				t.Fatalf("Parse(%q): %v does not wrap ErrBadToken", subj, err)
+			}
+			return
+		}
+		var back string
+		switch p.Kind {
+		case room.KindExecution:
+			back = s.Records(p.RoomID)
+		case room.KindCheckpoint:
+			back = s.Checkpoint(p.RoomID)
+		case room.KindJournal:
+			back = s.Journal(p.RoomID, p.Chain)
+		default:
+			t.Fatalf("Parse(%q) = kind %q", subj, p.Kind)
+		}
+		if back != subj || !strings.HasPrefix(p.RoomID, room.RoomIDPrefix) {
+			t.Fatalf("Parse(%q) = %+v, which builds %q", subj, p, back)
+		}
+	})
+}
