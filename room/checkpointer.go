@@ -675,6 +675,9 @@ func (c *Checkpointer) catchUp(ctx context.Context) error {
 	}
 	last := info.State.LastSeq
 	for c.handled.Load() < last {
+		if c.js.Conn().IsClosed() {
+			return fmt.Errorf("read %d of %d messages: the connection is closed", c.handled.Load(), last)
+		}
 		if !sleepCtx(ctx, 10*time.Millisecond) {
 			c.mu.Lock()
 			cerr := c.consErr
