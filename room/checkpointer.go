@@ -70,7 +70,10 @@ type CheckpointerOptions struct {
 
 // Checkpointer writes the signed checkpoints of every room of one stream
 // (issue 9). It reads the stream in stream order with an ordered consumer
-// and keeps, per room, the RFC 6962 tree (checkpoint.Tree) of the room's
+// and keeps, per room, the RFC 6962 tree (a leanTree: the compact range of
+// what the latest good checkpoint covers and the leaf hashes after it, so
+// a long-running publisher's memory does not grow by a node per message;
+// roots are checked at no smaller size, as the rules require) of the room's
 // admitted messages: journal and exec messages with a valid attestation by
 // a trusted publisher, in stream order. The gate of the same process tells
 // it its own attestations (Expect), which are then admitted without their
@@ -128,7 +131,7 @@ const ckSubjectCache = 4096
 // Checkpointer.mu, but lease: the writer's alone.
 type ckRoom struct {
 	id        string
-	tree      *checkpoint.Tree
+	tree      *leanTree
 	execCount uint64 // messages read on the exec subject (the next record's position)
 	// ckptSeq is the checkpoint subject's last stream sequence read or
 	// written: a write expects it.
@@ -352,7 +355,7 @@ func (c *Checkpointer) handle(msg jetstream.Msg) {
 	}
 	r := c.rooms[p.RoomID]
 	if r == nil {
-		r = &ckRoom{id: p.RoomID, tree: checkpoint.NewTree()}
+		r = &ckRoom{id: p.RoomID, tree: newLeanTree()}
 		c.rooms[p.RoomID] = r
 	}
 	if p.Kind == KindCheckpoint {
@@ -438,7 +441,11 @@ func (c *Checkpointer) readCheckpoint(r *ckRoom, seq uint64, data []byte) {
 	case ck.Size < r.goodSize:
 		reason = fmt.Sprintf("it covers %d messages, fewer than the checkpoint before it (%d)", ck.Size, r.goodSize)
 	default:
-		if root, _ := r.tree.RootAt(ck.Size); root != ck.Root {
+		// ck.Size >= goodSize, the lean tree's base.
+		root, rerr := r.tree.RootAt(ck.Size)
+		if rerr != nil {
+			reason = rerr.Error()
+		} else if root != ck.Root {
 			reason = fmt.Sprintf("root %s at size %d; the room's tree has %s", hex.EncodeToString(ck.Root[:]), ck.Size, hex.EncodeToString(root[:]))
 		}
 	}
@@ -461,6 +468,9 @@ func (c *Checkpointer) readCheckpoint(r *ckRoom, seq uint64, data []byte) {
 		c.log.Info("checkpointer: the room's latest checkpoint matches its messages again", zap.String("room", r.id), zap.Uint64("stream_seq", seq))
 	}
 	r.bad, r.goodSize = "", ck.Size
+	if err := r.tree.advance(ck.Size); err != nil { // cannot fail: goodSize <= ck.Size <= Size
+		c.log.Error("checkpointer: advancing the room's tree", zap.String("room", r.id), zap.Error(err))
+	}
 	if ck.Size == r.tree.Size() {
 		r.grewAt = time.Time{}
 	}
@@ -506,8 +516,16 @@ func (c *Checkpointer) writeDue(ctx context.Context, final bool) error {
 		if size <= covered || r.bad != "" || (!final && now.Before(r.waitTill)) {
 			continue
 		}
+		if r.lease.rev == 0 && now.Before(r.lease.retryAt) {
+			continue // another publisher's lease, for now (lease is the writer's: this is it)
+		}
 		if final || size-covered >= c.every || now.Sub(r.grewAt) >= c.interval {
-			due = append(due, dueCheckpoint{r: r, size: size, root: r.tree.Root(), expect: r.ckptSeq})
+			root, err := r.tree.RootAt(size)
+			if err != nil { // cannot happen: the base is a checkpoint's size, below size
+				c.log.Error("checkpointer: the room's root", zap.String("room", r.id), zap.Error(err))
+				continue
+			}
+			due = append(due, dueCheckpoint{r: r, size: size, root: root, expect: r.ckptSeq})
 		}
 	}
 	c.mu.Unlock()
