@@ -17,6 +17,8 @@ import (
 	"encoding/pem"
 	"errors"
 	"fmt"
+	"io"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -960,4 +962,423 @@ func TestCheckpointKeyFileRefused(t *testing.T) {
 		}
 		key.noKeyMaterial(t, "publisher serve with a bad key file", r.stdout, r.stderr)
 	}
+}
+
+// TestCheckpointKeyRotation: a publisher rotates its key as the README
+// says. serve with key1 ships 10 entries and a record and writes its final
+// checkpoints on SIGTERM; serve with --publisher-key key2
+// --trusted-publisher key1 on the same store ships 6 more entries and a
+// record and writes checkpoints that extend key1's. A reader trusting both
+// admits everything, the newest checkpoints signed by key2 covering every
+// message of each room; a reader trusting one key refuses exactly what the
+// other signed (messages and checkpoints) as checkpoint_mismatch; a state
+// dir kept while only key1 was trusted (and only its checkpoints existed)
+// finds key2's checkpoints consistent with it. serve with key2 that does
+// not trust key1 admits none of key1's messages, reads key1's checkpoints
+// as contradicting the room, and writes no checkpoint for either room.
+func TestCheckpointKeyRotation(t *testing.T) {
+	t.Parallel()
+	key1, key2 := newPublisherKey(t), newPublisherKey(t)
+	const rot, qmail = "room:rotate", "room:qmail-open-relay"
+	rotSubj, rotCk, qmailCk := journalSubject("rotate", "run-20260911-rotate-0001", "cap-rotate-0001-a"), room.Subjects{}.Checkpoint(rot), room.Subjects{}.Checkpoint(qmail)
+	meta := events.CapsuleMeta{RunID: "run-20260911-rotate-0001", CapsuleID: "cap-rotate-0001-a", HarnessVersion: "ecc-eval-harness/1.4.2", TaskFamily: "slugify"}
+	lines := entries(t, meta, 20)
+	store := t.TempDir()
+	var outputs []string
+	keep := func(r result) result { outputs = append(outputs, r.stdout, r.stderr); return r }
+	record := func(url, file string) {
+		t.Helper()
+		if r := keep(runPub(t, nil, "execution", "--server", url, samples+"/records/"+file)); r.status != 0 {
+			t.Fatalf("execution %s: exit %d\n%s%s", file, r.status, r.stdout, r.stderr)
+		}
+	}
+	// Checkpoints only on SIGTERM, so the stream seqs are known but for
+	// the order of the two rooms' checkpoints.
+	quiet := []string{"--checkpoint-interval", "1h"}
+
+	// key1: stream seqs 1-10 entries 0-9, 11 the verified record, then the
+	// final checkpoints (rotate 10, qmail 1) at 12 and 13.
+	srv := startKeyed(t, store, key1, quiet...)
+	shipTo(t, srv.url, rot, capsuleOf(t, meta, lines[:10]), 0, 10)
+	record(srv.url, "verified.json")
+	srv.stop()
+	outputs = append(outputs, srv.log.String())
+
+	// key2, trusting key1. Before it ships anything, a reader trusting
+	// key1 only keeps key1's checkpoints in its state dir.
+	srv = startKeyed(t, store, key2, append(quiet, "--trusted-publisher", key1.id)...)
+	state := t.TempDir()
+	rep, res := ckAudit(t, ckArgs(srv.url, key1.id, "audit", "--json", "--state-dir", state)...)
+	keep(res)
+	if res.status != 0 || len(rep.Violations) != 0 || len(rep.Checkpoints) != 2 {
+		t.Fatalf("audit trusting key1 after key1's serve: exit %d, violations %v, facts %+v\n%s", res.status, rep.Violations, rep.Checkpoints, res.stderr)
+	}
+	for roomID, size := range map[string]uint64{rot: 10, qmail: 1} {
+		if f := rep.Checkpoints[rep.facts(t, roomID)]; f.Latest == nil || f.Latest.Size != size || f.Latest.Signer != key1.id || f.Verified != 1 || f.Stored != nil {
+			t.Errorf("%s after key1's serve: facts %+v (latest %+v), want key1's checkpoint of size %d", roomID, f, f.Latest, size)
+		}
+	}
+	// key2: stream seqs 14-19 entries 10-15, 20 the refused record, then
+	// the final checkpoints (rotate 16, qmail 2) at 21 and 22.
+	if l := shipTo(t, srv.url, rot, capsuleOf(t, meta, lines[:16]), 10, 6); l.Head.StreamSeq != 19 {
+		t.Fatalf("head at stream seq %d, want 19", l.Head.StreamSeq)
+	}
+	record(srv.url, "refused.json")
+	srv.stop()
+	outputs = append(outputs, srv.log.String())
+
+	// Audits through a serve without a key (it writes nothing).
+	srv = startServer(t, store)
+	if !strings.Contains(srv.log.String(), "no publisher key (--publisher-key)") {
+		t.Errorf("serve without --publisher-key does not warn:\n%s", srv.log)
+	}
+	in := inspect(t, srv.url)
+	rotMsgs, qmailMsgs := in.readRoom(rot), in.readRoom(qmail)
+	// Who signed what, as stored.
+	signedBy := func(msgs []roomMsg, ckSubj string) (by1, by2, ck1, ck2 []uint64) {
+		for _, m := range msgs {
+			var signer string
+			if m.subject == ckSubj {
+				c, err := checkpoint.ParseUnverified(m.data)
+				if err != nil {
+					t.Fatalf("checkpoint at stream seq %d: %v", m.seq, err)
+				}
+				signer = c.Signer
+			} else {
+				signer, _, _ = strings.Cut(m.header.Get(checkpoint.AttestationHeader), " ")
+			}
+			switch {
+			case signer == key1.id && m.subject == ckSubj:
+				ck1 = append(ck1, m.seq)
+			case signer == key2.id && m.subject == ckSubj:
+				ck2 = append(ck2, m.seq)
+			case signer == key1.id:
+				by1 = append(by1, m.seq)
+			case signer == key2.id:
+				by2 = append(by2, m.seq)
+			default:
+				t.Fatalf("stream seq %d (%s) signed by %q", m.seq, m.subject, signer)
+			}
+		}
+		return by1, by2, ck1, ck2
+	}
+	rotBy1, rotBy2, rotCk1, rotCk2 := signedBy(rotMsgs, rotCk)
+	qmailBy1, qmailBy2, qmailCk1, qmailCk2 := signedBy(qmailMsgs, qmailCk)
+	if !slices.Equal(rotBy1, subSeqs(1, 10)) || !slices.Equal(rotBy2, subSeqs(14, 19)) || !slices.Equal(qmailBy1, []uint64{11}) || !slices.Equal(qmailBy2, []uint64{20}) {
+		t.Fatalf("attested by key1: %v %v, by key2: %v %v", rotBy1, qmailBy1, rotBy2, qmailBy2)
+	}
+	if len(rotCk1) != 1 || len(qmailCk1) != 1 || len(rotCk2) != 1 || len(qmailCk2) != 1 ||
+		!slices.Equal(slices.Sorted(slices.Values([]uint64{rotCk1[0], qmailCk1[0]})), []uint64{12, 13}) ||
+		!slices.Equal(slices.Sorted(slices.Values([]uint64{rotCk2[0], qmailCk2[0]})), []uint64{21, 22}) {
+		t.Fatalf("checkpoints by key1 at %v %v, by key2 at %v %v; want 12-13 and 21-22", rotCk1, qmailCk1, rotCk2, qmailCk2)
+	}
+	rotSize, rotRoot := expectedRoot(rot, rotMsgs)
+	qmailSize, qmailRoot := expectedRoot(qmail, qmailMsgs)
+	_, rotRoot10 := expectedRoot(rot, rotMsgs[:10])
+	if rotSize != 16 || qmailSize != 2 {
+		t.Fatalf("rooms of %d and %d messages", rotSize, qmailSize)
+	}
+
+	// Trusting both: every message admitted, the newest checkpoints by
+	// key2 cover all of each room, consistent with key1's before them and
+	// with the state dir kept while only key1 was trusted.
+	both := ckArgs(srv.url, key1.id, "audit", "--json", "--trusted-publisher", key2.id)
+	rep, res = ckAudit(t, append(both, "--state-dir", state)...)
+	keep(res)
+	if res.status != 0 || len(rep.Violations) != 0 || rep.Totals.Entries != 16 || rep.Totals.Records != 2 || ckTotal(t, res.stdout) != 4 ||
+		!rep.Attestation.Checked || !slices.Equal(slices.Sorted(slices.Values(rep.Attestation.TrustedPublishers)), slices.Sorted(slices.Values([]string{key1.id, key2.id}))) {
+		t.Fatalf("audit trusting both keys: exit %d, violations %v, totals %+v, attestation %+v\n%s", res.status, rep.Violations, rep.Totals, rep.Attestation, res.stdout)
+	}
+	for _, w := range []struct {
+		roomID      string
+		size        uint64
+		root        string
+		seq, stored uint64
+	}{{rot, 16, rotRoot, rotCk2[0], 10}, {qmail, 2, qmailRoot, qmailCk2[0], 1}} {
+		f := rep.Checkpoints[rep.facts(t, w.roomID)]
+		if f.Admitted != w.size || f.Verified != 2 || f.Refused != 0 || f.Covered != w.size || f.Tail != 0 || f.AttestationsVerified != 0 ||
+			f.AdmittedByCheckpoint != w.size || f.RoomRefused != "" || f.Latest == nil || *f.Latest != (ckFact{w.size, w.root, key2.id, w.seq}) ||
+			f.Stored == nil || f.Stored.Size != w.stored || f.Stored.Signer != key1.id || !f.StoredConsistent {
+			t.Errorf("%s: facts %+v (latest %+v, stored %+v); want %d admitted by 2 checkpoints, the latest by key2 at stream seq %d, stored %d by key1 consistent",
+				w.roomID, f, f.Latest, f.Stored, w.size, w.seq, w.stored)
+		}
+	}
+	if kept := keptCheckpoints(t, state); fmt.Sprint(kept) != fmt.Sprint(map[string]string{rot: "16 " + rotRoot, qmail: "2 " + qmailRoot}) {
+		t.Errorf("the state dir keeps %v, want key2's checkpoints of sizes 16 and 2", kept)
+	}
+	// serve released its leases on SIGTERM; the bucket's TTL is 30s.
+	js, err := jetstream.New(in.nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	kv, err := js.KeyValue(ctx, room.DefaultLeaseBucket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st, err := kv.Status(ctx); err != nil || st.TTL() != 30*time.Second || st.History() != 1 {
+		t.Errorf("lease bucket status %+v (%v), want TTL 30s and history 1", st, err)
+	}
+	if keys, err := kv.Keys(ctx); !errors.Is(err, jetstream.ErrNoKeysFound) {
+		t.Errorf("leases held after SIGTERM: %v (%v)", keys, err)
+	}
+
+	// Trusting one key: what the other signed is refused, messages and
+	// checkpoints, at their stream seqs. Trusting key2 only, key2's
+	// checkpoints cover messages that reader does not admit, and the
+	// chain, whose first 10 entries key1 attested, has a gap where key2's
+	// part begins (a reader must keep the old key for as long as it reads
+	// the room's old messages).
+	untrusted := func(id string) string {
+		return "the message was not admitted by a trusted publisher: untrusted publisher: attestation by " + id
+	}
+	ckUntrusted := func(id string) string {
+		return "the checkpoint is refused: untrusted publisher: checkpoint signed only by " + id
+	}
+	type refusal struct {
+		seq           uint64
+		code, subject string
+		reason        string
+	}
+	var only2 []refusal
+	for seq := uint64(1); seq <= 10; seq++ {
+		only2 = append(only2, refusal{seq, "checkpoint_mismatch", rotSubj, untrusted(key1.id)})
+	}
+	only2 = append(only2, refusal{11, "checkpoint_mismatch", execSubject, untrusted(key1.id)},
+		refusal{rotCk1[0], "checkpoint_mismatch", rotCk, ckUntrusted(key1.id)},
+		refusal{qmailCk1[0], "checkpoint_mismatch", qmailCk, ckUntrusted(key1.id)},
+		refusal{14, "gap", rotSubj, "chain position 0 is missing"})
+	for seq := uint64(15); seq <= 19; seq++ {
+		only2 = append(only2, refusal{seq, "chain_broken", rotSubj, "the chain is broken at stream seq 14 (gap): later entries are not served"})
+	}
+	only2 = append(only2,
+		refusal{rotCk2[0], "checkpoint_mismatch", rotCk, "the checkpoint does not match the room: it covers 16 messages, but only 6 admitted messages of the room precede it"},
+		refusal{qmailCk2[0], "checkpoint_mismatch", qmailCk, "the checkpoint does not match the room: it covers 2 messages, but only 1 admitted messages of the room precede it"})
+	var only1 []refusal
+	for seq := uint64(14); seq <= 19; seq++ {
+		only1 = append(only1, refusal{seq, "checkpoint_mismatch", rotSubj, untrusted(key2.id)})
+	}
+	only1 = append(only1, refusal{20, "checkpoint_mismatch", execSubject, untrusted(key2.id)},
+		refusal{rotCk2[0], "checkpoint_mismatch", rotCk, ckUntrusted(key2.id)},
+		refusal{qmailCk2[0], "checkpoint_mismatch", qmailCk, ckUntrusted(key2.id)})
+	for _, refs := range [][]refusal{only1, only2} {
+		slices.SortFunc(refs, func(a, b refusal) int { return int(a.seq) - int(b.seq) })
+	}
+	_, qmailRoot1 := expectedRoot(qmail, qmailMsgs[:1])
+	type roomFacts struct {
+		admitted, verified, refused, covered, tail, oneByOne uint64
+		latest                                               *ckFact
+	}
+	for _, tc := range []struct {
+		name    string
+		trusted publisherKey
+		want    []refusal
+		entries uint64
+		facts   map[string]roomFacts
+	}{
+		{"key2 only", key2, only2, 0, map[string]roomFacts{
+			rot:   {admitted: 6, refused: 2, tail: 6, oneByOne: 6},
+			qmail: {admitted: 1, refused: 2, tail: 1, oneByOne: 1},
+		}},
+		{"key1 only", key1, only1, 10, map[string]roomFacts{
+			rot:   {admitted: 10, verified: 1, refused: 1, covered: 10, latest: &ckFact{10, rotRoot10, key1.id, rotCk1[0]}},
+			qmail: {admitted: 1, verified: 1, refused: 1, covered: 1, latest: &ckFact{1, qmailRoot1, key1.id, qmailCk1[0]}},
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			rep, res := ckAudit(t, ckArgs(srv.url, tc.trusted.id, "audit", "--json", "--state-dir", t.TempDir())...)
+			keep(res)
+			var got []refusal
+			for _, v := range rep.Violations {
+				got = append(got, refusal{v.Seq, v.Code, v.Subject, v.Reason})
+			}
+			if res.status != 1 || !slices.Equal(got, tc.want) || rep.Totals.Entries != tc.entries || rep.Totals.Records != 1 {
+				t.Errorf("exit %d, %d entries and %d records verified, violations\n%v\nwant 1, %d entries and 1 record, violations\n%v",
+					res.status, rep.Totals.Entries, rep.Totals.Records, got, tc.entries, tc.want)
+			}
+			for roomID, w := range tc.facts {
+				f := rep.Checkpoints[rep.facts(t, roomID)]
+				g := roomFacts{f.Admitted, f.Verified, f.Refused, f.Covered, f.Tail, f.AttestationsVerified, f.Latest}
+				sameLatest := (g.latest == nil) == (w.latest == nil) && (g.latest == nil || *g.latest == *w.latest)
+				g.latest, w.latest = nil, nil
+				if g != w || !sameLatest || f.RoomRefused != "" {
+					t.Errorf("%s: facts %+v (latest %+v), want %+v (latest %+v)", roomID, f, f.Latest, w, tc.facts[roomID].latest)
+				}
+			}
+		})
+	}
+	srv.stop()
+	outputs = append(outputs, srv.log.String())
+
+	// key2 without --trusted-publisher key1: key1's 11 messages are no
+	// leaves, so key1's checkpoints (untrusted) and key2's (larger than
+	// the 6 and 1 leaves before them) contradict the rooms: an error log
+	// per checkpoint, both rooms blocked, and no checkpoint written, not
+	// while it runs (every 2 leaves, every 200ms) and not on SIGTERM.
+	srv = startKeyed(t, store, key2, "--checkpoint-every", "2", "--checkpoint-interval", "200ms", "--http", "127.0.0.1:0")
+	waitLog := func(what string, cond func(logLine) bool) {
+		t.Helper()
+		deadline := time.Now().Add(10 * time.Second)
+		for !slices.ContainsFunc(logLines(t, srv.log.String()), cond) {
+			if time.Now().After(deadline) {
+				t.Fatalf("serve did not log %s:\n%s", what, srv.log)
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+	waitLog("that the checkpointer caught up", func(l logLine) bool { return l.Msg == "checkpointer caught up with the stream" })
+	// Caught up at its first message (stream seq >= the start's last, 22):
+	// all four checkpoints are read by then.
+	waitLog("the fourth contradiction", func(l logLine) bool { return l.Seq == 22 && l.Level == "error" })
+	var contradictions []string
+	for _, l := range logLines(t, srv.log.String()) {
+		if l.Level == "error" {
+			contradictions = append(contradictions, fmt.Sprintf("%s %d %s: %s: %s", l.Room, l.Seq, l.Signer, l.Msg, l.Reason))
+		}
+	}
+	slices.Sort(contradictions)
+	const blocked = "checkpointer: the room's latest checkpoint contradicts its messages: no checkpoint will be written for the room"
+	wantContradictions := []string{
+		fmt.Sprintf("%s %d %s: %s: untrusted publisher: checkpoint signed only by %s", qmail, qmailCk1[0], key1.id, blocked, key1.id),
+		fmt.Sprintf("%s %d %s: %s: it covers 2 messages; the room has 1 admitted messages before it", qmail, qmailCk2[0], key2.id, blocked),
+		fmt.Sprintf("%s %d %s: %s: untrusted publisher: checkpoint signed only by %s", rot, rotCk1[0], key1.id, blocked, key1.id),
+		fmt.Sprintf("%s %d %s: %s: it covers 16 messages; the room has 6 admitted messages before it", rot, rotCk2[0], key2.id, blocked),
+	}
+	slices.Sort(wantContradictions)
+	if !slices.Equal(contradictions, wantContradictions) {
+		t.Errorf("serve's error logs\n%s\nwant\n%s", strings.Join(contradictions, "\n"), strings.Join(wantContradictions, "\n"))
+	}
+	// Both rooms grow past every threshold.
+	if l := shipTo(t, srv.url, rot, capsuleOf(t, meta, lines), 16, 4); l.Head.StreamSeq != 26 {
+		t.Fatalf("head at stream seq %d, want 26", l.Head.StreamSeq)
+	}
+	time.Sleep(time.Second) // five intervals
+	wantMetrics := map[string]string{
+		"roompub_checkpoints_written_total":            "0",
+		"roompub_checkpoint_leases_held":               "0",
+		"roompub_checkpoint_rooms_blocked":             "2",
+		"roompub_checkpoint_unadmitted_messages_total": "11",
+	}
+	if got := scrapeMetrics(t, srv.log.String(), wantMetrics); fmt.Sprint(got) != fmt.Sprint(wantMetrics) {
+		t.Errorf("metrics %v, want %v", got, wantMetrics)
+	}
+	srv.stop()
+	outputs = append(outputs, srv.log.String())
+	srv = startServer(t, store)
+	in = inspect(t, srv.url)
+	in.expectCounts(map[string]uint64{rotSubj: 20, execSubject: 2, rotCk: 2, qmailCk: 2})
+	// A reader trusting both keys: still sound, key2's checkpoints the
+	// latest, the 4 new entries an uncovered tail verified one by one.
+	rep, res = ckAudit(t, ckArgs(srv.url, key1.id, "audit", "--json", "--trusted-publisher", key2.id, "--state-dir", state)...)
+	keep(res)
+	f := rep.Checkpoints[rep.facts(t, rot)]
+	if res.status != 0 || len(rep.Violations) != 0 || rep.Totals.Entries != 20 || f.Admitted != 20 || f.Covered != 16 || f.Tail != 4 ||
+		f.AttestationsVerified != 4 || f.Latest == nil || *f.Latest != (ckFact{16, rotRoot, key2.id, rotCk2[0]}) || !f.StoredConsistent {
+		t.Errorf("audit trusting both after the blocked serve: exit %d, violations %v, facts %+v (latest %+v)", res.status, rep.Violations, f, f.Latest)
+	}
+	srv.stop()
+	outputs = append(outputs, srv.log.String())
+	key1.noKeyMaterial(t, "serve and subscriber", outputs...)
+	key2.noKeyMaterial(t, "serve and subscriber", outputs...)
+}
+
+// keptCheckpoints returns the checkpoints a state dir keeps, per room:
+// "size root".
+func keptCheckpoints(t *testing.T, dir string) map[string]string {
+	t.Helper()
+	files, err := filepath.Glob(filepath.Join(dir, "*.checkpoint.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]string{}
+	for _, file := range files {
+		data, err := os.ReadFile(file)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var kept struct {
+			Room string `json:"room"`
+			Size uint64 `json:"size"`
+			Root string `json:"root"`
+		}
+		if err := json.Unmarshal(data, &kept); err != nil {
+			t.Fatalf("%s: %v", file, err)
+		}
+		out[kept.Room] = fmt.Sprintf("%d %s", kept.Size, kept.Root)
+	}
+	return out
+}
+
+// logLine is one of serve's JSON log lines, with the checkpointer's
+// fields.
+type logLine struct {
+	Level  string `json:"level"`
+	Msg    string `json:"msg"`
+	Room   string `json:"room"`
+	Seq    uint64 `json:"stream_seq"`
+	Signer string `json:"signer"`
+	Reason string `json:"reason"`
+	HTTP   string `json:"http"`
+}
+
+// logLines decodes serve's log (lines that are not JSON are skipped).
+func logLines(t *testing.T, log string) []logLine {
+	t.Helper()
+	var out []logLine
+	for _, s := range strings.Split(log, "\n") {
+		var l logLine
+		if json.Unmarshal([]byte(s), &l) == nil && l.Msg != "" {
+			out = append(out, l)
+		}
+	}
+	return out
+}
+
+// scrapeMetrics reads serve's /metrics (its address from the "publisher
+// serving" log line) and returns the values of the named metrics.
+func scrapeMetrics(t *testing.T, log string, names map[string]string) map[string]string {
+	t.Helper()
+	addr := ""
+	for _, l := range logLines(t, log) {
+		if l.Msg == "publisher serving" {
+			addr = l.HTTP
+		}
+	}
+	if addr == "" {
+		t.Fatalf("serve logged no metrics address:\n%s", log)
+	}
+	resp, err := http.Get("http://" + addr + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]string{}
+	for _, l := range strings.Split(string(body), "\n") {
+		if name, value, ok := strings.Cut(l, " "); ok {
+			if _, want := names[name]; want {
+				out[name] = value
+			}
+		}
+	}
+	return out
+}
+
+// ckTotal is an audit report's count of checkpoints not set aside
+// (totals.checkpoints).
+func ckTotal(t *testing.T, report string) uint64 {
+	t.Helper()
+	var r struct {
+		Totals struct {
+			Checkpoints uint64 `json:"checkpoints"`
+		} `json:"totals"`
+	}
+	if err := json.Unmarshal([]byte(report), &r); err != nil {
+		t.Fatal(err)
+	}
+	return r.Totals.Checkpoints
 }
