@@ -460,7 +460,7 @@ func TestCheckpointerLeaseTakeover(t *testing.T) {
 	e := newEnv(t)
 	ctx := context.Background()
 	keyA, keyB := newPublisherKey(t), newPublisherKey(t)
-	const roomID, ttl = "room:lease", 1500 * time.Millisecond
+	const roomID, ttl = "room:lease", 2 * time.Second
 	opts := func(k *events.HostKey, other *events.HostKey) room.CheckpointerOptions {
 		return room.CheckpointerOptions{Key: k, TrustedPublishers: []string{other.NodeID()}, Every: 5, Interval: 100 * time.Millisecond, LeaseTTL: ttl}
 	}
@@ -761,14 +761,22 @@ func TestServeCheckpoints(t *testing.T) {
 	if r := shipJournal(t, nc, "room:served", lines(es[5:])); r.Stored != 2 {
 		t.Fatalf("%+v", r)
 	}
-	resp, err := http.Get("http://" + info.HTTPAddr + "/metrics")
-	if err != nil {
-		t.Fatal(err)
+	metrics := func() string {
+		resp, err := http.Get("http://" + info.HTTPAddr + "/metrics")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		body, _ := io.ReadAll(resp.Body)
+		return string(body)
 	}
-	body, _ := io.ReadAll(resp.Body)
-	resp.Body.Close()
-	for _, want := range []string{"roompub_checkpoints_written_total 1\n", "roompub_checkpoint_leases_held 1\n", "roompub_checkpoint_rooms_blocked 0\n"} {
-		if !strings.Contains(string(body), want) {
+	// The counter moves once the append's ack is in, which may be after the
+	// checkpoint is seen in the stream.
+	waitFor(t, 10*time.Second, "roompub_checkpoints_written_total 1", func() bool {
+		return strings.Contains(metrics(), "roompub_checkpoints_written_total 1\n")
+	})
+	for _, want := range []string{"roompub_checkpoint_leases_held 1\n", "roompub_checkpoint_rooms_blocked 0\n", "roompub_checkpoint_unadmitted_messages_total 0\n"} {
+		if body := metrics(); !strings.Contains(body, want) {
 			t.Errorf("metrics lack %q", want)
 		}
 	}
