@@ -1249,6 +1249,18 @@ func TestCheckpointKeyRotation(t *testing.T) {
 	if !slices.Equal(contradictions, wantContradictions) {
 		t.Errorf("serve's error logs\n%s\nwant\n%s", strings.Join(contradictions, "\n"), strings.Join(wantContradictions, "\n"))
 	}
+	// key1's messages are no leaves: each room's first is logged at warn
+	// level, the others at debug level (not shown at info).
+	var notLeaves []string
+	for _, l := range logLines(t, srv.log.String()) {
+		if strings.Contains(l.Msg, "is not a leaf") {
+			notLeaves = append(notLeaves, fmt.Sprintf("%s %s %d: %s", l.Level, l.Room, l.Seq, l.Msg))
+		}
+	}
+	const notLeaf = "checkpointer: a message whose attestation does not verify is not a leaf (the room's first; later ones are logged at debug level)"
+	if want := []string{"warn " + rot + " 1: " + notLeaf, "warn " + qmail + " 11: " + notLeaf}; !slices.Equal(notLeaves, want) {
+		t.Errorf("serve's logs of messages that are no leaves\n%s\nwant\n%s", strings.Join(notLeaves, "\n"), strings.Join(want, "\n"))
+	}
 	// Both rooms grow past every threshold.
 	if l := shipTo(t, srv.url, rot, capsuleOf(t, meta, lines), 16, 4); l.Head.StreamSeq != 26 {
 		t.Fatalf("head at stream seq %d, want 26", l.Head.StreamSeq)
