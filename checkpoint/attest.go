@@ -2,6 +2,7 @@ package checkpoint
 
 import (
 	"crypto/ed25519"
+	"crypto/sha256"
 	"encoding/base64"
 	"encoding/hex"
 	"fmt"
@@ -14,13 +15,22 @@ import (
 )
 
 // AttestationHeader is the NATS header that carries a publisher's
-// attestation of a message: "<node id> <base64url-raw Ed25519 signature>"
-// (issue 9).
+// attestation of a message: "<node id> <sig> <i>/<n>", where sig is the
+// unpadded base64url Ed25519 signature of the message's atomic batch, i the
+// message's 0-based index in the batch and n the batch size (issue 9, one
+// signature per atomic batch).
 const AttestationHeader = "Roompub-Attestation"
+
+// MaxBatch is the largest batch an attestation may name (issue 9: n <=
+// 1,000,000).
+const MaxBatch = 1_000_000
 
 // attestationTag starts every attestation's signed message (issue 9), so
 // the signature can never be replayed as any other roompub signature.
 const attestationTag = "roompub-attestation/v1\n"
+
+// sigLen is the length of an Ed25519 signature in unpadded base64url.
+var sigLen = base64.RawURLEncoding.EncodedLen(ed25519.SignatureSize)
 
 // JournalPosition is the attested position of a journal entry: "seq:" +
 // the entry's chain seq in decimal (issue 9).
@@ -31,36 +41,187 @@ func JournalPosition(seq int64) string { return "seq:" + strconv.FormatInt(seq, 
 // exec subject in stream order, in decimal (issue 9).
 func RecordPosition(index uint64) string { return "index:" + strconv.FormatUint(index, 10) }
 
-// attestationMessage is what the Ed25519 key signs (issue 9), with no
+// Statement is what an attestation says of one message (issue 9): it is on
+// Subject of Room at Position (JournalPosition or RecordPosition) and its
+// data hashes to Content (ContentHash). Fields hold no newline (room ids,
+// subjects and positions never do); verification refuses one that does.
+type Statement struct {
+	Room, Subject, Position string
+	Content                 [32]byte
+}
+
+// Digest is SHA-256 of the statement's text (issue 9):
+//
+//	room + "\n" + subject + "\n" + position + "\n" + hex(content) + "\n"
+func (s Statement) Digest() [32]byte {
+	var buf [256]byte
+	b := append(buf[:0], s.Room...)
+	b = append(b, '\n')
+	b = append(b, s.Subject...)
+	b = append(b, '\n')
+	b = append(b, s.Position...)
+	b = append(b, '\n')
+	b = hex.AppendEncode(b, s.Content[:])
+	b = append(b, '\n')
+	return sha256.Sum256(b)
+}
+
+// hasNewline reports whether a field of s holds a newline, which would make
+// two statements share one text.
+func (s Statement) hasNewline() bool {
+	return strings.ContainsRune(s.Room, '\n') || strings.ContainsRune(s.Subject, '\n') || strings.ContainsRune(s.Position, '\n')
+}
+
+// batchMessage is what the Ed25519 key signs for a batch (issue 9), with no
 // hashing beyond Ed25519's own:
 //
-//	"roompub-attestation/v1\n" + roomID + "\n" + subject + "\n" + position + "\n" + hex(content) + "\n"
-func attestationMessage(roomID, subject, position string, content [32]byte) []byte {
-	b := make([]byte, 0, len(attestationTag)+len(roomID)+len(subject)+len(position)+2*len(content)+4)
+//	"roompub-attestation/v1\n" + decimal(n) + "\n" + for each i: hex(digest_i) + "\n"
+func batchMessage(digests [][32]byte) []byte {
+	b := make([]byte, 0, len(attestationTag)+8+len(digests)*65)
 	b = append(b, attestationTag...)
-	b = append(b, roomID...)
+	b = strconv.AppendInt(b, int64(len(digests)), 10)
 	b = append(b, '\n')
-	b = append(b, subject...)
-	b = append(b, '\n')
-	b = append(b, position...)
-	b = append(b, '\n')
-	b = hex.AppendEncode(b, content[:])
-	return append(b, '\n')
+	for i := range digests {
+		b = hex.AppendEncode(b, digests[i][:])
+		b = append(b, '\n')
+	}
+	return b
+}
+
+// AttestBatch signs the statements of one atomic batch, in the order its
+// messages are appended, with one Ed25519 signature and returns the
+// AttestationHeader value of each: headers[i] goes on message i. An empty
+// batch gets no headers. It panics if len(stmts) > MaxBatch or k holds no
+// usable Ed25519 key (no events.HostKey constructor produces one); both are
+// programming errors.
+func AttestBatch(k *events.HostKey, stmts []Statement) []string {
+	if len(stmts) == 0 {
+		return nil
+	}
+	if len(stmts) > MaxBatch {
+		panic("checkpoint.AttestBatch: batch of " + strconv.Itoa(len(stmts)) + " messages")
+	}
+	hk, err := signingKey(k)
+	if err != nil {
+		panic("checkpoint.AttestBatch: " + err.Error())
+	}
+	digests := make([][32]byte, len(stmts))
+	for i := range stmts {
+		digests[i] = stmts[i].Digest()
+	}
+	sig := ed25519.Sign(hk.priv, batchMessage(digests))
+	n := strconv.Itoa(len(stmts))
+	prefix := make([]byte, 0, len(hk.nodeID)+2+sigLen)
+	prefix = append(prefix, hk.nodeID...)
+	prefix = append(prefix, ' ')
+	prefix = base64.RawURLEncoding.AppendEncode(prefix, sig)
+	prefix = append(prefix, ' ')
+	headers := make([]string, len(stmts))
+	b := make([]byte, 0, len(prefix)+2*len(n)+1)
+	for i := range headers {
+		b = append(b[:0], prefix...)
+		b = strconv.AppendInt(b, int64(i), 10)
+		b = append(b, '/')
+		b = append(b, n...)
+		headers[i] = string(b)
+	}
+	return headers
 }
 
 // Attest returns the AttestationHeader value by which k attests that the
-// message with content hash content is on subject of roomID at position
-// (JournalPosition or RecordPosition). Fields must hold no newline (room
-// ids, subjects and positions never do); VerifyAttestation refuses any that
-// does. It panics only if k holds no usable Ed25519 key, which no
-// events.HostKey constructor produces.
+// message with content hash content is on subject of roomID at position:
+// AttestBatch of that one statement (suffix "0/1"). It panics as
+// AttestBatch does.
 func Attest(k *events.HostKey, roomID, subject, position string, content [32]byte) string {
-	hk, err := signingKey(k)
-	if err != nil {
-		panic("checkpoint.Attest: " + err.Error())
+	return AttestBatch(k, []Statement{{Room: roomID, Subject: subject, Position: position, Content: content}})[0]
+}
+
+// HeaderLen is the length of the AttestationHeader value a key with node id
+// nodeID writes on message index of a batch of count, without signing (the
+// gate counts it toward a message's size before the batch is decided).
+func HeaderLen(nodeID string, index, count int) int {
+	return len(nodeID) + 1 + sigLen + 1 + decimalLen(index) + 1 + decimalLen(count)
+}
+
+func decimalLen(v int) int {
+	n := 1
+	for ; v >= 10; v /= 10 {
+		n++
 	}
-	sig := ed25519.Sign(hk.priv, attestationMessage(roomID, subject, position, content))
-	return hk.nodeID + " " + base64.RawURLEncoding.EncodeToString(sig)
+	return n
+}
+
+// Attestation is the parsed form of an AttestationHeader value. Parsing
+// checks the form only; (*Trust).VerifyBatch and BatchCollector check the
+// signature.
+type Attestation struct {
+	Signer string   // the publisher's node id
+	Sig    [64]byte // Ed25519 signature of the batch
+	Index  int      // 0-based index of the message in its batch, < Count
+	Count  int      // batch size, 1..MaxBatch
+}
+
+// String is the header value of a: what ParseAttestation reads back.
+func (a Attestation) String() string {
+	return a.Signer + " " + base64.RawURLEncoding.EncodeToString(a.Sig[:]) + " " +
+		strconv.Itoa(a.Index) + "/" + strconv.Itoa(a.Count)
+}
+
+// SameBatch reports whether a and o claim the same batch: same signer,
+// signature and size.
+func (a Attestation) SameBatch(o Attestation) bool {
+	return a.Signer == o.Signer && a.Sig == o.Sig && a.Count == o.Count
+}
+
+// ParseAttestation reads an AttestationHeader value. The form is exact
+// (issue 9): three fields separated by single spaces: a node id (its key is
+// checked only against a Trust), 86 characters of strict unpadded base64url
+// (RFC 4648 section 5) encoding 64 bytes, and "i/n" in decimal without
+// leading zeros, with i < n and 1 <= n <= MaxBatch. Errors:
+// ErrNoAttestation (empty header), ErrBadAttestation (wrapped).
+func ParseAttestation(header string) (Attestation, error) {
+	var a Attestation
+	if header == "" {
+		return a, ErrNoAttestation
+	}
+	nodeID, rest, ok1 := strings.Cut(header, " ")
+	b64, pos, ok2 := strings.Cut(rest, " ")
+	if !ok1 || !ok2 || nodeID == "" || strings.Contains(pos, " ") {
+		return a, fmt.Errorf("%w: header %q is not \"<node id> <signature> <i>/<n>\"", ErrBadAttestation, clip(header))
+	}
+	if !strings.HasPrefix(nodeID, events.NodeIDPrefix) {
+		return a, fmt.Errorf("%w: %q is not a node id", ErrBadAttestation, clip(nodeID))
+	}
+	if len(b64) != sigLen {
+		return a, fmt.Errorf("%w: signature is %d characters, want %d", ErrBadAttestation, len(b64), sigLen)
+	}
+	if n, err := base64.RawURLEncoding.Strict().Decode(a.Sig[:], []byte(b64)); err != nil || n != ed25519.SignatureSize {
+		return a, fmt.Errorf("%w: signature is not unpadded base64url of %d bytes", ErrBadAttestation, ed25519.SignatureSize)
+	}
+	is, ns, ok := strings.Cut(pos, "/")
+	index, ok1 := parseDecimal(is)
+	count, ok2 := parseDecimal(ns)
+	if !ok || !ok1 || !ok2 || count < 1 || count > MaxBatch || index >= count {
+		return a, fmt.Errorf("%w: batch position %q is not \"<i>/<n>\" with i < n <= %d", ErrBadAttestation, clip(pos), MaxBatch)
+	}
+	a.Signer, a.Index, a.Count = nodeID, index, count
+	return a, nil
+}
+
+// parseDecimal reads a decimal of at most 7 digits without sign or leading
+// zeros.
+func parseDecimal(s string) (int, bool) {
+	if s == "" || len(s) > 7 || (s[0] == '0' && len(s) > 1) {
+		return 0, false
+	}
+	v := 0
+	for i := 0; i < len(s); i++ {
+		if s[i] < '0' || s[i] > '9' {
+			return 0, false
+		}
+		v = v*10 + int(s[i]-'0')
+	}
+	return v, true
 }
 
 // Trust is a set of trusted publisher keys, named by node id (issue 9:
@@ -133,67 +294,86 @@ func (t *Trust) Verifiers() note.Verifiers {
 	return t.verifiers
 }
 
-// parseAttestation splits a header value into node id and signature. The
-// form is exact: one space, a canonical node id, 86 characters of unpadded
-// base64url (RFC 4648 section 5, strict) encoding 64 bytes.
-func parseAttestation(header string) (nodeID string, sig []byte, err error) {
-	if header == "" {
-		return "", nil, ErrNoAttestation
-	}
-	nodeID, b64, ok := strings.Cut(header, " ")
-	if !ok || nodeID == "" || strings.Contains(b64, " ") {
-		return "", nil, fmt.Errorf("%w: header %q is not \"<node id> <signature>\"", ErrBadAttestation, clip(header))
-	}
-	if !strings.HasPrefix(nodeID, events.NodeIDPrefix) {
-		return "", nil, fmt.Errorf("%w: %q is not a node id", ErrBadAttestation, clip(nodeID))
-	}
-	if len(b64) != base64.RawURLEncoding.EncodedLen(ed25519.SignatureSize) {
-		return "", nil, fmt.Errorf("%w: signature is %d characters, want %d", ErrBadAttestation, len(b64), base64.RawURLEncoding.EncodedLen(ed25519.SignatureSize))
-	}
-	sig, err = base64.RawURLEncoding.Strict().DecodeString(b64)
-	if err != nil || len(sig) != ed25519.SignatureSize {
-		return "", nil, fmt.Errorf("%w: signature is not unpadded base64url of %d bytes", ErrBadAttestation, ed25519.SignatureSize)
-	}
-	return nodeID, sig, nil
-}
-
 // AttestationSigner returns the node id a well-formed header names if that
 // key is trusted, without checking the signature: the optimistic path of
 // issue 9, where a covering checkpoint authenticates the leaf instead.
 // Errors: ErrNoAttestation, ErrBadAttestation (malformed),
 // ErrUntrustedPublisher.
 func (t *Trust) AttestationSigner(header string) (string, error) {
-	nodeID, _, err := parseAttestation(header)
+	a, err := ParseAttestation(header)
 	if err != nil {
 		return "", err
 	}
-	if !t.Trusts(nodeID) {
-		return "", fmt.Errorf("%w: attestation by %s", ErrUntrustedPublisher, clip(nodeID))
+	if !t.Trusts(a.Signer) {
+		return "", fmt.Errorf("%w: attestation by %s", ErrUntrustedPublisher, clip(a.Signer))
 	}
-	return nodeID, nil
+	return a.Signer, nil
 }
 
-// VerifyAttestation checks an AttestationHeader value against the message
-// it is on and returns the signer's node id. Errors: ErrNoAttestation
-// (empty header), ErrBadAttestation (malformed, a field with a newline, or a
-// signature that does not verify for this room, subject, position and
-// content), ErrUntrustedPublisher (a well-formed header by a key not in t).
+// VerifyBatch checks the headers of one whole batch against its messages'
+// statements, in batch order, and returns the signer's node id: there are n
+// of each, header i is well-formed with index i and count n, all name the
+// same signer and signature, the signer is in t and the signature verifies
+// over the statements' digests (issue 9). Errors: ErrNoAttestation (a header
+// is empty), ErrBadAttestation (malformed, not one batch, a field with a
+// newline, or a signature that does not verify), ErrUntrustedPublisher.
+func (t *Trust) VerifyBatch(headers []string, stmts []Statement) (signer string, err error) {
+	if len(headers) == 0 || len(headers) != len(stmts) {
+		return "", fmt.Errorf("%w: %d headers for %d messages", ErrBadAttestation, len(headers), len(stmts))
+	}
+	var first Attestation
+	for i, h := range headers {
+		a, err := ParseAttestation(h)
+		if err != nil {
+			return "", err
+		}
+		if i == 0 {
+			first = a
+		}
+		if a.Index != i || a.Count != len(headers) || !a.SameBatch(first) {
+			return "", fmt.Errorf("%w: header %d is %d/%d of another batch, want %d/%d of one", ErrBadAttestation, i, a.Index, a.Count, i, len(headers))
+		}
+	}
+	pub, ok := t.key(first.Signer)
+	if !ok {
+		return "", fmt.Errorf("%w: attestation by %s", ErrUntrustedPublisher, clip(first.Signer))
+	}
+	digests := make([][32]byte, len(stmts))
+	for i := range stmts {
+		if stmts[i].hasNewline() {
+			return "", fmt.Errorf("%w: room, subject or position of message %d holds a newline", ErrBadAttestation, i)
+		}
+		digests[i] = stmts[i].Digest()
+	}
+	if !ed25519.Verify(pub, batchMessage(digests), first.Sig[:]) {
+		if len(stmts) == 1 {
+			s := stmts[0]
+			return "", fmt.Errorf("%w: signature by %s does not verify for %s %s %s", ErrBadAttestation, first.Signer, clip(s.Subject), clip(s.Position), hex.EncodeToString(s.Content[:]))
+		}
+		return "", fmt.Errorf("%w: signature by %s does not verify for this batch of %d", ErrBadAttestation, first.Signer, len(stmts))
+	}
+	return first.Signer, nil
+}
+
+// VerifyAttestation checks the AttestationHeader value of a batch of one
+// against the message it is on and returns the signer's node id. Errors:
+// ErrNoAttestation (empty header), ErrIncompleteBatch (the header names a
+// batch of more than one message: use VerifyBatch or a BatchCollector),
+// ErrBadAttestation (malformed, a field with a newline, or a signature that
+// does not verify for this room, subject, position and content),
+// ErrUntrustedPublisher (a well-formed header by a key not in t).
 func (t *Trust) VerifyAttestation(header, roomID, subject, position string, content [32]byte) (signer string, err error) {
-	nodeID, sig, err := parseAttestation(header)
+	a, err := ParseAttestation(header)
 	if err != nil {
 		return "", err
 	}
-	pub, ok := t.key(nodeID)
-	if !ok {
-		return "", fmt.Errorf("%w: attestation by %s", ErrUntrustedPublisher, clip(nodeID))
+	if a.Count > 1 {
+		if !t.Trusts(a.Signer) {
+			return "", fmt.Errorf("%w: attestation by %s", ErrUntrustedPublisher, clip(a.Signer))
+		}
+		return "", fmt.Errorf("%w: message %d of a batch of %d verified alone", ErrIncompleteBatch, a.Index, a.Count)
 	}
-	if strings.ContainsRune(roomID, '\n') || strings.ContainsRune(subject, '\n') || strings.ContainsRune(position, '\n') {
-		return "", fmt.Errorf("%w: room, subject or position holds a newline", ErrBadAttestation)
-	}
-	if !ed25519.Verify(pub, attestationMessage(roomID, subject, position, content), sig) {
-		return "", fmt.Errorf("%w: signature by %s does not verify for %s %s %s", ErrBadAttestation, nodeID, clip(subject), clip(position), hex.EncodeToString(content[:]))
-	}
-	return nodeID, nil
+	return t.VerifyBatch([]string{header}, []Statement{{Room: roomID, Subject: subject, Position: position, Content: content}})
 }
 
 func (t *Trust) key(nodeID string) (ed25519.PublicKey, bool) {

@@ -2,6 +2,7 @@ package checkpoint
 
 import (
 	"crypto/ed25519"
+	"crypto/sha256"
 	"encoding/base64"
 	"encoding/hex"
 	"errors"
@@ -25,18 +26,20 @@ func TestAttestRoundTrip(t *testing.T) {
 	pos := JournalPosition(0)
 	h := Attest(k, tRoom, tSubject, pos, c)
 
-	id, sig, ok := strings.Cut(h, " ")
-	if !ok || id != k.NodeID() || len(sig) != 86 {
-		t.Fatalf("header %q: want %q + space + 86 characters", h, k.NodeID())
+	f := strings.Split(h, " ")
+	if len(f) != 3 || f[0] != k.NodeID() || len(f[1]) != 86 || f[2] != "0/1" {
+		t.Fatalf("header %q: want %q, 86 characters and 0/1, one space apart", h, k.NodeID())
 	}
-	// The signed message is exactly issue 9's, signed by plain Ed25519.
-	raw, err := base64.RawURLEncoding.DecodeString(sig)
+	// The signed message is exactly the batch format's for one statement,
+	// signed by plain Ed25519.
+	raw, err := base64.RawURLEncoding.DecodeString(f[1])
 	if err != nil {
 		t.Fatal(err)
 	}
-	full := "roompub-attestation/v1\n" + tRoom + "\n" + tSubject + "\nseq:0\n" + hex.EncodeToString(c[:]) + "\n"
+	stmt := sha256.Sum256([]byte(tRoom + "\n" + tSubject + "\nseq:0\n" + hex.EncodeToString(c[:]) + "\n"))
+	full := "roompub-attestation/v1\n1\n" + hex.EncodeToString(stmt[:]) + "\n"
 	if !ed25519.Verify(k.Public(), []byte(full), raw) {
-		t.Fatal("signature is not Ed25519 over the issue 9 message")
+		t.Fatal("signature is not Ed25519 over the issue 9 batch message")
 	}
 
 	tr := mustTrust(t, k.NodeID())
@@ -50,6 +53,9 @@ func TestAttestRoundTrip(t *testing.T) {
 	// Deterministic (Ed25519): the same inputs give the same header.
 	if h2 := Attest(k, tRoom, tSubject, pos, c); h2 != h {
 		t.Fatal("Attest is not deterministic")
+	}
+	if got := HeaderLen(k.NodeID(), 0, 1); got != len(h) {
+		t.Fatalf("HeaderLen = %d, header is %d", got, len(h))
 	}
 }
 
@@ -111,9 +117,13 @@ func TestAttestationMalformed(t *testing.T) {
 	tr := mustTrust(t, k.NodeID())
 	c := ContentHash([]byte("entry"))
 	h := Attest(k, tRoom, tSubject, JournalPosition(0), c)
-	id, sig, _ := strings.Cut(h, " ")
+	f := strings.Split(h, " ")
+	id, sig := f[0], f[1]
 	if _, err := tr.VerifyAttestation("", tRoom, tSubject, JournalPosition(0), c); !errors.Is(err, ErrNoAttestation) {
 		t.Fatalf("empty: err = %v, want ErrNoAttestation", err)
+	}
+	if _, err := ParseAttestation(""); err != ErrNoAttestation {
+		t.Fatalf("ParseAttestation(\"\") err = %v, want ErrNoAttestation", err)
 	}
 	flipped := []byte(sig)
 	flipped[10] ^= 'A' ^ 'B'
@@ -121,21 +131,38 @@ func TestAttestationMalformed(t *testing.T) {
 		flipped[10] = 'C'
 	}
 	for name, hv := range map[string]string{
-		"no space":         id + sig,
-		"two spaces":       id + "  " + sig,
+		"no space":         id + sig + " 0/1",
+		"two spaces":       id + "  " + sig + " 0/1",
+		"two spaces after": id + " " + sig + "  0/1",
 		"trailing space":   h + " ",
 		"leading space":    " " + h,
-		"three fields":     h + " x",
+		"four fields":      h + " x",
+		"old form":         id + " " + sig,
 		"only id":          id,
 		"only id, space":   id + " ",
-		"not a node id":    "did:key:" + strings.TrimPrefix(id, events.NodeIDPrefix) + " " + sig,
-		"padded":           h + "==",
-		"std base64":       id + " " + strings.NewReplacer("-", "+", "_", "/").Replace(sig),
-		"short signature":  id + " " + sig[:85],
-		"long signature":   id + " " + sig + "A",
-		"not base64":       id + " " + strings.Repeat("!", 86),
-		"nonzero pad bits": id + " " + sig[:85] + nonCanonicalLast(sig[85]),
-		"flipped":          id + " " + string(flipped),
+		"not a node id":    "did:key:" + strings.TrimPrefix(id, events.NodeIDPrefix) + " " + sig + " 0/1",
+		"padded":           id + " " + sig + "== 0/1",
+		"std base64":       id + " " + strings.NewReplacer("-", "+", "_", "/").Replace(sig) + " 0/1",
+		"short signature":  id + " " + sig[:85] + " 0/1",
+		"long signature":   id + " " + sig + "A 0/1",
+		"not base64":       id + " " + strings.Repeat("!", 86) + " 0/1",
+		"nonzero pad bits": id + " " + sig[:85] + nonCanonicalLast(sig[85]) + " 0/1",
+		"flipped":          id + " " + string(flipped) + " 0/1",
+		"index 1 of 1":     id + " " + sig + " 1/1",
+		"index = count":    id + " " + sig + " 2/2",
+		"count 0":          id + " " + sig + " 0/0",
+		"leading zero i":   id + " " + sig + " 00/1",
+		"leading zero n":   id + " " + sig + " 0/01",
+		"plus sign":        id + " " + sig + " +0/1",
+		"negative":         id + " " + sig + " -1/1",
+		"no slash":         id + " " + sig + " 01",
+		"two slashes":      id + " " + sig + " 0/1/1",
+		"empty index":      id + " " + sig + " /1",
+		"empty count":      id + " " + sig + " 0/",
+		"count too large":  id + " " + sig + " 0/1000001",
+		"long count":       id + " " + sig + " 0/10000000",
+		"hex":              id + " " + sig + " 0/a",
+		"tab":              id + " " + sig + "\t0/1",
 	} {
 		t.Run(name, func(t *testing.T) {
 			if name == "std base64" && !strings.ContainsAny(sig, "-_") {
@@ -143,9 +170,23 @@ func TestAttestationMalformed(t *testing.T) {
 			}
 			_, err := tr.VerifyAttestation(hv, tRoom, tSubject, JournalPosition(0), c)
 			if !errors.Is(err, ErrBadAttestation) {
-				t.Fatalf("err = %v, want ErrBadAttestation", err)
+				t.Fatalf("VerifyAttestation err = %v, want ErrBadAttestation", err)
+			}
+			if name == "flipped" {
+				return // well-formed; only the signature is wrong
+			}
+			if _, err := ParseAttestation(hv); !errors.Is(err, ErrBadAttestation) {
+				t.Fatalf("ParseAttestation err = %v, want ErrBadAttestation", err)
+			}
+			if _, err := tr.AttestationSigner(hv); !errors.Is(err, ErrBadAttestation) {
+				t.Fatalf("AttestationSigner err = %v, want ErrBadAttestation", err)
 			}
 		})
+	}
+	// The largest batch is allowed.
+	a, err := ParseAttestation(id + " " + sig + " 999999/1000000")
+	if err != nil || a.Index != 999999 || a.Count != MaxBatch || a.Signer != id {
+		t.Fatalf("ParseAttestation of the largest batch = %+v, %v", a, err)
 	}
 }
 

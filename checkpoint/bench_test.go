@@ -102,3 +102,36 @@ func BenchmarkParseCheckpoint(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkAttestBatch1000 is the gate's cost per atomic batch of 1,000
+// journal entries (one signature, 1,000 statement digests and headers).
+func BenchmarkAttestBatch1000(b *testing.B) {
+	k := testKey(1)
+	ss := stmts(1000)
+	for b.Loop() {
+		_ = AttestBatch(k, ss)
+	}
+	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*1000), "ns/entry")
+}
+
+// BenchmarkBatchCollector1000 is a reader's cost per batch of 1,000 it
+// verifies (collecting, digests, one signature check).
+func BenchmarkBatchCollector1000(b *testing.B) {
+	k := testKey(1)
+	trust := mustTrust(b, k.NodeID())
+	ss := stmts(1000)
+	hs := AttestBatch(k, ss)
+	id := uint64(0)
+	for b.Loop() {
+		c := NewBatchCollector(trust)
+		n := 0
+		for i := range ss {
+			id++
+			n += len(c.Add(id, hs[i], ss[i]))
+		}
+		if n != 1000 {
+			b.Fatal(n)
+		}
+	}
+	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*1000), "ns/entry")
+}

@@ -1,5 +1,7 @@
 // Package checkpoint makes a room's messages tamper-evident (issue 9): each
-// admitted message carries a publisher's attestation header, the room's
+// admitted message carries a publisher's attestation header (one Ed25519
+// signature per atomic batch, over the digests of its messages' statements;
+// BatchCollector verifies them in stream order), the room's
 // admitted messages are the leaves of an RFC 6962 Merkle tree, and
 // publishers sign C2SP tlog-checkpoint notes over that tree, so a reader can
 // prove that a message is in the room (inclusion proof) and that a later

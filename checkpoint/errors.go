@@ -7,6 +7,12 @@ import "errors"
 // attested, so it is not a leaf (issue 9).
 var ErrNoAttestation = errors.New("no attestation")
 
+// ErrIncompleteBatch is returned (wrapped) by (*Trust).VerifyAttestation for
+// a header of a batch of more than one message, and in BatchCollector
+// verdicts for a message whose batch was not seen whole: its signature
+// covers messages the caller did not pass, so it cannot be checked.
+var ErrIncompleteBatch = errors.New("incomplete batch")
+
 // ErrUntrustedPublisher is returned (wrapped) when an attestation or a
 // checkpoint is signed by a key that is not in the Trust.
 var ErrUntrustedPublisher = errors.New("untrusted publisher")

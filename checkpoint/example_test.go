@@ -29,6 +29,39 @@ func ExampleAttest() {
 	// true
 }
 
+// A publisher attests an atomic batch with one signature; a reader
+// verifies the batch whole, or collects its messages in stream order.
+func ExampleAttestBatch() {
+	key := events.NewHostKey(ed25519.NewKeyFromSeed(bytes.Repeat([]byte{7}, 32)))
+	const room, subject = "room:demo", "roompub.cm9vbTpkZW1v.journal.cnVu.Y2Fw"
+	var stmts []checkpoint.Statement
+	for seq := range 3 {
+		data := fmt.Sprintf(`{"seq":%d}`+"\n", seq)
+		stmts = append(stmts, checkpoint.Statement{Room: room, Subject: subject,
+			Position: checkpoint.JournalPosition(int64(seq)), Content: checkpoint.ContentHash([]byte(data))})
+	}
+	headers := checkpoint.AttestBatch(key, stmts)
+	a, _ := checkpoint.ParseAttestation(headers[2])
+	fmt.Println(a.Index, a.Count)
+
+	trust, _ := checkpoint.NewTrust(key.NodeID())
+	_, err := trust.VerifyBatch(headers, stmts)
+	fmt.Println(err)
+
+	c := checkpoint.NewBatchCollector(trust)
+	for i := range stmts {
+		for _, v := range c.Add(uint64(100+i), headers[i], stmts[i]) {
+			fmt.Println(v.ID, v.Err)
+		}
+	}
+	// Output:
+	// 2 3
+	// <nil>
+	// 100 <nil>
+	// 101 <nil>
+	// 102 <nil>
+}
+
 // A publisher signs a checkpoint over the room's tree; a reader proves a
 // message is covered by it.
 func ExampleTree() {

@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"reflect"
+	"strings"
 	"testing"
 
 	"github.com/transparency-dev/formats/log"
@@ -76,7 +77,8 @@ func FuzzVerifyAttestation(f *testing.F) {
 	f.Add(Attest(k, tRoom, tSubject, JournalPosition(3), c), tRoom, tSubject, JournalPosition(3), []byte("x"))
 	f.Add(Attest(testKey(2), tRoom, tSubject, RecordPosition(0), c), tRoom, tSubject, RecordPosition(0), []byte("x"))
 	f.Add(Attest(testKey(3), tRoom, tSubject, RecordPosition(0), c), tRoom, tSubject, RecordPosition(0), []byte("x"))
-	f.Add(k.NodeID()+" "+string(bytes.Repeat([]byte("A"), 86)), tRoom, tSubject, "seq:0", []byte{})
+	f.Add(k.NodeID()+" "+string(bytes.Repeat([]byte("A"), 86))+" 0/1", tRoom, tSubject, "seq:0", []byte{})
+	f.Add(AttestBatch(k, []Statement{{tRoom, tSubject, "seq:0", c}, {tRoom, tSubject, "seq:1", c}})[1], tRoom, tSubject, "seq:1", []byte("x"))
 	f.Add("", tRoom, tSubject, "seq:0", []byte{})
 	f.Add("node:did:key:z6Mk x", "", "", "", []byte{})
 	f.Fuzz(func(t *testing.T, header, room, subject, position string, data []byte) {
@@ -84,7 +86,7 @@ func FuzzVerifyAttestation(f *testing.F) {
 		signer, err := trust.VerifyAttestation(header, room, subject, position, content)
 		peek, perr := trust.AttestationSigner(header)
 		if err != nil {
-			if !errors.Is(err, ErrNoAttestation) && !errors.Is(err, ErrBadAttestation) && !errors.Is(err, ErrUntrustedPublisher) {
+			if !errors.Is(err, ErrNoAttestation) && !errors.Is(err, ErrBadAttestation) && !errors.Is(err, ErrUntrustedPublisher) && !errors.Is(err, ErrIncompleteBatch) {
 				t.Fatalf("error %v wraps no sentinel", err)
 			}
 			if perr == nil && (errors.Is(err, ErrNoAttestation) || errors.Is(err, ErrUntrustedPublisher)) {
@@ -100,9 +102,9 @@ func FuzzVerifyAttestation(f *testing.F) {
 				t.Fatalf("accepted header %q, Attest writes %q", header, want)
 			}
 		}
-		id, sig, err := parseAttestation(header)
-		if err != nil || id+" "+base64.RawURLEncoding.EncodeToString(sig) != header {
-			t.Fatalf("accepted header does not re-encode to itself: %q", header)
+		a, err := ParseAttestation(header)
+		if err != nil || a.String() != header || a.Count != 1 {
+			t.Fatalf("accepted header does not re-encode to itself or is not a batch of one: %q", header)
 		}
 	})
 }
@@ -149,6 +151,127 @@ func FuzzProofJSON(f *testing.F) {
 		}
 		if c, err := p.Verify(trust); err == nil && (c.Size != p.TreeSize || c.Room != p.Room) {
 			t.Fatalf("Verify accepted a proof whose checkpoint is %+v", c)
+		}
+	})
+}
+
+// FuzzParseAttestation: parsing never panics; errors wrap ErrNoAttestation
+// or ErrBadAttestation; an accepted header re-encodes to itself, has
+// 0 <= index < count <= MaxBatch, and AttestationSigner agrees with the
+// trust set on it.
+func FuzzParseAttestation(f *testing.F) {
+	k := testKey(1)
+	trust := mustTrust(f, k.NodeID())
+	for _, h := range AttestBatch(k, stmts(3)) {
+		f.Add(h)
+	}
+	f.Add(Attest(testKey(2), tRoom, tSubject, "seq:0", ContentHash(nil)))
+	f.Add(k.NodeID() + " " + string(bytes.Repeat([]byte("_"), 86)) + " 999999/1000000")
+	f.Add(k.NodeID() + " " + string(bytes.Repeat([]byte("A"), 86)) + " 0/01")
+	f.Add("")
+	f.Add("node:did:key:z6Mk x 0/1")
+	f.Fuzz(func(t *testing.T, header string) {
+		a, err := ParseAttestation(header)
+		signer, serr := trust.AttestationSigner(header)
+		if err != nil {
+			if !errors.Is(err, ErrNoAttestation) && !errors.Is(err, ErrBadAttestation) {
+				t.Fatalf("error %v wraps no sentinel", err)
+			}
+			if serr == nil {
+				t.Fatalf("AttestationSigner accepted %q, ParseAttestation refused it: %v", header, err)
+			}
+			return
+		}
+		if a.String() != header || a.Index < 0 || a.Index >= a.Count || a.Count > MaxBatch {
+			t.Fatalf("accepted %q as %+v (%q)", header, a, a.String())
+		}
+		if (serr == nil) != (a.Signer == k.NodeID()) || (serr == nil && signer != a.Signer) {
+			t.Fatalf("AttestationSigner = %q, %v for %+v", signer, serr, a)
+		}
+		other := a
+		other.Index = (a.Index + 1) % a.Count
+		if !a.SameBatch(other) {
+			t.Fatal("another index of one batch is not SameBatch")
+		}
+		other.Sig[0] ^= 1
+		if a.SameBatch(other) {
+			t.Fatal("another signature is SameBatch")
+		}
+	})
+}
+
+// FuzzBatchCollector: any sequence of messages (genuine batch members,
+// edited, duplicated, reordered or dropped, under growing ids) never
+// panics; every message added gets exactly one verdict by the end of Flush;
+// Pending is 0 after Flush; a message is admitted only with its genuine
+// header and statement.
+func FuzzBatchCollector(f *testing.F) {
+	k := testKey(1)
+	trust := mustTrust(f, k.NodeID(), testKey(2).NodeID())
+	f.Add([]byte{0, 1, 2, 3, 4})
+	f.Add([]byte{4, 3, 2, 1, 0, 0x80, 7})
+	f.Add([]byte{0, 0, 1, 0x41, 2, 0xc3})
+	f.Add([]byte{0x20, 0x21, 0x22, 0x23, 0x24, 0x25, 0x26, 0x27})
+	f.Fuzz(func(t *testing.T, ops []byte) {
+		if len(ops) > 200 {
+			return
+		}
+		// Batches of 1, 3 and 5 messages by two keys; op bits:
+		// low 3 bits: member index; bits 3-4: which batch; bit 5: gap in
+		// ids; bit 6: edit the statement; bit 7: foreign signer.
+		type batch struct {
+			ss []Statement
+			hs []string
+		}
+		var batches []batch
+		for bi, n := range []int{1, 3, 5, 5} {
+			ss := stmts(n)
+			for i := range ss {
+				ss[i].Subject += strings.Repeat("x", bi)
+			}
+			batches = append(batches, batch{ss, AttestBatch(k, ss)})
+		}
+		foreign := AttestBatch(testKey(3), stmts(5))
+		c := NewBatchCollector(trust)
+		verdicts := map[uint64]BatchVerdict{}
+		genuine := map[uint64]bool{}
+		take := func(vs []BatchVerdict) {
+			for _, v := range vs {
+				if _, dup := verdicts[v.ID]; dup {
+					t.Fatalf("second verdict for %d", v.ID)
+				}
+				if (v.Err == nil) != (v.Signer != "") {
+					t.Fatalf("verdict %+v", v)
+				}
+				verdicts[v.ID] = v
+			}
+		}
+		id := uint64(0)
+		for _, op := range ops {
+			b := batches[int(op>>3&3)]
+			i := int(op&7) % len(b.ss)
+			st, h := b.ss[i], b.hs[i]
+			if op&0x40 != 0 {
+				st.Content[0] ^= 1
+			}
+			if op&0x80 != 0 {
+				h = foreign[i]
+			}
+			id++
+			if op&0x20 != 0 {
+				id += uint64(op & 7)
+			}
+			genuine[id] = op&0xc0 == 0
+			take(c.Add(id, h, st))
+		}
+		take(c.Flush())
+		if c.Pending() != 0 || len(verdicts) != len(genuine) {
+			t.Fatalf("pending %d, %d verdicts for %d messages", c.Pending(), len(verdicts), len(genuine))
+		}
+		for id, v := range verdicts {
+			if v.Err == nil && !genuine[id] {
+				t.Fatalf("admitted message %d that was edited or foreign", id)
+			}
 		}
 	})
 }
