@@ -13,6 +13,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -226,6 +227,9 @@ var servingRE = regexp.MustCompile(`(?m)^publisher: serving on (nats://\S+) \(st
 // serves.
 func startServe(t *testing.T, args ...string) *serve {
 	t.Helper()
+	if !slices.Contains(args, "--publisher-key") {
+		args = append(args, "--publisher-key", publisherKeyFile)
+	}
 	s := &serve{args: args}
 	s.proc = startProc(t, "publisher serve", publisherBin, append([]string{"serve"}, args...)...)
 	s.waitServing(t)
@@ -924,8 +928,19 @@ type auditReport struct {
 		Entries int64  `json:"entries"`
 		Verdict string `json:"verdict"`
 	} `json:"chains"`
-	Records map[string]int `json:"records"`
-	Totals  struct {
+	Records     map[string]int `json:"records"`
+	Attestation struct {
+		Checked bool   `json:"checked"`
+		Why     string `json:"why"`
+	} `json:"attestation"`
+	Checkpoints []struct {
+		Room     string `json:"room"`
+		Admitted uint64 `json:"admitted"`
+		Verified int    `json:"checkpoints_verified"`
+		Refused  int    `json:"checkpoints_refused"`
+	} `json:"checkpoints"`
+	Totals struct {
+		Checkpoints  uint64         `json:"checkpoints"`
 		Messages     uint64         `json:"messages"`
 		Entries      uint64         `json:"entries"`
 		Records      uint64         `json:"records"`
@@ -942,7 +957,7 @@ type auditReport struct {
 // nothing set aside, no fork, every chain ok, the stream append-only.
 func auditClean(t *testing.T, tl *tally, url string, trusted []string, entries, records uint64, chains int) {
 	t.Helper()
-	args := []string{"audit", "--json", "--server", url}
+	args := []string{"audit", "--json", "--server", url, "--trusted-publisher", publisherID, "--state-dir", auditStateDir(t)}
 	for _, h := range trusted {
 		args = append(args, "--trusted-host", h)
 	}
@@ -963,13 +978,30 @@ func auditClean(t *testing.T, tl *tally, url string, trusted []string, entries, 
 	tot := rep.Totals
 	forks := rep.Totals.ByCode["fork"]
 	tl.Forks += forks
+	// The stream holds the entries, the records and the rooms' signed
+	// checkpoints (issue 9), each checkpoint verified.
+	all := entries + records + tot.Checkpoints
 	if r.status != 0 || tot.SetAside != 0 || tot.ChainsBroken != 0 || !tot.Sound || len(rep.Violations) != 0 || forks != 0 ||
-		tot.Entries != entries || tot.Records != records || tot.Messages != entries+records || tot.ChainsOK != chains || rep.LastSeq != entries+records {
-		t.Errorf("oracle (audit clean, no fork): subscriber audit exit %d: %d messages (%d entries, %d records), last seq %d, %d set aside %v, %d forks, chains %d ok %d broken, append-only %v\n"+
-			"want exit 0: %d messages (%d entries, %d records), last seq %d, 0 set aside, 0 forks, chains %d ok 0 broken, append-only true\n%s",
-			r.status, tot.Messages, tot.Entries, tot.Records, rep.LastSeq, tot.SetAside, tot.ByCode, forks, tot.ChainsOK, tot.ChainsBroken, tot.Sound,
-			entries+records, entries, records, entries+records, chains, tail(r.stderr, 2000))
+		tot.Entries != entries || tot.Records != records || tot.Messages != all || tot.ChainsOK != chains || rep.LastSeq != all {
+		t.Errorf("oracle (audit clean, no fork): subscriber audit exit %d: %d messages (%d entries, %d records, %d checkpoints), last seq %d, %d set aside %v, %d forks, chains %d ok %d broken, append-only %v\n"+
+			"want exit 0: %d entries, %d records, last seq = messages, 0 set aside, 0 forks, chains %d ok 0 broken, append-only true\n%s",
+			r.status, tot.Messages, tot.Entries, tot.Records, tot.Checkpoints, rep.LastSeq, tot.SetAside, tot.ByCode, forks, tot.ChainsOK, tot.ChainsBroken, tot.Sound,
+			entries, records, chains, tail(r.stderr, 2000))
 	}
+	// Every message attested by the suite's publisher key and admitted,
+	// no checkpoint refused (a checkpoint never contradicts the room or an
+	// earlier one, here or in the state this test's earlier audits kept).
+	admitted := uint64(0)
+	for _, c := range rep.Checkpoints {
+		admitted += c.Admitted
+		if c.Refused != 0 {
+			t.Errorf("oracle (checkpoints hold): %s: %d checkpoints refused", c.Room, c.Refused)
+		}
+	}
+	if !rep.Attestation.Checked || admitted != entries+records {
+		t.Errorf("oracle (every message attested): attestation checked %v (%s), %d messages admitted, want %d", rep.Attestation.Checked, rep.Attestation.Why, admitted, entries+records)
+	}
+	tl.Checkpoints = tot.Checkpoints
 	for _, c := range rep.Chains {
 		if c.Verdict != "ok" {
 			t.Errorf("oracle (audit clean): chain in %s: %d entries, verdict %s", c.Room, c.Entries, c.Verdict)
@@ -993,4 +1025,26 @@ func auditReadsAll(t *testing.T, url string) {
 	} else {
 		t.Logf("audit through %s: read all %d messages up to last seq %d (exit %d)", url, rep.Totals.Messages, rep.LastSeq, r.status)
 	}
+}
+
+var auditStates sync.Map // top-level test name → state dir
+
+// auditStateDir is the --state-dir of every audit of one top-level test:
+// each audit then also checks that the rooms' newest checkpoints are
+// consistent with the ones the test's earlier audits verified, across
+// the faults in between.
+func auditStateDir(t *testing.T) string {
+	name, _, _ := strings.Cut(t.Name(), "/")
+	if d, ok := auditStates.Load(name); ok {
+		return d.(string)
+	}
+	d, err := os.MkdirTemp("", "roompub-faults-state-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	d2, loaded := auditStates.LoadOrStore(name, d)
+	if loaded {
+		_ = os.Remove(d)
+	}
+	return d2.(string)
 }

@@ -23,6 +23,7 @@
 package faults
 
 import (
+	"crypto/rand"
 	"fmt"
 	"os"
 	"os/exec"
@@ -32,6 +33,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/roompub/roompub/events"
 )
 
 // root is the repository root; binaries run there.
@@ -43,6 +46,12 @@ var publisherBin, subscriberBin, natsServerBin string
 // binDir holds them; it is world-readable so a child may run as another
 // user (the read-only store test, when the tests run as root).
 var binDir string
+
+// publisherKeyFile is the publisher key every `publisher serve` of the
+// suite attests and checkpoints with (issue 9), and publisherID its node
+// id, which every audit trusts: the oracles then also say that no fault
+// leaves a message unattested or a checkpoint that contradicts the room.
+var publisherKeyFile, publisherID string
 
 func TestMain(m *testing.M) {
 	os.Exit(runMain(m))
@@ -94,22 +103,39 @@ func runMain(m *testing.M) int {
 			return 2
 		}
 	}
+	pk, err := events.GenerateHostKey(rand.Reader)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 2
+	}
+	pem, err := pk.MarshalPEM()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 2
+	}
+	publisherKeyFile, publisherID = filepath.Join(binDir, "publisher-key.pem"), pk.NodeID()
+	if err := os.WriteFile(publisherKeyFile, pem, 0o644); err != nil { // world-readable: a child may run as another user
+		fmt.Fprintln(os.Stderr, err)
+		return 2
+	}
 	fmt.Printf("faults: built publisher, subscriber and nats-server in %s\n", time.Since(start).Round(time.Millisecond))
 	code := m.Run()
 	printSummary()
+	auditStates.Range(func(_, d any) bool { _ = os.RemoveAll(d.(string)); return true })
 	return code
 }
 
 // tally is what one test did: the counts the closing summary quotes.
 type tally struct {
-	Faults       int // faults injected (kills, step-downs, cuts, full store, …)
-	Acked        int // entries and records a shipper reported stored or duplicate
-	Found        int // entries and records found in the stream afterwards
-	DupsReported int // items the gate answered "duplicate" (resent, nothing stored)
-	DupsStored   int // items stored more than once (must be 0)
-	Forks        int // chain positions holding two different entries (must be 0)
-	Reruns       int // shipper runs that exited non-zero and were simply run again
-	GateFailed   int // items the gate answered "failed" (not decided; sent again)
+	Faults       int    // faults injected (kills, step-downs, cuts, full store, …)
+	Acked        int    // entries and records a shipper reported stored or duplicate
+	Found        int    // entries and records found in the stream afterwards
+	DupsReported int    // items the gate answered "duplicate" (resent, nothing stored)
+	DupsStored   int    // items stored more than once (must be 0)
+	Forks        int    // chain positions holding two different entries (must be 0)
+	Reruns       int    // shipper runs that exited non-zero and were simply run again
+	GateFailed   int    // items the gate answered "failed" (not decided; sent again)
+	Checkpoints  uint64 // signed room checkpoints verified by the test's last audit (issue 9)
 	Took         time.Duration
 }
 
@@ -140,8 +166,8 @@ func count(t *testing.T) *tally {
 }
 
 func (c *tally) String() string {
-	return fmt.Sprintf("faults injected %d, acknowledged %d, found %d, duplicates reported %d, duplicates stored %d, forks %d, reruns %d, gate failures %d (%s)",
-		c.Faults, c.Acked, c.Found, c.DupsReported, c.DupsStored, c.Forks, c.Reruns, c.GateFailed, c.Took.Round(100*time.Millisecond))
+	return fmt.Sprintf("faults injected %d, acknowledged %d, found %d, duplicates reported %d, duplicates stored %d, forks %d, reruns %d, gate failures %d, checkpoints verified %d (%s)",
+		c.Faults, c.Acked, c.Found, c.DupsReported, c.DupsStored, c.Forks, c.Reruns, c.GateFailed, c.Checkpoints, c.Took.Round(100*time.Millisecond))
 }
 
 func printSummary() {
@@ -159,6 +185,7 @@ func printSummary() {
 		sum.Forks += c.Forks
 		sum.Reruns += c.Reruns
 		sum.GateFailed += c.GateFailed
+		sum.Checkpoints += c.Checkpoints
 		sum.Took += c.Took
 	}
 	sort.Strings(names)

@@ -127,13 +127,14 @@ func TestFullStore(t *testing.T) {
 		!strings.Contains(r.stderr, fmt.Sprintf("line %d not decided: %s", acked+1, fullMsg)) {
 		t.Fatalf("publisher journal on a full store: exit %d, error %q; want exit 2 and a clear error naming line %d and the full store\n%s", r.status, l.Error, acked+1, r.stderr)
 	}
-	// 1MB holds 1,419 of these entries with their headers (this server
+	// 1MB holds 1,152 of these entries with their headers (this server
 	// version's file store; the entries and their headers are the same on
 	// every run: the gate appends them in atomic batches of 1,000, the
 	// expected-sequence headers on the first message of each, the batch id
-	// and sequence on every one; one append per entry, with both
-	// expected-sequence headers on each, fitted 1,291).
-	const fit = 1419
+	// and sequence and the publisher's attestation on every one; without
+	// the attestation 1,419 fitted, and one append per entry, with both
+	// expected-sequence headers on each, 1,291).
+	const fit = 1152
 	if acked != fit || l.Stored != fit || l.AlreadyStored != 0 || l.Head.Next != fit {
 		t.Fatalf("publisher journal on a full store: %d already stored, %d stored, head next %d; want 0, %d, %d (what 1MB holds)", l.AlreadyStored, l.Stored, l.Head.Next, fit, fit)
 	}
@@ -379,7 +380,17 @@ func TestDuplicateAfterWindow(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	gate2, err := room.NewGate(context.Background(), nc2, room.GateOptions{Validator: v})
+	// It attests with the suite's publisher key, as a second serve with
+	// the same key would.
+	pem, err := os.ReadFile(publisherKeyFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pk, err := events.ParseHostKey(pem)
+	if err != nil {
+		t.Fatal(err)
+	}
+	gate2, err := room.NewGate(context.Background(), nc2, room.GateOptions{Validator: v, PublisherKey: pk})
 	if err != nil {
 		t.Fatal(err)
 	}
