@@ -13,7 +13,7 @@
 // and signed room checkpoints, and follow and audit keep the last verified
 // checkpoint per room in --state-dir to catch a rolled-back or forked room.
 //
-// Exit status: 0 clean, 1 something was refused (follow, audit; prove: no
+// Exit status: 0 clean, 1 something was refused (audit; prove: no
 // proof; verify-proof: invalid), 2 usage, configuration or connection
 // errors. evidence is a query: it exits 0 after printing what it found, and
 // says on stderr how many messages of the rooms were set aside.
