@@ -95,28 +95,35 @@ func batchMessage(digests [][32]byte) []byte {
 // usable Ed25519 key (no events.HostKey constructor produces one); both are
 // programming errors.
 func AttestBatch(k *events.HostKey, stmts []Statement) []string {
-	if len(stmts) == 0 {
+	digests := make([][32]byte, len(stmts))
+	for i := range stmts {
+		digests[i] = stmts[i].Digest()
+	}
+	return AttestDigests(k, digests)
+}
+
+// AttestDigests is AttestBatch for a caller that has the statements'
+// digests (Statement.Digest) already, e.g. computed in parallel while the
+// batch was being decided. It panics as AttestBatch does.
+func AttestDigests(k *events.HostKey, digests [][32]byte) []string {
+	if len(digests) == 0 {
 		return nil
 	}
-	if len(stmts) > MaxBatch {
-		panic("checkpoint.AttestBatch: batch of " + strconv.Itoa(len(stmts)) + " messages")
+	if len(digests) > MaxBatch {
+		panic("checkpoint.AttestBatch: batch of " + strconv.Itoa(len(digests)) + " messages")
 	}
 	hk, err := signingKey(k)
 	if err != nil {
 		panic("checkpoint.AttestBatch: " + err.Error())
 	}
-	digests := make([][32]byte, len(stmts))
-	for i := range stmts {
-		digests[i] = stmts[i].Digest()
-	}
 	sig := ed25519.Sign(hk.priv, batchMessage(digests))
-	n := strconv.Itoa(len(stmts))
+	n := strconv.Itoa(len(digests))
 	prefix := make([]byte, 0, len(hk.nodeID)+2+sigLen)
 	prefix = append(prefix, hk.nodeID...)
 	prefix = append(prefix, ' ')
 	prefix = base64.RawURLEncoding.AppendEncode(prefix, sig)
 	prefix = append(prefix, ' ')
-	headers := make([]string, len(stmts))
+	headers := make([]string, len(digests))
 	b := make([]byte, 0, len(prefix)+2*len(n)+1)
 	for i := range headers {
 		b = append(b[:0], prefix...)

@@ -408,3 +408,23 @@ func TestBatchCollectorIDsThatDoNotGrow(t *testing.T) {
 		t.Fatalf("verdicts %d, pending %d, order %d", got, c.Pending(), len(c.order))
 	}
 }
+
+func TestAttestDigests(t *testing.T) {
+	k := testKey(1)
+	ss := stmts(7)
+	ds := make([][32]byte, len(ss))
+	for i := range ss {
+		ds[i] = ss[i].Digest()
+	}
+	a, b := AttestBatch(k, ss), AttestDigests(k, ds)
+	if strings.Join(a, "\n") != strings.Join(b, "\n") {
+		t.Fatalf("AttestDigests differs from AttestBatch:\n%q\n%q", a, b)
+	}
+	ds[3][0] ^= 1
+	if c := AttestDigests(k, ds); c[0] == a[0] {
+		t.Fatal("another digest list, the same signature")
+	}
+	if AttestDigests(k, nil) != nil {
+		t.Fatal("an empty batch got headers")
+	}
+}
