@@ -66,9 +66,7 @@ func (g *Gate) AppendJournal(ctx context.Context, roomID string, body []byte, ca
 	for i := range reply.Items {
 		reply.Items[i] = ItemResult{Index: i, Outcome: OutcomeSkipped}
 	}
-	pre := g.checkLines(lines)
-	sg := g.startSigning(roomID, pre)
-	defer sg.close()
+	pre := g.checkLines(roomID, lines)
 	// The chain is named by the first line; a later line of another chain
 	// fails metadata_mismatch like any entry that differs from its capsule.
 	if pre[0].bad != nil {
@@ -84,7 +82,7 @@ func (g *Gate) AppendJournal(ctx context.Context, roomID string, body []byte, ca
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	r := &journalRun{g: g, ctx: ctx, roomID: roomID, key: key, subj: g.subjects.Journal(roomID, key),
-		c: c, capsule: capsule, lines: lines, pre: pre, items: reply.Items, sg: sg}
+		c: c, capsule: capsule, lines: lines, pre: pre, items: reply.Items}
 	r.run()
 	if c.loaded {
 		reply.Head = c.view(key)
@@ -96,13 +94,25 @@ func (g *Gate) AppendJournal(ctx context.Context, roomID string, body []byte, ca
 
 // checkedLine is one request line after the checks that need no chain state:
 // parsed (bad when it could not be), with its entry-level problems and,
-// when it has none and the gate has a publisher key, its content hash.
+// when it has none and the gate has a publisher key, what its attestation
+// will sign.
 type checkedLine struct {
 	e        *events.Entry
 	bad      *ItemResult
 	problems []events.Problem // the validator's entry rules, located at the line
-	sign     bool             // the line may be accepted: the signer attests it
-	content  [32]byte         // checkpoint.ContentHash of the entry, when sign
+	att      lineAttestation  // with a key and no problems
+}
+
+// lineAttestation is what a line's attestation signs (issue 9), made in
+// checkLines' parallel step: the statement's digest binds the room, the
+// line's own chain subject, its seq and its bytes, none of which depends on
+// the chain's state. The batch's one signature over the digests is made
+// once the batch is decided (publishBatch, publishOne).
+type lineAttestation struct {
+	ok      bool
+	chain   events.ChainKey // the chain whose subject the digest names
+	content [32]byte        // checkpoint.ContentHash of the entry
+	digest  [32]byte        // checkpoint.Statement.Digest
 }
 
 // checkChunk is how many lines one worker takes at a time.
@@ -110,9 +120,9 @@ const checkChunk = 32
 
 // checkLines parses every line and applies the entry-level rules
 // (validate.Validator.CheckEntry), in parallel: none of it depends on the
-// chain or on other lines. With a publisher key it marks the lines that
-// passed them for the signer, with their content hash.
-func (g *Gate) checkLines(lines []line) []checkedLine {
+// chain or on other lines. With a publisher key it also hashes, for the
+// lines that passed them, what their attestation will sign.
+func (g *Gate) checkLines(roomID string, lines []line) []checkedLine {
 	pre := make([]checkedLine, len(lines))
 	one := func(i int) {
 		e, bad := parseLine(lines[i], i)
@@ -122,8 +132,8 @@ func (g *Gate) checkLines(lines []line) []checkedLine {
 		}
 		pre[i].e = e
 		pre[i].problems = g.v.CheckEntry(e, events.Location{Line: i + 1})
-		if _, ok := e.Seq(); ok && g.key != nil && len(pre[i].problems) == 0 {
-			pre[i].sign, pre[i].content = true, checkpoint.ContentHash(e.Canonical())
+		if seq, ok := e.Seq(); ok && g.key != nil && len(pre[i].problems) == 0 {
+			pre[i].att = g.lineAttestation(roomID, events.ChainKey{RunID: e.RunID(), CapsuleID: e.CapsuleID()}, seq, e)
 		}
 	}
 	workers := min(runtime.GOMAXPROCS(0), (len(lines)+checkChunk-1)/checkChunk)
@@ -152,84 +162,28 @@ func (g *Gate) checkLines(lines []line) []checkedLine {
 	return pre
 }
 
-// signer attests the lines checkLines marked (issue 9), on every core and
-// in line order, while the run decides the chain and sends the batch: an
-// attestation binds the room, the line's own chain subject, its seq and
-// its bytes, none of which depends on the chain, and an Ed25519 signature
-// costs more than the rest of a line's checks, so it is made beside them,
-// not before or one by one. A line of another chain than the first is
-// refused later (metadata_mismatch) and its attestation unused.
-type signer struct {
-	atts []string        // atts[i]: line i's checkpoint.AttestationHeader value
-	done []chan struct{} // done[k] is closed once chunk k is signed
-	stop atomic.Bool     // the run is over: sign nothing more
-	wg   sync.WaitGroup
+// lineAttestation hashes what the attestation of e, entry seq of chain
+// key in roomID, signs.
+func (g *Gate) lineAttestation(roomID string, key events.ChainKey, seq int64, e *events.Entry) lineAttestation {
+	content := checkpoint.ContentHash(e.Canonical())
+	st := checkpoint.Statement{Room: roomID, Subject: g.subjects.Journal(roomID, key), Position: checkpoint.JournalPosition(seq), Content: content}
+	return lineAttestation{ok: true, chain: key, content: content, digest: st.Digest()}
 }
 
-// startSigning starts the signer of pre; nil when the gate has no key.
-func (g *Gate) startSigning(roomID string, pre []checkedLine) *signer {
-	if g.key == nil {
+// attestations signs the first n pending lines as one batch (issue 9: one
+// signature per atomic batch, over the statements in the order they are
+// appended) and returns each line's checkpoint.AttestationHeader value; nil
+// without a publisher key. A re-formed batch (halved, one by one, decided
+// again) is signed again for what it holds.
+func (r *journalRun) attestations(n int) []string {
+	if r.g.key == nil {
 		return nil
 	}
-	n := (len(pre) + checkChunk - 1) / checkChunk
-	sg := &signer{atts: make([]string, len(pre)), done: make([]chan struct{}, n)}
-	for k := range sg.done {
-		sg.done[k] = make(chan struct{})
+	digests := make([][32]byte, n)
+	for k := range digests {
+		digests[k] = r.pending[k].att.digest
 	}
-	var next atomic.Int64
-	for range min(runtime.GOMAXPROCS(0), n) {
-		sg.wg.Go(func() {
-			var key events.ChainKey // the subject of the worker's last chain
-			var subj string
-			for {
-				k := int(next.Add(1)) - 1
-				if k >= n {
-					return
-				}
-				for i := k * checkChunk; i < min((k+1)*checkChunk, len(pre)) && !sg.stop.Load(); i++ {
-					if !pre[i].sign {
-						continue
-					}
-					e := pre[i].e
-					if ck := (events.ChainKey{RunID: e.RunID(), CapsuleID: e.CapsuleID()}); subj == "" || ck != key {
-						key, subj = ck, g.subjects.Journal(roomID, ck)
-					}
-					seq, _ := e.Seq()
-					sg.atts[i] = g.attest(roomID, subj, checkpoint.JournalPosition(seq), pre[i].content)
-				}
-				close(sg.done[k])
-			}
-		})
-	}
-	return sg
-}
-
-// attestation waits for line p's attestation and returns it ("" without
-// a key). A line the signer did not attest (it cannot be accepted) is
-// attested here, so no accepted line goes out without one.
-func (r *journalRun) attestation(p pend) (string, error) {
-	sg := r.sg
-	if sg == nil {
-		return "", nil
-	}
-	select {
-	case <-sg.done[p.idx/checkChunk]:
-	case <-r.ctx.Done():
-		return "", r.ctx.Err()
-	}
-	if att := sg.atts[p.idx]; att != "" {
-		return att, nil
-	}
-	return r.g.attest(r.roomID, r.subj, checkpoint.JournalPosition(p.seq), p.content), nil
-}
-
-// close stops the signer and waits for its workers.
-func (sg *signer) close() {
-	if sg == nil {
-		return
-	}
-	sg.stop.Store(true)
-	sg.wg.Wait()
+	return checkpoint.AttestDigests(r.g.key, digests)
 }
 
 // lineTry is the retry state of the line being decided.
@@ -247,11 +201,11 @@ func newTry() lineTry { return lineTry{until: time.Now().Add(retryWindow)} }
 
 // pend is a line that passed every check and waits in the next batch.
 type pend struct {
-	idx     int
-	e       *events.Entry
-	seq     int64
-	content [32]byte // checkpoint.ContentHash of the entry, with a key
-	try     lineTry  // its retry state, for when the batch must be decided again
+	idx int
+	e   *events.Entry
+	seq int64
+	att lineAttestation // with a key: what its attestation signs
+	try lineTry         // its retry state, for when the batch must be decided again
 }
 
 // journalRun decides the lines of one request with the chain locked.
@@ -274,8 +228,7 @@ type journalRun struct {
 	items   []ItemResult
 	pending []pend
 	cv      *events.ChainVerifier
-	singles bool    // publish the pending lines one at a time
-	sg      *signer // nil without a publisher key
+	singles bool // publish the pending lines one at a time
 }
 
 type decision int
@@ -306,11 +259,13 @@ func (r *journalRun) run() {
 		case decAccept:
 			e := r.pre[i].e
 			seq, _ := e.Seq()
-			content := r.pre[i].content
-			if r.g.key != nil && !r.pre[i].sign {
-				content = checkpoint.ContentHash(e.Canonical()) // cannot happen: see attestation
+			att := r.pre[i].att
+			if r.g.key != nil && (!att.ok || att.chain != r.key) {
+				// Cannot happen: an accepted line passed the entry rules and
+				// is of the run's chain (metadata_mismatch otherwise).
+				att = r.g.lineAttestation(r.roomID, r.key, seq, e)
 			}
-			r.pending = append(r.pending, pend{idx: i, e: e, seq: seq, content: content, try: try})
+			r.pending = append(r.pending, pend{idx: i, e: e, seq: seq, att: att, try: try})
 			r.cv.Accept(e)
 			i, try = i+1, newTry()
 			if len(r.pending) < r.g.batchLimit() {
@@ -425,7 +380,7 @@ func (r *journalRun) decide(i int, try *lineTry) (decision, ItemResult) {
 		// The message one append of this line alone would send (flush checks
 		// the exact one again).
 		msg := r.message(e, "", true, c.streamSeq+uint64(len(r.pending)))
-		if tl := g.tooLarge(msg, at); tl != nil {
+		if tl := g.tooLarge(msg, at, 0, 1); tl != nil {
 			if flushFirst {
 				return decFlush, ItemResult{}
 			}
@@ -538,15 +493,14 @@ func (r *journalRun) publishOne() (flushResult, bool) {
 	g, c := r.g, r.c
 	p := r.pending[0]
 	at := events.Location{Line: p.idx + 1}
-	att, err := r.attestation(p)
-	if err != nil {
-		return r.end(failed(p.idx, err)), false
-	}
-	msg := r.message(p.e, att, true, c.streamSeq)
-	if tl := g.tooLarge(msg, at); tl != nil {
+	msg := r.message(p.e, "", true, c.streamSeq)
+	if tl := g.tooLarge(msg, at, 0, 1); tl != nil {
 		return r.end(refused(p.idx, tl)), false
 	}
-	g.expect(msg, p.content)
+	if atts := r.attestations(1); atts != nil {
+		msg.Header.Set(checkpoint.AttestationHeader, atts[0])
+		g.expect(msg, p.att.content)
+	}
 	ack, err := g.publish(r.ctx, msg)
 	switch {
 	case err == nil && !ack.Duplicate:
@@ -633,12 +587,20 @@ func (r *journalRun) publishBatch(n int) (flushResult, bool) {
 	msgs := make([]*nats.Msg, n)
 	for k, p := range batch {
 		// Without its attestation yet: msgHeaderSize counts what it will
-		// add (sendBatch sets it).
+		// add.
 		msgs[k] = r.message(p.e, "", k == 0, c.streamSeq)
-		if int64(len(msgs[k].Data))+g.msgHeaderSize(msgs[k])+batchHeaderRoom > g.nc.MaxPayload() {
+		if int64(len(msgs[k].Data))+g.msgHeaderSize(msgs[k], k, n)+batchHeaderRoom > g.nc.MaxPayload() {
 			// One append per line says which line is too large.
 			r.singles = true
 			return flushResult{}, true
+		}
+	}
+	// The chain is decided: the batch is signed once, before its first
+	// message is sent.
+	if atts := r.attestations(n); atts != nil {
+		for k, p := range batch {
+			msgs[k].Header.Set(checkpoint.AttestationHeader, atts[k])
+			g.expect(msgs[k], p.att.content)
 		}
 	}
 	select {
@@ -649,7 +611,7 @@ func (r *journalRun) publishBatch(n int) (flushResult, bool) {
 	prev := c.streamSeq
 	start := time.Now()
 	ctx, cancel := context.WithTimeout(r.ctx, g.timeout)
-	ack, err := r.sendBatch(ctx, batch, msgs)
+	ack, err := jetstreamext.PublishMsgBatch(ctx, g.js, msgs, jetstreamext.BatchFlowControl{AckFirst: true, AckTimeout: g.timeout})
 	cancel()
 	<-g.inflight
 	if bo, ok := g.obs.(BatchObserver); ok {
@@ -702,36 +664,6 @@ func (r *journalRun) publishBatch(n int) (flushResult, bool) {
 		g.log.Warn("ambiguous batch append, reading back", zap.String("subject", r.subj), zap.Int("messages", n), zap.Error(err))
 		return r.readBack(msgs[0].Header.Get(jetstreamext.BatchIDHeader), prev, n), false
 	}
-}
-
-// sendBatch publishes msgs, the messages of batch, as one atomic batch
-// (ADR-50), as jetstreamext.PublishMsgBatch does (an ack on the first
-// message, the commit on the last), but each message as soon as its
-// attestation is made, so the server stores the first while the signer
-// works on the later ones.
-func (r *journalRun) sendBatch(ctx context.Context, batch []pend, msgs []*nats.Msg) (*jetstreamext.BatchAck, error) {
-	g := r.g
-	bp, err := jetstreamext.NewBatchPublisher(g.js, jetstreamext.BatchFlowControl{AckFirst: true, AckTimeout: g.timeout})
-	if err != nil {
-		return nil, err
-	}
-	for k, p := range batch {
-		att, err := r.attestation(p)
-		if err != nil {
-			return nil, err
-		}
-		if att != "" {
-			msgs[k].Header.Set(checkpoint.AttestationHeader, att)
-			g.expect(msgs[k], p.content)
-		}
-		if k == len(batch)-1 {
-			return bp.CommitMsg(ctx, msgs[k])
-		}
-		if err := bp.AddMsg(msgs[k]); err != nil {
-			return nil, fmt.Errorf("publishing message in the batch: %w", err)
-		}
-	}
-	return nil, errors.New("empty batch")
 }
 
 // readBack decides the first n pending lines after their batch (id) got no
@@ -807,8 +739,8 @@ func (r *journalRun) ours(id string, prev uint64, batch []pend) ([]uint64, error
 
 // msgHeaderSize is the size of msg's headers on the wire, as tooLarge
 // counts them, with the attestation the gate will add when msg has none
-// yet.
-func (g *Gate) msgHeaderSize(msg *nats.Msg) int64 {
+// yet: message index of a batch of count ("<node id> <sig> <index>/<count>").
+func (g *Gate) msgHeaderSize(msg *nats.Msg, index, count int) int64 {
 	var size int64 = 12
 	for k, vs := range msg.Header {
 		for _, v := range vs {
@@ -816,7 +748,7 @@ func (g *Gate) msgHeaderSize(msg *nats.Msg) int64 {
 		}
 	}
 	if g.key != nil && msg.Header.Get(checkpoint.AttestationHeader) == "" {
-		size += g.attestationSize
+		size += int64(len(checkpoint.AttestationHeader) + checkpoint.HeaderLen(g.key.NodeID(), index, count) + 4)
 	}
 	return size
 }

@@ -1,10 +1,12 @@
 package room
 
 import (
+	"cmp"
 	"context"
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -115,12 +117,23 @@ type Checkpointer struct {
 	wdone    chan struct{}
 	stopOnce sync.Once
 
-	mu       sync.Mutex
-	rooms    map[string]*ckRoom
-	parsed   map[string]Parsed // subject cache
-	startSeq uint64            // the stream's last sequence at start
-	caughtUp bool              // handled up to startSeq: writes may begin
-	consErr  error             // the consumer's last error, for Stop
+	mu    sync.Mutex
+	rooms map[string]*ckRoom
+	// batches verifies the attestations of messages the gate of this
+	// process did not make, one signature per atomic batch (issue 9);
+	// waiting names the room of each message it holds, by stream seq.
+	batches *checkpoint.BatchCollector
+	waiting map[uint64]*ckRoom
+	// lastPending and lastAt: NumPending of the last message handled and
+	// when it was: a batch still incomplete once the reader has handled
+	// all the stream has (an atomic batch is stored whole) never
+	// completes, and is refused (settleStuck).
+	lastPending uint64
+	lastAt      time.Time
+	parsed      map[string]Parsed // subject cache
+	startSeq    uint64            // the stream's last sequence at start
+	caughtUp    bool              // handled up to startSeq: writes may begin
+	consErr     error             // the consumer's last error, for Stop
 }
 
 // ckSubjectCache bounds the checkpointer's cache of parsed subjects (one
@@ -130,8 +143,12 @@ const ckSubjectCache = 4096
 // ckRoom is the checkpointer's view of one room. Fields under
 // Checkpointer.mu, but lease: the writer's alone.
 type ckRoom struct {
-	id        string
-	tree      *leanTree
+	id   string
+	tree *leanTree
+	// queue holds, in stream order, the room's messages and checkpoints
+	// read after a message whose batch is not verified yet: the tree takes
+	// leaves, and checkpoints are checked, in stream order only.
+	queue     []ckQueued
 	execCount uint64 // messages read on the exec subject (the next record's position)
 	// ckptSeq is the checkpoint subject's last stream sequence read or
 	// written: a write expects it.
@@ -144,6 +161,27 @@ type ckRoom struct {
 	warned   bool      // a message that is no leaf was logged at warn level
 	lease    lease
 }
+
+// ckQueued is a room's message or checkpoint waiting behind a message
+// whose batch is not verified yet.
+type ckQueued struct {
+	seq     uint64
+	subject string
+	state   ckState
+	leaf    [32]byte // a message's leaf hash
+	what    string   // why a message is no leaf (its log message)
+	err     error    // and the error behind it, if any
+	ckpt    []byte   // a checkpoint's note
+}
+
+type ckState int
+
+const (
+	ckPending    ckState = iota // its batch is not verified yet
+	ckLeaf                      // admitted: a leaf
+	ckNotLeaf                   // refused: no leaf
+	ckCheckpoint                // a checkpoint, checked in its turn
+)
 
 // lease is the writer's hold on one room's lease key.
 type lease struct {
@@ -168,7 +206,8 @@ func StartCheckpointer(ctx context.Context, nc *nats.Conn, o CheckpointerOptions
 	}
 	c := &Checkpointer{log: o.Logger, subjects: o.Subjects, signer: signer, nodeID: o.Key.NodeID(), trust: trust,
 		every: uint64(o.Every), interval: o.Interval, due: make(chan struct{}, 1), wdone: make(chan struct{}),
-		rooms: map[string]*ckRoom{}, parsed: map[string]Parsed{}}
+		rooms: map[string]*ckRoom{}, parsed: map[string]Parsed{}, waiting: map[uint64]*ckRoom{}}
+	c.batches = checkpoint.NewBatchCollector(trust)
 	if c.log == nil {
 		c.log = zap.NewNop()
 	}
@@ -284,45 +323,116 @@ func (c *Checkpointer) Expect(subject, header string, content [32]byte) {
 }
 
 // ownAttestations holds the attestations the gate made and the reader has
-// not seen yet, in two generations: the older one is dropped when the
-// newer fills up or a minute has passed, so an attestation whose message
-// never landed costs memory only for a while (a message seen later than
-// that has its signature verified instead).
+// not seen yet, by batch (the header without its "i/n" suffix), in two
+// generations: the older one is dropped when the newer has grown by
+// ownGeneration messages or a minute has passed, so an attestation whose
+// message never landed costs memory only for a while (a batch seen later
+// than that has its signature verified instead). A batch the reader has
+// begun to take is never dropped: its messages are stored together, so
+// the rest follow, and a batch is admitted as the gate's own whole or not
+// at all (a part of a batch cannot be verified on its own).
 type ownAttestations struct {
 	mu       sync.Mutex
-	cur, old map[[32]byte]ownAttestation
+	cur, old map[string]*ownBatch
+	curSize  int // messages expected in cur
 	since    time.Time
 }
 
-type ownAttestation struct{ subject, header string }
+// ownBatch is one batch the gate attested: members[i] is message i.
+type ownBatch struct {
+	members []ownAttestation
+	taken   int
+}
+
+type ownAttestation struct {
+	subject string
+	content [32]byte
+	set     bool
+}
 
 const (
 	ownGeneration    = 1 << 16
 	ownGenerationAge = time.Minute
 )
 
+// splitOwn splits an attestation header the gate made into its batch
+// ("<node id> <sig>"), index and count.
+func splitOwn(header string) (batch string, index, count int, ok bool) {
+	sp := strings.LastIndexByte(header, ' ')
+	if sp < 0 {
+		return "", 0, 0, false
+	}
+	is, ns, ok := strings.Cut(header[sp+1:], "/")
+	i, err1 := strconv.Atoi(is)
+	n, err2 := strconv.Atoi(ns)
+	if !ok || err1 != nil || err2 != nil || i < 0 || i >= n || n > checkpoint.MaxBatch {
+		return "", 0, 0, false
+	}
+	return header[:sp], i, n, true
+}
+
 func (o *ownAttestations) add(content [32]byte, subject, header string) {
+	batch, i, n, ok := splitOwn(header)
+	if !ok {
+		return
+	}
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	if o.cur == nil {
-		o.cur, o.since = make(map[[32]byte]ownAttestation), time.Now()
+		o.cur, o.since = make(map[string]*ownBatch), time.Now()
 	}
-	if len(o.cur) >= ownGeneration || time.Since(o.since) > ownGenerationAge {
-		o.old, o.cur, o.since = o.cur, make(map[[32]byte]ownAttestation), time.Now()
+	b := o.cur[batch]
+	if b == nil {
+		b = o.old[batch]
 	}
-	o.cur[content] = ownAttestation{subject, header}
+	if b == nil {
+		if o.curSize >= ownGeneration || time.Since(o.since) > ownGenerationAge {
+			o.rotate()
+		}
+		b = &ownBatch{members: make([]ownAttestation, n)}
+		o.cur[batch] = b
+		o.curSize += n
+	}
+	if len(b.members) == n {
+		b.members[i] = ownAttestation{subject: subject, content: content, set: true}
+	}
+}
+
+// rotate drops the old generation but for the batches begun.
+func (o *ownAttestations) rotate() {
+	next := make(map[string]*ownBatch)
+	size := 0
+	for k, b := range o.old {
+		if b.taken > 0 {
+			next[k] = b
+			size += len(b.members)
+		}
+	}
+	o.old, o.cur, o.curSize, o.since = o.cur, next, size, time.Now()
 }
 
 // take reports whether the gate attested exactly this header for content
 // on subject, and forgets it.
 func (o *ownAttestations) take(content [32]byte, subject, header string) bool {
+	batch, i, n, ok := splitOwn(header)
+	if !ok {
+		return false
+	}
 	o.mu.Lock()
 	defer o.mu.Unlock()
-	for _, m := range []map[[32]byte]ownAttestation{o.cur, o.old} {
-		if a, ok := m[content]; ok && a.subject == subject && a.header == header {
-			delete(m, content)
-			return true
+	for _, m := range []map[string]*ownBatch{o.cur, o.old} {
+		b := m[batch]
+		if b == nil || len(b.members) != n {
+			continue
 		}
+		if a := b.members[i]; !a.set || a.subject != subject || a.content != content {
+			return false
+		}
+		b.members[i] = ownAttestation{}
+		if b.taken++; b.taken == n {
+			delete(m, batch)
+		}
+		return true
 	}
 	return false
 }
@@ -338,6 +448,7 @@ func (c *Checkpointer) handle(msg jetstream.Msg) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	defer c.handled.Store(seq)
+	c.lastPending, c.lastAt = meta.NumPending, time.Now()
 	if !c.caughtUp && (seq >= c.startSeq || meta.NumPending == 0) {
 		c.caughtUp = true
 		c.log.Info("checkpointer caught up with the stream", zap.Uint64("stream_seq", seq), zap.Int("rooms", len(c.rooms)))
@@ -359,6 +470,10 @@ func (c *Checkpointer) handle(msg jetstream.Msg) {
 		c.rooms[p.RoomID] = r
 	}
 	if p.Kind == KindCheckpoint {
+		if len(r.queue) > 0 {
+			r.queue = append(r.queue, ckQueued{seq: seq, subject: subject, state: ckCheckpoint, ckpt: msg.Data()})
+			return
+		}
 		c.readCheckpoint(r, seq, msg.Data())
 		return
 	}
@@ -370,11 +485,97 @@ func (c *Checkpointer) handle(msg jetstream.Msg) {
 	data := msg.Data()
 	content := checkpoint.ContentHash(data)
 	header := msg.Headers().Get(checkpoint.AttestationHeader)
-	if !c.admitted(r, p, subject, position, header, data, content, seq) {
-		c.m.unadmitted.Inc()
+	q := ckQueued{seq: seq, subject: subject, leaf: checkpoint.LeafHash(r.id, subject, content)}
+	switch {
+	case header == "":
+		q.state, q.what = ckNotLeaf, "checkpointer: a message without attestation is not a leaf"
+	case c.own.take(content, subject, header):
+		q.state = ckLeaf
+	default:
+		// Another publisher's, or this one's before a restart: verified
+		// once its whole batch has been read.
+		if p.Kind == KindJournal {
+			e, err := events.ParseEntry(data)
+			seqNo, ok := int64(0), false
+			if err == nil {
+				seqNo, ok = e.Seq()
+			}
+			if !ok {
+				q.state, q.what, q.err = ckNotLeaf, "checkpointer: an attested journal message that is no entry is not a leaf", err
+				break
+			}
+			position = checkpoint.JournalPosition(seqNo)
+		}
+		r.queue = append(r.queue, q)
+		c.waiting[seq] = r
+		c.settle(c.batches.Add(seq, header, checkpoint.Statement{Room: r.id, Subject: subject, Position: position, Content: content}))
 		return
 	}
-	r.tree.Append(checkpoint.LeafHash(r.id, subject, content))
+	if len(r.queue) > 0 {
+		r.queue = append(r.queue, q)
+		return
+	}
+	c.take(r, q)
+}
+
+// settle applies the collector's verdicts and moves the rooms they concern
+// on as far as their queues are decided. c.mu is held.
+func (c *Checkpointer) settle(vs []checkpoint.BatchVerdict) {
+	var touched []*ckRoom
+	for _, v := range vs {
+		r := c.waiting[v.ID]
+		if r == nil {
+			continue // cannot happen: every message added waits
+		}
+		delete(c.waiting, v.ID)
+		// The queue is in stream order.
+		if i, ok := slices.BinarySearchFunc(r.queue, v.ID, func(q ckQueued, id uint64) int { return cmp.Compare(q.seq, id) }); ok && r.queue[i].state == ckPending {
+			q := &r.queue[i]
+			q.state = ckLeaf
+			if v.Err != nil {
+				q.state, q.what, q.err = ckNotLeaf, "checkpointer: a message whose attestation does not verify is not a leaf", v.Err
+			}
+		}
+		if len(touched) == 0 || touched[len(touched)-1] != r {
+			touched = append(touched, r)
+		}
+	}
+	for _, r := range touched {
+		k := 0
+		for ; k < len(r.queue) && r.queue[k].state != ckPending; k++ {
+			if r.queue[k].state == ckCheckpoint {
+				c.readCheckpoint(r, r.queue[k].seq, r.queue[k].ckpt)
+			} else {
+				c.take(r, r.queue[k])
+			}
+		}
+		r.queue = append(r.queue[:0], r.queue[k:]...)
+		if len(r.queue) == 0 {
+			r.queue = nil
+		}
+	}
+}
+
+// settleStuck refuses the batches still incomplete once the reader has had
+// every message the stream held for a second: an atomic batch is stored
+// and read whole, so they never complete (a forged header).
+func (c *Checkpointer) settleStuck(force bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.batches.Pending() == 0 || (!force && (c.lastPending != 0 || time.Since(c.lastAt) < time.Second)) {
+		return
+	}
+	c.settle(c.batches.Flush())
+}
+
+// take adds a decided message to r's tree, or counts it as no leaf.
+func (c *Checkpointer) take(r *ckRoom, q ckQueued) {
+	if q.state != ckLeaf {
+		c.m.unadmitted.Inc()
+		c.notLeaf(r, q.what, q.seq, q.subject, q.err)
+		return
+	}
+	r.tree.Append(q.leaf)
 	if r.grewAt.IsZero() {
 		r.grewAt = time.Now()
 	}
@@ -384,35 +585,6 @@ func (c *Checkpointer) handle(msg jetstream.Msg) {
 		default:
 		}
 	}
-}
-
-// admitted reports whether a journal or exec message is a leaf: it carries
-// a valid attestation by a trusted publisher (issue 9).
-func (c *Checkpointer) admitted(r *ckRoom, p Parsed, subject, position, header string, data []byte, content [32]byte, seq uint64) bool {
-	if header == "" {
-		c.notLeaf(r, "checkpointer: a message without attestation is not a leaf", seq, subject, nil)
-		return false
-	}
-	if c.own.take(content, subject, header) {
-		return true
-	}
-	if p.Kind == KindJournal {
-		e, err := events.ParseEntry(data)
-		seqNo, ok := int64(0), false
-		if err == nil {
-			seqNo, ok = e.Seq()
-		}
-		if !ok {
-			c.notLeaf(r, "checkpointer: an attested journal message that is no entry is not a leaf", seq, subject, err)
-			return false
-		}
-		position = checkpoint.JournalPosition(seqNo)
-	}
-	if _, err := c.trust.VerifyAttestation(header, r.id, subject, position, content); err != nil {
-		c.notLeaf(r, "checkpointer: a message whose attestation does not verify is not a leaf", seq, subject, err)
-		return false
-	}
-	return true
 }
 
 // notLeaf logs a message that is no leaf: the room's first at warn level,
@@ -486,6 +658,7 @@ func (c *Checkpointer) writer(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case <-tick.C:
+			c.settleStuck(false)
 		case <-c.due:
 		}
 		_ = c.writeDue(ctx, false)
@@ -658,6 +831,7 @@ func (c *Checkpointer) stop(ctx context.Context) error {
 		errs = append(errs, fmt.Errorf("final checkpoints: %w", err))
 	}
 	c.cons.Stop()
+	c.settleStuck(true)
 	if len(errs) == 0 {
 		errs = append(errs, c.writeDue(ctx, true))
 	}

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -79,12 +80,41 @@ type roomTree struct {
 // rebuild reads every message of e's stream and rebuilds roomID with trust:
 // a journal message is a leaf when its attestation verifies at "seq:" of
 // its entry's seq, an exec message at "index:" of its ordinal among all
-// messages on the room's exec subject.
+// messages on the room's exec subject, each batch's signature over all its
+// messages (a BatchCollector, by stream seq).
 func (e *env) rebuild(roomID string, trust *checkpoint.Trust) *roomTree {
 	e.t.Helper()
 	rt := &roomTree{tree: checkpoint.NewTree()}
 	var execIndex uint64
 	subjects := room.Subjects{}
+	verdicts := map[uint64]error{}
+	bc := checkpoint.NewBatchCollector(trust)
+	take := func(vs []checkpoint.BatchVerdict) {
+		for _, v := range vs {
+			verdicts[v.ID] = v.Err
+		}
+	}
+	for _, m := range e.stored() {
+		p, err := subjects.Parse(m.Subject)
+		if err != nil || p.RoomID != roomID || p.Kind == room.KindCheckpoint {
+			continue
+		}
+		var position string
+		if p.Kind == room.KindExecution {
+			position = checkpoint.RecordPosition(execIndex)
+			execIndex++
+		} else {
+			en, err := events.ParseEntry(m.Data)
+			if err != nil {
+				continue
+			}
+			seq, _ := en.Seq()
+			position = checkpoint.JournalPosition(seq)
+		}
+		take(bc.Add(m.Sequence, m.Header.Get(checkpoint.AttestationHeader),
+			checkpoint.Statement{Room: roomID, Subject: m.Subject, Position: position, Content: checkpoint.ContentHash(m.Data)}))
+	}
+	take(bc.Flush())
 	for _, m := range e.stored() {
 		p, err := subjects.Parse(m.Subject)
 		if err != nil || p.RoomID != roomID {
@@ -100,21 +130,8 @@ func (e *env) rebuild(roomID string, trust *checkpoint.Trust) *roomTree {
 			rt.sizeAt = append(rt.sizeAt, rt.tree.Size())
 			continue
 		}
-		var position string
-		if p.Kind == room.KindExecution {
-			position = checkpoint.RecordPosition(execIndex)
-			execIndex++
-		} else {
-			en, err := events.ParseEntry(m.Data)
-			if err != nil {
-				rt.notLeaves = append(rt.notLeaves, m.Sequence)
-				continue
-			}
-			seq, _ := en.Seq()
-			position = checkpoint.JournalPosition(seq)
-		}
 		content := checkpoint.ContentHash(m.Data)
-		if _, err := trust.VerifyAttestation(m.Header.Get(checkpoint.AttestationHeader), roomID, m.Subject, position, content); err != nil {
+		if err, ok := verdicts[m.Sequence]; !ok || err != nil {
 			rt.notLeaves = append(rt.notLeaves, m.Sequence)
 			continue
 		}
@@ -182,9 +199,10 @@ func (e *env) recordNamed(roomID, n string) []byte {
 
 // TestGateAttestsEveryAppend: every message a gate with a publisher key
 // appends carries an attestation that verifies under checkpoint.Trust at
-// its position: a journal entry at its seq (atomic batches and one append
-// per entry), a record at its ordinal among all messages on the room's exec
-// subject, counted across another gate's appends and a raw message there.
+// its position: a journal entry at its seq (an atomic batch signed once,
+// "i/25", and one append per entry, "0/1"), a record at its ordinal among
+// all messages on the room's exec subject, counted across another gate's
+// appends and a raw message there.
 func TestGateAttestsEveryAppend(t *testing.T) {
 	e := newEnv(t)
 	ctx := context.Background()
@@ -232,6 +250,8 @@ func TestGateAttestsEveryAppend(t *testing.T) {
 	// Exact positions and signers, message by message.
 	subj := room.Subjects{}
 	var execIndex uint64
+	var jHeaders []string
+	var jStmts []checkpoint.Statement
 	for _, m := range e.stored() {
 		h := m.Header.Get(checkpoint.AttestationHeader)
 		content := checkpoint.ContentHash(m.Data)
@@ -264,20 +284,54 @@ func TestGateAttestsEveryAppend(t *testing.T) {
 			t.Fatal(err)
 		}
 		seq, _ := en.Seq()
-		if signer, err := trust.VerifyAttestation(h, roomID, m.Subject, checkpoint.JournalPosition(seq), content); err != nil || signer != key.NodeID() {
-			t.Fatalf("entry %d at stream seq %d: %s %v", seq, m.Sequence, signer, err)
+		jHeaders = append(jHeaders, h)
+		jStmts = append(jStmts, checkpoint.Statement{Room: roomID, Subject: m.Subject, Position: checkpoint.JournalPosition(seq), Content: content})
+	}
+	// The journal: entries 0-24 one batch of 25, then 15 batches of one.
+	if len(jHeaders) != 40 {
+		t.Fatalf("%d journal messages", len(jHeaders))
+	}
+	for i, h := range jHeaders {
+		a, err := checkpoint.ParseAttestation(h)
+		want := [2]int{i, 25}
+		if i >= 25 {
+			want = [2]int{0, 1}
 		}
-		// A flipped content bit, another room, another position: refused.
-		flipped := content
-		flipped[0] ^= 1
-		for _, bad := range []struct{ room, pos string }{{roomID, checkpoint.JournalPosition(seq + 1)}, {"room:other", checkpoint.JournalPosition(seq)}} {
-			if _, err := trust.VerifyAttestation(h, bad.room, m.Subject, bad.pos, content); !errors.Is(err, checkpoint.ErrBadAttestation) {
-				t.Fatalf("entry %d verifies as %s %s: %v", seq, bad.room, bad.pos, err)
+		if err != nil || a.Signer != key.NodeID() || [2]int{a.Index, a.Count} != want {
+			t.Fatalf("entry %d: %+v %v, want %d/%d", i, a, err, want[0], want[1])
+		}
+	}
+	batches := [][2]int{{0, 25}}
+	for i := 25; i < 40; i++ {
+		batches = append(batches, [2]int{i, i + 1})
+	}
+	for _, b := range batches {
+		hs, ss := jHeaders[b[0]:b[1]], jStmts[b[0]:b[1]]
+		if signer, err := trust.VerifyBatch(hs, ss); err != nil || signer != key.NodeID() {
+			t.Fatalf("entries %d-%d: %s %v", b[0], b[1]-1, signer, err)
+		}
+		// A flipped content bit, another room, another position of any
+		// message: the batch is refused.
+		for k := range ss {
+			for name, edit := range map[string]func(*checkpoint.Statement){
+				"content":  func(s *checkpoint.Statement) { s.Content[0] ^= 1 },
+				"room":     func(s *checkpoint.Statement) { s.Room = "room:other" },
+				"position": func(s *checkpoint.Statement) { s.Position = checkpoint.JournalPosition(int64(b[0]+k) + 1) },
+			} {
+				edited := slices.Clone(ss)
+				edit(&edited[k])
+				if _, err := trust.VerifyBatch(hs, edited); !errors.Is(err, checkpoint.ErrBadAttestation) {
+					t.Fatalf("entries %d-%d verify with the %s of %d edited: %v", b[0], b[1]-1, name, k, err)
+				}
 			}
 		}
-		if _, err := trust.VerifyAttestation(h, roomID, m.Subject, checkpoint.JournalPosition(seq), flipped); !errors.Is(err, checkpoint.ErrBadAttestation) {
-			t.Fatalf("entry %d verifies with a flipped content bit: %v", seq, err)
-		}
+	}
+	// Part of the batch of 25 cannot be verified.
+	if _, err := trust.VerifyBatch(jHeaders[:24], jStmts[:24]); !errors.Is(err, checkpoint.ErrBadAttestation) {
+		t.Fatalf("24 of the batch of 25: %v", err)
+	}
+	if _, err := trust.VerifyAttestation(jHeaders[3], roomID, jStmts[3].Subject, jStmts[3].Position, jStmts[3].Content); !errors.Is(err, checkpoint.ErrIncompleteBatch) {
+		t.Fatalf("one of the batch of 25 alone: %v", err)
 	}
 	if execIndex != 5 {
 		t.Fatalf("%d messages on the exec subject, want 5", execIndex)
@@ -319,7 +373,7 @@ func TestGateCountsAttestationSize(t *testing.T) {
 	// One entry whose message without the attestation is 80 bytes under
 	// the limit: the attestation header adds len(name)+len(value)+4 bytes.
 	subj := room.Subjects{}.Journal("room:size", events.ChainKey{RunID: "run-s", CapsuleID: "cap-s"})
-	attSize := len(checkpoint.AttestationHeader) + len(key.NodeID()) + 1 + 86 + 4
+	attSize := len(checkpoint.AttestationHeader) + len(key.NodeID()) + 1 + 86 + len(" 0/1") + 4
 	fixed := 12 + len(jetstream.MsgIDHeader) + 64 + 4 + len(jetstream.ExpectedLastSubjSeqHeader) + 1 + 4 +
 		len(jetstream.ExpectedLastSubjSeqSubjHeader) + len(room.Subjects{}.ChainAnyRoom(events.ChainKey{RunID: "run-s", CapsuleID: "cap-s"})) + 4
 	entry := func(pad int) *events.Entry {

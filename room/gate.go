@@ -3,8 +3,6 @@ package room
 import (
 	"bytes"
 	"context"
-	"crypto/ed25519"
-	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -113,9 +111,6 @@ type Gate struct {
 
 	key      *events.HostKey // attests appends (issue 9); nil: none
 	attested AttestationSink // nil: nobody is told
-	// attestationSize is what an attestation header adds to a message
-	// on the wire: name, node id, space, 86 characters of signature.
-	attestationSize int64
 
 	mu     sync.Mutex
 	chains map[events.ChainKey]*chainState
@@ -155,10 +150,6 @@ func NewGate(ctx context.Context, nc *nats.Conn, o GateOptions) (*Gate, error) {
 	}
 	if g.log == nil {
 		g.log = zap.NewNop()
-	}
-	if g.key != nil {
-		sig := base64.RawURLEncoding.EncodedLen(ed25519.SignatureSize)
-		g.attestationSize = int64(len(checkpoint.AttestationHeader) + len(g.key.NodeID()) + 1 + sig + 4)
 	}
 	if g.timeout <= 0 {
 		g.timeout = DefaultTimeout
@@ -498,10 +489,11 @@ func onlyPosition(ps []events.Problem) bool {
 }
 
 // tooLarge refuses a message the server would not accept: data and headers
-// (with the attestation, which the gate may add later: msgHeaderSize) over
-// the connection's max payload (DESIGN.md: refused before it is sent).
-func (g *Gate) tooLarge(msg *nats.Msg, at events.Location) []events.Problem {
-	size := int64(len(msg.Data)) + g.msgHeaderSize(msg)
+// (with the attestation of message index of a batch of count, which the
+// gate may add later: msgHeaderSize) over the connection's max payload
+// (DESIGN.md: refused before it is sent).
+func (g *Gate) tooLarge(msg *nats.Msg, at events.Location, index, count int) []events.Problem {
+	size := int64(len(msg.Data)) + g.msgHeaderSize(msg, index, count)
 	if max := g.nc.MaxPayload(); size > max {
 		return []events.Problem{{Code: events.TooLarge, At: at,
 			Reason: fmt.Sprintf("%d bytes with headers; the server accepts at most %d", size, max)}}
@@ -510,7 +502,7 @@ func (g *Gate) tooLarge(msg *nats.Msg, at events.Location) []events.Problem {
 }
 
 // attest returns the attestation header value of data on subject at
-// position, or "" when the gate has no publisher key.
+// position, a batch of one, or "" when the gate has no publisher key.
 func (g *Gate) attest(roomID, subject, position string, content [32]byte) string {
 	if g.key == nil {
 		return ""

@@ -152,7 +152,7 @@ func (g *Gate) oldAppendLine(ctx context.Context, roomID string, key events.Chai
 		msg.Header.Set(jetstream.MsgIDHeader, e.EntryHash())
 		msg.Header.Set(jetstream.ExpectedLastSubjSeqHeader, strconv.FormatUint(c.streamSeq, 10))
 		msg.Header.Set(jetstream.ExpectedLastSubjSeqSubjHeader, g.subjects.ChainAnyRoom(key))
-		if tl := g.tooLarge(msg, at); tl != nil {
+		if tl := g.tooLarge(msg, at, 0, 1); tl != nil {
 			r := refused(idx, tl)
 			r.Seq, r.Hash = res.Seq, res.Hash
 			return r
@@ -279,7 +279,7 @@ func (g *Gate) AppendRecordCatchingUp(ctx context.Context, raw []byte) RecordRep
 		msg := &nats.Msg{Subject: subj, Data: rec.Canonical(), Header: nats.Header{}}
 		msg.Header.Set(jetstream.MsgIDHeader, digest)
 		msg.Header.Set(jetstream.ExpectedLastSubjSeqHeader, strconv.FormatUint(r.streamSeq, 10))
-		if tl := g.tooLarge(msg, at); tl != nil {
+		if tl := g.tooLarge(msg, at, 0, 1); tl != nil {
 			reply.Item = refused(0, tl)
 			reply.Item.Hash = rec.ComputedRef()
 			return reply

@@ -219,7 +219,7 @@ func (g *Gate) appendRecord(ctx context.Context, raw []byte) RecordReply {
 		if att := g.attest(roomID, subj, checkpoint.RecordPosition(r.count), content); att != "" {
 			msg.Header.Set(checkpoint.AttestationHeader, att)
 		}
-		if tl := g.tooLarge(msg, at); tl != nil {
+		if tl := g.tooLarge(msg, at, 0, 1); tl != nil {
 			reply.Item = refused(0, tl)
 			reply.Item.Hash = rec.ComputedRef()
 			return reply
