@@ -18,7 +18,9 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
+	"go.uber.org/zap"
 
+	"github.com/roompub/roompub/checkpoint"
 	"github.com/roompub/roompub/config"
 	"github.com/roompub/roompub/events"
 	"github.com/roompub/roompub/room"
@@ -84,32 +86,46 @@ func (c *cli) Validate() error {
 
 func (c *cli) selected(name string) bool { return len(c.Only) == 0 || slices.Contains(c.Only, name) }
 
-// Stream layout. The write scenarios share one stream, made afresh each
-// run so every chain starts empty; the read stream is filled once and
-// kept (its metadata names what it holds).
+// Stream layout. Each side of the write scenarios has its own stream, made
+// afresh each run so every chain starts empty, with the same configuration
+// (room.StreamConfig: file storage, the same limits; the server fsyncs
+// before every acknowledgement): roompub's room stream, which its
+// checkpointer reads, and the raw side's, which no checkpointer reads.
+// The raw side's prefix is as long as roompub's, so both sides' subjects
+// have the same length. The read stream is filled once and kept (its
+// metadata names what it holds).
 const (
-	writeStream = "ROOMS"
+	writeStream = room.DefaultStream
+	rawStream   = "RAW"
+	rawPrefix   = "rawjs"
 	readStream  = "READ"
 	readPrefix  = "read"
 	fillKey     = "roompub-bench-fill"
+	// fillPublisherKey is the read stream's metadata naming the node id
+	// of the publisher key that attested it (a public key; the key
+	// itself was never kept).
+	fillPublisherKey = "roompub-bench-publisher"
 )
 
 // bench is one run: the embedded server, the raw side's connection, and
-// roompub's ingest service and client on the write stream.
+// roompub's publisher, ingest service and client on the write stream.
 type bench struct {
 	c   *cli
 	out *streams
 	ctx context.Context
 	sz  sizes
 	tmp string // capsule directories
+	log *zap.Logger
 
 	storeDir string
 	emb      *room.Embedded
 	nc       *nats.Conn // the raw side's connection
 	js       jetstream.JetStream
 
-	subjects     room.Subjects // the write stream's layout
-	key          *events.HostKey
+	subjects     room.Subjects   // the write stream's layout
+	rawSubjects  room.Subjects   // the raw stream's layout
+	key          *events.HostKey // the trusted host key: signs the records
+	pub          *publisher      // roompub's gate and checkpointer on the write stream
 	gateNC       *nats.Conn
 	svc          *room.Service
 	clientNC     *nats.Conn
@@ -118,6 +134,10 @@ type bench struct {
 	inflightNote string
 	rounds       int
 }
+
+// attested reports whether roompub runs with a publisher key and a
+// checkpointer, and readers trust it (not --no-attest).
+func (b *bench) attested() bool { return !b.c.NoAttest }
 
 // Run runs the selected scenarios, prints the table and the JSON line.
 func (c *cli) Run(s *streams) error {
@@ -130,7 +150,7 @@ func (c *cli) Run(s *streams) error {
 			}
 		}
 	}
-	b := &bench{c: c, out: s, ctx: ctx, sz: c.sizes(), rounds: c.Rounds}
+	b := &bench{c: c, out: s, ctx: ctx, sz: c.sizes(), rounds: c.Rounds, rawSubjects: room.Subjects{Prefix: rawPrefix}, log: newLogger(s.err)}
 	if b.rounds == 0 {
 		b.rounds = 3
 		if c.Quick {
@@ -231,21 +251,29 @@ func (b *bench) start() error {
 	return nil
 }
 
-// startRoompub makes the write stream afresh and starts roompub on it as
-// `publisher serve` composes it (room.Serve): a gate with the Prometheus
-// observer and the ingest service on one connection, with serve's
-// defaults; the client has a connection of its own, as a harness does.
+// startRoompub makes both write streams afresh and starts roompub on its
+// own as `publisher serve --publisher-key` composes it (room.Serve): a gate
+// with the Prometheus observer, a publisher key made for this run and a
+// checkpointer with serve's defaults (startPublisher; with --no-attest the
+// keyless gate alone), and the ingest service on one connection, with
+// serve's defaults; the client has a connection of its own, as a harness
+// does.
 func (b *bench) startRoompub() error {
 	if b.client != nil {
 		return nil
 	}
 	ctx, cancel := context.WithTimeout(b.ctx, 30*time.Second)
 	defer cancel()
-	if err := b.js.DeleteStream(ctx, writeStream); err != nil && !errors.Is(err, jetstream.ErrStreamNotFound) {
-		return fmt.Errorf("delete the write stream of an earlier run: %w", err)
-	}
-	if _, err := room.EnsureStream(ctx, b.js, room.StreamConfig(writeStream, b.subjects, 1), b.subjects); err != nil {
-		return err
+	for _, st := range []struct {
+		name     string
+		subjects room.Subjects
+	}{{writeStream, b.subjects}, {rawStream, b.rawSubjects}} {
+		if err := b.js.DeleteStream(ctx, st.name); err != nil && !errors.Is(err, jetstream.ErrStreamNotFound) {
+			return fmt.Errorf("delete the stream %s of an earlier run: %w", st.name, err)
+		}
+		if _, err := room.EnsureStream(ctx, b.js, room.StreamConfig(st.name, st.subjects, 1), st.subjects); err != nil {
+			return err
+		}
 	}
 	var err error
 	if b.key, err = events.GenerateHostKey(rand.Reader); err != nil {
@@ -258,18 +286,17 @@ func (b *bench) startRoompub() error {
 	if b.gateNC, err = nats.Connect(b.emb.ClientURL(), nats.Name("roompub-publisher")); err != nil {
 		return err
 	}
-	metrics, err := room.NewMetrics(prometheus.NewRegistry())
+	reg := prometheus.NewRegistry()
+	metrics, err := room.NewMetrics(reg)
 	if err != nil {
 		return err
 	}
 	// The gate batches as the raw side does: up to --batch messages per
 	// atomic batch, at most --inflight batches open at once.
-	gate, err := room.NewGate(ctx, b.gateNC, room.GateOptions{Stream: writeStream, Subjects: b.subjects, Validator: v, Observer: metrics,
-		MaxBatch: b.c.Batch, MaxInflightBatches: b.c.Inflight})
-	if err != nil {
+	if b.pub, err = startPublisher(ctx, b.gateNC, writeStream, b.subjects, v, b.attested(), b.c.Batch, b.c.Inflight, metrics, reg, b.log); err != nil {
 		return err
 	}
-	if b.svc, err = room.StartService(b.gateNC, gate, room.ServiceOptions{}); err != nil {
+	if b.svc, err = room.StartService(b.gateNC, b.pub.gate, room.ServiceOptions{}); err != nil {
 		return err
 	}
 	if b.clientNC, err = nats.Connect(b.emb.ClientURL(), nats.Name("roompub-bench-harness")); err != nil {
@@ -282,11 +309,23 @@ func (b *bench) startRoompub() error {
 	return nil
 }
 
-// close stops everything started, in reverse order; the write stream is
+// stopRoompub stops the ingest service and then the checkpointer, which
+// writes its final checkpoints, as serve does on SIGTERM. It runs once.
+func (b *bench) stopRoompub() error {
+	var errs []error
+	if b.svc != nil {
+		errs = append(errs, b.svc.Stop())
+		b.svc = nil
+	}
+	errs = append(errs, b.pub.stop())
+	return errors.Join(errs...)
+}
+
+// close stops everything started, in reverse order; the write streams are
 // deleted (the read stream stays for the next run).
 func (b *bench) close() {
-	if b.svc != nil {
-		_ = b.svc.Stop()
+	if err := b.stopRoompub(); err != nil {
+		b.logf("stopping roompub: %v", err)
 	}
 	for _, nc := range []*nats.Conn{b.clientNC, b.gateNC} {
 		if nc != nil {
@@ -296,6 +335,7 @@ func (b *bench) close() {
 	if b.js != nil && b.client != nil {
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		_ = b.js.DeleteStream(ctx, writeStream)
+		_ = b.js.DeleteStream(ctx, rawStream)
 		cancel()
 	}
 	if b.nc != nil {
@@ -309,24 +349,28 @@ func (b *bench) close() {
 	}
 }
 
-// storedOn counts the messages the stream holds on subjects matching
-// filter.
-func (b *bench) storedOn(stream, filter string) (int, error) {
+// storedOn counts the messages the stream (of layout subjects) holds on
+// subjects matching filter: checkpoints apart from the rest (journal
+// entries and records).
+func (b *bench) storedOn(stream string, subjects room.Subjects, filter string) (msgs, checkpoints int, err error) {
 	ctx, cancel := context.WithTimeout(b.ctx, 30*time.Second)
 	defer cancel()
 	st, err := b.js.Stream(ctx, stream)
 	if err != nil {
-		return 0, err
+		return 0, 0, err
 	}
 	info, err := st.Info(ctx, jetstream.WithSubjectFilter(filter))
 	if err != nil {
-		return 0, err
+		return 0, 0, err
 	}
-	n := 0
-	for _, c := range info.State.Subjects {
-		n += int(c)
+	for subj, c := range info.State.Subjects {
+		if p, err := subjects.Parse(subj); err == nil && p.Kind == room.KindCheckpoint {
+			checkpoints += int(c)
+		} else {
+			msgs += int(c)
+		}
 	}
-	return n, nil
+	return msgs, checkpoints, nil
 }
 
 // environment describes the machine and the server for the table header
@@ -341,48 +385,145 @@ func (b *bench) environment() map[string]any {
 		"batch":               b.c.Batch,
 		"quick":               b.c.Quick,
 		"rounds":              b.rounds,
+		"attested":            b.attested(),
 	}
 }
 
-// auditWrites replays the write stream with room.Audit, as `subscriber
-// audit` would, and checks that every message both sides stored verifies:
-// the raw side's messages are exactly what roompub stores (subjects,
-// bytes, chains), and roompub's side stored every item once.
+// auditWrites stops roompub (its checkpointer writes the final
+// checkpoints, as on serve's SIGTERM) and replays both write streams with
+// room.Audit, as `subscriber audit` would: roompub's stream trusting its
+// publisher key (every message admitted, covered by a verified checkpoint),
+// the raw stream without (its messages carry no attestation). Both must
+// verify: the raw side's messages are exactly what roompub stores
+// (subjects, bytes, chains), and roompub's side stored every item once.
 func (b *bench) auditWrites(results []*result) (map[string]any, error) {
-	var entries, records uint64
+	// What each side stored; the raw side has the long chain's reference
+	// chain of synchronous publishes too.
+	var entries, records, syncEntries uint64
 	chains := 0
 	for _, r := range results {
 		switch r.key {
 		case "long_chain":
-			entries += 2*uint64(r.items) + uint64(r.syncEntries)
-			chains += 2 * r.rounds
-			if r.syncEntries > 0 {
-				chains++
-			}
+			entries += uint64(r.items)
+			chains += r.rounds
+			syncEntries = uint64(r.syncEntries)
 		case "parallel":
-			entries += 2 * uint64(r.items)
-			chains += 2 * r.rounds * b.sz.chains
+			entries += uint64(r.items)
+			chains += r.rounds * b.sz.chains
 		case "records":
-			records += 2 * uint64(r.items)
+			records += uint64(r.items)
 		}
+	}
+	rawChains := chains
+	if syncEntries > 0 {
+		rawChains++
+	}
+	if err := b.stopRoompub(); err != nil {
+		return nil, err
 	}
 	v, err := validate.New(validate.WithTrustedHosts(b.key.NodeID()))
 	if err != nil {
 		return nil, err
 	}
-	b.logf("auditing the write stream: %d entries, %d records expected", entries, records)
+	out := map[string]any{}
+	b.logf("auditing roompub's stream: %d entries, %d records expected (attestations and checkpoints checked: %v)", entries, records, b.attested())
 	start := time.Now()
-	rep, err := room.Audit(b.ctx, b.js, room.AuditOptions{Stream: writeStream, Subjects: b.subjects, Validator: v})
-	if err != nil {
-		return nil, fmt.Errorf("audit of the write stream: %w", err)
+	o := room.AuditOptions{Stream: writeStream, Subjects: b.subjects, Validator: v}
+	if b.attested() {
+		if o.Trust, err = checkpoint.NewTrust(b.pub.nodeID); err != nil {
+			return nil, err
+		}
 	}
+	rep, err := room.Audit(b.ctx, b.js, o)
+	if err != nil {
+		return nil, fmt.Errorf("audit of roompub's stream: %w", err)
+	}
+	if err := checkAudit(rep, entries, records, chains); err != nil {
+		return nil, fmt.Errorf("audit of roompub's stream: %w", err)
+	}
+	out["write_audit_attestation_checked"] = rep.Attestation.Checked
+	if b.attested() {
+		ck, err := checkCovered(rep, entries+records)
+		if err != nil {
+			return nil, fmt.Errorf("audit of roompub's stream: %w", err)
+		}
+		out["write_audit_admitted"], out["write_audit_checkpoints_verified"] = ck.admitted, ck.checkpoints
+		out["write_audit_admitted_by_checkpoint"], out["write_audit_attestations_verified"] = ck.byCheckpoint, ck.verified
+		b.logf("roompub's stream: clean, %d messages admitted (%d by a covering checkpoint, %d attestations verified one by one), %d checkpoints verified, none after the last",
+			ck.admitted, ck.byCheckpoint, ck.verified, ck.checkpoints)
+	}
+	b.logf("auditing the raw stream: %d entries expected", entries+syncEntries)
+	rawRep, err := room.Audit(b.ctx, b.js, room.AuditOptions{Stream: rawStream, Subjects: b.rawSubjects, Validator: v})
+	if err != nil {
+		return nil, fmt.Errorf("audit of the raw stream: %w", err)
+	}
+	if err := checkAudit(rawRep, entries+syncEntries, records, rawChains); err != nil {
+		return nil, fmt.Errorf("audit of the raw stream: %w", err)
+	}
+	t, rt := rep.Totals, rawRep.Totals
+	b.logf("write streams audit: clean, %d entries, %d records, %d chains in %.1fs",
+		t.Entries+rt.Entries, t.Records+rt.Records, t.ChainsOK+rt.ChainsOK, time.Since(start).Seconds())
+	out["write_audit_clean"] = true
+	out["write_audit_entries"] = t.Entries + rt.Entries
+	out["write_audit_records"] = t.Records + rt.Records
+	out["write_audit_chains_ok"] = t.ChainsOK + rt.ChainsOK
+	return out, nil
+}
+
+// checkAudit reports how rep departs from a clean audit of exactly these
+// entries, records and chains.
+func checkAudit(rep *room.AuditReport, entries, records uint64, chains int) error {
 	t := rep.Totals
 	if !rep.Clean() || t.Entries != entries || t.Records != records || t.ChainsOK != chains {
-		return nil, fmt.Errorf("audit of the write stream: clean %v, %d entries (want %d), %d records (want %d), %d chains ok (want %d), %d set aside %v",
-			rep.Clean(), t.Entries, entries, t.Records, records, t.ChainsOK, chains, t.SetAside, t.ByCode)
+		return fmt.Errorf("clean %v, %d entries (want %d), %d records (want %d), %d chains ok (want %d), %d set aside %v %v",
+			rep.Clean(), t.Entries, entries, t.Records, records, t.ChainsOK, chains, t.SetAside, t.ByCode, firstViolations(rep))
 	}
-	b.logf("write stream audit: clean, %d entries, %d records, %d chains in %.1fs", t.Entries, t.Records, t.ChainsOK, time.Since(start).Seconds())
-	return map[string]any{"write_audit_clean": true, "write_audit_entries": t.Entries, "write_audit_records": t.Records, "write_audit_chains_ok": t.ChainsOK}, nil
+	return nil
+}
+
+// firstViolations names the first few violations of rep.
+func firstViolations(rep *room.AuditReport) []string {
+	var out []string
+	for _, v := range rep.Violations[:min(3, len(rep.Violations))] {
+		out = append(out, v.Error())
+	}
+	return out
+}
+
+// covered is what a trusting audit's checkpoints admitted.
+type covered struct {
+	admitted    uint64 // messages admitted: leaves of the rooms' trees
+	checkpoints uint64 // checkpoints verified
+	// byCheckpoint were admitted by a covering checkpoint with no
+	// signature check of their own (the optimistic path); verified had
+	// their attestations verified one by one (no checkpoint came soon
+	// enough: the reader's queue of waiting verdicts is bounded).
+	byCheckpoint, verified uint64
+}
+
+// checkCovered checks a trusting audit of a stream whose publisher wrote
+// its final checkpoints: attestations were checked, want messages were
+// admitted, every one covered by a verified checkpoint (no tail after the
+// last one), and no checkpoint refused.
+func checkCovered(rep *room.AuditReport, want uint64) (covered, error) {
+	var c covered
+	if !rep.Attestation.Checked {
+		return c, fmt.Errorf("attestations not checked: %s", rep.Attestation.Why)
+	}
+	var tail, refused uint64
+	for _, r := range rep.Checkpoints {
+		c.admitted += r.Admitted
+		c.checkpoints += r.Checkpoints
+		c.byCheckpoint += r.AdmittedByCheckpoint
+		c.verified += r.AttestationsVerified
+		tail += r.Tail
+		refused += r.CheckpointsRefused
+	}
+	if c.admitted != want || tail != 0 || refused != 0 || c.checkpoints == 0 || c.checkpoints != rep.Totals.Checkpoints {
+		return c, fmt.Errorf("%d messages admitted (want %d), %d after the last checkpoint (want 0), %d checkpoints verified of %d, %d refused",
+			c.admitted, want, tail, c.checkpoints, rep.Totals.Checkpoints, refused)
+	}
+	return c, nil
 }
 
 // syncSetting reads the running server's JetStream fsync setting:

@@ -144,13 +144,13 @@ func (b *bench) longChain() (*result, error) {
 	n := b.sz.chainEntries
 	r := &result{key: "long_chain", name: fmt.Sprintf("long chain (1 × %d)", n), unit: "entries", items: n * b.rounds, floor: 0.5,
 		rawHow: fmt.Sprintf("jetstreamext.PublishMsgBatch, %d per atomic batch, one after another", b.c.Batch),
-		pubHow: "room.ShipCapsule of the capsule directory: client, ingest service, gate, chain check, store"}
+		pubHow: "room.ShipCapsule of the capsule directory: client, ingest service, gate, chain check, " + b.storePath()}
 	_, _, rawRoom, pubRoom := sides("long", 0, 0)
 	err := b.inRounds(r, func(round int) (side, error) {
 		meta, _, roomID, _ := sides("long", round, 0)
 		c := genChain(meta, uint64(1+round), n)
 		start := time.Now()
-		stored, err := rawBatches(b.ctx, b.js, b.subjects, roomID, meta.Key(), c.lines, c.hashes, b.c.Batch, nil)
+		stored, err := rawBatches(b.ctx, b.js, b.rawSubjects, roomID, meta.Key(), c.lines, c.hashes, b.c.Batch, nil)
 		return side{n: stored, bytes: c.bytes, dur: time.Since(start)}, err
 	}, func(round int) (side, error) {
 		_, meta, _, roomID := sides("long", round, 0)
@@ -177,7 +177,7 @@ func (b *bench) longChain() (*result, error) {
 	c := genChain(meta, 1, m)
 	b.logf("long_chain: reference: %d synchronous publishes", m)
 	start := time.Now()
-	stored, err := syncPublishes(b.ctx, b.js, b.subjects, "room:bench-syn-long", meta.Key(), c.lines, c.hashes)
+	stored, err := syncPublishes(b.ctx, b.js, b.rawSubjects, "room:bench-syn-long", meta.Key(), c.lines, c.hashes)
 	sync := side{n: stored, bytes: c.bytes, dur: time.Since(start)}
 	if err != nil {
 		return nil, err
@@ -208,18 +208,20 @@ func syncPublishes(ctx context.Context, js jetstream.JetStream, subjects room.Su
 	return len(lines), nil
 }
 
-// countStored checks that the write stream holds r.items messages in each
-// side's room, so neither side's count rests on its own word alone.
+// countStored checks that each side's stream holds r.items messages in
+// the side's room (roompub's checkpoints aside), so neither side's count
+// rests on its own word alone.
 func (b *bench) countStored(r *result, rawRoom, pubRoom string) error {
 	for _, s := range []struct {
-		name, room string
-	}{{"raw", rawRoom}, {"roompub", pubRoom}} {
-		n, err := b.storedOn(writeStream, b.subjects.Room(s.room))
+		name, stream, room string
+		subjects           room.Subjects
+	}{{"raw", rawStream, rawRoom, b.rawSubjects}, {"roompub", writeStream, pubRoom, b.subjects}} {
+		n, _, err := b.storedOn(s.stream, s.subjects, s.subjects.Room(s.room))
 		if err != nil {
 			return err
 		}
 		if n != r.items {
-			return fmt.Errorf("the stream holds %d messages in %s's room %s, want %d", n, s.name, s.room, r.items)
+			return fmt.Errorf("the stream %s holds %d messages in %s's room %s, want %d", s.stream, n, s.name, s.room, r.items)
 		}
 	}
 	return nil
@@ -247,7 +249,7 @@ func (b *bench) parallel() (*result, error) {
 		sem := make(chan struct{}, b.c.Inflight)
 		var err error
 		s.n, err = runAll(k, func(i int) (int, error) {
-			return rawBatches(b.ctx, b.js, b.subjects, rawRoom, chains[i].meta.Key(), chains[i].lines, chains[i].hashes, b.c.Batch, sem)
+			return rawBatches(b.ctx, b.js, b.rawSubjects, rawRoom, chains[i].meta.Key(), chains[i].lines, chains[i].hashes, b.c.Batch, sem)
 		}, &s.dur)
 		return s, err
 	}, func(round int) (side, error) {

@@ -12,13 +12,21 @@
 //	               `subscriber audit` of it, and audit's peak memory
 //	verify         `sha256sum` of a journal vs `publisher verify` of it
 //
+// roompub runs as `publisher serve --publisher-key` runs (issue 9): the
+// gate attests every message with a publisher key made for the run (never
+// printed), and a checkpointer with serve's defaults reads the stream and
+// writes signed checkpoints; the read stream is written the same way and
+// audited with --trusted-publisher. --no-attest measures the keyless
+// path instead. The raw side writes to a stream of its own (same
+// configuration), which no checkpointer reads.
+//
 // The write scenarios run in rounds, raw first in odd rounds and roompub
 // first in even ones; only the work is timed, never the setup. It prints a
 // table and, as its last line, one line of JSON with every throughput and
 // every ratio (roompub / raw). With --check it exits 1 when a ratio is
 // below the issue's floor.
 //
-//	roompub-bench [--quick] [--check] [--only SCENARIO]...
+//	roompub-bench [--quick] [--check] [--no-attest] [--only SCENARIO]...
 //
 // Exit status: 0 done, 1 below a floor (--check), 2 usage or a failed run.
 package main
@@ -44,6 +52,7 @@ type cli struct {
 	Quick       bool     `name:"quick" help:"Small sizes, for a test: a 500-entry chain, 10 chains × 100, 100 records, 20,000 read entries, a 5,000-entry verify."`
 	Check       bool     `name:"check" help:"Exit 1 if a ratio is below its floor (long chain 0.5, parallel 0.6, records 0.6, read 0.4 and audit's peak under 256 MiB, verify 0.2)."`
 	AuditWrites bool     `name:"audit-writes" help:"After the write scenarios, audit the write stream (room.Audit) and fail unless both sides' entries and records all verify (on with --quick)."`
+	NoAttest    bool     `name:"no-attest" help:"Measure roompub without issue 9's attestations: a gate with no publisher key, no checkpointer, a read stream without attestations or checkpoints audited without --trusted-publisher (the keyless path, for comparison; the floors are for the attested path)."`
 	Only        []string `name:"only" enum:"long,parallel,records,read,verify" placeholder:"SCENARIO" help:"Run only these scenarios (repeatable): long, parallel, records, read, verify."`
 
 	ChainEntries  int `name:"chain-entries" placeholder:"N" help:"Entries of the long chain (default 10000; --quick 500)."`

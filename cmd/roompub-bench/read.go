@@ -17,17 +17,25 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/schollz/progressbar/v3"
 	"golang.org/x/term"
 
 	"github.com/roompub/roompub/room"
+	"github.com/roompub/roompub/validate"
 )
 
 // genVersion names the generator's output in the read stream's metadata:
 // change it whenever the generator writes other bytes, so a stream filled
 // by an older one is filled again.
 const genVersion = "gen-v1"
+
+// fillVersion names how the read stream is filled (through a gate, with
+// or without attestations and checkpoints): change it whenever the fill
+// stores other messages. "fill-v2": through the gate (fill-v1 was raw
+// batches, unattested).
+const fillVersion = "fill-v2"
 
 // readRooms is how many rooms the read stream's chains are spread over.
 const readRooms = 10
@@ -36,32 +44,57 @@ const readRooms = 10
 // entries.
 const peakCapMiB = 256
 
+// readFill is what the read stream holds besides its entries.
+type readFill struct {
+	// nodeID names the publisher key that attested the entries and
+	// signed the checkpoints; "" when unattested (--no-attest).
+	nodeID      string
+	checkpoints int // checkpoint messages
+}
+
 // read: a raw ordered-consumer read of the whole read stream versus
-// `subscriber audit` of it (a subprocess), with audit's peak RSS.
+// `subscriber audit` of it (a subprocess), with audit's peak RSS. With
+// attestation (not --no-attest), the stream was written as `publisher
+// serve --publisher-key` writes it (attested, with checkpoints) and audit
+// trusts its publisher key (--trusted-publisher).
 func (b *bench) read() (*result, error) {
 	k, n := b.sz.readChains, b.sz.readLength
 	want := k * n
 	subjects := room.Subjects{Prefix: readPrefix}
-	if _, err := b.fillRead(subjects); err != nil {
+	fill, err := b.fillRead(subjects)
+	if err != nil {
 		return nil, err
 	}
 	if err := b.warmStream(); err != nil {
 		return nil, err
 	}
+	total := want + fill.checkpoints
 	r := &result{key: "read", name: fmt.Sprintf("read (%d × %d)", k, n), unit: "entries", items: want, floor: 0.4, peakCapMiB: peakCapMiB,
 		rawHow: "one ordered consumer (jetstream.OrderedConsumer, Messages) in a subprocess, counting messages and bytes; mean of one read before and one after the audit",
 		pubHow: "`subscriber audit --json` of the stream, a subprocess (connect, replay, verify every entry, report)"}
+	args := []string{"audit", "--server", b.emb.ClientURL(), "--stream", readStream, "--subject-prefix", readPrefix, "--json",
+		// A state directory of this run's own: a first read, and the
+		// user's state is left alone.
+		"--state-dir", filepath.Join(b.tmp, "subscriber-state")}
+	if fill.nodeID != "" {
+		args = append(args, "--trusted-publisher", fill.nodeID)
+		r.pubHow = "`subscriber audit --json --trusted-publisher <the publisher's key>` of the stream, a subprocess (connect, replay, verify every entry, every attestation (optimistically: a verified checkpoint covering a message admits it) and every checkpoint, report)"
+	}
+	if fill.checkpoints > 0 {
+		r.rawHow += fmt.Sprintf("; it reads the checkpoints too (%d messages), as audit does", fill.checkpoints)
+	}
 
 	// The raw read runs before and after the audit (and counts twice),
-	// so that load from elsewhere falls on both sides alike.
+	// so that load from elsewhere falls on both sides alike. Both sides
+	// read every message; each counts the entries.
 	rawRead := func() error {
-		b.logf("read: raw ordered consumer over %d entries (a subprocess)", want)
-		s, err := b.rawReadProcess(rawReadJob{URL: b.emb.ClientURL(), Stream: readStream, Filter: subjects.All(), Want: want})
+		b.logf("read: raw ordered consumer over %d messages (a subprocess)", total)
+		s, err := b.rawReadProcess(rawReadJob{URL: b.emb.ClientURL(), Stream: readStream, Filter: subjects.All(), Want: total})
 		if err != nil {
 			return err
 		}
 		b.logf("read: raw ordered consumer: %d messages in %.3fs", s.n, s.dur.Seconds())
-		r.raw.n += s.n
+		r.raw.n += s.n - fill.checkpoints
 		r.raw.bytes += s.bytes
 		r.raw.dur += s.dur
 		return nil
@@ -69,9 +102,8 @@ func (b *bench) read() (*result, error) {
 	if err := rawRead(); err != nil {
 		return nil, err
 	}
-	b.logf("read: %s audit", b.c.Subscriber)
-	cmd := exec.CommandContext(b.ctx, b.c.Subscriber, "audit", "--server", b.emb.ClientURL(),
-		"--stream", readStream, "--subject-prefix", readPrefix, "--json")
+	b.logf("read: %s %s", b.c.Subscriber, strings.Join(args, " "))
+	cmd := exec.CommandContext(b.ctx, b.c.Subscriber, args...)
 	var out, errOut bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errOut
 	start := time.Now()
@@ -86,9 +118,26 @@ func (b *bench) read() (*result, error) {
 		return nil, fmt.Errorf("audit report: %w", err)
 	}
 	t := rep.Totals
-	if t.Entries != uint64(want) || t.Messages != uint64(want) || t.SetAside != 0 || t.ChainsOK != k || t.ChainsBroken != 0 || !t.StreamIsSound {
-		return nil, fmt.Errorf("audit verified %d entries of %d messages (want %d), %d set aside, %d chains ok (want %d), %d broken, stream append-only %v",
-			t.Entries, t.Messages, want, t.SetAside, t.ChainsOK, k, t.ChainsBroken, t.StreamIsSound)
+	if t.Entries != uint64(want) || t.Messages != uint64(total) || t.SetAside != 0 || t.ChainsOK != k || t.ChainsBroken != 0 || !t.StreamIsSound {
+		return nil, fmt.Errorf("audit verified %d entries of %d messages (want %d of %d), %d set aside %v, %d chains ok (want %d), %d broken, stream append-only %v",
+			t.Entries, t.Messages, want, total, t.SetAside, firstViolations(&rep), t.ChainsOK, k, t.ChainsBroken, t.StreamIsSound)
+	}
+	r.extra = map[string]any{"audit_exit_code": cmd.ProcessState.ExitCode(), "audit_chains_ok": t.ChainsOK,
+		"audit_attestation_checked": rep.Attestation.Checked, "checkpoints": fill.checkpoints}
+	if fill.nodeID != "" {
+		ck, err := checkCovered(&rep, uint64(want))
+		if err != nil {
+			return nil, fmt.Errorf("audit: %w", err)
+		}
+		if ck.checkpoints != uint64(fill.checkpoints) {
+			return nil, fmt.Errorf("audit verified %d checkpoints, the stream holds %d", ck.checkpoints, fill.checkpoints)
+		}
+		r.extra["audit_admitted"], r.extra["audit_checkpoints_verified"] = ck.admitted, ck.checkpoints
+		r.extra["audit_admitted_by_checkpoint"], r.extra["audit_attestations_verified"] = ck.byCheckpoint, ck.verified
+		b.logf("read: audit admitted %d entries (%d by a covering checkpoint, %d attestations verified one by one) and verified %d checkpoints, none after the last",
+			ck.admitted, ck.byCheckpoint, ck.verified, ck.checkpoints)
+	} else if rep.Attestation.Checked {
+		return nil, fmt.Errorf("audit checked attestations without --trusted-publisher")
 	}
 	if err := rawRead(); err != nil {
 		return nil, err
@@ -96,46 +145,76 @@ func (b *bench) read() (*result, error) {
 	r.raw.n, r.raw.bytes = r.raw.n/2, r.raw.bytes/2
 	r.raw.dur /= 2
 	r.pub.n, r.pub.bytes = int(t.Entries), r.raw.bytes
-	r.extra = map[string]any{"audit_exit_code": cmd.ProcessState.ExitCode(), "audit_chains_ok": t.ChainsOK}
 	return r, nil
 }
 
-// fillRead returns the read stream, filling it first unless the store
-// already holds one of the wanted size from this generator: readChains
-// chains of readLength valid entries over readRooms rooms, appended with
-// raw atomic batches with roompub's subjects and headers (publishBatch).
-func (b *bench) fillRead(subjects room.Subjects) (jetstream.Stream, error) {
+// fillRead fills the read stream unless the store already holds one of
+// the wanted size, generator and fill: readChains chains of readLength
+// valid entries over readRooms rooms, appended through a gate in atomic
+// batches of --batch entries, as `publisher serve` appends them; with
+// attestation, by a gate with a publisher key made for the fill and a
+// checkpointer with serve's defaults (startPublisher), whose final
+// checkpoints are written before the fill counts as done. The stream's
+// metadata names the fill only once it is complete, and the publisher
+// key's node id (not the key, which is dropped).
+func (b *bench) fillRead(subjects room.Subjects) (readFill, error) {
 	k, n := b.sz.readChains, b.sz.readLength
 	want := k * n
 	// The first chain's subject stands for roompub's subject layout: a
 	// stream filled under another layout is filled again.
 	first := chainMeta(readRunID(0), readCapsuleID(0))
-	sig := fmt.Sprintf("%d chains × %d entries, %s, %s", k, n, genVersion, subjects.Journal(readRoom(0), first.Key()))
+	how := "unattested"
+	if b.attested() {
+		how = fmt.Sprintf("attested, checkpoints every %d entries or %s", room.DefaultCheckpointEvery, room.DefaultCheckpointInterval)
+	}
+	sig := fmt.Sprintf("%d chains × %d entries, %s, %s: gate batches of %d, %s, %s", k, n, genVersion, fillVersion, b.c.Batch, how, subjects.Journal(readRoom(0), first.Key()))
 	ctx, cancel := context.WithTimeout(b.ctx, 30*time.Second)
 	defer cancel()
 	if st, err := b.js.Stream(ctx, readStream); err == nil {
 		info, err := st.Info(ctx)
 		if err != nil {
-			return nil, err
+			return readFill{}, err
 		}
-		if !b.c.Refill && info.Config.Metadata[fillKey] == sig && info.State.Msgs == uint64(want) {
-			b.logf("read: reusing the read stream in the store (%s)", sig)
-			return st, nil
+		md := info.Config.Metadata
+		if !b.c.Refill && md[fillKey] == sig && (md[fillPublisherKey] != "") == b.attested() {
+			fill := readFill{nodeID: md[fillPublisherKey]}
+			var entries int
+			if entries, fill.checkpoints, err = b.storedOn(readStream, subjects, subjects.All()); err != nil {
+				return readFill{}, err
+			}
+			if entries == want && (fill.checkpoints > 0) == b.attested() {
+				b.logf("read: reusing the read stream in the store (%s; %d checkpoints)", sig, fill.checkpoints)
+				return fill, nil
+			}
 		}
 		if err := b.js.DeleteStream(ctx, readStream); err != nil {
-			return nil, err
+			return readFill{}, err
 		}
 	} else if !errors.Is(err, jetstream.ErrStreamNotFound) {
-		return nil, err
+		return readFill{}, err
 	}
 	cfg := room.StreamConfig(readStream, subjects, 1)
-	cfg.Metadata[fillKey] = sig
-	st, err := room.EnsureStream(ctx, b.js, cfg, subjects)
-	if err != nil {
-		return nil, err
+	cfg.Metadata[fillKey] = "filling: " + sig
+	if _, err := room.EnsureStream(ctx, b.js, cfg, subjects); err != nil {
+		return readFill{}, err
 	}
 
 	b.logf("read: filling the read stream once (%s)", sig)
+	nc, err := nats.Connect(b.emb.ClientURL(), nats.Name("roompub-bench-fill"))
+	if err != nil {
+		return readFill{}, err
+	}
+	defer nc.Close()
+	// No records are filled: no host is trusted.
+	v, err := validate.New(validate.WithTrustedHosts())
+	if err != nil {
+		return readFill{}, err
+	}
+	p, err := startPublisher(b.ctx, nc, readStream, subjects, v, b.attested(), b.c.Batch, b.c.Inflight, nil, nil, b.log)
+	if err != nil {
+		return readFill{}, err
+	}
+	defer func() { _ = p.stop() }()
 	var bar *progressbar.ProgressBar
 	if f, ok := b.out.err.(*os.File); ok && term.IsTerminal(int(f.Fd())) {
 		bar = progressbar.NewOptions(want, progressbar.OptionSetWriter(f), progressbar.OptionSetDescription("filling"),
@@ -150,7 +229,7 @@ func (b *bench) fillRead(subjects room.Subjects) (jetstream.Stream, error) {
 		go func() {
 			defer wg.Done()
 			for i := range jobs {
-				if err := b.fillChain(subjects, i, n, func(m int) {
+				if err := b.fillChain(p.gate, i, n, func(m int) {
 					if bar != nil {
 						_ = bar.Set64(done.Add(int64(m)))
 					}
@@ -169,7 +248,7 @@ feed:
 		case err := <-errs:
 			close(jobs)
 			wg.Wait()
-			return nil, err
+			return readFill{}, err
 		case <-b.ctx.Done():
 			break feed
 		}
@@ -181,43 +260,67 @@ feed:
 	}
 	select {
 	case err := <-errs:
-		return nil, err
+		return readFill{}, err
 	default:
 	}
 	if err := b.ctx.Err(); err != nil {
-		return nil, err
+		return readFill{}, err
 	}
-	got, err := b.storedOn(readStream, subjects.All())
+	fill := readFill{nodeID: p.nodeID}
+	if err := p.stop(); err != nil {
+		return readFill{}, err
+	}
+	got, ckpts, err := b.storedOn(readStream, subjects, subjects.All())
 	if err != nil {
-		return nil, err
+		return readFill{}, err
 	}
-	if got != want {
-		return nil, fmt.Errorf("the read stream holds %d messages after the fill, want %d", got, want)
+	if got != want || (ckpts > 0) != b.attested() {
+		return readFill{}, fmt.Errorf("the read stream holds %d entries and %d checkpoints after the fill, want %d entries (attested: %v)", got, ckpts, want, b.attested())
 	}
-	b.logf("read: filled %d entries in %.1fs", want, time.Since(start).Seconds())
-	return st, nil
+	fill.checkpoints = ckpts
+	// Complete: name the fill in the stream's metadata.
+	uctx, ucancel := context.WithTimeout(b.ctx, 30*time.Second)
+	defer ucancel()
+	st, err := b.js.Stream(uctx, readStream)
+	if err != nil {
+		return readFill{}, err
+	}
+	ucfg := st.CachedInfo().Config
+	ucfg.Metadata[fillKey] = sig
+	if fill.nodeID != "" {
+		ucfg.Metadata[fillPublisherKey] = fill.nodeID
+	}
+	if _, err := b.js.UpdateStream(uctx, ucfg); err != nil {
+		return readFill{}, fmt.Errorf("name the filled read stream: %w", err)
+	}
+	b.logf("read: filled %d entries and %d checkpoints in %.1fs", want, ckpts, time.Since(start).Seconds())
+	return fill, nil
 }
 
-// fillChain appends chain i of the read stream, generating one batch at a
-// time.
-func (b *bench) fillChain(subjects room.Subjects, i, n int, progress func(int)) error {
+// fillChain appends chain i of the read stream through gate, generating
+// one batch of --batch entries at a time (one atomic batch each, as serve
+// appends one request of a shipped capsule).
+func (b *bench) fillChain(gate *room.Gate, i, n int, progress func(int)) error {
 	meta := chainMeta(readRunID(i), readCapsuleID(i))
 	roomID := readRoom(i)
-	subj, anyRoom := subjects.Journal(roomID, meta.Key()), subjects.ChainAnyRoom(meta.Key())
 	g := newChainGen(meta, uint64(1000+i))
-	lines, hashes := make([][]byte, 0, b.c.Batch), make([]string, 0, b.c.Batch)
-	var last uint64
+	var body []byte
 	for off := 0; off < n; off += b.c.Batch {
-		lines, hashes = lines[:0], hashes[:0]
-		for range min(b.c.Batch, n-off) {
-			line, hash := g.next()
-			lines, hashes = append(lines, bytes.Clone(line)), append(hashes, hash)
+		body = body[:0]
+		m := min(b.c.Batch, n-off)
+		for range m {
+			line, _ := g.next()
+			body = append(append(body, line...), '\n')
 		}
-		var err error
-		if last, err = publishBatch(b.ctx, b.js, subj, anyRoom, lines, hashes, last); err != nil {
-			return fmt.Errorf("fill %s at entry %d: %w", subj, off, err)
+		reply, err := gate.AppendJournal(b.ctx, roomID, body, &meta)
+		if err != nil {
+			return fmt.Errorf("fill chain %d in %s at entry %d: %w", i, roomID, off, err)
 		}
-		progress(len(lines))
+		if reply.Stored != m {
+			return fmt.Errorf("fill chain %d in %s at entry %d: %d of %d stored (%d duplicates, %d refused, %d failed)",
+				i, roomID, off, reply.Stored, m, reply.Dupes, reply.Refused, reply.Failures)
+		}
+		progress(m)
 	}
 	return nil
 }

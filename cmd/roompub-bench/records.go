@@ -24,7 +24,7 @@ func (b *bench) records() (*result, error) {
 	const rawRoom, pubRoom = "room:bench-raw-records", "room:bench-pub-records"
 	r := &result{key: "records", name: fmt.Sprintf("records (%d)", n), unit: "records", items: n * b.rounds, floor: 0.6,
 		rawHow: "js.PublishMsg per record, Nats-Msg-Id and expected last subject sequence, one after another",
-		pubHow: "room.Client.AppendRecord per record (ingest service, gate: schema, signature, trust, room rules), one after another"}
+		pubHow: "room.Client.AppendRecord per record (ingest service, gate: schema, signature, trust, room rules; " + b.storePath() + "), one after another"}
 	// Each round signs its own records (untimed), tagged by side and
 	// round so that no two share an idempotency/key or run/ref.
 	sign := func(roomID, tag string) ([]*events.Record, int64, error) {
@@ -36,7 +36,7 @@ func (b *bench) records() (*result, error) {
 		}
 		return recs, size, err
 	}
-	subj := b.subjects.Records(rawRoom)
+	subj := b.rawSubjects.Records(rawRoom)
 	var last uint64 // the raw side's last record, across rounds
 	err := b.inRounds(r, func(round int) (side, error) {
 		recs, size, err := sign(rawRoom, fmt.Sprintf("raw-r%d", round))

@@ -7,6 +7,8 @@ import (
 	"strings"
 	"time"
 	"unicode/utf8"
+
+	"github.com/roompub/roompub/room"
 )
 
 // side is what one side (raw or roompub) did in a scenario: n items of
@@ -90,6 +92,12 @@ func (b *bench) printTable(results []*result) {
 	}
 	fmt.Fprintf(w, "%s, GOMAXPROCS %d, nats-server %s (embedded, in process), sync: %s, store %s\n",
 		env["go_version"], env["gomaxprocs"], env["nats_server_version"], sync, b.storeDir)
+	if b.attested() {
+		fmt.Fprintf(w, "attestation: on, as publisher serve --publisher-key (a key made for the run; a checkpointer every %d messages or %s and on stop); audit --trusted-publisher\n",
+			room.DefaultCheckpointEvery, room.DefaultCheckpointInterval)
+	} else {
+		fmt.Fprintf(w, "attestation: off (--no-attest: no publisher key, no checkpointer; audit without --trusted-publisher)\n")
+	}
 	if b.inflightNote != "" {
 		fmt.Fprintf(w, "in flight: %s\n", b.inflightNote)
 		fmt.Fprintf(w, "rounds: the write scenarios run %d rounds, raw first in odd rounds, roompub first in even ones; each side's work and time are added up\n", b.rounds)

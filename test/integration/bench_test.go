@@ -5,6 +5,9 @@ package integration
 // It checks that the run completes and that its JSON line holds every
 // throughput and ratio, with the counts both sides actually reached; it
 // asserts no speed (no timed tests), only that each side did the work.
+// Issue 9: roompub's side runs attested, with a checkpointer, and its
+// readers trust the publisher key: every message admitted, every
+// checkpoint verified; --no-attest runs the keyless path.
 
 import (
 	"bytes"
@@ -15,19 +18,25 @@ import (
 	"testing"
 )
 
-func TestBenchQuick(t *testing.T) {
+// runBench builds cmd/roompub-bench and runs it with args, returning its
+// JSON line.
+func runBench(t *testing.T, args ...string) map[string]any {
+	t.Helper()
 	bench := filepath.Join(filepath.Dir(publisher), "roompub-bench")
 	build := exec.Command("go", "build", "-o", bench, "./cmd/roompub-bench")
 	build.Dir = root
 	if out, err := build.CombinedOutput(); err != nil {
 		t.Fatalf("go build ./cmd/roompub-bench: %v\n%s", err, out)
 	}
-	cmd := exec.Command(bench, "--quick", "--publisher", publisher, "--subscriber", subscriberBin(t))
+	cmd := exec.Command(bench, append(args, "--publisher", publisher, "--subscriber", subscriberBin(t))...)
 	cmd.Dir = t.TempDir()
 	var out, errOut bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errOut
 	if err := cmd.Run(); err != nil {
-		t.Fatalf("roompub-bench --quick: %v\nstdout:\n%s\nstderr:\n%s", err, out.String(), errOut.String())
+		t.Fatalf("roompub-bench %v: %v\nstdout:\n%s\nstderr:\n%s", args, err, out.String(), errOut.String())
+	}
+	if strings.Contains(out.String()+errOut.String(), "PRIVATE") {
+		t.Errorf("the output holds key material:\n%s\n%s", out.String(), errOut.String())
 	}
 	lines := strings.Split(strings.TrimRight(out.String(), "\n"), "\n")
 	var got map[string]any
@@ -35,7 +44,11 @@ func TestBenchQuick(t *testing.T) {
 		t.Fatalf("the last line is not JSON: %v\n%s", err, out.String())
 	}
 	t.Logf("\n%s", out.String())
+	return got
+}
 
+func TestBenchQuick(t *testing.T) {
+	got := runBench(t, "--quick")
 	// The --quick sizes, per scenario and round (the write scenarios run
 	// two rounds in --quick): what each side must have stored, audited or
 	// verified.
@@ -64,20 +77,50 @@ func TestBenchQuick(t *testing.T) {
 			t.Errorf("%s_ok missing", sc)
 		}
 	}
-	// --quick audits the write stream: both sides' entries and records
+	// --quick audits the write streams: both sides' entries and records
 	// verify (the raw side stored exactly what roompub stores), each
 	// chain once per side and round, plus the long chain's reference chain
-	// of synchronous publishes.
+	// of synchronous publishes (raw). roompub's stream is audited trusting
+	// its publisher key: every one of its messages (2 rounds of 500 + 10 ×
+	// 100 entries and 100 records) admitted, covered by the checkpoints
+	// verified (the bench fails if any came after the last one).
 	if got["write_audit_clean"] != true {
 		t.Errorf("write_audit_clean = %v, want true", got["write_audit_clean"])
 	}
 	if got["long_chain_raw_sync_count"] != 500.0 {
 		t.Errorf("long_chain_raw_sync_count = %v, want 500", got["long_chain_raw_sync_count"])
 	}
-	for k, v := range map[string]float64{"write_audit_entries": 2*2*(500+1000) + 500, "write_audit_records": 2 * 2 * 100, "write_audit_chains_ok": 2*2*(1+10) + 1} {
+	for k, v := range map[string]float64{"write_audit_entries": 2*2*(500+1000) + 500, "write_audit_records": 2 * 2 * 100, "write_audit_chains_ok": 2*2*(1+10) + 1,
+		"write_audit_admitted": 2 * (500 + 1000 + 100)} {
 		if got[k] != v {
 			t.Errorf("%s = %v, want %v", k, got[k], v)
 		}
+	}
+	for _, k := range []string{"attested", "write_audit_attestation_checked", "read_audit_attestation_checked"} {
+		if got[k] != true {
+			t.Errorf("%s = %v, want true", k, got[k])
+		}
+	}
+	// Every message is either admitted by a covering checkpoint or had
+	// its attestation verified one by one.
+	for _, p := range []string{"write_audit_", "read_audit_"} {
+		by, _ := got[p+"admitted_by_checkpoint"].(float64)
+		one, _ := got[p+"attestations_verified"].(float64)
+		if by+one < got[p+"admitted"].(float64) {
+			t.Errorf("%s: %v admitted by a checkpoint and %v verified one by one, of %v admitted", p, by, one, got[p+"admitted"])
+		}
+	}
+	if v, ok := got["write_audit_checkpoints_verified"].(float64); !ok || v < 3 {
+		t.Errorf("write_audit_checkpoints_verified = %v, want at least one per room (3)", got["write_audit_checkpoints_verified"])
+	}
+	// The read stream: 10 chains of 2000 entries over 10 rooms, all
+	// admitted; each room has at least its final checkpoint, and audit
+	// verified every checkpoint the stream holds.
+	if got["read_audit_admitted"] != 20000.0 {
+		t.Errorf("read_audit_admitted = %v, want 20000", got["read_audit_admitted"])
+	}
+	if v, ok := got["read_checkpoints"].(float64); !ok || v < 10 || got["read_audit_checkpoints_verified"] != v {
+		t.Errorf("read_checkpoints = %v, read_audit_checkpoints_verified = %v: want the same, at least 10", got["read_checkpoints"], got["read_audit_checkpoints_verified"])
 	}
 	for k, v := range map[string]float64{"read_audit_exit_code": 0, "read_audit_chains_ok": 10, "verify_exit_code": 0, "read_peak_rss_cap_mib": 256} {
 		if got[k] != v {
@@ -94,5 +137,23 @@ func TestBenchQuick(t *testing.T) {
 	}
 	if got["sync"] != "always" {
 		t.Errorf("sync = %v, want always", got["sync"])
+	}
+}
+
+// TestBenchNoAttest: --no-attest measures the keyless path: no
+// attestation, no checkpoint, an audit that does not check them.
+func TestBenchNoAttest(t *testing.T) {
+	got := runBench(t, "--quick", "--no-attest", "--only", "long", "--only", "read")
+	for k, v := range map[string]any{"attested": false, "write_audit_attestation_checked": false, "read_audit_attestation_checked": false,
+		"read_checkpoints": 0.0, "read_audit_exit_code": 0.0, "read_raw_count": 20000.0, "read_roompub_count": 20000.0,
+		"long_chain_roompub_count": 1000.0, "write_audit_clean": true, "write_audit_entries": 2*1000.0 + 500} {
+		if got[k] != v {
+			t.Errorf("%s = %v, want %v", k, got[k], v)
+		}
+	}
+	for _, k := range []string{"write_audit_admitted", "read_audit_admitted", "parallel_ratio"} {
+		if _, ok := got[k]; ok {
+			t.Errorf("%s = %v, want none", k, got[k])
+		}
 	}
 }
