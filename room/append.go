@@ -212,7 +212,7 @@ type pend struct {
 //
 // Invariant: the pending lines passed every check against the chain as c
 // has it plus the pending lines before them (cv is positioned after the
-// last one), so the first pending line's batch carries c.streamSeq as the
+// last one), so the first pending line's batch carries c.lastSeq as the
 // expected last sequence. Whenever c is reloaded from the stream, nothing
 // is pending: the lines are decided again.
 type journalRun struct {
@@ -379,7 +379,7 @@ func (r *journalRun) decide(i int, try *lineTry) (decision, ItemResult) {
 		}
 		// The message one append of this line alone would send (flush checks
 		// the exact one again).
-		msg := r.message(e, "", true, c.streamSeq+uint64(len(r.pending)))
+		msg := r.message(e, "", true, c.lastSeq+uint64(len(r.pending)))
 		if tl := g.tooLarge(msg, at, 0, 1); tl != nil {
 			if flushFirst {
 				return decFlush, ItemResult{}
@@ -415,7 +415,7 @@ func (r *journalRun) stored(p pend, seq uint64) {
 	if c.next == 0 {
 		c.meta = p.e.Metadata()
 	}
-	c.next, c.head, c.streamSeq, c.roomID = p.seq+1, p.e.EntryHash(), seq, r.roomID
+	c.next, c.head, c.streamSeq, c.lastSeq, c.roomID = p.seq+1, p.e.EntryHash(), seq, seq, r.roomID
 	if c.hashes != nil {
 		c.hashes = append(c.hashes, p.e.EntryHash())
 		c.seqs = append(c.seqs, seq)
@@ -493,7 +493,7 @@ func (r *journalRun) publishOne() (flushResult, bool) {
 	g, c := r.g, r.c
 	p := r.pending[0]
 	at := events.Location{Line: p.idx + 1}
-	msg := r.message(p.e, "", true, c.streamSeq)
+	msg := r.message(p.e, "", true, c.lastSeq)
 	if tl := g.tooLarge(msg, at, 0, 1); tl != nil {
 		return r.end(refused(p.idx, tl)), false
 	}
@@ -588,7 +588,7 @@ func (r *journalRun) publishBatch(n int) (flushResult, bool) {
 	for k, p := range batch {
 		// Without its attestation yet: msgHeaderSize counts what it will
 		// add.
-		msgs[k] = r.message(p.e, "", k == 0, c.streamSeq)
+		msgs[k] = r.message(p.e, "", k == 0, c.lastSeq)
 		if int64(len(msgs[k].Data))+g.msgHeaderSize(msgs[k], k, n)+batchHeaderRoom > g.nc.MaxPayload() {
 			// One append per line says which line is too large.
 			r.singles = true
@@ -608,7 +608,7 @@ func (r *journalRun) publishBatch(n int) (flushResult, bool) {
 	case <-r.ctx.Done():
 		return r.end(failed(batch[0].idx, r.ctx.Err())), false
 	}
-	prev := c.streamSeq
+	prev := c.lastSeq
 	start := time.Now()
 	ctx, cancel := context.WithTimeout(r.ctx, g.timeout)
 	ack, err := jetstreamext.PublishMsgBatch(ctx, g.js, msgs, jetstreamext.BatchFlowControl{AckFirst: true, AckTimeout: g.timeout})

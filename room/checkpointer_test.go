@@ -521,8 +521,10 @@ func TestCheckpointerLeaseTakeover(t *testing.T) {
 	ncA, ncB := e.connect(), e.connect()
 	ckA, _ := startCheckpointer(t, ncA, opts(keyA, keyB))
 	ckB, _ := startCheckpointer(t, ncB, opts(keyB, keyA))
-	gateA := e.attestingGate(e.connect(), keyA, ckA, room.GateOptions{})
-	gateB := e.attestingGate(e.connect(), keyB, ckB, room.GateOptions{})
+	// Each gate trusts the other's key, as serve --trusted-publisher does,
+	// so the chain the other appended to is one chain.
+	gateA := e.attestingGate(e.connect(), keyA, ckA, room.GateOptions{TrustedPublishers: []string{keyB.NodeID()}})
+	gateB := e.attestingGate(e.connect(), keyB, ckB, room.GateOptions{TrustedPublishers: []string{keyA.NodeID()}})
 	trust := trustOf(t, keyA, keyB)
 	es, _ := journal(t, "run-l", "cap-l", 60)
 

@@ -67,6 +67,13 @@ type GateOptions struct {
 	// is sent (a Checkpointer in the same process, which then need not
 	// verify the gate's own signatures).
 	Attested AttestationSink
+	// TrustedPublishers are the node ids of the other publishers whose
+	// attestations admit journal entries (serve's --trusted-publisher);
+	// PublisherKey's own is always trusted. With a PublisherKey, a message
+	// on a chain's subject that no trusted publisher attested is not the
+	// chain's head (issue 9): the chain goes on after the last admitted
+	// entry, and its next entry is stored after such messages.
+	TrustedPublishers []string
 }
 
 // AttestationSink is told of each message a gate attests, before the
@@ -111,6 +118,9 @@ type Gate struct {
 
 	key      *events.HostKey // attests appends (issue 9); nil: none
 	attested AttestationSink // nil: nobody is told
+	// trust admits entries as chain heads: key's node id and
+	// GateOptions.TrustedPublishers; nil without a key (every entry is).
+	trust *checkpoint.Trust
 
 	mu     sync.Mutex
 	chains map[events.ChainKey]*chainState
@@ -150,6 +160,11 @@ func NewGate(ctx context.Context, nc *nats.Conn, o GateOptions) (*Gate, error) {
 	}
 	if g.log == nil {
 		g.log = zap.NewNop()
+	}
+	if g.key != nil {
+		if g.trust, err = checkpoint.NewTrust(append([]string{g.key.NodeID()}, o.TrustedPublishers...)...); err != nil {
+			return nil, fmt.Errorf("%w: %w", ErrGate, err)
+		}
 	}
 	if g.timeout <= 0 {
 		g.timeout = DefaultTimeout
@@ -193,8 +208,12 @@ type chainState struct {
 	roomID    string // room the chain lives in, "" while it has no entry
 	next      int64
 	head      string
-	streamSeq uint64
-	meta      events.CapsuleMeta
+	streamSeq uint64 // the head entry's stream sequence
+	// lastSeq is the last stream sequence on the chain's subjects in every
+	// room, which the next append expects: streamSeq, but for messages
+	// after the head that are no admitted entry (issue 9, with a key).
+	lastSeq uint64
+	meta    events.CapsuleMeta
 	// hashes and seqs hold entry_hash and stream sequence by chain
 	// position once loaded (only to decide whether a resent old entry is a
 	// duplicate, and where it is stored); nil until needed.
@@ -290,15 +309,30 @@ func (g *Gate) leaderMsg(ctx context.Context, req map[string]any) (*jetstream.Ra
 }
 
 // reload brings c up to the stream's head for key; with leader set, as the
-// stream leader has it (see lastOn).
+// stream leader has it (see lastOn). With a publisher key the head is the
+// last entry a trusted publisher attested (admittedHead).
 func (g *Gate) reload(ctx context.Context, key events.ChainKey, c *chainState, leader bool) error {
-	m, err := g.lastOn(ctx, g.subjects.ChainAnyRoom(key), leader)
+	last, err := g.lastOn(ctx, g.subjects.ChainAnyRoom(key), leader)
 	if err != nil {
 		return err
+	}
+	if last != nil && g.trust != nil && last.Sequence == c.lastSeq {
+		c.loaded = true // nothing since c was decided: the stream only grows
+		return nil
+	}
+	m := last
+	if m != nil && g.trust != nil {
+		if m, err = g.admittedHead(ctx, key, c, last); err != nil {
+			return err
+		}
 	}
 	if m == nil {
 		// Field by field: c.mu is held by the caller.
 		c.loaded, c.roomID, c.next, c.head, c.streamSeq, c.meta, c.hashes, c.seqs = true, "", 0, events.ZeroHash, 0, events.CapsuleMeta{}, nil, nil
+		c.lastSeq = 0
+		if last != nil {
+			c.lastSeq = last.Sequence
+		}
 		return nil
 	}
 	p, err := g.subjects.Parse(m.Subject)
@@ -317,6 +351,7 @@ func (g *Gate) reload(ctx context.Context, key events.ChainKey, c *chainState, l
 		c.hashes, c.seqs = nil, nil // cannot happen on an append-only stream; start over
 	}
 	c.loaded, c.roomID, c.next, c.head, c.streamSeq, c.meta = true, p.RoomID, seq+1, e.EntryHash(), m.Sequence, e.Metadata()
+	c.lastSeq = last.Sequence
 	return nil
 }
 
@@ -456,6 +491,9 @@ func failed(idx int, err error) ItemResult {
 // needHashes loads c.hashes unless they cover c.next already.
 func (g *Gate) needHashes(ctx context.Context, c *chainState, key events.ChainKey) error {
 	if c.hashes == nil || int64(len(c.hashes)) < c.next {
+		if g.trust != nil {
+			return g.loadAdmittedHashes(ctx, c, key)
+		}
 		return g.loadHashes(ctx, c, key)
 	}
 	return nil

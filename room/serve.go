@@ -149,7 +149,8 @@ func Serve(ctx context.Context, o ServeOptions) error {
 		return err
 	}
 	gopts := GateOptions{Stream: cfg.Name, Subjects: o.Subjects, Validator: o.Validator, Logger: log, Observer: metrics,
-		MaxBatch: o.MaxBatch, MaxInflightBatches: o.MaxInflightBatches, PublisherKey: o.PublisherKey}
+		MaxBatch: o.MaxBatch, MaxInflightBatches: o.MaxInflightBatches, PublisherKey: o.PublisherKey,
+		TrustedPublishers: o.Checkpoint.TrustedPublishers}
 	var ckp *Checkpointer
 	if o.PublisherKey != nil {
 		co := o.Checkpoint
