@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -167,7 +168,12 @@ func (b *bench) fillRead(subjects room.Subjects) (readFill, error) {
 	if b.attested() {
 		how = fmt.Sprintf("attested, checkpoints every %d entries or %s", room.DefaultCheckpointEvery, room.DefaultCheckpointInterval)
 	}
-	sig := fmt.Sprintf("%d chains × %d entries, %s, %s: gate batches of %d, %s, %s", k, n, genVersion, fillVersion, b.c.Batch, how, subjects.Journal(readRoom(0), first.Key()))
+	// As many requests at once as serve's ingest service decides
+	// (ServiceOptions.Concurrency's default): the stream interleaves the
+	// chains' batches, and the checkpointer keeps pace, as under serve.
+	workers := min(4*runtime.GOMAXPROCS(0), k)
+	sig := fmt.Sprintf("%d chains × %d entries, %s, %s: gate batches of %d, %d at once, %s, %s",
+		k, n, genVersion, fillVersion, b.c.Batch, workers, how, subjects.Journal(readRoom(0), first.Key()))
 	ctx, cancel := context.WithTimeout(b.ctx, 30*time.Second)
 	defer cancel()
 	if st, err := b.js.Stream(ctx, readStream); err == nil {
@@ -222,9 +228,9 @@ func (b *bench) fillRead(subjects room.Subjects) (readFill, error) {
 	}
 	var done atomic.Int64
 	jobs := make(chan int)
-	errs := make(chan error, b.c.Inflight)
+	errs := make(chan error, workers)
 	var wg sync.WaitGroup
-	for range min(b.c.Inflight, k) {
+	for range workers {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
