@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 
 	"github.com/nats-io/nats.go"
 
@@ -23,6 +24,18 @@ import (
 // order. What is not admitted, and every checkpoint that does not cover
 // the room as it says, is set aside as checkpoint_mismatch.
 //
+// A publisher signs each atomic batch (ADR-50) once: every message carries
+// the batch's signature and its place in it ("i/n"), and the signature
+// covers the statements of all n messages. An atomic batch is stored whole
+// and contiguously, in index order, so a reader meets messages 0..n-1 of a
+// batch at consecutive stream sequences. A reader follows the batch it is
+// in the middle of (batchRun): any message that is not the batch's next
+// one ends it, and a batch ended before its last message can never be
+// whole, so its messages are refused at once ("incomplete batch: message i
+// of n"); so are a message that claims a place in a batch without
+// following its predecessor (a copied header) and, at the end of a read,
+// the batch still open.
+//
 // Optimistic verification (issue 9, for the audit floor of issue 8): a
 // message whose header is well formed and names a trusted key becomes a
 // leaf at once, its signature unchecked (attPending), and its verdict
@@ -30,11 +43,14 @@ import (
 // authenticates it (its signature and root bind every leaf: room, subject,
 // content hash; stream order gives the position). When a checkpoint does
 // not match, the pending attestations since the last verified checkpoint
-// are verified one by one, the bad ones refused, the tree rebuilt without
+// are verified batch by batch (checkpoint.(*Trust).VerifyBatch: one
+// signature per batch), the bad ones refused, the tree rebuilt without
 // them and the checkpoint checked again. Whatever no checkpoint covers at
-// the end of a read, or once the queue is full, is verified one by one.
-// Verdicts leave the queue in stream order, so they are those of a reader
-// that verified every signature first.
+// the end of a read, or once the queue is full, is verified batch by
+// batch. Verdicts leave the queue in stream order, so they are those of a
+// reader that verified every signature first. Follow's live delivery
+// (eager) verifies each batch as soon as its last message arrives, and
+// hands out none of its messages before.
 
 // attState is what a trusting reader knows of a message's admission.
 type attState uint8
@@ -42,17 +58,19 @@ type attState uint8
 const (
 	attUnchecked attState = iota // the reader trusts no publisher key, or the message is no room message
 	attPending                   // a leaf on the optimistic path: a trusted key named, the signature not checked yet
-	attAdmitted                  // a leaf whose signature verified or that a verified checkpoint covers; a verified checkpoint
+	attAdmitted                  // a leaf whose batch signature verified or that a verified checkpoint covers; a verified checkpoint
 	attRefused                   // set aside as checkpoint_mismatch with reason
 )
 
 // attestation is a trusting reader's state of one message.
 type attestation struct {
 	state    attState
-	checked  bool   // the signature was verified one by one (state is then attAdmitted or attRefused)
-	leaf     bool   // a leaf of its room's tree, at index
-	index    uint64 // leaf index, while leaf
-	position string // checkpoint.JournalPosition or RecordPosition; "" when unknown
+	checked  bool                   // decided by its batch's signature (state is then attAdmitted or attRefused)
+	a        checkpoint.Attestation // the header, parsed (attPending and after)
+	run      uint64                 // stream seq of message 0 of its batch, once a leaf
+	leaf     bool                   // a leaf of its room's tree, at index
+	index    uint64                 // leaf index, while leaf
+	position string                 // checkpoint.JournalPosition or RecordPosition; "" when unknown
 	content  [32]byte
 	hash     [32]byte // checkpoint.LeafHash
 	reason   string   // attRefused
@@ -78,10 +96,11 @@ func attestationOf(h nats.Header) string {
 }
 
 // prepareAttestation is prepare's part for a trusting reader: the content
-// and leaf hashes, the header's signer, the journal position; with eager,
-// the signature of a journal entry (a record's position is only known in
-// stream order, in step); for checkpoint messages the note's signature
-// and origin. It reads only r.trust and r.eager.
+// and leaf hashes, the header's form and signer (trusted or not: the
+// signature is checked later, per batch), the journal position (a
+// record's position is only known in stream order, in step); for
+// checkpoint messages the note's signature and origin. It reads only
+// r.trust.
 func (r *Reader) prepareAttestation(x *prepared) {
 	m := &x.m
 	if x.p.Kind == KindCheckpoint {
@@ -90,19 +109,26 @@ func (r *Reader) prepareAttestation(x *prepared) {
 	}
 	x.att.content = checkpoint.ContentHash(m.Data)
 	x.att.hash = checkpoint.LeafHash(x.p.RoomID, m.Subject, x.att.content)
-	if _, err := r.trust.AttestationSigner(m.Attestation); err != nil {
+	a, err := checkpoint.ParseAttestation(m.Attestation)
+	if err == nil && !r.trust.Trusts(a.Signer) {
+		_, err = r.trust.AttestationSigner(m.Attestation) // its wording of the untrusted key
+	}
+	if err != nil {
 		x.att.state, x.att.reason = attRefused, attestationReason(err)
 		return
 	}
-	x.att.state = attPending
-	if x.p.Kind == KindJournal && x.e != nil {
-		if pos, ok := x.e.Seq(); ok {
-			x.att.position = checkpoint.JournalPosition(pos)
+	if x.p.Kind == KindJournal {
+		pos, ok := int64(0), false
+		if x.e != nil {
+			pos, ok = x.e.Seq()
 		}
+		if !ok {
+			x.att.state, x.att.reason = attRefused, "the attestation cannot be verified: the message's chain position is unknown"
+			return
+		}
+		x.att.position = checkpoint.JournalPosition(pos)
 	}
-	if r.eager && x.p.Kind == KindJournal {
-		r.checkAttestation(x)
-	}
+	x.att.state, x.att.a = attPending, a
 }
 
 // attestationReason words a refused attestation.
@@ -113,19 +139,53 @@ func attestationReason(err error) string {
 	return "the message was not admitted by a trusted publisher: " + err.Error()
 }
 
-// checkAttestation verifies x's attestation signature (x is attPending).
-// Safe on several goroutines for distinct messages.
-func (r *Reader) checkAttestation(x *prepared) {
-	x.att.checked = true
-	if x.att.position == "" {
-		x.att.state, x.att.reason = attRefused, "the attestation cannot be verified: the message's chain position is unknown"
-		return
+// statement is what x's attestation says of it (x is a room message whose
+// position is known).
+func (x *prepared) statement() checkpoint.Statement {
+	return checkpoint.Statement{Room: x.p.RoomID, Subject: x.m.Subject, Position: x.att.position, Content: x.att.content}
+}
+
+// batchRun is the atomic batch a trusting reader is in the middle of: its
+// messages 0..next-1, at stream seqs first..last, are the last leaves of
+// room l (l nil: none is open).
+type batchRun struct {
+	l           *ledger
+	a           checkpoint.Attestation // message 0's
+	first, last uint64
+	next        int
+}
+
+// joins reports whether x is the open batch's next message: same room,
+// signer, signature and size, the next index, the next stream seq.
+func (b *batchRun) joins(x *prepared) bool {
+	return b.l != nil && x.att.state == attPending && x.att.ledger == b.l && x.att.a.SameBatch(b.a) &&
+		x.att.a.Index == b.next && x.m.Seq == b.last+1
+}
+
+// holds reports whether the pending leaf d is a message of the open batch.
+func (b *batchRun) holds(d *prepared) bool {
+	return b.l != nil && d.att.ledger == b.l && d.att.state == attPending && d.att.run == b.first
+}
+
+// incompleteBatch is the error of a message whose batch was not read
+// whole.
+func incompleteBatch(a checkpoint.Attestation, why string) error {
+	return fmt.Errorf("%w: message %d of a batch of %d by %s: %s (an atomic batch is stored whole, its messages consecutive)",
+		checkpoint.ErrIncompleteBatch, a.Index, a.Count, a.Signer, why)
+}
+
+// breakRun refuses the messages of the open batch, which can no longer
+// be whole for the reason why, and closes it.
+func (r *Reader) breakRun(why string) {
+	b := r.run
+	r.run = batchRun{}
+	why = fmt.Sprintf("only messages 0 to %d of it were read, at stream seqs %d to %d, and %s", b.next-1, b.first, b.last, why)
+	for _, d := range b.l.pending {
+		if b.holds(d) {
+			d.att.state, d.att.reason = attRefused, attestationReason(incompleteBatch(d.att.a, why))
+		}
 	}
-	if _, err := r.trust.VerifyAttestation(x.m.Attestation, x.p.RoomID, x.m.Subject, x.att.position, x.att.content); err != nil {
-		x.att.state, x.att.reason = attRefused, attestationReason(err)
-		return
-	}
-	x.att.state = attAdmitted
+	b.l.settle()
 }
 
 // ledger is a trusting reader's state of one room: its tree of admitted
@@ -133,11 +193,15 @@ func (r *Reader) checkAttestation(x *prepared) {
 type ledger struct {
 	roomID string
 	tree   roomTree // *leanTree, or a *checkpoint.Tree for readers that prove or compare old sizes
-	execs  uint64   // messages read on the room's exec subject: the next record's position
+	execs  uint64   // messages read on the exec subject: the next record's position
 	// pending holds the room's leaves from the first one still attPending
 	// on, in stream order (so none of them is decided yet, and a rebuild
 	// can append them again); empty when no leaf is pending.
 	pending []*prepared
+	// lead holds the statements of a batch's first messages that a
+	// checkpoint covered while the rest of the batch still waits: its
+	// signature covers them all.
+	lead []leadMsg
 
 	latest    *checkpoint.Checkpoint // the last verified checkpoint
 	latestSeq uint64                 // its stream sequence
@@ -155,8 +219,16 @@ type ledger struct {
 
 	checkpoints uint64 // checkpoints verified
 	ckRefused   uint64 // checkpoint messages refused
-	verified    uint64 // attestation signatures verified one by one
+	verified    uint64 // messages decided by their batch's signature
+	batches     uint64 // batch signatures checked
 	covered     uint64 // leaves admitted by a covering checkpoint, unchecked
+}
+
+// leadMsg is a covered message of a batch whose other messages wait.
+type leadMsg struct {
+	run    uint64 // the batch's first stream seq
+	header string
+	st     checkpoint.Statement
 }
 
 // ledgerOf returns roomID's ledger, created on first use.
@@ -173,12 +245,16 @@ func (r *Reader) ledgerOf(roomID string) *ledger {
 }
 
 // Bounds of the optimistic queue: verdicts waiting for a checkpoint. Past
-// either, the oldest waiting room's pending attestations are verified one
-// by one (a publisher that writes checkpoints rarely, or none, costs
-// speed, not memory).
+// either, the oldest waiting room's pending attestations are verified
+// batch by batch (a publisher that writes checkpoints rarely, or none,
+// costs speed, not memory). The batch still being read may hold the queue
+// past them, up to maxHeldBytes of data, if it has at most maxDeferred
+// messages (nats-server's atomic batches hold at most 1,000 by default);
+// a larger one is refused as incomplete.
 const (
 	maxDeferred      = 8192
 	maxDeferredBytes = 32 << 20
+	maxHeldBytes     = 8 * maxDeferredBytes
 )
 
 // feed decides x, which must come after every message fed before it in
@@ -191,47 +267,70 @@ func (r *Reader) feed(x *prepared, full bool, out func(*Event, *SetAside)) {
 		out(r.decide(x, full))
 		return
 	}
-	r.step(x)
-	if r.qhead == len(r.queue) && x.att.state != attPending {
-		r.emit(x, full, out)
-		return
-	}
 	d := r.newDeferred()
 	*d = *x
+	r.step(d)
+	if r.qhead == len(r.queue) && d.att.state != attPending {
+		r.emit(d, full, out)
+		r.recycle(d)
+		return
+	}
 	r.queue = append(r.queue, d)
 	r.qbytes += len(d.m.Data)
-	if l := d.att.ledger; d.att.leaf && (d.att.state == attPending || len(l.pending) > 0) {
-		l.pending = append(l.pending, d)
-	}
 	r.drain(full, out)
 	for len(r.queue)-r.qhead > maxDeferred || r.qbytes > maxDeferredBytes {
-		r.verifyPending(r.queue[r.qhead].att.ledger)
+		head := r.queue[r.qhead]
+		if r.run.holds(head) {
+			// The head waits for the rest of its batch, which is still
+			// being read.
+			if r.run.a.Count <= maxDeferred && r.qbytes <= maxHeldBytes {
+				break
+			}
+			r.breakRun(fmt.Sprintf("a reader holds back at most %d messages and %d MiB of a batch", maxDeferred, maxHeldBytes>>20))
+		} else {
+			r.verifyLedger(head.att.ledger)
+		}
 		r.drain(full, out)
 	}
 }
 
-// finish verifies one by one every attestation no checkpoint covered and
-// hands out every verdict still waiting. The reader's trees are then
-// final for the messages read.
+// finish refuses the batch still open (the read ended before its last
+// message), verifies batch by batch every attestation no checkpoint
+// covered and hands out every verdict still waiting. The reader's trees
+// are then final for the messages read.
 func (r *Reader) finish(full bool, out func(*Event, *SetAside)) {
 	if r.trust == nil {
 		return
 	}
-	var todo []*prepared
-	for _, l := range r.ledgers {
-		n := len(todo)
-		for _, d := range l.pending {
-			if d.att.state == attPending {
-				todo = append(todo, d)
-			}
-		}
-		l.verified += uint64(len(todo) - n)
+	if r.run.l != nil {
+		r.breakRun("the read ended there")
 	}
-	r.verifyAll(todo)
-	for _, l := range r.ledgers {
-		l.settle()
-	}
+	r.verifyAllLedgers()
 	r.drain(full, out)
+}
+
+// startLive ends Follow's rebuild and switches r to live delivery: every
+// attestation of the rebuild no checkpoint covered is verified, its
+// verdicts handed to out, except those of the batch still open, which may
+// go on past the rebuild (its verdicts come out during live delivery, in
+// stream order, before any live message's). It returns how many verdicts
+// wait: that batch's messages. From here on a batch is verified as soon
+// as its last message arrives, and a batch of more than maxRun messages
+// is refused (Follow cannot hold so many unacknowledged).
+func (r *Reader) startLive(maxRun int, out func(*Event, *SetAside)) int {
+	r.eager, r.maxRun = true, maxRun
+	if r.trust == nil {
+		return 0
+	}
+	r.verifyAllLedgers()
+	r.drain(false, out)
+	return len(r.queue) - r.qhead
+}
+
+func (r *Reader) verifyAllLedgers() {
+	for _, id := range r.ledgerRooms() {
+		r.verifyLedger(r.ledgers[id])
+	}
 }
 
 // emit decides x and hands out its verdict.
@@ -254,8 +353,7 @@ func (r *Reader) drain(full bool, out func(*Event, *SetAside)) {
 		r.qhead++
 		r.qbytes -= len(d.m.Data)
 		r.emit(d, full, out)
-		*d = prepared{}
-		r.free = append(r.free, d)
+		r.recycle(d)
 	}
 	if r.qhead == len(r.queue) {
 		r.queue, r.qhead = r.queue[:0], 0
@@ -275,17 +373,33 @@ func (r *Reader) newDeferred() *prepared {
 	return new(prepared)
 }
 
+// recycle keeps d, whose verdict is out, for reuse.
+func (r *Reader) recycle(d *prepared) {
+	*d = prepared{}
+	r.free = append(r.free, d)
+}
+
 // step is a trusting reader's stream-order work on x before its verdict:
-// the record position, the leaf appended to the room's tree, a checkpoint
-// checked against it.
+// the batch it belongs to (ending the open one if x is not its next
+// message), the record position, the leaf appended to the room's tree, a
+// checkpoint checked against it; live, a batch verified once whole.
 func (r *Reader) step(x *prepared) {
-	if x.subjErr != nil {
-		return
+	var l *ledger
+	if x.subjErr == nil {
+		l = r.ledgerOf(x.p.RoomID)
+		x.att.ledger = l
+		if l.refused != "" {
+			x.att.state, x.att.reason = attRefused, l.refused
+		}
 	}
-	l := r.ledgerOf(x.p.RoomID)
-	x.att.ledger = l
-	if l.refused != "" {
-		x.att.state, x.att.reason = attRefused, l.refused
+	if x.att.state == attPending && r.maxRun > 0 && x.att.a.Count > r.maxRun {
+		x.att.state, x.att.reason = attRefused, attestationReason(incompleteBatch(x.att.a,
+			fmt.Sprintf("a batch of more than %d messages cannot be held back until it is whole", r.maxRun)))
+	}
+	if r.run.l != nil && !r.run.joins(x) {
+		r.breakRun(fmt.Sprintf("the next message, stream seq %d, is not message %d of it", x.m.Seq, r.run.next))
+	}
+	if l == nil || l.refused != "" {
 		return
 	}
 	switch x.p.Kind {
@@ -295,16 +409,41 @@ func (r *Reader) step(x *prepared) {
 	case KindExecution:
 		x.att.position = checkpoint.RecordPosition(l.execs)
 		l.execs++
-		if r.eager && x.att.state == attPending {
-			r.checkAttestation(x)
+	}
+	if x.att.state != attPending {
+		return
+	}
+	a := x.att.a
+	switch {
+	case r.run.l != nil: // x is its next message (joins, above)
+		r.run.next++
+		r.run.last = x.m.Seq
+		x.att.run = r.run.first
+	case a.Count == 1:
+		x.att.run = x.m.Seq
+	case a.Index == 0:
+		r.run = batchRun{l: l, a: a, first: x.m.Seq, last: x.m.Seq, next: 1}
+		x.att.run = x.m.Seq
+	default:
+		x.att.state, x.att.reason = attRefused, attestationReason(incompleteBatch(a,
+			fmt.Sprintf("the message before it on the stream is not message %d of that batch: a copied header, or a batch not stored whole", a.Index-1)))
+		return
+	}
+	x.att.leaf, x.att.index = true, l.tree.Size()
+	l.tree.Append(x.att.hash)
+	l.pending = append(l.pending, x)
+	switch {
+	case r.run.l != nil && r.run.next == r.run.a.Count:
+		r.run = batchRun{}
+		if r.eager {
+			r.verifyLedger(l)
 		}
-	}
-	if x.att.checked {
-		l.verified++
-	}
-	if x.att.state == attPending || x.att.state == attAdmitted {
-		x.att.leaf, x.att.index = true, l.tree.Size()
-		l.tree.Append(x.att.hash)
+	case r.run.l == nil:
+		if r.eager {
+			r.verifyLedger(l)
+		}
+	case r.eager && x.m.live && x.m.numPending < uint64(r.run.a.Count-r.run.next):
+		r.breakRun(fmt.Sprintf("the stream holds only %d more message(s) for this reader", x.m.numPending))
 	}
 }
 
@@ -325,7 +464,7 @@ func (r *Reader) stepCheckpoint(l *ledger, x *prepared) {
 	if why != "" && c.Size <= l.tree.Size() && (l.latest == nil || c.Size > l.latest.Size) && l.hasPending() {
 		// Perhaps a leaf the publisher did not admit: verify the pending
 		// attestations, rebuild without the bad ones, check again.
-		r.verifyPending(l)
+		r.verifyLedger(l)
 		why = l.check(c)
 	}
 	if why == "" && l.floor != nil && !l.floorOK && c.Size >= l.floor.Size {
@@ -383,7 +522,9 @@ func (l *ledger) consistent(old, c *checkpoint.Checkpoint) error {
 }
 
 // accept makes c the room's latest verified checkpoint: every pending
-// leaf it covers is admitted.
+// leaf it covers is admitted. When c ends inside a batch whose later
+// messages still wait, the statements of the messages it covers are kept
+// (lead): that batch's signature covers them too.
 func (l *ledger) accept(c *checkpoint.Checkpoint, seq uint64) {
 	l.latest, l.latestSeq = c, seq
 	l.checkpoints++
@@ -393,11 +534,25 @@ func (l *ledger) accept(c *checkpoint.Checkpoint, seq uint64) {
 			panic("room: advance a room's tree: " + err.Error()) // c.Size <= the tree's size: checked
 		}
 	}
+	var cut *prepared // the first leaf c does not cover
+	for _, d := range l.pending {
+		if d.att.index >= c.Size {
+			cut = d
+			break
+		}
+	}
+	keep := cut != nil && cut.att.state == attPending && cut.att.a.Index > 0
+	if !keep || len(l.lead) > 0 && l.lead[0].run != cut.att.run {
+		l.lead = nil
+	}
 	for _, d := range l.pending {
 		if d.att.index >= c.Size {
 			break
 		}
 		if d.att.state == attPending {
+			if keep && d.att.run == cut.att.run {
+				l.lead = append(l.lead, leadMsg{run: d.att.run, header: d.m.Attestation, st: d.statement()})
+			}
 			d.att.state = attAdmitted
 			l.covered++
 		}
@@ -421,18 +576,102 @@ func (l *ledger) trim() {
 	l.pending = l.pending[:n]
 }
 
-// verifyPending verifies one by one every pending attestation of l's room,
-// then settles the room.
-func (r *Reader) verifyPending(l *ledger) {
-	var todo []*prepared
-	for _, d := range l.pending {
-		if d.att.state == attPending {
-			todo = append(todo, d)
+// batchCheck is one batch whose signature is to be checked: the
+// statements of its first messages a checkpoint covered (lead), then its
+// pending messages.
+type batchCheck struct {
+	lead    []leadMsg
+	members []*prepared
+	err     error
+}
+
+// verifyLedger verifies the signature of every batch of l's room with
+// pending messages, but the one still being read, and settles the room:
+// each batch's messages admitted or refused together.
+func (r *Reader) verifyLedger(l *ledger) {
+	var checks []*batchCheck
+	for i := 0; i < len(l.pending); {
+		d := l.pending[i]
+		if d.att.state != attPending {
+			i++
+			continue
+		}
+		j := i + 1
+		for j < len(l.pending) && l.pending[j].att.state == attPending && l.pending[j].att.run == d.att.run {
+			j++
+		}
+		if !r.run.holds(d) {
+			c := &batchCheck{members: l.pending[i:j]}
+			if len(l.lead) > 0 && l.lead[0].run == d.att.run {
+				c.lead = l.lead
+				l.lead = nil
+			}
+			checks = append(checks, c)
+		}
+		i = j
+	}
+	r.checkBatches(checks)
+	for _, c := range checks {
+		l.batches++
+		l.verified += uint64(len(c.members))
+		for _, d := range c.members {
+			d.att.checked = true
+			if c.err != nil {
+				d.att.state, d.att.reason = attRefused, attestationReason(c.err)
+			} else {
+				d.att.state = attAdmitted
+			}
 		}
 	}
-	l.verified += uint64(len(todo))
-	r.verifyAll(todo)
 	l.settle()
+}
+
+// checkBatches checks the signatures of cs, on verifyWorkers goroutines
+// when they hold many messages.
+func (r *Reader) checkBatches(cs []*batchCheck) {
+	n := 0
+	for _, c := range cs {
+		n += len(c.lead) + len(c.members)
+	}
+	const perWorker = 256
+	workers := min(verifyWorkers(), len(cs), (n+perWorker-1)/perWorker)
+	if workers <= 1 {
+		for _, c := range cs {
+			r.checkBatch(c)
+		}
+		return
+	}
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	for range workers {
+		wg.Go(func() {
+			for i := next.Add(1) - 1; i < int64(len(cs)); i = next.Add(1) - 1 {
+				r.checkBatch(cs[i])
+			}
+		})
+	}
+	wg.Wait()
+}
+
+// checkBatch checks one batch's signature over all its statements
+// (checkpoint.(*Trust).VerifyBatch).
+func (r *Reader) checkBatch(c *batchCheck) {
+	n := len(c.lead) + len(c.members)
+	if a := c.members[0].att.a; n != a.Count {
+		// Not reached: a batch is checked once read whole (step ends the
+		// others), with the statements a checkpoint covered in its lead.
+		c.err = incompleteBatch(a, fmt.Sprintf("%d of its messages were read", n))
+		return
+	}
+	headers := make([]string, 0, n)
+	stmts := make([]checkpoint.Statement, 0, n)
+	for _, m := range c.lead {
+		headers, stmts = append(headers, m.header), append(stmts, m.st)
+	}
+	for _, d := range c.members {
+		headers, stmts = append(headers, d.m.Attestation), append(stmts, d.statement())
+	}
+	_, c.err = r.trust.VerifyBatch(headers, stmts)
 }
 
 // settle rebuilds the tree without the pending leaves just refused and
@@ -465,30 +704,6 @@ func (l *ledger) settle() {
 		l.pending = kept
 	}
 	l.trim()
-}
-
-// verifyAll checks the attestations of xs (each attPending), on
-// verifyWorkers goroutines when there are many.
-func (r *Reader) verifyAll(xs []*prepared) {
-	const perWorker = 64
-	workers := min(verifyWorkers(), (len(xs)+perWorker-1)/perWorker)
-	if workers <= 1 {
-		for _, x := range xs {
-			r.checkAttestation(x)
-		}
-		return
-	}
-	var wg sync.WaitGroup
-	chunk := (len(xs) + workers - 1) / workers
-	for from := 0; from < len(xs); from += chunk {
-		part := xs[from:min(from+chunk, len(xs))]
-		wg.Go(func() {
-			for _, x := range part {
-				r.checkAttestation(x)
-			}
-		})
-	}
-	wg.Wait()
 }
 
 func hexRoot(h [32]byte) string { return hex.EncodeToString(h[:]) }
@@ -534,14 +749,17 @@ type RoomCheckpoints struct {
 	CheckpointsRefused uint64 `json:"checkpoints_refused,omitempty"`
 	// Latest is the last verified checkpoint; Covered the admitted
 	// messages it covers, Tail those after it, whose attestations were
-	// verified one by one.
+	// verified batch by batch.
 	Latest  *CheckpointFact `json:"latest,omitempty"`
 	Covered uint64          `json:"covered"`
 	Tail    uint64          `json:"tail"`
-	// AttestationsVerified counts the signatures verified one by one;
+	// AttestationsVerified counts the messages whose attestation was
+	// checked against its batch's signature (admitted or refused by it),
+	// BatchesVerified those signatures (one Ed25519 check per batch);
 	// AdmittedByCheckpoint the messages a covering checkpoint admitted
 	// with no signature check of their own.
 	AttestationsVerified uint64 `json:"attestations_verified"`
+	BatchesVerified      uint64 `json:"batches_verified"`
 	AdmittedByCheckpoint uint64 `json:"admitted_by_checkpoint"`
 	// Stored is the checkpoint an earlier read verified (state directory),
 	// if any; StoredConsistent reports whether the room as read extends it.
@@ -557,7 +775,7 @@ type RoomCheckpoints struct {
 // facts summarises l.
 func (l *ledger) facts() RoomCheckpoints {
 	f := RoomCheckpoints{RoomID: l.roomID, Admitted: l.tree.Size(), Checkpoints: l.checkpoints, CheckpointsRefused: l.ckRefused,
-		Latest: factOf(l.latest, l.latestSeq), Tail: l.tree.Size(), AttestationsVerified: l.verified, AdmittedByCheckpoint: l.covered,
+		Latest: factOf(l.latest, l.latestSeq), Tail: l.tree.Size(), AttestationsVerified: l.verified, BatchesVerified: l.batches, AdmittedByCheckpoint: l.covered,
 		Stored: factOf(l.floor, 0), StoredConsistent: l.floor != nil && l.floorOK, External: l.external, Refused: l.refused}
 	if l.latest != nil {
 		f.Covered, f.Tail = l.latest.Size, l.tree.Size()-l.latest.Size

@@ -1,6 +1,11 @@
 package room
 
-import "context"
+import (
+	"context"
+
+	"github.com/roompub/roompub/checkpoint"
+	"github.com/roompub/roompub/validate"
+)
 
 // VerifyInBatches verifies msgs with r the way Audit and Follow do:
 // prepared on workers in batches of the sizes cut returns (at least one
@@ -36,3 +41,32 @@ func VerifyInBatches(r *Reader, msgs []StreamMsg, cut func() int) ([]*Event, []*
 	}
 	return evs, asides
 }
+
+// Verdict is one message's outcome as a reader hands it out: an event, a
+// set-aside, or neither (a checkpoint message).
+type Verdict struct {
+	Event *Event
+	Aside *SetAside
+}
+
+// LiveFeed returns a function that feeds messages, one at a time in
+// stream order, to a reader that trusts t, as Follow's live delivery
+// does; pending is how many messages the server holds after m, not yet
+// delivered (jetstream.MsgMetadata.NumPending). It returns the verdicts
+// the message let out, in stream order.
+func LiveFeed(v *validate.Validator, s Subjects, t *checkpoint.Trust) func(m StreamMsg, pending uint64) []Verdict {
+	r := NewReader(v, s)
+	r.trustPublishers(t)
+	r.startLive(followMaxRun, func(*Event, *SetAside) {})
+	return func(m StreamMsg, pending uint64) []Verdict {
+		m.live, m.numPending = true, pending
+		var x prepared
+		r.prepare(&x, m, nil)
+		var out []Verdict
+		r.feed(&x, true, func(ev *Event, a *SetAside) { out = append(out, Verdict{ev, a}) })
+		return out
+	}
+}
+
+// FollowMaxRun is the largest batch Follow holds back until it is whole.
+const FollowMaxRun = followMaxRun

@@ -39,9 +39,10 @@ type FollowOptions struct {
 	// Trust, when it holds a key, checks issue 9's attestations and
 	// checkpoints: a message not attested by these publishers, or a
 	// checkpoint that does not cover its room as read, is set aside
-	// (checkpoint_mismatch). Live messages have their attestation verified
-	// one by one before they are handed out; the rebuild relies on
-	// checkpoints where they cover it.
+	// (checkpoint_mismatch). A live message is handed out once its whole
+	// atomic batch has arrived and the batch's signature verified (a batch
+	// that can no longer be whole, or of more than 4,032 messages, is set
+	// aside); the rebuild relies on checkpoints where they cover it.
 	Trust *checkpoint.Trust
 	// State, when set (with Trust), keeps the last checkpoint verified per
 	// room: at the start, a room whose newest checkpoint on the stream is
@@ -99,7 +100,7 @@ func Follow(ctx context.Context, js jetstream.JetStream, o FollowOptions, handle
 		DeliverPolicy:  jetstream.DeliverAllPolicy,
 		AckPolicy:      jetstream.AckExplicitPolicy,
 		AckWait:        o.AckWait,
-		MaxAckPending:  256,
+		MaxAckPending:  followMaxAckPending,
 		MaxDeliver:     -1,
 	})
 	if err != nil {
@@ -143,14 +144,15 @@ func Follow(ctx context.Context, js jetstream.JetStream, o FollowOptions, handle
 			return fmt.Errorf("rebuild: %w", err)
 		}
 	}
-	r.finish(false, discard)
-	r.eager = true // from here on each message's verdict is needed at once
+	held := r.startLive(followMaxRun, discard)
 	log.Info("subscriber rebuilt", zap.String("durable", o.Durable), zap.Uint64("ack_floor", floor))
 	if o.Ready != nil {
 		o.Ready(floor)
 	}
 	// Live: fetched messages are prepared in parallel as they arrive and
-	// decided, handed out and acknowledged one by one in stream order.
+	// decided in stream order; a verdict is handed out and acknowledged as
+	// soon as it is known (the messages of a batch once the batch is
+	// whole and verified), one by one, in stream order.
 	produce := func(pctx context.Context, emit func(*batch) bool) error {
 		for {
 			if pctx.Err() != nil {
@@ -196,47 +198,82 @@ func Follow(ctx context.Context, js jetstream.JetStream, o FollowOptions, handle
 			}
 		}
 	}
-	last := floor
+	// waiting holds, in stream order, the messages fed whose verdicts are
+	// not out yet: first the rebuild's (no message: their verdicts are
+	// not handed out again), then live ones.
+	type fed struct {
+		seq uint64
+		msg jetstream.Msg
+	}
+	waiting := make([]fed, held)
+	last := floor    // handed out (or set aside) and acknowledged
+	lastFed := floor // fed to the reader (the rebuild read up to floor)
+	var herr error   // the first failure; later verdicts are not handed out
+	out := func(ev *Event, aside *SetAside) {
+		w := waiting[0]
+		waiting = waiting[1:]
+		if herr != nil || w.msg == nil {
+			return
+		}
+		if ctx.Err() != nil {
+			// Stop now: the rest is unacknowledged and is delivered
+			// again, from the ack floor, on the next start.
+			herr = errStopped
+			return
+		}
+		switch {
+		case aside != nil:
+			if o.OnSetAside != nil {
+				o.OnSetAside(*aside)
+			}
+		case ev == nil:
+			// A checkpoint message: verified (or not looked at), not an event.
+		default:
+			if err := handle(ctx, ev); err != nil {
+				_ = w.msg.Nak()
+				herr = fmt.Errorf("%w: stream seq %d: %w", ErrHandler, w.seq, err)
+				return
+			}
+		}
+		// Synchronous: once handle returned, the ack is on the server
+		// before the next message, so a crash repeats nothing handled.
+		actx, acancel := context.WithTimeout(context.Background(), DefaultTimeout)
+		err := w.msg.DoubleAck(actx)
+		acancel()
+		if err != nil {
+			herr = fmt.Errorf("ack stream seq %d: %w", w.seq, err)
+			return
+		}
+		last = w.seq
+	}
 	err = runOrdered(ctx, r, produce, func(b *batch) error {
 		for i := range b.xs {
 			if ctx.Err() != nil {
-				// Stop now: the rest is unacknowledged and is delivered
-				// again, from the ack floor, on the next start.
 				return errStopped
 			}
 			x, msg := &b.xs[i], b.msgs[i]
 			seq := x.m.Seq
-			if seq <= last {
+			switch {
+			case seq <= last:
 				// Delivered again (an ack that was lost): already handled.
 				_ = msg.Ack()
 				continue
-			}
-			ev, aside, err := r.feedOne(x)
-			if err != nil {
-				return err
-			}
-			switch {
-			case aside != nil:
-				if o.OnSetAside != nil {
-					o.OnSetAside(*aside)
+			case seq <= lastFed:
+				// Delivered again while its batch is not whole yet: the
+				// newer delivery is the one to acknowledge.
+				for k := range waiting {
+					if waiting[k].seq == seq && waiting[k].msg != nil {
+						waiting[k].msg = msg
+					}
 				}
-			case ev == nil:
-				// A checkpoint message: verified (or not looked at), not an event.
-			default:
-				if err := handle(ctx, ev); err != nil {
-					_ = msg.Nak()
-					return fmt.Errorf("%w: stream seq %d: %w", ErrHandler, seq, err)
-				}
+				continue
 			}
-			// Synchronous: once handle returned, the ack is on the server
-			// before the next message, so a crash repeats nothing handled.
-			actx, acancel := context.WithTimeout(context.Background(), DefaultTimeout)
-			err = msg.DoubleAck(actx)
-			acancel()
-			if err != nil {
-				return fmt.Errorf("ack stream seq %d: %w", seq, err)
+			lastFed = seq
+			waiting = append(waiting, fed{seq: seq, msg: msg})
+			r.feed(x, true, out)
+			if herr != nil {
+				return herr
 			}
-			last = seq
 		}
 		return nil
 	})
@@ -244,17 +281,6 @@ func Follow(ctx context.Context, js jetstream.JetStream, o FollowOptions, handle
 		return nil
 	}
 	return err
-}
-
-// feedOne feeds x, whose verdict must be known at once (no verdict is
-// waiting, and x's attestation is verified one by one), and returns it.
-func (r *Reader) feedOne(x *prepared) (ev *Event, aside *SetAside, err error) {
-	n := 0
-	r.feed(x, true, func(e *Event, a *SetAside) { ev, aside = e, a; n++ })
-	if n != 1 {
-		return nil, nil, fmt.Errorf("follow: %d verdicts for stream seq %d, want 1", n, x.m.Seq)
-	}
-	return ev, aside, nil
 }
 
 // followFloors loads the checkpoints o.State keeps for the followed rooms
@@ -318,12 +344,18 @@ func followFloors(ctx context.Context, st jetstream.Stream, r *Reader, o FollowO
 	return nil
 }
 
-// Follow's fetches: followFetch messages per pull (at most MaxAckPending,
-// 256, are ever unacknowledged), prepared in batches of up to followBatch
-// that have already arrived.
+// Follow's fetches: followFetch messages per pull (at most
+// followMaxAckPending are ever unacknowledged), prepared in batches of up
+// to followBatch that have already arrived. A trusting Follow holds the
+// messages of an atomic batch unacknowledged until the batch is whole, so
+// it refuses batches of more than followMaxRun messages (nats-server's
+// atomic batches hold at most 1,000 by default, the gate's too), which
+// could never arrive whole.
 const (
-	followFetch = 64
-	followBatch = 16
+	followFetch         = 64
+	followBatch         = 16
+	followMaxAckPending = 4096
+	followMaxRun        = followMaxAckPending - followFetch
 )
 
 // errStopped stops Follow's pipeline when its context is done.
@@ -335,6 +367,7 @@ func addFetched(b *batch, msg jetstream.Msg) error {
 	if err != nil {
 		return fmt.Errorf("fetch: %w", err)
 	}
-	b.add(StreamMsg{Subject: msg.Subject(), Seq: meta.Sequence.Stream, Data: msg.Data(), Time: meta.Timestamp, Attestation: attestationOf(msg.Headers())}, msg)
+	b.add(StreamMsg{Subject: msg.Subject(), Seq: meta.Sequence.Stream, Data: msg.Data(), Time: meta.Timestamp, Attestation: attestationOf(msg.Headers()),
+		live: true, numPending: meta.NumPending}, msg)
 	return nil
 }

@@ -22,6 +22,13 @@ type StreamMsg struct {
 	// ("" when it has none; several values joined by ", ", which no
 	// attestation accepts).
 	Attestation string
+
+	// live: Follow fetched the message, and numPending is how many
+	// messages of the consumer's subjects the server held after it, not
+	// yet delivered (jetstream.MsgMetadata.NumPending): the rest of an
+	// atomic batch, stored whole, is among them.
+	live       bool
+	numPending uint64
 }
 
 // Event is a verified message, as handed to the application.
@@ -103,9 +110,12 @@ type Reader struct {
 	// Issue 9 (attested.go), for Audit and Follow: with trust set (at
 	// least one key), attestations and checkpoints are checked, each room
 	// keeping a ledger, and verdicts go through feed's queue. eager
-	// verifies every attestation on its own (Follow's live delivery).
+	// verifies every batch once whole (Follow's live delivery), maxRun
+	// bounds its batches then (0: no bound); run is the batch being read.
 	trust      *checkpoint.Trust
 	eager      bool
+	maxRun     int
+	run        batchRun
 	fullTrees  bool // keep every tree node (Prove, checkpoints from elsewhere)
 	ledgers    map[string]*ledger
 	queue      []*prepared // verdicts waiting, in stream order, from qhead

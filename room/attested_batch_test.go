@@ -1,0 +1,384 @@
+package room_test
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/roompub/roompub/checkpoint"
+	"github.com/roompub/roompub/events"
+	"github.com/roompub/roompub/room"
+)
+
+// Issue 9 with one attestation signature per atomic batch, on the read
+// side: a batch is verified once, whole; a batch with a message replaced,
+// a batch not stored whole and a header copied out of its batch are
+// refused, by audit and by follow, and follow's live delivery hands out
+// no message of a batch before the batch is whole, without waiting for
+// one that cannot be.
+
+// TestAttestedBatchOneSignature: a batch no checkpoint covers is verified
+// with one signature check for all its messages (counted), and a batch
+// whose third message was replaced after signing is refused whole: its
+// one signature covers the statements of all four messages, so it
+// verifies for none of them, and nothing tells which one was replaced
+// (each still carries its own header). The genuine chain around it is
+// served; follow sets aside the same four and hands out the rest.
+func TestAttestedBatchOneSignature(t *testing.T) {
+	e := newEnv(t)
+	pub := newHostKey(t)
+	a := newAttestor(t, e.js, pub, attRoom)
+	es, _ := journal(t, "run-b", "cap-b", 11)
+	good := a.entries(es[:10]...)        // one batch of 10
+	good = append(good, a.entry(es[10])) // one batch of 1
+
+	// Another chain's batch of 4, signed as the publisher made it, stored
+	// with message 2 replaced by another sound entry for its position.
+	other, _ := journal(t, "run-x", "cap-x", 4)
+	ms := make([]attMsg, 4)
+	for i, en := range other {
+		ms[i] = a.entryMsg(en)
+	}
+	hs := a.sign(ms)
+	ms[2].data = forkOf(t, other[2]).Canonical()
+	replaced := a.append(ms, hs)
+
+	rep, err := room.Audit(t.Context(), e.js, room.AuditOptions{Validator: e.v, Trust: trusting(t, pub)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := mismatches(t, rep.Violations); !slices.Equal(got, replaced) || len(rep.Violations) != 4 {
+		t.Fatalf("set aside %v, want the 4 messages of the batch at %v", rep.Violations, replaced)
+	}
+	want := "the message was not admitted by a trusted publisher: bad attestation: signature by " + pub.NodeID() + " does not verify for this batch of 4"
+	for _, v := range rep.Violations {
+		if v.Reason != want {
+			t.Errorf("stream seq %d: %q, want %q", v.Seq, v.Reason, want)
+		}
+	}
+	if rep.Totals.Entries != 11 || len(rep.Chains) != 1 || rep.Chains[0].Entries != 11 || rep.Chains[0].Verdict != "ok" {
+		t.Errorf("totals %+v, chains %+v", rep.Totals, rep.Chains)
+	}
+	// Three signatures checked: the batch of 10, the batch of 1 and the
+	// replaced batch; 15 messages decided by them.
+	checkFacts(t, rep.Checkpoints[0], room.RoomCheckpoints{RoomID: attRoom, Admitted: 11, Tail: 11,
+		AttestationsVerified: 15, BatchesVerified: 3})
+
+	f := startFollow(t, e.js, room.FollowOptions{Durable: "batches", Validator: e.v, Trust: trusting(t, pub), Rooms: []string{attRoom}}, nil)
+	f.waitSeen(t, 15)
+	if got := f.eventSeqs(); !slices.Equal(got, good) {
+		t.Errorf("follow served %v, want %v", got, good)
+	}
+	if got := mismatches(t, f.asides); !slices.Equal(got, replaced) || f.asides[0].Reason != want {
+		t.Errorf("follow set aside %v", f.asides)
+	}
+}
+
+// TestAttestedBatchCheckpointMismatch: a replaced batch the optimistic
+// path took in makes the next checkpoint mismatch; verifying the pending
+// batches (one signature each) finds it, the tree is rebuilt without its
+// four messages and the checkpoint is accepted. A checkpoint that ends
+// inside a batch admits the messages it covers; the rest of that batch
+// are verified with the statements of the covered ones (one signature for
+// the batch).
+func TestAttestedBatchCheckpointMismatch(t *testing.T) {
+	e := newEnv(t)
+	pub := newHostKey(t)
+	a := newAttestor(t, e.js, pub, attRoom)
+	es, _ := journal(t, "run-m", "cap-m", 20)
+	a.entries(es[:6]...)
+	other, _ := journal(t, "run-x", "cap-x", 4)
+	ms := make([]attMsg, 4)
+	for i, en := range other {
+		ms[i] = a.entryMsg(en)
+	}
+	hs := a.sign(ms)
+	ms[2].data = forkOf(t, other[2]).Canonical()
+	replaced := a.append(ms, hs)
+	a.entries(es[6:12]...)
+	a.checkpointOf(9, mustRootAt(t, a.tree, 9), a.signer) // inside the batch of entries 6-11
+	a.entries(es[12:20]...)
+
+	rep, err := room.Audit(t.Context(), e.js, room.AuditOptions{Validator: e.v, Trust: trusting(t, pub)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := mismatches(t, rep.Violations); !slices.Equal(got, replaced) || len(rep.Violations) != 4 {
+		t.Fatalf("set aside %v, want the 4 messages of the batch at %v", rep.Violations, replaced)
+	}
+	// At the checkpoint: batches of 6, of 4 (replaced) and of 6 verified
+	// (16 messages, 3 signatures), the tree rebuilt, the checkpoint
+	// accepted. It covered entries 0-8 only, but they were verified first;
+	// so the tail: the batch of 8 (1 signature). Nothing was admitted by
+	// the checkpoint alone.
+	checkFacts(t, rep.Checkpoints[0], room.RoomCheckpoints{RoomID: attRoom, Admitted: 20, Checkpoints: 1, Covered: 9, Tail: 11,
+		AttestationsVerified: 24, BatchesVerified: 4,
+		Latest: &room.CheckpointFact{Size: 9, Root: fmt.Sprintf("%x", mustRootAt(t, a.tree, 9)), Signer: pub.NodeID(), Seq: 17}})
+
+	// Without the replaced batch, the same checkpoint inside a batch
+	// admits entries 6-8 unchecked; entries 9-11 are verified at the end
+	// with the statements of 6-8 (one signature), then the batch of 8.
+	e2 := newEnv(t)
+	b := newAttestor(t, e2.js, pub, attRoom)
+	b.entries(es[:6]...)
+	b.checkpoint()
+	b.entries(es[6:12]...)
+	b.checkpointOf(9, mustRootAt(t, b.tree, 9), b.signer)
+	b.entries(es[12:20]...)
+	rep, err = room.Audit(t.Context(), e2.js, room.AuditOptions{Validator: e2.v, Trust: trusting(t, pub)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !rep.Clean() || rep.Totals.Entries != 20 {
+		t.Fatalf("violations %v, totals %+v", rep.Violations, rep.Totals)
+	}
+	checkFacts(t, rep.Checkpoints[0], room.RoomCheckpoints{RoomID: attRoom, Admitted: 20, Checkpoints: 2, Covered: 9, Tail: 11,
+		AttestationsVerified: 11, BatchesVerified: 2, AdmittedByCheckpoint: 9,
+		Latest: &room.CheckpointFact{Size: 9, Root: fmt.Sprintf("%x", mustRootAt(t, b.tree, 9)), Signer: pub.NodeID(), Seq: 14}})
+	// A replaced message among those the checkpoint did not cover: its
+	// batch's signature fails, with the covered statements too, and only
+	// the uncovered messages are refused (the checkpoint admitted the
+	// others).
+	e3 := newEnv(t)
+	c := newAttestor(t, e3.js, pub, attRoom)
+	c.entries(es[:6]...)
+	ms = make([]attMsg, 6)
+	for i, en := range es[6:12] {
+		ms[i] = c.entryMsg(en)
+	}
+	hs = c.sign(ms)
+	for _, m := range ms[:3] {
+		c.leaf(checkpoint.LeafHash(attRoom, m.subject, checkpoint.ContentHash(m.data)))
+	}
+	ms[4].data = forkOf(t, es[10]).Canonical()
+	seqs := c.append(ms, hs)
+	c.checkpointOf(9, c.tree.Root(), c.signer)
+	rep, err = room.Audit(t.Context(), e3.js, room.AuditOptions{Validator: e3.v, Trust: trusting(t, pub)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := mismatches(t, rep.Violations); !slices.Equal(got, seqs[3:]) {
+		t.Errorf("set aside %v, want %v", rep.Violations, seqs[3:])
+	}
+	if len(rep.Violations) > 0 && !strings.Contains(rep.Violations[0].Reason, "does not verify for this batch of 6") {
+		t.Errorf("reason %q", rep.Violations[0].Reason)
+	}
+}
+
+// TestAttestedIncompleteBatch: the first three messages of a signed batch
+// of five, stored without the other two, are refused, each naming its
+// place ("message i of a batch of 5"): in the middle of the stream once
+// the next message is not the batch's next one, at the end of a read once
+// the read ends, and by follow at once when the stream holds no more (no
+// waiting for messages that cannot come). A copy of a header of a batch
+// already whole, and a second message claiming an index its batch already
+// has, are refused too. The genuine messages are served.
+func TestAttestedIncompleteBatch(t *testing.T) {
+	e := newEnv(t)
+	pub := newHostKey(t)
+	a := newAttestor(t, e.js, pub, attRoom)
+	es, _ := journal(t, "run-i", "cap-i", 7)
+	partial := func(chain string) []uint64 {
+		other, _ := journal(t, chain, "cap-"+chain, 5)
+		ms := make([]attMsg, 5)
+		for i, en := range other {
+			ms[i] = a.entryMsg(en)
+		}
+		return a.append(ms[:3], a.sign(ms)[:3])
+	}
+	mid := partial("run-p")
+	whole, hs := a.headers(es[:3]...)
+	// After the whole batch: a copy of its message 1 (on a fork of entry
+	// 3), then message 0 copied twice (a second claim to index 0).
+	copied := a.forgedEntry(forkOf(t, es[3]), hs[1])
+	dup0 := a.forgedEntry(rebuilt(t, es[3], map[string]any{"payload": map[string]any{"tool": "bash", "status": "d0"}}), hs[0])
+	dup1 := a.forgedEntry(rebuilt(t, es[3], map[string]any{"payload": map[string]any{"tool": "bash", "status": "d1"}}), hs[0])
+	rest := a.entries(es[3:7]...)
+	end := partial("run-q")
+
+	run := func(i, last int, first uint64, tail string) string {
+		return fmt.Sprintf("the message was not admitted by a trusted publisher: incomplete batch: message %d of a batch of 5 by %s: only messages 0 to %d of it were read, at stream seqs %d to %d, and %s",
+			i, pub.NodeID(), last, first, first+uint64(last), tail)
+	}
+	wants := map[uint64]string{
+		copied: "incomplete batch: message 1 of a batch of 3 by " + pub.NodeID() + ": the message before it on the stream is not message 0 of that batch",
+		dup0: fmt.Sprintf("incomplete batch: message 0 of a batch of 3 by %s: only messages 0 to 0 of it were read, at stream seqs %d to %d, and the next message, stream seq %d, is not message 1 of it",
+			pub.NodeID(), dup0, dup0, dup1),
+		dup1: fmt.Sprintf("incomplete batch: message 0 of a batch of 3 by %s: only messages 0 to 0 of it were read, at stream seqs %d to %d, and the next message, stream seq %d, is not message 1 of it",
+			pub.NodeID(), dup1, dup1, rest[0]),
+	}
+	for i, seq := range mid {
+		wants[seq] = run(i, 2, mid[0], fmt.Sprintf("the next message, stream seq %d, is not message 3 of it", whole[0]))
+	}
+	check := func(who string, asides []room.SetAside, ends []string) {
+		t.Helper()
+		for i, seq := range end {
+			wants[seq] = ends[i]
+		}
+		want := slices.Concat(mid, []uint64{copied, dup0, dup1}, end)
+		if got := mismatches(t, asides); !slices.Equal(got, want) {
+			t.Fatalf("%s set aside %v, want %v", who, got, want)
+		}
+		for _, s := range asides {
+			if w := wants[s.Seq]; !strings.Contains(s.Reason, w) {
+				t.Errorf("%s: stream seq %d: %q\nwant %q", who, s.Seq, s.Reason, w)
+			}
+		}
+	}
+	served := slices.Concat(whole, rest)
+
+	rep, err := room.Audit(t.Context(), e.js, room.AuditOptions{Validator: e.v, Trust: trusting(t, pub)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The read ends after the last three.
+	check("audit", rep.Violations, []string{run(0, 2, end[0], "the read ended there"), run(1, 2, end[0], "the read ended there"), run(2, 2, end[0], "the read ended there")})
+	if rep.Totals.Entries != 7 || rep.Chains[0].Verdict != "ok" || rep.Chains[0].Entries != 7 {
+		t.Errorf("totals %+v, chains %+v", rep.Totals, rep.Chains)
+	}
+	// The whole batches only: 3 and 4 messages, 2 signatures.
+	checkFacts(t, rep.Checkpoints[0], room.RoomCheckpoints{RoomID: attRoom, Admitted: 7, Tail: 7, AttestationsVerified: 7, BatchesVerified: 2})
+
+	// Follow refuses the last batch at its first message: the server holds
+	// only 2 more messages, and the batch needs 4 more; the two after it
+	// then follow no message of their batch.
+	notAfter := func(i int) string {
+		return fmt.Sprintf("incomplete batch: message %d of a batch of 5 by %s: the message before it on the stream is not message %d of that batch", i, pub.NodeID(), i-1)
+	}
+	f := startFollow(t, e.js, room.FollowOptions{Durable: "incomplete", Validator: e.v, Trust: trusting(t, pub), Rooms: []string{attRoom}}, nil)
+	f.waitSeen(t, 7+len(mid)+3+len(end))
+	if got := f.eventSeqs(); !slices.Equal(got, served) {
+		t.Errorf("follow served %v, want %v", got, served)
+	}
+	f.mu.Lock()
+	asides := slices.Clone(f.asides)
+	f.mu.Unlock()
+	check("follow", asides, []string{run(0, 0, end[0], "the stream holds only 2 more message(s) for this reader"), notAfter(1), notAfter(2)})
+}
+
+// TestAttestedLiveWaitsForBatch: Follow's live delivery (room.LiveFeed, the
+// same reader) hands out no message of a batch before its last one has
+// arrived and the batch verified, then all of them in stream order; a
+// header opening a batch that the next message does not continue is
+// refused when that message arrives (both verdicts out together), one
+// whose batch the stream cannot hold at once, and one whose batch is
+// larger than Follow holds back, at once.
+func TestAttestedLiveWaitsForBatch(t *testing.T) {
+	pub := newHostKey(t)
+	v := referenceOnly(t)
+	feed := room.LiveFeed(v, room.Subjects{}, trusting(t, pub))
+	a := &attestor{key: pub, room: attRoom}
+	es, _ := journal(t, "run-l", "cap-l", 6)
+	msg := func(seq uint64, en *events.Entry, header string) room.StreamMsg {
+		m := a.entryMsg(en)
+		return room.StreamMsg{Subject: m.subject, Seq: seq, Data: m.data, Attestation: header}
+	}
+	sign := func(ens ...*events.Entry) []string {
+		ms := make([]attMsg, len(ens))
+		for i, en := range ens {
+			ms[i] = a.entryMsg(en)
+		}
+		return a.sign(ms)
+	}
+	seqs := func(vs []room.Verdict) (events, asides []uint64) {
+		for _, v := range vs {
+			switch {
+			case v.Aside != nil:
+				asides = append(asides, v.Aside.Seq)
+			case v.Event != nil:
+				events = append(events, v.Event.Seq)
+			}
+		}
+		return events, asides
+	}
+
+	// A batch of 3: nothing until its last message, then all three.
+	hs := sign(es[0], es[1], es[2])
+	for i := range 2 {
+		if vs := feed(msg(uint64(i+1), es[i], hs[i]), uint64(2-i)); len(vs) != 0 {
+			t.Fatalf("message %d of 3 handed out %+v before the batch is whole", i, vs)
+		}
+	}
+	if evs, asides := seqs(feed(msg(3, es[2], hs[2]), 0)); !slices.Equal(evs, []uint64{1, 2, 3}) || asides != nil {
+		t.Fatalf("batch whole: events %v, set aside %v", evs, asides)
+	}
+
+	// A forged header opening a batch of 2 (the server holds more: it
+	// waits), then entry 3 alone, which is not the batch's message 1.
+	fork := forkOf(t, es[3])
+	other := sign(fork, es[4])
+	if vs := feed(msg(4, fork, other[0]), 5); len(vs) != 0 {
+		t.Fatalf("an open batch handed out %+v", vs)
+	}
+	evs, asides := seqs(feed(msg(5, es[3], sign(es[3])[0]), 5))
+	if !slices.Equal(asides, []uint64{4}) || !slices.Equal(evs, []uint64{5}) {
+		t.Fatalf("after the open batch: events %v, set aside %v", evs, asides)
+	}
+
+	// The same header again at the end of the stream: refused at once.
+	if _, asides := seqs(feed(msg(6, fork, other[0]), 0)); !slices.Equal(asides, []uint64{6}) {
+		t.Fatalf("a batch the stream cannot hold: set aside %v", asides)
+	}
+
+	// A batch larger than Follow holds back: refused at once.
+	big := make([]checkpoint.Statement, room.FollowMaxRun+1)
+	for i := range big {
+		big[i] = checkpoint.Statement{Room: attRoom, Subject: "x", Position: "seq:0"}
+	}
+	bh := checkpoint.AttestBatch(pub, big)
+	_, asides = seqs(feed(msg(7, es[4], bh[0]), uint64(len(big))))
+	if !slices.Equal(asides, []uint64{7}) {
+		t.Fatalf("a batch of %d: set aside %v", len(big), asides)
+	}
+
+	// A batch of 2 with a gap in the stream between its messages: the
+	// second message is not the next one after the first.
+	hs = sign(es[4], es[5])
+	if vs := feed(msg(10, es[4], hs[0]), 3); len(vs) != 0 {
+		t.Fatalf("an open batch handed out %+v", vs)
+	}
+	if _, asides := seqs(feed(msg(12, es[5], hs[1]), 0)); !slices.Equal(asides, []uint64{10, 12}) {
+		t.Fatalf("a batch with a gap: set aside %v", asides)
+	}
+}
+
+// TestAttestedFollowBatchAcrossRestart: a follower stopped in the middle
+// of an atomic batch (its handler failed on message 2 of 6) starts again
+// with the batch's first messages in its rebuild and the rest live: the
+// rest is verified with the rebuilt part's statements and handed out,
+// nothing twice.
+func TestAttestedFollowBatchAcrossRestart(t *testing.T) {
+	e := newEnv(t)
+	pub := newHostKey(t)
+	a := newAttestor(t, e.js, pub, attRoom)
+	es, _ := journal(t, "run-r", "cap-r", 8)
+	a.entries(es[:2]...)
+	batch := a.entries(es[2:8]...)
+	o := room.FollowOptions{Durable: "restart", Validator: e.v, Trust: trusting(t, pub), Rooms: []string{attRoom}}
+	fail := true
+	f := startFollow(t, e.js, o, func(ev *room.Event) error {
+		if ev.Seq == batch[2] && fail {
+			return fmt.Errorf("stop here")
+		}
+		return nil
+	})
+	if err := f.wait(t); err == nil {
+		t.Fatal("follow did not stop on the handler's error")
+	}
+	if got := f.eventSeqs(); !slices.Equal(got, seqRange(1, batch[1])) {
+		t.Fatalf("first run served %v", got)
+	}
+	fail = false
+	// The first Follow's last pull request (1 s) must expire first, or it
+	// takes the redeliveries (a flaw of room.Follow noted in secure_test.go; a new process
+	// never has it).
+	time.Sleep(1500 * time.Millisecond)
+	f = startFollow(t, e.js, o, nil)
+	f.waitSeen(t, 4)
+	time.Sleep(100 * time.Millisecond) // nothing more comes
+	if got := f.eventSeqs(); !slices.Equal(got, batch[2:]) || len(f.asides) != 0 {
+		t.Errorf("after the restart served %v, set aside %v, want %v", got, f.asides, batch[2:])
+	}
+}
