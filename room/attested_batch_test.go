@@ -1,11 +1,15 @@
 package room_test
 
 import (
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/roompub/roompub/checkpoint"
 	"github.com/roompub/roompub/events"
@@ -381,4 +385,63 @@ func TestAttestedFollowBatchAcrossRestart(t *testing.T) {
 	if got := f.eventSeqs(); !slices.Equal(got, batch[2:]) || len(f.asides) != 0 {
 		t.Errorf("after the restart served %v, set aside %v, want %v", got, f.asides, batch[2:])
 	}
+}
+
+// TestAttestedQueueFull: with no checkpoint, the optimistic queue fills
+// (8,192 verdicts waiting) and the waiting batches are verified, one
+// signature each, while the batch being read waits; a batch larger than
+// the queue holds (a header claiming 9,000 messages, its messages stored
+// one by one) is refused once the queue is full, and its later messages
+// follow no message of their batch.
+func TestAttestedQueueFull(t *testing.T) {
+	if testing.Short() {
+		t.Skip("18,000 messages")
+	}
+	e := newEnv(t)
+	pub := newHostKey(t)
+	a := newAttestor(t, e.js, pub, attRoom)
+	es, _ := journal(t, "run-q", "cap-q", 9000)
+	for i := 0; i < len(es); i += 1000 {
+		a.entries(es[i : i+1000]...)
+	}
+	big, _ := journal(t, "run-big", "cap-big", 9000)
+	ms := make([]attMsg, len(big))
+	for i, en := range big {
+		ms[i] = a.entryMsg(en)
+	}
+	hs := a.sign(ms)
+	for i, m := range ms {
+		msg := nats.NewMsg(m.subject)
+		msg.Data = m.data
+		msg.Header.Set(checkpoint.AttestationHeader, hs[i])
+		for {
+			_, err := e.js.PublishMsgAsync(msg, jetstream.WithStallWait(10*time.Second))
+			if err == nil {
+				break
+			}
+			if !errors.Is(err, jetstream.ErrTooManyStalledMsgs) {
+				t.Fatal(err)
+			}
+			<-e.js.PublishAsyncComplete()
+		}
+	}
+	select {
+	case <-e.js.PublishAsyncComplete():
+	case <-time.After(time.Minute):
+		t.Fatal("publish did not complete")
+	}
+	rep, err := room.Audit(t.Context(), e.js, room.AuditOptions{Validator: e.v, Trust: trusting(t, pub), MaxViolations: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep.Totals.Entries != 9000 || rep.Totals.SetAside != 9000 || rep.Totals.ByCode[events.CheckpointMismatch] != 9000 {
+		t.Fatalf("totals %+v", rep.Totals)
+	}
+	// The first 8,193 messages of the big batch are held until the queue
+	// is full: refused then, together.
+	want := fmt.Sprintf("incomplete batch: message 0 of a batch of 9000 by %s: only messages 0 to 8192 of it were read, at stream seqs 9001 to 17193, and a reader holds back at most 8192 messages and 256 MiB of a batch", pub.NodeID())
+	if v := rep.Violations[0]; v.Seq != 9001 || !strings.Contains(v.Reason, want) {
+		t.Errorf("first violation %s\nwant %q", v.Error(), want)
+	}
+	checkFacts(t, rep.Checkpoints[0], room.RoomCheckpoints{RoomID: attRoom, Admitted: 9000, Tail: 9000, AttestationsVerified: 9000, BatchesVerified: 9})
 }
