@@ -128,8 +128,8 @@ func (r *AuditReport) Clean() bool {
 // and per record, plus a bounded window of messages in flight (about 1,000
 // pulled and 1,000 being verified), not per journal entry. With
 // trusted publishers (o.Trust) it also checks issue 9's attestations and
-// checkpoints (see attested.go: signatures are verified one by one only
-// where no checkpoint covers a message), keeping each room's Merkle tree
+// checkpoints (see attested.go: signatures are verified, one per atomic
+// batch, only where no checkpoint covers a message), keeping each room's Merkle tree
 // (about 64 bytes per admitted message) and up to maxDeferred verdicts
 // that wait for a checkpoint.
 func Audit(ctx context.Context, js jetstream.JetStream, o AuditOptions) (*AuditReport, error) {

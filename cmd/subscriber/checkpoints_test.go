@@ -34,8 +34,8 @@ func invoke(t *testing.T, stdin string, args ...string) (status int, stdout, std
 const cliRoom = "room:cli"
 
 // attestedServer starts a server and writes 6 attested entries of one
-// chain with a checkpoint at 5 (signed by pub) and a forged seventh
-// entry. It returns the server URL, the entries and the checkpoint note.
+// chain (a batch of 5, a checkpoint at 5 signed by pub, a batch of 1) and
+// a forged seventh entry. It returns the server URL, the entries and the checkpoint note.
 func attestedServer(t *testing.T, pub *events.HostKey) (url string, es []*events.Entry, note []byte, tree *checkpoint.Tree) {
 	t.Helper()
 	srv, err := room.StartEmbedded(room.EmbeddedOptions{Listen: "127.0.0.1:-1", StoreDir: t.TempDir()})
@@ -68,6 +68,7 @@ func attestedServer(t *testing.T, pub *events.HostKey) (url string, es []*events
 	subject := subj.Journal(cliRoom, key)
 	parent := events.ZeroHash
 	tree = checkpoint.NewTree()
+	var batch []checkpoint.Statement
 	for i := range 7 {
 		e, err := events.NewEntry(map[string]any{
 			"schema": events.EntrySchema, "run_id": key.RunID, "capsule_id": key.CapsuleID, "seq": json.Number(fmt.Sprint(i)),
@@ -86,8 +87,18 @@ func attestedServer(t *testing.T, pub *events.HostKey) (url string, es []*events
 			continue
 		}
 		tree.Append(checkpoint.LeafHash(cliRoom, subject, c))
-		publish(subject, e.Canonical(), checkpoint.Attest(pub, cliRoom, subject, checkpoint.JournalPosition(int64(i)), c))
+		if i == 5 {
+			// A batch of one, as an append of one entry is.
+			publish(subject, e.Canonical(), checkpoint.Attest(pub, cliRoom, subject, checkpoint.JournalPosition(int64(i)), c))
+			continue
+		}
+		batch = append(batch, checkpoint.Statement{Room: cliRoom, Subject: subject, Position: checkpoint.JournalPosition(int64(i)), Content: c})
 		if i == 4 {
+			// Entries 0-4: one atomic batch, one signature (the gate's
+			// way), stored in order.
+			for j, h := range checkpoint.AttestBatch(pub, batch) {
+				publish(subject, es[j].Canonical(), h)
+			}
 			s, err := checkpoint.NewNoteSigner(pub)
 			if err != nil {
 				t.Fatal(err)
@@ -219,7 +230,7 @@ func TestAuditCheckpointFlags(t *testing.T) {
 		len(rep.Checkpoints[0].External) != 1 || !rep.Attestation.Checked {
 		t.Errorf("checkpoints %+v, attestation %+v", rep.Checkpoints, rep.Attestation)
 	}
-	for _, key := range []string{`"attestation":{"checked":true`, `"admitted":6`, `"covered":5`, `"tail":1`, `"attestations_verified":1`, `"admitted_by_checkpoint":5`, `"latest":{"size":5,"root":"` + root} {
+	for _, key := range []string{`"attestation":{"checked":true`, `"admitted":6`, `"covered":5`, `"tail":1`, `"attestations_verified":1`, `"batches_verified":1`, `"admitted_by_checkpoint":5`, `"latest":{"size":5,"root":"` + root} {
 		if !strings.Contains(stdout, key) {
 			t.Errorf("report lacks %s: %s", key, stdout)
 		}
@@ -233,8 +244,9 @@ func TestAuditCheckpointFlags(t *testing.T) {
 	status, stdout, _ = invoke(t, "", base...)
 	for _, line := range []string{
 		"attestations and checkpoints: checked; trusted publishers " + pub.NodeID(),
-		"checkpoints: 1 verified, 0 refused; 6 admitted messages: 5 covered by the latest checkpoint, 1 after it (no checkpoint covers them: their attestations were verified one by one)",
+		"checkpoints: 1 verified, 0 refused; 6 admitted messages: 5 covered by the latest checkpoint, 1 after it (no checkpoint covers them: their attestations were verified, one signature per batch)",
 		"latest checkpoint: size 5, root " + root + ", signed by " + pub.NodeID() + ", stream seq 6",
+		"signatures: 1 attestations verified (1 batch signatures), 5 messages admitted by a covering checkpoint",
 		"stored checkpoint (state dir): size 5, root " + root + ": consistent",
 		"checkpoint_mismatch at stream seq 8 (rooms.cli.journal.run-1.cap-1): the message has no Roompub-Attestation header",
 	} {

@@ -347,14 +347,15 @@ func printCheckpoints(w io.Writer, rep *room.AuditReport) {
 	for _, f := range rep.Checkpoints {
 		tail := ""
 		if f.Tail > 0 {
-			tail = " (no checkpoint covers them: their attestations were verified one by one)"
+			tail = " (no checkpoint covers them: their attestations were verified, one signature per batch)"
 		}
 		fmt.Fprintf(w, "%s\n  checkpoints: %d verified, %d refused; %d admitted messages: %d covered by the latest checkpoint, %d after it%s\n",
 			f.RoomID, f.Checkpoints, f.CheckpointsRefused, f.Admitted, f.Covered, f.Tail, tail)
 		if l := f.Latest; l != nil {
 			fmt.Fprintf(w, "  latest checkpoint: size %d, root %s, signed by %s, stream seq %d\n", l.Size, l.Root, l.Signer, l.Seq)
 		}
-		fmt.Fprintf(w, "  signatures: %d attestations verified one by one, %d messages admitted by a covering checkpoint\n", f.AttestationsVerified, f.AdmittedByCheckpoint)
+		fmt.Fprintf(w, "  signatures: %d attestations verified (%d batch signatures), %d messages admitted by a covering checkpoint\n",
+			f.AttestationsVerified, f.BatchesVerified, f.AdmittedByCheckpoint)
 		if st := f.Stored; st != nil {
 			verdict := "consistent"
 			if !f.StoredConsistent {
