@@ -20,12 +20,18 @@ import (
 )
 
 // The read path with issue 9: the benchmark stream of readbench_test.go
-// (benchChains × benchPer entries, interleaved), every entry attested by
-// one publisher key and a checkpoint of the room after every
-// benchCheckpointEvery entries (publisher serve's default) and at the end,
-// read raw and by a trusting room.Audit (optimistic verification).
+// (benchChains × benchPer entries), every entry attested by one publisher
+// key in atomic batches of benchAttestBatch entries of one chain (one
+// signature per batch, as the gate signs its batches of up to 1,000),
+// stored batch after batch, chains interleaved by batch, and a checkpoint
+// of the room after every benchCheckpointEvery entries (publisher serve's
+// default) and at the end, read raw and by a trusting room.Audit
+// (optimistic verification).
 
-const benchCheckpointEvery = 1000
+const (
+	benchCheckpointEvery = 1000
+	benchAttestBatch     = 1000
+)
 
 var (
 	attBenchOnce  sync.Once
@@ -54,9 +60,14 @@ func fillAttestedBench(tb testing.TB, js jetstream.JetStream, chains, per int) (
 			wg.Go(func() {
 				attBenchKeys[c], attBenchLines[c] = benchEntries(tb, samples, c, per)
 				s := subj.Journal(benchRoom, attBenchKeys[c])
-				attBenchAtt[c] = make([]string, per)
-				for i, line := range attBenchLines[c] {
-					attBenchAtt[c][i] = checkpoint.Attest(attBenchKey, benchRoom, s, checkpoint.JournalPosition(int64(i)), checkpoint.ContentHash(line))
+				attBenchAtt[c] = make([]string, 0, per)
+				for from := 0; from < per; from += benchAttestBatch {
+					var stmts []checkpoint.Statement
+					for i := from; i < min(from+benchAttestBatch, per); i++ {
+						stmts = append(stmts, checkpoint.Statement{Room: benchRoom, Subject: s, Position: checkpoint.JournalPosition(int64(i)),
+							Content: checkpoint.ContentHash(attBenchLines[c][i])})
+					}
+					attBenchAtt[c] = append(attBenchAtt[c], checkpoint.AttestBatch(attBenchKey, stmts)...)
 				}
 			})
 		}
@@ -89,10 +100,12 @@ func fillAttestedBench(tb testing.TB, js jetstream.JetStream, chains, per int) (
 		publish(m, "ckpt:"+strconv.FormatUint(tree.Size(), 10))
 		checkpoints++
 	}
-	for from := 0; from < per; from += 100 {
+	// Published in order from one connection: each batch is stored at
+	// consecutive sequences, as an atomic batch is.
+	for from := 0; from < per; from += benchAttestBatch {
 		for c := range chains {
 			s := subj.Journal(benchRoom, attBenchKeys[c])
-			for i := from; i < min(from+100, per); i++ {
+			for i := from; i < min(from+benchAttestBatch, per); i++ {
 				m := nats.NewMsg(s)
 				m.Data = attBenchLines[c][i]
 				m.Header.Set(checkpoint.AttestationHeader, attBenchAtt[c][i])
