@@ -868,3 +868,50 @@ func TestServeCheckpoints(t *testing.T) {
 		t.Fatalf("%d checkpoints, want still 2", n)
 	}
 }
+
+// TestCheckpointerRefusesStuckBatch: a message whose header claims a batch
+// that never completes (a header of a batch of 5 copied onto one message)
+// holds the room's later leaves back only until the checkpointer has read
+// the whole stream for a second (an atomic batch is read whole): then it
+// is refused and the leaves after it are checkpointed without Stop.
+func TestCheckpointerRefusesStuckBatch(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	key := newPublisherKey(t)
+	const roomID = "room:stuck"
+	ckp, logs := startCheckpointer(t, e.connect(), room.CheckpointerOptions{Key: key, Every: 1000, Interval: 100 * time.Millisecond})
+	gate := e.attestingGate(e.nc, key, ckp, room.GateOptions{})
+	es, _ := journal(t, "run-s", "cap-s", 5)
+	if r, err := gate.AppendJournal(ctx, roomID, lines(es), nil); err != nil || r.Stored != 5 {
+		t.Fatalf("%+v %v", r, err)
+	}
+	subj := room.Subjects{}
+	ckSubj := subj.Checkpoint(roomID)
+	waitFor(t, 10*time.Second, "the first checkpoint", func() bool { return e.countOn(ckSubj) == 1 })
+	header := e.onSubject(subj.Journal(roomID, events.ChainKey{RunID: "run-s", CapsuleID: "cap-s"}))[2].Header.Get(checkpoint.AttestationHeader)
+	if a, err := checkpoint.ParseAttestation(header); err != nil || a.Count != 5 {
+		t.Fatalf("entry 2's header %q: %+v %v", header, a, err)
+	}
+	forged := &nats.Msg{Subject: subj.Records(roomID), Data: []byte(`{"forged":true}`), Header: nats.Header{}}
+	forged.Header.Set(checkpoint.AttestationHeader, header)
+	if _, err := e.js.PublishMsg(ctx, forged); err != nil {
+		t.Fatal(err)
+	}
+	// The gate's record (exec index 1) is read after the forged message
+	// and waits behind it.
+	if r := gate.AppendRecord(ctx, e.recordNamed(roomID, "s0")); r.Item.Outcome != room.OutcomeStored {
+		t.Fatalf("%+v", r)
+	}
+	start := time.Now()
+	waitFor(t, 10*time.Second, "a checkpoint of the record", func() bool { return e.countOn(ckSubj) == 2 })
+	if took := time.Since(start); took < 900*time.Millisecond {
+		t.Fatalf("the record was checkpointed %s after the append: before the stuck batch was given up", took)
+	}
+	rt := e.rebuild(roomID, trustOf(t, key))
+	if sizes := rt.checkCheckpoints(t); fmt.Sprint(sizes) != "[5 6]" || len(rt.notLeaves) != 1 {
+		t.Fatalf("sizes %v, not leaves %v; want [5 6] and the forged message", sizes, rt.notLeaves)
+	}
+	if n := logs.FilterMessageSnippet("does not verify is not a leaf").Len(); n != 1 {
+		t.Fatalf("%d logs of the forged message, want 1:\n%v", n, logs.All())
+	}
+}
