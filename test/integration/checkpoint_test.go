@@ -447,7 +447,10 @@ func TestCheckpointForgedContinuation(t *testing.T) {
 	if !strings.Contains(rep.Violations[0].Reason, "no Roompub-Attestation header") {
 		t.Errorf("forgery 1's reason: %s", rep.Violations[0].Reason)
 	}
-	if r := rep.Violations[1].Reason; !strings.Contains(r, "bad attestation: signature by "+key.id+" does not verify") {
+	// Entry 11's header names its place in the gate's atomic batch of
+	// entries 0-11: "11/12"; on the fork it follows no message 10 of
+	// that batch.
+	if r := rep.Violations[1].Reason; !strings.Contains(r, "incomplete batch: message 11 of a batch of 12 by "+key.id+": the message before it on the stream is not message 10 of that batch") {
 		t.Errorf("forgery 2's reason: %s", r)
 	}
 	f := rep.Checkpoints[rep.facts(t, forge)]
