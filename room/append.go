@@ -748,7 +748,7 @@ func (g *Gate) msgHeaderSize(msg *nats.Msg, index, count int) int64 {
 		}
 	}
 	if g.key != nil && msg.Header.Get(checkpoint.AttestationHeader) == "" {
-		size += int64(len(checkpoint.AttestationHeader) + checkpoint.HeaderLen(g.key.NodeID(), index, count) + 4)
+		size += int64(len(checkpoint.AttestationHeader) + checkpoint.HeaderLen(g.nodeID, index, count) + 4)
 	}
 	return size
 }
