@@ -445,3 +445,84 @@ func TestAttestedQueueFull(t *testing.T) {
 	}
 	checkFacts(t, rep.Checkpoints[0], room.RoomCheckpoints{RoomID: attRoom, Admitted: 9000, Tail: 9000, AttestationsVerified: 9000, BatchesVerified: 9})
 }
+
+// FuzzAttestedBatches feeds any sequence of one chain's entries, forks
+// and checkpoints, with headers taken from a few signed batches at any
+// place, none, or garbage, at stream seqs with gaps, to Audit's reader and
+// to Follow's live one: each message gets exactly one verdict, in stream
+// order, and both readers admit the same messages (no checkpoint covers
+// them, so Audit verifies every batch too).
+func FuzzAttestedBatches(f *testing.F) {
+	pub := newHostKey(f)
+	v := referenceOnly(f)
+	trust := trusting(f, pub)
+	a := &attestor{key: pub, room: attRoom}
+	es, _ := journal(f, "run-z", "cap-z", 8)
+	var msgs []attMsg
+	for _, e := range es {
+		msgs = append(msgs, a.entryMsg(e))
+	}
+	for _, e := range es {
+		msgs = append(msgs, a.entryMsg(forkOf(f, e)))
+	}
+	headers := slices.Concat(a.sign(msgs[0:3]), a.sign(msgs[3:4]), a.sign(msgs[4:8]), a.sign(msgs[9:11]), []string{"", "garbage", "x y 0/1"})
+	na := &attestor{t: f, key: pub, room: attRoom}
+	var notes [][]byte // checkpoints of sizes 0-7 over nothing a reader reads
+	for i := range 16 {
+		notes = append(notes, na.note(uint64(i%8), [32]byte{byte(i)}, mustSigner(f, pub)))
+	}
+	f.Add([]byte{0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5, 6, 6, 7, 7})
+	f.Add([]byte{0, 0, 1, 1, 9, 14, 2, 2, 0x80, 3})
+	f.Add([]byte{4, 4, 5, 5, 6, 6, 0x47, 7, 0xff, 0xff, 9, 9, 10, 10})
+	f.Fuzz(func(t *testing.T, data []byte) {
+		if len(data) > 64 {
+			return
+		}
+		var stream []room.StreamMsg
+		seq := uint64(0)
+		for i := 0; i+1 < len(data); i += 2 {
+			b, h := data[i], data[i+1]
+			seq += 1 + uint64(b>>7)
+			if b&0x40 != 0 { // a checkpoint of any size, over nothing read
+				stream = append(stream, room.StreamMsg{Subject: room.Subjects{}.Checkpoint(attRoom), Seq: seq,
+					Data: notes[int(h)%len(notes)]})
+				continue
+			}
+			m := msgs[int(b&0x3f)%len(msgs)]
+			stream = append(stream, room.StreamMsg{Subject: m.subject, Seq: seq, Data: m.data, Attestation: headers[int(h)%len(headers)]})
+		}
+		outcome := func(vs []room.Verdict) (o []string) {
+			for _, v := range vs {
+				switch {
+				case v.Aside != nil:
+					o = append(o, fmt.Sprintf("%d aside %s", v.Aside.Seq, v.Aside.Code))
+				case v.Event != nil:
+					o = append(o, fmt.Sprintf("%d event", v.Event.Seq))
+				default:
+					o = append(o, "checkpoint")
+				}
+			}
+			return o
+		}
+		feed, end := room.AuditFeed(v, room.Subjects{}, trust)
+		live := room.LiveFeed(v, room.Subjects{}, trust)
+		var audited, followed []room.Verdict
+		for i, m := range stream {
+			audited = append(audited, feed(m)...)
+			followed = append(followed, live(m, uint64(len(stream)-i-1))...)
+		}
+		audited = append(audited, end()...)
+		if len(audited) != len(stream) || len(followed) != len(stream) {
+			t.Fatalf("%d messages: %d verdicts from audit, %d from follow", len(stream), len(audited), len(followed))
+		}
+		ao, fo := outcome(audited), outcome(followed)
+		for i, m := range stream {
+			if want := fmt.Sprint(m.Seq); ao[i] != "checkpoint" && !strings.HasPrefix(ao[i], want+" ") {
+				t.Fatalf("verdict %d is %q, for stream seq %d", i, ao[i], m.Seq)
+			}
+		}
+		if !slices.Equal(ao, fo) {
+			t.Fatalf("audit %v\nfollow %v", ao, fo)
+		}
+	})
+}

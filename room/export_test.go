@@ -70,3 +70,26 @@ func LiveFeed(v *validate.Validator, s Subjects, t *checkpoint.Trust) func(m Str
 
 // FollowMaxRun is the largest batch Follow holds back until it is whole.
 const FollowMaxRun = followMaxRun
+
+// AuditFeed returns functions that feed messages, in stream order, to a
+// reader that trusts t, as Audit does (optimistic verification), and end
+// the read; each returns the verdicts it let out, in stream order.
+func AuditFeed(v *validate.Validator, s Subjects, t *checkpoint.Trust) (feed func(StreamMsg) []Verdict, end func() []Verdict) {
+	r := NewReader(v, s)
+	r.trustPublishers(t)
+	var out []Verdict
+	collect := func(ev *Event, a *SetAside) { out = append(out, Verdict{ev, a}) }
+	feed = func(m StreamMsg) []Verdict {
+		out = nil
+		var x prepared
+		r.prepare(&x, m, nil)
+		r.feed(&x, true, collect)
+		return out
+	}
+	end = func() []Verdict {
+		out = nil
+		r.finish(true, collect)
+		return out
+	}
+	return feed, end
+}
