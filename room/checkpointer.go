@@ -556,16 +556,31 @@ func (c *Checkpointer) settle(vs []checkpoint.BatchVerdict) {
 	}
 }
 
-// settleStuck refuses the batches still incomplete once the reader has had
-// every message the stream held for a second: an atomic batch is stored
-// and read whole, so they never complete (a forged header).
-func (c *Checkpointer) settleStuck(force bool) {
+// settleStuck refuses the batches still incomplete once the reader has
+// handled the last message on the room subjects, as the stream leader has
+// it, and nothing came for a second: an atomic batch is stored whole
+// before any of it can be read, so they never complete (a forged header).
+// NumPending alone does not tell: a message of a batch just stored may be
+// delivered saying fewer of it follow. With force (Stop, after catchUp),
+// they are refused at once.
+func (c *Checkpointer) settleStuck(ctx context.Context, force bool) {
 	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.batches.Pending() == 0 || (!force && (c.lastPending != 0 || time.Since(c.lastAt) < time.Second)) {
+	quiet := c.batches.Pending() > 0 && c.lastPending == 0 && time.Since(c.lastAt) >= time.Second
+	c.mu.Unlock()
+	if !force && !quiet {
 		return
 	}
-	c.settle(c.batches.Flush())
+	if !force {
+		last, err := leaderGet(ctx, c.js.Conn(), c.stream.CachedInfo().Config.Name, DefaultTimeout, map[string]any{"last_by_subj": c.subjects.All()})
+		if err != nil || last == nil || c.handled.Load() < last.Sequence {
+			return // not read whole yet (or no answer): later
+		}
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.batches.Pending() > 0 {
+		c.settle(c.batches.Flush())
+	}
 }
 
 // take adds a decided message to r's tree, or counts it as no leaf.
@@ -658,7 +673,7 @@ func (c *Checkpointer) writer(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case <-tick.C:
-			c.settleStuck(false)
+			c.settleStuck(ctx, false)
 		case <-c.due:
 		}
 		_ = c.writeDue(ctx, false)
@@ -831,7 +846,7 @@ func (c *Checkpointer) stop(ctx context.Context) error {
 		errs = append(errs, fmt.Errorf("final checkpoints: %w", err))
 	}
 	c.cons.Stop()
-	c.settleStuck(true)
+	c.settleStuck(ctx, true)
 	if len(errs) == 0 {
 		errs = append(errs, c.writeDue(ctx, true))
 	}

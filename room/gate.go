@@ -274,10 +274,15 @@ func (g *Gate) lastOn(ctx context.Context, subject string, leader bool) (*jetstr
 // allows direct gets) from its own copy, which can lag behind the stream:
 // what a refusal or a record decision rests on is read here instead.
 func (g *Gate) leaderMsg(ctx context.Context, req map[string]any) (*jetstream.RawStreamMsg, error) {
+	return leaderGet(ctx, g.nc, g.stream.CachedInfo().Config.Name, g.timeout, req)
+}
+
+// leaderGet is Gate.leaderMsg on stream over nc, bounded by timeout.
+func leaderGet(ctx context.Context, nc *nats.Conn, stream string, timeout time.Duration, req map[string]any) (*jetstream.RawStreamMsg, error) {
 	body, _ := json.Marshal(req)
-	ctx, cancel := context.WithTimeout(ctx, g.timeout)
+	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	m, err := g.nc.RequestWithContext(ctx, "$JS.API.STREAM.MSG.GET."+g.stream.CachedInfo().Config.Name, body)
+	m, err := nc.RequestWithContext(ctx, "$JS.API.STREAM.MSG.GET."+stream, body)
 	if err != nil {
 		return nil, err
 	}
