@@ -9,6 +9,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/nats-io/nats.go"
 
@@ -50,7 +51,8 @@ import (
 // batch. Verdicts leave the queue in stream order, so they are those of a
 // reader that verified every signature first. Follow's live delivery
 // (eager) verifies each batch as soon as its last message arrives, and
-// hands out none of its messages before.
+// hands out none of its messages before; a batch still open once no
+// message has come for idleFor is refused (idle).
 
 // attState is what a trusting reader knows of a message's admission.
 type attState uint8
@@ -442,9 +444,23 @@ func (r *Reader) step(x *prepared) {
 		if r.eager {
 			r.verifyLedger(l)
 		}
-	case r.eager && x.m.live && x.m.numPending < uint64(r.run.a.Count-r.run.next):
-		r.breakRun(fmt.Sprintf("the stream holds only %d more message(s) for this reader", x.m.numPending))
 	}
+}
+
+// idleFor is how long Follow's live delivery waits for the rest of an
+// open batch: one fetch that brings nothing (jetstream.FetchMaxWait).
+// An atomic batch is stored whole, within moments, so once the server has
+// had nothing more to deliver for that long the batch cannot be whole.
+const idleFor = time.Second
+
+// idle tells a live reader that no message came for idleFor: the batch
+// still open is refused, and the verdicts it held handed out.
+func (r *Reader) idle(out func(*Event, *SetAside)) {
+	if r.trust == nil || r.run.l == nil {
+		return
+	}
+	r.breakRun(fmt.Sprintf("no message came for %v after it", idleFor))
+	r.drain(true, out)
 }
 
 // stepCheckpoint checks the checkpoint message x of l's room against the

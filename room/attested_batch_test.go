@@ -175,8 +175,8 @@ func TestAttestedBatchCheckpointMismatch(t *testing.T) {
 // of five, stored without the other two, are refused, each naming its
 // place ("message i of a batch of 5"): in the middle of the stream once
 // the next message is not the batch's next one, at the end of a read once
-// the read ends, and by follow at once when the stream holds no more (no
-// waiting for messages that cannot come). A copy of a header of a batch
+// the read ends, and by follow once a fetch brings nothing for a second
+// (no waiting for messages that cannot come). A copy of a header of a batch
 // already whole, and a second message claiming an index its batch already
 // has, are refused too. The genuine messages are served.
 func TestAttestedIncompleteBatch(t *testing.T) {
@@ -245,12 +245,6 @@ func TestAttestedIncompleteBatch(t *testing.T) {
 	// The whole batches only: 3 and 4 messages, 2 signatures.
 	checkFacts(t, rep.Checkpoints[0], room.RoomCheckpoints{RoomID: attRoom, Admitted: 7, Tail: 7, AttestationsVerified: 7, BatchesVerified: 2})
 
-	// Follow refuses the last batch at its first message: the server holds
-	// only 2 more messages, and the batch needs 4 more; the two after it
-	// then follow no message of their batch.
-	notAfter := func(i int) string {
-		return fmt.Sprintf("incomplete batch: message %d of a batch of 5 by %s: the message before it on the stream is not message %d of that batch", i, pub.NodeID(), i-1)
-	}
 	f := startFollow(t, e.js, room.FollowOptions{Durable: "incomplete", Validator: e.v, Trust: trusting(t, pub), Rooms: []string{attRoom}}, nil)
 	f.waitSeen(t, 7+len(mid)+3+len(end))
 	if got := f.eventSeqs(); !slices.Equal(got, served) {
@@ -259,7 +253,10 @@ func TestAttestedIncompleteBatch(t *testing.T) {
 	f.mu.Lock()
 	asides := slices.Clone(f.asides)
 	f.mu.Unlock()
-	check("follow", asides, []string{run(0, 0, end[0], "the stream holds only 2 more message(s) for this reader"), notAfter(1), notAfter(2)})
+	// Follow holds the last three, waiting for the rest of their batch,
+	// until a fetch brings nothing for a second.
+	idle := "no message came for 1s after it"
+	check("follow", asides, []string{run(0, 2, end[0], idle), run(1, 2, end[0], idle), run(2, 2, end[0], idle)})
 }
 
 // TestAttestedLiveWaitsForBatch: Follow's live delivery (room.LiveFeed, the
@@ -267,12 +264,13 @@ func TestAttestedIncompleteBatch(t *testing.T) {
 // arrived and the batch verified, then all of them in stream order; a
 // header opening a batch that the next message does not continue is
 // refused when that message arrives (both verdicts out together), one
-// whose batch the stream cannot hold at once, and one whose batch is
-// larger than Follow holds back, at once.
+// whose batch is still open when a fetch brings nothing for a second is
+// refused then, and one whose batch is larger than Follow holds back at
+// once.
 func TestAttestedLiveWaitsForBatch(t *testing.T) {
 	pub := newHostKey(t)
 	v := referenceOnly(t)
-	feed := room.LiveFeed(v, room.Subjects{}, trusting(t, pub))
+	feed, idle := room.LiveFeed(v, room.Subjects{}, trusting(t, pub))
 	a := &attestor{key: pub, room: attRoom}
 	es, _ := journal(t, "run-l", "cap-l", 6)
 	msg := func(seq uint64, en *events.Entry, header string) room.StreamMsg {
@@ -301,29 +299,35 @@ func TestAttestedLiveWaitsForBatch(t *testing.T) {
 	// A batch of 3: nothing until its last message, then all three.
 	hs := sign(es[0], es[1], es[2])
 	for i := range 2 {
-		if vs := feed(msg(uint64(i+1), es[i], hs[i]), uint64(2-i)); len(vs) != 0 {
+		if vs := feed(msg(uint64(i+1), es[i], hs[i])); len(vs) != 0 {
 			t.Fatalf("message %d of 3 handed out %+v before the batch is whole", i, vs)
 		}
 	}
-	if evs, asides := seqs(feed(msg(3, es[2], hs[2]), 0)); !slices.Equal(evs, []uint64{1, 2, 3}) || asides != nil {
+	if evs, asides := seqs(feed(msg(3, es[2], hs[2]))); !slices.Equal(evs, []uint64{1, 2, 3}) || asides != nil {
 		t.Fatalf("batch whole: events %v, set aside %v", evs, asides)
 	}
+	if vs := idle(); len(vs) != 0 {
+		t.Fatalf("idle with no batch open: %+v", vs)
+	}
 
-	// A forged header opening a batch of 2 (the server holds more: it
-	// waits), then entry 3 alone, which is not the batch's message 1.
+	// A forged header opening a batch of 2 (it waits), then entry 3
+	// alone, which is not the batch's message 1.
 	fork := forkOf(t, es[3])
 	other := sign(fork, es[4])
-	if vs := feed(msg(4, fork, other[0]), 5); len(vs) != 0 {
+	if vs := feed(msg(4, fork, other[0])); len(vs) != 0 {
 		t.Fatalf("an open batch handed out %+v", vs)
 	}
-	evs, asides := seqs(feed(msg(5, es[3], sign(es[3])[0]), 5))
+	evs, asides := seqs(feed(msg(5, es[3], sign(es[3])[0])))
 	if !slices.Equal(asides, []uint64{4}) || !slices.Equal(evs, []uint64{5}) {
 		t.Fatalf("after the open batch: events %v, set aside %v", evs, asides)
 	}
 
-	// The same header again at the end of the stream: refused at once.
-	if _, asides := seqs(feed(msg(6, fork, other[0]), 0)); !slices.Equal(asides, []uint64{6}) {
-		t.Fatalf("a batch the stream cannot hold: set aside %v", asides)
+	// The same header again, and then nothing for a second.
+	if vs := feed(msg(6, fork, other[0])); len(vs) != 0 {
+		t.Fatalf("an open batch handed out %+v", vs)
+	}
+	if _, asides := seqs(idle()); !slices.Equal(asides, []uint64{6}) {
+		t.Fatalf("a batch open when the stream is idle: set aside %v", asides)
 	}
 
 	// A batch larger than Follow holds back: refused at once.
@@ -332,18 +336,17 @@ func TestAttestedLiveWaitsForBatch(t *testing.T) {
 		big[i] = checkpoint.Statement{Room: attRoom, Subject: "x", Position: "seq:0"}
 	}
 	bh := checkpoint.AttestBatch(pub, big)
-	_, asides = seqs(feed(msg(7, es[4], bh[0]), uint64(len(big))))
-	if !slices.Equal(asides, []uint64{7}) {
+	if _, asides := seqs(feed(msg(7, es[4], bh[0]))); !slices.Equal(asides, []uint64{7}) {
 		t.Fatalf("a batch of %d: set aside %v", len(big), asides)
 	}
 
 	// A batch of 2 with a gap in the stream between its messages: the
 	// second message is not the next one after the first.
 	hs = sign(es[4], es[5])
-	if vs := feed(msg(10, es[4], hs[0]), 3); len(vs) != 0 {
+	if vs := feed(msg(10, es[4], hs[0])); len(vs) != 0 {
 		t.Fatalf("an open batch handed out %+v", vs)
 	}
-	if _, asides := seqs(feed(msg(12, es[5], hs[1]), 0)); !slices.Equal(asides, []uint64{10, 12}) {
+	if _, asides := seqs(feed(msg(12, es[5], hs[1]))); !slices.Equal(asides, []uint64{10, 12}) {
 		t.Fatalf("a batch with a gap: set aside %v", asides)
 	}
 }
@@ -505,13 +508,14 @@ func FuzzAttestedBatches(f *testing.F) {
 			return o
 		}
 		feed, end := room.AuditFeed(v, room.Subjects{}, trust)
-		live := room.LiveFeed(v, room.Subjects{}, trust)
+		live, idle := room.LiveFeed(v, room.Subjects{}, trust)
 		var audited, followed []room.Verdict
-		for i, m := range stream {
+		for _, m := range stream {
 			audited = append(audited, feed(m)...)
-			followed = append(followed, live(m, uint64(len(stream)-i-1))...)
+			followed = append(followed, live(m)...)
 		}
 		audited = append(audited, end()...)
+		followed = append(followed, idle()...)
 		if len(audited) != len(stream) || len(followed) != len(stream) {
 			t.Fatalf("%d messages: %d verdicts from audit, %d from follow", len(stream), len(audited), len(followed))
 		}

@@ -49,23 +49,29 @@ type Verdict struct {
 	Aside *SetAside
 }
 
-// LiveFeed returns a function that feeds messages, one at a time in
-// stream order, to a reader that trusts t, as Follow's live delivery
-// does; pending is how many messages the server holds after m, not yet
-// delivered (jetstream.MsgMetadata.NumPending). It returns the verdicts
-// the message let out, in stream order.
-func LiveFeed(v *validate.Validator, s Subjects, t *checkpoint.Trust) func(m StreamMsg, pending uint64) []Verdict {
+// LiveFeed returns functions that feed messages, one at a time in stream
+// order, to a reader that trusts t, as Follow's live delivery does, and
+// tell it that no message came for a while (an empty fetch); each returns
+// the verdicts it let out, in stream order.
+func LiveFeed(v *validate.Validator, s Subjects, t *checkpoint.Trust) (feed func(StreamMsg) []Verdict, idle func() []Verdict) {
 	r := NewReader(v, s)
 	r.trustPublishers(t)
 	r.startLive(followMaxRun, func(*Event, *SetAside) {})
-	return func(m StreamMsg, pending uint64) []Verdict {
-		m.live, m.numPending = true, pending
+	var out []Verdict
+	collect := func(ev *Event, a *SetAside) { out = append(out, Verdict{ev, a}) }
+	feed = func(m StreamMsg) []Verdict {
+		out = nil
 		var x prepared
 		r.prepare(&x, m, nil)
-		var out []Verdict
-		r.feed(&x, true, func(ev *Event, a *SetAside) { out = append(out, Verdict{ev, a}) })
+		r.feed(&x, true, collect)
 		return out
 	}
+	idle = func() []Verdict {
+		out = nil
+		r.idle(collect)
+		return out
+	}
+	return feed, idle
 }
 
 // FollowMaxRun is the largest batch Follow holds back until it is whole.

@@ -41,8 +41,9 @@ type FollowOptions struct {
 	// checkpoint that does not cover its room as read, is set aside
 	// (checkpoint_mismatch). A live message is handed out once its whole
 	// atomic batch has arrived and the batch's signature verified (a batch
-	// that can no longer be whole, or of more than 4,032 messages, is set
-	// aside); the rebuild relies on checkpoints where they cover it.
+	// that can no longer be whole, because another message came or none
+	// for a second, or of more than 4,032 messages, is set aside); the
+	// rebuild relies on checkpoints where they cover it.
 	Trust *checkpoint.Trust
 	// State, when set (with Trust), keeps the last checkpoint verified per
 	// room: at the start, a room whose newest checkpoint on the stream is
@@ -166,7 +167,9 @@ func Follow(ctx context.Context, js jetstream.JetStream, o FollowOptions, handle
 				return fmt.Errorf("fetch: %w", err)
 			}
 			ch := fb.Messages()
+			got := 0
 			for msg := range ch {
+				got++
 				b := newBatch()
 				if err := addFetched(b, msg); err != nil {
 					return err
@@ -190,11 +193,18 @@ func Follow(ctx context.Context, js jetstream.JetStream, o FollowOptions, handle
 					return nil
 				}
 			}
-			if err := fb.Error(); err != nil && !errors.Is(err, jetstream.ErrNoMessages) && !errors.Is(err, context.DeadlineExceeded) {
+			err = fb.Error()
+			if err != nil && !errors.Is(err, jetstream.ErrNoMessages) && !errors.Is(err, context.DeadlineExceeded) {
 				if pctx.Err() != nil {
 					return nil
 				}
 				log.Warn("fetch", zap.Error(err))
+				continue
+			}
+			if got == 0 && !emit(newBatch()) {
+				// No message for a whole fetch (idleFor): an empty batch
+				// says so, in order.
+				return nil
 			}
 		}
 	}
@@ -247,6 +257,12 @@ func Follow(ctx context.Context, js jetstream.JetStream, o FollowOptions, handle
 		last = w.seq
 	}
 	err = runOrdered(ctx, r, produce, func(b *batch) error {
+		if len(b.xs) == 0 {
+			// The server had nothing more for a whole fetch: a batch
+			// still open cannot be whole.
+			r.idle(out)
+			return herr
+		}
 		for i := range b.xs {
 			if ctx.Err() != nil {
 				return errStopped
@@ -367,7 +383,6 @@ func addFetched(b *batch, msg jetstream.Msg) error {
 	if err != nil {
 		return fmt.Errorf("fetch: %w", err)
 	}
-	b.add(StreamMsg{Subject: msg.Subject(), Seq: meta.Sequence.Stream, Data: msg.Data(), Time: meta.Timestamp, Attestation: attestationOf(msg.Headers()),
-		live: true, numPending: meta.NumPending}, msg)
+	b.add(StreamMsg{Subject: msg.Subject(), Seq: meta.Sequence.Stream, Data: msg.Data(), Time: meta.Timestamp, Attestation: attestationOf(msg.Headers())}, msg)
 	return nil
 }

@@ -22,13 +22,6 @@ type StreamMsg struct {
 	// ("" when it has none; several values joined by ", ", which no
 	// attestation accepts).
 	Attestation string
-
-	// live: Follow fetched the message, and numPending is how many
-	// messages of the consumer's subjects the server held after it, not
-	// yet delivered (jetstream.MsgMetadata.NumPending): the rest of an
-	// atomic batch, stored whole, is among them.
-	live       bool
-	numPending uint64
 }
 
 // Event is a verified message, as handed to the application.
