@@ -635,7 +635,7 @@ func TestSubscriberFollowSetsAside(t *testing.T) {
 			t.Errorf("stderr lacks %q", line)
 		}
 	}
-	if !strings.Contains(f.stderr.String(), "(resumed after stream seq 0; set-aside list "+qpath+")") {
+	if !strings.Contains(f.stderr.String(), "(resumed after stream seq 0; set-aside list "+qpath+"; attestations not checked: no --trusted-publisher)") {
 		t.Errorf("stderr: %s", f.stderr)
 	}
 
