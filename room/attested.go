@@ -449,9 +449,15 @@ func (r *Reader) step(x *prepared) {
 
 // idleFor is how long Follow's live delivery waits for the rest of an
 // open batch: one fetch that brings nothing (jetstream.FetchMaxWait).
-// An atomic batch is stored whole, within moments, so once the server has
-// had nothing more to deliver for that long the batch cannot be whole.
+// An atomic batch is stored whole, within moments (a message of one may
+// be delivered while the rest are being stored), so once the server has
+// had nothing more to deliver for that long, and the stream leader holds
+// nothing more on the followed subjects, the batch cannot be whole.
 const idleFor = time.Second
+
+// openBatch returns the stream seq of the last message read of the batch
+// still open, if one is.
+func (r *Reader) openBatch() (last uint64, open bool) { return r.run.last, r.run.l != nil }
 
 // idle tells a live reader that no message came for idleFor: the batch
 // still open is refused, and the verdicts it held handed out.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -259,8 +260,21 @@ func Follow(ctx context.Context, js jetstream.JetStream, o FollowOptions, handle
 	err = runOrdered(ctx, r, produce, func(b *batch) error {
 		if len(b.xs) == 0 {
 			// The server had nothing more for a whole fetch: a batch
-			// still open cannot be whole.
-			r.idle(out)
+			// still open cannot be whole, unless the stream leader holds
+			// more on these subjects (a consumer on a lagging replica).
+			last, open := r.openBatch()
+			if !open {
+				return nil
+			}
+			more, err := leaderHasMore(ctx, js.Conn(), name, filters(o.Subjects, o.Rooms), last, math.MaxUint64)
+			switch {
+			case ctx.Err() != nil:
+				return errStopped
+			case err != nil:
+				log.Warn("follow: is the open batch's rest on the stream?", zap.Error(err))
+			case !more:
+				r.idle(out)
+			}
 			return herr
 		}
 		for i := range b.xs {
