@@ -22,12 +22,14 @@ type BatchVerdict struct {
 // then verifies the batch once. It is for readers and the checkpointer; it
 // is not safe for concurrent use.
 //
-// IDs must grow in stream order and be the messages' stream sequences (or
-// any count that grows by at most one per message of the stream, such as
-// the number of messages read). Since an atomic batch is stored contiguously
-// (ADR-50), a batch whose first message seen has id f is complete before any
-// message with id >= f+n arrives; a group still incomplete then is refused,
-// so a forged header cannot hold a reader's messages back for long.
+// IDs must be the messages' stream sequences, in stream order. An atomic
+// batch is stored whole, in order and contiguously (ADR-50), so each member
+// of a batch must be the one after the previous at the next id (else it is
+// refused at once: a replay out of order or interleaved, as the readers
+// refuse it), and a batch whose first message seen has id f is complete
+// before any message with id >= f+n arrives; a group still incomplete then
+// is refused, so a forged header cannot hold a reader's messages back for
+// long.
 type BatchCollector struct {
 	trust   *Trust
 	groups  map[batchKey]*batchGroup
@@ -99,6 +101,17 @@ func (c *BatchCollector) Add(id uint64, header string, st Statement) (done []Bat
 	}
 	if g.has(a.Index) {
 		return append(done, BatchVerdict{ID: id, Err: fmt.Errorf("%w: a second message %d/%d of one batch by %s", ErrBadAttestation, a.Index, a.Count, a.Signer)})
+	}
+	if n := len(g.members); n > 0 {
+		// An atomic batch is stored whole and in order: each member is
+		// the one after the previous at the next id. The readers apply
+		// the same rule, so a batch's messages replayed out of order or
+		// interleaved with others are refused by both, not admitted here
+		// and refused there (which would make every later checkpoint of
+		// the room unverifiable for them).
+		if last := g.members[n-1]; id != last.id+1 || a.Index != last.index+1 {
+			return append(done, BatchVerdict{ID: id, Err: fmt.Errorf("%w: message %d/%d of a batch by %s at id %d does not follow message %d at id %d", ErrBadAttestation, a.Index, a.Count, a.Signer, id, last.index, last.id)})
+		}
 	}
 	g.add(m)
 	c.pending++
