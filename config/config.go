@@ -144,7 +144,7 @@ type Serve struct {
 	// Issue 9: attestations and signed room checkpoints.
 	PublisherKey       string        `name:"publisher-key" help:"Attest every appended message and sign room checkpoints with this key (made by 'publisher keygen'; its node id names it). Without it nothing is attested or checkpointed." placeholder:"FILE" yaml:"publisher-key"`
 	TrustedPublishers  []string      `name:"trusted-publisher" help:"Node id of another publisher whose attestations and checkpoints count (repeatable); the own key always does." placeholder:"NODE_ID" yaml:"trusted-publisher"`
-	CheckpointEvery    int           `name:"checkpoint-every" help:"Write a room's checkpoint once its tree has grown by this many messages (0: 1000)." default:"1000" yaml:"checkpoint-every"`
+	CheckpointEvery    int           `name:"checkpoint-every" help:"Write a room's checkpoint once its tree has grown by this many messages (0: 10000)." default:"10000" yaml:"checkpoint-every"`
 	CheckpointInterval time.Duration `name:"checkpoint-interval" help:"Write a checkpoint of every room whose tree grew at least this often (0: 10s)." default:"10s" yaml:"checkpoint-interval"`
 	Logging
 }

@@ -41,7 +41,7 @@ func TestServeDefaults(t *testing.T) {
 	s := g.Serve.Serve
 	if s.Server != "" || s.Listen != "127.0.0.1:4222" || s.StoreDir != "./data" || s.SyncInterval != 0 ||
 		s.Stream != "ROOMS" || s.Prefix != "rooms" || len(s.TrustedHosts) != 0 || s.Level != "info" || s.Format != "json" ||
-		s.PublisherKey != "" || len(s.TrustedPublishers) != 0 || s.CheckpointEvery != 1000 || s.CheckpointInterval != 10*time.Second {
+		s.PublisherKey != "" || len(s.TrustedPublishers) != 0 || s.CheckpointEvery != 10000 || s.CheckpointInterval != 10*time.Second {
 		t.Fatalf("defaults: %+v", s)
 	}
 }

@@ -32,8 +32,11 @@ const (
 	// it: a lease nobody renews lapses after it.
 	DefaultLeaseTTL = 30 * time.Second
 	// DefaultCheckpointEvery and DefaultCheckpointInterval: a room's
-	// checkpoint is due after this many new leaves, or this long.
-	DefaultCheckpointEvery    = 1000
+	// checkpoint is due after this many new leaves, or this long. Each
+	// checkpoint is an fsync'd append the reader reads back and checks, so
+	// a busy room gets one per 10,000 messages, and a quiet one its last
+	// messages' within the interval.
+	DefaultCheckpointEvery    = 10000
 	DefaultCheckpointInterval = 10 * time.Second
 )
 
@@ -52,7 +55,7 @@ type CheckpointerOptions struct {
 	// checkpoints count; Key's own node id is always trusted.
 	TrustedPublishers []string
 	// Every writes a room's checkpoint once its tree has grown by this
-	// many leaves since its latest checkpoint; default 1,000.
+	// many leaves since its latest checkpoint; default 10,000.
 	Every int
 	// Interval writes a checkpoint of every room whose tree has grown
 	// for this long without one; default 10s.
@@ -135,6 +138,14 @@ type Checkpointer struct {
 	caughtUp    bool              // handled up to startSeq: writes may begin
 	consErr     error             // the consumer's last error, for Stop
 }
+
+// ckPullMessages and ckPullBytes size the reader's pulls (the ordered
+// consumer's default is 500 messages): fewer pull requests while it reads
+// every message of the stream, as Audit's replay reads it.
+const (
+	ckPullMessages = 1024
+	ckPullBytes    = 4 << 20
+)
 
 // ckSubjectCache bounds the checkpointer's cache of parsed subjects (one
 // per chain and two per room); it is cleared when full.
@@ -248,12 +259,14 @@ func StartCheckpointer(ctx context.Context, nc *nats.Conn, o CheckpointerOptions
 	if err != nil {
 		return nil, fmt.Errorf("%w: read stream %s: %w", ErrCheckpointer, name, err)
 	}
+	// The byte limit holds at least one message of the largest size.
+	pull := jetstream.PullMaxMessagesWithBytesLimit(ckPullMessages, max(ckPullBytes, 2*int(nc.MaxPayload())))
 	c.cons, err = cons.Consume(c.handle, jetstream.ConsumeErrHandler(func(_ jetstream.ConsumeContext, err error) {
 		c.mu.Lock()
 		c.consErr = err
 		c.mu.Unlock()
 		c.log.Warn("checkpointer: reading the room stream", zap.Error(err))
-	}))
+	}), pull)
 	if err != nil {
 		return nil, fmt.Errorf("%w: read stream %s: %w", ErrCheckpointer, name, err)
 	}

@@ -100,7 +100,7 @@ func newGateBenchEnvWith(b *testing.B, attest bool) *gateBenchEnv {
 		if err != nil {
 			b.Fatal(err)
 		}
-		// Serve's defaults: every 1,000 leaves or 10s.
+		// Serve's defaults: every 10,000 leaves or 10s.
 		ckp, err := room.StartCheckpointer(context.Background(), ckNC, room.CheckpointerOptions{Key: pub})
 		if err != nil {
 			b.Fatal(err)

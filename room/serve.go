@@ -155,8 +155,17 @@ func Serve(ctx context.Context, o ServeOptions) error {
 	if o.PublisherKey != nil {
 		co := o.Checkpoint
 		co.Key, co.Stream, co.Subjects, co.Logger, co.Registerer, co.Replicas = o.PublisherKey, cfg.Name, o.Subjects, log, reg, replicas
+		// A connection of its own: the checkpointer reads every message
+		// of the stream, which on the gate's connection would queue the
+		// gate's acks and the service's requests behind it. Losing it for
+		// good ends Serve, as losing nc does.
+		ckNC, err := nats.Connect(url, append(opts, nats.Name("roompub-publisher-checkpointer"))...)
+		if err != nil {
+			return fmt.Errorf("connect %s: %w", redact(url), err)
+		}
+		defer ckNC.Close() // after stopCheckpointer (deferred below)
 		cctx, cancel := context.WithTimeout(ctx, streamSetupTimeout)
-		ckp, err = StartCheckpointer(cctx, nc, co)
+		ckp, err = StartCheckpointer(cctx, ckNC, co)
 		cancel()
 		if err != nil {
 			return err

@@ -22,12 +22,14 @@ import (
 // with a publisher key, a checkpointer with serve's defaults (a checkpoint
 // per room every room.DefaultCheckpointEvery messages or
 // room.DefaultCheckpointInterval, and on stop; the default lease bucket)
-// on the gate's connection, which the gate tells of its attestations
-// (GateOptions.Attested). Without a key (--no-attest) it is the keyless
+// on a connection of its own, as serve gives it (its read of every message
+// does not queue behind the gate's acks), which the gate tells of its
+// attestations (GateOptions.Attested). Without a key (--no-attest) it is the keyless
 // gate alone, as serve without --publisher-key.
 type publisher struct {
 	gate *room.Gate
 	ckp  *room.Checkpointer // nil without a key
+	ckNC *nats.Conn         // the checkpointer's connection; nil without a key
 	// nodeID names the publisher key; "" without one. The key itself
 	// stays in the gate and the checkpointer: it is never printed.
 	nodeID string
@@ -54,11 +56,15 @@ func startPublisher(ctx context.Context, nc *nats.Conn, stream string, subjects 
 			return nil, err
 		}
 		p.nodeID = key.NodeID()
+		if p.ckNC, err = nats.Connect(nc.ConnectedUrl(), nats.Name("roompub-publisher-checkpointer")); err != nil {
+			return nil, err
+		}
 		cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-		p.ckp, err = room.StartCheckpointer(cctx, nc, room.CheckpointerOptions{Key: key, Stream: stream, Subjects: subjects,
+		p.ckp, err = room.StartCheckpointer(cctx, p.ckNC, room.CheckpointerOptions{Key: key, Stream: stream, Subjects: subjects,
 			Logger: log, Registerer: reg, Replicas: 1})
 		cancel()
 		if err != nil {
+			p.ckNC.Close()
 			return nil, err
 		}
 		gopts.PublisherKey, gopts.Attested = key, p.ckp
@@ -81,7 +87,8 @@ func (p *publisher) stop() error {
 	ctx, cancel := context.WithTimeout(context.Background(), publisherStopTimeout)
 	defer cancel()
 	err := p.ckp.Stop(ctx)
-	p.ckp = nil
+	p.ckNC.Close()
+	p.ckp, p.ckNC = nil, nil
 	if err != nil {
 		return fmt.Errorf("final checkpoints: %w", err)
 	}
