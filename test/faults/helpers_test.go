@@ -227,7 +227,7 @@ var servingRE = regexp.MustCompile(`(?m)^publisher: serving on (nats://\S+) \(st
 // serves.
 func startServe(t *testing.T, args ...string) *serve {
 	t.Helper()
-	if !slices.Contains(args, "--publisher-key") {
+	if _, off := keylessTests.Load(topName(t)); !off && !slices.Contains(args, "--publisher-key") {
 		args = append(args, "--publisher-key", publisherKeyFile)
 	}
 	s := &serve{args: args}
@@ -957,7 +957,11 @@ type auditReport struct {
 // nothing set aside, no fork, every chain ok, the stream append-only.
 func auditClean(t *testing.T, tl *tally, url string, trusted []string, entries, records uint64, chains int) {
 	t.Helper()
-	args := []string{"audit", "--json", "--server", url, "--trusted-publisher", publisherID, "--state-dir", auditStateDir(t)}
+	_, keyless := keylessTests.Load(topName(t))
+	args := []string{"audit", "--json", "--server", url, "--state-dir", auditStateDir(t)}
+	if !keyless {
+		args = append(args, "--trusted-publisher", publisherID)
+	}
 	for _, h := range trusted {
 		args = append(args, "--trusted-host", h)
 	}
@@ -998,7 +1002,7 @@ func auditClean(t *testing.T, tl *tally, url string, trusted []string, entries, 
 			t.Errorf("oracle (checkpoints hold): %s: %d checkpoints refused", c.Room, c.Refused)
 		}
 	}
-	if !rep.Attestation.Checked || admitted != entries+records {
+	if !keyless && (!rep.Attestation.Checked || admitted != entries+records) {
 		t.Errorf("oracle (every message attested): attestation checked %v (%s), %d messages admitted, want %d", rep.Attestation.Checked, rep.Attestation.Why, admitted, entries+records)
 	}
 	tl.Checkpoints = tot.Checkpoints
@@ -1015,7 +1019,17 @@ func auditClean(t *testing.T, tl *tally, url string, trusted []string, entries, 
 // whatever its verdict on chains still being shipped.
 func auditReadsAll(t *testing.T, url string) {
 	t.Helper()
-	r := run(t, 2*time.Minute, subscriberBin, "audit", "--json", "--server", url)
+	var r result
+	for i := 0; i < 5; i++ {
+		r = run(t, 2*time.Minute, subscriberBin, "audit", "--json", "--server", url)
+		if r.status == 0 || r.status == 1 {
+			break
+		}
+		// Exit 2: the audit could not run (the server just healed: no
+		// answer from the leader in time); it says so, no verdict.
+		t.Logf("subscriber audit through %s: exit %d (%s); again", url, r.status, firstLine(r.stderr))
+		time.Sleep(time.Second)
+	}
 	var rep auditReport
 	if err := json.Unmarshal([]byte(r.stdout), &rep); err != nil {
 		t.Fatalf("subscriber audit --json through %s: exit %d, %v\n%s%s", url, r.status, err, tail(r.stdout, 3000), tail(r.stderr, 3000))
@@ -1029,12 +1043,25 @@ func auditReadsAll(t *testing.T, url string) {
 
 var auditStates sync.Map // top-level test name → state dir
 
+// keylessTests names the top-level tests whose serve runs without a
+// publisher key and whose audits trust none (keyless).
+var keylessTests sync.Map
+
+// keyless makes t's publisher serve processes run without a publisher key
+// and its audits check no attestation.
+func keyless(t *testing.T) { keylessTests.Store(topName(t), true) }
+
+func topName(t *testing.T) string {
+	name, _, _ := strings.Cut(t.Name(), "/")
+	return name
+}
+
 // auditStateDir is the --state-dir of every audit of one top-level test:
 // each audit then also checks that the rooms' newest checkpoints are
 // consistent with the ones the test's earlier audits verified, across
 // the faults in between.
 func auditStateDir(t *testing.T) string {
-	name, _, _ := strings.Cut(t.Name(), "/")
+	name := topName(t)
 	if d, ok := auditStates.Load(name); ok {
 		return d.(string)
 	}

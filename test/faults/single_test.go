@@ -108,6 +108,13 @@ func TestServeKilled(t *testing.T) {
 // commands ship the rest: every entry and record exactly once.
 func TestFullStore(t *testing.T) {
 	t.Parallel()
+	// Without a publisher key: when the store fills while an atomic batch
+	// commits, nats-server keeps the batch's first messages, and a batch
+	// attestation (one signature over the whole batch, issue 9) cannot be
+	// verified for a part of it; readers refuse those messages as an
+	// incomplete batch (a known limit, README). The store-full behaviour
+	// itself is what this test checks.
+	keyless(t)
 	tl := count(t)
 	key := hostKey(t)
 	store := t.TempDir()
@@ -127,16 +134,14 @@ func TestFullStore(t *testing.T) {
 		!strings.Contains(r.stderr, fmt.Sprintf("line %d not decided: %s", acked+1, fullMsg)) {
 		t.Fatalf("publisher journal on a full store: exit %d, error %q; want exit 2 and a clear error naming line %d and the full store\n%s", r.status, l.Error, acked+1, r.stderr)
 	}
-	// 1MB holds 1,152 of these entries with their headers (this server
-	// version's file store; the entries and their headers are the same on
-	// every run: the gate appends them in atomic batches of 1,000, the
-	// expected-sequence headers on the first message of each, the batch id
-	// and sequence and the publisher's attestation on every one; without
-	// the attestation 1,419 fitted, and one append per entry, with both
-	// expected-sequence headers on each, 1,291).
-	const fit = 1152
-	if acked != fit || l.Stored != fit || l.AlreadyStored != 0 || l.Head.Next != fit {
-		t.Fatalf("publisher journal on a full store: %d already stored, %d stored, head next %d; want 0, %d, %d (what 1MB holds)", l.AlreadyStored, l.Stored, l.Head.Next, fit, fit)
+	// What 1MB holds depends on the entries' headers and how the gate
+	// cuts atomic batches (about 1,000 to 1,420 of these entries: 1,419
+	// before attestations, 1,152 with one signature per message, 1,000
+	// with one per batch, where the second batch of 1,000 does not fit
+	// whole); the oracle is that the shipper reports exactly what is
+	// stored and the next line refused for the full store (above).
+	if acked < 900 || acked > 1500 || l.Stored != acked || l.AlreadyStored != 0 || l.Head.Next != int64(acked) {
+		t.Fatalf("publisher journal on a full store: %d acknowledged: %d already stored, %d stored, head next %d; want 0, all of them, %d (900 to 1,500 fit in 1MB)", acked, l.AlreadyStored, l.Stored, l.Head.Next, acked)
 	}
 	// Exactly what was acknowledged is stored: nothing half-written.
 	if got := in.checkAckedPrefix(c, roomID, acked, "with the store full"); got != acked {
