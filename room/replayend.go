@@ -2,12 +2,9 @@ package room
 
 import (
 	"context"
-	"encoding/json"
-	"fmt"
 	"time"
 
 	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
 )
 
 // leaderGetTimeout bounds one stream-get request to the stream leader.
@@ -26,33 +23,11 @@ func leaderHasMore(ctx context.Context, nc *nats.Conn, stream string, filters []
 		return false, nil
 	}
 	for _, f := range filters {
-		body, err := json.Marshal(map[string]any{"seq": after + 1, "next_by_subj": f})
+		m, err := leaderGet(ctx, nc, stream, leaderGetTimeout, map[string]any{"seq": after + 1, "next_by_subj": f})
 		if err != nil {
 			return false, err
 		}
-		rctx, cancel := context.WithTimeout(ctx, leaderGetTimeout)
-		m, err := nc.RequestWithContext(rctx, "$JS.API.STREAM.MSG.GET."+stream, body)
-		cancel()
-		if err != nil {
-			return false, fmt.Errorf("stream get %s: %w", body, err)
-		}
-		var resp struct {
-			Error   *jetstream.APIError `json:"error"`
-			Message *struct {
-				Seq uint64 `json:"seq"`
-			} `json:"message"`
-		}
-		if err := json.Unmarshal(m.Data, &resp); err != nil {
-			return false, fmt.Errorf("stream get %s: %w", body, err)
-		}
-		switch {
-		case resp.Error != nil && resp.Error.ErrorCode == jetstream.JSErrCodeMessageNotFound:
-			continue
-		case resp.Error != nil:
-			return false, fmt.Errorf("stream get %s: %w", body, resp.Error)
-		case resp.Message == nil:
-			return false, fmt.Errorf("stream get %s: empty reply", body)
-		case resp.Message.Seq <= last:
+		if m != nil && m.Sequence <= last {
 			return true, nil
 		}
 	}
