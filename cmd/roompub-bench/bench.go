@@ -10,6 +10,7 @@ import (
 	"os/signal"
 	"path/filepath"
 	"runtime"
+	"runtime/pprof"
 	"slices"
 	"syscall"
 	"time"
@@ -149,6 +150,17 @@ func (c *cli) Run(s *streams) error {
 				return fmt.Errorf("%w: %s %s: %v (run make build, or name the binary)", config.ErrInvalid, bin.flag, bin.path, err)
 			}
 		}
+	}
+	if c.CPUProfile != "" {
+		f, err := os.Create(c.CPUProfile)
+		if err != nil {
+			return fmt.Errorf("%w: --cpuprofile: %v", config.ErrInvalid, err)
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			return fmt.Errorf("--cpuprofile: %w", err)
+		}
+		defer pprof.StopCPUProfile()
 	}
 	b := &bench{c: c, out: s, ctx: ctx, sz: c.sizes(), rounds: c.Rounds, rawSubjects: room.Subjects{Prefix: rawPrefix}, log: newLogger(s.err)}
 	if b.rounds == 0 {
