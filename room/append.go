@@ -45,8 +45,25 @@ type BatchObserver interface {
 // subject on the first message and Nats-Msg-Id = entry_hash on each, so the
 // server stores all of them after the chain's head or none. Each line gets
 // the outcome one append per line would have given it.
+//
+// Requests of one chain in flight at once in this gate are decided in the
+// order of their first entry's seq (order.go); the ingest service orders
+// them as they arrive, with appendJournal.
 func (g *Gate) AppendJournal(ctx context.Context, roomID string, body []byte, capsule *events.CapsuleMeta) (JournalReply, error) {
-	reply := JournalReply{RoomID: roomID}
+	t := g.ticket(body)
+	defer t.done()
+	return g.appendJournal(ctx, roomID, body, capsule, t, false)
+}
+
+// appendJournal is AppendJournal with the request's ticket taken (nil:
+// no order); pipelined: the request carried HeaderPipelined.
+func (g *Gate) appendJournal(ctx context.Context, roomID string, body []byte, capsule *events.CapsuleMeta, t *orderTicket, pipelined bool) (reply JournalReply, err error) {
+	defer func() {
+		if err != nil || reply.Stored+reply.Dupes != len(reply.Items) {
+			t.stall() // the requests of this chain behind it need not wait for it
+		}
+	}()
+	reply = JournalReply{RoomID: roomID}
 	if err := validate.CheckRoomID(roomID); err != nil {
 		return reply, err
 	}
@@ -78,11 +95,25 @@ func (g *Gate) AppendJournal(ctx context.Context, roomID string, body []byte, ca
 	first := pre[0].e
 	key := events.ChainKey{RunID: first.RunID(), CapsuleID: first.CapsuleID()}
 	reply.Chain = key
+	// The requests of this chain ahead of this one are decided first; the
+	// lines above were checked meanwhile.
+	err = t.wait(ctx)
+	if err == nil && pipelined && !t.isStalled() {
+		if seq, ok := first.Seq(); ok {
+			err = g.awaitChain(ctx, key, seq)
+		}
+	}
+	if err != nil {
+		reply.Items[0] = failed(0, err) // the later lines stay skipped
+		g.observeItems(reply.Items, start)
+		reply.tally()
+		return reply, nil
+	}
 	c := g.chain(key)
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	r := &journalRun{g: g, ctx: ctx, roomID: roomID, key: key, subj: g.subjects.Journal(roomID, key),
-		c: c, capsule: capsule, lines: lines, pre: pre, items: reply.Items}
+		c: c, capsule: capsule, lines: lines, pre: pre, items: reply.Items, pipelined: pipelined}
 	r.run()
 	if c.loaded {
 		reply.Head = c.view(key)
@@ -229,6 +260,46 @@ type journalRun struct {
 	pending []pend
 	cv      *events.ChainVerifier
 	singles bool // publish the pending lines one at a time
+	// pipelined: the request carried HeaderPipelined; a first line still
+	// ahead of the chain (after awaitChain) is OutcomeAhead.
+	pipelined bool
+}
+
+// aheadWait bounds how long a pipelined request whose first line is ahead
+// of the chain waits for the request ahead of it to land through another
+// gate (a batch is stored in milliseconds; a loaded server may take more),
+// and aheadPoll how often it reads the chain's head meanwhile.
+var aheadWait = 5 * time.Second // a var for tests (SetAheadWait)
+
+const aheadPoll = 5 * time.Millisecond
+
+// awaitChain waits, up to aheadWait, until the chain's next seq as the
+// stream leader has it reaches seq, the first line of a pipelined request:
+// the request ahead of it may be on its way through another gate. It holds
+// the chain's lock only to read: the request ahead may come to this gate.
+// It returns ctx's error only; a chain that does not get there is decided
+// as it is (OutcomeAhead).
+func (g *Gate) awaitChain(ctx context.Context, key events.ChainKey, seq int64) error {
+	c := g.chain(key)
+	until := time.Now().Add(aheadWait)
+	for attempt := 0; ; attempt++ {
+		if attempt > 1 && !sleepCtx(ctx, aheadPoll) {
+			return ctx.Err()
+		}
+		c.mu.Lock()
+		if attempt > 0 || !c.loaded {
+			if err := g.reload(ctx, key, c, true); err != nil {
+				c.loaded = false
+				c.mu.Unlock()
+				return ctx.Err() // decide reads again and says what is wrong
+			}
+		}
+		behind := c.next < seq
+		c.mu.Unlock()
+		if !behind || !time.Now().Before(until) {
+			return nil
+		}
+	}
 }
 
 type decision int
@@ -371,6 +442,13 @@ func (r *journalRun) decide(i int, try *lineTry) (decision, ItemResult) {
 			// on a fresh read.
 			c.loaded, try.wantFresh = false, true
 			continue
+		}
+		if i == 0 && r.pipelined && seq > c.next && onlyPosition(problems) {
+			// A pipelined request's first line ahead of the chain (as the
+			// leader has it, after awaitChain): the request ahead of it has
+			// not landed, or will not.
+			return decFinal, ItemResult{Index: i, Outcome: OutcomeAhead, Seq: &seq, Hash: e.EntryHash(),
+				Reason: fmt.Sprintf("seq %d is ahead of the chain, whose next seq is %d: the request ahead of this one has not landed; send this one again once it is answered", seq, c.next)}
 		}
 		if len(problems) > 0 {
 			rf := refused(i, problems)

@@ -129,8 +129,17 @@ func (c *Client) Head(ctx context.Context, key events.ChainKey) (ChainHead, erro
 // Errors: *ServiceError for a request-level refusal, ErrUnavailable when
 // no answer came.
 func (c *Client) AppendJournal(ctx context.Context, roomID string, capsule *events.CapsuleMeta, lines []byte) (JournalReply, error) {
+	return c.appendJournal(ctx, roomID, capsule, lines, false)
+}
+
+// appendJournal is AppendJournal; pipelined marks the request
+// HeaderPipelined (an earlier request of the chain is in flight).
+func (c *Client) appendJournal(ctx context.Context, roomID string, capsule *events.CapsuleMeta, lines []byte, pipelined bool) (JournalReply, error) {
 	hdr := nats.Header{}
 	hdr.Set(HeaderRoom, roomID)
+	if pipelined {
+		hdr.Set(HeaderPipelined, "1")
+	}
 	if capsule != nil {
 		b, err := json.Marshal(capsule)
 		if err != nil {

@@ -2,6 +2,7 @@ package room
 
 import (
 	"context"
+	"time"
 
 	"github.com/roompub/roompub/checkpoint"
 	"github.com/roompub/roompub/validate"
@@ -98,4 +99,12 @@ func AuditFeed(v *validate.Validator, s Subjects, t *checkpoint.Trust) (feed fun
 		return out
 	}
 	return feed, end
+}
+
+// SetAheadWait sets how long a pipelined request waits for the chain to
+// reach its first line, and returns a func that restores it.
+func SetAheadWait(d time.Duration) (restore func()) {
+	old := aheadWait
+	aheadWait = d
+	return func() { aheadWait = old }
 }

@@ -125,7 +125,10 @@ type Gate struct {
 
 	mu     sync.Mutex
 	chains map[events.ChainKey]*chainState
-	rooms  map[string]*roomState
+	// orders orders each chain's journal requests in flight (order.go).
+	orderMu sync.Mutex
+	orders  map[events.ChainKey]*chainOrder
+	rooms   map[string]*roomState
 }
 
 // ErrGate is wrapped by NewGate for unusable options.
@@ -157,7 +160,7 @@ func NewGate(ctx context.Context, nc *nats.Conn, o GateOptions) (*Gate, error) {
 	g := &Gate{
 		js: js, nc: nc, stream: st, subjects: o.Subjects, v: o.Validator,
 		log: o.Logger, obs: o.Observer, timeout: o.PublishTimeout, attempts: o.Attempts, key: o.PublisherKey, attested: o.Attested,
-		chains: map[events.ChainKey]*chainState{}, rooms: map[string]*roomState{},
+		chains: map[events.ChainKey]*chainState{}, rooms: map[string]*roomState{}, orders: map[events.ChainKey]*chainOrder{},
 	}
 	if g.log == nil {
 		g.log = zap.NewNop()
@@ -443,6 +446,8 @@ func (r *JournalReply) tally() {
 			r.Skipped++
 		case OutcomeFailed:
 			r.Failures++
+		case OutcomeAhead:
+			r.Ahead++
 		}
 	}
 }

@@ -89,15 +89,16 @@ func StartService(nc *nats.Conn, gate *Gate, o ServiceOptions) (*Service, error)
 	s.svc = svc
 	grp := svc.AddGroup(o.Prefix)
 	for _, ep := range []struct {
-		name string
-		h    func(micro.Request)
-		doc  string
+		name    string
+		h       func(micro.Request, *orderTicket)
+		ordered bool
+		doc     string
 	}{
-		{"journal", s.handleJournal, "journal lines of one chain (body: journal.ndjson bytes; header " + HeaderRoom + ")"},
-		{"execution", s.handleExecution, "one execution record (body: JSON)"},
-		{"head", s.handleHead, "where a chain stands (body: {\"run_id\",\"capsule_id\"})"},
+		{"journal", s.handleJournal, true, "journal lines of one chain (body: journal.ndjson bytes; header " + HeaderRoom + ")"},
+		{"execution", s.handleExecution, false, "one execution record (body: JSON)"},
+		{"head", s.handleHead, false, "where a chain stands (body: {\"run_id\",\"capsule_id\"})"},
 	} {
-		if err := grp.AddEndpoint(ep.name, s.async(ep.h), micro.WithEndpointMetadata(map[string]string{"description": ep.doc}),
+		if err := grp.AddEndpoint(ep.name, s.async(ep.h, ep.ordered), micro.WithEndpointMetadata(map[string]string{"description": ep.doc}),
 			micro.WithEndpointPendingLimits(nats.DefaultSubPendingMsgsLimit, o.PendingBytes)); err != nil {
 			_ = svc.Stop()
 			return nil, fmt.Errorf("add endpoint %s: %w", ep.name, err)
@@ -107,8 +108,13 @@ func StartService(nc *nats.Conn, gate *Gate, o ServiceOptions) (*Service, error)
 }
 
 // async runs h on its own goroutine, bounded by the concurrency limit, so
-// a slow append does not hold up the endpoint's subscription.
-func (s *Service) async(h func(micro.Request)) micro.Handler {
+// a slow append does not hold up the endpoint's subscription. With
+// ordered, each request takes its chain's ticket here, where micro hands
+// requests over one at a time in the order they arrived, so a client's
+// pipelined journal requests of one chain are decided in the order it sent
+// them (order.go). A request holds its slot while it waits for the ones
+// ahead of it, which took theirs before it.
+func (s *Service) async(h func(micro.Request, *orderTicket), ordered bool) micro.Handler {
 	return micro.HandlerFunc(func(req micro.Request) {
 		select {
 		case s.sem <- struct{}{}:
@@ -116,10 +122,14 @@ func (s *Service) async(h func(micro.Request)) micro.Handler {
 			_ = req.Error("503", "shutting down", nil)
 			return
 		}
+		var t *orderTicket
+		if ordered {
+			t = s.gate.ticket(req.Data())
+		}
 		s.wg.Add(1)
 		go func() {
-			defer func() { <-s.sem; s.wg.Done() }()
-			h(req)
+			defer func() { t.done(); <-s.sem; s.wg.Done() }()
+			h(req, t)
 		}()
 	})
 }
@@ -146,6 +156,10 @@ func (s *Service) Stop() error {
 
 // Info returns the micro service's info (id, endpoints).
 func (s *Service) Info() micro.Info { return s.svc.Info() }
+
+// Stats returns the micro service's statistics: per endpoint, requests
+// handled, errors, and processing time (what `nats micro stats` shows).
+func (s *Service) Stats() micro.Stats { return s.svc.Stats() }
 
 func (s *Service) respondError(req micro.Request, status string, code events.Code, reason string) {
 	body, _ := json.Marshal(ErrorReply{Code: code, Reason: reason})
@@ -202,7 +216,7 @@ func header(h micro.Headers, name string) (string, bool, error) {
 	}
 }
 
-func (s *Service) handleJournal(req micro.Request) {
+func (s *Service) handleJournal(req micro.Request, t *orderTicket) {
 	roomID, ok, err := header(req.Headers(), HeaderRoom)
 	if err != nil || !ok {
 		reason := "no " + HeaderRoom + " header: a journal request names its room"
@@ -226,7 +240,12 @@ func (s *Service) handleJournal(req micro.Request) {
 		}
 		capsule = &m
 	}
-	reply, err := s.gate.AppendJournal(s.ctx, roomID, req.Data(), capsule)
+	pipelined, _, err := header(req.Headers(), HeaderPipelined)
+	if err != nil {
+		s.respondError(req, "400", events.BadRequest, err.Error())
+		return
+	}
+	reply, err := s.gate.appendJournal(s.ctx, roomID, req.Data(), capsule, t, pipelined == "1")
 	if err != nil {
 		s.refusalOrError(req, err)
 		return
@@ -241,7 +260,7 @@ func (s *Service) handleJournal(req micro.Request) {
 	s.respond(req, reply)
 }
 
-func (s *Service) handleExecution(req micro.Request) {
+func (s *Service) handleExecution(req micro.Request, _ *orderTicket) {
 	reply := s.gate.AppendRecord(s.ctx, req.Data())
 	if reply.Item.Outcome == OutcomeRefused {
 		s.log.Info("refused", zap.String("kind", KindExecution), zap.String("room", reply.RoomID), zap.String("code", string(reply.Item.Code)), zap.String("reason", reply.Item.Reason))
@@ -252,7 +271,7 @@ func (s *Service) handleExecution(req micro.Request) {
 // chainID is the envelope's run_id and capsule_id pattern (seed 000).
 var chainID = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$`)
 
-func (s *Service) handleHead(req micro.Request) {
+func (s *Service) handleHead(req micro.Request, _ *orderTicket) {
 	const usage = "body must be {\"run_id\":…,\"capsule_id\":…}, both ids of the envelope's form and nothing else"
 	obj, _, err := events.DecodeObject(req.Data()) // strict: duplicate keys are an error
 	if err != nil || len(obj) != 2 {

@@ -23,6 +23,10 @@ type ShipOptions struct {
 	// BatchBytes bounds the body of one request; default the server's max
 	// payload less 8 KiB for headers.
 	BatchBytes int
+	// Pipeline bounds the requests of the capsule in flight at once;
+	// default DefaultPipeline, 1 sends one after another. The gate decides
+	// them in the order sent (order.go).
+	Pipeline int
 	// Progress, when set, is called after every request with the result
 	// so far.
 	Progress func(ShipResult)
@@ -83,6 +87,9 @@ func newShipper(ctx context.Context, c *Client, dir, roomID string, o ShipOption
 	}
 	if o.BatchBytes <= 0 {
 		o.BatchBytes = int(c.MaxPayload()) - 8<<10
+	}
+	if o.Pipeline <= 0 {
+		o.Pipeline = DefaultPipeline
 	}
 	s := &shipper{c: c, o: o, dir: dir, jpath: filepath.Join(dir, validate.JournalFile)}
 	s.res = ShipResult{Dir: dir, RoomID: roomID}
@@ -154,9 +161,10 @@ func (s *shipper) resume(ctx context.Context) error {
 	return nil
 }
 
-// pass reads the journal from the cursor and ships every complete line.
-// It returns nil when it has shipped all complete lines (or recorded a
-// refusal), ErrUnavailable-wrapping errors when the service went away.
+// pass reads the journal from the cursor and ships every complete line,
+// with up to ShipOptions.Pipeline requests in flight. It returns nil when
+// it has shipped all complete lines (or recorded a refusal),
+// ErrUnavailable-wrapping errors when the service went away.
 func (s *shipper) pass(ctx context.Context) error {
 	f, err := os.Open(s.jpath)
 	if err != nil {
@@ -170,19 +178,20 @@ func (s *shipper) pass(ctx context.Context) error {
 		return fmt.Errorf("%w: %v", ErrShip, err)
 	}
 	br := bufio.NewReaderSize(f, 256<<10)
+	pctx, cancel := context.WithCancel(ctx)
+	p := &pipeline{s: s, ctx: pctx, cancel: cancel, depth: s.o.Pipeline}
+	defer p.drain()
 	var batch bytes.Buffer
-	batchLines, batchStart := 0, s.line
+	batchLines, next := 0, s.line // next: the file line the reader is at
 	s.res.PartialTail = false
-	flush := func() error {
-		if batchLines == 0 {
-			return nil
+	send := func() {
+		if batchLines > 0 {
+			p.send(bytes.Clone(batch.Bytes()), next-batchLines, batchLines)
 		}
-		err := s.send(ctx, batch.Bytes(), batchStart)
 		batch.Reset()
-		batchLines, batchStart = 0, s.line
-		return err
+		batchLines = 0
 	}
-	for s.res.Refused == nil {
+	for !p.stop {
 		ln, err := readFullLine(br)
 		if errors.Is(err, io.EOF) {
 			if len(ln) > 0 {
@@ -191,47 +200,136 @@ func (s *shipper) pass(ctx context.Context) error {
 			break
 		}
 		if err != nil {
+			send()
+			p.drain()
+			if p.err != nil {
+				return p.err
+			}
 			return fmt.Errorf("%w: %v", ErrShip, err)
 		}
 		if len(ln) > s.o.BatchBytes {
-			if err := flush(); err != nil {
-				return err
-			}
-			if s.res.Refused != nil {
+			send()
+			p.drain()
+			if p.stop {
 				break
 			}
 			s.res.Refused = &LineRefusal{Problem: events.Problem{Code: events.TooLarge,
-				At:     events.Location{File: s.jpath, Line: s.line + 1},
+				At:     events.Location{File: s.jpath, Line: next + 1},
 				Reason: fmt.Sprintf("the line is %d bytes; a request carries at most %d", len(ln), s.o.BatchBytes)}}
 			s.res.Refused.Problems = []events.Problem{s.res.Refused.Problem}
 			break
 		}
 		if batchLines == s.o.BatchLines || batch.Len()+len(ln) > s.o.BatchBytes {
-			if err := flush(); err != nil {
-				return err
-			}
-			if s.res.Refused != nil {
+			send()
+			if p.stop {
 				break
 			}
 		}
 		batch.Write(ln)
 		batchLines++
-		s.line++
-		s.res.Lines = max(s.res.Lines, s.line)
+		next++
+		s.res.Lines = max(s.res.Lines, next)
 	}
-	if s.res.Refused == nil {
-		if err := flush(); err != nil {
-			return err
-		}
+	if !p.stop {
+		send()
 	}
-	return nil
+	p.drain()
+	return p.err
 }
 
-// send ships one batch whose first line is file line first+1, and moves
-// the cursor past what was stored or found stored.
-func (s *shipper) send(ctx context.Context, body []byte, first int) error {
+// DefaultPipeline is ShipOptions.Pipeline's default: while the gate stores
+// one request's lines it checks the next one's (issue 8).
+const DefaultPipeline = 2
+
+// pipeline is one pass's requests in flight, oldest first. Replies are
+// taken in the order the requests were sent; the first one that did not
+// ship all its lines (refused, failed, unanswered) stops the pass: nothing
+// more is sent and the requests still in flight are abandoned (their
+// lines follow one that is not stored, so none of them is stored, unless
+// another shipper stored the lines before them; the next pass finds what
+// is stored either way).
+type pipeline struct {
+	s      *shipper
+	ctx    context.Context
+	cancel context.CancelFunc // abandons the requests in flight
+	depth  int
+	queue  []*shipment
+	stop   bool  // a reply ended the pass
+	err    error // the error that ended it
+}
+
+// shipment is one request of a pass: its body, the file line of its first
+// line, how many lines it holds, and, once done is closed, the reply.
+type shipment struct {
+	body   []byte
+	first  int
+	lines  int
+	behind bool // sent while a request ahead of it was in flight
+	done   chan struct{}
+	reply  JournalReply
+	err    error
+}
+
+// send sends body, lines file lines from first, once fewer than depth
+// requests are in flight (taking the oldest replies meanwhile).
+func (p *pipeline) send(body []byte, first, lines int) {
+	for len(p.queue) >= max(p.depth, 1) && !p.stop {
+		p.settle()
+	}
+	if p.stop {
+		return
+	}
+	sh := &shipment{body: body, first: first, lines: lines, behind: len(p.queue) > 0, done: make(chan struct{})}
+	go func() {
+		defer close(sh.done)
+		sh.reply, sh.err = p.s.request(p.ctx, sh.body, sh.behind)
+	}()
+	p.queue = append(p.queue, sh)
+}
+
+// drain takes every reply still to come, or abandons the requests once
+// the pass has stopped; it ends the pipeline's context.
+func (p *pipeline) drain() {
+	for len(p.queue) > 0 {
+		p.settle()
+	}
+	p.cancel()
+}
+
+// settle takes the oldest request's reply.
+func (p *pipeline) settle() {
+	sh := p.queue[0]
+	p.queue = p.queue[1:]
+	<-sh.done
+	if p.stop {
+		return // abandoned
+	}
+	s := p.s
+	if sh.err == nil && sh.reply.Ahead > 0 {
+		// Decided before the request ahead of it landed (on another gate
+		// process, which took longer than the gate waits): now that the
+		// one ahead is answered and moved the cursor to it, send it again.
+		sh.reply, sh.err = s.request(p.ctx, sh.body, false)
+	}
+	if err := s.settle(sh.body, sh.first, sh.reply, sh.err); err != nil {
+		p.err = err
+	}
+	if s.res.Refused != nil || s.line != sh.first+sh.lines {
+		p.stop = true
+		p.cancel()
+	}
+}
+
+// request sends one journal request of the capsule; pipelined: one ahead
+// of it is in flight (HeaderPipelined).
+func (s *shipper) request(ctx context.Context, body []byte, pipelined bool) (JournalReply, error) {
 	capsule := s.meta
-	reply, err := s.c.AppendJournal(ctx, s.res.RoomID, &capsule, body)
+	return s.c.appendJournal(ctx, s.res.RoomID, &capsule, body, pipelined)
+}
+
+// settle takes the reply to the request whose first line is file line
+// first+1, and moves the cursor past what was stored or found stored.
+func (s *shipper) settle(body []byte, first int, reply JournalReply, err error) error {
 	if err != nil {
 		s.line = first // not shipped: resend from here
 		var se *ServiceError

@@ -17,6 +17,12 @@ const (
 	// HeaderCapsule optionally carries the capsule's capsule.json (one line
 	// of JSON) so the gate checks every entry's metadata against it.
 	HeaderCapsule = "Roompub-Capsule"
+	// HeaderPipelined ("1") marks a journal request sent while an earlier
+	// request of the same chain is still in flight (ShipOptions.Pipeline).
+	// If its first line is ahead of the chain, the gate waits a while for
+	// the chain to reach it (the request ahead may be on another gate
+	// process) and else answers OutcomeAhead instead of refusing it.
+	HeaderPipelined = "Roompub-Pipelined"
 )
 
 // MaxBatchLines bounds the journal lines of one request, so every reply
@@ -30,6 +36,10 @@ const (
 	OutcomeRefused   = "refused"   // not stored, never will be as it is: see Code
 	OutcomeSkipped   = "skipped"   // not looked at: an earlier item of the batch was refused or failed
 	OutcomeFailed    = "failed"    // not decided: the server could not be reached in time; retry
+	// OutcomeAhead: not decided: the first line of a pipelined request
+	// (HeaderPipelined) is ahead of the chain, whose next seq is in
+	// Reason; send it again once the request ahead of it is answered.
+	OutcomeAhead = "ahead"
 )
 
 // ItemResult is the outcome of one journal entry or record.
@@ -73,6 +83,7 @@ type JournalReply struct {
 	Refused  int       `json:"refused"`
 	Skipped  int       `json:"skipped"`
 	Failures int       `json:"failed"`
+	Ahead    int       `json:"ahead,omitempty"` // 1 when the first line is OutcomeAhead
 }
 
 // RecordReply answers an execution request.

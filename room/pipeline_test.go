@@ -1,0 +1,278 @@
+package room_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/roompub/roompub/events"
+	"github.com/roompub/roompub/room"
+)
+
+// A client's journal requests of one chain, sent one after the other on one
+// connection without waiting for replies, are decided in the order sent: a
+// short request sent after a long one is not decided first (it would find
+// its first line ahead of the chain and be refused as reordered).
+func TestGatePipelinedRequestsDecidedInOrder(t *testing.T) {
+	e := newEnv(t)
+	for c := 0; c < 5; c++ {
+		capsule := fmt.Sprintf("cap-order-%d", c)
+		es, _ := journal(t, "run-order", capsule, 1001)
+		long, short := lines(es[:1000]), lines(es[1000:])
+		replies := make([]chan *nats.Msg, 2)
+		for i, body := range [][]byte{long, short} {
+			replies[i] = make(chan *nats.Msg, 1)
+			inbox := nats.NewInbox()
+			sub, err := e.nc.ChanSubscribe(inbox, replies[i])
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer sub.Unsubscribe()
+			msg := &nats.Msg{Subject: "roompub.v1.journal", Reply: inbox, Data: body, Header: nats.Header{room.HeaderRoom: []string{"room:order"}}}
+			if err := e.nc.PublishMsg(msg); err != nil {
+				t.Fatal(err)
+			}
+		}
+		for i, want := range []int{1000, 1} {
+			var r room.JournalReply
+			select {
+			case m := <-replies[i]:
+				if err := json.Unmarshal(m.Data, &r); err != nil {
+					t.Fatalf("reply %q: %v", m.Data, err)
+				}
+			case <-time.After(30 * time.Second):
+				t.Fatalf("chain %d request %d: no reply", c, i)
+			}
+			if r.Stored != want || r.Refused != 0 || r.Failures != 0 {
+				t.Fatalf("chain %d request %d: stored %d refused %d failed %d, want %d stored: %+v", c, i, r.Stored, r.Refused, r.Failures, want, r.Items[0])
+			}
+		}
+		head, err := e.gate.Head(context.Background(), events.ChainKey{RunID: "run-order", CapsuleID: capsule})
+		if err != nil || head.Next != 1001 || head.Head != es[1000].EntryHash() {
+			t.Fatalf("chain %d head %+v %v, want next 1001 at %s", c, head, err, es[1000].EntryHash())
+		}
+	}
+}
+
+// capsuleDir writes a capsule directory of journal's chain (run, capsule)
+// holding body.
+func capsuleDir(t *testing.T, run, capsule string, body []byte) string {
+	t.Helper()
+	dir := t.TempDir()
+	meta := fmt.Sprintf(`{"capsule_id":%q,"created_at":"2026-09-02T00:00:00.000Z","harness_version":"test/1","run_id":%q,"schema":"capsule-envelope/v1","task_family":"slugify"}`, capsule, run)
+	if err := os.WriteFile(filepath.Join(dir, "capsule.json"), []byte(meta+"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "journal.ndjson"), body, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return dir
+}
+
+// linesWithNonCanonical is lines(es) with line bad (from 0) written with a
+// space RFC 8785 does not allow: refused non_canonical.
+func linesWithNonCanonical(es []*events.Entry, bad int) []byte {
+	var body bytes.Buffer
+	for i, en := range es {
+		ln := en.Canonical()
+		if i == bad {
+			ln = bytes.Replace(ln, []byte(`{"`), []byte(`{ "`), 1)
+		}
+		body.Write(ln)
+		body.WriteByte('\n')
+	}
+	return body.Bytes()
+}
+
+// chainInStream checks that the stream holds exactly es, in chain order,
+// on the chain's subject in roomID.
+func chainInStream(t *testing.T, e *env, roomID string, es []*events.Entry) {
+	t.Helper()
+	subj := room.Subjects{}.Journal(roomID, events.ChainKey{RunID: es[0].RunID(), CapsuleID: es[0].CapsuleID()})
+	msgs := e.onSubject(subj)
+	if len(msgs) != len(es) {
+		t.Fatalf("%s holds %d messages, want %d", subj, len(msgs), len(es))
+	}
+	for i, m := range msgs {
+		if !bytes.Equal(m.Data, es[i].Canonical()) {
+			t.Fatalf("%s message %d (stream seq %d) is not entry %d", subj, i, m.Sequence, i)
+		}
+	}
+}
+
+// ShipCapsule with several requests in flight stores every line once, in
+// chain order, and a second run finds them all stored.
+func TestShipCapsulePipelined(t *testing.T) {
+	e := newEnv(t)
+	es, body := journal(t, "run-pipe", "cap-pipe", 3000)
+	dir := capsuleDir(t, "run-pipe", "cap-pipe", body)
+	client := room.NewClient(e.nc, room.ClientOptions{})
+	ctx := context.Background()
+	progress := 0
+	res, err := room.ShipCapsule(ctx, client, dir, "room:pipe", room.ShipOptions{BatchLines: 100, Pipeline: 4, Progress: func(room.ShipResult) { progress++ }})
+	if err != nil || res.Refused != nil || res.Stored != 3000 || res.Duplicates != 0 || res.Lines != 3000 || res.Head.Next != 3000 {
+		t.Fatalf("ship: %+v %v", res, err)
+	}
+	if progress != 30 {
+		t.Fatalf("progress called %d times, want once per request (30)", progress)
+	}
+	chainInStream(t, e, "room:pipe", es)
+	again, err := room.ShipCapsule(ctx, client, dir, "room:pipe", room.ShipOptions{BatchLines: 100, Pipeline: 4})
+	if err != nil || again.Skipped != 3000 || again.Stored != 0 || again.Refused != nil {
+		t.Fatalf("second ship: %+v %v", again, err)
+	}
+}
+
+// A refused line stops a pipelined ship where it stops one request at a
+// time: the lines before it are stored, it and every later line are not,
+// and the refusal names its file line.
+func TestShipCapsulePipelinedRefusal(t *testing.T) {
+	e := newEnv(t)
+	es, _ := journal(t, "run-pipe", "cap-refused", 3000)
+	dir := capsuleDir(t, "run-pipe", "cap-refused", linesWithNonCanonical(es, 1500))
+	client := room.NewClient(e.nc, room.ClientOptions{})
+	res, err := room.ShipCapsule(context.Background(), client, dir, "room:pipe", room.ShipOptions{BatchLines: 100, Pipeline: 4})
+	if err != nil || res.Refused == nil {
+		t.Fatalf("ship: %+v %v", res, err)
+	}
+	if res.Refused.Code != events.NonCanonical || res.Refused.At.Line != 1501 || res.Refused.At.File != filepath.Join(dir, "journal.ndjson") {
+		t.Fatalf("refusal %+v, want non_canonical at journal.ndjson:1501", res.Refused)
+	}
+	if res.Stored != 1500 {
+		t.Fatalf("stored %d, want 1500", res.Stored)
+	}
+	chainInStream(t, e, "room:pipe", es[:1500])
+}
+
+// Two gate processes serve one stream (one micro queue group): pipelined
+// requests of one chain reach both, and nothing orders them across
+// processes: a request whose first line is ahead of the chain waits for
+// the chain to reach it, so the chain lands whole, once, in order, and
+// nothing is refused or sent twice.
+func TestShipCapsulePipelinedAcrossGates(t *testing.T) {
+	e := newEnv(t)
+	nc2 := e.connect()
+	svc2, err := room.StartService(nc2, e.newGate(nc2), room.ServiceOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer svc2.Stop()
+	es, body := journal(t, "run-pipe", "cap-two-gates", 2000)
+	dir := capsuleDir(t, "run-pipe", "cap-two-gates", body)
+	client := room.NewClient(e.connect(), room.ClientOptions{})
+	res, err := room.ShipCapsule(context.Background(), client, dir, "room:pipe", room.ShipOptions{BatchLines: 25, Pipeline: 4})
+	if err != nil || res.Refused != nil || res.Stored != 2000 || res.Head.Next != 2000 {
+		t.Fatalf("ship: %+v %v", res, err)
+	}
+	chainInStream(t, e, "room:pipe", es)
+	// Both gates took requests (else this test tests nothing).
+	var counts [2]int
+	for i, s := range []*room.Service{e.svc, svc2} {
+		for _, ep := range s.Stats().Endpoints {
+			if ep.Name == "journal" {
+				counts[i] = ep.NumRequests
+			}
+		}
+	}
+	if counts[0] == 0 || counts[1] == 0 {
+		t.Fatalf("journal requests per gate %v: both should have served some", counts)
+	}
+	// A request that reached its gate before the one ahead of it landed
+	// waited for it (awaitChain) rather than being answered ahead and sent
+	// again.
+	if counts[0]+counts[1] != 80 {
+		t.Fatalf("journal requests per gate %v: %d in all, want the 80 sent and no resend", counts, counts[0]+counts[1])
+	}
+}
+
+// sendJournal publishes a journal request without waiting for its reply;
+// the reply comes on the returned channel.
+func sendJournal(t *testing.T, nc *nats.Conn, roomID string, body []byte, pipelined bool) <-chan room.JournalReply {
+	t.Helper()
+	msgs := make(chan *nats.Msg, 1)
+	inbox := nats.NewInbox()
+	sub, err := nc.ChanSubscribe(inbox, msgs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	hdr := nats.Header{room.HeaderRoom: []string{roomID}}
+	if pipelined {
+		hdr.Set(room.HeaderPipelined, "1")
+	}
+	if err := nc.PublishMsg(&nats.Msg{Subject: "roompub.v1.journal", Reply: inbox, Data: body, Header: hdr}); err != nil {
+		t.Fatal(err)
+	}
+	out := make(chan room.JournalReply, 1)
+	go func() {
+		defer sub.Unsubscribe()
+		select {
+		case m := <-msgs:
+			var r room.JournalReply
+			if err := json.Unmarshal(m.Data, &r); err != nil {
+				t.Errorf("reply %q: %v", m.Data, err)
+			}
+			out <- r
+		case <-time.After(2 * time.Minute):
+			t.Errorf("no reply")
+			close(out)
+		}
+	}()
+	return out
+}
+
+// A pipelined request whose first line stays ahead of the chain is not
+// refused: after waiting for the chain (room.SetAheadWait) it is answered
+// ahead, nothing stored, and the reason names the chain's next seq.
+func TestGatePipelinedAheadAnswered(t *testing.T) {
+	defer room.SetAheadWait(200 * time.Millisecond)()
+	e := newEnv(t)
+	es, _ := journal(t, "run-ahead", "cap-ahead", 20)
+	r := <-sendJournal(t, e.nc, "room:ahead", lines(es[10:]), true)
+	if r.Ahead != 1 || r.Refused != 0 || r.Stored != 0 || r.Skipped != 9 || r.Items[0].Outcome != room.OutcomeAhead {
+		t.Fatalf("reply %+v, want the first line ahead and the rest skipped", r)
+	}
+	if want := "seq 10 is ahead of the chain, whose next seq is 0"; !bytes.Contains([]byte(r.Items[0].Reason), []byte(want)) {
+		t.Fatalf("reason %q, want it to say %q", r.Items[0].Reason, want)
+	}
+	if n := e.countOn(">"); n != 0 {
+		t.Fatalf("stream holds %d messages, want none", n)
+	}
+	// The same request without the header is refused, as before pipelining.
+	r = shipJournal(t, e.nc, "room:ahead", lines(es[10:]))
+	if r.Refused != 1 || r.Items[0].Code != events.Reordered {
+		t.Fatalf("unpipelined reply %+v, want reordered", r.Items[0])
+	}
+}
+
+// When the request of this gate ahead of a pipelined one stores only part
+// of its lines (a line refused), the pipelined one does not wait for the
+// chain: it will not get there by itself. It is answered ahead at once,
+// and is no refusal.
+func TestGatePipelinedAfterRefusalAnsweredAtOnce(t *testing.T) {
+	defer room.SetAheadWait(time.Hour)()
+	e := newEnv(t)
+	es, _ := journal(t, "run-ahead", "cap-stalled", 20)
+	first := sendJournal(t, e.nc, "room:ahead", linesWithNonCanonical(es[:10], 5), false)
+	second := sendJournal(t, e.nc, "room:ahead", lines(es[10:]), true)
+	r1 := <-first
+	if r1.Refused != 1 {
+		t.Fatalf("first reply %+v, want one refusal", r1)
+	}
+	done := make(chan room.JournalReply, 1)
+	go func() { done <- <-second }()
+	select {
+	case r2 := <-done:
+		if r2.Ahead != 1 || r2.Refused != 0 || r2.Stored != 0 {
+			t.Fatalf("second reply %+v, want the first line ahead", r2)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("the pipelined request waited for a chain that cannot get there")
+	}
+}
