@@ -2,6 +2,7 @@ package room
 
 import (
 	"context"
+	"time"
 
 	"github.com/roompub/roompub/checkpoint"
 	"github.com/roompub/roompub/validate"
@@ -99,3 +100,13 @@ func AuditFeed(v *validate.Validator, s Subjects, t *checkpoint.Trust) (feed fun
 	}
 	return feed, end
 }
+
+// FollowCounts returns how many messages the checkpointer's follow took
+// from the gate's acknowledgements without reading them, and how many it
+// read.
+func (c *Checkpointer) FollowCounts() (fromMemory, read uint64) {
+	return c.fromMemory.Load(), c.readGaps.Load()
+}
+
+// SetGapWait sets how long follow waits at a gap for batches in flight.
+func (c *Checkpointer) SetGapWait(d time.Duration) { c.gapWait.Store(int64(d)) }
