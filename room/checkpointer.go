@@ -117,10 +117,10 @@ type Checkpointer struct {
 	m        *checkpointMetrics
 
 	own ownAttestations
-	// acked holds the gate's messages the server acknowledged, by stream
-	// sequence, and the batches it announced and has not had acknowledged:
-	// after catch-up the reader takes its own messages from there and
-	// reads only the gaps between them (follow).
+	// acked holds the gate's batches the server acknowledged, whole, by
+	// first stream sequence, and the batches it announced and has not had
+	// acknowledged: after catch-up the reader takes its own batches from
+	// there and reads only the gaps between them (follow).
 	acked ackedOwn
 
 	cons     jetstream.ConsumeContext
@@ -128,7 +128,8 @@ type Checkpointer struct {
 	stopF    context.CancelFunc
 	fdone    chan struct{}
 	// next is the stream sequence follow handles next (c.mu); fromMemory
-	// and readGaps count follow's messages taken from acked and read.
+	// and readGaps count follow's messages taken from acked (whole
+	// batches) and read.
 	next       uint64
 	switchedAt bool // the catch-up read is over (c.mu): its deliveries are ignored
 	fromMemory atomic.Uint64
@@ -383,19 +384,32 @@ func (c *Checkpointer) Stored(first uint64, msgs []StoredMsg) {
 	c.acked.stored(first, msgs)
 }
 
-// ackedOwn is what the gate told of its own messages: those stored, by
-// stream sequence, and the batches announced and not acknowledged yet
-// (acknowledgements arrive out of order: several batches are in flight).
+// ackedOwn is what the gate told of its own messages: the batches the
+// server stored, each whole (an atomic batch is stored at consecutive
+// stream sequences; a record or a one-by-one append is a batch of one),
+// and the batches announced and not acknowledged yet (acknowledgements
+// arrive out of order: several batches are in flight). A batch is kept
+// whole or not at all: follow takes it from memory whole or reads it from
+// the stream whole, since its attestation covers all its messages and a
+// part read alone goes to the batch collector incomplete and is refused.
 type ackedOwn struct {
-	mu       sync.Mutex
-	bySeq    map[uint64]StoredMsg
+	mu sync.Mutex
+	// batches holds the kept batches by the stream sequence of their
+	// first message; kept counts their messages, at most max.
+	batches map[uint64][]StoredMsg
+	kept    int
+	max     int
+	// floor is follow's next stream sequence: a batch that starts below
+	// it was read from the stream (or by the catch-up read) meanwhile.
+	floor    uint64
+	skipped  atomic.Uint64        // batches told and not taken from memory (no room, or read)
 	inflight map[string]time.Time // batch (header without "i/n") -> when announced
-	wake     chan struct{}        // a message was stored
+	wake     chan struct{}        // a batch was stored
 	expects  atomic.Uint64        // Expect calls so far
 }
 
-// ackedMax bounds ackedOwn.bySeq: beyond it (a reader that does not keep
-// up) further messages are not kept, and are read instead.
+// ackedMax bounds the messages ackedOwn keeps: beyond it (a reader that
+// does not keep up) a batch is not kept, and is read instead, whole.
 const ackedMax = 1 << 16
 
 // ckGapWait is how long follow waits, at a gap in the gate's own stored
@@ -409,7 +423,8 @@ const (
 )
 
 func (a *ackedOwn) init() {
-	a.bySeq, a.inflight, a.wake = map[uint64]StoredMsg{}, map[string]time.Time{}, make(chan struct{}, 1)
+	a.batches, a.max = map[uint64][]StoredMsg{}, ackedMax
+	a.inflight, a.wake = map[string]time.Time{}, make(chan struct{}, 1)
 }
 
 func (a *ackedOwn) expect(header string) {
@@ -425,15 +440,23 @@ func (a *ackedOwn) expect(header string) {
 	a.mu.Unlock()
 }
 
+// stored keeps msgs, one batch stored from stream sequence first on,
+// whole if it fits under max and follow has not passed first; else not at
+// all.
 func (a *ackedOwn) stored(first uint64, msgs []StoredMsg) {
 	a.mu.Lock()
-	for i, m := range msgs {
+	for _, m := range msgs {
 		if batch, _, _, ok := splitOwn(m.Header); ok {
 			delete(a.inflight, batch)
 		}
-		if len(a.bySeq) < ackedMax {
-			a.bySeq[first+uint64(i)] = m
-		}
+	}
+	switch {
+	case len(msgs) == 0:
+	case first < a.floor || a.kept+len(msgs) > a.max:
+		a.skipped.Add(1)
+	default:
+		a.batches[first] = msgs
+		a.kept += len(msgs)
 	}
 	a.mu.Unlock()
 	select {
@@ -442,15 +465,52 @@ func (a *ackedOwn) stored(first uint64, msgs []StoredMsg) {
 	}
 }
 
-// take returns and forgets the message stored at seq, if the gate told.
-func (a *ackedOwn) take(seq uint64) (StoredMsg, bool) {
+// take returns and forgets the batch that starts at stream sequence seq,
+// if one is kept; follow goes on after it.
+func (a *ackedOwn) take(seq uint64) ([]StoredMsg, bool) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	m, ok := a.bySeq[seq]
+	b, ok := a.batches[seq]
 	if ok {
-		delete(a.bySeq, seq)
+		delete(a.batches, seq)
+		a.kept -= len(b)
+		a.floor = seq + uint64(len(b))
 	}
-	return m, ok
+	return b, ok
+}
+
+// advance tells that follow read the stream up to before seq: the kept
+// batches that start below it were read (whole, or their first part and
+// so the rest too) and are forgotten, and so are those told later.
+func (a *ackedOwn) advance(seq uint64) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if seq <= a.floor {
+		return
+	}
+	// Every kept batch starts at floor or later: look up the sequences
+	// passed, or scan the map if it is the shorter.
+	if seq-a.floor <= uint64(len(a.batches)) {
+		for s := a.floor; s < seq; s++ {
+			a.forget(s)
+		}
+	} else {
+		for s := range a.batches {
+			if s < seq {
+				a.forget(s)
+			}
+		}
+	}
+	a.floor = seq
+}
+
+// forget drops the batch kept at seq, if any. a.mu is held.
+func (a *ackedOwn) forget(seq uint64) {
+	if b, ok := a.batches[seq]; ok {
+		delete(a.batches, seq)
+		a.kept -= len(b)
+		a.skipped.Add(1)
+	}
 }
 
 // waiting reports whether a batch announced no later than since is still
@@ -471,21 +531,11 @@ func (a *ackedOwn) waiting(since, now time.Time, gapWait time.Duration) bool {
 	return wait
 }
 
-// prune forgets the stored messages before seq (read meanwhile).
-func (a *ackedOwn) prune(seq uint64) {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	for s := range a.bySeq {
-		if s < seq {
-			delete(a.bySeq, s)
-		}
-	}
-}
-
 // follow handles the stream from where the catch-up read ended, in stream
-// order: a message the gate told it stored (Stored) is taken from memory,
-// without reading it; anything else (others' messages, checkpoints, the
-// gate's messages whose acknowledgement has not come) is read from the
+// order: a batch the gate told it stored (Stored) that starts exactly at
+// the next sequence is taken from memory whole, without reading it;
+// anything else (others' messages, checkpoints, the gate's batches whose
+// acknowledgement has not come or that were not kept) is read from the
 // stream leader, once the batches announced before the gap was seen are
 // acknowledged or ckGapWait has passed. It returns when ctx is done.
 func (c *Checkpointer) follow(ctx context.Context) {
@@ -496,6 +546,9 @@ func (c *Checkpointer) follow(ctx context.Context) {
 		return
 	}
 	nc, name, all := c.js.Conn(), c.stream.CachedInfo().Config.Name, c.subjects.All()
+	c.mu.Lock()
+	c.acked.advance(c.next) // what the gate stored before was read by the catch-up
+	c.mu.Unlock()
 	var gapSince time.Time
 	retried := false
 	wait := func(d time.Duration) bool {
@@ -513,15 +566,19 @@ func (c *Checkpointer) follow(ctx context.Context) {
 		c.mu.Lock()
 		next := c.next
 		c.mu.Unlock()
-		if m, ok := c.acked.take(next); ok {
+		if b, ok := c.acked.take(next); ok {
+			// The whole batch, in stream order, as if read.
 			gapSince = time.Time{}
+			n := uint64(len(b))
 			c.mu.Lock()
 			c.lastPending, c.lastAt = 0, time.Now()
-			c.handleLocked(next, m.Subject, nil, m.Header, &m.Content)
-			c.next = next + 1
-			c.handled.Store(next)
+			for i := range b {
+				c.handleLocked(next+uint64(i), b[i].Subject, nil, b[i].Header, &b[i].Content)
+			}
+			c.next = next + n
+			c.handled.Store(next + n - 1)
 			c.mu.Unlock()
-			c.fromMemory.Add(1)
+			c.fromMemory.Add(n)
 			continue
 		}
 		now := time.Now()
@@ -568,7 +625,9 @@ func (c *Checkpointer) follow(ctx context.Context) {
 		c.handled.Store(m.Sequence)
 		c.mu.Unlock()
 		c.readGaps.Add(1)
-		c.acked.prune(m.Sequence + 1)
+		// A kept batch this read passed, or landed in, is read on from
+		// the stream (take wants a batch starting exactly at next).
+		c.acked.advance(m.Sequence + 1)
 	}
 }
 
