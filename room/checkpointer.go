@@ -77,9 +77,11 @@ type CheckpointerOptions struct {
 // (issue 9). It reads the stream in stream order, from its first message
 // with an ordered consumer up to the stream's end at start, then by stream
 // sequence (follow): the gate of the same process tells it where the
-// server stored its attested messages (Stored), which it takes from memory
-// without reading them, and it reads only the rest (others' messages,
-// checkpoints, and the gate's messages whose acknowledgement is late). It
+// server stored its attested batches (Stored), which it takes from memory
+// whole without reading them, and it reads only the rest (others'
+// messages, checkpoints, and the gate's batches whose acknowledgement is
+// late or that memory had no room for; a batch is never split between
+// memory and the read, as its attestation covers it whole). It
 // keeps, per room, the RFC 6962 tree (a leanTree: the compact range of
 // what the latest good checkpoint covers and the leaf hashes after it, so
 // a long-running publisher's memory does not grow by a node per message;

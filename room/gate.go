@@ -87,8 +87,9 @@ type AttestationSink interface {
 	Expect(subject, header string, content [32]byte)
 	// Stored is called once the server acknowledged messages Expect
 	// announced as newly stored (not duplicates): msgs[i] is at stream
-	// sequence first+i (an atomic batch is stored contiguously). The
-	// slice is the sink's to keep.
+	// sequence first+i (an atomic batch is stored contiguously). One
+	// call is one whole attested batch (an atomic batch, or one message
+	// alone), never a part of one. The slice is the sink's to keep.
 	Stored(first uint64, msgs []StoredMsg)
 }
 
