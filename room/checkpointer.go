@@ -424,11 +424,14 @@ const (
 	ckIdlePoll = 50 * time.Millisecond
 )
 
+// init makes a's maps, with the cap at ackedMax.
 func (a *ackedOwn) init() {
 	a.batches, a.max = map[uint64][]StoredMsg{}, ackedMax
 	a.inflight, a.wake = map[string]time.Time{}, make(chan struct{}, 1)
 }
 
+// expect notes the batch of an attestation the gate is about to send as
+// in flight (a gap is not read before its acknowledgement, for a while).
 func (a *ackedOwn) expect(header string) {
 	batch, _, _, ok := splitOwn(header)
 	if !ok {

@@ -96,9 +96,9 @@ type AttestationSink interface {
 // StoredMsg is one attested message the gate appended, as AttestationSink
 // Expect was told of it.
 type StoredMsg struct {
-	Subject string
-	Header  string // its checkpoint.AttestationHeader value
-	Content [32]byte
+	Subject string   // the subject it is stored on
+	Header  string   // its checkpoint.AttestationHeader value
+	Content [32]byte // checkpoint.ContentHash of its data
 }
 
 // Defaults of GateOptions.
