@@ -582,6 +582,7 @@ func (r *journalRun) publishOne() (flushResult, bool) {
 	ack, err := g.publish(r.ctx, msg)
 	switch {
 	case err == nil && !ack.Duplicate:
+		g.stored(ack.Sequence, []*nats.Msg{msg}, func(int) [32]byte { return p.att.content })
 		r.stored(p, ack.Sequence)
 		r.pending = r.pending[1:]
 		return flushResult{}, true
@@ -700,6 +701,7 @@ func (r *journalRun) publishBatch(n int) (flushResult, bool) {
 	switch {
 	case err == nil:
 		first := ack.Sequence - uint64(n) + 1 // a batch is stored at consecutive sequences
+		g.stored(first, msgs, func(k int) [32]byte { return batch[k].att.content })
 		for k, p := range batch {
 			r.stored(p, first+uint64(k))
 		}

@@ -74,8 +74,15 @@ type CheckpointerOptions struct {
 }
 
 // Checkpointer writes the signed checkpoints of every room of one stream
-// (issue 9). It reads the stream in stream order with an ordered consumer
-// and keeps, per room, the RFC 6962 tree (a leanTree: the compact range of
+// (issue 9). It reads the stream in stream order, from its first message
+// with an ordered consumer up to the stream's end at start, then by stream
+// sequence (follow): the gate of the same process tells it where the
+// server stored its attested batches (Stored), which it takes from memory
+// whole without reading them, and it reads only the rest (others'
+// messages, checkpoints, and the gate's batches whose acknowledgement is
+// late or that memory had no room for; a batch is never split between
+// memory and the read, as its attestation covers it whole). It
+// keeps, per room, the RFC 6962 tree (a leanTree: the compact range of
 // what the latest good checkpoint covers and the leaf hashes after it, so
 // a long-running publisher's memory does not grow by a node per message;
 // roots are checked at no smaller size, as the rules require) of the room's
@@ -112,13 +119,29 @@ type Checkpointer struct {
 	m        *checkpointMetrics
 
 	own ownAttestations
+	// acked holds the gate's batches the server acknowledged, whole, by
+	// first stream sequence, and the batches it announced and has not had
+	// acknowledged: after catch-up the reader takes its own batches from
+	// there and reads only the gaps between them (follow).
+	acked ackedOwn
 
 	cons     jetstream.ConsumeContext
-	handled  atomic.Uint64 // stream seq of the last message handled
-	due      chan struct{} // a room reached Every: write now
-	stopW    context.CancelFunc
-	wdone    chan struct{}
-	stopOnce sync.Once
+	switched chan struct{} // closed when the catch-up read ends and follow begins
+	stopF    context.CancelFunc
+	fdone    chan struct{}
+	// next is the stream sequence follow handles next (c.mu); fromMemory
+	// and readGaps count follow's messages taken from acked (whole
+	// batches) and read.
+	next       uint64
+	switchedAt bool // the catch-up read is over (c.mu): its deliveries are ignored
+	fromMemory atomic.Uint64
+	readGaps   atomic.Uint64
+	gapWait    atomic.Int64  // ckGapWait; tests shorten or lengthen it
+	handled    atomic.Uint64 // stream seq of the last message handled
+	due        chan struct{} // a room reached Every: write now
+	stopW      context.CancelFunc
+	wdone      chan struct{}
+	stopOnce   sync.Once
 
 	mu    sync.Mutex
 	rooms map[string]*ckRoom
@@ -217,7 +240,10 @@ func StartCheckpointer(ctx context.Context, nc *nats.Conn, o CheckpointerOptions
 	}
 	c := &Checkpointer{log: o.Logger, subjects: o.Subjects, signer: signer, nodeID: o.Key.NodeID(), trust: trust,
 		every: uint64(o.Every), interval: o.Interval, due: make(chan struct{}, 1), wdone: make(chan struct{}),
-		rooms: map[string]*ckRoom{}, parsed: map[string]Parsed{}, waiting: map[uint64]*ckRoom{}}
+		rooms: map[string]*ckRoom{}, parsed: map[string]Parsed{}, waiting: map[uint64]*ckRoom{},
+		switched: make(chan struct{}), fdone: make(chan struct{})}
+	c.acked.init()
+	c.gapWait.Store(int64(ckGapWait))
 	c.batches = checkpoint.NewBatchCollector(trust)
 	if c.log == nil {
 		c.log = zap.NewNop()
@@ -252,11 +278,19 @@ func StartCheckpointer(ctx context.Context, nc *nats.Conn, o CheckpointerOptions
 	}
 	c.startSeq = info.State.LastSeq
 	c.caughtUp = c.startSeq == 0
+	fctx, stopF := context.WithCancel(context.Background())
+	c.stopF = stopF
+	go c.follow(fctx)
+	if c.startSeq == 0 {
+		c.switchedAt, c.next = true, 1
+		close(c.switched)
+	}
 	cons, err := c.stream.OrderedConsumer(cctx, jetstream.OrderedConsumerConfig{
 		FilterSubjects: []string{c.subjects.All()},
 		DeliverPolicy:  jetstream.DeliverAllPolicy,
 	})
 	if err != nil {
+		stopF()
 		return nil, fmt.Errorf("%w: read stream %s: %w", ErrCheckpointer, name, err)
 	}
 	// The byte limit holds at least one message of the largest size.
@@ -268,8 +302,18 @@ func StartCheckpointer(ctx context.Context, nc *nats.Conn, o CheckpointerOptions
 		c.log.Warn("checkpointer: reading the room stream", zap.Error(err))
 	}), pull)
 	if err != nil {
+		stopF()
 		return nil, fmt.Errorf("%w: read stream %s: %w", ErrCheckpointer, name, err)
 	}
+	go func() {
+		// The catch-up read is over: the ordered consumer stops, follow
+		// goes on.
+		select {
+		case <-c.switched:
+			c.cons.Stop()
+		case <-fctx.Done():
+		}
+	}()
 	wctx, stopW := context.WithCancel(context.Background())
 	c.stopW = stopW
 	go c.writer(wctx)
@@ -333,6 +377,263 @@ var leaseKeyReplacer = strings.NewReplacer("~", "=", ":", "/")
 // send a message on subject with this attestation and content hash.
 func (c *Checkpointer) Expect(subject, header string, content [32]byte) {
 	c.own.add(content, subject, header)
+	c.acked.expect(header)
+}
+
+// Stored implements AttestationSink: the gate's messages Expect announced
+// are stored from stream sequence first on.
+func (c *Checkpointer) Stored(first uint64, msgs []StoredMsg) {
+	c.acked.stored(first, msgs)
+}
+
+// ackedOwn is what the gate told of its own messages: the batches the
+// server stored, each whole (an atomic batch is stored at consecutive
+// stream sequences; a record or a one-by-one append is a batch of one),
+// and the batches announced and not acknowledged yet (acknowledgements
+// arrive out of order: several batches are in flight). A batch is kept
+// whole or not at all: follow takes it from memory whole or reads it from
+// the stream whole, since its attestation covers all its messages and a
+// part read alone goes to the batch collector incomplete and is refused.
+type ackedOwn struct {
+	mu sync.Mutex
+	// batches holds the kept batches by the stream sequence of their
+	// first message; kept counts their messages, at most max.
+	batches map[uint64][]StoredMsg
+	kept    int
+	max     int
+	// floor is follow's next stream sequence: a batch that starts below
+	// it was read from the stream (or by the catch-up read) meanwhile.
+	floor    uint64
+	skipped  atomic.Uint64        // batches told and not taken from memory (no room, or read)
+	inflight map[string]time.Time // batch (header without "i/n") -> when announced
+	wake     chan struct{}        // a batch was stored
+	expects  atomic.Uint64        // Expect calls so far
+}
+
+// ackedMax bounds the messages ackedOwn keeps: beyond it (a reader that
+// does not keep up) a batch is not kept, and is read instead, whole.
+const ackedMax = 1 << 16
+
+// ckGapWait is how long follow waits, at a gap in the gate's own stored
+// messages, for batches announced before the gap was seen to be
+// acknowledged, before it reads the gap (reading early is safe: what it
+// reads is handled as the catch-up read handles it). ckIdlePoll is how
+// often it looks for others' messages when it has nothing to read.
+const (
+	ckGapWait  = time.Second
+	ckIdlePoll = 50 * time.Millisecond
+)
+
+// init makes a's maps, with the cap at ackedMax.
+func (a *ackedOwn) init() {
+	a.batches, a.max = map[uint64][]StoredMsg{}, ackedMax
+	a.inflight, a.wake = map[string]time.Time{}, make(chan struct{}, 1)
+}
+
+// expect notes the batch of an attestation the gate is about to send as
+// in flight (a gap is not read before its acknowledgement, for a while).
+func (a *ackedOwn) expect(header string) {
+	batch, _, _, ok := splitOwn(header)
+	if !ok {
+		return
+	}
+	a.expects.Add(1)
+	a.mu.Lock()
+	if _, ok := a.inflight[batch]; !ok {
+		a.inflight[batch] = time.Now()
+	}
+	a.mu.Unlock()
+}
+
+// stored keeps msgs, one batch stored from stream sequence first on,
+// whole if it fits under max and follow has not passed first; else not at
+// all.
+func (a *ackedOwn) stored(first uint64, msgs []StoredMsg) {
+	a.mu.Lock()
+	for _, m := range msgs {
+		if batch, _, _, ok := splitOwn(m.Header); ok {
+			delete(a.inflight, batch)
+		}
+	}
+	switch {
+	case len(msgs) == 0:
+	case first < a.floor || a.kept+len(msgs) > a.max:
+		a.skipped.Add(1)
+	default:
+		a.batches[first] = msgs
+		a.kept += len(msgs)
+	}
+	a.mu.Unlock()
+	select {
+	case a.wake <- struct{}{}:
+	default:
+	}
+}
+
+// take returns and forgets the batch that starts at stream sequence seq,
+// if one is kept; follow goes on after it.
+func (a *ackedOwn) take(seq uint64) ([]StoredMsg, bool) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	b, ok := a.batches[seq]
+	if ok {
+		delete(a.batches, seq)
+		a.kept -= len(b)
+		a.floor = seq + uint64(len(b))
+	}
+	return b, ok
+}
+
+// advance tells that follow read the stream up to before seq: the kept
+// batches that start below it were read (whole, or their first part and
+// so the rest too) and are forgotten, and so are those told later.
+func (a *ackedOwn) advance(seq uint64) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if seq <= a.floor {
+		return
+	}
+	// Every kept batch starts at floor or later: look up the sequences
+	// passed, or scan the map if it is the shorter.
+	if seq-a.floor <= uint64(len(a.batches)) {
+		for s := a.floor; s < seq; s++ {
+			a.forget(s)
+		}
+	} else {
+		for s := range a.batches {
+			if s < seq {
+				a.forget(s)
+			}
+		}
+	}
+	a.floor = seq
+}
+
+// forget drops the batch kept at seq, if any. a.mu is held.
+func (a *ackedOwn) forget(seq uint64) {
+	if b, ok := a.batches[seq]; ok {
+		delete(a.batches, seq)
+		a.kept -= len(b)
+		a.skipped.Add(1)
+	}
+}
+
+// waiting reports whether a batch announced no later than since is still
+// unacknowledged and younger than gapWait; it forgets older ones (never
+// stored, or acknowledged to nobody).
+func (a *ackedOwn) waiting(since, now time.Time, gapWait time.Duration) bool {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	wait := false
+	for b, at := range a.inflight {
+		switch {
+		case now.Sub(at) >= gapWait:
+			delete(a.inflight, b)
+		case !at.After(since):
+			wait = true
+		}
+	}
+	return wait
+}
+
+// follow handles the stream from where the catch-up read ended, in stream
+// order: a batch the gate told it stored (Stored) that starts exactly at
+// the next sequence is taken from memory whole, without reading it;
+// anything else (others' messages, checkpoints, the gate's batches whose
+// acknowledgement has not come or that were not kept) is read from the
+// stream leader, once the batches announced before the gap was seen are
+// acknowledged or ckGapWait has passed. It returns when ctx is done.
+func (c *Checkpointer) follow(ctx context.Context) {
+	defer close(c.fdone)
+	select {
+	case <-c.switched:
+	case <-ctx.Done():
+		return
+	}
+	nc, name, all := c.js.Conn(), c.stream.CachedInfo().Config.Name, c.subjects.All()
+	c.mu.Lock()
+	c.acked.advance(c.next) // what the gate stored before was read by the catch-up
+	c.mu.Unlock()
+	var gapSince time.Time
+	retried := false
+	wait := func(d time.Duration) bool {
+		t := time.NewTimer(d)
+		defer t.Stop()
+		select {
+		case <-c.acked.wake:
+		case <-t.C:
+		case <-ctx.Done():
+			return false
+		}
+		return true
+	}
+	for ctx.Err() == nil {
+		c.mu.Lock()
+		next := c.next
+		c.mu.Unlock()
+		if b, ok := c.acked.take(next); ok {
+			// The whole batch, in stream order, as if read.
+			gapSince = time.Time{}
+			n := uint64(len(b))
+			c.mu.Lock()
+			c.lastPending, c.lastAt = 0, time.Now()
+			for i := range b {
+				c.handleLocked(next+uint64(i), b[i].Subject, nil, b[i].Header, &b[i].Content)
+			}
+			c.next = next + n
+			c.handled.Store(next + n - 1)
+			c.mu.Unlock()
+			c.fromMemory.Add(n)
+			continue
+		}
+		now := time.Now()
+		if gapSince.IsZero() {
+			gapSince = now
+		}
+		gen := c.acked.expects.Load()
+		if gw := time.Duration(c.gapWait.Load()); c.acked.waiting(gapSince, now, gw) {
+			if !wait(gw / 20) {
+				return
+			}
+			continue
+		}
+		m, err := leaderGet(ctx, nc, name, DefaultTimeout, map[string]any{"seq": next, "next_by_subj": all})
+		if err != nil {
+			if ctx.Err() == nil {
+				c.log.Warn("checkpointer: reading the room stream", zap.Uint64("stream_seq", next), zap.Error(err))
+				c.mu.Lock()
+				c.consErr = err
+				c.mu.Unlock()
+				wait(time.Second)
+			}
+			continue
+		}
+		if m == nil { // nothing at or after next yet
+			gapSince = time.Time{}
+			if !wait(ckIdlePoll) {
+				return
+			}
+			continue
+		}
+		if !retried && c.acked.expects.Load() != gen {
+			// The gate announced a batch since the wait was decided: what
+			// was read may be it, stored before its acknowledgement came.
+			// Decide again (once: others' messages are read on).
+			retried, gapSince = true, time.Time{}
+			continue
+		}
+		retried, gapSince = false, time.Time{}
+		c.mu.Lock()
+		c.lastPending, c.lastAt = 0, time.Now()
+		c.handleLocked(m.Sequence, m.Subject, m.Data, m.Header.Get(checkpoint.AttestationHeader), nil)
+		c.next = m.Sequence + 1
+		c.handled.Store(m.Sequence)
+		c.mu.Unlock()
+		c.readGaps.Add(1)
+		// A kept batch this read passed, or landed in, is read on from
+		// the stream (take wants a batch starting exactly at next).
+		c.acked.advance(m.Sequence + 1)
+	}
 }
 
 // ownAttestations holds the attestations the gate made and the reader has
@@ -460,13 +761,28 @@ func (c *Checkpointer) handle(msg jetstream.Msg) {
 	seq := meta.Sequence.Stream
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	defer c.handled.Store(seq)
-	c.lastPending, c.lastAt = meta.NumPending, time.Now()
-	if !c.caughtUp && (seq >= c.startSeq || meta.NumPending == 0) {
-		c.caughtUp = true
-		c.log.Info("checkpointer caught up with the stream", zap.Uint64("stream_seq", seq), zap.Int("rooms", len(c.rooms)))
+	if c.switchedAt {
+		return // delivered after the catch-up read ended: follow reads on
 	}
-	subject := msg.Subject()
+	c.lastPending, c.lastAt = meta.NumPending, time.Now()
+	c.handleLocked(seq, msg.Subject(), msg.Data(), msg.Headers().Get(checkpoint.AttestationHeader), nil)
+	c.handled.Store(seq)
+	if seq >= c.startSeq || meta.NumPending == 0 {
+		if !c.caughtUp {
+			c.caughtUp = true
+			c.log.Info("checkpointer caught up with the stream", zap.Uint64("stream_seq", seq), zap.Int("rooms", len(c.rooms)))
+		}
+		c.switchedAt, c.next = true, seq+1
+		close(c.switched)
+	}
+}
+
+// handleLocked handles the message at stream sequence seq, in stream
+// order: data and its attestation header as read, or, with own, a message
+// the gate of this process stored (own its content hash; data nil), which
+// is admitted without reading it. c.mu is held.
+func (c *Checkpointer) handleLocked(seq uint64, subject string, data []byte, header string, own *[32]byte) {
+	var err error
 	p, ok := c.parsed[subject]
 	if !ok {
 		if p, err = c.subjects.Parse(subject); err != nil {
@@ -484,10 +800,10 @@ func (c *Checkpointer) handle(msg jetstream.Msg) {
 	}
 	if p.Kind == KindCheckpoint {
 		if len(r.queue) > 0 {
-			r.queue = append(r.queue, ckQueued{seq: seq, subject: subject, state: ckCheckpoint, ckpt: msg.Data()})
+			r.queue = append(r.queue, ckQueued{seq: seq, subject: subject, state: ckCheckpoint, ckpt: data})
 			return
 		}
-		c.readCheckpoint(r, seq, msg.Data())
+		c.readCheckpoint(r, seq, data)
 		return
 	}
 	position := ""
@@ -495,11 +811,19 @@ func (c *Checkpointer) handle(msg jetstream.Msg) {
 		position = checkpoint.RecordPosition(r.execCount)
 		r.execCount++
 	}
-	data := msg.Data()
-	content := checkpoint.ContentHash(data)
-	header := msg.Headers().Get(checkpoint.AttestationHeader)
+	var content [32]byte
+	if own != nil {
+		content = *own
+	} else {
+		content = checkpoint.ContentHash(data)
+	}
 	q := ckQueued{seq: seq, subject: subject, leaf: checkpoint.LeafHash(r.id, subject, content)}
 	switch {
+	case own != nil:
+		// The gate attested it and the server acknowledged it stored at
+		// seq: a leaf. Its announcement is forgotten.
+		c.own.take(content, subject, header)
+		q.state = ckLeaf
 	case header == "":
 		q.state, q.what = ckNotLeaf, "checkpointer: a message without attestation is not a leaf"
 	case c.own.take(content, subject, header):
@@ -859,6 +1183,8 @@ func (c *Checkpointer) stop(ctx context.Context) error {
 		errs = append(errs, fmt.Errorf("final checkpoints: %w", err))
 	}
 	c.cons.Stop()
+	c.stopF()
+	<-c.fdone
 	c.settleStuck(ctx, true)
 	if len(errs) == 0 {
 		errs = append(errs, c.writeDue(ctx, true))

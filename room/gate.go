@@ -85,6 +85,20 @@ type AttestationSink interface {
 	// checkpoint.AttestationHeader value and its content hash
 	// (checkpoint.ContentHash of the data).
 	Expect(subject, header string, content [32]byte)
+	// Stored is called once the server acknowledged messages Expect
+	// announced as newly stored (not duplicates): msgs[i] is at stream
+	// sequence first+i (an atomic batch is stored contiguously). One
+	// call is one whole attested batch (an atomic batch, or one message
+	// alone), never a part of one. The slice is the sink's to keep.
+	Stored(first uint64, msgs []StoredMsg)
+}
+
+// StoredMsg is one attested message the gate appended, as AttestationSink
+// Expect was told of it.
+type StoredMsg struct {
+	Subject string   // the subject it is stored on
+	Header  string   // its checkpoint.AttestationHeader value
+	Content [32]byte // checkpoint.ContentHash of its data
 }
 
 // Defaults of GateOptions.
@@ -568,6 +582,23 @@ func (g *Gate) expect(msg *nats.Msg, content [32]byte) {
 	if h := msg.Header.Get(checkpoint.AttestationHeader); h != "" {
 		g.attested.Expect(msg.Subject, h, content)
 	}
+}
+
+// stored tells the attestation sink that msgs[i], whose content hash is
+// content(i), is stored at stream sequence first+i.
+func (g *Gate) stored(first uint64, msgs []*nats.Msg, content func(i int) [32]byte) {
+	if g.attested == nil {
+		return
+	}
+	out := make([]StoredMsg, 0, len(msgs))
+	for i, m := range msgs {
+		h := m.Header.Get(checkpoint.AttestationHeader)
+		if h == "" {
+			return // not attested: the sink was told nothing of these
+		}
+		out = append(out, StoredMsg{Subject: m.Subject, Header: h, Content: content(i)})
+	}
+	g.attested.Stored(first, out)
 }
 
 func (g *Gate) publish(ctx context.Context, msg *nats.Msg) (*jetstream.PubAck, error) {

@@ -232,6 +232,7 @@ func (g *Gate) appendRecord(ctx context.Context, raw []byte) RecordReply {
 		ack, err := g.publish(ctx, msg)
 		switch {
 		case err == nil && !ack.Duplicate:
+			g.stored(ack.Sequence, []*nats.Msg{msg}, func(int) [32]byte { return content })
 			r.streamSeq = ack.Sequence
 			r.count++
 			r.add(rec, ack.Sequence)

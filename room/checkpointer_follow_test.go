@@ -1,0 +1,372 @@
+package room_test
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/roompub/roompub/checkpoint"
+	"github.com/roompub/roompub/room"
+)
+
+// heldSink passes a gate's announcements to a checkpointer at once and its
+// acknowledgements when released (or never, once dropped): acknowledgements
+// that come late, out of order, or not at all.
+type heldSink struct {
+	c    *room.Checkpointer
+	mu   sync.Mutex
+	hold bool
+	drop bool
+	held []func()
+}
+
+func (s *heldSink) Expect(subject, header string, content [32]byte) {
+	s.c.Expect(subject, header, content)
+}
+
+func (s *heldSink) Stored(first uint64, msgs []room.StoredMsg) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	switch {
+	case s.drop:
+	case s.hold:
+		s.held = append(s.held, func() { s.c.Stored(first, msgs) })
+	default:
+		s.c.Stored(first, msgs)
+	}
+}
+
+// release passes the held acknowledgements in reverse order and stops
+// holding.
+func (s *heldSink) release() {
+	s.mu.Lock()
+	held := s.held
+	s.held, s.hold = nil, false
+	s.mu.Unlock()
+	slices.Reverse(held)
+	for _, f := range held {
+		f()
+	}
+}
+
+// checkRoom stops ckp and asserts that the room's checkpoints have the
+// roots of an independent tree over its admitted messages, that the last
+// covers all `leaves` of them, and that the checkpointer took `fromMemory`
+// messages from the gate's acknowledgements and read `read` (-1: any).
+func checkRoom(t *testing.T, e *env, ckp *room.Checkpointer, roomID string, trust *checkpoint.Trust, leaves int, fromMemory, read int) {
+	t.Helper()
+	if err := ckp.Stop(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	rt := e.rebuild(roomID, trust)
+	sizes := rt.checkCheckpoints(t)
+	if rt.tree.Size() != uint64(leaves) || len(sizes) == 0 || sizes[len(sizes)-1] != uint64(leaves) {
+		t.Fatalf("independent tree has %d leaves, checkpoint sizes %v; want %d covered", rt.tree.Size(), sizes, leaves)
+	}
+	mem, rd := ckp.FollowCounts()
+	if mem != uint64(fromMemory) || (read >= 0 && rd != uint64(read)) {
+		t.Fatalf("follow took %d messages from memory and read %d; want %d and %d", mem, rd, fromMemory, read)
+	}
+}
+
+// TestCheckpointerFollowOutOfOrderAcks: the gate's batches acknowledged in
+// reverse order are all taken from memory, none read, and the tree keeps
+// stream order.
+func TestCheckpointerFollowOutOfOrderAcks(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	key := newPublisherKey(t)
+	const roomID = "room:acks"
+	ckp, _ := startCheckpointer(t, e.connect(), room.CheckpointerOptions{Key: key, Every: 1000, Interval: time.Hour})
+	ckp.SetGapWait(time.Minute)
+	sink := &heldSink{c: ckp, hold: true}
+	gate := e.attestingGate(e.nc, key, sink, room.GateOptions{MaxBatch: 4})
+	es, _ := journal(t, "run-a", "cap-a", 10)
+	if r, err := gate.AppendJournal(ctx, roomID, lines(es), nil); err != nil || r.Stored != 10 {
+		t.Fatalf("%+v %v", r, err)
+	}
+	if r := gate.AppendRecord(ctx, e.recordNamed(roomID, "a0")); r.Item.Outcome != room.OutcomeStored {
+		t.Fatalf("%+v", r)
+	}
+	time.Sleep(200 * time.Millisecond)
+	if mem, rd := ckp.FollowCounts(); mem != 0 || rd != 0 {
+		t.Fatalf("before the acknowledgements: %d from memory, %d read; want none", mem, rd)
+	}
+	sink.mu.Lock()
+	if n := len(sink.held); n != 4 {
+		sink.mu.Unlock()
+		t.Fatalf("%d acknowledgements held, want 4 (batches of 4, 4, 2 and a record)", n)
+	}
+	sink.mu.Unlock()
+	sink.release()
+	waitFor(t, 10*time.Second, "all messages taken", func() bool { mem, _ := ckp.FollowCounts(); return mem == 11 })
+	checkRoom(t, e, ckp, roomID, trustOf(t, key), 11, 11, 0)
+}
+
+// TestCheckpointerFollowGaps: another publisher's batch and a checkpoint
+// between the gate's own batches are read; the own ones are not.
+func TestCheckpointerFollowGaps(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	key, other := newPublisherKey(t), newPublisherKey(t)
+	const roomID = "room:gaps"
+	ckp, _ := startCheckpointer(t, e.connect(), room.CheckpointerOptions{Key: key, TrustedPublishers: []string{other.NodeID()}, Every: 5, Interval: time.Hour})
+	gate := e.attestingGate(e.nc, key, ckp, room.GateOptions{})
+	ogate := e.attestingGate(e.connect(), other, nil, room.GateOptions{TrustedPublishers: []string{key.NodeID()}})
+	ckSubj := room.Subjects{}.Checkpoint(roomID)
+	es, _ := journal(t, "run-g", "cap-g", 10)
+	os, _ := journal(t, "run-o", "cap-o", 3)
+	if r, err := gate.AppendJournal(ctx, roomID, lines(es[:5]), nil); err != nil || r.Stored != 5 {
+		t.Fatalf("%+v %v", r, err)
+	}
+	waitFor(t, 10*time.Second, "checkpoint 1", func() bool { return e.countOn(ckSubj) == 1 })
+	if r, err := ogate.AppendJournal(ctx, roomID, lines(os), nil); err != nil || r.Stored != 3 {
+		t.Fatalf("%+v %v", r, err)
+	}
+	// A raw message without attestation: read, no leaf.
+	if _, err := e.js.PublishMsg(ctx, &nats.Msg{Subject: room.Subjects{}.Records(roomID), Data: []byte(`{"raw":true}`)}); err != nil {
+		t.Fatal(err)
+	}
+	if r, err := gate.AppendJournal(ctx, roomID, lines(es[5:]), nil); err != nil || r.Stored != 5 {
+		t.Fatalf("%+v %v", r, err)
+	}
+	// The record's position counts the raw exec message.
+	if r := gate.AppendRecord(ctx, e.recordNamed(roomID, "g0")); r.Item.Outcome != room.OutcomeStored {
+		t.Fatalf("%+v", r)
+	}
+	waitFor(t, 10*time.Second, "everything handled", func() bool { mem, rd := ckp.FollowCounts(); return mem+rd >= 11+3+1+2 })
+	// Read: the other publisher's 3, the raw message, the checkpoints (one
+	// at 5, one at 13 or later, written when due, possibly after).
+	checkRoom(t, e, ckp, roomID, trustOf(t, key, other), 14, 11, -1)
+	if _, rd := ckp.FollowCounts(); rd < 3+1+1 {
+		t.Fatalf("%d messages read, want at least the other publisher's 3, the raw one and a checkpoint", rd)
+	}
+}
+
+// TestCheckpointerFollowLostAck: a batch whose acknowledgement never comes
+// is read once the gap wait has passed, and admitted as the gate's own.
+func TestCheckpointerFollowLostAck(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	key := newPublisherKey(t)
+	const roomID = "room:lost"
+	ckp, _ := startCheckpointer(t, e.connect(), room.CheckpointerOptions{Key: key, Every: 1000, Interval: time.Hour})
+	ckp.SetGapWait(300 * time.Millisecond)
+	sink := &heldSink{c: ckp, drop: true}
+	gate := e.attestingGate(e.nc, key, sink, room.GateOptions{})
+	es, _ := journal(t, "run-l", "cap-l", 7)
+	start := time.Now()
+	if r, err := gate.AppendJournal(ctx, roomID, lines(es[:4]), nil); err != nil || r.Stored != 4 {
+		t.Fatalf("%+v %v", r, err)
+	}
+	waitFor(t, 10*time.Second, "the lost batch read", func() bool { _, rd := ckp.FollowCounts(); return rd == 4 })
+	if took := time.Since(start); took < 250*time.Millisecond {
+		t.Fatalf("read %s after the append, before the gap wait", took)
+	}
+	sink.mu.Lock()
+	sink.drop = false
+	sink.mu.Unlock()
+	if r, err := gate.AppendJournal(ctx, roomID, lines(es[4:]), nil); err != nil || r.Stored != 3 {
+		t.Fatalf("%+v %v", r, err)
+	}
+	waitFor(t, 10*time.Second, "the next batch taken", func() bool { mem, _ := ckp.FollowCounts(); return mem == 3 })
+	checkRoom(t, e, ckp, roomID, trustOf(t, key), 7, 3, 4)
+}
+
+// TestCheckpointerFollowRestart: a checkpointer started on a stream with
+// messages reads them (its catch-up), then takes the gate's new ones from
+// memory; its checkpoints extend the first checkpointer's.
+func TestCheckpointerFollowRestart(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	key := newPublisherKey(t)
+	const roomID = "room:restart"
+	trust := trustOf(t, key)
+	ckp, _ := startCheckpointer(t, e.connect(), room.CheckpointerOptions{Key: key, Every: 1000, Interval: time.Hour})
+	gate := e.attestingGate(e.nc, key, ckp, room.GateOptions{})
+	es, _ := journal(t, "run-r", "cap-r", 12)
+	if r, err := gate.AppendJournal(ctx, roomID, lines(es[:6]), nil); err != nil || r.Stored != 6 {
+		t.Fatalf("%+v %v", r, err)
+	}
+	checkRoom(t, e, ckp, roomID, trust, 6, 6, 0)
+
+	ckp2, _ := startCheckpointer(t, e.connect(), room.CheckpointerOptions{Key: key, Every: 1000, Interval: time.Hour})
+	gate2 := e.attestingGate(e.connect(), key, ckp2, room.GateOptions{})
+	if r, err := gate2.AppendJournal(ctx, roomID, lines(es[6:]), nil); err != nil || r.Stored != 6 {
+		t.Fatalf("%+v %v", r, err)
+	}
+	if r := gate2.AppendRecord(ctx, e.recordNamed(roomID, "r0")); r.Item.Outcome != room.OutcomeStored {
+		t.Fatalf("%+v", r)
+	}
+	// The 7 new messages from memory; the checkpoint at 6, if read after
+	// the catch-up, is read.
+	checkRoom(t, e, ckp2, roomID, trust, 13, 7, -1)
+	if sizes := e.rebuild(roomID, trust).checkCheckpoints(t); fmt.Sprint(sizes) != "[6 13]" {
+		t.Fatalf("sizes %v, want [6 13]", sizes)
+	}
+}
+
+// forgetfulSink passes a gate's acknowledgements to a checkpointer and its
+// announcements only with announce: without them the checkpointer has
+// forgotten the gate's attestations, as when its own-attestation
+// generations rotate under load (make bench), so what it reads of the
+// gate's batches goes to the batch collector and must be whole.
+type forgetfulSink struct {
+	c        *room.Checkpointer
+	announce bool
+}
+
+func (s *forgetfulSink) Expect(subject, header string, content [32]byte) {
+	if s.announce {
+		s.c.Expect(subject, header, content)
+	}
+}
+
+func (s *forgetfulSink) Stored(first uint64, msgs []room.StoredMsg) { s.c.Stored(first, msgs) }
+
+// checkCovered asserts that roomID's checkpoints, read independently from
+// the stream, have the roots of an independent tree over its admitted
+// messages and that the last covers all `leaves` of them.
+func checkCovered(t *testing.T, e *env, roomID string, trust *checkpoint.Trust, leaves int) {
+	t.Helper()
+	rt := e.rebuild(roomID, trust)
+	sizes := rt.checkCheckpoints(t)
+	if rt.tree.Size() != uint64(leaves) || len(rt.notLeaves) != 0 || len(sizes) == 0 || sizes[len(sizes)-1] != uint64(leaves) {
+		t.Fatalf("%s: independent tree has %d leaves (%d messages no leaf), checkpoint sizes %v; want %d covered", roomID, rt.tree.Size(), len(rt.notLeaves), sizes, leaves)
+	}
+}
+
+// TestCheckpointerFollowConcurrentFillsTinyCap is the regression test of
+// the split 26cddf0 made in make bench: 8 gate requests at once, 8 chains
+// in 2 rooms in batches of 5, and records, with room in memory for 7
+// messages, so most batches do not fit. A batch is taken from memory whole
+// or read whole: every stored message is a leaf, none is refused, and the
+// checkpoints cover them all. Without announcements the read batches are
+// verified by the batch collector, which refuses a part of a batch.
+func TestCheckpointerFollowConcurrentFillsTinyCap(t *testing.T) {
+	for _, announce := range []bool{true, false} {
+		t.Run(fmt.Sprintf("announce=%v", announce), func(t *testing.T) {
+			e := newEnv(t)
+			ctx := context.Background()
+			key := newPublisherKey(t)
+			trust := trustOf(t, key)
+			rooms := []string{"room:fill-a", "room:fill-b"}
+			ckp, logs := startCheckpointer(t, e.connect(), room.CheckpointerOptions{Key: key, Every: 100000, Interval: time.Hour})
+			ckp.SetAckedMax(7)
+			ckp.SetGapWait(200 * time.Millisecond)
+			gate := e.attestingGate(e.nc, key, &forgetfulSink{c: ckp, announce: announce}, room.GateOptions{MaxBatch: 5})
+			const chains, entries, per, records = 8, 60, 20, 10
+			var wg sync.WaitGroup
+			errs := make(chan error, chains+1)
+			for k := range chains {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					es, _ := journal(t, fmt.Sprint("run-f", k), fmt.Sprint("cap-f", k), entries)
+					for from := 0; from < entries; from += per {
+						r, err := gate.AppendJournal(ctx, rooms[k%2], lines(es[from:from+per]), nil)
+						if err != nil || r.Stored != per {
+							errs <- fmt.Errorf("chain %d lines %d..: %+v %v", k, from, r, err)
+							return
+						}
+					}
+				}()
+			}
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for i := range records {
+					if r := gate.AppendRecord(ctx, e.recordNamed(rooms[0], fmt.Sprint("f", i))); r.Item.Outcome != room.OutcomeStored {
+						errs <- fmt.Errorf("record %d: %+v", i, r)
+						return
+					}
+				}
+			}()
+			wg.Wait()
+			close(errs)
+			for err := range errs {
+				t.Fatal(err)
+			}
+			total := chains*entries + records
+			waitFor(t, 30*time.Second, "every message handled", func() bool { mem, rd := ckp.FollowCounts(); return mem+rd >= uint64(total) })
+			if err := ckp.Stop(ctx); err != nil {
+				t.Fatal(err)
+			}
+			if no := logs.FilterMessageSnippet("not a leaf").All(); len(no) != 0 {
+				t.Fatalf("%d logs about messages that are no leaves; the first: %s %v", len(no), no[0].Message, no[0].ContextMap())
+			}
+			checkCovered(t, e, rooms[0], trust, chains/2*entries+records)
+			checkCovered(t, e, rooms[1], trust, chains/2*entries)
+			mem, rd := ckp.FollowCounts()
+			skipped := ckp.AckedSkipped()
+			t.Logf("from memory %d, read %d, batches not taken from memory %d", mem, rd, skipped)
+			// Both paths: some batches from memory, some (no room) read.
+			if mem == 0 || skipped == 0 || rd < uint64(total)-mem {
+				t.Fatalf("from memory %d, read %d, %d batches not taken from memory; want both paths and all %d messages handled", mem, rd, skipped, total)
+			}
+		})
+	}
+}
+
+// TestCheckpointerFollowLateAckReadWhole: acknowledgements that come after
+// follow read the batches (the gap read first) are not taken from memory:
+// the batches are read whole from the stream and admitted, and a batch
+// whose acknowledgement comes while it is being read is read on, whole.
+func TestCheckpointerFollowLateAckReadWhole(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	key := newPublisherKey(t)
+	const roomID = "room:late"
+	ckp, logs := startCheckpointer(t, e.connect(), room.CheckpointerOptions{Key: key, Every: 1000, Interval: time.Hour})
+	ckp.SetGapWait(100 * time.Millisecond)
+	sink := &heldSink{c: ckp, hold: true}
+	gate := e.attestingGate(e.nc, key, sink, room.GateOptions{MaxBatch: 4})
+	es, _ := journal(t, "run-late", "cap-late", 15)
+	if r, err := gate.AppendJournal(ctx, roomID, lines(es[:8]), nil); err != nil || r.Stored != 8 {
+		t.Fatalf("%+v %v", r, err)
+	}
+	waitFor(t, 10*time.Second, "both batches read", func() bool { _, rd := ckp.FollowCounts(); return rd == 8 })
+	sink.release()
+	if mem, _ := ckp.FollowCounts(); mem != 0 || ckp.AckedSkipped() != 2 {
+		t.Fatalf("%d messages from memory, %d batches not taken; want 0 and 2", mem, ckp.AckedSkipped())
+	}
+
+	// The acknowledgement comes once follow has read the batch's first
+	// message (or all of it).
+	sink.mu.Lock()
+	sink.hold = true
+	sink.mu.Unlock()
+	released := make(chan struct{})
+	go func() {
+		defer close(released)
+		for {
+			if _, rd := ckp.FollowCounts(); rd >= 9 {
+				sink.release()
+				return
+			}
+			time.Sleep(time.Millisecond)
+		}
+	}()
+	if r, err := gate.AppendJournal(ctx, roomID, lines(es[8:12]), nil); err != nil || r.Stored != 4 {
+		t.Fatalf("%+v %v", r, err)
+	}
+	<-released
+	waitFor(t, 10*time.Second, "the batch read", func() bool { _, rd := ckp.FollowCounts(); return rd == 12 })
+	if mem, _ := ckp.FollowCounts(); mem != 0 || ckp.AckedSkipped() != 3 {
+		t.Fatalf("%d messages from memory, %d batches not taken; want 0 and 3", mem, ckp.AckedSkipped())
+	}
+
+	// Acknowledged in time: from memory.
+	if r, err := gate.AppendJournal(ctx, roomID, lines(es[12:]), nil); err != nil || r.Stored != 3 {
+		t.Fatalf("%+v %v", r, err)
+	}
+	checkRoom(t, e, ckp, roomID, trustOf(t, key), 15, 3, 12)
+	if n := logs.FilterMessageSnippet("not a leaf").Len(); n != 0 {
+		t.Fatalf("%d logs about messages that are no leaves", n)
+	}
+}
