@@ -97,12 +97,15 @@ func (g *Gate) appendJournal(ctx context.Context, roomID string, body []byte, ca
 	reply.Chain = key
 	// The requests of this chain ahead of this one are decided first; the
 	// lines above were checked meanwhile.
-	err = t.wait(ctx)
-	if err == nil && pipelined && !t.isStalled() {
-		if seq, ok := first.Seq(); ok {
-			err = g.awaitChain(ctx, key, seq)
+	err = t.idle(ctx, func() error {
+		if err := t.wait(ctx); err != nil {
+			return err
 		}
-	}
+		if seq, ok := first.Seq(); ok && pipelined && !t.isStalled() {
+			return g.awaitChain(ctx, key, seq)
+		}
+		return nil
+	})
 	if err != nil {
 		reply.Items[0] = failed(0, err) // the later lines stay skipped
 		g.observeItems(reply.Items, start)

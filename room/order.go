@@ -44,7 +44,37 @@ type orderTicket struct {
 	// storing all its lines, so the chain will not reach this one's first
 	// line by itself: awaitChain does not wait for it (Gate.orderMu).
 	stalled bool
+	// slot, when set, is the ingest service's concurrency limit, of which
+	// the request holds one place: it gives it back while it waits (idle),
+	// so waiting requests do not keep others from being decided.
+	slot    chan struct{}
+	holding bool // the request holds a place in slot (its goroutine's alone)
 }
+
+// idle runs f, which waits for other requests, without the request's
+// place in the service's concurrency limit, and takes a place again
+// after it. Only running requests hold places and a running request
+// waits for no ticket, so waiting never blocks a request ahead.
+func (t *orderTicket) idle(ctx context.Context, f func() error) error {
+	if t == nil || t.slot == nil || !t.holding {
+		return f()
+	}
+	<-t.slot
+	t.holding = false
+	err := f()
+	select {
+	case t.slot <- struct{}{}:
+		t.holding = true
+		return err
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// releases reports whether the request's goroutine must give a place in
+// the service's concurrency limit back when it ends: it took one, and
+// holds it unless idle gave it back.
+func (t *orderTicket) releases() bool { return t == nil || t.slot == nil || t.holding }
 
 // ticket takes a ticket for the journal request body (the first line's
 // chain and seq); nil when the first line does not parse.

@@ -276,3 +276,43 @@ func TestGatePipelinedAfterRefusalAnsweredAtOnce(t *testing.T) {
 		t.Fatal("the pipelined request waited for a chain that cannot get there")
 	}
 }
+
+// A request waiting for the one ahead of it gives its place in the
+// service's concurrency limit back: with a limit of one or two places and
+// four requests of a chain in flight, plus another chain's, every request
+// is decided (none waits for a place a waiting request holds).
+func TestShipCapsulePipelinedSmallConcurrency(t *testing.T) {
+	for _, places := range []int{1, 2} {
+		t.Run(fmt.Sprint(places), func(t *testing.T) {
+			e := newEnv(t)
+			if err := e.svc.Stop(); err != nil {
+				t.Fatal(err)
+			}
+			svc, err := room.StartService(e.nc, e.gate, room.ServiceOptions{Concurrency: places})
+			if err != nil {
+				t.Fatal(err)
+			}
+			e.svc = svc
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+			client := room.NewClient(e.connect(), room.ClientOptions{})
+			errs := make(chan error, 2)
+			for _, capsule := range []string{"cap-small-a", "cap-small-b"} {
+				es, body := journal(t, "run-small", capsule, 400)
+				dir := capsuleDir(t, "run-small", capsule, body)
+				go func() {
+					res, err := room.ShipCapsule(ctx, client, dir, "room:small", room.ShipOptions{BatchLines: 20, Pipeline: 4})
+					if err == nil && (res.Stored != len(es) || res.Refused != nil) {
+						err = fmt.Errorf("%s: %+v", capsule, res)
+					}
+					errs <- err
+				}()
+			}
+			for range 2 {
+				if err := <-errs; err != nil {
+					t.Fatal(err)
+				}
+			}
+		})
+	}
+}

@@ -112,8 +112,8 @@ func StartService(nc *nats.Conn, gate *Gate, o ServiceOptions) (*Service, error)
 // ordered, each request takes its chain's ticket here, where micro hands
 // requests over one at a time in the order they arrived, so a client's
 // pipelined journal requests of one chain are decided in the order it sent
-// them (order.go). A request holds its slot while it waits for the ones
-// ahead of it, which took theirs before it.
+// them (order.go). A request gives its slot back while it waits for the
+// ones ahead of it (orderTicket.idle).
 func (s *Service) async(h func(micro.Request, *orderTicket), ordered bool) micro.Handler {
 	return micro.HandlerFunc(func(req micro.Request) {
 		select {
@@ -124,11 +124,19 @@ func (s *Service) async(h func(micro.Request, *orderTicket), ordered bool) micro
 		}
 		var t *orderTicket
 		if ordered {
-			t = s.gate.ticket(req.Data())
+			if t = s.gate.ticket(req.Data()); t != nil {
+				t.slot, t.holding = s.sem, true
+			}
 		}
 		s.wg.Add(1)
 		go func() {
-			defer func() { t.done(); <-s.sem; s.wg.Done() }()
+			defer func() {
+				if t.releases() {
+					<-s.sem
+				}
+				t.done()
+				s.wg.Done()
+			}()
 			h(req, t)
 		}()
 	})

@@ -77,7 +77,7 @@ func publishBatch(ctx context.Context, js jetstream.JetStream, subj, anyRoom str
 // ship ships one capsule directory through roompub (room.ShipCapsule, what
 // `publisher journal` does) and returns the entries stored.
 func (b *bench) ship(dir, roomID string, want int) (int, error) {
-	res, err := room.ShipCapsule(b.ctx, b.client, dir, roomID, room.ShipOptions{})
+	res, err := room.ShipCapsule(b.ctx, b.client, dir, roomID, room.ShipOptions{Pipeline: b.c.Pipeline})
 	if err != nil {
 		return res.Stored, fmt.Errorf("ship %s: %w", dir, err)
 	}
