@@ -556,6 +556,12 @@ func (c *Checkpointer) follow(ctx context.Context) {
 	c.mu.Unlock()
 	var gapSince time.Time
 	retried := false
+	// fromGate: the last message handled came from memory. The next one
+	// is most likely the gate's next append, whose acknowledgement has
+	// not come yet (a record is acknowledged about when the client sends
+	// the next one): wait for it before asking the leader, or each append
+	// costs a read of the stream that finds nothing.
+	fromGate := false
 	wait := func(d time.Duration) bool {
 		t := time.NewTimer(d)
 		defer t.Stop()
@@ -584,6 +590,14 @@ func (c *Checkpointer) follow(ctx context.Context) {
 			c.handled.Store(next + n - 1)
 			c.mu.Unlock()
 			c.fromMemory.Add(n)
+			fromGate = true
+			continue
+		}
+		if fromGate {
+			fromGate = false
+			if !wait(ckIdlePoll) {
+				return
+			}
 			continue
 		}
 		now := time.Now()
