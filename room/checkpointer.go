@@ -418,8 +418,11 @@ const ackedMax = 1 << 16
 // messages, for batches announced before the gap was seen to be
 // acknowledged, before it reads the gap (reading early is safe: what it
 // reads is handled as the catch-up read handles it). ckIdlePoll is how
-// often it looks for others' messages when it has nothing to read.
+// often it looks for others' messages when it has nothing to read;
+// ckOwnWait how long it waits for the gate's next acknowledgement after
+// one it took from memory.
 const (
+	ckOwnWait  = 5 * time.Millisecond
 	ckGapWait  = time.Second
 	ckIdlePoll = 50 * time.Millisecond
 )
@@ -558,9 +561,10 @@ func (c *Checkpointer) follow(ctx context.Context) {
 	retried := false
 	// fromGate: the last message handled came from memory. The next one
 	// is most likely the gate's next append, whose acknowledgement has
-	// not come yet (a record is acknowledged about when the client sends
-	// the next one): wait for it before asking the leader, or each append
-	// costs a read of the stream that finds nothing.
+	// not come yet (one record at a time, the next is acknowledged about
+	// a millisecond later): wait for it, up to ckOwnWait, before asking
+	// the leader, or each append costs a read of the stream that finds
+	// nothing. Short, as others' messages wait for it too.
 	fromGate := false
 	wait := func(d time.Duration) bool {
 		t := time.NewTimer(d)
@@ -595,7 +599,7 @@ func (c *Checkpointer) follow(ctx context.Context) {
 		}
 		if fromGate {
 			fromGate = false
-			if !wait(ckIdlePoll) {
+			if !wait(ckOwnWait) {
 				return
 			}
 			continue
