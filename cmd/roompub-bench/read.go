@@ -34,9 +34,11 @@ const genVersion = "gen-v1"
 
 // fillVersion names how the read stream is filled (through a gate, with
 // or without attestations and checkpoints): change it whenever the fill
-// stores other messages. "fill-v2": through the gate (fill-v1 was raw
-// batches, unattested).
-const fillVersion = "fill-v2"
+// stores other messages. "fill-v3": through the gate, with a checkpointer
+// that takes the gate's batches from memory and so keeps up (more
+// checkpoints); fill-v2 was through the gate with one that read them back
+// and fell behind; fill-v1 raw batches, unattested.
+const fillVersion = "fill-v3"
 
 // readRooms is how many rooms the read stream's chains are spread over.
 const readRooms = 10
