@@ -521,6 +521,20 @@ func (a *ackedOwn) forget(seq uint64) {
 	}
 }
 
+// nextKept returns the first stream sequence of the first batch kept
+// after seq, if any.
+func (a *ackedOwn) nextKept(seq uint64) (uint64, bool) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	first, ok := uint64(0), false
+	for s := range a.batches {
+		if s > seq && (!ok || s < first) {
+			first, ok = s, true
+		}
+	}
+	return first, ok
+}
+
 // waiting reports whether a batch announced no later than since is still
 // unacknowledged and younger than gapWait; it forgets older ones (never
 // stored, or acknowledged to nobody).
@@ -559,6 +573,7 @@ func (c *Checkpointer) follow(ctx context.Context) {
 	c.mu.Unlock()
 	var gapSince time.Time
 	retried := false
+	var gap *gapReader // the ordered consumer of the run being read, if any
 	// fromGate: the last message handled came from memory. The next one
 	// is most likely the gate's next append, whose acknowledgement has
 	// not come yet (one record at a time, the next is acknowledged about
@@ -615,8 +630,27 @@ func (c *Checkpointer) follow(ctx context.Context) {
 			}
 			continue
 		}
-		m, err := leaderGet(ctx, nc, name, DefaultTimeout, map[string]any{"seq": next, "next_by_subj": all})
+		// The gap runs up to the next batch kept in memory: one message (a
+		// checkpoint, say) is one leader read; a longer run is read with
+		// an ordered consumer in pulls, at the catch-up read's pace.
+		upTo, kept := c.acked.nextKept(next)
+		var msgs []gapMsg
+		var err error
+		if kept && upTo == next+1 {
+			gap = nil
+			var m *jetstream.RawStreamMsg
+			if m, err = leaderGet(ctx, nc, name, DefaultTimeout, map[string]any{"seq": next, "next_by_subj": all}); m != nil {
+				msgs = []gapMsg{{seq: m.Sequence, subject: m.Subject, data: m.Data, header: m.Header.Get(checkpoint.AttestationHeader)}}
+			}
+		} else {
+			limit := ckPullMessages
+			if kept {
+				limit = int(min(uint64(limit), upTo-next))
+			}
+			msgs, err = c.readGap(ctx, &gap, next, limit)
+		}
 		if err != nil {
+			gap = nil
 			if ctx.Err() == nil {
 				c.log.Warn("checkpointer: reading the room stream", zap.Uint64("stream_seq", next), zap.Error(err))
 				c.mu.Lock()
@@ -626,7 +660,7 @@ func (c *Checkpointer) follow(ctx context.Context) {
 			}
 			continue
 		}
-		if m == nil { // nothing at or after next yet
+		if len(msgs) == 0 { // nothing at or after next yet
 			gapSince = time.Time{}
 			if !wait(ckIdlePoll) {
 				return
@@ -637,21 +671,96 @@ func (c *Checkpointer) follow(ctx context.Context) {
 			// The gate announced a batch since the wait was decided: what
 			// was read may be it, stored before its acknowledgement came.
 			// Decide again (once: others' messages are read on).
-			retried, gapSince = true, time.Time{}
+			retried, gapSince, gap = true, time.Time{}, nil
 			continue
 		}
 		retried, gapSince = false, time.Time{}
 		c.mu.Lock()
 		c.lastPending, c.lastAt = 0, time.Now()
-		c.handleLocked(m.Sequence, m.Subject, m.Data, m.Header.Get(checkpoint.AttestationHeader), nil)
-		c.next = m.Sequence + 1
-		c.handled.Store(m.Sequence)
+		for _, m := range msgs {
+			c.handleLocked(m.seq, m.subject, m.data, m.header, nil)
+		}
+		last := msgs[len(msgs)-1].seq
+		c.next = last + 1
+		c.handled.Store(last)
 		c.mu.Unlock()
-		c.readGaps.Add(1)
+		c.readGaps.Add(uint64(len(msgs)))
 		// A kept batch this read passed, or landed in, is read on from
 		// the stream (take wants a batch starting exactly at next).
-		c.acked.advance(m.Sequence + 1)
+		c.acked.advance(last + 1)
 	}
+}
+
+// gapMsg is a message follow read from the stream.
+type gapMsg struct {
+	seq     uint64
+	subject string
+	data    []byte
+	header  string // its checkpoint.AttestationHeader value
+}
+
+// gapReader is the ordered consumer follow reads a run of the stream with
+// (others' messages, or the gate's batches that memory does not hold),
+// from stream sequence next on.
+type gapReader struct {
+	cons jetstream.Consumer
+	next uint64
+}
+
+// ckGapIdle is the inactive threshold of a gap reader's consumer: the
+// server removes it this long after follow last pulled from it.
+const ckGapIdle = 10 * time.Second
+
+// readGap pulls up to limit messages of the room subjects from stream
+// sequence next on, those stored already (it does not wait for more);
+// none: nothing is there yet. It keeps its consumer in *gp while follow
+// reads on from where the pull ended.
+func (c *Checkpointer) readGap(ctx context.Context, gp **gapReader, next uint64, limit int) ([]gapMsg, error) {
+	g := *gp
+	if g == nil || g.next != next {
+		cctx, cancel := withDefaultTimeout(ctx)
+		cons, err := c.stream.OrderedConsumer(cctx, jetstream.OrderedConsumerConfig{
+			FilterSubjects:    []string{c.subjects.All()},
+			DeliverPolicy:     jetstream.DeliverByStartSequencePolicy,
+			OptStartSeq:       next,
+			InactiveThreshold: ckGapIdle,
+			// Each pull makes the consumer anew; by default it would try
+			// forever, deaf to ctx, when the server is gone: follow's
+			// own wait-and-retry takes over instead.
+			MaxResetAttempts: 2,
+		})
+		cancel()
+		if err != nil {
+			*gp = nil
+			return nil, err
+		}
+		g = &gapReader{cons: cons, next: next}
+		*gp = g
+	}
+	batch, err := g.cons.FetchNoWait(limit)
+	if err != nil {
+		*gp = nil
+		return nil, err
+	}
+	var out []gapMsg
+	for m := range batch.Messages() {
+		meta, err := m.Metadata()
+		if err != nil {
+			*gp = nil
+			return nil, err
+		}
+		out = append(out, gapMsg{seq: meta.Sequence.Stream, subject: m.Subject(), data: m.Data(), header: m.Headers().Get(checkpoint.AttestationHeader)})
+	}
+	if err := batch.Error(); err != nil && !errors.Is(err, nats.ErrTimeout) && !errors.Is(err, jetstream.ErrNoMessages) {
+		*gp = nil
+		if len(out) == 0 {
+			return nil, err
+		}
+	}
+	if len(out) > 0 {
+		g.next = out[len(out)-1].seq + 1
+	}
+	return out, nil
 }
 
 // ownAttestations holds the attestations the gate made and the reader has
