@@ -574,6 +574,7 @@ func (c *Checkpointer) follow(ctx context.Context) {
 	var gapSince time.Time
 	retried := false
 	var gap *gapReader // the ordered consumer of the run being read, if any
+	run := 0           // messages read from the stream since the last from memory
 	// fromGate: the last message handled came from memory. The next one
 	// is most likely the gate's next append, whose acknowledgement has
 	// not come yet (one record at a time, the next is acknowledged about
@@ -609,7 +610,7 @@ func (c *Checkpointer) follow(ctx context.Context) {
 			c.handled.Store(next + n - 1)
 			c.mu.Unlock()
 			c.fromMemory.Add(n)
-			fromGate = true
+			fromGate, run = true, 0
 			continue
 		}
 		if fromGate {
@@ -630,13 +631,15 @@ func (c *Checkpointer) follow(ctx context.Context) {
 			}
 			continue
 		}
-		// The gap runs up to the next batch kept in memory: one message (a
-		// checkpoint, say) is one leader read; a longer run is read with
-		// an ordered consumer in pulls, at the catch-up read's pace.
+		// The gap runs up to the next batch kept in memory. A message (a
+		// checkpoint, say) is read with a leader read, and so is the
+		// first of a run, or nothing, when idle; once a run goes on it is
+		// read with an ordered consumer in pulls, at the catch-up read's
+		// pace (each pull makes a consumer: not for a poll).
 		upTo, kept := c.acked.nextKept(next)
 		var msgs []gapMsg
 		var err error
-		if kept && upTo == next+1 {
+		if run < 2 || (kept && upTo == next+1) {
 			gap = nil
 			var m *jetstream.RawStreamMsg
 			if m, err = leaderGet(ctx, nc, name, DefaultTimeout, map[string]any{"seq": next, "next_by_subj": all}); m != nil {
@@ -661,7 +664,7 @@ func (c *Checkpointer) follow(ctx context.Context) {
 			continue
 		}
 		if len(msgs) == 0 { // nothing at or after next yet
-			gapSince = time.Time{}
+			gapSince, run = time.Time{}, 0
 			if !wait(ckIdlePoll) {
 				return
 			}
@@ -685,6 +688,7 @@ func (c *Checkpointer) follow(ctx context.Context) {
 		c.handled.Store(last)
 		c.mu.Unlock()
 		c.readGaps.Add(uint64(len(msgs)))
+		run += len(msgs)
 		// A kept batch this read passed, or landed in, is read on from
 		// the stream (take wants a batch starting exactly at next).
 		c.acked.advance(last + 1)
