@@ -52,12 +52,12 @@ type BatchObserver interface {
 func (g *Gate) AppendJournal(ctx context.Context, roomID string, body []byte, capsule *events.CapsuleMeta) (JournalReply, error) {
 	t := g.ticket(body)
 	defer t.done()
-	return g.appendJournal(ctx, roomID, body, capsule, t, false)
+	return g.appendJournal(ctx, roomID, body, capsule, t, -1)
 }
 
 // appendJournal is AppendJournal with the request's ticket taken (nil:
-// no order); pipelined: the request carried HeaderPipelined.
-func (g *Gate) appendJournal(ctx context.Context, roomID string, body []byte, capsule *events.CapsuleMeta, t *orderTicket, pipelined bool) (reply JournalReply, err error) {
+// no order); after: the HeaderPipelined value, -1 without the header.
+func (g *Gate) appendJournal(ctx context.Context, roomID string, body []byte, capsule *events.CapsuleMeta, t *orderTicket, after int64) (reply JournalReply, err error) {
 	defer func() {
 		if err != nil || reply.Stored+reply.Dupes != len(reply.Items) {
 			t.stall() // the requests of this chain behind it need not wait for it
@@ -101,8 +101,8 @@ func (g *Gate) appendJournal(ctx context.Context, roomID string, body []byte, ca
 		if err := t.wait(ctx); err != nil {
 			return err
 		}
-		if seq, ok := first.Seq(); ok && pipelined && !t.isStalled() {
-			return g.awaitChain(ctx, key, seq)
+		if after >= 0 && !t.isStalled() {
+			return g.awaitChain(ctx, key, after+1)
 		}
 		return nil
 	})
@@ -116,7 +116,7 @@ func (g *Gate) appendJournal(ctx context.Context, roomID string, body []byte, ca
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	r := &journalRun{g: g, ctx: ctx, roomID: roomID, key: key, subj: g.subjects.Journal(roomID, key),
-		c: c, capsule: capsule, lines: lines, pre: pre, items: reply.Items, pipelined: pipelined}
+		c: c, capsule: capsule, lines: lines, pre: pre, items: reply.Items, after: after}
 	r.run()
 	if c.loaded {
 		reply.Head = c.view(key)
@@ -263,9 +263,10 @@ type journalRun struct {
 	pending []pend
 	cv      *events.ChainVerifier
 	singles bool // publish the pending lines one at a time
-	// pipelined: the request carried HeaderPipelined; a first line still
-	// ahead of the chain (after awaitChain) is OutcomeAhead.
-	pipelined bool
+	// after is the HeaderPipelined value (-1: none): a first line ahead
+	// of a chain that did not get past seq after (awaitChain) is
+	// OutcomeAhead.
+	after int64
 }
 
 // aheadWait bounds how long a pipelined request whose first line is ahead
@@ -277,8 +278,8 @@ var aheadWait = 5 * time.Second // a var for tests (SetAheadWait)
 const aheadPoll = 5 * time.Millisecond
 
 // awaitChain waits, up to aheadWait, until the chain's next seq as the
-// stream leader has it reaches seq, the first line of a pipelined request:
-// the request ahead of it may be on its way through another gate. It holds
+// stream leader has it reaches seq, the end of the request ahead of a
+// pipelined one: it may be on its way through another gate. It holds
 // the chain's lock only to read: the request ahead may come to this gate.
 // It returns ctx's error only; a chain that does not get there is decided
 // as it is (OutcomeAhead).
@@ -446,10 +447,12 @@ func (r *journalRun) decide(i int, try *lineTry) (decision, ItemResult) {
 			c.loaded, try.wantFresh = false, true
 			continue
 		}
-		if i == 0 && r.pipelined && seq > c.next && onlyPosition(problems) {
-			// A pipelined request's first line ahead of the chain (as the
-			// leader has it, after awaitChain): the request ahead of it has
-			// not landed, or will not.
+		if i == 0 && r.after >= 0 && seq > c.next && c.next <= r.after && onlyPosition(problems) {
+			// A pipelined request's first line ahead of a chain that did
+			// not get past the request ahead of it (as the leader has it,
+			// after awaitChain): that one has not landed, or will not. (A
+			// chain that did is where the request ahead left it: a first
+			// line ahead of it is refused, as one request at a time has it.)
 			return decFinal, ItemResult{Index: i, Outcome: OutcomeAhead, Seq: &seq, Hash: e.EntryHash(),
 				Reason: fmt.Sprintf("seq %d is ahead of the chain, whose next seq is %d: the request ahead of this one has not landed; send this one again once it is answered", seq, c.next)}
 		}
@@ -583,6 +586,7 @@ func (r *journalRun) publishOne() (flushResult, bool) {
 		g.expect(msg, p.att.content)
 	}
 	ack, err := g.publish(r.ctx, msg)
+	g.unstored(msg, ack, err)
 	switch {
 	case err == nil && !ack.Duplicate:
 		g.stored(ack.Sequence, []*nats.Msg{msg}, func(int) [32]byte { return p.att.content })
@@ -695,6 +699,9 @@ func (r *journalRun) publishBatch(n int) (flushResult, bool) {
 	ctx, cancel := context.WithTimeout(r.ctx, g.timeout)
 	ack, err := jetstreamext.PublishMsgBatch(ctx, g.js, msgs, jetstreamext.BatchFlowControl{AckFirst: true, AckTimeout: g.timeout})
 	cancel()
+	if err != nil {
+		g.unstored(msgs[0], nil, err)
+	}
 	<-g.inflight
 	if bo, ok := g.obs.(BatchObserver); ok {
 		bo.Batch(n, err, time.Since(start))

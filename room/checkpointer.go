@@ -380,6 +380,10 @@ func (c *Checkpointer) Expect(subject, header string, content [32]byte) {
 	c.acked.expect(header)
 }
 
+// Unstored implements AttestationSink: the batch of header was refused,
+// so follow does not wait for its acknowledgement at a gap.
+func (c *Checkpointer) Unstored(header string) { c.acked.unstored(header) }
+
 // Stored implements AttestationSink: the gate's messages Expect announced
 // are stored from stream sequence first on.
 func (c *Checkpointer) Stored(first uint64, msgs []StoredMsg) {
@@ -470,6 +474,15 @@ func (a *ackedOwn) stored(first uint64, msgs []StoredMsg) {
 	select {
 	case a.wake <- struct{}{}:
 	default:
+	}
+}
+
+// unstored forgets the batch of header as in flight: it was refused.
+func (a *ackedOwn) unstored(header string) {
+	if batch, _, _, ok := splitOwn(header); ok {
+		a.mu.Lock()
+		delete(a.inflight, batch)
+		a.mu.Unlock()
 	}
 }
 

@@ -29,6 +29,8 @@ func (s *heldSink) Expect(subject, header string, content [32]byte) {
 	s.c.Expect(subject, header, content)
 }
 
+func (s *heldSink) Unstored(header string) { s.c.Unstored(header) }
+
 func (s *heldSink) Stored(first uint64, msgs []room.StoredMsg) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -228,6 +230,7 @@ func (s *forgetfulSink) Expect(subject, header string, content [32]byte) {
 }
 
 func (s *forgetfulSink) Stored(first uint64, msgs []room.StoredMsg) { s.c.Stored(first, msgs) }
+func (s *forgetfulSink) Unstored(header string)                     { s.c.Unstored(header) }
 
 // checkCovered asserts that roomID's checkpoints, read independently from
 // the stream, have the roots of an independent tree over its admitted
@@ -369,4 +372,40 @@ func TestCheckpointerFollowLateAckReadWhole(t *testing.T) {
 	if n := logs.FilterMessageSnippet("not a leaf").Len(); n != 0 {
 		t.Fatalf("%d logs about messages that are no leaves", n)
 	}
+}
+
+// TestCheckpointerFollowRefusedBatchNotWaitedFor: a batch the server
+// refuses (the gate's view of the chain was stale: another gate appended)
+// is never acknowledged; the gate says so (Unstored), so follow does not
+// wait for it at the next gap, another publisher's messages.
+func TestCheckpointerFollowRefusedBatchNotWaitedFor(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	keyA, keyB := newPublisherKey(t), newPublisherKey(t)
+	const roomID = "room:refused"
+	ckp, _ := startCheckpointer(t, e.connect(), room.CheckpointerOptions{Key: keyA, TrustedPublishers: []string{keyB.NodeID()}, Every: 1000, Interval: time.Hour})
+	ckp.SetGapWait(time.Hour) // without Unstored, follow would wait for the refused batch forever
+	gateA := e.attestingGate(e.nc, keyA, ckp, room.GateOptions{TrustedPublishers: []string{keyB.NodeID()}})
+	gateB := e.attestingGate(e.connect(), keyB, nil, room.GateOptions{TrustedPublishers: []string{keyA.NodeID()}})
+	es, _ := journal(t, "run-r", "cap-r", 15)
+	other, _ := journal(t, "run-r", "cap-other", 40)
+	for _, step := range []struct {
+		g      *room.Gate
+		body   []byte
+		stored int
+	}{
+		{gateA, lines(es[:5]), 5},      // A knows the chain at 5
+		{gateB, lines(es[5:10]), 5},    // B moves it on behind A's back
+		{gateA, lines(es[5:15]), 5},    // A's batch is refused (wrong last sequence), then decided again: 5 duplicates, 5 stored
+		{gateB, lines(other[:40]), 40}, // B's messages: a gap for A's checkpointer
+	} {
+		if r, err := step.g.AppendJournal(ctx, roomID, step.body, nil); err != nil || r.Stored != step.stored {
+			t.Fatalf("%+v %v, want %d stored", r, err, step.stored)
+		}
+	}
+	waitFor(t, 10*time.Second, "every message handled", func() bool {
+		mem, rd := ckp.FollowCounts()
+		return mem+rd == 55
+	})
+	checkRoom(t, e, ckp, roomID, trustOf(t, keyA, keyB), 55, 10, 45)
 }

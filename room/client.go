@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strconv"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -129,16 +130,17 @@ func (c *Client) Head(ctx context.Context, key events.ChainKey) (ChainHead, erro
 // Errors: *ServiceError for a request-level refusal, ErrUnavailable when
 // no answer came.
 func (c *Client) AppendJournal(ctx context.Context, roomID string, capsule *events.CapsuleMeta, lines []byte) (JournalReply, error) {
-	return c.appendJournal(ctx, roomID, capsule, lines, false)
+	return c.appendJournal(ctx, roomID, capsule, lines, -1)
 }
 
-// appendJournal is AppendJournal; pipelined marks the request
-// HeaderPipelined (an earlier request of the chain is in flight).
-func (c *Client) appendJournal(ctx context.Context, roomID string, capsule *events.CapsuleMeta, lines []byte, pipelined bool) (JournalReply, error) {
+// appendJournal is AppendJournal; after >= 0 marks the request
+// HeaderPipelined: the request ahead of it, whose last line has seq after,
+// is in flight.
+func (c *Client) appendJournal(ctx context.Context, roomID string, capsule *events.CapsuleMeta, lines []byte, after int64) (JournalReply, error) {
 	hdr := nats.Header{}
 	hdr.Set(HeaderRoom, roomID)
-	if pipelined {
-		hdr.Set(HeaderPipelined, "1")
+	if after >= 0 {
+		hdr.Set(HeaderPipelined, strconv.FormatInt(after, 10))
 	}
 	if capsule != nil {
 		b, err := json.Marshal(capsule)

@@ -91,6 +91,11 @@ type AttestationSink interface {
 	// call is one whole attested batch (an atomic batch, or one message
 	// alone), never a part of one. The slice is the sink's to keep.
 	Stored(first uint64, msgs []StoredMsg)
+	// Unstored is called when the server refused a batch Expect announced
+	// (an API error, or a duplicate acknowledgement of one message): none
+	// of it is stored. header is the attestation header of one of its
+	// messages. An append with no clear answer gets no call.
+	Unstored(header string)
 }
 
 // StoredMsg is one attested message the gate appended, as AttestationSink
@@ -599,6 +604,20 @@ func (g *Gate) stored(first uint64, msgs []*nats.Msg, content func(i int) [32]by
 		out = append(out, StoredMsg{Subject: m.Subject, Header: h, Content: content(i)})
 	}
 	g.attested.Stored(first, out)
+}
+
+// unstored tells the attestation sink that the server refused msg's batch
+// (err an API error but a full store, which may keep part of a batch, or
+// ack a duplicate): nothing of it was stored.
+func (g *Gate) unstored(msg *nats.Msg, ack *jetstream.PubAck, err error) {
+	if g.attested == nil {
+		return
+	}
+	h := msg.Header.Get(checkpoint.AttestationHeader)
+	var apiErr *jetstream.APIError
+	if h != "" && ((err == nil && ack != nil && ack.Duplicate) || (errors.As(err, &apiErr) && !isStoreFull(err))) {
+		g.attested.Unstored(h)
+	}
 }
 
 func (g *Gate) publish(ctx context.Context, msg *nats.Msg) (*jetstream.PubAck, error) {

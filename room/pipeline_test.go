@@ -193,8 +193,9 @@ func TestShipCapsulePipelinedAcrossGates(t *testing.T) {
 }
 
 // sendJournal publishes a journal request without waiting for its reply;
-// the reply comes on the returned channel.
-func sendJournal(t *testing.T, nc *nats.Conn, roomID string, body []byte, pipelined bool) <-chan room.JournalReply {
+// the reply comes on the returned channel. after >= 0 sends it pipelined:
+// the request ahead of it ends at seq after.
+func sendJournal(t *testing.T, nc *nats.Conn, roomID string, body []byte, after int64) <-chan room.JournalReply {
 	t.Helper()
 	msgs := make(chan *nats.Msg, 1)
 	inbox := nats.NewInbox()
@@ -203,8 +204,8 @@ func sendJournal(t *testing.T, nc *nats.Conn, roomID string, body []byte, pipeli
 		t.Fatal(err)
 	}
 	hdr := nats.Header{room.HeaderRoom: []string{roomID}}
-	if pipelined {
-		hdr.Set(room.HeaderPipelined, "1")
+	if after >= 0 {
+		hdr.Set(room.HeaderPipelined, fmt.Sprint(after))
 	}
 	if err := nc.PublishMsg(&nats.Msg{Subject: "roompub.v1.journal", Reply: inbox, Data: body, Header: hdr}); err != nil {
 		t.Fatal(err)
@@ -234,7 +235,7 @@ func TestGatePipelinedAheadAnswered(t *testing.T) {
 	defer room.SetAheadWait(200 * time.Millisecond)()
 	e := newEnv(t)
 	es, _ := journal(t, "run-ahead", "cap-ahead", 20)
-	r := <-sendJournal(t, e.nc, "room:ahead", lines(es[10:]), true)
+	r := <-sendJournal(t, e.nc, "room:ahead", lines(es[10:]), 9)
 	if r.Ahead != 1 || r.Refused != 0 || r.Stored != 0 || r.Skipped != 9 || r.Items[0].Outcome != room.OutcomeAhead {
 		t.Fatalf("reply %+v, want the first line ahead and the rest skipped", r)
 	}
@@ -259,8 +260,8 @@ func TestGatePipelinedAfterRefusalAnsweredAtOnce(t *testing.T) {
 	defer room.SetAheadWait(time.Hour)()
 	e := newEnv(t)
 	es, _ := journal(t, "run-ahead", "cap-stalled", 20)
-	first := sendJournal(t, e.nc, "room:ahead", linesWithNonCanonical(es[:10], 5), false)
-	second := sendJournal(t, e.nc, "room:ahead", lines(es[10:]), true)
+	first := sendJournal(t, e.nc, "room:ahead", linesWithNonCanonical(es[:10], 5), -1)
+	second := sendJournal(t, e.nc, "room:ahead", lines(es[10:]), 9)
 	r1 := <-first
 	if r1.Refused != 1 {
 		t.Fatalf("first reply %+v, want one refusal", r1)
@@ -314,5 +315,39 @@ func TestShipCapsulePipelinedSmallConcurrency(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// A journal whose seq jumps at a request boundary (a line missing) is
+// refused there at once: the request ahead was stored, the chain got past
+// it, so the pipelined request's first line is decided, not waited for.
+func TestShipCapsulePipelinedGapAtRequestBoundary(t *testing.T) {
+	defer room.SetAheadWait(time.Hour)()
+	e := newEnv(t)
+	es, _ := journal(t, "run-pipe", "cap-gap", 2000)
+	body := append(lines(es[:1000]), lines(es[1001:])...)
+	dir := capsuleDir(t, "run-pipe", "cap-gap", body)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	client := room.NewClient(e.nc, room.ClientOptions{})
+	res, err := room.ShipCapsule(ctx, client, dir, "room:pipe", room.ShipOptions{BatchLines: 100, Pipeline: 2})
+	if err != nil || res.Refused == nil {
+		t.Fatalf("ship: %+v %v", res, err)
+	}
+	if res.Refused.Code != events.Reordered || res.Refused.At.Line != 1001 || res.Stored != 1000 {
+		t.Fatalf("refusal %+v after %d stored, want reordered at line 1001 after 1000", res.Refused, res.Stored)
+	}
+	chainInStream(t, e, "room:pipe", es[:1000])
+}
+
+// A Roompub-Pipelined header that is not a seq is a bad request.
+func TestGatePipelinedHeaderMustBeASeq(t *testing.T) {
+	e := newEnv(t)
+	es, _ := journal(t, "run-ahead", "cap-header", 2)
+	for _, v := range []string{"1x", "-3", ""} {
+		code, reply := e.requestError("roompub.v1.journal", nats.Header{room.HeaderRoom: []string{"room:ahead"}, room.HeaderPipelined: []string{v}}, lines(es))
+		if code != "400" || reply.Code != events.BadRequest {
+			t.Fatalf("header %q: %s %+v, want 400 bad_request", v, code, reply)
+		}
 	}
 }

@@ -230,6 +230,7 @@ func (g *Gate) appendRecord(ctx context.Context, raw []byte) RecordReply {
 		}
 		g.expect(msg, content)
 		ack, err := g.publish(ctx, msg)
+		g.unstored(msg, ack, err)
 		switch {
 		case err == nil && !ack.Duplicate:
 			g.stored(ack.Sequence, []*nats.Msg{msg}, func(int) [32]byte { return content })

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"regexp"
 	"runtime"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -248,12 +249,17 @@ func (s *Service) handleJournal(req micro.Request, t *orderTicket) {
 		}
 		capsule = &m
 	}
-	pipelined, _, err := header(req.Headers(), HeaderPipelined)
-	if err != nil {
-		s.respondError(req, "400", events.BadRequest, err.Error())
-		return
+	after := int64(-1)
+	if v, ok, err := header(req.Headers(), HeaderPipelined); err != nil || ok {
+		if err == nil {
+			after, err = strconv.ParseInt(v, 10, 64)
+		}
+		if err != nil || after < 0 {
+			s.respondError(req, "400", events.BadRequest, HeaderPipelined+" must be the seq of the last line of the request ahead (a non-negative integer)")
+			return
+		}
 	}
-	reply, err := s.gate.appendJournal(s.ctx, roomID, req.Data(), capsule, t, pipelined == "1")
+	reply, err := s.gate.appendJournal(s.ctx, roomID, req.Data(), capsule, t, after)
 	if err != nil {
 		s.refusalOrError(req, err)
 		return

@@ -261,13 +261,17 @@ type pipeline struct {
 // shipment is one request of a pass: its body, the file line of its first
 // line, how many lines it holds, and, once done is closed, the reply.
 type shipment struct {
-	body   []byte
-	first  int
-	lines  int
-	behind bool // sent while a request ahead of it was in flight
-	done   chan struct{}
-	reply  JournalReply
-	err    error
+	body  []byte
+	first int
+	lines int
+	// after is the seq of the last line of the request ahead of it, in
+	// flight when it was sent (HeaderPipelined); -1: none in flight, or
+	// that line has no seq to read (it is refused: this one is abandoned).
+	after   int64
+	lastSeq int64 // the seq of its own last line, -1 if it cannot be read
+	done    chan struct{}
+	reply   JournalReply
+	err     error
 }
 
 // send sends body, lines file lines from first, once fewer than depth
@@ -279,10 +283,13 @@ func (p *pipeline) send(body []byte, first, lines int) {
 	if p.stop {
 		return
 	}
-	sh := &shipment{body: body, first: first, lines: lines, behind: len(p.queue) > 0, done: make(chan struct{})}
+	sh := &shipment{body: body, first: first, lines: lines, after: -1, lastSeq: lastSeq(body), done: make(chan struct{})}
+	if len(p.queue) > 0 {
+		sh.after = p.queue[len(p.queue)-1].lastSeq
+	}
 	go func() {
 		defer close(sh.done)
-		sh.reply, sh.err = p.s.request(p.ctx, sh.body, sh.behind)
+		sh.reply, sh.err = p.s.request(p.ctx, sh.body, sh.after)
 	}()
 	p.queue = append(p.queue, sh)
 }
@@ -309,7 +316,7 @@ func (p *pipeline) settle() {
 		// Decided before the request ahead of it landed (on another gate
 		// process, which took longer than the gate waits): now that the
 		// one ahead is answered and moved the cursor to it, send it again.
-		sh.reply, sh.err = s.request(p.ctx, sh.body, false)
+		sh.reply, sh.err = s.request(p.ctx, sh.body, -1)
 	}
 	if err := s.settle(sh.body, sh.first, sh.reply, sh.err); err != nil {
 		p.err = err
@@ -320,11 +327,27 @@ func (p *pipeline) settle() {
 	}
 }
 
-// request sends one journal request of the capsule; pipelined: one ahead
-// of it is in flight (HeaderPipelined).
-func (s *shipper) request(ctx context.Context, body []byte, pipelined bool) (JournalReply, error) {
+// request sends one journal request of the capsule; after >= 0: the one
+// ahead of it, whose last line has seq after, is in flight
+// (HeaderPipelined).
+func (s *shipper) request(ctx context.Context, body []byte, after int64) (JournalReply, error) {
 	capsule := s.meta
-	return s.c.appendJournal(ctx, s.res.RoomID, &capsule, body, pipelined)
+	return s.c.appendJournal(ctx, s.res.RoomID, &capsule, body, after)
+}
+
+// lastSeq reads the seq of the last line of body (lines ending in "\n"),
+// or -1.
+func lastSeq(body []byte) int64 {
+	ln := bytes.TrimSuffix(body, []byte{'\n'})
+	ln = ln[bytes.LastIndexByte(ln, '\n')+1:]
+	e, _ := events.ParseLine(ln, events.Location{})
+	if e == nil {
+		return -1
+	}
+	if seq, ok := e.Seq(); ok {
+		return seq
+	}
+	return -1
 }
 
 // settle takes the reply to the request whose first line is file line

@@ -17,11 +17,13 @@ const (
 	// HeaderCapsule optionally carries the capsule's capsule.json (one line
 	// of JSON) so the gate checks every entry's metadata against it.
 	HeaderCapsule = "Roompub-Capsule"
-	// HeaderPipelined ("1") marks a journal request sent while an earlier
-	// request of the same chain is still in flight (ShipOptions.Pipeline).
-	// If its first line is ahead of the chain, the gate waits a while for
-	// the chain to reach it (the request ahead may be on another gate
-	// process) and else answers OutcomeAhead instead of refusing it.
+	// HeaderPipelined marks a journal request sent while the request of
+	// the same chain ahead of it is still in flight (ShipOptions.Pipeline);
+	// its value is the seq of that request's last line (a decimal
+	// integer). The gate waits a while for the chain to get past that
+	// line (the request ahead may be on another gate process), then
+	// decides; if the chain did not get there and the first line is ahead
+	// of it, it answers OutcomeAhead instead of refusing it.
 	HeaderPipelined = "Roompub-Pipelined"
 )
 
@@ -37,8 +39,9 @@ const (
 	OutcomeSkipped   = "skipped"   // not looked at: an earlier item of the batch was refused or failed
 	OutcomeFailed    = "failed"    // not decided: the server could not be reached in time; retry
 	// OutcomeAhead: not decided: the first line of a pipelined request
-	// (HeaderPipelined) is ahead of the chain, whose next seq is in
-	// Reason; send it again once the request ahead of it is answered.
+	// (HeaderPipelined) is ahead of the chain, which did not get past the
+	// request ahead of it (its next seq is in Reason); send it again once
+	// the request ahead of it is answered.
 	OutcomeAhead = "ahead"
 )
 
