@@ -683,11 +683,13 @@ func (c *Checkpointer) follow(ctx context.Context) {
 			}
 			continue
 		}
-		if !retried && c.acked.expects.Load() != gen {
-			// The gate announced a batch since the wait was decided: what
-			// was read may be it, stored before its acknowledgement came.
-			// Decide again (once: others' messages are read on).
-			retried, gapSince, gap = true, time.Time{}, nil
+		if !retried && len(msgs) == 1 && c.acked.expects.Load() != gen {
+			// The gate announced a batch since the wait was decided: the
+			// message read may be its first, stored before its
+			// acknowledgement came. Decide again (once: others' messages
+			// are read on). A pull of a run is handled as read: dropping
+			// it would read it twice.
+			retried, gapSince = true, time.Time{}
 			continue
 		}
 		retried, gapSince = false, time.Time{}
