@@ -80,12 +80,8 @@ func (t *orderTicket) releases() bool { return t == nil || t.slot == nil || t.ho
 // chain and seq); nil when the first line does not parse.
 func (g *Gate) ticket(body []byte) *orderTicket {
 	first, _, _ := bytes.Cut(body, []byte{'\n'})
-	e, _ := events.ParseLine(first, events.Location{Line: 1})
+	e, seq := lineSeq(first)
 	if e == nil {
-		return nil
-	}
-	seq, ok := e.Seq()
-	if !ok {
 		return nil
 	}
 	t := &orderTicket{g: g, key: events.ChainKey{RunID: e.RunID(), CapsuleID: e.CapsuleID()}, seq: seq}
@@ -98,6 +94,20 @@ func (g *Gate) ticket(body []byte) *orderTicket {
 	}
 	o.held = append(o.held, t)
 	return t
+}
+
+// lineSeq parses one journal line (without its "\n") and returns the
+// entry and its seq; nil and -1 when it does not parse or has no seq.
+func lineSeq(ln []byte) (*events.Entry, int64) {
+	e, _ := events.ParseLine(ln, events.Location{})
+	if e == nil {
+		return nil, -1
+	}
+	seq, ok := e.Seq()
+	if !ok {
+		return nil, -1
+	}
+	return e, seq
 }
 
 // wait returns once no ticket of the chain with a smaller first seq is

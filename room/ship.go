@@ -339,15 +339,8 @@ func (s *shipper) request(ctx context.Context, body []byte, after int64) (Journa
 // or -1.
 func lastSeq(body []byte) int64 {
 	ln := bytes.TrimSuffix(body, []byte{'\n'})
-	ln = ln[bytes.LastIndexByte(ln, '\n')+1:]
-	e, _ := events.ParseLine(ln, events.Location{})
-	if e == nil {
-		return -1
-	}
-	if seq, ok := e.Seq(); ok {
-		return seq
-	}
-	return -1
+	_, seq := lineSeq(ln[bytes.LastIndexByte(ln, '\n')+1:])
+	return seq
 }
 
 // settle takes the reply to the request whose first line is file line
