@@ -58,21 +58,29 @@ func LiveFeed(v *validate.Validator, s Subjects, t *checkpoint.Trust) (feed func
 	r := NewReader(v, s)
 	r.trustPublishers(t)
 	r.startLive(followMaxRun, func(*Event, *SetAside) {})
+	feed, step := feedVerdicts(r)
+	return feed, func() []Verdict { return step(r.idle) }
+}
+
+// feedVerdicts returns a function that feeds one message to r as the
+// readers do, and one that runs another step of r's (idle, finish); each
+// returns the verdicts the call let out, in stream order.
+func feedVerdicts(r *Reader) (feed func(StreamMsg) []Verdict, step func(func(collect func(*Event, *SetAside))) []Verdict) {
 	var out []Verdict
 	collect := func(ev *Event, a *SetAside) { out = append(out, Verdict{ev, a}) }
+	step = func(do func(collect func(*Event, *SetAside))) []Verdict {
+		out = nil
+		do(collect)
+		return out
+	}
 	feed = func(m StreamMsg) []Verdict {
-		out = nil
-		var x prepared
-		r.prepare(&x, m, nil)
-		r.feed(&x, true, collect)
-		return out
+		return step(func(collect func(*Event, *SetAside)) {
+			var x prepared
+			r.prepare(&x, m, nil)
+			r.feed(&x, true, collect)
+		})
 	}
-	idle = func() []Verdict {
-		out = nil
-		r.idle(collect)
-		return out
-	}
-	return feed, idle
+	return feed, step
 }
 
 // FollowMaxRun is the largest batch Follow holds back until it is whole.
@@ -84,25 +92,15 @@ const FollowMaxRun = followMaxRun
 func AuditFeed(v *validate.Validator, s Subjects, t *checkpoint.Trust) (feed func(StreamMsg) []Verdict, end func() []Verdict) {
 	r := NewReader(v, s)
 	r.trustPublishers(t)
-	var out []Verdict
-	collect := func(ev *Event, a *SetAside) { out = append(out, Verdict{ev, a}) }
-	feed = func(m StreamMsg) []Verdict {
-		out = nil
-		var x prepared
-		r.prepare(&x, m, nil)
-		r.feed(&x, true, collect)
-		return out
-	}
+	feed, step := feedVerdicts(r)
 	end = func() []Verdict {
-		out = nil
-		r.finish(true, collect)
-		return out
+		return step(func(collect func(*Event, *SetAside)) { r.finish(true, collect) })
 	}
 	return feed, end
 }
 
 // SetAheadWait sets how long a pipelined request waits for the chain to
-// reach its first line, and returns a func that restores it.
+// get past the request ahead of it, and returns a func that restores it.
 func SetAheadWait(d time.Duration) (restore func()) {
 	old := aheadWait
 	aheadWait = d
