@@ -38,16 +38,7 @@ func TestAttestedBatchOneSignature(t *testing.T) {
 	good := a.entries(es[:10]...)        // one batch of 10
 	good = append(good, a.entry(es[10])) // one batch of 1
 
-	// Another chain's batch of 4, signed as the publisher made it, stored
-	// with message 2 replaced by another sound entry for its position.
-	other, _ := journal(t, "run-x", "cap-x", 4)
-	ms := make([]attMsg, 4)
-	for i, en := range other {
-		ms[i] = a.entryMsg(en)
-	}
-	hs := a.sign(ms)
-	ms[2].data = forkOf(t, other[2]).Canonical()
-	replaced := a.append(ms, hs)
+	replaced := a.replacedBatch(t)
 
 	rep, err := room.Audit(t.Context(), e.js, room.AuditOptions{Validator: e.v, Trust: trusting(t, pub)})
 	if err != nil {
@@ -93,14 +84,7 @@ func TestAttestedBatchCheckpointMismatch(t *testing.T) {
 	a := newAttestor(t, e.js, pub, attRoom)
 	es, _ := journal(t, "run-m", "cap-m", 20)
 	a.entries(es[:6]...)
-	other, _ := journal(t, "run-x", "cap-x", 4)
-	ms := make([]attMsg, 4)
-	for i, en := range other {
-		ms[i] = a.entryMsg(en)
-	}
-	hs := a.sign(ms)
-	ms[2].data = forkOf(t, other[2]).Canonical()
-	replaced := a.append(ms, hs)
+	replaced := a.replacedBatch(t)
 	a.entries(es[6:12]...)
 	a.checkpointOf(9, mustRootAt(t, a.tree, 9), a.signer) // inside the batch of entries 6-11
 	a.entries(es[12:20]...)
@@ -148,11 +132,11 @@ func TestAttestedBatchCheckpointMismatch(t *testing.T) {
 	e3 := newEnv(t)
 	c := newAttestor(t, e3.js, pub, attRoom)
 	c.entries(es[:6]...)
-	ms = make([]attMsg, 6)
+	ms := make([]attMsg, 6)
 	for i, en := range es[6:12] {
 		ms[i] = c.entryMsg(en)
 	}
-	hs = c.sign(ms)
+	hs := c.sign(ms)
 	for _, m := range ms[:3] {
 		c.leaf(checkpoint.LeafHash(attRoom, m.subject, checkpoint.ContentHash(m.data)))
 	}
@@ -529,4 +513,19 @@ func FuzzAttestedBatches(f *testing.F) {
 			t.Fatalf("audit %v\nfollow %v", ao, fo)
 		}
 	})
+}
+
+// replacedBatch appends another chain's batch of 4 (run-x/cap-x), signed
+// as the publisher made it, stored with message 2 replaced by another
+// sound entry for its position; it returns the batch's stream seqs.
+func (a *attestor) replacedBatch(t *testing.T) []uint64 {
+	t.Helper()
+	other, _ := journal(t, "run-x", "cap-x", 4)
+	ms := make([]attMsg, 4)
+	for i, en := range other {
+		ms[i] = a.entryMsg(en)
+	}
+	hs := a.sign(ms)
+	ms[2].data = forkOf(t, other[2]).Canonical()
+	return a.append(ms, hs)
 }
