@@ -103,35 +103,8 @@ func (k publisherKey) noKeyMaterial(t *testing.T, what string, texts ...string) 
 // it serves, and stops it (SIGTERM, exit 0 expected) when the test ends.
 func startKeyed(t *testing.T, store string, key publisherKey, extra ...string) *server {
 	t.Helper()
-	s := &server{t: t, store: store, log: &syncBuffer{}, exited: make(chan struct{})}
-	args := append([]string{"serve", "--listen", "127.0.0.1:-1", "--store-dir", store, "--trusted-host", trustedHost,
-		"--publisher-key", key.file}, extra...)
-	s.cmd = exec.Command(publisher, args...)
-	s.cmd.Dir = root
-	s.cmd.Env = childEnv()
-	s.cmd.Stdout, s.cmd.Stderr = s.log, s.log
-	if err := s.cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	go func() {
-		_ = s.cmd.Wait()
-		close(s.exited)
-	}()
-	t.Cleanup(s.stop)
-	deadline := time.After(20 * time.Second)
-	for {
-		if m := servingRE.FindStringSubmatch(s.log.String()); m != nil {
-			s.url = m[1]
-			return s
-		}
-		select {
-		case <-s.exited:
-			t.Fatalf("publisher serve exited with %d before serving:\n%s", s.cmd.ProcessState.ExitCode(), s.log)
-		case <-deadline:
-			t.Fatalf("publisher serve did not say it serves within 20s:\n%s", s.log)
-		case <-time.After(20 * time.Millisecond):
-		}
-	}
+	return startServe(t, store, true, append([]string{"--listen", "127.0.0.1:-1", "--store-dir", store, "--trusted-host", trustedHost,
+		"--publisher-key", key.file}, extra...)...)
 }
 
 // ckArgs are a subscriber command's connection and trust flags: the

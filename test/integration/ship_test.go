@@ -89,11 +89,22 @@ func startServer(t *testing.T, store string) *server {
 // startServerOn is startServer listening on listen.
 func startServerOn(t *testing.T, store, listen string) *server {
 	t.Helper()
+	return startServe(t, store, false, "--listen", listen, "--store-dir", store, "--trusted-host", trustedHost)
+}
+
+// startServe starts `publisher serve args...` with its store in store
+// (stderr in s.log, and stdout too with stdout), waits until it serves,
+// and stops it (SIGTERM) when the test ends.
+func startServe(t *testing.T, store string, stdout bool, args ...string) *server {
+	t.Helper()
 	s := &server{t: t, store: store, log: &syncBuffer{}, exited: make(chan struct{})}
-	s.cmd = exec.Command(publisher, "serve", "--listen", listen, "--store-dir", store, "--trusted-host", trustedHost)
+	s.cmd = exec.Command(publisher, append([]string{"serve"}, args...)...)
 	s.cmd.Dir = root
 	s.cmd.Env = childEnv()
 	s.cmd.Stderr = s.log
+	if stdout {
+		s.cmd.Stdout = s.log
+	}
 	if err := s.cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
