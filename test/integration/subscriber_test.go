@@ -609,24 +609,11 @@ func TestSubscriberFollowSetsAside(t *testing.T) {
 		t.Errorf("record event: %+v", rec)
 	}
 
-	q, err := os.ReadFile(qpath)
+	q, err := os.ReadFile(qpath) // compared after the restart below
 	if err != nil {
 		t.Fatal(err)
 	}
-	var got []subWant
-	for _, l := range strings.Split(strings.TrimSuffix(string(q), "\n"), "\n") {
-		var s struct {
-			Seq     uint64 `json:"stream_seq"`
-			Code    string `json:"code"`
-			Subject string `json:"subject"`
-			Reason  string `json:"reason"`
-		}
-		if err := json.Unmarshal([]byte(l), &s); err != nil || s.Reason == "" {
-			t.Fatalf("set-aside line %q: %v", l, err)
-		}
-		got = append(got, subWant{s.Seq, s.Code, s.Subject})
-	}
-	if !slices.Equal(got, bad) {
+	if got := setAsides(t, qpath); !slices.Equal(got, bad) {
 		t.Errorf("set-aside list\n got %v\nwant %v", got, bad)
 	}
 	for _, w := range bad {
