@@ -179,14 +179,6 @@ func (r ckReport) facts(t *testing.T, roomID string) int {
 	return -1
 }
 
-// roomMsg is one message of a room as stored.
-type roomMsg struct {
-	seq     uint64
-	subject string
-	data    []byte
-	header  nats.Header
-}
-
 // readRoom returns every message on the room's subjects (checkpoints
 // included), in stream order, with headers.
 func (in *inspector) readRoom(roomID string) []roomMsg {
@@ -202,33 +194,7 @@ func (in *inspector) readRoom(roomID string) []roomMsg {
 	for _, n := range info.State.Subjects {
 		want += n
 	}
-	cons, err := in.stream.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{FilterSubjects: []string{filter}})
-	if err != nil {
-		in.t.Fatal(err)
-	}
-	var out []roomMsg
-	for uint64(len(out)) < want {
-		batch, err := cons.Fetch(int(min(want-uint64(len(out)), 500)), jetstream.FetchMaxWait(5*time.Second))
-		if err != nil {
-			in.t.Fatal(err)
-		}
-		n := 0
-		for m := range batch.Messages() {
-			meta, err := m.Metadata()
-			if err != nil {
-				in.t.Fatal(err)
-			}
-			out = append(out, roomMsg{seq: meta.Sequence.Stream, subject: m.Subject(), data: m.Data(), header: m.Headers()})
-			n++
-		}
-		if batch.Error() != nil {
-			in.t.Fatal(batch.Error())
-		}
-		if n == 0 {
-			in.t.Fatalf("read %d of %d messages of %s", len(out), want, roomID)
-		}
-	}
-	return out
+	return in.fetchAll(filter, int(want))
 }
 
 // expectedRoot is the RFC 6962 root over the room's messages except the
@@ -313,16 +279,7 @@ func forkOf(t *testing.T, line []byte) []byte {
 	if err != nil {
 		t.Fatal(err)
 	}
-	m := map[string]any{}
-	for k, v := range e.Object() {
-		m[k] = v
-	}
-	m["payload"] = map[string]any{"tool": "bash", "status": "forked"}
-	f, err := events.NewEntry(m)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return f.Canonical()
+	return subForkOf(t, e).Canonical()
 }
 
 // TestCheckpointForgedContinuation: a writer with publish rights but

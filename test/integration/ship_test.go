@@ -332,13 +332,35 @@ func (in *inspector) read(subject string) []storedMsg {
 	if want == 0 {
 		return nil
 	}
+	var out []storedMsg
+	for _, m := range in.fetchAll(subject, want) {
+		if m.subject != subject {
+			in.t.Fatalf("message on %s, want %s", m.subject, subject)
+		}
+		out = append(out, storedMsg{seq: m.seq, data: m.data})
+	}
+	return out
+}
+
+// roomMsg is one message as stored.
+type roomMsg struct {
+	seq     uint64
+	subject string
+	data    []byte
+	header  nats.Header
+}
+
+// fetchAll reads want messages on filter, in stream order, with an
+// ordered consumer; fewer than want is fatal.
+func (in *inspector) fetchAll(filter string, want int) []roomMsg {
+	in.t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	cons, err := in.stream.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{FilterSubjects: []string{subject}})
+	cons, err := in.stream.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{FilterSubjects: []string{filter}})
 	if err != nil {
 		in.t.Fatal(err)
 	}
-	var out []storedMsg
+	var out []roomMsg
 	for len(out) < want {
 		batch, err := cons.Fetch(min(want-len(out), 1000), jetstream.FetchMaxWait(5*time.Second))
 		if err != nil {
@@ -350,17 +372,14 @@ func (in *inspector) read(subject string) []storedMsg {
 			if err != nil {
 				in.t.Fatal(err)
 			}
-			if m.Subject() != subject {
-				in.t.Fatalf("message on %s, want %s", m.Subject(), subject)
-			}
-			out = append(out, storedMsg{seq: meta.Sequence.Stream, data: m.Data()})
+			out = append(out, roomMsg{seq: meta.Sequence.Stream, subject: m.Subject(), data: m.Data(), header: m.Headers()})
 			n++
 		}
 		if batch.Error() != nil {
 			in.t.Fatal(batch.Error())
 		}
 		if n == 0 {
-			in.t.Fatalf("read %d of %d messages on %s", len(out), want, subject)
+			in.t.Fatalf("read %d of %d messages on %s", len(out), want, filter)
 		}
 	}
 	return out

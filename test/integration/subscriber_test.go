@@ -286,6 +286,8 @@ func subScenario(t *testing.T, r *subRooms) (good []uint64, bad []subWant) {
 	}
 }
 
+// subForkOf returns an entry at e's chain position with another payload:
+// well formed and hash-chained to e's parent.
 func subForkOf(t *testing.T, e *events.Entry) *events.Entry {
 	t.Helper()
 	m := map[string]any{}
