@@ -85,33 +85,26 @@ func newGateBenchEnvWith(b *testing.B, attest bool) *gateBenchEnv {
 			b.Fatal(err)
 		}
 		gopts.PublisherKey = pub
-		if os.Getenv("ROOMPUB_BENCH_NO_CHECKPOINTER") != "" {
-			// Attestations only: what signing costs alone.
-			if be.gate, err = room.NewGate(context.Background(), be.nc, gopts); err != nil {
+		// ROOMPUB_BENCH_NO_CHECKPOINTER: attestations only, what signing
+		// costs alone.
+		if os.Getenv("ROOMPUB_BENCH_NO_CHECKPOINTER") == "" {
+			ckNC, err := nats.Connect(srv.ClientURL())
+			if err != nil {
 				b.Fatal(err)
 			}
-			if be.svc, err = room.StartService(be.nc, be.gate, room.ServiceOptions{Concurrency: benchConcurrency()}); err != nil {
+			// Serve's defaults: every 10,000 leaves or 10s.
+			ckp, err := room.StartCheckpointer(context.Background(), ckNC, room.CheckpointerOptions{Key: pub})
+			if err != nil {
 				b.Fatal(err)
 			}
-			be.client = room.NewClient(be.nc, room.ClientOptions{})
-			return be
+			b.Cleanup(func() {
+				ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+				defer cancel()
+				_ = ckp.Stop(ctx)
+				ckNC.Close()
+			})
+			gopts.Attested = ckp
 		}
-		ckNC, err := nats.Connect(srv.ClientURL())
-		if err != nil {
-			b.Fatal(err)
-		}
-		// Serve's defaults: every 10,000 leaves or 10s.
-		ckp, err := room.StartCheckpointer(context.Background(), ckNC, room.CheckpointerOptions{Key: pub})
-		if err != nil {
-			b.Fatal(err)
-		}
-		b.Cleanup(func() {
-			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-			defer cancel()
-			_ = ckp.Stop(ctx)
-			ckNC.Close()
-		})
-		gopts.PublisherKey, gopts.Attested = pub, ckp
 	}
 	if be.gate, err = room.NewGate(context.Background(), be.nc, gopts); err != nil {
 		b.Fatal(err)
