@@ -1,6 +1,7 @@
 package room
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -159,4 +160,72 @@ func (c *Client) AppendRecord(ctx context.Context, raw []byte) (RecordReply, err
 	var r RecordReply
 	err := c.request(ctx, "execution", nil, raw, &r)
 	return r, err
+}
+
+// AppendRecords sends execution records (each any JSON formatting) through
+// the records endpoint, up to DefaultRecordsPerRequest in one request, and
+// returns one reply per record, in order, with Item.Index its position in
+// raws. The gate decides them in order, as AppendRecord one after another
+// would, storing each as its own message (Gate.AppendRecords). A record
+// that is not JSON, or too large to share a request, is sent alone with
+// AppendRecord, so it gets the refusal (or the store) it gets there.
+//
+// Errors: a request-level error (*ServiceError, or one wrapping
+// ErrUnavailable) ends the call; the replies of the requests answered
+// before it are returned with it, and the records from len(replies) on
+// were not answered (send them again: a record already stored is answered
+// duplicate).
+func (c *Client) AppendRecords(ctx context.Context, raws [][]byte) ([]RecordReply, error) {
+	out := make([]RecordReply, 0, len(raws))
+	maxBody := int(c.nc.MaxPayload())
+	var body, line bytes.Buffer
+	n, first := 0, 0 // records in body, and the index of its first
+	flush := func() error {
+		if n == 0 {
+			return nil
+		}
+		var r RecordsReply
+		if err := c.request(ctx, "records", nil, body.Bytes(), &r); err != nil {
+			return err
+		}
+		if len(r.Records) != n {
+			return fmt.Errorf("%s.records: %d replies for %d records", c.prefix, len(r.Records), n)
+		}
+		for i := range r.Records {
+			r.Records[i].Item.Index = first + i
+		}
+		out = append(out, r.Records...)
+		body.Reset()
+		n = 0
+		return nil
+	}
+	for i, raw := range raws {
+		line.Reset()
+		// One record per line: compacting keeps every token as it is, so
+		// the gate decides the same record.
+		if err := json.Compact(&line, raw); err != nil || line.Len()+1 > maxBody {
+			if err := flush(); err != nil {
+				return out, err
+			}
+			r, err := c.AppendRecord(ctx, raw)
+			if err != nil {
+				return out, err
+			}
+			r.Item.Index = i
+			out = append(out, r)
+			continue
+		}
+		if n == DefaultRecordsPerRequest || body.Len()+line.Len()+1 > maxBody {
+			if err := flush(); err != nil {
+				return out, err
+			}
+		}
+		if n == 0 {
+			first = i
+		}
+		body.Write(line.Bytes())
+		body.WriteByte('\n')
+		n++
+	}
+	return out, flush()
 }

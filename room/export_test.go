@@ -130,3 +130,7 @@ func (c *Checkpointer) SetAckedMax(n int) {
 // that follow did not take from memory (no room for them, or read from the
 // stream first).
 func (c *Checkpointer) AckedSkipped() uint64 { return c.acked.skipped.Load() }
+
+// PresignedUsed is how many records g stored with the attestation
+// AppendRecords signed ahead of their store.
+func (g *Gate) PresignedUsed() uint64 { return g.presignedUsed.Load() }

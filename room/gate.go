@@ -119,15 +119,18 @@ const (
 // A Gate is safe for concurrent use; several gates, in one process or many,
 // may serve one stream.
 type Gate struct {
-	js       jetstream.JetStream
-	nc       *nats.Conn
-	stream   jetstream.Stream
-	subjects Subjects
-	v        *validate.Validator
-	log      *zap.Logger
-	obs      Observer
-	timeout  time.Duration
-	attempts int
+	// presignedUsed counts records stored with the attestation
+	// AppendRecords's checker signed ahead (tests read it).
+	presignedUsed atomic.Uint64
+	js            jetstream.JetStream
+	nc            *nats.Conn
+	stream        jetstream.Stream
+	subjects      Subjects
+	v             *validate.Validator
+	log           *zap.Logger
+	obs           Observer
+	timeout       time.Duration
+	attempts      int
 
 	maxBatch atomic.Int64  // messages per atomic batch (halved if the server says too large)
 	inflight chan struct{} // one token per atomic batch open

@@ -321,6 +321,42 @@ func BenchmarkClientRecord(b *testing.B) {
 	cpu.report(b, b.N, "record")
 }
 
+// BenchmarkClientRecords is BenchmarkClientRecord through
+// Client.AppendRecords: the same records, 1,000 per call (four requests),
+// per record.
+func BenchmarkClientRecords(b *testing.B) {
+	be := newGateBenchEnv(b)
+	ctx := context.Background()
+	const perCall = 1000
+	b.ReportAllocs()
+	var cpu cpuMeter
+	done := 0
+	for done < b.N {
+		n := min(perCall, b.N-done)
+		b.StopTimer()
+		recs := be.gateBenchRecords(b, done, n)
+		raws := make([][]byte, n)
+		for i, rec := range recs {
+			raws[i] = rec.Canonical()
+		}
+		cpu.start()
+		b.StartTimer()
+		replies, err := be.client.AppendRecords(ctx, raws)
+		b.StopTimer()
+		cpu.stop()
+		if err != nil || len(replies) != n {
+			b.Fatalf("%v: %d replies", err, len(replies))
+		}
+		for _, r := range replies {
+			if r.Item.Outcome != room.OutcomeStored {
+				b.Fatalf("%+v", r)
+			}
+		}
+		done += n
+	}
+	cpu.report(b, b.N, "record")
+}
+
 // BenchmarkRawRecord is the raw yardstick for BenchmarkClientRecord: one
 // synchronous publish with the headers the gate sets.
 func BenchmarkRawRecord(b *testing.B) {

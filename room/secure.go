@@ -309,7 +309,7 @@ func (o SecureOptions) perms(role Role, inboxPrefix string) permSet {
 		deny := append([]string{rooms}, streamAdmin...)
 		if o.SolverHead {
 			allow = append(allow, svc+".head")
-			deny = append(deny, svc+".journal", svc+".execution")
+			deny = append(deny, svc+".journal", svc+".execution", svc+".records")
 		} else {
 			deny = append(deny, svc+".>")
 		}

@@ -592,7 +592,7 @@ func secureMatrix(t *testing.T, p *securePlace) {
 	})
 
 	t.Run("the solver does not append through the ingest service", func(t *testing.T) {
-		endpoints := []string{"journal", "execution"}
+		endpoints := []string{"journal", "execution", "records"}
 		if !id.opts.SolverHead {
 			endpoints = append(endpoints, "head")
 		}
@@ -773,7 +773,7 @@ func TestSecurePushConsumerDelivery(t *testing.T) {
 	t.Logf("push consumer delivering onto rooms.secure.exec: %v", err)
 	// Onto the message delete API (entries carry "seq") and the ingest
 	// service: the server publishes there, and nothing changes.
-	for _, deliver := range []string{"$JS.API.STREAM.MSG.DELETE." + room.DefaultStream, "$JS.API.STREAM.PURGE." + room.DefaultStream, "roompub.v1.execution", "roompub.v1.journal"} {
+	for _, deliver := range []string{"$JS.API.STREAM.MSG.DELETE." + room.DefaultStream, "$JS.API.STREAM.PURGE." + room.DefaultStream, "roompub.v1.execution", "roompub.v1.records", "roompub.v1.journal"} {
 		name := strings.NewReplacer("$", "", ".", "-").Replace(deliver)
 		if _, err := st.CreatePushConsumer(ctx, jetstream.ConsumerConfig{Durable: name, DeliverSubject: deliver, AckPolicy: jetstream.AckNonePolicy}); err != nil {
 			t.Fatalf("push consumer onto %s: %v", deliver, err)
@@ -782,7 +782,7 @@ func TestSecurePushConsumerDelivery(t *testing.T) {
 	// Give every consumer time to deliver the whole stream where the
 	// server finds interest on its deliver subject.
 	time.Sleep(3 * time.Second)
-	for _, deliver := range []string{"$JS.API.STREAM.MSG.DELETE." + room.DefaultStream, "$JS.API.STREAM.PURGE." + room.DefaultStream, "roompub.v1.execution", "roompub.v1.journal"} {
+	for _, deliver := range []string{"$JS.API.STREAM.MSG.DELETE." + room.DefaultStream, "$JS.API.STREAM.PURGE." + room.DefaultStream, "roompub.v1.execution", "roompub.v1.records", "roompub.v1.journal"} {
 		name := strings.NewReplacer("$", "", ".", "-").Replace(deliver)
 		c, err := st.PushConsumer(ctx, name)
 		if err != nil {

@@ -1,6 +1,7 @@
 package room
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -25,7 +26,8 @@ var semver = regexp.MustCompile(`^v?(0|[1-9]\d*)\.(0|[1-9]\d*)\.(0|[1-9]\d*)(-[0
 // ServiceOptions configures the ingest service.
 type ServiceOptions struct {
 	// Prefix is the endpoints' subject prefix; default DefaultServicePrefix.
-	// Endpoints: <prefix>.journal, <prefix>.execution, <prefix>.head.
+	// Endpoints: <prefix>.journal, <prefix>.execution, <prefix>.records,
+	// <prefix>.head.
 	Prefix string
 	// Version is reported by `nats micro info`; anything that is not
 	// SemVer (a development build) is reported as "0.0.0-dev".
@@ -56,6 +58,8 @@ type Service struct {
 	wg   sync.WaitGroup
 	ctx  context.Context
 	stop context.CancelFunc
+	// maxPayload is the server's max payload, in bytes: the largest reply.
+	maxPayload int
 }
 
 // StartService registers the ingest service on nc.
@@ -73,7 +77,7 @@ func StartService(nc *nats.Conn, gate *Gate, o ServiceOptions) (*Service, error)
 	if o.PendingBytes <= 0 {
 		o.PendingBytes = DefaultPendingBytes
 	}
-	s := &Service{gate: gate, log: o.Logger, sem: make(chan struct{}, o.Concurrency)}
+	s := &Service{gate: gate, log: o.Logger, sem: make(chan struct{}, o.Concurrency), maxPayload: int(nc.MaxPayload())}
 	if s.log == nil {
 		s.log = zap.NewNop()
 	}
@@ -97,6 +101,7 @@ func StartService(nc *nats.Conn, gate *Gate, o ServiceOptions) (*Service, error)
 	}{
 		{"journal", s.handleJournal, true, "journal lines of one chain (body: journal.ndjson bytes; header " + HeaderRoom + ")"},
 		{"execution", s.handleExecution, false, "one execution record (body: JSON)"},
+		{"records", s.handleRecords, false, "execution records, one per line, decided in order (body: one JSON record per line)"},
 		{"head", s.handleHead, false, "where a chain stands (body: {\"run_id\",\"capsule_id\"})"},
 	} {
 		if err := grp.AddEndpoint(ep.name, s.async(ep.h, ep.ordered), micro.WithEndpointMetadata(map[string]string{"description": ep.doc}),
@@ -186,6 +191,11 @@ func (s *Service) respond(req micro.Request, v any) {
 	// segmentio/encoding/json writes the same bytes as encoding/json for every reply
 	// type (TestReplyJSON), about 4× faster for a 1,000-item journal reply.
 	body, err := fastjson.Marshal(v)
+	s.send(req, body, err)
+}
+
+// send sends body, a reply respond encoded (err: the encoding's error).
+func (s *Service) send(req micro.Request, body []byte, err error) {
 	if err == nil {
 		err = req.Respond(body)
 	}
@@ -280,6 +290,46 @@ func (s *Service) handleExecution(req micro.Request, _ *orderTicket) {
 		s.log.Info("refused", zap.String("kind", KindExecution), zap.String("room", reply.RoomID), zap.String("code", string(reply.Item.Code)), zap.String("reason", reply.Item.Reason))
 	}
 	s.respond(req, reply)
+}
+
+func (s *Service) handleRecords(req micro.Request, _ *orderTicket) {
+	body := req.Data()
+	body = bytes.TrimSuffix(body, []byte("\n"))
+	if len(body) == 0 {
+		s.respondError(req, "400", events.BadRequest, "no records: the body is one execution record per line")
+		return
+	}
+	if n := bytes.Count(body, []byte("\n")) + 1; n > MaxBatchRecords {
+		s.respondError(req, "400", events.BadRequest, fmt.Sprintf("%d records: at most %d per request", n, MaxBatchRecords))
+		return
+	}
+	replies := s.gate.AppendRecords(s.ctx, bytes.Split(body, []byte("\n")))
+	reply := RecordsReply{Records: replies}
+	for _, r := range replies {
+		switch r.Item.Outcome {
+		case OutcomeStored:
+			reply.Stored++
+		case OutcomeDuplicate:
+			reply.Dupes++
+		case OutcomeRefused:
+			reply.Refused++
+			s.log.Info("refused", zap.String("kind", KindExecution), zap.String("room", r.RoomID), zap.String("code", string(r.Item.Code)), zap.Int("record", r.Item.Index), zap.String("reason", r.Item.Reason))
+		case OutcomeSkipped:
+			reply.Skipped++
+		default:
+			reply.Failures++
+		}
+	}
+	body, err := fastjson.Marshal(reply)
+	if err == nil && len(body) > s.maxPayload {
+		// Too long to send whole: the first problem of each refusal is in
+		// its item already; the lists go.
+		for i := range reply.Records {
+			reply.Records[i].Item.Problems = nil
+		}
+		body, err = fastjson.Marshal(reply)
+	}
+	s.send(req, body, err)
 }
 
 // chainID is the envelope's run_id and capsule_id pattern (seed 000).

@@ -31,6 +31,16 @@ const (
 // fits in a message; a longer shipment is sent as several requests.
 const MaxBatchLines = 1000
 
+// MaxBatchRecords bounds the records of one records request. Client
+// sends at most DefaultRecordsPerRequest.
+const MaxBatchRecords = 1000
+
+// DefaultRecordsPerRequest is how many records Client.AppendRecords puts
+// in one request: a reply of that many refused records, each with a few
+// problems, still fits in the default 1 MiB max payload; each request
+// takes about as long as that many synchronous stores.
+const DefaultRecordsPerRequest = 256
+
 // Item outcomes in a reply.
 const (
 	OutcomeStored    = "stored"    // appended now, at StreamSeq
@@ -93,6 +103,20 @@ type JournalReply struct {
 type RecordReply struct {
 	RoomID string     `json:"room,omitempty"`
 	Item   ItemResult `json:"item"`
+}
+
+// RecordsReply answers a records request: one RecordReply per record of
+// the body, in order (Item.Index is the record's line, from 0), then the
+// counts of each outcome. When the whole reply would exceed the server's
+// max payload, refused items carry only their first problem (Item.Code,
+// Item.At, Item.Reason) and no Problems list.
+type RecordsReply struct {
+	Records  []RecordReply `json:"records"`
+	Stored   int           `json:"stored"`
+	Dupes    int           `json:"duplicates"`
+	Refused  int           `json:"refused"`
+	Skipped  int           `json:"skipped"`
+	Failures int           `json:"failed"`
 }
 
 // HeadRequest asks where a chain stands; the reply (ChainHead) names the

@@ -256,6 +256,8 @@ func (c *executionCmd) Run(s *streams) error {
 	defer nc.Close()
 	client := room.NewClient(nc, room.ClientOptions{Timeout: c.Timeout})
 	var refused, failed int
+	var files []string // the files read, in order, and their bytes
+	var raws [][]byte
 	for _, f := range c.Files {
 		raw, err := os.ReadFile(f)
 		if err != nil {
@@ -263,23 +265,22 @@ func (c *executionCmd) Run(s *streams) error {
 			failed++
 			continue
 		}
-		reply, err := client.AppendRecord(ctx, raw)
-		if err != nil {
-			failed++
-			fmt.Fprintf(s.err, "publisher: %s: %v\n", f, err)
-			if errors.Is(err, room.ErrUnavailable) {
-				break
-			}
-			continue
-		}
-		it := reply.Item
-		if it.Outcome == room.OutcomeRefused {
+		files, raws = append(files, f), append(raws, raw)
+	}
+	// The gate decides them in this order, several per request.
+	replies, err := client.AppendRecords(ctx, raws)
+	for i, reply := range replies {
+		switch reply.Item.Outcome {
+		case room.OutcomeRefused:
 			refused++
-		}
-		if it.Outcome == room.OutcomeFailed {
+		case room.OutcomeFailed, room.OutcomeSkipped:
 			failed++
 		}
-		printRecord(s.out, c.JSON, f, reply)
+		printRecord(s.out, c.JSON, files[i], reply)
+	}
+	if err != nil {
+		failed += len(raws) - len(replies)
+		fmt.Fprintf(s.err, "publisher: %s and the %d files after it: %v\n", files[len(replies)], len(raws)-len(replies)-1, err)
 	}
 	switch {
 	case failed > 0:
@@ -310,6 +311,8 @@ func printRecord(w io.Writer, asJSON bool, file string, r room.RecordReply) {
 			p.At.File = file
 			fmt.Fprintf(w, "          %s\n", p.String())
 		}
+	case room.OutcomeSkipped:
+		fmt.Fprintf(w, "SKIPPED   %s: %s\n", file, it.Reason)
 	default:
 		fmt.Fprintf(w, "FAILED    %s: %s\n", file, it.Reason)
 	}

@@ -67,18 +67,22 @@ func (b *bench) records() (*result, error) {
 			return side{}, err
 		}
 		s := side{bytes: size}
+		raws := make([][]byte, len(recs))
+		for i, rec := range recs {
+			raws[i] = rec.Canonical()
+		}
 		start := time.Now()
-		for _, rec := range recs {
-			reply, err := b.client.AppendRecord(b.ctx, rec.Canonical())
-			if err != nil {
-				return s, fmt.Errorf("roompub record %d: %w", s.n, err)
-			}
+		replies, err := b.client.AppendRecords(b.ctx, raws)
+		s.dur = time.Since(start)
+		for _, reply := range replies {
 			if reply.Item.Outcome != room.OutcomeStored {
 				return s, fmt.Errorf("roompub record %d: %s %s %s", s.n, reply.Item.Outcome, reply.Item.Code, reply.Item.Reason)
 			}
 			s.n++
 		}
-		s.dur = time.Since(start)
+		if err != nil {
+			return s, fmt.Errorf("roompub record %d: %w", s.n, err)
+		}
 		return s, nil
 	})
 	if err != nil {

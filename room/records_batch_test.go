@@ -1,0 +1,271 @@
+package room_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"math/rand/v2"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/roompub/roompub/events"
+	"github.com/roompub/roompub/room"
+	"github.com/roompub/roompub/validate"
+)
+
+// TestRecordsEquivalence holds Gate.AppendRecords (records checked ahead
+// of their store on a second goroutine, attestations signed ahead at a
+// foreseen position) against the oracle of TestRecordEquivalence
+// (AppendRecordCatchingUp, one record at a time). Two attesting gates get
+// random groups of 1 to 12 records from one pool (repeats, idempotency and
+// run conflicts, unknown outcomes, two rooms, a record that is not JSON, a
+// record changed after it was signed); the oracle's two gates get the same records, one at a
+// time, in the same order: the same replies, the same streams, and a
+// trusting audit of the attested stream finds every record's attestation
+// sound, those signed ahead and those signed again because another gate's
+// appends moved the room's count.
+func TestRecordsEquivalence(t *testing.T) {
+	for seed := range uint64(3) {
+		t.Run(fmt.Sprint("seed ", seed), func(t *testing.T) {
+			rng := rand.New(rand.NewPCG(seed, 8))
+			fast, oracle := newEnv(t), newEnv(t)
+			pub := newPublisherKey(t)
+			fg := [2]*room.Gate{fast.attestingGate(fast.connect(), pub, nil, room.GateOptions{}),
+				fast.attestingGate(fast.connect(), pub, nil, room.GateOptions{})}
+			ov, err := validate.New(validate.WithTrustedHosts(fast.key.NodeID()))
+			if err != nil {
+				t.Fatal(err)
+			}
+			var og [2]*room.Gate
+			for i := range og {
+				if og[i], err = room.NewGate(t.Context(), oracle.connect(), room.GateOptions{Validator: ov}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			base := referenceRecord(t, "verified.json")
+			d1 := "oA28VKhsifc4ODhCXQhTYA5qikyleR46w0_GrRwpce1"
+			var pool [][]byte
+			for i := range 60 {
+				changes := map[string]any{
+					"room/id":         []string{"room:rd", "room:rd", "room:rd2"}[rng.IntN(3)],
+					"idempotency/key": fmt.Sprint("key-", rng.IntN(14)),
+					"run/ref":         fmt.Sprint("operator-task-run:r", rng.IntN(14)),
+					"recorded-at":     fmt.Sprintf("2026-09-25T12:%02d:00Z", i),
+				}
+				if rng.IntN(4) == 0 {
+					changes["outcome"] = "unknown"
+				}
+				if k := rng.IntN(6); k > 0 {
+					d := d1[:len(d1)-1] + fmt.Sprint(k)
+					changes["decision/ref"] = "corpus-experiment-chair-decision:sha256:" + d
+					changes["decision/digest"] = "sha256:" + d
+				}
+				pool = append(pool, fast.sign(base, changes).Canonical())
+			}
+			forged := bytes.Replace(pool[0], []byte(`"2026-09-25T12:00:00Z"`), []byte(`"2026-09-25T13:00:00Z"`), 1)
+			pool = append(pool, []byte(`{"room/id": "room:rd",`), forged)
+			outcomes := map[string]int{}
+			codes := map[events.Code]int{}
+			for sent := 0; sent < 150; {
+				group := make([][]byte, 1+rng.IntN(12))
+				for j := range group {
+					group[j] = pool[rng.IntN(len(pool))]
+				}
+				i := rng.IntN(2)
+				got := fg[i].AppendRecords(t.Context(), group)
+				if len(got) != len(group) {
+					t.Fatalf("%d replies for %d records", len(got), len(group))
+				}
+				for j, raw := range group {
+					ro := og[i].AppendRecordCatchingUp(t.Context(), raw)
+					if got[j].Item.Index != j {
+						t.Fatalf("reply %d has index %d", j, got[j].Item.Index)
+					}
+					got[j].Item.Index = 0
+					jf, _ := json.Marshal(got[j])
+					jo, _ := json.Marshal(ro)
+					if !bytes.Equal(jf, jo) {
+						t.Fatalf("record %d of %d (%s) through gate %d:\nbatch:  %s\noracle: %s", j, len(group), raw, i, jf, jo)
+					}
+					outcomes[got[j].Item.Outcome]++
+					codes[got[j].Item.Code]++
+				}
+				sent += len(group)
+			}
+			t.Logf("outcomes %v, codes %v", outcomes, codes)
+			if outcomes[room.OutcomeStored] < 5 || outcomes[room.OutcomeDuplicate] < 5 || codes[events.IdempotencyConflict] == 0 ||
+				codes[events.RunConflict] == 0 || codes[events.UnknownNotConsent] == 0 || codes[events.MalformedJSON] == 0 ||
+				codes[events.RefMismatch] == 0 {
+				t.Fatalf("the mix is too one-sided: %v %v", outcomes, codes)
+			}
+			mf, mo := fast.stored(), oracle.stored()
+			if len(mf) != len(mo) || len(mf) != outcomes[room.OutcomeStored] {
+				t.Fatalf("streams hold %d and %d messages, %d stored", len(mf), len(mo), outcomes[room.OutcomeStored])
+			}
+			for i := range mf {
+				if mf[i].Subject != mo[i].Subject || !bytes.Equal(mf[i].Data, mo[i].Data) {
+					t.Fatalf("stream seq %d differs", mf[i].Sequence)
+				}
+			}
+			used := fg[0].PresignedUsed() + fg[1].PresignedUsed()
+			t.Logf("%d of %d stored with the attestation signed ahead", used, len(mf))
+			if used == 0 || used >= uint64(len(mf)) {
+				t.Errorf("%d of %d records stored with the attestation signed ahead: want some, not all (another gate's appends move the count)", used, len(mf))
+			}
+			rep, err := room.Audit(t.Context(), fast.js, room.AuditOptions{Validator: fast.v, Trust: trusting(t, pub)})
+			if err != nil {
+				t.Fatal(err)
+			}
+			var admitted, verified uint64
+			for _, f := range rep.Checkpoints {
+				admitted += f.Admitted
+				verified += f.AttestationsVerified
+			}
+			if !rep.Clean() || rep.Totals.Records != uint64(len(mf)) || admitted != uint64(len(mf)) || verified != uint64(len(mf)) {
+				t.Fatalf("audit: clean %v, totals %+v, admitted %d, attestations verified %d, violations %v",
+					rep.Clean(), rep.Totals, admitted, verified, rep.Violations)
+			}
+		})
+	}
+}
+
+// TestRecordsStoredInOrderAcrossRequests: Client.AppendRecords sends 303
+// records as three records requests (256, then the 45 up to the record
+// that is not JSON, then the one after it) and one execution request for
+// the record that is not JSON; every reply has its record's
+// index; the stored ones are on the stream in the order sent; a
+// pretty-printed record (compacted onto one line) is stored in its
+// canonical form, and a repeat is a duplicate of the first copy.
+func TestRecordsStoredInOrderAcrossRequests(t *testing.T) {
+	e := newEnv(t)
+	client := room.NewClient(e.nc, room.ClientOptions{})
+	const roomID = "room:batch"
+	pretty := referenceBytes(t, "verified.json")
+	raws := [][]byte{pretty}
+	for i := range 300 {
+		raws = append(raws, e.recordNamed(roomID, fmt.Sprint("b", i)))
+	}
+	raws = append(raws, []byte("{\n  \"room/id\": \"room:batch\",\n"), raws[1])
+	replies, err := client.AppendRecords(t.Context(), raws)
+	if err != nil || len(replies) != len(raws) {
+		t.Fatalf("%d replies for %d records: %v", len(replies), len(raws), err)
+	}
+	for i, r := range replies {
+		if r.Item.Index != i {
+			t.Fatalf("reply %d has index %d", i, r.Item.Index)
+		}
+	}
+	prettyRec, err := events.ParseRecord(pretty)
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkRecordStored(t, replies[0], prettyRec, room.OutcomeStored, 1)
+	for i := 1; i <= 300; i++ {
+		rec, err := events.ParseRecord(raws[i])
+		if err != nil {
+			t.Fatal(err)
+		}
+		checkRecordStored(t, replies[i], rec, room.OutcomeStored, uint64(i+1))
+	}
+	if it := replies[301].Item; it.Outcome != room.OutcomeRefused || it.Code != events.MalformedJSON {
+		t.Errorf("the record that is not JSON: %+v", it)
+	}
+	if it := replies[302].Item; it.Outcome != room.OutcomeDuplicate || it.StreamSeq != 2 {
+		t.Errorf("the repeat: %+v", it)
+	}
+	msgs := e.stored()
+	if len(msgs) != 301 || !bytes.Equal(msgs[0].Data, prettyRec.Canonical()) {
+		t.Fatalf("%d messages stored", len(msgs))
+	}
+	for i := 1; i < len(msgs); i++ {
+		if !bytes.Equal(msgs[i].Data, raws[i]) {
+			t.Fatalf("stream seq %d holds %s, want record %d", msgs[i].Sequence, msgs[i].Data, i)
+		}
+	}
+	requests := map[string]int{}
+	for _, ep := range e.svc.Stats().Endpoints {
+		requests[ep.Name] = ep.NumRequests
+	}
+	if requests["records"] != 3 || requests["execution"] != 1 {
+		t.Errorf("requests per endpoint %v, want 3 records requests and 1 execution request", requests)
+	}
+}
+
+// TestRecordsRequestReply: the records endpoint on the wire (what a
+// harness in another language sends): one record per line, a trailing
+// newline or not; the reply counts each outcome; an empty body and more
+// than MaxBatchRecords lines are bad requests, and nothing is stored.
+func TestRecordsRequestReply(t *testing.T) {
+	e := newEnv(t)
+	a, b := e.recordNamed("room:wire", "a"), e.recordNamed("room:wire", "b")
+	var r room.RecordsReply
+	body := bytes.Join([][]byte{a, []byte("not json"), b, a}, []byte("\n"))
+	if code := e.request("roompub.v1.records", nil, body, &r); code != "" {
+		t.Fatalf("status %s", code)
+	}
+	if len(r.Records) != 4 || r.Stored != 2 || r.Dupes != 1 || r.Refused != 1 || r.Skipped != 0 || r.Failures != 0 {
+		t.Fatalf("reply %+v", r)
+	}
+	if it := r.Records[1].Item; it.Index != 1 || it.Code != events.MalformedJSON || it.At == nil {
+		t.Errorf("line 1: %+v", it)
+	}
+	if it := r.Records[3].Item; it.Index != 3 || it.Outcome != room.OutcomeDuplicate || it.StreamSeq != r.Records[0].Item.StreamSeq {
+		t.Errorf("line 3: %+v", it)
+	}
+	before := e.state()
+	for name, body := range map[string][]byte{
+		"empty":    nil,
+		"newline":  []byte("\n"),
+		"too many": []byte(strings.Repeat("{}\n", room.MaxBatchRecords+1)),
+	} {
+		code, er := e.requestError("roompub.v1.records", nil, body)
+		if code != "400" || er.Code != events.BadRequest {
+			t.Errorf("%s body: status %q, %+v", name, code, er)
+		}
+	}
+	if after := e.state(); after != before {
+		t.Errorf("bad requests changed the stream: %+v, was %+v", after, before)
+	}
+}
+
+// TestRecordsStopAtFailure: when the store cannot be reached, the first
+// record fails and every record behind it is skipped, so none lands out of
+// order; a caller's ctx that is done leaves everything failed or skipped.
+func TestRecordsStopAtFailure(t *testing.T) {
+	e := newEnv(t)
+	raws := [][]byte{e.recordNamed("room:stop", "a"), e.recordNamed("room:stop", "b"), e.recordNamed("room:stop", "c")}
+	ctx, cancel := context.WithCancel(t.Context())
+	cancel()
+	checkStopped := func(got []room.RecordReply) {
+		t.Helper()
+		if len(got) != len(raws) {
+			t.Fatalf("%d replies", len(got))
+		}
+		for i, r := range got {
+			it := r.Item
+			ok := it.Outcome == room.OutcomeSkipped && strings.HasPrefix(it.Reason, "not looked at: ") ||
+				i == 0 && it.Outcome == room.OutcomeFailed
+			if !ok || it.Index != i {
+				t.Errorf("record %d: %+v", i, it)
+			}
+		}
+	}
+	checkStopped(e.gate.AppendRecords(ctx, raws))
+	// The server goes away: the first record fails after the gate's
+	// retries, the rest are skipped.
+	nc := e.connect()
+	gone := e.attestingGate(nc, newPublisherKey(t), nil, room.GateOptions{})
+	nc.Close()
+	short, stop := context.WithTimeout(t.Context(), 2*time.Second)
+	defer stop()
+	got := gone.AppendRecords(short, raws)
+	checkStopped(got)
+	if got[0].Item.Outcome != room.OutcomeFailed || got[1].Item.Reason != "not looked at: record 0 of the request failed" {
+		t.Errorf("after a closed connection: %+v", got)
+	}
+	if n := len(e.stored()); n != 0 {
+		t.Errorf("%d messages stored", n)
+	}
+}
