@@ -73,9 +73,10 @@ func TestServiceDiscovery(t *testing.T) {
 	want := map[string]string{
 		"journal":   "roompub.v1.journal q",
 		"execution": "roompub.v1.execution q",
+		"records":   "roompub.v1.records q",
 		"head":      "roompub.v1.head q",
 	}
-	if len(got) != len(want) || len(info.Endpoints) != 3 {
+	if len(got) != len(want) || len(info.Endpoints) != 4 {
 		t.Fatalf("endpoints %v, want %v", got, want)
 	}
 	for k, v := range want {
