@@ -47,7 +47,7 @@ func (b *bench) records() (*result, error) {
 			return side{}, err
 		}
 		s := side{bytes: size}
-		start := time.Now()
+		start := startTimer()
 		for _, rec := range recs {
 			msg := &nats.Msg{Subject: subj, Data: rec.Canonical(), Header: nats.Header{}}
 			msg.Header.Set(jetstream.MsgIDHeader, rec.ContentDigest())
@@ -74,7 +74,7 @@ func (b *bench) records() (*result, error) {
 		for i, rec := range recs {
 			raws[i] = rec.Canonical()
 		}
-		start := time.Now()
+		start := startTimer()
 		replies, err := b.client.AppendRecords(b.ctx, raws)
 		s.dur = time.Since(start)
 		for _, reply := range replies {
