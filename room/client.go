@@ -168,7 +168,9 @@ func (c *Client) AppendRecord(ctx context.Context, raw []byte) (RecordReply, err
 // raws. The gate decides them in order, as AppendRecord one after another
 // would, storing each as its own message (Gate.AppendRecords). A record
 // that is not JSON, or too large to share a request, is sent alone with
-// AppendRecord, so it gets the refusal (or the store) it gets there.
+// AppendRecord, so it gets the refusal (or the store) it gets there; one
+// larger than the server's max payload cannot be sent at all and is
+// answered here, refused too_large (the gate would refuse it too).
 //
 // Errors: a request-level error (*ServiceError, or one wrapping
 // ErrUnavailable) ends the call; the replies of the requests answered
@@ -178,6 +180,9 @@ func (c *Client) AppendRecord(ctx context.Context, raw []byte) (RecordReply, err
 func (c *Client) AppendRecords(ctx context.Context, raws [][]byte) ([]RecordReply, error) {
 	out := make([]RecordReply, 0, len(raws))
 	maxBody := int(c.nc.MaxPayload())
+	// Fewer per request on a server with a small max payload, so that
+	// the reply, about a kilobyte per record at most in practice, fits.
+	perRequest := max(1, min(DefaultRecordsPerRequest, (maxBody-recordsReplyOverhead)/1024))
 	var body, line bytes.Buffer
 	n, first := 0, 0 // records in body, and the index of its first
 	flush := func() error {
@@ -203,19 +208,27 @@ func (c *Client) AppendRecords(ctx context.Context, raws [][]byte) ([]RecordRepl
 		line.Reset()
 		// One record per line: compacting keeps every token as it is, so
 		// the gate decides the same record.
-		if err := json.Compact(&line, raw); err != nil || line.Len()+1 > maxBody {
+		err := json.Compact(&line, raw)
+		if err != nil || line.Len()+1 > maxBody {
 			if err := flush(); err != nil {
 				return out, err
 			}
-			r, err := c.AppendRecord(ctx, raw)
-			if err != nil {
+			alone := raw // not JSON: the gate says why
+			if err == nil {
+				alone = line.Bytes()
+			}
+			var r RecordReply
+			if len(alone) > maxBody {
+				r.Item = refused(i, []events.Problem{{Code: events.TooLarge,
+					Reason: fmt.Sprintf("the record is %d bytes: over the server's max payload of %d bytes, so it was not sent", len(alone), maxBody)}})
+			} else if r, err = c.AppendRecord(ctx, alone); err != nil {
 				return out, err
 			}
 			r.Item.Index = i
 			out = append(out, r)
 			continue
 		}
-		if n == DefaultRecordsPerRequest || body.Len()+line.Len()+1 > maxBody {
+		if n == perRequest || body.Len()+line.Len()+1 > maxBody {
 			if err := flush(); err != nil {
 				return out, err
 			}

@@ -269,3 +269,98 @@ func TestRecordsStopAtFailure(t *testing.T) {
 		t.Errorf("%d messages stored", n)
 	}
 }
+
+// TestRecordsReplyTrimmed: on a server with a 64 KiB max payload, a
+// records request whose whole reply would not fit is still answered, in
+// the first trimmed form that fits, and keeps every stored record's
+// outcome and stream sequence: refusals with a hundred problems each lose
+// their lists (RecordsTrimmedProblems); 280 refusals whose reasons and
+// pointers are long once JSON-escaped (a key of 200 "<", six bytes each
+// in the reply) keep only their outcomes (RecordsTrimmedItems). More records than such
+// a reply could hold is a bad request, decided before anything is stored.
+func TestRecordsReplyTrimmed(t *testing.T) {
+	e := newEnvWith(t, room.EmbeddedOptions{MaxPayload: 64 << 10})
+	junk := func(n int, line func(i int) string) [][]byte {
+		out := make([][]byte, n)
+		for i := range out {
+			out[i] = []byte(line(i))
+		}
+		return out
+	}
+	manyProblems := junk(20, func(i int) string {
+		var b strings.Builder
+		b.WriteString(`{"room/id":"room:trim"`)
+		for k := range 120 {
+			fmt.Fprintf(&b, `,"unknown-%d-%d":%d`, i, k, k)
+		}
+		return b.String() + "}"
+	})
+	longKeys := junk(280, func(i int) string { return fmt.Sprintf(`{"%s%03d":1}`, strings.Repeat("<", 200), i) })
+	for _, c := range []struct {
+		name, trimmed string
+		junk          [][]byte
+	}{{"many-problems", room.RecordsTrimmedProblems, manyProblems}, {"long-keys", room.RecordsTrimmedItems, longKeys}} {
+		t.Run(c.name, func(t *testing.T) {
+			first, last := e.recordNamed("room:trim", c.name+"-first"), e.recordNamed("room:trim", c.name+"-last")
+			lines := append(append([][]byte{first}, c.junk...), last)
+			var r room.RecordsReply
+			if code := e.request("roompub.v1.records", nil, bytes.Join(lines, []byte("\n")), &r); code != "" {
+				t.Fatalf("status %s", code)
+			}
+			n := len(lines)
+			if r.Trimmed != c.trimmed || len(r.Records) != n || r.Stored != 2 || r.Refused != n-2 {
+				t.Fatalf("trimmed %q (want %q), %d items, %d stored, %d refused", r.Trimmed, c.trimmed, len(r.Records), r.Stored, r.Refused)
+			}
+			for _, i := range []int{0, n - 1} {
+				if it := r.Records[i].Item; it.Outcome != room.OutcomeStored || it.StreamSeq == 0 || it.Index != i {
+					t.Errorf("record %d: %+v", i, it)
+				}
+			}
+			for i := 1; i < n-1; i++ {
+				if it := r.Records[i].Item; it.Outcome != room.OutcomeRefused || it.Code != events.SchemaInvalid || it.Problems != nil || it.Index != i {
+					t.Fatalf("record %d: %+v", i, it)
+				}
+			}
+			keeps := r.Records[1].Item.Reason != "" && r.Records[1].Item.At != nil && r.Records[1].RoomID == "room:trim"
+			if want := c.trimmed == room.RecordsTrimmedProblems; keeps != want {
+				t.Errorf("refusal keeps its first problem and room: %v, want %v: %+v", keeps, want, r.Records[1])
+			}
+		})
+	}
+	before := e.state()
+	code, er := e.requestError("roompub.v1.records", nil, []byte(strings.Repeat("{}\n", 511)))
+	if code != "400" || er.Code != events.BadRequest || !strings.Contains(er.Reason, "answers at most 510 per request") {
+		t.Errorf("511 records at 64 KiB: status %q, %+v", code, er)
+	}
+	if after := e.state(); after != before {
+		t.Errorf("the bad request changed the stream: %+v, was %+v", after, before)
+	}
+}
+
+// TestRecordsClientTooLarge: a record over the server's max payload cannot
+// be sent; AppendRecords answers it refused too_large without a request
+// and ships the records around it.
+func TestRecordsClientTooLarge(t *testing.T) {
+	e := newEnvWith(t, room.EmbeddedOptions{MaxPayload: 64 << 10})
+	client := room.NewClient(e.nc, room.ClientOptions{})
+	huge := []byte(`{"room/id":"room:big","x":"` + strings.Repeat("a", 70<<10) + `"}`)
+	raws := [][]byte{e.recordNamed("room:big", "a"), huge, e.recordNamed("room:big", "b")}
+	got, err := client.AppendRecords(t.Context(), raws)
+	if err != nil || len(got) != 3 {
+		t.Fatalf("%d replies: %v", len(got), err)
+	}
+	if got[0].Item.Outcome != room.OutcomeStored || got[2].Item.Outcome != room.OutcomeStored || got[2].Item.StreamSeq != 2 {
+		t.Errorf("the records around it: %+v, %+v", got[0].Item, got[2].Item)
+	}
+	if it := got[1].Item; it.Outcome != room.OutcomeRefused || it.Code != events.TooLarge || it.Index != 1 ||
+		!strings.Contains(it.Reason, "over the server's max payload of 65536 bytes") {
+		t.Errorf("the huge record: %+v", it)
+	}
+	requests := map[string]int{}
+	for _, ep := range e.svc.Stats().Endpoints {
+		requests[ep.Name] = ep.NumRequests
+	}
+	if requests["records"] != 2 || requests["execution"] != 0 {
+		t.Errorf("requests per endpoint %v: the huge record must not be sent", requests)
+	}
+}

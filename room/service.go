@@ -12,6 +12,7 @@ import (
 	"strings"
 	"sync"
 	"time"
+	"unicode/utf8"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/micro"
@@ -299,8 +300,15 @@ func (s *Service) handleRecords(req micro.Request, _ *orderTicket) {
 		s.respondError(req, "400", events.BadRequest, "no records: the body is one execution record per line")
 		return
 	}
-	if n := bytes.Count(body, []byte("\n")) + 1; n > MaxBatchRecords {
+	n := bytes.Count(body, []byte("\n")) + 1
+	if n > MaxBatchRecords {
 		s.respondError(req, "400", events.BadRequest, fmt.Sprintf("%d records: at most %d per request", n, MaxBatchRecords))
+		return
+	}
+	// Decide nothing that could not be answered: even reduced to their
+	// outcomes, the items must fit in one reply.
+	if most := (s.maxPayload - recordsReplyOverhead) / minRecordItemBytes; n > most {
+		s.respondError(req, "400", events.BadRequest, fmt.Sprintf("%d records: this server's max payload (%d bytes) answers at most %d per request", n, s.maxPayload, most))
 		return
 	}
 	replies := s.gate.AppendRecords(s.ctx, bytes.Split(body, []byte("\n")))
@@ -320,16 +328,65 @@ func (s *Service) handleRecords(req micro.Request, _ *orderTicket) {
 			reply.Failures++
 		}
 	}
-	body, err := fastjson.Marshal(reply)
-	if err == nil && len(body) > s.maxPayload {
-		// Too long to send whole: the first problem of each refusal is in
-		// its item already; the lists go.
-		for i := range reply.Records {
-			reply.Records[i].Item.Problems = nil
-		}
-		body, err = fastjson.Marshal(reply)
-	}
+	body, err := encodeRecordsReply(&reply, s.maxPayload)
 	s.send(req, body, err)
+}
+
+// A records reply's size bounds, in bytes: the counts and brackets around
+// the items, and one item reduced to its outcome (RecordsTrimmedItems) at
+// its longest ({"item":{"index":999,"outcome":"duplicate","stream_seq":
+// <20 digits>,"code":"idempotency_conflict"}},).
+const (
+	recordsReplyOverhead = 256
+	minRecordItemBytes   = 128
+)
+
+// trimmedTextBytes is how long a refused item's reason and pointer stay
+// under RecordsTrimmedTexts.
+const trimmedTextBytes = 160
+
+// encodeRecordsReply encodes r in at most max bytes if it can: whole,
+// else in the first of the RecordsTrimmed forms that fits (r.Trimmed
+// says which). The stored and duplicate outcomes, with their stream
+// sequences, are in every form: they are what a client must not lose.
+func encodeRecordsReply(r *RecordsReply, max int) ([]byte, error) {
+	for _, trim := range []string{"", RecordsTrimmedProblems, RecordsTrimmedTexts, RecordsTrimmedItems} {
+		for i := range r.Records {
+			it := &r.Records[i].Item
+			switch trim {
+			case RecordsTrimmedProblems:
+				it.Problems = nil
+			case RecordsTrimmedTexts:
+				it.Reason = clipBytes(it.Reason, trimmedTextBytes)
+				if it.At != nil {
+					at := *it.At
+					at.Pointer = clipBytes(at.Pointer, trimmedTextBytes)
+					it.At = &at
+				}
+			case RecordsTrimmedItems:
+				r.Records[i] = RecordReply{Item: ItemResult{Index: it.Index, Outcome: it.Outcome, StreamSeq: it.StreamSeq, Code: it.Code}}
+			}
+		}
+		r.Trimmed = trim
+		body, err := fastjson.Marshal(r)
+		if err != nil || len(body) <= max || trim == RecordsTrimmedItems {
+			return body, err
+		}
+	}
+	panic("unreachable")
+}
+
+// clipBytes cuts s to at most n bytes on a rune boundary, marking the cut
+// with "…".
+func clipBytes(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	cut := n - len("…")
+	for cut > 0 && !utf8.RuneStart(s[cut]) {
+		cut--
+	}
+	return s[:cut] + "…"
 }
 
 // chainID is the envelope's run_id and capsule_id pattern (seed 000).

@@ -107,9 +107,9 @@ type RecordReply struct {
 
 // RecordsReply answers a records request: one RecordReply per record of
 // the body, in order (Item.Index is the record's line, from 0), then the
-// counts of each outcome. When the whole reply would exceed the server's
-// max payload, refused items carry only their first problem (Item.Code,
-// Item.At, Item.Reason) and no Problems list.
+// counts of each outcome. A reply that would exceed the server's max
+// payload whole is sent in the first RecordsTrimmed form that fits, named
+// by Trimmed ("" for whole).
 type RecordsReply struct {
 	Records  []RecordReply `json:"records"`
 	Stored   int           `json:"stored"`
@@ -117,7 +117,23 @@ type RecordsReply struct {
 	Refused  int           `json:"refused"`
 	Skipped  int           `json:"skipped"`
 	Failures int           `json:"failed"`
+	Trimmed  string        `json:"trimmed,omitempty"`
 }
+
+// The forms of a RecordsReply too long to send whole, each applied on top
+// of the one before: every form keeps each item's index, outcome, stream
+// sequence and code.
+const (
+	// RecordsTrimmedProblems: refused items carry their first problem
+	// (Item.Code, Item.At, Item.Reason) and no Problems list.
+	RecordsTrimmedProblems = "problems"
+	// RecordsTrimmedTexts: and their reason and JSON pointer are cut to
+	// 160 bytes.
+	RecordsTrimmedTexts = "texts"
+	// RecordsTrimmedItems: every item keeps only its index, outcome,
+	// stream sequence and code (no room, hash, subject, reason or place).
+	RecordsTrimmedItems = "items"
+)
 
 // HeadRequest asks where a chain stands; the reply (ChainHead) names the
 // room it lives in, if any.

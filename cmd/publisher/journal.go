@@ -17,6 +17,7 @@ import (
 	"golang.org/x/term"
 
 	"github.com/roompub/roompub/config"
+	"github.com/roompub/roompub/events"
 	"github.com/roompub/roompub/room"
 	"github.com/roompub/roompub/validate"
 )
@@ -280,7 +281,15 @@ func (c *executionCmd) Run(s *streams) error {
 	}
 	if err != nil {
 		failed += len(raws) - len(replies)
-		fmt.Fprintf(s.err, "publisher: %s and the %d files after it: %v\n", files[len(replies)], len(raws)-len(replies)-1, err)
+		what := files[len(replies)]
+		switch after := len(raws) - len(replies) - 1; after {
+		case 0:
+		case 1:
+			what += " and the file after it"
+		default:
+			what += fmt.Sprintf(" and the %d files after it", after)
+		}
+		fmt.Fprintf(s.err, "publisher: %s: not shipped: %v\n", what, err)
 	}
 	switch {
 	case failed > 0:
@@ -307,7 +316,20 @@ func printRecord(w io.Writer, asJSON bool, file string, r room.RecordReply) {
 		fmt.Fprintf(w, "%-9s %s → %s  %s at stream seq %d\n", it.Outcome, file, r.RoomID, it.Hash, it.StreamSeq)
 	case room.OutcomeRefused:
 		fmt.Fprintf(w, "REFUSED   %s → %s\n", file, orUnknown(r.RoomID))
-		for _, p := range it.Problems {
+		problems := it.Problems
+		if len(problems) == 0 {
+			// A trimmed reply (room.RecordsTrimmed*) keeps the first problem
+			// in the item itself.
+			p := events.Problem{Code: it.Code, Reason: it.Reason}
+			if it.At != nil {
+				p.At = *it.At
+			}
+			if p.Reason == "" {
+				p.Reason = "(the reply was cut to outcomes; `publisher verify " + file + "` lists the problems)"
+			}
+			problems = []events.Problem{p}
+		}
+		for _, p := range problems {
 			p.At.File = file
 			fmt.Fprintf(w, "          %s\n", p.String())
 		}

@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/roompub/roompub/events"
+	"github.com/roompub/roompub/room"
 	"github.com/roompub/roompub/validate"
 )
 
@@ -314,5 +315,34 @@ func TestServePublisherKeyFlags(t *testing.T) {
 				t.Fatal("the key file's content was printed")
 			}
 		})
+	}
+}
+
+// TestRecordTextReport: publisher execution's text lines. A refusal lists
+// every problem; one from a trimmed records reply (no problems list) still
+// prints its first problem, which the item itself carries; a skipped
+// record says why.
+func TestRecordTextReport(t *testing.T) {
+	at := events.Location{Pointer: "/outcome"}
+	p := events.Problem{Code: events.SchemaInvalid, At: at, Reason: "schema: not one of the outcomes"}
+	for _, c := range []struct {
+		name  string
+		reply room.RecordReply
+		want  string
+	}{
+		{"whole", room.RecordReply{RoomID: "room:r", Item: room.ItemResult{Outcome: room.OutcomeRefused, Code: p.Code, At: &at, Reason: p.Reason, Problems: []events.Problem{p, p}}},
+			"REFUSED   r.json → room:r\n          schema_invalid at r.json /outcome: schema: not one of the outcomes\n          schema_invalid at r.json /outcome: schema: not one of the outcomes\n"},
+		{"trimmed", room.RecordReply{Item: room.ItemResult{Outcome: room.OutcomeRefused, Code: p.Code, At: &at, Reason: p.Reason}},
+			"REFUSED   r.json → (no room)\n          schema_invalid at r.json /outcome: schema: not one of the outcomes\n"},
+		{"outcome only", room.RecordReply{Item: room.ItemResult{Outcome: room.OutcomeRefused, Code: p.Code}},
+			"REFUSED   r.json → (no room)\n          schema_invalid at r.json: (the reply was cut to outcomes; `publisher verify r.json` lists the problems)\n"},
+		{"skipped", room.RecordReply{Item: room.ItemResult{Outcome: room.OutcomeSkipped, Reason: "not looked at: record 0 of the request failed"}},
+			"SKIPPED   r.json: not looked at: record 0 of the request failed\n"},
+	} {
+		var b bytes.Buffer
+		printRecord(&b, false, "r.json", c.reply)
+		if b.String() != c.want {
+			t.Errorf("%s: got\n%q\nwant\n%q", c.name, b.String(), c.want)
+		}
 	}
 }
