@@ -26,6 +26,7 @@ func repliesOf(ss [6]string, n int64) []any {
 		room.JournalReply{RoomID: ss[0], Chain: key, Items: []room.ItemResult{item, plain, {Index: 2, Outcome: room.OutcomeSkipped}}, Head: head, Stored: 1, Skipped: 1},
 		room.JournalReply{RoomID: ss[0]},
 		room.RecordReply{RoomID: ss[5], Item: item},
+		room.RecordsReply{Records: []room.RecordReply{{RoomID: ss[5], Item: item}, {Item: plain}}, Stored: 1, Refused: 1, Trimmed: ss[3]},
 		head,
 		room.ErrorReply{Code: events.Code(ss[3]), Reason: ss[4]},
 	}
