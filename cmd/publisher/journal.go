@@ -239,6 +239,10 @@ func countLines(dir string) int {
 	return strings.Count(string(data), "\n")
 }
 
+// executionChunk is how many record files publisher execution reads
+// before it ships them (several requests' worth).
+const executionChunk = 1024
+
 type executionCmd struct {
 	config.Client
 	JSON  bool     `name:"json" help:"Print one JSON object per file instead of text."`
@@ -257,39 +261,47 @@ func (c *executionCmd) Run(s *streams) error {
 	defer nc.Close()
 	client := room.NewClient(nc, room.ClientOptions{Timeout: c.Timeout})
 	var refused, failed int
-	var files []string // the files read, in order, and their bytes
-	var raws [][]byte
-	for _, f := range c.Files {
-		raw, err := os.ReadFile(f)
+	// The gate decides the records in the order given, several per
+	// request; the files are read a chunk at a time, so a backlog of any
+	// size takes the memory of one chunk.
+	for from := 0; from < len(c.Files); from += executionChunk {
+		var files []string // the chunk's files read, in order, and their bytes
+		var raws [][]byte
+		for _, f := range c.Files[from:min(from+executionChunk, len(c.Files))] {
+			raw, err := os.ReadFile(f)
+			if err != nil {
+				fmt.Fprintf(s.err, "publisher: %v\n", err)
+				failed++
+				continue
+			}
+			files, raws = append(files, f), append(raws, raw)
+		}
+		replies, err := client.AppendRecords(ctx, raws)
+		for i, reply := range replies {
+			switch reply.Item.Outcome {
+			case room.OutcomeRefused:
+				refused++
+			case room.OutcomeFailed, room.OutcomeSkipped:
+				failed++
+			}
+			printRecord(s.out, c.JSON, files[i], reply)
+		}
 		if err != nil {
-			fmt.Fprintf(s.err, "publisher: %v\n", err)
-			failed++
-			continue
+			// No answer: the rest of the chunk's files read, and every file
+			// after the chunk, are not shipped (run again to resume).
+			left := len(raws) - len(replies) + len(c.Files) - min(from+executionChunk, len(c.Files))
+			failed += left
+			what := files[len(replies)]
+			switch after := left - 1; after {
+			case 0:
+			case 1:
+				what += " and the file after it"
+			default:
+				what += fmt.Sprintf(" and the %d files after it", after)
+			}
+			fmt.Fprintf(s.err, "publisher: %s: not shipped: %v\n", what, err)
+			break
 		}
-		files, raws = append(files, f), append(raws, raw)
-	}
-	// The gate decides them in this order, several per request.
-	replies, err := client.AppendRecords(ctx, raws)
-	for i, reply := range replies {
-		switch reply.Item.Outcome {
-		case room.OutcomeRefused:
-			refused++
-		case room.OutcomeFailed, room.OutcomeSkipped:
-			failed++
-		}
-		printRecord(s.out, c.JSON, files[i], reply)
-	}
-	if err != nil {
-		failed += len(raws) - len(replies)
-		what := files[len(replies)]
-		switch after := len(raws) - len(replies) - 1; after {
-		case 0:
-		case 1:
-			what += " and the file after it"
-		default:
-			what += fmt.Sprintf(" and the %d files after it", after)
-		}
-		fmt.Fprintf(s.err, "publisher: %s: not shipped: %v\n", what, err)
 	}
 	switch {
 	case failed > 0:
