@@ -158,7 +158,13 @@ const checkChunk = 32
 // lines that passed them, what their attestation will sign.
 func (g *Gate) checkLines(roomID string, lines []line) []checkedLine {
 	pre := make([]checkedLine, len(lines))
-	one := func(i int) {
+	// subject is the journal subject of a request's chain, built once per
+	// worker rather than per line: a request is one chain.
+	type subject struct {
+		key  events.ChainKey
+		subj string
+	}
+	one := func(i int, last *subject) {
 		e, bad := parseLine(lines[i], i)
 		if bad != nil {
 			pre[i].bad = bad
@@ -167,13 +173,17 @@ func (g *Gate) checkLines(roomID string, lines []line) []checkedLine {
 		pre[i].e = e
 		pre[i].problems = g.v.CheckEntry(e, events.Location{Line: i + 1})
 		if seq, ok := e.Seq(); ok && g.key != nil && len(pre[i].problems) == 0 {
-			pre[i].att = g.lineAttestation(roomID, events.ChainKey{RunID: e.RunID(), CapsuleID: e.CapsuleID()}, seq, e)
+			if key := (events.ChainKey{RunID: e.RunID(), CapsuleID: e.CapsuleID()}); key != last.key || last.subj == "" {
+				*last = subject{key, g.subjects.Journal(roomID, key)}
+			}
+			pre[i].att = g.lineAttestation(roomID, last.key, last.subj, seq, e)
 		}
 	}
 	workers := min(runtime.GOMAXPROCS(0), (len(lines)+checkChunk-1)/checkChunk)
 	if workers <= 1 {
+		var last subject
 		for i := range lines {
-			one(i)
+			one(i, &last)
 		}
 		return pre
 	}
@@ -181,13 +191,14 @@ func (g *Gate) checkLines(roomID string, lines []line) []checkedLine {
 	var wg sync.WaitGroup
 	for range workers {
 		wg.Go(func() {
+			var last subject
 			for {
 				from := int(next.Add(checkChunk)) - checkChunk
 				if from >= len(lines) {
 					return
 				}
 				for i := from; i < min(from+checkChunk, len(lines)); i++ {
-					one(i)
+					one(i, &last)
 				}
 			}
 		})
@@ -197,10 +208,10 @@ func (g *Gate) checkLines(roomID string, lines []line) []checkedLine {
 }
 
 // lineAttestation hashes what the attestation of e, entry seq of chain
-// key in roomID, signs.
-func (g *Gate) lineAttestation(roomID string, key events.ChainKey, seq int64, e *events.Entry) lineAttestation {
+// key in roomID, signs; subject is the chain's journal subject there.
+func (g *Gate) lineAttestation(roomID string, key events.ChainKey, subject string, seq int64, e *events.Entry) lineAttestation {
 	content := checkpoint.ContentHash(e.Canonical())
-	st := checkpoint.Statement{Room: roomID, Subject: g.subjects.Journal(roomID, key), Position: checkpoint.JournalPosition(seq), Content: content}
+	st := checkpoint.Statement{Room: roomID, Subject: subject, Position: checkpoint.JournalPosition(seq), Content: content}
 	return lineAttestation{ok: true, chain: key, content: content, digest: st.Digest()}
 }
 
@@ -338,7 +349,7 @@ func (r *journalRun) run() {
 			if r.g.key != nil && (!att.ok || att.chain != r.key) {
 				// Cannot happen: an accepted line passed the entry rules and
 				// is of the run's chain (metadata_mismatch otherwise).
-				att = r.g.lineAttestation(r.roomID, r.key, seq, e)
+				att = r.g.lineAttestation(r.roomID, r.key, r.subj, seq, e)
 			}
 			r.pending = append(r.pending, pend{idx: i, e: e, seq: seq, att: att, try: try})
 			r.cv.Accept(e)
