@@ -22,7 +22,10 @@ func ContentHash(data []byte) [32]byte { return sha256.Sum256(data) }
 // Room ids and subjects hold no newline (DESIGN.md), which makes the
 // encoding injective.
 func LeafData(roomID, subject string, content [32]byte) []byte {
-	b := make([]byte, 0, len(leafTag)+len(roomID)+len(subject)+2*len(content)+3)
+	return appendLeafData(make([]byte, 0, len(leafTag)+len(roomID)+len(subject)+2*len(content)+3), roomID, subject, content)
+}
+
+func appendLeafData(b []byte, roomID, subject string, content [32]byte) []byte {
 	b = append(b, leafTag...)
 	b = append(b, roomID...)
 	b = append(b, '\n')
@@ -33,9 +36,36 @@ func LeafData(roomID, subject string, content [32]byte) []byte {
 }
 
 // LeafHash is the RFC 6962 leaf hash (SHA-256 of 0x00 || data) of
-// LeafData(roomID, subject, content).
+// LeafData(roomID, subject, content): rfc6962.DefaultHasher.HashLeaf's
+// value (TestHashesMatchRFC6962), hashed from a stack buffer when the data
+// fits one, as for every leaf of a room whose id is not unusually long,
+// instead of a hash state allocated per call (the checkpointer and every
+// reader hash each message's leaf; issue 8).
 func LeafHash(roomID, subject string, content [32]byte) [32]byte {
-	return to32(rfc6962.DefaultHasher.HashLeaf(LeafData(roomID, subject, content)))
+	var buf [512]byte
+	return sha256.Sum256(appendLeafData(append(buf[:0], rfc6962.RFC6962LeafHashPrefix), roomID, subject, content))
+}
+
+// NodeHash is the RFC 6962 hash of an interior node, SHA-256(0x01 || l ||
+// r): rfc6962.DefaultHasher.HashChildren's value (TestHashesMatchRFC6962)
+// without a hash state allocated per call.
+func NodeHash(l, r [32]byte) [32]byte {
+	var b [1 + 2*sha256.Size]byte
+	b[0] = rfc6962.RFC6962NodeHashPrefix
+	copy(b[1:], l[:])
+	copy(b[1+sha256.Size:], r[:])
+	return sha256.Sum256(b[:])
+}
+
+// HashChildren is NodeHash in the form merkle/compact and merkle/proof
+// call: it returns rfc6962.DefaultHasher.HashChildren(l, r), through
+// NodeHash when both are 32 bytes long.
+func HashChildren(l, r []byte) []byte {
+	if len(l) != sha256.Size || len(r) != sha256.Size {
+		return rfc6962.DefaultHasher.HashChildren(l, r)
+	}
+	h := NodeHash([32]byte(l), [32]byte(r))
+	return h[:]
 }
 
 // to32 copies a SHA-256 sized slice into an array; shorter input leaves

@@ -1,9 +1,14 @@
 package checkpoint
 
 import (
+	"bytes"
 	"crypto/sha256"
 	"encoding/hex"
+	"math/rand/v2"
+	"strings"
 	"testing"
+
+	"github.com/transparency-dev/merkle/rfc6962"
 )
 
 func TestLeafData(t *testing.T) {
@@ -49,6 +54,47 @@ func TestPositions(t *testing.T) {
 	} {
 		if tc.got != tc.want {
 			t.Errorf("got %q, want %q", tc.got, tc.want)
+		}
+	}
+}
+
+// TestHashesMatchRFC6962: LeafHash, NodeHash and HashChildren, which hash
+// without allocating a hash state, give merkle/rfc6962's values: leaves of
+// room ids from empty to longer than the stack buffer (so both of
+// LeafHash's paths), interior nodes of random hashes, and HashChildren's
+// fallback for inputs that are not 32 bytes.
+func TestHashesMatchRFC6962(t *testing.T) {
+	rng := rand.New(rand.NewPCG(6962, 8))
+	random := func(n int) []byte {
+		b := make([]byte, n)
+		for i := range b {
+			b[i] = byte(rng.Uint32())
+		}
+		return b
+	}
+	for _, n := range []int{0, 1, 7, 100, 400, 460, 470, 600, 3000} {
+		roomID := "room:" + strings.Repeat("é", n/2)
+		subject := "rooms." + strings.Repeat("x", n) + ".exec"
+		content := [32]byte(random(32))
+		want := rfc6962.DefaultHasher.HashLeaf(LeafData(roomID, subject, content))
+		if got := LeafHash(roomID, subject, content); !bytes.Equal(got[:], want) {
+			t.Errorf("leaf of a %d-byte room id: %x, rfc6962 %x", len(roomID), got, want)
+		}
+	}
+	for range 200 {
+		l, r := [32]byte(random(32)), [32]byte(random(32))
+		want := rfc6962.DefaultHasher.HashChildren(l[:], r[:])
+		if got := NodeHash(l, r); !bytes.Equal(got[:], want) {
+			t.Fatalf("node %x %x: %x, rfc6962 %x", l, r, got, want)
+		}
+		if got := HashChildren(l[:], r[:]); !bytes.Equal(got, want) {
+			t.Fatalf("HashChildren %x %x: %x, rfc6962 %x", l, r, got, want)
+		}
+	}
+	for _, lens := range [][2]int{{0, 0}, {31, 32}, {32, 33}, {64, 1}} {
+		l, r := random(lens[0]), random(lens[1])
+		if got, want := HashChildren(l, r), rfc6962.DefaultHasher.HashChildren(l, r); !bytes.Equal(got, want) {
+			t.Errorf("HashChildren of %d and %d bytes: %x, rfc6962 %x", lens[0], lens[1], got, want)
 		}
 	}
 }

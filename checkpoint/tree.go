@@ -5,7 +5,6 @@ import (
 
 	"github.com/transparency-dev/merkle/compact"
 	"github.com/transparency-dev/merkle/proof"
-	"github.com/transparency-dev/merkle/rfc6962"
 )
 
 // Tree is a room's RFC 6962 Merkle tree of leaf hashes (LeafHash). It is
@@ -44,7 +43,7 @@ func (t *Tree) Append(leaf [32]byte) {
 		if len(row)%2 == 1 {
 			return
 		}
-		h = to32(rfc6962.DefaultHasher.HashChildren(row[len(row)-2][:], row[len(row)-1][:]))
+		h = NodeHash(row[len(row)-2], row[len(row)-1])
 	}
 }
 
@@ -98,7 +97,7 @@ func (t *Tree) RootAt(size uint64) ([32]byte, error) {
 		if err != nil {
 			return [32]byte{}, err
 		}
-		root = to32(rfc6962.DefaultHasher.HashChildren(left[:], root[:]))
+		root = NodeHash(left, root)
 	}
 	return root, nil
 }
@@ -151,7 +150,7 @@ func (t *Tree) rehash(nodes proof.Nodes) ([][32]byte, error) {
 	if err != nil {
 		return nil, err
 	}
-	hs, err = nodes.Rehash(hs, rfc6962.DefaultHasher.HashChildren)
+	hs, err = nodes.Rehash(hs, HashChildren)
 	if err != nil {
 		return nil, err
 	}

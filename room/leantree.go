@@ -6,7 +6,6 @@ import (
 
 	"github.com/transparency-dev/merkle/compact"
 	"github.com/transparency-dev/merkle/proof"
-	"github.com/transparency-dev/merkle/rfc6962"
 
 	"github.com/roompub/roompub/checkpoint"
 )
@@ -35,7 +34,7 @@ type leanTree struct {
 	tail [][32]byte     // leaves Base(), Base()+1, ...
 }
 
-var leanRanges = &compact.RangeFactory{Hash: rfc6962.DefaultHasher.HashChildren}
+var leanRanges = &compact.RangeFactory{Hash: checkpoint.HashChildren}
 
 // emptyTreeRoot is the RFC 6962 root of no leaves: SHA-256 of "".
 var emptyTreeRoot = sha256.Sum256(nil)
@@ -146,7 +145,7 @@ func (t *leanTree) ConsistencyProof(size1, size2 uint64) ([][32]byte, error) {
 			return nil, fmt.Errorf("%w: node %d/%d straddles size %d", checkpoint.ErrTreeSize, id.Level, id.Index, size1)
 		}
 	}
-	hs, err = nodes.Rehash(hs, rfc6962.DefaultHasher.HashChildren)
+	hs, err = nodes.Rehash(hs, checkpoint.HashChildren)
 	if err != nil {
 		return nil, err
 	}
