@@ -325,3 +325,31 @@ func TestTruncatedTailCountsEveryByte(t *testing.T) {
 		t.Fatalf("reason %q does not say %q", ref.Reason, want)
 	}
 }
+
+// TestParseLineOwned: ParseLineOwned gives ParseLine's entry, keeping the
+// line itself (not a copy) as its canonical bytes on the fast path; lines
+// that are not canonical, not JSON or not UTF-8 get ParseLine's answer.
+func TestParseLineOwned(t *testing.T) {
+	lines := refJournalLines(t)
+	spaced := bytes.Replace(lines[0], []byte(`":`), []byte(`": `), 1)
+	for i, line := range append(lines, spaced, []byte("{not json"), []byte{0xff, '{', '}'}) {
+		at := events.Location{Line: i + 1}
+		want, wantProblems := events.ParseLine(line, at)
+		got, gotProblems := events.ParseLineOwned(line, at)
+		if fmt.Sprint(gotProblems) != fmt.Sprint(wantProblems) || (got == nil) != (want == nil) {
+			t.Fatalf("line %d: %v %v, ParseLine %v %v", i+1, got, gotProblems, want, wantProblems)
+		}
+		if got == nil {
+			continue
+		}
+		if !bytes.Equal(got.Canonical(), want.Canonical()) || got.EntryHash() != want.EntryHash() || got.ComputedHash() != want.ComputedHash() {
+			t.Fatalf("line %d: entries differ", i+1)
+		}
+		if aliased := &got.Canonical()[0] == &line[0]; aliased != bytes.Equal(line, want.Canonical()) {
+			t.Errorf("line %d: canonical bytes aliased %v; the line is canonical: %v", i+1, aliased, bytes.Equal(line, want.Canonical()))
+		}
+		if i < len(lines) && &want.Canonical()[0] == &line[0] {
+			t.Errorf("line %d: ParseLine kept the caller's bytes", i+1)
+		}
+	}
+}

@@ -49,6 +49,9 @@ type BatchObserver interface {
 // Requests of one chain in flight at once in this gate are decided in the
 // order of their first entry's seq (order.go); the ingest service orders
 // them as they arrive, with appendJournal.
+//
+// The gate stores the lines from body itself, without a copy: body must
+// not change until AppendJournal returns (it keeps no reference after).
 func (g *Gate) AppendJournal(ctx context.Context, roomID string, body []byte, capsule *events.CapsuleMeta) (JournalReply, error) {
 	t := g.ticket(body)
 	defer t.done()

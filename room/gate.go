@@ -504,7 +504,7 @@ func parseLine(ln line, idx int) (*events.Entry, *ItemResult) {
 		r := refused(idx, []events.Problem{{Code: events.TruncatedTail, At: at, Reason: "the last line does not end in a newline: a partial entry"}})
 		return nil, &r
 	}
-	e, problems := events.ParseLine(ln.data, at)
+	e, problems := events.ParseLineOwned(ln.data, at) // the request body is the gate's for the call
 	if e == nil {
 		r := refused(idx, problems)
 		return nil, &r

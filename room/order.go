@@ -99,7 +99,7 @@ func (g *Gate) ticket(body []byte) *orderTicket {
 // lineSeq parses one journal line (without its "\n") and returns the
 // entry and its seq; nil and -1 when it does not parse or has no seq.
 func lineSeq(ln []byte) (*events.Entry, int64) {
-	e, _ := events.ParseLine(ln, events.Location{})
+	e, _ := events.ParseLineOwned(ln, events.Location{})
 	if e == nil {
 		return nil, -1
 	}
