@@ -164,37 +164,8 @@ func TestRecordEquivalence(t *testing.T) {
 			rng := rand.New(rand.NewPCG(seed, 3))
 			fast, oracle := newEnv(t), newEnv(t)
 			fg := fast.racers()
-			// The oracle's gates trust the host that signs the records.
-			ov, err := validate.New(validate.WithTrustedHosts(fast.key.NodeID()))
-			if err != nil {
-				t.Fatal(err)
-			}
-			var og [2]*room.Gate
-			for i := range og {
-				if og[i], err = room.NewGate(t.Context(), oracle.connect(), room.GateOptions{Validator: ov}); err != nil {
-					t.Fatal(err)
-				}
-			}
-			base := referenceRecord(t, "verified.json")
-			d1 := "oA28VKhsifc4ODhCXQhTYA5qikyleR46w0_GrRwpce1"
-			var pool [][]byte
-			for i := range 60 {
-				changes := map[string]any{
-					"room/id":         []string{"room:rd", "room:rd", "room:rd2"}[rng.IntN(3)],
-					"idempotency/key": fmt.Sprint("key-", rng.IntN(14)),
-					"run/ref":         fmt.Sprint("operator-task-run:r", rng.IntN(14)),
-					"recorded-at":     fmt.Sprintf("2026-09-25T12:%02d:00Z", i),
-				}
-				if rng.IntN(4) == 0 {
-					changes["outcome"] = "unknown"
-				}
-				if k := rng.IntN(6); k > 0 {
-					d := d1[:len(d1)-1] + fmt.Sprint(k)
-					changes["decision/ref"] = "corpus-experiment-chair-decision:sha256:" + d
-					changes["decision/digest"] = "sha256:" + d
-				}
-				pool = append(pool, fast.sign(base, changes).Canonical())
-			}
+			og := oracleGates(t, fast, oracle)
+			pool := recordPool(t, rng, fast)
 			outcomes := map[string]int{}
 			codes := map[events.Code]int{}
 			for range 150 {
@@ -226,4 +197,49 @@ func TestRecordEquivalence(t *testing.T) {
 			}
 		})
 	}
+}
+
+// oracleGates are two gates on oracle's server (AppendRecordCatchingUp's
+// side) that trust the host signing fast's records.
+func oracleGates(t *testing.T, fast, oracle *env) [2]*room.Gate {
+	t.Helper()
+	ov, err := validate.New(validate.WithTrustedHosts(fast.key.NodeID()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var og [2]*room.Gate
+	for i := range og {
+		if og[i], err = room.NewGate(t.Context(), oracle.connect(), room.GateOptions{Validator: ov}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return og
+}
+
+// recordPool is 60 records signed by fast's host, drawn from rng: two
+// rooms, 14 idempotency keys and run refs, some unknown outcomes, five
+// decisions, so that repeats and every stream-side conflict occur.
+func recordPool(t *testing.T, rng *rand.Rand, fast *env) [][]byte {
+	t.Helper()
+	base := referenceRecord(t, "verified.json")
+	d1 := "oA28VKhsifc4ODhCXQhTYA5qikyleR46w0_GrRwpce1"
+	var pool [][]byte
+	for i := range 60 {
+		changes := map[string]any{
+			"room/id":         []string{"room:rd", "room:rd", "room:rd2"}[rng.IntN(3)],
+			"idempotency/key": fmt.Sprint("key-", rng.IntN(14)),
+			"run/ref":         fmt.Sprint("operator-task-run:r", rng.IntN(14)),
+			"recorded-at":     fmt.Sprintf("2026-09-25T12:%02d:00Z", i),
+		}
+		if rng.IntN(4) == 0 {
+			changes["outcome"] = "unknown"
+		}
+		if k := rng.IntN(6); k > 0 {
+			d := d1[:len(d1)-1] + fmt.Sprint(k)
+			changes["decision/ref"] = "corpus-experiment-chair-decision:sha256:" + d
+			changes["decision/digest"] = "sha256:" + d
+		}
+		pool = append(pool, fast.sign(base, changes).Canonical())
+	}
+	return pool
 }

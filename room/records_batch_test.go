@@ -12,7 +12,6 @@ import (
 
 	"github.com/roompub/roompub/events"
 	"github.com/roompub/roompub/room"
-	"github.com/roompub/roompub/validate"
 )
 
 // TestRecordsEquivalence holds Gate.AppendRecords (records checked ahead
@@ -34,36 +33,8 @@ func TestRecordsEquivalence(t *testing.T) {
 			pub := newPublisherKey(t)
 			fg := [2]*room.Gate{fast.attestingGate(fast.connect(), pub, nil, room.GateOptions{}),
 				fast.attestingGate(fast.connect(), pub, nil, room.GateOptions{})}
-			ov, err := validate.New(validate.WithTrustedHosts(fast.key.NodeID()))
-			if err != nil {
-				t.Fatal(err)
-			}
-			var og [2]*room.Gate
-			for i := range og {
-				if og[i], err = room.NewGate(t.Context(), oracle.connect(), room.GateOptions{Validator: ov}); err != nil {
-					t.Fatal(err)
-				}
-			}
-			base := referenceRecord(t, "verified.json")
-			d1 := "oA28VKhsifc4ODhCXQhTYA5qikyleR46w0_GrRwpce1"
-			var pool [][]byte
-			for i := range 60 {
-				changes := map[string]any{
-					"room/id":         []string{"room:rd", "room:rd", "room:rd2"}[rng.IntN(3)],
-					"idempotency/key": fmt.Sprint("key-", rng.IntN(14)),
-					"run/ref":         fmt.Sprint("operator-task-run:r", rng.IntN(14)),
-					"recorded-at":     fmt.Sprintf("2026-09-25T12:%02d:00Z", i),
-				}
-				if rng.IntN(4) == 0 {
-					changes["outcome"] = "unknown"
-				}
-				if k := rng.IntN(6); k > 0 {
-					d := d1[:len(d1)-1] + fmt.Sprint(k)
-					changes["decision/ref"] = "corpus-experiment-chair-decision:sha256:" + d
-					changes["decision/digest"] = "sha256:" + d
-				}
-				pool = append(pool, fast.sign(base, changes).Canonical())
-			}
+			og := oracleGates(t, fast, oracle)
+			pool := recordPool(t, rng, fast)
 			forged := bytes.Replace(pool[0], []byte(`"2026-09-25T12:00:00Z"`), []byte(`"2026-09-25T13:00:00Z"`), 1)
 			pool = append(pool, []byte(`{"room/id": "room:rd",`), forged)
 			outcomes := map[string]int{}
