@@ -224,9 +224,10 @@ func (g *Gate) AppendRecords(ctx context.Context, raws [][]byte) []RecordReply {
 	return out
 }
 
-// recordsAhead is how many records AppendRecords checks ahead of the one
-// being stored: one is enough to keep the checks off the store's path
-// (a record's checks take about a third of its synchronous store).
+// recordsAhead is how many checked records AppendRecords keeps ready
+// ahead of the one being stored. A record's checks take about a third of
+// its synchronous store, so one would do; the second absorbs a record
+// whose checks take longer (a refusal with many problems).
 const recordsAhead = 2
 
 func (g *Gate) appendRecord(ctx context.Context, raw []byte) RecordReply {
