@@ -81,7 +81,7 @@ func parseCanonical(line []byte, owned bool) *Entry {
 	h.Write(line[:cut])
 	h.Write(line[end:])
 	var sum [sha256.Size]byte
-	canonical := line
+	canonical := line[:len(line):len(line)] // an append to it must not write into the caller's next bytes
 	if !owned {
 		canonical = []byte(src)
 	}

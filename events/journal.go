@@ -82,11 +82,12 @@ func ParseLine(line []byte, at Location) (*Entry, []Problem) {
 	return parseLine(line, at, parseValidUTF8)
 }
 
-// ParseLineOwned is ParseLine for a line the caller hands over: the entry
-// keeps line itself as its canonical bytes instead of a copy (Canonical
-// returns it), so no one may change line while the entry is in use. The
-// gate parses its requests' lines this way (issue 8: one copy of every
-// entry less).
+// ParseLineOwned is ParseLine for a line the caller hands over: an entry
+// of a canonical line keeps line itself as its canonical bytes instead of
+// a copy (Canonical returns it, capped at its length), so no one may
+// change line while the entry is in use; other lines are parsed as
+// ParseLine parses them. The gate parses its requests' lines this way
+// (issue 8: one copy of every entry less).
 func ParseLineOwned(line []byte, at Location) (*Entry, []Problem) {
 	return parseLine(line, at, parseOwned)
 }

@@ -172,10 +172,14 @@ func (c *Client) AppendRecord(ctx context.Context, raw []byte) (RecordReply, err
 // larger than the server's max payload cannot be sent at all and is
 // answered here, refused too_large (the gate would refuse it too).
 //
-// Errors: a request-level error (*ServiceError, or one wrapping
-// ErrUnavailable) ends the call; the replies of the requests answered
-// before it are returned with it, and the records from len(replies) on
-// were not answered (send them again: a record already stored is answered
+// The call ends at the first record the gate could not decide (outcome
+// failed; the records after it in its request are skipped), so that no
+// record after it is stored before it: it returns the replies so far,
+// that request's included, and an error wrapping ErrUnavailable. It also
+// ends at a request-level error (*ServiceError, one wrapping
+// ErrUnavailable, a reply that does not match the request). Either way
+// the records from len(replies) on were not answered; send the failed,
+// skipped and unanswered ones again (a record already stored is answered
 // duplicate).
 func (c *Client) AppendRecords(ctx context.Context, raws [][]byte) ([]RecordReply, error) {
 	out := make([]RecordReply, 0, len(raws))
@@ -202,7 +206,7 @@ func (c *Client) AppendRecords(ctx context.Context, raws [][]byte) ([]RecordRepl
 		out = append(out, r.Records...)
 		body.Reset()
 		n = 0
-		return nil
+		return notDecided(out[len(out)-len(r.Records):])
 	}
 	for i, raw := range raws {
 		line.Reset()
@@ -226,6 +230,9 @@ func (c *Client) AppendRecords(ctx context.Context, raws [][]byte) ([]RecordRepl
 			}
 			r.Item.Index = i
 			out = append(out, r)
+			if err := notDecided(out[len(out)-1:]); err != nil {
+				return out, err
+			}
 			continue
 		}
 		if n == perRequest || body.Len()+line.Len()+1 > maxBody {
@@ -241,4 +248,15 @@ func (c *Client) AppendRecords(ctx context.Context, raws [][]byte) ([]RecordRepl
 		n++
 	}
 	return out, flush()
+}
+
+// notDecided is the error that ends AppendRecords at the first of replies
+// the gate could not decide, or nil.
+func notDecided(replies []RecordReply) error {
+	for _, r := range replies {
+		if r.Item.Outcome == OutcomeFailed {
+			return fmt.Errorf("%w: record %d was not decided: %s", ErrUnavailable, r.Item.Index, r.Item.Reason)
+		}
+	}
+	return nil
 }

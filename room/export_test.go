@@ -131,6 +131,6 @@ func (c *Checkpointer) SetAckedMax(n int) {
 // stream first).
 func (c *Checkpointer) AckedSkipped() uint64 { return c.acked.skipped.Load() }
 
-// PresignedUsed is how many records g stored with the attestation
+// PresignedUsed is how many record appends of g carried the attestation
 // AppendRecords signed ahead of their store.
 func (g *Gate) PresignedUsed() uint64 { return g.presignedUsed.Load() }

@@ -119,8 +119,9 @@ const (
 // A Gate is safe for concurrent use; several gates, in one process or many,
 // may serve one stream.
 type Gate struct {
-	// presignedUsed counts records stored with the attestation
-	// AppendRecords's checker signed ahead (tests read it).
+	// presignedUsed counts the appends of records that carried the
+	// attestation AppendRecords's checker signed ahead, stored or not
+	// (tests read it).
 	presignedUsed atomic.Uint64
 	js            jetstream.JetStream
 	nc            *nats.Conn

@@ -159,40 +159,61 @@ func (g *Gate) AppendRecord(ctx context.Context, raw []byte) RecordReply {
 // (the client sends them again).
 func (g *Gate) AppendRecords(ctx context.Context, raws [][]byte) []RecordReply {
 	out := make([]RecordReply, len(raws))
+	// flight is where one room's records of this request stand: next is
+	// the room's count after the last record the storer finished (known
+	// once the room has been read), sent and finished the records the
+	// checker passed on and the storer is done with. The next record of the
+	// room lands at next + sent - finished if the ones between are stored
+	// and no other append comes in between, the usual case; a wrong guess
+	// (a record ahead refused or a duplicate, another gate's append) only
+	// costs storeRecord a second signature.
+	type flight struct {
+		mu             sync.Mutex
+		known          bool
+		next           uint64
+		sent, finished uint64
+	}
 	type checked struct {
-		rec   *events.Record
-		reply RecordReply
-		pre   presigned
-		start time.Time
+		rec    *events.Record
+		reply  RecordReply
+		pre    presigned
+		flight *flight
+		start  time.Time
 	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	ch := make(chan checked, recordsAhead)
 	go func() {
 		defer close(ch)
-		// next: the position the next record of each room will land at if
-		// every record of this request ahead of it is stored and no other
-		// append comes in between, the usual case; a wrong guess only costs
-		// storeRecord a signature.
-		next := map[string]uint64{}
+		flights := map[string]*flight{}
 		for _, raw := range raws {
-			start := time.Now()
-			rec, reply := g.checkRecord(raw)
-			var pre presigned
-			if rec != nil && g.key != nil {
-				pre.hashed, pre.content = true, checkpoint.ContentHash(rec.Canonical())
-				roomID := rec.RoomID()
-				pos, seen := next[roomID]
-				if r := g.room(roomID); !seen && r.loaded.Load() {
-					pos, seen = r.count.Load(), true
+			if ctx.Err() != nil {
+				return
+			}
+			c := checked{start: time.Now()}
+			c.rec, c.reply = g.checkRecord(raw)
+			if c.rec != nil && g.key != nil {
+				roomID := c.rec.RoomID()
+				c.flight = flights[roomID]
+				if c.flight == nil {
+					c.flight = &flight{}
+					flights[roomID] = c.flight
 				}
-				if seen {
-					pre.position, pre.att = pos, g.attest(roomID, g.subjects.Records(roomID), checkpoint.RecordPosition(pos), pre.content)
-					next[roomID] = pos + 1
+				c.pre.hashed, c.pre.content = true, checkpoint.ContentHash(c.rec.Canonical())
+				f := c.flight
+				f.mu.Lock()
+				if r := g.room(roomID); !f.known && r.loaded.Load() {
+					f.known, f.next = true, r.count.Load() // nothing of this request stored there yet
+				}
+				known, pos := f.known, f.next+f.sent-f.finished
+				f.sent++
+				f.mu.Unlock()
+				if known {
+					c.pre.position, c.pre.att = pos, g.attest(roomID, g.subjects.Records(roomID), checkpoint.RecordPosition(pos), c.pre.content)
 				}
 			}
 			select {
-			case ch <- checked{rec, reply, pre, start}:
+			case ch <- c:
 			case <-ctx.Done():
 				return
 			}
@@ -205,19 +226,31 @@ func (g *Gate) AppendRecords(ctx context.Context, raws [][]byte) []RecordReply {
 		if c.rec != nil {
 			reply = g.storeRecord(ctx, c.rec, reply, c.pre)
 		}
+		if f := c.flight; f != nil {
+			r := g.room(c.rec.RoomID())
+			f.mu.Lock()
+			f.finished++
+			if r.loaded.Load() {
+				f.known, f.next = true, r.count.Load()
+			}
+			f.mu.Unlock()
+		}
 		reply.Item.Index = i
 		g.observe(KindExecution, reply.Item, c.start)
 		out[i] = reply
 		i++
 		if reply.Item.Outcome == OutcomeFailed {
-			stop = "record " + strconv.Itoa(i-1) + " of the request failed"
+			stop = "an earlier record of the request failed"
 			break
 		}
 	}
 	if stop == "" && i < len(raws) {
 		stop = context.Cause(ctx).Error() // the caller's ctx ended between two records
 	}
-	cancel() // the checker stops, if it has not
+	cancel()
+	// The checker reads raws: it is done with them before the call returns.
+	for range ch {
+	}
 	for ; i < len(raws); i++ {
 		out[i].Item = ItemResult{Index: i, Outcome: OutcomeSkipped, Reason: "not looked at: " + stop}
 	}

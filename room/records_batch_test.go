@@ -4,11 +4,15 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/nats-io/nats.go"
 
 	"github.com/roompub/roompub/events"
 	"github.com/roompub/roompub/room"
@@ -233,7 +237,7 @@ func TestRecordsStopAtFailure(t *testing.T) {
 	defer stop()
 	got := gone.AppendRecords(short, raws)
 	checkStopped(got)
-	if got[0].Item.Outcome != room.OutcomeFailed || got[1].Item.Reason != "not looked at: record 0 of the request failed" {
+	if got[0].Item.Outcome != room.OutcomeFailed || got[1].Item.Reason != "not looked at: an earlier record of the request failed" {
 		t.Errorf("after a closed connection: %+v", got)
 	}
 	if n := len(e.stored()); n != 0 {
@@ -333,5 +337,130 @@ func TestRecordsClientTooLarge(t *testing.T) {
 	}
 	if requests["records"] != 2 || requests["execution"] != 0 {
 		t.Errorf("requests per endpoint %v: the huge record must not be sent", requests)
+	}
+}
+
+// TestRecordsSignedAheadAfterDuplicate: the position a record is signed
+// for ahead of its store follows what the records before it did: after a
+// duplicate (the rerun of a shipment that was cut off) and a refusal, the
+// new records of a loaded room land where they were signed for, but for
+// the few checked while a duplicate was being decided; in a room the gate
+// has not read yet, the records checked before the first store are signed
+// at their store.
+func TestRecordsSignedAheadAfterDuplicate(t *testing.T) {
+	e := newEnv(t)
+	g := e.attestingGate(e.connect(), newPublisherKey(t), nil, room.GateOptions{})
+	named := func(prefix string, n int) [][]byte {
+		out := make([][]byte, n)
+		for i := range out {
+			out[i] = e.recordNamed("room:ahead", fmt.Sprint(prefix, i))
+		}
+		return out
+	}
+	first := named("a", 20)
+	for _, r := range g.AppendRecords(t.Context(), first) {
+		if r.Item.Outcome != room.OutcomeStored {
+			t.Fatalf("%+v", r.Item)
+		}
+	}
+	// Only the records checked after the room was read can be signed
+	// ahead: the checker runs at most a few records ahead of the store.
+	if used := g.PresignedUsed(); used < 15 {
+		t.Errorf("a room not read yet: %d of 20 records stored with the signature made ahead", used)
+	}
+	before := g.PresignedUsed()
+	again := append([][]byte{first[3], first[3]}, named("b", 30)...)
+	again = append(again, []byte("{}"))
+	again = append(again, named("c", 10)...)
+	got := g.AppendRecords(t.Context(), again)
+	for i, r := range got {
+		want := room.OutcomeStored
+		switch {
+		case i < 2:
+			want = room.OutcomeDuplicate
+		case i == 32:
+			want = room.OutcomeRefused
+		}
+		if r.Item.Outcome != want {
+			t.Fatalf("record %d: %+v, want %s", i, r.Item, want)
+		}
+	}
+	// A record checked while a duplicate ahead of it is being decided is
+	// signed as if that one were stored: at most the few checked ahead of
+	// each duplicate are signed again (they were all, before the storer
+	// told the checker where the room stands).
+	if used := g.PresignedUsed() - before; used < 34 {
+		t.Errorf("after two duplicates and a refusal: %d of 40 stored records used the signature made ahead, want at least 34", used)
+	}
+	rep, err := room.Audit(t.Context(), e.js, room.AuditOptions{Validator: e.v})
+	if err != nil || !rep.Clean() || rep.Totals.Records != 60 {
+		t.Fatalf("audit: %v, %+v", err, rep.Totals)
+	}
+}
+
+// TestRecordsCheckerDoneOnReturn: AppendRecords does not read the records
+// after it returns (its checker goroutine is done with them), however it
+// ends; under -race, changing them at once is no race.
+func TestRecordsCheckerDoneOnReturn(t *testing.T) {
+	e := newEnv(t)
+	raws := make([][]byte, 30)
+	for i := range raws {
+		raws[i] = e.recordNamed("room:done", fmt.Sprint("d", i))
+	}
+	ctx, cancel := context.WithCancel(t.Context())
+	cancel()
+	got := e.gate.AppendRecords(ctx, raws)
+	for _, raw := range raws {
+		clear(raw)
+	}
+	for i, r := range got {
+		if r.Item.Outcome != room.OutcomeSkipped && r.Item.Outcome != room.OutcomeFailed {
+			t.Fatalf("record %d: %+v", i, r.Item)
+		}
+	}
+}
+
+// TestRecordsClientStopsAtNotDecided: once the gate cannot decide a record
+// (outcome failed), Client.AppendRecords sends nothing more, so no record
+// after it can be stored before it: the replies of that request come back
+// with an error wrapping ErrUnavailable, and the next request is never
+// sent. (The gate's side, failed then skipped, is TestRecordsStopAtFailure;
+// here a stand-in on the server answers the records requests.)
+func TestRecordsClientStopsAtNotDecided(t *testing.T) {
+	e := newEnv(t)
+	var requests atomic.Int32
+	sub, err := e.nc.Subscribe("stand-in.v1.records", func(m *nats.Msg) {
+		requests.Add(1)
+		n := bytes.Count(m.Data, []byte("\n"))
+		reply := room.RecordsReply{Records: make([]room.RecordReply, n)}
+		for i := range reply.Records {
+			it := &reply.Records[i].Item
+			it.Index, it.Outcome, it.StreamSeq = i, room.OutcomeStored, uint64(i+1)
+			switch {
+			case i == 5:
+				it.Outcome, it.StreamSeq, it.Reason = room.OutcomeFailed, 0, "store unavailable"
+			case i > 5:
+				it.Outcome, it.StreamSeq, it.Reason = room.OutcomeSkipped, 0, "not looked at: an earlier record of the request failed"
+			}
+		}
+		b, _ := json.Marshal(reply)
+		_ = m.Respond(b)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sub.Unsubscribe()
+	client := room.NewClient(e.nc, room.ClientOptions{Prefix: "stand-in.v1"})
+	raws := make([][]byte, 300)
+	for i := range raws {
+		raws[i] = e.recordNamed("room:stand-in", fmt.Sprint("s", i))
+	}
+	got, err := client.AppendRecords(t.Context(), raws)
+	if !errors.Is(err, room.ErrUnavailable) || !strings.Contains(err.Error(), "record 5 was not decided: store unavailable") ||
+		len(got) != room.DefaultRecordsPerRequest || requests.Load() != 1 {
+		t.Fatalf("%d replies, %d requests, error %v", len(got), requests.Load(), err)
+	}
+	if got[4].Item.Outcome != room.OutcomeStored || got[5].Item.Outcome != room.OutcomeFailed || got[255].Item.Index != 255 {
+		t.Errorf("replies %+v %+v %+v", got[4].Item, got[5].Item, got[255].Item)
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -287,19 +288,19 @@ func (c *executionCmd) Run(s *streams) error {
 			printRecord(s.out, c.JSON, files[i], reply)
 		}
 		if err != nil {
-			// No answer: the rest of the chunk's files read, and every file
-			// after the chunk, are not shipped (run again to resume).
-			left := len(raws) - len(replies) + len(c.Files) - min(from+executionChunk, len(c.Files))
-			failed += left
-			what := files[len(replies)]
-			switch after := left - 1; after {
+			// The rest of the chunk's files read, and every file after the
+			// chunk, got no answer (a record the gate failed to decide ends
+			// the shipment too: nothing after it may land before it).
+			left := slices.Concat(files[len(replies):], c.Files[min(from+executionChunk, len(c.Files)):])
+			failed += len(left)
+			switch len(left) {
 			case 0:
+				fmt.Fprintf(s.err, "publisher: %v\n", err)
 			case 1:
-				what += " and the file after it"
+				fmt.Fprintf(s.err, "publisher: %s: not confirmed (run again: one already stored is answered duplicate): %v\n", left[0], err)
 			default:
-				what += fmt.Sprintf(" and the %d files after it", after)
+				fmt.Fprintf(s.err, "publisher: %s and the %d files after it: not confirmed (run again: those already stored are answered duplicate): %v\n", left[0], len(left)-1, err)
 			}
-			fmt.Fprintf(s.err, "publisher: %s: not shipped: %v\n", what, err)
 			break
 		}
 	}
