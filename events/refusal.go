@@ -145,8 +145,13 @@ func (p Problem) String() string {
 	}
 	b.WriteString(": ")
 	b.WriteString(p.Reason)
-	if p.Expected != "" || p.Actual != "" {
+	switch {
+	case p.Expected != "" && p.Actual != "":
 		fmt.Fprintf(&b, " (expected %s, got %s)", quoteShort(p.Expected), quoteShort(p.Actual))
+	case p.Actual != "":
+		fmt.Fprintf(&b, " (got %s)", quoteShort(p.Actual)) // e.g. untrusted_host: no one value is expected
+	case p.Expected != "":
+		fmt.Fprintf(&b, " (expected %s)", quoteShort(p.Expected))
 	}
 	return b.String()
 }

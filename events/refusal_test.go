@@ -42,6 +42,16 @@ func TestProblemString(t *testing.T) {
 	if got := (events.Problem{Code: events.EmptyInput, Reason: "nothing"}).String(); got != "empty_input: nothing" {
 		t.Errorf("String() = %q", got)
 	}
+	// Only the side that is known is printed: an untrusted host has no
+	// one expected value.
+	for p, want := range map[events.Problem]string{
+		{Code: events.UntrustedHost, Reason: "not trusted", Actual: "node:x"}: `untrusted_host: not trusted (got "node:x")`,
+		{Code: events.Gap, Reason: "missing", Expected: "3"}:                   `gap: missing (expected "3")`,
+	} {
+		if got := p.String(); got != want {
+			t.Errorf("String() = %q, want %q", got, want)
+		}
+	}
 	// A hostile value is quoted and cut, so it cannot flood or forge a log line.
 	long := events.Problem{Code: events.MetadataMismatch, Reason: "r", Expected: "x", Actual: strings.Repeat("A", 500) + "\nforged line"}
 	got := long.String()

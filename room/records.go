@@ -64,6 +64,17 @@ func newRoomState() *roomState {
 // them (see leaderMsg).
 func (g *Gate) catchUp(ctx context.Context, roomID string, r *roomState) error {
 	subj := g.subjects.Records(roomID)
+	// One warning per catch-up, not per message: a raw writer flooding the
+	// subject must not flood the log too.
+	var ignored int
+	var firstSeq, lastSeq uint64
+	var firstErr error
+	defer func() {
+		if ignored > 0 {
+			g.log.Warn("unverifiable records in stream: ignored by the gate", zap.String("room", roomID), zap.Int("count", ignored),
+				zap.Uint64("first_stream_seq", firstSeq), zap.Uint64("last_stream_seq", lastSeq), zap.NamedError("first_error", firstErr))
+		}
+	}()
 	for {
 		m, err := g.leaderMsg(ctx, map[string]any{"seq": r.streamSeq + 1, "next_by_subj": subj})
 		if err != nil {
@@ -80,7 +91,13 @@ func (g *Gate) catchUp(ctx context.Context, roomID string, r *roomState) error {
 		// Subscribers and audits report such records.
 		rec, err := g.v.Record(m.Data, events.Location{Seq: m.Sequence})
 		if err != nil || rec.RoomID() != roomID || !bytes.Equal(m.Data, rec.Canonical()) {
-			g.log.Warn("unverifiable record in stream: ignored by the gate", zap.Uint64("stream_seq", m.Sequence), zap.String("room", roomID), zap.Error(err))
+			if ignored == 0 {
+				firstSeq, firstErr = m.Sequence, err
+				if err == nil {
+					firstErr = errors.New("not this room's record in its canonical form")
+				}
+			}
+			ignored, lastSeq = ignored+1, m.Sequence
 			continue
 		}
 		r.add(rec, m.Sequence)

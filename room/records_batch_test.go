@@ -13,6 +13,8 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zaptest/observer"
 
 	"github.com/roompub/roompub/events"
 	"github.com/roompub/roompub/room"
@@ -462,5 +464,35 @@ func TestRecordsClientStopsAtNotDecided(t *testing.T) {
 	}
 	if got[4].Item.Outcome != room.OutcomeStored || got[5].Item.Outcome != room.OutcomeFailed || got[255].Item.Index != 255 {
 		t.Errorf("replies %+v %+v %+v", got[4].Item, got[5].Item, got[255].Item)
+	}
+}
+
+// TestGateJunkRecordsOneWarning: a raw writer that floods a room's record
+// subject with junk gets one warning per catch-up from the gate, naming
+// how many it ignored and where, not one per message; the genuine record
+// after the junk is stored at its place, its position counting the junk.
+func TestGateJunkRecordsOneWarning(t *testing.T) {
+	e := newEnv(t)
+	var subj room.Subjects
+	first := publishRaw(t, e.js, subj.Records("room:junk"), []byte("{}"))
+	var last uint64
+	for i := range 49 {
+		last = publishRaw(t, e.js, subj.Records("room:junk"), fmt.Appendf(nil, `{"junk":%d}`, i))
+	}
+	core, logs := observer.New(zap.WarnLevel)
+	g, err := room.NewGate(t.Context(), e.connect(), room.GateOptions{Validator: e.v, Logger: zap.New(core)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r := g.AppendRecord(t.Context(), e.recordNamed("room:junk", "real")); r.Item.Outcome != room.OutcomeStored || r.Item.StreamSeq != last+1 {
+		t.Fatalf("%+v", r.Item)
+	}
+	warns := logs.FilterMessage("unverifiable records in stream: ignored by the gate").All()
+	if len(warns) != 1 || logs.Len() != 1 {
+		t.Fatalf("%d warnings of %d log entries", len(warns), logs.Len())
+	}
+	f := warns[0].ContextMap()
+	if f["count"] != int64(50) || f["first_stream_seq"] != first || f["last_stream_seq"] != last || f["room"] != "room:junk" || f["first_error"] == nil {
+		t.Errorf("fields %v", f)
 	}
 }
