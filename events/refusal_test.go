@@ -46,7 +46,7 @@ func TestProblemString(t *testing.T) {
 	// one expected value.
 	for p, want := range map[events.Problem]string{
 		{Code: events.UntrustedHost, Reason: "not trusted", Actual: "node:x"}: `untrusted_host: not trusted (got "node:x")`,
-		{Code: events.Gap, Reason: "missing", Expected: "3"}:                   `gap: missing (expected "3")`,
+		{Code: events.Gap, Reason: "missing", Expected: "3"}:                  `gap: missing (expected "3")`,
 	} {
 		if got := p.String(); got != want {
 			t.Errorf("String() = %q, want %q", got, want)
