@@ -326,6 +326,10 @@ func printRecord(w io.Writer, asJSON bool, file string, r room.RecordReply) {
 	}
 	switch it.Outcome {
 	case room.OutcomeStored, room.OutcomeDuplicate:
+		if r.RoomID == "" && it.Hash == "" { // a reply cut to outcomes (room.RecordsTrimmedItems)
+			fmt.Fprintf(w, "%-9s %s at stream seq %d\n", it.Outcome, file, it.StreamSeq)
+			return
+		}
 		fmt.Fprintf(w, "%-9s %s → %s  %s at stream seq %d\n", it.Outcome, file, r.RoomID, it.Hash, it.StreamSeq)
 	case room.OutcomeRefused:
 		fmt.Fprintf(w, "REFUSED   %s → %s\n", file, orUnknown(r.RoomID))

@@ -336,8 +336,12 @@ func TestRecordTextReport(t *testing.T) {
 			"REFUSED   r.json → (no room)\n          schema_invalid at r.json /outcome: schema: not one of the outcomes\n"},
 		{"outcome only", room.RecordReply{Item: room.ItemResult{Outcome: room.OutcomeRefused, Code: p.Code}},
 			"REFUSED   r.json → (no room)\n          schema_invalid at r.json: (the reply was cut to outcomes; `publisher verify r.json` lists the problems)\n"},
-		{"skipped", room.RecordReply{Item: room.ItemResult{Outcome: room.OutcomeSkipped, Reason: "not looked at: record 0 of the request failed"}},
-			"SKIPPED   r.json: not looked at: record 0 of the request failed\n"},
+		{"skipped", room.RecordReply{Item: room.ItemResult{Outcome: room.OutcomeSkipped, Reason: "not looked at: an earlier record of the request failed"}},
+			"SKIPPED   r.json: not looked at: an earlier record of the request failed\n"},
+		{"stored", room.RecordReply{RoomID: "room:r", Item: room.ItemResult{Outcome: room.OutcomeStored, Hash: "corpus-task-pack-execution:sha256:x", StreamSeq: 7}},
+			"stored    r.json → room:r  corpus-task-pack-execution:sha256:x at stream seq 7\n"},
+		{"stored, outcome only", room.RecordReply{Item: room.ItemResult{Outcome: room.OutcomeStored, StreamSeq: 7}},
+			"stored    r.json at stream seq 7\n"},
 	} {
 		var b bytes.Buffer
 		printRecord(&b, false, "r.json", c.reply)
