@@ -13,6 +13,9 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+
+	"github.com/roompub/roompub/events"
+	"github.com/roompub/roompub/room"
 )
 
 // natsNode is one nats-server process of the test cluster.
@@ -367,5 +370,33 @@ func (c *cluster) cutBetween(a, b *natsNode, cut bool) {
 			clear(l.conns)
 		}
 		p.mu.Unlock()
+	}
+}
+
+// waitService waits until the ingest service answers a head request on
+// every server of the cluster: serve's subscriptions reach the servers it
+// is not connected to a moment after it says it serves, and a shipper
+// connected to one of those meanwhile gets "no responders" (exit 2, run
+// again), which a phase would take for the fault's doing.
+func (c *cluster) waitService(t *testing.T) {
+	t.Helper()
+	for _, n := range c.nodes {
+		nc, err := nats.Connect(n.url())
+		if err != nil {
+			t.Fatal(err)
+		}
+		client := room.NewClient(nc, room.ClientOptions{Timeout: 2 * time.Second})
+		deadline := time.Now().Add(30 * time.Second)
+		for {
+			_, err := client.Head(context.Background(), events.ChainKey{RunID: "run-probe", CapsuleID: "cap-probe"})
+			if err == nil {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("the ingest service does not answer on %s after 30s: %v", n.name, err)
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+		nc.Close()
 	}
 }
