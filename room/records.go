@@ -185,6 +185,8 @@ func (g *Gate) AppendRecords(ctx context.Context, raws [][]byte) []RecordReply {
 	// (a record ahead refused or a duplicate, another gate's append) only
 	// costs storeRecord a second signature.
 	type flight struct {
+		room           *roomState // the room's state and record subject, looked up once
+		subj           string
 		mu             sync.Mutex
 		known          bool
 		next           uint64
@@ -213,20 +215,20 @@ func (g *Gate) AppendRecords(ctx context.Context, raws [][]byte) []RecordReply {
 				roomID := c.rec.RoomID()
 				c.flight = flights[roomID]
 				if c.flight == nil {
-					c.flight = &flight{}
+					c.flight = &flight{room: g.room(roomID), subj: g.subjects.Records(roomID)}
 					flights[roomID] = c.flight
 				}
 				c.pre.hashed, c.pre.content = true, checkpoint.ContentHash(c.rec.Canonical())
 				f := c.flight
 				f.mu.Lock()
-				if r := g.room(roomID); !f.known && r.loaded.Load() {
-					f.known, f.next = true, r.count.Load() // nothing of this request stored there yet
+				if !f.known && f.room.loaded.Load() {
+					f.known, f.next = true, f.room.count.Load() // nothing of this request stored there yet
 				}
 				known, pos := f.known, f.next+f.sent-f.finished
 				f.sent++
 				f.mu.Unlock()
 				if known {
-					c.pre.position, c.pre.att = pos, g.attest(roomID, g.subjects.Records(roomID), checkpoint.RecordPosition(pos), c.pre.content)
+					c.pre.position, c.pre.att = pos, g.attest(roomID, f.subj, checkpoint.RecordPosition(pos), c.pre.content)
 				}
 			}
 			select {
@@ -244,11 +246,10 @@ func (g *Gate) AppendRecords(ctx context.Context, raws [][]byte) []RecordReply {
 			reply = g.storeRecord(ctx, c.rec, reply, c.pre)
 		}
 		if f := c.flight; f != nil {
-			r := g.room(c.rec.RoomID())
 			f.mu.Lock()
 			f.finished++
-			if r.loaded.Load() {
-				f.known, f.next = true, r.count.Load()
+			if f.room.loaded.Load() {
+				f.known, f.next = true, f.room.count.Load()
 			}
 			f.mu.Unlock()
 		}
