@@ -457,21 +457,30 @@ func (c *chainState) view(key events.ChainKey) ChainHead {
 }
 
 func (r *JournalReply) tally() {
+	counts := outcomeCounts{&r.Stored, &r.Dupes, &r.Refused, &r.Skipped, &r.Failures, &r.Ahead}
 	for _, it := range r.Items {
-		switch it.Outcome {
-		case OutcomeStored:
-			r.Stored++
-		case OutcomeDuplicate:
-			r.Dupes++
-		case OutcomeRefused:
-			r.Refused++
-		case OutcomeSkipped:
-			r.Skipped++
-		case OutcomeFailed:
-			r.Failures++
-		case OutcomeAhead:
-			r.Ahead++
-		}
+		counts.add(it.Outcome)
+	}
+}
+
+// outcomeCounts points at a reply's count of each item outcome
+// (JournalReply, RecordsReply; ahead is nil where no item can be ahead).
+type outcomeCounts struct{ stored, dupes, refused, skipped, failed, ahead *int }
+
+func (c outcomeCounts) add(outcome string) {
+	switch outcome {
+	case OutcomeStored:
+		*c.stored++
+	case OutcomeDuplicate:
+		*c.dupes++
+	case OutcomeRefused:
+		*c.refused++
+	case OutcomeSkipped:
+		*c.skipped++
+	case OutcomeFailed:
+		*c.failed++
+	case OutcomeAhead:
+		*c.ahead++
 	}
 }
 

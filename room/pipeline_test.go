@@ -175,11 +175,7 @@ func TestShipCapsulePipelinedAcrossGates(t *testing.T) {
 	// Both gates took requests (else this test tests nothing).
 	var counts [2]int
 	for i, s := range []*room.Service{e.svc, svc2} {
-		for _, ep := range s.Stats().Endpoints {
-			if ep.Name == "journal" {
-				counts[i] = ep.NumRequests
-			}
-		}
+		counts[i] = endpointRequests(s)["journal"]
 	}
 	if counts[0] == 0 || counts[1] == 0 {
 		t.Fatalf("journal requests per gate %v: both should have served some", counts)

@@ -161,10 +161,7 @@ func TestRecordsStoredInOrderAcrossRequests(t *testing.T) {
 			t.Fatalf("stream seq %d holds %s, want record %d", msgs[i].Sequence, msgs[i].Data, i)
 		}
 	}
-	requests := map[string]int{}
-	for _, ep := range e.svc.Stats().Endpoints {
-		requests[ep.Name] = ep.NumRequests
-	}
+	requests := endpointRequests(e.svc)
 	if requests["records"] != 3 || requests["execution"] != 1 {
 		t.Errorf("requests per endpoint %v, want 3 records requests and 1 execution request", requests)
 	}
@@ -333,10 +330,7 @@ func TestRecordsClientTooLarge(t *testing.T) {
 		!strings.Contains(it.Reason, "over the server's max payload of 65536 bytes") {
 		t.Errorf("the huge record: %+v", it)
 	}
-	requests := map[string]int{}
-	for _, ep := range e.svc.Stats().Endpoints {
-		requests[ep.Name] = ep.NumRequests
-	}
+	requests := endpointRequests(e.svc)
 	if requests["records"] != 2 || requests["execution"] != 0 {
 		t.Errorf("requests per endpoint %v: the huge record must not be sent", requests)
 	}
@@ -495,4 +489,14 @@ func TestGateJunkRecordsOneWarning(t *testing.T) {
 	if f["count"] != int64(50) || f["first_stream_seq"] != first || f["last_stream_seq"] != last || f["room"] != "room:junk" || f["first_error"] == nil {
 		t.Errorf("fields %v", f)
 	}
+}
+
+// endpointRequests is how many requests each endpoint of the ingest
+// service s has handled (micro stats).
+func endpointRequests(s *room.Service) map[string]int {
+	requests := map[string]int{}
+	for _, ep := range s.Stats().Endpoints {
+		requests[ep.Name] = ep.NumRequests
+	}
+	return requests
 }

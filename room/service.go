@@ -313,19 +313,11 @@ func (s *Service) handleRecords(req micro.Request, _ *orderTicket) {
 	}
 	replies := s.gate.AppendRecords(s.ctx, bytes.Split(body, []byte("\n")))
 	reply := RecordsReply{Records: replies}
+	counts := outcomeCounts{&reply.Stored, &reply.Dupes, &reply.Refused, &reply.Skipped, &reply.Failures, nil}
 	for _, r := range replies {
-		switch r.Item.Outcome {
-		case OutcomeStored:
-			reply.Stored++
-		case OutcomeDuplicate:
-			reply.Dupes++
-		case OutcomeRefused:
-			reply.Refused++
+		counts.add(r.Item.Outcome)
+		if r.Item.Outcome == OutcomeRefused {
 			s.log.Info("refused", zap.String("kind", KindExecution), zap.String("room", r.RoomID), zap.String("code", string(r.Item.Code)), zap.Int("record", r.Item.Index), zap.String("reason", r.Item.Reason))
-		case OutcomeSkipped:
-			reply.Skipped++
-		default:
-			reply.Failures++
 		}
 	}
 	body, err := encodeRecordsReply(&reply, s.maxPayload)
