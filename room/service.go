@@ -111,6 +111,14 @@ func StartService(nc *nats.Conn, gate *Gate, o ServiceOptions) (*Service, error)
 			return nil, fmt.Errorf("add endpoint %s: %w", ep.name, err)
 		}
 	}
+	// The endpoints' subscriptions are on the server when StartService
+	// returns (serve then says it serves): a client of the same server may
+	// send at once, where it could get "no responders" while they were
+	// still in the connection's buffer.
+	if err := nc.Flush(); err != nil {
+		_ = svc.Stop()
+		return nil, fmt.Errorf("add service: %w", err)
+	}
 	return s, nil
 }
 
