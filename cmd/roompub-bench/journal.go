@@ -7,6 +7,7 @@ import (
 	"runtime"
 	"strconv"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -128,6 +129,7 @@ func (b *bench) inRounds(r *result, raw, pub func(round int) (side, error)) erro
 			o.dst.n += s.n
 			o.dst.bytes += s.bytes
 			o.dst.dur += s.dur
+			o.dst.cpu += s.cpu
 			if err != nil {
 				return fmt.Errorf("round %d, %s: %w", round+1, o.name, err)
 			}
@@ -150,9 +152,11 @@ func (b *bench) longChain() (*result, error) {
 	err := b.inRounds(r, func(round int) (side, error) {
 		meta, _, roomID, _ := sides("long", round, 0)
 		c := genChain(meta, uint64(1+round), n)
-		start := startTimer()
+		t := startTimer()
 		stored, err := rawBatches(b.ctx, b.js, b.rawSubjects, roomID, meta.Key(), c.lines, c.hashes, b.c.Batch, nil)
-		return side{n: stored, bytes: c.bytes, dur: time.Since(start)}, err
+		s := side{n: stored, bytes: c.bytes}
+		t.stop(&s)
+		return s, err
 	}, func(round int) (side, error) {
 		_, meta, _, roomID := sides("long", round, 0)
 		c := genChain(meta, uint64(1+round), n)
@@ -160,9 +164,11 @@ func (b *bench) longChain() (*result, error) {
 		if err := writeChain(dir, c); err != nil {
 			return side{}, err
 		}
-		start := startTimer()
+		t := startTimer()
 		stored, err := b.ship(dir, roomID, n)
-		return side{n: stored, bytes: c.bytes, dur: time.Since(start)}, err
+		s := side{n: stored, bytes: c.bytes}
+		t.stop(&s)
+		return s, err
 	})
 	if err != nil {
 		return nil, err
@@ -177,9 +183,10 @@ func (b *bench) longChain() (*result, error) {
 	meta := chainMeta(fmt.Sprintf("run-bench-syn-long-r0-%04d", 0), fmt.Sprintf("cap-bench-syn-long-r0-%04d", 0))
 	c := genChain(meta, 1, m)
 	b.logf("long_chain: reference: %d synchronous publishes", m)
-	start := startTimer()
+	t := startTimer()
 	stored, err := syncPublishes(b.ctx, b.js, b.rawSubjects, "room:bench-syn-long", meta.Key(), c.lines, c.hashes)
-	sync := side{n: stored, bytes: c.bytes, dur: time.Since(start)}
+	sync := side{n: stored, bytes: c.bytes}
+	t.stop(&sync)
 	if err != nil {
 		return nil, err
 	}
@@ -251,7 +258,7 @@ func (b *bench) parallel() (*result, error) {
 		var err error
 		s.n, err = runAll(k, func(i int) (int, error) {
 			return rawBatches(b.ctx, b.js, b.rawSubjects, rawRoom, chains[i].meta.Key(), chains[i].lines, chains[i].hashes, b.c.Batch, sem)
-		}, &s.dur)
+		}, &s)
 		return s, err
 	}, func(round int) (side, error) {
 		dirs := make([]string, k)
@@ -268,7 +275,7 @@ func (b *bench) parallel() (*result, error) {
 		var err error
 		s.n, err = runAll(k, func(i int) (int, error) {
 			return b.ship(dirs[i], pubRoom, n)
-		}, &s.dur)
+		}, &s)
 		return s, err
 	})
 	if err != nil {
@@ -277,19 +284,48 @@ func (b *bench) parallel() (*result, error) {
 	return r, b.countStored(r, rawRoom, pubRoom)
 }
 
+// timer is a started measurement: wall time and the CPU time of this
+// process and its finished children (cpuTime).
+type timer struct {
+	wall time.Time
+	cpu  time.Duration
+}
+
 // startTimer collects the garbage of the untimed setup (generating
-// chains and records, writing capsule directories) and returns the time:
+// chains and records, writing capsule directories) and starts a timer:
 // each side's timed work then pays only for its own garbage, as a Go
 // benchmark does after runtime.GC.
-func startTimer() time.Time {
+func startTimer() timer {
 	runtime.GC()
-	return time.Now()
+	return timer{wall: time.Now(), cpu: cpuTime()}
+}
+
+// stop sets s's duration and CPU time to those since t started.
+func (t timer) stop(s *side) {
+	s.dur = time.Since(t.wall)
+	s.cpu = cpuTime() - t.cpu
+}
+
+// cpuTime is the user and system CPU time of this process (every
+// goroutine: the embedded server, the client, the gate) plus that of its
+// children that have been waited for (audit, verify, sha256sum, the raw
+// reader), from getrusage(2).
+func cpuTime() time.Duration {
+	var total time.Duration
+	for _, who := range []int{syscall.RUSAGE_SELF, syscall.RUSAGE_CHILDREN} {
+		var ru syscall.Rusage
+		if err := syscall.Getrusage(who, &ru); err != nil {
+			continue // not measured: 0 CPU, reported as such
+		}
+		total += time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+	}
+	return total
 }
 
 // runAll runs fn(0) … fn(k-1) on k goroutines released at once, sets
-// *took to the time until the last one returned, and returns the sum of
-// their counts and the first error.
-func runAll(k int, fn func(i int) (int, error), took *time.Duration) (int, error) {
+// s's duration and CPU time to those until the last one returned, and
+// returns the sum of their counts and the first error.
+func runAll(k int, fn func(i int) (int, error), s *side) (int, error) {
 	var wg sync.WaitGroup
 	var mu sync.Mutex
 	total := 0
@@ -309,9 +345,9 @@ func runAll(k int, fn func(i int) (int, error), took *time.Duration) (int, error
 			mu.Unlock()
 		}()
 	}
-	start := startTimer()
+	t := startTimer()
 	close(gate)
 	wg.Wait()
-	*took = time.Since(start)
+	t.stop(s)
 	return total, first
 }

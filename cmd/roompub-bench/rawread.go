@@ -77,9 +77,10 @@ func (b *bench) rawReadProcess(job rawReadJob) (side, error) {
 	cmd := exec.CommandContext(b.ctx, self)
 	cmd.Env = append(os.Environ(), rawReadEnv+"="+string(spec))
 	var errOut []byte
-	start := time.Now()
+	t := timer{wall: time.Now(), cpu: cpuTime()}
 	out, err := cmd.Output()
-	took := time.Since(start)
+	var took side
+	t.stop(&took)
 	if ee, ok := err.(*exec.ExitError); ok {
 		errOut = ee.Stderr
 	}
@@ -90,7 +91,7 @@ func (b *bench) rawReadProcess(job rawReadJob) (side, error) {
 	if err := json.Unmarshal(out, &res); err != nil {
 		return side{}, fmt.Errorf("raw reader's result %q: %w", out, err)
 	}
-	return side{n: res.Count, bytes: res.Bytes, dur: took}, nil
+	return side{n: res.Count, bytes: res.Bytes, dur: took.dur, cpu: took.cpu}, nil
 }
 
 // orderedRead reads every message on filter with an ordered consumer until

@@ -100,6 +100,7 @@ func (b *bench) read() (*result, error) {
 		r.raw.n += s.n - fill.checkpoints
 		r.raw.bytes += s.bytes
 		r.raw.dur += s.dur
+		r.raw.cpu += s.cpu
 		return nil
 	}
 	if err := rawRead(); err != nil {
@@ -109,9 +110,9 @@ func (b *bench) read() (*result, error) {
 	cmd := exec.CommandContext(b.ctx, b.c.Subscriber, args...)
 	var out, errOut bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errOut
-	start := time.Now()
+	auditTimer := timer{wall: time.Now(), cpu: cpuTime()}
 	peakKiB, err := runSampled(cmd)
-	r.pub.dur = time.Since(start)
+	auditTimer.stop(&r.pub)
 	if err != nil {
 		return nil, fmt.Errorf("%s audit: %v\n%s", b.c.Subscriber, err, errOut.Bytes())
 	}

@@ -3,7 +3,6 @@ package main
 import (
 	"fmt"
 	"strconv"
-	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -47,7 +46,7 @@ func (b *bench) records() (*result, error) {
 			return side{}, err
 		}
 		s := side{bytes: size}
-		start := startTimer()
+		t := startTimer()
 		for _, rec := range recs {
 			msg := &nats.Msg{Subject: subj, Data: rec.Canonical(), Header: nats.Header{}}
 			msg.Header.Set(jetstream.MsgIDHeader, rec.ContentDigest())
@@ -62,7 +61,7 @@ func (b *bench) records() (*result, error) {
 			last = ack.Sequence
 			s.n++
 		}
-		s.dur = time.Since(start)
+		t.stop(&s)
 		return s, nil
 	}, func(round int) (side, error) {
 		recs, size, err := sign(pubRoom, fmt.Sprintf("pub-r%d", round))
@@ -74,9 +73,9 @@ func (b *bench) records() (*result, error) {
 		for i, rec := range recs {
 			raws[i] = rec.Canonical()
 		}
-		start := startTimer()
+		t := startTimer()
 		replies, err := b.client.AppendRecords(b.ctx, raws)
-		s.dur = time.Since(start)
+		t.stop(&s)
 		for _, reply := range replies {
 			if reply.Item.Outcome != room.OutcomeStored {
 				return s, fmt.Errorf("roompub record %d: %s %s %s", s.n, reply.Item.Outcome, reply.Item.Code, reply.Item.Reason)

@@ -12,12 +12,22 @@ import (
 )
 
 // side is what one side (raw or roompub) did in a scenario: n items of
-// bytes payload bytes in dur (the timed work only).
+// bytes payload bytes in dur (the timed work only), using cpu of the
+// process's CPU time (user + system, every goroutine: the embedded server
+// and the client too) in that time.
 type side struct {
 	n     int
 	bytes int64
 	dur   time.Duration
+	cpu   time.Duration
 }
+
+// cores is the CPU time per second of wall time: near GOMAXPROCS, the
+// side was bound by CPU; well under it, by waiting (fsync, round trips).
+func (s side) cores() float64 { return s.cpu.Seconds() / s.dur.Seconds() }
+
+// cpuPerItem is the process's CPU time per item, in microseconds.
+func (s side) cpuPerItem() float64 { return float64(s.cpu.Microseconds()) / float64(s.n) }
 
 func (s side) rate() float64 { return float64(s.n) / s.dur.Seconds() }
 
@@ -25,7 +35,7 @@ func (s side) rate() float64 { return float64(s.n) / s.dur.Seconds() }
 func (s side) mbps() float64 { return float64(s.bytes) / 1e6 / s.dur.Seconds() }
 
 func (s side) String() string {
-	return fmt.Sprintf("%d in %.3fs (%.0f/s, %.1f MB/s)", s.n, s.dur.Seconds(), s.rate(), s.mbps())
+	return fmt.Sprintf("%d in %.3fs (%.0f/s, %.1f MB/s; CPU %.2f cores, %.1f µs each)", s.n, s.dur.Seconds(), s.rate(), s.mbps(), s.cores(), s.cpuPerItem())
 }
 
 // result is one scenario's row.
@@ -151,6 +161,8 @@ func (b *bench) printJSON(results []*result, more map[string]any) error {
 			obj[p+name+"_seconds"] = round(s.dur.Seconds(), 4)
 			obj[p+name+"_per_s"] = round(s.rate(), 1)
 			obj[p+name+"_mb_per_s"] = round(s.mbps(), 2)
+			obj[p+name+"_cpu_cores"] = round(s.cores(), 2)
+			obj[p+name+"_cpu_us_each"] = round(s.cpuPerItem(), 1)
 		}
 		obj[p+"ratio"] = round(r.ratio, 4)
 		obj[p+"floor"] = r.floor

@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"cmp"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
@@ -82,30 +83,31 @@ func (b *bench) verify() (*result, error) {
 		return nil
 	}
 	// Alternating, so that load from elsewhere falls on both alike.
-	var shaTook, verifyTook []time.Duration
+	var shaTook, verifyTook []side
 	for i := range b.c.Repeat {
 		b.logf("verify: run %d of %d: sha256sum, then %s verify", i+1, b.c.Repeat, b.c.Publisher)
 		for _, run := range []struct {
 			fn   func() error
-			took *[]time.Duration
+			took *[]side
 		}{{sha, &shaTook}, {verify, &verifyTook}} {
-			start := time.Now()
+			t := timer{wall: time.Now(), cpu: cpuTime()}
 			if err := run.fn(); err != nil {
 				return nil, err
 			}
-			*run.took = append(*run.took, time.Since(start))
+			s := side{n: n, bytes: size}
+			t.stop(&s)
+			*run.took = append(*run.took, s)
 		}
 	}
-	r.raw.n, r.raw.bytes, r.raw.dur = n, size, median(shaTook)
-	r.pub.dur = median(verifyTook)
-	r.pub.n, r.pub.bytes = n, size
+	r.raw, r.pub = median(shaTook), median(verifyTook)
 	r.extra = map[string]any{"exit_code": exit, "file_bytes": size}
 	return r, nil
 }
 
-// median returns the median of took (the upper one of an even count).
-func median(took []time.Duration) time.Duration {
+// median returns the run of median duration (the upper one of an even
+// count), with its CPU time.
+func median(took []side) side {
 	took = slices.Clone(took)
-	slices.Sort(took)
+	slices.SortFunc(took, func(a, b side) int { return cmp.Compare(a.dur, b.dur) })
 	return took[len(took)/2]
 }

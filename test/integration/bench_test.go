@@ -67,6 +67,15 @@ func TestBenchQuick(t *testing.T) {
 				t.Errorf("%s_%s = %v, want a number > 0", sc, k, got[sc+"_"+k])
 			}
 		}
+		// Process CPU time (getrusage) during each side's timed work: it
+		// is there for every side; roompub's write sides run long enough
+		// in-process to have used some.
+		for _, k := range []string{"raw_cpu_cores", "raw_cpu_us_each", "roompub_cpu_cores", "roompub_cpu_us_each"} {
+			v, ok := got[sc+"_"+k].(float64)
+			if !ok || v < 0 || (sc != "read" && sc != "verify" && strings.HasPrefix(k, "roompub") && !(v > 0)) {
+				t.Errorf("%s_%s = %v, want a CPU figure (> 0 for roompub's write sides)", sc, k, got[sc+"_"+k])
+			}
+		}
 		if got[sc+"_raw_bytes"] != got[sc+"_roompub_bytes"] {
 			t.Errorf("%s: raw sent %v bytes, roompub %v: not the same bytes", sc, got[sc+"_raw_bytes"], got[sc+"_roompub_bytes"])
 		}
