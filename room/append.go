@@ -118,7 +118,7 @@ func (g *Gate) appendJournal(ctx context.Context, roomID string, body []byte, ca
 	c := g.chain(key)
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	r := &journalRun{g: g, ctx: ctx, roomID: roomID, key: key, subj: g.subjects.Journal(roomID, key),
+	r := &journalRun{g: g, ctx: ctx, roomID: roomID, key: key, subj: g.subjects.Journal(roomID, key), anyRoom: g.subjects.ChainAnyRoom(key),
 		c: c, capsule: capsule, lines: lines, pre: pre, items: reply.Items, after: after}
 	r.run()
 	if c.loaded {
@@ -269,6 +269,7 @@ type journalRun struct {
 	roomID  string
 	key     events.ChainKey
 	subj    string
+	anyRoom string // the chain's subject in every room (Subjects.ChainAnyRoom)
 	c       *chainState
 	capsule *events.CapsuleMeta
 	lines   []line
@@ -475,10 +476,9 @@ func (r *journalRun) decide(i int, try *lineTry) (decision, ItemResult) {
 			rf.Seq, rf.Hash = res.Seq, res.Hash
 			return decFinal, rf
 		}
-		// The message one append of this line alone would send (flush checks
-		// the exact one again).
-		msg := r.message(e, "", true, c.lastSeq+uint64(len(r.pending)))
-		if tl := g.tooLarge(msg, at, 0, 1); tl != nil {
+		// The size of the message one append of this line alone would send
+		// (flush checks the exact one again).
+		if tl := g.tooLargeSize(r.messageSize(e, true, c.lastSeq+uint64(len(r.pending))), at); tl != nil {
 			if flushFirst {
 				return decFlush, ItemResult{}
 			}
@@ -492,18 +492,37 @@ func (r *journalRun) decide(i int, try *lineTry) (decision, ItemResult) {
 
 // message is the append of e: Nats-Msg-Id = entry_hash, the attestation
 // att (when the gate has a publisher key) and, when expect, the expected
-// last sequence of the chain's subjects in every room.
+// last sequence of the chain's subjects in every room. The header map is
+// made with room for the attestation and the three batch headers
+// jetstreamext adds, so it never grows.
 func (r *journalRun) message(e *events.Entry, att string, expect bool, last uint64) *nats.Msg {
-	msg := &nats.Msg{Subject: r.subj, Data: e.Canonical(), Header: nats.Header{}}
-	msg.Header.Set(jetstream.MsgIDHeader, e.EntryHash())
+	h := make(nats.Header, 8)
+	h[jetstream.MsgIDHeader] = []string{e.EntryHash()}
 	if att != "" {
-		msg.Header.Set(checkpoint.AttestationHeader, att)
+		h[checkpoint.AttestationHeader] = []string{att}
 	}
 	if expect {
-		msg.Header.Set(jetstream.ExpectedLastSubjSeqHeader, strconv.FormatUint(last, 10))
-		msg.Header.Set(jetstream.ExpectedLastSubjSeqSubjHeader, r.g.subjects.ChainAnyRoom(r.key))
+		h[jetstream.ExpectedLastSubjSeqHeader] = []string{strconv.FormatUint(last, 10)}
+		h[jetstream.ExpectedLastSubjSeqSubjHeader] = []string{r.anyRoom}
 	}
-	return msg
+	return &nats.Msg{Subject: r.subj, Data: e.Canonical(), Header: h}
+}
+
+// messageSize is what tooLarge counts for message(e, "", expect, last)
+// as the only message of its append (its payload, its headers and, with a
+// publisher key, the attestation of a batch of one), without building it:
+// decide checks it for every line.
+func (r *journalRun) messageSize(e *events.Entry, expect bool, last uint64) int64 {
+	size := int64(len(e.Canonical())) + headerFraming + headerLineSize(jetstream.MsgIDHeader, len(e.EntryHash()))
+	if expect {
+		var digits [20]byte
+		size += headerLineSize(jetstream.ExpectedLastSubjSeqHeader, len(strconv.AppendUint(digits[:0], last, 10))) +
+			headerLineSize(jetstream.ExpectedLastSubjSeqSubjHeader, len(r.anyRoom))
+	}
+	if r.g.key != nil {
+		size += headerLineSize(checkpoint.AttestationHeader, checkpoint.HeaderLen(r.g.nodeID, 0, 1))
+	}
+	return size
 }
 
 // stored records that the pending line p is stored at stream sequence seq
@@ -845,17 +864,25 @@ func (r *journalRun) ours(id string, prev uint64, batch []pend) ([]uint64, error
 // counts them, with the attestation the gate will add when msg has none
 // yet: message index of a batch of count ("<node id> <sig> <index>/<count>").
 func (g *Gate) msgHeaderSize(msg *nats.Msg, index, count int) int64 {
-	var size int64 = 12
+	size := int64(headerFraming)
 	for k, vs := range msg.Header {
 		for _, v := range vs {
-			size += int64(len(k) + len(v) + 4)
+			size += headerLineSize(k, len(v))
 		}
 	}
 	if g.key != nil && msg.Header.Get(checkpoint.AttestationHeader) == "" {
-		size += int64(len(checkpoint.AttestationHeader) + checkpoint.HeaderLen(g.nodeID, index, count) + 4)
+		size += headerLineSize(checkpoint.AttestationHeader, checkpoint.HeaderLen(g.nodeID, index, count))
 	}
 	return size
 }
+
+// headerFraming is what a header block adds besides its lines: the
+// "NATS/1.0\r\n" status line and the blank line that ends it.
+const headerFraming = 12
+
+// headerLineSize is the wire size of one header line "key: value\r\n"
+// whose value is n bytes long.
+func headerLineSize(key string, n int) int64 { return int64(len(key) + n + 4) }
 
 // batchLimit is the number of messages one atomic batch may hold now.
 func (g *Gate) batchLimit() int { return int(g.maxBatch.Load()) }

@@ -575,7 +575,11 @@ func onlyPosition(ps []events.Problem) bool {
 // gate may add later: msgHeaderSize) over the connection's max payload
 // (DESIGN.md: refused before it is sent).
 func (g *Gate) tooLarge(msg *nats.Msg, at events.Location, index, count int) []events.Problem {
-	size := int64(len(msg.Data)) + g.msgHeaderSize(msg, index, count)
+	return g.tooLargeSize(int64(len(msg.Data))+g.msgHeaderSize(msg, index, count), at)
+}
+
+// tooLargeSize is tooLarge for a message of size bytes, headers included.
+func (g *Gate) tooLargeSize(size int64, at events.Location) []events.Problem {
 	if max := g.nc.MaxPayload(); size > max {
 		return []events.Problem{{Code: events.TooLarge, At: at,
 			Reason: fmt.Sprintf("%d bytes with headers; the server accepts at most %d", size, max)}}

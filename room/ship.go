@@ -181,12 +181,24 @@ func (s *shipper) pass(ctx context.Context) error {
 	pctx, cancel := context.WithCancel(ctx)
 	p := &pipeline{s: s, ctx: pctx, cancel: cancel, depth: s.o.Pipeline}
 	defer p.drain()
-	var batch bytes.Buffer
+	// A request's body is handed to the pipeline as it is, and the next
+	// one starts in a new buffer of the size the last one reached: each
+	// line is copied once, from the reader's buffer into its request.
+	var batch *bytes.Buffer
+	newBatch := func(size int64) {
+		batch = bytes.NewBuffer(make([]byte, 0, max(0, min(size, int64(s.o.BatchBytes)))))
+	}
+	if fi, err := f.Stat(); err == nil {
+		newBatch(fi.Size() - s.offset)
+	} else {
+		newBatch(0)
+	}
 	batchLines, next := 0, s.line // next: the file line the reader is at
 	s.res.PartialTail = false
 	send := func() {
 		if batchLines > 0 {
-			p.send(bytes.Clone(batch.Bytes()), next-batchLines, batchLines)
+			p.send(batch.Bytes(), next-batchLines, batchLines)
+			newBatch(int64(batch.Cap()))
 		}
 		batch.Reset()
 		batchLines = 0
@@ -406,9 +418,14 @@ func relocate(ps []events.Problem, file string, first int) []events.Problem {
 
 // readFullLine returns the next line including its "\n"; at the end of
 // input it returns the partial line (without "\n", possibly empty) and
-// io.EOF.
+// io.EOF. A line that fits br's buffer is br's own bytes, valid until
+// br's next read; a longer one is a copy.
 func readFullLine(br *bufio.Reader) ([]byte, error) {
-	var buf []byte
+	chunk, err := br.ReadSlice('\n')
+	if !errors.Is(err, bufio.ErrBufferFull) {
+		return chunk, err // the reader's own bytes: valid until its next read
+	}
+	buf := append([]byte(nil), chunk...)
 	for {
 		chunk, err := br.ReadSlice('\n')
 		buf = append(buf, chunk...)
