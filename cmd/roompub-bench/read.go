@@ -147,7 +147,7 @@ func (b *bench) read() (*result, error) {
 		return nil, err
 	}
 	r.raw.n, r.raw.bytes = r.raw.n/2, r.raw.bytes/2
-	r.raw.dur /= 2
+	r.raw.dur, r.raw.cpu = r.raw.dur/2, r.raw.cpu/2
 	r.pub.n, r.pub.bytes = int(t.Entries), r.raw.bytes
 	return r, nil
 }

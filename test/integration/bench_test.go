@@ -14,6 +14,7 @@ import (
 	"encoding/json"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"testing"
 )
@@ -74,6 +75,11 @@ func TestBenchQuick(t *testing.T) {
 			v, ok := got[sc+"_"+k].(float64)
 			if !ok || v < 0 || (sc != "read" && sc != "verify" && strings.HasPrefix(k, "roompub") && !(v > 0)) {
 				t.Errorf("%s_%s = %v, want a CPU figure (> 0 for roompub's write sides)", sc, k, got[sc+"_"+k])
+			}
+			// No side can use more cores than the machine has (the read
+			// row once did: two raw reads' CPU over one read's time).
+			if strings.HasSuffix(k, "_cores") && v > float64(runtime.NumCPU())+0.2 {
+				t.Errorf("%s_%s = %v, more than the %d cores this machine has", sc, k, v, runtime.NumCPU())
 			}
 		}
 		if got[sc+"_raw_bytes"] != got[sc+"_roompub_bytes"] {
