@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -34,6 +33,10 @@ type Entry struct {
 	computed  string
 	fast      bool    // fields is the entry's content (the fast path)
 	fields    []Field // top-level members in canonical order, when fast
+	// known[k] is the index in fields of member knownKeys[k], -1 when the
+	// entry has none (fast path only): the accessors the gate calls many
+	// times per entry look it up once, at parse.
+	known [numKnown]int32
 
 	objOnce sync.Once
 	obj     map[string]any
@@ -86,7 +89,9 @@ func parseCanonical(line []byte, owned bool) *Entry {
 	if !owned {
 		canonical = []byte(src)
 	}
-	return &Entry{canonical: canonical, computed: hex.EncodeToString(h.Sum(sum[:0])), fast: true, fields: fields}
+	e := &Entry{canonical: canonical, computed: hex.EncodeToString(h.Sum(sum[:0])), fast: true, fields: fields}
+	e.indexKnown()
+	return e
 }
 
 // parseGeneral is the general path: canonical form by jcs, decoding by
@@ -165,23 +170,63 @@ func (e *Entry) Fields() ([]Field, bool) { return e.fields, e.fast }
 func (e *Entry) ComputedHash() string { return e.computed }
 
 // EntryHash is the entry_hash the entry claims ("" if absent or not a string).
-func (e *Entry) EntryHash() string { return e.str("entry_hash") }
+func (e *Entry) EntryHash() string { return e.str(knownEntryHash) }
 
 // ParentHash is the claimed parent_hash ("" if absent or not a string).
-func (e *Entry) ParentHash() string { return e.str("parent_hash") }
+func (e *Entry) ParentHash() string { return e.str(knownParentHash) }
 
 // RunID is run_id ("" if absent or not a string).
-func (e *Entry) RunID() string { return e.str("run_id") }
+func (e *Entry) RunID() string { return e.str(knownRunID) }
 
 // CapsuleID is capsule_id ("" if absent or not a string).
-func (e *Entry) CapsuleID() string { return e.str("capsule_id") }
+func (e *Entry) CapsuleID() string { return e.str(knownCapsuleID) }
+
+// The members the chain rules read of every entry (seed 000), indexed at
+// parse in Entry.known.
+const (
+	knownEntryHash = iota
+	knownParentHash
+	knownRunID
+	knownCapsuleID
+	knownHarnessVersion
+	knownTaskFamily
+	knownSeq
+	numKnown
+)
+
+// knownKeys names the members of Entry.known.
+var knownKeys = [numKnown]string{"entry_hash", "parent_hash", "run_id", "capsule_id", "harness_version", "task_family", "seq"}
+
+// indexKnown fills e.known from e.fields, in one pass.
+func (e *Entry) indexKnown() {
+	for k := range e.known {
+		e.known[k] = -1
+	}
+	for i, f := range e.fields {
+		for k, key := range knownKeys {
+			if f.Key == key {
+				e.known[k] = int32(i)
+				break
+			}
+		}
+	}
+}
+
+// knownField returns known member k of a fast-path entry.
+func (e *Entry) knownField(k int) (Field, bool) {
+	i := e.known[k]
+	if i < 0 {
+		return Field{}, false
+	}
+	return e.fields[i], true
+}
 
 // Seq is the entry's claimed chain position; ok is false when seq is
 // absent or not an integer that fits an int64.
 func (e *Entry) Seq() (seq int64, ok bool) {
 	var text string
 	if e.fast {
-		f, found := e.field("seq")
+		f, found := e.knownField(knownSeq)
 		if !found || f.Kind != KindNumber {
 			return 0, false
 		}
@@ -205,38 +250,27 @@ func (e *Entry) Metadata() CapsuleMeta {
 	return CapsuleMeta{
 		RunID:          e.RunID(),
 		CapsuleID:      e.CapsuleID(),
-		HarnessVersion: e.str("harness_version"),
-		TaskFamily:     e.str("task_family"),
+		HarnessVersion: e.str(knownHarnessVersion),
+		TaskFamily:     e.str(knownTaskFamily),
 	}
 }
 
-func (e *Entry) str(key string) string {
-	s, _ := e.strOK(key)
+func (e *Entry) str(k int) string {
+	s, _ := e.strOK(k)
 	return s
 }
 
-// strOK returns member key and whether it is a string.
-func (e *Entry) strOK(key string) (string, bool) {
+// strOK returns known member k and whether it is a string.
+func (e *Entry) strOK(k int) (string, bool) {
 	if e.fast {
-		f, found := e.field(key)
+		f, found := e.knownField(k)
 		if !found || f.Kind != KindString {
 			return "", false
 		}
 		return f.Text, true
 	}
-	s, ok := e.obj[key].(string)
+	s, ok := e.obj[knownKeys[k]].(string)
 	return s, ok
-}
-
-// field finds a top-level member of a fast-path entry by binary search:
-// the fast path's keys are ASCII in RFC 8785 order, which for ASCII is
-// byte order, with no key twice (the scanner refuses any other line).
-func (e *Entry) field(key string) (Field, bool) {
-	i, found := slices.BinarySearchFunc(e.fields, key, func(f Field, k string) int { return strings.Compare(f.Key, k) })
-	if !found {
-		return Field{}, false
-	}
-	return e.fields[i], true
 }
 
 // ChainKey names one chain: a journal is one chain per (run_id, capsule_id)

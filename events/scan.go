@@ -93,20 +93,24 @@ func (s *scanner) object(depth int) ([]Field, bool) {
 			return nil, false
 		}
 		s.i++
-		f, ok := s.value(key, depth)
-		if !ok {
+		// The member is scanned into its slot, not copied there.
+		var f *Field
+		switch {
+		case more != nil:
+			more = append(more, Field{})
+			f = &more[n]
+		case n < len(buf):
+			f = &buf[n]
+		default:
+			more = append(append(make([]Field, 0, 2*len(buf)), buf[:]...), Field{})
+			f = &more[n]
+		}
+		f.Key = key
+		if !s.value(f, depth) {
 			return nil, false
 		}
 		if depth == 1 && key == "entry_hash" {
 			s.hashStart, s.hashEnd = start, s.i
-		}
-		switch {
-		case n < len(buf):
-			buf[n] = f
-		case more == nil:
-			more = append(append(make([]Field, 0, 2*len(buf)), buf[:]...), f)
-		default:
-			more = append(more, f)
 		}
 		n++
 		if s.i >= len(s.src) {
@@ -148,11 +152,10 @@ func (s *scanner) key() (string, bool) {
 	return "", false
 }
 
-// value scans the value of member key at s.i.
-func (s *scanner) value(key string, depth int) (Field, bool) {
-	f := Field{Key: key}
+// value scans the value at s.i into f (whose Key is set).
+func (s *scanner) value(f *Field, depth int) bool {
 	if s.i >= len(s.src) {
-		return f, false
+		return false
 	}
 	var ok bool
 	switch c := s.src[s.i]; {
@@ -161,7 +164,7 @@ func (s *scanner) value(key string, depth int) (Field, bool) {
 		f.Text, ok = s.str()
 	case c == '{':
 		if depth >= maxFastDepth {
-			return f, false
+			return false
 		}
 		f.Kind = KindObject
 		f.Members, ok = s.object(depth + 1)
@@ -175,7 +178,7 @@ func (s *scanner) value(key string, depth int) (Field, bool) {
 		f.Kind = KindNumber
 		f.Text, ok = s.number()
 	}
-	return f, ok
+	return ok
 }
 
 func (s *scanner) literal(lit string) bool {
