@@ -182,8 +182,9 @@ func (s *shipper) pass(ctx context.Context) error {
 	p := &pipeline{s: s, ctx: pctx, cancel: cancel, depth: s.o.Pipeline}
 	defer p.drain()
 	// A request's body is handed to the pipeline as it is, and the next
-	// one starts in a new buffer of the size the last one reached: each
-	// line is copied once, from the reader's buffer into its request.
+	// one starts in a new buffer the size of the last body (most requests
+	// are alike): each line is copied once, from the reader's buffer into
+	// its request.
 	var batch *bytes.Buffer
 	newBatch := func(size int64) {
 		batch = bytes.NewBuffer(make([]byte, 0, max(0, min(size, int64(s.o.BatchBytes)))))
@@ -198,7 +199,7 @@ func (s *shipper) pass(ctx context.Context) error {
 	send := func() {
 		if batchLines > 0 {
 			p.send(batch.Bytes(), next-batchLines, batchLines)
-			newBatch(int64(batch.Cap()))
+			newBatch(int64(batch.Len()))
 		}
 		batch.Reset()
 		batchLines = 0

@@ -1,0 +1,40 @@
+package room_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/roompub/roompub/room"
+)
+
+// TestShipResendsAheadBodiesIntact: with two gates and almost no ahead
+// wait, pipelined requests are answered ahead and the shipper sends their
+// bodies again (pipeline.settle). The shipper hands each body over without
+// a copy, so a body changed after it was sent would store other lines, or
+// be refused: the chain must land whole, once, in order.
+func TestShipResendsAheadBodiesIntact(t *testing.T) {
+	defer room.SetAheadWait(time.Microsecond)()
+	e := newEnv(t)
+	nc2 := e.connect()
+	svc2, err := room.StartService(nc2, e.newGate(nc2), room.ServiceOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer svc2.Stop()
+	es, body := journal(t, "run-resend", "cap-resend-ahead", 1500)
+	dir := capsuleDir(t, "run-resend", "cap-resend-ahead", body)
+	client := room.NewClient(e.connect(), room.ClientOptions{})
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	res, err := room.ShipCapsule(ctx, client, dir, "room:resend", room.ShipOptions{BatchLines: 10, Pipeline: 6})
+	if err != nil || res.Refused != nil || res.Stored != len(es) || res.Head.Next != int64(len(es)) {
+		t.Fatalf("ship: %+v %v", res, err)
+	}
+	chainInStream(t, e, "room:resend", es)
+	n := endpointRequests(e.svc)["journal"] + endpointRequests(svc2)["journal"]
+	if n <= len(es)/10 {
+		t.Fatalf("%d journal requests for %d bodies: none was sent again, the test did not reach the resend path", n, len(es)/10)
+	}
+	t.Logf("journal requests: %d for %d bodies (%d sent again after ahead)", n, len(es)/10, n-len(es)/10)
+}
