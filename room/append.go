@@ -355,6 +355,11 @@ func (r *journalRun) run() {
 				// is of the run's chain (metadata_mismatch otherwise).
 				att = r.g.lineAttestation(r.roomID, r.key, r.subj, seq, e)
 			}
+			if r.pending == nil {
+				// Made once at the size of the request's first batch: it
+				// would otherwise grow by doubling, copying what it holds.
+				r.pending = make([]pend, 0, min(len(r.lines)-i, r.g.batchLimit()))
+			}
 			r.pending = append(r.pending, pend{idx: i, e: e, seq: seq, att: att, try: try})
 			r.cv.Accept(e)
 			i, try = i+1, newTry()
