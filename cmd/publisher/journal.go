@@ -8,7 +8,6 @@ import (
 	"io"
 	"os"
 	"os/signal"
-	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -266,41 +265,49 @@ func (c *executionCmd) Run(s *streams) error {
 	// request; the files are read a chunk at a time, so a backlog of any
 	// size takes the memory of one chunk.
 	for from := 0; from < len(c.Files); from += executionChunk {
-		var files []string // the chunk's files read, in order, and their bytes
+		chunk := c.Files[from:min(from+executionChunk, len(c.Files))]
 		var raws [][]byte
-		for _, f := range c.Files[from:min(from+executionChunk, len(c.Files))] {
+		sent := make([]int, len(chunk)) // the file's index in raws; -1: unreadable
+		readErrs := make([]error, len(chunk))
+		for i, f := range chunk {
 			raw, err := os.ReadFile(f)
 			if err != nil {
-				fmt.Fprintf(s.err, "publisher: %v\n", err)
-				failed++
+				sent[i], readErrs[i] = -1, err
 				continue
 			}
-			files, raws = append(files, f), append(raws, raw)
+			sent[i] = len(raws)
+			raws = append(raws, raw)
 		}
 		replies, err := client.AppendRecords(ctx, raws)
-		for i, reply := range replies {
+		// Every file of the chunk, in the order given: its reply, its read
+		// error, or (after the first record without an answer) nothing.
+		var left []string
+		for i, f := range chunk {
+			var reply room.RecordReply
+			switch {
+			case sent[i] < 0:
+				reply.Item = room.ItemResult{Outcome: room.OutcomeFailed, Reason: readErrs[i].Error()}
+			case sent[i] < len(replies):
+				reply = replies[sent[i]]
+			default:
+				left = append(left, f)
+				continue
+			}
 			switch reply.Item.Outcome {
 			case room.OutcomeRefused:
 				refused++
 			case room.OutcomeFailed, room.OutcomeSkipped:
 				failed++
 			}
-			printRecord(s.out, c.JSON, files[i], reply)
+			printRecord(s.out, c.JSON, f, reply)
 		}
 		if err != nil {
 			// The rest of the chunk's files read, and every file after the
 			// chunk, got no answer (a record the gate failed to decide ends
 			// the shipment too: nothing after it may land before it).
-			left := slices.Concat(files[len(replies):], c.Files[min(from+executionChunk, len(c.Files)):])
+			left = append(left, c.Files[min(from+executionChunk, len(c.Files)):]...)
 			failed += len(left)
-			switch len(left) {
-			case 0:
-				fmt.Fprintf(s.err, "publisher: %v\n", err)
-			case 1:
-				fmt.Fprintf(s.err, "publisher: %s: not confirmed (run again: one already stored is answered duplicate): %v\n", left[0], err)
-			default:
-				fmt.Fprintf(s.err, "publisher: %s and the %d files after it: not confirmed (run again: those already stored are answered duplicate): %v\n", left[0], len(left)-1, err)
-			}
+			notConfirmed(s, c.JSON, left, err)
 			break
 		}
 	}
@@ -311,6 +318,27 @@ func (c *executionCmd) Run(s *streams) error {
 		return fmt.Errorf("%d of %d records %w", refused, len(c.Files), errRefused)
 	}
 	return nil
+}
+
+// notConfirmed reports files whose records got no answer (err): with
+// --json one object per file (outcome skipped: not looked at, or no answer
+// came), else one line on stderr.
+func notConfirmed(s *streams, asJSON bool, left []string, err error) {
+	const again = "run again: a record already stored is answered duplicate"
+	if asJSON {
+		for _, f := range left {
+			printRecord(s.out, true, f, room.RecordReply{Item: room.ItemResult{Outcome: room.OutcomeSkipped,
+				Reason: fmt.Sprintf("not confirmed (%s): %v", again, err)}})
+		}
+	}
+	switch len(left) {
+	case 0:
+		fmt.Fprintf(s.err, "publisher: %v\n", err)
+	case 1:
+		fmt.Fprintf(s.err, "publisher: %s: not confirmed (%s): %v\n", left[0], again, err)
+	default:
+		fmt.Fprintf(s.err, "publisher: %s and the %d files after it: not confirmed (%s): %v\n", left[0], len(left)-1, again, err)
+	}
 }
 
 func printRecord(w io.Writer, asJSON bool, file string, r room.RecordReply) {

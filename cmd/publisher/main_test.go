@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"os"
 	"path/filepath"
 	"strings"
@@ -348,5 +349,43 @@ func TestRecordTextReport(t *testing.T) {
 		if b.String() != c.want {
 			t.Errorf("%s: got\n%q\nwant\n%q", c.name, b.String(), c.want)
 		}
+	}
+}
+
+// TestNotConfirmedJSON: with --json, every file whose record got no
+// answer has its own object (ok false, outcome skipped, the error and what
+// to do), and stderr says it once; in text, only stderr.
+func TestNotConfirmedJSON(t *testing.T) {
+	var out, errOut bytes.Buffer
+	notConfirmed(&streams{out: &out, err: &errOut}, true, []string{"a.json", "b.json"}, errors.New("nats: timeout"))
+	lines := strings.Split(strings.TrimSuffix(out.String(), "\n"), "\n")
+	if len(lines) != 2 {
+		t.Fatalf("%d JSON lines, want 2:\n%s", len(lines), out.String())
+	}
+	for i, l := range lines {
+		var v struct {
+			File string `json:"file"`
+			OK   bool   `json:"ok"`
+			Item struct {
+				Outcome string `json:"outcome"`
+				Reason  string `json:"reason"`
+			} `json:"item"`
+		}
+		if err := json.Unmarshal([]byte(l), &v); err != nil {
+			t.Fatal(err)
+		}
+		if v.File != []string{"a.json", "b.json"}[i] || v.OK || v.Item.Outcome != room.OutcomeSkipped ||
+			!strings.Contains(v.Item.Reason, "not confirmed") || !strings.Contains(v.Item.Reason, "nats: timeout") || !strings.Contains(v.Item.Reason, "run again") {
+			t.Errorf("line %d: %+v", i, v)
+		}
+	}
+	if want := "publisher: a.json and the 1 files after it: not confirmed"; !strings.HasPrefix(errOut.String(), want) {
+		t.Errorf("stderr %q, want it to start %q", errOut.String(), want)
+	}
+	out.Reset()
+	errOut.Reset()
+	notConfirmed(&streams{out: &out, err: &errOut}, false, []string{"a.json"}, errors.New("nats: timeout"))
+	if out.Len() != 0 || !strings.HasPrefix(errOut.String(), "publisher: a.json: not confirmed (run again") {
+		t.Errorf("text: stdout %q, stderr %q", out.String(), errOut.String())
 	}
 }

@@ -1052,6 +1052,21 @@ func TestShipRecords(t *testing.T) {
 		t.Errorf("untrusted host (text): exit %d\n%s%s", r.status, r.stdout, r.stderr)
 	}
 
+	// A file that cannot be read has its own line, in the order given, and
+	// does not stop the records around it (already stored: duplicates).
+	missing := filepath.Join(dir, "missing.json")
+	r = runPub(t, nil, "execution", "--json", "--server", srv.url, verified, missing, refused)
+	if l := recordLines(t, r.stdout); r.status != 2 || len(l) != 3 || l[0].File != verified || l[0].Item.Outcome != "duplicate" ||
+		l[1].File != missing || l[1].OK || l[1].Item.Outcome != "failed" || !strings.Contains(r.stdout, "no such file") ||
+		l[2].File != refused || l[2].Item.Outcome != "duplicate" {
+		t.Errorf("a missing file among records (--json): exit %d, want 2\n%s%s", r.status, r.stdout, r.stderr)
+	}
+	r = runPub(t, nil, "execution", "--server", srv.url, missing, verified)
+	if lines := strings.Split(strings.TrimSuffix(r.stdout, "\n"), "\n"); r.status != 2 || len(lines) != 2 ||
+		!strings.HasPrefix(lines[0], "FAILED    "+missing+": open ") || !strings.HasPrefix(lines[1], "duplicate ") {
+		t.Errorf("a missing file among records (text): exit %d, want 2\n%s%s", r.status, r.stdout, r.stderr)
+	}
+
 	// Only the two accepted records are in the stream, in canonical form.
 	in.expectCounts(map[string]uint64{execSubject: 2})
 	msgs := in.read(execSubject)
