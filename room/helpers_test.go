@@ -96,6 +96,19 @@ func (e *env) newGate(nc *nats.Conn) *room.Gate {
 	return g
 }
 
+// secondService starts another gate and ingest service on a connection
+// of its own, in the queue group of e's: a request reaches either. It
+// stops with the test.
+func (e *env) secondService() *room.Service {
+	nc := e.connect()
+	svc, err := room.StartService(nc, e.newGate(nc), room.ServiceOptions{})
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	e.t.Cleanup(func() { _ = svc.Stop() })
+	return svc
+}
+
 func (e *env) stop() {
 	if e.svc != nil {
 		_ = e.svc.Stop()

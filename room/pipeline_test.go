@@ -158,12 +158,7 @@ func TestShipCapsulePipelinedRefusal(t *testing.T) {
 // nothing is refused or sent twice.
 func TestShipCapsulePipelinedAcrossGates(t *testing.T) {
 	e := newEnv(t)
-	nc2 := e.connect()
-	svc2, err := room.StartService(nc2, e.newGate(nc2), room.ServiceOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer svc2.Stop()
+	svc2 := e.secondService()
 	es, body := journal(t, "run-pipe", "cap-two-gates", 2000)
 	dir := capsuleDir(t, "run-pipe", "cap-two-gates", body)
 	client := room.NewClient(e.connect(), room.ClientOptions{})

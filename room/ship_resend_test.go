@@ -16,12 +16,7 @@ import (
 func TestShipResendsAheadBodiesIntact(t *testing.T) {
 	defer room.SetAheadWait(time.Microsecond)()
 	e := newEnv(t)
-	nc2 := e.connect()
-	svc2, err := room.StartService(nc2, e.newGate(nc2), room.ServiceOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer svc2.Stop()
+	svc2 := e.secondService()
 	es, body := journal(t, "run-resend", "cap-resend-ahead", 1500)
 	dir := capsuleDir(t, "run-resend", "cap-resend-ahead", body)
 	client := room.NewClient(e.connect(), room.ClientOptions{})
