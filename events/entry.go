@@ -30,7 +30,7 @@ var ZeroHash = strings.Repeat("0", 64)
 // first use. Any other line takes the general path (jcs, encoding/json).
 type Entry struct {
 	canonical []byte
-	computed  string
+	computed  [sha256.Size]byte // SHA-256 of the canonical entry without entry_hash
 	fast      bool    // fields is the entry's content (the fast path)
 	fields    []Field // top-level members in canonical order, when fast
 	// known[k] is the index in fields of member knownKeys[k], -1 when the
@@ -84,12 +84,12 @@ func parseCanonical(line []byte, owned bool) *Entry {
 	h := sha256.New()
 	h.Write(line[:cut])
 	h.Write(line[end:])
-	var sum [sha256.Size]byte
 	canonical := line[:len(line):len(line)] // an append to it must not write into the caller's next bytes
 	if !owned {
 		canonical = []byte(src)
 	}
-	e := &Entry{canonical: canonical, computed: hex.EncodeToString(h.Sum(sum[:0])), fast: true, fields: fields}
+	e := &Entry{canonical: canonical, fast: true, fields: fields}
+	h.Sum(e.computed[:0])
 	e.indexKnown()
 	return e
 }
@@ -110,7 +110,7 @@ func newEntry(obj map[string]any, canon []byte) (*Entry, error) {
 		return nil, err
 	}
 	sum := sha256.Sum256(pre)
-	return &Entry{obj: obj, canonical: canon, computed: hex.EncodeToString(sum[:])}, nil
+	return &Entry{obj: obj, canonical: canon, computed: sum}, nil
 }
 
 // NewEntry builds an entry from its members, setting entry_hash to the
@@ -167,7 +167,14 @@ func (e *Entry) Fields() ([]Field, bool) { return e.fields, e.fast }
 
 // ComputedHash is the lowercase hex SHA-256 of the canonical entry without
 // entry_hash: what entry_hash must be (seed 000).
-func (e *Entry) ComputedHash() string { return e.computed }
+func (e *Entry) ComputedHash() string { return hex.EncodeToString(e.computed[:]) }
+
+// hashIs reports whether claimed is ComputedHash, without making it.
+func (e *Entry) hashIs(claimed string) bool {
+	var text [2 * sha256.Size]byte
+	hex.Encode(text[:], e.computed[:])
+	return string(text[:]) == claimed
+}
 
 // EntryHash is the entry_hash the entry claims ("" if absent or not a string).
 func (e *Entry) EntryHash() string { return e.str(knownEntryHash) }

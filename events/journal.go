@@ -155,9 +155,9 @@ func entryProblems(check EntryCheck, e *Entry, at Location) []Problem {
 
 // hashProblem appends the entry_hash problem of e, if it has one.
 func hashProblem(problems []Problem, e *Entry, at Location) []Problem {
-	if claimed, ok := e.strOK(knownEntryHash); ok && claimed != e.computed {
+	if claimed, ok := e.strOK(knownEntryHash); ok && !e.hashIs(claimed) {
 		problems = append(problems, Problem{Code: InvalidEntry, At: withPointer(at, "/entry_hash"),
-			Reason: "entry_hash is not the SHA-256 of the canonical entry without entry_hash", Expected: e.computed, Actual: claimed})
+			Reason: "entry_hash is not the SHA-256 of the canonical entry without entry_hash", Expected: e.ComputedHash(), Actual: claimed})
 	}
 	return problems
 }

@@ -353,3 +353,40 @@ func TestParseLineOwned(t *testing.T) {
 		}
 	}
 }
+
+// TestWrongEntryHashRefused: an entry whose entry_hash is not the hash of
+// the rest (one hex digit changed, the line still canonical) is refused
+// invalid_entry at /entry_hash with the computed hash as expected, on the
+// fast path and the general path alike; the unchanged line is not.
+func TestWrongEntryHashRefused(t *testing.T) {
+	line := refJournalLines(t)[0]
+	good, err := events.ParseEntry(line)
+	if err != nil {
+		t.Fatal(err)
+	}
+	claimed := good.EntryHash()
+	flip := "0"
+	if claimed[0] == '0' {
+		flip = "1"
+	}
+	bad := bytes.Replace(line, []byte(`"entry_hash":"`+claimed), []byte(`"entry_hash":"`+flip+claimed[1:]), 1)
+	for name, parse := range map[string]func([]byte) (*events.Entry, error){"fast": events.ParseEntry, "general": events.ParseEntryGeneral} {
+		e, err := parse(bad)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if e.ComputedHash() != claimed {
+			t.Fatalf("%s: computed %s, want the unchanged entry's %s", name, e.ComputedHash(), claimed)
+		}
+		ps := events.NewChainVerifier(nil, nil).CheckLine(e, bad, events.Location{Line: 1})
+		if len(ps) == 0 || ps[0].Code != events.InvalidEntry || ps[0].At.Pointer != "/entry_hash" || ps[0].Expected != claimed || ps[0].Actual != flip+claimed[1:] {
+			t.Errorf("%s: problems %+v, want invalid_entry at /entry_hash, expected %s", name, ps, claimed)
+		}
+		e, _ = parse(line)
+		for _, p := range events.NewChainVerifier(nil, nil).CheckLine(e, line, events.Location{Line: 1}) {
+			if p.At.Pointer == "/entry_hash" {
+				t.Errorf("%s: the unchanged line is refused: %+v", name, p)
+			}
+		}
+	}
+}
