@@ -31,8 +31,8 @@ var ZeroHash = strings.Repeat("0", 64)
 type Entry struct {
 	canonical []byte
 	computed  [sha256.Size]byte // SHA-256 of the canonical entry without entry_hash
-	fast      bool    // fields is the entry's content (the fast path)
-	fields    []Field // top-level members in canonical order, when fast
+	fast      bool              // fields is the entry's content (the fast path)
+	fields    []Field           // top-level members in canonical order, when fast
 	// known[k] is the index in fields of member knownKeys[k], -1 when the
 	// entry has none (fast path only): the accessors the gate calls many
 	// times per entry look it up once, at parse.
