@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"os/signal"
 	"strings"
@@ -256,11 +257,17 @@ func (c *executionCmd) Run(s *streams) error {
 	defer stopLoss()
 	nc, err := c.Connect("roompub-publisher-execution", connectionLossOptions(ctx)...)
 	if err != nil {
+		if c.JSON { // one object per file, as --json promises
+			for i, f := range c.Files {
+				printRecord(s.out, true, f, room.RecordReply{Item: room.ItemResult{Index: i, Outcome: room.OutcomeSkipped,
+					Reason: "not sent: " + err.Error()}})
+			}
+		}
 		return err
 	}
 	defer nc.Close()
 	client := room.NewClient(nc, room.ClientOptions{Timeout: c.Timeout})
-	var refused, failed int
+	var refused, failed, unreadable int
 	// The gate decides the records in the order given, several per
 	// request; the files are read a chunk at a time, so a backlog of any
 	// size takes the memory of one chunk.
@@ -270,7 +277,13 @@ func (c *executionCmd) Run(s *streams) error {
 		sent := make([]int, len(chunk)) // the file's index in raws; -1: unreadable
 		readErrs := make([]error, len(chunk))
 		for i, f := range chunk {
-			raw, err := os.ReadFile(f)
+			if ctx.Err() != nil { // interrupted: this file and the rest are not sent
+				for k := i; k < len(chunk); k++ {
+					sent[k] = math.MaxInt
+				}
+				break
+			}
+			raw, err := readRecordFile(f)
 			if err != nil {
 				sent[i], readErrs[i] = -1, err
 				continue
@@ -279,65 +292,114 @@ func (c *executionCmd) Run(s *streams) error {
 			raws = append(raws, raw)
 		}
 		replies, err := client.AppendRecords(ctx, raws)
+		if err == nil && ctx.Err() != nil {
+			err = ctx.Err()
+		}
 		// Every file of the chunk, in the order given: its reply, its read
-		// error, or (after the first record without an answer) nothing.
+		// error, or (from the first record without an answer on) not
+		// confirmed. Each item's index is the file's place among the files
+		// given.
 		var left []string
 		for i, f := range chunk {
 			var reply room.RecordReply
 			switch {
 			case sent[i] < 0:
+				unreadable++
 				reply.Item = room.ItemResult{Outcome: room.OutcomeFailed, Reason: readErrs[i].Error()}
 			case sent[i] < len(replies):
 				reply = replies[sent[i]]
+				switch reply.Item.Outcome {
+				case room.OutcomeRefused:
+					refused++
+				case room.OutcomeFailed, room.OutcomeSkipped:
+					failed++
+				}
 			default:
 				left = append(left, f)
-				continue
+				if !c.JSON {
+					continue // stderr names them below
+				}
+				reply.Item = room.ItemResult{Outcome: room.OutcomeSkipped, Reason: notConfirmedReason(err)}
 			}
-			switch reply.Item.Outcome {
-			case room.OutcomeRefused:
-				refused++
-			case room.OutcomeFailed, room.OutcomeSkipped:
-				failed++
-			}
+			reply.Item.Index = from + i
 			printRecord(s.out, c.JSON, f, reply)
 		}
 		if err != nil {
 			// The rest of the chunk's files read, and every file after the
 			// chunk, got no answer (a record the gate failed to decide ends
 			// the shipment too: nothing after it may land before it).
-			left = append(left, c.Files[min(from+executionChunk, len(c.Files)):]...)
+			rest := c.Files[from+len(chunk):]
+			if c.JSON {
+				for k, f := range rest {
+					printRecord(s.out, true, f, room.RecordReply{Item: room.ItemResult{Index: from + len(chunk) + k,
+						Outcome: room.OutcomeSkipped, Reason: notConfirmedReason(err)}})
+				}
+			}
+			left = append(left, rest...)
 			failed += len(left)
-			notConfirmed(s, c.JSON, left, err)
+			notConfirmed(s, left, err)
 			break
 		}
 	}
+	var parts []string
+	if unreadable > 0 {
+		parts = append(parts, fmt.Sprintf("%d could not be read", unreadable))
+	}
+	if failed > 0 {
+		parts = append(parts, fmt.Sprintf("%d not stored or not confirmed (run again to resume)", failed))
+	}
+	if refused > 0 {
+		parts = append(parts, fmt.Sprintf("%d refused", refused))
+	}
 	switch {
-	case failed > 0:
-		return fmt.Errorf("%d of %d records: %w", failed, len(c.Files), errShipFailed)
+	case unreadable+failed > 0:
+		return fmt.Errorf("of %d records, %s: %w", len(c.Files), strings.Join(parts, ", "), errExecutionIncomplete)
 	case refused > 0:
 		return fmt.Errorf("%d of %d records %w", refused, len(c.Files), errRefused)
 	}
 	return nil
 }
 
-// notConfirmed reports files whose records got no answer (err): with
-// --json one object per file (outcome skipped: not looked at, or no answer
-// came), else one line on stderr.
-func notConfirmed(s *streams, asJSON bool, left []string, err error) {
-	const again = "run again: a record already stored is answered duplicate"
-	if asJSON {
-		for _, f := range left {
-			printRecord(s.out, true, f, room.RecordReply{Item: room.ItemResult{Outcome: room.OutcomeSkipped,
-				Reason: fmt.Sprintf("not confirmed (%s): %v", again, err)}})
-		}
+// errExecutionIncomplete: some record file could not be read, or some
+// record was not stored or not confirmed (exitUsage).
+var errExecutionIncomplete = errors.New("not every record was shipped")
+
+// readRecordFile reads a record file, which must be a regular file: a
+// FIFO or a device would block the run (opened without blocking, checked,
+// then read).
+func readRecordFile(name string) ([]byte, error) {
+	f, err := os.OpenFile(name, os.O_RDONLY|syscall.O_NONBLOCK, 0)
+	if err != nil {
+		return nil, err
 	}
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		return nil, err
+	}
+	if !fi.Mode().IsRegular() {
+		return nil, fmt.Errorf("%s: not a regular file (%s)", name, fi.Mode().Type())
+	}
+	return io.ReadAll(f)
+}
+
+// notConfirmedReason is the reason of a record whose request got no
+// answer (err).
+func notConfirmedReason(err error) string {
+	return fmt.Sprintf("not confirmed (%s): %v", runAgain, err)
+}
+
+const runAgain = "run again: a record already stored is answered duplicate"
+
+// notConfirmed says on stderr which files' records got no answer (err).
+func notConfirmed(s *streams, left []string, err error) {
 	switch len(left) {
 	case 0:
 		fmt.Fprintf(s.err, "publisher: %v\n", err)
 	case 1:
-		fmt.Fprintf(s.err, "publisher: %s: not confirmed (%s): %v\n", left[0], again, err)
+		fmt.Fprintf(s.err, "publisher: %s: not confirmed (%s): %v\n", left[0], runAgain, err)
 	default:
-		fmt.Fprintf(s.err, "publisher: %s and the %d files after it: not confirmed (%s): %v\n", left[0], len(left)-1, again, err)
+		fmt.Fprintf(s.err, "publisher: %s and %d more files: not confirmed (%s): %v\n", left[0], len(left)-1, runAgain, err)
 	}
 }
 

@@ -4,10 +4,15 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
 
 	"github.com/roompub/roompub/events"
 	"github.com/roompub/roompub/room"
@@ -352,40 +357,141 @@ func TestRecordTextReport(t *testing.T) {
 	}
 }
 
-// TestNotConfirmedJSON: with --json, every file whose record got no
-// answer has its own object (ok false, outcome skipped, the error and what
-// to do), and stderr says it once; in text, only stderr.
-func TestNotConfirmedJSON(t *testing.T) {
-	var out, errOut bytes.Buffer
-	notConfirmed(&streams{out: &out, err: &errOut}, true, []string{"a.json", "b.json"}, errors.New("nats: timeout"))
-	lines := strings.Split(strings.TrimSuffix(out.String(), "\n"), "\n")
-	if len(lines) != 2 {
-		t.Fatalf("%d JSON lines, want 2:\n%s", len(lines), out.String())
-	}
-	for i, l := range lines {
-		var v struct {
-			File string `json:"file"`
-			OK   bool   `json:"ok"`
-			Item struct {
-				Outcome string `json:"outcome"`
-				Reason  string `json:"reason"`
-			} `json:"item"`
+// executionObjects runs publisher execution --json with args and returns
+// its exit status, its objects (file, ok, index, outcome, reason) and
+// stderr; every stdout line must be one JSON object.
+func executionObjects(t *testing.T, args ...string) (int, []executionObject, string) {
+	t.Helper()
+	status, stdout, stderr := invoke(t, append([]string{"execution", "--json", "--timeout", "2s"}, args...)...)
+	var objs []executionObject
+	for _, l := range strings.Split(strings.TrimSuffix(stdout, "\n"), "\n") {
+		if l == "" {
+			continue
 		}
+		var v executionObject
 		if err := json.Unmarshal([]byte(l), &v); err != nil {
-			t.Fatal(err)
+			t.Fatalf("not a JSON object: %q: %v", l, err)
 		}
-		if v.File != []string{"a.json", "b.json"}[i] || v.OK || v.Item.Outcome != room.OutcomeSkipped ||
-			!strings.Contains(v.Item.Reason, "not confirmed") || !strings.Contains(v.Item.Reason, "nats: timeout") || !strings.Contains(v.Item.Reason, "run again") {
-			t.Errorf("line %d: %+v", i, v)
+		objs = append(objs, v)
+	}
+	return status, objs, stderr
+}
+
+type executionObject struct {
+	File string `json:"file"`
+	OK   bool   `json:"ok"`
+	Item struct {
+		Index   int    `json:"index"`
+		Outcome string `json:"outcome"`
+		Reason  string `json:"reason"`
+	} `json:"item"`
+}
+
+// checkObjects: one object per file given, in that order, each with its
+// place as index and the outcome wanted.
+func checkObjects(t *testing.T, objs []executionObject, files, outcomes []string) {
+	t.Helper()
+	if len(objs) != len(files) {
+		t.Fatalf("%d objects for %d files: %+v", len(objs), len(files), objs)
+	}
+	for i, o := range objs {
+		if o.File != files[i] || o.Item.Index != i || o.Item.Outcome != outcomes[i] || o.OK {
+			t.Errorf("object %d: %+v, want file %s, index %d, outcome %s, ok false", i, o, files[i], i, outcomes[i])
 		}
 	}
-	if want := "publisher: a.json and the 1 files after it: not confirmed"; !strings.HasPrefix(errOut.String(), want) {
-		t.Errorf("stderr %q, want it to start %q", errOut.String(), want)
+}
+
+// TestExecutionJSONWhenNoAnswer: a server without the ingest service
+// answers no request ("no responders"): with --json every file still has
+// its object, in the order given (a missing file after an unconfirmed
+// record in its place, failed), exit 2, and stderr names the files not
+// confirmed (a breaker's find: the missing file's object came first).
+func TestExecutionJSONWhenNoAnswer(t *testing.T) {
+	srv, err := server.NewServer(&server.Options{Host: "127.0.0.1", Port: -1, NoSigs: true, NoLog: true})
+	if err != nil {
+		t.Fatal(err)
 	}
-	out.Reset()
+	srv.Start()
+	t.Cleanup(func() { srv.Shutdown(); srv.WaitForShutdown() })
+	if !srv.ReadyForConnections(10 * time.Second) {
+		t.Fatal("server not ready")
+	}
+	good := filepath.Join(samples, "records", "verified.json")
+	missing := filepath.Join(t.TempDir(), "missing.json")
+	files := []string{good, missing, good}
+	status, objs, stderr := executionObjects(t, append([]string{"--server", srv.ClientURL()}, files...)...)
+	if status != 2 {
+		t.Errorf("exit %d, want 2; stderr %s", status, stderr)
+	}
+	checkObjects(t, objs, files, []string{"skipped", "failed", "skipped"})
+	if len(objs) == 3 && (!strings.Contains(objs[0].Item.Reason, "not confirmed") || !strings.Contains(objs[1].Item.Reason, "no such file")) {
+		t.Errorf("reasons: %q, %q", objs[0].Item.Reason, objs[1].Item.Reason)
+	}
+	if !strings.Contains(stderr, good+" and 1 more files: not confirmed") || !strings.Contains(stderr, "1 could not be read") {
+		t.Errorf("stderr %q", stderr)
+	}
+}
+
+// TestExecutionNoServer: nothing to connect to: with --json each file
+// still has its object (skipped, not sent), exit 2.
+func TestExecutionNoServer(t *testing.T) {
+	good := filepath.Join(samples, "records", "verified.json")
+	files := []string{good, good}
+	status, objs, stderr := executionObjects(t, "--server", "nats://127.0.0.1:1", good, good)
+	if status != 2 {
+		t.Errorf("exit %d, want 2; stderr %s", status, stderr)
+	}
+	checkObjects(t, objs, files, []string{"skipped", "skipped"})
+	if len(objs) == 2 && !strings.HasPrefix(objs[0].Item.Reason, "not sent: ") {
+		t.Errorf("reason %q", objs[0].Item.Reason)
+	}
+}
+
+// TestReadRecordFile: a record file must be a regular file; a FIFO is
+// refused at once instead of blocking the run until a writer comes (a
+// breaker's find: the run hung, deaf to SIGTERM), and so is a directory.
+func TestReadRecordFile(t *testing.T) {
+	dir := t.TempDir()
+	fifo := filepath.Join(dir, "fifo.json")
+	if err := syscall.Mkfifo(fifo, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() {
+		_, err := readRecordFile(fifo)
+		done <- err
+	}()
+	select {
+	case err := <-done:
+		if err == nil || !strings.Contains(err.Error(), "not a regular file") {
+			t.Errorf("FIFO: %v, want not a regular file", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("reading a FIFO blocked")
+	}
+	if _, err := readRecordFile(dir); err == nil || !strings.Contains(err.Error(), "not a regular file") {
+		t.Errorf("directory: %v", err)
+	}
+	want, err := os.ReadFile(filepath.Join(samples, "records", "verified.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, err := readRecordFile(filepath.Join(samples, "records", "verified.json")); err != nil || !bytes.Equal(got, want) {
+		t.Errorf("regular file: %d bytes, %v", len(got), err)
+	}
+}
+
+// TestNotConfirmedStderr: stderr names the first file not confirmed and
+// how many more.
+func TestNotConfirmedStderr(t *testing.T) {
+	var errOut bytes.Buffer
+	notConfirmed(&streams{out: io.Discard, err: &errOut}, []string{"a.json", "b.json"}, errors.New("nats: timeout"))
+	if want := "publisher: a.json and 1 more files: not confirmed (run again: a record already stored is answered duplicate): nats: timeout\n"; errOut.String() != want {
+		t.Errorf("stderr %q, want %q", errOut.String(), want)
+	}
 	errOut.Reset()
-	notConfirmed(&streams{out: &out, err: &errOut}, false, []string{"a.json"}, errors.New("nats: timeout"))
-	if out.Len() != 0 || !strings.HasPrefix(errOut.String(), "publisher: a.json: not confirmed (run again") {
-		t.Errorf("text: stdout %q, stderr %q", out.String(), errOut.String())
+	notConfirmed(&streams{out: io.Discard, err: &errOut}, []string{"a.json"}, errors.New("nats: timeout"))
+	if want := "publisher: a.json: not confirmed (run again: a record already stored is answered duplicate): nats: timeout\n"; errOut.String() != want {
+		t.Errorf("stderr %q, want %q", errOut.String(), want)
 	}
 }
