@@ -1118,7 +1118,8 @@ func TestShipUsageAndConnection(t *testing.T) {
 			t.Errorf("journal %s: exit %d\n%s%s", dir, r.status, r.stdout, r.stderr)
 		}
 	}
-	if r := runPub(t, nil, "execution", "--server", srv.url, samples+"/no-such-record.json"); r.status != 2 || !strings.Contains(r.stderr, "no-such-record.json") {
+	if r := runPub(t, nil, "execution", "--server", srv.url, samples+"/no-such-record.json"); r.status != 2 ||
+		!strings.HasPrefix(r.stdout, "FAILED    "+samples+"/no-such-record.json: open ") || !strings.Contains(r.stderr, "of 1 records, 1 could not be read") {
 		t.Errorf("missing record file: exit %d\n%s%s", r.status, r.stdout, r.stderr)
 	}
 	in.expectCounts(map[string]uint64{})
