@@ -172,10 +172,12 @@ func (c *Client) AppendRecord(ctx context.Context, raw []byte) (RecordReply, err
 // larger than the server's max payload cannot be sent at all and is
 // answered here, refused too_large (the gate would refuse it too).
 //
-// The call ends at the first record the gate could not decide (outcome
-// failed; the records after it in its request are skipped), so that no
-// record after it is stored before it: it returns the replies so far,
-// that request's included, and an error wrapping ErrUnavailable. It also
+// The call ends at the first record the gate did not decide (outcome
+// failed, or skipped: not looked at, as the records after a failed one in
+// its request, or all of them when the gate stopped before deciding
+// them), so that no record after it is stored before it: it returns the
+// replies so far, that request's included, and an error wrapping
+// ErrUnavailable. It also
 // ends at a request-level error (*ServiceError, one wrapping
 // ErrUnavailable, a reply that does not match the request). Either way
 // the records from len(replies) on were not answered; send the failed,
@@ -251,10 +253,12 @@ func (c *Client) AppendRecords(ctx context.Context, raws [][]byte) ([]RecordRepl
 }
 
 // notDecided is the error that ends AppendRecords at the first of replies
-// the gate could not decide, or nil.
+// the gate did not decide (failed, or skipped: a gate stopping between
+// records answers the rest skipped, with no failed one before them), or
+// nil.
 func notDecided(replies []RecordReply) error {
 	for _, r := range replies {
-		if r.Item.Outcome == OutcomeFailed {
+		if r.Item.Outcome == OutcomeFailed || r.Item.Outcome == OutcomeSkipped {
 			return fmt.Errorf("%w: record %d was not decided: %s", ErrUnavailable, r.Item.Index, r.Item.Reason)
 		}
 	}

@@ -326,7 +326,7 @@ func (c *executionCmd) Run(s *streams) error {
 		}
 		if err != nil {
 			// The rest of the chunk's files read, and every file after the
-			// chunk, got no answer (a record the gate failed to decide ends
+			// chunk, got no answer (a record the gate did not decide ends
 			// the shipment too: nothing after it may land before it).
 			rest := c.Files[from+len(chunk):]
 			if c.JSON {

@@ -4,15 +4,18 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
 
 	"github.com/roompub/roompub/events"
 	"github.com/roompub/roompub/room"
@@ -493,5 +496,66 @@ func TestNotConfirmedStderr(t *testing.T) {
 	notConfirmed(&streams{out: io.Discard, err: &errOut}, []string{"a.json"}, errors.New("nats: timeout"))
 	if want := "publisher: a.json: not confirmed (run again: a record already stored is answered duplicate): nats: timeout\n"; errOut.String() != want {
 		t.Errorf("stderr %q, want %q", errOut.String(), want)
+	}
+}
+
+// TestExecutionStopsAtSkippedReply: a gate stopping between records
+// answers the rest skipped, with no failed record and no error (a
+// reviewer's find): the run must end there, as at a failed record, so that
+// nothing after them is sent (and stored before them through another
+// gate), and stderr names them. A stand-in service answers every record
+// skipped; one record per request (a small max payload).
+func TestExecutionStopsAtSkippedReply(t *testing.T) {
+	srv, err := server.NewServer(&server.Options{Host: "127.0.0.1", Port: -1, NoSigs: true, NoLog: true, MaxPayload: 1500})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv.Start()
+	t.Cleanup(func() { srv.Shutdown(); srv.WaitForShutdown() })
+	if !srv.ReadyForConnections(10 * time.Second) {
+		t.Fatal("server not ready")
+	}
+	nc, err := nats.Connect(srv.ClientURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	var requests atomic.Int32
+	sub, err := nc.Subscribe(room.DefaultServicePrefix+".records", func(m *nats.Msg) {
+		requests.Add(1)
+		n := bytes.Count(bytes.TrimSuffix(m.Data, []byte("\n")), []byte("\n")) + 1
+		r := room.RecordsReply{Skipped: n}
+		for i := range n {
+			r.Records = append(r.Records, room.RecordReply{Item: room.ItemResult{Index: i, Outcome: room.OutcomeSkipped, Reason: "not looked at: context canceled"}})
+		}
+		b, _ := json.Marshal(r)
+		_ = m.Respond(b)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sub.Unsubscribe()
+	if err := nc.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	var files []string
+	for i := range 2 {
+		f := filepath.Join(dir, fmt.Sprintf("r%d.json", i))
+		if err := os.WriteFile(f, []byte(fmt.Sprintf(`{"r":%d}`, i)), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		files = append(files, f)
+	}
+	status, objs, stderr := executionObjects(t, append([]string{"--server", srv.ClientURL()}, files...)...)
+	if status != 2 {
+		t.Errorf("exit %d, want 2; stderr %s", status, stderr)
+	}
+	checkObjects(t, objs, files, []string{"skipped", "skipped"})
+	if n := requests.Load(); n != 1 {
+		t.Errorf("%d records requests, want 1: a record was sent after one that was not decided", n)
+	}
+	if !strings.Contains(stderr, files[1]+": not confirmed") {
+		t.Errorf("stderr does not name %s as not confirmed: %q", files[1], stderr)
 	}
 }
