@@ -309,9 +309,10 @@ func (c *executionCmd) Run(s *streams) error {
 			case sent[i] < len(replies):
 				reply = replies[sent[i]]
 				switch reply.Item.Outcome {
+				case room.OutcomeStored, room.OutcomeDuplicate:
 				case room.OutcomeRefused:
 					refused++
-				case room.OutcomeFailed, room.OutcomeSkipped:
+				default: // failed, skipped, or one this client does not know: not stored
 					failed++
 				}
 			default:

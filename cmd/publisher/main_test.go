@@ -506,6 +506,49 @@ func TestNotConfirmedStderr(t *testing.T) {
 // gate), and stderr names them. A stand-in service answers every record
 // skipped; one record per request (a small max payload).
 func TestExecutionStopsAtSkippedReply(t *testing.T) {
+	url, requests := standInRecords(t, room.OutcomeSkipped)
+	dir := t.TempDir()
+	var files []string
+	for i := range 2 {
+		f := filepath.Join(dir, fmt.Sprintf("r%d.json", i))
+		if err := os.WriteFile(f, []byte(fmt.Sprintf(`{"r":%d}`, i)), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		files = append(files, f)
+	}
+	status, objs, stderr := executionObjects(t, append([]string{"--server", url}, files...)...)
+	if status != 2 {
+		t.Errorf("exit %d, want 2; stderr %s", status, stderr)
+	}
+	checkObjects(t, objs, files, []string{"skipped", "skipped"})
+	if n := requests.Load(); n != 1 {
+		t.Errorf("%d records requests, want 1: a record was sent after one that was not decided", n)
+	}
+	if !strings.Contains(stderr, files[1]+": not confirmed") {
+		t.Errorf("stderr does not name %s as not confirmed: %q", files[1], stderr)
+	}
+}
+
+// TestExecutionUnknownOutcome: an outcome this client does not know is
+// not a store: the file prints FAILED and the run exits 2 (a reviewer's
+// find: it printed FAILED and exited 0).
+func TestExecutionUnknownOutcome(t *testing.T) {
+	url, _ := standInRecords(t, "mystery")
+	f := filepath.Join(t.TempDir(), "r.json")
+	if err := os.WriteFile(f, []byte(`{"r":1}`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	status, stdout, stderr := invoke(t, "execution", "--timeout", "2s", "--server", url, f)
+	if status != 2 || !strings.HasPrefix(stdout, "FAILED    "+f) {
+		t.Errorf("exit %d, want 2, and a FAILED line\n%s%s", status, stdout, stderr)
+	}
+}
+
+// standInRecords starts a nats-server (max payload 1,500 bytes: one record
+// per request) with a stand-in records endpoint that answers every record
+// with outcome, and returns its URL and its request count.
+func standInRecords(t *testing.T, outcome string) (string, *atomic.Int32) {
+	t.Helper()
 	srv, err := server.NewServer(&server.Options{Host: "127.0.0.1", Port: -1, NoSigs: true, NoLog: true, MaxPayload: 1500})
 	if err != nil {
 		t.Fatal(err)
@@ -519,14 +562,14 @@ func TestExecutionStopsAtSkippedReply(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer nc.Close()
+	t.Cleanup(nc.Close)
 	var requests atomic.Int32
 	sub, err := nc.Subscribe(room.DefaultServicePrefix+".records", func(m *nats.Msg) {
 		requests.Add(1)
 		n := bytes.Count(bytes.TrimSuffix(m.Data, []byte("\n")), []byte("\n")) + 1
 		r := room.RecordsReply{Skipped: n}
 		for i := range n {
-			r.Records = append(r.Records, room.RecordReply{Item: room.ItemResult{Index: i, Outcome: room.OutcomeSkipped, Reason: "not looked at: context canceled"}})
+			r.Records = append(r.Records, room.RecordReply{Item: room.ItemResult{Index: i, Outcome: outcome, Reason: "not looked at: context canceled"}})
 		}
 		b, _ := json.Marshal(r)
 		_ = m.Respond(b)
@@ -534,28 +577,9 @@ func TestExecutionStopsAtSkippedReply(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer sub.Unsubscribe()
+	t.Cleanup(func() { _ = sub.Unsubscribe() })
 	if err := nc.Flush(); err != nil {
 		t.Fatal(err)
 	}
-	dir := t.TempDir()
-	var files []string
-	for i := range 2 {
-		f := filepath.Join(dir, fmt.Sprintf("r%d.json", i))
-		if err := os.WriteFile(f, []byte(fmt.Sprintf(`{"r":%d}`, i)), 0o600); err != nil {
-			t.Fatal(err)
-		}
-		files = append(files, f)
-	}
-	status, objs, stderr := executionObjects(t, append([]string{"--server", srv.ClientURL()}, files...)...)
-	if status != 2 {
-		t.Errorf("exit %d, want 2; stderr %s", status, stderr)
-	}
-	checkObjects(t, objs, files, []string{"skipped", "skipped"})
-	if n := requests.Load(); n != 1 {
-		t.Errorf("%d records requests, want 1: a record was sent after one that was not decided", n)
-	}
-	if !strings.Contains(stderr, files[1]+": not confirmed") {
-		t.Errorf("stderr does not name %s as not confirmed: %q", files[1], stderr)
-	}
+	return srv.ClientURL(), &requests
 }
