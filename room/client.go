@@ -131,17 +131,20 @@ func (c *Client) Head(ctx context.Context, key events.ChainKey) (ChainHead, erro
 // Errors: *ServiceError for a request-level refusal, ErrUnavailable when
 // no answer came.
 func (c *Client) AppendJournal(ctx context.Context, roomID string, capsule *events.CapsuleMeta, lines []byte) (JournalReply, error) {
-	return c.appendJournal(ctx, roomID, capsule, lines, -1)
+	return c.appendJournal(ctx, roomID, capsule, lines, -1, false)
 }
 
 // appendJournal is AppendJournal; after >= 0 marks the request
 // HeaderPipelined: the request ahead of it, whose last line has seq after,
-// is in flight.
-func (c *Client) appendJournal(ctx context.Context, roomID string, capsule *events.CapsuleMeta, lines []byte, after int64) (JournalReply, error) {
+// is in flight; brief asks for a brief reply (HeaderReply).
+func (c *Client) appendJournal(ctx context.Context, roomID string, capsule *events.CapsuleMeta, lines []byte, after int64, brief bool) (JournalReply, error) {
 	hdr := nats.Header{}
 	hdr.Set(HeaderRoom, roomID)
 	if after >= 0 {
 		hdr.Set(HeaderPipelined, strconv.FormatInt(after, 10))
+	}
+	if brief {
+		hdr.Set(HeaderReply, ReplyBrief)
 	}
 	if capsule != nil {
 		b, err := json.Marshal(capsule)

@@ -278,6 +278,10 @@ func (s *Service) handleJournal(req micro.Request, t *orderTicket) {
 			return
 		}
 	}
+	brief := false
+	if v, ok, err := header(req.Headers(), HeaderReply); err == nil && ok {
+		brief = v == ReplyBrief
+	}
 	reply, err := s.gate.appendJournal(s.ctx, roomID, req.Data(), capsule, t, after)
 	if err != nil {
 		s.refusalOrError(req, err)
@@ -290,7 +294,21 @@ func (s *Service) handleJournal(req micro.Request, t *orderTicket) {
 			s.log.Info("refused", zap.String("kind", KindJournal), zap.String("room", roomID), zap.String("code", string(it.Code)), zap.Int("line", it.Index+1), zap.String("reason", it.Reason))
 		}
 	}
+	if brief {
+		reply.Items = briefItems(reply.Items)
+	}
 	s.respond(req, reply)
+}
+
+// briefItems cuts stored and duplicate items to their index and outcome
+// (HeaderReply: ReplyBrief); the others stay whole.
+func briefItems(items []ItemResult) []ItemResult {
+	for i, it := range items {
+		if it.Outcome == OutcomeStored || it.Outcome == OutcomeDuplicate {
+			items[i] = ItemResult{Index: it.Index, Outcome: it.Outcome}
+		}
+	}
+	return items
 }
 
 func (s *Service) handleExecution(req micro.Request, _ *orderTicket) {

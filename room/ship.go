@@ -345,7 +345,7 @@ func (p *pipeline) settle() {
 // (HeaderPipelined).
 func (s *shipper) request(ctx context.Context, body []byte, after int64) (JournalReply, error) {
 	capsule := s.meta
-	return s.c.appendJournal(ctx, s.res.RoomID, &capsule, body, after)
+	return s.c.appendJournal(ctx, s.res.RoomID, &capsule, body, after, true)
 }
 
 // lastSeq reads the seq of the last line of body (lines ending in "\n"),
