@@ -465,22 +465,24 @@ func (r *JournalReply) tally() {
 
 // outcomeCounts points at a reply's count of each item outcome
 // (JournalReply, RecordsReply; ahead is nil where no item can be ahead).
+// An outcome with no count of its own (ahead there, or one not known) is
+// not a store: it counts as failed.
 type outcomeCounts struct{ stored, dupes, refused, skipped, failed, ahead *int }
 
 func (c outcomeCounts) add(outcome string) {
-	switch outcome {
-	case OutcomeStored:
+	switch {
+	case outcome == OutcomeStored:
 		*c.stored++
-	case OutcomeDuplicate:
+	case outcome == OutcomeDuplicate:
 		*c.dupes++
-	case OutcomeRefused:
+	case outcome == OutcomeRefused:
 		*c.refused++
-	case OutcomeSkipped:
+	case outcome == OutcomeSkipped:
 		*c.skipped++
-	case OutcomeFailed:
-		*c.failed++
-	case OutcomeAhead:
+	case outcome == OutcomeAhead && c.ahead != nil:
 		*c.ahead++
+	default:
+		*c.failed++
 	}
 }
 

@@ -80,3 +80,23 @@ func FuzzEncodeRecordsReply(f *testing.F) {
 		}
 	})
 }
+
+// TestOutcomeCountsUnknown: an outcome without a count of its own (ahead
+// in a records reply, which has none, or one not known) counts as failed
+// instead of being lost or panicking, as the records reply counted it
+// before the tally was shared with journal replies.
+func TestOutcomeCountsUnknown(t *testing.T) {
+	var r RecordsReply
+	c := outcomeCounts{&r.Stored, &r.Dupes, &r.Refused, &r.Skipped, &r.Failures, nil}
+	for _, o := range []string{OutcomeStored, OutcomeAhead, "mystery", OutcomeFailed, OutcomeSkipped} {
+		c.add(o)
+	}
+	if r.Stored != 1 || r.Failures != 3 || r.Skipped != 1 {
+		t.Fatalf("counts %+v, want 1 stored, 3 failed, 1 skipped", r)
+	}
+	j := JournalReply{Items: []ItemResult{{Outcome: OutcomeAhead}, {Outcome: OutcomeDuplicate}}}
+	j.tally()
+	if j.Ahead != 1 || j.Dupes != 1 || j.Failures != 0 {
+		t.Fatalf("journal counts %+v", j)
+	}
+}
