@@ -180,12 +180,11 @@ func (c *Client) AppendRecord(ctx context.Context, raw []byte) (RecordReply, err
 // its request, or all of them when the gate stopped before deciding
 // them), so that no record after it is stored before it: it returns the
 // replies so far, that request's included, and an error wrapping
-// ErrUnavailable. It also
-// ends at a request-level error (*ServiceError, one wrapping
-// ErrUnavailable, a reply that does not match the request). Either way
-// the records from len(replies) on were not answered; send the failed,
-// skipped and unanswered ones again (a record already stored is answered
-// duplicate).
+// ErrUnavailable. It also ends at a request-level error (*ServiceError,
+// one wrapping ErrUnavailable, a reply that does not match the request).
+// Either way the records from len(replies) on were not answered; send the
+// failed, skipped and unanswered ones again (a record already stored is
+// answered duplicate).
 func (c *Client) AppendRecords(ctx context.Context, raws [][]byte) ([]RecordReply, error) {
 	out := make([]RecordReply, 0, len(raws))
 	maxBody := int(c.nc.MaxPayload())

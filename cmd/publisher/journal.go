@@ -258,10 +258,7 @@ func (c *executionCmd) Run(s *streams) error {
 	nc, err := c.Connect("roompub-publisher-execution", connectionLossOptions(ctx)...)
 	if err != nil {
 		if c.JSON { // one object per file, as --json promises
-			for i, f := range c.Files {
-				printRecord(s.out, true, f, room.RecordReply{Item: room.ItemResult{Index: i, Outcome: room.OutcomeSkipped,
-					Reason: "not sent: " + err.Error()}})
-			}
+			printSkipped(s.out, c.Files, 0, "not sent: "+err.Error())
 		}
 		return err
 	}
@@ -331,10 +328,7 @@ func (c *executionCmd) Run(s *streams) error {
 			// the shipment too: nothing after it may land before it).
 			rest := c.Files[from+len(chunk):]
 			if c.JSON {
-				for k, f := range rest {
-					printRecord(s.out, true, f, room.RecordReply{Item: room.ItemResult{Index: from + len(chunk) + k,
-						Outcome: room.OutcomeSkipped, Reason: notConfirmedReason(err)}})
-				}
+				printSkipped(s.out, rest, from+len(chunk), notConfirmedReason(err))
 			}
 			left = append(left, rest...)
 			failed += len(left)
@@ -382,6 +376,14 @@ func readRecordFile(name string) ([]byte, error) {
 		return nil, fmt.Errorf("%s: not a regular file (%s)", name, fi.Mode().Type())
 	}
 	return io.ReadAll(f)
+}
+
+// printSkipped prints the --json object of each of files, the files
+// given from index first on, whose records were not sent: skipped, why.
+func printSkipped(w io.Writer, files []string, first int, why string) {
+	for k, f := range files {
+		printRecord(w, true, f, room.RecordReply{Item: room.ItemResult{Index: first + k, Outcome: room.OutcomeSkipped, Reason: why}})
+	}
 }
 
 // notConfirmedReason is the reason of a record whose request got no

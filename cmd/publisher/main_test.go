@@ -410,15 +410,7 @@ func checkObjects(t *testing.T, objs []executionObject, files, outcomes []string
 // record in its place, failed), exit 2, and stderr names the files not
 // confirmed (a breaker's find: the missing file's object came first).
 func TestExecutionJSONWhenNoAnswer(t *testing.T) {
-	srv, err := server.NewServer(&server.Options{Host: "127.0.0.1", Port: -1, NoSigs: true, NoLog: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv.Start()
-	t.Cleanup(func() { srv.Shutdown(); srv.WaitForShutdown() })
-	if !srv.ReadyForConnections(10 * time.Second) {
-		t.Fatal("server not ready")
-	}
+	srv := startNATS(t, 0)
 	good := filepath.Join(samples, "records", "verified.json")
 	missing := filepath.Join(t.TempDir(), "missing.json")
 	files := []string{good, missing, good}
@@ -549,15 +541,7 @@ func TestExecutionUnknownOutcome(t *testing.T) {
 // with outcome, and returns its URL and its request count.
 func standInRecords(t *testing.T, outcome string) (string, *atomic.Int32) {
 	t.Helper()
-	srv, err := server.NewServer(&server.Options{Host: "127.0.0.1", Port: -1, NoSigs: true, NoLog: true, MaxPayload: 1500})
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv.Start()
-	t.Cleanup(func() { srv.Shutdown(); srv.WaitForShutdown() })
-	if !srv.ReadyForConnections(10 * time.Second) {
-		t.Fatal("server not ready")
-	}
+	srv := startNATS(t, 1500)
 	nc, err := nats.Connect(srv.ClientURL())
 	if err != nil {
 		t.Fatal(err)
@@ -582,4 +566,20 @@ func standInRecords(t *testing.T, outcome string) (string, *atomic.Int32) {
 		t.Fatal(err)
 	}
 	return srv.ClientURL(), &requests
+}
+
+// startNATS starts a plain nats-server (no JetStream, no ingest service)
+// for the test, with max payload maxPayload bytes (0: the default).
+func startNATS(t *testing.T, maxPayload int32) *server.Server {
+	t.Helper()
+	srv, err := server.NewServer(&server.Options{Host: "127.0.0.1", Port: -1, NoSigs: true, NoLog: true, MaxPayload: maxPayload})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv.Start()
+	t.Cleanup(func() { srv.Shutdown(); srv.WaitForShutdown() })
+	if !srv.ReadyForConnections(10 * time.Second) {
+		t.Fatal("server not ready")
+	}
+	return srv
 }
