@@ -177,28 +177,38 @@ func (s *shipper) pass(ctx context.Context) error {
 	if _, err := f.Seek(s.offset, io.SeekStart); err != nil {
 		return fmt.Errorf("%w: %v", ErrShip, err)
 	}
+	// left is what the journal held past the offset when the pass began
+	// (-1: not known): request buffers are sized by it, so a small journal
+	// costs small ones and the last request of a pass no unused one (the
+	// journal may grow meanwhile: a buffer then grows as it fills).
+	left := int64(-1)
+	if fi, err := f.Stat(); err == nil {
+		left = fi.Size() - s.offset
+	}
 	br := bufio.NewReaderSize(f, 256<<10)
 	pctx, cancel := context.WithCancel(ctx)
 	p := &pipeline{s: s, ctx: pctx, cancel: cancel, depth: s.o.Pipeline}
 	defer p.drain()
 	// A request's body is handed to the pipeline as it is, and the next
 	// one starts in a new buffer the size of the last body (most requests
-	// are alike): each line is copied once, from the reader's buffer into
-	// its request.
+	// are alike), or of what is left to read if that is less: each line is
+	// copied once, from the reader's buffer into its request.
 	var batch *bytes.Buffer
 	newBatch := func(size int64) {
+		if left >= 0 {
+			size = min(size, left)
+		}
 		batch = bytes.NewBuffer(make([]byte, 0, max(0, min(size, int64(s.o.BatchBytes)))))
 	}
-	if fi, err := f.Stat(); err == nil {
-		newBatch(fi.Size() - s.offset)
-	} else {
-		newBatch(0)
-	}
+	newBatch(left)
 	batchLines, next := 0, s.line // next: the file line the reader is at
 	s.res.PartialTail = false
 	send := func() {
 		if batchLines > 0 {
 			p.send(batch.Bytes(), next-batchLines, batchLines)
+			if left >= 0 {
+				left = max(0, left-int64(batch.Len()))
+			}
 			newBatch(int64(batch.Len()))
 		}
 		batch.Reset()
