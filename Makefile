@@ -42,7 +42,7 @@ FUZZTIME ?= 60s
 fuzz:
 	@GO=$(GO) .ci/fuzz -fuzztime $(FUZZTIME) $(FUZZ_PKGS)
 
-## bench: per-entry Go benchmarks with allocations, then cmd/roompub-bench: roompub against raw JetStream on one embedded server, same bytes (about 6 min; BENCH_FLAGS adds flags)
+## bench: per-entry Go benchmarks with allocations, then cmd/roompub-bench: roompub against raw JetStream on one embedded server, same bytes (about 2 min; BENCH_FLAGS adds flags)
 BENCH_FLAGS ?=
 bench:
 	$(GO) test -run='^$$' -bench=. -benchmem ./events ./validate
