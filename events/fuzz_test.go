@@ -161,6 +161,8 @@ func FuzzCanonicalNumber(f *testing.F) {
 	}
 	f.Add("9007199254740993", 1e21)
 	f.Add("-1.7976931348623157e+308", 5e-324)
+	f.Add("0.000001", 9.999999999999999e-7) // either side of the plain-notation range
+	f.Add("-123.456", 999999999999999900000.0)
 	f.Fuzz(func(t *testing.T, s string, x float64) {
 		canon, err := jcs.Transform([]byte(s))
 		want := err == nil && string(canon) == s && s != "" && (s[0] == '-' || '0' <= s[0] && s[0] <= '9')

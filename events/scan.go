@@ -2,6 +2,7 @@ package events
 
 import (
 	"encoding/json"
+	"math"
 	"slices"
 	"strconv"
 
@@ -308,8 +309,11 @@ func (s *scanner) number() (string, bool) {
 
 // canonicalNumber reports whether tok is the RFC 8785 text of its value.
 // Integers of at most 15 digits without a leading zero are (they are exact
-// in a double and ECMAScript prints them as they are); anything else is
-// decided by jcs's own ES6 formatter, the one the general path uses.
+// in a double and ECMAScript prints them as they are). A value from 1e-6 up
+// to 1e21 (not included) is printed as jcs's ES6 formatter prints it, the
+// shortest round-trip digits in plain notation, into a stack buffer (no
+// allocation, issue 8); anything else is decided by that formatter itself,
+// the one the general path uses. FuzzCanonicalNumber holds the rule to jcs.
 func canonicalNumber(tok string) bool {
 	digits := tok
 	if len(digits) > 0 && digits[0] == '-' {
@@ -330,6 +334,10 @@ func canonicalNumber(tok string) bool {
 	f, err := strconv.ParseFloat(tok, 64)
 	if err != nil {
 		return false
+	}
+	if a := math.Abs(f); a >= 1e-6 && a < 1e21 {
+		var buf [40]byte // 1e-6 <= |f| < 1e21: at most 6 zeros before 17 digits, and a sign
+		return string(strconv.AppendFloat(buf[:0], f, 'f', -1, 64)) == tok
 	}
 	out, err := jcs.NumberToJSON(f)
 	return err == nil && out == tok

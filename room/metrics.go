@@ -3,6 +3,7 @@ package room
 import (
 	"errors"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -25,6 +26,17 @@ type Metrics struct {
 	latency  *prometheus.HistogramVec
 	batches  *prometheus.CounterVec
 	sizes    prometheus.Histogram
+	// series holds the items and latency series of each kind and outcome
+	// once made (itemSeries): WithLabelValues hashes its labels on every
+	// call, and Item is called for every line (issue 8).
+	series sync.Map // itemKey -> *itemSeries
+}
+
+type itemKey struct{ kind, outcome string }
+
+type itemSeries struct {
+	items   prometheus.Counter
+	latency prometheus.Observer
 }
 
 // NewMetrics registers the metrics on reg.
@@ -60,11 +72,17 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 
 // Item implements Observer.
 func (m *Metrics) Item(kind, outcome string, code events.Code, took time.Duration) {
-	m.items.WithLabelValues(kind, outcome).Inc()
+	k := itemKey{kind, outcome}
+	v, ok := m.series.Load(k)
+	if !ok {
+		v, _ = m.series.LoadOrStore(k, &itemSeries{items: m.items.WithLabelValues(kind, outcome), latency: m.latency.WithLabelValues(kind, outcome)})
+	}
+	s := v.(*itemSeries)
+	s.items.Inc()
 	if outcome == OutcomeRefused {
 		m.refusals.WithLabelValues(kind, string(code)).Inc()
 	}
-	m.latency.WithLabelValues(kind, outcome).Observe(took.Seconds())
+	s.latency.Observe(took.Seconds())
 }
 
 // Batch implements BatchObserver.

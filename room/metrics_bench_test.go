@@ -1,0 +1,23 @@
+package room_test
+
+import (
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/roompub/roompub/room"
+)
+
+// BenchmarkMetricsItem is the gate's observation of one decided line
+// (room.Metrics.Item, called for every line of a journal request).
+func BenchmarkMetricsItem(b *testing.B) {
+	m, err := room.NewMetrics(prometheus.NewRegistry())
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.ReportAllocs()
+	for b.Loop() {
+		m.Item(room.KindJournal, room.OutcomeStored, "", 30*time.Microsecond)
+	}
+}
