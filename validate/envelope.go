@@ -4,7 +4,6 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"io/fs"
-	"time"
 
 	"github.com/roompub/roompub/events"
 	"github.com/roompub/roompub/schemas"
@@ -215,7 +214,7 @@ func isDateTime(s string) bool {
 	if len(s) < 20 || s[10] != 'T' || s[13] != ':' || s[16] != ':' {
 		return false
 	}
-	if _, err := time.Parse("2006-01-02", s[:10]); err != nil {
+	if !isDate(s[:10]) {
 		return false
 	}
 	h, okH := twoDigits(s[11:13])
@@ -244,6 +243,30 @@ func isDateTime(s string) bool {
 	zh, okZH := twoDigits(rest[1:3])
 	zm, okZM := twoDigits(rest[4:6])
 	return okZH && okZM && zh <= 23 && zm <= 59
+}
+
+// isDate accepts what time.Parse("2006-01-02", s) accepts, the call
+// jsonschema v6's date-time format makes: four digits of year, a month
+// from 01 to 12 and a day of that month (Gregorian leap years), without
+// time.Parse's cost for every entry (issue 8). FuzzIsDate holds the two
+// equal.
+func isDate(s string) bool {
+	if len(s) != 10 || s[4] != '-' || s[7] != '-' {
+		return false
+	}
+	y1, ok1 := twoDigits(s[0:2])
+	y2, ok2 := twoDigits(s[2:4])
+	m, okM := twoDigits(s[5:7])
+	d, okD := twoDigits(s[8:10])
+	if !ok1 || !ok2 || !okM || !okD || m < 1 || m > 12 || d < 1 {
+		return false
+	}
+	y := y1*100 + y2
+	days := [...]int{31, 28, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31}[m-1]
+	if m == 2 && y%4 == 0 && (y%100 != 0 || y%400 == 0) {
+		days = 29
+	}
+	return d <= days
 }
 
 func twoDigits(s string) (int, bool) {

@@ -23,6 +23,9 @@ func (v *Validator) FastEnvelope() bool { return v.schemas.fastEnvelope }
 // the patterns alone, without the literal prefilter.
 var MatchSecret = matchSecret
 
+// IsDate is the envelope's date check (the date of a date-time).
+var IsDate = isDate
+
 func MatchSecretPatterns(s string) string {
 	for _, c := range secretCanaries {
 		if c.re.MatchString(s) {

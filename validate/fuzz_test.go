@@ -216,6 +216,21 @@ func FuzzEnvelopeValues(f *testing.F) {
 	})
 }
 
+// FuzzIsDate holds the envelope's date check to the time.Parse call
+// jsonschema v6's date-time format makes.
+func FuzzIsDate(f *testing.F) {
+	for _, s := range []string{"2026-09-02", "2024-02-29", "2023-02-29", "1900-02-29", "2000-02-29", "0000-02-29",
+		"9999-12-31", "2026-13-01", "2026-00-10", "2026-04-31", "2026-4-30", "+026-04-30", "2026-04-3a", "2026-04-00"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		_, err := time.Parse("2006-01-02", s)
+		if got, want := validate.IsDate(s), err == nil; got != want {
+			t.Fatalf("IsDate(%q) = %v, time.Parse says %v (%v)", s, got, want, err)
+		}
+	})
+}
+
 // FuzzSecretCanaries holds the canaries' literal prefilter against the
 // patterns alone.
 func FuzzSecretCanaries(f *testing.F) {
