@@ -1,6 +1,8 @@
 package room_test
 
 import (
+	"context"
+	"errors"
 	"reflect"
 	"testing"
 
@@ -54,4 +56,27 @@ func TestJournalBriefReply(t *testing.T) {
 		}
 	}
 	chainInStream(t, e, "room:brief", es[:5])
+}
+
+// TestClientJournalReplyItems: the client makes room for one reply item
+// per line before decoding; a reply holds them all, and an answer without
+// items (an error) leaves Items nil, as it did before the room was made.
+func TestClientJournalReplyItems(t *testing.T) {
+	e := newEnv(t)
+	client := room.NewClient(e.nc, room.ClientOptions{})
+	es, _ := journal(t, "run-items", "cap-items", 3)
+	r, err := client.AppendJournal(context.Background(), "room:items", nil, lines(es))
+	if err != nil || len(r.Items) != 3 || r.Stored != 3 {
+		t.Fatalf("reply %+v, %v; want 3 items, 3 stored", r, err)
+	}
+	for i, it := range r.Items {
+		if it.Index != i || it.Outcome != room.OutcomeStored {
+			t.Fatalf("item %d: %+v", i, it)
+		}
+	}
+	r, err = client.AppendJournal(context.Background(), "", nil, lines(es))
+	var se *room.ServiceError
+	if !errors.As(err, &se) || r.Items != nil {
+		t.Fatalf("a request without a room: %+v, %v; want a service error and nil items", r, err)
+	}
 }

@@ -155,8 +155,13 @@ func (c *Client) appendJournal(ctx context.Context, roomID string, capsule *even
 	}
 	// One item per line comes back: room for them up front spares the
 	// decoder growing the slice (about half its allocations, issue 8).
+	// Items stays nil when the reply holds none (an error, say), as it
+	// would without the room.
 	r := JournalReply{Items: make([]ItemResult, 0, min(bytes.Count(lines, newline)+1, MaxBatchLines+1))}
 	err := c.request(ctx, "journal", hdr, lines, &r)
+	if len(r.Items) == 0 {
+		r.Items = nil
+	}
 	return r, err
 }
 

@@ -38,3 +38,23 @@ func TestReadFullLine(t *testing.T) {
 		t.Fatalf("a long line changed after later reads: %q", long)
 	}
 }
+
+// TestBodySize: a pass's next request buffer starts at the last body's
+// length, or at what is left of the journal if that is less (the last
+// request of a pass no larger than the rest of the file); once the file
+// is read to the size it had at the pass's start, or when that size is
+// not known, at the last body's length again (the requests of a journal
+// that grows during the pass do not start empty and grow by doubling).
+func TestBodySize(t *testing.T) {
+	for _, c := range []struct{ last, left, want int64 }{
+		{640 << 10, 5 << 20, 640 << 10},   // the journal holds more than a body
+		{640 << 10, 100 << 10, 100 << 10}, // the rest of the file is smaller
+		{640 << 10, 0, 640 << 10},         // read to its starting size: it may grow
+		{640 << 10, -1, 640 << 10},        // size not known
+		{0, 1 << 20, 0},
+	} {
+		if got := bodySize(c.last, c.left); got != c.want {
+			t.Errorf("bodySize(%d, %d) = %d, want %d", c.last, c.left, got, c.want)
+		}
+	}
+}

@@ -177,10 +177,12 @@ func (s *shipper) pass(ctx context.Context) error {
 	if _, err := f.Seek(s.offset, io.SeekStart); err != nil {
 		return fmt.Errorf("%w: %v", ErrShip, err)
 	}
-	// left is what the journal held past the offset when the pass began
-	// (-1: not known): request buffers are sized by it, so a small journal
-	// costs small ones and the last request of a pass no unused one (the
-	// journal may grow meanwhile: a buffer then grows as it fills).
+	// left is what the journal held past the offset when the pass began,
+	// less what was sent since (-1: not known). A request's buffer is made
+	// when its first line is read, so a pass that has read its last
+	// request makes none more, at bodySize (most requests are alike).
+	// Each line is copied once, from the reader's buffer into its request,
+	// and the body is handed to the pipeline as it is.
 	left := int64(-1)
 	if fi, err := f.Stat(); err == nil {
 		left = fi.Size() - s.offset
@@ -189,30 +191,19 @@ func (s *shipper) pass(ctx context.Context) error {
 	pctx, cancel := context.WithCancel(ctx)
 	p := &pipeline{s: s, ctx: pctx, cancel: cancel, depth: s.o.Pipeline}
 	defer p.drain()
-	// A request's body is handed to the pipeline as it is, and the next
-	// one starts in a new buffer the size of the last body (most requests
-	// are alike), or of what is left to read if that is less: each line is
-	// copied once, from the reader's buffer into its request.
-	var batch *bytes.Buffer
-	newBatch := func(size int64) {
-		if left >= 0 {
-			size = min(size, left)
-		}
-		batch = bytes.NewBuffer(make([]byte, 0, max(0, min(size, int64(s.o.BatchBytes)))))
-	}
-	newBatch(left)
+	var body []byte // nil until the request's first line
+	size := max(0, left)
 	batchLines, next := 0, s.line // next: the file line the reader is at
 	s.res.PartialTail = false
 	send := func() {
 		if batchLines > 0 {
-			p.send(batch.Bytes(), next-batchLines, batchLines)
+			p.send(body, next-batchLines, batchLines)
 			if left >= 0 {
-				left = max(0, left-int64(batch.Len()))
+				left = max(0, left-int64(len(body)))
 			}
-			newBatch(int64(batch.Len()))
+			size = bodySize(int64(len(body)), left)
 		}
-		batch.Reset()
-		batchLines = 0
+		body, batchLines = nil, 0
 	}
 	for !p.stop {
 		ln, err := readFullLine(br)
@@ -242,13 +233,16 @@ func (s *shipper) pass(ctx context.Context) error {
 			s.res.Refused.Problems = []events.Problem{s.res.Refused.Problem}
 			break
 		}
-		if batchLines == s.o.BatchLines || batch.Len()+len(ln) > s.o.BatchBytes {
+		if batchLines == s.o.BatchLines || len(body)+len(ln) > s.o.BatchBytes {
 			send()
 			if p.stop {
 				break
 			}
 		}
-		batch.Write(ln)
+		if body == nil {
+			body = make([]byte, 0, max(int64(len(ln)), min(size, int64(s.o.BatchBytes))))
+		}
+		body = append(body, ln...)
 		batchLines++
 		next++
 		s.res.Lines = max(s.res.Lines, next)
@@ -258,6 +252,19 @@ func (s *shipper) pass(ctx context.Context) error {
 	}
 	p.drain()
 	return p.err
+}
+
+// bodySize is the capacity a pass's next request buffer starts with, in
+// bytes, given the last body's length and what is left of the journal
+// since the pass began (see pass): the last body's length, or what is
+// left if that is less; once nothing is left of the size the journal had
+// (it grows while the harness writes) or that size is not known (-1), the
+// last body's length.
+func bodySize(last, left int64) int64 {
+	if left > 0 {
+		return min(last, left)
+	}
+	return last
 }
 
 // DefaultPipeline is ShipOptions.Pipeline's default: while the gate stores
