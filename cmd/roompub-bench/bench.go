@@ -162,6 +162,13 @@ func (c *cli) Run(s *streams) error {
 		}
 		defer pprof.StopCPUProfile()
 	}
+	if c.Trace != "" {
+		if err := os.MkdirAll(c.Trace, 0o755); err != nil {
+			return fmt.Errorf("%w: --trace: %v", config.ErrInvalid, err)
+		}
+		sideTraces = tracer{dir: c.Trace}
+		defer func() { sideTraces.stop(); sideTraces = tracer{} }()
+	}
 	b := &bench{c: c, out: s, ctx: ctx, sz: c.sizes(), rounds: c.Rounds, rawSubjects: room.Subjects{Prefix: rawPrefix}, log: newLogger(s.err)}
 	if b.rounds == 0 {
 		b.rounds = 3
@@ -190,6 +197,9 @@ func (c *cli) Run(s *streams) error {
 		r, err := sc.run()
 		if err != nil {
 			return fmt.Errorf("%s: %w", sc.name, err)
+		}
+		if sideTraces.err != nil {
+			return sideTraces.err
 		}
 		r.finish()
 		b.logf("%s: raw %s, roompub %s, ratio %.3f (floor %.2f) %s", r.name, r.raw, r.pub, r.ratio, r.floor, r.verdict())

@@ -3,8 +3,10 @@ package main
 import (
 	"context"
 	"fmt"
+	"os"
 	"path/filepath"
 	"runtime"
+	"runtime/trace"
 	"strconv"
 	"sync"
 	"syscall"
@@ -122,7 +124,9 @@ func (b *bench) inRounds(r *result, raw, pub func(round int) (side, error)) erro
 			order[0], order[1] = order[1], order[0]
 		}
 		for _, o := range order {
+			sideTraces.name = fmt.Sprintf("%s-r%d-%s", r.key, round+1, o.name)
 			s, err := o.fn(round)
+			sideTraces.name = ""
 			if err == nil {
 				b.logf("%s: round %d of %d: %-7s %s", r.key, round+1, b.rounds, o.name, s)
 			}
@@ -294,16 +298,63 @@ type timer struct {
 // startTimer collects the garbage of the untimed setup (generating
 // chains and records, writing capsule directories) and starts a timer:
 // each side's timed work then pays only for its own garbage, as a Go
-// benchmark does after runtime.GC.
+// benchmark does after runtime.GC. With --trace, inside a round of a
+// write row, it also starts that side's execution trace (sideTraces).
 func startTimer() timer {
 	runtime.GC()
+	sideTraces.start()
 	return timer{wall: time.Now(), cpu: cpuTime()}
 }
 
-// stop sets s's duration and CPU time to those since t started.
+// stop sets s's duration and CPU time to those since t started, then
+// stops the side's execution trace, if any.
 func (t timer) stop(s *side) {
 	s.dur = time.Since(t.wall)
 	s.cpu = cpuTime() - t.cpu
+	sideTraces.stop()
+}
+
+// sideTraces writes, with --trace DIR, a runtime/trace execution trace
+// of each side's timed work in each round of the write rows to
+// DIR/<row>-r<round>-<side>.trace (go tool trace FILE: the goroutine
+// analysis shows, say, how long the stream's goroutine ran, sat in
+// system calls, waited for a core or for messages). Tracing slows the
+// run: ratios of a traced run are not the bench's.
+var sideTraces tracer
+
+type tracer struct {
+	dir  string   // "" without --trace
+	name string   // the side inRounds is running, "" outside a round
+	f    *os.File // the trace being written
+	err  error    // the first error, reported once the run ends
+}
+
+func (tr *tracer) start() {
+	if tr.dir == "" || tr.name == "" || tr.f != nil || tr.err != nil {
+		return
+	}
+	f, err := os.Create(filepath.Join(tr.dir, tr.name+".trace"))
+	if err == nil {
+		if err = trace.Start(f); err != nil {
+			f.Close()
+		}
+	}
+	if err != nil {
+		tr.err = fmt.Errorf("--trace: %w", err)
+		return
+	}
+	tr.f = f
+}
+
+func (tr *tracer) stop() {
+	if tr.f == nil {
+		return
+	}
+	trace.Stop()
+	if err := tr.f.Close(); err != nil && tr.err == nil {
+		tr.err = fmt.Errorf("--trace: %w", err)
+	}
+	tr.f = nil
 }
 
 // cpuTime is the user and system CPU time of this process (every

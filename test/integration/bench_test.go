@@ -12,9 +12,11 @@ package integration
 import (
 	"bytes"
 	"encoding/json"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -170,5 +172,38 @@ func TestBenchNoAttest(t *testing.T) {
 		if _, ok := got[k]; ok {
 			t.Errorf("%s = %v, want none", k, got[k])
 		}
+	}
+}
+
+// TestBenchTrace: --trace DIR writes one execution trace per side and
+// round of the write rows selected, named <row>-r<round>-<side>.trace,
+// and nothing else; go tool trace reads them.
+func TestBenchTrace(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "traces")
+	got := runBench(t, "--quick", "--only", "parallel", "--trace", dir)
+	if got["parallel_raw_count"] == nil || got["parallel_roompub_count"] == nil {
+		t.Fatalf("the parallel row did not run: %v", got)
+	}
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, e := range entries {
+		names = append(names, e.Name())
+	}
+	want := []string{"parallel-r1-raw.trace", "parallel-r1-roompub.trace", "parallel-r2-raw.trace", "parallel-r2-roompub.trace"}
+	if !slices.Equal(names, want) {
+		t.Fatalf("traces %v, want %v", names, want)
+	}
+	for _, n := range names {
+		b, err := os.ReadFile(filepath.Join(dir, n))
+		if err != nil || !bytes.HasPrefix(b, []byte("go 1.")) || !bytes.Contains(b[:16], []byte(" trace")) {
+			t.Fatalf("%s is not an execution trace (%d bytes, %v): %q", n, len(b), err, b[:min(len(b), 16)])
+		}
+	}
+	out, err := exec.Command("go", "tool", "trace", "-pprof=sched", filepath.Join(dir, want[1])).Output()
+	if err != nil || len(out) == 0 {
+		t.Fatalf("go tool trace -pprof=sched %s: %v (%d bytes)", want[1], err, len(out))
 	}
 }
