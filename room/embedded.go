@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"os"
 	"strconv"
 	"sync/atomic"
 	"time"
@@ -46,11 +47,13 @@ type EmbeddedOptions struct {
 
 // Embedded is a running in-process nats-server with JetStream on disk.
 type Embedded struct {
-	srv *server.Server
+	srv  *server.Server
+	lock *os.File // holds the store directory's lock (lockStore); nil where there is none
 }
 
 // StartEmbedded starts the server and waits until it accepts clients.
-// Errors wrap ErrEmbedded.
+// It locks the store directory first (lockStore): a second server on a
+// store in use fails to start. Errors wrap ErrEmbedded.
 func StartEmbedded(o EmbeddedOptions) (*Embedded, error) {
 	listen := o.Listen
 	if listen == "" {
@@ -93,6 +96,16 @@ func StartEmbedded(o EmbeddedOptions) (*Embedded, error) {
 	if !opts.JetStream {
 		return nil, fmt.Errorf("%w: JetStream must stay on", ErrEmbedded)
 	}
+	lock, err := lockStore(opts.StoreDir)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrEmbedded, err)
+	}
+	started := false
+	defer func() {
+		if !started && lock != nil {
+			lock.Close()
+		}
+	}()
 	srv, err := server.NewServer(opts)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrEmbedded, err)
@@ -114,7 +127,8 @@ func StartEmbedded(o EmbeddedOptions) (*Embedded, error) {
 		srv.Shutdown()
 		return nil, fmt.Errorf("%w: not ready for connections after 30s", ErrEmbedded)
 	}
-	return &Embedded{srv: srv}, nil
+	started = true
+	return &Embedded{srv: srv, lock: lock}, nil
 }
 
 // ClientURL is the nats:// URL clients connect to.
@@ -128,6 +142,10 @@ func (e *Embedded) Server() *server.Server { return e.srv }
 func (e *Embedded) Shutdown() {
 	e.srv.Shutdown()
 	e.srv.WaitForShutdown()
+	if e.lock != nil {
+		e.lock.Close() // the store is free for the next server
+		e.lock = nil
+	}
 }
 
 // zapServerLogger adapts zap to the nats-server logger interface. It keeps

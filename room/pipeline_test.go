@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -339,6 +340,35 @@ func TestGatePipelinedHeaderMustBeASeq(t *testing.T) {
 		code, reply := e.requestError("roompub.v1.journal", nats.Header{room.HeaderRoom: []string{"room:ahead"}, room.HeaderPipelined: []string{v}}, lines(es))
 		if code != "400" || reply.Code != events.BadRequest {
 			t.Fatalf("header %q: %s %+v, want 400 bad_request", v, code, reply)
+		}
+	}
+}
+
+// TestShipLineLongerThanAnyLine: a line longer than events.MaxLineBytes is
+// refused corrupt_entry, as verify refuses it (corrupt_entry comes before
+// too_large in the table), with its file line; the lines before it are
+// stored; a line that is only too long for a request stays too_large.
+func TestShipLineLongerThanAnyLine(t *testing.T) {
+	e := newEnv(t)
+	client := room.NewClient(e.nc, room.ClientOptions{})
+	es, _ := journal(t, "run-long", "cap-long", 2)
+	for _, c := range []struct {
+		size   int
+		code   events.Code
+		reason string
+	}{
+		{events.MaxLineBytes + 1, events.CorruptEntry, fmt.Sprintf("line longer than %d bytes", events.MaxLineBytes)},
+		{2 << 20, events.TooLarge, "a request carries at most"},
+	} {
+		body := append(lines(es), append(bytes.Repeat([]byte("x"), c.size), '\n')...)
+		dir := capsuleDir(t, "run-long", "cap-long", body)
+		res, err := room.ShipCapsule(context.Background(), client, dir, "room:long", room.ShipOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if res.Stored+res.Skipped != 2 || res.Refused == nil || res.Refused.Problem.Code != c.code ||
+			res.Refused.Problem.At.Line != 3 || !strings.Contains(res.Refused.Problem.Reason, c.reason) {
+			t.Fatalf("a %d-byte line: %+v (refused %+v), want 2 stored and %s at line 3", c.size, res, res.Refused, c.code)
 		}
 	}
 }

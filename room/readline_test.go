@@ -3,6 +3,7 @@ package room
 import (
 	"bufio"
 	"bytes"
+	"fmt"
 	"io"
 	"strings"
 	"testing"
@@ -10,15 +11,25 @@ import (
 
 // TestReadFullLine: readFullLine returns each line whole (short ones as the
 // reader's bytes, long ones copied), and a caller that copies a line
-// before its next read (as pass does with batch.Write) gets every line
-// intact, including a partial tail at EOF.
+// before its next read (as pass does) gets every line intact, including a
+// partial tail at EOF. A line longer than max is consumed and reported by
+// its length, not returned (a breaker's 200 MB line took 426 MB before),
+// and the lines after it are read as before.
 func TestReadFullLine(t *testing.T) {
-	lines := []string{"a\n", strings.Repeat("b", 15) + "\n", strings.Repeat("c", 40) + "\n", "\n", strings.Repeat("d", 16) + "\n", "tail"}
+	lines := []string{"a\n", strings.Repeat("b", 15) + "\n", strings.Repeat("c", 40) + "\n", "\n", strings.Repeat("d", 16) + "\n",
+		strings.Repeat("e", 100) + "\n", strings.Repeat("f", 30) + "\n", "tail"}
 	br := bufio.NewReaderSize(strings.NewReader(strings.Join(lines, "")), 16)
 	var got []string
 	var long []byte
 	for {
-		ln, err := readFullLine(br)
+		ln, n, err := readFullLine(br, 64)
+		if n > 0 {
+			if ln != nil || n != 101 {
+				t.Fatalf("a line longer than max: %q and length %d, want nil and 101", ln, n)
+			}
+			got = append(got, fmt.Sprintf("<%d bytes>", n))
+			continue
+		}
 		if err == io.EOF {
 			got = append(got, string(ln))
 			break
@@ -31,11 +42,17 @@ func TestReadFullLine(t *testing.T) {
 			long = ln // a copy: must survive later reads
 		}
 	}
-	if strings.Join(got, "|") != strings.Join(lines, "|") {
-		t.Fatalf("lines %q, want %q", got, lines)
+	want := append(append(append([]string{}, lines[:5]...), "<101 bytes>"), lines[6:]...)
+	if strings.Join(got, "|") != strings.Join(want, "|") {
+		t.Fatalf("lines %q, want %q", got, want)
 	}
 	if !bytes.Equal(long, []byte(strings.Repeat("c", 40)+"\n")) {
 		t.Fatalf("a long line changed after later reads: %q", long)
+	}
+	// A partial tail longer than max: its length, and io.EOF.
+	br = bufio.NewReaderSize(strings.NewReader(strings.Repeat("g", 100)), 16)
+	if ln, n, err := readFullLine(br, 64); ln != nil || n != 100 || err != io.EOF {
+		t.Fatalf("long partial tail: %q, %d, %v; want nil, 100, EOF", ln, n, err)
 	}
 }
 

@@ -206,9 +206,9 @@ func (s *shipper) pass(ctx context.Context) error {
 		body, batchLines = nil, 0
 	}
 	for !p.stop {
-		ln, err := readFullLine(br)
+		ln, long, err := readFullLine(br, events.MaxLineBytes)
 		if errors.Is(err, io.EOF) {
-			if len(ln) > 0 {
+			if len(ln) > 0 || long > 0 {
 				s.res.PartialTail = true
 			}
 			break
@@ -221,16 +221,21 @@ func (s *shipper) pass(ctx context.Context) error {
 			}
 			return fmt.Errorf("%w: %v", ErrShip, err)
 		}
-		if len(ln) > s.o.BatchBytes {
+		if long > 0 || len(ln) > s.o.BatchBytes {
 			send()
 			p.drain()
 			if p.stop {
 				break
 			}
-			s.res.Refused = &LineRefusal{Problem: events.Problem{Code: events.TooLarge,
-				At:     events.Location{File: s.jpath, Line: next + 1},
-				Reason: fmt.Sprintf("the line is %d bytes; a request carries at most %d", len(ln), s.o.BatchBytes)}}
-			s.res.Refused.Problems = []events.Problem{s.res.Refused.Problem}
+			// Longer than any line may be: corrupt_entry, as verify says
+			// (it comes before too_large in the table); too long for a
+			// request only: too_large.
+			pr := events.Problem{Code: events.TooLarge, At: events.Location{File: s.jpath, Line: next + 1},
+				Reason: fmt.Sprintf("the line is %d bytes; a request carries at most %d", len(ln), s.o.BatchBytes)}
+			if long > 0 {
+				pr.Code, pr.Reason = events.CorruptEntry, fmt.Sprintf("line longer than %d bytes", events.MaxLineBytes)
+			}
+			s.res.Refused = &LineRefusal{Problem: pr, Problems: []events.Problem{pr}}
 			break
 		}
 		if batchLines == s.o.BatchLines || len(body)+len(ln) > s.o.BatchBytes {
@@ -435,26 +440,37 @@ func relocate(ps []events.Problem, file string, first int) []events.Problem {
 }
 
 // readFullLine returns the next line including its "\n"; at the end of
-// input it returns the partial line (without "\n", possibly empty) and
-// io.EOF. A line that fits br's buffer is br's own bytes, valid until
-// br's next read; a longer one is a copy.
-func readFullLine(br *bufio.Reader) ([]byte, error) {
+// the file, what is left (a partial line) with io.EOF. A short line is the
+// reader's own bytes, valid until its next read; a longer one is a copy. A
+// line longer than max is read to its end but not kept: readFullLine
+// returns nil and its length so far (long > 0), so a line of any length
+// costs at most max bytes of memory (events.MaxLineBytes: verify refuses
+// such a line as corrupt_entry, and so does the shipper).
+func readFullLine(br *bufio.Reader, max int) (line []byte, long int, err error) {
 	chunk, err := br.ReadSlice('\n')
 	if !errors.Is(err, bufio.ErrBufferFull) {
-		return chunk, err // the reader's own bytes: valid until its next read
+		if len(chunk) > max {
+			return nil, len(chunk), err
+		}
+		return chunk, 0, err
 	}
 	buf := append([]byte(nil), chunk...)
+	n := len(chunk)
 	for {
 		chunk, err := br.ReadSlice('\n')
-		buf = append(buf, chunk...)
-		switch {
-		case err == nil:
-			return buf, nil
-		case errors.Is(err, bufio.ErrBufferFull):
-			continue
-		default:
-			return buf, err
+		n += len(chunk)
+		if n > max {
+			buf = nil
+		} else {
+			buf = append(buf, chunk...)
 		}
+		if errors.Is(err, bufio.ErrBufferFull) {
+			continue
+		}
+		if n > max {
+			return nil, n, err
+		}
+		return buf, 0, err
 	}
 }
 

@@ -99,9 +99,22 @@ func (v *Validator) VerifyPath(path string) (rep Report, err error) {
 		rep.Kind = KindJournal
 		return rep, v.verifyJournal(f, path, nil, &rep)
 	}
-	data, err := io.ReadAll(f)
+	// At most a record's worth: a pipe or a device reports no size, and
+	// /dev/zero never ends (a breaker's verify of it grew without bound).
+	data, err := io.ReadAll(io.LimitReader(f, MaxRecordBytes+1))
 	if err != nil {
 		return rep, fmt.Errorf("%w: %v", ErrUsage, err)
+	}
+	if len(data) > MaxRecordBytes {
+		// More than a record from an input of no size: as a big file, a
+		// journal streamed in bounded memory unless it starts like a record.
+		if looksLikeRecord(data[:64<<10]) {
+			rep.Kind = KindExecution
+			return rep, rep.refuse(events.NewRefusal([]events.Problem{{Code: events.TooLarge, At: at,
+				Reason: fmt.Sprintf("an execution record of more than %d bytes; at most %d are read", MaxRecordBytes, MaxRecordBytes)}}))
+		}
+		rep.Kind = KindJournal
+		return rep, v.verifyJournal(io.MultiReader(bytes.NewReader(data), f), path, nil, &rep)
 	}
 	rep.Kind = DetectKind(data)
 	if rep.Kind == KindExecution {
