@@ -372,3 +372,39 @@ func TestShipLineLongerThanAnyLine(t *testing.T) {
 		}
 	}
 }
+
+// TestShipEditedStoredLine: a line edited after it was stored is not
+// counted as stored because the file's last stored line still claims the
+// head's entry_hash: the shipper sends the file from the top, and the
+// gate refuses the edited line as verify does (invalid_entry at its line,
+// /entry_hash), storing nothing. The unedited file resumes past all of it.
+func TestShipEditedStoredLine(t *testing.T) {
+	e := newEnv(t)
+	client := room.NewClient(e.nc, room.ClientOptions{})
+	es, body := journal(t, "run-edit", "cap-edit", 3)
+	dir := capsuleDir(t, "run-edit", "cap-edit", body)
+	if res, err := room.ShipCapsule(context.Background(), client, dir, "room:edit", room.ShipOptions{}); err != nil || res.Stored != 3 {
+		t.Fatalf("first ship: %+v, %v", res, err)
+	}
+	res, err := room.ShipCapsule(context.Background(), client, dir, "room:edit", room.ShipOptions{})
+	if err != nil || res.Skipped != 3 || res.Stored != 0 || res.Refused != nil {
+		t.Fatalf("unedited: %+v, %v; want 3 already stored", res, err)
+	}
+	for _, edited := range []int{1, 2} { // a middle line, then the last stored one
+		ls := bytes.SplitAfter(body, []byte("\n"))
+		ls[edited] = bytes.Replace(ls[edited], []byte(`"kind":"`), []byte(`"kind":"x`), 1)
+		if bytes.Equal(ls[edited], es[edited].Canonical()) {
+			t.Fatal("the line was not edited")
+		}
+		dir := capsuleDir(t, "run-edit", "cap-edit", bytes.Join(ls, nil))
+		before := e.state()
+		res, err := room.ShipCapsule(context.Background(), client, dir, "room:edit", room.ShipOptions{})
+		if err != nil || res.Skipped != 0 || res.Stored != 0 || res.Refused == nil || res.Refused.Problem.Code != events.InvalidEntry ||
+			res.Refused.Problem.At.Line != edited+1 || res.Refused.Problem.At.Pointer != "/entry_hash" {
+			t.Fatalf("line %d edited: %+v (refused %+v), %v; want invalid_entry at line %d /entry_hash", edited+1, res, res.Refused, err, edited+1)
+		}
+		if after := e.state(); after != before {
+			t.Fatalf("the stream changed: %+v, was %+v", after, before)
+		}
+	}
+}

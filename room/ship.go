@@ -116,8 +116,12 @@ func newShipper(ctx context.Context, c *Client, dir, roomID string, o ShipOption
 }
 
 // resume asks where the chain stands and moves the cursor past the lines
-// already stored. If the file's line at that position is not the stored
-// head, it starts from the top so the gate reports where they differ.
+// already stored. Unless the file's lines up to there are a chain of their
+// own ending at the stored head (each canonical, at its position, hashing
+// to its entry_hash, linked to the one before), it starts from the top so
+// the gate reports where they differ: a line edited after it was shipped
+// is refused as verify refuses it, not counted as stored (a breaker's
+// tampered line was reported "already stored" from its claimed hash).
 func (s *shipper) resume(ctx context.Context) error {
 	head, err := s.c.Head(ctx, s.meta.Key())
 	if err != nil {
@@ -135,26 +139,27 @@ func (s *shipper) resume(ctx context.Context) error {
 	defer f.Close()
 	br := bufio.NewReaderSize(f, 256<<10)
 	var off int64
-	var last []byte
+	prev := events.ZeroHash
 	for n := int64(0); n < head.Next; n++ {
-		ln, err := br.ReadSlice('\n')
-		for errors.Is(err, bufio.ErrBufferFull) {
-			var more []byte
-			more, err = br.ReadSlice('\n')
-			ln = append(append([]byte{}, ln...), more...)
-		}
-		if err != nil {
-			// The stream holds more of this chain than the file: the file
-			// is not the journal that was shipped. Send it all; the gate
-			// says what is wrong.
+		ln, long, err := readFullLine(br, events.MaxLineBytes)
+		if err != nil || long > 0 {
+			// The stream holds more of this chain than the file, or the
+			// file is not the journal that was shipped: send it all; the
+			// gate says what is wrong.
 			return nil
 		}
 		off += int64(len(ln))
-		if n == head.Next-1 {
-			last = ln[:len(ln)-1]
+		line := ln[:len(ln)-1]
+		e, err := events.ParseEntry(line)
+		if err != nil {
+			return nil
 		}
+		if seq, ok := e.Seq(); !ok || seq != n || e.ParentHash() != prev || e.ComputedHash() != e.EntryHash() || !bytes.Equal(e.Canonical(), line) {
+			return nil
+		}
+		prev = e.EntryHash()
 	}
-	if e, err := events.ParseEntry(last); err != nil || e.EntryHash() != head.Head {
+	if prev != head.Head {
 		return nil
 	}
 	s.offset, s.line = off, int(head.Next)

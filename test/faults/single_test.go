@@ -219,7 +219,8 @@ func TestReadOnlyStore(t *testing.T) {
 	p.start()
 	status := p.wait(40 * time.Second)
 	took := time.Since(start)
-	want := "publisher: embedded nats-server: Can't start JetStream: could not create storage directory - mkdir " + store + "/jetstream: permission denied\n"
+	// The store's lock (room.StartEmbedded) is the first thing written.
+	want := "publisher: embedded nats-server: store directory " + store + ": lock: open " + store + "/roompub.lock: permission denied\n"
 	t.Logf("publisher serve on a read-only store: exit %d after %s: %s", status, took.Round(time.Millisecond), strings.TrimSpace(firstLine(p.stderr.String())))
 	if status != 2 || !strings.HasSuffix(p.stderr.String(), want) || took > 10*time.Second {
 		t.Errorf("publisher serve on a read-only store: exit %d after %s\n got %q\nwant exit 2 within 10s, ending %q", status, took, tail(p.stderr.String(), 2000), want)

@@ -14,6 +14,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 )
 
@@ -375,6 +376,39 @@ func TestKeygenRefusesToOverwrite(t *testing.T) {
 	}
 	if after, _ := os.ReadFile(key); bytes.Equal(before, after) {
 		t.Error("keygen --force kept the old key")
+	}
+	// --force replaces a regular file only: a symlink (and its target), a
+	// directory or a FIFO stay as they were (a breaker's --force as root
+	// replaced /dev/full with a key file).
+	dir := t.TempDir()
+	target := filepath.Join(dir, "target")
+	if err := os.WriteFile(target, []byte("keep\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	link, fifo, sub := filepath.Join(dir, "link"), filepath.Join(dir, "fifo"), filepath.Join(dir, "sub")
+	if err := os.Symlink(target, link); err != nil {
+		t.Fatal(err)
+	}
+	if err := syscall.Mkfifo(fifo, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Mkdir(sub, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	for path, kind := range map[string]string{link: "a symbolic link", fifo: "a FIFO", sub: "a directory"} {
+		r := pub(t, "keygen", "--out", path, "--force")
+		if r.status != 2 || r.stdout != "" || !strings.Contains(r.stderr, path+" is not a regular file ("+kind+")") {
+			t.Errorf("keygen --force over %s: exit %d, stdout %q, stderr %q", kind, r.status, r.stdout, r.stderr)
+		}
+	}
+	if fi, err := os.Lstat(link); err != nil || fi.Mode()&os.ModeSymlink == 0 {
+		t.Errorf("the symlink was replaced: %v %v", fi, err)
+	}
+	if b, _ := os.ReadFile(target); string(b) != "keep\n" {
+		t.Errorf("the symlink's target changed: %q", b)
+	}
+	if fi, err := os.Lstat(fifo); err != nil || fi.Mode()&os.ModeNamedPipe == 0 {
+		t.Errorf("the FIFO was replaced: %v %v", fi, err)
 	}
 }
 
