@@ -94,7 +94,7 @@ func (c *proveCmd) Run(s *streams) error {
 	if err != nil {
 		return err
 	}
-	nc, js, v, err := open(&c.Reader, "roompub-subscriber-prove")
+	nc, js, v, err := open(&c.Reader, "roompub-subscriber-prove", s.err)
 	if err != nil {
 		return err
 	}

@@ -25,9 +25,15 @@ import (
 	"github.com/roompub/roompub/validate"
 )
 
-// reader is what every subcommand needs: a connection, JetStream and a
-// validator that checks host trust.
-func open(c *config.Reader, name string) (*nats.Conn, jetstream.JetStream, *validate.Validator, error) {
+// open is what every subcommand needs: a connection, JetStream and a
+// validator that checks host trust. With no --trusted-host it says on
+// warn that every execution record will be set aside (untrusted_host): a
+// reader trusts no host it was not told to, and a room whose records all
+// land aside for that reason should not surprise anyone.
+func open(c *config.Reader, name string, warn io.Writer) (*nats.Conn, jetstream.JetStream, *validate.Validator, error) {
+	if len(c.TrustedHosts) == 0 {
+		fmt.Fprintln(warn, "subscriber: no --trusted-host: every execution record will be set aside as untrusted_host (name the hosts whose signatures you trust)")
+	}
 	vopts := []validate.Option{validate.WithTrustedHosts(c.TrustedHosts...)}
 	if c.SchemaDir != "" {
 		vopts = append(vopts, validate.WithSchemaFS(os.DirFS(c.SchemaDir)))
@@ -89,7 +95,7 @@ func (c *followCmd) Run(s *streams) error {
 	if err != nil {
 		return err
 	}
-	nc, js, v, err := open(&c.Reader, "roompub-subscriber-follow")
+	nc, js, v, err := open(&c.Reader, "roompub-subscriber-follow", s.err)
 	if err != nil {
 		return err
 	}
@@ -173,7 +179,7 @@ func (c *auditCmd) Run(s *streams) error {
 	if err != nil {
 		return err
 	}
-	nc, js, v, err := open(&c.Reader, "roompub-subscriber-audit")
+	nc, js, v, err := open(&c.Reader, "roompub-subscriber-audit", s.err)
 	if err != nil {
 		return err
 	}
@@ -289,7 +295,7 @@ func (c *evidenceCmd) Run(s *streams) error {
 	if err != nil {
 		return err
 	}
-	nc, js, v, err := open(&c.Reader, "roompub-subscriber-evidence")
+	nc, js, v, err := open(&c.Reader, "roompub-subscriber-evidence", s.err)
 	if err != nil {
 		return err
 	}

@@ -452,6 +452,18 @@ func TestSubscriberAudit(t *testing.T) {
 	if res.status != 0 || !strings.Contains(res.stdout, "CLEAN: 5 messages, 3 entries and 2 records verified, 0 set aside; 1 chains ok, 0 broken; stream append-only: true\n") {
 		t.Errorf("clean stream, text: exit %d\n%s%s", res.status, res.stdout, res.stderr)
 	}
+	if strings.Contains(res.stderr, "no --trusted-host") {
+		t.Errorf("a warning with --trusted-host given: %s", res.stderr)
+	}
+	// With no --trusted-host a reader trusts no host: both records are set
+	// aside, and stderr says why before the report does.
+	const warning = "subscriber: no --trusted-host: every execution record will be set aside as untrusted_host"
+	res = subRun(t, "audit", "--json", "--server", clean.url)
+	rep = subAuditReport{}
+	if err := json.Unmarshal([]byte(res.stdout), &rep); err != nil || res.status != 1 || rep.Totals.SetAside != 2 || rep.Totals.ByCode["untrusted_host"] != 2 ||
+		!strings.HasPrefix(res.stderr, warning) {
+		t.Errorf("no --trusted-host: exit %d %v\n%s%s", res.status, err, res.stdout, res.stderr)
+	}
 }
 
 // subFollow is a `subscriber follow` process.
