@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"strconv"
 
 	"github.com/roompub/roompub/events"
 )
@@ -84,20 +85,13 @@ func (v *Validator) VerifyPath(path string) (rep Report, err error) {
 	defer f.Close()
 	at := events.Location{File: path}
 	if info.Size() > MaxRecordBytes {
-		// Too big to be a record: stream it as a journal, in bounded
-		// memory, unless its beginning says it is a record.
+		// Too big to be a record.
 		head := make([]byte, 64<<10)
 		n, _ := io.ReadFull(f, head)
-		if looksLikeRecord(head[:n]) {
-			rep.Kind = KindExecution
-			return rep, rep.refuse(events.NewRefusal([]events.Problem{{Code: events.TooLarge, At: at,
-				Reason: fmt.Sprintf("an execution record of %d bytes; at most %d are read", info.Size(), MaxRecordBytes)}}))
-		}
-		if _, err := f.Seek(0, io.SeekStart); err != nil {
-			return rep, fmt.Errorf("%w: %v", ErrUsage, err)
-		}
-		rep.Kind = KindJournal
-		return rep, v.verifyJournal(f, path, nil, &rep)
+		return rep, v.verifyBeyondRecord(&rep, path, head[:n], strconv.FormatInt(info.Size(), 10), func() (io.Reader, error) {
+			_, err := f.Seek(0, io.SeekStart)
+			return f, err
+		})
 	}
 	// At most a record's worth: a pipe or a device reports no size, and
 	// /dev/zero never ends (a breaker's verify of it grew without bound).
@@ -106,15 +100,10 @@ func (v *Validator) VerifyPath(path string) (rep Report, err error) {
 		return rep, fmt.Errorf("%w: %v", ErrUsage, err)
 	}
 	if len(data) > MaxRecordBytes {
-		// More than a record from an input of no size: as a big file, a
-		// journal streamed in bounded memory unless it starts like a record.
-		if looksLikeRecord(data[:64<<10]) {
-			rep.Kind = KindExecution
-			return rep, rep.refuse(events.NewRefusal([]events.Problem{{Code: events.TooLarge, At: at,
-				Reason: fmt.Sprintf("an execution record of more than %d bytes; at most %d are read", MaxRecordBytes, MaxRecordBytes)}}))
-		}
-		rep.Kind = KindJournal
-		return rep, v.verifyJournal(io.MultiReader(bytes.NewReader(data), f), path, nil, &rep)
+		// More than a record from an input of no size.
+		return rep, v.verifyBeyondRecord(&rep, path, data[:64<<10], "more than "+strconv.Itoa(MaxRecordBytes), func() (io.Reader, error) {
+			return io.MultiReader(bytes.NewReader(data), f), nil
+		})
 	}
 	rep.Kind = DetectKind(data)
 	if rep.Kind == KindExecution {
@@ -125,6 +114,24 @@ func (v *Validator) VerifyPath(path string) (rep Report, err error) {
 		return rep, rep.refuse(err)
 	}
 	return rep, v.verifyJournal(bytes.NewReader(data), path, nil, &rep)
+}
+
+// verifyBeyondRecord verifies an input larger than any record (size, in
+// words, for the reason): refused too_large when head, its beginning, says
+// it is a record; otherwise the journal that rest returns, streamed in
+// bounded memory.
+func (v *Validator) verifyBeyondRecord(rep *Report, path string, head []byte, size string, rest func() (io.Reader, error)) error {
+	if looksLikeRecord(head) {
+		rep.Kind = KindExecution
+		return rep.refuse(events.NewRefusal([]events.Problem{{Code: events.TooLarge, At: events.Location{File: path},
+			Reason: fmt.Sprintf("an execution record of %s bytes; at most %d are read", size, MaxRecordBytes)}}))
+	}
+	r, err := rest()
+	if err != nil {
+		return fmt.Errorf("%w: %v", ErrUsage, err)
+	}
+	rep.Kind = KindJournal
+	return v.verifyJournal(r, path, nil, rep)
 }
 
 // MaxRecordBytes bounds an execution record file: the server's default
