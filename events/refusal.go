@@ -90,6 +90,26 @@ const (
 	// checkpoint is not consistent with one verified before (a rolled
 	// back or forked copy of the stream).
 	CheckpointMismatch Code = "checkpoint_mismatch"
+	// ReplyNotAllowed: an ingest request whose reply subject is not under
+	// the requesting identity's own inbox prefix (docs/secure-mode.md,
+	// "Replies"). The service sends no answer at all: a reply there could
+	// act on the JetStream API or a room in the service's name. It is
+	// logged and counted, never answered.
+	ReplyNotAllowed Code = "reply_not_allowed"
+	// NotChainOwner: a journal request on a chain that another identity
+	// started; only the identity that stored a chain's first entry may
+	// extend it or claim its chain id (docs/secure-mode.md, "Chains").
+	NotChainOwner Code = "not_chain_owner"
+	// StreamReplaced: the room stream serve last saw is gone or was
+	// created anew (another creation time, or fewer messages than it
+	// held); serve refuses to start until an operator acts
+	// (docs/secure-mode.md, "The stream").
+	StreamReplaced Code = "stream_replaced"
+	// OverQuota: the requesting identity already has its share of the
+	// ingest service in use (requests or bytes waiting); nothing in the
+	// request was looked at, and it may be sent again once earlier
+	// requests are answered (docs/secure-mode.md, "Fair ingest").
+	OverQuota Code = "over_quota"
 )
 
 // Error makes a Code usable as an errors.Is target.
