@@ -19,6 +19,7 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/roompub/roompub/events"
+	"github.com/roompub/roompub/room"
 )
 
 // ErrInvalid is wrapped by every Validate error.
@@ -96,8 +97,18 @@ func (c Credentials) Options() ([]nats.Option, error) {
 		}
 		opts = append(opts, nats.UserInfo(c.User, pw))
 	}
-	if c.InboxPrefix != "" {
-		opts = append(opts, nats.CustomInboxPrefix(c.InboxPrefix))
+	inbox := c.InboxPrefix
+	if inbox == "" {
+		id, err := c.Identity()
+		if err != nil {
+			return nil, err
+		}
+		if id != room.Anonymous {
+			inbox = room.InboxPrefix(id)
+		}
+	}
+	if inbox != "" {
+		opts = append(opts, nats.CustomInboxPrefix(inbox))
 	}
 	if c.TLSCert != "" {
 		opts = append(opts, nats.ClientCert(c.TLSCert, c.TLSKey))

@@ -11,7 +11,11 @@ import (
 	"regexp"
 	"strings"
 
+	"github.com/nats-io/jwt/v2"
+	"github.com/nats-io/nkeys"
 	"go.yaml.in/yaml/v3"
+
+	"github.com/roompub/roompub/room"
 )
 
 // Secure is the secure mode of `publisher serve`: the embedded server
@@ -203,6 +207,49 @@ func (c Credentials) checkSecure() error {
 		errs = append(errs, fmt.Errorf("%w: --inbox-prefix %q is not a subject prefix", ErrInvalid, c.InboxPrefix))
 	}
 	return errors.Join(errs...)
+}
+
+// Identity is the room.IdentityToken of the NATS user these credentials
+// connect as: --user's name, --nkey's public key, or the user public key
+// of --creds's JWT; room.Anonymous with none of them. The ingest service
+// takes requests of that identity on its own subjects, and answers them
+// only under room.InboxPrefix of it (docs/secure-mode.md, "Identities and
+// replies"). Errors: an unreadable --nkey or --creds file (ErrInvalid).
+func (c Credentials) Identity() (string, error) {
+	switch {
+	case c.User != "":
+		return room.IdentityToken(c.User), nil
+	case c.NKey != "":
+		data, err := os.ReadFile(c.NKey)
+		if err != nil {
+			return "", fmt.Errorf("%w: --nkey: %v", ErrInvalid, err)
+		}
+		kp, err := nkeys.ParseDecoratedNKey(data)
+		if err != nil {
+			return "", fmt.Errorf("%w: --nkey %s: not an nkey seed file", ErrInvalid, c.NKey)
+		}
+		defer kp.Wipe()
+		pub, err := kp.PublicKey()
+		if err != nil {
+			return "", fmt.Errorf("%w: --nkey %s: not an nkey seed file", ErrInvalid, c.NKey)
+		}
+		return room.IdentityToken(pub), nil
+	case c.Creds != "":
+		data, err := os.ReadFile(c.Creds)
+		if err != nil {
+			return "", fmt.Errorf("%w: --creds: %v", ErrInvalid, err)
+		}
+		token, err := jwt.ParseDecoratedJWT(data)
+		if err != nil {
+			return "", fmt.Errorf("%w: --creds %s: no user JWT", ErrInvalid, c.Creds)
+		}
+		claims, err := jwt.DecodeUserClaims(token)
+		if err != nil {
+			return "", fmt.Errorf("%w: --creds %s: the JWT is not a user's", ErrInvalid, c.Creds)
+		}
+		return room.IdentityToken(claims.Subject), nil
+	}
+	return room.Anonymous, nil
 }
 
 // password is --password, or the first line of --password-file.

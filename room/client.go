@@ -42,19 +42,26 @@ type ClientOptions struct {
 	// Timeout bounds one request when ctx has no deadline; default 30s (a
 	// batch of 1,000 fsynced appends takes a while).
 	Timeout time.Duration
+	// Identity is the IdentityToken of the connection's NATS user, or
+	// Anonymous: requests go to ServiceSubject(Prefix, Identity, …), and
+	// the connection must use InboxPrefix(Identity) for its replies
+	// (nats.CustomInboxPrefix), the only reply subjects the service
+	// answers on (docs/secure-mode.md, "Identities and replies").
+	Identity string
 }
 
 // Client speaks the ingest service's wire format (README "The ingest
 // service"). It is safe for concurrent use.
 type Client struct {
-	nc      *nats.Conn
-	prefix  string
-	timeout time.Duration
+	nc       *nats.Conn
+	prefix   string
+	identity string
+	timeout  time.Duration
 }
 
 // NewClient returns a client on nc.
 func NewClient(nc *nats.Conn, o ClientOptions) *Client {
-	c := &Client{nc: nc, prefix: o.Prefix, timeout: o.Timeout}
+	c := &Client{nc: nc, prefix: o.Prefix, timeout: o.Timeout, identity: o.Identity}
 	if c.prefix == "" {
 		c.prefix = DefaultServicePrefix
 	}
@@ -95,7 +102,7 @@ func (c *Client) request(ctx context.Context, endpoint string, hdr nats.Header, 
 		case <-done:
 		}
 	}()
-	msg := &nats.Msg{Subject: c.prefix + "." + endpoint, Header: hdr, Data: body}
+	msg := &nats.Msg{Subject: ServiceSubject(c.prefix, c.identity, endpoint), Header: hdr, Data: body}
 	resp, err := c.nc.RequestMsgWithContext(ctx, msg)
 	if err != nil {
 		if cause := context.Cause(ctx); errors.Is(cause, errConnectionLost) {

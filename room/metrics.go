@@ -20,7 +20,9 @@ import (
 //	roompub_item_duration_seconds{kind,outcome}  time to decide one item (the lines of one journal request share its time)
 //	roompub_batches_total{result}                atomic batches published: "stored", the server's error code, or "no_answer"
 //	roompub_batch_messages                       messages per atomic batch
+//	roompub_replies_refused_total{endpoint}      requests never answered: their reply subject is not the requester's own inbox (reply_not_allowed)
 type Metrics struct {
+	replies  *prometheus.CounterVec
 	items    *prometheus.CounterVec
 	refusals *prometheus.CounterVec
 	latency  *prometheus.HistogramVec
@@ -62,13 +64,20 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 			Buckets: prometheus.ExponentialBuckets(2, 2, 10),
 		}),
 	}
-	for _, c := range []prometheus.Collector{m.items, m.refusals, m.latency, m.batches, m.sizes} {
+	m.replies = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Namespace: "roompub", Name: "replies_refused_total",
+		Help: "Ingest requests never answered because their reply subject is not under the requester's own inbox prefix (reply_not_allowed), by endpoint.",
+	}, []string{"endpoint"})
+	for _, c := range []prometheus.Collector{m.items, m.refusals, m.latency, m.batches, m.sizes, m.replies} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}
 	}
 	return m, nil
 }
+
+// ReplyRefused implements ServiceObserver.
+func (m *Metrics) ReplyRefused(endpoint string) { m.replies.WithLabelValues(endpoint).Inc() }
 
 // Item implements Observer.
 func (m *Metrics) Item(kind, outcome string, code events.Code, took time.Duration) {

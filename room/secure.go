@@ -7,7 +7,6 @@ import (
 	"regexp"
 	"sort"
 	"strings"
-	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nkeys"
@@ -62,12 +61,20 @@ type SecureUser struct {
 	Name         string // user name (password users)
 	PasswordHash string // bcrypt hash of the password ($2a$, $2b$, $2y$)
 	NKey         string // public user nkey, "U…" (nkey users)
-	// InboxPrefix, when set (e.g. "_INBOX_harness"), is the only inbox
-	// this identity may subscribe to; its clients must connect with that
-	// inbox prefix (nats.CustomInboxPrefix, --inbox-prefix). Empty: the
-	// default "_INBOX", shared by every identity that uses it.
+	// InboxPrefix, when set, must be the user's own inbox prefix,
+	// InboxPrefix(u.Token()): the only inbox it may subscribe to, which
+	// its clients connect with (the commands derive it from --user,
+	// --nkey or --creds). Empty means the same; the field stays so that
+	// configs which named it keep working.
 	InboxPrefix string
 }
+
+// Token is the user's identity token (IdentityToken of ID): its ingest
+// subjects are <service prefix>.<token>.<endpoint>.
+func (u SecureUser) Token() string { return IdentityToken(u.ID()) }
+
+// Inbox is the user's own inbox prefix, InboxPrefix(u.Token()).
+func (u SecureUser) Inbox() string { return InboxPrefix(u.Token()) }
 
 // ID names the user in messages: its name or its public nkey.
 func (u SecureUser) ID() string {
@@ -121,15 +128,10 @@ type SecureOptions struct {
 	TLS SecureTLS
 }
 
-// ResponseExpiry is how long the publisher may answer a request it
-// received (allow_responses): longer than any client waits.
-const ResponseExpiry = 10 * time.Minute
-
 var (
-	userNameRe    = regexp.MustCompile(`^[A-Za-z0-9_.@-]{1,128}$`)
-	inboxPrefixRe = regexp.MustCompile(`^_INBOX[A-Za-z0-9_-]+$`)
-	streamNameRe  = regexp.MustCompile(`^[A-Za-z0-9_-]{1,255}$`)
-	tokenRe       = regexp.MustCompile(`^[A-Za-z0-9_-]+$`)
+	userNameRe   = regexp.MustCompile(`^[A-Za-z0-9_.@-]{1,128}$`)
+	streamNameRe = regexp.MustCompile(`^[A-Za-z0-9_-]{1,255}$`)
+	tokenRe      = regexp.MustCompile(`^[A-Za-z0-9_-]+$`)
 )
 
 func (o SecureOptions) stream() string {
@@ -216,15 +218,13 @@ func (o SecureOptions) Check() error {
 				bad("%s: password must be a bcrypt hash ($2a$…, $2b$…); make one with `publisher passwd`", at)
 			}
 		}
-		if u.InboxPrefix != "" {
-			if !inboxPrefixRe.MatchString(u.InboxPrefix) {
-				bad("%s: inbox prefix %q must be one token starting with _INBOX and longer than it (e.g. _INBOX_harness)", at, u.InboxPrefix)
-			}
-			if inboxes[u.InboxPrefix] {
-				bad("%s: inbox prefix %q is used by another user", at, u.InboxPrefix)
-			}
-			inboxes[u.InboxPrefix] = true
+		if u.InboxPrefix != "" && u.InboxPrefix != u.Inbox() {
+			bad("%s: inbox prefix %q is not the user's own, %s (every user's inbox is _INBOX_ + its name or nkey; leave inbox-prefix out)", at, u.InboxPrefix, u.Inbox())
 		}
+		if inboxes[u.Token()] {
+			bad("%s: identity token %s is another user's too", at, u.Token())
+		}
+		inboxes[u.Token()] = true
 	}
 	if publishers == 0 {
 		bad("no user has the publisher role: `publisher serve` connects as one")
@@ -243,18 +243,27 @@ func (o SecureOptions) Check() error {
 // permSet is a role's permissions, as lists.
 type permSet struct {
 	pubAllow, pubDeny, subAllow, subDeny []string
-	responses                            bool
 }
 
-func (o SecureOptions) perms(role Role, inboxPrefix string) permSet {
+// perms is u's permissions (docs/secure-mode.md, "Roles and their
+// permissions"). Every user subscribes to its own inbox only, and the
+// publisher publishes replies there (no allow_responses: a reply subject
+// chosen by the requester could name any subject the publisher may
+// write). Each user calls the ingest service on its own identity's
+// subjects only, so the subject tells the service who asks.
+func (o SecureOptions) perms(u SecureUser) permSet {
+	role := u.Role
 	if r, err := ParseRole(string(role)); err == nil {
 		role = r
 	}
 	st, rooms, svc := o.stream(), o.Subjects.All(), o.service()
 	api := func(op string) string { return "$JS.API." + op + "." + st }
-	inbox := "_INBOX.>"
-	if inboxPrefix != "" {
-		inbox = inboxPrefix + ".>"
+	inbox := u.Inbox() + ".>"
+	own := svc + "." + u.Token()
+	// The anonymous identity's endpoints: no one's in secure mode.
+	var anonymous []string
+	for _, e := range Endpoints {
+		anonymous = append(anonymous, ServiceSubject(svc, Anonymous, e))
 	}
 	// What no identity but the admin may ever ask JetStream for.
 	streamAdmin := []string{api("STREAM.UPDATE"), api("STREAM.DELETE"), api("STREAM.PURGE"), api("STREAM.MSG.DELETE")}
@@ -271,8 +280,8 @@ func (o SecureOptions) perms(role Role, inboxPrefix string) permSet {
 	}
 	switch role {
 	case RolePublisher:
-		// The checkpoint lease bucket (issue 9): a key-value bucket is the
-		// stream KV_<bucket> on the subjects $KV.<bucket>.>.
+		// The checkpoint lease bucket: a key-value bucket is the stream
+		// KV_<bucket> on the subjects $KV.<bucket>.>.
 		kvStream := "KV_" + o.leaseBucket()
 		leases := []string{
 			"$KV." + o.leaseBucket() + ".>",
@@ -284,18 +293,23 @@ func (o SecureOptions) perms(role Role, inboxPrefix string) permSet {
 			// creates a bucket (limits and usage; it changes nothing).
 			"$JS.API.INFO",
 		}
+		// Replies to ingest requests and $SRV requests: every other
+		// user's own inbox, and nothing else.
+		var replies []string
+		for _, other := range o.Users {
+			if other.ID() != u.ID() {
+				replies = append(replies, other.Inbox()+".>")
+			}
+		}
 		return permSet{
-			pubAllow: append(append([]string{rooms, api("STREAM.CREATE")}, read...), leases...),
+			pubAllow: append(append(append([]string{rooms, api("STREAM.CREATE")}, read...), leases...), replies...),
 			pubDeny:  streamAdmin,
 			subAllow: []string{svc + ".>", "$SRV.>", inbox},
-			// Replies to ingest requests and $SRV pings go to the
-			// requester's inbox: allowed once per request received.
-			responses: true,
 		}
 	case RoleHarness:
 		return permSet{
-			pubAllow: []string{svc + ".>"},
-			pubDeny:  []string{rooms, "$JS.>"},
+			pubAllow: []string{own + ".>"},
+			pubDeny:  []string{rooms, "$JS.>", "$KV.>", "$SRV.>"},
 			subAllow: []string{inbox},
 			subDeny:  []string{svc + ".>", rooms},
 		}
@@ -308,31 +322,38 @@ func (o SecureOptions) perms(role Role, inboxPrefix string) permSet {
 		)
 		deny := append([]string{rooms}, streamAdmin...)
 		if o.SolverHead {
-			allow = append(allow, svc+".head")
-			deny = append(deny, svc+".journal", svc+".execution", svc+".records")
+			allow = append(allow, ServiceSubject(svc, u.Token(), EndpointHead))
+			for _, e := range []string{EndpointJournal, EndpointExecution, EndpointRecords} {
+				deny = append(deny, svc+".*."+e)
+			}
+			deny = append(deny, anonymous...)
 		} else {
 			deny = append(deny, svc+".>")
 		}
 		return permSet{pubAllow: allow, pubDeny: deny, subAllow: []string{inbox}, subDeny: []string{svc + ".>"}}
 	case RoleAdmin:
-		return permSet{pubAllow: []string{">"}, pubDeny: []string{rooms}, subAllow: []string{">"}}
+		// Everything but writing rooms directly, calling the service as
+		// another identity or as the anonymous one.
+		deny := append([]string{rooms}, anonymous...)
+		for _, other := range o.Users {
+			if other.ID() != u.ID() {
+				deny = append(deny, svc+"."+other.Token()+".>")
+			}
+		}
+		return permSet{pubAllow: []string{">"}, pubDeny: deny, subAllow: []string{">"}}
 	}
 	// An unknown role may do nothing at all.
 	return permSet{pubAllow: []string{}, subAllow: []string{}}
 }
 
-// Permissions returns the nats-server permissions of role. inboxPrefix is
-// the user's InboxPrefix ("" for "_INBOX").
-func (o SecureOptions) Permissions(role Role, inboxPrefix string) *server.Permissions {
-	ps := o.perms(role, inboxPrefix)
-	p := &server.Permissions{
+// Permissions returns the nats-server permissions of user u of these
+// options (their roles and the other users' inboxes decide them).
+func (o SecureOptions) Permissions(u SecureUser) *server.Permissions {
+	ps := o.perms(u)
+	return &server.Permissions{
 		Publish:   &server.SubjectPermission{Allow: ps.pubAllow, Deny: ps.pubDeny},
 		Subscribe: &server.SubjectPermission{Allow: ps.subAllow, Deny: ps.subDeny},
 	}
-	if ps.responses {
-		p.Response = &server.ResponsePermission{MaxMsgs: 1, Expires: ResponseExpiry}
-	}
-	return p
 }
 
 // Configure checks the options and returns the function that applies them
@@ -354,7 +375,7 @@ func (o SecureOptions) Configure() (func(*server.Options), error) {
 	var users []*server.User
 	var nkeyUsers []*server.NkeyUser
 	for _, u := range o.Users {
-		perms := o.Permissions(u.Role, u.InboxPrefix)
+		perms := o.Permissions(u)
 		if u.NKey != "" {
 			nkeyUsers = append(nkeyUsers, &server.NkeyUser{Nkey: u.NKey, Permissions: perms})
 		} else {
@@ -445,7 +466,7 @@ func (o SecureOptions) AuthorizationConf(account string) (string, error) {
 	sort.SliceStable(users, func(i, j int) bool { return order[users[i].Role] < order[users[j].Role] })
 	in := indent + "  "
 	for _, u := range users {
-		ps := o.perms(u.Role, u.InboxPrefix)
+		ps := o.perms(u)
 		fmt.Fprintf(&b, "%s# %s\n%s{\n", in, u.Role, in)
 		if u.NKey != "" {
 			fmt.Fprintf(&b, "%s  nkey: %q\n", in, u.NKey)
@@ -455,9 +476,6 @@ func (o SecureOptions) AuthorizationConf(account string) (string, error) {
 		fmt.Fprintf(&b, "%s  permissions: {\n", in)
 		confSubjects(&b, in+"    ", "publish", ps.pubAllow, ps.pubDeny)
 		confSubjects(&b, in+"    ", "subscribe", ps.subAllow, ps.subDeny)
-		if ps.responses {
-			fmt.Fprintf(&b, "%s    allow_responses: {max: 1, expires: \"%dm\"}\n", in, int(ResponseExpiry.Minutes()))
-		}
 		fmt.Fprintf(&b, "%s  }\n%s}\n", in, in)
 	}
 	fmt.Fprintf(&b, "%s]\n", indent)

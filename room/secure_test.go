@@ -42,10 +42,10 @@ type identities struct {
 const (
 	userPublisher = "publisher"
 	userHarness   = "harness"
-	userHarness2  = "harness-own-inbox" // a harness with its own inbox prefix
-	userAuditor   = "auditor"           // the solver role, as a password user
+	userHarness2  = "harness.two@lab" // a harness whose name needs encoding into a token
+	userAuditor   = "auditor"         // the solver role, as a password user
 	userAdmin     = "admin"
-	inboxHarness2 = "_INBOX_harness2"
+	inboxHarness2 = "_INBOX_harness~2Etwo~40lab" // named in its config: its own, as derived
 )
 
 func newIdentities(t testing.TB, solverHead bool) *identities {
@@ -88,10 +88,20 @@ func newIdentities(t testing.TB, solverHead bool) *identities {
 	return id
 }
 
-// as returns the connection options of a password user.
-func (id *identities) as(name string) nats.Option { return nats.UserInfo(name, id.passwords[name]) }
+// as returns the connection options of a password user, with the user's
+// own inbox prefix (the only one it may subscribe to).
+func (id *identities) as(name string) nats.Option {
+	return options(nats.UserInfo(name, id.passwords[name]), nats.CustomInboxPrefix(room.InboxPrefix(room.IdentityToken(name))))
+}
 
-// asSolver returns the connection options of the nkey solver.
+// asPlain returns a password user's credentials with nats.go's default
+// inbox prefix.
+func (id *identities) asPlain(name string) nats.Option {
+	return nats.UserInfo(name, id.passwords[name])
+}
+
+// asSolver returns the connection options of the nkey solver, with its
+// own inbox prefix.
 func (id *identities) asSolver(t testing.TB) nats.Option {
 	t.Helper()
 	kp, err := nkeys.FromSeed(id.solverSeed)
@@ -99,7 +109,25 @@ func (id *identities) asSolver(t testing.TB) nats.Option {
 		t.Fatal(err)
 	}
 	pub, _ := kp.PublicKey()
-	return nats.Nkey(pub, kp.Sign)
+	return options(nats.Nkey(pub, kp.Sign), nats.CustomInboxPrefix(room.InboxPrefix(room.IdentityToken(pub))))
+}
+
+// options is several connection options as one.
+func options(opts ...nats.Option) nats.Option {
+	return func(o *nats.Options) error {
+		for _, opt := range opts {
+			if err := opt(o); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+}
+
+// client is an ingest client of conn c as identity name (a user name or
+// the solver's public nkey).
+func ingest(c *conn, name string) *room.Client {
+	return room.NewClient(c.nc, room.ClientOptions{Identity: room.IdentityToken(name)})
 }
 
 // violations collects a connection's asynchronous errors: the server's
@@ -167,7 +195,10 @@ type securePlace struct {
 	// pubKey attests and signs checkpoints (issue 9): serve runs its
 	// checkpointer as the publisher user.
 	pubKey *events.HostKey
-	stop   func()
+	// http is the metrics and health address, when ServeOptions.HTTPAddr
+	// was set.
+	http string
+	stop func()
 }
 
 type syncBuf struct {
@@ -238,7 +269,7 @@ func startSecureServe(t *testing.T, id *identities, url string, changes ...func(
 	go func() { done <- room.Serve(ctx, so) }()
 	select {
 	case info := <-ready:
-		p.url = info.ClientURL
+		p.url, p.http = info.ClientURL, info.HTTPAddr
 	case err := <-done:
 		cancel()
 		t.Fatalf("serve: %v\n%s", err, p.logs)
@@ -314,30 +345,39 @@ func TestSecureConfFile(t *testing.T) {
 					t.Fatal("the generated configuration holds a password or seed")
 				}
 			}
-			dir := t.TempDir()
-			path := filepath.Join(dir, "nats-server.conf")
-			full := fmt.Sprintf("listen: \"127.0.0.1:-1\"\nserver_name: roompub-conf\njetstream { store_dir: %q }\n%s", filepath.Join(dir, "js"), conf)
-			if err := os.WriteFile(path, []byte(full), 0o600); err != nil {
-				t.Fatal(err)
-			}
-			opts, err := server.ProcessConfigFile(path)
-			if err != nil {
-				t.Fatalf("nats-server does not take the generated configuration: %v\n%s", err, full)
-			}
-			opts.NoSigs, opts.NoLog = true, true
-			srv, err := server.NewServer(opts)
-			if err != nil {
-				t.Fatal(err)
-			}
-			srv.Start()
-			t.Cleanup(func() { srv.Shutdown(); srv.WaitForShutdown() })
-			if !srv.ReadyForConnections(10 * time.Second) {
-				t.Fatal("server not ready")
-			}
+			srv := startConfServer(t, conf)
 			p := startSecureServe(t, id, srv.ClientURL())
 			secureMatrix(t, p)
 		})
 	}
+}
+
+// startConfServer runs a nats-server, outside roompub, configured with
+// conf (an authconf block) and JetStream on a temporary store, until the
+// test ends.
+func startConfServer(t *testing.T, conf string) *server.Server {
+	t.Helper()
+	dir := t.TempDir()
+	path := filepath.Join(dir, "nats-server.conf")
+	full := fmt.Sprintf("listen: \"127.0.0.1:-1\"\nserver_name: roompub-conf\njetstream { store_dir: %q }\n%s", filepath.Join(dir, "js"), conf)
+	if err := os.WriteFile(path, []byte(full), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	opts, err := server.ProcessConfigFile(path)
+	if err != nil {
+		t.Fatalf("nats-server does not take the generated configuration: %v\n%s", err, full)
+	}
+	opts.NoSigs, opts.NoLog = true, true
+	srv, err := server.NewServer(opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv.Start()
+	t.Cleanup(func() { srv.Shutdown(); srv.WaitForShutdown() })
+	if !srv.ReadyForConnections(10 * time.Second) {
+		t.Fatal("server not ready")
+	}
+	return srv
 }
 
 // secureMatrix runs every denial and the positive path against p.
@@ -372,7 +412,7 @@ func secureMatrix(t *testing.T, p *securePlace) {
 
 	// The positive path first: the stream holds a capsule and a record.
 	t.Run("harness ships through the ingest service", func(t *testing.T) {
-		client := room.NewClient(harness.nc, room.ClientOptions{})
+		client := ingest(harness, userHarness)
 		res, err := room.ShipCapsule(ctx, client, "../testdata/samples/capsules/csv-dedupe", "room:secure", room.ShipOptions{})
 		if err != nil || res.Refused != nil || res.Stored != 14 {
 			t.Fatalf("ship: %+v %v", res, err)
@@ -395,19 +435,20 @@ func secureMatrix(t *testing.T, p *securePlace) {
 		if n, _, _ := streamNow(t, admin); n != 15 {
 			t.Fatalf("stream holds %d messages, want 15", n)
 		}
-		// A harness with its own inbox: it gets replies only with it.
-		own := dial(t, p.url, userHarness2, id.as(userHarness2), nats.CustomInboxPrefix(inboxHarness2))
-		if _, err := room.NewClient(own.nc, room.ClientOptions{}).Head(ctx, events.ChainKey{RunID: res.Chain.RunID, CapsuleID: res.Chain.CapsuleID}); err != nil {
-			t.Fatalf("harness with its own inbox: %v", err)
+		// A user whose name needs encoding: its identity token and inbox
+		// are derived from it, and it gets replies there alone.
+		own := dial(t, p.url, userHarness2, id.as(userHarness2))
+		if _, err := ingest(own, userHarness2).Head(ctx, events.ChainKey{RunID: res.Chain.RunID, CapsuleID: res.Chain.CapsuleID}); err != nil {
+			t.Fatalf("harness with an encoded name: %v", err)
 		}
-		wrong := dial(t, p.url, userHarness2+" (default inbox)", id.as(userHarness2))
+		wrong := dial(t, p.url, userHarness+" (default inbox)", id.asPlain(userHarness))
 		cctx, cancel := short(ctx)
-		_, err = room.NewClient(wrong.nc, room.ClientOptions{}).Head(cctx, events.ChainKey{RunID: res.Chain.RunID, CapsuleID: res.Chain.CapsuleID})
+		_, err = ingest(wrong, userHarness).Head(cctx, events.ChainKey{RunID: res.Chain.RunID, CapsuleID: res.Chain.CapsuleID})
 		cancel()
 		if err == nil {
-			t.Fatal("a harness with its own inbox prefix got a reply on _INBOX")
+			t.Fatal("a harness got a reply on the shared _INBOX")
 		}
-		t.Logf("harness with its own inbox, on _INBOX: %s", wrong.v.expect(t, `Permissions Violation for Subscription to "_INBOX.`))
+		t.Logf("harness on the shared inbox: %s", wrong.v.expect(t, `Permissions Violation for Subscription to "_INBOX.`))
 	})
 	msgs, last, cfg := streamNow(t, admin)
 
@@ -620,7 +661,7 @@ func secureMatrix(t *testing.T, p *securePlace) {
 			}
 		}
 		if id.opts.SolverHead {
-			h, err := room.NewClient(solver.nc, room.ClientOptions{}).Head(ctx, events.ChainKey{RunID: "run-20260903-csv-dedupe-0009", CapsuleID: "cap-csv-dedupe-0009"})
+			h, err := ingest(solver, id.solverPub).Head(ctx, events.ChainKey{RunID: "run-20260903-csv-dedupe-0009", CapsuleID: "cap-csv-dedupe-0009"})
 			if err != nil || h.Next != 14 {
 				t.Fatalf("solver-head: %+v %v", h, err)
 			}
@@ -752,7 +793,7 @@ func TestSecurePushConsumerDelivery(t *testing.T) {
 	admin := dial(t, p.url, userAdmin, id.as(userAdmin))
 	harness := dial(t, p.url, userHarness, id.as(userHarness))
 	solver := dial(t, p.url, "solver", id.asSolver(t))
-	client := room.NewClient(harness.nc, room.ClientOptions{})
+	client := ingest(harness, userHarness)
 	if res, err := room.ShipCapsule(ctx, client, "../testdata/samples/capsules/csv-dedupe", "room:secure", room.ShipOptions{}); err != nil || res.Stored != 14 {
 		t.Fatalf("ship: %+v %v", res, err)
 	}
@@ -811,6 +852,7 @@ func TestSecureOptionsCheck(t *testing.T) {
 		{Role: room.RoleHarness, Name: "h", PasswordHash: string(hash)},
 		{Role: room.RoleSolver, NKey: string(seed)},
 		{Role: room.RoleSolver, Name: "bad name", PasswordHash: string(hash), InboxPrefix: "_INBOX"},
+		{Role: room.RoleSolver, Name: "s", PasswordHash: string(hash), InboxPrefix: "_INBOX_other"},
 	}, TLS: room.SecureTLS{Cert: "c.pem", Verify: true}, LeaseBucket: "bad.bucket"}
 	err := o.Check()
 	if err == nil {
@@ -818,7 +860,7 @@ func TestSecureOptionsCheck(t *testing.T) {
 	}
 	msg := err.Error()
 	for _, want := range []string{`unknown role "owner"`, "must be a bcrypt hash", "user name listed twice", "not a public user nkey",
-		"user name must be", "inbox prefix", "no user has the publisher role", "cert and key go together", "verify needs the ca",
+		"user name must be", `inbox prefix "_INBOX_other" is not the user's own, _INBOX_s`, "no user has the publisher role", "cert and key go together", "verify needs the ca",
 		`lease bucket "bad.bucket" is not a plain token`} {
 		if !strings.Contains(msg, want) {
 			t.Errorf("no %q in:\n%s", want, msg)
@@ -836,13 +878,13 @@ func TestSecureOptionsCheck(t *testing.T) {
 		}
 	}
 	// Permissions are data: a JSON round trip for the record.
-	b, _ := json.Marshal(room.SecureOptions{}.Permissions(room.RoleHarness, ""))
-	if !strings.Contains(string(b), `"allow":["roompub.v1.\u003e"]`) {
+	b, _ := json.Marshal(room.SecureOptions{}.Permissions(room.SecureUser{Role: room.RoleHarness, Name: "h-1"}))
+	if !strings.Contains(string(b), `"allow":["roompub.v1.h-1.\u003e"]`) || !strings.Contains(string(b), `"allow":["_INBOX_h-1.\u003e"]`) {
 		t.Errorf("harness permissions: %s", b)
 	}
-	// The lease bucket (issue 9): the publisher's, under its own name.
+	// The lease bucket: the publisher's, under its own name.
 	leases := func(o room.SecureOptions, role room.Role) string {
-		b, _ := json.Marshal(o.Permissions(role, "").Publish.Allow)
+		b, _ := json.Marshal(o.Permissions(room.SecureUser{Role: role, Name: "u"}).Publish.Allow)
 		return string(b)
 	}
 	if p := leases(room.SecureOptions{}, room.RolePublisher); !strings.Contains(p, `"$KV.ROOMPUB_CHECKPOINT_LEASES.\u003e"`) ||
@@ -870,7 +912,7 @@ func TestSecureCheckpoints(t *testing.T) {
 	harness := dial(t, p.url, userHarness, id.as(userHarness))
 	solver := dial(t, p.url, "solver", id.asSolver(t))
 	admin := dial(t, p.url, userAdmin, id.as(userAdmin))
-	res, err := room.ShipCapsule(ctx, room.NewClient(harness.nc, room.ClientOptions{}), "../testdata/samples/capsules/csv-dedupe", "room:secure", room.ShipOptions{})
+	res, err := room.ShipCapsule(ctx, ingest(harness, userHarness), "../testdata/samples/capsules/csv-dedupe", "room:secure", room.ShipOptions{})
 	if err != nil || res.Stored != 14 {
 		t.Fatalf("ship: %+v %v", res, err)
 	}

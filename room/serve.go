@@ -184,6 +184,9 @@ func Serve(ctx context.Context, o ServeOptions) error {
 	if so.Logger == nil {
 		so.Logger = log
 	}
+	if so.Observer == nil {
+		so.Observer = metrics
+	}
 	svc, err := StartService(nc, gate, so)
 	if err != nil {
 		return err

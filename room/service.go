@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 	"unicode/utf8"
 
@@ -41,6 +42,8 @@ type ServiceOptions struct {
 	// time out: ErrUnavailable). Default DefaultPendingBytes.
 	PendingBytes int
 	Logger       *zap.Logger
+	// Observer, when set, is told of the service's own events (metrics).
+	Observer ServiceObserver
 }
 
 // DefaultPendingBytes is ServiceOptions.PendingBytes's default: room for
@@ -56,11 +59,28 @@ type Service struct {
 	gate *Gate
 	log  *zap.Logger
 	sem  chan struct{}
-	wg   sync.WaitGroup
-	ctx  context.Context
-	stop context.CancelFunc
+	// mu guards stopping and orders wg.Add before Stop's wg.Wait.
+	mu       sync.Mutex
+	stopping bool
+	wg       sync.WaitGroup
+	ctx      context.Context
+	stop     context.CancelFunc
 	// maxPayload is the server's max payload, in bytes: the largest reply.
 	maxPayload int
+	prefix     string
+	obs        ServiceObserver
+	// refusedReplies counts requests not answered for their reply subject.
+	refusedReplies atomic.Uint64
+}
+
+// ServiceObserver receives the ingest service's own events, for metrics.
+// Implementations must be safe for concurrent use and must not block.
+type ServiceObserver interface {
+	// ReplyRefused is called for each request left unanswered because its
+	// reply subject is not the requester's own inbox
+	// (events.ReplyNotAllowed); endpoint is one of Endpoints, or
+	// "unknown".
+	ReplyRefused(endpoint string)
 }
 
 // StartService registers the ingest service on nc.
@@ -78,7 +98,7 @@ func StartService(nc *nats.Conn, gate *Gate, o ServiceOptions) (*Service, error)
 	if o.PendingBytes <= 0 {
 		o.PendingBytes = DefaultPendingBytes
 	}
-	s := &Service{gate: gate, log: o.Logger, sem: make(chan struct{}, o.Concurrency), maxPayload: int(nc.MaxPayload())}
+	s := &Service{gate: gate, log: o.Logger, sem: make(chan struct{}, o.Concurrency), maxPayload: int(nc.MaxPayload()), prefix: o.Prefix, obs: o.Observer}
 	if s.log == nil {
 		s.log = zap.NewNop()
 	}
@@ -100,15 +120,24 @@ func StartService(nc *nats.Conn, gate *Gate, o ServiceOptions) (*Service, error)
 		ordered bool
 		doc     string
 	}{
-		{"journal", s.handleJournal, true, "journal lines of one chain (body: journal.ndjson bytes; header " + HeaderRoom + ")"},
-		{"execution", s.handleExecution, false, "one execution record (body: JSON)"},
-		{"records", s.handleRecords, false, "execution records, one per line, decided in order (body: one JSON record per line)"},
-		{"head", s.handleHead, false, "where a chain stands (body: {\"run_id\",\"capsule_id\"})"},
+		{EndpointJournal, s.handleJournal, true, "journal lines of one chain (body: journal.ndjson bytes; header " + HeaderRoom + ")"},
+		{EndpointExecution, s.handleExecution, false, "one execution record (body: JSON)"},
+		{EndpointRecords, s.handleRecords, false, "execution records, one per line, decided in order (body: one JSON record per line)"},
+		{EndpointHead, s.handleHead, false, "where a chain stands (body: {\"run_id\",\"capsule_id\"})"},
 	} {
-		if err := grp.AddEndpoint(ep.name, s.async(ep.h, ep.ordered), micro.WithEndpointMetadata(map[string]string{"description": ep.doc}),
-			micro.WithEndpointPendingLimits(nats.DefaultSubPendingMsgsLimit, o.PendingBytes)); err != nil {
-			_ = svc.Stop()
-			return nil, fmt.Errorf("add endpoint %s: %w", ep.name, err)
+		// Each endpoint twice: for the anonymous identity
+		// (<prefix>.<endpoint>) and for a named one
+		// (<prefix>.<identity>.<endpoint>; docs/secure-mode.md).
+		for _, v := range []struct{ name, subject, who string }{
+			{ep.name, ep.name, "the anonymous identity"},
+			{"identity-" + ep.name, "*." + ep.name, "the identity the subject's second-to-last token names"},
+		} {
+			meta := map[string]string{"description": ep.doc + "; sent by " + v.who}
+			if err := grp.AddEndpoint(v.name, s.async(ep.h, ep.ordered), micro.WithEndpointSubject(v.subject), micro.WithEndpointMetadata(meta),
+				micro.WithEndpointPendingLimits(nats.DefaultSubPendingMsgsLimit, o.PendingBytes)); err != nil {
+				_ = svc.Stop()
+				return nil, fmt.Errorf("add endpoint %s: %w", v.name, err)
+			}
 		}
 	}
 	// The endpoints' subscriptions are on the server when StartService
@@ -129,21 +158,38 @@ func StartService(nc *nats.Conn, gate *Gate, o ServiceOptions) (*Service, error)
 // pipelined journal requests of one chain are decided in the order it sent
 // them (order.go). A request gives its slot back while it waits for the
 // ones ahead of it (orderTicket.idle).
+//
+// Before anything else, the request's reply subject must be one the
+// service may answer its identity on (CheckReply); a request that fails
+// that is logged, counted and never answered (events.ReplyNotAllowed).
 func (s *Service) async(h func(micro.Request, *orderTicket), ordered bool) micro.Handler {
 	return micro.HandlerFunc(func(req micro.Request) {
+		if !s.replyAllowed(req) {
+			return
+		}
 		select {
 		case s.sem <- struct{}{}:
 		case <-s.ctx.Done():
-			_ = req.Error("503", "shutting down", nil)
+			s.respondError(req, "503", "", shuttingDown)
 			return
 		}
+		// Stop waits for the requests it finds started; one that gets its
+		// slot after Stop began is answered, not started.
+		s.mu.Lock()
+		if s.stopping {
+			s.mu.Unlock()
+			<-s.sem
+			s.respondError(req, "503", "", shuttingDown)
+			return
+		}
+		s.wg.Add(1)
+		s.mu.Unlock()
 		var t *orderTicket
 		if ordered {
 			if t = s.gate.ticket(req.Data()); t != nil {
 				t.slot, t.holding = s.sem, true
 			}
 		}
-		s.wg.Add(1)
 		go func() {
 			defer func() {
 				if t.releases() {
@@ -157,6 +203,36 @@ func (s *Service) async(h func(micro.Request, *orderTicket), ordered bool) micro
 	})
 }
 
+// shuttingDown is the reason of the answer to a request the service did
+// not start because it is stopping.
+const shuttingDown = "the ingest service is shutting down: send the request again"
+
+// replyAllowed reports whether req may be answered (CheckReply for the
+// identity its subject names); when not, it logs and counts why.
+func (s *Service) replyAllowed(req micro.Request) bool {
+	token, endpoint, err := ParseServiceSubject(s.prefix, req.Subject())
+	if err == nil {
+		err = CheckReply(token, req.Reply())
+	}
+	if err == nil {
+		return true
+	}
+	if endpoint == "" {
+		endpoint = "unknown"
+	}
+	s.refusedReplies.Add(1)
+	if s.obs != nil {
+		s.obs.ReplyRefused(endpoint)
+	}
+	s.log.Warn("request not answered", zap.String("code", string(events.ReplyNotAllowed)), zap.String("subject", clipSubject(req.Subject())),
+		zap.String("reply", clipSubject(req.Reply())), zap.String("reason", err.Error()))
+	return false
+}
+
+// RefusedReplies counts the requests the service did not answer because
+// of their reply subject (events.ReplyNotAllowed).
+func (s *Service) RefusedReplies() uint64 { return s.refusedReplies.Load() }
+
 // StopGrace is how long Stop lets requests in flight finish before it
 // cancels them.
 const StopGrace = 10 * time.Second
@@ -165,6 +241,9 @@ const StopGrace = 10 * time.Second
 // StopGrace, then cancels them) and waits for them.
 func (s *Service) Stop() error {
 	err := s.svc.Stop()
+	s.mu.Lock()
+	s.stopping = true
+	s.mu.Unlock()
 	done := make(chan struct{})
 	go func() { s.wg.Wait(); close(done) }()
 	select {

@@ -75,8 +75,13 @@ func TestServiceDiscovery(t *testing.T) {
 		"execution": "roompub.v1.execution q",
 		"records":   "roompub.v1.records q",
 		"head":      "roompub.v1.head q",
+		// The same, for each named identity (docs/secure-mode.md).
+		"identity-journal":   "roompub.v1.*.journal q",
+		"identity-execution": "roompub.v1.*.execution q",
+		"identity-records":   "roompub.v1.*.records q",
+		"identity-head":      "roompub.v1.*.head q",
 	}
-	if len(got) != len(want) || len(info.Endpoints) != 4 {
+	if len(got) != len(want) || len(info.Endpoints) != 8 {
 		t.Fatalf("endpoints %v, want %v", got, want)
 	}
 	for k, v := range want {

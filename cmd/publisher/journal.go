@@ -60,7 +60,11 @@ func (c *journalCmd) Run(s *streams) error {
 		return err
 	}
 	defer nc.Close()
-	client := room.NewClient(nc, room.ClientOptions{Timeout: c.Timeout})
+	id, err := c.Identity()
+	if err != nil {
+		return err
+	}
+	client := room.NewClient(nc, room.ClientOptions{Timeout: c.Timeout, Identity: id})
 	out := &shipPrinter{w: s.out, json: c.JSON}
 	var refused, failed int
 	var mu sync.Mutex
@@ -263,7 +267,11 @@ func (c *executionCmd) Run(s *streams) error {
 		return err
 	}
 	defer nc.Close()
-	client := room.NewClient(nc, room.ClientOptions{Timeout: c.Timeout})
+	id, err := c.Identity()
+	if err != nil {
+		return err
+	}
+	client := room.NewClient(nc, room.ClientOptions{Timeout: c.Timeout, Identity: id})
 	var refused, failed, unreadable int
 	// The gate decides the records in the order given, several per
 	// request; the files are read a chunk at a time, so a backlog of any

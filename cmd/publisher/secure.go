@@ -70,9 +70,9 @@ func secureConnect(s *config.Serve) ([]nats.Option, func(*server.Options), error
 	}
 	switch {
 	case creds.InboxPrefix == "":
-		creds.InboxPrefix = who.InboxPrefix
-	case creds.InboxPrefix != who.InboxPrefix:
-		return nil, nil, fmt.Errorf("%w: --inbox-prefix %q is not the inbox prefix of %s in the secure config", config.ErrInvalid, creds.InboxPrefix, who.ID())
+		creds.InboxPrefix = who.Inbox()
+	case creds.InboxPrefix != who.Inbox():
+		return nil, nil, fmt.Errorf("%w: --inbox-prefix %q is not the inbox prefix of %s, %s", config.ErrInvalid, creds.InboxPrefix, who.ID(), who.Inbox())
 	}
 	if so.TLS.Cert != "" && creds.TLSCA == "" {
 		// Serve trusts its own server: the CA if there is one, else the
