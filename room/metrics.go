@@ -20,12 +20,14 @@ import (
 //	roompub_item_duration_seconds{kind,outcome}  time to decide one item (the lines of one journal request share its time)
 //	roompub_batches_total{result}                atomic batches published: "stored", the server's error code, or "no_answer"
 //	roompub_batch_messages                       messages per atomic batch
+//	roompub_foreign_writers                      other streams that can write into the room subjects, at the last check (Serve)
 type Metrics struct {
 	items    *prometheus.CounterVec
 	refusals *prometheus.CounterVec
 	latency  *prometheus.HistogramVec
 	batches  *prometheus.CounterVec
 	sizes    prometheus.Histogram
+	foreign  prometheus.Gauge
 	// series holds the items and latency series of each kind and outcome
 	// once made (itemSeries): WithLabelValues hashes its labels on every
 	// call, and Item is called for every line (issue 8).
@@ -61,8 +63,12 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 			Namespace: "roompub", Name: "batch_messages", Help: "Messages per atomic batch the gate published.",
 			Buckets: prometheus.ExponentialBuckets(2, 2, 10),
 		}),
+		foreign: prometheus.NewGauge(prometheus.GaugeOpts{
+			Namespace: "roompub", Name: "foreign_writers",
+			Help: "Other streams of the account whose RePublish can write into the room subjects, at serve's last check; appends pause while it is not 0.",
+		}),
 	}
-	for _, c := range []prometheus.Collector{m.items, m.refusals, m.latency, m.batches, m.sizes} {
+	for _, c := range []prometheus.Collector{m.items, m.refusals, m.latency, m.batches, m.sizes, m.foreign} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}
@@ -84,6 +90,11 @@ func (m *Metrics) Item(kind, outcome string, code events.Code, took time.Duratio
 	}
 	s.latency.Observe(took.Seconds())
 }
+
+// ForeignWriters sets roompub_foreign_writers: n other streams of the
+// account can write into the room subjects (docs/secure-mode.md, "Writers
+// into room subjects").
+func (m *Metrics) ForeignWriters(n int) { m.foreign.Set(float64(n)) }
 
 // Batch implements BatchObserver.
 func (m *Metrics) Batch(messages int, err error, _ time.Duration) {

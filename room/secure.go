@@ -284,6 +284,21 @@ func (o SecureOptions) perms(role Role, inboxPrefix string) permSet {
 			// creates a bucket (limits and usage; it changes nothing).
 			"$JS.API.INFO",
 		}
+		// --- The stream guard (docs/secure-mode.md, "The stream"): the
+		// streams bucket, only the room stream's key, where serve on a
+		// server of its own remembers the stream; and the account's
+		// stream list (read-only), to find other streams that write
+		// into room subjects.
+		kvStreams := "KV_" + DefaultStreamsBucket
+		leases = append(leases,
+			"$KV."+DefaultStreamsBucket+"."+st,
+			"$JS.API.STREAM.INFO."+kvStreams,
+			"$JS.API.STREAM.CREATE."+kvStreams,
+			"$JS.API.STREAM.MSG.GET."+kvStreams,
+			"$JS.API.DIRECT.GET."+kvStreams, "$JS.API.DIRECT.GET."+kvStreams+".>",
+			"$JS.API.STREAM.LIST",
+		)
+		// --- end of the stream guard.
 		return permSet{
 			pubAllow: append(append([]string{rooms, api("STREAM.CREATE")}, read...), leases...),
 			pubDeny:  streamAdmin,
