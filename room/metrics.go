@@ -65,7 +65,7 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 		}),
 		foreign: prometheus.NewGauge(prometheus.GaugeOpts{
 			Namespace: "roompub", Name: "foreign_writers",
-			Help: "Other streams of the account whose RePublish can write into the room subjects, at serve's last check; appends pause while it is not 0.",
+			Help: "Other streams of the account that can write into the room subjects (a RePublish, a push consumer), at serve's last check; appends pause while it is not 0.",
 		}),
 	}
 	for _, c := range []prometheus.Collector{m.items, m.refusals, m.latency, m.batches, m.sizes, m.foreign} {

@@ -287,8 +287,8 @@ func (o SecureOptions) perms(role Role, inboxPrefix string) permSet {
 		// --- The stream guard (docs/secure-mode.md, "The stream"): the
 		// streams bucket, only the room stream's key, where serve on a
 		// server of its own remembers the stream; and the account's
-		// stream list (read-only), to find other streams that write
-		// into room subjects.
+		// stream and consumer lists (read-only), to find other streams
+		// that write into room subjects.
 		kvStreams := "KV_" + DefaultStreamsBucket
 		leases = append(leases,
 			"$KV."+DefaultStreamsBucket+"."+st,
@@ -296,7 +296,7 @@ func (o SecureOptions) perms(role Role, inboxPrefix string) permSet {
 			"$JS.API.STREAM.CREATE."+kvStreams,
 			"$JS.API.STREAM.MSG.GET."+kvStreams,
 			"$JS.API.DIRECT.GET."+kvStreams, "$JS.API.DIRECT.GET."+kvStreams+".>",
-			"$JS.API.STREAM.LIST",
+			"$JS.API.STREAM.LIST", "$JS.API.CONSUMER.LIST.*",
 		)
 		// --- end of the stream guard.
 		return permSet{

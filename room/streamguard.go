@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"go.uber.org/zap"
 
@@ -238,42 +239,108 @@ func compareStream(m StreamMark, info *jetstream.StreamInfo, where string) error
 }
 
 // writersIntoRooms lists the account's streams and reports, each wrapping
-// events.WeakStream, every stream other than the room stream whose
-// RePublish can write a message onto a room subject: such a message would
-// be stored in the room stream without passing the gate
-// (docs/secure-mode.md, "Writers into room subjects"). It returns the
-// names of those streams too.
+// events.WeakStream, every other stream than the room stream that can
+// write a message onto a room subject, which the room stream would store
+// without it passing the gate (docs/secure-mode.md, "Writers into room
+// subjects"): a RePublish whose destination can overlap the room subjects,
+// or a push consumer whose deliver subject can. It returns the names of
+// those streams too (nil with a listing error alone).
 //
-// Only RePublish writes onto core NATS subjects. A stream's sources,
-// mirror and subject transform write into that stream itself, never onto
-// a subject another stream listens on, and the room stream has none of
-// its own (CheckStreamConfig). Streams the server lists as missing (an
-// offline replica set) cannot republish while offline and are not seen.
+// Those are the two ways JetStream itself publishes onto subjects. A
+// stream's sources, mirror and subject transform write into that stream
+// itself, never onto a subject another stream listens on, and the room
+// stream has none of its own (CheckStreamConfig); the room stream's own
+// consumers cannot deliver onto its subjects (the server refuses the
+// cycle). Streams the server lists as missing (an offline replica set)
+// cannot write while offline and are not seen.
 func writersIntoRooms(ctx context.Context, js jetstream.JetStream, roomStream string, subjects Subjects) ([]string, error) {
 	ctx, cancel := withDefaultTimeout(ctx)
 	defer cancel()
 	l := js.ListStreams(ctx)
-	var names []string
-	var errs []error
+	var others []*jetstream.StreamInfo
 	for info := range l.Info() {
-		if info == nil || info.Config.Name == roomStream || info.Config.RePublish == nil {
-			continue
-		}
-		rp := info.Config.RePublish
-		if dest := republishReach(rp.Destination); server.SubjectsCollide(dest, subjects.All()) {
-			names = append(names, info.Config.Name)
-			src := rp.Source
-			if src == "" {
-				src = ">"
-			}
-			errs = append(errs, fmt.Errorf("%w: stream %s republishes %s to %s, which can write into the room subjects %s without passing the gate",
-				events.WeakStream, info.Config.Name, src, rp.Destination, subjects.All()))
+		if info != nil && info.Config.Name != roomStream {
+			others = append(others, info)
 		}
 	}
 	if err := l.Err(); err != nil {
 		return nil, fmt.Errorf("list the account's streams: %w", err)
 	}
+	var names []string
+	var errs []error
+	for _, info := range others {
+		name, found := info.Config.Name, false
+		if rp := info.Config.RePublish; rp != nil && server.SubjectsCollide(republishReach(rp.Destination), subjects.All()) {
+			found = true
+			src := rp.Source
+			if src == "" {
+				src = ">"
+			}
+			errs = append(errs, fmt.Errorf("%w: stream %s republishes %s to %s, which can write into the room subjects %s without passing the gate",
+				events.WeakStream, name, src, rp.Destination, subjects.All()))
+		}
+		if info.State.Consumers > 0 {
+			pushers, err := pushConsumers(ctx, js.Conn(), name)
+			if err != nil {
+				return nil, err
+			}
+			for _, c := range pushers {
+				if server.SubjectsCollide(c.deliver, subjects.All()) {
+					found = true
+					errs = append(errs, fmt.Errorf("%w: consumer %s of stream %s delivers to %s, which can write into the room subjects %s without passing the gate",
+						events.WeakStream, c.name, name, c.deliver, subjects.All()))
+				}
+			}
+		}
+		if found {
+			names = append(names, name)
+		}
+	}
 	return names, errors.Join(errs...)
+}
+
+// pushConsumer is a consumer's name and deliver subject.
+type pushConsumer struct{ name, deliver string }
+
+// pushConsumers lists the push consumers of stream
+// ($JS.API.CONSUMER.LIST.<stream>, paged).
+func pushConsumers(ctx context.Context, nc *nats.Conn, stream string) ([]pushConsumer, error) {
+	var out []pushConsumer
+	for offset := 0; ; {
+		req, _ := json.Marshal(map[string]int{"offset": offset})
+		msg, err := nc.RequestWithContext(ctx, "$JS.API.CONSUMER.LIST."+stream, req)
+		if err != nil {
+			return nil, fmt.Errorf("list the consumers of stream %s: %w", stream, err)
+		}
+		var page struct {
+			Total     int `json:"total"`
+			Consumers []struct {
+				Name   string `json:"name"`
+				Config struct {
+					DeliverSubject string `json:"deliver_subject"`
+				} `json:"config"`
+			} `json:"consumers"`
+			Error *jetstream.APIError `json:"error"`
+		}
+		if err := json.Unmarshal(msg.Data, &page); err != nil {
+			return nil, fmt.Errorf("list the consumers of stream %s: %w", stream, err)
+		}
+		if page.Error != nil {
+			if page.Error.ErrorCode == jetstream.JSErrCodeStreamNotFound {
+				return out, nil // deleted since the stream list
+			}
+			return nil, fmt.Errorf("list the consumers of stream %s: %w", stream, page.Error)
+		}
+		for _, c := range page.Consumers {
+			if c.Config.DeliverSubject != "" {
+				out = append(out, pushConsumer{name: c.Name, deliver: c.Config.DeliverSubject})
+			}
+		}
+		offset += len(page.Consumers)
+		if len(page.Consumers) == 0 || offset >= page.Total {
+			return out, nil
+		}
+	}
 }
 
 // republishReach widens a RePublish destination into a subject filter

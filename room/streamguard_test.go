@@ -464,7 +464,8 @@ func TestRepublishReach(t *testing.T) {
 // TestSecureForeignWriter: in secure mode the admin creates a stream
 // whose RePublish writes onto a room subject. serve reports weak_stream
 // naming it (log, /healthz, metric) and pauses appends; once the admin
-// deletes it, appends resume.
+// deletes it, appends resume. The same for a push consumer of another
+// stream that delivers onto a room subject.
 func TestSecureForeignWriter(t *testing.T) {
 	id := newIdentities(t, false)
 	configure, err := id.opts.Configure()
@@ -526,5 +527,18 @@ func TestSecureForeignWriter(t *testing.T) {
 	if jr := shipJournal(t, harness.nc, "room:alpha", body); jr.Dupes != 1 || jr.Stored != 2 || jr.Items[2].StreamSeq != 3 {
 		t.Fatalf("resumed: %+v", jr)
 	}
+
+	// A push consumer of another stream delivers onto a room subject.
+	if _, err := admin.js.CreateStream(ctx, jetstream.StreamConfig{Name: "SNEAK2", Subjects: []string{"sneak2.>"}, Storage: jetstream.MemoryStorage}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := admin.js.CreateOrUpdatePushConsumer(ctx, "SNEAK2", jetstream.ConsumerConfig{Durable: "P", DeliverSubject: "rooms.y.exec", AckPolicy: jetstream.AckNonePolicy}); err != nil {
+		t.Fatalf("admin: push consumer: %v", err)
+	}
+	r.waitHealth(t, 503, "unhealthy: weak_stream: consumer P of stream SNEAK2 delivers to rooms.y.exec, which can write into the room subjects rooms.> without passing the gate\n")
+	if err := admin.js.DeleteConsumer(ctx, "SNEAK2", "P"); err != nil {
+		t.Fatal(err)
+	}
+	r.waitHealth(t, 200, "ok\n")
 	r.stop(t)
 }
