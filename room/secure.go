@@ -27,6 +27,9 @@ const (
 	// room subjects (checkpoint subjects included). It reads and creates
 	// its stream, reads messages for the gate's decisions, serves the
 	// ingest service, and creates and writes the checkpoint lease bucket.
+	// It also lists the account's streams and consumers and keeps its
+	// stream mark in the streams bucket (docs/secure-mode.md, "The
+	// stream").
 	RolePublisher Role = "publisher"
 	// RoleHarness ships journals and records through the ingest service
 	// and may do nothing else: no room subject, no JetStream API.
