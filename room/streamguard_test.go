@@ -290,6 +290,35 @@ func TestStreamRecreatedRefusesServe(t *testing.T) {
 	})
 }
 
+// TestStreamShrunkRefusesServe: the store holds the stream serve
+// remembers, with fewer messages than it saw (a store put back from an
+// older backup, mark and all, then the mark of the newer state):
+// refused as lost messages.
+func TestStreamShrunkRefusesServe(t *testing.T) {
+	dir := t.TempDir()
+	so := room.ServeOptions{Embedded: room.EmbeddedOptions{Listen: "127.0.0.1:-1", StoreDir: dir}, Validator: guardValidator(t), CheckInterval: time.Hour}
+	markPath := room.StreamMarkFile(dir, room.DefaultStream)
+	r, err := tryServe(t, so)
+	if err != nil {
+		t.Fatal(err)
+	}
+	shipEntries(t, r.info.ClientURL, 2, 2)
+	r.stop(t)
+	m := readMark(t, markPath)
+	seen := m
+	seen.LastSeq = 5
+	data, _ := json.Marshal(seen)
+	if err := os.WriteFile(markPath, data, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	_, err = tryServe(t, so)
+	want := "stream_replaced: stream ROOMS lost messages: found it created " + rfc(m.Created) + ", last sequence 2, serve remembers it created " +
+		rfc(m.Created) + ", last sequence 5 (" + markPath + "): " + acceptHint
+	if !errors.Is(err, room.ErrStreamReplaced) || err.Error() != want {
+		t.Fatalf("run on the shrunk stream: %v\nwant %s", err, want)
+	}
+}
+
 // TestStreamGoneWhileServing: the room stream is deleted while serve runs.
 // The next check pauses appends and /healthz names the reason; nothing
 // creates the stream again.
