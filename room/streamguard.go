@@ -48,6 +48,8 @@ type StreamMark struct {
 	LastSeq  uint64 `json:"last_seq"`
 }
 
+// String is "created <RFC 3339 UTC>, last sequence <n>", as the
+// stream_replaced errors print a mark.
 func (m StreamMark) String() string {
 	return fmt.Sprintf("created %s, last sequence %d", m.Created.UTC().Format(time.RFC3339Nano), m.LastSeq)
 }
