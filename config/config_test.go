@@ -41,7 +41,7 @@ func TestServeDefaults(t *testing.T) {
 	s := g.Serve.Serve
 	if s.Server != "" || s.Listen != "127.0.0.1:4222" || s.StoreDir != "./data" || s.SyncInterval != 0 ||
 		s.Stream != "ROOMS" || s.Prefix != "rooms" || len(s.TrustedHosts) != 0 || s.Level != "info" || s.Format != "json" ||
-		s.PublisherKey != "" || len(s.TrustedPublishers) != 0 || s.CheckpointEvery != 10000 || s.CheckpointInterval != 10*time.Second {
+		s.PublisherKey != "" || len(s.TrustedPublishers) != 0 || s.CheckpointEvery != 10000 || s.CheckpointInterval != 10*time.Second || s.AcceptStream {
 		t.Fatalf("defaults: %+v", s)
 	}
 }
@@ -65,7 +65,7 @@ func TestConfigFileAndFlags(t *testing.T) {
 		t.Fatal(err)
 	}
 	yaml := "store-dir: /var/lib/roompub\nsync-interval: 50ms\ntrusted-host:\n  - " + host + "\nlisten: 127.0.0.1:5222\n" +
-		"publisher-key: " + keyFile + "\ntrusted-publisher: [" + host + "]\ncheckpoint-every: 50\ncheckpoint-interval: 2s\n"
+		"publisher-key: " + keyFile + "\ntrusted-publisher: [" + host + "]\ncheckpoint-every: 50\ncheckpoint-interval: 2s\naccept-stream: true\n"
 	if err := os.WriteFile(file, []byte(yaml), 0o600); err != nil {
 		t.Fatal(err)
 	}
@@ -80,6 +80,9 @@ func TestConfigFileAndFlags(t *testing.T) {
 	if s.PublisherKey != keyFile || len(s.TrustedPublishers) != 1 || s.TrustedPublishers[0] != host ||
 		s.CheckpointEvery != 50 || s.CheckpointInterval != 2*time.Second {
 		t.Fatalf("issue 9 keys from file: %+v", s)
+	}
+	if !s.AcceptStream {
+		t.Fatalf("accept-stream from file: %+v", s)
 	}
 	if s.Listen != "127.0.0.1:6222" {
 		t.Fatalf("the flag must win over the file: %q", s.Listen)

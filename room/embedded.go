@@ -48,6 +48,7 @@ type EmbeddedOptions struct {
 // Embedded is a running in-process nats-server with JetStream on disk.
 type Embedded struct {
 	srv  *server.Server
+	dir  string   // the JetStream store directory
 	lock *os.File // holds the store directory's lock (lockStore); nil where there is none
 }
 
@@ -128,11 +129,14 @@ func StartEmbedded(o EmbeddedOptions) (*Embedded, error) {
 		return nil, fmt.Errorf("%w: not ready for connections after 30s", ErrEmbedded)
 	}
 	started = true
-	return &Embedded{srv: srv, lock: lock}, nil
+	return &Embedded{srv: srv, dir: opts.StoreDir, lock: lock}, nil
 }
 
 // ClientURL is the nats:// URL clients connect to.
 func (e *Embedded) ClientURL() string { return e.srv.ClientURL() }
+
+// StoreDir is the JetStream store directory the server holds (locked).
+func (e *Embedded) StoreDir() string { return e.dir }
 
 // Server exposes the underlying server (tests, monitoring).
 func (e *Embedded) Server() *server.Server { return e.srv }

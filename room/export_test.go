@@ -134,3 +134,7 @@ func (c *Checkpointer) AckedSkipped() uint64 { return c.acked.skipped.Load() }
 // PresignedUsed is how many record appends of g carried the attestation
 // AppendRecords signed ahead of their store.
 func (g *Gate) PresignedUsed() uint64 { return g.presignedUsed.Load() }
+
+// RepublishReach is the subject filter Serve widens a RePublish
+// destination to (writersIntoRooms).
+var RepublishReach = republishReach

@@ -21,6 +21,7 @@ import (
 //	roompub_batches_total{result}                atomic batches published: "stored", the server's error code, or "no_answer"
 //	roompub_batch_messages                       messages per atomic batch
 //	roompub_replies_refused_total{endpoint}      requests never answered: their reply subject is not the requester's own inbox (reply_not_allowed)
+//	roompub_foreign_writers                      other streams that can write into the room subjects, at the last check (Serve)
 type Metrics struct {
 	replies  *prometheus.CounterVec
 	items    *prometheus.CounterVec
@@ -28,6 +29,7 @@ type Metrics struct {
 	latency  *prometheus.HistogramVec
 	batches  *prometheus.CounterVec
 	sizes    prometheus.Histogram
+	foreign  prometheus.Gauge
 	// series holds the items and latency series of each kind and outcome
 	// once made (itemSeries): WithLabelValues hashes its labels on every
 	// call, and Item is called for every line (issue 8).
@@ -63,12 +65,16 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 			Namespace: "roompub", Name: "batch_messages", Help: "Messages per atomic batch the gate published.",
 			Buckets: prometheus.ExponentialBuckets(2, 2, 10),
 		}),
+		foreign: prometheus.NewGauge(prometheus.GaugeOpts{
+			Namespace: "roompub", Name: "foreign_writers",
+			Help: "Other streams of the account that can write into the room subjects (a RePublish, a push consumer), at serve's last check; appends pause while it is not 0.",
+		}),
 	}
 	m.replies = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Namespace: "roompub", Name: "replies_refused_total",
 		Help: "Ingest requests never answered because their reply subject is not under the requester's own inbox prefix (reply_not_allowed), by endpoint.",
 	}, []string{"endpoint"})
-	for _, c := range []prometheus.Collector{m.items, m.refusals, m.latency, m.batches, m.sizes, m.replies} {
+	for _, c := range []prometheus.Collector{m.items, m.refusals, m.latency, m.batches, m.sizes, m.replies, m.foreign} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}
@@ -93,6 +99,11 @@ func (m *Metrics) Item(kind, outcome string, code events.Code, took time.Duratio
 	}
 	s.latency.Observe(took.Seconds())
 }
+
+// ForeignWriters sets roompub_foreign_writers: n other streams of the
+// account can write into the room subjects (docs/secure-mode.md, "Writers
+// into room subjects").
+func (m *Metrics) ForeignWriters(n int) { m.foreign.Set(float64(n)) }
 
 // Batch implements BatchObserver.
 func (m *Metrics) Batch(messages int, err error, _ time.Duration) {

@@ -26,6 +26,9 @@ const (
 	// room subjects (checkpoint subjects included). It reads and creates
 	// its stream, reads messages for the gate's decisions, serves the
 	// ingest service, and creates and writes the checkpoint lease bucket.
+	// It also lists the account's streams and consumers and keeps its
+	// stream mark in the streams bucket (docs/secure-mode.md, "The
+	// stream").
 	RolePublisher Role = "publisher"
 	// RoleHarness ships journals and records through the ingest service
 	// and may do nothing else: no room subject, no JetStream API.
@@ -293,6 +296,20 @@ func (o SecureOptions) perms(u SecureUser) permSet {
 			// creates a bucket (limits and usage; it changes nothing).
 			"$JS.API.INFO",
 		}
+		// The stream guard (docs/secure-mode.md, "The stream"): the
+		// streams bucket, only the room stream's key, where serve on a
+		// server of its own remembers the stream; and the account's
+		// stream and consumer lists (read-only), to find other streams
+		// that write into room subjects.
+		kvStreams := "KV_" + DefaultStreamsBucket
+		leases = append(leases,
+			"$KV."+DefaultStreamsBucket+"."+st,
+			"$JS.API.STREAM.INFO."+kvStreams,
+			"$JS.API.STREAM.CREATE."+kvStreams,
+			"$JS.API.STREAM.MSG.GET."+kvStreams,
+			"$JS.API.DIRECT.GET."+kvStreams, "$JS.API.DIRECT.GET."+kvStreams+".>",
+			"$JS.API.STREAM.LIST", "$JS.API.CONSUMER.LIST.*",
+		)
 		// Replies to ingest requests and $SRV requests: every other
 		// user's own inbox, and nothing else.
 		var replies []string

@@ -44,9 +44,19 @@ type ServeOptions struct {
 	MaxBatch, MaxInflightBatches int
 	// HTTPAddr, when set, serves /metrics (Prometheus) and /healthz.
 	HTTPAddr string
-	// CheckInterval is how often the stream's configuration is checked
-	// again while serving; default 30s. A weakened stream stops appends.
+	// CheckInterval is how often the stream is checked again while
+	// serving; default 30s. A weakened stream, a stream that is gone or
+	// replaced, and another stream that can write into the room subjects
+	// pause appends until the next check finds them gone
+	// (docs/secure-mode.md, "The stream").
 	CheckInterval time.Duration
+	// AcceptStream lets Serve start on a room stream other than the one
+	// it remembers (ErrStreamReplaced): it creates the stream when it is
+	// gone, or takes the one there (restored, recreated), logs at warn
+	// level what it remembered, and remembers the new stream from then
+	// on. An operator's act for one start (--accept-stream); left on, it
+	// only logs a warning when there is nothing to accept.
+	AcceptStream bool
 	// PublisherKey, when set, attests every appended message and signs
 	// the rooms' checkpoints (issue 9; GateOptions.PublisherKey, a
 	// Checkpointer). Nil: nothing is attested or checkpointed, and Serve
@@ -73,9 +83,14 @@ type ServeInfo struct {
 }
 
 // Serve runs the publisher until ctx is done: it starts the embedded server
-// (or connects to ServerURL), creates or checks the room stream, and serves
-// the ingest service; then it stops the service, waits for requests in
-// flight, drains the connection and shuts the embedded server down.
+// (or connects to ServerURL), checks the room stream against the one it
+// remembers (or creates it on a first start), and serves the ingest
+// service, checking the stream and the account's other streams every
+// CheckInterval; then it stops the service, waits for requests in flight,
+// records the stream's last sequence, drains the connection and shuts the
+// embedded server down. A room stream that is gone or replaced since the
+// last run fails the start with an error wrapping ErrStreamReplaced, unless
+// AcceptStream (docs/secure-mode.md, "The stream").
 func Serve(ctx context.Context, o ServeOptions) error {
 	log := o.Logger
 	if log == nil {
@@ -136,7 +151,7 @@ func Serve(ctx context.Context, o ServeOptions) error {
 	// Creating a replicated stream elects its leader first: on a cluster
 	// that has just formed that can take longer than DefaultTimeout.
 	ectx, cancel := context.WithTimeout(ctx, streamSetupTimeout)
-	st, err := EnsureStream(ectx, js, cfg, o.Subjects)
+	guard, st, err := openStream(ectx, js, cfg, o, emb, log)
 	cancel()
 	if err != nil {
 		return err
@@ -180,6 +195,10 @@ func Serve(ctx context.Context, o ServeOptions) error {
 	if err != nil {
 		return err
 	}
+	// Writers into room subjects pause appends from the start.
+	guard.metrics = metrics
+	guard.checkWriters(ctx)
+	gate.pause(guard.writers)
 	so := o.Service
 	if so.Logger == nil {
 		so.Logger = log
@@ -197,7 +216,7 @@ func Serve(ctx context.Context, o ServeOptions) error {
 	// panics on a nil interface, and nil is the healthy case.
 	type checkResult struct{ err error }
 	var healthy atomic.Value
-	healthy.Store(checkResult{})
+	healthy.Store(checkResult{guard.writers})
 	var httpSrv *http.Server
 	if o.HTTPAddr != "" {
 		ln, err := net.Listen("tcp", o.HTTPAddr)
@@ -252,17 +271,13 @@ loop:
 			}
 			break loop
 		case <-tick.C:
-			cctx, cancel := context.WithTimeout(ctx, DefaultTimeout)
-			s, err := js.Stream(cctx, cfg.Name)
-			cancel()
-			if err == nil {
-				err = CheckStreamConfig(s.CachedInfo().Config, o.Subjects)
-			} else if !errors.Is(err, jetstream.ErrStreamNotFound) {
-				// The stream could not be read now (no leader during an
-				// election, a partition): that says nothing about its
-				// configuration, so the last verdict stands rather than
-				// appends pausing until the next check.
-				log.Warn("room stream check: cannot read the stream now; the last verdict stands", zap.Error(err))
+			// A stream that cannot be read now (no leader during an
+			// election, a partition) says nothing about its configuration:
+			// the last verdict stands rather than appends pausing until
+			// the next check. A stream that is gone stays gone: nothing
+			// here, in the gate or in the checkpointer creates it.
+			err, known := guard.check(ctx)
+			if !known {
 				continue
 			}
 			gate.pause(err)
@@ -285,6 +300,7 @@ loop:
 	serr := svc.Stop()
 	// Every request is decided: the last checkpoints cover them.
 	stopCheckpointer(ckp, log)
+	guard.record(context.Background())
 	if err := nc.Drain(); err != nil {
 		log.Warn("drain", zap.Error(err))
 	}

@@ -327,6 +327,25 @@ func TestServePublisherKeyFlags(t *testing.T) {
 	}
 }
 
+// TestServeStreamReplaced: a store whose mark remembers a room stream
+// that is not there: serve refuses with stream_replaced, exit status 2,
+// and creates no stream.
+func TestServeStreamReplaced(t *testing.T) {
+	store := filepath.Join(t.TempDir(), "store")
+	if err := os.MkdirAll(store, 0o750); err != nil {
+		t.Fatal(err)
+	}
+	mark := room.StreamMarkFile(store, "ROOMS")
+	if err := os.WriteFile(mark, []byte(`{"stream":"ROOMS","created":"2026-09-02T10:00:00.5Z","first_seq":1,"last_seq":7}`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	status, _, stderr := invoke(t, "serve", "--listen", "127.0.0.1:-1", "--store-dir", store, "--log-level", "error")
+	want := "publisher: stream_replaced: stream ROOMS is gone: serve remembers it created 2026-09-02T10:00:00.5Z, last sequence 7 (" + mark + "); "
+	if status != exitUsage || !strings.Contains(stderr, want) || !strings.Contains(stderr, "--accept-stream") {
+		t.Fatalf("status %d, stderr %q; want %d and %q", status, stderr, exitUsage, want)
+	}
+}
+
 // TestRecordTextReport: publisher execution's text lines. A refusal lists
 // every problem; one from a trimmed records reply (no problems list) still
 // prints its first problem, which the item itself carries; a skipped

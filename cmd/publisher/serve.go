@@ -70,6 +70,8 @@ func (c *serveCmd) Run(s *streams) error {
 		Stream:   c.Stream,
 		Subjects: room.Subjects{Prefix: c.Prefix},
 		Replicas: c.Replicas,
+		// docs/secure-mode.md, "The stream".
+		AcceptStream: c.AcceptStream,
 		// The gate's atomic batches.
 		MaxBatch:           c.MaxBatch,
 		MaxInflightBatches: c.MaxInflightBatches,

@@ -1,0 +1,521 @@
+package room
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"go.uber.org/zap"
+
+	"github.com/roompub/roompub/events"
+)
+
+// ErrStreamReplaced is wrapped by Serve's error when the room stream it
+// remembers is gone or is not the one it saw: another creation time, or
+// fewer messages than it held (docs/secure-mode.md, "The stream"). It is
+// events.StreamReplaced, so the error's text starts with the code
+// "stream_replaced" and errors.Is matches either. Serve then creates
+// nothing; ServeOptions.AcceptStream lifts the refusal.
+var ErrStreamReplaced error = events.StreamReplaced
+
+// DefaultStreamsBucket is the JetStream key-value bucket in which Serve,
+// connected to a server or cluster of its own (ServeOptions.ServerURL),
+// remembers each room stream it served: key = stream name, value = a
+// StreamMark as JSON. With the embedded server the mark is a file in the
+// store directory instead (StreamMarkFile).
+const DefaultStreamsBucket = "ROOMPUB_STREAMS"
+
+// StreamMark is what Serve remembers of its room stream between runs:
+// the stream's creation time (StreamInfo.Created) and the first and last
+// sequence it saw (StreamInfo.State). A room stream never shrinks (Discard
+// New, no limits, deletes and purges denied), so a stream with another
+// creation time, a first sequence above FirstSeq or a last sequence below
+// LastSeq is not the stream Serve saw.
+type StreamMark struct {
+	Stream  string    `json:"stream"`
+	Created time.Time `json:"created"`
+	// FirstSeq and LastSeq are State.FirstSeq and State.LastSeq; both 0
+	// for a stream that never held a message.
+	FirstSeq uint64 `json:"first_seq"`
+	LastSeq  uint64 `json:"last_seq"`
+}
+
+// String is "created <RFC 3339 UTC>, last sequence <n>", as the
+// stream_replaced errors print a mark.
+func (m StreamMark) String() string {
+	return fmt.Sprintf("created %s, last sequence %d", m.Created.UTC().Format(time.RFC3339Nano), m.LastSeq)
+}
+
+// markOf is the mark of the stream info describes.
+func markOf(info *jetstream.StreamInfo) StreamMark {
+	return StreamMark{Stream: info.Config.Name, Created: info.Created, FirstSeq: info.State.FirstSeq, LastSeq: info.State.LastSeq}
+}
+
+// StreamMarkFile is the file in an embedded server's store directory that
+// holds the StreamMark of room stream name: roompub-stream-<name>.json.
+func StreamMarkFile(storeDir, name string) string {
+	return filepath.Join(storeDir, "roompub-stream-"+name+".json")
+}
+
+// streamMemory keeps a StreamMark where a restart finds it.
+type streamMemory interface {
+	// load returns the mark, or nil when there is none.
+	load(ctx context.Context) (*StreamMark, error)
+	// save records m. Unless force is set it never lowers the last
+	// sequence recorded for the same stream (same creation time).
+	save(ctx context.Context, m StreamMark, force bool) error
+	// where names the place in messages.
+	where() string
+}
+
+// fileMemory is a mark file; only the process that holds the store's
+// lock writes it.
+type fileMemory struct{ path string }
+
+func (f fileMemory) where() string { return f.path }
+
+func (f fileMemory) load(context.Context) (*StreamMark, error) {
+	data, err := os.ReadFile(f.path)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("stream mark %s: %w", f.path, err)
+	}
+	var m StreamMark
+	if err := json.Unmarshal(data, &m); err != nil {
+		return nil, fmt.Errorf("stream mark %s: %w", f.path, err)
+	}
+	return &m, nil
+}
+
+// save writes the mark atomically: a temporary file in the same
+// directory, fsynced, renamed over the mark, and the directory fsynced,
+// so a crash leaves the old mark or the new one, whole.
+func (f fileMemory) save(_ context.Context, m StreamMark, _ bool) error {
+	data, err := json.Marshal(m)
+	if err != nil {
+		return err
+	}
+	dir := filepath.Dir(f.path)
+	tmp, err := os.CreateTemp(dir, ".roompub-stream-*.tmp")
+	if err != nil {
+		return fmt.Errorf("stream mark %s: %w", f.path, err)
+	}
+	defer os.Remove(tmp.Name()) // fails harmlessly once renamed
+	_, err = tmp.Write(append(data, '\n'))
+	if err == nil {
+		err = tmp.Sync()
+	}
+	if cerr := tmp.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = os.Rename(tmp.Name(), f.path)
+	}
+	if err == nil {
+		var d *os.File
+		if d, err = os.Open(dir); err == nil {
+			err = d.Sync()
+			d.Close()
+		}
+	}
+	if err != nil {
+		return fmt.Errorf("stream mark %s: %w", f.path, err)
+	}
+	return nil
+}
+
+// kvMemory is a key of the streams bucket, which every publisher of the
+// account shares: updates are compare-and-set.
+type kvMemory struct {
+	kv  jetstream.KeyValue
+	key string
+}
+
+func (k kvMemory) where() string { return "key " + k.key + " of bucket " + k.kv.Bucket() }
+
+func (k kvMemory) load(ctx context.Context) (*StreamMark, error) {
+	m, _, err := k.get(ctx)
+	return m, err
+}
+
+func (k kvMemory) get(ctx context.Context) (*StreamMark, uint64, error) {
+	e, err := k.kv.Get(ctx, k.key)
+	if errors.Is(err, jetstream.ErrKeyNotFound) {
+		return nil, 0, nil
+	}
+	if err != nil {
+		return nil, 0, fmt.Errorf("stream mark (%s): %w", k.where(), err)
+	}
+	var m StreamMark
+	if err := json.Unmarshal(e.Value(), &m); err != nil {
+		return nil, 0, fmt.Errorf("stream mark (%s): %w", k.where(), err)
+	}
+	return &m, e.Revision(), nil
+}
+
+func (k kvMemory) save(ctx context.Context, m StreamMark, force bool) error {
+	data, err := json.Marshal(m)
+	if err != nil {
+		return err
+	}
+	for range 5 {
+		old, rev, err := k.get(ctx)
+		if err != nil {
+			return err
+		}
+		switch {
+		case old == nil:
+			_, err = k.kv.Create(ctx, k.key, data)
+		case !force && old.Created.Equal(m.Created) && old.LastSeq >= m.LastSeq:
+			return nil // another publisher recorded as much or more
+		default:
+			_, err = k.kv.Update(ctx, k.key, data, rev)
+		}
+		if err == nil {
+			return nil
+		}
+		if !errors.Is(err, jetstream.ErrKeyExists) && !isWrongLastSequence(err) {
+			return fmt.Errorf("stream mark (%s): %w", k.where(), err)
+		}
+		// Another publisher wrote in between: read again.
+	}
+	return fmt.Errorf("stream mark (%s): updated by others five times in a row", k.where())
+}
+
+// streamsBucket binds the streams bucket, creating it (file storage,
+// history 1, replicas as the room stream's) when it does not exist.
+func streamsBucket(ctx context.Context, js jetstream.JetStream, replicas int) (jetstream.KeyValue, error) {
+	kv, err := js.KeyValue(ctx, DefaultStreamsBucket)
+	if errors.Is(err, jetstream.ErrBucketNotFound) {
+		kv, err = js.CreateKeyValue(ctx, jetstream.KeyValueConfig{
+			Bucket:      DefaultStreamsBucket,
+			Description: "roompub: each room stream a publisher served, its creation time and last sequence",
+			History:     1,
+			Storage:     jetstream.FileStorage,
+			Replicas:    max(replicas, 1),
+		})
+		if errors.Is(err, jetstream.ErrBucketExists) {
+			kv, err = js.KeyValue(ctx, DefaultStreamsBucket) // another publisher made it first
+		}
+	}
+	if err != nil {
+		return nil, fmt.Errorf("streams bucket %s: %w", DefaultStreamsBucket, err)
+	}
+	return kv, nil
+}
+
+// compareStream reports, wrapping ErrStreamReplaced, how the stream now
+// (nil: there is none) differs from the remembered mark m; nil when it is
+// the same stream, grown or not.
+func compareStream(m StreamMark, info *jetstream.StreamInfo, where string) error {
+	const howTo = "if that is expected (the stream was restored from a backup or deliberately made anew), " +
+		"start serve once with --accept-stream (accept-stream: true; ServeOptions.AcceptStream); " +
+		"otherwise find out who removed it, and restore it before serve starts"
+	if info == nil {
+		return fmt.Errorf("%w: stream %s is gone: serve remembers it %s (%s); serve creates no new stream on its own: %s",
+			ErrStreamReplaced, m.Stream, m, where, howTo)
+	}
+	found := markOf(info)
+	switch {
+	case !info.Created.Equal(m.Created):
+		return fmt.Errorf("%w: stream %s is another stream: found it %s, serve remembers it %s (%s): %s",
+			ErrStreamReplaced, m.Stream, found, m, where, howTo)
+	case found.LastSeq < m.LastSeq:
+		return fmt.Errorf("%w: stream %s lost messages: found it %s, serve remembers it %s (%s): %s",
+			ErrStreamReplaced, m.Stream, found, m, where, howTo)
+	case m.LastSeq > 0 && found.FirstSeq > max(m.FirstSeq, 1):
+		return fmt.Errorf("%w: stream %s lost messages: its first sequence is %d, serve remembers %d (%s, %s): %s",
+			ErrStreamReplaced, m.Stream, found.FirstSeq, m.FirstSeq, m, where, howTo)
+	}
+	return nil
+}
+
+// writersIntoRooms lists the account's streams and reports, each wrapping
+// events.WeakStream, every other stream than the room stream that can
+// write a message onto a room subject, which the room stream would store
+// without it passing the gate (docs/secure-mode.md, "Writers into room
+// subjects"): a RePublish whose destination can overlap the room subjects,
+// or a push consumer whose deliver subject can. It returns the names of
+// those streams too (nil with a listing error alone).
+//
+// Those are the two ways JetStream itself publishes onto subjects. A
+// stream's sources, mirror and subject transform write into that stream
+// itself, never onto a subject another stream listens on, and the room
+// stream has none of its own (CheckStreamConfig); the room stream's own
+// consumers cannot deliver onto its subjects (the server refuses the
+// cycle). Streams the server lists as missing (an offline replica set)
+// cannot write while offline and are not seen.
+func writersIntoRooms(ctx context.Context, js jetstream.JetStream, roomStream string, subjects Subjects) ([]string, error) {
+	ctx, cancel := withDefaultTimeout(ctx)
+	defer cancel()
+	l := js.ListStreams(ctx)
+	var others []*jetstream.StreamInfo
+	for info := range l.Info() {
+		if info != nil && info.Config.Name != roomStream {
+			others = append(others, info)
+		}
+	}
+	if err := l.Err(); err != nil {
+		return nil, fmt.Errorf("list the account's streams: %w", err)
+	}
+	var names []string
+	var errs []error
+	for _, info := range others {
+		name, found := info.Config.Name, false
+		if rp := info.Config.RePublish; rp != nil && server.SubjectsCollide(republishReach(rp.Destination), subjects.All()) {
+			found = true
+			src := rp.Source
+			if src == "" {
+				src = ">"
+			}
+			errs = append(errs, fmt.Errorf("%w: stream %s republishes %s to %s, which can write into the room subjects %s without passing the gate",
+				events.WeakStream, name, src, rp.Destination, subjects.All()))
+		}
+		if info.State.Consumers > 0 {
+			pushers, err := pushConsumers(ctx, js.Conn(), name)
+			if err != nil {
+				return nil, err
+			}
+			for _, c := range pushers {
+				if server.SubjectsCollide(c.deliver, subjects.All()) {
+					found = true
+					errs = append(errs, fmt.Errorf("%w: consumer %s of stream %s delivers to %s, which can write into the room subjects %s without passing the gate",
+						events.WeakStream, c.name, name, c.deliver, subjects.All()))
+				}
+			}
+		}
+		if found {
+			names = append(names, name)
+		}
+	}
+	return names, errors.Join(errs...)
+}
+
+// pushConsumer is a consumer's name and deliver subject.
+type pushConsumer struct{ name, deliver string }
+
+// pushConsumers lists the push consumers of stream
+// ($JS.API.CONSUMER.LIST.<stream>, paged).
+func pushConsumers(ctx context.Context, nc *nats.Conn, stream string) ([]pushConsumer, error) {
+	var out []pushConsumer
+	for offset := 0; ; {
+		req, _ := json.Marshal(map[string]int{"offset": offset})
+		msg, err := nc.RequestWithContext(ctx, "$JS.API.CONSUMER.LIST."+stream, req)
+		if err != nil {
+			return nil, fmt.Errorf("list the consumers of stream %s: %w", stream, err)
+		}
+		var page struct {
+			Total     int `json:"total"`
+			Consumers []struct {
+				Name   string `json:"name"`
+				Config struct {
+					DeliverSubject string `json:"deliver_subject"`
+				} `json:"config"`
+			} `json:"consumers"`
+			Error *jetstream.APIError `json:"error"`
+		}
+		if err := json.Unmarshal(msg.Data, &page); err != nil {
+			return nil, fmt.Errorf("list the consumers of stream %s: %w", stream, err)
+		}
+		if page.Error != nil {
+			if page.Error.ErrorCode == jetstream.JSErrCodeStreamNotFound {
+				return out, nil // deleted since the stream list
+			}
+			return nil, fmt.Errorf("list the consumers of stream %s: %w", stream, page.Error)
+		}
+		for _, c := range page.Consumers {
+			if c.Config.DeliverSubject != "" {
+				out = append(out, pushConsumer{name: c.Name, deliver: c.Config.DeliverSubject})
+			}
+		}
+		offset += len(page.Consumers)
+		if len(page.Consumers) == 0 || offset >= page.Total {
+			return out, nil
+		}
+	}
+}
+
+// republishReach widens a RePublish destination into a subject filter
+// covering every subject it can produce: a mapping function token
+// ({{wildcard(1)}}, $1, ...) can be any token, so it becomes "*", and a
+// split function can be any number of tokens, so it and everything after
+// become ">". Literal tokens and wildcards stay.
+func republishReach(dest string) string {
+	toks := strings.Split(dest, ".")
+	for i, tok := range toks {
+		if !strings.Contains(tok, "{{") && !(strings.HasPrefix(tok, "$") && len(tok) > 1) {
+			continue
+		}
+		if strings.Contains(strings.ToLower(tok), "split") {
+			return strings.Join(append(toks[:i:i], ">"), ".")
+		}
+		toks[i] = "*"
+	}
+	return strings.Join(toks, ".")
+}
+
+// streamGuard is Serve's watch over its room stream: that it is still the
+// stream Serve remembers (mark), still append-only, and that no other
+// stream of the account writes into its subjects.
+type streamGuard struct {
+	js       jetstream.JetStream
+	name     string
+	subjects Subjects
+	memory   streamMemory
+	mark     StreamMark
+	log      *zap.Logger
+	metrics  *Metrics // nil: none
+	// writers is the last verdict on writers into room subjects; it
+	// stands while the account's streams cannot be listed.
+	writers error
+}
+
+// check returns the verdict on the stream now, nil when it is sound;
+// known is false when the stream could not be read (no leader, a
+// partition), which says nothing about it: the last verdict stands. On a
+// sound stream it records the last sequence seen.
+func (g *streamGuard) check(ctx context.Context) (verdict error, known bool) {
+	ctx, cancel := context.WithTimeout(ctx, DefaultTimeout)
+	defer cancel()
+	// Another publisher of the account may have accepted a new stream
+	// or seen more of it (the streams bucket); the mark file is this
+	// process's own.
+	if m, err := g.memory.load(ctx); err != nil {
+		g.log.Warn("room stream check: cannot read the stream mark now; the last one read stands", zap.Error(err))
+	} else if m != nil && !(m.Created.Equal(g.mark.Created) && m.LastSeq < g.mark.LastSeq) {
+		g.mark = *m
+	}
+	var info *jetstream.StreamInfo
+	s, err := g.js.Stream(ctx, g.name)
+	switch {
+	case err == nil:
+		info = s.CachedInfo()
+	case !errors.Is(err, jetstream.ErrStreamNotFound):
+		g.log.Warn("room stream check: cannot read the stream now; the last verdict stands", zap.Error(err))
+		return nil, false
+	}
+	replaced := compareStream(g.mark, info, g.memory.where())
+	var weak error
+	if info != nil {
+		weak = CheckStreamConfig(info.Config, g.subjects)
+	}
+	g.checkWriters(ctx)
+	if replaced == nil && weak == nil {
+		g.remember(ctx, markOf(info))
+	}
+	return errors.Join(replaced, weak, g.writers), true
+}
+
+// checkWriters updates g.writers, unless the streams cannot be listed.
+func (g *streamGuard) checkWriters(ctx context.Context) {
+	names, err := writersIntoRooms(ctx, g.js, g.name, g.subjects)
+	if err != nil && names == nil {
+		g.log.Warn("room stream check: cannot list the account's streams now; the last verdict on writers into room subjects stands", zap.Error(err))
+		return
+	}
+	if err != nil && (g.writers == nil || g.writers.Error() != err.Error()) {
+		g.log.Error("another stream can write into the room subjects: appends paused", zap.Strings("streams", names), zap.Error(err))
+	}
+	if g.metrics != nil {
+		g.metrics.ForeignWriters(len(names))
+	}
+	g.writers = err
+}
+
+// remember records m when it is further along than the mark.
+func (g *streamGuard) remember(ctx context.Context, m StreamMark) {
+	if m.Created.Equal(g.mark.Created) && m.LastSeq <= g.mark.LastSeq && m.FirstSeq == g.mark.FirstSeq {
+		return
+	}
+	if err := g.memory.save(ctx, m, false); err != nil {
+		g.log.Warn("room stream: cannot record its last sequence now", zap.Error(err))
+		return
+	}
+	g.mark = m
+}
+
+// record reads the stream and records its last sequence when it is the
+// stream Serve remembers (Serve's end).
+func (g *streamGuard) record(ctx context.Context) {
+	ctx, cancel := context.WithTimeout(ctx, DefaultTimeout)
+	defer cancel()
+	s, err := g.js.Stream(ctx, g.name)
+	if err != nil {
+		g.log.Warn("room stream: cannot record its last sequence", zap.Error(err))
+		return
+	}
+	if info := s.CachedInfo(); compareStream(g.mark, info, g.memory.where()) == nil {
+		g.remember(ctx, markOf(info))
+	}
+}
+
+// openStream is Serve's start on the room stream: it compares the stream
+// (or its absence) with the mark Serve remembers (a file in the embedded
+// server's store directory, or the streams bucket), refuses a stream that
+// is not the remembered one unless o.AcceptStream, creates the stream when
+// it is missing and may be (EnsureStream), and records the new mark.
+// Errors wrap ErrStreamReplaced or ErrStreamConfig where they apply.
+func openStream(ctx context.Context, js jetstream.JetStream, cfg jetstream.StreamConfig, o ServeOptions, emb *Embedded, log *zap.Logger) (*streamGuard, jetstream.Stream, error) {
+	var now *jetstream.StreamInfo // the stream before anything is created
+	s, err := js.Stream(ctx, cfg.Name)
+	switch {
+	case err == nil:
+		now = s.CachedInfo()
+	case !errors.Is(err, jetstream.ErrStreamNotFound):
+		return nil, nil, fmt.Errorf("look up stream %s: %w", cfg.Name, err)
+	}
+	var mem streamMemory
+	if emb != nil {
+		mem = fileMemory{path: StreamMarkFile(emb.StoreDir(), cfg.Name)}
+	} else {
+		replicas := cfg.Replicas
+		if now != nil {
+			replicas = now.Config.Replicas
+		}
+		kv, err := streamsBucket(ctx, js, replicas)
+		if err != nil {
+			return nil, nil, err
+		}
+		mem = kvMemory{kv: kv, key: cfg.Name}
+	}
+	mark, err := mem.load(ctx)
+	if err != nil {
+		return nil, nil, err
+	}
+	accepted := false
+	switch {
+	case mark == nil:
+		log.Info("room stream: no mark yet; serve remembers the stream from now on", zap.String("stream", cfg.Name), zap.String("mark", mem.where()))
+	case compareStream(*mark, now, mem.where()) != nil:
+		diff := compareStream(*mark, now, mem.where())
+		if !o.AcceptStream {
+			return nil, nil, diff
+		}
+		accepted = true
+		log.Warn("room stream: accepting a stream other than the one serve remembers (accept-stream)", zap.String("stream", cfg.Name),
+			zap.Time("remembered_created", mark.Created), zap.Uint64("remembered_first_seq", mark.FirstSeq), zap.Uint64("remembered_last_seq", mark.LastSeq),
+			zap.String("mark", mem.where()), zap.Bool("stream_exists", now != nil), zap.NamedError("difference", diff))
+	case o.AcceptStream:
+		log.Warn("room stream: accept-stream is set, but the stream is the one serve remembers: nothing to accept; remove the setting",
+			zap.String("stream", cfg.Name), zap.String("mark", mem.where()))
+	}
+	st, err := EnsureStream(ctx, js, cfg, o.Subjects)
+	if err != nil {
+		return nil, nil, err
+	}
+	m := markOf(st.CachedInfo())
+	if err := mem.save(ctx, m, accepted); err != nil {
+		return nil, nil, err
+	}
+	return &streamGuard{js: js, name: cfg.Name, subjects: o.Subjects, memory: mem, mark: m, log: log}, st, nil
+}
