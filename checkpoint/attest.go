@@ -36,6 +36,20 @@ var sigLen = base64.RawURLEncoding.EncodedLen(ed25519.SignatureSize)
 // the entry's chain seq in decimal (issue 9).
 func JournalPosition(seq int64) string { return "seq:" + strconv.FormatInt(seq, 10) }
 
+// OwnedJournalPosition is the attested position of a journal entry of a
+// chain owned by a named identity: JournalPosition(seq) + " owner:" +
+// owner, the identity token of the chain's owner; owner "" (the anonymous
+// identity, and every entry stored before chains had owners) is
+// JournalPosition(seq). The attestation thus binds the owner to the
+// entry, so an owner header changed after the fact does not verify
+// (docs/secure-mode.md, "Chains belong to the identity that starts them").
+func OwnedJournalPosition(seq int64, owner string) string {
+	if owner == "" {
+		return JournalPosition(seq)
+	}
+	return JournalPosition(seq) + " owner:" + owner
+}
+
 // RecordPosition is the attested position of an execution record: "index:"
 // + the 0-based ordinal of the message among all messages on the room's
 // exec subject in stream order, in decimal (issue 9).

@@ -55,12 +55,22 @@ type BatchObserver interface {
 func (g *Gate) AppendJournal(ctx context.Context, roomID string, body []byte, capsule *events.CapsuleMeta) (JournalReply, error) {
 	t := g.ticket(body)
 	defer t.done()
-	return g.appendJournal(ctx, roomID, body, capsule, t, -1)
+	return g.appendJournal(ctx, roomID, Anonymous, body, capsule, t, -1)
+}
+
+// AppendJournalAs is AppendJournal for the identity owner (an
+// IdentityToken, or Anonymous): a chain belongs to the identity that
+// stored its first entry, and a request of another identity on it is
+// refused events.NotChainOwner (docs/secure-mode.md).
+func (g *Gate) AppendJournalAs(ctx context.Context, roomID, owner string, body []byte, capsule *events.CapsuleMeta) (JournalReply, error) {
+	t := g.ticket(body)
+	defer t.done()
+	return g.appendJournal(ctx, roomID, owner, body, capsule, t, -1)
 }
 
 // appendJournal is AppendJournal with the request's ticket taken (nil:
 // no order); after: the HeaderPipelined value, -1 without the header.
-func (g *Gate) appendJournal(ctx context.Context, roomID string, body []byte, capsule *events.CapsuleMeta, t *orderTicket, after int64) (reply JournalReply, err error) {
+func (g *Gate) appendJournal(ctx context.Context, roomID, owner string, body []byte, capsule *events.CapsuleMeta, t *orderTicket, after int64) (reply JournalReply, err error) {
 	defer func() {
 		if err != nil || reply.Stored+reply.Dupes != len(reply.Items) {
 			t.stall() // the requests of this chain behind it need not wait for it
@@ -86,7 +96,7 @@ func (g *Gate) appendJournal(ctx context.Context, roomID string, body []byte, ca
 	for i := range reply.Items {
 		reply.Items[i] = ItemResult{Index: i, Outcome: OutcomeSkipped}
 	}
-	pre := g.checkLines(roomID, lines)
+	pre := g.checkLines(roomID, owner, lines)
 	// The chain is named by the first line; a later line of another chain
 	// fails metadata_mismatch like any entry that differs from its capsule.
 	if pre[0].bad != nil {
@@ -118,7 +128,7 @@ func (g *Gate) appendJournal(ctx context.Context, roomID string, body []byte, ca
 	c := g.chain(key)
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	r := &journalRun{g: g, ctx: ctx, roomID: roomID, key: key, subj: g.subjects.Journal(roomID, key), anyRoom: g.subjects.ChainAnyRoom(key),
+	r := &journalRun{g: g, ctx: ctx, roomID: roomID, owner: owner, key: key, subj: g.subjects.Journal(roomID, key), anyRoom: g.subjects.ChainAnyRoom(key),
 		c: c, capsule: capsule, lines: lines, pre: pre, items: reply.Items, after: after}
 	r.run()
 	if c.loaded {
@@ -159,7 +169,7 @@ const checkChunk = 32
 // (validate.Validator.CheckEntry), in parallel: none of it depends on the
 // chain or on other lines. With a publisher key it also hashes, for the
 // lines that passed them, what their attestation will sign.
-func (g *Gate) checkLines(roomID string, lines []line) []checkedLine {
+func (g *Gate) checkLines(roomID, owner string, lines []line) []checkedLine {
 	pre := make([]checkedLine, len(lines))
 	// subject is the journal subject of a request's chain, built once per
 	// worker rather than per line: a request is one chain.
@@ -179,7 +189,7 @@ func (g *Gate) checkLines(roomID string, lines []line) []checkedLine {
 			if key := (events.ChainKey{RunID: e.RunID(), CapsuleID: e.CapsuleID()}); key != last.key || last.subj == "" {
 				*last = subject{key, g.subjects.Journal(roomID, key)}
 			}
-			pre[i].att = g.lineAttestation(roomID, last.key, last.subj, seq, e)
+			pre[i].att = g.lineAttestation(roomID, owner, last.key, last.subj, seq, e)
 		}
 	}
 	workers := min(runtime.GOMAXPROCS(0), (len(lines)+checkChunk-1)/checkChunk)
@@ -211,10 +221,11 @@ func (g *Gate) checkLines(roomID string, lines []line) []checkedLine {
 }
 
 // lineAttestation hashes what the attestation of e, entry seq of chain
-// key in roomID, signs; subject is the chain's journal subject there.
-func (g *Gate) lineAttestation(roomID string, key events.ChainKey, subject string, seq int64, e *events.Entry) lineAttestation {
+// key in roomID owned by owner, signs; subject is the chain's journal
+// subject there.
+func (g *Gate) lineAttestation(roomID, owner string, key events.ChainKey, subject string, seq int64, e *events.Entry) lineAttestation {
 	content := checkpoint.ContentHash(e.Canonical())
-	st := checkpoint.Statement{Room: roomID, Subject: subject, Position: checkpoint.JournalPosition(seq), Content: content}
+	st := checkpoint.Statement{Room: roomID, Subject: subject, Position: checkpoint.OwnedJournalPosition(seq, owner), Content: content}
 	return lineAttestation{ok: true, chain: key, content: content, digest: st.Digest()}
 }
 
@@ -267,6 +278,7 @@ type journalRun struct {
 	g       *Gate
 	ctx     context.Context
 	roomID  string
+	owner   string // the requester's identity token: the chain's owner, or refused
 	key     events.ChainKey
 	subj    string
 	anyRoom string // the chain's subject in every room (Subjects.ChainAnyRoom)
@@ -353,7 +365,7 @@ func (r *journalRun) run() {
 			if r.g.key != nil && (!att.ok || att.chain != r.key) {
 				// Cannot happen: an accepted line passed the entry rules and
 				// is of the run's chain (metadata_mismatch otherwise).
-				att = r.g.lineAttestation(r.roomID, r.key, r.subj, seq, e)
+				att = r.g.lineAttestation(r.roomID, r.owner, r.key, r.subj, seq, e)
 			}
 			if r.pending == nil {
 				// Made once at the size of the request's first batch: it
@@ -433,6 +445,20 @@ func (r *journalRun) decide(i int, try *lineTry) (decision, ItemResult) {
 		if !flushFirst {
 			r.resume()
 		}
+		if c.next > 0 && c.owner != r.owner {
+			if flushFirst {
+				return decFlush, ItemResult{}
+			}
+			if !try.fresh {
+				c.loaded, try.wantFresh = false, true // decide on the stream's word, not a cached view
+				continue
+			}
+			rf := refused(i, []events.Problem{{Code: events.NotChainOwner, At: at,
+				Reason:   fmt.Sprintf("the chain was started by identity %s in %s: only it may extend the chain or claim its id", identityName(c.owner), c.roomID),
+				Expected: identityName(c.owner), Actual: identityName(r.owner)}})
+			rf.Seq, rf.Hash = &seq, e.EntryHash()
+			return decFinal, rf
+		}
 		if c.roomID != "" && c.roomID != r.roomID {
 			if flushFirst {
 				return decFlush, ItemResult{}
@@ -506,6 +532,9 @@ func (r *journalRun) message(e *events.Entry, att string, expect bool, last uint
 	if att != "" {
 		h[checkpoint.AttestationHeader] = []string{att}
 	}
+	if r.owner != Anonymous {
+		h[HeaderOwner] = []string{r.owner}
+	}
 	if expect {
 		h[jetstream.ExpectedLastSubjSeqHeader] = []string{strconv.FormatUint(last, 10)}
 		h[jetstream.ExpectedLastSubjSeqSubjHeader] = []string{r.anyRoom}
@@ -519,6 +548,9 @@ func (r *journalRun) message(e *events.Entry, att string, expect bool, last uint
 // decide checks it for every line.
 func (r *journalRun) messageSize(e *events.Entry, expect bool, last uint64) int64 {
 	size := int64(len(e.Canonical())) + headerFraming + headerLineSize(jetstream.MsgIDHeader, len(e.EntryHash()))
+	if r.owner != Anonymous {
+		size += headerLineSize(HeaderOwner, len(r.owner))
+	}
 	if expect {
 		var digits [20]byte
 		size += headerLineSize(jetstream.ExpectedLastSubjSeqHeader, len(strconv.AppendUint(digits[:0], last, 10))) +
@@ -538,6 +570,7 @@ func (r *journalRun) stored(p pend, seq uint64) {
 		c.meta = p.e.Metadata()
 	}
 	c.next, c.head, c.streamSeq, c.lastSeq, c.roomID = p.seq+1, p.e.EntryHash(), seq, seq, r.roomID
+	c.owner = r.owner // the owner's own append: a chain it started, or one it owns
 	if c.hashes != nil {
 		c.hashes = append(c.hashes, p.e.EntryHash())
 		c.seqs = append(c.seqs, seq)

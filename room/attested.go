@@ -128,7 +128,7 @@ func (r *Reader) prepareAttestation(x *prepared) {
 			x.att.state, x.att.reason = attRefused, "the attestation cannot be verified: the message's chain position is unknown"
 			return
 		}
-		x.att.position = checkpoint.JournalPosition(pos)
+		x.att.position = checkpoint.OwnedJournalPosition(pos, m.Owner)
 	}
 	x.att.state, x.att.a = attPending, a
 }

@@ -37,7 +37,7 @@ func (g *Gate) statementOf(m *jetstream.RawStreamMsg) (checkpoint.Statement, boo
 	if !ok {
 		return checkpoint.Statement{}, false
 	}
-	return checkpoint.Statement{Room: p.RoomID, Subject: m.Subject, Position: checkpoint.JournalPosition(seq), Content: checkpoint.ContentHash(m.Data)}, true
+	return checkpoint.Statement{Room: p.RoomID, Subject: m.Subject, Position: checkpoint.OwnedJournalPosition(seq, m.Header.Get(HeaderOwner)), Content: checkpoint.ContentHash(m.Data)}, true
 }
 
 // admittedHead returns the last admitted entry of the chain up to last, the

@@ -397,6 +397,6 @@ func addFetched(b *batch, msg jetstream.Msg) error {
 	if err != nil {
 		return fmt.Errorf("fetch: %w", err)
 	}
-	b.add(StreamMsg{Subject: msg.Subject(), Seq: meta.Sequence.Stream, Data: msg.Data(), Time: meta.Timestamp, Attestation: attestationOf(msg.Headers())}, msg)
+	b.add(StreamMsg{Subject: msg.Subject(), Seq: meta.Sequence.Stream, Data: msg.Data(), Time: meta.Timestamp, Attestation: attestationOf(msg.Headers()), Owner: msg.Headers().Get(HeaderOwner)}, msg)
 	return nil
 }

@@ -241,7 +241,10 @@ type chainState struct {
 	// room, which the next append expects: streamSeq, but for messages
 	// after the head that are no admitted entry (issue 9, with a key).
 	lastSeq uint64
-	meta    events.CapsuleMeta
+	// owner is the HeaderOwner of the head entry: the chain's owner
+	// (Anonymous for none, or while the chain has no entry).
+	owner string
+	meta  events.CapsuleMeta
 	// hashes and seqs hold entry_hash and stream sequence by chain
 	// position once loaded (only to decide whether a resent old entry is a
 	// duplicate, and where it is stored); nil until needed.
@@ -362,6 +365,7 @@ func (g *Gate) reload(ctx context.Context, key events.ChainKey, c *chainState, l
 	if m == nil {
 		// Field by field: c.mu is held by the caller.
 		c.loaded, c.roomID, c.next, c.head, c.streamSeq, c.meta, c.hashes, c.seqs = true, "", 0, events.ZeroHash, 0, events.CapsuleMeta{}, nil, nil
+		c.owner = Anonymous
 		c.lastSeq = 0
 		if last != nil {
 			c.lastSeq = last.Sequence
@@ -384,6 +388,7 @@ func (g *Gate) reload(ctx context.Context, key events.ChainKey, c *chainState, l
 		c.hashes, c.seqs = nil, nil // cannot happen on an append-only stream; start over
 	}
 	c.loaded, c.roomID, c.next, c.head, c.streamSeq, c.meta = true, p.RoomID, seq+1, e.EntryHash(), m.Sequence, e.Metadata()
+	c.owner = m.Header.Get(HeaderOwner)
 	c.lastSeq = last.Sequence
 	return nil
 }

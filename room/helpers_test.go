@@ -227,8 +227,15 @@ func (e *env) shipJournal(roomID string, body []byte) room.JournalReply {
 
 func shipJournal(t testing.TB, nc *nats.Conn, roomID string, body []byte) room.JournalReply {
 	t.Helper()
+	return shipJournalAs(t, nc, room.Anonymous, roomID, body)
+}
+
+// shipJournalAs is shipJournal as identity token (its subject; nc must
+// use the identity's inbox prefix).
+func shipJournalAs(t testing.TB, nc *nats.Conn, token, roomID string, body []byte) room.JournalReply {
+	t.Helper()
 	var r room.JournalReply
-	if code := request(t, nc, "roompub.v1.journal", nats.Header{room.HeaderRoom: []string{roomID}}, body, &r); code != "" {
+	if code := request(t, nc, room.ServiceSubject("", token, room.EndpointJournal), nats.Header{room.HeaderRoom: []string{roomID}}, body, &r); code != "" {
 		t.Fatalf("journal request failed: %s", code)
 	}
 	return r

@@ -22,6 +22,9 @@ type StreamMsg struct {
 	// ("" when it has none; several values joined by ", ", which no
 	// attestation accepts).
 	Attestation string
+	// Owner is the message's HeaderOwner value: the identity token of the
+	// owner of a journal entry's chain ("" for the anonymous identity).
+	Owner string
 }
 
 // Event is a verified message, as handed to the application.
@@ -36,7 +39,11 @@ type Event struct {
 	Chain     *events.ChainKey `json:"chain,omitempty"`
 	Position  *int64           `json:"seq,omitempty"` // chain position (the entry's seq)
 	EntryHash string           `json:"entry_hash,omitempty"`
-	Entry     *events.Entry    `json:"-"`
+	// Owner is the identity token of the chain's owner (HeaderOwner), ""
+	// for the anonymous identity: every entry of a chain the reader
+	// serves has its first entry's owner.
+	Owner string        `json:"owner,omitempty"`
+	Entry *events.Entry `json:"-"`
 
 	// Execution records.
 	Ref      string         `json:"ref,omitempty"`      // execution/ref
@@ -81,6 +88,7 @@ type chainView struct {
 	lastSeq  uint64
 	broken   *SetAside // the first failure; nil while the chain is whole
 	anchored bool      // the chain was first seen mid-way (audit from a point)
+	owner    string    // HeaderOwner of the chain's first entry read
 }
 
 // Reader re-verifies room messages in stream order with the same code as
@@ -277,6 +285,15 @@ func (r *Reader) verifyEntry(x *prepared, full bool) (*Event, *SetAside) {
 		return nil, r.aside(m, p, &key, []events.Problem{{Code: events.ChainBroken, At: at,
 			Reason: fmt.Sprintf("the chain is broken at stream seq %d (%s): later entries are not served", c.broken.Seq, c.broken.Code)}})
 	}
+	if c.entries == 0 && !c.anchored {
+		c.owner = m.Owner
+	} else if m.Owner != c.owner {
+		s := r.aside(m, p, &key, []events.Problem{{Code: events.NotChainOwner, At: at,
+			Reason:   "the entry names another owner than the chain's first entry: only the identity that started a chain extends it",
+			Expected: identityName(c.owner), Actual: identityName(m.Owner)}})
+		c.broken = s
+		return nil, s
+	}
 	if e != nil && r.Anchor && c.entries == 0 && !c.anchored {
 		if pos, ok := e.Seq(); ok && pos > 0 {
 			c.cv.Resume(pos, e.ParentHash(), e.Metadata())
@@ -322,7 +339,7 @@ func (r *Reader) verifyEntry(x *prepared, full bool) (*Event, *SetAside) {
 	}
 	pos, _ := e.Seq()
 	return &Event{RoomID: p.RoomID, Kind: KindJournal, Seq: m.Seq, Subject: m.Subject, Time: m.Time,
-		Chain: &key, Position: &pos, EntryHash: e.EntryHash(), Entry: e}, nil
+		Chain: &key, Position: &pos, EntryHash: e.EntryHash(), Owner: c.owner, Entry: e}, nil
 }
 
 func withPtr(at events.Location, ptr string) events.Location {
@@ -379,6 +396,9 @@ func (r *Reader) verifyRecord(x *prepared, full bool) (*Event, *SetAside) {
 type ChainSummary struct {
 	RoomID string          `json:"room"`
 	Chain  events.ChainKey `json:"chain"`
+	// Owner is the identity token of the chain's owner (HeaderOwner of
+	// its first entry), "" for the anonymous identity.
+	Owner string `json:"owner,omitempty"`
 	// Entries is how many entries were verified and served.
 	Entries int64 `json:"entries"`
 	// Head is the entry_hash of the last verified entry.
@@ -396,7 +416,7 @@ type ChainSummary struct {
 func (r *Reader) Chains() []ChainSummary {
 	out := make([]ChainSummary, 0, len(r.chains))
 	for k, c := range r.chains {
-		s := ChainSummary{RoomID: c.roomID, Chain: k, Entries: c.entries, Head: c.cv.Head(), FirstSeq: c.firstSeq, LastSeq: c.lastSeq,
+		s := ChainSummary{RoomID: c.roomID, Chain: k, Owner: c.owner, Entries: c.entries, Head: c.cv.Head(), FirstSeq: c.firstSeq, LastSeq: c.lastSeq,
 			Verdict: "ok", Broken: c.broken, Anchored: c.anchored}
 		if c.broken != nil {
 			s.Verdict = "broken"

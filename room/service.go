@@ -361,7 +361,9 @@ func (s *Service) handleJournal(req micro.Request, t *orderTicket) {
 	if v, ok, err := header(req.Headers(), HeaderReply); err == nil && ok {
 		brief = v == ReplyBrief
 	}
-	reply, err := s.gate.appendJournal(s.ctx, roomID, req.Data(), capsule, t, after)
+	// The subject was parsed before the request was taken (replyAllowed).
+	owner, _, _ := ParseServiceSubject(s.prefix, req.Subject())
+	reply, err := s.gate.appendJournal(s.ctx, roomID, owner, req.Data(), capsule, t, after)
 	if err != nil {
 		s.refusalOrError(req, err)
 		return

@@ -514,7 +514,7 @@ func TestSecureForeignWriter(t *testing.T) {
 	admin := dial(t, r.info.ClientURL, "admin", id.as(userAdmin))
 	harness := dial(t, r.info.ClientURL, "harness", id.as(userHarness))
 	entries, body := journal(t, "run-1", "cap-1", 3)
-	if jr := shipJournal(t, harness.nc, "room:alpha", lines(entries[:1])); jr.Stored != 1 {
+	if jr := shipJournalAs(t, harness.nc, userHarness, "room:alpha", lines(entries[:1])); jr.Stored != 1 {
 		t.Fatalf("before: %+v", jr)
 	}
 	r.waitHealth(t, 200, "ok\n")
@@ -538,7 +538,7 @@ func TestSecureForeignWriter(t *testing.T) {
 		t.Fatalf("no error log naming SNEAK:\n%s", logs)
 	}
 	before, _, _ := streamNow(t, admin)
-	jr := shipJournal(t, harness.nc, "room:alpha", body)
+	jr := shipJournalAs(t, harness.nc, userHarness, "room:alpha", body)
 	if jr.Dupes != 1 || jr.Failures != 1 || jr.Skipped != 1 || jr.Stored != 0 || jr.Items[1].Reason != "appends paused: "+reason {
 		t.Fatalf("paused: %+v", jr)
 	}
@@ -553,7 +553,7 @@ func TestSecureForeignWriter(t *testing.T) {
 	if _, m := r.get(t, "/metrics"); !strings.Contains(m, "\nroompub_foreign_writers 0\n") {
 		t.Fatalf("metrics: no roompub_foreign_writers 0")
 	}
-	if jr := shipJournal(t, harness.nc, "room:alpha", body); jr.Dupes != 1 || jr.Stored != 2 || jr.Items[2].StreamSeq != 3 {
+	if jr := shipJournalAs(t, harness.nc, userHarness, "room:alpha", body); jr.Dupes != 1 || jr.Stored != 2 || jr.Items[2].StreamSeq != 3 {
 		t.Fatalf("resumed: %+v", jr)
 	}
 

@@ -34,6 +34,13 @@ const (
 	HeaderReply = "Roompub-Reply"
 	// ReplyBrief is HeaderReply's value for brief replies.
 	ReplyBrief = "brief"
+	// HeaderOwner, on a stored journal entry, is the identity token
+	// (IdentityToken) of the chain's owner: the identity that stored the
+	// chain's first entry, the only one that may extend it. Absent: the
+	// anonymous identity's chain (docs/secure-mode.md, "Chains belong to
+	// the identity that starts them"). The gate sets it; a request's own
+	// header of that name is ignored.
+	HeaderOwner = "Roompub-Owner"
 )
 
 // MaxBatchLines bounds the journal lines of one request, so every reply

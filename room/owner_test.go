@@ -1,0 +1,130 @@
+package room_test
+
+import (
+	"bytes"
+	"context"
+	"testing"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/roompub/roompub/checkpoint"
+	"github.com/roompub/roompub/events"
+	"github.com/roompub/roompub/room"
+	"github.com/roompub/roompub/validate"
+)
+
+// TestChainOwnerSecure: in secure mode a second harness that knows a
+// chain's head (head endpoint) and its journal's lines can neither
+// extend the chain, resend its lines, nor claim its id in another room;
+// the owner finishes it; every entry carries the owner, and a trusting
+// audit verifies the attestations that bind it and names the owner.
+func TestChainOwnerSecure(t *testing.T) {
+	id := newIdentities(t, false)
+	p := startSecureServe(t, id, "")
+	ctx := context.Background()
+	owner := dial(t, p.url, userHarness, id.as(userHarness))
+	other := dial(t, p.url, userHarness2, id.as(userHarness2))
+	admin := dial(t, p.url, userAdmin, id.as(userAdmin))
+	solver := dial(t, p.url, "solver", id.asSolver(t))
+	mine, theirs := ingest(owner, userHarness), ingest(other, userHarness2)
+
+	data := mustRead(t, "../testdata/samples/capsules/csv-dedupe/journal.ndjson")
+	lines := bytes.SplitAfter(data, []byte("\n"))[:14]
+	first, err := mine.AppendJournal(ctx, "room:secure", nil, bytes.Join(lines[:7], nil))
+	if err != nil || first.Stored != 7 {
+		t.Fatalf("owner's first 7 lines: %+v %v", first, err)
+	}
+	h, err := theirs.Head(ctx, first.Chain)
+	if err != nil || h.Next != 7 {
+		t.Fatalf("the other harness reads the head: %+v %v", h, err)
+	}
+	for _, tc := range []struct {
+		name, room string
+		body       []byte
+	}{
+		{"the next entry", "room:secure", lines[7]},
+		{"a stored entry again", "room:secure", lines[0]},
+		{"the chain id in another room", "room:elsewhere", lines[7]},
+	} {
+		reply, err := theirs.AppendJournal(ctx, tc.room, nil, tc.body)
+		if err != nil || reply.Refused != 1 || reply.Items[0].Code != events.NotChainOwner {
+			t.Fatalf("%s: %+v %v, want not_chain_owner", tc.name, reply, err)
+		}
+		it := reply.Items[0]
+		if it.At == nil || it.At.Line != 1 || !bytes.Contains([]byte(it.Reason), []byte("identity harness in room:secure")) {
+			t.Fatalf("%s: where and why: %+v", tc.name, it)
+		}
+	}
+	rest, err := mine.AppendJournal(ctx, "room:secure", nil, bytes.Join(lines[7:], nil))
+	if err != nil || rest.Stored != 7 {
+		t.Fatalf("owner's last 7 lines: %+v %v", rest, err)
+	}
+	st, err := admin.js.Stream(ctx, room.DefaultStream)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for seq := uint64(1); seq <= 14; seq++ {
+		m, err := st.GetMsg(ctx, seq)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := m.Header.Get(room.HeaderOwner); got != userHarness {
+			t.Fatalf("stream seq %d: owner %q, want %q", seq, got, userHarness)
+		}
+	}
+	if n, _, _ := streamNow(t, admin); n != 14 {
+		t.Fatalf("the stream holds %d messages, want 14", n)
+	}
+
+	trust, err := checkpoint.NewTrust(p.pubKey.NodeID())
+	if err != nil {
+		t.Fatal(err)
+	}
+	v, err := validate.New(validate.WithTrustedHosts(referenceHost))
+	if err != nil {
+		t.Fatal(err)
+	}
+	rep, err := room.Audit(ctx, solver.js, room.AuditOptions{Validator: v, Trust: trust})
+	if err != nil || !rep.Clean() || rep.Totals.Entries != 14 || len(rep.Chains) != 1 || rep.Chains[0].Owner != userHarness {
+		t.Fatalf("trusting audit: %+v %v", rep, err)
+	}
+}
+
+// TestChainOwnerReader: a reader that trusts no publisher still holds a
+// chain to its first entry's owner: an entry written straight into the
+// stream under another owner is set aside not_chain_owner, and the chain
+// is broken from there. A trusting reader sets it aside earlier: its
+// attestation, copied from the genuine entry, binds the genuine owner.
+func TestChainOwnerReader(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	entries, data := journal(t, "run-owner", "cap-owner", 6)
+	_ = entries
+	lines := bytes.SplitAfter(data, []byte("\n"))[:6]
+	reply, err := e.gate.AppendJournalAs(ctx, "room:owner", "alice", bytes.Join(lines[:5], nil), nil)
+	if err != nil || reply.Stored != 5 {
+		t.Fatalf("alice: %+v %v", reply, err)
+	}
+	bob, err := e.gate.AppendJournalAs(ctx, "room:owner", "bob", lines[5], nil)
+	if err != nil || bob.Refused != 1 || bob.Items[0].Code != events.NotChainOwner || bob.Items[0].Problems[0].Expected != "alice" || bob.Items[0].Problems[0].Actual != "bob" {
+		t.Fatalf("bob: %+v %v", bob, err)
+	}
+	anon, err := e.gate.AppendJournal(ctx, "room:owner", lines[5], nil)
+	if err != nil || anon.Refused != 1 || anon.Items[0].Code != events.NotChainOwner {
+		t.Fatalf("anonymous: %+v %v", anon, err)
+	}
+	// Straight into the stream, as bob.
+	subj := room.Subjects{}.Journal("room:owner", events.ChainKey{RunID: "run-owner", CapsuleID: "cap-owner"})
+	msg := &nats.Msg{Subject: subj, Data: bytes.TrimSuffix(lines[5], []byte("\n")), Header: nats.Header{room.HeaderOwner: []string{"bob"}}}
+	if _, err := e.js.PublishMsg(ctx, msg); err != nil {
+		t.Fatal(err)
+	}
+	rep, err := room.Audit(ctx, e.js, room.AuditOptions{Validator: e.v})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep.Totals.Entries != 5 || rep.Totals.SetAside != 1 || len(rep.Violations) != 1 || rep.Violations[0].Code != events.NotChainOwner ||
+		rep.Violations[0].Seq != 6 || len(rep.Chains) != 1 || rep.Chains[0].Owner != "alice" || rep.Chains[0].Verdict != "broken" {
+		t.Fatalf("audit: %+v", rep)
+	}
+}
