@@ -98,7 +98,12 @@ type CheckpointerOptions struct {
 // its own tree (signed by a trusted key, same root at that size, no
 // smaller than the one before). A room whose latest checkpoint contradicts
 // the tree gets no checkpoint from it, and an error log: a checkpoint never
-// contradicts an earlier one. Every write carries the checkpoint subject's
+// contradicts an earlier one. Only a checkpoint signed by a trusted
+// publisher can contradict: any other message on a checkpoint subject (not
+// a signed note of the room, no or a bad signature by a trusted key) is set
+// aside (docs/secure-mode.md, "Checkpoints and leases"): counted, logged,
+// and otherwise ignored, so the room goes on from its latest valid
+// checkpoint. Every write carries the checkpoint subject's
 // last sequence the checkpointer read as Nats-Expected-Last-Subject-
 // Sequence, so it lands only on the checkpoint it checked, and two writers
 // never both land.
@@ -193,7 +198,10 @@ type ckRoom struct {
 	grewAt   time.Time
 	waitTill time.Time // after a failed write
 	warned   bool      // a message that is no leaf was logged at warn level
-	lease    lease
+	// asideWarned: a message set aside on the checkpoint subject was
+	// logged at warn level.
+	asideWarned bool
+	lease       lease
 }
 
 // ckQueued is a room's message or checkpoint waiting behind a message
@@ -1102,10 +1110,16 @@ func (c *Checkpointer) notLeaf(r *ckRoom, what string, seq uint64, subject strin
 func (c *Checkpointer) readCheckpoint(r *ckRoom, seq uint64, data []byte) {
 	r.ckptSeq = max(r.ckptSeq, seq)
 	ck, err := checkpoint.Parse(data, r.id, c.trust)
+	if err != nil {
+		// Not a checkpoint a trusted publisher signed for this room:
+		// anyone who can get a message onto the subject could write it,
+		// so it tells nothing of the room and is set aside. Only a
+		// trusted signature makes a contradiction evidence of a fork.
+		c.setAside(r, seq, data, err)
+		return
+	}
 	var reason string
 	switch {
-	case err != nil:
-		reason = err.Error()
 	case ck.Size > r.tree.Size():
 		reason = fmt.Sprintf("it covers %d messages; the room has %d admitted messages before it", ck.Size, r.tree.Size())
 	case ck.Size < r.goodSize:
@@ -1125,12 +1139,8 @@ func (c *Checkpointer) readCheckpoint(r *ckRoom, seq uint64, data []byte) {
 		if !wasBad {
 			c.m.blocked.Inc()
 		}
-		signer := ""
-		if u, uerr := checkpoint.ParseUnverified(data); uerr == nil {
-			signer = u.Signer
-		}
 		c.log.Error("checkpointer: the room's latest checkpoint contradicts its messages: no checkpoint will be written for the room",
-			zap.String("room", r.id), zap.Uint64("stream_seq", seq), zap.String("signer", signer), zap.String("reason", reason))
+			zap.String("room", r.id), zap.Uint64("stream_seq", seq), zap.String("signer", ck.Signer), zap.String("reason", reason))
 		return
 	}
 	if wasBad {
@@ -1144,6 +1154,46 @@ func (c *Checkpointer) readCheckpoint(r *ckRoom, seq uint64, data []byte) {
 	if ck.Size == r.tree.Size() {
 		r.grewAt = time.Time{}
 	}
+}
+
+// Reasons a message on a checkpoint subject is set aside, the values of
+// the reason label of roompub_checkpoint_set_aside_total.
+const (
+	asideMalformed    = "malformed"     // not a signed note in the form Sign writes
+	asideOtherRoom    = "other_room"    // its origin line names another room
+	asideUntrusted    = "untrusted"     // no signature by a trusted publisher
+	asideBadSignature = "bad_signature" // a signature under a trusted name that does not verify
+)
+
+// setAside passes over the message at seq on r's checkpoint subject, which
+// is not a checkpoint of r signed by a trusted publisher (err says why): it
+// is counted, logged (the room's first at warn level, later ones at debug
+// level, so writing junk onto the subject cannot flood the log) and
+// otherwise ignored: the room's latest checkpoint stays the last valid
+// one, and the room's checkpoints go on. r.ckptSeq has moved past it: the
+// next write expects it as the subject's last message. c.mu is held.
+func (c *Checkpointer) setAside(r *ckRoom, seq uint64, data []byte, err error) {
+	why, signer := asideMalformed, ""
+	var badSig *note.InvalidSignatureError
+	u, uerr := checkpoint.ParseUnverified(data)
+	if uerr == nil {
+		signer = u.Signer
+	}
+	switch {
+	case uerr == nil && u.Room != r.id:
+		why = asideOtherRoom
+	case errors.Is(err, checkpoint.ErrUntrustedPublisher):
+		why = asideUntrusted
+	case errors.As(err, &badSig):
+		why = asideBadSignature
+	}
+	c.m.setAside.WithLabelValues(why).Inc()
+	log, msg := c.log.Debug, "checkpointer: a message on the room's checkpoint subject is not a checkpoint signed by a trusted publisher: set aside"
+	if !r.asideWarned {
+		r.asideWarned, log = true, c.log.Warn
+		msg += " (the room's first; later ones are logged at debug level)"
+	}
+	log(msg, zap.String("room", r.id), zap.Uint64("stream_seq", seq), zap.String("why", why), zap.String("signer", signer), zap.Error(err))
 }
 
 // writer writes due checkpoints until ctx is done.
@@ -1389,6 +1439,7 @@ type checkpointMetrics struct {
 	leases     prometheus.Gauge
 	blocked    prometheus.Gauge
 	unadmitted prometheus.Counter
+	setAside   *prometheus.CounterVec
 }
 
 func newCheckpointMetrics(reg prometheus.Registerer) (*checkpointMetrics, error) {
@@ -1407,11 +1458,19 @@ func newCheckpointMetrics(reg prometheus.Registerer) (*checkpointMetrics, error)
 			Namespace: "roompub", Name: "checkpoint_unadmitted_messages_total",
 			Help: "Messages on room subjects without a valid attestation by a trusted publisher: not leaves of any checkpoint.",
 		}),
+		setAside: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: "roompub", Name: "checkpoint_set_aside_total",
+			Help: "Messages on room checkpoint subjects that are not checkpoints of the room signed by a trusted publisher, by reason " +
+				"(malformed, other_room, untrusted, bad_signature): set aside, they neither count as the room's latest checkpoint nor stop its checkpoints.",
+		}, []string{"reason"}),
+	}
+	for _, why := range []string{asideMalformed, asideOtherRoom, asideUntrusted, asideBadSignature} {
+		m.setAside.WithLabelValues(why)
 	}
 	if reg == nil {
 		return m, nil
 	}
-	for _, col := range []prometheus.Collector{m.written, m.leases, m.blocked, m.unadmitted} {
+	for _, col := range []prometheus.Collector{m.written, m.leases, m.blocked, m.unadmitted, m.setAside} {
 		if err := reg.Register(col); err != nil {
 			return nil, err
 		}

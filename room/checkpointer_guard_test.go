@@ -1,0 +1,170 @@
+package room_test
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"go.uber.org/zap"
+
+	"github.com/roompub/roompub/checkpoint"
+	"github.com/roompub/roompub/events"
+	"github.com/roompub/roompub/room"
+)
+
+// metricValues gathers reg and returns the values of the metric family
+// name, keyed by its labels as `k="v",...` ("" for a metric without
+// labels).
+func metricValues(t *testing.T, reg *prometheus.Registry, name string) map[string]float64 {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]float64{}
+	for _, mf := range mfs {
+		if mf.GetName() != name {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			var labels []string
+			for _, l := range m.GetLabel() {
+				labels = append(labels, fmt.Sprintf("%s=%q", l.GetName(), l.GetValue()))
+			}
+			v := m.GetGauge().GetValue()
+			if m.GetCounter() != nil {
+				v = m.GetCounter().GetValue()
+			}
+			out[strings.Join(labels, ",")] = v
+		}
+	}
+	return out
+}
+
+// TestCheckpointerSetsAsideJunkCheckpoints: four messages on a room's
+// checkpoint subject that are not checkpoints of the room signed by a
+// trusted publisher (a JSON service reply, a note signed by a key nobody
+// trusts, a trusted checkpoint of another room, a trusted checkpoint
+// whose root line was changed after signing) are set aside: counted by
+// reason, logged (the first at warn level), never the room's latest
+// checkpoint; the checkpointer writes the room's next checkpoint over
+// them, and an audit verifies both genuine checkpoints, the second against
+// the first, and sets aside exactly the four.
+func TestCheckpointerSetsAsideJunkCheckpoints(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	key, stranger := newPublisherKey(t), newPublisherKey(t)
+	const roomID, other = "room:junk", "room:other"
+	reg := prometheus.NewRegistry()
+	ckp, logs := startCheckpointer(t, e.connect(), room.CheckpointerOptions{Key: key, Every: 5, Interval: time.Hour, Registerer: reg})
+	gate := e.attestingGate(e.nc, key, ckp, room.GateOptions{})
+	ckSubj := room.Subjects{}.Checkpoint(roomID)
+	trust := trustOf(t, key)
+	es, _ := journal(t, "run-j", "cap-j", 10)
+	if r, err := gate.AppendJournal(ctx, roomID, lines(es[:5]), nil); err != nil || r.Stored != 5 {
+		t.Fatalf("%+v %v", r, err)
+	}
+	waitFor(t, 10*time.Second, "the first checkpoint", func() bool { return e.countOn(ckSubj) == 1 })
+	genuine := e.onSubject(ckSubj)[0]
+
+	signer, err := checkpoint.NewNoteSigner(key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	strangerSigner, err := checkpoint.NewNoteSigner(stranger)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var root [32]byte
+	copy(root[:], "any root the junk cares to claim")
+	byStranger, err := checkpoint.Sign(strangerSigner, roomID, 5, root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	otherRoom, err := checkpoint.Sign(signer, other, 5, root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The genuine note with its root line replaced: the trusted name's
+	// signature no longer verifies.
+	lines3 := bytes.SplitN(genuine.Data, []byte("\n"), 4)
+	rootB64 := []byte("YW55IHJvb3QgdGhlIGp1bmsgY2FyZXMgdG8gY2xhaW0=")
+	badSig := slices.Concat(lines3[0], []byte("\n"), lines3[1], []byte("\n"), rootB64, []byte("\n"), lines3[3])
+	junk := [][]byte{[]byte(`{"type":"io.nats.micro.v1.info_response","name":"roompub"}`), byStranger, otherRoom, badSig}
+	var junkSeqs []uint64
+	for _, j := range junk {
+		ack, err := e.js.Publish(ctx, ckSubj, j)
+		if err != nil {
+			t.Fatal(err)
+		}
+		junkSeqs = append(junkSeqs, ack.Sequence)
+	}
+	if r, err := gate.AppendJournal(ctx, roomID, lines(es[5:]), nil); err != nil || r.Stored != 5 {
+		t.Fatalf("%+v %v", r, err)
+	}
+	waitFor(t, 10*time.Second, "the second checkpoint, over the junk", func() bool { return e.countOn(ckSubj) == 6 })
+	rt := e.rebuildWith(roomID, trust, true)
+	if sizes := rt.checkCheckpoints(t); fmt.Sprint(sizes) != "[5 10]" || !slices.Equal(rt.aside, junkSeqs) || rt.ckptSeqs[1] != junkSeqs[3]+6 {
+		t.Fatalf("checkpoint sizes %v at %v, set aside %v; want [5 10], the second after the 5 entries that follow the junk at %v", sizes, rt.ckptSeqs, rt.aside, junkSeqs)
+	}
+	if got := metricValues(t, reg, "roompub_checkpoint_set_aside_total"); fmt.Sprint(got) !=
+		`map[reason="bad_signature":1 reason="malformed":1 reason="other_room":1 reason="untrusted":1]` {
+		t.Errorf("roompub_checkpoint_set_aside_total %v", got)
+	}
+	if got := metricValues(t, reg, "roompub_checkpoint_rooms_blocked"); got[""] != 0 {
+		t.Errorf("roompub_checkpoint_rooms_blocked %v, want 0", got)
+	}
+	var got []string
+	for _, l := range logs.FilterMessageSnippet("set aside").All() {
+		c := l.ContextMap()
+		got = append(got, fmt.Sprintf("%s %s %d %s %s", l.Level, c["room"], c["stream_seq"], c["why"], c["signer"]))
+	}
+	want := []string{
+		fmt.Sprintf("warn %s %d malformed ", roomID, junkSeqs[0]),
+		fmt.Sprintf("debug %s %d untrusted %s", roomID, junkSeqs[1], stranger.NodeID()),
+		fmt.Sprintf("debug %s %d other_room %s", roomID, junkSeqs[2], key.NodeID()),
+		fmt.Sprintf("debug %s %d bad_signature %s", roomID, junkSeqs[3], key.NodeID()),
+	}
+	if !slices.Equal(got, want) {
+		t.Errorf("set-aside logs\n%s\nwant\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+	if n := logs.FilterLevelExact(zap.ErrorLevel).Len(); n != 0 {
+		t.Errorf("%d error logs, want none: %v", n, logs.FilterLevelExact(zap.ErrorLevel).All())
+	}
+
+	// A reader sets aside exactly the four, at their stream seqs, and
+	// verifies both genuine checkpoints, the second against the first.
+	rep, err := room.Audit(ctx, e.js, room.AuditOptions{Validator: e.v, Trust: trust})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var aside []string
+	for _, v := range rep.Violations {
+		aside = append(aside, fmt.Sprintf("%d %s %s", v.Seq, v.Code, v.Subject))
+		if !strings.HasPrefix(v.Reason, "not a checkpoint of the room signed by a trusted publisher (set aside; the room's checkpoints are checked without it): ") {
+			t.Errorf("stream seq %d: reason %q", v.Seq, v.Reason)
+		}
+	}
+	var wantAside []string
+	for _, seq := range junkSeqs {
+		wantAside = append(wantAside, fmt.Sprintf("%d %s %s", seq, events.CheckpointMismatch, ckSubj))
+	}
+	if !slices.Equal(aside, wantAside) {
+		t.Fatalf("audit set aside\n%s\nwant\n%s", strings.Join(aside, "\n"), strings.Join(wantAside, "\n"))
+	}
+	var facts *room.RoomCheckpoints
+	for i := range rep.Checkpoints {
+		if rep.Checkpoints[i].RoomID == roomID {
+			facts = &rep.Checkpoints[i]
+		}
+	}
+	if facts == nil || facts.Admitted != 10 || facts.Checkpoints != 2 || facts.CheckpointsRefused != 4 || facts.Latest == nil ||
+		facts.Latest.Size != 10 || facts.Latest.Seq != rt.ckptSeqs[1] || facts.Covered != 10 || facts.Tail != 0 || facts.Refused != "" {
+		t.Fatalf("audit facts of %s: %+v (latest %+v)", roomID, facts, facts.Latest)
+	}
+}
