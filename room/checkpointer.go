@@ -26,7 +26,9 @@ import (
 // Defaults of CheckpointerOptions (issue 9).
 const (
 	// DefaultLeaseBucket is the JetStream key-value bucket of the rooms'
-	// checkpoint leases: key LeaseKey(room id), value the writer's node id.
+	// checkpoint leases: key LeaseKey(room id), value the writer's lease
+	// statement (checkpoint.SignLease: node id, time taken or renewed,
+	// signature).
 	DefaultLeaseBucket = "ROOMPUB_CHECKPOINT_LEASES"
 	// DefaultLeaseTTL is the bucket's TTL when the checkpointer creates
 	// it: a lease nobody renews lapses after it.
@@ -94,7 +96,9 @@ type CheckpointerOptions struct {
 // For each room whose tree grew it writes a checkpoint every Every leaves
 // or Interval, and on Stop, on the room's checkpoint subject, but only
 // while it holds the room's lease (a key-value entry with a TTL, created or
-// updated by revision) and only after the room's latest checkpoint matched
+// updated by revision, whose value is a lease statement signed by the
+// publisher key; a value that is not one a trusted publisher signed within
+// the TTL is not honoured: holdLease) and only after the room's latest checkpoint matched
 // its own tree (signed by a trusted key, same root at that size, no
 // smaller than the one before). A room whose latest checkpoint contradicts
 // the tree gets no checkpoint from it, and an error log: a checkpoint never
@@ -116,6 +120,7 @@ type Checkpointer struct {
 	stream   jetstream.Stream
 	kv       jetstream.KeyValue
 	signer   note.Signer
+	key      *events.HostKey // signs the leases
 	nodeID   string
 	trust    *checkpoint.Trust
 	every    uint64
@@ -142,6 +147,7 @@ type Checkpointer struct {
 	fromMemory atomic.Uint64
 	readGaps   atomic.Uint64
 	gapWait    atomic.Int64  // ckGapWait; tests shorten or lengthen it
+	leaseSkew  atomic.Int64  // DefaultLeaseSkew; tests shorten it
 	handled    atomic.Uint64 // stream seq of the last message handled
 	due        chan struct{} // a room reached Every: write now
 	stopW      context.CancelFunc
@@ -252,6 +258,8 @@ func StartCheckpointer(ctx context.Context, nc *nats.Conn, o CheckpointerOptions
 		switched: make(chan struct{}), fdone: make(chan struct{})}
 	c.acked.init()
 	c.gapWait.Store(int64(ckGapWait))
+	c.leaseSkew.Store(int64(DefaultLeaseSkew))
+	c.key = o.Key
 	c.batches = checkpoint.NewBatchCollector(trust)
 	if c.log == nil {
 		c.log = zap.NewNop()
@@ -349,7 +357,7 @@ func leaseBucket(ctx context.Context, js jetstream.JetStream, o CheckpointerOpti
 		}
 		kv, err = js.CreateKeyValue(ctx, jetstream.KeyValueConfig{
 			Bucket:      bucket,
-			Description: "roompub checkpoint leases: one key per room, the writer's node id",
+			Description: "roompub checkpoint leases: one key per room, the writer's signed lease statement",
 			History:     1,
 			TTL:         ttl,
 			Storage:     jetstream.FileStorage,
@@ -1314,19 +1322,61 @@ func (c *Checkpointer) write(ctx context.Context, d dueCheckpoint) error {
 	}
 }
 
+// DefaultLeaseSkew is how far a lease's signed time may lie ahead of this
+// publisher's clock, and past the lease bucket's TTL, before the lease is
+// not honoured (clocks of publishers differ by that much at most).
+const DefaultLeaseSkew = 5 * time.Second
+
+// Reasons a lease value is not honoured, the values of the reason label of
+// roompub_checkpoint_leases_overridden_total.
+const (
+	leaseUnsigned  = "unsigned"  // not a lease statement whose signature verifies for the key (a bare node id included)
+	leaseUntrusted = "untrusted" // signed by a key that is not trusted
+	leaseStale     = "stale"     // older than the bucket's TTL plus the skew: replayed
+	leaseFuture    = "future"    // later than now plus the skew
+)
+
+// judgeLease decides whether the lease value of key, read at now, is
+// honoured: a lease statement signed by a trusted publisher for key
+// (checkpoint.SignLease) whose time is within the bucket's TTL plus the
+// skew before now and no more than the skew after it. It returns "" and
+// the holder, or the reason it is not honoured and the error behind it.
+func (c *Checkpointer) judgeLease(key string, value []byte, now time.Time) (why, holder string, err error) {
+	l, err := c.trust.VerifyLease(key, value)
+	skew := time.Duration(c.leaseSkew.Load())
+	switch {
+	case errors.Is(err, checkpoint.ErrUntrustedPublisher):
+		return leaseUntrusted, "", err
+	case err != nil:
+		return leaseUnsigned, "", err
+	case l.At.Before(now.Add(-c.ttl - skew)):
+		return leaseStale, l.NodeID, fmt.Errorf("taken or renewed at %s, more than the TTL (%s) and %s before now", l.At.Format(time.RFC3339Nano), c.ttl, skew)
+	case l.At.After(now.Add(skew)):
+		return leaseFuture, l.NodeID, fmt.Errorf("taken or renewed at %s, more than %s after now", l.At.Format(time.RFC3339Nano), skew)
+	}
+	return "", l.NodeID, nil
+}
+
 // holdLease reports whether this checkpointer holds r's lease now, renewing
-// it when a third of the TTL has passed and taking it when it is free.
+// it when a third of the TTL has passed and taking it when it is free or
+// its value is not honoured (judgeLease): then by revision, so a lease
+// another publisher took meanwhile is left alone.
 func (c *Checkpointer) holdLease(ctx context.Context, r *ckRoom) bool {
 	l := &r.lease
 	now := time.Now()
 	key := LeaseKey(r.id)
 	lctx, cancel := withDefaultTimeout(ctx)
 	defer cancel()
+	value, err := checkpoint.SignLease(c.key, key, now)
+	if err != nil { // cannot happen: LeaseKey holds no space or control character
+		c.log.Error("checkpointer: cannot sign the room's lease", zap.String("room", r.id), zap.Error(err))
+		return false
+	}
 	if l.rev != 0 {
 		if now.Sub(l.renewedAt) < c.ttl/3 {
 			return true
 		}
-		rev, err := c.kv.Update(lctx, key, []byte(c.nodeID), l.rev)
+		rev, err := c.kv.Update(lctx, key, []byte(value), l.rev)
 		if err == nil {
 			l.rev, l.renewedAt = rev, now
 			return true
@@ -1346,7 +1396,10 @@ func (c *Checkpointer) holdLease(ctx context.Context, r *ckRoom) bool {
 	if now.Before(l.retryAt) {
 		return false
 	}
-	rev, err := c.kv.Create(lctx, key, []byte(c.nodeID))
+	rev, err := c.kv.Create(lctx, key, []byte(value))
+	if errors.Is(err, jetstream.ErrKeyExists) {
+		rev, err = c.overrideLease(lctx, r, key, value, now)
+	}
 	if err != nil {
 		l.retryAt = now.Add(c.ttl / 3)
 		if !errors.Is(err, jetstream.ErrKeyExists) && ctx.Err() == nil {
@@ -1354,10 +1407,46 @@ func (c *Checkpointer) holdLease(ctx context.Context, r *ckRoom) bool {
 		}
 		return false
 	}
+	if rev == 0 {
+		// Not honoured, and changed before it could be taken over: try
+		// again at the next write (a writer of junk goes on writing).
+		return false
+	}
 	l.rev, l.renewedAt = rev, now
 	c.m.leases.Inc()
 	c.log.Info("checkpointer: lease taken", zap.String("room", r.id), zap.String("key", key))
 	return true
+}
+
+// overrideLease reads the lease of key that Create found and takes it over
+// with value, by revision, when judgeLease does not honour it. It returns
+// the new revision; 0 and no error when the key changed before the update
+// (decided again at the next write); ErrKeyExists when the lease is
+// honoured.
+func (c *Checkpointer) overrideLease(ctx context.Context, r *ckRoom, key, value string, now time.Time) (uint64, error) {
+	en, err := c.kv.Get(ctx, key)
+	if errors.Is(err, jetstream.ErrKeyNotFound) {
+		return 0, nil // lapsed or released since Create
+	}
+	if err != nil {
+		return 0, err
+	}
+	why, holder, verr := c.judgeLease(key, en.Value(), now)
+	if why == "" {
+		return 0, jetstream.ErrKeyExists
+	}
+	rev, err := c.kv.Update(ctx, key, []byte(value), en.Revision())
+	if errors.Is(err, jetstream.ErrKeyExists) || isWrongLastSequence(err) {
+		return 0, nil
+	}
+	if err != nil {
+		return 0, err
+	}
+	c.m.overridden.WithLabelValues(why).Inc()
+	c.log.Warn("checkpointer: the room's lease was not held by a trusted publisher: taken over",
+		zap.String("room", r.id), zap.String("key", key), zap.Uint64("revision", en.Revision()), zap.String("why", why),
+		zap.String("holder", holder), zap.Error(verr))
+	return rev, nil
 }
 
 // Stop writes the final checkpoints and ends the checkpointer: it stops
@@ -1440,6 +1529,7 @@ type checkpointMetrics struct {
 	blocked    prometheus.Gauge
 	unadmitted prometheus.Counter
 	setAside   *prometheus.CounterVec
+	overridden *prometheus.CounterVec
 }
 
 func newCheckpointMetrics(reg prometheus.Registerer) (*checkpointMetrics, error) {
@@ -1464,13 +1554,21 @@ func newCheckpointMetrics(reg prometheus.Registerer) (*checkpointMetrics, error)
 				"(malformed, other_room, untrusted, bad_signature): set aside, they neither count as the room's latest checkpoint nor stop its checkpoints.",
 		}, []string{"reason"}),
 	}
+	m.overridden = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Namespace: "roompub", Name: "checkpoint_leases_overridden_total",
+		Help: "Room checkpoint leases this publisher took over because their value was not honoured, by reason " +
+			"(unsigned, untrusted, stale, future).",
+	}, []string{"reason"})
 	for _, why := range []string{asideMalformed, asideOtherRoom, asideUntrusted, asideBadSignature} {
 		m.setAside.WithLabelValues(why)
+	}
+	for _, why := range []string{leaseUnsigned, leaseUntrusted, leaseStale, leaseFuture} {
+		m.overridden.WithLabelValues(why)
 	}
 	if reg == nil {
 		return m, nil
 	}
-	for _, col := range []prometheus.Collector{m.written, m.leases, m.blocked, m.unadmitted, m.setAside} {
+	for _, col := range []prometheus.Collector{m.written, m.leases, m.blocked, m.unadmitted, m.setAside, m.overridden} {
 		if err := reg.Register(col); err != nil {
 			return nil, err
 		}

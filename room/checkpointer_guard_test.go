@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap"
 
@@ -166,5 +167,161 @@ func TestCheckpointerSetsAsideJunkCheckpoints(t *testing.T) {
 	if facts == nil || facts.Admitted != 10 || facts.Checkpoints != 2 || facts.CheckpointsRefused != 4 || facts.Latest == nil ||
 		facts.Latest.Size != 10 || facts.Latest.Seq != rt.ckptSeqs[1] || facts.Covered != 10 || facts.Tail != 0 || facts.Refused != "" {
 		t.Fatalf("audit facts of %s: %+v (latest %+v)", roomID, facts, facts.Latest)
+	}
+}
+
+// TestCheckpointerOverridesUnsignedLeases: a lease value that is not a
+// lease statement a trusted publisher signed within the TTL does not hold
+// the lease: junk (and a bare node id, what older publishers wrote) put
+// into the room's lease key every 200ms, a replayed genuine value older
+// than the TTL, one dated in the future and one signed by an untrusted
+// key are each taken over by revision, logged and counted, and the room's
+// checkpoints go on.
+func TestCheckpointerOverridesUnsignedLeases(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	key, stranger := newPublisherKey(t), newPublisherKey(t)
+	const roomID, ttl = "room:leased", 2 * time.Second
+	reg := prometheus.NewRegistry()
+	ckp, logs := startCheckpointer(t, e.connect(), room.CheckpointerOptions{Key: key, Every: 5, Interval: time.Hour, LeaseTTL: ttl, Registerer: reg})
+	ckp.SetLeaseSkew(100 * time.Millisecond)
+	gate := e.attestingGate(e.nc, key, ckp, room.GateOptions{})
+	ckSubj := room.Subjects{}.Checkpoint(roomID)
+	lkey := room.LeaseKey(roomID)
+	trust := trustOf(t, key)
+	kv, err := e.js.KeyValue(ctx, room.DefaultLeaseBucket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	es, _ := journal(t, "run-l", "cap-l", 40)
+	next := 0
+	// round appends 5 entries, a third of the TTL after the last write
+	// (so the write renews or takes the lease), and waits for their
+	// checkpoint.
+	round := func() {
+		t.Helper()
+		time.Sleep(ttl/3 + 50*time.Millisecond)
+		if r, err := gate.AppendJournal(ctx, roomID, lines(es[next:next+5]), nil); err != nil || r.Stored != 5 {
+			t.Fatalf("%+v %v", r, err)
+		}
+		next += 5
+		waitFor(t, 10*time.Second, fmt.Sprintf("checkpoint %d", next/5), func() bool { return e.countOn(ckSubj) == uint64(next/5) })
+	}
+	ours := func() checkpoint.Lease {
+		t.Helper()
+		en, err := kv.Get(ctx, lkey)
+		if err != nil {
+			t.Fatal(err)
+		}
+		l, err := trust.VerifyLease(lkey, en.Value())
+		if err != nil {
+			t.Fatalf("lease value %q: %v", en.Value(), err)
+		}
+		return l
+	}
+
+	// Every value the key takes, to replay a genuine one.
+	w, err := kv.Watch(ctx, lkey, jetstream.UpdatesOnly())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = w.Stop() }()
+	// Junk every 200ms from before the first append.
+	if _, err := kv.Put(ctx, lkey, []byte("junk")); err != nil {
+		t.Fatal(err)
+	}
+	stop, done := make(chan struct{}), make(chan int)
+	go func() {
+		tick := time.NewTicker(200 * time.Millisecond)
+		defer tick.Stop()
+		n := 0
+		for {
+			select {
+			case <-stop:
+				done <- n
+				return
+			case <-tick.C:
+			}
+			v := []byte(fmt.Sprintf("junk %d", n))
+			if n%2 == 1 {
+				v = []byte(key.NodeID()) // the old, unsigned format
+			}
+			if _, err := kv.Put(ctx, lkey, v); err != nil {
+				t.Errorf("put junk: %v", err)
+			}
+			n++
+		}
+	}()
+	for range 4 {
+		round()
+	}
+	close(stop)
+	puts := <-done
+	var genuine []byte // the checkpointer's first value, replayed below
+	for genuine == nil {
+		select {
+		case en := <-w.Updates():
+			if _, err := trust.VerifyLease(lkey, en.Value()); err == nil {
+				genuine = en.Value()
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatal("no genuine lease value was seen")
+		}
+	}
+	unsigned := metricValues(t, reg, "roompub_checkpoint_leases_overridden_total")[`reason="unsigned"`]
+	t.Logf("%d junk values put; %v taken over", puts, unsigned)
+	if unsigned < 4 {
+		t.Fatalf("%v unsigned leases taken over, want at least one per checkpoint (4)", unsigned)
+	}
+
+	// The genuine value, replayed once it is older than the TTL and the
+	// skew; then one from the future; then one by a key nobody trusts.
+	if _, err := trust.VerifyLease(lkey, genuine); err != nil {
+		t.Fatalf("the captured value %q: %v", genuine, err)
+	}
+	future, err := checkpoint.SignLease(key, lkey, time.Now().Add(time.Hour))
+	if err != nil {
+		t.Fatal(err)
+	}
+	byStranger, err := checkpoint.SignLease(stranger, lkey, time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, v := range [][]byte{genuine, []byte(future), []byte(byStranger)} {
+		before := time.Now()
+		if _, err := kv.Put(ctx, lkey, v); err != nil {
+			t.Fatal(err)
+		}
+		round()
+		if l := ours(); l.NodeID != key.NodeID() || l.At.Before(before.Truncate(time.Millisecond)) {
+			t.Fatalf("lease after the takeover: %+v, want ours, taken after %s", l, before)
+		}
+	}
+	want := map[string]float64{`reason="unsigned"`: unsigned, `reason="untrusted"`: 1, `reason="stale"`: 1, `reason="future"`: 1}
+	if got := metricValues(t, reg, "roompub_checkpoint_leases_overridden_total"); fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Errorf("roompub_checkpoint_leases_overridden_total %v, want %v", got, want)
+	}
+	var got []string
+	for _, l := range logs.FilterMessage("checkpointer: the room's lease was not held by a trusted publisher: taken over").All() {
+		c := l.ContextMap()
+		if c["why"] == "unsigned" {
+			continue
+		}
+		got = append(got, fmt.Sprintf("%s %s %s %s %s", l.Level, c["room"], c["key"], c["why"], c["holder"]))
+	}
+	wantLogs := []string{
+		fmt.Sprintf("warn %s %s stale %s", roomID, lkey, key.NodeID()),
+		fmt.Sprintf("warn %s %s future %s", roomID, lkey, key.NodeID()),
+		fmt.Sprintf("warn %s %s untrusted ", roomID, lkey),
+	}
+	if !slices.Equal(got, wantLogs) {
+		t.Errorf("takeover logs\n%s\nwant\n%s", strings.Join(got, "\n"), strings.Join(wantLogs, "\n"))
+	}
+	if n := logs.FilterMessage("checkpointer: the room's lease was not held by a trusted publisher: taken over").Len(); float64(n) != unsigned+3 {
+		t.Errorf("%d takeover logs, want one per takeover (%v)", n, unsigned+3)
+	}
+	rt := e.rebuild(roomID, trust)
+	if sizes := rt.checkCheckpoints(t); fmt.Sprint(sizes) != "[5 10 15 20 25 30 35]" {
+		t.Fatalf("checkpoint sizes %v", sizes)
 	}
 }

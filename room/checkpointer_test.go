@@ -570,8 +570,11 @@ func TestCheckpointerLeaseTakeover(t *testing.T) {
 		t.Fatal(err)
 	}
 	en, err := kv.Get(ctx, room.LeaseKey(roomID))
-	if err != nil || string(en.Value()) != holder {
-		t.Fatalf("lease: %v %v, want held by %s", en, err, holder)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if l, err := trust.VerifyLease(room.LeaseKey(roomID), en.Value()); err != nil || l.NodeID != holder {
+		t.Fatalf("lease: %q %v, want a lease statement of %s", en.Value(), err, holder)
 	}
 	renewed := en.Created() // the holder writes nothing more: no renewal
 	// The holder dies without releasing its lease.
@@ -604,8 +607,12 @@ func TestCheckpointerLeaseTakeover(t *testing.T) {
 		t.Fatalf("the survivor wrote at %s, before the holder's lease lapsed (%s)", first.Time, lapse)
 	}
 	t.Logf("takeover %s after the last renewal (lease TTL %s); checkpoint sizes %v", first.Time.Sub(renewed), ttl, sizes)
-	if en, err := kv.Get(ctx, room.LeaseKey(roomID)); err != nil || string(en.Value()) != survivor.NodeID() {
-		t.Fatalf("lease: %v %v, want held by the survivor", en, err)
+	en, err = kv.Get(ctx, room.LeaseKey(roomID))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if l, err := trust.VerifyLease(room.LeaseKey(roomID), en.Value()); err != nil || l.NodeID != survivor.NodeID() {
+		t.Fatalf("lease: %q %v, want held by the survivor", en.Value(), err)
 	}
 }
 

@@ -117,6 +117,10 @@ func (c *Checkpointer) FollowCounts() (fromMemory, read uint64) {
 // SetGapWait sets how long follow waits at a gap for batches in flight.
 func (c *Checkpointer) SetGapWait(d time.Duration) { c.gapWait.Store(int64(d)) }
 
+// SetLeaseSkew sets how far a lease's time may lie past the TTL or ahead
+// of now (DefaultLeaseSkew), so a test can replay a stale lease sooner.
+func (c *Checkpointer) SetLeaseSkew(d time.Duration) { c.leaseSkew.Store(int64(d)) }
+
 // SetAckedMax sets how many messages of the gate's acknowledged batches
 // the checkpointer keeps in memory (ackedMax); a batch that does not fit
 // is read from the stream, whole.
