@@ -16,6 +16,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/synadia-io/orbit.go/jetstreamext"
 	"go.uber.org/zap"
 	"golang.org/x/mod/sumdb/note"
 
@@ -77,8 +78,9 @@ type CheckpointerOptions struct {
 
 // Checkpointer writes the signed checkpoints of every room of one stream
 // (issue 9). It reads the stream in stream order, from its first message
-// with an ordered consumer up to the stream's end at start, then by stream
-// sequence (follow): the gate of the same process tells it where the
+// with batch direct gets up to the stream's end at start (catchUpRead),
+// then by stream sequence (follow), creating no consumer, so a stream
+// whose consumers are at their limit is read all the same: the gate of the same process tells it where the
 // server stored its attested batches (Stored), which it takes from memory
 // whole without reading them, and it reads only the rest (others'
 // messages, checkpoints, and the gate's batches whose acknowledgement is
@@ -135,7 +137,6 @@ type Checkpointer struct {
 	// there and reads only the gaps between them (follow).
 	acked ackedOwn
 
-	cons     jetstream.ConsumeContext
 	switched chan struct{} // closed when the catch-up read ends and follow begins
 	stopF    context.CancelFunc
 	fdone    chan struct{}
@@ -143,7 +144,6 @@ type Checkpointer struct {
 	// and readGaps count follow's messages taken from acked (whole
 	// batches) and read.
 	next       uint64
-	switchedAt bool // the catch-up read is over (c.mu): its deliveries are ignored
 	fromMemory atomic.Uint64
 	readGaps   atomic.Uint64
 	gapWait    atomic.Int64  // ckGapWait; tests shorten or lengthen it
@@ -170,12 +170,13 @@ type Checkpointer struct {
 	parsed      map[string]Parsed // subject cache
 	startSeq    uint64            // the stream's last sequence at start
 	caughtUp    bool              // handled up to startSeq: writes may begin
-	consErr     error             // the consumer's last error, for Stop
+	consErr     error             // the last error reading the stream, for Stop
 }
 
-// ckPullMessages and ckPullBytes size the reader's pulls (the ordered
-// consumer's default is 500 messages): fewer pull requests while it reads
-// every message of the stream, as Audit's replay reads it.
+// ckPullMessages and ckPullBytes size the reader's batch direct gets:
+// few requests while it reads every message of the stream, and replies the
+// server sends in one go (it stops at the byte limit, after at least one
+// message).
 const (
 	ckPullMessages = 1024
 	ckPullBytes    = 4 << 20
@@ -298,38 +299,11 @@ func StartCheckpointer(ctx context.Context, nc *nats.Conn, o CheckpointerOptions
 	c.stopF = stopF
 	go c.follow(fctx)
 	if c.startSeq == 0 {
-		c.switchedAt, c.next = true, 1
+		c.next = 1
 		close(c.switched)
+	} else {
+		go c.catchUpRead(fctx)
 	}
-	cons, err := c.stream.OrderedConsumer(cctx, jetstream.OrderedConsumerConfig{
-		FilterSubjects: []string{c.subjects.All()},
-		DeliverPolicy:  jetstream.DeliverAllPolicy,
-	})
-	if err != nil {
-		stopF()
-		return nil, fmt.Errorf("%w: read stream %s: %w", ErrCheckpointer, name, err)
-	}
-	// The byte limit holds at least one message of the largest size.
-	pull := jetstream.PullMaxMessagesWithBytesLimit(ckPullMessages, max(ckPullBytes, 2*int(nc.MaxPayload())))
-	c.cons, err = cons.Consume(c.handle, jetstream.ConsumeErrHandler(func(_ jetstream.ConsumeContext, err error) {
-		c.mu.Lock()
-		c.consErr = err
-		c.mu.Unlock()
-		c.log.Warn("checkpointer: reading the room stream", zap.Error(err))
-	}), pull)
-	if err != nil {
-		stopF()
-		return nil, fmt.Errorf("%w: read stream %s: %w", ErrCheckpointer, name, err)
-	}
-	go func() {
-		// The catch-up read is over: the ordered consumer stops, follow
-		// goes on.
-		select {
-		case <-c.switched:
-			c.cons.Stop()
-		case <-fctx.Done():
-		}
-	}()
 	wctx, stopW := context.WithCancel(context.Background())
 	c.stopW = stopW
 	go c.writer(wctx)
@@ -602,8 +576,7 @@ func (c *Checkpointer) follow(ctx context.Context) {
 	c.mu.Unlock()
 	var gapSince time.Time
 	retried := false
-	var gap *gapReader // the ordered consumer of the run being read, if any
-	run := 0           // messages read from the stream since the last from memory
+	run := 0 // messages read from the stream since the last from memory
 	// fromGate: the last message handled came from memory. The next one
 	// is most likely the gate's next append, whose acknowledgement has
 	// not come yet (one record at a time, the next is acknowledged about
@@ -662,14 +635,13 @@ func (c *Checkpointer) follow(ctx context.Context) {
 		}
 		// The gap runs up to the next batch kept in memory. A message (a
 		// checkpoint, say) is read with a leader read, and so is the
-		// first of a run, or nothing, when idle; once a run goes on it is
-		// read with an ordered consumer in pulls, at the catch-up read's
-		// pace (each pull makes a consumer: not for a poll).
+		// first of a run, or nothing, when idle (the leader has what was
+		// just acknowledged); once a run goes on it is read with batch
+		// direct gets, at the catch-up read's pace.
 		upTo, kept := c.acked.nextKept(next)
 		var msgs []gapMsg
 		var err error
 		if run < 2 || (kept && upTo == next+1) {
-			gap = nil
 			var m *jetstream.RawStreamMsg
 			if m, err = leaderGet(ctx, nc, name, DefaultTimeout, map[string]any{"seq": next, "next_by_subj": all}); m != nil {
 				msgs = []gapMsg{{seq: m.Sequence, subject: m.Subject, data: m.Data, header: m.Header.Get(checkpoint.AttestationHeader)}}
@@ -679,10 +651,9 @@ func (c *Checkpointer) follow(ctx context.Context) {
 			if kept {
 				limit = int(min(uint64(limit), upTo-next))
 			}
-			msgs, err = c.readGap(ctx, &gap, next, limit)
+			msgs, err = c.readBatch(ctx, next, limit)
 		}
 		if err != nil {
-			gap = nil
 			if ctx.Err() == nil {
 				c.log.Warn("checkpointer: reading the room stream", zap.Uint64("stream_seq", next), zap.Error(err))
 				c.mu.Lock()
@@ -732,68 +703,114 @@ type gapMsg struct {
 	subject string
 	data    []byte
 	header  string // its checkpoint.AttestationHeader value
+	pending uint64 // messages of the room subjects after it, as the read was served
 }
 
-// gapReader is the ordered consumer follow reads a run of the stream with
-// (others' messages, or the gate's batches that memory does not hold),
-// from stream sequence next on.
-type gapReader struct {
-	cons jetstream.Consumer
-	next uint64
-}
-
-// ckGapIdle is the inactive threshold of a gap reader's consumer: the
-// server removes it this long after follow last pulled from it.
-const ckGapIdle = 10 * time.Second
-
-// readGap pulls up to limit messages of the room subjects from stream
-// sequence next on, those stored already (it does not wait for more);
-// none: nothing is there yet. It keeps its consumer in *gp while follow
-// reads on from where the pull ended.
-func (c *Checkpointer) readGap(ctx context.Context, gp **gapReader, next uint64, limit int) ([]gapMsg, error) {
-	g := *gp
-	if g == nil || g.next != next {
-		cctx, cancel := withDefaultTimeout(ctx)
-		cons, err := c.stream.OrderedConsumer(cctx, jetstream.OrderedConsumerConfig{
-			FilterSubjects:    []string{c.subjects.All()},
-			DeliverPolicy:     jetstream.DeliverByStartSequencePolicy,
-			OptStartSeq:       next,
-			InactiveThreshold: ckGapIdle,
-			// Each pull makes the consumer anew; by default it would try
-			// forever, deaf to ctx, when the server is gone: follow's
-			// own wait-and-retry takes over instead.
-			MaxResetAttempts: 2,
-		})
-		cancel()
-		if err != nil {
-			*gp = nil
-			return nil, err
+// catchUpRead is the read at start: the stream's room messages from the
+// first on, in stream order, with batch direct gets (readBatch), up to the
+// stream's last sequence at start; then follow goes on from there. It
+// creates no consumer. It returns when it is over or ctx is done.
+func (c *Checkpointer) catchUpRead(ctx context.Context) {
+	nc, name, all := c.js.Conn(), c.stream.CachedInfo().Config.Name, c.subjects.All()
+	next := uint64(1)
+	fail := func(err error) {
+		if ctx.Err() == nil {
+			c.log.Warn("checkpointer: reading the room stream", zap.Uint64("stream_seq", next), zap.Error(err))
+			c.mu.Lock()
+			c.consErr = err
+			c.mu.Unlock()
+			sleepCtx(ctx, time.Second)
 		}
-		g = &gapReader{cons: cons, next: next}
-		*gp = g
 	}
-	batch, err := g.cons.FetchNoWait(limit)
+	for ctx.Err() == nil {
+		msgs, err := c.readBatch(ctx, next, ckPullMessages)
+		if err != nil {
+			fail(err)
+			continue
+		}
+		if len(msgs) > 0 {
+			last := msgs[len(msgs)-1]
+			c.mu.Lock()
+			c.handleRun(msgs)
+			if last.seq >= c.startSeq {
+				c.switchLocked(last.seq)
+				c.mu.Unlock()
+				return
+			}
+			c.mu.Unlock()
+			next = last.seq + 1
+			if last.pending > 0 {
+				continue
+			}
+		}
+		// Nothing more where the read was served, short of the last
+		// sequence at start: a replica that lags behind the leader, or
+		// the stream's last messages are on other subjects. The leader
+		// tells.
+		m, err := leaderGet(ctx, nc, name, DefaultTimeout, map[string]any{"seq": next, "next_by_subj": all})
+		switch {
+		case err != nil:
+			fail(err)
+		case m == nil:
+			c.mu.Lock()
+			c.switchLocked(next - 1)
+			c.mu.Unlock()
+			return
+		default:
+			sleepCtx(ctx, ckIdlePoll)
+		}
+	}
+}
+
+// handleRun handles msgs, read in stream order, as catchUpRead does. c.mu
+// is held.
+func (c *Checkpointer) handleRun(msgs []gapMsg) {
+	for _, m := range msgs {
+		c.lastPending, c.lastAt = m.pending, time.Now()
+		c.handleLocked(m.seq, m.subject, m.data, m.header, nil)
+		c.handled.Store(m.seq)
+	}
+}
+
+// switchLocked ends the catch-up read, which handled the stream up to
+// seq: writes may begin, follow goes on at seq+1. c.mu is held.
+func (c *Checkpointer) switchLocked(seq uint64) {
+	if !c.caughtUp {
+		c.caughtUp = true
+		c.log.Info("checkpointer caught up with the stream", zap.Uint64("stream_seq", seq), zap.Int("rooms", len(c.rooms)))
+	}
+	c.next = seq + 1
+	close(c.switched)
+}
+
+// readBatch reads up to limit messages of the room subjects from stream
+// sequence next on, those stored already (it does not wait for more), with
+// one batch direct get (ADR-31, "Direct Get": {"seq", "next_by_subj",
+// "batch", "max_bytes"} on $JS.API.DIRECT.GET.<stream>; the room stream
+// has allow_direct, CheckStreamConfig), so reading needs no consumer: a
+// stream whose consumers are at their limit (nats-server's
+// default_max_consumers, 1,000 per stream unless the stream or account
+// sets one) is read all the same. The byte limit holds at least one
+// message of the largest size. None: nothing is there yet (where the read
+// was served: any replica may answer).
+func (c *Checkpointer) readBatch(ctx context.Context, next uint64, limit int) ([]gapMsg, error) {
+	gctx, cancel := withDefaultTimeout(ctx)
+	defer cancel()
+	it, err := jetstreamext.GetBatch(gctx, c.js, c.stream.CachedInfo().Config.Name, limit, jetstreamext.GetBatchSeq(next),
+		jetstreamext.GetBatchSubject(c.subjects.All()), jetstreamext.GetBatchMaxBytes(max(ckPullBytes, 2*int(c.js.Conn().MaxPayload()))))
 	if err != nil {
-		*gp = nil
 		return nil, err
 	}
 	var out []gapMsg
-	for m := range batch.Messages() {
-		meta, err := m.Metadata()
+	for m, err := range it {
+		if errors.Is(err, jetstreamext.ErrNoMessages) {
+			break
+		}
 		if err != nil {
-			*gp = nil
 			return nil, err
 		}
-		out = append(out, gapMsg{seq: meta.Sequence.Stream, subject: m.Subject(), data: m.Data(), header: m.Headers().Get(checkpoint.AttestationHeader)})
-	}
-	if err := batch.Error(); err != nil && !errors.Is(err, nats.ErrTimeout) && !errors.Is(err, jetstream.ErrNoMessages) {
-		*gp = nil
-		if len(out) == 0 {
-			return nil, err
-		}
-	}
-	if len(out) > 0 {
-		g.next = out[len(out)-1].seq + 1
+		pending, _ := strconv.ParseUint(m.Header.Get("Nats-Num-Pending"), 10, 64)
+		out = append(out, gapMsg{seq: m.Sequence, subject: m.Subject, data: m.Data, header: m.Header.Get(checkpoint.AttestationHeader), pending: pending})
 	}
 	return out, nil
 }
@@ -911,32 +928,6 @@ func (o *ownAttestations) take(content [32]byte, subject, header string) bool {
 		return true
 	}
 	return false
-}
-
-// handle reads one message of the stream, in stream order.
-func (c *Checkpointer) handle(msg jetstream.Msg) {
-	meta, err := msg.Metadata()
-	if err != nil {
-		c.log.Warn("checkpointer: a message without metadata", zap.Error(err))
-		return
-	}
-	seq := meta.Sequence.Stream
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.switchedAt {
-		return // delivered after the catch-up read ended: follow reads on
-	}
-	c.lastPending, c.lastAt = meta.NumPending, time.Now()
-	c.handleLocked(seq, msg.Subject(), msg.Data(), msg.Headers().Get(checkpoint.AttestationHeader), nil)
-	c.handled.Store(seq)
-	if seq >= c.startSeq || meta.NumPending == 0 {
-		if !c.caughtUp {
-			c.caughtUp = true
-			c.log.Info("checkpointer caught up with the stream", zap.Uint64("stream_seq", seq), zap.Int("rooms", len(c.rooms)))
-		}
-		c.switchedAt, c.next = true, seq+1
-		close(c.switched)
-	}
 }
 
 // handleLocked handles the message at stream sequence seq, in stream
@@ -1467,7 +1458,6 @@ func (c *Checkpointer) stop(ctx context.Context) error {
 	if err := c.catchUp(ctx); err != nil {
 		errs = append(errs, fmt.Errorf("final checkpoints: %w", err))
 	}
-	c.cons.Stop()
 	c.stopF()
 	<-c.fdone
 	c.settleStuck(ctx, true)

@@ -3,12 +3,15 @@ package room_test
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap"
@@ -16,6 +19,7 @@ import (
 	"github.com/roompub/roompub/checkpoint"
 	"github.com/roompub/roompub/events"
 	"github.com/roompub/roompub/room"
+	"github.com/roompub/roompub/validate"
 )
 
 // metricValues gathers reg and returns the values of the metric family
@@ -323,5 +327,127 @@ func TestCheckpointerOverridesUnsignedLeases(t *testing.T) {
 	rt := e.rebuild(roomID, trust)
 	if sizes := rt.checkCheckpoints(t); fmt.Sprint(sizes) != "[5 10 15 20 25 30 35]" {
 		t.Fatalf("checkpoint sizes %v", sizes)
+	}
+}
+
+// TestCheckpointerReadsWithoutConsumers: with the stream's consumers at
+// their limit, the checkpointer starts, catches up and follows others'
+// appends (it creates no consumer: batch direct gets), and writes the
+// checkpoints covering the room. In production the limit is nats-server's
+// default_max_consumers (server.JSDefaultMaxConsumersPerStream, 1,000 per
+// stream): it applies whenever neither the stream nor the account sets a
+// positive limit, and the room stream's MaxConsumers -1 counts as not set.
+// Here the server's default is 3, filled with 3 durables.
+func TestCheckpointerReadsWithoutConsumers(t *testing.T) {
+	e := newEnvWith(t, room.EmbeddedOptions{Configure: func(o *server.Options) { o.JetStreamLimits.DefaultMaxConsumers = 3 }})
+	ctx := context.Background()
+	key, peer := newPublisherKey(t), newPublisherKey(t)
+	const roomID = "room:crowded"
+	for i := range 3 {
+		if _, err := e.stream.CreateConsumer(ctx, jetstream.ConsumerConfig{Durable: fmt.Sprintf("solver-%d", i)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	_, err := e.stream.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{})
+	var apiErr *jetstream.APIError
+	if !errors.As(err, &apiErr) || apiErr.ErrorCode != jetstream.JSErrCodeMaximumConsumersLimit {
+		t.Fatalf("a fourth consumer: %v, want the maximum consumers limit", err)
+	}
+	// The peer's gate appends 12 entries before the checkpointer starts
+	// (the catch-up read) and 10 after (follow reads them: no sink).
+	peerGate := e.attestingGate(e.connect(), peer, nil, room.GateOptions{})
+	es, _ := journal(t, "run-c", "cap-c", 22)
+	if r, err := peerGate.AppendJournal(ctx, roomID, lines(es[:12]), nil); err != nil || r.Stored != 12 {
+		t.Fatalf("%+v %v", r, err)
+	}
+	ckp, logs := startCheckpointer(t, e.connect(), room.CheckpointerOptions{Key: key, TrustedPublishers: []string{peer.NodeID()},
+		Every: 10, Interval: time.Hour})
+	ckSubj := room.Subjects{}.Checkpoint(roomID)
+	waitFor(t, 10*time.Second, "a checkpoint after the catch-up read", func() bool { return e.countOn(ckSubj) == 1 })
+	if r, err := peerGate.AppendJournal(ctx, roomID, lines(es[12:]), nil); err != nil || r.Stored != 10 {
+		t.Fatalf("%+v %v", r, err)
+	}
+	waitFor(t, 10*time.Second, "a checkpoint of what follow read", func() bool { return e.countOn(ckSubj) == 2 })
+	if err := ckp.Stop(ctx); err != nil {
+		t.Fatal(err)
+	}
+	rt := e.rebuild(roomID, trustOf(t, key, peer))
+	if sizes := rt.checkCheckpoints(t); fmt.Sprint(sizes) != "[12 22]" || rt.tree.Size() != 22 {
+		t.Fatalf("checkpoint sizes %v of %d leaves, want [12 22] of 22", sizes, rt.tree.Size())
+	}
+	// Follow read the 10 entries and the 2 checkpoints it wrote.
+	if fromMemory, read := ckp.FollowCounts(); fromMemory != 0 || read != 12 {
+		t.Errorf("follow took %d messages from memory and read %d, want 0 and 12", fromMemory, read)
+	}
+	if n := logs.FilterMessage("checkpointer: reading the room stream").Len(); n != 0 {
+		t.Errorf("%d read errors logged: %v", n, logs.FilterMessage("checkpointer: reading the room stream").All())
+	}
+	info, err := e.stream.Info(ctx)
+	if err != nil || info.State.Consumers != 3 {
+		t.Fatalf("%d consumers (%v), want the 3 durables", info.State.Consumers, err)
+	}
+}
+
+// TestServeStartsWithConsumersExhausted: room.Serve with a publisher key
+// starts on a stream whose consumers are at their limit (the server's
+// default_max_consumers, here 2, filled with durables) and checkpoints
+// what it appends.
+func TestServeStartsWithConsumersExhausted(t *testing.T) {
+	srv, err := room.StartEmbedded(room.EmbeddedOptions{Listen: "127.0.0.1:-1", StoreDir: t.TempDir(),
+		Configure: func(o *server.Options) { o.JetStreamLimits.DefaultMaxConsumers = 2 }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(srv.Shutdown)
+	hostKey, pubKey := newPublisherKey(t), newPublisherKey(t)
+	v, err := validate.New(validate.WithTrustedHosts(hostKey.NodeID()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	nc, err := nats.Connect(srv.ClientURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	js, _ := jetstream.New(nc)
+	ctx := context.Background()
+	var subj room.Subjects
+	st, err := room.EnsureStream(ctx, js, room.StreamConfig("", subj, 1), subj)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 2 {
+		if _, err := st.CreateConsumer(ctx, jetstream.ConsumerConfig{Durable: fmt.Sprintf("solver-%d", i)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	sctx, cancel := context.WithCancel(ctx)
+	done, ready := make(chan error, 1), make(chan room.ServeInfo, 1)
+	go func() {
+		done <- room.Serve(sctx, room.ServeOptions{ServerURL: srv.ClientURL(), Replicas: 1, Validator: v, Logger: zap.NewNop(),
+			PublisherKey: pubKey, Checkpoint: room.CheckpointerOptions{Every: 5, Interval: time.Hour},
+			Ready: func(i room.ServeInfo) { ready <- i }})
+	}()
+	select {
+	case <-ready:
+	case err := <-done:
+		t.Fatalf("serve: %v", err)
+	}
+	es, _ := journal(t, "run-x", "cap-x", 5)
+	if r := shipJournal(t, nc, "room:crowded", lines(es)); r.Stored != 5 {
+		t.Fatalf("%+v", r)
+	}
+	ckSubj := subj.Checkpoint("room:crowded")
+	waitFor(t, 10*time.Second, "a checkpoint", func() bool { return countOn(t, st, ckSubj) == 1 })
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatalf("serve returned %v", err)
+	}
+	last, err := st.GetLastMsgForSubject(ctx, ckSubj)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ck, err := checkpoint.Parse(last.Data, "room:crowded", trustOf(t, pubKey)); err != nil || ck.Size != 5 {
+		t.Fatalf("checkpoint %+v %v, want size 5", ck, err)
 	}
 }
