@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
@@ -16,7 +17,6 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/synadia-io/orbit.go/jetstreamext"
 	"go.uber.org/zap"
 	"golang.org/x/mod/sumdb/note"
 
@@ -120,15 +120,17 @@ type Checkpointer struct {
 	subjects Subjects
 	js       jetstream.JetStream
 	stream   jetstream.Stream
-	kv       jetstream.KeyValue
-	signer   note.Signer
-	key      *events.HostKey // signs the leases
-	nodeID   string
-	trust    *checkpoint.Trust
-	every    uint64
-	interval time.Duration
-	ttl      time.Duration
-	m        *checkpointMetrics
+	// directGet is the stream's direct get subject.
+	directGet string
+	kv        jetstream.KeyValue
+	signer    note.Signer
+	key       *events.HostKey // signs the leases
+	nodeID    string
+	trust     *checkpoint.Trust
+	every     uint64
+	interval  time.Duration
+	ttl       time.Duration
+	m         *checkpointMetrics
 
 	own ownAttestations
 	// acked holds the gate's batches the server acknowledged, whole, by
@@ -177,9 +179,13 @@ type Checkpointer struct {
 // few requests while it reads every message of the stream, and replies the
 // server sends in one go (it stops at the byte limit, after at least one
 // message).
+// ckCatchUpMessages is the catch-up read's: the server's cost per batch
+// (it counts what is pending under the filter first) then matters little;
+// the byte limit still holds each reply to about 4 MiB.
 const (
-	ckPullMessages = 1024
-	ckPullBytes    = 4 << 20
+	ckPullMessages    = 1024
+	ckCatchUpMessages = 8192
+	ckPullBytes       = 4 << 20
 )
 
 // ckSubjectCache bounds the checkpointer's cache of parsed subjects (one
@@ -289,6 +295,7 @@ func StartCheckpointer(ctx context.Context, nc *nats.Conn, o CheckpointerOptions
 	if c.kv, c.ttl, err = leaseBucket(cctx, c.js, o); err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrCheckpointer, err)
 	}
+	c.directGet = "$JS.API.DIRECT.GET." + name // as leaderGet, the default API prefix
 	info, err := c.stream.Info(cctx)
 	if err != nil {
 		return nil, fmt.Errorf("%w: stream %s: %w", ErrCheckpointer, name, err)
@@ -707,10 +714,38 @@ type gapMsg struct {
 }
 
 // catchUpRead is the read at start: the stream's room messages from the
-// first on, in stream order, with batch direct gets (readBatch), up to the
-// stream's last sequence at start; then follow goes on from there. It
-// creates no consumer. It returns when it is over or ctx is done.
+// first on, in stream order, with batch direct gets (catchUpFetch, which
+// fetches the next batch while this one is handled), up to the stream's
+// last sequence at start; then follow goes on from there. It creates no
+// consumer. It returns when it is over or ctx is done.
 func (c *Checkpointer) catchUpRead(ctx context.Context) {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	batches, end := make(chan []gapMsg, 2), make(chan uint64, 1)
+	go c.catchUpFetch(ctx, batches, end)
+	for msgs := range batches {
+		c.mu.Lock()
+		c.handleRun(msgs)
+		c.mu.Unlock()
+	}
+	select {
+	case seq := <-end:
+		c.mu.Lock()
+		c.switchLocked(seq)
+		c.mu.Unlock()
+	default: // ctx is done
+	}
+}
+
+// catchUpFetch reads batches for catchUpRead, in stream order, from the
+// first message to the stream's last sequence at start, then sends the
+// last sequence read on end and closes batches (without end when ctx is
+// done). If the replica that served a read has nothing more short of the
+// last sequence, the leader is asked whether anything is left: a replica
+// that lags is read again after ckIdlePoll; the stream's last messages may
+// be on other subjects.
+func (c *Checkpointer) catchUpFetch(ctx context.Context, batches chan<- []gapMsg, end chan<- uint64) {
+	defer close(batches)
 	nc, name, all := c.js.Conn(), c.stream.CachedInfo().Config.Name, c.subjects.All()
 	next := uint64(1)
 	fail := func(err error) {
@@ -722,39 +757,40 @@ func (c *Checkpointer) catchUpRead(ctx context.Context) {
 			sleepCtx(ctx, time.Second)
 		}
 	}
+	send := func(msgs []gapMsg) bool {
+		select {
+		case batches <- msgs:
+			return true
+		case <-ctx.Done():
+			return false
+		}
+	}
 	for ctx.Err() == nil {
-		msgs, err := c.readBatch(ctx, next, ckPullMessages)
+		msgs, err := c.readBatch(ctx, next, ckCatchUpMessages)
 		if err != nil {
 			fail(err)
 			continue
 		}
 		if len(msgs) > 0 {
 			last := msgs[len(msgs)-1]
-			c.mu.Lock()
-			c.handleRun(msgs)
-			if last.seq >= c.startSeq {
-				c.switchLocked(last.seq)
-				c.mu.Unlock()
+			if !send(msgs) {
 				return
 			}
-			c.mu.Unlock()
+			if last.seq >= c.startSeq {
+				end <- last.seq
+				return
+			}
 			next = last.seq + 1
 			if last.pending > 0 {
 				continue
 			}
 		}
-		// Nothing more where the read was served, short of the last
-		// sequence at start: a replica that lags behind the leader, or
-		// the stream's last messages are on other subjects. The leader
-		// tells.
 		m, err := leaderGet(ctx, nc, name, DefaultTimeout, map[string]any{"seq": next, "next_by_subj": all})
 		switch {
 		case err != nil:
 			fail(err)
 		case m == nil:
-			c.mu.Lock()
-			c.switchLocked(next - 1)
-			c.mu.Unlock()
+			end <- next - 1
 			return
 		default:
 			sleepCtx(ctx, ckIdlePoll)
@@ -794,25 +830,74 @@ func (c *Checkpointer) switchLocked(seq uint64) {
 // message of the largest size. None: nothing is there yet (where the read
 // was served: any replica may answer).
 func (c *Checkpointer) readBatch(ctx context.Context, next uint64, limit int) ([]gapMsg, error) {
-	gctx, cancel := withDefaultTimeout(ctx)
-	defer cancel()
-	it, err := jetstreamext.GetBatch(gctx, c.js, c.stream.CachedInfo().Config.Name, limit, jetstreamext.GetBatchSeq(next),
-		jetstreamext.GetBatchSubject(c.subjects.All()), jetstreamext.GetBatchMaxBytes(max(ckPullBytes, 2*int(c.js.Conn().MaxPayload()))))
+	nc := c.js.Conn()
+	req, err := json.Marshal(directBatchRequest{Seq: next, NextBySubj: c.subjects.All(), Batch: limit,
+		MaxBytes: max(ckPullBytes, 2*int(nc.MaxPayload()))})
 	if err != nil {
 		return nil, err
 	}
-	var out []gapMsg
-	for m, err := range it {
-		if errors.Is(err, jetstreamext.ErrNoMessages) {
-			break
-		}
-		if err != nil {
-			return nil, err
-		}
-		pending, _ := strconv.ParseUint(m.Header.Get("Nats-Num-Pending"), 10, 64)
-		out = append(out, gapMsg{seq: m.Sequence, subject: m.Subject, data: m.Data, header: m.Header.Get(checkpoint.AttestationHeader), pending: pending})
+	// A plain inbox (not the request mux's, which would get every reply
+	// too), with room for the whole batch and its end.
+	inbox := nc.NewInbox()
+	ch := make(chan *nats.Msg, limit+2)
+	sub, err := nc.ChanSubscribe(inbox, ch)
+	if err != nil {
+		return nil, err
 	}
-	return out, nil
+	defer func() { _ = sub.Unsubscribe() }()
+	if err := nc.PublishRequest(c.directGet, inbox, req); err != nil {
+		return nil, err
+	}
+	t := time.NewTimer(DefaultTimeout)
+	defer t.Stop()
+	var out []gapMsg
+	for {
+		var m *nats.Msg
+		select {
+		case m = <-ch:
+		case <-t.C:
+			return nil, fmt.Errorf("direct get from stream seq %d: %w after %d messages", next, nats.ErrTimeout, len(out))
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+		// The server appends Nats-Stream, -Subject, -Sequence and
+		// -Num-Pending to each message's own headers, which may hold
+		// the same names (anyone who can publish onto a room subject
+		// chooses them): its values are the last. Its end of batch (204)
+		// and not found (404) replies carry no Nats-Stream.
+		if len(m.Header.Values(jetstream.StreamHeader)) == 0 {
+			switch status := m.Header.Get("Status"); status {
+			case "204", "404":
+				return out, nil
+			default:
+				return nil, fmt.Errorf("direct get from stream seq %d: status %s %s", next, status, m.Header.Get("Description"))
+			}
+		}
+		seq, err := strconv.ParseUint(lastValue(m.Header, jetstream.SequenceHeader), 10, 64)
+		if err != nil {
+			return nil, fmt.Errorf("direct get from stream seq %d: sequence: %w", next, err)
+		}
+		pending, _ := strconv.ParseUint(lastValue(m.Header, "Nats-Num-Pending"), 10, 64)
+		out = append(out, gapMsg{seq: seq, subject: lastValue(m.Header, jetstream.SubjectHeader), data: m.Data,
+			header: m.Header.Get(checkpoint.AttestationHeader), pending: pending})
+	}
+}
+
+// directBatchRequest is a batch direct get request (ADR-31).
+type directBatchRequest struct {
+	Seq        uint64 `json:"seq"`
+	NextBySubj string `json:"next_by_subj"`
+	Batch      int    `json:"batch"`
+	MaxBytes   int    `json:"max_bytes"`
+}
+
+// lastValue returns the last value of key in h, "" if none.
+func lastValue(h nats.Header, key string) string {
+	vs := h.Values(key)
+	if len(vs) == 0 {
+		return ""
+	}
+	return vs[len(vs)-1]
 }
 
 // ownAttestations holds the attestations the gate made and the reader has

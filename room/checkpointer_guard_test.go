@@ -354,17 +354,37 @@ func TestCheckpointerReadsWithoutConsumers(t *testing.T) {
 		t.Fatalf("a fourth consumer: %v, want the maximum consumers limit", err)
 	}
 	// The peer's gate appends 12 entries before the checkpointer starts
-	// (the catch-up read) and 10 after (follow reads them: no sink).
+	// (the catch-up read) and 10 after (follow reads them: no sink). A
+	// message written raw after each 12 and 5 entries carries the names
+	// of the headers the server adds to a direct get's reply, and the
+	// status of its end: the server's values, which come last, count.
 	peerGate := e.attestingGate(e.connect(), peer, nil, room.GateOptions{})
 	es, _ := journal(t, "run-c", "cap-c", 22)
 	if r, err := peerGate.AppendJournal(ctx, roomID, lines(es[:12]), nil); err != nil || r.Stored != 12 {
 		t.Fatalf("%+v %v", r, err)
 	}
+	spoof := func() {
+		t.Helper()
+		h := nats.Header{}
+		h.Set("Nats-Sequence", "1")
+		h.Set("Nats-Subject", room.Subjects{}.Checkpoint("room:elsewhere"))
+		h.Set("Nats-Stream", room.DefaultStream)
+		h.Set("Nats-Num-Pending", "0")
+		h.Set("Status", "204")
+		if _, err := e.js.PublishMsg(ctx, &nats.Msg{Subject: room.Subjects{}.Journal(roomID, events.ChainKey{RunID: "run-z", CapsuleID: "cap-z"}), Header: h}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	spoof()
 	ckp, logs := startCheckpointer(t, e.connect(), room.CheckpointerOptions{Key: key, TrustedPublishers: []string{peer.NodeID()},
 		Every: 10, Interval: time.Hour})
 	ckSubj := room.Subjects{}.Checkpoint(roomID)
 	waitFor(t, 10*time.Second, "a checkpoint after the catch-up read", func() bool { return e.countOn(ckSubj) == 1 })
-	if r, err := peerGate.AppendJournal(ctx, roomID, lines(es[12:]), nil); err != nil || r.Stored != 10 {
+	if r, err := peerGate.AppendJournal(ctx, roomID, lines(es[12:17]), nil); err != nil || r.Stored != 5 {
+		t.Fatalf("%+v %v", r, err)
+	}
+	spoof()
+	if r, err := peerGate.AppendJournal(ctx, roomID, lines(es[17:]), nil); err != nil || r.Stored != 5 {
 		t.Fatalf("%+v %v", r, err)
 	}
 	waitFor(t, 10*time.Second, "a checkpoint of what follow read", func() bool { return e.countOn(ckSubj) == 2 })
@@ -372,12 +392,13 @@ func TestCheckpointerReadsWithoutConsumers(t *testing.T) {
 		t.Fatal(err)
 	}
 	rt := e.rebuild(roomID, trustOf(t, key, peer))
-	if sizes := rt.checkCheckpoints(t); fmt.Sprint(sizes) != "[12 22]" || rt.tree.Size() != 22 {
-		t.Fatalf("checkpoint sizes %v of %d leaves, want [12 22] of 22", sizes, rt.tree.Size())
+	if sizes := rt.checkCheckpoints(t); fmt.Sprint(sizes) != "[12 22]" || rt.tree.Size() != 22 || fmt.Sprint(rt.notLeaves) != "[13 20]" {
+		t.Fatalf("checkpoint sizes %v of %d leaves, not leaves %v; want [12 22] of 22, not leaves [13 20]", sizes, rt.tree.Size(), rt.notLeaves)
 	}
-	// Follow read the 10 entries and the 2 checkpoints it wrote.
-	if fromMemory, read := ckp.FollowCounts(); fromMemory != 0 || read != 12 {
-		t.Errorf("follow took %d messages from memory and read %d, want 0 and 12", fromMemory, read)
+	// Follow read the 10 entries, a raw message and the 2 checkpoints it
+	// wrote.
+	if fromMemory, read := ckp.FollowCounts(); fromMemory != 0 || read != 13 {
+		t.Errorf("follow took %d messages from memory and read %d, want 0 and 13", fromMemory, read)
 	}
 	if n := logs.FilterMessage("checkpointer: reading the room stream").Len(); n != 0 {
 		t.Errorf("%d read errors logged: %v", n, logs.FilterMessage("checkpointer: reading the room stream").All())
