@@ -831,8 +831,15 @@ func (c *Checkpointer) switchLocked(seq uint64) {
 // was served: any replica may answer).
 func (c *Checkpointer) readBatch(ctx context.Context, next uint64, limit int) ([]gapMsg, error) {
 	nc := c.js.Conn()
-	req, err := json.Marshal(directBatchRequest{Seq: next, NextBySubj: c.subjects.All(), Batch: limit,
-		MaxBytes: max(ckPullBytes, 2*int(nc.MaxPayload()))})
+	return directGetBatch(ctx, nc, c.directGet, directBatchRequest{Seq: next, NextBySubj: c.subjects.All(), Batch: limit,
+		MaxBytes: max(ckPullBytes, 2*int(nc.MaxPayload()))}, limit)
+}
+
+// directGetBatch sends a batch direct get request (ADR-31) on subject and
+// returns the up to limit messages of its reply, in stream order, once
+// the server has said the batch is over.
+func directGetBatch(ctx context.Context, nc *nats.Conn, subject string, request any, limit int) ([]gapMsg, error) {
+	req, err := json.Marshal(request)
 	if err != nil {
 		return nil, err
 	}
@@ -845,7 +852,7 @@ func (c *Checkpointer) readBatch(ctx context.Context, next uint64, limit int) ([
 		return nil, err
 	}
 	defer func() { _ = sub.Unsubscribe() }()
-	if err := nc.PublishRequest(c.directGet, inbox, req); err != nil {
+	if err := nc.PublishRequest(subject, inbox, req); err != nil {
 		return nil, err
 	}
 	t := time.NewTimer(DefaultTimeout)
@@ -856,7 +863,7 @@ func (c *Checkpointer) readBatch(ctx context.Context, next uint64, limit int) ([
 		select {
 		case m = <-ch:
 		case <-t.C:
-			return nil, fmt.Errorf("direct get from stream seq %d: %w after %d messages", next, nats.ErrTimeout, len(out))
+			return nil, fmt.Errorf("direct get %s: %w after %d messages", req, nats.ErrTimeout, len(out))
 		case <-ctx.Done():
 			return nil, ctx.Err()
 		}
@@ -870,12 +877,12 @@ func (c *Checkpointer) readBatch(ctx context.Context, next uint64, limit int) ([
 			case "204", "404":
 				return out, nil
 			default:
-				return nil, fmt.Errorf("direct get from stream seq %d: status %s %s", next, status, m.Header.Get("Description"))
+				return nil, fmt.Errorf("direct get %s: status %s %s", req, status, m.Header.Get("Description"))
 			}
 		}
 		seq, err := strconv.ParseUint(lastValue(m.Header, jetstream.SequenceHeader), 10, 64)
 		if err != nil {
-			return nil, fmt.Errorf("direct get from stream seq %d: sequence: %w", next, err)
+			return nil, fmt.Errorf("direct get %s: sequence: %w", req, err)
 		}
 		pending, _ := strconv.ParseUint(lastValue(m.Header, "Nats-Num-Pending"), 10, 64)
 		out = append(out, gapMsg{seq: seq, subject: lastValue(m.Header, jetstream.SubjectHeader), data: m.Data,
@@ -883,12 +890,15 @@ func (c *Checkpointer) readBatch(ctx context.Context, next uint64, limit int) ([
 	}
 }
 
-// directBatchRequest is a batch direct get request (ADR-31).
+// directBatchRequest is a batch direct get request (ADR-31): from Seq, or
+// with MultiLast the last message of each subject up to UpToSeq.
 type directBatchRequest struct {
-	Seq        uint64 `json:"seq"`
-	NextBySubj string `json:"next_by_subj"`
-	Batch      int    `json:"batch"`
-	MaxBytes   int    `json:"max_bytes"`
+	Seq        uint64   `json:"seq,omitempty"`
+	NextBySubj string   `json:"next_by_subj,omitempty"`
+	MultiLast  []string `json:"multi_last,omitempty"`
+	UpToSeq    uint64   `json:"up_to_seq,omitempty"`
+	Batch      int      `json:"batch"`
+	MaxBytes   int      `json:"max_bytes,omitempty"`
 }
 
 // lastValue returns the last value of key in h, "" if none.

@@ -472,3 +472,48 @@ func TestServeStartsWithConsumersExhausted(t *testing.T) {
 		t.Fatalf("checkpoint %+v %v, want size 5", ck, err)
 	}
 }
+
+// TestFollowRolledBackUnderJunk: a rolled-back copy of a room (its newest
+// checkpoint has size 30; the state directory holds one of size 50) with
+// junk written after that checkpoint on the checkpoint subject: follow
+// looks past the junk to the newest genuine checkpoint and refuses the
+// room at once (it used to pass the check over when the newest message
+// did not parse), and sets the junk aside in stream order.
+func TestFollowRolledBackUnderJunk(t *testing.T) {
+	e := newEnv(t)
+	pub, stranger := newHostKey(t), newHostKey(t)
+	trust := trusting(t, pub)
+	a := newAttestor(t, e.js, pub, attRoom)
+	es, _ := journal(t, "run-r", "cap-r", 50)
+	for _, en := range es[:30] {
+		a.entry(en)
+	}
+	ck30 := a.checkpoint()
+	later := a.laterTree(es[30:50])
+	state := &room.CheckpointState{Dir: t.TempDir()}
+	if err := state.Save(parsed(t, a.note(50, later.Root(), a.signer))); err != nil {
+		t.Fatal(err)
+	}
+	ckSubj := room.Subjects{}.Checkpoint(attRoom)
+	strangerSigner, err := checkpoint.NewNoteSigner(stranger)
+	if err != nil {
+		t.Fatal(err)
+	}
+	junk := []uint64{
+		a.publish(ckSubj, []byte(`{"error":"not a checkpoint"}`), ""),
+		a.publish(ckSubj, a.note(50, later.Root(), strangerSigner), ""),
+	}
+
+	f := startFollow(t, e.js, room.FollowOptions{Durable: "rbj", Validator: e.v, Trust: trust, State: state, Rooms: []string{attRoom}}, nil)
+	// The room's set-aside, its 30 entries, its checkpoint and the junk.
+	f.waitSeen(t, 34)
+	want := fmt.Sprintf("rolled back or forked: this reader verified a checkpoint of size 50 (root %x) before; the newest on the stream has size 30 (root %x, stream seq %d)",
+		later.Root(), a.tree.Root(), ck30)
+	if len(f.eventSeqs()) != 0 || f.asides[0].Seq != 0 || f.asides[0].Reason != want {
+		t.Fatalf("follow: served %v, first set-aside %+v\nwant the room refused: %s", f.eventSeqs(), f.asides[0], want)
+	}
+	if got := mismatches(t, f.asides); !slices.Equal(got, slices.Concat([]uint64{0}, seqRange(1, ck30), junk)) {
+		t.Errorf("set aside %v, want the room (0), 1-%d and %v", got, ck30, junk)
+	}
+	_ = f.stop(t)
+}
