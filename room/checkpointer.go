@@ -1453,15 +1453,15 @@ func (c *Checkpointer) holdLease(ctx context.Context, r *ckRoom) bool {
 	key := LeaseKey(r.id)
 	lctx, cancel := withDefaultTimeout(ctx)
 	defer cancel()
+	if l.rev != 0 && now.Sub(l.renewedAt) < c.ttl/3 {
+		return true
+	}
 	value, err := checkpoint.SignLease(c.key, key, now)
 	if err != nil { // cannot happen: LeaseKey holds no space or control character
 		c.log.Error("checkpointer: cannot sign the room's lease", zap.String("room", r.id), zap.Error(err))
 		return false
 	}
 	if l.rev != 0 {
-		if now.Sub(l.renewedAt) < c.ttl/3 {
-			return true
-		}
 		rev, err := c.kv.Update(lctx, key, []byte(value), l.rev)
 		if err == nil {
 			l.rev, l.renewedAt = rev, now
