@@ -474,11 +474,14 @@ func (r *Reader) idle(out func(*Event, *SetAside)) {
 // signature and the room as origin (prepare), a size no smaller than the
 // previous checkpoint's and no larger than the leaves read, the tree's
 // root at that size, a consistency proof from the previous checkpoint,
-// and from the checkpoint an earlier read verified.
+// and from the checkpoint an earlier read verified. A message that is not
+// a checkpoint of the room signed by a trusted publisher is set aside and
+// leaves the room as it was: the next checkpoint is checked against the
+// last verified one (docs/secure-mode.md, "Checkpoints and leases").
 func (r *Reader) stepCheckpoint(l *ledger, x *prepared) {
 	if x.att.ckptErr != nil {
 		l.ckRefused++
-		x.att.state, x.att.reason = attRefused, "the checkpoint is refused: "+x.att.ckptErr.Error()
+		x.att.state, x.att.reason = attRefused, notCheckpointReason+x.att.ckptErr.Error()
 		return
 	}
 	c := x.att.ckpt
@@ -509,6 +512,11 @@ func (r *Reader) stepCheckpoint(l *ledger, x *prepared) {
 		r.onVerified(c)
 	}
 }
+
+// notCheckpointReason starts the reason of a message set aside on a
+// checkpoint subject because it is not a checkpoint of the room signed by
+// a trusted publisher; the error follows.
+const notCheckpointReason = "not a checkpoint of the room signed by a trusted publisher (set aside; the room's checkpoints are checked without it): "
 
 // check returns why c does not cover the room's tree as read, or "".
 func (l *ledger) check(c *checkpoint.Checkpoint) string {

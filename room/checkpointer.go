@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
@@ -26,7 +27,9 @@ import (
 // Defaults of CheckpointerOptions (issue 9).
 const (
 	// DefaultLeaseBucket is the JetStream key-value bucket of the rooms'
-	// checkpoint leases: key LeaseKey(room id), value the writer's node id.
+	// checkpoint leases: key LeaseKey(room id), value the writer's lease
+	// statement (checkpoint.SignLease: node id, time taken or renewed,
+	// signature).
 	DefaultLeaseBucket = "ROOMPUB_CHECKPOINT_LEASES"
 	// DefaultLeaseTTL is the bucket's TTL when the checkpointer creates
 	// it: a lease nobody renews lapses after it.
@@ -75,8 +78,9 @@ type CheckpointerOptions struct {
 
 // Checkpointer writes the signed checkpoints of every room of one stream
 // (issue 9). It reads the stream in stream order, from its first message
-// with an ordered consumer up to the stream's end at start, then by stream
-// sequence (follow): the gate of the same process tells it where the
+// with batch direct gets up to the stream's end at start (catchUpRead),
+// then by stream sequence (follow), creating no consumer, so a stream
+// whose consumers are at their limit is read all the same: the gate of the same process tells it where the
 // server stored its attested batches (Stored), which it takes from memory
 // whole without reading them, and it reads only the rest (others'
 // messages, checkpoints, and the gate's batches whose acknowledgement is
@@ -94,11 +98,18 @@ type CheckpointerOptions struct {
 // For each room whose tree grew it writes a checkpoint every Every leaves
 // or Interval, and on Stop, on the room's checkpoint subject, but only
 // while it holds the room's lease (a key-value entry with a TTL, created or
-// updated by revision) and only after the room's latest checkpoint matched
+// updated by revision, whose value is a lease statement signed by the
+// publisher key; a value that is not one a trusted publisher signed within
+// the TTL is not honoured: holdLease) and only after the room's latest checkpoint matched
 // its own tree (signed by a trusted key, same root at that size, no
 // smaller than the one before). A room whose latest checkpoint contradicts
 // the tree gets no checkpoint from it, and an error log: a checkpoint never
-// contradicts an earlier one. Every write carries the checkpoint subject's
+// contradicts an earlier one. Only a checkpoint signed by a trusted
+// publisher can contradict: any other message on a checkpoint subject (not
+// a signed note of the room, no or a bad signature by a trusted key) is set
+// aside (docs/secure-mode.md, "Checkpoints and leases"): counted, logged,
+// and otherwise ignored, so the room goes on from its latest valid
+// checkpoint. Every write carries the checkpoint subject's
 // last sequence the checkpointer read as Nats-Expected-Last-Subject-
 // Sequence, so it lands only on the checkpoint it checked, and two writers
 // never both land.
@@ -109,14 +120,17 @@ type Checkpointer struct {
 	subjects Subjects
 	js       jetstream.JetStream
 	stream   jetstream.Stream
-	kv       jetstream.KeyValue
-	signer   note.Signer
-	nodeID   string
-	trust    *checkpoint.Trust
-	every    uint64
-	interval time.Duration
-	ttl      time.Duration
-	m        *checkpointMetrics
+	// directGet is the stream's direct get subject.
+	directGet string
+	kv        jetstream.KeyValue
+	signer    note.Signer
+	key       *events.HostKey // signs the leases
+	nodeID    string
+	trust     *checkpoint.Trust
+	every     uint64
+	interval  time.Duration
+	ttl       time.Duration
+	m         *checkpointMetrics
 
 	own ownAttestations
 	// acked holds the gate's batches the server acknowledged, whole, by
@@ -125,7 +139,6 @@ type Checkpointer struct {
 	// there and reads only the gaps between them (follow).
 	acked ackedOwn
 
-	cons     jetstream.ConsumeContext
 	switched chan struct{} // closed when the catch-up read ends and follow begins
 	stopF    context.CancelFunc
 	fdone    chan struct{}
@@ -133,10 +146,10 @@ type Checkpointer struct {
 	// and readGaps count follow's messages taken from acked (whole
 	// batches) and read.
 	next       uint64
-	switchedAt bool // the catch-up read is over (c.mu): its deliveries are ignored
 	fromMemory atomic.Uint64
 	readGaps   atomic.Uint64
 	gapWait    atomic.Int64  // ckGapWait; tests shorten or lengthen it
+	leaseSkew  atomic.Int64  // DefaultLeaseSkew; tests shorten it
 	handled    atomic.Uint64 // stream seq of the last message handled
 	due        chan struct{} // a room reached Every: write now
 	stopW      context.CancelFunc
@@ -159,15 +172,20 @@ type Checkpointer struct {
 	parsed      map[string]Parsed // subject cache
 	startSeq    uint64            // the stream's last sequence at start
 	caughtUp    bool              // handled up to startSeq: writes may begin
-	consErr     error             // the consumer's last error, for Stop
+	consErr     error             // the last error reading the stream, for Stop
 }
 
-// ckPullMessages and ckPullBytes size the reader's pulls (the ordered
-// consumer's default is 500 messages): fewer pull requests while it reads
-// every message of the stream, as Audit's replay reads it.
+// ckPullMessages and ckPullBytes size the reader's batch direct gets:
+// few requests while it reads every message of the stream, and replies the
+// server sends in one go (it stops at the byte limit, after at least one
+// message).
+// ckCatchUpMessages is the catch-up read's: the server's cost per batch
+// (it counts what is pending under the filter first) then matters little;
+// the byte limit still holds each reply to about 4 MiB.
 const (
-	ckPullMessages = 1024
-	ckPullBytes    = 4 << 20
+	ckPullMessages    = 1024
+	ckCatchUpMessages = 8192
+	ckPullBytes       = 4 << 20
 )
 
 // ckSubjectCache bounds the checkpointer's cache of parsed subjects (one
@@ -193,7 +211,10 @@ type ckRoom struct {
 	grewAt   time.Time
 	waitTill time.Time // after a failed write
 	warned   bool      // a message that is no leaf was logged at warn level
-	lease    lease
+	// asideWarned: a message set aside on the checkpoint subject was
+	// logged at warn level.
+	asideWarned bool
+	lease       lease
 }
 
 // ckQueued is a room's message or checkpoint waiting behind a message
@@ -244,6 +265,8 @@ func StartCheckpointer(ctx context.Context, nc *nats.Conn, o CheckpointerOptions
 		switched: make(chan struct{}), fdone: make(chan struct{})}
 	c.acked.init()
 	c.gapWait.Store(int64(ckGapWait))
+	c.leaseSkew.Store(int64(DefaultLeaseSkew))
+	c.key = o.Key
 	c.batches = checkpoint.NewBatchCollector(trust)
 	if c.log == nil {
 		c.log = zap.NewNop()
@@ -272,6 +295,7 @@ func StartCheckpointer(ctx context.Context, nc *nats.Conn, o CheckpointerOptions
 	if c.kv, c.ttl, err = leaseBucket(cctx, c.js, o); err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrCheckpointer, err)
 	}
+	c.directGet = "$JS.API.DIRECT.GET." + name // as leaderGet, the default API prefix
 	info, err := c.stream.Info(cctx)
 	if err != nil {
 		return nil, fmt.Errorf("%w: stream %s: %w", ErrCheckpointer, name, err)
@@ -282,38 +306,11 @@ func StartCheckpointer(ctx context.Context, nc *nats.Conn, o CheckpointerOptions
 	c.stopF = stopF
 	go c.follow(fctx)
 	if c.startSeq == 0 {
-		c.switchedAt, c.next = true, 1
+		c.next = 1
 		close(c.switched)
+	} else {
+		go c.catchUpRead(fctx)
 	}
-	cons, err := c.stream.OrderedConsumer(cctx, jetstream.OrderedConsumerConfig{
-		FilterSubjects: []string{c.subjects.All()},
-		DeliverPolicy:  jetstream.DeliverAllPolicy,
-	})
-	if err != nil {
-		stopF()
-		return nil, fmt.Errorf("%w: read stream %s: %w", ErrCheckpointer, name, err)
-	}
-	// The byte limit holds at least one message of the largest size.
-	pull := jetstream.PullMaxMessagesWithBytesLimit(ckPullMessages, max(ckPullBytes, 2*int(nc.MaxPayload())))
-	c.cons, err = cons.Consume(c.handle, jetstream.ConsumeErrHandler(func(_ jetstream.ConsumeContext, err error) {
-		c.mu.Lock()
-		c.consErr = err
-		c.mu.Unlock()
-		c.log.Warn("checkpointer: reading the room stream", zap.Error(err))
-	}), pull)
-	if err != nil {
-		stopF()
-		return nil, fmt.Errorf("%w: read stream %s: %w", ErrCheckpointer, name, err)
-	}
-	go func() {
-		// The catch-up read is over: the ordered consumer stops, follow
-		// goes on.
-		select {
-		case <-c.switched:
-			c.cons.Stop()
-		case <-fctx.Done():
-		}
-	}()
 	wctx, stopW := context.WithCancel(context.Background())
 	c.stopW = stopW
 	go c.writer(wctx)
@@ -341,7 +338,7 @@ func leaseBucket(ctx context.Context, js jetstream.JetStream, o CheckpointerOpti
 		}
 		kv, err = js.CreateKeyValue(ctx, jetstream.KeyValueConfig{
 			Bucket:      bucket,
-			Description: "roompub checkpoint leases: one key per room, the writer's node id",
+			Description: "roompub checkpoint leases: one key per room, the writer's signed lease statement",
 			History:     1,
 			TTL:         ttl,
 			Storage:     jetstream.FileStorage,
@@ -586,8 +583,7 @@ func (c *Checkpointer) follow(ctx context.Context) {
 	c.mu.Unlock()
 	var gapSince time.Time
 	retried := false
-	var gap *gapReader // the ordered consumer of the run being read, if any
-	run := 0           // messages read from the stream since the last from memory
+	run := 0 // messages read from the stream since the last from memory
 	// fromGate: the last message handled came from memory. The next one
 	// is most likely the gate's next append, whose acknowledgement has
 	// not come yet (one record at a time, the next is acknowledged about
@@ -646,14 +642,13 @@ func (c *Checkpointer) follow(ctx context.Context) {
 		}
 		// The gap runs up to the next batch kept in memory. A message (a
 		// checkpoint, say) is read with a leader read, and so is the
-		// first of a run, or nothing, when idle; once a run goes on it is
-		// read with an ordered consumer in pulls, at the catch-up read's
-		// pace (each pull makes a consumer: not for a poll).
+		// first of a run, or nothing, when idle (the leader has what was
+		// just acknowledged); once a run goes on it is read with batch
+		// direct gets, at the catch-up read's pace.
 		upTo, kept := c.acked.nextKept(next)
 		var msgs []gapMsg
 		var err error
 		if run < 2 || (kept && upTo == next+1) {
-			gap = nil
 			var m *jetstream.RawStreamMsg
 			if m, err = leaderGet(ctx, nc, name, DefaultTimeout, map[string]any{"seq": next, "next_by_subj": all}); m != nil {
 				msgs = []gapMsg{{seq: m.Sequence, subject: m.Subject, data: m.Data, header: m.Header.Get(checkpoint.AttestationHeader)}}
@@ -663,10 +658,9 @@ func (c *Checkpointer) follow(ctx context.Context) {
 			if kept {
 				limit = int(min(uint64(limit), upTo-next))
 			}
-			msgs, err = c.readGap(ctx, &gap, next, limit)
+			msgs, err = c.readBatch(ctx, next, limit)
 		}
 		if err != nil {
-			gap = nil
 			if ctx.Err() == nil {
 				c.log.Warn("checkpointer: reading the room stream", zap.Uint64("stream_seq", next), zap.Error(err))
 				c.mu.Lock()
@@ -716,70 +710,204 @@ type gapMsg struct {
 	subject string
 	data    []byte
 	header  string // its checkpoint.AttestationHeader value
+	pending uint64 // messages of the room subjects after it, as the read was served
 }
 
-// gapReader is the ordered consumer follow reads a run of the stream with
-// (others' messages, or the gate's batches that memory does not hold),
-// from stream sequence next on.
-type gapReader struct {
-	cons jetstream.Consumer
-	next uint64
-}
-
-// ckGapIdle is the inactive threshold of a gap reader's consumer: the
-// server removes it this long after follow last pulled from it.
-const ckGapIdle = 10 * time.Second
-
-// readGap pulls up to limit messages of the room subjects from stream
-// sequence next on, those stored already (it does not wait for more);
-// none: nothing is there yet. It keeps its consumer in *gp while follow
-// reads on from where the pull ended.
-func (c *Checkpointer) readGap(ctx context.Context, gp **gapReader, next uint64, limit int) ([]gapMsg, error) {
-	g := *gp
-	if g == nil || g.next != next {
-		cctx, cancel := withDefaultTimeout(ctx)
-		cons, err := c.stream.OrderedConsumer(cctx, jetstream.OrderedConsumerConfig{
-			FilterSubjects:    []string{c.subjects.All()},
-			DeliverPolicy:     jetstream.DeliverByStartSequencePolicy,
-			OptStartSeq:       next,
-			InactiveThreshold: ckGapIdle,
-			// Each pull makes the consumer anew; by default it would try
-			// forever, deaf to ctx, when the server is gone: follow's
-			// own wait-and-retry takes over instead.
-			MaxResetAttempts: 2,
-		})
-		cancel()
-		if err != nil {
-			*gp = nil
-			return nil, err
-		}
-		g = &gapReader{cons: cons, next: next}
-		*gp = g
+// catchUpRead is the read at start: the stream's room messages from the
+// first on, in stream order, with batch direct gets (catchUpFetch, which
+// fetches the next batch while this one is handled), up to the stream's
+// last sequence at start; then follow goes on from there. It creates no
+// consumer. It returns when it is over or ctx is done.
+func (c *Checkpointer) catchUpRead(ctx context.Context) {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	batches, end := make(chan []gapMsg, 2), make(chan uint64, 1)
+	go c.catchUpFetch(ctx, batches, end)
+	for msgs := range batches {
+		c.mu.Lock()
+		c.handleRun(msgs)
+		c.mu.Unlock()
 	}
-	batch, err := g.cons.FetchNoWait(limit)
+	select {
+	case seq := <-end:
+		c.mu.Lock()
+		c.switchLocked(seq)
+		c.mu.Unlock()
+	default: // ctx is done
+	}
+}
+
+// catchUpFetch reads batches for catchUpRead, in stream order, from the
+// first message to the stream's last sequence at start, then sends the
+// last sequence read on end and closes batches (without end when ctx is
+// done). If the replica that served a read has nothing more short of the
+// last sequence, the leader is asked whether anything is left: a replica
+// that lags is read again after ckIdlePoll; the stream's last messages may
+// be on other subjects.
+func (c *Checkpointer) catchUpFetch(ctx context.Context, batches chan<- []gapMsg, end chan<- uint64) {
+	defer close(batches)
+	nc, name, all := c.js.Conn(), c.stream.CachedInfo().Config.Name, c.subjects.All()
+	next := uint64(1)
+	fail := func(err error) {
+		if ctx.Err() == nil {
+			c.log.Warn("checkpointer: reading the room stream", zap.Uint64("stream_seq", next), zap.Error(err))
+			c.mu.Lock()
+			c.consErr = err
+			c.mu.Unlock()
+			sleepCtx(ctx, time.Second)
+		}
+	}
+	send := func(msgs []gapMsg) bool {
+		select {
+		case batches <- msgs:
+			return true
+		case <-ctx.Done():
+			return false
+		}
+	}
+	for ctx.Err() == nil {
+		msgs, err := c.readBatch(ctx, next, ckCatchUpMessages)
+		if err != nil {
+			fail(err)
+			continue
+		}
+		if len(msgs) > 0 {
+			last := msgs[len(msgs)-1]
+			if !send(msgs) {
+				return
+			}
+			if last.seq >= c.startSeq {
+				end <- last.seq
+				return
+			}
+			next = last.seq + 1
+			if last.pending > 0 {
+				continue
+			}
+		}
+		m, err := leaderGet(ctx, nc, name, DefaultTimeout, map[string]any{"seq": next, "next_by_subj": all})
+		switch {
+		case err != nil:
+			fail(err)
+		case m == nil:
+			end <- next - 1
+			return
+		default:
+			sleepCtx(ctx, ckIdlePoll)
+		}
+	}
+}
+
+// handleRun handles msgs, read in stream order, as catchUpRead does. c.mu
+// is held.
+func (c *Checkpointer) handleRun(msgs []gapMsg) {
+	for _, m := range msgs {
+		c.lastPending, c.lastAt = m.pending, time.Now()
+		c.handleLocked(m.seq, m.subject, m.data, m.header, nil)
+		c.handled.Store(m.seq)
+	}
+}
+
+// switchLocked ends the catch-up read, which handled the stream up to
+// seq: writes may begin, follow goes on at seq+1. c.mu is held.
+func (c *Checkpointer) switchLocked(seq uint64) {
+	if !c.caughtUp {
+		c.caughtUp = true
+		c.log.Info("checkpointer caught up with the stream", zap.Uint64("stream_seq", seq), zap.Int("rooms", len(c.rooms)))
+	}
+	c.next = seq + 1
+	close(c.switched)
+}
+
+// readBatch reads up to limit messages of the room subjects from stream
+// sequence next on, those stored already (it does not wait for more), with
+// one batch direct get (ADR-31, "Direct Get": {"seq", "next_by_subj",
+// "batch", "max_bytes"} on $JS.API.DIRECT.GET.<stream>; the room stream
+// has allow_direct, CheckStreamConfig), so reading needs no consumer: a
+// stream whose consumers are at their limit (nats-server's
+// default_max_consumers, 1,000 per stream unless the stream or account
+// sets one) is read all the same. The byte limit holds at least one
+// message of the largest size. None: nothing is there yet (where the read
+// was served: any replica may answer).
+func (c *Checkpointer) readBatch(ctx context.Context, next uint64, limit int) ([]gapMsg, error) {
+	nc := c.js.Conn()
+	return directGetBatch(ctx, nc, c.directGet, directBatchRequest{Seq: next, NextBySubj: c.subjects.All(), Batch: limit,
+		MaxBytes: max(ckPullBytes, 2*int(nc.MaxPayload()))}, limit)
+}
+
+// directGetBatch sends a batch direct get request (ADR-31) on subject and
+// returns the up to limit messages of its reply, in stream order, once
+// the server has said the batch is over.
+func directGetBatch(ctx context.Context, nc *nats.Conn, subject string, request any, limit int) ([]gapMsg, error) {
+	req, err := json.Marshal(request)
 	if err != nil {
-		*gp = nil
 		return nil, err
 	}
+	// A plain inbox (not the request mux's, which would get every reply
+	// too), with room for the whole batch and its end.
+	inbox := nc.NewInbox()
+	ch := make(chan *nats.Msg, limit+2)
+	sub, err := nc.ChanSubscribe(inbox, ch)
+	if err != nil {
+		return nil, err
+	}
+	defer func() { _ = sub.Unsubscribe() }()
+	if err := nc.PublishRequest(subject, inbox, req); err != nil {
+		return nil, err
+	}
+	t := time.NewTimer(DefaultTimeout)
+	defer t.Stop()
 	var out []gapMsg
-	for m := range batch.Messages() {
-		meta, err := m.Metadata()
+	for {
+		var m *nats.Msg
+		select {
+		case m = <-ch:
+		case <-t.C:
+			return nil, fmt.Errorf("direct get %s: %w after %d messages", req, nats.ErrTimeout, len(out))
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+		// The server appends Nats-Stream, -Subject, -Sequence and
+		// -Num-Pending to each message's own headers, which may hold
+		// the same names (anyone who can publish onto a room subject
+		// chooses them): its values are the last. Its end of batch (204)
+		// and not found (404) replies carry no Nats-Stream.
+		if len(m.Header.Values(jetstream.StreamHeader)) == 0 {
+			switch status := m.Header.Get("Status"); status {
+			case "204", "404":
+				return out, nil
+			default:
+				return nil, fmt.Errorf("direct get %s: status %s %s", req, status, m.Header.Get("Description"))
+			}
+		}
+		seq, err := strconv.ParseUint(lastValue(m.Header, jetstream.SequenceHeader), 10, 64)
 		if err != nil {
-			*gp = nil
-			return nil, err
+			return nil, fmt.Errorf("direct get %s: sequence: %w", req, err)
 		}
-		out = append(out, gapMsg{seq: meta.Sequence.Stream, subject: m.Subject(), data: m.Data(), header: m.Headers().Get(checkpoint.AttestationHeader)})
+		pending, _ := strconv.ParseUint(lastValue(m.Header, "Nats-Num-Pending"), 10, 64)
+		out = append(out, gapMsg{seq: seq, subject: lastValue(m.Header, jetstream.SubjectHeader), data: m.Data,
+			header: m.Header.Get(checkpoint.AttestationHeader), pending: pending})
 	}
-	if err := batch.Error(); err != nil && !errors.Is(err, nats.ErrTimeout) && !errors.Is(err, jetstream.ErrNoMessages) {
-		*gp = nil
-		if len(out) == 0 {
-			return nil, err
-		}
+}
+
+// directBatchRequest is a batch direct get request (ADR-31): from Seq, or
+// with MultiLast the last message of each subject up to UpToSeq.
+type directBatchRequest struct {
+	Seq        uint64   `json:"seq,omitempty"`
+	NextBySubj string   `json:"next_by_subj,omitempty"`
+	MultiLast  []string `json:"multi_last,omitempty"`
+	UpToSeq    uint64   `json:"up_to_seq,omitempty"`
+	Batch      int      `json:"batch"`
+	MaxBytes   int      `json:"max_bytes,omitempty"`
+}
+
+// lastValue returns the last value of key in h, "" if none.
+func lastValue(h nats.Header, key string) string {
+	vs := h.Values(key)
+	if len(vs) == 0 {
+		return ""
 	}
-	if len(out) > 0 {
-		g.next = out[len(out)-1].seq + 1
-	}
-	return out, nil
+	return vs[len(vs)-1]
 }
 
 // ownAttestations holds the attestations the gate made and the reader has
@@ -895,32 +1023,6 @@ func (o *ownAttestations) take(content [32]byte, subject, header string) bool {
 		return true
 	}
 	return false
-}
-
-// handle reads one message of the stream, in stream order.
-func (c *Checkpointer) handle(msg jetstream.Msg) {
-	meta, err := msg.Metadata()
-	if err != nil {
-		c.log.Warn("checkpointer: a message without metadata", zap.Error(err))
-		return
-	}
-	seq := meta.Sequence.Stream
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.switchedAt {
-		return // delivered after the catch-up read ended: follow reads on
-	}
-	c.lastPending, c.lastAt = meta.NumPending, time.Now()
-	c.handleLocked(seq, msg.Subject(), msg.Data(), msg.Headers().Get(checkpoint.AttestationHeader), nil)
-	c.handled.Store(seq)
-	if seq >= c.startSeq || meta.NumPending == 0 {
-		if !c.caughtUp {
-			c.caughtUp = true
-			c.log.Info("checkpointer caught up with the stream", zap.Uint64("stream_seq", seq), zap.Int("rooms", len(c.rooms)))
-		}
-		c.switchedAt, c.next = true, seq+1
-		close(c.switched)
-	}
 }
 
 // handleLocked handles the message at stream sequence seq, in stream
@@ -1102,10 +1204,16 @@ func (c *Checkpointer) notLeaf(r *ckRoom, what string, seq uint64, subject strin
 func (c *Checkpointer) readCheckpoint(r *ckRoom, seq uint64, data []byte) {
 	r.ckptSeq = max(r.ckptSeq, seq)
 	ck, err := checkpoint.Parse(data, r.id, c.trust)
+	if err != nil {
+		// Not a checkpoint a trusted publisher signed for this room:
+		// anyone who can get a message onto the subject could write it,
+		// so it tells nothing of the room and is set aside. Only a
+		// trusted signature makes a contradiction evidence of a fork.
+		c.setAside(r, seq, data, err)
+		return
+	}
 	var reason string
 	switch {
-	case err != nil:
-		reason = err.Error()
 	case ck.Size > r.tree.Size():
 		reason = fmt.Sprintf("it covers %d messages; the room has %d admitted messages before it", ck.Size, r.tree.Size())
 	case ck.Size < r.goodSize:
@@ -1125,12 +1233,8 @@ func (c *Checkpointer) readCheckpoint(r *ckRoom, seq uint64, data []byte) {
 		if !wasBad {
 			c.m.blocked.Inc()
 		}
-		signer := ""
-		if u, uerr := checkpoint.ParseUnverified(data); uerr == nil {
-			signer = u.Signer
-		}
 		c.log.Error("checkpointer: the room's latest checkpoint contradicts its messages: no checkpoint will be written for the room",
-			zap.String("room", r.id), zap.Uint64("stream_seq", seq), zap.String("signer", signer), zap.String("reason", reason))
+			zap.String("room", r.id), zap.Uint64("stream_seq", seq), zap.String("signer", ck.Signer), zap.String("reason", reason))
 		return
 	}
 	if wasBad {
@@ -1144,6 +1248,46 @@ func (c *Checkpointer) readCheckpoint(r *ckRoom, seq uint64, data []byte) {
 	if ck.Size == r.tree.Size() {
 		r.grewAt = time.Time{}
 	}
+}
+
+// Reasons a message on a checkpoint subject is set aside, the values of
+// the reason label of roompub_checkpoint_set_aside_total.
+const (
+	asideMalformed    = "malformed"     // not a signed note in the form Sign writes
+	asideOtherRoom    = "other_room"    // its origin line names another room
+	asideUntrusted    = "untrusted"     // no signature by a trusted publisher
+	asideBadSignature = "bad_signature" // a signature under a trusted name that does not verify
+)
+
+// setAside passes over the message at seq on r's checkpoint subject, which
+// is not a checkpoint of r signed by a trusted publisher (err says why): it
+// is counted, logged (the room's first at warn level, later ones at debug
+// level, so writing junk onto the subject cannot flood the log) and
+// otherwise ignored: the room's latest checkpoint stays the last valid
+// one, and the room's checkpoints go on. r.ckptSeq has moved past it: the
+// next write expects it as the subject's last message. c.mu is held.
+func (c *Checkpointer) setAside(r *ckRoom, seq uint64, data []byte, err error) {
+	why, signer := asideMalformed, ""
+	var badSig *note.InvalidSignatureError
+	u, uerr := checkpoint.ParseUnverified(data)
+	if uerr == nil {
+		signer = u.Signer
+	}
+	switch {
+	case uerr == nil && u.Room != r.id:
+		why = asideOtherRoom
+	case errors.Is(err, checkpoint.ErrUntrustedPublisher):
+		why = asideUntrusted
+	case errors.As(err, &badSig):
+		why = asideBadSignature
+	}
+	c.m.setAside.WithLabelValues(why).Inc()
+	log, msg := c.log.Debug, "checkpointer: a message on the room's checkpoint subject is not a checkpoint signed by a trusted publisher: set aside"
+	if !r.asideWarned {
+		r.asideWarned, log = true, c.log.Warn
+		msg += " (the room's first; later ones are logged at debug level)"
+	}
+	log(msg, zap.String("room", r.id), zap.Uint64("stream_seq", seq), zap.String("why", why), zap.String("signer", signer), zap.Error(err))
 }
 
 // writer writes due checkpoints until ctx is done.
@@ -1264,19 +1408,61 @@ func (c *Checkpointer) write(ctx context.Context, d dueCheckpoint) error {
 	}
 }
 
+// DefaultLeaseSkew is how far a lease's signed time may lie ahead of this
+// publisher's clock, and past the lease bucket's TTL, before the lease is
+// not honoured (clocks of publishers differ by that much at most).
+const DefaultLeaseSkew = 5 * time.Second
+
+// Reasons a lease value is not honoured, the values of the reason label of
+// roompub_checkpoint_leases_overridden_total.
+const (
+	leaseUnsigned  = "unsigned"  // not a lease statement whose signature verifies for the key (a bare node id included)
+	leaseUntrusted = "untrusted" // signed by a key that is not trusted
+	leaseStale     = "stale"     // older than the bucket's TTL plus the skew: replayed
+	leaseFuture    = "future"    // later than now plus the skew
+)
+
+// judgeLease decides whether the lease value of key, read at now, is
+// honoured: a lease statement signed by a trusted publisher for key
+// (checkpoint.SignLease) whose time is within the bucket's TTL plus the
+// skew before now and no more than the skew after it. It returns "" and
+// the holder, or the reason it is not honoured and the error behind it.
+func (c *Checkpointer) judgeLease(key string, value []byte, now time.Time) (why, holder string, err error) {
+	l, err := c.trust.VerifyLease(key, value)
+	skew := time.Duration(c.leaseSkew.Load())
+	switch {
+	case errors.Is(err, checkpoint.ErrUntrustedPublisher):
+		return leaseUntrusted, "", err
+	case err != nil:
+		return leaseUnsigned, "", err
+	case l.At.Before(now.Add(-c.ttl - skew)):
+		return leaseStale, l.NodeID, fmt.Errorf("taken or renewed at %s, more than the TTL (%s) and %s before now", l.At.Format(time.RFC3339Nano), c.ttl, skew)
+	case l.At.After(now.Add(skew)):
+		return leaseFuture, l.NodeID, fmt.Errorf("taken or renewed at %s, more than %s after now", l.At.Format(time.RFC3339Nano), skew)
+	}
+	return "", l.NodeID, nil
+}
+
 // holdLease reports whether this checkpointer holds r's lease now, renewing
-// it when a third of the TTL has passed and taking it when it is free.
+// it when a third of the TTL has passed and taking it when it is free or
+// its value is not honoured (judgeLease): then by revision, so a lease
+// another publisher took meanwhile is left alone.
 func (c *Checkpointer) holdLease(ctx context.Context, r *ckRoom) bool {
 	l := &r.lease
 	now := time.Now()
 	key := LeaseKey(r.id)
 	lctx, cancel := withDefaultTimeout(ctx)
 	defer cancel()
+	if l.rev != 0 && now.Sub(l.renewedAt) < c.ttl/3 {
+		return true
+	}
+	value, err := checkpoint.SignLease(c.key, key, now)
+	if err != nil { // cannot happen: LeaseKey holds no space or control character
+		c.log.Error("checkpointer: cannot sign the room's lease", zap.String("room", r.id), zap.Error(err))
+		return false
+	}
 	if l.rev != 0 {
-		if now.Sub(l.renewedAt) < c.ttl/3 {
-			return true
-		}
-		rev, err := c.kv.Update(lctx, key, []byte(c.nodeID), l.rev)
+		rev, err := c.kv.Update(lctx, key, []byte(value), l.rev)
 		if err == nil {
 			l.rev, l.renewedAt = rev, now
 			return true
@@ -1296,7 +1482,10 @@ func (c *Checkpointer) holdLease(ctx context.Context, r *ckRoom) bool {
 	if now.Before(l.retryAt) {
 		return false
 	}
-	rev, err := c.kv.Create(lctx, key, []byte(c.nodeID))
+	rev, err := c.kv.Create(lctx, key, []byte(value))
+	if errors.Is(err, jetstream.ErrKeyExists) {
+		rev, err = c.overrideLease(lctx, r, key, value, now)
+	}
 	if err != nil {
 		l.retryAt = now.Add(c.ttl / 3)
 		if !errors.Is(err, jetstream.ErrKeyExists) && ctx.Err() == nil {
@@ -1304,10 +1493,46 @@ func (c *Checkpointer) holdLease(ctx context.Context, r *ckRoom) bool {
 		}
 		return false
 	}
+	if rev == 0 {
+		// Not honoured, and changed before it could be taken over: try
+		// again at the next write (a writer of junk goes on writing).
+		return false
+	}
 	l.rev, l.renewedAt = rev, now
 	c.m.leases.Inc()
 	c.log.Info("checkpointer: lease taken", zap.String("room", r.id), zap.String("key", key))
 	return true
+}
+
+// overrideLease reads the lease of key that Create found and takes it over
+// with value, by revision, when judgeLease does not honour it. It returns
+// the new revision; 0 and no error when the key changed before the update
+// (decided again at the next write); ErrKeyExists when the lease is
+// honoured.
+func (c *Checkpointer) overrideLease(ctx context.Context, r *ckRoom, key, value string, now time.Time) (uint64, error) {
+	en, err := c.kv.Get(ctx, key)
+	if errors.Is(err, jetstream.ErrKeyNotFound) {
+		return 0, nil // lapsed or released since Create
+	}
+	if err != nil {
+		return 0, err
+	}
+	why, holder, verr := c.judgeLease(key, en.Value(), now)
+	if why == "" {
+		return 0, jetstream.ErrKeyExists
+	}
+	rev, err := c.kv.Update(ctx, key, []byte(value), en.Revision())
+	if errors.Is(err, jetstream.ErrKeyExists) || isWrongLastSequence(err) {
+		return 0, nil
+	}
+	if err != nil {
+		return 0, err
+	}
+	c.m.overridden.WithLabelValues(why).Inc()
+	c.log.Warn("checkpointer: the room's lease was not held by a trusted publisher: taken over",
+		zap.String("room", r.id), zap.String("key", key), zap.Uint64("revision", en.Revision()), zap.String("why", why),
+		zap.String("holder", holder), zap.Error(verr))
+	return rev, nil
 }
 
 // Stop writes the final checkpoints and ends the checkpointer: it stops
@@ -1328,7 +1553,6 @@ func (c *Checkpointer) stop(ctx context.Context) error {
 	if err := c.catchUp(ctx); err != nil {
 		errs = append(errs, fmt.Errorf("final checkpoints: %w", err))
 	}
-	c.cons.Stop()
 	c.stopF()
 	<-c.fdone
 	c.settleStuck(ctx, true)
@@ -1389,6 +1613,8 @@ type checkpointMetrics struct {
 	leases     prometheus.Gauge
 	blocked    prometheus.Gauge
 	unadmitted prometheus.Counter
+	setAside   *prometheus.CounterVec
+	overridden *prometheus.CounterVec
 }
 
 func newCheckpointMetrics(reg prometheus.Registerer) (*checkpointMetrics, error) {
@@ -1407,11 +1633,27 @@ func newCheckpointMetrics(reg prometheus.Registerer) (*checkpointMetrics, error)
 			Namespace: "roompub", Name: "checkpoint_unadmitted_messages_total",
 			Help: "Messages on room subjects without a valid attestation by a trusted publisher: not leaves of any checkpoint.",
 		}),
+		setAside: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: "roompub", Name: "checkpoint_set_aside_total",
+			Help: "Messages on room checkpoint subjects that are not checkpoints of the room signed by a trusted publisher, by reason " +
+				"(malformed, other_room, untrusted, bad_signature): set aside, they neither count as the room's latest checkpoint nor stop its checkpoints.",
+		}, []string{"reason"}),
+	}
+	m.overridden = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Namespace: "roompub", Name: "checkpoint_leases_overridden_total",
+		Help: "Room checkpoint leases this publisher took over because their value was not honoured, by reason " +
+			"(unsigned, untrusted, stale, future).",
+	}, []string{"reason"})
+	for _, why := range []string{asideMalformed, asideOtherRoom, asideUntrusted, asideBadSignature} {
+		m.setAside.WithLabelValues(why)
+	}
+	for _, why := range []string{leaseUnsigned, leaseUntrusted, leaseStale, leaseFuture} {
+		m.overridden.WithLabelValues(why)
 	}
 	if reg == nil {
 		return m, nil
 	}
-	for _, col := range []prometheus.Collector{m.written, m.leases, m.blocked, m.unadmitted} {
+	for _, col := range []prometheus.Collector{m.written, m.leases, m.blocked, m.unadmitted, m.setAside, m.overridden} {
 		if err := reg.Register(col); err != nil {
 			return nil, err
 		}

@@ -2,7 +2,12 @@ package room
 
 import (
 	"context"
+	"encoding/json"
+	"fmt"
 	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/roompub/roompub/checkpoint"
 	"github.com/roompub/roompub/validate"
@@ -117,6 +122,10 @@ func (c *Checkpointer) FollowCounts() (fromMemory, read uint64) {
 // SetGapWait sets how long follow waits at a gap for batches in flight.
 func (c *Checkpointer) SetGapWait(d time.Duration) { c.gapWait.Store(int64(d)) }
 
+// SetLeaseSkew sets how far a lease's time may lie past the TTL or ahead
+// of now (DefaultLeaseSkew), so a test can replay a stale lease sooner.
+func (c *Checkpointer) SetLeaseSkew(d time.Duration) { c.leaseSkew.Store(int64(d)) }
+
 // SetAckedMax sets how many messages of the gate's acknowledged batches
 // the checkpointer keeps in memory (ackedMax); a batch that does not fit
 // is read from the stream, whole.
@@ -138,3 +147,36 @@ func (g *Gate) PresignedUsed() uint64 { return g.presignedUsed.Load() }
 // RepublishReach is the subject filter Serve widens a RePublish
 // destination to (writersIntoRooms).
 var RepublishReach = republishReach
+
+// LeaderMsg reads the message at seq with the stream leader's message get
+// ($JS.API.STREAM.MSG.GET, JSON), whose sequence, subject and time no
+// header of the stored message can stand in for (a direct get's can).
+func LeaderMsg(ctx context.Context, nc *nats.Conn, stream string, seq uint64) (*jetstream.RawStreamMsg, error) {
+	m, err := nc.RequestWithContext(ctx, "$JS.API.STREAM.MSG.GET."+stream, []byte(fmt.Sprintf(`{"seq":%d}`, seq)))
+	if err != nil {
+		return nil, err
+	}
+	var resp struct {
+		Error   *jetstream.APIError `json:"error"`
+		Message *struct {
+			Subject string    `json:"subject"`
+			Seq     uint64    `json:"seq"`
+			Hdrs    []byte    `json:"hdrs"`
+			Data    []byte    `json:"data"`
+			Time    time.Time `json:"time"`
+		} `json:"message"`
+	}
+	if err := json.Unmarshal(m.Data, &resp); err != nil {
+		return nil, err
+	}
+	if resp.Error != nil {
+		return nil, resp.Error
+	}
+	out := &jetstream.RawStreamMsg{Subject: resp.Message.Subject, Sequence: resp.Message.Seq, Data: resp.Message.Data, Time: resp.Message.Time}
+	if len(resp.Message.Hdrs) > 0 {
+		if out.Header, err = nats.DecodeHeadersMsg(resp.Message.Hdrs); err != nil {
+			return nil, err
+		}
+	}
+	return out, nil
+}

@@ -7,6 +7,7 @@ import (
 	"math"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"go.uber.org/zap"
 
@@ -126,7 +127,7 @@ func Follow(ctx context.Context, js jetstream.JetStream, o FollowOptions, handle
 	r.evidence = nil // no caller can reach it: per-record memory for nothing
 	r.trustPublishers(o.Trust)
 	if r.trust != nil {
-		if err := followFloors(ctx, st, r, o, log); err != nil {
+		if err := followFloors(ctx, js.Conn(), name, r, o, log); err != nil {
 			return err
 		}
 	}
@@ -313,12 +314,61 @@ func Follow(ctx context.Context, js jetstream.JetStream, o FollowOptions, handle
 	return err
 }
 
+// asideWalk bounds how many messages newestCheckpoint passes over on a
+// checkpoint subject, newest first, that are not checkpoints signed by a
+// trusted publisher.
+const asideWalk = 1000
+
+// errAsideWalk: newestCheckpoint passed over asideWalk messages.
+var errAsideWalk = errors.New("messages that are no checkpoint of the room signed by a trusted publisher")
+
+// newestCheckpoint returns the newest message on subj that is a checkpoint
+// of roomID signed under trust, and its stream seq; nil when there is
+// none. The messages after it, which are not (docs/secure-mode.md,
+// "Checkpoints and leases"), are logged and passed over, up to asideWalk
+// of them (then errAsideWalk). It reads with the leader's message get
+// (last_by_subj) and then batch direct gets of the last message up to the
+// one before (ADR-31, multi_last with up_to_seq); neither takes a stored
+// message's headers for the server's (nats.go's GetLastMsgForSubject
+// fails on a stored message with a Status header).
+func newestCheckpoint(ctx context.Context, nc *nats.Conn, stream, subj, roomID string, trust *checkpoint.Trust, log *zap.Logger) (*checkpoint.Checkpoint, uint64, error) {
+	m, err := leaderGet(ctx, nc, stream, DefaultTimeout, map[string]any{"last_by_subj": subj})
+	if err != nil || m == nil {
+		return nil, 0, err
+	}
+	seq, data := m.Sequence, m.Data
+	for passed := 0; ; passed++ {
+		c, err := checkpoint.Parse(data, roomID, trust)
+		if err == nil {
+			return c, seq, nil
+		}
+		log.Warn("a message on the room's checkpoint subject is not a checkpoint signed by a trusted publisher: passed over",
+			zap.String("room", roomID), zap.Uint64("stream_seq", seq), zap.Error(err))
+		if passed+1 >= asideWalk {
+			return nil, 0, fmt.Errorf("%d %w after stream seq %d", asideWalk, errAsideWalk, seq)
+		}
+		if seq <= 1 {
+			return nil, 0, nil
+		}
+		cctx, cancel := withDefaultTimeout(ctx)
+		msgs, err := directGetBatch(cctx, nc, "$JS.API.DIRECT.GET."+stream, directBatchRequest{MultiLast: []string{subj}, UpToSeq: seq - 1, Batch: 1}, 1)
+		cancel()
+		if err != nil {
+			return nil, 0, err
+		}
+		if len(msgs) == 0 {
+			return nil, 0, nil
+		}
+		seq, data = msgs[0].seq, msgs[0].data
+	}
+}
+
 // followFloors loads the checkpoints o.State keeps for the followed rooms
 // (every room of the state when o.Rooms is empty), refuses at once a room
 // whose newest checkpoint on the stream is smaller than its stored one or,
 // at the same size, another tree (rolled back or forked), and has every
 // checkpoint verified beyond the stored one saved.
-func followFloors(ctx context.Context, st jetstream.Stream, r *Reader, o FollowOptions, log *zap.Logger) error {
+func followFloors(ctx context.Context, nc *nats.Conn, stream string, r *Reader, o FollowOptions, log *zap.Logger) error {
 	if o.State == nil {
 		return nil
 	}
@@ -332,27 +382,21 @@ func followFloors(ctx context.Context, st jetstream.Stream, r *Reader, o FollowO
 			continue
 		}
 		saved[id] = l.floor.Size
-		cctx, cancel := withDefaultTimeout(ctx)
-		m, err := st.GetLastMsgForSubject(cctx, o.Subjects.Checkpoint(id))
-		cancel()
-		var newest *checkpoint.Checkpoint
+		newest, seq, err := newestCheckpoint(ctx, nc, stream, o.Subjects.Checkpoint(id), id, r.trust, log)
 		switch {
-		case errors.Is(err, jetstream.ErrMsgNotFound):
+		case errors.Is(err, errAsideWalk):
+			// Set aside when read in stream order; nothing to judge by.
+			log.Warn("newest checkpoint not found", zap.String("room", id), zap.Error(err))
+			continue
 		case err != nil:
 			return fmt.Errorf("newest checkpoint of %s: %w", id, err)
-		default:
-			if newest, err = checkpoint.Parse(m.Data, id, r.trust); err != nil {
-				// Set aside when read in stream order; nothing to judge by.
-				log.Warn("newest checkpoint refused", zap.String("room", id), zap.Uint64("stream_seq", m.Sequence), zap.Error(err))
-				continue
-			}
 		}
 		switch {
 		case newest == nil:
 			l.refused = l.rolledBack()
 		case newest.Size < l.floor.Size || newest.Size == l.floor.Size && newest.Root != l.floor.Root:
 			l.refused = fmt.Sprintf("rolled back or forked: this reader verified a checkpoint of size %d (root %s) before; the newest on the stream has size %d (root %s, stream seq %d)",
-				l.floor.Size, hexRoot(l.floor.Root), newest.Size, hexRoot(newest.Root), m.Sequence)
+				l.floor.Size, hexRoot(l.floor.Root), newest.Size, hexRoot(newest.Root), seq)
 		}
 		if l.refused != "" {
 			log.Error("room refused", zap.String("room", id), zap.String("reason", l.refused))

@@ -937,8 +937,12 @@ func TestSecureCheckpoints(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if en, err := kv.Get(ctx, room.LeaseKey("room:secure")); err != nil || string(en.Value()) != p.pubKey.NodeID() {
-		t.Fatalf("lease: %v %v", en, err)
+	en, err := kv.Get(ctx, room.LeaseKey("room:secure"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if l, err := trust.VerifyLease(room.LeaseKey("room:secure"), en.Value()); err != nil || l.NodeID != p.pubKey.NodeID() {
+		t.Fatalf("lease: %q %v", en.Value(), err)
 	}
 	p.stop()
 	if strings.Contains(p.logs.String(), "Permissions Violation") || strings.Contains(p.logs.String(), "checkpointer: writing") {

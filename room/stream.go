@@ -23,6 +23,10 @@ var ErrStreamConfig = errors.New("room stream is not append-only")
 // counters or schedules, no mirror, source or transform writing into it,
 // direct get on for readers, and atomic batch publish (ADR-50) allowed for
 // journal backfill. replicas is 1 on one server, 3 on a cluster.
+// MaxConsumers -1 sets no limit of the stream's own; nats-server then
+// applies its default_max_consumers (server.JSDefaultMaxConsumersPerStream,
+// 1,000 per stream) unless the account sets one, so consumers can run out:
+// the checkpointer reads with direct gets and needs none.
 func StreamConfig(name string, subjects Subjects, replicas int) jetstream.StreamConfig {
 	if name == "" {
 		name = DefaultStream
