@@ -613,7 +613,7 @@ func (c *Checkpointer) follow(ctx context.Context) {
 			c.mu.Lock()
 			c.lastPending, c.lastAt = 0, time.Now()
 			for i := range b {
-				c.handleLocked(next+uint64(i), b[i].Subject, nil, b[i].Header, &b[i].Content)
+				c.handleLocked(next+uint64(i), b[i].Subject, nil, b[i].Header, "", &b[i].Content)
 			}
 			c.next = next + n
 			c.handled.Store(next + n - 1)
@@ -651,7 +651,7 @@ func (c *Checkpointer) follow(ctx context.Context) {
 		if run < 2 || (kept && upTo == next+1) {
 			var m *jetstream.RawStreamMsg
 			if m, err = leaderGet(ctx, nc, name, DefaultTimeout, map[string]any{"seq": next, "next_by_subj": all}); m != nil {
-				msgs = []gapMsg{{seq: m.Sequence, subject: m.Subject, data: m.Data, header: m.Header.Get(checkpoint.AttestationHeader)}}
+				msgs = []gapMsg{{seq: m.Sequence, subject: m.Subject, data: m.Data, header: m.Header.Get(checkpoint.AttestationHeader), owner: m.Header.Get(HeaderOwner)}}
 			}
 		} else {
 			limit := ckPullMessages
@@ -690,7 +690,7 @@ func (c *Checkpointer) follow(ctx context.Context) {
 		c.mu.Lock()
 		c.lastPending, c.lastAt = 0, time.Now()
 		for _, m := range msgs {
-			c.handleLocked(m.seq, m.subject, m.data, m.header, nil)
+			c.handleLocked(m.seq, m.subject, m.data, m.header, m.owner, nil)
 		}
 		last := msgs[len(msgs)-1].seq
 		c.next = last + 1
@@ -710,6 +710,7 @@ type gapMsg struct {
 	subject string
 	data    []byte
 	header  string // its checkpoint.AttestationHeader value
+	owner   string // its HeaderOwner value (an owned chain's entry)
 	pending uint64 // messages of the room subjects after it, as the read was served
 }
 
@@ -803,7 +804,7 @@ func (c *Checkpointer) catchUpFetch(ctx context.Context, batches chan<- []gapMsg
 func (c *Checkpointer) handleRun(msgs []gapMsg) {
 	for _, m := range msgs {
 		c.lastPending, c.lastAt = m.pending, time.Now()
-		c.handleLocked(m.seq, m.subject, m.data, m.header, nil)
+		c.handleLocked(m.seq, m.subject, m.data, m.header, m.owner, nil)
 		c.handled.Store(m.seq)
 	}
 }
@@ -886,7 +887,7 @@ func directGetBatch(ctx context.Context, nc *nats.Conn, subject string, request 
 		}
 		pending, _ := strconv.ParseUint(lastValue(m.Header, "Nats-Num-Pending"), 10, 64)
 		out = append(out, gapMsg{seq: seq, subject: lastValue(m.Header, jetstream.SubjectHeader), data: m.Data,
-			header: m.Header.Get(checkpoint.AttestationHeader), pending: pending})
+			header: m.Header.Get(checkpoint.AttestationHeader), owner: m.Header.Get(HeaderOwner), pending: pending})
 	}
 }
 
@@ -1026,10 +1027,10 @@ func (o *ownAttestations) take(content [32]byte, subject, header string) bool {
 }
 
 // handleLocked handles the message at stream sequence seq, in stream
-// order: data and its attestation header as read, or, with own, a message
-// the gate of this process stored (own its content hash; data nil), which
-// is admitted without reading it. c.mu is held.
-func (c *Checkpointer) handleLocked(seq uint64, subject string, data []byte, header string, own *[32]byte) {
+// order: data, its attestation header and its HeaderOwner as read, or,
+// with own, a message the gate of this process stored (own its content
+// hash; data nil), which is admitted without reading it. c.mu is held.
+func (c *Checkpointer) handleLocked(seq uint64, subject string, data []byte, header, owner string, own *[32]byte) {
 	var err error
 	p, ok := c.parsed[subject]
 	if !ok {
@@ -1089,7 +1090,7 @@ func (c *Checkpointer) handleLocked(seq uint64, subject string, data []byte, hea
 				q.state, q.what, q.err = ckNotLeaf, "checkpointer: an attested journal message that is no entry is not a leaf", err
 				break
 			}
-			position = checkpoint.JournalPosition(seqNo)
+			position = checkpoint.OwnedJournalPosition(seqNo, owner)
 		}
 		r.queue = append(r.queue, q)
 		c.waiting[seq] = r

@@ -118,7 +118,7 @@ func (e *env) rebuildWith(roomID string, trust *checkpoint.Trust, aside bool) *r
 				continue
 			}
 			seq, _ := en.Seq()
-			position = checkpoint.JournalPosition(seq)
+			position = checkpoint.OwnedJournalPosition(seq, m.Header.Get(room.HeaderOwner))
 		}
 		take(bc.Add(m.Sequence, m.Header.Get(checkpoint.AttestationHeader),
 			checkpoint.Statement{Room: roomID, Subject: m.Subject, Position: position, Content: checkpoint.ContentHash(m.Data)}))

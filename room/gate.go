@@ -395,43 +395,23 @@ func (g *Gate) reload(ctx context.Context, key events.ChainKey, c *chainState, l
 
 // loadHashes reads the entry_hash and stream sequence of every stored entry
 // of the chain, in order, from the Nats-Msg-Id headers (the gate sets them
-// to entry_hash) of a headers-only ordered consumer.
+// to entry_hash), by batch direct gets up to c.lastSeq: no consumer, so a
+// stream whose consumers are exhausted (the server's per-stream limit)
+// cannot stop the gate (docs/secure-mode.md, "Readers without
+// consumers").
 func (g *Gate) loadHashes(ctx context.Context, c *chainState, key events.ChainKey) error {
 	subj := g.subjects.Journal(c.roomID, key)
-	cons, err := g.stream.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{
-		FilterSubjects: []string{subj},
-		HeadersOnly:    true,
-		DeliverPolicy:  jetstream.DeliverAllPolicy,
-		// The server removes it soon after this read instead of keeping
-		// one idle consumer per resend check for nats.go's default 5m.
-		InactiveThreshold: 2 * time.Second,
+	hashes := make([]string, 0, c.next)
+	seqs := make([]uint64, 0, c.next)
+	err := g.readRange(ctx, subj, 1, c.lastSeq, func(m *jetstream.RawStreamMsg) {
+		hashes = append(hashes, m.Header.Get(jetstream.MsgIDHeader))
+		seqs = append(seqs, m.Sequence)
 	})
 	if err != nil {
 		return fmt.Errorf("read chain %s: %w", subj, err)
 	}
-	hashes := make([]string, 0, c.next)
-	seqs := make([]uint64, 0, c.next)
-	for int64(len(hashes)) < c.next {
-		batch, err := cons.Fetch(int(min(c.next-int64(len(hashes)), 1000)), jetstream.FetchMaxWait(g.timeout))
-		if err != nil {
-			return fmt.Errorf("read chain %s: %w", subj, err)
-		}
-		n := 0
-		for msg := range batch.Messages() {
-			meta, err := msg.Metadata()
-			if err != nil {
-				return fmt.Errorf("read chain %s: %w", subj, err)
-			}
-			hashes = append(hashes, msg.Headers().Get(jetstream.MsgIDHeader))
-			seqs = append(seqs, meta.Sequence.Stream)
-			n++
-		}
-		if batch.Error() != nil {
-			return fmt.Errorf("read chain %s: %w", subj, batch.Error())
-		}
-		if n == 0 {
-			return fmt.Errorf("read chain %s: %d of %d entries found", subj, len(hashes), c.next)
-		}
+	if int64(len(hashes)) < c.next {
+		return fmt.Errorf("read chain %s: %d of %d entries found", subj, len(hashes), c.next)
 	}
 	c.hashes, c.seqs = hashes[:c.next], seqs[:c.next]
 	return nil

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"testing"
+	"time"
 
 	"github.com/nats-io/nats.go"
 
@@ -127,4 +128,26 @@ func TestChainOwnerReader(t *testing.T) {
 		rep.Violations[0].Seq != 6 || len(rep.Chains) != 1 || rep.Chains[0].Owner != "alice" || rep.Chains[0].Verdict != "broken" {
 		t.Fatalf("audit: %+v", rep)
 	}
+}
+
+// TestChainOwnerCheckpointer: a checkpointer that did not append an owned
+// chain's entries (another publisher's gate did) verifies their
+// attestations, which bind the owner, and makes them leaves.
+func TestChainOwnerCheckpointer(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	keyA, keyB := newPublisherKey(t), newPublisherKey(t)
+	const roomID = "room:owned"
+	startCheckpointer(t, e.connect(), room.CheckpointerOptions{Key: keyB, TrustedPublishers: []string{keyA.NodeID()}, Every: 5, Interval: 100 * time.Millisecond})
+	gate := e.attestingGate(e.connect(), keyA, nil, room.GateOptions{})
+	es, _ := journal(t, "run-o", "cap-o", 10)
+	if r, err := gate.AppendJournalAs(ctx, roomID, "alice", lines(es), nil); err != nil || r.Stored != 10 {
+		t.Fatalf("%+v %v", r, err)
+	}
+	trust := trustOf(t, keyA, keyB)
+	waitFor(t, 10*time.Second, "a checkpoint of size 10", func() bool {
+		cks := e.rebuild(roomID, trust).checkpoints
+		return len(cks) > 0 && cks[len(cks)-1].Size == 10
+	})
+	e.rebuild(roomID, trust).checkCheckpoints(t)
 }

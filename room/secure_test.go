@@ -417,8 +417,8 @@ func secureMatrix(t *testing.T, p *securePlace) {
 		if err != nil || res.Refused != nil || res.Stored != 14 {
 			t.Fatalf("ship: %+v %v", res, err)
 		}
-		// Old lines again: the gate reads the chain's hashes (an ordered
-		// consumer as the publisher user) and answers duplicate.
+		// Old lines again: the gate reads the chain's hashes (batch
+		// direct gets as the publisher user) and answers duplicate.
 		lines, err := os.ReadFile("../testdata/samples/capsules/csv-dedupe/journal.ndjson")
 		if err != nil {
 			t.Fatal(err)
