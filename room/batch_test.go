@@ -640,7 +640,9 @@ func TestServiceManyChains(t *testing.T) {
 	}
 	g, log := e.gateWith(e.connect(), room.GateOptions{MaxInflightBatches: 2})
 	var err error
-	if e.svc, err = room.StartService(e.connect(), g, room.ServiceOptions{Concurrency: 32}); err != nil {
+	// The 100 chains' requests come from one identity, all at once: its
+	// share is all of them (TestServiceFairPerIdentity tests the share).
+	if e.svc, err = room.StartService(e.connect(), g, room.ServiceOptions{Concurrency: 32, IdentityConcurrency: 100}); err != nil {
 		t.Fatal(err)
 	}
 	const chains, n, per = 100, 100, 50

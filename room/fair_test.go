@@ -1,0 +1,169 @@
+package room_test
+
+import (
+	"encoding/json"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/roompub/roompub/events"
+	"github.com/roompub/roompub/room"
+)
+
+// restartService replaces e's ingest service with one started with o.
+func (e *env) restartService(o room.ServiceOptions) *room.Service {
+	e.t.Helper()
+	if err := e.svc.Stop(); err != nil {
+		e.t.Fatal(err)
+	}
+	svc, err := room.StartService(e.nc, e.gate, o)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	e.svc = svc
+	return svc
+}
+
+// counterSum sums the series of counter name gathered from reg.
+func counterSum(t testing.TB, reg *prometheus.Registry, name string) float64 {
+	t.Helper()
+	fams, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var sum float64
+	for _, f := range fams {
+		if f.GetName() == name {
+			for _, m := range f.GetMetric() {
+				sum += m.GetCounter().GetValue()
+			}
+		}
+	}
+	return sum
+}
+
+// flood publishes bodies as requests of identity token on endpoint, all
+// at once, with reply subjects under the identity's inbox, and returns a
+// func that waits for every reply and returns each one's status header
+// (Nats-Service-Error-Code, "" for none) and body, by request index.
+func flood(t *testing.T, nc *nats.Conn, token, endpoint string, hdr nats.Header, bodies [][]byte) (collect func() (status []string, replies [][]byte)) {
+	t.Helper()
+	prefix := room.InboxPrefix(token) + ".flood"
+	ch := make(chan *nats.Msg, len(bodies))
+	sub, err := nc.ChanSubscribe(prefix+".*", ch)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = sub.SetPendingLimits(-1, -1)
+	for i, b := range bodies {
+		msg := &nats.Msg{Subject: room.ServiceSubject("", token, endpoint), Reply: fmt.Sprintf("%s.%d", prefix, i), Header: hdr, Data: b}
+		if err := nc.PublishMsg(msg); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := nc.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	return func() (status []string, replies [][]byte) {
+		defer sub.Unsubscribe()
+		status, replies = make([]string, len(bodies)), make([][]byte, len(bodies))
+		for range bodies {
+			select {
+			case m := <-ch:
+				var i int
+				if _, err := fmt.Sscanf(m.Subject[len(prefix)+1:], "%d", &i); err != nil {
+					t.Fatal(err)
+				}
+				status[i], replies[i] = m.Header.Get("Nats-Service-Error-Code"), m.Data
+			case <-time.After(2 * time.Minute): // a hung test, not a bound
+				t.Fatal("replies missing")
+			}
+		}
+		return status, replies
+	}
+}
+
+// overQuotaReply checks that a reply with status 429 is a JSON
+// over_quota ErrorReply that says it may be sent again.
+func overQuotaReply(t *testing.T, body []byte) {
+	t.Helper()
+	var er room.ErrorReply
+	if err := json.Unmarshal(body, &er); err != nil || er.Code != events.OverQuota || er.Reason == "" {
+		t.Fatalf("over quota reply %q", body)
+	}
+}
+
+// TestServiceFairPerIdentity: one identity floods the journal endpoint
+// with 2,000 one-line requests sent without waiting; another sends 20,
+// one after another, on the same endpoint meanwhile. All 20 are stored;
+// the flood's requests beyond its share are answered over_quota (status
+// 429) at once, counted by the metric, and nothing of them is stored.
+func TestServiceFairPerIdentity(t *testing.T) {
+	e := newEnv(t)
+	reg := prometheus.NewRegistry()
+	m, err := room.NewMetrics(reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	svc := e.restartService(room.ServiceOptions{Concurrency: 4, IdentityConcurrency: 2, Observer: m})
+	tokA, tokB := room.IdentityToken("harness-a"), room.IdentityToken("harness-b")
+	const roomID, sent, fair = "room:fair", 2000, 20
+	bodies := make([][]byte, sent)
+	for i := range bodies {
+		_, bodies[i] = journal(t, fmt.Sprint("run-a-", i), "cap-a", 1)
+	}
+	ncB, err := nats.Connect(e.srv.ClientURL(), nats.CustomInboxPrefix(room.InboxPrefix(tokB)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ncB.Close()
+	cB := room.NewClient(ncB, room.ClientOptions{Identity: tokB})
+
+	// A's requests are all on their way before B's first.
+	collect := flood(t, e.connect(), tokA, room.EndpointJournal, nats.Header{room.HeaderRoom: []string{roomID}}, bodies)
+	storedB := 0
+	for i := range fair {
+		_, body := journal(t, fmt.Sprint("run-b-", i), "cap-b", 1)
+		r, err := cB.AppendJournal(t.Context(), roomID, nil, body)
+		if err != nil {
+			t.Fatalf("B's request %d: %v", i, err)
+		}
+		storedB += r.Stored
+	}
+	status, replies := collect()
+	storedA, over := 0, 0
+	for i, st := range status {
+		switch st {
+		case "":
+			var r room.JournalReply
+			if err := json.Unmarshal(replies[i], &r); err != nil || r.Stored != 1 {
+				t.Fatalf("A's request %d: %q", i, replies[i])
+			}
+			storedA++
+		case "429":
+			overQuotaReply(t, replies[i])
+			over++
+		default:
+			t.Fatalf("A's request %d: status %s: %q", i, st, replies[i])
+		}
+	}
+	if storedB != fair {
+		t.Errorf("B stored %d of %d", storedB, fair)
+	}
+	if over == 0 || over != sent-storedA {
+		t.Errorf("%d over_quota, %d stored of %d sent", over, storedA, sent)
+	}
+	if got := e.state().Msgs; got != uint64(storedA+storedB) {
+		t.Errorf("stream holds %d messages, %d stored", got, storedA+storedB)
+	}
+	if got := counterSum(t, reg, "roompub_over_quota_total"); got != float64(over) {
+		t.Errorf("roompub_over_quota_total %v, want %d", got, over)
+	}
+	if got := svc.OverQuota(); got != uint64(over) {
+		t.Errorf("OverQuota() %d, want %d", got, over)
+	}
+	t.Logf("A: %d stored, %d over_quota; B: %d stored", storedA, over, storedB)
+}
