@@ -3,6 +3,7 @@ package room_test
 import (
 	"encoding/json"
 	"fmt"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -166,4 +167,88 @@ func TestServiceFairPerIdentity(t *testing.T) {
 		t.Errorf("OverQuota() %d, want %d", got, over)
 	}
 	t.Logf("A: %d stored, %d over_quota; B: %d stored", storedA, over, storedB)
+}
+
+// TestGateHeadKeepsNoState: 10,000 head requests naming chains the gate
+// does not know, sent at once, are all answered (nothing stored: next 0)
+// and leave the gate's chain states as they were: the one chain shipped.
+func TestGateHeadKeepsNoState(t *testing.T) {
+	e := newEnv(t)
+	const n = 10000
+	e.restartService(room.ServiceOptions{IdentityConcurrency: n})
+	_, body := journal(t, "run-head", "cap-known", 2)
+	if r := e.shipJournal("room:head", body); r.Stored != 2 {
+		t.Fatalf("ship: %+v", r)
+	}
+	before := e.gate.ChainStates()
+	if before != 1 {
+		t.Fatalf("%d chain states after one chain shipped", before)
+	}
+	bodies := make([][]byte, n)
+	for i := range bodies {
+		bodies[i], _ = json.Marshal(room.HeadRequest{RunID: "run-head", CapsuleID: fmt.Sprint("cap-", i)})
+	}
+	status, replies := flood(t, e.connect(), room.IdentityToken("asker"), room.EndpointHead, nil, bodies)()
+	for i, st := range status {
+		var h room.ChainHead
+		if err := json.Unmarshal(replies[i], &h); st != "" || err != nil || h.Next != 0 || h.Chain.CapsuleID != fmt.Sprint("cap-", i) {
+			t.Fatalf("head %d: status %q: %q", i, st, replies[i])
+		}
+	}
+	var h room.ChainHead
+	if e.request("roompub.v1.head", nil, []byte(`{"run_id":"run-head","capsule_id":"cap-known"}`), &h); h.Next != 2 {
+		t.Fatalf("head of the known chain: %+v", h)
+	}
+	if got := e.gate.ChainStates(); got != before {
+		t.Fatalf("%d chain states after %d head requests, was %d", got, n, before)
+	}
+}
+
+// TestGateEvictsIdleChains: chains not used for ChainIdle are dropped
+// (none before it has passed), and an evicted chain is read again from
+// the stream: its next line is stored at its position, an old one is a
+// duplicate.
+func TestGateEvictsIdleChains(t *testing.T) {
+	e := newEnv(t)
+	var elapsed atomic.Int64
+	base := time.Now()
+	now := func() time.Time { return base.Add(time.Duration(elapsed.Load())) }
+	const idle, chains = time.Minute, 50
+	g, err := room.NewGate(t.Context(), e.nc, room.WithGateClock(room.GateOptions{Validator: e.v, ChainIdle: idle}, now))
+	if err != nil {
+		t.Fatal(err)
+	}
+	es := make([][]*events.Entry, chains)
+	for i := range es {
+		es[i], _ = journal(t, "run-idle", fmt.Sprint("cap-", i), 3)
+		if r, err := g.AppendJournal(t.Context(), "room:idle", lines(es[i][:2]), nil); err != nil || r.Stored != 2 {
+			t.Fatalf("chain %d: %+v %v", i, r, err)
+		}
+	}
+	if got := g.ChainStates(); got != chains {
+		t.Fatalf("%d chain states, want %d", got, chains)
+	}
+	elapsed.Store(int64(idle - 1))
+	g.SweepChains()
+	if got := g.ChainStates(); got != chains {
+		t.Fatalf("%d chain states before the idle period passed, want %d", got, chains)
+	}
+	elapsed.Store(int64(idle))
+	g.SweepChains()
+	if got := g.ChainStates(); got != 0 {
+		t.Fatalf("%d chain states after the idle period, want 0", got)
+	}
+	r, err := g.AppendJournal(t.Context(), "room:idle", lines(es[0][2:]), nil)
+	if err != nil || r.Stored != 1 || r.Head.Next != 3 {
+		t.Fatalf("next line of an evicted chain: %+v %v", r, err)
+	}
+	r, err = g.AppendJournal(t.Context(), "room:idle", lines(es[1][:1]), nil)
+	if err != nil || r.Dupes != 1 {
+		t.Fatalf("old line of an evicted chain: %+v %v", r, err)
+	}
+	chainInStream(t, e, "room:idle", es[0])
+	chainInStream(t, e, "room:idle", es[1][:2])
+	if got := g.ChainStates(); got != 2 {
+		t.Fatalf("%d chain states after two chains were used again, want 2", got)
+	}
 }
