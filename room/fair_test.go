@@ -46,13 +46,16 @@ func counterSum(t testing.TB, reg *prometheus.Registry, name string) float64 {
 	return sum
 }
 
+// floods numbers the calls of flood: each has its own reply subjects.
+var floods atomic.Int64
+
 // flood publishes bodies as requests of identity token on endpoint, all
 // at once, with reply subjects under the identity's inbox, and returns a
 // func that waits for every reply and returns each one's status header
 // (Nats-Service-Error-Code, "" for none) and body, by request index.
 func flood(t *testing.T, nc *nats.Conn, token, endpoint string, hdr nats.Header, bodies [][]byte) (collect func() (status []string, replies [][]byte)) {
 	t.Helper()
-	prefix := room.InboxPrefix(token) + ".flood"
+	prefix := room.InboxPrefix(token) + ".flood" + fmt.Sprint(floods.Add(1))
 	ch := make(chan *nats.Msg, len(bodies))
 	sub, err := nc.ChanSubscribe(prefix+".*", ch)
 	if err != nil {
@@ -250,5 +253,61 @@ func TestGateEvictsIdleChains(t *testing.T) {
 	chainInStream(t, e, "room:idle", es[1][:2])
 	if got := g.ChainStates(); got != 2 {
 		t.Fatalf("%d chain states after two chains were used again, want 2", got)
+	}
+}
+
+// TestServiceWaitingBodiesCount: pipelined requests of one chain waiting
+// for the request ahead of them hold their bodies, which count against
+// their identity's IdentityPendingBytes: with room for 4 of them, the 5
+// sent after those are answered over_quota at once instead of being held.
+// Once another identity stores the chain's first line, the 4 held are
+// stored, in order.
+func TestServiceWaitingBodiesCount(t *testing.T) {
+	defer room.SetAheadWait(time.Minute)()
+	e := newEnv(t)
+	const roomID, held, over = "room:wait", 4, 5
+	es, _ := journal(t, "run-wait", "cap-wait", 1+held+over)
+	bodies := make([][]byte, held+over)
+	for i := range bodies {
+		bodies[i] = lines(es[1+i : 2+i])
+		if len(bodies[i]) != len(bodies[0]) {
+			t.Fatalf("request %d is %d bytes, the first %d", i, len(bodies[i]), len(bodies[0]))
+		}
+	}
+	share := held * (len(bodies[0]) + room.RequestOverheadBytes)
+	svc := e.restartService(room.ServiceOptions{IdentityConcurrency: 100, IdentityPendingBytes: share})
+	tok := room.IdentityToken("pipeliner")
+	// Each request names the seq of the line ahead of it (HeaderPipelined),
+	// so it waits for the chain to get there: seq 0 is not sent yet.
+	nc := e.connect()
+	collects := make([]func() ([]string, [][]byte), len(bodies))
+	for i, b := range bodies {
+		hdr := nats.Header{room.HeaderRoom: []string{roomID}, room.HeaderPipelined: []string{fmt.Sprint(i)}}
+		collects[i] = flood(t, nc, tok, room.EndpointJournal, hdr, [][]byte{b})
+	}
+	// The over_quota answers come at once, while the first 4 wait.
+	for i := held; i < len(bodies); i++ {
+		st, rs := collects[i]()
+		if st[0] != "429" {
+			t.Fatalf("request %d: status %q: %q", i, st[0], rs[0])
+		}
+		overQuotaReply(t, rs[0])
+	}
+	if got := svc.OverQuota(); got != over {
+		t.Fatalf("%d over_quota, want %d", got, over)
+	}
+	if r := e.shipJournal(roomID, lines(es[:1])); r.Stored != 1 {
+		t.Fatalf("first line: %+v", r)
+	}
+	for i := range held {
+		st, rs := collects[i]()
+		var r room.JournalReply
+		if err := json.Unmarshal(rs[0], &r); st[0] != "" || err != nil || r.Stored != 1 {
+			t.Fatalf("held request %d: status %q: %q", i, st[0], rs[0])
+		}
+	}
+	chainInStream(t, e, roomID, es[:1+held])
+	if got := e.state().Msgs; got != 1+held {
+		t.Fatalf("stream holds %d messages, want %d", got, 1+held)
 	}
 }
