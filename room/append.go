@@ -126,6 +126,7 @@ func (g *Gate) appendJournal(ctx context.Context, roomID, owner string, body []b
 		return reply, nil
 	}
 	c := g.chain(key)
+	defer g.unchain(c)
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	r := &journalRun{g: g, ctx: ctx, roomID: roomID, owner: owner, key: key, subj: g.subjects.Journal(roomID, key), anyRoom: g.subjects.ChainAnyRoom(key),
@@ -312,6 +313,7 @@ const aheadPoll = 5 * time.Millisecond
 // as it is (OutcomeAhead).
 func (g *Gate) awaitChain(ctx context.Context, key events.ChainKey, seq int64) error {
 	c := g.chain(key)
+	defer g.unchain(c)
 	until := time.Now().Add(aheadWait)
 	for attempt := 0; ; attempt++ {
 		if attempt > 1 && !sleepCtx(ctx, aheadPoll) {

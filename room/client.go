@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"strconv"
 	"time"
 
@@ -32,6 +33,44 @@ func (e *ServiceError) Error() string {
 		return fmt.Sprintf("ingest service: %s: %s (status %s)", e.Code, e.Reason, e.Status)
 	}
 	return fmt.Sprintf("ingest service: %s (status %s)", e.Reason, e.Status)
+}
+
+// IsOverQuota reports whether err is (or wraps) the ingest service's
+// events.OverQuota answer (status 429): the request's identity already
+// had its share of the service in use; nothing in it was looked at, and
+// it may be sent again (docs/secure-mode.md, "Fair ingest").
+func IsOverQuota(err error) bool {
+	var se *ServiceError
+	return errors.As(err, &se) && se.Code == events.OverQuota
+}
+
+// Backing off after an over_quota answer (retryOverQuota): the first wait
+// is about quotaBackoffMin, doubled each time up to quotaBackoffMax, each
+// drawn at random between half of it and all of it (so clients that were
+// refused together do not come back together); at most quotaRetries
+// resends, then the *ServiceError is returned.
+const (
+	quotaBackoffMin = 20 * time.Millisecond
+	quotaBackoffMax = time.Second
+	quotaRetries    = 60
+)
+
+// retryOverQuota calls send until it returns anything but an over_quota
+// answer (IsOverQuota), backing off between calls; it gives up with the
+// last answer after quotaRetries resends, or with ctx's error.
+func retryOverQuota(ctx context.Context, send func() error) error {
+	d := quotaBackoffMin
+	for attempt := 0; ; attempt++ {
+		err := send()
+		if !IsOverQuota(err) || attempt == quotaRetries {
+			return err
+		}
+		wait := d/2 + rand.N(d/2+1)
+		if !sleepCtx(ctx, wait) {
+			return ctx.Err()
+		}
+		d = min(2*d, quotaBackoffMax)
+	}
 }
 
 // ClientOptions configures a Client; the zero value is the default.
@@ -197,8 +236,9 @@ func (c *Client) AppendRecord(ctx context.Context, raw []byte) (RecordReply, err
 // them), so that no record after it is stored before it: it returns the
 // replies so far, that request's included, and an error wrapping
 // ErrUnavailable. It also ends at a request-level error (*ServiceError,
-// one wrapping ErrUnavailable, a reply that does not match the request).
-// Either way the records from len(replies) on were not answered; send the
+// one wrapping ErrUnavailable, a reply that does not match the request);
+// an over_quota answer (IsOverQuota) is not one of those while it lasts:
+// the request is sent again after a bounded, jittered back-off. Either way the records from len(replies) on were not answered; send the
 // failed, skipped and unanswered ones again (a record already stored is
 // answered duplicate).
 func (c *Client) AppendRecords(ctx context.Context, raws [][]byte) ([]RecordReply, error) {
@@ -214,7 +254,11 @@ func (c *Client) AppendRecords(ctx context.Context, raws [][]byte) ([]RecordRepl
 			return nil
 		}
 		var r RecordsReply
-		if err := c.request(ctx, "records", nil, body.Bytes(), &r); err != nil {
+		err := retryOverQuota(ctx, func() error {
+			r = RecordsReply{}
+			return c.request(ctx, "records", nil, body.Bytes(), &r)
+		})
+		if err != nil {
 			return err
 		}
 		if len(r.Records) != n {
@@ -245,7 +289,7 @@ func (c *Client) AppendRecords(ctx context.Context, raws [][]byte) ([]RecordRepl
 			if len(alone) > maxBody {
 				r.Item = refused(i, []events.Problem{{Code: events.TooLarge,
 					Reason: fmt.Sprintf("the record is %d bytes: over the server's max payload of %d bytes, so it was not sent", len(alone), maxBody)}})
-			} else if r, err = c.AppendRecord(ctx, alone); err != nil {
+			} else if err = retryOverQuota(ctx, func() (err error) { r, err = c.AppendRecord(ctx, alone); return err }); err != nil {
 				return out, err
 			}
 			r.Item.Index = i

@@ -180,3 +180,24 @@ func LeaderMsg(ctx context.Context, nc *nats.Conn, stream string, seq uint64) (*
 	}
 	return out, nil
 }
+
+// ChainStates is how many chains the gate keeps state of.
+func (g *Gate) ChainStates() int {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return len(g.chains)
+}
+
+// WithGateClock returns o with now as the clock of its ChainIdle.
+func WithGateClock(o GateOptions, now func() time.Time) GateOptions {
+	o.now = now
+	return o
+}
+
+// SweepChains drops the chains idle for ChainIdle now, as the gate does
+// on a chain's use once ChainIdle / 2 passed since the last sweep.
+func (g *Gate) SweepChains() {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.sweepLocked(g.now())
+}

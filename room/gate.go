@@ -74,6 +74,16 @@ type GateOptions struct {
 	// chain's head (issue 9): the chain goes on after the last admitted
 	// entry, and its next entry is stored after such messages.
 	TrustedPublishers []string
+	// ChainIdle is how long the gate keeps what it knows of a chain (its
+	// head, and the entry hashes it loaded) after the chain was last
+	// used; default DefaultChainIdle. A chain no request uses or waits
+	// for is dropped once idle that long (a sweep at most every ChainIdle
+	// / 2, on the next use of any chain), and read again from the stream
+	// on its next use, as after a restart (docs/secure-mode.md, "Fair
+	// ingest").
+	ChainIdle time.Duration
+	// now, when set, is the clock of ChainIdle (tests: WithGateClock).
+	now func() time.Time
 }
 
 // AttestationSink is told of each message a gate attests, before the
@@ -110,6 +120,7 @@ type StoredMsg struct {
 const (
 	DefaultMaxBatch           = 1000
 	DefaultMaxInflightBatches = 32
+	DefaultChainIdle          = 2 * time.Minute
 )
 
 // Gate decides every append to the room stream: each item is checked with
@@ -148,6 +159,11 @@ type Gate struct {
 
 	mu     sync.Mutex
 	chains map[events.ChainKey]*chainState
+	// idle is GateOptions.ChainIdle, now its clock, and swept when the
+	// chains were last swept for idle ones (g.mu).
+	idle  time.Duration
+	now   func() time.Time
+	swept time.Time
 	// orders orders each chain's journal requests in flight (order.go).
 	orderMu sync.Mutex
 	orders  map[events.ChainKey]*chainOrder
@@ -208,6 +224,14 @@ func NewGate(ctx context.Context, nc *nats.Conn, o GateOptions) (*Gate, error) {
 	}
 	g.maxBatch.Store(int64(o.MaxBatch))
 	g.inflight = make(chan struct{}, o.MaxInflightBatches)
+	g.idle, g.now = o.ChainIdle, o.now
+	if g.idle <= 0 {
+		g.idle = DefaultChainIdle
+	}
+	if g.now == nil {
+		g.now = time.Now
+	}
+	g.swept = g.now()
 	return g, nil
 }
 
@@ -250,17 +274,53 @@ type chainState struct {
 	// duplicate, and where it is stored); nil until needed.
 	hashes []string
 	seqs   []uint64
+	// users counts the calls that hold c (chain, until unchain), and
+	// used is when the last of them let go (g.mu guards both): a chain
+	// with users is never dropped.
+	users int
+	used  time.Time
 }
 
+// chain returns the gate's state of chain key, made (not loaded) if the
+// gate has none, and holds it until unchain: it is not dropped
+// meanwhile. It sweeps idle chains first when that was last done
+// ChainIdle / 2 ago or more.
 func (g *Gate) chain(key events.ChainKey) *chainState {
 	g.mu.Lock()
 	defer g.mu.Unlock()
+	if now := g.now(); now.Sub(g.swept) >= g.idle/2 {
+		g.sweepLocked(now)
+	}
 	c := g.chains[key]
 	if c == nil {
 		c = &chainState{}
 		g.chains[key] = c
 	}
+	c.users++
 	return c
+}
+
+// unchain lets go of c, which chain returned.
+func (g *Gate) unchain(c *chainState) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	c.users--
+	c.used = g.now()
+}
+
+// sweepLocked drops the chains idle for ChainIdle at now: no call holds
+// them (chain), and no journal request of this gate holds an order ticket
+// of them (order.go). g.mu is held; it takes g.orderMu (never the other
+// way round).
+func (g *Gate) sweepLocked(now time.Time) {
+	g.swept = now
+	g.orderMu.Lock()
+	defer g.orderMu.Unlock()
+	for key, c := range g.chains {
+		if c.users == 0 && now.Sub(c.used) >= g.idle && g.orders[key] == nil {
+			delete(g.chains, key)
+		}
+	}
 }
 
 // lastOn returns the last message on subject (wildcards allowed), or nil
@@ -421,8 +481,22 @@ func (g *Gate) loadHashes(ctx context.Context, c *chainState, key events.ChainKe
 // the room it lives in ("" when it has no entry yet).
 // A read that may be tried again (no responder, no answer in time) is,
 // as appends do, for up to 20s and Attempts times.
+//
+// Head keeps no state of a chain the gate does not know already: it reads
+// into a state of its own, so a flood of head requests naming new chains
+// holds no memory once answered (docs/secure-mode.md, "Fair ingest").
 func (g *Gate) Head(ctx context.Context, key events.ChainKey) (ChainHead, error) {
-	c := g.chain(key)
+	g.mu.Lock()
+	c := g.chains[key]
+	if c != nil {
+		c.users++
+	}
+	g.mu.Unlock()
+	if c != nil {
+		defer g.unchain(c)
+	} else {
+		c = &chainState{}
+	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	until := time.Now().Add(retryWindow)

@@ -63,6 +63,7 @@ func (g *Gate) AppendJournalOneByOne(ctx context.Context, roomID string, body []
 	key := events.ChainKey{RunID: first.RunID(), CapsuleID: first.CapsuleID()}
 	reply.Chain = key
 	c := g.chain(key)
+	defer g.unchain(c)
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	for i, ln := range lines {

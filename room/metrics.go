@@ -21,9 +21,11 @@ import (
 //	roompub_batches_total{result}                atomic batches published: "stored", the server's error code, or "no_answer"
 //	roompub_batch_messages                       messages per atomic batch
 //	roompub_replies_refused_total{endpoint}      requests never answered: their reply subject is not the requester's own inbox (reply_not_allowed)
+//	roompub_over_quota_total{endpoint}           requests answered over_quota: their identity, or the service, already held its share (docs/secure-mode.md, "Fair ingest")
 //	roompub_foreign_writers                      other streams that can write into the room subjects, at the last check (Serve)
 type Metrics struct {
 	replies  *prometheus.CounterVec
+	quota    *prometheus.CounterVec
 	items    *prometheus.CounterVec
 	refusals *prometheus.CounterVec
 	latency  *prometheus.HistogramVec
@@ -74,7 +76,11 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 		Namespace: "roompub", Name: "replies_refused_total",
 		Help: "Ingest requests never answered because their reply subject is not under the requester's own inbox prefix (reply_not_allowed), by endpoint.",
 	}, []string{"endpoint"})
-	for _, c := range []prometheus.Collector{m.items, m.refusals, m.latency, m.batches, m.sizes, m.replies, m.foreign} {
+	m.quota = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Namespace: "roompub", Name: "over_quota_total",
+		Help: "Ingest requests answered over_quota (status 429) because their identity, or the service, already held its share, by endpoint.",
+	}, []string{"endpoint"})
+	for _, c := range []prometheus.Collector{m.items, m.refusals, m.latency, m.batches, m.sizes, m.replies, m.quota, m.foreign} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}
@@ -84,6 +90,9 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 
 // ReplyRefused implements ServiceObserver.
 func (m *Metrics) ReplyRefused(endpoint string) { m.replies.WithLabelValues(endpoint).Inc() }
+
+// OverQuota implements ServiceObserver.
+func (m *Metrics) OverQuota(endpoint string) { m.quota.WithLabelValues(endpoint).Inc() }
 
 // Item implements Observer.
 func (m *Metrics) Item(kind, outcome string, code events.Code, took time.Duration) {

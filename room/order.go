@@ -49,6 +49,11 @@ type orderTicket struct {
 	// so waiting requests do not keep others from being decided.
 	slot    chan struct{}
 	holding bool // the request holds a place in slot (its goroutine's alone)
+	// quota, when set, counts the request in its identity's share
+	// (quota.go): while it waits (idle), it is out of the identity's
+	// IdentityConcurrency count.
+	quota *quotas
+	token string
 }
 
 // idle runs f, which waits for other requests, without the request's
@@ -58,6 +63,10 @@ type orderTicket struct {
 func (t *orderTicket) idle(ctx context.Context, f func() error) error {
 	if t == nil || t.slot == nil || !t.holding {
 		return f()
+	}
+	if t.quota != nil {
+		t.quota.idle(t.token, false)
+		defer t.quota.idle(t.token, true)
 	}
 	<-t.slot
 	t.holding = false

@@ -39,9 +39,26 @@ type ServiceOptions struct {
 	Concurrency int
 	// PendingBytes bounds the requests waiting for a free slot, per
 	// endpoint, in bytes; requests beyond it are dropped (their clients
-	// time out: ErrUnavailable). Default DefaultPendingBytes.
+	// time out: ErrUnavailable). Default DefaultPendingBytes. It also
+	// bounds the bytes of all requests the service holds (admitted and
+	// not answered yet, RequestOverheadBytes each besides the body): one
+	// beyond it is answered events.OverQuota (docs/secure-mode.md, "Fair
+	// ingest").
 	PendingBytes int
-	Logger       *zap.Logger
+	// IdentityConcurrency bounds the requests of one identity (the token
+	// its subject names, ParseServiceSubject) the service holds at once:
+	// waiting for a slot, for the requests of their chain ahead of them,
+	// or being decided. One beyond it is answered events.OverQuota at
+	// once (status 429). Default a quarter of Concurrency, at least 2 (a
+	// shipper keeps DefaultPipeline requests in flight).
+	IdentityConcurrency int
+	// IdentityPendingBytes bounds the bytes of one identity's requests the
+	// service holds at once (bodies plus RequestOverheadBytes each); one
+	// beyond it is answered events.OverQuota, unless the identity holds
+	// nothing (a request is never refused for its size alone). Default a
+	// quarter of PendingBytes.
+	IdentityPendingBytes int
+	Logger               *zap.Logger
 	// Observer, when set, is told of the service's own events (metrics).
 	Observer ServiceObserver
 }
@@ -71,6 +88,10 @@ type Service struct {
 	obs        ServiceObserver
 	// refusedReplies counts requests not answered for their reply subject.
 	refusedReplies atomic.Uint64
+	// quota admits requests within their identity's share (quota.go).
+	quota *quotas
+	// overQuota counts requests answered events.OverQuota.
+	overQuota atomic.Uint64
 }
 
 // ServiceObserver receives the ingest service's own events, for metrics.
@@ -81,6 +102,10 @@ type ServiceObserver interface {
 	// (events.ReplyNotAllowed); endpoint is one of Endpoints, or
 	// "unknown".
 	ReplyRefused(endpoint string)
+	// OverQuota is called for each request answered events.OverQuota:
+	// its identity, or the service, already held its share
+	// (docs/secure-mode.md, "Fair ingest"); endpoint is one of Endpoints.
+	OverQuota(endpoint string)
 }
 
 // StartService registers the ingest service on nc.
@@ -98,7 +123,14 @@ func StartService(nc *nats.Conn, gate *Gate, o ServiceOptions) (*Service, error)
 	if o.PendingBytes <= 0 {
 		o.PendingBytes = DefaultPendingBytes
 	}
-	s := &Service{gate: gate, log: o.Logger, sem: make(chan struct{}, o.Concurrency), maxPayload: int(nc.MaxPayload()), prefix: o.Prefix, obs: o.Observer}
+	if o.IdentityConcurrency <= 0 {
+		o.IdentityConcurrency = max(2, o.Concurrency/4)
+	}
+	if o.IdentityPendingBytes <= 0 {
+		o.IdentityPendingBytes = o.PendingBytes / 4
+	}
+	s := &Service{gate: gate, log: o.Logger, sem: make(chan struct{}, o.Concurrency), maxPayload: int(nc.MaxPayload()), prefix: o.Prefix, obs: o.Observer,
+		quota: newQuotas(o.IdentityConcurrency, o.IdentityPendingBytes, o.PendingBytes)}
 	if s.log == nil {
 		s.log = zap.NewNop()
 	}
@@ -162,23 +194,32 @@ func StartService(nc *nats.Conn, gate *Gate, o ServiceOptions) (*Service, error)
 // Before anything else, the request's reply subject must be one the
 // service may answer its identity on (CheckReply); a request that fails
 // that is logged, counted and never answered (events.ReplyNotAllowed).
+// Then it must fit in its identity's share and the service's total
+// (quota.go); one that does not is answered events.OverQuota at once. The
+// subscription goroutine never waits: an admitted request waits for its
+// slot on its own goroutine, holding its share meanwhile.
 func (s *Service) async(h func(micro.Request, *orderTicket), ordered bool) micro.Handler {
 	return micro.HandlerFunc(func(req micro.Request) {
-		if !s.replyAllowed(req) {
+		token, endpoint, ok := s.replyAllowed(req)
+		if !ok {
 			return
 		}
-		select {
-		case s.sem <- struct{}{}:
-		case <-s.ctx.Done():
-			s.respondError(req, "503", "", shuttingDown)
+		n := len(req.Data())
+		if reason := s.quota.admit(token, n); reason != "" {
+			s.overQuota.Add(1)
+			if s.obs != nil {
+				s.obs.OverQuota(endpoint)
+			}
+			s.log.Debug("over quota", zap.String("endpoint", endpoint), zap.String("identity", identityName(token)), zap.String("reason", reason))
+			s.respondError(req, "429", events.OverQuota, reason)
 			return
 		}
-		// Stop waits for the requests it finds started; one that gets its
-		// slot after Stop began is answered, not started.
+		// Stop waits for the requests it finds started; one that arrives
+		// after Stop began is answered, not started.
 		s.mu.Lock()
 		if s.stopping {
 			s.mu.Unlock()
-			<-s.sem
+			s.quota.release(token, n)
 			s.respondError(req, "503", "", shuttingDown)
 			return
 		}
@@ -186,36 +227,51 @@ func (s *Service) async(h func(micro.Request, *orderTicket), ordered bool) micro
 		s.mu.Unlock()
 		var t *orderTicket
 		if ordered {
-			if t = s.gate.ticket(req.Data()); t != nil {
-				t.slot, t.holding = s.sem, true
-			}
+			t = s.gate.ticket(req.Data())
 		}
 		go func() {
+			defer func() {
+				t.done()
+				s.quota.release(token, n)
+				s.wg.Done()
+			}()
+			select {
+			case s.sem <- struct{}{}:
+			case <-s.ctx.Done():
+				s.respondError(req, "503", "", shuttingDown)
+				return
+			}
+			if t != nil {
+				t.slot, t.holding, t.quota, t.token = s.sem, true, s.quota, token
+			}
 			defer func() {
 				if t.releases() {
 					<-s.sem
 				}
-				t.done()
-				s.wg.Done()
 			}()
 			h(req, t)
 		}()
 	})
 }
 
+// OverQuota counts the requests the service answered events.OverQuota
+// (docs/secure-mode.md, "Fair ingest").
+func (s *Service) OverQuota() uint64 { return s.overQuota.Load() }
+
 // shuttingDown is the reason of the answer to a request the service did
 // not start because it is stopping.
 const shuttingDown = "the ingest service is shutting down: send the request again"
 
 // replyAllowed reports whether req may be answered (CheckReply for the
-// identity its subject names); when not, it logs and counts why.
-func (s *Service) replyAllowed(req micro.Request) bool {
+// identity its subject names), with that identity's token and the
+// endpoint; when not, it logs and counts why.
+func (s *Service) replyAllowed(req micro.Request) (token, endpoint string, ok bool) {
 	token, endpoint, err := ParseServiceSubject(s.prefix, req.Subject())
 	if err == nil {
 		err = CheckReply(token, req.Reply())
 	}
 	if err == nil {
-		return true
+		return token, endpoint, true
 	}
 	if endpoint == "" {
 		endpoint = "unknown"
@@ -226,7 +282,7 @@ func (s *Service) replyAllowed(req micro.Request) bool {
 	}
 	s.log.Warn("request not answered", zap.String("code", string(events.ReplyNotAllowed)), zap.String("subject", clipSubject(req.Subject())),
 		zap.String("reply", clipSubject(req.Reply())), zap.String("reason", err.Error()))
-	return false
+	return "", "", false
 }
 
 // RefusedReplies counts the requests the service did not answer because

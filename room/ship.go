@@ -123,7 +123,8 @@ func newShipper(ctx context.Context, c *Client, dir, roomID string, o ShipOption
 // is refused as verify refuses it, not counted as stored (a breaker's
 // tampered line was reported "already stored" from its claimed hash).
 func (s *shipper) resume(ctx context.Context) error {
-	head, err := s.c.Head(ctx, s.meta.Key())
+	var head ChainHead
+	err := retryOverQuota(ctx, func() (err error) { head, err = s.c.Head(ctx, s.meta.Key()); return err })
 	if err != nil {
 		return err
 	}
@@ -372,7 +373,14 @@ func (p *pipeline) settle() {
 // (HeaderPipelined).
 func (s *shipper) request(ctx context.Context, body []byte, after int64) (JournalReply, error) {
 	capsule := s.meta
-	return s.c.appendJournal(ctx, s.res.RoomID, &capsule, body, after, true)
+	var r JournalReply
+	// An over_quota answer decided nothing: send it again after a back-off
+	// (retryOverQuota); it is never a refusal of the lines.
+	err := retryOverQuota(ctx, func() (err error) {
+		r, err = s.c.appendJournal(ctx, s.res.RoomID, &capsule, body, after, true)
+		return err
+	})
+	return r, err
 }
 
 // lastSeq reads the seq of the last line of body (lines ending in "\n"),
@@ -555,7 +563,7 @@ func FollowCapsule(ctx context.Context, c *Client, dir, roomID string, o ShipOpt
 		wait := o.Poll
 		switch {
 		case err == nil:
-		case errors.Is(err, ErrUnavailable):
+		case errors.Is(err, ErrUnavailable) || IsOverQuota(err):
 			wait = o.Retry
 			if s != nil {
 				// Ask again where the chain stands before resending. Lines
