@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"slices"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/synadia-io/orbit.go/jetstreamext"
 	"go.uber.org/zap"
@@ -122,6 +123,10 @@ func (g *Gate) readRange(ctx context.Context, subj string, from, to uint64, each
 		gctx, cancel := context.WithTimeout(ctx, g.timeout)
 		it, err := jetstreamext.GetBatch(gctx, g.js, g.stream.CachedInfo().Config.Name, int(min(to-from+1, 1000)),
 			jetstreamext.GetBatchSeq(from), jetstreamext.GetBatchSubject(subj))
+		if errors.Is(err, nats.ErrNoResponders) {
+			cancel()
+			return g.readRangeLeader(ctx, subj, from, to, each)
+		}
 		if err != nil {
 			cancel()
 			return fmt.Errorf("read %s from stream seq %d: %w", subj, from, err)
@@ -130,6 +135,10 @@ func (g *Gate) readRange(ctx context.Context, subj string, from, to uint64, each
 		for m, err := range it {
 			if errors.Is(err, jetstreamext.ErrNoMessages) {
 				break
+			}
+			if errors.Is(err, nats.ErrNoResponders) && got == 0 {
+				cancel()
+				return g.readRangeLeader(ctx, subj, from, to, each)
 			}
 			if err != nil {
 				cancel()
@@ -146,6 +155,24 @@ func (g *Gate) readRange(ctx context.Context, subj string, from, to uint64, each
 		if got == 0 {
 			return nil
 		}
+	}
+	return nil
+}
+
+// readRangeLeader is readRange from the stream leader, one message get
+// at a time (next_by_subj): for a stream that answers no direct get
+// (allow_direct off, or replicas not answering yet), as lastOn falls back.
+func (g *Gate) readRangeLeader(ctx context.Context, subj string, from, to uint64, each func(*jetstream.RawStreamMsg)) error {
+	for from <= to {
+		m, err := g.leaderMsg(ctx, map[string]any{"seq": from, "next_by_subj": subj})
+		if err != nil {
+			return fmt.Errorf("read %s from stream seq %d: %w", subj, from, err)
+		}
+		if m == nil || m.Sequence > to {
+			return nil
+		}
+		each(m)
+		from = m.Sequence + 1
 	}
 	return nil
 }

@@ -201,3 +201,26 @@ func (g *Gate) SweepChains() {
 	defer g.mu.Unlock()
 	g.sweepLocked(g.now())
 }
+
+// FairSlots is the ingest service's fair concurrency limit.
+type FairSlots = fairSlots
+
+// NewFairSlots returns a limit of n slots.
+func NewFairSlots(n int) *FairSlots { return newFairSlots(n) }
+
+// Acquire takes a slot for identity token (fairSlots.acquire).
+func (f *FairSlots) Acquire(ctx context.Context, token string) error { return f.acquire(ctx, token) }
+
+// Release gives a slot back (fairSlots.release).
+func (f *FairSlots) Release() { f.release() }
+
+// Waiting is how many requests wait for a slot.
+func (f *FairSlots) Waiting() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	n := 0
+	for _, q := range f.queues {
+		n += len(q)
+	}
+	return n
+}

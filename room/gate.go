@@ -455,7 +455,7 @@ func (g *Gate) reload(ctx context.Context, key events.ChainKey, c *chainState, l
 
 // loadHashes reads the entry_hash and stream sequence of every stored entry
 // of the chain, in order, from the Nats-Msg-Id headers (the gate sets them
-// to entry_hash), by batch direct gets up to c.lastSeq: no consumer, so a
+// to entry_hash), by batch direct gets up to the head: no consumer, so a
 // stream whose consumers are exhausted (the server's per-stream limit)
 // cannot stop the gate (docs/secure-mode.md, "Readers without
 // consumers").
@@ -463,7 +463,8 @@ func (g *Gate) loadHashes(ctx context.Context, c *chainState, key events.ChainKe
 	subj := g.subjects.Journal(c.roomID, key)
 	hashes := make([]string, 0, c.next)
 	seqs := make([]uint64, 0, c.next)
-	err := g.readRange(ctx, subj, 1, c.lastSeq, func(m *jetstream.RawStreamMsg) {
+	// Every entry up to the head is at or below the head's stream sequence.
+	err := g.readRange(ctx, subj, 1, max(c.lastSeq, c.streamSeq), func(m *jetstream.RawStreamMsg) {
 		hashes = append(hashes, m.Header.Get(jetstream.MsgIDHeader))
 		seqs = append(seqs, m.Sequence)
 	})

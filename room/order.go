@@ -47,7 +47,7 @@ type orderTicket struct {
 	// slot, when set, is the ingest service's concurrency limit, of which
 	// the request holds one place: it gives it back while it waits (idle),
 	// so waiting requests do not keep others from being decided.
-	slot    chan struct{}
+	slot    *fairSlots
 	holding bool // the request holds a place in slot (its goroutine's alone)
 	// quota, when set, counts the request in its identity's share
 	// (quota.go): while it waits (idle), it is out of the identity's
@@ -68,16 +68,14 @@ func (t *orderTicket) idle(ctx context.Context, f func() error) error {
 		t.quota.idle(t.token, false)
 		defer t.quota.idle(t.token, true)
 	}
-	<-t.slot
+	t.slot.release()
 	t.holding = false
 	err := f()
-	select {
-	case t.slot <- struct{}{}:
-		t.holding = true
-		return err
-	case <-ctx.Done():
-		return ctx.Err()
+	if aerr := t.slot.acquire(ctx, t.token); aerr != nil {
+		return aerr
 	}
+	t.holding = true
+	return err
 }
 
 // releases reports whether the request's goroutine must give a place in

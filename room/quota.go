@@ -1,7 +1,9 @@
 package room
 
 import (
+	"context"
 	"fmt"
+	"slices"
 	"sync"
 )
 
@@ -120,4 +122,84 @@ func (q *quotas) held(token string) (requests, bytes, total int) {
 		requests, bytes = u.requests, u.bytes
 	}
 	return requests, bytes, q.total
+}
+
+// fairSlots is the ingest service's concurrency limit, handed out fairly
+// across identities (docs/secure-mode.md, "Fair ingest"): a free slot goes
+// to the request waiting first, unless several identities have requests
+// waiting, when they take turns (round robin over identities, first come
+// first served within one). An identity alone may use every slot, and one
+// identity's flood makes another's request wait for at most one slot to
+// free per identity with requests waiting. It is safe for concurrent use.
+type fairSlots struct {
+	mu     sync.Mutex
+	free   int
+	queues map[string][]chan struct{} // waiting requests per identity, in arrival order
+	turns  []string                   // identities with requests waiting, in turn order
+}
+
+func newFairSlots(n int) *fairSlots {
+	return &fairSlots{free: n, queues: map[string][]chan struct{}{}}
+}
+
+// acquire takes a slot for a request of identity token, waiting for one
+// (ctx bounds the wait; its error is returned, with no slot taken).
+func (f *fairSlots) acquire(ctx context.Context, token string) error {
+	f.mu.Lock()
+	if f.free > 0 && len(f.turns) == 0 {
+		f.free--
+		f.mu.Unlock()
+		return nil
+	}
+	ch := make(chan struct{}, 1) // release hands the slot over without waiting
+	if len(f.queues[token]) == 0 {
+		f.turns = append(f.turns, token)
+	}
+	f.queues[token] = append(f.queues[token], ch)
+	f.mu.Unlock()
+	select {
+	case <-ch:
+		return nil
+	case <-ctx.Done():
+	}
+	f.mu.Lock()
+	q := f.queues[token]
+	if i := slices.Index(q, ch); i >= 0 {
+		q = slices.Delete(q, i, i+1)
+		if len(q) == 0 {
+			delete(f.queues, token)
+			f.turns = slices.DeleteFunc(f.turns, func(t string) bool { return t == token })
+		} else {
+			f.queues[token] = q
+		}
+		f.mu.Unlock()
+		return ctx.Err()
+	}
+	f.mu.Unlock()
+	// Handed a slot as ctx ended: give it on.
+	<-ch
+	f.release()
+	return ctx.Err()
+}
+
+// release gives a slot back: to the first waiting request of the identity
+// whose turn it is, or to the free slots.
+func (f *fairSlots) release() {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if len(f.turns) == 0 {
+		f.free++
+		return
+	}
+	token := f.turns[0]
+	f.turns = f.turns[1:]
+	q := f.queues[token]
+	ch := q[0]
+	if q = q[1:]; len(q) == 0 {
+		delete(f.queues, token)
+	} else {
+		f.queues[token] = q
+		f.turns = append(f.turns, token) // its next request waits for its next turn
+	}
+	ch <- struct{}{}
 }

@@ -49,8 +49,11 @@ type ServiceOptions struct {
 	// its subject names, ParseServiceSubject) the service holds at once:
 	// waiting for a slot, for the requests of their chain ahead of them,
 	// or being decided. One beyond it is answered events.OverQuota at
-	// once (status 429). Default a quarter of Concurrency, at least 2 (a
-	// shipper keeps DefaultPipeline requests in flight).
+	// once (status 429). Default DefaultIdentityConcurrency. Fairness
+	// does not rest on it: the Concurrency slots go to the identities
+	// with requests waiting in turn (fairSlots), so an identity alone may
+	// use them all; it bounds what one identity can make the service
+	// hold (a goroutine and its order ticket per request).
 	IdentityConcurrency int
 	// IdentityPendingBytes bounds the bytes of one identity's requests the
 	// service holds at once (bodies plus RequestOverheadBytes each); one
@@ -62,6 +65,11 @@ type ServiceOptions struct {
 	// Observer, when set, is told of the service's own events (metrics).
 	Observer ServiceObserver
 }
+
+// DefaultIdentityConcurrency is ServiceOptions.IdentityConcurrency's
+// default: more requests than one client keeps in flight (a shipper
+// pipelines a few per chain, a parallel harness a few hundred chains).
+const DefaultIdentityConcurrency = 1024
 
 // DefaultPendingBytes is ServiceOptions.PendingBytes's default: room for
 // a hundred full journal requests at once (nats.go's own default of 64 MiB
@@ -75,7 +83,8 @@ type Service struct {
 	svc  micro.Service
 	gate *Gate
 	log  *zap.Logger
-	sem  chan struct{}
+	// slots is the concurrency limit, shared fairly by identities.
+	slots *fairSlots
 	// mu guards stopping and orders wg.Add before Stop's wg.Wait.
 	mu       sync.Mutex
 	stopping bool
@@ -124,12 +133,12 @@ func StartService(nc *nats.Conn, gate *Gate, o ServiceOptions) (*Service, error)
 		o.PendingBytes = DefaultPendingBytes
 	}
 	if o.IdentityConcurrency <= 0 {
-		o.IdentityConcurrency = max(2, o.Concurrency/4)
+		o.IdentityConcurrency = DefaultIdentityConcurrency
 	}
 	if o.IdentityPendingBytes <= 0 {
 		o.IdentityPendingBytes = o.PendingBytes / 4
 	}
-	s := &Service{gate: gate, log: o.Logger, sem: make(chan struct{}, o.Concurrency), maxPayload: int(nc.MaxPayload()), prefix: o.Prefix, obs: o.Observer,
+	s := &Service{gate: gate, log: o.Logger, slots: newFairSlots(o.Concurrency), maxPayload: int(nc.MaxPayload()), prefix: o.Prefix, obs: o.Observer,
 		quota: newQuotas(o.IdentityConcurrency, o.IdentityPendingBytes, o.PendingBytes)}
 	if s.log == nil {
 		s.log = zap.NewNop()
@@ -235,18 +244,16 @@ func (s *Service) async(h func(micro.Request, *orderTicket), ordered bool) micro
 				s.quota.release(token, n)
 				s.wg.Done()
 			}()
-			select {
-			case s.sem <- struct{}{}:
-			case <-s.ctx.Done():
+			if s.slots.acquire(s.ctx, token) != nil {
 				s.respondError(req, "503", "", shuttingDown)
 				return
 			}
 			if t != nil {
-				t.slot, t.holding, t.quota, t.token = s.sem, true, s.quota, token
+				t.slot, t.holding, t.quota, t.token = s.slots, true, s.quota, token
 			}
 			defer func() {
 				if t.releases() {
-					<-s.sem
+					s.slots.release()
 				}
 			}()
 			h(req, t)
