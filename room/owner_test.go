@@ -20,8 +20,22 @@ import (
 // the owner finishes it; every entry carries the owner, and a trusting
 // audit verifies the attestations that bind it and names the owner.
 func TestChainOwnerSecure(t *testing.T) {
+	for _, place := range []string{"embedded", "authconf"} {
+		t.Run(place, func(t *testing.T) { chainOwnerSecure(t, place) })
+	}
+}
+
+func chainOwnerSecure(t *testing.T, place string) {
 	id := newIdentities(t, false)
-	p := startSecureServe(t, id, "")
+	url := ""
+	if place == "authconf" {
+		conf, err := id.opts.AuthorizationConf("")
+		if err != nil {
+			t.Fatal(err)
+		}
+		url = startConfServer(t, conf).ClientURL()
+	}
+	p := startSecureServe(t, id, url)
 	ctx := context.Background()
 	owner := dial(t, p.url, userHarness, id.as(userHarness))
 	other := dial(t, p.url, userHarness2, id.as(userHarness2))
