@@ -138,3 +138,11 @@ func (g *Gate) PresignedUsed() uint64 { return g.presignedUsed.Load() }
 // RepublishReach is the subject filter Serve widens a RePublish
 // destination to (writersIntoRooms).
 var RepublishReach = republishReach
+
+// SetDirectRead sets how many messages a direct replay asks for per batch
+// get and how many requests it keeps in flight, until restore.
+func SetDirectRead(batch, inFlight int) (restore func()) {
+	b, f := directBatch, directInFlight
+	directBatch, directInFlight = batch, inFlight
+	return func() { directBatch, directInFlight = b, f }
+}
