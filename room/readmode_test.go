@@ -218,3 +218,53 @@ func TestReadAtConsumerLimit(t *testing.T) {
 		t.Errorf("%d consumers after the audits, want 5", n)
 	}
 }
+
+// TestFollowRebuildAtConsumerLimit: a follower restarted on a stream at
+// its consumer limit rebuilds by direct get (ReadAuto), so the chain's
+// continuation verifies against the rebuilt head; with ReadConsumer the
+// rebuild fails with the limit error.
+func TestFollowRebuildAtConsumerLimit(t *testing.T) {
+	e := newEnvWith(t, room.EmbeddedOptions{Configure: func(o *server.Options) { o.JetStreamLimits.DefaultMaxConsumers = 5 }})
+	es, _ := journal(t, "run-1", "cap-1", 10)
+	e.shipJournal("room:alpha", lines(es[:5]))
+	o := room.FollowOptions{Durable: "fl", Validator: e.v}
+	f := startFollow(t, e.js, o, nil)
+	f.waitSeen(t, 5)
+	f.cancel()
+	<-f.done
+	js, _ := jetstream.New(e.connect())
+	for i := 0; ; i++ {
+		_, err := js.CreateOrUpdateConsumer(t.Context(), room.DefaultStream, jetstream.ConsumerConfig{Durable: fmt.Sprintf("d%d", i)})
+		if errors.Is(err, jetstream.ErrMaximumConsumersLimit) && i > 0 {
+			break
+		}
+		if err != nil || i == 5 {
+			t.Fatalf("durable %d: %v", i, err)
+		}
+	}
+	e.shipJournal("room:alpha", lines(es[5:]))
+
+	o.Read = room.ReadConsumer
+	f = startFollow(t, e.js, o, nil)
+	select {
+	case <-f.done:
+	case <-time.After(15 * time.Second):
+		t.Fatal("rebuild by consumer at the limit: Follow still runs")
+	}
+	if !errors.Is(f.err, jetstream.ErrMaximumConsumersLimit) {
+		t.Errorf("rebuild by consumer at the limit: %v", f.err)
+	}
+	o.Read = ""
+	f = startFollow(t, e.js, o, nil)
+	f.waitSeen(t, 5)
+	time.Sleep(100 * time.Millisecond)
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	var seqs []uint64
+	for _, ev := range f.events {
+		seqs = append(seqs, ev.Seq)
+	}
+	if len(f.asides) != 0 || fmt.Sprint(seqs) != "[6 7 8 9 10]" {
+		t.Errorf("after the rebuild: events at stream seqs %v, set aside %v", seqs, f.asides)
+	}
+}
