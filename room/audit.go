@@ -383,12 +383,14 @@ const (
 // on these subjects) is emitted, on an error, or with ctx's error once
 // emit refuses a batch.
 func replay(ctx context.Context, nc *nats.Conn, st jetstream.Stream, maxPayload int, subjects Subjects, rooms []string, fromSeq uint64, since time.Time, last uint64, emit func(*batch) bool) error {
+	stream := st.CachedInfo().Config.Name
 	cfg := jetstream.OrderedConsumerConfig{FilterSubjects: filters(subjects, rooms), DeliverPolicy: jetstream.DeliverAllPolicy}
-	switch {
-	case fromSeq > 1:
-		cfg.DeliverPolicy, cfg.OptStartSeq = jetstream.DeliverByStartSequencePolicy, fromSeq
-	case !since.IsZero():
-		cfg.DeliverPolicy, cfg.OptStartTime = jetstream.DeliverByStartTimePolicy, &since
+	start, err := replayStart(ctx, nc, stream, subjects, fromSeq, since)
+	if err != nil || start > last {
+		return err
+	}
+	if start > 1 {
+		cfg.DeliverPolicy, cfg.OptStartSeq = jetstream.DeliverByStartSequencePolicy, start
 	}
 	cons, err := st.OrderedConsumer(ctx, cfg)
 	if err != nil {
@@ -400,7 +402,7 @@ func replay(ctx context.Context, nc *nats.Conn, st jetstream.Stream, maxPayload 
 	var (
 		mu       sync.Mutex
 		b        = newBatch()
-		handled  uint64 // stream seq of the last message added
+		handled  = start - 1 // stream seq of the last message added
 		finished bool
 		seen     atomic.Uint64 // messages delivered, for the idle check
 		done     = make(chan error, 1)
@@ -472,7 +474,6 @@ func replay(ctx context.Context, nc *nats.Conn, st jetstream.Stream, maxPayload 
 	idle := time.NewTicker(replayIdle)
 	defer idle.Stop()
 	before, recreating := uint64(0), 0
-	stream := st.CachedInfo().Config.Name
 	// atEnd reports whether nothing after handled up to last is left on
 	// these subjects as the stream leader has them (see leaderHasMore).
 	atEnd := func(handled uint64) bool {

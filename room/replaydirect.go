@@ -4,10 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"strings"
 	"sync/atomic"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/synadia-io/orbit.go/jetstreamext"
 )
@@ -117,21 +119,9 @@ func replayDirect(ctx context.Context, js jetstream.JetStream, stream string, ma
 	if len(fs) > 1 {
 		filter, keep = subjects.All(), fs
 	}
-	from := max(fromSeq, 1)
-	if fromSeq <= 1 && !since.IsZero() {
-		// The leader maps the time to a sequence (as a consumer's start
-		// time does); nothing stored at or after it: nothing to read.
-		m, err := leaderGet(ctx, js.Conn(), stream, leaderGetTimeout, map[string]any{"start_time": since, "next_by_subj": filter})
-		if err != nil {
-			return fmt.Errorf("replay: %w", err)
-		}
-		if m == nil {
-			return nil
-		}
-		from = m.Sequence
-	}
-	if from > last {
-		return nil
+	from, err := replayStart(ctx, js.Conn(), stream, subjects, fromSeq, since)
+	if err != nil || from > last {
+		return err
 	}
 	maxBytes := max(pullMaxBytes, 2*maxPayload)
 	get := func(start uint64, n int, span uint64) *directReq {
@@ -273,6 +263,26 @@ func replayDirect(ctx context.Context, js jetstream.JetStream, stream string, ma
 		covered = min(max(covered, reach), last)
 	}
 	return nil
+}
+
+// replayStart is the stream sequence a replay from fromSeq or since
+// starts at: fromSeq (at least 1), or the first message stored at or
+// after since, as the stream leader maps the time (as a consumer's start
+// time does); math.MaxUint64 when there is none. The replay's end check
+// asks the leader for messages after start-1, so start must not be below
+// where the replay starts.
+func replayStart(ctx context.Context, nc *nats.Conn, stream string, subjects Subjects, fromSeq uint64, since time.Time) (uint64, error) {
+	if fromSeq > 1 || since.IsZero() {
+		return max(fromSeq, 1), nil
+	}
+	m, err := leaderGet(ctx, nc, stream, leaderGetTimeout, map[string]any{"start_time": since, "next_by_subj": subjects.All()})
+	if err != nil {
+		return 0, fmt.Errorf("replay: %w", err)
+	}
+	if m == nil {
+		return math.MaxUint64, nil
+	}
+	return m.Sequence, nil
 }
 
 // headerSize is about the bytes of h on the wire.
