@@ -154,6 +154,11 @@ func TestReadDirectSameReport(t *testing.T) {
 		t.Errorf("compromised stream: totals %+v", rep.Totals)
 	}
 	auditBothWays(t, e2, room.AuditOptions{Validator: e2.v, Rooms: []string{evilRoom, refRoom}, FromSeq: 3})
+	// Two filters, one room without messages: the other room's are left.
+	rep = auditBothWays(t, e2, room.AuditOptions{Validator: e2.v, Rooms: []string{"room:none", refRoom}})
+	if rep.Totals.Messages != 2 || rep.Totals.Records != 1 || len(rep.Chains) != 0 {
+		t.Errorf("rooms none and %s: totals %+v", refRoom, rep.Totals)
+	}
 }
 
 // TestReadAtConsumerLimit: on a stream that has as many consumers as the
