@@ -140,9 +140,10 @@ func (g *Gate) PresignedUsed() uint64 { return g.presignedUsed.Load() }
 var RepublishReach = republishReach
 
 // SetDirectRead sets how many messages a direct replay asks for per batch
-// get and how many requests it keeps in flight, until restore.
-func SetDirectRead(batch, inFlight int) (restore func()) {
-	b, f := directBatch, directInFlight
-	directBatch, directInFlight = batch, inFlight
-	return func() { directBatch, directInFlight = b, f }
+// get, how many requests it keeps in flight and up to how many rooms it
+// reads each with its own filter, until restore.
+func SetDirectRead(batch, inFlight, mergeMax int) (restore func()) {
+	b, f, m := directBatch, directInFlight, directMergeMax
+	directBatch, directInFlight, directMergeMax = batch, inFlight, mergeMax
+	return func() { directBatch, directInFlight, directMergeMax = b, f, m }
 }

@@ -19,7 +19,8 @@ import (
 
 // auditBothWays audits with o read by an ordered consumer and by direct
 // gets (with batches of 1,000, 7 and 1 message(s), one to three requests
-// in flight: answers that overlap and leave gaps), checks that every
+// in flight: answers that overlap and leave gaps; several rooms merged or
+// read as one), checks that every
 // report is the same but for how it was read, and returns the consumer's.
 func auditBothWays(t *testing.T, e *env, o room.AuditOptions) *room.AuditReport {
 	t.Helper()
@@ -32,19 +33,19 @@ func auditBothWays(t *testing.T, e *env, o room.AuditOptions) *room.AuditReport 
 		t.Errorf("read by %q (%q), want consumer", want.ReadBy, want.ReadWhy)
 	}
 	wantJSON := reportJSON(t, want)
-	for _, c := range []struct{ batch, inFlight int }{{1000, 2}, {7, 2}, {1, 1}, {3, 3}} {
-		restore := room.SetDirectRead(c.batch, c.inFlight)
+	for _, c := range []struct{ batch, inFlight, mergeMax int }{{1000, 2, 8}, {1000, 2, 0}, {7, 2, 8}, {7, 2, 0}, {1, 1, 8}, {3, 3, 0}} {
+		restore := room.SetDirectRead(c.batch, c.inFlight, c.mergeMax)
 		o.Read = room.ReadDirect
 		got, err := room.Audit(t.Context(), e.js, o)
 		restore()
 		if err != nil {
-			t.Fatalf("direct (%d per batch, %d in flight): %v", c.batch, c.inFlight, err)
+			t.Fatalf("direct %+v: %v", c, err)
 		}
 		if got.ReadBy != room.ReadByDirect {
 			t.Errorf("direct: read by %q", got.ReadBy)
 		}
 		if g := reportJSON(t, got); g != wantJSON {
-			t.Errorf("direct (%d per batch, %d in flight) report differs:\n%s\nconsumer:\n%s", c.batch, c.inFlight, g, wantJSON)
+			t.Errorf("direct %+v: report differs:\n%s\nconsumer:\n%s", c, g, wantJSON)
 		}
 	}
 	return want

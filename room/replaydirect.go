@@ -84,6 +84,11 @@ func replayWith(ctx context.Context, js jetstream.JetStream, st jetstream.Stream
 // batch while the client takes in the current one.
 var directBatch, directInFlight = 1000, 2
 
+// directMergeMax is the most rooms a direct replay reads each with its own
+// filter, merging them in stream order; more rooms are read with the
+// filter of every room.
+var directMergeMax = 8
+
 // directStall bounds how long a direct replay waits for a lagging replica
 // that answers short while the stream leader holds more.
 const directStall = 30 * time.Second
@@ -105,15 +110,19 @@ type directRes struct {
 // replayDirect is replay without a consumer: it emits, in batches, the
 // messages on the rooms' subjects in stream order, from fromSeq (or since)
 // up to last inclusive, read with batch direct gets (ADR-31), which any
-// replica answers from its copy. One room is read with its own filter;
-// several rooms with the filter of every room, keeping the messages on the
-// rooms' subjects (a batch get takes one subject), which reads the other
-// rooms' messages too. Messages the stream no longer has are not there,
+// replica answers from its copy. A batch get takes one subject: one room
+// is read with its own filter; up to directMergeMax rooms each with its
+// own, concurrently, merged in stream order (replayMerged); more with the
+// filter of every room, keeping the messages on the rooms' subjects (which
+// reads the other rooms' messages too). Messages the stream no longer has are not there,
 // as with a consumer. A replica may answer short (it lags): the replay
 // ends only once an answer holds nothing more and the stream leader
 // agrees (leaderHasMore), as replay does. It returns ctx's error once
 // emit refuses a batch.
 func replayDirect(ctx context.Context, js jetstream.JetStream, stream string, maxPayload int, subjects Subjects, rooms []string, fromSeq uint64, since time.Time, last uint64, emit func(*batch) bool) error {
+	if len(rooms) > 1 && len(rooms) <= directMergeMax {
+		return replayMerged(ctx, js, stream, maxPayload, subjects, rooms, fromSeq, since, last, emit)
+	}
 	fs := filters(subjects, rooms)
 	filter, keep := fs[0], []string(nil)
 	if len(fs) > 1 {
@@ -261,6 +270,97 @@ func replayDirect(ctx context.Context, js jetstream.JetStream, stream string, ma
 			b.release()
 		}
 		covered = min(max(covered, reach), last)
+	}
+	return nil
+}
+
+// replayMerged is replayDirect of several rooms: one direct replay per
+// room, concurrently, their messages merged in stream order (a stream
+// sequence is on one subject only). It stops at the first error.
+func replayMerged(ctx context.Context, js jetstream.JetStream, stream string, maxPayload int, subjects Subjects, rooms []string, fromSeq uint64, since time.Time, last uint64, emit func(*batch) bool) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	type source struct {
+		ch  chan *batch
+		err error // set before ch is closed
+		cur *batch
+		i   int
+	}
+	srcs := make([]*source, len(rooms))
+	for k, id := range rooms {
+		s := &source{ch: make(chan *batch, 2)}
+		srcs[k] = s
+		go func() {
+			defer close(s.ch)
+			s.err = replayDirect(ctx, js, stream, maxPayload, subjects, []string{id}, fromSeq, since, last, func(b *batch) bool {
+				select {
+				case s.ch <- b:
+					return true
+				case <-ctx.Done():
+					b.release()
+					return false
+				}
+			})
+		}()
+	}
+	defer func() {
+		cancel()
+		for _, s := range srcs {
+			if s.cur != nil {
+				s.cur.release()
+			}
+			if s.ch == nil {
+				continue // drained
+			}
+			for b := range s.ch {
+				b.release()
+			}
+		}
+	}()
+	out := newBatch()
+	for {
+		var best *source
+		for _, s := range srcs {
+			if s.ch == nil {
+				continue
+			}
+			if s.cur == nil {
+				b, ok := <-s.ch
+				if !ok {
+					if s.err != nil {
+						out.release()
+						return s.err
+					}
+					s.ch = nil
+					continue
+				}
+				s.cur, s.i = b, 0
+			}
+			if best == nil || s.cur.xs[s.i].m.Seq < best.cur.xs[best.i].m.Seq {
+				best = s
+			}
+		}
+		if best == nil {
+			break
+		}
+		out.add(best.cur.xs[best.i].m, nil)
+		if best.i++; best.i == len(best.cur.xs) {
+			best.cur.release()
+			best.cur = nil
+		}
+		if len(out.xs) >= batchMsgs || out.size >= batchBytes {
+			if !emit(out) {
+				return ctx.Err()
+			}
+			out = newBatch()
+		}
+	}
+	if len(out.xs) == 0 {
+		out.release()
+		return nil
+	}
+	if !emit(out) {
+		return ctx.Err()
 	}
 	return nil
 }
