@@ -378,6 +378,21 @@ type Reader struct {
 	Prefix       string   `name:"subject-prefix" help:"First token of every room subject." default:"rooms" yaml:"subject-prefix"`
 }
 
+// Replay is how `subscriber audit`, `evidence` and `prove` read the
+// stream.
+type Replay struct {
+	Read string `name:"read" help:"How to read the stream: auto (an ordered consumer; direct gets when the stream's consumer limit is reached), consumer, or direct (batch direct gets: creates no consumer, needs no right to)." default:"auto" enum:"auto,consumer,direct" yaml:"read"`
+}
+
+// ReadMode is the read path Replay names.
+func (r Replay) ReadMode() room.ReadMode {
+	m, err := room.ParseReadMode(r.Read)
+	if err != nil {
+		return room.ReadAuto // kong's enum keeps other values out
+	}
+	return m
+}
+
 // Validate reports every problem, joined.
 func (r *Reader) Validate() error {
 	errs := []error{r.Client.Validate()}

@@ -59,6 +59,12 @@ type AuditOptions struct {
 	// read. They need Trust and a full replay.
 	External []ExternalCheckpoint
 
+	// Read chooses how the stream is read: ReadAuto (the default), an
+	// ordered consumer, falling back to direct gets when the stream's
+	// consumer limit is reached; ReadConsumer; or ReadDirect, which
+	// creates no consumer. AuditReport.ReadBy says which was used.
+	Read ReadMode
+
 	// fullTrees keeps every node of the rooms' trees (Prove).
 	fullTrees bool
 }
@@ -95,6 +101,11 @@ type AuditReport struct {
 	// Checkpoints is then what was verified per room, sorted by room.
 	Attestation AttestationFacts  `json:"attestation"`
 	Checkpoints []RoomCheckpoints `json:"checkpoints,omitempty"`
+	// ReadBy is how the stream was read, ReadByConsumer or ReadByDirect
+	// (empty when there was nothing to read), and ReadWhy why the direct
+	// read was used.
+	ReadBy  string `json:"read_by,omitempty"`
+	ReadWhy string `json:"read_why,omitempty"`
 }
 
 // AuditTotals counts what the audit read.
@@ -119,19 +130,19 @@ func (r *AuditReport) Clean() bool {
 
 // Audit replays the room stream (every room, or opts.Rooms) from the start
 // or the given point up to the last message at the time it starts, with an
-// ordered consumer, verifies every message with a Reader, and reports per
-// chain the entries, head and verdict, every violation with its code and
-// stream sequence, and totals. The stateless part of verification (parse,
-// entry rules, hashes, record signatures) runs on GOMAXPROCS goroutines;
-// chain links and room rules are decided in stream order, so the verdicts
-// are those of Reader.Verify on each message in turn. Memory is per chain
-// and per record, plus a bounded window of messages in flight (about 1,000
-// pulled and 1,000 being verified), not per journal entry. With
-// trusted publishers (o.Trust) it also checks issue 9's attestations and
-// checkpoints (see attested.go: signatures are verified, one per atomic
-// batch, only where no checkpoint covers a message), keeping each room's Merkle tree
-// (about 64 bytes per admitted message) and up to maxDeferred verdicts
-// that wait for a checkpoint.
+// ordered consumer or direct gets (o.Read), verifies every message with a
+// Reader, and reports per chain the entries, head and verdict, every
+// violation with its code and stream sequence, and totals. The stateless
+// part of verification (parse, entry rules, hashes, record signatures) runs
+// on GOMAXPROCS goroutines; chain links and room rules are decided in stream
+// order, so the verdicts are those of Reader.Verify on each message in turn.
+// Memory is per chain and per record, plus a bounded window of messages in
+// flight (about 1,000 pulled and 1,000 being verified), not per journal
+// entry. With trusted publishers (o.Trust) it also checks issue 9's
+// attestations and checkpoints (see attested.go: signatures are verified,
+// one per atomic batch, only where no checkpoint covers a message), keeping
+// each room's Merkle tree (about 64 bytes per admitted message) and up to
+// maxDeferred verdicts that wait for a checkpoint.
 func Audit(ctx context.Context, js jetstream.JetStream, o AuditOptions) (*AuditReport, error) {
 	rep, _, err := audit(ctx, js, o)
 	return rep, err
@@ -221,10 +232,11 @@ func audit(ctx context.Context, js jetstream.JetStream, o AuditOptions) (*AuditR
 		}
 	}
 	if info.State.Msgs > 0 && info.State.LastSeq >= rep.FromSeq {
+		var facts readFacts
 		produce := func(ctx context.Context, emit func(*batch) bool) error {
-			return replay(ctx, js.Conn(), st, int(js.Conn().MaxPayload()), o.Subjects, o.Rooms, o.FromSeq, o.Since, info.State.LastSeq, emit)
+			return replayWith(ctx, js, st, o.Read, o.Subjects, o.Rooms, o.FromSeq, o.Since, info.State.LastSeq, emit, &facts)
 		}
-		if err := runOrdered(ctx, r, produce, func(b *batch) error {
+		err := runOrdered(ctx, r, produce, func(b *batch) error {
 			for i := range b.xs {
 				x := &b.xs[i]
 				rep.Totals.Messages++
@@ -234,7 +246,9 @@ func audit(ctx context.Context, js jetstream.JetStream, o AuditOptions) (*AuditR
 				}
 			}
 			return nil
-		}); err != nil {
+		})
+		rep.ReadBy, rep.ReadWhy = facts.by, facts.why
+		if err != nil {
 			return rep, r, err
 		}
 	}
@@ -369,12 +383,14 @@ const (
 // on these subjects) is emitted, on an error, or with ctx's error once
 // emit refuses a batch.
 func replay(ctx context.Context, nc *nats.Conn, st jetstream.Stream, maxPayload int, subjects Subjects, rooms []string, fromSeq uint64, since time.Time, last uint64, emit func(*batch) bool) error {
+	stream := st.CachedInfo().Config.Name
 	cfg := jetstream.OrderedConsumerConfig{FilterSubjects: filters(subjects, rooms), DeliverPolicy: jetstream.DeliverAllPolicy}
-	switch {
-	case fromSeq > 1:
-		cfg.DeliverPolicy, cfg.OptStartSeq = jetstream.DeliverByStartSequencePolicy, fromSeq
-	case !since.IsZero():
-		cfg.DeliverPolicy, cfg.OptStartTime = jetstream.DeliverByStartTimePolicy, &since
+	start, err := replayStart(ctx, nc, stream, subjects, fromSeq, since)
+	if err != nil || start > last {
+		return err
+	}
+	if start > 1 {
+		cfg.DeliverPolicy, cfg.OptStartSeq = jetstream.DeliverByStartSequencePolicy, start
 	}
 	cons, err := st.OrderedConsumer(ctx, cfg)
 	if err != nil {
@@ -386,7 +402,7 @@ func replay(ctx context.Context, nc *nats.Conn, st jetstream.Stream, maxPayload 
 	var (
 		mu       sync.Mutex
 		b        = newBatch()
-		handled  uint64 // stream seq of the last message added
+		handled  = start - 1 // stream seq of the last message added
 		finished bool
 		seen     atomic.Uint64 // messages delivered, for the idle check
 		done     = make(chan error, 1)
@@ -458,7 +474,6 @@ func replay(ctx context.Context, nc *nats.Conn, st jetstream.Stream, maxPayload 
 	idle := time.NewTicker(replayIdle)
 	defer idle.Stop()
 	before, recreating := uint64(0), 0
-	stream := st.CachedInfo().Config.Name
 	// atEnd reports whether nothing after handled up to last is left on
 	// these subjects as the stream leader has them (see leaderHasMore).
 	atEnd := func(handled uint64) bool {

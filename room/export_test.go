@@ -224,3 +224,12 @@ func (f *FairSlots) Waiting() int {
 	}
 	return n
 }
+
+// SetDirectRead sets how many messages a direct replay asks for per batch
+// get, how many requests it keeps in flight and up to how many rooms it
+// reads each with its own filter, until restore.
+func SetDirectRead(batch, inFlight, mergeMax int) (restore func()) {
+	b, f, m := directBatch, directInFlight, directMergeMax
+	directBatch, directInFlight, directMergeMax = batch, inFlight, mergeMax
+	return func() { directBatch, directInFlight, directMergeMax = b, f, m }
+}

@@ -54,6 +54,9 @@ type FollowOptions struct {
 	// it refuses the room from there on; every checkpoint verified beyond
 	// it is stored.
 	State *CheckpointState
+	// Read chooses how the rebuild reads the stream (see
+	// AuditOptions.Read); live delivery always uses the durable.
+	Read ReadMode
 }
 
 // Handler receives verified events in stream order. Returning nil
@@ -136,7 +139,12 @@ func Follow(ctx context.Context, js jetstream.JetStream, o FollowOptions, handle
 	if floor > 0 {
 		// Already handled or set aside before the restart: only the state.
 		produce := func(ctx context.Context, emit func(*batch) bool) error {
-			return replay(ctx, js.Conn(), st, int(js.Conn().MaxPayload()), o.Subjects, o.Rooms, 1, time.Time{}, floor, emit)
+			var facts readFacts
+			err := replayWith(ctx, js, st, o.Read, o.Subjects, o.Rooms, 1, time.Time{}, floor, emit, &facts)
+			if facts.why != "" {
+				log.Info("rebuild read with direct gets", zap.String("why", facts.why))
+			}
+			return err
 		}
 		if err := runOrdered(ctx, r, produce, func(b *batch) error {
 			for i := range b.xs {

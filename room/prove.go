@@ -33,6 +33,8 @@ type ProveOptions struct {
 	// publisher keys whose attestations and checkpoints count.
 	Validator *validate.Validator
 	Trust     *checkpoint.Trust
+	// Read chooses how the room is read (see AuditOptions.Read).
+	Read ReadMode
 }
 
 // Prove reads the room as a trusting Audit does and returns the RFC 6962
@@ -45,7 +47,7 @@ func Prove(ctx context.Context, js jetstream.JetStream, o ProveOptions) (*checkp
 		return nil, fmt.Errorf("%w: prove needs a room, trusted publishers and one of an entry hash or a ref", ErrGate)
 	}
 	var found *Event
-	_, r, err := audit(ctx, js, AuditOptions{Stream: o.Stream, Subjects: o.Subjects, Rooms: []string{o.Room}, Validator: o.Validator, Trust: o.Trust, fullTrees: true,
+	_, r, err := audit(ctx, js, AuditOptions{Stream: o.Stream, Subjects: o.Subjects, Rooms: []string{o.Room}, Validator: o.Validator, Trust: o.Trust, Read: o.Read, fullTrees: true,
 		OnEvent: func(ev *Event) {
 			if found == nil && ev.leafOK && (o.Entry != "" && ev.EntryHash == o.Entry || o.Ref != "" && ev.Ref == o.Ref) {
 				c := *ev

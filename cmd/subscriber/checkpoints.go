@@ -71,6 +71,7 @@ func checkpointState(t *checkpoint.Trust, dir string) (*room.CheckpointState, er
 
 type proveCmd struct {
 	config.Reader
+	config.Replay
 	publisherTrust
 	Room  string `name:"room" required:"" placeholder:"ROOM" help:"The room of the message."`
 	Ref   string `name:"ref" placeholder:"REF" help:"The execution/ref of an execution record." xor:"what" required:""`
@@ -101,7 +102,7 @@ func (c *proveCmd) Run(s *streams) error {
 	defer nc.Close()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	p, err := room.Prove(ctx, js, room.ProveOptions{Stream: c.Stream, Subjects: room.Subjects{Prefix: c.Prefix}, Room: c.Room,
+	p, err := room.Prove(ctx, js, room.ProveOptions{Stream: c.Stream, Subjects: room.Subjects{Prefix: c.Prefix}, Room: c.Room, Read: c.ReadMode(),
 		Entry: c.Entry, Ref: c.Ref, Validator: v, Trust: t})
 	if errors.Is(err, room.ErrNoSuchMessage) || errors.Is(err, room.ErrNotCovered) {
 		return fmt.Errorf("prove: %w: %w", err, errRefused)

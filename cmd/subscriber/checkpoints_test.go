@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -270,5 +271,55 @@ func TestAuditCheckpointFlags(t *testing.T) {
 	}
 	if status, _, stderr = invoke(t, "", "audit", "--server", url, "--checkpoint", goodNote); status != config.ExitUsage || !strings.Contains(stderr, "--checkpoint needs --trusted-publisher") {
 		t.Errorf("--checkpoint without keys: status %d %s", status, stderr)
+	}
+}
+
+// TestReadFlag: audit, evidence and prove take --read; the audit's report
+// says how it read the stream, and both paths give the same verdicts.
+func TestReadFlag(t *testing.T) {
+	pub, err := events.GenerateHostKey(rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	url, es, _, _ := attestedServer(t, pub)
+	base := []string{"audit", "--server", url, "--trusted-publisher", pub.NodeID(), "--json"}
+	var reports []string
+	for _, c := range []struct{ flag, by string }{{"", room.ReadByConsumer}, {"--read=auto", room.ReadByConsumer}, {"--read=consumer", room.ReadByConsumer}, {"--read=direct", room.ReadByDirect}} {
+		args := append(slices.Clip(base), "--state-dir", t.TempDir()) // each its own: nothing stored before
+		if c.flag != "" {
+			args = append(args, c.flag)
+		}
+		status, stdout, stderr := invoke(t, "", args...)
+		var rep room.AuditReport
+		if err := json.Unmarshal([]byte(stdout), &rep); status != config.ExitRefused || err != nil {
+			t.Fatalf("audit %s: status %d, %v\n%s\n%s", c.flag, status, err, stdout, stderr)
+		}
+		if rep.ReadBy != c.by || !strings.Contains(stdout, `"read_by":"`+c.by+`"`) {
+			t.Errorf("audit %s: read by %q", c.flag, rep.ReadBy)
+		}
+		if len(rep.Violations) != 1 || rep.Violations[0].Seq != 8 || rep.Totals.Entries != 6 {
+			t.Errorf("audit %s: totals %+v, violations %v", c.flag, rep.Totals, rep.Violations)
+		}
+		rep.ReadBy, rep.ReadWhy = "", ""
+		b, _ := json.Marshal(rep)
+		reports = append(reports, string(b))
+	}
+	for _, r := range reports[1:] {
+		if r != reports[0] {
+			t.Errorf("reports differ:\n%s\n%s", r, reports[0])
+		}
+	}
+	status, stdout, _ := invoke(t, "", "audit", "--server", url, "--trusted-publisher", pub.NodeID(), "--state-dir", t.TempDir(), "--read", "direct")
+	if status != config.ExitRefused || !strings.Contains(stdout, "  read by direct_get: asked for (--read direct)\n") {
+		t.Errorf("text audit --read direct: status %d\n%s", status, stdout)
+	}
+	if status, _, stderr := invoke(t, "", "audit", "--server", url, "--read", "sideways"); status != config.ExitUsage || !strings.Contains(stderr, "--read") {
+		t.Errorf("--read sideways: status %d, %s", status, stderr)
+	}
+	if status, stdout, stderr := invoke(t, "", "prove", "--server", url, "--room", cliRoom, "--entry", es[2].EntryHash(), "--trusted-publisher", pub.NodeID(), "--read", "direct"); status != config.ExitOK || !strings.Contains(stdout, `"leaf_index":2`) {
+		t.Errorf("prove --read direct: status %d\n%s\n%s", status, stdout, stderr)
+	}
+	if status, _, stderr := invoke(t, "", "evidence", "--server", url, "--instance", "env/x", "--read", "direct"); status != config.ExitOK {
+		t.Errorf("evidence --read direct: status %d\n%s", status, stderr)
 	}
 }

@@ -143,6 +143,7 @@ func (c *followCmd) Run(s *streams) error {
 
 type auditCmd struct {
 	config.Reader
+	config.Replay
 	publisherTrust
 	Rooms       []string  `name:"room" placeholder:"ROOM" help:"Room to audit (repeatable); default every room."`
 	FromSeq     uint64    `name:"from-seq" placeholder:"N" help:"Start at stream sequence N (chains are anchored at their first entry seen; attestations and checkpoints are not checked)."`
@@ -193,7 +194,7 @@ func (c *auditCmd) Run(s *streams) error {
 	}
 	rep, err := room.Audit(ctx, js, room.AuditOptions{
 		Stream: c.Stream, Subjects: room.Subjects{Prefix: c.Prefix}, Rooms: c.Rooms, FromSeq: c.FromSeq, Since: c.Since, Validator: v,
-		Trust: t, State: state, External: external,
+		Trust: t, State: state, External: external, Read: c.ReadMode(),
 		Progress: func(read, last uint64) {
 			if bar != nil {
 				bar.ChangeMax64(int64(last))
@@ -223,6 +224,12 @@ func (c *auditCmd) Run(s *streams) error {
 func printAudit(s *streams, rep *room.AuditReport) {
 	w := s.out
 	fmt.Fprintf(w, "audit of stream %s, stream seq %d to %d\n", rep.Stream, rep.FromSeq, rep.LastSeq)
+	switch {
+	case rep.ReadWhy != "":
+		fmt.Fprintf(w, "  read by %s: %s\n", rep.ReadBy, rep.ReadWhy)
+	case rep.ReadBy != "":
+		fmt.Fprintf(w, "  read by %s\n", rep.ReadBy)
+	}
 	for _, p := range rep.StreamProblems {
 		fmt.Fprintf(w, "  weak_stream: %s\n", p)
 	}
@@ -275,6 +282,7 @@ func printAudit(s *streams, rep *room.AuditReport) {
 
 type evidenceCmd struct {
 	config.Reader
+	config.Replay
 	publisherTrust
 	Instance string `name:"instance" required:"" placeholder:"ENV_REF" help:"The instance (environment/ref) whose verified records to print."`
 	Room     string `name:"room" placeholder:"ROOM" help:"Only this room."`
@@ -306,7 +314,7 @@ func (c *evidenceCmd) Run(s *streams) error {
 	}
 	idx := room.NewEvidenceIndex()
 	rep, err := room.Audit(context.Background(), js, room.AuditOptions{
-		Stream: c.Stream, Subjects: room.Subjects{Prefix: c.Prefix}, Rooms: rooms, Validator: v, Trust: t,
+		Stream: c.Stream, Subjects: room.Subjects{Prefix: c.Prefix}, Rooms: rooms, Validator: v, Trust: t, Read: c.ReadMode(),
 		OnEvent: func(ev *room.Event) {
 			if ev.Record != nil {
 				idx.Add(ev.RoomID, ev.Record, ev.Seq)
