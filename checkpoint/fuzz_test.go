@@ -9,6 +9,7 @@ import (
 	"reflect"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/transparency-dev/formats/log"
 	"golang.org/x/mod/sumdb/note"
@@ -272,6 +273,36 @@ func FuzzBatchCollector(f *testing.F) {
 			if v.Err == nil && !genuine[id] {
 				t.Fatalf("admitted message %d that was edited or foreign", id)
 			}
+		}
+	})
+}
+
+// FuzzVerifyLease: no lease value makes VerifyLease panic, and one it
+// accepts is the signer's own statement: signing what it says again gives
+// the same value (Ed25519 signatures are deterministic).
+func FuzzVerifyLease(f *testing.F) {
+	k := testKey(1)
+	good, err := SignLease(k, "room/a", time.UnixMilli(1_796_160_600_123))
+	if err != nil {
+		f.Fatal(err)
+	}
+	f.Add("room/a", good)
+	f.Add("room/a", k.NodeID())
+	f.Add("room/b", good)
+	f.Add("room/a", k.NodeID()+" 01 x")
+	f.Add("", "  ")
+	trust, err := NewTrust(k.NodeID())
+	if err != nil {
+		f.Fatal(err)
+	}
+	f.Fuzz(func(t *testing.T, key, value string) {
+		l, err := trust.VerifyLease(key, []byte(value))
+		if err != nil {
+			return
+		}
+		again, err := SignLease(k, key, l.At)
+		if err != nil || again != value {
+			t.Fatalf("accepted %q for key %q, which the signer signs as %q (%v)", value, key, again, err)
 		}
 	})
 }

@@ -381,17 +381,36 @@ type Reader struct {
 // Replay is how `subscriber audit`, `evidence` and `prove` read the
 // stream.
 type Replay struct {
-	Read string `name:"read" help:"How to read the stream: auto (an ordered consumer; direct gets when the stream's consumer limit is reached), consumer, or direct (batch direct gets: creates no consumer, needs no right to)." default:"auto" enum:"auto,consumer,direct" yaml:"read"`
+	Read string `name:"read" help:"How to read the stream: auto (batch direct gets for a user named by --user, --nkey or --creds, since secure mode lets solvers create no ephemeral consumer; else an ordered consumer, and direct gets when the stream's consumer limit is reached), consumer, or direct (batch direct gets: creates no consumer, needs no right to)." default:"auto" enum:"auto,consumer,direct" yaml:"read"`
 }
 
-// ReadMode is the read path Replay names.
-func (r Replay) ReadMode() room.ReadMode {
+// ReadMode is the read path Replay names for a reader with credentials c:
+// auto is room.ReadDirect for a named user (docs/secure-mode.md,
+// "Consumers": a solver may create no ephemeral consumer, and a request
+// the server refuses for a permission gets no answer, only a timeout),
+// room.ReadAuto for the anonymous one.
+func (r Replay) ReadMode(c Credentials) room.ReadMode {
 	m, err := room.ParseReadMode(r.Read)
 	if err != nil {
-		return room.ReadAuto // kong's enum keeps other values out
+		m = room.ReadAuto // kong's enum keeps other values out
 	}
-	return m
+	return autoRead(m, c)
 }
+
+// autoRead is ReadMode's choice for auto.
+func autoRead(m room.ReadMode, c Credentials) room.ReadMode {
+	if m != room.ReadAuto {
+		return m
+	}
+	if id, err := c.Identity(); err == nil && id != room.Anonymous {
+		return room.ReadDirect
+	}
+	return room.ReadAuto
+}
+
+// FollowRead is the read path of a follower's rebuild for credentials c:
+// autoRead of room.ReadAuto.
+func FollowRead(c Credentials) room.ReadMode { return autoRead(room.ReadAuto, c) }
 
 // Validate reports every problem, joined.
 func (r *Reader) Validate() error {

@@ -62,7 +62,7 @@ var yamlValue = regexp.MustCompile("`[^`]*`")
 //	users:
 //	  - {role: publisher, user: publisher, password: "$2a$11$…"}
 //	  - {role: harness, user: harness, password: "$2a$11$…"}
-//	  - {role: solver, nkey: UD…}
+//	  - {role: solver, nkey: UD…, durables: [solver-follow]}
 //	  - {role: admin, user: admin, password: "$2a$11$…"}
 //	solver-head: false
 //	tls: {cert: server.pem, key: server-key.pem}
@@ -85,6 +85,10 @@ type SecureFileUser struct {
 	Password    string `yaml:"password"`
 	NKey        string `yaml:"nkey"`
 	InboxPrefix string `yaml:"inbox-prefix"`
+	// Durables are the durable consumer names a solver may create and
+	// use (docs/secure-mode.md, "Consumers"); none given: one, named
+	// after the user.
+	Durables []string `yaml:"durables"`
 }
 
 // String redacts the password hash.

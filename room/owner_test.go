@@ -99,7 +99,7 @@ func chainOwnerSecure(t *testing.T, place string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	rep, err := room.Audit(ctx, solver.js, room.AuditOptions{Validator: v, Trust: trust})
+	rep, err := room.Audit(ctx, solver.js, room.AuditOptions{Validator: v, Trust: trust, Read: room.ReadDirect})
 	if err != nil || !rep.Clean() || rep.Totals.Entries != 14 || len(rep.Chains) != 1 || rep.Chains[0].Owner != userHarness {
 		t.Fatalf("trusting audit: %+v %v", rep, err)
 	}

@@ -70,6 +70,24 @@ type SecureUser struct {
 	// --nkey or --creds). Empty means the same; the field stays so that
 	// configs which named it keep working.
 	InboxPrefix string
+	// Durables are the names of the durable consumers a solver may
+	// create and use on the room stream: its quota of consumers, and
+	// names no other solver may touch (docs/secure-mode.md,
+	// "Consumers"). Empty: one, DefaultDurable of the user. Other roles
+	// have none.
+	Durables []string
+}
+
+// DefaultDurable is the durable consumer name of a solver whose secure
+// config names none: its identity token.
+func DefaultDurable(u SecureUser) string { return u.Token() }
+
+// durables is u's durable names, the default filled in.
+func (u SecureUser) durables() []string {
+	if len(u.Durables) == 0 {
+		return []string{DefaultDurable(u)}
+	}
+	return u.Durables
 }
 
 // Token is the user's identity token (IdentityToken of ID): its ingest
@@ -135,6 +153,9 @@ var (
 	userNameRe   = regexp.MustCompile(`^[A-Za-z0-9_.@-]{1,128}$`)
 	streamNameRe = regexp.MustCompile(`^[A-Za-z0-9_-]{1,255}$`)
 	tokenRe      = regexp.MustCompile(`^[A-Za-z0-9_-]+$`)
+	// consumerNameRe is what a solver's durable may be called: a subject
+	// token and a file name (IdentityToken's alphabet).
+	consumerNameRe = regexp.MustCompile(`^[A-Za-z0-9_~:-]{1,255}$`)
 )
 
 func (o SecureOptions) stream() string {
@@ -180,7 +201,7 @@ func (o SecureOptions) Check() error {
 			break
 		}
 	}
-	names, nkeysSeen, inboxes := map[string]bool{}, map[string]bool{}, map[string]bool{}
+	names, nkeysSeen, inboxes, durables := map[string]bool{}, map[string]bool{}, map[string]bool{}, map[string]string{}
 	publishers := 0
 	for i, u := range o.Users {
 		at := fmt.Sprintf("user %d", i+1)
@@ -223,6 +244,20 @@ func (o SecureOptions) Check() error {
 		}
 		if u.InboxPrefix != "" && u.InboxPrefix != u.Inbox() {
 			bad("%s: inbox prefix %q is not the user's own, %s (every user's inbox is _INBOX_ + its name or nkey; leave inbox-prefix out)", at, u.InboxPrefix, u.Inbox())
+		}
+		if len(u.Durables) > 0 && role != RoleSolver {
+			bad("%s: only solvers have durables", at)
+		}
+		if role == RoleSolver {
+			for _, d := range u.durables() {
+				if !consumerNameRe.MatchString(d) {
+					bad("%s: durable %q is not a consumer name (1 to 255 of A-Z a-z 0-9 _ - ~ :)", at, d)
+				}
+				if owner, ok := durables[d]; ok {
+					bad("%s: durable %q is also %s's", at, d, owner)
+				}
+				durables[d] = at
+			}
 		}
 		if inboxes[u.Token()] {
 			bad("%s: identity token %s is another user's too", at, u.Token())
@@ -274,12 +309,6 @@ func (o SecureOptions) perms(u SecureUser) permSet {
 		api("STREAM.INFO"),
 		api("STREAM.MSG.GET"),
 		api("DIRECT.GET"), api("DIRECT.GET") + ".>",
-		api("CONSUMER.CREATE") + ".>",
-		api("CONSUMER.INFO") + ".*",
-		api("CONSUMER.MSG.NEXT") + ".*",
-		// nats.go deletes an ordered consumer's old consumer when it
-		// resets; consumers never change a Limits stream's messages.
-		api("CONSUMER.DELETE") + ".*",
 	}
 	switch role {
 	case RolePublisher:
@@ -319,6 +348,8 @@ func (o SecureOptions) perms(u SecureUser) permSet {
 			}
 		}
 		return permSet{
+			// No consumer API: serve reads with direct gets alone, so a
+			// stream whose consumers are exhausted stops none of it.
 			pubAllow: append(append(append([]string{rooms, api("STREAM.CREATE")}, read...), leases...), replies...),
 			pubDeny:  streamAdmin,
 			subAllow: []string{svc + ".>", "$SRV.>", inbox},
@@ -331,12 +362,23 @@ func (o SecureOptions) perms(u SecureUser) permSet {
 			subDeny:  []string{svc + ".>", rooms},
 		}
 	case RoleSolver:
-		allow := append(read,
-			api("CONSUMER.DURABLE.CREATE")+".*",
-			api("CONSUMER.RESET")+".*",
-			"$JS.ACK."+st+".>", "$JS.ACK.*.*."+st+".>", // v1 and v2 ack subjects
-			"$JS.FC."+st+".>", "$JS.FC.*.*."+st+".>", // flow control of push consumers
-		)
+		// Reads by direct get, and its own durables, by name: no
+		// ephemeral consumer (which has no name a permission could
+		// bound), so a solver holds at most its durables and touches
+		// no other's (docs/secure-mode.md, "Consumers").
+		allow := append([]string(nil), read...)
+		for _, d := range u.durables() {
+			allow = append(allow,
+				api("CONSUMER.CREATE")+"."+d, api("CONSUMER.CREATE")+"."+d+".>",
+				api("CONSUMER.DURABLE.CREATE")+"."+d,
+				api("CONSUMER.INFO")+"."+d,
+				api("CONSUMER.MSG.NEXT")+"."+d,
+				api("CONSUMER.DELETE")+"."+d,
+				api("CONSUMER.RESET")+"."+d,
+				"$JS.ACK."+st+"."+d+".>", "$JS.ACK.*.*."+st+"."+d+".>", // v1 and v2 ack subjects
+				"$JS.FC."+st+"."+d+".>", "$JS.FC.*.*."+st+"."+d+".>", // flow control of push consumers
+			)
+		}
 		deny := append([]string{rooms}, streamAdmin...)
 		if o.SolverHead {
 			allow = append(allow, ServiceSubject(svc, u.Token(), EndpointHead))

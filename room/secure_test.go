@@ -76,7 +76,7 @@ func newIdentities(t testing.TB, solverHead bool) *identities {
 			user(room.RolePublisher, userPublisher, ""),
 			user(room.RoleHarness, userHarness, ""),
 			user(room.RoleHarness, userHarness2, inboxHarness2),
-			{Role: room.RoleSolver, NKey: id.solverPub},
+			{Role: room.RoleSolver, NKey: id.solverPub, Durables: []string{"secure-solver", "secure-solver-2"}},
 			user("auditor", userAuditor, ""),
 			user(room.RoleAdmin, userAdmin, ""),
 		},
@@ -675,7 +675,7 @@ func secureMatrix(t *testing.T, p *securePlace) {
 			t.Fatal(err)
 		}
 		for _, c := range []*conn{solver, auditor} {
-			rep, err := room.Audit(ctx, c.js, room.AuditOptions{Validator: v})
+			rep, err := room.Audit(ctx, c.js, room.AuditOptions{Validator: v, Read: room.ReadDirect})
 			if err != nil || !rep.Clean() || rep.Totals.Messages != msgs {
 				t.Fatalf("%s: audit: %+v %v", c.name, rep, err)
 			}
@@ -697,7 +697,7 @@ func secureMatrix(t *testing.T, p *securePlace) {
 		// Follow with a durable consumer; a handler error leaves
 		// delivered, unacknowledged messages, so the next Follow resets
 		// the consumer ($JS.API.CONSUMER.RESET) before it goes on.
-		o := room.FollowOptions{Durable: "secure-solver", Validator: v}
+		o := room.FollowOptions{Durable: "secure-solver", Validator: v, Read: room.ReadDirect}
 		f := startFollow(t, solver.js, o, func(ev *room.Event) error {
 			if ev.Seq == 5 {
 				return errors.New("stop here")
@@ -728,6 +728,61 @@ func secureMatrix(t *testing.T, p *securePlace) {
 			t.Fatalf("solver: reset its consumer: %v", err)
 		}
 		unchanged(t, "reading")
+	})
+
+	t.Run("solvers create only their own durables", func(t *testing.T) {
+		st, err := solver.js.Stream(ctx, room.DefaultStream)
+		if err != nil {
+			t.Fatal(err)
+		}
+		// Its second durable, named in the secure config: allowed.
+		if _, err := st.CreateOrUpdateConsumer(ctx, jetstream.ConsumerConfig{Durable: "secure-solver-2", AckPolicy: jetstream.AckExplicitPolicy}); err != nil {
+			t.Fatalf("solver: its second durable: %v", err)
+		}
+		// Any other name, another solver's durable, an ephemeral consumer:
+		// refused by the server before anything is created.
+		auditorDurable := room.DefaultDurable(room.SecureUser{Name: userAuditor})
+		for _, name := range []string{"solver-extra", auditorDurable} {
+			cctx, cancel := short(ctx)
+			_, err := st.CreateOrUpdateConsumer(cctx, jetstream.ConsumerConfig{Durable: name, AckPolicy: jetstream.AckExplicitPolicy})
+			cancel()
+			if err == nil {
+				t.Fatalf("solver created durable %s", name)
+			}
+			t.Logf("solver creates %s: %s", name, solver.v.expect(t, `Permissions Violation for Publish to "$JS.API.CONSUMER.CREATE.ROOMS.`+name+`"`))
+		}
+		cctx, cancel := short(ctx)
+		_, err = st.OrderedConsumer(cctx, jetstream.OrderedConsumerConfig{})
+		cancel()
+		if err == nil {
+			t.Fatal("solver created an ephemeral ordered consumer")
+		}
+		// Nor may the auditor touch the solver's durables.
+		ast, err := auditor.js.Stream(ctx, room.DefaultStream)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cctx, cancel = short(ctx)
+		err = ast.DeleteConsumer(cctx, "secure-solver-2")
+		cancel()
+		if err == nil {
+			t.Fatal("the auditor deleted the solver's durable")
+		}
+		t.Logf("auditor deletes the solver's durable: %s", auditor.v.expect(t, `Permissions Violation for Publish to "$JS.API.CONSUMER.DELETE.ROOMS.secure-solver-2"`))
+		// What exists: the solver's two durables and nothing of the
+		// refused attempts.
+		names := map[string]bool{}
+		adst, err := admin.js.Stream(ctx, room.DefaultStream)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for n := range adst.ConsumerNames(ctx).Name() {
+			names[n] = true
+		}
+		if !names["secure-solver"] || !names["secure-solver-2"] || names["solver-extra"] || names[auditorDurable] {
+			t.Fatalf("consumers %v", names)
+		}
+		unchanged(t, "durables")
 	})
 
 	t.Run("the admin updates and deletes the stream", func(t *testing.T) {
@@ -781,11 +836,13 @@ func mustRead(t testing.TB, path string) []byte {
 
 // TestSecurePushConsumerDelivery: JetStream delivers a push consumer's
 // messages to its deliver subject with the account's rights, not the
-// creating user's, so a solver can make the server publish stored
-// messages to a subject it may not publish to itself. The server refuses
-// a deliver subject on the stream's own subjects, and what it can reach
-// otherwise cannot change the room: the stream refuses deletes and purges
-// whoever asks, and the ingest service decides again what it receives.
+// creating user's, so a solver could make the server publish stored
+// messages to a subject it may not publish to itself. It may create no
+// consumer but its named durables; the server refuses a deliver subject
+// on the stream's own subjects, and what its durables can reach otherwise
+// cannot change the room: the stream refuses deletes and purges whoever
+// asks, and the ingest service answers nothing whose reply subject is not
+// the requester's inbox.
 func TestSecurePushConsumerDelivery(t *testing.T) {
 	id := newIdentities(t, false)
 	p := startSecureServe(t, id, "")
@@ -805,17 +862,30 @@ func TestSecurePushConsumerDelivery(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// Onto a room subject: the server refuses the consumer.
-	_, err = st.CreatePushConsumer(ctx, jetstream.ConsumerConfig{Name: "loop", DeliverSubject: "rooms.secure.exec", AckPolicy: jetstream.AckNonePolicy})
+	// A consumer of another name: the solver may create none.
+	cctx, cancel := short(ctx)
+	_, err = st.CreatePushConsumer(cctx, jetstream.ConsumerConfig{Name: "loop", DeliverSubject: "roompub.v1.execution", AckPolicy: jetstream.AckNonePolicy})
+	cancel()
+	if err == nil {
+		t.Fatal("solver created a push consumer named loop")
+	}
+	t.Logf("solver creates push consumer loop: %s", solver.v.expect(t, `Permissions Violation for Publish to "$JS.API.CONSUMER.CREATE.ROOMS.loop`))
+	// Its own durable onto a room subject: the server refuses the consumer.
+	_, err = st.CreatePushConsumer(ctx, jetstream.ConsumerConfig{Durable: "secure-solver", DeliverSubject: "rooms.secure.exec", AckPolicy: jetstream.AckNonePolicy})
 	var apiErr *jetstream.APIError
 	if !errors.As(err, &apiErr) || apiErr.ErrorCode != 10081 {
 		t.Fatalf("push consumer onto a room subject: %v", err)
 	}
 	t.Logf("push consumer delivering onto rooms.secure.exec: %v", err)
-	// Onto the message delete API (entries carry "seq") and the ingest
-	// service: the server publishes there, and nothing changes.
-	for _, deliver := range []string{"$JS.API.STREAM.MSG.DELETE." + room.DefaultStream, "$JS.API.STREAM.PURGE." + room.DefaultStream, "roompub.v1.execution", "roompub.v1.records", "roompub.v1.journal"} {
-		name := strings.NewReplacer("$", "", ".", "-").Replace(deliver)
+	// Its two durables onto the message delete API (entries carry "seq")
+	// and a harness's ingest subject: the server publishes there, and
+	// nothing changes (a delivery has no reply subject under the
+	// harness's inbox, so the service would not act on it either).
+	targets := map[string]string{
+		"secure-solver":   "$JS.API.STREAM.MSG.DELETE." + room.DefaultStream,
+		"secure-solver-2": room.ServiceSubject("", room.IdentityToken(userHarness), room.EndpointExecution),
+	}
+	for name, deliver := range targets {
 		if _, err := st.CreatePushConsumer(ctx, jetstream.ConsumerConfig{Durable: name, DeliverSubject: deliver, AckPolicy: jetstream.AckNonePolicy}); err != nil {
 			t.Fatalf("push consumer onto %s: %v", deliver, err)
 		}
@@ -823,8 +893,7 @@ func TestSecurePushConsumerDelivery(t *testing.T) {
 	// Give every consumer time to deliver the whole stream where the
 	// server finds interest on its deliver subject.
 	time.Sleep(3 * time.Second)
-	for _, deliver := range []string{"$JS.API.STREAM.MSG.DELETE." + room.DefaultStream, "$JS.API.STREAM.PURGE." + room.DefaultStream, "roompub.v1.execution", "roompub.v1.records", "roompub.v1.journal"} {
-		name := strings.NewReplacer("$", "", ".", "-").Replace(deliver)
+	for name, deliver := range targets {
 		c, err := st.PushConsumer(ctx, name)
 		if err != nil {
 			t.Fatal(err)

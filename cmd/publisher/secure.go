@@ -98,7 +98,7 @@ func loadSecure(path, stream, prefix string) (room.SecureOptions, error) {
 	}
 	so := room.SecureOptions{Stream: stream, Subjects: room.Subjects{Prefix: prefix}, SolverHead: f.SolverHead}
 	for _, u := range f.Users {
-		so.Users = append(so.Users, room.SecureUser{Role: room.Role(u.Role), Name: u.User, PasswordHash: u.Password, NKey: u.NKey, InboxPrefix: u.InboxPrefix})
+		so.Users = append(so.Users, room.SecureUser{Role: room.Role(u.Role), Name: u.User, PasswordHash: u.Password, NKey: u.NKey, InboxPrefix: u.InboxPrefix, Durables: u.Durables})
 	}
 	if f.TLS != nil {
 		so.TLS = room.SecureTLS{Cert: f.TLS.Cert, Key: f.TLS.Key, CA: f.TLS.CA, Verify: f.TLS.Verify}

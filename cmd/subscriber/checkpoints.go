@@ -102,7 +102,7 @@ func (c *proveCmd) Run(s *streams) error {
 	defer nc.Close()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	p, err := room.Prove(ctx, js, room.ProveOptions{Stream: c.Stream, Subjects: room.Subjects{Prefix: c.Prefix}, Room: c.Room, Read: c.ReadMode(),
+	p, err := room.Prove(ctx, js, room.ProveOptions{Stream: c.Stream, Subjects: room.Subjects{Prefix: c.Prefix}, Room: c.Room, Read: c.ReadMode(c.Credentials),
 		Entry: c.Entry, Ref: c.Ref, Validator: v, Trust: t})
 	if errors.Is(err, room.ErrNoSuchMessage) || errors.Is(err, room.ErrNotCovered) {
 		return fmt.Errorf("prove: %w: %w", err, errRefused)

@@ -115,7 +115,7 @@ func (c *followCmd) Run(s *streams) error {
 	var qerr error
 	err = room.Follow(ctx, js, room.FollowOptions{
 		Stream: c.Stream, Subjects: room.Subjects{Prefix: c.Prefix}, Rooms: c.Rooms, Durable: c.Durable, Validator: v,
-		Trust: t, State: state,
+		Trust: t, State: state, Read: config.FollowRead(c.Credentials),
 		OnSetAside: func(a room.SetAside) {
 			fmt.Fprintf(s.err, "set aside: %s\n", a.Error())
 			b, _ := json.Marshal(a)
@@ -194,7 +194,7 @@ func (c *auditCmd) Run(s *streams) error {
 	}
 	rep, err := room.Audit(ctx, js, room.AuditOptions{
 		Stream: c.Stream, Subjects: room.Subjects{Prefix: c.Prefix}, Rooms: c.Rooms, FromSeq: c.FromSeq, Since: c.Since, Validator: v,
-		Trust: t, State: state, External: external, Read: c.ReadMode(),
+		Trust: t, State: state, External: external, Read: c.ReadMode(c.Credentials),
 		Progress: func(read, last uint64) {
 			if bar != nil {
 				bar.ChangeMax64(int64(last))
@@ -314,7 +314,7 @@ func (c *evidenceCmd) Run(s *streams) error {
 	}
 	idx := room.NewEvidenceIndex()
 	rep, err := room.Audit(context.Background(), js, room.AuditOptions{
-		Stream: c.Stream, Subjects: room.Subjects{Prefix: c.Prefix}, Rooms: rooms, Validator: v, Trust: t, Read: c.ReadMode(),
+		Stream: c.Stream, Subjects: room.Subjects{Prefix: c.Prefix}, Rooms: rooms, Validator: v, Trust: t, Read: c.ReadMode(c.Credentials),
 		OnEvent: func(ev *room.Event) {
 			if ev.Record != nil {
 				idx.Add(ev.RoomID, ev.Record, ev.Seq)

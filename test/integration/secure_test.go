@@ -74,7 +74,7 @@ func newSecureSetup(t *testing.T, extra string) *secureSetup {
 	yaml := fmt.Sprintf(`users:
   - {role: publisher, user: publisher, password: %q}
   - {role: harness, user: harness, password: %q}
-  - {role: solver, nkey: %s}
+  - {role: solver, nkey: %s, durables: [solver-1]}
   - {role: admin, user: admin, password: %q}
 %s`, hashes["publisher"], hashes["harness"], strings.TrimSpace(r.stdout), hashes["admin"], extra)
 	if err := os.WriteFile(s.config, []byte(yaml), 0o644); err != nil {
