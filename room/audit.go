@@ -67,6 +67,8 @@ type AuditOptions struct {
 
 	// fullTrees keeps every node of the rooms' trees (Prove).
 	fullTrees bool
+	// direct tunes a direct read (tests).
+	direct directRead
 }
 
 // ExternalCheckpoint is a signed checkpoint note from outside the stream.
@@ -234,7 +236,7 @@ func audit(ctx context.Context, js jetstream.JetStream, o AuditOptions) (*AuditR
 	if info.State.Msgs > 0 && info.State.LastSeq >= rep.FromSeq {
 		var facts readFacts
 		produce := func(ctx context.Context, emit func(*batch) bool) error {
-			return replayWith(ctx, js, st, o.Read, o.Subjects, o.Rooms, o.FromSeq, o.Since, info.State.LastSeq, emit, &facts)
+			return replayWith(ctx, js, st, o.Read, o.direct, o.Subjects, o.Rooms, o.FromSeq, o.Since, info.State.LastSeq, emit, &facts)
 		}
 		err := runOrdered(ctx, r, produce, func(b *batch) error {
 			for i := range b.xs {

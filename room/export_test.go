@@ -225,11 +225,13 @@ func (f *FairSlots) Waiting() int {
 	return n
 }
 
-// SetDirectRead sets how many messages a direct replay asks for per batch
-// get, how many requests it keeps in flight and up to how many rooms it
-// reads each with its own filter, until restore.
-func SetDirectRead(batch, inFlight, mergeMax int) (restore func()) {
-	b, f, m := directBatch, directInFlight, directMergeMax
-	directBatch, directInFlight, directMergeMax = batch, inFlight, mergeMax
-	return func() { directBatch, directInFlight, directMergeMax = b, f, m }
+// WithDirectRead returns o with a direct read of batch messages per
+// batch get, inFlight requests in flight and up to mergeMax rooms read
+// each with its own filter (0: none).
+func WithDirectRead(o AuditOptions, batch, inFlight, mergeMax int) AuditOptions {
+	if mergeMax == 0 {
+		mergeMax = -1
+	}
+	o.direct = directRead{batch: batch, inFlight: inFlight, mergeMax: mergeMax}
+	return o
 }

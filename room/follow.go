@@ -140,7 +140,7 @@ func Follow(ctx context.Context, js jetstream.JetStream, o FollowOptions, handle
 		// Already handled or set aside before the restart: only the state.
 		produce := func(ctx context.Context, emit func(*batch) bool) error {
 			var facts readFacts
-			err := replayWith(ctx, js, st, o.Read, o.Subjects, o.Rooms, 1, time.Time{}, floor, emit, &facts)
+			err := replayWith(ctx, js, st, o.Read, directRead{}, o.Subjects, o.Rooms, 1, time.Time{}, floor, emit, &facts)
 			if facts.why != "" {
 				log.Info("rebuild read with direct gets", zap.String("why", facts.why))
 			}

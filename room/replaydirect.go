@@ -56,13 +56,14 @@ type readFacts struct {
 // replayWith is replay or replayDirect as mode asks; for ReadAuto, the
 // direct read when the server refuses the ordered consumer because the
 // stream has as many consumers as it may (before any message is read).
-func replayWith(ctx context.Context, js jetstream.JetStream, st jetstream.Stream, mode ReadMode, subjects Subjects, rooms []string, fromSeq uint64, since time.Time, last uint64, emit func(*batch) bool, facts *readFacts) error {
+func replayWith(ctx context.Context, js jetstream.JetStream, st jetstream.Stream, mode ReadMode, tune directRead, subjects Subjects, rooms []string, fromSeq uint64, since time.Time, last uint64, emit func(*batch) bool, facts *readFacts) error {
+	tune = tune.withDefaults()
 	nc := js.Conn()
 	maxPayload := int(nc.MaxPayload())
 	stream := st.CachedInfo().Config.Name
 	if mode == ReadDirect {
 		*facts = readFacts{ReadByDirect, "asked for (--read direct)"}
-		return replayDirect(ctx, js, stream, maxPayload, subjects, rooms, fromSeq, since, last, emit)
+		return replayDirect(ctx, js, stream, maxPayload, tune, subjects, rooms, fromSeq, since, last, emit)
 	}
 	*facts = readFacts{ReadByConsumer, ""}
 	var emitted atomic.Bool
@@ -75,19 +76,41 @@ func replayWith(ctx context.Context, js jetstream.JetStream, st jetstream.Stream
 		return err
 	}
 	*facts = readFacts{ReadByDirect, "the server refused an ordered consumer: " + jetstream.ErrMaximumConsumersLimit.Error() + " (10026)"}
-	return replayDirect(ctx, js, stream, maxPayload, subjects, rooms, fromSeq, since, last, emit)
+	return replayDirect(ctx, js, stream, maxPayload, tune, subjects, rooms, fromSeq, since, last, emit)
 }
 
-// A direct replay asks for up to directBatch messages per batch direct
-// get and keeps directInFlight requests in flight: the next one starts
-// where the one before is expected to end, so the server reads the next
-// batch while the client takes in the current one.
-var directBatch, directInFlight = 1000, 2
+// directRead tunes a direct replay; its zero value is the defaults
+// (tests set it through AuditOptions and FollowOptions' unexported
+// field).
+type directRead struct {
+	// batch is how many messages a direct replay asks for per batch
+	// direct get, and inFlight how many requests it keeps in flight: the
+	// next one starts where the one before is expected to end, so the
+	// server reads the next batch while the client takes in the current
+	// one. Defaults 1,000 and 2.
+	batch, inFlight int
+	// mergeMax is the most rooms a direct replay reads each with its own
+	// filter, merging them in stream order; more rooms are read with the
+	// filter of every room. Default 8; -1 for none.
+	mergeMax int
+}
 
-// directMergeMax is the most rooms a direct replay reads each with its own
-// filter, merging them in stream order; more rooms are read with the
-// filter of every room.
-var directMergeMax = 8
+// withDefaults fills in d's zero fields.
+func (d directRead) withDefaults() directRead {
+	if d.batch <= 0 {
+		d.batch = 1000
+	}
+	if d.inFlight <= 0 {
+		d.inFlight = 2
+	}
+	switch {
+	case d.mergeMax == 0:
+		d.mergeMax = 8
+	case d.mergeMax < 0:
+		d.mergeMax = 0
+	}
+	return d
+}
 
 // directStall bounds how long a direct replay waits for a lagging replica
 // that answers short while the stream leader holds more.
@@ -111,7 +134,7 @@ type directRes struct {
 // messages on the rooms' subjects in stream order, from fromSeq (or since)
 // up to last inclusive, read with batch direct gets (ADR-31), which any
 // replica answers from its copy. A batch get takes one subject: one room
-// is read with its own filter; up to directMergeMax rooms each with its
+// is read with its own filter; up to tune.mergeMax rooms each with its
 // own, concurrently, merged in stream order (replayMerged); more with the
 // filter of every room, keeping the messages on the rooms' subjects (which
 // reads the other rooms' messages too). Messages the stream no longer has are not there,
@@ -119,9 +142,9 @@ type directRes struct {
 // ends only once an answer holds nothing more and the stream leader
 // agrees (leaderHasMore), as replay does. It returns ctx's error once
 // emit refuses a batch.
-func replayDirect(ctx context.Context, js jetstream.JetStream, stream string, maxPayload int, subjects Subjects, rooms []string, fromSeq uint64, since time.Time, last uint64, emit func(*batch) bool) error {
-	if len(rooms) > 1 && len(rooms) <= directMergeMax {
-		return replayMerged(ctx, js, stream, maxPayload, subjects, rooms, fromSeq, since, last, emit)
+func replayDirect(ctx context.Context, js jetstream.JetStream, stream string, maxPayload int, tune directRead, subjects Subjects, rooms []string, fromSeq uint64, since time.Time, last uint64, emit func(*batch) bool) error {
+	if len(rooms) > 1 && len(rooms) <= tune.mergeMax {
+		return replayMerged(ctx, js, stream, maxPayload, tune, subjects, rooms, fromSeq, since, last, emit)
 	}
 	fs := filters(subjects, rooms)
 	filter, keep := fs[0], []string(nil)
@@ -170,7 +193,7 @@ func replayDirect(ctx context.Context, js jetstream.JetStream, stream string, ma
 	var stalled time.Time
 	wait := 50 * time.Millisecond
 	request := func(start uint64, limit uint64) *directReq {
-		n := uint64(directBatch)
+		n := uint64(tune.batch)
 		if size > 0 {
 			n = min(n, uint64(max(maxBytes/size, 1)))
 		}
@@ -178,7 +201,7 @@ func replayDirect(ctx context.Context, js jetstream.JetStream, stream string, ma
 		return get(start, int(n), max(uint64(float64(n)*density), n))
 	}
 	for covered < last {
-		for len(q) < directInFlight {
+		for len(q) < tune.inFlight {
 			start := covered + 1
 			if k := len(q); k > 0 {
 				start = max(start, q[k-1].start+q[k-1].span)
@@ -277,7 +300,7 @@ func replayDirect(ctx context.Context, js jetstream.JetStream, stream string, ma
 // replayMerged is replayDirect of several rooms: one direct replay per
 // room, concurrently, their messages merged in stream order (a stream
 // sequence is on one subject only). It stops at the first error.
-func replayMerged(ctx context.Context, js jetstream.JetStream, stream string, maxPayload int, subjects Subjects, rooms []string, fromSeq uint64, since time.Time, last uint64, emit func(*batch) bool) error {
+func replayMerged(ctx context.Context, js jetstream.JetStream, stream string, maxPayload int, tune directRead, subjects Subjects, rooms []string, fromSeq uint64, since time.Time, last uint64, emit func(*batch) bool) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	type source struct {
@@ -292,7 +315,7 @@ func replayMerged(ctx context.Context, js jetstream.JetStream, stream string, ma
 		srcs[k] = s
 		go func() {
 			defer close(s.ch)
-			s.err = replayDirect(ctx, js, stream, maxPayload, subjects, []string{id}, fromSeq, since, last, func(b *batch) bool {
+			s.err = replayDirect(ctx, js, stream, maxPayload, tune, subjects, []string{id}, fromSeq, since, last, func(b *batch) bool {
 				select {
 				case s.ch <- b:
 					return true
