@@ -62,7 +62,7 @@ func replayWith(ctx context.Context, js jetstream.JetStream, st jetstream.Stream
 	maxPayload := int(nc.MaxPayload())
 	stream := st.CachedInfo().Config.Name
 	if mode == ReadDirect {
-		*facts = readFacts{ReadByDirect, "asked for (--read direct)"}
+		*facts = readFacts{ReadByDirect, "asked for (ReadDirect: subscriber --read direct, or --read auto as a user named by --user, --nkey or --creds)"}
 		return replayDirect(ctx, js, stream, maxPayload, tune, subjects, rooms, fromSeq, since, last, emit)
 	}
 	*facts = readFacts{ReadByConsumer, ""}

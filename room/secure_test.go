@@ -730,6 +730,21 @@ func secureMatrix(t *testing.T, p *securePlace) {
 		unchanged(t, "reading")
 	})
 
+	t.Run("the admin calls the ingest service as no one", func(t *testing.T) {
+		entry := bytes.SplitN(mustRead(t, "../testdata/samples/capsules/csv-dedupe/journal.ndjson"), []byte("\n"), 2)[0]
+		// A made-up identity (or a removed user's), its own, another
+		// user's and the anonymous one.
+		for _, subj := range []string{"roompub.v1.ghost.journal", "roompub.v1.admin.journal", "roompub.v1.harness.journal", "roompub.v1.journal"} {
+			msg := &nats.Msg{Subject: subj, Reply: "_INBOX_ghost.x", Data: entry, Header: nats.Header{room.HeaderRoom: []string{"room:ghost"}}}
+			if err := admin.nc.PublishMsg(msg); err != nil {
+				t.Fatal(err)
+			}
+			_ = admin.nc.Flush()
+			t.Logf("admin publishes on %s: %s", subj, admin.v.expect(t, `Permissions Violation for Publish to "`+subj+`"`))
+		}
+		unchanged(t, "the admin's ingest requests")
+	})
+
 	t.Run("solvers create only their own durables", func(t *testing.T) {
 		st, err := solver.js.Stream(ctx, room.DefaultStream)
 		if err != nil {

@@ -19,6 +19,7 @@ import (
 	"github.com/nats-io/nats.go/micro"
 	fastjson "github.com/segmentio/encoding/json"
 	"go.uber.org/zap"
+	"golang.org/x/time/rate"
 
 	"github.com/roompub/roompub/events"
 )
@@ -95,8 +96,12 @@ type Service struct {
 	maxPayload int
 	prefix     string
 	obs        ServiceObserver
-	// refusedReplies counts requests not answered for their reply subject.
-	refusedReplies atomic.Uint64
+	// refusedReplies counts requests not answered for their reply subject;
+	// replyLog bounds how many of them are logged (replyLogRate), and
+	// repliesUnlogged counts those left out since the last one logged.
+	refusedReplies  atomic.Uint64
+	replyLog        *rate.Limiter
+	repliesUnlogged atomic.Uint64
 	// quota admits requests within their identity's share (quota.go).
 	quota *quotas
 	// overQuota counts requests answered events.OverQuota.
@@ -138,7 +143,7 @@ func StartService(nc *nats.Conn, gate *Gate, o ServiceOptions) (*Service, error)
 	if o.IdentityPendingBytes <= 0 {
 		o.IdentityPendingBytes = o.PendingBytes / 4
 	}
-	s := &Service{gate: gate, log: o.Logger, slots: newFairSlots(o.Concurrency), maxPayload: int(nc.MaxPayload()), prefix: o.Prefix, obs: o.Observer,
+	s := &Service{gate: gate, log: o.Logger, slots: newFairSlots(o.Concurrency), replyLog: rate.NewLimiter(replyLogRate, replyLogBurst), maxPayload: int(nc.MaxPayload()), prefix: o.Prefix, obs: o.Observer,
 		quota: newQuotas(o.IdentityConcurrency, o.IdentityPendingBytes, o.PendingBytes)}
 	if s.log == nil {
 		s.log = zap.NewNop()
@@ -265,6 +270,13 @@ func (s *Service) async(h func(micro.Request, *orderTicket), ordered bool) micro
 // (docs/secure-mode.md, "Fair ingest").
 func (s *Service) OverQuota() uint64 { return s.overQuota.Load() }
 
+// replyLogRate and replyLogBurst bound the "request not answered" log
+// lines: at most replyLogBurst at once, then replyLogRate per second.
+const (
+	replyLogRate  = 10
+	replyLogBurst = 50
+)
+
 // shuttingDown is the reason of the answer to a request the service did
 // not start because it is stopping.
 const shuttingDown = "the ingest service is shutting down: send the request again"
@@ -287,8 +299,16 @@ func (s *Service) replyAllowed(req micro.Request) (token, endpoint string, ok bo
 	if s.obs != nil {
 		s.obs.ReplyRefused(endpoint)
 	}
+	// Anyone who may publish on a service subject, or make JetStream
+	// deliver there (a pull request's reply subject is the requester's to
+	// choose), can send these at will: the metric counts every one, the
+	// log takes a bounded rate and says how many it left out.
+	if !s.replyLog.Allow() {
+		s.repliesUnlogged.Add(1)
+		return "", "", false
+	}
 	s.log.Warn("request not answered", zap.String("code", string(events.ReplyNotAllowed)), zap.String("subject", clipSubject(req.Subject())),
-		zap.String("reply", clipSubject(req.Reply())), zap.String("reason", err.Error()))
+		zap.String("reply", clipSubject(req.Reply())), zap.String("reason", err.Error()), zap.Uint64("not_logged_before", s.repliesUnlogged.Swap(0)))
 	return "", "", false
 }
 

@@ -159,9 +159,10 @@ type HeadRequest struct {
 }
 
 // ErrorReply is the body of a request-level error (status header
-// Nats-Service-Error-Code 400 or 500): the request as a whole could not be
-// processed, so no item was looked at.
+// Nats-Service-Error-Code 400, 429, 500 or 503): the request as a whole
+// could not be processed, so no item was looked at. Code is absent for an
+// error that is no refusal (the server unreachable, the service stopping).
 type ErrorReply struct {
-	Code   events.Code `json:"code"`
+	Code   events.Code `json:"code,omitempty"`
 	Reason string      `json:"reason"`
 }
