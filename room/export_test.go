@@ -2,8 +2,6 @@ package room
 
 import (
 	"context"
-	"encoding/json"
-	"fmt"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -152,33 +150,11 @@ var RepublishReach = republishReach
 // ($JS.API.STREAM.MSG.GET, JSON), whose sequence, subject and time no
 // header of the stored message can stand in for (a direct get's can).
 func LeaderMsg(ctx context.Context, nc *nats.Conn, stream string, seq uint64) (*jetstream.RawStreamMsg, error) {
-	m, err := nc.RequestWithContext(ctx, "$JS.API.STREAM.MSG.GET."+stream, []byte(fmt.Sprintf(`{"seq":%d}`, seq)))
-	if err != nil {
-		return nil, err
+	m, err := leaderGet(ctx, nc, stream, DefaultTimeout, map[string]any{"seq": seq})
+	if err == nil && m == nil {
+		return nil, jetstream.ErrMsgNotFound
 	}
-	var resp struct {
-		Error   *jetstream.APIError `json:"error"`
-		Message *struct {
-			Subject string    `json:"subject"`
-			Seq     uint64    `json:"seq"`
-			Hdrs    []byte    `json:"hdrs"`
-			Data    []byte    `json:"data"`
-			Time    time.Time `json:"time"`
-		} `json:"message"`
-	}
-	if err := json.Unmarshal(m.Data, &resp); err != nil {
-		return nil, err
-	}
-	if resp.Error != nil {
-		return nil, resp.Error
-	}
-	out := &jetstream.RawStreamMsg{Subject: resp.Message.Subject, Sequence: resp.Message.Seq, Data: resp.Message.Data, Time: resp.Message.Time}
-	if len(resp.Message.Hdrs) > 0 {
-		if out.Header, err = nats.DecodeHeadersMsg(resp.Message.Hdrs); err != nil {
-			return nil, err
-		}
-	}
-	return out, nil
+	return m, err
 }
 
 // ChainStates is how many chains the gate keeps state of.

@@ -378,10 +378,11 @@ func leaderGet(ctx context.Context, nc *nats.Conn, stream string, timeout time.D
 	var resp struct {
 		Error   *jetstream.APIError `json:"error"`
 		Message *struct {
-			Subject string `json:"subject"`
-			Seq     uint64 `json:"seq"`
-			Hdrs    []byte `json:"hdrs"`
-			Data    []byte `json:"data"`
+			Subject string    `json:"subject"`
+			Seq     uint64    `json:"seq"`
+			Hdrs    []byte    `json:"hdrs"`
+			Data    []byte    `json:"data"`
+			Time    time.Time `json:"time"`
 		} `json:"message"`
 	}
 	if err := json.Unmarshal(m.Data, &resp); err != nil {
@@ -395,7 +396,7 @@ func leaderGet(ctx context.Context, nc *nats.Conn, stream string, timeout time.D
 	case resp.Message == nil:
 		return nil, fmt.Errorf("stream get %s: empty reply", body)
 	}
-	out := &jetstream.RawStreamMsg{Subject: resp.Message.Subject, Sequence: resp.Message.Seq, Data: resp.Message.Data}
+	out := &jetstream.RawStreamMsg{Subject: resp.Message.Subject, Sequence: resp.Message.Seq, Data: resp.Message.Data, Time: resp.Message.Time}
 	if len(resp.Message.Hdrs) > 0 {
 		if out.Header, err = nats.DecodeHeadersMsg(resp.Message.Hdrs); err != nil {
 			return nil, fmt.Errorf("stream get %s: headers: %w", body, err)
