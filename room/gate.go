@@ -343,17 +343,21 @@ func (g *Gate) lastOn(ctx context.Context, subject string, leader bool) (*jetstr
 	if err != nil {
 		return nil, err
 	}
-	if len(m.Data) == 0 && m.Header.Get("Status") != "" {
+	// A stored message's own headers come first, the server's last: a
+	// status reply carries no Nats-Sequence, and a message stored with
+	// headers of those names (written straight into the stream) cannot
+	// pass for another sequence or subject.
+	if len(m.Data) == 0 && m.Header.Get("Status") != "" && len(m.Header.Values(jetstream.SequenceHeader)) == 0 {
 		if m.Header.Get("Status") == "404" {
 			return nil, nil
 		}
 		return nil, fmt.Errorf("direct get %s: status %s %s", subject, m.Header.Get("Status"), m.Header.Get("Description"))
 	}
-	seq, err := strconv.ParseUint(m.Header.Get(jetstream.SequenceHeader), 10, 64)
+	seq, err := strconv.ParseUint(lastValue(m.Header, jetstream.SequenceHeader), 10, 64)
 	if err != nil {
 		return nil, fmt.Errorf("direct get %s: bad sequence header", subject)
 	}
-	return &jetstream.RawStreamMsg{Subject: m.Header.Get(jetstream.SubjectHeader), Sequence: seq, Header: m.Header, Data: m.Data}, nil
+	return &jetstream.RawStreamMsg{Subject: lastValue(m.Header, jetstream.SubjectHeader), Sequence: seq, Header: m.Header, Data: m.Data}, nil
 }
 
 // leaderMsg returns the message req selects ("seq", "next_by_subj",

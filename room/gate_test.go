@@ -2,6 +2,7 @@ package room_test
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"fmt"
 	"strings"
@@ -452,5 +453,29 @@ func TestHeadEndpoint(t *testing.T) {
 	_ = json.Unmarshal(resp.Data, &h)
 	if h != (room.ChainHead{Chain: events.ChainKey{RunID: "run-2", CapsuleID: "cap-1"}, Head: events.ZeroHash}) || h.RoomID != "" {
 		t.Fatalf("missing chain: %+v", h)
+	}
+}
+
+// TestGateHeadIgnoresStoredServerHeaders: an entry written straight into
+// the stream with headers named like the server's own (Nats-Sequence,
+// Nats-Subject) cannot pass for another stream sequence or room: the gate
+// reads the server's, which come last in a direct get's reply.
+func TestGateHeadIgnoresStoredServerHeaders(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	es, _ := journal(t, "run-hdr", "cap-hdr", 4)
+	if r, err := e.gate.AppendJournal(ctx, "room:hdr", lines(es[:3]), nil); err != nil || r.Stored != 3 {
+		t.Fatalf("%+v %v", r, err)
+	}
+	key := events.ChainKey{RunID: "run-hdr", CapsuleID: "cap-hdr"}
+	msg := &nats.Msg{Subject: room.Subjects{}.Journal("room:hdr", key), Data: es[3].Canonical(),
+		Header: nats.Header{"Nats-Sequence": []string{"1"}, "Nats-Subject": []string{"rooms.other.journal.run-hdr.cap-hdr"}}}
+	ack, err := e.js.PublishMsg(ctx, msg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h, err := e.newGate(e.connect()).Head(ctx, key)
+	if err != nil || h.RoomID != "room:hdr" || h.StreamSeq != ack.Sequence || h.Next != 4 {
+		t.Fatalf("head %+v %v, want room:hdr at stream seq %d, next 4", h, err, ack.Sequence)
 	}
 }
