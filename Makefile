@@ -42,10 +42,11 @@ FUZZTIME ?= 60s
 fuzz:
 	@GO=$(GO) .ci/fuzz -fuzztime $(FUZZTIME) $(FUZZ_PKGS)
 
-## bench: per-entry Go benchmarks with allocations, then cmd/roompub-bench: roompub against raw JetStream on one embedded server, same bytes (about 2 min; BENCH_FLAGS adds flags)
+## bench: per-entry Go benchmarks with allocations, one identity's request under another's flood, then cmd/roompub-bench: roompub against raw JetStream on one embedded server, same bytes (about 2 min; BENCH_FLAGS adds flags)
 BENCH_FLAGS ?=
 bench:
 	$(GO) test -run='^$$' -bench=. -benchmem ./events ./validate
+	$(GO) test -run='^$$' -bench=BenchmarkJournalUnderFlood -benchtime=300x ./room
 	@$(MAKE) --no-print-directory build
 	bin/roompub-bench --publisher bin/publisher --subscriber bin/subscriber $(BENCH_FLAGS)
 
