@@ -11,6 +11,7 @@ import (
 	"github.com/alecthomas/kong"
 
 	"github.com/roompub/roompub/config"
+	"github.com/roompub/roompub/room"
 )
 
 const host = "node:did:key:z6MkqB3fVxzXFbVUK2q1GPrLQzaxgwDGGVuxkDzaf5tsLnpo"
@@ -151,5 +152,31 @@ func TestParseSize(t *testing.T) {
 		if _, err := config.ParseSize(in); err == nil {
 			t.Errorf("ParseSize(%q) accepted", in)
 		}
+	}
+}
+
+// TestReplayReadMode: auto reads by direct get for a user named by
+// --user (secure mode lets solvers create no ephemeral consumer), and is
+// room.ReadAuto without one; an explicit mode stays as given.
+func TestReplayReadMode(t *testing.T) {
+	for _, tc := range []struct {
+		read string
+		c    config.Credentials
+		want room.ReadMode
+	}{
+		{"auto", config.Credentials{}, room.ReadAuto},
+		{"auto", config.Credentials{User: "solver-1"}, room.ReadDirect},
+		{"consumer", config.Credentials{User: "solver-1"}, room.ReadConsumer},
+		{"direct", config.Credentials{}, room.ReadDirect},
+	} {
+		if got := (config.Replay{Read: tc.read}).ReadMode(tc.c); got != tc.want {
+			t.Errorf("%s with %v: %v, want %v", tc.read, tc.c, got, tc.want)
+		}
+	}
+	if got := config.FollowRead(config.Credentials{User: "s"}); got != room.ReadDirect {
+		t.Errorf("FollowRead of a named user: %v", got)
+	}
+	if got := config.FollowRead(config.Credentials{}); got != room.ReadAuto {
+		t.Errorf("FollowRead of no user: %v", got)
 	}
 }

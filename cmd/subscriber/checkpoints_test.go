@@ -310,7 +310,7 @@ func TestReadFlag(t *testing.T) {
 		}
 	}
 	status, stdout, _ := invoke(t, "", "audit", "--server", url, "--trusted-publisher", pub.NodeID(), "--state-dir", t.TempDir(), "--read", "direct")
-	if status != config.ExitRefused || !strings.Contains(stdout, "  read by direct_get: asked for (--read direct)\n") {
+	if status != config.ExitRefused || !strings.Contains(stdout, "  read by direct_get: asked for (ReadDirect: subscriber --read direct, or --read auto as a user named by --user, --nkey or --creds)\n") {
 		t.Errorf("text audit --read direct: status %d\n%s", status, stdout)
 	}
 	if status, _, stderr := invoke(t, "", "audit", "--server", url, "--read", "sideways"); status != config.ExitUsage || !strings.Contains(stderr, "--read") {
