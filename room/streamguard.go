@@ -467,7 +467,17 @@ func (g *streamGuard) record(ctx context.Context) {
 // Errors wrap ErrStreamReplaced or ErrStreamConfig where they apply.
 func openStream(ctx context.Context, js jetstream.JetStream, cfg jetstream.StreamConfig, o ServeOptions, emb *Embedded, log *zap.Logger) (*streamGuard, jetstream.Stream, error) {
 	var now *jetstream.StreamInfo // the stream before anything is created
-	s, err := js.Stream(ctx, cfg.Name)
+	var s jetstream.Stream
+	err := setupRetry(ctx, func() (err error) {
+		s, err = js.Stream(ctx, cfg.Name)
+		if errors.Is(err, jetstream.ErrStreamNotFound) {
+			return nil // the answer, not a failure; s is nil
+		}
+		return err
+	})
+	if err == nil && s == nil {
+		err = jetstream.ErrStreamNotFound
+	}
 	switch {
 	case err == nil:
 		now = s.CachedInfo()
@@ -482,14 +492,14 @@ func openStream(ctx context.Context, js jetstream.JetStream, cfg jetstream.Strea
 		if now != nil {
 			replicas = now.Config.Replicas
 		}
-		kv, err := streamsBucket(ctx, js, replicas)
-		if err != nil {
+		var kv jetstream.KeyValue
+		if err := setupRetry(ctx, func() (err error) { kv, err = streamsBucket(ctx, js, replicas); return err }); err != nil {
 			return nil, nil, err
 		}
 		mem = kvMemory{kv: kv, key: cfg.Name}
 	}
-	mark, err := mem.load(ctx)
-	if err != nil {
+	var mark *StreamMark
+	if err := setupRetry(ctx, func() (err error) { mark, err = mem.load(ctx); return err }); err != nil {
 		return nil, nil, err
 	}
 	accepted := false
@@ -514,8 +524,21 @@ func openStream(ctx context.Context, js jetstream.JetStream, cfg jetstream.Strea
 		return nil, nil, err
 	}
 	m := markOf(st.CachedInfo())
-	if err := mem.save(ctx, m, accepted); err != nil {
+	if err := setupRetry(ctx, func() error { return mem.save(ctx, m, accepted) }); err != nil {
 		return nil, nil, err
 	}
 	return &streamGuard{js: js, name: cfg.Name, subjects: o.Subjects, memory: mem, mark: m, log: log}, st, nil
+}
+
+// setupRetry runs f until it succeeds, fails for good, or ctx ends: a
+// server or cluster that has just started answers the JetStream API with
+// no responders (or a 503) until its meta leader is elected, which serve's
+// start waits out (isRetryable) rather than failing on.
+func setupRetry(ctx context.Context, f func() error) error {
+	for attempt := 0; ; attempt++ {
+		err := f()
+		if err == nil || !isRetryable(err) || !sleepCtx(ctx, backoff(attempt)) {
+			return err
+		}
+	}
 }
