@@ -140,7 +140,7 @@ func (r *AuditReport) Clean() bool {
 // order, so the verdicts are those of Reader.Verify on each message in turn.
 // Memory is per chain and per record, plus a bounded window of messages in
 // flight (about 1,000 pulled and 1,000 being verified), not per journal
-// entry. With trusted publishers (o.Trust) it also checks issue 9's
+// entry. With trusted publishers (o.Trust) it also checks the publishers'
 // attestations and checkpoints (see attested.go: signatures are verified,
 // one per atomic batch, only where no checkpoint covers a message), keeping
 // each room's Merkle tree (about 64 bytes per admitted message) and up to
