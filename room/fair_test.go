@@ -172,12 +172,12 @@ func TestServiceFairPerIdentity(t *testing.T) {
 	t.Logf("A: %d stored, %d over_quota; B: %d stored", storedA, over, storedB)
 }
 
-// TestGateHeadKeepsNoState: 10,000 head requests naming chains the gate
+// TestGateHeadKeepsNoState: 2,000 head requests naming chains the gate
 // does not know, sent at once, are all answered (nothing stored: next 0)
 // and leave the gate's chain states as they were: the one chain shipped.
 func TestGateHeadKeepsNoState(t *testing.T) {
 	e := newEnv(t)
-	const n = 10000
+	const n = 2000
 	e.restartService(room.ServiceOptions{IdentityConcurrency: n})
 	_, body := journal(t, "run-head", "cap-known", 2)
 	if r := e.shipJournal("room:head", body); r.Stored != 2 {
