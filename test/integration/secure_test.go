@@ -312,7 +312,9 @@ func TestSecureServeUsage(t *testing.T) {
 		args []string
 		want string
 	}{
-		{"password on the command line", []string{"--user", "publisher", "--password", s.password(t, "publisher")}, "use --password-file"},
+		// --password=VALUE: a random password may start with '-', which
+		// the flag parser would take for a flag of its own.
+		{"password on the command line", []string{"--user", "publisher", "--password=" + s.password(t, "publisher")}, "use --password-file"},
 		{"no identity", nil, "give --user and --password-file, or --nkey"},
 		{"the wrong password", []string{"--user", "publisher", "--password-file", wrong}, `the password does not match publisher user "publisher"`},
 		{"the harness's password", []string{"--user", "harness", "--password-file", s.files["harness"]}, `no publisher-role password user named "harness"`},
