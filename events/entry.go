@@ -302,9 +302,12 @@ func (m CapsuleMeta) Key() ChainKey { return ChainKey{RunID: m.RunID, CapsuleID:
 // ErrInvalidCapsule is wrapped by ParseCapsule.
 var ErrInvalidCapsule = errors.New("invalid capsule.json")
 
-// ParseCapsule reads capsule.json: a strict JSON object whose run_id,
-// capsule_id, harness_version and task_family are non-empty strings. Other
-// members (schema, created_at) are allowed. Errors wrap ErrInvalidCapsule.
+// ParseCapsule reads capsule metadata as a journal request carries it
+// (room's Roompub-Capsule header): a strict JSON object whose run_id,
+// capsule_id, harness_version and task_family are non-empty strings; other
+// members are allowed. It checks only what the gate compares entries
+// against; a capsule directory's capsule.json is checked in full by
+// CheckCapsule. Errors wrap ErrInvalidCapsule.
 func ParseCapsule(raw []byte) (CapsuleMeta, error) {
 	obj, _, err := DecodeObject(raw)
 	if err != nil {

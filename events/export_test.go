@@ -32,16 +32,17 @@ var CanonicalNumber = canonicalNumber
 // VerifyJournalWith is VerifyJournal with workers goroutines and batches
 // of batchLines lines, so that tests run the pipeline on small journals.
 func VerifyJournalWith(r io.Reader, file string, meta *CapsuleMeta, check EntryCheck, workers, batchLines int) (JournalResult, error) {
-	return verifyJournal(r, file, meta, check, workers, batchLines)
+	return verifyJournal(r, file, journalOf{meta: meta, capsule: meta != nil}, check, workers, batchLines)
 }
 
 // VerifyJournalSequential is VerifyJournal as it was before the pipeline:
 // one line after the other through ChainVerifier.Check. It is the oracle
-// of the parallel verification.
+// of the parallel verification, in the upstream's order: the file's UTF-8,
+// its final newline, the lines, then metadata.
 func VerifyJournalSequential(r io.Reader, file string, meta *CapsuleMeta, check EntryCheck) (JournalResult, error) {
 	v := NewChainVerifier(meta, check)
 	br := bufio.NewReaderSize(r, 64<<10)
-	var truncated, fileProblems, lineProblems Problems
+	var truncated, fileProblems, lineProblems, metaProblems Problems
 	res := JournalResult{Head: ZeroHash}
 	broken := false
 	for lineNo := 1; ; lineNo++ {
@@ -54,6 +55,9 @@ func VerifyJournalSequential(r io.Reader, file string, meta *CapsuleMeta, check 
 		}
 		at := Location{File: file, Line: lineNo}
 		if !complete {
+			if !validUTF8ExceptCut(line) {
+				fileProblems.Add(Problem{Code: NonCanonical, At: at, Reason: "the journal is not valid UTF-8: the partial last line holds an invalid byte before its end"})
+			}
 			truncated.Add(Problem{Code: TruncatedTail, At: at,
 				Reason: fmt.Sprintf("the journal does not end in a newline: %d trailing bytes are a partial entry", n)})
 			break
@@ -66,7 +70,7 @@ func VerifyJournalSequential(r io.Reader, file string, meta *CapsuleMeta, check 
 			continue
 		}
 		if !utf8.Valid(line) {
-			fileProblems.Add(Problem{Code: NonCanonical, At: at, Reason: "line is not valid UTF-8"})
+			fileProblems.Add(Problem{Code: NonCanonical, At: at, Reason: "the journal is not valid UTF-8: this line holds an invalid byte"})
 			v.skip(nil)
 			broken = true
 			continue
@@ -74,7 +78,11 @@ func VerifyJournalSequential(r io.Reader, file string, meta *CapsuleMeta, check 
 		e, problems := v.Check(line, at)
 		if len(problems) > 0 {
 			for _, p := range problems {
-				lineProblems.Add(p)
+				if p.Code == MetadataMismatch {
+					metaProblems.Add(p)
+				} else {
+					lineProblems.Add(p)
+				}
 			}
 			v.skip(e)
 			broken = true
@@ -85,11 +93,11 @@ func VerifyJournalSequential(r io.Reader, file string, meta *CapsuleMeta, check 
 			res.Head = v.Head()
 		}
 	}
-	if res.Entries == 0 && truncated.Len() == 0 {
+	if res.Entries == 0 && truncated.Len() == 0 && meta == nil {
 		fileProblems.Add(Problem{Code: EmptyInput, At: Location{File: file}, Reason: "the journal holds no entries"})
 	}
-	all := truncated
-	for _, ps := range [...]Problems{fileProblems, lineProblems} {
+	var all Problems
+	for _, ps := range [...]Problems{fileProblems, truncated, lineProblems, metaProblems} {
 		for _, p := range ps.list {
 			all.Add(p)
 		}

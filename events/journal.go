@@ -263,9 +263,14 @@ const MaxLineBytes = 8 << 20
 
 // VerifyJournal reads a whole journal from r and verifies it as one chain.
 // file names the journal in locations. meta is capsule.json's metadata, or
-// nil for a bare journal. It returns a *Refusal listing every problem
-// (file-level ones first: truncated_tail, then invalid UTF-8 as
-// non_canonical; then line problems in line order), or an I/O error.
+// nil for a bare journal, which must hold at least one entry (empty_input:
+// nothing says an empty file is a journal); a capsule's journal may be
+// empty, as Capsule.create makes it. It returns a *Refusal listing every
+// problem in the upstream verifier's order, so that its code is the
+// upstream's first failure (docs/upstream.md, "Check order"): invalid
+// UTF-8 anywhere in the file (non_canonical), then truncated_tail, then
+// the lines' problems in line order, then metadata_mismatch; or an I/O
+// error.
 //
 // Lines are parsed, hashed and checked with check on up to GOMAXPROCS
 // goroutines at once, so check must be safe for concurrent use; the chain
@@ -274,13 +279,35 @@ const MaxLineBytes = 8 << 20
 // bounded: a few batches of lines (each at most journalBatchLines lines or
 // journalBatchBytes bytes and one line) are in flight at any time.
 func VerifyJournal(r io.Reader, file string, meta *CapsuleMeta, check EntryCheck) (JournalResult, error) {
-	return verifyJournal(r, file, meta, check, runtime.GOMAXPROCS(0), journalBatchLines)
+	return verifyJournal(r, file, journalOf{meta: meta, capsule: meta != nil}, check, runtime.GOMAXPROCS(0), journalBatchLines)
+}
+
+// VerifyCapsule verifies a capsule directory's journal, read from r and
+// named file, with c, what CheckCapsule found in its capsule.json. It is
+// VerifyJournal with c's problems placed as the upstream places them:
+// after every problem of the chain and before metadata_mismatch, which is
+// checked against c.Meta when c has no problems, and otherwise among the
+// entries alone (the first entry's metadata is the reference).
+func VerifyCapsule(r io.Reader, file string, c CapsuleFile, check EntryCheck) (JournalResult, error) {
+	jo := journalOf{capsule: true, problems: c.Problems}
+	if len(c.Problems) == 0 {
+		jo.meta = &c.Meta
+	}
+	return verifyJournal(r, file, jo, check, runtime.GOMAXPROCS(0), journalBatchLines)
+}
+
+// journalOf says what a journal belongs to: a capsule (which may be empty)
+// with its metadata and capsule.json problems, or nothing (a bare file).
+type journalOf struct {
+	meta     *CapsuleMeta
+	capsule  bool
+	problems []Problem
 }
 
 // verifyJournal is VerifyJournal with workers goroutines and batches of at
 // most batchLines lines.
-func verifyJournal(r io.Reader, file string, meta *CapsuleMeta, check EntryCheck, workers, batchLines int) (JournalResult, error) {
-	j := &journalLinker{v: NewChainVerifier(meta, check), res: JournalResult{Head: ZeroHash}}
+func verifyJournal(r io.Reader, file string, of journalOf, check EntryCheck, workers, batchLines int) (JournalResult, error) {
+	j := &journalLinker{v: NewChainVerifier(of.meta, check), res: JournalResult{Head: ZeroHash}, of: of}
 	rd := &journalReader{br: bufio.NewReaderSize(r, 64<<10), file: file, next: 1, maxLines: batchLines}
 	first := rd.batch()
 	if first.last || workers < 2 {
@@ -418,14 +445,17 @@ func (rd *journalReader) batch() *journalBatch {
 }
 
 // journalLinker applies the chain rules to prepared lines in order and
-// collects the problems, as checking line after line does.
+// collects the problems, as checking line after line does, each kind in
+// its own list so that finish can put them in the upstream's order.
 type journalLinker struct {
-	v *ChainVerifier
-	// truncated_tail is found last but reported first (DESIGN.md: for the
-	// file truncated_tail, then invalid UTF-8; then the lines).
-	truncated, fileProblems, lineProblems Problems
-	res                                   JournalResult
-	broken                                bool
+	v  *ChainVerifier
+	of journalOf
+	// The upstream checks the whole file's UTF-8, then its final newline,
+	// then the lines one by one, then capsule.json and every entry's
+	// metadata against it: found in line order, reported in that one.
+	utf8, truncated, lineProblems, metaProblems Problems
+	res                                         JournalResult
+	broken                                      bool
 }
 
 // link takes the lines of b in order; it returns b's read error, if any.
@@ -434,6 +464,9 @@ func (j *journalLinker) link(b *journalBatch) error {
 		l := &b.lines[i]
 		switch {
 		case l.truncated:
+			if !validUTF8ExceptCut(l.line) {
+				j.utf8.Add(Problem{Code: NonCanonical, At: l.at, Reason: "the journal is not valid UTF-8: the partial last line holds an invalid byte before its end"})
+			}
 			j.truncated.Add(Problem{Code: TruncatedTail, At: l.at,
 				Reason: fmt.Sprintf("the journal does not end in a newline: %d trailing bytes are a partial entry", l.n)})
 			continue
@@ -442,7 +475,7 @@ func (j *journalLinker) link(b *journalBatch) error {
 			j.lineProblems.Add(Problem{Code: CorruptEntry, At: l.at, Reason: fmt.Sprintf("line longer than %d bytes", MaxLineBytes)})
 		case l.notUTF8:
 			j.res.Entries++
-			j.fileProblems.Add(Problem{Code: NonCanonical, At: l.at, Reason: "line is not valid UTF-8"})
+			j.utf8.Add(Problem{Code: NonCanonical, At: l.at, Reason: "the journal is not valid UTF-8: this line holds an invalid byte"})
 		case l.e == nil:
 			j.res.Entries++
 			for _, p := range l.problems {
@@ -464,7 +497,11 @@ func (j *journalLinker) link(b *journalBatch) error {
 				continue
 			}
 			for _, p := range problems {
-				j.lineProblems.Add(p)
+				if p.Code == MetadataMismatch {
+					j.metaProblems.Add(p)
+				} else {
+					j.lineProblems.Add(p)
+				}
 			}
 		}
 		j.v.skip(l.e)
@@ -480,11 +517,15 @@ func (j *journalLinker) finish(file string, ioErr error) (JournalResult, error) 
 	if ioErr != nil {
 		return j.res, ioErr
 	}
-	if j.res.Entries == 0 && j.truncated.Len() == 0 {
-		j.fileProblems.Add(Problem{Code: EmptyInput, At: Location{File: file}, Reason: "the journal holds no entries"})
+	if j.res.Entries == 0 && j.truncated.Len() == 0 && !j.of.capsule {
+		j.utf8.Add(Problem{Code: EmptyInput, At: Location{File: file}, Reason: "the journal holds no entries"})
 	}
-	all := j.truncated
-	for _, ps := range [...]Problems{j.fileProblems, j.lineProblems} {
+	var capsule Problems
+	for _, p := range j.of.problems {
+		capsule.Add(p)
+	}
+	var all Problems
+	for _, ps := range [...]Problems{j.utf8, j.truncated, j.lineProblems, capsule, j.metaProblems} {
 		for _, p := range ps.list {
 			all.Add(p)
 		}
@@ -529,4 +570,20 @@ func readLine(br *bufio.Reader) (line []byte, complete, tooLong bool, n int, err
 			return nil, false, false, n, err
 		}
 	}
+}
+
+// validUTF8ExceptCut reports whether b is valid UTF-8 but for an
+// incomplete character at its very end: how a write cut inside a
+// character leaves a journal's last line (a truncation, not an encoding
+// error; docs/upstream.md, "Deliberate divergences").
+func validUTF8ExceptCut(b []byte) bool {
+	for i := len(b) - 1; i >= 0 && i >= len(b)-utf8.UTFMax; i-- {
+		if utf8.RuneStart(b[i]) {
+			if !utf8.FullRune(b[i:]) {
+				b = b[:i]
+			}
+			break
+		}
+	}
+	return utf8.Valid(b)
 }

@@ -74,9 +74,9 @@ func TestVerifyJournalValidPrefix(t *testing.T) {
 	}
 }
 
-// The file-level checks come first, truncated_tail before invalid UTF-8,
-// then line problems in line order (DESIGN.md, "Checked in the upstream's
-// order").
+// The file-level checks come first, the whole file's UTF-8 before its
+// final newline, then line problems in line order (docs/upstream.md,
+// "Check order").
 func TestVerifyJournalFileProblemsFirst(t *testing.T) {
 	lines := chainLines(t, 3, func(i int, m map[string]any) {
 		if i == 0 {
@@ -88,15 +88,112 @@ func TestVerifyJournalFileProblemsFirst(t *testing.T) {
 	res, err := events.VerifyJournal(bytes.NewReader(data), "j", nil, nil)
 	ref := asRefusal(t, err)
 	checkProblems(t, ref.Problems, []problemAt{
-		{events.TruncatedTail, 4, ""},
 		{events.NonCanonical, 3, ""},
+		{events.TruncatedTail, 4, ""},
 		{events.Reordered, 1, "/seq"},
 	})
-	if ref.Code != events.TruncatedTail || !errors.Is(err, events.TruncatedTail) {
-		t.Errorf("code %s, want truncated_tail", ref.Code)
+	if ref.Code != events.NonCanonical || !errors.Is(err, events.NonCanonical) {
+		t.Errorf("code %s, want non_canonical", ref.Code)
 	}
 	if res.Entries != 3 || res.Valid != 0 || res.Head != events.ZeroHash {
 		t.Errorf("result %+v, want 3 entries, 0 valid, zero head", res)
+	}
+}
+
+// A write cut inside a character leaves invalid UTF-8 only at the very end
+// of the unterminated last line: that is a truncation, reported as one (a
+// deliberate divergence, docs/upstream.md); an invalid byte earlier in the
+// partial line is an encoding error first.
+func TestVerifyJournalTailCutInsideCharacter(t *testing.T) {
+	lines := chainLines(t, 2, nil)
+	partial := []byte(`{"message":"caf\xc3\xa9 cr\xc3`) // é whole, then the first byte of another é
+	res, err := events.VerifyJournal(bytes.NewReader(append(journal(lines...), partial...)), "j", nil, nil)
+	checkProblems(t, asRefusal(t, err).Problems, []problemAt{{events.TruncatedTail, 3, ""}})
+	if res.Valid != 2 {
+		t.Errorf("result %+v, want the 2 complete entries valid", res)
+	}
+	for _, cut := range [][]byte{{0xf0, 0x9f}, {0xf0, 0x9f, 0x98}, {0xe2, 0x82}} {
+		_, err := events.VerifyJournal(bytes.NewReader(append(journal(lines...), append([]byte(`{"m":"`), cut...)...)), "j", nil, nil)
+		checkProblems(t, asRefusal(t, err).Problems, []problemAt{{events.TruncatedTail, 3, ""}})
+	}
+	bad := []byte("{\"m\":\"\xff\",\"n\":\"x") // an invalid byte, then more
+	_, err = events.VerifyJournal(bytes.NewReader(append(journal(lines...), bad...)), "j", nil, nil)
+	checkProblems(t, asRefusal(t, err).Problems, []problemAt{{events.NonCanonical, 3, ""}, {events.TruncatedTail, 3, ""}})
+}
+
+// The upstream checks every entry's metadata only after the whole chain
+// has verified, so a broken link after a differing harness_version is the
+// first failure.
+func TestVerifyJournalMetadataAfterChain(t *testing.T) {
+	lines := chainLines(t, 3, func(i int, m map[string]any) {
+		switch i {
+		case 1:
+			m["harness_version"] = "other"
+		case 2:
+			m["parent_hash"] = strings.Repeat("a", 64)
+		}
+	})
+	_, err := events.VerifyJournal(bytes.NewReader(journal(lines...)), "j", nil, nil)
+	checkProblems(t, asRefusal(t, err).Problems, []problemAt{
+		{events.BrokenLink, 3, "/parent_hash"},
+		{events.MetadataMismatch, 2, "/harness_version"},
+	})
+}
+
+// A capsule's journal may be empty (Capsule.create makes it so); a bare
+// empty file is not a journal.
+func TestVerifyJournalEmptyCapsule(t *testing.T) {
+	meta := events.CapsuleMeta{RunID: "r", CapsuleID: "c", HarnessVersion: "h", TaskFamily: "f"}
+	res, err := events.VerifyJournal(bytes.NewReader(nil), "j", &meta, nil)
+	if err != nil || res != (events.JournalResult{Head: events.ZeroHash}) {
+		t.Errorf("capsule journal: %+v, %v; want ok with 0 entries", res, err)
+	}
+	res, err = events.VerifyCapsule(bytes.NewReader(nil), "j", events.CapsuleFile{Meta: meta}, nil)
+	if err != nil || res.Entries != 0 {
+		t.Errorf("VerifyCapsule: %+v, %v; want ok with 0 entries", res, err)
+	}
+	_, err = events.VerifyJournal(bytes.NewReader(nil), "j", nil, nil)
+	checkProblems(t, asRefusal(t, err).Problems, []problemAt{{events.EmptyInput, 0, ""}})
+	_, err = events.VerifyJournal(strings.NewReader("\n"), "j", &meta, nil)
+	checkProblems(t, asRefusal(t, err).Problems, []problemAt{{events.CorruptEntry, 1, ""}})
+}
+
+// capsule.json's problems come after the chain's and before any
+// metadata_mismatch; with them, entries are compared among themselves.
+func TestVerifyCapsuleOrder(t *testing.T) {
+	lines := chainLines(t, 2, func(i int, m map[string]any) {
+		if i == 1 {
+			m["task_family"] = "other"
+		}
+	})
+	swapped := journal(lines[1], lines[0])
+	bad := events.CheckCapsule([]byte(`{"run_id":"r"}`), "capsule.json")
+	_, err := events.VerifyCapsule(bytes.NewReader(swapped), "j", bad, nil)
+	ref := asRefusal(t, err)
+	if ref.Code != events.Reordered || ref.At.Line != 1 {
+		t.Fatalf("first problem %v, want reordered at line 1", ref.Problem)
+	}
+	var codes []events.Code
+	for _, p := range ref.Problems {
+		codes = append(codes, p.Code)
+	}
+	firstCapsule, lastChain, firstMeta := -1, -1, -1
+	for i, c := range codes {
+		switch c {
+		case events.InvalidCapsule:
+			if firstCapsule < 0 {
+				firstCapsule = i
+			}
+		case events.MetadataMismatch:
+			if firstMeta < 0 {
+				firstMeta = i
+			}
+		default:
+			lastChain = i
+		}
+	}
+	if firstCapsule < 0 || firstMeta < 0 || lastChain > firstCapsule || firstCapsule > firstMeta {
+		t.Errorf("codes %v: want the chain's, then invalid_capsule, then metadata_mismatch", codes)
 	}
 }
 

@@ -411,3 +411,46 @@ func TestShipEditedStoredLine(t *testing.T) {
 		}
 	}
 }
+
+// capsule.json is checked as the upstream checks it before any line is
+// sent: a capsule of another schema, or with a created_at toISOString
+// never writes, is refused invalid_capsule naming the member, and the
+// room stays empty; a capsule with an empty journal ships nothing.
+func TestShipCapsuleJSONCheckedBeforeAnyLine(t *testing.T) {
+	e := newEnv(t)
+	es, body := journal(t, "run-meta", "cap-meta", 3)
+	client := room.NewClient(e.nc, room.ClientOptions{})
+	subj := room.Subjects{}.Journal("room:meta", events.ChainKey{RunID: "run-meta", CapsuleID: "cap-meta"})
+	for _, tt := range []struct{ old, new, pointer string }{
+		{"capsule-envelope/v1", "capsule-envelope/v2", "/schema"},
+		{".000Z", "Z", "/created_at"},
+		{`"task_family":"slugify"`, `"task_family":"\t"`, "/task_family"},
+	} {
+		dir := capsuleDir(t, "run-meta", "cap-meta", body)
+		cpath := filepath.Join(dir, "capsule.json")
+		raw, err := os.ReadFile(cpath)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(cpath, bytes.Replace(raw, []byte(tt.old), []byte(tt.new), 1), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		res, err := room.ShipCapsule(context.Background(), client, dir, "room:meta", room.ShipOptions{})
+		if err != nil || res.Refused == nil || res.Refused.Code != events.InvalidCapsule ||
+			res.Refused.At.Pointer != tt.pointer || res.Refused.At.File != cpath || res.Stored != 0 {
+			t.Fatalf("%s: ship %+v (refused %+v) %v, want invalid_capsule at %s and nothing stored", tt.pointer, res, res.Refused, err, tt.pointer)
+		}
+		if n := len(e.onSubject(subj)); n != 0 {
+			t.Fatalf("%s: the room holds %d messages after a refused capsule.json", tt.pointer, n)
+		}
+	}
+	empty := capsuleDir(t, "run-meta", "cap-meta", nil)
+	res, err := room.ShipCapsule(context.Background(), client, empty, "room:meta", room.ShipOptions{})
+	if err != nil || res.Refused != nil || res.Stored != 0 || res.Lines != 0 {
+		t.Fatalf("empty capsule: %+v %v, want nothing shipped and no refusal", res, err)
+	}
+	if _, err := room.ShipCapsule(context.Background(), client, capsuleDir(t, "run-meta", "cap-meta", body), "room:meta", room.ShipOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	chainInStream(t, e, "room:meta", es)
+}

@@ -140,6 +140,9 @@ func (v *Validator) verifyBeyondRecord(rep *Report, path string, head []byte, si
 // refused as too_large without being read whole.
 const MaxRecordBytes = 8 << 20
 
+// verifyCapsuleDir verifies dir as the upstream verifies a capsule: its
+// journal first, then capsule.json, whose problems come after the chain's
+// (events.VerifyCapsule).
 func (v *Validator) verifyCapsuleDir(dir string, rep *Report) error {
 	jpath := filepath.Join(dir, JournalFile)
 	f, err := os.Open(jpath)
@@ -147,35 +150,45 @@ func (v *Validator) verifyCapsuleDir(dir string, rep *Report) error {
 		return fmt.Errorf("%w: %s is not a capsule directory: %v", ErrUsage, dir, err)
 	}
 	defer f.Close()
-	meta, err := ReadCapsuleMeta(dir)
+	c, err := ReadCapsule(dir)
 	if err != nil {
-		var ref *events.Refusal
-		if errors.As(err, &ref) {
-			return rep.refuse(err)
-		}
 		return err
 	}
-	return v.verifyJournal(f, jpath, &meta, rep)
+	res, err := events.VerifyCapsule(f, jpath, c, v.CheckEntry)
+	rep.Entries = &res.Entries
+	rep.Head = res.Head
+	return rep.refuse(err)
 }
 
-// ReadCapsuleMeta reads DIR/capsule.json. A missing or invalid file is an
-// *events.Refusal with code invalid_capsule; an unreadable one wraps ErrUsage.
-func ReadCapsuleMeta(dir string) (events.CapsuleMeta, error) {
+// ReadCapsule reads and checks DIR/capsule.json (events.CheckCapsule). A
+// missing file is one invalid_capsule problem; an unreadable one is an
+// error wrapping ErrUsage.
+func ReadCapsule(dir string) (events.CapsuleFile, error) {
 	cpath := filepath.Join(dir, CapsuleFile)
 	raw, err := os.ReadFile(cpath)
 	if errors.Is(err, os.ErrNotExist) {
-		return events.CapsuleMeta{}, events.NewRefusal([]events.Problem{{Code: events.InvalidCapsule,
-			At: events.Location{File: cpath}, Reason: "the capsule directory has no capsule.json"}})
+		return events.CapsuleFile{Problems: []events.Problem{{Code: events.InvalidCapsule,
+			At: events.Location{File: cpath}, Reason: "the capsule directory has no capsule.json"}}}, nil
 	}
 	if err != nil {
-		return events.CapsuleMeta{}, fmt.Errorf("%w: %v", ErrUsage, err)
+		return events.CapsuleFile{}, fmt.Errorf("%w: %v", ErrUsage, err)
 	}
-	meta, err := events.ParseCapsule(raw)
+	return events.CheckCapsule(raw, cpath), nil
+}
+
+// ReadCapsuleMeta reads DIR/capsule.json for a writer that must not send a
+// line of a capsule whose capsule.json is invalid: an invalid or missing
+// file is an *events.Refusal (invalid_capsule, every problem listed); an
+// unreadable one wraps ErrUsage.
+func ReadCapsuleMeta(dir string) (events.CapsuleMeta, error) {
+	c, err := ReadCapsule(dir)
 	if err != nil {
-		return meta, events.NewRefusal([]events.Problem{{Code: events.InvalidCapsule,
-			At: events.Location{File: cpath}, Reason: err.Error()}})
+		return events.CapsuleMeta{}, err
 	}
-	return meta, nil
+	if ref := events.NewRefusal(c.Problems); ref != nil {
+		return c.Meta, ref
+	}
+	return c.Meta, nil
 }
 
 func (v *Validator) verifyJournal(r io.Reader, file string, meta *events.CapsuleMeta, rep *Report) error {

@@ -261,13 +261,13 @@ func TestJournalRefusals(t *testing.T) {
 			},
 		},
 		{
-			name: "file-level problems first: truncated_tail, then invalid UTF-8, then lines",
+			name: "file-level problems first: invalid UTF-8, then truncated_tail, then lines",
 			mut:  at(0, func(m map[string]any) { m["seq"] = 3 }),
 			edit: func(t *testing.T, l [][]byte) []byte {
 				return append(journalBytes(l[0], l[1], replaceOnce(t, l[2], "Alpha", "Al\xc3pha")), `{"seq":3`...)
 			},
 			valid: 0,
-			wants: []want{{events.TruncatedTail, 4, ""}, {events.NonCanonical, 3, ""}, {events.Reordered, 1, "/seq"}},
+			wants: []want{{events.NonCanonical, 3, ""}, {events.TruncatedTail, 4, ""}, {events.Reordered, 1, "/seq"}},
 		},
 	}
 	v := newValidator(t)
@@ -396,8 +396,10 @@ func TestCapsuleDirectory(t *testing.T) {
 		{name: "valid", capsule: &capsule},
 		{name: "missing capsule.json", code: events.InvalidCapsule, inFile: validate.CapsuleFile},
 		{name: "capsule.json not JSON", capsule: ptr(`{"run_id":`), code: events.InvalidCapsule, inFile: validate.CapsuleFile},
-		{name: "capsule.json without task_family", capsule: ptr(`{"run_id":"run-7","capsule_id":"cap-7","harness_version":"test/1"}`), code: events.InvalidCapsule, inFile: validate.CapsuleFile},
-		{name: "capsule.json with a number", capsule: ptr(`{"run_id":"run-7","capsule_id":"cap-7","harness_version":1,"task_family":"slugify"}`), code: events.InvalidCapsule, inFile: validate.CapsuleFile},
+		{name: "capsule.json without task_family", capsule: ptr(strings.Replace(capsule, `,"task_family":"slugify"`, "", 1)), code: events.InvalidCapsule, ptr: "/task_family", inFile: validate.CapsuleFile},
+		{name: "capsule.json with a number", capsule: ptr(strings.Replace(capsule, `"test/1"`, "1", 1)), code: events.InvalidCapsule, ptr: "/harness_version", inFile: validate.CapsuleFile},
+		{name: "capsule.json of another schema", capsule: ptr(strings.Replace(capsule, "/v1", "/v2", 1)), code: events.InvalidCapsule, ptr: "/schema", inFile: validate.CapsuleFile},
+		{name: "capsule.json with a created_at Date.parse takes but toISOString never writes", capsule: ptr(strings.Replace(capsule, ".000Z", "Z", 1)), code: events.InvalidCapsule, ptr: "/created_at", inFile: validate.CapsuleFile},
 		{name: "metadata_mismatch with capsule.json", capsule: ptr(strings.Replace(capsule, "cap-7", "cap-9", 1)), code: events.MetadataMismatch, line: 1, ptr: "/capsule_id", inFile: validate.JournalFile},
 	}
 	for _, tt := range tests {
