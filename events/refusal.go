@@ -54,8 +54,9 @@ const (
 // Codes added by roompub where the shared vocabulary had none (DESIGN.md
 // allows this; each has exactly one meaning).
 const (
-	// InvalidCapsule: capsule.json is missing a field, is not strict JSON or
-	// is not an object of strings. It describes the capsule, not an entry.
+	// InvalidCapsule: capsule.json is missing or breaks the upstream's
+	// metadata rules (CheckCapsule; the upstream calls it
+	// metadata_invalid). It describes the capsule, not an entry.
 	InvalidCapsule Code = "invalid_capsule"
 	// EmptyInput: a file or message holds no JSON value at all.
 	EmptyInput Code = "empty_input"
