@@ -8,6 +8,7 @@ import (
 	"errors"
 	"reflect"
 	"testing"
+	"time"
 	"unicode/utf8"
 
 	"github.com/gowebpki/jcs"
@@ -171,6 +172,52 @@ func FuzzCanonicalNumber(f *testing.F) {
 		}
 		if es6, err := jcs.NumberToJSON(x); err == nil && !events.CanonicalNumber(es6) {
 			t.Fatalf("CanonicalNumber(%q), the ES6 form of %v, is false", es6, x)
+		}
+	})
+}
+
+// FuzzCheckCapsule: any capsule.json bytes give problems that are all
+// invalid_capsule in the file, each at most once per member; a capsule
+// without problems holds the four identity strings on the id pattern, and
+// a created_at CanonicalISOTime accepts is one time.Parse reads back.
+func FuzzCheckCapsule(f *testing.F) {
+	addSeeds(f)
+	f.Add([]byte(`{"capsule_id":"c","created_at":"+275760-09-13T00:00:00.000Z","harness_version":"\u3000h","run_id":"r","schema":"capsule-envelope/v1","task_family":"f"}`))
+	f.Add([]byte(`{"capsule_id":"c","created_at":"2024-02-29T23:59:59.999Z","harness_version":"h","run_id":"r:1.a_b-c","schema":"capsule-envelope/v1","task_family":"\ufeff"}`))
+	f.Fuzz(func(t *testing.T, raw []byte) {
+		c := events.CheckCapsule(raw, "capsule.json")
+		seen := map[string]bool{}
+		for _, p := range c.Problems {
+			if p.Code != events.InvalidCapsule || p.At.File != "capsule.json" || p.Reason == "" {
+				t.Fatalf("problem %+v", p)
+			}
+			if seen[p.At.Pointer] {
+				t.Fatalf("two problems at %q: %v", p.At.Pointer, c.Problems)
+			}
+			seen[p.At.Pointer] = true
+		}
+		if len(c.Problems) == 0 {
+			m := c.Meta
+			if !events.IDPattern.MatchString(m.RunID) || !events.IDPattern.MatchString(m.CapsuleID) || m.HarnessVersion == "" || m.TaskFamily == "" {
+				t.Fatalf("accepted %q with metadata %+v", raw, m)
+			}
+		}
+	})
+}
+
+// FuzzCanonicalISOTime: a string CanonicalISOTime accepts in its four-digit
+// form is one Go reads back as the same instant and writes identically.
+func FuzzCanonicalISOTime(f *testing.F) {
+	for _, s := range []string{"2026-01-01T00:00:00.000Z", "+010000-01-01T00:00:00.000Z", "2024-02-29T12:00:00.000Z", "2026-02-30T00:00:00.000Z", "-000001-12-31T23:59:59.999Z"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		if !events.CanonicalISOTime(s) || len(s) != 24 {
+			return
+		}
+		tm, err := time.Parse("2006-01-02T15:04:05.000Z", s)
+		if err != nil || tm.Format("2006-01-02T15:04:05.000Z") != s {
+			t.Fatalf("CanonicalISOTime(%q) but Go reads %v, %v", s, tm, err)
 		}
 	})
 }
