@@ -27,7 +27,7 @@ import (
 //
 // The test reference compiles the upstream texts with regexp2's ECMAScript
 // mode over UTF-16 code units; FuzzSecretCanaries holds matchSecret equal
-// to it.
+// to it, and TestSecretCanariesNode holds both to node.
 
 // jsSpace is the body of a class of ECMA-262 \s: WhiteSpace (TAB, VT, FF,
 // SP, NBSP, ZWNBSP, Zs) and LineTerminator. U+0085 and U+180E are not in it.

@@ -2,7 +2,10 @@ package validate_test
 
 import (
 	"bytes"
+	"encoding/json"
 	"fmt"
+	"math/rand/v2"
+	"os/exec"
 	"slices"
 	"strings"
 	"sync"
@@ -40,7 +43,8 @@ type ecmaCanary struct {
 // ecmaCanaries is the ECMA-262 reference: the upstream literals compiled
 // by regexp2 v2.13.0 in ECMAScript mode without its Unicode option, which
 // is JavaScript without the u flag as far as these patterns go (read in
-// its syntax/charclass.go, syntax/tree.go and runner.go):
+// its syntax/charclass.go, syntax/tree.go and runner.go, and held to node
+// by TestSecretCanariesNode):
 //
 //   - \s and \S are ecmaSpace, JavaScript's WhiteSpace and LineTerminator;
 //   - \b uses IsECMAWordCharWithOptions, [A-Za-z0-9_] (it adds ſ and the
@@ -205,6 +209,107 @@ func canarySeeds() []string {
 	}
 	add("", " ", "=", "\u0080", "\ufffd", emoji, r(emoji, 9), "gh_ k_ eyJ. xox- sk-", cat("to", "ken = 'abc'"))
 	return out
+}
+
+// secretCorpus is canarySeeds, each also between the units of edges, and
+// n random strings over pieces of the canaries, white space (JavaScript's
+// and not), astral characters and case look-alikes, from a fixed seed.
+func secretCorpus(n int) []string {
+	r := strings.Repeat
+	edges := []string{"x", "_", "-", ".", " ", "\u00a0", "\u0085", "é", "\U0001F600", "\ufffd", "9", "Z"}
+	pieces := []string{
+		cat("-----BEG", "IN "), "PRIVATE KEY-----", "RSA ", "A", cat("AK", "IA"), cat("s", "k-"), "sk", "-", "_",
+		"gh", "p", "o", "u", "s", "r", "xox", "a", "b", cat("k_", "live_"), "k_test_", "Bearer", "bearer",
+		cat("ey", "J"), ".", "=", "'", "\"", "TOKEN", "token", "SeCrEt", "API_KEY", "password", "PASSWD", "MY_",
+		"task", "x", "9", "Z", "é", "\U0001F600", "\U0001D400", "\ufffd", "\u0080", "\u017f", "\u0131", "\u212a",
+		r("a", 8), r("Q", 10), r("7", 16), r("z9", 10), r("x", 30), "/", "~", "+",
+	}
+	pieces = append(pieces, jsSpaces()...)
+	pieces = append(pieces, notSpaces()...)
+	var out []string
+	for _, s := range canarySeeds() {
+		out = append(out, s)
+		for _, e := range edges {
+			out = append(out, e+s, s+e)
+		}
+	}
+	rnd := rand.New(rand.NewPCG(17, 2026))
+	for range n {
+		var b strings.Builder
+		for range 1 + rnd.IntN(12) {
+			b.WriteString(pieces[rnd.IntN(len(pieces))])
+		}
+		out = append(out, b.String())
+	}
+	return out
+}
+
+// nodeCanaries is a node program: with the upstream's [name, literal]
+// pairs for %s, it reads a JSON array of strings on stdin and prints, as a
+// JSON array, the name of the first canary each string matches, or null.
+const nodeCanaries = `const canaries = [%s];
+const input = JSON.parse(require("fs").readFileSync(0, "utf8"));
+const out = input.map((s) => {
+  for (const [name, re] of canaries) if (re.test(s)) return name;
+  return null;
+});
+process.stdout.write(JSON.stringify(out));
+`
+
+// TestSecretCanariesNode is the golden test: node, which runs the
+// upstream's own patterns, decides a corpus, and the canaries and the
+// regexp2 reference must give its verdict on every string.
+func TestSecretCanariesNode(t *testing.T) {
+	node, err := exec.LookPath("node")
+	if err != nil {
+		t.Skip("node is not on PATH: the canaries are not checked against JavaScript itself (FuzzSecretCanaries still holds them to the regexp2 reference)")
+	}
+	var lits []string
+	for _, u := range upstreamCanaries() {
+		name, _ := json.Marshal(u.name)
+		lits = append(lits, "["+string(name)+", "+u.literal+"]")
+	}
+	corpus := secretCorpus(4000)
+	in, err := json.Marshal(corpus)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(node, "-e", fmt.Sprintf(nodeCanaries, strings.Join(lits, ", ")))
+	cmd.Stdin = bytes.NewReader(in)
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	outJSON, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("node: %v\n%s", err, stderr.Bytes())
+	}
+	var verdicts []*string
+	if err := json.Unmarshal(outJSON, &verdicts); err != nil || len(verdicts) != len(corpus) {
+		t.Fatalf("node printed %d verdicts for %d strings (%v)", len(verdicts), len(corpus), err)
+	}
+	matches := map[string]int{}
+	for i, s := range corpus {
+		want := ""
+		if verdicts[i] != nil {
+			want = *verdicts[i]
+			matches[want]++
+		}
+		if got := validate.MatchSecret(s); got != want {
+			t.Errorf("MatchSecret(%+q) = %q, node says %q", s, got, want)
+		}
+		if ref := ecmaSecret(t, s); ref != want {
+			t.Errorf("regexp2 reference on %+q = %q, node says %q", s, ref, want)
+		}
+	}
+	total := 0
+	for _, n := range matches {
+		total += n
+	}
+	t.Logf("%d strings (%d seeds), %d matched by node: %v", len(corpus), len(canarySeeds()), total, matches)
+	for _, name := range validate.SecretCanaryNames() {
+		if matches[name] == 0 {
+			t.Errorf("no string of the corpus is a %s", name)
+		}
+	}
 }
 
 // TestSecretCanaryNames: the canaries are the upstream's, in its order.
