@@ -46,9 +46,8 @@ func (v *Validator) checkEntrySchema(e *events.Entry, at events.Location) []even
 		loc.Pointer = pointer([]string{"payload", k})
 		switch val := payload[k].(type) {
 		case string:
-			if name := matchSecret(val); name != "" {
-				problems = append(problems, events.Problem{Code: events.InvalidEntry, At: loc,
-					Reason: "secret canary: payload string looks like " + name + " (value withheld)"})
+			if c := matchSecret(val); c != nil {
+				problems = append(problems, events.Problem{Code: events.InvalidEntry, At: loc, Reason: c.reason()})
 			}
 		case json.Number, nil:
 		default:
@@ -69,11 +68,10 @@ func canaryProblems(payload []events.Field, at events.Location) []events.Problem
 		if f.Kind != events.KindString {
 			continue
 		}
-		if name := matchSecret(f.Text); name != "" {
+		if c := matchSecret(f.Text); c != nil {
 			loc := at
 			loc.Pointer = pointer([]string{"payload", f.Key})
-			problems = append(problems, events.Problem{Code: events.InvalidEntry, At: loc,
-				Reason: "secret canary: payload string looks like " + name + " (value withheld)"})
+			problems = append(problems, events.Problem{Code: events.InvalidEntry, At: loc, Reason: c.reason()})
 		}
 	}
 	return problems

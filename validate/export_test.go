@@ -19,21 +19,41 @@ func (v *Validator) EnvelopeSchemaProblems(e *events.Entry) []events.Problem {
 // FastEnvelope reports whether the envelope fast check is on.
 func (v *Validator) FastEnvelope() bool { return v.schemas.fastEnvelope }
 
-// MatchSecret is the canary check; MatchSecretPatterns is the same with
-// the patterns alone, without the literal prefilter.
-var MatchSecret = matchSecret
+// MatchSecret is the canary check: the upstream name of the first canary
+// s matches, or "".
+func MatchSecret(s string) string {
+	if c := matchSecret(s); c != nil {
+		return c.name
+	}
+	return ""
+}
 
 // IsDate is the envelope's date check (the date of a date-time).
 var IsDate = isDate
 
+// MatchSecretPatterns is MatchSecret with the patterns alone, without the
+// literal prefilter.
 func MatchSecretPatterns(s string) string {
+	units := codeUnitView(s)
 	for _, c := range secretCanaries {
-		if c.re.MatchString(s) {
+		if c.re.MatchString(units) {
 			return c.name
 		}
 	}
 	return ""
 }
+
+// SecretCanaryNames are the canaries' upstream names, in order.
+func SecretCanaryNames() []string {
+	names := make([]string, len(secretCanaries))
+	for i, c := range secretCanaries {
+		names[i] = c.name
+	}
+	return names
+}
+
+// CodeUnitView is the string the canaries' patterns run over.
+var CodeUnitView = codeUnitView
 
 // TranslateECMA is the linear-class translator (pattern.go).
 var TranslateECMA = translateECMA

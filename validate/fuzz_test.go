@@ -231,17 +231,22 @@ func FuzzIsDate(f *testing.F) {
 	})
 }
 
-// FuzzSecretCanaries holds the canaries' literal prefilter against the
-// patterns alone.
+// FuzzSecretCanaries holds the secret canaries (literal prefilter, then
+// RE2 over the code-unit view) to the upstream's patterns under ECMA-262
+// (the regexp2 reference over UTF-16 code units): the same first canary,
+// or none, for every string; and the prefilter to the patterns alone.
+// Seeded with canarySeeds, every edge of every pattern.
 func FuzzSecretCanaries(f *testing.F) {
-	for _, c := range canaries() {
-		f.Add(c.value)
+	for _, s := range canarySeeds() {
+		f.Add(s)
 	}
-	f.Add("token = 'abc'")
-	f.Add("gh_ k_ eyJ. xox- sk-")
 	f.Fuzz(func(t *testing.T, s string) {
-		if got, want := validate.MatchSecret(s), validate.MatchSecretPatterns(s); got != want {
-			t.Fatalf("MatchSecret(%q) = %q, the patterns say %q", s, got, want)
+		got := validate.MatchSecret(s)
+		if want := ecmaSecret(t, s); got != want {
+			t.Fatalf("MatchSecret(%+q) = %q, ECMA-262 says %q", s, got, want)
+		}
+		if pat := validate.MatchSecretPatterns(s); pat != got {
+			t.Fatalf("MatchSecret(%+q) = %q, the patterns alone say %q", s, got, pat)
 		}
 	})
 }

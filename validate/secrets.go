@@ -4,36 +4,88 @@ import (
 	"math/bits"
 	"regexp"
 	"strings"
+	"unicode/utf8"
 )
 
-// secretCanaries are the upstream harness's secret patterns
-// (reference/capsule-journals/README.md): a payload string matching one
-// refuses the entry; nothing is redacted. These are roompub's own rules, not
-// JSON Schema patterns, so Go's linear-time RE2 is the right engine.
+// The secret canaries are the upstream harness's (envelope.js, the
+// enforcing implementation): nine JavaScript regular expressions, each
+// applied with pattern.test to every payload string; a match refuses the
+// entry, nothing is redacted. A port must give their verdict exactly, so
+// each is written here in Go's linear-time RE2 syntax with its ECMA-262
+// meaning (no u flag) spelled out:
+//
+//   - JavaScript matches over UTF-16 code units, so the patterns run over
+//     codeUnitView(s), in which an astral character is two units.
+//   - \s is JavaScript's WhiteSpace and LineTerminator set (jsSpace), not
+//     RE2's ASCII one; \S is its complement, written [^...].
+//   - \b is RE2's own: an ASCII word boundary, \w = [0-9A-Za-z_] on one
+//     side only, which is ECMA-262's without the u flag.
+//   - /i without u folds the keywords' letters to ASCII only (Canonicalize
+//     never maps a unit >= 128 to one < 128), so each letter is written
+//     [Xx]: RE2's (?i) would also take ſ (U+017F) for s and the Kelvin
+//     sign (U+212A) for k.
+//
+// The test reference compiles the upstream texts with regexp2's ECMAScript
+// mode over UTF-16 code units; FuzzSecretCanaries holds matchSecret equal
+// to it, and TestSecretCanariesNode holds both to node.
+
+// jsSpace is the body of a class of ECMA-262 \s: WhiteSpace (TAB, VT, FF,
+// SP, NBSP, ZWNBSP, Zs) and LineTerminator. U+0085 and U+180E are not in it.
+const jsSpace = `\x09-\x0d\x20\x{a0}\x{1680}\x{2000}-\x{200a}\x{2028}\x{2029}\x{202f}\x{205f}\x{3000}\x{feff}`
+
+// secretCanary is one of the upstream's secret patterns.
+type secretCanary struct {
+	name string         // the upstream's name, as its refusals give it
+	what string         // what it finds, for people
+	need string         // a literal every match holds
+	re   *regexp.Regexp // the pattern over codeUnitView
+}
+
+// reason words a refusal by this canary without the value.
+func (c *secretCanary) reason() string {
+	return "secret canary " + c.name + " (" + c.what + "): payload string matches it (value withheld)"
+}
+
+// secretCanaries are the upstream's canaries in its order, which is the
+// order a string's first match is reported in.
 //
 // need is a literal every match of re contains; a string without it cannot
 // match, so the pattern is not run on it (most payload strings hold none of
 // them). FuzzSecretCanaries holds this against the patterns alone.
-var secretCanaries = []struct {
-	name string
-	need string
-	re   *regexp.Regexp
-}{
-	{"a PEM private key block", "-----BEGIN ", regexp.MustCompile(`-----BEGIN [A-Z0-9 ]*PRIVATE KEY-----`)},
-	{"an AWS access key id", "AKIA", regexp.MustCompile(`AKIA[0-9A-Z]{16}`)},
-	{"an sk- API key", "sk-", regexp.MustCompile(`sk-[A-Za-z0-9_-]{20,}`)},
-	{"a GitHub token", "gh", regexp.MustCompile(`gh[pousr]_[A-Za-z0-9]{30,}`)},
-	{"a Slack token", "xox", regexp.MustCompile(`xox[abpr]-[A-Za-z0-9-]+`)},
-	{"a Stripe key", "k_", regexp.MustCompile(`[sr]k_(?:live|test)_[A-Za-z0-9]{16,}`)},
-	{"a Bearer header", "Bearer", regexp.MustCompile(`Bearer\s+[A-Za-z0-9._~+/=-]{20,}`)},
-	{"a JWT", "eyJ", regexp.MustCompile(`eyJ[A-Za-z0-9_-]+\.[A-Za-z0-9_-]+\.[A-Za-z0-9_-]+`)},
-	{"a credential assignment", "=", regexp.MustCompile(`(?i)(?:api_key|secret|token|password|passwd)\s*=\s*['"]?[^\s'"]{8,}`)},
+var secretCanaries = []secretCanary{
+	{"private_key_block", "a PEM private key block", "-----BEGIN ", regexp.MustCompile(`-----BEGIN [A-Z ]*PRIVATE KEY-----`)},
+	{"aws_access_key", "an AWS access key id", "AKIA", regexp.MustCompile(`\bAKIA[0-9A-Z]{16}\b`)},
+	{"openai_style_key", "an sk- API key", "sk-", regexp.MustCompile(`\bsk-[A-Za-z0-9_-]{20,}\b`)},
+	{"github_token", "a GitHub token", "gh", regexp.MustCompile(`\bgh[pousr]_[A-Za-z0-9]{30,}\b`)},
+	{"slack_token", "a Slack token", "xox", regexp.MustCompile(`\bxox[abpr]-[A-Za-z0-9-]{10,}\b`)},
+	{"stripe_key", "a Stripe key", "k_", regexp.MustCompile(`\b[sr]k_(?:live|test)_[A-Za-z0-9]{16,}\b`)},
+	{"bearer_header", "a Bearer header", "Bearer", regexp.MustCompile(`\bBearer[` + jsSpace + `]+[A-Za-z0-9._~+/=-]{20,}`)},
+	{"jwt", "a JWT", "eyJ", regexp.MustCompile(`\beyJ[A-Za-z0-9_-]{10,}\.[A-Za-z0-9_-]{10,}\.[A-Za-z0-9_-]{10,}\b`)},
+	{"env_assignment", "a credential assignment", "=", regexp.MustCompile(`\b(?:` + asciiCaseless("API_KEY|SECRET|TOKEN|PASSWORD|PASSWD") +
+		`)[` + jsSpace + `]*=[` + jsSpace + `]*[^` + jsSpace + `]{8,}`)},
+}
+
+// asciiCaseless writes each ASCII letter of expr as the class of its two
+// cases: what /i without the u flag matches for it.
+func asciiCaseless(expr string) string {
+	var b strings.Builder
+	for _, r := range expr {
+		switch {
+		case 'A' <= r && r <= 'Z':
+			b.WriteString("[" + string(r) + string(r+'a'-'A') + "]")
+		case 'a' <= r && r <= 'z':
+			b.WriteString("[" + string(r-'a'+'A') + string(r) + "]")
+		default:
+			b.WriteRune(r)
+		}
+	}
+	return b.String()
 }
 
 // needsAt maps a byte to the canaries (bit k: secretCanaries[k]) whose
 // need starts with it, so that one pass over a string finds every need it
-// holds instead of one strings.Contains per canary (issue 8: the canaries
-// were half of the entry rules' time).
+// holds instead of one strings.Contains per canary (the canaries were half
+// of the entry rules' time).
 var needsAt = func() (t [256]uint16) {
 	if len(secretCanaries) > 16 {
 		panic("validate: more secret canaries than needsAt's bits")
@@ -44,8 +96,9 @@ var needsAt = func() (t [256]uint16) {
 	return t
 }()
 
-// matchSecret returns the name of the first canary s matches, or "".
-func matchSecret(s string) string {
+// matchSecret returns the first canary, in the upstream's order, that s
+// matches, or nil.
+func matchSecret(s string) *secretCanary {
 	var found uint16 // bit k: s holds secretCanaries[k].need
 	for i := 0; i < len(s); i++ {
 		m := needsAt[s[i]] &^ found
@@ -57,12 +110,54 @@ func matchSecret(s string) string {
 			}
 		}
 	}
+	if found == 0 {
+		return nil
+	}
+	units := codeUnitView(s)
 	for found != 0 {
 		k := bits.TrailingZeros16(found)
 		found &^= 1 << k
-		if secretCanaries[k].re.MatchString(s) {
-			return secretCanaries[k].name
+		if secretCanaries[k].re.MatchString(units) {
+			return &secretCanaries[k]
 		}
 	}
-	return ""
+	return nil
+}
+
+// astralUnit stands for each UTF-16 surrogate of an astral character in
+// codeUnitView: like a surrogate it is one unit, not \s, not \w and in no
+// class of the canaries. Two of them take the four bytes the character
+// took.
+const astralUnit = "\u0080"
+
+// codeUnitView returns s with each astral character (four UTF-8 bytes, two
+// UTF-16 code units) replaced by two astralUnits, so that RE2, which
+// matches by code point, counts what JavaScript counts: `TOKEN=` and four
+// emoji are eight \S units. A string without one is returned as is, with no
+// allocation; every other code point is one unit in both.
+//
+// A lone surrogate (a JSON \udXXX escape) reaches Go as U+FFFD, and an
+// invalid UTF-8 byte is read as U+FFFD by RE2 and by []rune alike: one
+// unit, not \s, not \w and in no class, which is what a lone surrogate is
+// to every canary, so the verdict is the one JavaScript gives the original.
+func codeUnitView(s string) string {
+	var b []byte
+	for i := 0; i < len(s); i++ {
+		// A byte >= 0xF0 is never a continuation byte, so it starts a
+		// code point wherever RE2 decodes s.
+		if s[i] < 0xf0 {
+			continue
+		}
+		if _, size := utf8.DecodeRuneInString(s[i:]); size == 4 {
+			if b == nil {
+				b = []byte(s)
+			}
+			copy(b[i:], astralUnit+astralUnit)
+			i += 3
+		}
+	}
+	if b == nil {
+		return s
+	}
+	return string(b)
 }
