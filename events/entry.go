@@ -44,7 +44,8 @@ type Entry struct {
 
 // ParseEntry parses one journal line (without its newline). It checks only
 // that the line is strict JSON holding an object; the envelope rules are
-// checked by package validate. Errors wrap ErrNotJSON.
+// checked by package validate. Errors wrap ErrNotJSON, or ErrNotObject for
+// a line that is JSON but not an object.
 func ParseEntry(line []byte) (*Entry, error) {
 	if !utf8.Valid(line) {
 		_, err := Canonicalize(line) // the general path's error

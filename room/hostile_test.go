@@ -60,8 +60,10 @@ func hostileLines(t *testing.T) []struct {
 		code events.Code
 	}{
 		{"truncated JSON", canon[:len(canon)/2], events.CorruptEntry},
-		{"huge string, not an object", []byte(`"` + strings.Repeat("x", 700<<10) + `"`), events.CorruptEntry},
-		{"deep nesting", []byte(strings.Repeat("[", 10000) + strings.Repeat("]", 10000)), events.CorruptEntry},
+		// JSON but not an object: not an envelope (the upstream's verdict).
+		{"huge string, not an object", []byte(`"` + strings.Repeat("x", 700<<10) + `"`), events.InvalidEntry},
+		{"deep nesting", []byte(strings.Repeat("[", 10000) + strings.Repeat("]", 10000)), events.InvalidEntry},
+		{"nesting over 10,000", []byte(strings.Repeat("[", 10001) + strings.Repeat("]", 10001)), events.CorruptEntry},
 		{"10,000 keys", keys(10000), events.InvalidEntry},
 		{"duplicate keys", []byte(`{"seq":0,"seq":1}`), events.CorruptEntry},
 		{"invalid UTF-8", append([]byte(`{"a":"`), 0xff, '"', '}'), events.NonCanonical},

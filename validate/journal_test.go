@@ -60,6 +60,12 @@ func TestJournalRefusals(t *testing.T) {
 			wants: []want{{events.CorruptEntry, 2, ""}},
 		},
 		{
+			name:  "invalid_entry: JSON but not an object",
+			edit:  func(_ *testing.T, l [][]byte) []byte { return journalBytes(l[0], []byte(`[]`), l[2]) },
+			valid: 1,
+			wants: []want{{events.InvalidEntry, 2, ""}},
+		},
+		{
 			name:  "invalid_entry: lineage not in the enum",
 			mut:   at(1, func(m map[string]any) { m["lineage"] = "dream" }),
 			valid: 1,
