@@ -15,6 +15,12 @@ import (
 // key, a number out of IEEE 754 range, or anything RFC 8259 rejects.
 var ErrNotJSON = errors.New("not strict JSON")
 
+// ErrNotObject is wrapped by DecodeObject, ParseEntry and ParseRecord for
+// input that is strict JSON but not an object. A journal line like that is
+// invalid_entry, as the upstream verifier has it ("envelope must be a plain
+// data object"), not corrupt_entry: it is JSON, only not an envelope.
+var ErrNotObject = errors.New("a JSON object is required")
+
 // Canonicalize returns the RFC 8785 (JCS) canonical form of one JSON value.
 // Input must be I-JSON (RFC 7493): UTF-8, unique keys, no lone surrogates,
 // numbers within IEEE 754 double range; anything else wraps ErrNotJSON.
@@ -34,21 +40,36 @@ func Canonicalize(raw []byte) ([]byte, error) {
 
 // DecodeObject canonicalises raw and decodes it into a map whose numbers are
 // json.Number, so no precision is lost before a schema sees them. It returns
-// the canonical bytes alongside. Errors wrap ErrNotJSON, also when the value
-// is valid JSON but not an object.
+// the canonical bytes alongside. Errors wrap ErrNotJSON, or ErrNotObject
+// when the value is strict JSON but not an object.
 func DecodeObject(raw []byte) (map[string]any, []byte, error) {
 	canon, err := Canonicalize(raw)
 	if err != nil {
 		return nil, nil, err
 	}
-	if len(canon) == 0 || canon[0] != '{' {
-		return nil, nil, fmt.Errorf("%w: a JSON object is required", ErrNotJSON)
+	if err := objectRequired(canon); err != nil {
+		return nil, nil, err
 	}
 	obj, err := decodeCanonical(canon)
 	if err != nil {
 		return nil, nil, err
 	}
 	return obj, canon, nil
+}
+
+// objectRequired returns an error wrapping ErrNotObject, saying what the
+// value is, unless the canonical JSON value canon is an object.
+func objectRequired(canon []byte) error {
+	what := "a number or literal"
+	switch {
+	case bytes.HasPrefix(canon, []byte("{")):
+		return nil
+	case bytes.HasPrefix(canon, []byte("[")):
+		what = "an array"
+	case bytes.HasPrefix(canon, []byte(`"`)):
+		what = "a string"
+	}
+	return fmt.Errorf("%w, not %s", ErrNotObject, what)
 }
 
 func decodeCanonical(canon []byte) (map[string]any, error) {

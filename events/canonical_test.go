@@ -140,9 +140,15 @@ func TestDecodeObject(t *testing.T) {
 		t.Errorf(`obj["s"] = %#v, want "A"`, obj["s"])
 	}
 
-	for _, in := range []string{`[1,2]`, `"s"`, `42`, `null`, `{"a":1,"a":1}`, ``} {
-		if _, _, err := events.DecodeObject([]byte(in)); !errors.Is(err, events.ErrNotJSON) {
+	for _, in := range []string{`{"a":1,"a":1}`, ``, ` `, `{"a":"\ud800"}`} {
+		if _, _, err := events.DecodeObject([]byte(in)); !errors.Is(err, events.ErrNotJSON) || errors.Is(err, events.ErrNotObject) {
 			t.Errorf("DecodeObject(%q) error = %v, want ErrNotJSON", in, err)
+		}
+	}
+	// Strict JSON, only not an object: its own error.
+	for _, in := range []string{`[1,2]`, `"s"`, `42`, `null`, ` true `} {
+		if _, _, err := events.DecodeObject([]byte(in)); !errors.Is(err, events.ErrNotObject) || errors.Is(err, events.ErrNotJSON) {
+			t.Errorf("DecodeObject(%q) error = %v, want ErrNotObject", in, err)
 		}
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -27,14 +28,24 @@ var ZeroHash = strings.Repeat("0", 64)
 //
 // A line already in RFC 8785 form with the envelope's simple shape (see
 // Fields) is parsed in one pass without a map; Object builds the map on
-// first use. Any other line takes the general path (jcs, encoding/json).
+// first use. A line that may hold a surrogate escape is parsed as the
+// upstream's JSON.parse reads it (parseStringified), so lone surrogates
+// are kept: in the canonical bytes and the hash as the upstream writes
+// them (\udxxx), in the string accessors (RunID, Metadata, ...) as WTF-8
+// (the three bytes of the surrogate's code point), so strings that differ
+// in them differ. Any other line takes the general path (jcs,
+// encoding/json).
 type Entry struct {
 	canonical []byte
 	computed  [sha256.Size]byte // SHA-256 of the canonical entry without entry_hash
 	fast      bool              // fields is the entry's content (the fast path)
-	fields    []Field           // top-level members in canonical order, when fast
+	// indexed: fields and known hold the members the accessors read
+	// (always when fast; for a line with surrogate escapes, fields holds
+	// only the known members, strings as WTF-8).
+	indexed bool
+	fields  []Field // top-level members in canonical order, when indexed
 	// known[k] is the index in fields of member knownKeys[k], -1 when the
-	// entry has none (fast path only): the accessors the gate calls many
+	// entry has none (when indexed): the accessors the gate calls many
 	// times per entry look it up once, at parse.
 	known [numKnown]int32
 
@@ -44,7 +55,10 @@ type Entry struct {
 
 // ParseEntry parses one journal line (without its newline). It checks only
 // that the line is strict JSON holding an object; the envelope rules are
-// checked by package validate. Errors wrap ErrNotJSON.
+// checked by package validate. Strict JSON is I-JSON (RFC 7493) except
+// that strings may hold lone surrogates, as the upstream's JSON.stringify
+// writes them (\udxxx). Errors wrap ErrNotJSON, or ErrNotObject for a line
+// that is JSON but not an object.
 func ParseEntry(line []byte) (*Entry, error) {
 	if !utf8.Valid(line) {
 		_, err := Canonicalize(line) // the general path's error
@@ -88,20 +102,70 @@ func parseCanonical(line []byte, owned bool) *Entry {
 	if !owned {
 		canonical = []byte(src)
 	}
-	e := &Entry{canonical: canonical, fast: true, fields: fields}
+	e := &Entry{canonical: canonical, fast: true, indexed: true, fields: fields}
 	h.Sum(e.computed[:0])
 	e.indexKnown()
 	return e
 }
 
 // parseGeneral is the general path: canonical form by jcs, decoding by
-// encoding/json, the preimage re-serialised from the map.
+// encoding/json, the preimage re-serialised from the map. A line that may
+// hold a surrogate escape is parsed by parseSurrogates instead: its map
+// may hold U+FFFD for a lone surrogate, so nothing may be made from it.
 func parseGeneral(line []byte) (*Entry, error) {
+	if mayHoldSurrogateEscape(line) {
+		return parseSurrogates(line)
+	}
 	obj, canon, err := DecodeObject(line)
 	if err != nil {
 		return nil, err
 	}
 	return newEntry(obj, canon)
+}
+
+// parseSurrogates parses a line as the upstream's JSON.parse reads it,
+// lone surrogates kept, and writes its canonical form and entry_hash
+// preimage as the upstream's JSON.stringify writes them. The accessors
+// read the known members with their strings as WTF-8, so that strings
+// that differ only in their lone surrogates stay different (in Object,
+// decoded by encoding/json from the canonical bytes, each is U+FFFD).
+func parseSurrogates(line []byte) (*Entry, error) {
+	root, _, err := parseStringified(line)
+	if err != nil {
+		return nil, err
+	}
+	canon := appendStringified(make([]byte, 0, len(line)), &root, "")
+	if err := objectRequired(canon); err != nil {
+		return nil, err
+	}
+	pre := appendStringified(make([]byte, 0, len(canon)), &root, "entry_hash")
+	e := &Entry{canonical: canon, computed: sha256.Sum256(pre), indexed: true}
+	for _, m := range root.members {
+		if !slices.Contains(knownKeys[:], m.key) {
+			continue
+		}
+		// Only a string's and a number's text is read; other kinds are
+		// told apart for what they are, an array is left without one.
+		f := Field{Key: m.key}
+		switch t := m.value.text; m.value.kind {
+		case jsString:
+			f.Kind, f.Text = KindString, t
+		case jsObject:
+			f.Kind = KindObject
+		case jsScalar:
+			switch t {
+			case "true", "false":
+				f.Kind = KindBool
+			case "null":
+				f.Kind = KindNull
+			default:
+				f.Kind, f.Text = KindNumber, t
+			}
+		}
+		e.fields = append(e.fields, f)
+	}
+	e.indexKnown()
+	return e, nil
 }
 
 func newEntry(obj map[string]any, canon []byte) (*Entry, error) {
@@ -141,8 +205,11 @@ func NewEntry(members map[string]any) (*Entry, error) {
 func (e *Entry) Canonical() []byte { return e.canonical }
 
 // Object returns the decoded entry (numbers as json.Number). It is shared:
-// callers must not modify it. For an entry parsed by the fast path it is
-// decoded from the canonical bytes on first use, once.
+// callers must not modify it. For an entry parsed by the fast path, or
+// with surrogate escapes, it is decoded from the canonical bytes on first
+// use, once, by encoding/json, which makes each lone surrogate U+FFFD: the
+// map is for the schema and the secret canaries, which U+FFFD passes as a
+// lone surrogate would; no hash or stored byte is made from it.
 func (e *Entry) Object() map[string]any {
 	e.objOnce.Do(func() {
 		if e.obj != nil {
@@ -163,7 +230,12 @@ func (e *Entry) Object() map[string]any {
 // boolean, null or an object of those. Otherwise it returns nil, false and
 // Object is the only representation. The slice is shared: callers must not
 // modify it.
-func (e *Entry) Fields() ([]Field, bool) { return e.fields, e.fast }
+func (e *Entry) Fields() ([]Field, bool) {
+	if !e.fast {
+		return nil, false
+	}
+	return e.fields, true
+}
 
 // ComputedHash is the lowercase hex SHA-256 of the canonical entry without
 // entry_hash: what entry_hash must be (seed 000).
@@ -219,7 +291,7 @@ func (e *Entry) indexKnown() {
 	}
 }
 
-// knownField returns known member k of a fast-path entry.
+// knownField returns known member k of an indexed entry.
 func (e *Entry) knownField(k int) (Field, bool) {
 	i := e.known[k]
 	if i < 0 {
@@ -232,7 +304,7 @@ func (e *Entry) knownField(k int) (Field, bool) {
 // absent or not an integer that fits an int64.
 func (e *Entry) Seq() (seq int64, ok bool) {
 	var text string
-	if e.fast {
+	if e.indexed {
 		f, found := e.knownField(knownSeq)
 		if !found || f.Kind != KindNumber {
 			return 0, false
@@ -269,7 +341,7 @@ func (e *Entry) str(k int) string {
 
 // strOK returns known member k and whether it is a string.
 func (e *Entry) strOK(k int) (string, bool) {
-	if e.fast {
+	if e.indexed {
 		f, found := e.knownField(k)
 		if !found || f.Kind != KindString {
 			return "", false

@@ -168,9 +168,14 @@ func TestEntryStringAccessorsIgnoreNonStrings(t *testing.T) {
 }
 
 func TestParseEntryRefusesNonObjects(t *testing.T) {
-	for _, in := range []string{``, `[]`, `"entry"`, `{"a":1,"a":2}`, `{"a":"\ud800"}`} {
+	for _, in := range []string{``, " \t", `{"a":1,"a":2}`, `{"a":"\ud800","a":1}`, `["\ud800"`} {
 		if e, err := events.ParseEntry([]byte(in)); !errors.Is(err, events.ErrNotJSON) || e != nil {
 			t.Errorf("ParseEntry(%q) = %v, %v; want nil, ErrNotJSON", in, e, err)
+		}
+	}
+	for _, in := range []string{`[]`, `"entry"`, `1`, `null`, `["\ud800"]`, `"\udc00"`, ` [{"a":"\ud800"}] `} {
+		if e, err := events.ParseEntry([]byte(in)); !errors.Is(err, events.ErrNotObject) || e != nil {
+			t.Errorf("ParseEntry(%q) = %v, %v; want nil, ErrNotObject", in, e, err)
 		}
 	}
 }

@@ -128,3 +128,29 @@ func RecordTakesOnePass(raw []byte) bool {
 	_, _, ok := scanCanonicalTree(src)
 	return ok
 }
+
+// Stringify is the parser and writer of lines with surrogate escapes
+// alone, on any JSON value: its canonical text as the upstream's
+// JSON.stringify writes it, and whether it holds a lone surrogate.
+func Stringify(raw []byte) (canon []byte, lone bool, err error) {
+	root, lone, err := parseStringified(raw)
+	if err != nil {
+		return nil, false, err
+	}
+	return appendStringified(nil, &root, ""), lone, nil
+}
+
+// ParseEntrySurrogates parses any line as a line with surrogate escapes.
+func ParseEntrySurrogates(line []byte) (*Entry, error) { return parseSurrogates(line) }
+
+// ParseEntryJCS is the general path by jcs alone, whatever the line holds.
+func ParseEntryJCS(line []byte) (*Entry, error) {
+	obj, canon, err := DecodeObject(line)
+	if err != nil {
+		return nil, err
+	}
+	return newEntry(obj, canon)
+}
+
+// MayHoldSurrogateEscape is the test that sends a line to ParseEntrySurrogates.
+func MayHoldSurrogateEscape(line []byte) bool { return mayHoldSurrogateEscape(line) }

@@ -76,8 +76,10 @@ func (v *ChainVerifier) Check(line []byte, at Location) (*Entry, []Problem) {
 
 // ParseLine parses one journal line (without its newline). A line that is
 // not UTF-8 is non_canonical (upstream checks UTF-8 over the whole file
-// before parsing lines); one that is not strict JSON holding an object is
-// corrupt_entry. Either way the entry is nil and the one problem says why.
+// before parsing lines); one that is not strict JSON is corrupt_entry; one
+// that is JSON but not an object is invalid_entry (the upstream: "envelope
+// must be a plain data object"). Either way the entry is nil and the one
+// problem says why.
 func ParseLine(line []byte, at Location) (*Entry, []Problem) {
 	return parseLine(line, at, parseValidUTF8)
 }
@@ -98,9 +100,19 @@ func parseLine(line []byte, at Location, parse func([]byte) (*Entry, error)) (*E
 	}
 	e, err := parse(line)
 	if err != nil {
-		return nil, []Problem{{Code: CorruptEntry, At: at, Reason: err.Error()}}
+		return nil, []Problem{parseProblem(err, at)}
 	}
 	return e, nil
+}
+
+// parseProblem is the problem of a UTF-8 line that did not parse:
+// invalid_entry for JSON that is not an object, else corrupt_entry.
+func parseProblem(err error, at Location) Problem {
+	code := CorruptEntry
+	if errors.Is(err, ErrNotObject) {
+		code = InvalidEntry
+	}
+	return Problem{Code: code, At: at, Reason: err.Error()}
 }
 
 // CheckLine applies every rule to e, parsed from line, without advancing:
@@ -377,7 +389,7 @@ type journalLine struct {
 
 	notUTF8     bool
 	e           *Entry    // nil when not parsed
-	problems    []Problem // corrupt_entry for a line that is not JSON; else entryProblems
+	problems    []Problem // parseProblem's for a line that did not parse; else entryProblems
 	nonCanon    Problem   // the line's non_canonical problem, when hasNonCanon
 	hasNonCanon bool
 }
@@ -393,7 +405,7 @@ func (l *journalLine) prepare(check EntryCheck) {
 	}
 	e, err := parseOwned(l.line)
 	if err != nil {
-		l.problems = []Problem{{Code: CorruptEntry, At: l.at, Reason: err.Error()}}
+		l.problems = []Problem{parseProblem(err, l.at)}
 		return
 	}
 	l.e = e

@@ -5,7 +5,6 @@ import (
 	"crypto/sha256"
 	"encoding/base64"
 	"encoding/json"
-	"fmt"
 	"strings"
 	"unicode/utf8"
 )
@@ -31,8 +30,10 @@ type Record struct {
 }
 
 // ParseRecord parses an execution record. It checks only that raw is strict
-// JSON holding an object; the rules are checked by package validate. Errors
-// wrap ErrNotJSON.
+// JSON (I-JSON, RFC 7493: no lone surrogates) holding an object; the rules
+// are checked by package validate. Errors wrap ErrNotJSON, or ErrNotObject
+// for JSON that is not an object (validate refuses either as
+// malformed_json).
 //
 // The record is decoded once: a record already in RFC 8785 form (white
 // space around it aside) is decoded in one pass without jcs, and the
@@ -49,8 +50,8 @@ func ParseRecord(raw []byte) (*Record, error) {
 	if err != nil {
 		return nil, err
 	}
-	if len(canon) == 0 || canon[0] != '{' {
-		return nil, fmt.Errorf("%w: a JSON object is required", ErrNotJSON)
+	if err := objectRequired(canon); err != nil {
+		return nil, err
 	}
 	if obj, members, ok := scanCanonicalTree(string(canon)); ok {
 		return recordFromCanonical(obj, string(canon), members), nil

@@ -114,9 +114,15 @@ func TestRecordAccessorsOnMalformedMembers(t *testing.T) {
 }
 
 func TestParseRecordRefusesNonObjects(t *testing.T) {
-	for _, in := range []string{``, `[]`, `1`, `{"a":1,"a":1}`} {
+	// A record stays I-JSON: a lone surrogate is not strict JSON in it.
+	for _, in := range []string{``, `{"a":1,"a":1}`, `{"a":"\ud800"}`} {
 		if _, err := events.ParseRecord([]byte(in)); !errors.Is(err, events.ErrNotJSON) {
 			t.Errorf("ParseRecord(%q) error = %v, want ErrNotJSON", in, err)
+		}
+	}
+	for _, in := range []string{`[]`, `1`, `"\u0041"`} {
+		if _, err := events.ParseRecord([]byte(in)); !errors.Is(err, events.ErrNotObject) {
+			t.Errorf("ParseRecord(%q) error = %v, want ErrNotObject", in, err)
 		}
 	}
 }

@@ -210,6 +210,23 @@ func conformanceCases(t *testing.T, key *events.HostKey) []confCase {
 		lines: append(canon(es[:2]...), append([][]byte{[]byte(`{"seq":2,"run_id":`)}, canon(es[3:]...)...)...),
 		want:  refusedAt(events.CorruptEntry, 3), readerAll: brokenFrom(3, n, events.CorruptEntry)})
 
+	// JSON, but not an object: not an envelope (the upstream: "envelope
+	// must be a plain data object").
+	es = chain()
+	add(confCase{name: "invalid_entry: JSON but not an object",
+		lines: append(canon(es[:2]...), append([][]byte{[]byte(`[]`)}, canon(es[3:]...)...)...),
+		want:  refusedAt(events.InvalidEntry, 3), readerAll: brokenFrom(3, n, events.InvalidEntry)})
+
+	// Lone surrogates, as the upstream's JSON.stringify writes them.
+	es = chain()
+	add(confCase{name: "lone surrogates", lines: withLoneSurrogates(t, es), want: accepted})
+
+	es = chain()
+	upper := withLoneSurrogates(t, es)
+	upper[2] = replaceOnce(t, upper[2], `\udbff\udbff`, `\uDBFF\udbff`)
+	add(confCase{name: "non_canonical: a lone surrogate in upper-case hex", lines: upper,
+		want: refusedAt(events.NonCanonical, 3), readerAll: brokenFrom(3, n, events.NonCanonical)})
+
 	es = chain()
 	add(confCase{name: "corrupt_entry in the first line",
 		lines: append([][]byte{[]byte(`not json`)}, canon(es[1:]...)...),

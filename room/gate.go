@@ -574,7 +574,8 @@ func splitLines(body []byte) []line {
 
 // parseLine parses one request line into an entry, or refuses it: a
 // partial line is truncated_tail, one that does not parse gets
-// events.ParseLine's code (non_canonical or corrupt_entry).
+// events.ParseLine's code (non_canonical, corrupt_entry, or invalid_entry
+// for JSON that is not an object).
 func parseLine(ln line, idx int) (*events.Entry, *ItemResult) {
 	at := events.Location{Line: idx + 1}
 	if !ln.complete {

@@ -60,12 +60,16 @@ func hostileLines(t *testing.T) []struct {
 		code events.Code
 	}{
 		{"truncated JSON", canon[:len(canon)/2], events.CorruptEntry},
-		{"huge string, not an object", []byte(`"` + strings.Repeat("x", 700<<10) + `"`), events.CorruptEntry},
-		{"deep nesting", []byte(strings.Repeat("[", 10000) + strings.Repeat("]", 10000)), events.CorruptEntry},
+		// JSON but not an object: not an envelope (the upstream's verdict).
+		{"huge string, not an object", []byte(`"` + strings.Repeat("x", 700<<10) + `"`), events.InvalidEntry},
+		{"deep nesting", []byte(strings.Repeat("[", 10000) + strings.Repeat("]", 10000)), events.InvalidEntry},
+		{"nesting over 10,000", []byte(strings.Repeat("[", 10001) + strings.Repeat("]", 10001)), events.CorruptEntry},
 		{"10,000 keys", keys(10000), events.InvalidEntry},
 		{"duplicate keys", []byte(`{"seq":0,"seq":1}`), events.CorruptEntry},
 		{"invalid UTF-8", append([]byte(`{"a":"`), 0xff, '"', '}'), events.NonCanonical},
-		{"lone surrogate", []byte(`{"a":"\ud800"}`), events.CorruptEntry},
+		{"lone surrogate, an entry of no envelope field", []byte(`{"a":"\ud800"}`), events.InvalidEntry},
+		{"lone surrogate, duplicate keys", []byte(`{"\ud800":0,"\uD800":1}`), events.CorruptEntry},
+		{"lone surrogates nested 10,001 deep", []byte(strings.Repeat(`{"\udc00":`, 10001) + `1` + strings.Repeat("}", 10001)), events.CorruptEntry},
 		{"number 1e400", []byte(`{"a":1e400}`), events.CorruptEntry},
 		{"raw NUL byte", []byte("{\"a\":\"\x00\"}"), events.CorruptEntry},
 		{"byte-order mark", append([]byte("\ufeff"), canon...), events.CorruptEntry},

@@ -78,8 +78,9 @@ func addJournalSeeds(f *testing.F) {
 
 // FuzzChainCheck feeds one line to a chain verifier with the real entry
 // rules: it never panics, a line that is not JSON is exactly one
-// corrupt_entry (non_canonical when it is not UTF-8), and an accepted line
-// is canonical, hash-correct and linked to the zero hash.
+// corrupt_entry (non_canonical when it is not UTF-8, invalid_entry when it
+// is JSON but not an object), and an accepted line is canonical,
+// hash-correct and linked to the zero hash.
 func FuzzChainCheck(f *testing.F) {
 	addJournalSeeds(f)
 	v := newValidator(f)
@@ -87,14 +88,18 @@ func FuzzChainCheck(f *testing.F) {
 		chain := v.NewChain(nil)
 		e, problems := chain.Check(line, events.Location{Line: 1})
 		if e == nil {
+			_, err := events.ParseEntry(line)
 			want := events.CorruptEntry
-			if !utf8.Valid(line) {
+			switch {
+			case !utf8.Valid(line):
 				want = events.NonCanonical // checked before parsing, as upstream does
+			case errors.Is(err, events.ErrNotObject):
+				want = events.InvalidEntry
 			}
 			if len(problems) != 1 || problems[0].Code != want {
 				t.Fatalf("no entry, problems %v", problems)
 			}
-			if _, err := events.ParseEntry(line); err == nil {
+			if err == nil {
 				t.Fatal("Check calls a line corrupt that ParseEntry accepts")
 			}
 			return

@@ -52,12 +52,26 @@ func TestJournalRefusals(t *testing.T) {
 			wants: []want{{events.CorruptEntry, 2, ""}},
 		},
 		{
-			name: "corrupt_entry: lone surrogate",
+			// A lone surrogate is JSON as the upstream writes it: the line
+			// parses, and the edit shows in its hash.
+			name: "invalid_entry: lone surrogate edited in after hashing",
 			edit: func(t *testing.T, l [][]byte) []byte {
 				return journalBytes(l[0], replaceOnce(t, l[1], `"Alpha ok"`, `"Alpha \ud800 ok"`), l[2])
 			},
 			valid: 1,
-			wants: []want{{events.CorruptEntry, 2, ""}},
+			wants: []want{{events.InvalidEntry, 2, "/entry_hash"}},
+		},
+		{
+			name:  "invalid_entry: JSON but not an object",
+			edit:  func(_ *testing.T, l [][]byte) []byte { return journalBytes(l[0], []byte(`[]`), l[2]) },
+			valid: 1,
+			wants: []want{{events.InvalidEntry, 2, ""}},
+		},
+		{
+			name:  "invalid_entry: JSON with a lone surrogate but not an object",
+			edit:  func(_ *testing.T, l [][]byte) []byte { return journalBytes(l[0], []byte(`["\udc00"]`), l[2]) },
+			valid: 1,
+			wants: []want{{events.InvalidEntry, 2, ""}},
 		},
 		{
 			name:  "invalid_entry: lineage not in the enum",
