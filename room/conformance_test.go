@@ -232,11 +232,16 @@ func conformanceCases(t *testing.T, key *events.HostKey) []confCase {
 		lines: append([][]byte{[]byte(`not json`)}, canon(es[1:]...)...),
 		want:  refusedAt(events.CorruptEntry, 1), readerAll: brokenFrom(1, n, events.CorruptEntry)})
 
+	// The file verdict checks metadata after the whole chain, as upstream
+	// (docs/upstream.md, "Check order"): the rebuilt line 3 has a new
+	// entry_hash, so line 4's broken link comes first there; the gate and
+	// the readers refuse line 3 itself, the first line they cannot take.
 	es = chain()
 	hv := rebuilt(t, es[2], map[string]any{"harness_version": "test/2"})
 	add(confCase{name: "metadata_mismatch: harness_version",
 		lines: append(canon(es[:2]...), append([][]byte{hv.Canonical()}, canon(es[3:]...)...)...),
-		want:  refusedAt(events.MetadataMismatch, 3), readerAll: brokenFrom(3, n, events.MetadataMismatch)})
+		want:  refusedAt(events.BrokenLink, 4), gate: ptrTo(refusedAt(events.MetadataMismatch, 3)),
+		reader: ptrTo(refusedAt(events.MetadataMismatch, 3)), readerAll: brokenFrom(3, n, events.MetadataMismatch)})
 
 	// An entry of another capsule in the chain: in a file or a request it
 	// differs from the chain's metadata; in the stream the subject names
@@ -247,7 +252,7 @@ func conformanceCases(t *testing.T, key *events.HostKey) []confCase {
 	other := rebuilt(t, es[2], map[string]any{"capsule_id": "cap-other"})
 	add(confCase{name: "metadata_mismatch: capsule_id",
 		lines: append(canon(es[:2]...), append([][]byte{other.Canonical()}, canon(es[3:]...)...)...),
-		want:  refusedAt(events.MetadataMismatch, 3), reader: &verdict{events.WrongRoom, 3},
+		want:  refusedAt(events.BrokenLink, 4), gate: ptrTo(refusedAt(events.MetadataMismatch, 3)), reader: &verdict{events.WrongRoom, 3},
 		readerAll: "3:wrong_room " + brokenFrom(4, n, events.Gap)})
 
 	// Records: the room is the record's own; one line.
@@ -451,3 +456,5 @@ func TestConformance(t *testing.T) {
 		})
 	}
 }
+
+func ptrTo[T any](v T) *T { return &v }
