@@ -188,7 +188,7 @@ func classes() []class {
 		{name: "non_object_line", make: func(g *gen, id ids) sample {
 			c := g.capsule(id, g.n(1, 6))
 			k := g.r.IntN(len(c.lines))
-			_, v := g.variant("[]", "null", "0", `"text"`, "true", "["+string(c.lines[k])+"]")
+			_, v := g.variant(nonObjects(c.lines[k])...)
 			c.lines[k] = []byte(v)
 			return sample{clip(v), c, atLine(events.InvalidEntry, k+1), true}
 		}},
@@ -539,16 +539,31 @@ func makeUTF8Invalid(g *gen, id ids) sample {
 	return sample{variant, c, want, true}
 }
 
+// notJSON are lines JSON.parse refuses, named, made from a valid line.
+func notJSON(line []byte) (names, lines []string) {
+	for _, v := range []struct{ name, line string }{
+		{"empty", ""}, {"{", "{"}, {"hello", "hello"}, {"trailing comma", `{"seq":0,}`}, {"single quotes", `{'seq':0}`},
+		{"BOM", "\ufeff" + string(line)}, {"garbage after", string(line) + "x"}, {"NaN", "NaN"},
+		{"array trailing comma", "[1,]"}, {"leading zero", `{"seq":01}`},
+		{"cut at the first comma", string(line[:bytes.IndexByte(line, ',')])},
+		{"two entries", string(line) + string(line)}, {"two objects", "{}{}"},
+	} {
+		names, lines = append(names, v.name), append(lines, v.line)
+	}
+	return names, lines
+}
+
+// nonObjects are JSON lines that hold no object, made from a valid line.
+func nonObjects(line []byte) []string {
+	return []string{"[]", "null", "0", `"text"`, "true", "[" + string(line) + "]"}
+}
+
 func makeNotJSON(g *gen, id ids) sample {
 	c := g.capsule(id, g.n(1, 6))
 	k := g.r.IntN(len(c.lines))
-	line := c.lines[k]
-	alts := []string{"", "{", "hello", `{"seq":0,}`, `{'seq':0}`, "\ufeff" + string(line), string(line) + "x",
-		"NaN", "[1,]", `{"seq":01}`, string(line[:bytes.IndexByte(line, ',')]), string(line) + string(line), "{}{}"}
+	names, alts := notJSON(c.lines[k])
 	i := g.choose(len(alts))
 	c.lines[k] = []byte(alts[i])
-	names := []string{"empty", "{", "hello", "trailing comma", "single quotes", "BOM", "garbage after", "NaN",
-		"array trailing comma", "leading zero", "cut at the first comma", "two entries", "two objects"}
 	return sample{names[i], c, atLine(events.CorruptEntry, k+1), true}
 }
 
@@ -662,6 +677,30 @@ func makeCapsuleJSONInvalid(g *gen, id ids) sample {
 	return sample{a.name, c, capsuleLevel(), false}
 }
 
+// createdAtRefused are created_at strings that are not what
+// Date#toISOString writes for the date they parse as, or no date at all.
+func createdAtRefused() []string {
+	return []string{"2026-01-01T00:00:00Z", "2026-01-01T00:00:00.000+00:00", "2026-02-30T00:00:00.000Z",
+		"2026-01-01t00:00:00.000z", "2026-01-01T00:00:00.0000Z", "2026-01-01", "+275760-09-13T00:00:00.001Z",
+		"-000000-01-01T00:00:00.000Z", "10000-01-01T00:00:00.000Z", "+002026-01-01T00:00:00.000Z", ""}
+}
+
+// createdAtAccepted are what Date#toISOString writes, at the edges: years
+// past 9999 and before 0 in six digits, the first and last dates.
+func createdAtAccepted() []string {
+	return []string{"+010000-01-01T00:00:00.000Z", "-000001-01-01T00:00:00.000Z", "0000-01-01T00:00:00.000Z",
+		"+275760-09-13T00:00:00.000Z", "-271821-04-20T00:00:00.000Z", "1969-12-31T23:59:59.999Z"}
+}
+
+// blanks are blank after String#trim: JavaScript's white space and line
+// terminators.
+func blanks() []string {
+	return []string{" ", "\t\n", "\u00a0", "\u3000", "\ufeff", "\u2028", "\u2029", "\u1680", "\u200a", "\u202f", "\u205f", "\v\f\r"}
+}
+
+// notBlanks look blank to other trims, not to String#trim.
+func notBlanks() []string { return []string{"\u0085", "\u200b", "\u180e", "\x1c"} }
+
 func makeCapsuleJSONLaxer(g *gen, id ids) sample {
 	c := g.capsule(id, g.n(1, 4))
 	m := c.meta
@@ -677,23 +716,21 @@ func makeCapsuleJSONLaxer(g *gen, id ids) sample {
 		{"run_id with a newline", m.with("run_id", js(id.run+"\n"))},
 		{"capsule_id with a space", m.with("capsule_id", js("cap "+id.capsule))},
 		{"capsule_id with a slash", m.with("capsule_id", js("cap/"+id.capsule))},
-		{"harness_version a space", m.with("harness_version", js(" "))},
-		{"harness_version NBSP", m.with("harness_version", js("\u00a0"))},
-		{"harness_version ideographic space", m.with("harness_version", js("\u3000"))},
-		{"task_family BOM", m.with("task_family", js("\ufeff"))},
-		{"task_family LS and tab", m.with("task_family", js("\u2028\t"))},
+		{"task_family blank", m.with("task_family", js(" \u2028\t"))},
 		{"created_at missing", m.without("created_at")},
 		{"created_at a number", m.with("created_at", 1.767e12)},
-		{"created_at without milliseconds", m.with("created_at", js("2026-01-01T00:00:00Z"))},
-		{"created_at with an offset", m.with("created_at", js("2026-01-01T00:00:00.000+00:00"))},
-		{"created_at February 30", m.with("created_at", js("2026-02-30T00:00:00.000Z"))},
-		{"created_at lower case", m.with("created_at", js("2026-01-01t00:00:00.000z"))},
-		{"created_at four fraction digits", m.with("created_at", js("2026-01-01T00:00:00.0000Z"))},
-		{"created_at a date", m.with("created_at", js("2026-01-01"))},
-		{"created_at past the last date", m.with("created_at", js("+275760-09-13T00:00:00.001Z"))},
-		{"created_at year minus zero", m.with("created_at", js("-000000-01-01T00:00:00.000Z"))},
-		{"created_at year 10000 in four digits", m.with("created_at", js("10000-01-01T00:00:00.000Z"))},
-		{"created_at empty", m.with("created_at", js(""))},
+	}
+	for _, v := range createdAtRefused() {
+		alts = append(alts, struct {
+			name string
+			m    object
+		}{"created_at " + v, m.with("created_at", js(v))})
+	}
+	for _, v := range blanks() {
+		alts = append(alts, struct {
+			name string
+			m    object
+		}{fmt.Sprintf("harness_version %q", v), m.with("harness_version", js(v))})
 	}
 	a := alts[g.choose(len(alts))]
 	c.metaRaw = append(canonical(a.m), '\n')
@@ -703,27 +740,28 @@ func makeCapsuleJSONLaxer(g *gen, id ids) sample {
 // makeCapsuleJSONAccepted: capsule.json forms the upstream accepts, which
 // Capsule.create may write or a hand may leave.
 func makeCapsuleJSONAccepted(g *gen, id ids) sample {
-	i, variant := g.variant("spaces", "keys reversed", "no final newline", "an extra member",
-		"created_at year 10000", "created_at year -1", "created_at year 0", "created_at the last date", "created_at the first date",
-		"created_at before 1970", "harness_version NEL", "harness_version ZWSP", "task_family padded", "run_id 128 characters", "capsule_id 1 character")
-	var c *capsule
-	switch i {
-	case 10, 11, 12, 13, 14:
+	forms := []string{"spaces", "keys reversed", "no final newline", "an extra member", "task_family padded", "run_id 128 characters", "capsule_id 1 character"}
+	for _, v := range notBlanks() {
+		forms = append(forms, fmt.Sprintf("harness_version %q", v))
+	}
+	for _, v := range createdAtAccepted() {
+		forms = append(forms, "created_at "+v)
+	}
+	i, variant := g.variant(forms...)
+	if i >= 4 && i < 7+len(notBlanks()) {
 		// Values Capsule.create itself accepts: written into every entry.
 		switch i {
-		case 13:
+		case 5:
 			id.run = strings.Repeat("R", 127) + "9"
-		case 14:
+		case 6:
 			id.capsule = "c"
 		}
-		c = g.create(id)
-		switch i {
-		case 10:
-			c.meta = c.meta.with("harness_version", js("\u0085"))
-		case 11:
-			c.meta = c.meta.with("harness_version", js("\u200b"))
-		case 12:
+		c := g.create(id)
+		switch {
+		case i == 4:
 			c.meta = c.meta.with("task_family", js(" \u00a0family\u3000 "))
+		case i >= 7:
+			c.meta = c.meta.with("harness_version", js(notBlanks()[i-7]))
 		}
 		c.metaRaw = append(canonical(c.meta), '\n')
 		for range g.n(1, 4) {
@@ -731,21 +769,19 @@ func makeCapsuleJSONAccepted(g *gen, id ids) sample {
 		}
 		return sample{variant, c, accepted(), false}
 	}
-	c = g.capsule(id, g.n(1, 4))
+	c := g.capsule(id, g.n(1, 4))
 	m := c.meta
-	created := []string{4: "+010000-01-01T00:00:00.000Z", 5: "-000001-01-01T00:00:00.000Z", 6: "0000-01-01T00:00:00.000Z",
-		7: "+275760-09-13T00:00:00.000Z", 8: "-271821-04-20T00:00:00.000Z", 9: "1969-12-31T23:59:59.999Z"}
-	switch {
-	case i == 0:
+	switch i {
+	case 0:
 		c.metaRaw = append(render(m, style{spaces: true}), '\n')
-	case i == 1:
+	case 1:
 		c.metaRaw = append(render(m, style{reverseKeys: true}), '\n')
-	case i == 2:
+	case 2:
 		c.metaRaw = canonical(m)
-	case i == 3:
+	case 3:
 		c.metaRaw = append(canonical(m.with("note", js("made by hand"))), '\n')
 	default:
-		c.metaRaw = append(canonical(m.with("created_at", js(created[i]))), '\n')
+		c.metaRaw = append(canonical(m.with("created_at", js(createdAtAccepted()[i-7-len(notBlanks())]))), '\n')
 	}
 	return sample{variant, c, accepted(), false}
 }
