@@ -80,16 +80,12 @@ type class struct {
 // (ROOMPUB_UPSTREAM_PENDING=run runs them anyway).
 func pendingClasses() map[string]string {
 	return map[string]string{
-		"empty_journal":                    "an empty journal is empty_input in roompub, valid upstream",
-		"lone_surrogate":                   "roompub refuses lone surrogates (\\udxxx) as not strict JSON",
-		"non_canonical_surrogate_upper":    "roompub refuses lone surrogates before it compares the bytes",
-		"non_object_line":                  "a JSON line that is not an object is corrupt_entry in roompub, invalid_entry upstream",
-		"canary_js_narrower":               "roompub's canaries lack JavaScript's Unicode \\s and UTF-16 counting",
-		"canary_js_broader":                "roompub's canaries drop \\b and the length floors and fold case wider than /i",
-		"utf8_invalid_truncated_tail":      "roompub reports truncated_tail before the whole file's UTF-8",
-		"metadata_mismatch_then_chain":     "roompub checks metadata per line, upstream after the whole chain",
-		"capsule_json_laxer":               "roompub reads only the four identity strings of capsule.json",
-		"capsule_json_missing_chain_fault": "roompub checks capsule.json before the journal",
+		"lone_surrogate":                "roompub refuses lone surrogates (\\udxxx) as not strict JSON",
+		"lone_surrogate_metadata":       "roompub refuses lone surrogates (\\udxxx) as not strict JSON",
+		"non_canonical_surrogate_upper": "roompub refuses lone surrogates before it compares the bytes",
+		"non_object_line":               "a JSON line that is not an object is corrupt_entry in roompub, invalid_entry upstream",
+		"canary_js_narrower":            "roompub's canaries lack JavaScript's Unicode \\s and UTF-16 counting",
+		"canary_js_broader":             "roompub's canaries drop \\b and the length floors and fold case wider than /i",
 	}
 }
 
@@ -177,13 +173,7 @@ func classes() []class {
 		}},
 		{name: "truncated_tail", make: makeTruncatedTail},
 		{name: "utf8_invalid", make: makeUTF8Invalid},
-		{name: "utf8_invalid_truncated_tail", make: func(g *gen, id ids) sample {
-			c := g.capsule(id, g.n(2, 6))
-			k := g.r.IntN(len(c.lines) - 1)
-			variant := spoilUTF8(g, c, k)
-			cutTail(g, c)
-			return sample{variant, c, wholeFile(k + 1), false}
-		}},
+		{name: "utf8_invalid_truncated_tail", make: makeUTF8InvalidTruncatedTail},
 		{name: "not_json", make: makeNotJSON},
 		{name: "non_object_line", make: func(g *gen, id ids) sample {
 			c := g.capsule(id, g.n(1, 6))
@@ -203,17 +193,37 @@ func classes() []class {
 			return s
 		}},
 		{name: "empty_journal", make: func(g *gen, id ids) sample {
-			return sample{"", g.capsule(id, 0), accepted(), false}
+			c := g.capsule(id, 0)
+			if i, variant := g.variant("Capsule.create's", "a newline only"); i == 1 {
+				c.lines = [][]byte{{}}
+				return sample{variant, c, atLine(events.CorruptEntry, 1), false}
+			}
+			return sample{"Capsule.create's", c, accepted(), false}
 		}},
 		{name: "lone_surrogate", make: func(g *gen, id ids) sample {
+			c := g.create(id)
 			g.loneSurrogates = true
 			defer func() { g.loneSurrogates = false }()
-			c := g.capsule(id, g.n(1, 6))
+			for range g.n(1, 6) {
+				g.append(c, g.payload())
+			}
 			// At least one: a string cut inside a surrogate pair.
 			k := g.r.IntN(len(c.lines))
 			e := c.entries[k]
 			c.edit(k, e.with("payload", e.payload().with(g.stringKey(), append(js("cut 😀 here: "), 0xd83d))))
 			return sample{"", c, accepted(), true}
+		}},
+		{name: "lone_surrogate_metadata", make: func(g *gen, id ids) sample {
+			// Capsule.create takes any string not blank after trim: it
+			// writes the surrogate into capsule.json and every entry.
+			c := g.create(id)
+			_, field := g.variant("harness_version", "task_family")
+			c.meta = c.meta.with(field, append(js("v1 "), uint16(0xd800+g.r.IntN(0x800))))
+			c.metaRaw = append(canonical(c.meta), '\n')
+			for range g.n(1, 4) {
+				g.append(c, g.payload())
+			}
+			return sample{field, c, accepted(), false}
 		}},
 
 		// Deliberate divergences: roompub's verdict stands.
@@ -234,6 +244,11 @@ func classes() []class {
 			deep := rawJSON(strings.Repeat("[", 10000) + strings.Repeat("]", 10000))
 			c.lines[k] = canonical(c.entries[k].with("payload", c.entries[k].payload().with("note", deep)))
 			return sample{"", c, atLine(events.CorruptEntry, k+1), true}
+		}},
+		{name: "truncated_mid_utf8_char", kept: true, make: func(g *gen, id ids) sample {
+			c := g.capsule(id, g.n(1, 6))
+			variant := cutInsideChar(g, c)
+			return sample{variant, c, atLine(events.TruncatedTail, len(c.lines)+1), false}
 		}},
 		{name: "ts_rfc3339_not_dateparse", kept: true, make: func(g *gen, id ids) sample {
 			c := g.capsule(id, g.n(1, 6))
@@ -524,6 +539,46 @@ func spoilUTF8(g *gen, c *capsule, k int) string {
 	return variant
 }
 
+// cutInsideChar leaves the last line as a write cut inside a character.
+func cutInsideChar(g *gen, c *capsule) string {
+	last := len(c.lines) - 1
+	_, ch := g.variant("é", "漢", "😀")
+	e := c.entries[last]
+	c.edit(last, e.with("payload", e.payload().with(g.stringKey(), safeText(g, ch))))
+	line := c.lines[last]
+	at := bytes.Index(line, []byte(ch))
+	cut := 1 + g.r.IntN(len(ch)-1)
+	c.tail = line[:at+cut]
+	c.lines, c.entries = c.lines[:last], c.entries[:last]
+	return fmt.Sprintf("cut after byte %d of %s", cut, ch)
+}
+
+func makeUTF8InvalidTruncatedTail(g *gen, id ids) sample {
+	c := g.capsule(id, g.n(2, 6))
+	n := len(c.lines)
+	i, where := g.variant("in a middle line", "inside the partial tail", "in a middle line, the tail cut inside a character")
+	switch i {
+	case 1:
+		// Bytes that are not UTF-8 inside the partial tail, not at its
+		// cut: no truncation explains them.
+		variant := spoilUTF8(g, c, n-1)
+		line := c.lines[n-1]
+		note := bytes.Index(line, []byte(`"note":"a`))
+		c.tail = line[:note+bytes.Index(line[note:], []byte(`b"`))+1]
+		c.lines, c.entries = c.lines[:n-1], c.entries[:n-1]
+		return sample{variant + " " + where, c, wholeFile(n), false}
+	default:
+		k := g.r.IntN(n - 1)
+		variant := spoilUTF8(g, c, k)
+		if i == 0 {
+			cutTail(g, c)
+		} else {
+			cutInsideChar(g, c)
+		}
+		return sample{variant + " " + where, c, wholeFile(k + 1), false}
+	}
+}
+
 func makeUTF8Invalid(g *gen, id ids) sample {
 	c := g.capsule(id, g.n(1, 6))
 	k := g.r.IntN(len(c.lines))
@@ -682,14 +737,16 @@ func makeCapsuleJSONInvalid(g *gen, id ids) sample {
 func createdAtRefused() []string {
 	return []string{"2026-01-01T00:00:00Z", "2026-01-01T00:00:00.000+00:00", "2026-02-30T00:00:00.000Z",
 		"2026-01-01t00:00:00.000z", "2026-01-01T00:00:00.0000Z", "2026-01-01", "+275760-09-13T00:00:00.001Z",
-		"-000000-01-01T00:00:00.000Z", "10000-01-01T00:00:00.000Z", "+002026-01-01T00:00:00.000Z", ""}
+		"-000000-01-01T00:00:00.000Z", "+000000-01-01T00:00:00.000Z", "10000-01-01T00:00:00.000Z", "+002026-01-01T00:00:00.000Z",
+		"2100-02-29T00:00:00.000Z", ""}
 }
 
 // createdAtAccepted are what Date#toISOString writes, at the edges: years
 // past 9999 and before 0 in six digits, the first and last dates.
 func createdAtAccepted() []string {
 	return []string{"+010000-01-01T00:00:00.000Z", "-000001-01-01T00:00:00.000Z", "0000-01-01T00:00:00.000Z",
-		"+275760-09-13T00:00:00.000Z", "-271821-04-20T00:00:00.000Z", "1969-12-31T23:59:59.999Z"}
+		"+275760-09-13T00:00:00.000Z", "-271821-04-20T00:00:00.000Z", "1969-12-31T23:59:59.999Z", "0050-06-15T12:00:00.000Z",
+		"2000-02-29T00:00:00.000Z"}
 }
 
 // blanks are blank after String#trim: JavaScript's white space and line
