@@ -470,9 +470,17 @@ func makeNonCanonicalEscape(g *gen, id ids) sample {
 	k := g.r.IntN(len(c.lines))
 	e := c.entries[k]
 	c.edit(k, e.with("payload", e.payload().with(g.stringKey(), safeText(g, "a/é\b\x1fZ"))))
-	i, variant := g.variant(`\/`, `\u00e9`, `\u0008`, `\u001F`, `\u00E9`)
-	st := []style{{escapeSlash: true}, {escapeNonASCII: true}, {longControl: true}, {upperHex: true}, {escapeNonASCII: true, upperHex: true}}[i]
-	c.lines[k] = render(c.entries[k], st)
+	i, variant := g.variant(`\/`, `\u00e9`, `\u0008`, `\u001F`, `\u00E9`, "an escaped key", "an escaped hash digit")
+	switch i {
+	case 5:
+		c.lines[k] = bytes.Replace(c.lines[k], []byte(`"capsule_id":`), []byte(`"\u0063apsule_id":`), 1)
+	case 6:
+		h := c.entries[k].str("entry_hash")
+		c.lines[k] = bytes.Replace(c.lines[k], []byte(`"entry_hash":"`+h), fmt.Appendf(nil, `"entry_hash":"\u%04x%s`, h[0], h[1:]), 1)
+	default:
+		st := []style{{escapeSlash: true}, {escapeNonASCII: true}, {longControl: true}, {upperHex: true}, {escapeNonASCII: true, upperHex: true}}[i]
+		c.lines[k] = render(c.entries[k], st)
+	}
 	return sample{variant, c, atLine(events.NonCanonical, k+1), true}
 }
 
@@ -492,7 +500,13 @@ func makeNonCanonicalNumber(g *gen, id ids) sample {
 		{"total", 1e21, "1e21"}, {"total", 1e21, "1000000000000000000000"}, {"score", 100, "1e2"},
 		{"duration_ms", 0, "1e-400"}, {"duration_ms", 5e-324, "4.9406564584124654e-324"},
 	}
-	s := spellings[g.choose(len(spellings))]
+	// seq spelled otherwise: the upstream compares the parsed number.
+	seq := []string{fmt.Sprintf("%d.0", k), fmt.Sprintf("%de0", k), fmt.Sprintf("%dE+0", k)}
+	if i := g.choose(len(spellings) + len(seq)); i >= len(spellings) {
+		c.lines[k] = canonical(c.entries[k].with("seq", rawJSON(seq[i-len(spellings)])))
+		return sample{"seq " + seq[i-len(spellings)], c, atLine(events.NonCanonical, k+1), true}
+	}
+	s := spellings[g.choose(len(spellings)+len(seq))]
 	e := c.entries[k]
 	c.edit(k, e.with("payload", e.payload().with(s.key, s.v)))
 	c.lines[k] = canonical(c.entries[k].with("payload", c.entries[k].payload().with(s.key, rawJSON(s.text))))
@@ -602,6 +616,9 @@ func notJSON(line []byte) (names, lines []string) {
 		{"array trailing comma", "[1,]"}, {"leading zero", `{"seq":01}`},
 		{"cut at the first comma", string(line[:bytes.IndexByte(line, ',')])},
 		{"two entries", string(line) + string(line)}, {"two objects", "{}{}"},
+		{"raw control character", strings.Replace(string(line), `"schema":"`, "\"schema\":\"\x01", 1)},
+		{"raw tab", strings.Replace(string(line), `"schema":"`, "\"schema\":\"\t", 1)},
+		{"whitespace only", " \t"},
 	} {
 		names, lines = append(names, v.name), append(lines, v.line)
 	}
