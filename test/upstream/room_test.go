@@ -6,6 +6,9 @@ import (
 	"crypto/rand"
 	"fmt"
 	"os"
+	"slices"
+	"strconv"
+	"sync"
 	"testing"
 	"time"
 
@@ -17,14 +20,33 @@ import (
 	"github.com/roompub/roompub/validate"
 )
 
-// roomCase is one class's sample through the gate, and another of its
-// samples written straight into the stream for the readers.
+// shipWay is one way `publisher journal` may cut a journal into
+// requests: its default batches, or one line per request, pipelined
+// (what a long journal, or a follower shipping lines as they come, does).
+type shipWay struct {
+	name string
+	opts room.ShipOptions
+}
+
+func shipWays() []shipWay {
+	return []shipWay{{"gate-batched", room.ShipOptions{}}, {"gate-per-line", room.ShipOptions{BatchLines: 1}}}
+}
+
+// shipment is one sample shipped one way into a room of its own.
+type shipment struct {
+	way    shipWay
+	s      sample
+	roomID string
+	dir    string
+	res    room.ShipResult
+	err    error
+}
+
+// roomCase is one class's samples through the gate, one per way, and
+// another sample written straight into the stream for the readers.
 type roomCase struct {
-	cl       class
-	s        sample
-	gateRoom string
-	res      room.ShipResult
-	err      error
+	cl    class
+	ships []*shipment
 
 	forged     *sample
 	forgeRoom  string
@@ -111,42 +133,39 @@ func chainOf(c *capsule) events.ChainKey {
 func TestGateAndReadersAgreeWithUpstream(t *testing.T) {
 	start := time.Now()
 	w := startRoomWorld(t)
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	dirs := t.TempDir()
 	pendingRun := os.Getenv("ROOMPUB_UPSTREAM_PENDING") == "run"
-	var cases []*roomCase
-	for i, cl := range classes() {
-		if _, pending := pendingClasses()[cl.name]; pending && !pendingRun {
-			cases = append(cases, &roomCase{cl: cl})
-			continue
-		}
-		// The forged sample takes the gate sample's variant.
-		g := newGen(classSeed(cl.name, 1000))
-		turn := g.r.IntN(64)
-		g.turn = turn
-		s := cl.make(g, g.ids())
-		rc := &roomCase{cl: cl, s: s, gateRoom: fmt.Sprintf("room:gate-%02d-%s", i, cl.name)}
-		dir := writeCapsule(t, dirs, cl.name, s.c)
-		// Batches of 1 to 3 lines: a refused line may sit mid-request.
-		rc.res, rc.err = room.ShipCapsule(ctx, w.client, dir, rc.gateRoom, room.ShipOptions{BatchLines: 1 + i%3})
-		if s.forge {
-			g := newGen(classSeed(cl.name, 2000))
-			g.turn = turn
-			f := cl.make(g, g.ids())
-			rc.forged, rc.forgeRoom = &f, fmt.Sprintf("room:forge-%02d-%s", i, cl.name)
-			subject := room.Subjects{}.Journal(rc.forgeRoom, chainOf(f.c))
-			for _, line := range forgeLines(&f) {
-				ack, err := w.js.Publish(ctx, subject, line)
-				if err != nil {
-					t.Fatalf("%s: publish a forged line: %v", cl.name, err)
-				}
-				rc.forgedSeqs = append(rc.forgedSeqs, ack.Sequence)
-			}
-		}
-		cases = append(cases, rc)
+	// ROOMPUB_UPSTREAM_ROOM_SAMPLES=N takes N samples of each class (one
+	// by default): the gate's order of pipelined requests is timing's.
+	samples := 1
+	if n, err := strconv.Atoi(os.Getenv("ROOMPUB_UPSTREAM_ROOM_SAMPLES")); err == nil && n > 0 {
+		samples = n
 	}
-
+	var cases []*roomCase
+	for _, cl := range classes() {
+		for j := range samples {
+			cases = append(cases, prepareRoomCase(ctx, t, w, dirs, cl, j, pendingRun))
+		}
+	}
+	// Every capsule into its own room at once: a request queued behind
+	// a refused one waits out the gate's ahead wait (5 s), and those
+	// waits overlap.
+	var wg sync.WaitGroup
+	slots := make(chan struct{}, 16)
+	for _, rc := range cases {
+		for _, sh := range rc.ships {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				slots <- struct{}{}
+				defer func() { <-slots }()
+				sh.res, sh.err = room.ShipCapsule(ctx, w.client, sh.dir, sh.roomID, sh.way.opts)
+			}()
+		}
+	}
+	wg.Wait()
 	shipped := time.Since(start)
 	// One audit reads every room back.
 	type read struct {
@@ -166,7 +185,10 @@ func TestGateAndReadersAgreeWithUpstream(t *testing.T) {
 	}
 	written := 0
 	for _, rc := range cases {
-		written += rc.res.Stored + len(rc.forgedSeqs)
+		for _, sh := range rc.ships {
+			written += sh.res.Stored
+		}
+		written += len(rc.forgedSeqs)
 	}
 	if rep.Totals.Messages != uint64(written) {
 		t.Errorf("the audit read %d messages; %d were stored or forged", rep.Totals.Messages, written)
@@ -204,42 +226,90 @@ func TestGateAndReadersAgreeWithUpstream(t *testing.T) {
 	gateCounts, forgeCounts := map[string]int{}, map[string]int{}
 	for _, rc := range cases {
 		t.Run(rc.cl.name, func(t *testing.T) {
-			skipPending(t, rc.cl.name)
-			s, res := rc.s, rc.res
-			t.Logf("%s: want %v; gate stored %d of %d, refused %s", s.variant, s.want, res.Stored, len(s.c.lines), refusedAt(res))
-			checkGate(t, s, res, rc.err)
-			gateCounts[s.want.codeName()]++
-			servedAsIs(t, rc.gateRoom, s.c.lines[:min(res.Stored, len(s.c.lines))])
-			if as := asides[rc.gateRoom]; len(as) > 0 {
-				t.Errorf("%s: the readers set stored lines aside: %v", rc.gateRoom, as)
+			for _, way := range shipWays() {
+				t.Run(way.name, func(t *testing.T) {
+					skipPending(t, rc.cl.name, way.name)
+					i := slices.IndexFunc(rc.ships, func(sh *shipment) bool { return sh.way.name == way.name })
+					sh := rc.ships[i]
+					s, res := sh.s, sh.res
+					t.Logf("%s: want %v; the gate stored %d of %d, refused %s", s.variant, s.want, res.Stored, len(s.c.lines), refusedAt(res))
+					checkGate(t, s, res, sh.err)
+					gateCounts[s.want.codeName()]++
+					servedAsIs(t, sh.roomID, s.c.lines[:min(res.Stored, len(s.c.lines))])
+					if as := asides[sh.roomID]; len(as) > 0 {
+						t.Errorf("%s: the readers set stored lines aside: %v", sh.roomID, as)
+					}
+				})
 			}
-			if rc.forged == nil {
-				return
-			}
-			f := rc.forged
-			forgeCounts[f.want.codeName()]++
-			lines := forgeLines(f)
-			as := asides[rc.forgeRoom]
-			if f.want.code == "" {
-				servedAsIs(t, rc.forgeRoom, lines)
-				if len(as) > 0 {
-					t.Errorf("forged %s: the readers set aside %v; the upstream accepts it", f.variant, as)
+			t.Run("readers", func(t *testing.T) {
+				skipPending(t, rc.cl.name, "readers")
+				f := rc.forged
+				if f == nil {
+					t.Skip("the class's fault is not in one line")
 				}
-				return
-			}
-			servedAsIs(t, rc.forgeRoom, lines[:len(lines)-1])
-			want := f.want.code
-			if f.want.reader != "" {
-				want = f.want.reader
-			}
-			last := rc.forgedSeqs[len(rc.forgedSeqs)-1]
-			if len(as) != 1 || as[0].Seq != last || as[0].Code != want {
-				t.Errorf("forged %s: the readers set aside %v, want stream seq %d as %s", f.variant, as, last, want)
-			}
+				forgeCounts[f.want.codeName()]++
+				lines := forgeLines(f)
+				as := asides[rc.forgeRoom]
+				t.Logf("%s: want %v; forged %d lines", f.variant, f.want, len(lines))
+				if f.want.code == "" {
+					servedAsIs(t, rc.forgeRoom, lines)
+					if len(as) > 0 {
+						t.Errorf("forged %s: the readers set aside %v; the upstream accepts it", f.variant, as)
+					}
+					return
+				}
+				servedAsIs(t, rc.forgeRoom, lines[:len(lines)-1])
+				want := f.want.code
+				if f.want.reader != "" {
+					want = f.want.reader
+				}
+				last := rc.forgedSeqs[len(rc.forgedSeqs)-1]
+				if len(as) != 1 || as[0].Seq != last || as[0].Code != want {
+					t.Errorf("forged %s: the readers set aside %v, want stream seq %d as %s", f.variant, as, last, want)
+				}
+			})
 		})
 	}
 	t.Logf("gate: %d capsules %v; readers: %d forged %v; audit read %d messages; shipped and forged in %v, %v in all",
 		sum(gateCounts), gateCounts, sum(forgeCounts), forgeCounts, rep.Totals.Messages, shipped.Round(time.Millisecond), time.Since(start).Round(time.Millisecond))
+}
+
+// prepareRoomCase draws sample j of cl for each way of shipping (written
+// to a capsule directory) and for the readers (published straight onto
+// the room subject now).
+func prepareRoomCase(ctx context.Context, t *testing.T, w *roomWorld, dirs string, cl class, j int, pendingRun bool) *roomCase {
+	t.Helper()
+	rc := &roomCase{cl: cl}
+	// Each way and the forged sample take one variant.
+	turn := newGen(classSeed(cl.name, 1000+10*j)).r.IntN(64)
+	name := fmt.Sprintf("%s-%d", cl.name, j)
+	for k, way := range shipWays() {
+		if pendingFor(cl.name, way.name) != "" && !pendingRun {
+			continue
+		}
+		g := newGen(classSeed(cl.name, 1000+10*j+k+1))
+		g.turn = turn
+		sh := &shipment{way: way, s: cl.make(g, g.ids()), roomID: "room:" + way.name + "-" + name}
+		sh.dir = writeCapsule(t, dirs, way.name+"-"+name, sh.s.c)
+		rc.ships = append(rc.ships, sh)
+	}
+	if pendingFor(cl.name, "readers") != "" && !pendingRun {
+		return rc
+	}
+	g := newGen(classSeed(cl.name, 1000+10*j+9))
+	g.turn = turn
+	if f := cl.make(g, g.ids()); f.forge {
+		rc.forged, rc.forgeRoom = &f, "room:forge-"+name
+		subject := room.Subjects{}.Journal(rc.forgeRoom, chainOf(f.c))
+		for _, line := range forgeLines(&f) {
+			ack, err := w.js.Publish(ctx, subject, line)
+			if err != nil {
+				t.Fatalf("%s: publish a forged line: %v", name, err)
+			}
+			rc.forgedSeqs = append(rc.forgedSeqs, ack.Sequence)
+		}
+	}
+	return rc
 }
 
 func sum(m map[string]int) int {
