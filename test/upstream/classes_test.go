@@ -86,8 +86,6 @@ func pendingClasses() map[string]string {
 		"lone_surrogate_metadata":       "roompub refuses lone surrogates (\\udxxx) as not strict JSON",
 		"non_canonical_surrogate_upper": "roompub refuses lone surrogates before it compares the bytes",
 		"non_object_line":               "a JSON line that is not an object is corrupt_entry in roompub, invalid_entry upstream",
-		"canary_js_narrower":            "roompub's canaries lack JavaScript's Unicode \\s and UTF-16 counting",
-		"canary_js_broader":             "roompub's canaries drop \\b and the length floors and fold case wider than /i",
 		"lines_swapped/gate-per-line": "the gate orders a chain's pipelined requests by first seq, not as sent: " +
 			"a line sent after a refused one may land (timing's)",
 	}
@@ -924,6 +922,20 @@ func canariesJSNarrower() []string {
 		"Bearer\u3000abcdefghijklmnopqrstuvwxyz",
 		"SECRET\u00a0=abcdefghij",
 		"API_KEY=😀😀😀😀",
+		"API_KEY=😀😀😀ab",
+		"Bearer\ufeffabcdefghijklmnopqrstuvwxyz",
+		"Bearer\u1680abcdefghijklmnopqrstuvwxyz",
+		"TOKEN=\u2028abcdefgh",
+		"SECRET =\u00a0abcdefgh",
+		"Api_Key = abcdefgh",
+		"PASSWORD\t=\tabcdefgh",
+		"😀sk-abcdefghijklmnopqrst",
+		"sk-abcdefghijklmnopqrsté",
+		"AKIAABCDEFGHIJKLMNOP😀",
+		"eyJabcdefghij.abcdefghij.abcdefghij-",
+		"-----BEGIN  PRIVATE KEY-----",
+		"ghs_abcdefghijklmnopqrstuvwxyz0123",
+		"rk_test_abcdefghijklmnop",
 	}
 }
 
@@ -941,6 +953,19 @@ func canariesJSBroader() []string {
 		"-----BEGIN RSA2 PRIVATE KEY-----",
 		"ſecret=abcdefghij",
 		"api_\u212aey=abcdefghij",
+		"Bearer\u0085abcdefghijklmnopqrstuvwxyz",
+		"Bearer\u180eabcdefghijklmnopqrstuvwxyz",
+		"Bearer\u200babcdefghijklmnopqrstuvwxyz",
+		"bearer abcdefghijklmnopqrstuvwxyz",
+		"passwd=1234567",
+		"password=abc def gh",
+		"API_KEY=😀😀😀a",
+		"eyJabcdefghij.abcdefghi.abcdefghij",
+		"eyJabcdefghij.abcdefghij.abcdefghi-",
+		"sk-abcdefghijklmnopqrs-",
+		"-----BEGIN private KEY-----",
+		"xoxc-1234567890",
+		"AKIAabcdefghijklmnop",
 	}
 }
 
