@@ -82,8 +82,9 @@ type class struct {
 // them anyway).
 func pendingClasses() map[string]string {
 	return map[string]string{
-		"lone_surrogate":                "roompub refuses lone surrogates (\\udxxx) as not strict JSON",
-		"lone_surrogate_metadata":       "roompub refuses lone surrogates (\\udxxx) as not strict JSON",
+		"lone_surrogate": "roompub refuses lone surrogates (\\udxxx) as not strict JSON",
+		"lone_surrogate_metadata": "roompub's capsule.json reader refuses a lone surrogate as not strict JSON; " +
+			"Capsule.create writes one from a harness_version or task_family cut inside a pair",
 		"non_canonical_surrogate_upper": "roompub refuses lone surrogates before it compares the bytes",
 		"non_object_line":               "a JSON line that is not an object is corrupt_entry in roompub, invalid_entry upstream",
 		"lines_swapped/gate-per-line": "the gate orders a chain's pipelined requests by first seq, not as sent: " +

@@ -119,7 +119,11 @@ func TestVerifyAgreesWithUpstream(t *testing.T) {
 				byWant[s.want.codeName()]++
 			}
 			total += n
-			t.Logf("%d capsules: %v", n, byWant)
+			whose := "the upstream's verdict"
+			if cl.kept {
+				whose = "roompub's verdict (a deliberate divergence)"
+			}
+			t.Logf("%d capsules, %s: %v", n, whose, byWant)
 		})
 	}
 	t.Logf("%d capsules through verify", total)
