@@ -82,11 +82,6 @@ type class struct {
 // them anyway).
 func pendingClasses() map[string]string {
 	return map[string]string{
-		"lone_surrogate": "roompub refuses lone surrogates (\\udxxx) as not strict JSON",
-		"lone_surrogate_metadata": "roompub's capsule.json reader refuses a lone surrogate as not strict JSON; " +
-			"Capsule.create writes one from a harness_version or task_family cut inside a pair",
-		"non_canonical_surrogate_upper": "roompub refuses lone surrogates before it compares the bytes",
-		"non_object_line":               "a JSON line that is not an object is corrupt_entry in roompub, invalid_entry upstream",
 		"lines_swapped/gate-per-line": "the gate orders a chain's pipelined requests by first seq, not as sent: " +
 			"a line sent after a refused one may land (timing's)",
 	}
@@ -216,18 +211,6 @@ func classes() []class {
 			c.edit(k, e.with("payload", e.payload().with(g.stringKey(), append(js("cut 😀 here: "), 0xd83d))))
 			return sample{"", c, accepted(), true}
 		}},
-		{name: "lone_surrogate_metadata", make: func(g *gen, id ids) sample {
-			// Capsule.create takes any string not blank after trim: it
-			// writes the surrogate into capsule.json and every entry.
-			c := g.create(id)
-			_, field := g.variant("harness_version", "task_family")
-			c.meta = c.meta.with(field, append(js("v1 "), uint16(0xd800+g.r.IntN(0x800))))
-			c.metaRaw = append(canonical(c.meta), '\n')
-			for range g.n(1, 4) {
-				g.append(c, g.payload())
-			}
-			return sample{field, c, accepted(), false}
-		}},
 
 		// Deliberate divergences: roompub's verdict stands.
 		{name: "duplicate_key", kept: true, make: makeDuplicateKey},
@@ -247,6 +230,19 @@ func classes() []class {
 			deep := rawJSON(strings.Repeat("[", 10000) + strings.Repeat("]", 10000))
 			c.lines[k] = canonical(c.entries[k].with("payload", c.entries[k].payload().with("note", deep)))
 			return sample{"", c, atLine(events.CorruptEntry, k+1), true}
+		}},
+		{name: "lone_surrogate_metadata", kept: true, make: func(g *gen, id ids) sample {
+			// Capsule.create takes any string not blank after trim: it
+			// writes the surrogate into capsule.json and every entry.
+			// capsule.json is read as I-JSON.
+			c := g.create(id)
+			_, field := g.variant("harness_version", "task_family")
+			c.meta = c.meta.with(field, append(js("v1 "), uint16(0xd800+g.r.IntN(0x800))))
+			c.metaRaw = append(canonical(c.meta), '\n')
+			for range g.n(1, 4) {
+				g.append(c, g.payload())
+			}
+			return sample{field, c, capsuleLevel(), false}
 		}},
 		{name: "truncated_mid_utf8_char", kept: true, make: func(g *gen, id ids) sample {
 			c := g.capsule(id, g.n(1, 6))
@@ -336,7 +332,7 @@ func makePayloadKeyUnknown(g *gen, id ids) sample {
 	k := g.r.IntN(len(c.lines))
 	// session, risk and blocked are allowlisted by a later 38-key revision
 	// only (allowlist_38_keys); the seed's 31 keys stand.
-	_, key := g.variant("session", "risk", "blocked", "Tool", "tool ", "", "__proto__", "constructor", "toString", "payload", "entry_hash", "tóol")
+	_, key := g.variant("session", "risk", "blocked", "Tool", "tool ", "", "__proto__", "constructor", "toString", "payload", "entry_hash", "tóol", "9", "10")
 	e := c.entries[k]
 	c.edit(k, e.with("payload", e.payload().with(key, g.payloadStr())))
 	return sample{fmt.Sprintf("%q", key), c, atLine(events.InvalidEntry, k+1), true}
