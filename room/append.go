@@ -108,6 +108,12 @@ func (g *Gate) appendJournal(ctx context.Context, roomID, owner string, body []b
 	first := pre[0].e
 	key := events.ChainKey{RunID: first.RunID(), CapsuleID: first.CapsuleID()}
 	reply.Chain = key
+	if problems := outOfOrder(first, lines[0].data, pre[0].problems, capsule, after); problems != nil {
+		reply.Items[0] = refused(0, problems)
+		g.observeItems(reply.Items, start)
+		reply.tally()
+		return reply, nil
+	}
 	// The requests of this chain ahead of this one are decided first; the
 	// lines above were checked meanwhile.
 	err = t.idle(ctx, func() error {
@@ -138,6 +144,33 @@ func (g *Gate) appendJournal(ctx context.Context, roomID, owner string, body []b
 	g.observeItems(reply.Items, start)
 	reply.tally()
 	return reply, nil
+}
+
+// outOfOrder returns the problems of a pipelined request's first line e
+// (raw bytes ln, entry rules' problems rules) when its seq is not after+1,
+// where the request ahead of it, whose last line claims seq after, left
+// its sender's file: the sender's own order puts a line at another
+// position than it claims (lines swapped in the file, say). Such a request
+// is refused reordered at once, with the line's other problems in check
+// order, before it can wait for the chain: in the chain's order it might
+// land, out of the order the file holds, after the sender saw the line
+// ahead refused. nil when after < 0 or the seq is after+1.
+func outOfOrder(e *events.Entry, ln []byte, rules []events.Problem, capsule *events.CapsuleMeta, after int64) []events.Problem {
+	if after < 0 {
+		return nil
+	}
+	if seq, ok := e.Seq(); ok && seq == after+1 {
+		return nil
+	}
+	meta := e.Metadata()
+	if capsule != nil {
+		meta = *capsule
+	}
+	// The chain rules with the position the sender's order gives the line
+	// and no parent to compare (the one ahead may not be stored yet).
+	v := events.NewChainVerifier(nil, nil)
+	v.Resume(after+1, "", meta)
+	return v.CheckLineChecked(e, ln, events.Location{Line: 1}, rules)
 }
 
 // checkedLine is one request line after the checks that need no chain state:

@@ -454,3 +454,34 @@ func TestShipCapsuleJSONCheckedBeforeAnyLine(t *testing.T) {
 	}
 	chainInStream(t, e, "room:meta", es)
 }
+
+// A pipelined request whose first line does not claim the seq after the
+// one its request ahead ends with is out of its sender's own order (lines
+// swapped in the file): it is refused reordered at once, without waiting
+// for the chain, so neither swapped line lands, in whatever order the two
+// requests are decided.
+func TestGatePipelinedOutOfOrderRefused(t *testing.T) {
+	defer room.SetAheadWait(time.Hour)()
+	e := newEnv(t)
+	es, _ := journal(t, "run-swap", "cap-swap", 4)
+	if r := shipJournal(t, e.nc, "room:swap", lines(es[:2])); r.Stored != 2 {
+		t.Fatalf("first two lines: %+v", r)
+	}
+	// The file holds es[3] then es[2]: its third line follows line 2 (seq 1).
+	third := sendJournal(t, e.nc, "room:swap", lines(es[3:4]), 1)
+	fourth := sendJournal(t, e.nc, "room:swap", lines(es[2:3]), 3)
+	for name, ch := range map[string]<-chan room.JournalReply{"third": third, "fourth": fourth} {
+		select {
+		case r := <-ch:
+			it := r.Items[0]
+			if r.Refused != 1 || it.Code != events.Reordered || it.At == nil || it.At.Pointer != "/seq" {
+				t.Fatalf("%s line: %+v, want refused reordered at /seq", name, it)
+			}
+		case <-time.After(30 * time.Second):
+			t.Fatalf("%s line: no answer: it waits for the chain", name)
+		}
+	}
+	if n := e.countOn(">"); n != 2 {
+		t.Fatalf("stream holds %d messages, want the 2 in order", n)
+	}
+}
