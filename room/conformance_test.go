@@ -141,6 +141,14 @@ func conformanceCases(t *testing.T, key *events.HostKey) []confCase {
 		lines: append(canon(es[:2]...), append([][]byte{secret.Canonical()}, canon(es[3:]...)...)...),
 		want:  refusedAt(events.InvalidEntry, 3), readerAll: brokenFrom(3, n, events.InvalidEntry)})
 
+	// A negative seq claims no chain position: a reader refuses it by the
+	// entry rules, as the others do, not as a fork of an earlier one.
+	es = chain()
+	negative := rebuilt(t, es[2], map[string]any{"seq": -1})
+	add(confCase{name: "invalid_entry: a negative seq",
+		lines: append(canon(es[:2]...), append([][]byte{negative.Canonical()}, canon(es[3:]...)...)...),
+		want:  refusedAt(events.InvalidEntry, 3), readerAll: brokenFrom(3, n, events.InvalidEntry)})
+
 	// A position out of order: the offline verifier and the gate decide a
 	// line against the one before it (reordered); in the stream a reader
 	// sees that the chain's next position is missing (gap).

@@ -301,7 +301,9 @@ func (r *Reader) verifyEntry(x *prepared, full bool) (*Event, *SetAside) {
 		}
 	}
 	if e != nil {
-		if pos, ok := e.Seq(); ok && pos != c.cv.Next() {
+		// A negative seq claims no chain position (no fork, no gap): the
+		// entry rules below refuse it, as the file verdict does.
+		if pos, ok := e.Seq(); ok && pos >= 0 && pos != c.cv.Next() {
 			var ps []events.Problem
 			switch {
 			case pos < c.cv.Next() && pos == c.cv.Next()-1 && e.EntryHash() == c.cv.Head() && e.EntryHash() == e.ComputedHash() && bytes.Equal(m.Data, e.Canonical()):
