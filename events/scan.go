@@ -229,23 +229,7 @@ func (s *scanner) escapedStr(start, i int) (string, bool) {
 		if i+1 >= len(s.src) {
 			return "", false
 		}
-		var b byte
-		switch s.src[i+1] {
-		case '"':
-			b = '"'
-		case '\\':
-			b = '\\'
-		case 'b':
-			b = '\b'
-		case 'f':
-			b = '\f'
-		case 'n':
-			b = '\n'
-		case 'r':
-			b = '\r'
-		case 't':
-			b = '\t'
-		case 'u':
+		if s.src[i+1] == 'u' {
 			v, ok := controlEscape(s.src[i+2:])
 			if !ok {
 				return "", false
@@ -253,7 +237,9 @@ func (s *scanner) escapedStr(start, i int) (string, bool) {
 			buf = append(buf, v)
 			i += 6
 			continue
-		default:
+		}
+		b, ok := shortEscape(s.src[i+1])
+		if !ok || b == '/' { // RFC 8785 never writes \/
 			return "", false
 		}
 		buf = append(buf, b)
@@ -509,4 +495,25 @@ func cutMembers(src string, members []span, omit ...string) []byte {
 		n++
 	}
 	return append(out, '}')
+}
+
+// shortEscape returns the byte a two-character JSON string escape \c
+// stands for (RFC 8259, section 7): \" \\ \/ \b \f \n \r \t; false for
+// any other c, \u included.
+func shortEscape(c byte) (byte, bool) {
+	switch c {
+	case '"', '\\', '/':
+		return c, true
+	case 'b':
+		return '\b', true
+	case 'f':
+		return '\f', true
+	case 'n':
+		return '\n', true
+	case 'r':
+		return '\r', true
+	case 't':
+		return '\t', true
+	}
+	return 0, false
 }

@@ -309,48 +309,32 @@ func (p *stringifyParser) escape(buf []byte) ([]byte, error) {
 	if p.i+1 >= len(p.src) {
 		return nil, p.fail("unterminated string")
 	}
-	var b byte
-	switch p.src[p.i+1] {
-	case '"':
-		b = '"'
-	case '\\':
-		b = '\\'
-	case '/':
-		b = '/'
-	case 'b':
-		b = '\b'
-	case 'f':
-		b = '\f'
-	case 'n':
-		b = '\n'
-	case 'r':
-		b = '\r'
-	case 't':
-		b = '\t'
-	case 'u':
-		u, ok := hex4(p.src[p.i+2:])
+	if p.src[p.i+1] != 'u' {
+		b, ok := shortEscape(p.src[p.i+1])
 		if !ok {
-			return nil, p.fail("invalid \\u escape")
+			return nil, p.fail("invalid escape")
 		}
-		p.i += 6
-		if !utf16.IsSurrogate(rune(u)) {
-			return utf8.AppendRune(buf, rune(u)), nil
-		}
-		// A high surrogate followed by a low one is one character, as
-		// JSON.parse's string of code units has it; any other is lone.
-		if u < 0xdc00 && bytes.HasPrefix(p.src[p.i:], []byte(`\u`)) {
-			if lo, ok := hex4(p.src[p.i+2:]); ok && 0xdc00 <= lo && lo <= 0xdfff {
-				p.i += 6
-				return utf8.AppendRune(buf, utf16.DecodeRune(rune(u), rune(lo))), nil
-			}
-		}
-		p.lone = true
-		return appendSurrogate(buf, u), nil
-	default:
-		return nil, p.fail("invalid escape")
+		p.i += 2
+		return append(buf, b), nil
 	}
-	p.i += 2
-	return append(buf, b), nil
+	u, ok := hex4(p.src[p.i+2:])
+	if !ok {
+		return nil, p.fail("invalid \\u escape")
+	}
+	p.i += 6
+	if !utf16.IsSurrogate(rune(u)) {
+		return utf8.AppendRune(buf, rune(u)), nil
+	}
+	// A high surrogate followed by a low one is one character, as
+	// JSON.parse's string of code units has it; any other is lone.
+	if u < 0xdc00 && bytes.HasPrefix(p.src[p.i:], []byte(`\u`)) {
+		if lo, ok := hex4(p.src[p.i+2:]); ok && 0xdc00 <= lo && lo <= 0xdfff {
+			p.i += 6
+			return utf8.AppendRune(buf, utf16.DecodeRune(rune(u), rune(lo))), nil
+		}
+	}
+	p.lone = true
+	return appendSurrogate(buf, u), nil
 }
 
 // hex4 reads the four hex digits of a \u escape.
