@@ -42,7 +42,8 @@ const (
 	RoleAdmin Role = "admin"
 )
 
-// Roles lists the roles in the order the README's table has them.
+// Roles lists the roles in the order the table of docs/secure-mode.md,
+// "Roles and their permissions", has them.
 var Roles = []Role{RolePublisher, RoleHarness, RoleSolver, RoleAdmin}
 
 // ParseRole parses a role name; "auditor" is the solver role.
@@ -142,7 +143,7 @@ type SecureOptions struct {
 	// (<ServicePrefix>.head, a read), never append through it. Off by
 	// default: solvers do not talk to the ingest service at all.
 	SolverHead bool
-	// LeaseBucket is the checkpoint lease bucket (issue 9), which only
+	// LeaseBucket is the checkpoint lease bucket, which only
 	// the publisher (and the admin) may write; default DefaultLeaseBucket.
 	LeaseBucket string
 	// TLS, when Cert is set, turns TLS on (and off plain connections).
