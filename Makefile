@@ -51,7 +51,7 @@ bench:
 	@$(MAKE) --no-print-directory build
 	bin/roompub-bench --publisher bin/publisher --subscriber bin/subscriber $(BENCH_FLAGS)
 
-## bench-check: the side-by-side run only; exit 1 when a ratio is below the issue's floor
+## bench-check: the side-by-side run only; exit 1 when a ratio is below its floor
 .PHONY: bench-check bench-quick
 bench-check: build
 	bin/roompub-bench --check --publisher bin/publisher --subscriber bin/subscriber $(BENCH_FLAGS)

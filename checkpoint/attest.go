@@ -17,15 +17,15 @@ import (
 // AttestationHeader is the NATS header that carries a publisher's
 // attestation of a message: "<node id> <sig> <i>/<n>", where sig is the
 // unpadded base64url Ed25519 signature of the message's atomic batch, i the
-// message's 0-based index in the batch and n the batch size (issue 9, one
+// message's 0-based index in the batch and n the batch size (one
 // signature per atomic batch).
 const AttestationHeader = "Roompub-Attestation"
 
-// MaxBatch is the largest batch an attestation may name (issue 9: n <=
+// MaxBatch is the largest batch an attestation may name (n <=
 // 1,000,000).
 const MaxBatch = 1_000_000
 
-// attestationTag starts every attestation's signed message (issue 9), so
+// attestationTag starts every attestation's signed message, so
 // the signature can never be replayed as any other roompub signature.
 const attestationTag = "roompub-attestation/v1\n"
 
@@ -33,7 +33,7 @@ const attestationTag = "roompub-attestation/v1\n"
 var sigLen = base64.RawURLEncoding.EncodedLen(ed25519.SignatureSize)
 
 // JournalPosition is the attested position of a journal entry: "seq:" +
-// the entry's chain seq in decimal (issue 9).
+// the entry's chain seq in decimal.
 func JournalPosition(seq int64) string { return "seq:" + strconv.FormatInt(seq, 10) }
 
 // OwnedJournalPosition is the attested position of a journal entry of a
@@ -52,10 +52,10 @@ func OwnedJournalPosition(seq int64, owner string) string {
 
 // RecordPosition is the attested position of an execution record: "index:"
 // + the 0-based ordinal of the message among all messages on the room's
-// exec subject in stream order, in decimal (issue 9).
+// exec subject in stream order, in decimal.
 func RecordPosition(index uint64) string { return "index:" + strconv.FormatUint(index, 10) }
 
-// Statement is what an attestation says of one message (issue 9): it is on
+// Statement is what an attestation says of one message: it is on
 // Subject of Room at Position (JournalPosition or RecordPosition) and its
 // data hashes to Content (ContentHash). Fields hold no newline (room ids,
 // subjects and positions never do); verification refuses one that does.
@@ -64,7 +64,7 @@ type Statement struct {
 	Content                 [32]byte
 }
 
-// Digest is SHA-256 of the statement's text (issue 9):
+// Digest is SHA-256 of the statement's text:
 //
 //	room + "\n" + subject + "\n" + position + "\n" + hex(content) + "\n"
 func (s Statement) Digest() [32]byte {
@@ -86,7 +86,7 @@ func (s Statement) hasNewline() bool {
 	return strings.ContainsRune(s.Room, '\n') || strings.ContainsRune(s.Subject, '\n') || strings.ContainsRune(s.Position, '\n')
 }
 
-// batchMessage is what the Ed25519 key signs for a batch (issue 9), with no
+// batchMessage is what the Ed25519 key signs for a batch, with no
 // hashing beyond Ed25519's own:
 //
 //	"roompub-attestation/v1\n" + decimal(n) + "\n" + for each i: hex(digest_i) + "\n"
@@ -195,7 +195,7 @@ func (a Attestation) SameBatch(o Attestation) bool {
 }
 
 // ParseAttestation reads an AttestationHeader value. The form is exact
-// (issue 9): three fields separated by single spaces: a node id (its key is
+// (docs/checkpoints.md, "The publisher: `serve --publisher-key`"): three fields separated by single spaces: a node id (its key is
 // checked only against a Trust), 86 characters of strict unpadded base64url
 // (RFC 4648 section 5) encoding 64 bytes, and "i/n" in decimal without
 // leading zeros, with i < n and 1 <= n <= MaxBatch. Errors:
@@ -245,8 +245,8 @@ func parseDecimal(s string) (int, bool) {
 	return v, true
 }
 
-// Trust is a set of trusted publisher keys, named by node id (issue 9:
-// --trusted-publisher). It is immutable after NewTrust and safe for
+// Trust is a set of trusted publisher keys, named by node id
+// (--trusted-publisher). It is immutable after NewTrust and safe for
 // concurrent use. A nil *Trust trusts nobody.
 type Trust struct {
 	keys      map[string]ed25519.PublicKey
@@ -316,8 +316,8 @@ func (t *Trust) Verifiers() note.Verifiers {
 }
 
 // AttestationSigner returns the node id a well-formed header names if that
-// key is trusted, without checking the signature: the optimistic path of
-// issue 9, where a covering checkpoint authenticates the leaf instead.
+// key is trusted, without checking the signature: the readers' optimistic
+// path, where a covering checkpoint authenticates the leaf instead.
 // Errors: ErrNoAttestation, ErrBadAttestation (malformed),
 // ErrUntrustedPublisher.
 func (t *Trust) AttestationSigner(header string) (string, error) {
@@ -335,7 +335,7 @@ func (t *Trust) AttestationSigner(header string) (string, error) {
 // statements, in batch order, and returns the signer's node id: there are n
 // of each, header i is well-formed with index i and count n, all name the
 // same signer and signature, the signer is in t and the signature verifies
-// over the statements' digests (issue 9). Errors: ErrNoAttestation (a header
+// over the statements' digests. Errors: ErrNoAttestation (a header
 // is empty), ErrBadAttestation (malformed, not one batch, a field with a
 // newline, or a signature that does not verify), ErrUntrustedPublisher.
 func (t *Trust) VerifyBatch(headers []string, stmts []Statement) (signer string, err error) {

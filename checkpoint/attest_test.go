@@ -39,7 +39,7 @@ func TestAttestRoundTrip(t *testing.T) {
 	stmt := sha256.Sum256([]byte(tRoom + "\n" + tSubject + "\nseq:0\n" + hex.EncodeToString(c[:]) + "\n"))
 	full := "roompub-attestation/v1\n1\n" + hex.EncodeToString(stmt[:]) + "\n"
 	if !ed25519.Verify(k.Public(), []byte(full), raw) {
-		t.Fatal("signature is not Ed25519 over the issue 9 batch message")
+		t.Fatal("signature is not Ed25519 over the attested batch message")
 	}
 
 	tr := mustTrust(t, k.NodeID())

@@ -53,7 +53,7 @@ func TestAttestBatchRoundTrip(t *testing.T) {
 	}
 	raw, _ := base64.RawURLEncoding.DecodeString(sig)
 	if !ed25519.Verify(k.Public(), []byte(msg.String()), raw) {
-		t.Fatal("signature is not Ed25519 over the issue 9 batch message")
+		t.Fatal("signature is not Ed25519 over the attested batch message")
 	}
 	tr := mustTrust(t, k.NodeID())
 	if signer, err := tr.VerifyBatch(hs, ss); err != nil || signer != k.NodeID() {

@@ -3,7 +3,7 @@ package checkpoint
 import "testing"
 
 // BenchmarkAttest is the gate's cost per appended message (one Ed25519
-// signature over the issue 9 attestation message).
+// signature over the batch attestation message).
 func BenchmarkAttest(b *testing.B) {
 	k := testKey(1)
 	c := ContentHash([]byte("entry"))
@@ -13,7 +13,7 @@ func BenchmarkAttest(b *testing.B) {
 }
 
 // BenchmarkVerifyAttestation is a reader's cost per message it cannot
-// leave to a checkpoint (issue 9: optimistic verification).
+// leave to a checkpoint (optimistic verification).
 func BenchmarkVerifyAttestation(b *testing.B) {
 	k := testKey(1)
 	trust := mustTrust(b, k.NodeID())

@@ -17,7 +17,7 @@ type BatchVerdict struct {
 }
 
 // BatchCollector verifies the attestations of messages read in stream
-// order, one signature per atomic batch (issue 9): it holds each message of
+// order, one signature per atomic batch (docs/checkpoints.md): it holds each message of
 // a batch of more than one until every index of the batch has been seen,
 // then verifies the batch once. It is for readers and the checkpointer; it
 // is not safe for concurrent use.

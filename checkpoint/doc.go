@@ -1,4 +1,5 @@
-// Package checkpoint makes a room's messages tamper-evident (issue 9): each
+// Package checkpoint makes a room's messages tamper-evident
+// (docs/checkpoints.md): each
 // admitted message carries a publisher's attestation header (one Ed25519
 // signature per atomic batch, over the digests of its messages' statements;
 // BatchCollector verifies them in stream order), the room's

@@ -4,7 +4,7 @@ import "errors"
 
 // ErrNoAttestation is returned by (*Trust).VerifyAttestation and
 // (*Trust).AttestationSigner when the header is empty: the message was not
-// attested, so it is not a leaf (issue 9).
+// attested, so it is not a leaf.
 var ErrNoAttestation = errors.New("no attestation")
 
 // ErrIncompleteBatch is returned (wrapped) by (*Trust).VerifyAttestation for

@@ -7,19 +7,20 @@ import (
 	"github.com/transparency-dev/merkle/rfc6962"
 )
 
-// leafTag starts every leaf's data (issue 9), so a leaf can never be
+// leafTag starts every leaf's data, so a leaf can never be
 // mistaken for any other roompub hash input.
 const leafTag = "roompub-leaf/v1\n"
 
 // ContentHash is SHA-256 of a stored message's data: the canonical bytes on
-// the stream (issue 9).
+// the stream.
 func ContentHash(data []byte) [32]byte { return sha256.Sum256(data) }
 
-// LeafData is the data of a room's Merkle leaf (issue 9):
+// LeafData is the data of a room's Merkle leaf:
 //
 //	"roompub-leaf/v1\n" + roomID + "\n" + subject + "\n" + lowercase-hex(content) + "\n"
 //
-// Room ids and subjects hold no newline (DESIGN.md), which makes the
+// Room ids and subjects hold no newline (docs/design.md, "Subjects and room
+// ids"), which makes the
 // encoding injective.
 func LeafData(roomID, subject string, content [32]byte) []byte {
 	return appendLeafData(make([]byte, 0, len(leafTag)+len(roomID)+len(subject)+2*len(content)+3), roomID, subject, content)
@@ -40,7 +41,7 @@ func appendLeafData(b []byte, roomID, subject string, content [32]byte) []byte {
 // value (TestHashesMatchRFC6962), hashed from a stack buffer when the data
 // fits one, as for every leaf of a room whose id is not unusually long,
 // instead of a hash state allocated per call (the checkpointer and every
-// reader hash each message's leaf; issue 8).
+// reader hash each message's leaf, so an allocation per message counts).
 func LeafHash(roomID, subject string, content [32]byte) [32]byte {
 	var buf [512]byte
 	return sha256.Sum256(appendLeafData(append(buf[:0], rfc6962.RFC6962LeafHashPrefix), roomID, subject, content))

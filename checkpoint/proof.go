@@ -7,7 +7,7 @@ import (
 	"fmt"
 )
 
-// Proof is the offline evidence that one message is in a room (issue 9):
+// Proof is the offline evidence that one message is in a room (an inclusion proof):
 // the JSON document `subscriber prove` prints and `subscriber verify-proof`
 // reads. Its JSON form is
 //
@@ -46,7 +46,7 @@ type proofJSON struct {
 // most 2^64 leaves has at most 64 hashes.
 const maxProofLen = 64
 
-// MarshalJSON writes the issue 9 document.
+// MarshalJSON writes the proof document.
 func (p Proof) MarshalJSON() ([]byte, error) {
 	w := proofJSON{
 		Room: p.Room, Subject: p.Subject, StreamSeq: p.StreamSeq,
@@ -63,7 +63,7 @@ func (p Proof) MarshalJSON() ([]byte, error) {
 	return json.Marshal(w)
 }
 
-// UnmarshalJSON reads the issue 9 document strictly: no unknown, missing or
+// UnmarshalJSON reads the proof document strictly: no unknown, missing or
 // null members, hashes exactly 64 lowercase hex characters, at most 64 proof
 // hashes. Errors wrap ErrBadProof.
 func (p *Proof) UnmarshalJSON(data []byte) error {

@@ -104,7 +104,8 @@ func (t *Tree) RootAt(size uint64) ([32]byte, error) {
 
 // Truncate drops the leaves at index size and above, and the subtrees that
 // cover them, so the tree is as it was at size leaves (readers rebuild after
-// an optimistic miss, issue 9). Errors wrap ErrTreeSize when size > Size.
+// an optimistic miss: docs/checkpoints.md, "The readers: `--trusted-publisher`,
+// `--state-dir`"). Errors wrap ErrTreeSize when size > Size.
 func (t *Tree) Truncate(size uint64) error {
 	if size > t.Size() {
 		return fmt.Errorf("%w: truncate to %d a tree of size %d", ErrTreeSize, size, t.Size())

@@ -155,7 +155,7 @@ type Serve struct {
 	// (room.GateOptions); 0 is the default.
 	MaxBatch           int `name:"max-batch" help:"Journal entries per atomic batch; 0 is 1000, the server's default max_batch_size; no more than the server allows." yaml:"max-batch"`
 	MaxInflightBatches int `name:"max-inflight-batches" help:"Atomic batches this publisher keeps open at once; 0 is 32, below the server's default of 50 per stream." yaml:"max-inflight-batches"`
-	// Issue 9: attestations and signed room checkpoints.
+	// Attestations and signed room checkpoints.
 	PublisherKey       string        `name:"publisher-key" help:"Attest every appended message and sign room checkpoints with this key (made by 'publisher keygen'; its node id names it). Without it nothing is attested or checkpointed." placeholder:"FILE" yaml:"publisher-key"`
 	TrustedPublishers  []string      `name:"trusted-publisher" help:"Node id of another publisher whose attestations and checkpoints count (repeatable); the own key always does." placeholder:"NODE_ID" yaml:"trusted-publisher"`
 	CheckpointEvery    int           `name:"checkpoint-every" help:"Write a room's checkpoint once its tree has grown by this many messages (0: 10000)." default:"10000" yaml:"checkpoint-every"`
@@ -386,7 +386,7 @@ type Replay struct {
 
 // ReadMode is the read path Replay names for a reader with credentials c:
 // auto is room.ReadDirect for a named user (docs/secure-mode.md,
-// "Consumers": a solver may create no ephemeral consumer, and a request
+// "Roles and their permissions": a solver may create no ephemeral consumer, and a request
 // the server refuses for a permission gets no answer, only a timeout),
 // room.ReadAuto for the anonymous one.
 func (r Replay) ReadMode(c Credentials) room.ReadMode {

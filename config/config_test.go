@@ -80,7 +80,7 @@ func TestConfigFileAndFlags(t *testing.T) {
 	}
 	if s.PublisherKey != keyFile || len(s.TrustedPublishers) != 1 || s.TrustedPublishers[0] != host ||
 		s.CheckpointEvery != 50 || s.CheckpointInterval != 2*time.Second {
-		t.Fatalf("issue 9 keys from file: %+v", s)
+		t.Fatalf("checkpoint keys from file: %+v", s)
 	}
 	if !s.AcceptStream {
 		t.Fatalf("accept-stream from file: %+v", s)

@@ -86,7 +86,7 @@ type SecureFileUser struct {
 	NKey        string `yaml:"nkey"`
 	InboxPrefix string `yaml:"inbox-prefix"`
 	// Durables are the durable consumer names a solver may create and
-	// use (docs/secure-mode.md, "Consumers"); none given: one, named
+	// use (docs/secure-mode.md, "Roles and their permissions"); none given: one, named
 	// after the user.
 	Durables []string `yaml:"durables"`
 }

@@ -16,7 +16,7 @@ var IDPattern = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$`)
 // CapsuleFile is what CheckCapsule found in a capsule directory's
 // capsule.json: the identity strings it holds (empty where a member is
 // missing or not a string) and every invalid_capsule problem, in the
-// upstream's order (docs/upstream.md, "capsule.json"). A capsule is valid
+// upstream's order (docs/upstream.md, "Check order"). A capsule is valid
 // when Problems is empty.
 type CapsuleFile struct {
 	Meta     CapsuleMeta

@@ -101,7 +101,7 @@ func FuzzParseEntry(f *testing.F) {
 				t.Fatalf("error %v wraps neither ErrNotJSON nor ErrNotObject", err)
 			}
 			if !utf8.Valid(line) {
-				want = events.NonCanonical // DESIGN.md: invalid UTF-8 is non_canonical
+				want = events.NonCanonical // docs/design.md, "Refusal codes and their order": invalid UTF-8 is non_canonical
 			}
 			if ce != nil || len(problems) != 1 || problems[0].Code != want {
 				t.Fatalf("Check on a line ParseEntry refuses: %v %v", ce, problems)

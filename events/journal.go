@@ -17,7 +17,8 @@ import (
 // types, secret canaries) that package validate owns. It returns
 // InvalidEntry problems located at at, or none. Passing it in keeps this
 // package free of JSON Schema while the offline verifier, the gate and the
-// subscriber all run the same chain code (DESIGN.md, "Imports point one way").
+// subscriber all run the same chain code (docs/design.md, "Package map and
+// import rules").
 type EntryCheck func(e *Entry, at Location) []Problem
 
 // ChainVerifier checks the entries of one chain in order, one line at a
@@ -89,7 +90,7 @@ func ParseLine(line []byte, at Location) (*Entry, []Problem) {
 // a copy (Canonical returns it, capped at its length), so no one may
 // change line while the entry is in use; other lines are parsed as
 // ParseLine parses them. The gate parses its requests' lines this way
-// (issue 8: one copy of every entry less).
+// (one copy of every entry less).
 func ParseLineOwned(line []byte, at Location) (*Entry, []Problem) {
 	return parseLine(line, at, parseOwned)
 }

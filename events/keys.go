@@ -12,8 +12,8 @@ import (
 
 // HostKey is an execution host's Ed25519 signing key. Its String, GoString,
 // Format and MarshalJSON print only the public node id, so a key that
-// reaches a log or an error message never leaks (STYLE.md: a secret
-// redacts itself).
+// reaches a log or an error message never leaks: a secret redacts
+// itself.
 type HostKey struct {
 	priv ed25519.PrivateKey
 }

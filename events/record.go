@@ -90,7 +90,8 @@ func newRecord(obj map[string]any, canon []byte) (*Record, error) {
 func b64(sum [32]byte) string { return base64.RawURLEncoding.EncodeToString(sum[:]) }
 
 // Canonical returns the record's RFC 8785 bytes, the form it is stored in
-// (DESIGN.md). The slice must not be modified.
+// (docs/design.md, "Identity, order and duplicates"). The slice must not
+// be modified.
 func (r *Record) Canonical() []byte { return r.canonical }
 
 // Object returns the decoded record (numbers as json.Number). It is shared:
@@ -108,7 +109,7 @@ func (r *Record) SigningPayload() []byte { return r.payload }
 
 // ContentDigest is "sha256:" + unpadded base64url SHA-256 of the canonical
 // bytes: the record's content identity, used for Nats-Msg-Id and for "the
-// same bytes again" (DESIGN.md).
+// same bytes again" (docs/design.md, "Identity, order and duplicates").
 func (r *Record) ContentDigest() string { return DigestPrefix + b64(sha256.Sum256(r.canonical)) }
 
 // Str returns the string member key ("" if absent or not a string).

@@ -7,7 +7,8 @@ import (
 	"unicode/utf8"
 )
 
-// Code is a refusal code from the shared vocabulary in DESIGN.md. One code
+// Code is a refusal code from the shared vocabulary (docs/design.md,
+// "Refusal codes and their order"; the table is docs/refusal-codes.md). One code
 // has one meaning everywhere: CLI output, service replies, logs and audits.
 //
 // Code implements error so that callers can write
@@ -26,7 +27,7 @@ const (
 	MetadataMismatch Code = "metadata_mismatch" // run_id, capsule_id, harness_version or task_family differ
 )
 
-// Execution record codes (seed 004 and DESIGN.md), in the order they are
+// Execution record codes (seed 004 and the design brief), in the order they are
 // checked; the first failure is a record's code.
 const (
 	MalformedJSON       Code = "malformed_json"       // not JSON, duplicate keys, invalid UTF-8 or lone surrogates
@@ -42,7 +43,7 @@ const (
 	UnknownNotConsent   Code = "unknown_not_consent"  // the decision already has an unknown outcome
 )
 
-// Codes shared by both kinds and by readers (DESIGN.md).
+// Codes shared by both kinds and by readers (the design brief).
 const (
 	TooLarge     Code = "too_large"     // over the size the server accepts
 	RoomConflict Code = "room_conflict" // a capsule already shipped into another room
@@ -51,8 +52,9 @@ const (
 	WrongRoom    Code = "wrong_room"    // content names another room or capsule than its subject
 )
 
-// Codes added by roompub where the shared vocabulary had none (DESIGN.md
-// allows this; each has exactly one meaning).
+// Codes added by roompub where the shared vocabulary had none (the design
+// brief allows this: docs/design.md, "Departures from the brief"; each has
+// exactly one meaning).
 const (
 	// InvalidCapsule: capsule.json is missing or breaks the upstream's
 	// metadata rules (CheckCapsule; the upstream calls it
@@ -63,7 +65,7 @@ const (
 	// ChainBroken: a reader sets aside an entry of a chain that is already
 	// broken at an earlier position (fork, gap or a refused entry); the
 	// first entry stored at a position wins and the chain is broken from
-	// the first failure (DESIGN.md).
+	// the first failure (docs/design.md, "Chain rules").
 	ChainBroken Code = "chain_broken"
 	// Replayed: a message repeats, byte for byte, one already in the room.
 	// The gate never stores the same bytes twice, so a reader sets the
@@ -80,7 +82,7 @@ const (
 	// room, a room id that is not "room:" + non-space characters, an
 	// empty body); no item in it was looked at.
 	BadRequest Code = "bad_request"
-	// CheckpointMismatch: a reader that trusts publisher keys (issue 9)
+	// CheckpointMismatch: a reader that trusts publisher keys
 	// finds a room message without a valid attestation by a trusted
 	// publisher (no header, an untrusted key, a bad signature: the message
 	// was not admitted, e.g. a well-formed continuation written straight
@@ -93,13 +95,13 @@ const (
 	CheckpointMismatch Code = "checkpoint_mismatch"
 	// ReplyNotAllowed: an ingest request whose reply subject is not under
 	// the requesting identity's own inbox prefix (docs/secure-mode.md,
-	// "Replies"). The service sends no answer at all: a reply there could
+	// "Identities and replies"). The service sends no answer at all: a reply there could
 	// act on the JetStream API or a room in the service's name. It is
 	// logged and counted, never answered.
 	ReplyNotAllowed Code = "reply_not_allowed"
 	// NotChainOwner: a journal request on a chain that another identity
 	// started; only the identity that stored a chain's first entry may
-	// extend it or claim its chain id (docs/secure-mode.md, "Chains").
+	// extend it or claim its chain id (docs/secure-mode.md, "Chains belong to the identity that starts them").
 	NotChainOwner Code = "not_chain_owner"
 	// StreamReplaced: the room stream serve last saw is gone or was
 	// created anew (another creation time, or fewer messages than it
@@ -191,7 +193,8 @@ func quoteShort(s string) string {
 const MaxProblems = 100
 
 // Refusal is the error every check returns: the first failing problem in
-// DESIGN.md's order decides the Code, and Problems lists every problem found
+// the order of docs/design.md, "Refusal codes and their order", decides the
+// Code, and Problems lists every problem found
 // (up to MaxProblems; Omitted counts those left out).
 type Refusal struct {
 	Problem

@@ -298,7 +298,7 @@ func (s *scanner) number() (string, bool) {
 // in a double and ECMAScript prints them as they are). A value from 1e-6 up
 // to 1e21 (not included) is printed as jcs's ES6 formatter prints it, the
 // shortest round-trip digits in plain notation, into a stack buffer (no
-// allocation, issue 8); anything else is decided by that formatter itself,
+// allocation); anything else is decided by that formatter itself,
 // the one the general path uses. FuzzCanonicalNumber holds the rule to jcs.
 func canonicalNumber(tok string) bool {
 	digits := tok

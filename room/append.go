@@ -184,7 +184,7 @@ type checkedLine struct {
 	att      lineAttestation  // with a key and no problems
 }
 
-// lineAttestation is what a line's attestation signs (issue 9), made in
+// lineAttestation is what a line's attestation signs, made in
 // checkLines' parallel step: the statement's digest binds the room, the
 // line's own chain subject, its seq and its bytes, none of which depends on
 // the chain's state. The batch's one signature over the digests is made
@@ -263,7 +263,7 @@ func (g *Gate) lineAttestation(roomID, owner string, key events.ChainKey, subjec
 	return lineAttestation{ok: true, chain: key, content: content, digest: st.Digest()}
 }
 
-// attestations signs the first n pending lines as one batch (issue 9: one
+// attestations signs the first n pending lines as one batch (one
 // signature per atomic batch, over the statements in the order they are
 // appended) and returns each line's checkpoint.AttestationHeader value; nil
 // without a publisher key. A re-formed batch (halved, one by one, decided
@@ -701,7 +701,8 @@ func (r *journalRun) publishOne() (flushResult, bool) {
 		return flushResult{}, true
 	case err == nil && ack.Duplicate:
 		// The server merged it with a message of the same Msg-Id: confirm
-		// by reading what is stored there (DESIGN.md), then resync.
+		// by reading what is stored there (docs/design.md, "Identity, order and
+		// duplicates"), then resync.
 		if same, serr := g.storedEquals(r.ctx, ack.Sequence, r.subj, p.e.Canonical()); serr != nil || !same {
 			return r.end(failed(p.idx, fmt.Errorf("duplicate ack at stream seq %d does not hold this entry (%v)", ack.Sequence, serr))), false
 		}

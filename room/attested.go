@@ -17,8 +17,9 @@ import (
 	"github.com/roompub/roompub/events"
 )
 
-// The read side of issue 9. A reader that trusts publisher keys admits a
-// room message only with a valid attestation by one of them, keeps each
+// The read side of attestations and checkpoints (docs/checkpoints.md, "The
+// readers: `--trusted-publisher`, `--state-dir`"). A reader that trusts
+// publisher keys admits a room message only with a valid attestation by one of them, keeps each
 // room's admitted messages as the leaves of an RFC 6962 tree
 // (checkpoint.Tree) in stream order, and checks every checkpoint on the
 // room's checkpoint subject against that tree when it reaches it in stream
@@ -37,7 +38,7 @@ import (
 // following its predecessor (a copied header) and, at the end of a read,
 // the batch still open.
 //
-// Optimistic verification (issue 9, for the audit floor of issue 8): a
+// Optimistic verification (so that an audit meets its floor in `make bench`): a
 // message whose header is well formed and names a trusted key becomes a
 // leaf at once, its signature unchecked (attPending), and its verdict
 // waits in the reader's queue. A verified checkpoint that covers it
@@ -470,7 +471,7 @@ func (r *Reader) idle(out func(*Event, *SetAside)) {
 }
 
 // stepCheckpoint checks the checkpoint message x of l's room against the
-// tree as read so far (issue 9's rules, in stream order): a trusted
+// tree as read so far (the readers' checkpoint rules, in stream order): a trusted
 // signature and the room as origin (prepare), a size no smaller than the
 // previous checkpoint's and no larger than the leaves read, the tree's
 // root at that size, a consistency proof from the previous checkpoint,
@@ -767,7 +768,7 @@ func factOf(c *checkpoint.Checkpoint, seq uint64) *CheckpointFact {
 }
 
 // RoomCheckpoints is what a trusting reader verified of one room's
-// attestations and checkpoints (issue 9).
+// attestations and checkpoints.
 type RoomCheckpoints struct {
 	RoomID string `json:"room"`
 	// Admitted is how many messages of the room carry a valid attestation

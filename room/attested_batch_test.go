@@ -16,7 +16,7 @@ import (
 	"github.com/roompub/roompub/room"
 )
 
-// Issue 9 with one attestation signature per atomic batch, on the read
+// Attestations with one signature per atomic batch, on the read
 // side: a batch is verified once, whole; a batch with a message replaced,
 // a batch not stored whole and a header copied out of its batch are
 // refused, by audit and by follow, and follow's live delivery hands out

@@ -19,7 +19,7 @@ import (
 	"github.com/roompub/roompub/validate"
 )
 
-// The read path with issue 9: the benchmark stream of readbench_test.go
+// The read path with attestations: the benchmark stream of readbench_test.go
 // (benchChains × benchPer entries), every entry attested by one publisher
 // key in atomic batches of benchAttestBatch entries of one chain (one
 // signature per batch, as the gate signs its batches of up to 1,000),

@@ -19,7 +19,7 @@ import (
 	"github.com/roompub/roompub/room"
 )
 
-// Issue 9 on the read side, against a real embedded server: messages are
+// Attestations and checkpoints on the read side, against a real embedded server: messages are
 // written straight into the stream with the attestations and checkpoints a
 // publisher would write (checkpoint.Attest, checkpoint.Sign over a
 // checkpoint.Tree kept here), and forged ones beside them.

@@ -42,7 +42,7 @@ type AuditOptions struct {
 	// unless it needs them.
 	OnEvent func(*Event)
 
-	// Trust, when it holds a key, checks issue 9's attestations and
+	// Trust, when it holds a key, checks the publishers' attestations and
 	// checkpoints (checkpoint_mismatch): only messages attested by these
 	// publishers are admitted, and every checkpoint must cover the room as
 	// read. A replay from FromSeq or Since cannot check them (a room's tree
@@ -77,7 +77,7 @@ type ExternalCheckpoint struct {
 	Note []byte
 }
 
-// AttestationFacts says whether an audit checked issue 9's attestations
+// AttestationFacts says whether an audit checked the publishers' attestations
 // and checkpoints, and with which keys.
 type AttestationFacts struct {
 	Checked bool `json:"checked"`

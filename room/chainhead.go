@@ -16,7 +16,7 @@ import (
 	"github.com/roompub/roompub/events"
 )
 
-// Issue 9 on the gate's side: with a publisher key, a chain's head is its
+// Attestations on the gate's side: with a publisher key, a chain's head is its
 // last entry that a trusted publisher attested. A message a forger put
 // straight on the chain's subject (raw, or with a header copied from
 // another message) is not the head, so the genuine next entry is still

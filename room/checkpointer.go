@@ -24,7 +24,7 @@ import (
 	"github.com/roompub/roompub/events"
 )
 
-// Defaults of CheckpointerOptions (issue 9).
+// Defaults of CheckpointerOptions.
 const (
 	// DefaultLeaseBucket is the JetStream key-value bucket of the rooms'
 	// checkpoint leases: key LeaseKey(room id), value the writer's lease
@@ -77,7 +77,7 @@ type CheckpointerOptions struct {
 }
 
 // Checkpointer writes the signed checkpoints of every room of one stream
-// (issue 9). It reads the stream in stream order, from its first message
+// (docs/checkpoints.md). It reads the stream in stream order, from its first message
 // with batch direct gets up to the stream's end at start (catchUpRead),
 // then by stream sequence (follow), creating no consumer, so a stream
 // whose consumers are at their limit is read all the same: the gate of the same process tells it where the
@@ -159,7 +159,7 @@ type Checkpointer struct {
 	mu    sync.Mutex
 	rooms map[string]*ckRoom
 	// batches verifies the attestations of messages the gate of this
-	// process did not make, one signature per atomic batch (issue 9);
+	// process did not make, one signature per atomic batch;
 	// waiting names the room of each message it holds, by stream seq.
 	batches *checkpoint.BatchCollector
 	waiting map[uint64]*ckRoom
@@ -1372,7 +1372,8 @@ func (c *Checkpointer) write(ctx context.Context, d dueCheckpoint) error {
 		return err
 	}
 	msg := &nats.Msg{Subject: c.subjects.Checkpoint(r.id), Data: signed, Header: nats.Header{}}
-	// From content, as every roompub append (DESIGN.md): the same
+	// From content, as every roompub append (docs/design.md, "Appends and
+	// races"): the same
 	// checkpoint written twice is stored once.
 	msg.Header.Set(jetstream.MsgIDHeader, "ckpt:"+hex.EncodeToString(d.root[:])+":"+strconv.FormatUint(d.size, 10)+":"+roomToken(r.id))
 	msg.Header.Set(jetstream.ExpectedLastSubjSeqHeader, strconv.FormatUint(d.expect, 10))

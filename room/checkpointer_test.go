@@ -357,7 +357,7 @@ func TestGateAttestsEveryAppend(t *testing.T) {
 }
 
 // TestGateWithoutKeyAttestsNothing: without a publisher key no message
-// carries the header (the behaviour before issue 9).
+// carries the header (the behaviour before attestations).
 func TestGateWithoutKeyAttestsNothing(t *testing.T) {
 	e := newEnv(t)
 	_, body := journal(t, "run-n", "cap-n", 5)

@@ -20,7 +20,7 @@ import (
 var ErrState = errors.New("checkpoint state")
 
 // CheckpointState is a directory that keeps, per room, the last checkpoint
-// a subscriber verified (issue 9), so the next read can tell a rolled-back
+// a subscriber verified, so the next read can tell a rolled-back
 // or forked copy of the room: its newest checkpoint must be at least as
 // large and consistent with the stored one. One directory belongs to one
 // deployment (its rooms are named by room id only). A room's file is

@@ -89,8 +89,7 @@ type ClientOptions struct {
 	Identity string
 }
 
-// Client speaks the ingest service's wire format (README "The ingest
-// service"). It is safe for concurrent use.
+// Client speaks the ingest service's wire format (docs/wire.md). It is safe for concurrent use.
 type Client struct {
 	nc       *nats.Conn
 	prefix   string
@@ -200,7 +199,7 @@ func (c *Client) appendJournal(ctx context.Context, roomID string, capsule *even
 		hdr.Set(HeaderCapsule, string(b))
 	}
 	// One item per line comes back: room for them up front spares the
-	// decoder growing the slice (about half its allocations, issue 8).
+	// decoder growing the slice (about half its allocations).
 	// Items stays nil when the reply holds none (an error, say), as it
 	// would without the room.
 	r := JournalReply{Items: make([]ItemResult, 0, min(bytes.Count(lines, newline)+1, MaxBatchLines+1))}

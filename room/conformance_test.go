@@ -16,8 +16,9 @@ import (
 	"github.com/roompub/roompub/room"
 )
 
-// The conformance suite (STYLE.md: one suite for the chain rules, run
-// against the offline verifier, the publisher's gate and the subscriber).
+// The conformance suite: one suite for the chain rules, run against the
+// offline verifier, the publisher's gate and the subscriber, so the three
+// cannot disagree.
 // Every case is a journal (its lines) or one execution record, with the
 // verdict: ok, or the code of the first refused line and that line. The
 // three must agree; where they differ by design the table says so, case by

@@ -3,7 +3,7 @@
 // nats-server, the gate that decides every append, and the ingest service
 // that exposes the gate to NATS clients.
 //
-// Layout (DESIGN.md): one stream (default "ROOMS") holds every room on
+// Layout (docs/design.md, "The room stream"): one stream (default "ROOMS") holds every room on
 // subjects under one prefix (default "rooms"):
 //
 //	rooms.<room>.journal.<run_id>.<capsule_id>   one subject per chain

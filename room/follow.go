@@ -38,7 +38,7 @@ type FollowOptions struct {
 	// delivery starts, with the stream sequence the rebuild reached.
 	Ready func(rebuiltTo uint64)
 
-	// Trust, when it holds a key, checks issue 9's attestations and
+	// Trust, when it holds a key, checks the publishers' attestations and
 	// checkpoints: a message not attested by these publishers, or a
 	// checkpoint that does not cover its room as read, is set aside
 	// (checkpoint_mismatch). A live message is handed out once its whole

@@ -58,7 +58,7 @@ type GateOptions struct {
 	// server that answers "too many in flight" anyway is waited out.
 	MaxInflightBatches int
 	// PublisherKey, when set, attests every message the gate appends
-	// (checkpoint.AttestationHeader, issue 9): journal entries at
+	// (checkpoint.AttestationHeader): journal entries at
 	// checkpoint.JournalPosition of their seq, records at
 	// checkpoint.RecordPosition of their ordinal on the room's exec
 	// subject. Nil: nothing is attested.
@@ -71,7 +71,7 @@ type GateOptions struct {
 	// attestations admit journal entries (serve's --trusted-publisher);
 	// PublisherKey's own is always trusted. With a PublisherKey, a message
 	// on a chain's subject that no trusted publisher attested is not the
-	// chain's head (issue 9): the chain goes on after the last admitted
+	// chain's head: the chain goes on after the last admitted
 	// entry, and its next entry is stored after such messages.
 	TrustedPublishers []string
 	// ChainIdle is how long the gate keeps what it knows of a chain (its
@@ -126,7 +126,7 @@ const (
 // Gate decides every append to the room stream: each item is checked with
 // the same code as the offline verifier, then against what the stream
 // already holds, and only then appended with headers that let the server
-// refuse any race (DESIGN.md). Nothing refused reaches a room subject.
+// refuse any race (docs/design.md, "Appends and races"). Nothing refused reaches a room subject.
 // A Gate is safe for concurrent use; several gates, in one process or many,
 // may serve one stream.
 type Gate struct {
@@ -150,7 +150,7 @@ type Gate struct {
 
 	paused atomic.Pointer[error] // non-nil: the stream failed its check; no appends
 
-	key      *events.HostKey // attests appends (issue 9); nil: none
+	key      *events.HostKey // attests appends; nil: none
 	nodeID   string          // key's (base58 costs a microsecond a call)
 	attested AttestationSink // nil: nobody is told
 	// trust admits entries as chain heads: key's node id and
@@ -263,7 +263,7 @@ type chainState struct {
 	streamSeq uint64 // the head entry's stream sequence
 	// lastSeq is the last stream sequence on the chain's subjects in every
 	// room, which the next append expects: streamSeq, but for messages
-	// after the head that are no admitted entry (issue 9, with a key).
+	// after the head that are no admitted entry (with a key).
 	lastSeq uint64
 	// owner is the HeaderOwner of the head entry: the chain's owner
 	// (Anonymous for none, or while the chain has no entry).
@@ -641,7 +641,8 @@ func onlyPosition(ps []events.Problem) bool {
 // tooLarge refuses a message the server would not accept: data and headers
 // (with the attestation of message index of a batch of count, which the
 // gate may add later: msgHeaderSize) over the connection's max payload
-// (DESIGN.md: refused before it is sent).
+// (refused before it is sent: docs/design.md, "Refusal codes and their
+// order").
 func (g *Gate) tooLarge(msg *nats.Msg, at events.Location, index, count int) []events.Problem {
 	return g.tooLargeSize(int64(len(msg.Data))+g.msgHeaderSize(msg, index, count), at)
 }

@@ -22,7 +22,7 @@ import (
 // gateBenchEnv is one embedded server (sync_interval: always, as publisher
 // serve runs it) with the room stream, a gate and the ingest service. The
 // gate attests with a publisher key and a checkpointer reads the stream, as
-// `publisher serve --publisher-key` runs them (issue 9), unless
+// `publisher serve --publisher-key` runs them (attested), unless
 // ROOMPUB_BENCH_NO_ATTEST is set; the raw yardsticks run neither.
 type gateBenchEnv struct {
 	srv    *room.Embedded
@@ -412,8 +412,9 @@ func benchConcurrency() int {
 }
 
 // BenchmarkGateRecord is the gate's record path alone (no service), and
-// BenchmarkGateRecordCatchingUp the path before issue 8 (the room index
-// brought up to the stream head, one leader read, before every record).
+// BenchmarkGateRecordCatchingUp the path before the gate kept its own room
+// index (the index brought up to the stream head, one leader read, before
+// every record).
 func BenchmarkGateRecord(b *testing.B) { benchGateRecord(b, (*room.Gate).AppendRecord) }
 
 func BenchmarkGateRecordCatchingUp(b *testing.B) {

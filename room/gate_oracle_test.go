@@ -1,7 +1,7 @@
 package room
 
-// The gate's journal and record paths before issue 8, kept as test
-// oracles.
+// The gate's journal and record paths before atomic batches and its own
+// room index, kept as test oracles.
 
 import (
 	"context"
@@ -176,7 +176,8 @@ func (g *Gate) oldAppendLine(ctx context.Context, roomID string, key events.Chai
 			return res
 		case err == nil && ack.Duplicate:
 			// The server merged it with a message of the same Msg-Id: confirm
-			// by reading what is stored there (DESIGN.md), then resync.
+			// by reading what is stored there (docs/design.md, "Identity, order and
+			// duplicates"), then resync.
 			if same, serr := g.storedEquals(ctx, ack.Sequence, subj, e.Canonical()); serr != nil || !same {
 				return failed(idx, fmt.Errorf("duplicate ack at stream seq %d does not hold this entry (%v)", ack.Sequence, serr))
 			}

@@ -16,8 +16,8 @@ import (
 )
 
 // hostileLines are journal lines a hostile or broken harness may send, each
-// with the code the gate must refuse it with (issue 7: every input class
-// gets a clear refusal with a code, and nothing lands).
+// with the code the gate must refuse it with (every input class gets a
+// clear refusal with a code, and nothing lands).
 func hostileLines(t *testing.T) []struct {
 	name string
 	line []byte

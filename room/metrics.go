@@ -34,7 +34,7 @@ type Metrics struct {
 	foreign  prometheus.Gauge
 	// series holds the items and latency series of each kind and outcome
 	// once made (itemSeries): WithLabelValues hashes its labels on every
-	// call, and Item is called for every line (issue 8).
+	// call, and Item is called for every line.
 	series sync.Map // itemKey -> *itemSeries
 }
 

@@ -9,7 +9,7 @@ import (
 
 // A shipper keeps up to ShipOptions.Pipeline requests of one chain in
 // flight, so the gate checks the lines of the next request (checkLines,
-// parallel, no chain state) while it stores the one before (issue 8). The
+// parallel, no chain state) while it stores the one before. The
 // requests must still be decided in chain order: a request decided before
 // the one ahead of it is stored would find its first line ahead of the
 // chain's head and be refused. Within one gate the order is kept here:

@@ -40,7 +40,7 @@ type ProveOptions struct {
 // Prove reads the room as a trusting Audit does and returns the RFC 6962
 // inclusion proof of the message (the first verified one, in stream order,
 // with that entry hash or ref) against the room's latest verified
-// checkpoint (issue 9: subscriber prove). (*checkpoint.Proof).Verify
+// checkpoint (subscriber prove). (*checkpoint.Proof).Verify
 // checks it offline. Errors: ErrNoSuchMessage, ErrNotCovered, the read's.
 func Prove(ctx context.Context, js jetstream.JetStream, o ProveOptions) (*checkpoint.Proof, error) {
 	if o.Room == "" || (o.Entry == "") == (o.Ref == "") || o.Trust.Len() == 0 {

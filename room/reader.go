@@ -52,7 +52,7 @@ type Event struct {
 	Outcome  string         `json:"outcome,omitempty"`
 	Record   *events.Record `json:"-"`
 
-	// A trusting reader's leaf (issue 9): index in the room's tree and
+	// A trusting reader's leaf: index in the room's tree and
 	// content hash; leafOK is false without trusted publishers.
 	leafOK  bool
 	leaf    uint64
@@ -108,7 +108,7 @@ type Reader struct {
 	// instead of at position 0: for audits that start mid-stream.
 	Anchor bool
 
-	// Issue 9 (attested.go), for Audit and Follow: with trust set (at
+	// Attestations and checkpoints (attested.go), for Audit and Follow: with trust set (at
 	// least one key), attestations and checkpoints are checked, each room
 	// keeping a ledger, and verdicts go through feed's queue. eager
 	// verifies every batch once whole (Follow's live delivery), maxRun
@@ -174,7 +174,7 @@ type prepared struct {
 	rec    *events.Record
 	recErr error
 
-	// A trusting reader's (issue 9).
+	// A trusting reader's (attestations and checkpoints).
 	att attestation
 }
 
@@ -361,7 +361,8 @@ func (r *Reader) verifyRecord(x *prepared, full bool) (*Event, *SetAside) {
 		return nil, r.aside(m, p, nil, []events.Problem{{Code: events.MalformedJSON, At: at, Reason: err.Error()}})
 	}
 	if !bytes.Equal(m.Data, rec.Canonical()) {
-		// The gate stores records in their RFC 8785 form (DESIGN.md).
+		// The gate stores records in their RFC 8785 form (docs/design.md,
+		// "Identity, order and duplicates").
 		return nil, r.aside(m, p, nil, []events.Problem{{Code: events.NonCanonical, At: at,
 			Reason: "the stored record is not byte-equal to its RFC 8785 canonical form"}})
 	}

@@ -34,7 +34,7 @@ type chainWant struct {
 }
 
 // compromisedStream writes the scenario into e's stream and returns what
-// a reader must make of it. Every bad message of issue 5 is here: a
+// a reader must make of it. Every bad message a reader must set aside is here: a
 // tampered entry, a fork, a gap, an entry of one capsule on another's
 // subject, a chain in a second room, a record from an untrusted host, the
 // reference foreign-evidence.json, a record on another room's subject, the

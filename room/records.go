@@ -34,8 +34,8 @@ type roomState struct {
 	streamSeq uint64 // last record read from the room's record subject
 	// count is the number of messages on the room's record subject up to
 	// streamSeq, every one of them whether it counts for the rules or
-	// not: the next record's position (checkpoint.RecordPosition, issue
-	// 9). Kept by the gate only; written under mu, read without it as a
+	// not: the next record's position (checkpoint.RecordPosition).
+	// Kept by the gate only; written under mu, read without it as a
 	// hint by AppendRecords's checker.
 	count   atomic.Uint64
 	digests map[string]uint64 // content digest → stream seq
@@ -127,8 +127,9 @@ func (r *roomState) add(rec *events.Record, seq uint64) {
 	}
 }
 
-// streamProblems applies the stream-side record rules (DESIGN.md order:
-// idempotency_conflict, run_conflict, unknown_not_consent).
+// streamProblems applies the stream-side record rules in the order of
+// docs/design.md, "Refusal codes and their order": idempotency_conflict,
+// run_conflict, unknown_not_consent.
 func (r *roomState) streamProblems(rec *events.Record, at events.Location) []events.Problem {
 	var ps []events.Problem
 	ptr := func(p string) events.Location { l := at; l.Pointer = p; return l }
@@ -166,7 +167,7 @@ func (g *Gate) AppendRecord(ctx context.Context, raw []byte) RecordReply {
 // exactly as AppendRecord stores it. It returns one reply per record, in
 // order, each with Item.Index its position in raws.
 //
-// What it saves over one AppendRecord per record (issue 8): the checks
+// What it saves over one AppendRecord per record: the checks
 // that need no stream (parse, schema, canonical form, signature, trust)
 // run on a second goroutine for the next records while one is being
 // stored, at most recordsAhead records ahead. A record that is refused or
@@ -289,8 +290,8 @@ func (g *Gate) appendRecord(ctx context.Context, raw []byte) RecordReply {
 	return g.storeRecord(ctx, rec, reply, presigned{})
 }
 
-// checkRecord applies every rule that needs no stream (DESIGN.md order up
-// to trust, then the room id's subject form). It returns the record and
+// checkRecord applies every rule that needs no stream (in the order of
+// docs/design.md, "Refusal codes and their order", up to trust, then the room id's subject form). It returns the record and
 // a reply naming its room and execution/ref to go on with, or nil and the
 // final reply (refused, or failed for an error that is not a refusal).
 // It touches no gate state, so records can be checked ahead of the one

@@ -42,7 +42,8 @@ const (
 	RoleAdmin Role = "admin"
 )
 
-// Roles lists the roles in the order the README's table has them.
+// Roles lists the roles in the order the table of docs/secure-mode.md,
+// "Roles and their permissions", has them.
 var Roles = []Role{RolePublisher, RoleHarness, RoleSolver, RoleAdmin}
 
 // ParseRole parses a role name; "auditor" is the solver role.
@@ -73,7 +74,7 @@ type SecureUser struct {
 	// Durables are the names of the durable consumers a solver may
 	// create and use on the room stream: its quota of consumers, and
 	// names no other solver may touch (docs/secure-mode.md,
-	// "Consumers"). Empty: one, DefaultDurable of the user. Other roles
+	// "Roles and their permissions"). Empty: one, DefaultDurable of the user. Other roles
 	// have none.
 	Durables []string
 }
@@ -142,7 +143,7 @@ type SecureOptions struct {
 	// (<ServicePrefix>.head, a read), never append through it. Off by
 	// default: solvers do not talk to the ingest service at all.
 	SolverHead bool
-	// LeaseBucket is the checkpoint lease bucket (issue 9), which only
+	// LeaseBucket is the checkpoint lease bucket, which only
 	// the publisher (and the admin) may write; default DefaultLeaseBucket.
 	LeaseBucket string
 	// TLS, when Cert is set, turns TLS on (and off plain connections).
@@ -365,7 +366,7 @@ func (o SecureOptions) perms(u SecureUser) permSet {
 		// Reads by direct get, and its own durables, by name: no
 		// ephemeral consumer (which has no name a permission could
 		// bound), so a solver holds at most its durables and touches
-		// no other's (docs/secure-mode.md, "Consumers").
+		// no other's (docs/secure-mode.md, "Roles and their permissions").
 		allow := append([]string(nil), read...)
 		for _, d := range u.durables() {
 			allow = append(allow,

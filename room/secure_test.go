@@ -192,7 +192,7 @@ type securePlace struct {
 	id   *identities
 	logs *syncBuf
 	key  *events.HostKey
-	// pubKey attests and signs checkpoints (issue 9): serve runs its
+	// pubKey attests and signs checkpoints: serve runs its
 	// checkpointer as the publisher user.
 	pubKey *events.HostKey
 	// http is the metrics and health address, when ServeOptions.HTTPAddr
@@ -471,7 +471,7 @@ func secureMatrix(t *testing.T, p *securePlace) {
 				"rooms.secure.exec",
 				"rooms.secure.journal.run-20260903-csv-dedupe-0009.cap-csv-dedupe-0009",
 				"rooms.new-room.exec",
-				"rooms.secure.checkpoint", // issue 9: checkpoints too
+				"rooms.secure.checkpoint", // checkpoints too
 			} {
 				// Core publish, and a JetStream publish (which waits for an ack).
 				if err := c.nc.Publish(subj, entry); err != nil {
@@ -493,7 +493,7 @@ func secureMatrix(t *testing.T, p *securePlace) {
 		}
 		wg.Wait()
 		unchanged(t, "direct writes")
-		// Nor the checkpoint leases (issue 9), but for the admin.
+		// Nor the checkpoint leases, but for the admin.
 		leases := "$KV." + room.DefaultLeaseBucket + ".secure"
 		for _, c := range []*conn{harness, solver, auditor} {
 			if err := c.nc.Publish(leases, []byte("mallory")); err != nil {

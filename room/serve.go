@@ -58,7 +58,7 @@ type ServeOptions struct {
 	// only logs a warning when there is nothing to accept.
 	AcceptStream bool
 	// PublisherKey, when set, attests every appended message and signs
-	// the rooms' checkpoints (issue 9; GateOptions.PublisherKey, a
+	// the rooms' checkpoints (GateOptions.PublisherKey, a
 	// Checkpointer). Nil: nothing is attested or checkpointed, and Serve
 	// logs a warning.
 	PublisherKey *events.HostKey

@@ -279,7 +279,8 @@ func bodySize(last, left int64) int64 {
 }
 
 // DefaultPipeline is ShipOptions.Pipeline's default: while the gate stores
-// one request's lines it checks the next one's (issue 8).
+// one request's lines it checks the next one's (docs/wire.md, "Pipelined
+// requests").
 const DefaultPipeline = 2
 
 // pipeline is one pass's requests in flight, oldest first. Replies are

@@ -17,8 +17,8 @@ const DefaultStream = "ROOMS"
 // evidence.
 var ErrStreamConfig = errors.New("room stream is not append-only")
 
-// StreamConfig returns the room stream's configuration (DESIGN.md,
-// "JetStream"): file storage, Limits retention with no limit at all,
+// StreamConfig returns the room stream's configuration (docs/design.md,
+// "Stream configuration"): file storage, Limits retention with no limit at all,
 // Discard New, no delete, purge or rollup, no TTLs, delete markers,
 // counters or schedules, no mirror, source or transform writing into it,
 // direct get on for readers, and atomic batch publish (ADR-50) allowed for
@@ -143,7 +143,8 @@ func CheckStreamConfig(cfg jetstream.StreamConfig, subjects Subjects) error {
 // EnsureStream creates the room stream if it does not exist, and otherwise
 // checks that the existing one is append-only (CheckStreamConfig). It
 // never updates an existing stream: that is an administrator's act
-// (DESIGN.md). Errors wrap ErrStreamConfig for a weakened stream.
+// (docs/design.md, "Stream configuration"). Errors wrap ErrStreamConfig
+// for a weakened stream.
 func EnsureStream(ctx context.Context, js jetstream.JetStream, cfg jetstream.StreamConfig, subjects Subjects) (jetstream.Stream, error) {
 	ctx, cancel := withDefaultTimeout(ctx)
 	defer cancel()

@@ -145,7 +145,7 @@ func (s Subjects) Records(roomID string) string {
 	return s.prefix() + "." + roomToken(roomID) + ".exec"
 }
 
-// Checkpoint is the subject of one room's signed checkpoints (issue 9):
+// Checkpoint is the subject of one room's signed checkpoints:
 // C2SP tlog-checkpoint notes over the room's tree of admitted messages.
 // It is under Room's filter but never a leaf of the tree.
 func (s Subjects) Checkpoint(roomID string) string {

@@ -4,7 +4,7 @@ import (
 	"github.com/roompub/roompub/events"
 )
 
-// Ingest service subjects and headers (README "Ingest service"). The wire
+// Ingest service subjects and headers (docs/wire.md). The wire
 // format is part of the product: harnesses in other languages speak it.
 const (
 	// ServiceName is the micro service name, as `nats micro ls` shows it.

@@ -3,7 +3,8 @@
 // task-pack execution record v1 with the four sibling files its $refs name
 // (seed 004; the siblings are upstream excerpts holding only what is
 // referenced). Files are found by name, never by $id: the upstream $ids are
-// URNs while the $refs are bare file names (DESIGN.md).
+// URNs while the $refs are bare file names (docs/design.md, "Execution
+// record").
 package schemas
 
 import (

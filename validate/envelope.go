@@ -248,7 +248,7 @@ func isDateTime(s string) bool {
 // isDate accepts what time.Parse("2006-01-02", s) accepts, the call
 // jsonschema v6's date-time format makes: four digits of year, a month
 // from 01 to 12 and a day of that month (Gregorian leap years), without
-// time.Parse's cost for every entry (issue 8). FuzzIsDate holds the two
+// time.Parse's cost for every entry. FuzzIsDate holds the two
 // equal.
 func isDate(s string) bool {
 	if len(s) != 10 || s[4] != '-' || s[7] != '-' {

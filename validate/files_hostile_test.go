@@ -11,7 +11,7 @@ import (
 )
 
 // TestVerifyPathHostileFiles: what `publisher verify` makes of hostile
-// files (issue 7): each is refused with a code, nothing panics, and a
+// files: each is refused with a code, nothing panics, and a
 // directory without a journal is a usage error, not a refusal.
 func TestVerifyPathHostileFiles(t *testing.T) {
 	v, err := validate.New()

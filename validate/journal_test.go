@@ -14,7 +14,8 @@ import (
 // TestJournalRefusals makes a small journal for each journal refusal code:
 // three valid entries built with events.NewEntry, then exactly one thing
 // broken, and checks the refusal's code, line and JSON pointer and every
-// problem listed, in DESIGN.md's order.
+// problem listed, in the order of docs/design.md, "Refusal codes and their
+// order".
 func TestJournalRefusals(t *testing.T) {
 	ff := strings.Repeat("f", 64)
 	tests := []struct {

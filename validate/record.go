@@ -18,7 +18,8 @@ var digestPairs = [...][2]string{
 
 // Record verifies an execution record given as raw JSON. On success it
 // returns the parsed record and nil. Otherwise the error is an
-// *events.Refusal whose code is the first failure in DESIGN.md's order
+// *events.Refusal whose code is the first failure in the order of
+// docs/design.md, "Refusal codes and their order"
 // (malformed_json, schema_invalid, ref_mismatch, digest_mismatch,
 // host_mismatch, signature_invalid, foreign_evidence, untrusted_host) and
 // whose Problems list every rule that failed; the record is returned too

@@ -348,7 +348,7 @@ func TestRecordEvidenceValues(t *testing.T) {
 }
 
 // The record schema's patterns are ECMA-262: \s there includes U+00A0,
-// U+2028 and U+FEFF, which Go's RE2 \s does not (DESIGN.md, Record 2).
+// U+2028 and U+FEFF, which Go's RE2 \s does not (docs/design.md, "Execution record").
 func TestRecordPatternsAreECMA262(t *testing.T) {
 	re2 := regexp.MustCompile(`^room:[^\s]+$`)
 	key, _ := testKey(5)

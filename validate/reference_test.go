@@ -11,7 +11,7 @@ import (
 	"github.com/roompub/roompub/validate"
 )
 
-// Acceptance criteria of the "Core records" issue, against the upstream
+// Acceptance criteria of the core record formats, against the upstream
 // reference vectors in testdata/reference.
 
 const (

@@ -20,7 +20,8 @@ var roomIDPattern = func() interface{ MatchString(string) bool } {
 
 // CheckRoomID reports whether id is a room id as seed 004's room/id
 // defines it: "room:" and at least one non-space character (ECMA-262 \s),
-// at most 512 characters. Journals use the same form (DESIGN.md). The
+// at most 512 characters. Journals use the same form (docs/design.md,
+// "Subjects and room ids"). The
 // error is an *events.Refusal with code bad_request.
 func CheckRoomID(id string) error {
 	if n := utf8.RuneCountInString(id); n > MaxRoomIDLength || !utf8.ValidString(id) || !roomIDPattern.MatchString(id) {

@@ -133,7 +133,8 @@ func (l fileLoader) Load(url string) (any, error) {
 		return nil, fmt.Errorf("%w: %s: %v", ErrSchema, name, err)
 	}
 	// The upstream $id is a URN; as a base it makes the bare-file-name $refs
-	// unresolvable. The file's own URL is the base instead (DESIGN.md).
+	// unresolvable. The file's own URL is the base instead (docs/design.md,
+	// "Execution record").
 	if m, ok := doc.(map[string]any); ok {
 		if _, has := m["$id"]; has {
 			m["$id"] = "file:///" + name

@@ -76,7 +76,7 @@ func (c *serveCmd) Run(s *streams) error {
 		MaxBatch:           c.MaxBatch,
 		MaxInflightBatches: c.MaxInflightBatches,
 		Validator:          v,
-		// Issue 9: attestations and room checkpoints.
+		// Attestations and room checkpoints.
 		PublisherKey: publisherKey,
 		Checkpoint: room.CheckpointerOptions{
 			TrustedPublishers: c.TrustedPublishers,

@@ -182,7 +182,7 @@ func (b *bench) longChain() (*result, error) {
 	}
 	// For reference, not a ratio: one synchronous publish per entry with
 	// the same headers each, the way the gate appended before it batched
-	// (issue 8: atomic batches are roughly ten times faster with fsync).
+	// (atomic batches are roughly ten times faster with fsync).
 	m := min(n, 2000)
 	meta := chainMeta(fmt.Sprintf("run-bench-syn-long-r0-%04d", 0), fmt.Sprintf("cap-bench-syn-long-r0-%04d", 0))
 	c := genChain(meta, 1, m)

@@ -1,6 +1,6 @@
 // Command roompub-bench measures roompub against raw JetStream in one run,
 // on one embedded nats-server with the durability of `publisher serve`
-// (sync_interval: always), on the same message bytes (issue 8):
+// (sync_interval: always), on the same message bytes (docs/performance.md):
 //
 //	long chain     one chain: raw atomic batches vs roompub's full path
 //	               (client, ingest service, gate, chain check, store)
@@ -12,7 +12,7 @@
 //	               `subscriber audit` of it, and audit's peak memory
 //	verify         `sha256sum` of a journal vs `publisher verify` of it
 //
-// roompub runs as `publisher serve --publisher-key` runs (issue 9): the
+// roompub runs as `publisher serve --publisher-key` runs (attested): the
 // gate attests every message with a publisher key made for the run (never
 // printed), and a checkpointer with serve's defaults reads the stream and
 // writes signed checkpoints; the read stream is written the same way and
@@ -24,7 +24,7 @@
 // first in even ones; only the work is timed, never the setup. It prints a
 // table and, as its last line, one line of JSON with every throughput and
 // every ratio (roompub / raw). With --check it exits 1 when a ratio is
-// below the issue's floor.
+// below its floor.
 //
 //	roompub-bench [--quick] [--check] [--no-attest] [--only SCENARIO]...
 //
@@ -43,7 +43,7 @@ import (
 
 var version = ""
 
-// cli is the command line. Size flags default to 0, meaning the issue's
+// cli is the command line. Size flags default to 0, meaning the bench's
 // size, or the --quick size with --quick.
 type cli struct {
 	Version kong.VersionFlag `help:"Print the version and exit."`
@@ -52,7 +52,7 @@ type cli struct {
 	Quick       bool     `name:"quick" help:"Small sizes, for a test: a 500-entry chain, 10 chains × 100, 100 records, 20,000 read entries, a 5,000-entry verify."`
 	Check       bool     `name:"check" help:"Exit 1 if a ratio is below its floor (long chain 0.5, parallel 0.6, records 0.6, read 0.4 and audit's peak under 256 MiB, verify 0.2)."`
 	AuditWrites bool     `name:"audit-writes" help:"After the write scenarios, audit the write stream (room.Audit) and fail unless both sides' entries and records all verify (on with --quick)."`
-	NoAttest    bool     `name:"no-attest" help:"Measure roompub without issue 9's attestations: a gate with no publisher key, no checkpointer, a read stream without attestations or checkpoints audited without --trusted-publisher (the keyless path, for comparison; the floors are for the attested path)."`
+	NoAttest    bool     `name:"no-attest" help:"Measure roompub without the publisher's attestations and checkpoints: a gate with no publisher key, no checkpointer, a read stream without attestations or checkpoints audited without --trusted-publisher (the keyless path, for comparison; the floors are for the attested path)."`
 	Only        []string `name:"only" enum:"long,parallel,records,read,verify" placeholder:"SCENARIO" help:"Run only these scenarios (repeatable): long, parallel, records, read, verify."`
 
 	ChainEntries  int `name:"chain-entries" placeholder:"N" help:"Entries of the long chain (default 10000; --quick 500)."`
@@ -91,7 +91,7 @@ func main() {
 
 func run(args []string, stdout, stderr io.Writer) int {
 	var grammar cli
-	return config.Run("roompub-bench", "roompub against raw JetStream on one embedded nats-server, in one run, on the same message bytes (issue 8).",
+	return config.Run("roompub-bench", "roompub against raw JetStream on one embedded nats-server, in one run, on the same message bytes.",
 		buildVersion(), &grammar, args, stdout, stderr, &streams{out: stdout, err: stderr})
 }
 

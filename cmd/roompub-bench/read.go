@@ -43,7 +43,7 @@ const fillVersion = "fill-v3"
 // readRooms is how many rooms the read stream's chains are spread over.
 const readRooms = 10
 
-// peakCapMiB is the cap on audit's peak memory over 1,000,000
+// peakCapMiB is the bench's cap on audit's peak memory over 1,000,000
 // entries.
 const peakCapMiB = 256
 

@@ -47,7 +47,7 @@ type result struct {
 	rounds int    // rounds the items were done in (1: one)
 	raw    side
 	pub    side
-	floor  float64 // the floor for ratio
+	floor  float64 // the bench's floor for ratio
 	// peakMiB and peakCapMiB: audit's peak memory and its cap (0: none).
 	peakMiB, peakCapMiB float64
 	// how says what each side did, for the notes under the table.

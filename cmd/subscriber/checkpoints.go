@@ -17,7 +17,7 @@ import (
 	"github.com/roompub/roompub/room"
 )
 
-// publisherTrust is issue 9's flag of the commands that read rooms.
+// publisherTrust is the trusted-publisher flag of the commands that read rooms.
 type publisherTrust struct {
 	TrustedPublishers []string `name:"trusted-publisher" help:"Node id of a publisher key (made by 'publisher keygen') whose attestations and checkpoints are trusted (repeatable). With it, a message must carry a valid attestation by one of them and every checkpoint must cover its room as read, else checkpoint_mismatch; without it, follow, audit and evidence check neither, and prove and verify-proof refuse to run." placeholder:"NODE_ID" yaml:"trusted-publisher"`
 }

@@ -21,7 +21,7 @@ import (
 	"github.com/roompub/roompub/room"
 )
 
-// The issue 9 commands end to end, in process, against an embedded
+// The attestation and checkpoint commands end to end, in process, against an embedded
 // server holding a room written as an attesting publisher writes it.
 
 func invoke(t *testing.T, stdin string, args ...string) (status int, stdout, stderr string) {

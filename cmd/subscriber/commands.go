@@ -350,7 +350,7 @@ func attestationNote(t *checkpoint.Trust) string {
 	return fmt.Sprintf("attestations and checkpoints checked against %d trusted publisher key(s)", t.Len())
 }
 
-// printCheckpoints prints the report's issue 9 facts.
+// printCheckpoints prints the report's attestation and checkpoint facts.
 func printCheckpoints(w io.Writer, rep *room.AuditReport) {
 	a := rep.Attestation
 	if !a.Checked {

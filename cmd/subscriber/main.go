@@ -9,7 +9,7 @@
 //	subscriber verify-proof --trusted-publisher NODE_ID... FILE|-
 //
 // With --trusted-publisher (repeatable, config key trusted-publisher),
-// follow, audit and evidence also check issue 9's publisher attestations
+// follow, audit and evidence also check the publisher attestations
 // and signed room checkpoints, and follow and audit keep the last verified
 // checkpoint per room in --state-dir to catch a rolled-back or forked room.
 //

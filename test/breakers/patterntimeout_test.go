@@ -21,7 +21,7 @@ import (
 // jsonschema and its regexp2 patterns, as with --schema-dir). Every entry
 // is valid, so the journal must verify.
 //
-// Found while breaking issue 8: regexp2's MatchTimeout (250 ms) is enforced
+// Found while breaking the verify fast paths: regexp2's MatchTimeout (250 ms) is enforced
 // by a shared clock goroutine that ticks every 100 ms; when the process is
 // starved (a loaded machine, GC, the parallel VerifyJournal workers) the
 // clock jumps and a match that just started times out, which

@@ -1,6 +1,6 @@
 // Package breakers holds adversarial differential tests written while
-// trying to break issue 8's fast paths. They compare the current binaries
-// with the ones built from the commit before issue 8 (0d93e38) and are
+// trying to break the verify fast paths. They compare the current binaries
+// with the ones built from the commit before them (0d93e38) and are
 // skipped unless ROOMPUB_OLD_BIN names that build's bin directory.
 //
 //	git -C . archive 0d93e38 | tar -x -C /tmp/old && (cd /tmp/old && go build -o bin/ ./cmd/...)
@@ -41,7 +41,7 @@ func bins(t *testing.T) (oldBin, newBin string) {
 	t.Helper()
 	oldBin = os.Getenv("ROOMPUB_OLD_BIN")
 	if oldBin == "" {
-		t.Skip("ROOMPUB_OLD_BIN (bin directory of the pre-issue-8 build) not set")
+		t.Skip("ROOMPUB_OLD_BIN (bin directory of the build before the fast paths) not set")
 	}
 	newBin = os.Getenv("ROOMPUB_NEW_BIN")
 	if newBin == "" {

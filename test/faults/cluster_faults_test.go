@@ -434,7 +434,8 @@ func (cr *clusterRun) finishFollow(s *shipment) {
 }
 
 // TestClusterStaleReplica: two `publisher serve` processes on one stream
-// (DESIGN.md: several gates may serve it), one connected only to a
+// (several gates may serve it: docs/design.md, "Appends and races"), one
+// connected only to a
 // follower X, the other only to the stream leader L. X is cut off (its
 // routes, both ways), so its copy stops at what it had while L and the
 // third server go on storing through the other gate. A client on X then
@@ -493,7 +494,7 @@ func TestClusterStaleReplica(t *testing.T) {
 	// Lines 101-200 only set the scene; a client whose request got no
 	// answer sends it again, as publisher journal does (the gate decides a
 	// resend by content). One run in five of this test got no answer here
-	// within 60s (before issue 8's changes too); the cause is not found.
+	// within 60s (before atomic batches too); the cause is not found.
 	var rep101 room.JournalReply
 	for try := 1; ; try++ {
 		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)

@@ -986,7 +986,7 @@ func auditClean(t *testing.T, tl *tally, url string, trusted []string, entries, 
 	forks := rep.Totals.ByCode["fork"]
 	tl.Forks += forks
 	// The stream holds the entries, the records and the rooms' signed
-	// checkpoints (issue 9), each checkpoint verified.
+	// checkpoints, each checkpoint verified.
 	all := entries + records + tot.Checkpoints
 	if r.status != 0 || tot.SetAside != 0 || tot.ChainsBroken != 0 || !tot.Sound || len(rep.Violations) != 0 || forks != 0 ||
 		tot.Entries != entries || tot.Records != records || tot.Messages != all || tot.ChainsOK != chains || rep.LastSeq != all {

@@ -1,5 +1,5 @@
 // Package faults injects faults into real roompub deployments and checks
-// that nothing acknowledged is lost (issue 6).
+// that nothing acknowledged is lost.
 //
 // TestMain builds the real binaries: `publisher`, `subscriber` and the
 // nats-server of the module's own dependency (github.com/nats-io/nats-server/v2,
@@ -48,7 +48,7 @@ var publisherBin, subscriberBin, natsServerBin string
 var binDir string
 
 // publisherKeyFile is the publisher key every `publisher serve` of the
-// suite attests and checkpoints with (issue 9), and publisherID its node
+// suite attests and checkpoints with, and publisherID its node
 // id, which every audit trusts: the oracles then also say that no fault
 // leaves a message unattested or a checkpoint that contradicts the room.
 var publisherKeyFile, publisherID string
@@ -135,7 +135,7 @@ type tally struct {
 	Forks        int    // chain positions holding two different entries (must be 0)
 	Reruns       int    // shipper runs that exited non-zero and were simply run again
 	GateFailed   int    // items the gate answered "failed" (not decided; sent again)
-	Checkpoints  uint64 // signed room checkpoints verified by the test's last audit (issue 9)
+	Checkpoints  uint64 // signed room checkpoints verified by the test's last audit
 	Took         time.Duration
 }
 

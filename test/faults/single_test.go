@@ -110,9 +110,10 @@ func TestFullStore(t *testing.T) {
 	t.Parallel()
 	// Without a publisher key: when the store fills while an atomic batch
 	// commits, nats-server keeps the batch's first messages, and a batch
-	// attestation (one signature over the whole batch, issue 9) cannot be
+	// attestation (one signature over the whole batch) cannot be
 	// verified for a part of it; readers refuse those messages as an
-	// incomplete batch (a known limit, README). The store-full behaviour
+	// incomplete batch (a known limit: docs/checkpoints.md, "Known limit: a store that fills
+	// mid-batch"). The store-full behaviour
 	// itself is what this test checks.
 	keyless(t)
 	tl := count(t)

@@ -1,11 +1,11 @@
 package integration
 
-// The bench (issue 8): cmd/roompub-bench in --quick mode against its own
+// The bench: cmd/roompub-bench in --quick mode against its own
 // embedded nats-server, with the real publisher and subscriber binaries.
 // It checks that the run completes and that its JSON line holds every
 // throughput and ratio, with the counts both sides actually reached; it
 // asserts no speed (no timed tests), only that each side did the work.
-// Issue 9: roompub's side runs attested, with a checkpointer, and its
+// roompub's side runs attested, with a checkpointer, and its
 // readers trust the publisher key: every message admitted, every
 // checkpoint verified; --no-attest runs the keyless path.
 

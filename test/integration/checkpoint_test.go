@@ -1,6 +1,6 @@
 package integration
 
-// Signed room checkpoints (issue 9) end to end: the real `publisher serve
+// Signed room checkpoints end to end: the real `publisher serve
 // --publisher-key` attests what its gate appends and writes checkpoints;
 // the real `subscriber follow`, `audit`, `prove` and `verify-proof` check
 // them. A writer with publish rights but without the publisher's key is
@@ -121,7 +121,7 @@ type ckFact struct {
 	Seq    uint64 `json:"stream_seq"`
 }
 
-// ckReport is `subscriber audit --json` with issue 9's facts.
+// ckReport is `subscriber audit --json` with its attestation and checkpoint facts.
 type ckReport struct {
 	subAuditReport
 	Attestation struct {
@@ -199,7 +199,7 @@ func (in *inspector) readRoom(roomID string) []roomMsg {
 
 // expectedRoot is the RFC 6962 root over the room's messages except the
 // checkpoints and the stream seqs in skip: the tree an honest publisher
-// signs, computed here from the stored bytes with issue 9's leaf rule.
+// signs, computed here from the stored bytes with the leaf rule.
 func expectedRoot(roomID string, msgs []roomMsg, skip ...uint64) (size uint64, rootHex string) {
 	tree := checkpoint.NewTree()
 	ck := room.Subjects{}.Checkpoint(roomID)
@@ -897,8 +897,8 @@ func TestCheckpointKeyFileRefused(t *testing.T) {
 	}
 }
 
-// TestCheckpointKeyRotation: a publisher rotates its key as the README
-// says. serve with key1 ships 10 entries and a record and writes its final
+// TestCheckpointKeyRotation: a publisher rotates its key as
+// docs/checkpoints.md, "Keys and rotation", says. serve with key1 ships 10 entries and a record and writes its final
 // checkpoints on SIGTERM; serve with --publisher-key key2
 // --trusted-publisher key1 on the same store ships 6 more entries and a
 // record and writes checkpoints that extend key1's. A reader trusting both

@@ -19,7 +19,7 @@ import (
 )
 
 // root is the repository root: every command runs there, so paths in the
-// output are the same as in the README and `make run`.
+// output are the same as in the documentation and `make run`.
 var root string
 
 // publisher and gen are the binaries TestMain builds.

@@ -1,6 +1,6 @@
 package integration
 
-// Secure mode (issue 7, least-privilege identities): the real `publisher
+// Secure mode (least-privilege identities): the real `publisher
 // serve --secure-config` with identities made by `publisher passwd` and
 // `publisher nkeygen`; the harness ships with `publisher journal` and
 // `publisher execution`, the solver reads with `subscriber audit` and

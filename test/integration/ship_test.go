@@ -1,6 +1,6 @@
 package integration
 
-// Shipping (issue 4): the real `publisher serve`, `publisher journal` and
+// Shipping: the real `publisher serve`, `publisher journal` and
 // `publisher execution` binaries against a real embedded server on a fresh
 // store per test; what landed is read back from the stream with nats.go's
 // jetstream package and compared byte for byte with the journal lines.

@@ -1,6 +1,6 @@
 package integration
 
-// The subscriber (issue 5): the real `subscriber` binary against a real
+// The subscriber: the real `subscriber` binary against a real
 // embedded nats-server (JetStream on disk in a temporary directory) whose
 // room stream was written partly through the gate and partly straight
 // into the stream with js.Publish, as a compromised writer would.

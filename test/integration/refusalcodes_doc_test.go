@@ -8,14 +8,14 @@ import (
 	"testing"
 )
 
-// TestReadmeListsEveryRefusalCode keeps the README's refusal code table in
-// step with events/refusal.go: every code declared there has a row.
-func TestReadmeListsEveryRefusalCode(t *testing.T) {
+// TestRefusalCodesDocHasRowPerCode keeps the table of docs/refusal-codes.md
+// in step with events/refusal.go: every code declared there has a row.
+func TestRefusalCodesDocHasRowPerCode(t *testing.T) {
 	src, err := os.ReadFile(filepath.Join(root, "events", "refusal.go"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	readme, err := os.ReadFile(filepath.Join(root, "README.md"))
+	doc, err := os.ReadFile(filepath.Join(root, "docs", "refusal-codes.md"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -24,8 +24,8 @@ func TestReadmeListsEveryRefusalCode(t *testing.T) {
 		t.Fatalf("found only %d codes in events/refusal.go", len(codes))
 	}
 	for _, m := range codes {
-		if !strings.Contains(string(readme), "\n| `"+m[1]+"` | ") {
-			t.Errorf("README.md has no row for refusal code %s", m[1])
+		if !strings.Contains(string(doc), "\n| `"+m[1]+"` | ") {
+			t.Errorf("docs/refusal-codes.md has no row for refusal code %s", m[1])
 		}
 	}
 }
