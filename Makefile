@@ -22,7 +22,7 @@ test: unit integration test-faults fuzz-short
 
 ## unit: fast tests of the libraries and commands, with the race detector
 unit:
-	$(GO) test -race -count=1 ./events/... ./validate/... ./schemas/... ./config/... ./checkpoint/... ./cmd/...
+	$(GO) test -race -count=1 ./events/... ./validate/... ./schemas/... ./config/... ./checkpoint/... ./cmd/... ./test/layout/...
 
 ## integration: against real embedded nats-servers (JetStream on disk), the upstream verifier's rules, then the built binaries
 integration:
