@@ -9,11 +9,11 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
-	"github.com/synadia-io/orbit.go/jetstreamext"
 	"go.uber.org/zap"
 
 	"github.com/roompub/roompub/checkpoint"
 	"github.com/roompub/roompub/events"
+	"github.com/roompub/roompub/room/internal/jsapi"
 )
 
 // Attestations on the gate's side: with a publisher key, a chain's head is its
@@ -121,37 +121,24 @@ func (g *Gate) lastAdmitted(ctx context.Context, key events.ChainKey, m *jetstre
 func (g *Gate) readRange(ctx context.Context, subj string, from, to uint64, each func(*jetstream.RawStreamMsg)) error {
 	for from <= to {
 		gctx, cancel := context.WithTimeout(ctx, g.timeout)
-		it, err := jetstreamext.GetBatch(gctx, g.js, g.stream.CachedInfo().Config.Name, int(min(to-from+1, 1000)),
-			jetstreamext.GetBatchSeq(from), jetstreamext.GetBatchSubject(subj))
+		msgs, err := jsapi.DirectBatch(gctx, g.nc, g.stream.CachedInfo().Config.Name,
+			jsapi.BatchRequest{Seq: from, NextBySubj: subj, Batch: int(min(to-from+1, 1000))}, g.timeout)
+		cancel()
 		if errors.Is(err, nats.ErrNoResponders) {
-			cancel()
 			return g.readRangeLeader(ctx, subj, from, to, each)
 		}
 		if err != nil {
-			cancel()
 			return fmt.Errorf("read %s from stream seq %d: %w", subj, from, err)
 		}
 		got := 0
-		for m, err := range it {
-			if errors.Is(err, jetstreamext.ErrNoMessages) {
+		for _, m := range msgs {
+			if m.Seq > to {
 				break
 			}
-			if errors.Is(err, nats.ErrNoResponders) && got == 0 {
-				cancel()
-				return g.readRangeLeader(ctx, subj, from, to, each)
-			}
-			if err != nil {
-				cancel()
-				return fmt.Errorf("read %s from stream seq %d: %w", subj, from, err)
-			}
-			if m.Sequence > to {
-				break
-			}
-			each(m)
-			from = m.Sequence + 1
+			each(m.Raw())
+			from = m.Seq + 1
 			got++
 		}
-		cancel()
 		if got == 0 {
 			return nil
 		}

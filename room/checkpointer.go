@@ -4,7 +4,6 @@ import (
 	"cmp"
 	"context"
 	"encoding/hex"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
@@ -22,6 +21,7 @@ import (
 
 	"github.com/roompub/roompub/checkpoint"
 	"github.com/roompub/roompub/events"
+	"github.com/roompub/roompub/room/internal/jsapi"
 )
 
 // Defaults of CheckpointerOptions.
@@ -120,17 +120,17 @@ type Checkpointer struct {
 	subjects Subjects
 	js       jetstream.JetStream
 	stream   jetstream.Stream
-	// directGet is the stream's direct get subject.
-	directGet string
-	kv        jetstream.KeyValue
-	signer    note.Signer
-	key       *events.HostKey // signs the leases
-	nodeID    string
-	trust     *checkpoint.Trust
-	every     uint64
-	interval  time.Duration
-	ttl       time.Duration
-	m         *checkpointMetrics
+	// streamName is the room stream's name, for direct gets.
+	streamName string
+	kv         jetstream.KeyValue
+	signer     note.Signer
+	key        *events.HostKey // signs the leases
+	nodeID     string
+	trust      *checkpoint.Trust
+	every      uint64
+	interval   time.Duration
+	ttl        time.Duration
+	m          *checkpointMetrics
 
 	own ownAttestations
 	// acked holds the gate's batches the server acknowledged, whole, by
@@ -295,7 +295,7 @@ func StartCheckpointer(ctx context.Context, nc *nats.Conn, o CheckpointerOptions
 	if c.kv, c.ttl, err = leaseBucket(cctx, c.js, o); err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrCheckpointer, err)
 	}
-	c.directGet = "$JS.API.DIRECT.GET." + name // as leaderGet, the default API prefix
+	c.streamName = name
 	info, err := c.stream.Info(cctx)
 	if err != nil {
 		return nil, fmt.Errorf("%w: stream %s: %w", ErrCheckpointer, name, err)
@@ -832,83 +832,17 @@ func (c *Checkpointer) switchLocked(seq uint64) {
 // was served: any replica may answer).
 func (c *Checkpointer) readBatch(ctx context.Context, next uint64, limit int) ([]gapMsg, error) {
 	nc := c.js.Conn()
-	return directGetBatch(ctx, nc, c.directGet, directBatchRequest{Seq: next, NextBySubj: c.subjects.All(), Batch: limit,
-		MaxBytes: max(ckPullBytes, 2*int(nc.MaxPayload()))}, limit)
-}
-
-// directGetBatch sends a batch direct get request (ADR-31) on subject and
-// returns the up to limit messages of its reply, in stream order, once
-// the server has said the batch is over.
-func directGetBatch(ctx context.Context, nc *nats.Conn, subject string, request any, limit int) ([]gapMsg, error) {
-	req, err := json.Marshal(request)
+	msgs, err := jsapi.DirectBatch(ctx, nc, c.streamName, jsapi.BatchRequest{Seq: next, NextBySubj: c.subjects.All(), Batch: limit,
+		MaxBytes: max(ckPullBytes, 2*int(nc.MaxPayload()))}, DefaultTimeout)
 	if err != nil {
 		return nil, err
 	}
-	// A plain inbox (not the request mux's, which would get every reply
-	// too), with room for the whole batch and its end.
-	inbox := nc.NewInbox()
-	ch := make(chan *nats.Msg, limit+2)
-	sub, err := nc.ChanSubscribe(inbox, ch)
-	if err != nil {
-		return nil, err
+	out := make([]gapMsg, len(msgs))
+	for i, m := range msgs {
+		out[i] = gapMsg{seq: m.Seq, subject: m.Subject, data: m.Data, header: m.Header.Get(checkpoint.AttestationHeader),
+			owner: m.Header.Get(HeaderOwner), pending: m.Pending}
 	}
-	defer func() { _ = sub.Unsubscribe() }()
-	if err := nc.PublishRequest(subject, inbox, req); err != nil {
-		return nil, err
-	}
-	t := time.NewTimer(DefaultTimeout)
-	defer t.Stop()
-	var out []gapMsg
-	for {
-		var m *nats.Msg
-		select {
-		case m = <-ch:
-		case <-t.C:
-			return nil, fmt.Errorf("direct get %s: %w after %d messages", req, nats.ErrTimeout, len(out))
-		case <-ctx.Done():
-			return nil, ctx.Err()
-		}
-		// The server appends Nats-Stream, -Subject, -Sequence and
-		// -Num-Pending to each message's own headers, which may hold
-		// the same names (anyone who can publish onto a room subject
-		// chooses them): its values are the last. Its end of batch (204)
-		// and not found (404) replies carry no Nats-Stream.
-		if len(m.Header.Values(jetstream.StreamHeader)) == 0 {
-			switch status := m.Header.Get("Status"); status {
-			case "204", "404":
-				return out, nil
-			default:
-				return nil, fmt.Errorf("direct get %s: status %s %s", req, status, m.Header.Get("Description"))
-			}
-		}
-		seq, err := strconv.ParseUint(lastValue(m.Header, jetstream.SequenceHeader), 10, 64)
-		if err != nil {
-			return nil, fmt.Errorf("direct get %s: sequence: %w", req, err)
-		}
-		pending, _ := strconv.ParseUint(lastValue(m.Header, "Nats-Num-Pending"), 10, 64)
-		out = append(out, gapMsg{seq: seq, subject: lastValue(m.Header, jetstream.SubjectHeader), data: m.Data,
-			header: m.Header.Get(checkpoint.AttestationHeader), owner: m.Header.Get(HeaderOwner), pending: pending})
-	}
-}
-
-// directBatchRequest is a batch direct get request (ADR-31): from Seq, or
-// with MultiLast the last message of each subject up to UpToSeq.
-type directBatchRequest struct {
-	Seq        uint64   `json:"seq,omitempty"`
-	NextBySubj string   `json:"next_by_subj,omitempty"`
-	MultiLast  []string `json:"multi_last,omitempty"`
-	UpToSeq    uint64   `json:"up_to_seq,omitempty"`
-	Batch      int      `json:"batch"`
-	MaxBytes   int      `json:"max_bytes,omitempty"`
-}
-
-// lastValue returns the last value of key in h, "" if none.
-func lastValue(h nats.Header, key string) string {
-	vs := h.Values(key)
-	if len(vs) == 0 {
-		return ""
-	}
-	return vs[len(vs)-1]
+	return out, nil
 }
 
 // ownAttestations holds the attestations the gate made and the reader has

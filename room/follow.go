@@ -12,6 +12,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/roompub/roompub/checkpoint"
+	"github.com/roompub/roompub/room/internal/jsapi"
 	"github.com/roompub/roompub/validate"
 )
 
@@ -359,7 +360,7 @@ func newestCheckpoint(ctx context.Context, nc *nats.Conn, stream, subj, roomID s
 			return nil, 0, nil
 		}
 		cctx, cancel := withDefaultTimeout(ctx)
-		msgs, err := directGetBatch(cctx, nc, "$JS.API.DIRECT.GET."+stream, directBatchRequest{MultiLast: []string{subj}, UpToSeq: seq - 1, Batch: 1}, 1)
+		msgs, err := jsapi.DirectBatch(cctx, nc, stream, jsapi.BatchRequest{MultiLast: []string{subj}, UpToSeq: seq - 1, Batch: 1}, DefaultTimeout)
 		cancel()
 		if err != nil {
 			return nil, 0, err
@@ -367,7 +368,7 @@ func newestCheckpoint(ctx context.Context, nc *nats.Conn, stream, subj, roomID s
 		if len(msgs) == 0 {
 			return nil, 0, nil
 		}
-		seq, data = msgs[0].seq, msgs[0].data
+		seq, data = msgs[0].Seq, msgs[0].Data
 	}
 }
 

@@ -3,7 +3,6 @@ package room
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"strconv"
@@ -18,6 +17,7 @@ import (
 
 	"github.com/roompub/roompub/checkpoint"
 	"github.com/roompub/roompub/events"
+	"github.com/roompub/roompub/room/internal/jsapi"
 	"github.com/roompub/roompub/validate"
 )
 
@@ -333,31 +333,19 @@ func (g *Gate) lastOn(ctx context.Context, subject string, leader bool) (*jetstr
 	if leader {
 		return g.leaderMsg(ctx, map[string]any{"last_by_subj": subject})
 	}
-	req, _ := json.Marshal(map[string]string{"last_by_subj": subject})
 	dctx, cancel := context.WithTimeout(ctx, g.timeout)
 	defer cancel()
-	m, err := g.nc.RequestWithContext(dctx, "$JS.API.DIRECT.GET."+g.stream.CachedInfo().Config.Name, req)
+	// jsapi takes the sequence and subject the server gives, never the
+	// headers a message was stored with (anyone who can write onto a room
+	// subject chooses those).
+	m, err := jsapi.DirectGet(dctx, g.nc, g.stream.CachedInfo().Config.Name, map[string]string{"last_by_subj": subject})
 	if errors.Is(err, nats.ErrNoResponders) {
 		return g.leaderMsg(ctx, map[string]any{"last_by_subj": subject})
 	}
-	if err != nil {
+	if err != nil || m == nil {
 		return nil, err
 	}
-	// A stored message's own headers come first, the server's last: a
-	// status reply carries no Nats-Sequence, and a message stored with
-	// headers of those names (written straight into the stream) cannot
-	// pass for another sequence or subject.
-	if len(m.Data) == 0 && m.Header.Get("Status") != "" && len(m.Header.Values(jetstream.SequenceHeader)) == 0 {
-		if m.Header.Get("Status") == "404" {
-			return nil, nil
-		}
-		return nil, fmt.Errorf("direct get %s: status %s %s", subject, m.Header.Get("Status"), m.Header.Get("Description"))
-	}
-	seq, err := strconv.ParseUint(lastValue(m.Header, jetstream.SequenceHeader), 10, 64)
-	if err != nil {
-		return nil, fmt.Errorf("direct get %s: bad sequence header", subject)
-	}
-	return &jetstream.RawStreamMsg{Subject: lastValue(m.Header, jetstream.SubjectHeader), Sequence: seq, Header: m.Header, Data: m.Data}, nil
+	return m.Raw(), nil
 }
 
 // leaderMsg returns the message req selects ("seq", "next_by_subj",
@@ -370,43 +358,14 @@ func (g *Gate) leaderMsg(ctx context.Context, req map[string]any) (*jetstream.Ra
 	return leaderGet(ctx, g.nc, g.stream.CachedInfo().Config.Name, g.timeout, req)
 }
 
-// leaderGet is Gate.leaderMsg on stream over nc, bounded by timeout.
+// leaderGet is Gate.leaderMsg on stream over nc, bounded by timeout
+// (jsapi.LeaderGet).
 func leaderGet(ctx context.Context, nc *nats.Conn, stream string, timeout time.Duration, req map[string]any) (*jetstream.RawStreamMsg, error) {
-	body, _ := json.Marshal(req)
-	ctx, cancel := context.WithTimeout(ctx, timeout)
-	defer cancel()
-	m, err := nc.RequestWithContext(ctx, "$JS.API.STREAM.MSG.GET."+stream, body)
-	if err != nil {
+	m, err := jsapi.LeaderGet(ctx, nc, stream, timeout, req)
+	if err != nil || m == nil {
 		return nil, err
 	}
-	var resp struct {
-		Error   *jetstream.APIError `json:"error"`
-		Message *struct {
-			Subject string    `json:"subject"`
-			Seq     uint64    `json:"seq"`
-			Hdrs    []byte    `json:"hdrs"`
-			Data    []byte    `json:"data"`
-			Time    time.Time `json:"time"`
-		} `json:"message"`
-	}
-	if err := json.Unmarshal(m.Data, &resp); err != nil {
-		return nil, fmt.Errorf("stream get %s: %w", body, err)
-	}
-	switch {
-	case resp.Error != nil && resp.Error.ErrorCode == jetstream.JSErrCodeMessageNotFound:
-		return nil, nil
-	case resp.Error != nil:
-		return nil, fmt.Errorf("stream get %s: %w", body, resp.Error)
-	case resp.Message == nil:
-		return nil, fmt.Errorf("stream get %s: empty reply", body)
-	}
-	out := &jetstream.RawStreamMsg{Subject: resp.Message.Subject, Sequence: resp.Message.Seq, Data: resp.Message.Data, Time: resp.Message.Time}
-	if len(resp.Message.Hdrs) > 0 {
-		if out.Header, err = nats.DecodeHeadersMsg(resp.Message.Hdrs); err != nil {
-			return nil, fmt.Errorf("stream get %s: headers: %w", body, err)
-		}
-	}
-	return out, nil
+	return m.Raw(), nil
 }
 
 // reload brings c up to the stream's head for key; with leader set, as the

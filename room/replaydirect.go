@@ -11,7 +11,8 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
-	"github.com/synadia-io/orbit.go/jetstreamext"
+
+	"github.com/roompub/roompub/room/internal/jsapi"
 )
 
 // ReadMode chooses how a replay (Audit, Follow's rebuild) reads the
@@ -161,18 +162,11 @@ func replayDirect(ctx context.Context, js jetstream.JetStream, stream string, ma
 		r := &directReq{start: start, n: n, span: span, cancel: cancel, res: make(chan directRes, 1)}
 		go func() {
 			var res directRes
-			it, err := jetstreamext.GetBatch(rctx, js, stream, n, jetstreamext.GetBatchSeq(start),
-				jetstreamext.GetBatchSubject(filter), jetstreamext.GetBatchMaxBytes(maxBytes))
-			if err == nil {
-				for m, e := range it {
-					if e != nil {
-						if !errors.Is(e, jetstreamext.ErrNoMessages) {
-							err = e
-						}
-						break
-					}
-					res.msgs = append(res.msgs, m)
-				}
+			// jsapi takes each message's sequence and subject from the
+			// server, never from headers it was stored with.
+			msgs, err := jsapi.DirectBatch(rctx, js.Conn(), stream, jsapi.BatchRequest{Seq: start, NextBySubj: filter, Batch: n, MaxBytes: maxBytes}, leaderGetTimeout)
+			for _, m := range msgs {
+				res.msgs = append(res.msgs, m.Raw())
 			}
 			res.err = err
 			r.res <- res

@@ -1,0 +1,45 @@
+package room_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/roompub/roompub/events"
+	"github.com/roompub/roompub/room"
+)
+
+// TestReadersIgnoreStoredServerHeaders: a message written straight into
+// the stream with headers named like the ones a direct get adds
+// (Nats-Sequence, Nats-Subject, Nats-Stream, Nats-Num-Pending) cannot pass
+// for another stream sequence or subject with any reader: audits by
+// consumer and by direct get see it where the server stored it, and end.
+func TestReadersIgnoreStoredServerHeaders(t *testing.T) {
+	e := newEnv(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	es, _ := journal(t, "run-hdr", "cap-hdr", 4)
+	if r, err := e.gate.AppendJournal(ctx, "room:hdr", lines(es[:3]), nil); err != nil || r.Stored != 3 {
+		t.Fatalf("%+v %v", r, err)
+	}
+	key := events.ChainKey{RunID: "run-hdr", CapsuleID: "cap-hdr"}
+	msg := &nats.Msg{Subject: room.Subjects{}.Journal("room:hdr", key), Data: es[3].Canonical(),
+		Header: nats.Header{"Nats-Sequence": []string{"1"}, "Nats-Subject": []string{"rooms.other.journal.run-hdr.cap-hdr"},
+			"Nats-Stream": []string{"OTHER"}, "Nats-Num-Pending": []string{"0"}}}
+	ack, err := e.js.PublishMsg(ctx, msg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mode := range []room.ReadMode{room.ReadConsumer, room.ReadDirect} {
+		rep, err := room.Audit(ctx, e.js, room.AuditOptions{Validator: e.v, Read: mode})
+		if err != nil {
+			t.Fatalf("%v: %v", mode, err)
+		}
+		if rep.Totals.Messages != 4 || rep.Totals.Entries != 4 || rep.LastSeq != ack.Sequence || len(rep.Chains) != 1 || rep.Chains[0].Entries != 4 {
+			t.Errorf("%v: %d messages, %d entries, last seq %d (want 4, 4, %d), chains %+v", mode,
+				rep.Totals.Messages, rep.Totals.Entries, rep.LastSeq, ack.Sequence, rep.Chains)
+		}
+	}
+}
