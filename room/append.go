@@ -330,15 +330,15 @@ type journalRun struct {
 	after int64
 }
 
-// aheadWait bounds how long a pipelined request whose first line is ahead
-// of the chain waits for the request ahead of it to land through another
-// gate (a batch is stored in milliseconds; a loaded server may take more),
-// and aheadPoll how often it reads the chain's head meanwhile.
-var aheadWait = 5 * time.Second // a var for tests (SetAheadWait)
+// defaultAheadWait bounds how long a pipelined request whose first line is
+// ahead of the chain waits for the request ahead of it to land through
+// another gate (a batch is stored in milliseconds; a loaded server may
+// take more), and aheadPoll how often it reads the chain's head meanwhile.
+const defaultAheadWait = 5 * time.Second
 
 const aheadPoll = 5 * time.Millisecond
 
-// awaitChain waits, up to aheadWait, until the chain's next seq as the
+// awaitChain waits, up to the gate's ahead wait (defaultAheadWait), until the chain's next seq as the
 // stream leader has it reaches seq, the end of the request ahead of a
 // pipelined one: it may be on its way through another gate. It holds
 // the chain's lock only to read: the request ahead may come to this gate.
@@ -347,7 +347,7 @@ const aheadPoll = 5 * time.Millisecond
 func (g *Gate) awaitChain(ctx context.Context, key events.ChainKey, seq int64) error {
 	c := g.chain(key)
 	defer g.unchain(c)
-	until := time.Now().Add(aheadWait)
+	until := time.Now().Add(time.Duration(g.aheadWait.Load()))
 	for attempt := 0; ; attempt++ {
 		if attempt > 1 && !sleepCtx(ctx, aheadPoll) {
 			return ctx.Err()

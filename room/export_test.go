@@ -103,12 +103,8 @@ func AuditFeed(v *validate.Validator, s Subjects, t *checkpoint.Trust) (feed fun
 }
 
 // SetAheadWait sets how long a pipelined request waits for the chain to
-// get past the request ahead of it, and returns a func that restores it.
-func SetAheadWait(d time.Duration) (restore func()) {
-	old := aheadWait
-	aheadWait = d
-	return func() { aheadWait = old }
-}
+// get past the request ahead of it, in g.
+func (g *Gate) SetAheadWait(d time.Duration) { g.aheadWait.Store(int64(d)) }
 
 // FollowCounts returns how many messages the checkpointer's follow took
 // from the gate's acknowledgements without reading them, and how many it

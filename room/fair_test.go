@@ -262,8 +262,8 @@ func TestGateEvictsIdleChains(t *testing.T) {
 // sent after those are answered over_quota at once instead of being held.
 // Once the chain's first line is stored, the 4 held are stored, in order.
 func TestServiceWaitingBodiesCount(t *testing.T) {
-	defer room.SetAheadWait(time.Minute)()
 	e := newEnv(t)
+	e.setAheadWait(time.Minute)
 	const roomID, held, over = "room:wait", 4, 5
 	es, _ := journal(t, "run-wait", "cap-wait", 1+held+over)
 	bodies := make([][]byte, held+over)

@@ -134,15 +134,17 @@ type Gate struct {
 	// attestation AppendRecords's checker signed ahead, stored or not
 	// (tests read it).
 	presignedUsed atomic.Uint64
-	js            jetstream.JetStream
-	nc            *nats.Conn
-	stream        jetstream.Stream
-	subjects      Subjects
-	v             *validate.Validator
-	log           *zap.Logger
-	obs           Observer
-	timeout       time.Duration
-	attempts      int
+	// aheadWait is defaultAheadWait; tests shorten or lengthen it.
+	aheadWait atomic.Int64
+	js        jetstream.JetStream
+	nc        *nats.Conn
+	stream    jetstream.Stream
+	subjects  Subjects
+	v         *validate.Validator
+	log       *zap.Logger
+	obs       Observer
+	timeout   time.Duration
+	attempts  int
 
 	maxBatch atomic.Int64  // messages per atomic batch (halved if the server says too large)
 	inflight chan struct{} // one token per atomic batch open
@@ -201,6 +203,7 @@ func NewGate(ctx context.Context, nc *nats.Conn, o GateOptions) (*Gate, error) {
 		log: o.Logger, obs: o.Observer, timeout: o.PublishTimeout, attempts: o.Attempts, key: o.PublisherKey, attested: o.Attested,
 		chains: map[events.ChainKey]*chainState{}, rooms: map[string]*roomState{}, orders: map[events.ChainKey]*chainOrder{},
 	}
+	g.aheadWait.Store(int64(defaultAheadWait))
 	if g.log == nil {
 		g.log = zap.NewNop()
 	}

@@ -33,6 +33,15 @@ type env struct {
 	svc    *room.Service
 	key    *events.HostKey
 	v      *validate.Validator
+	// aheadWait, when set, is every gate's ahead wait (setAheadWait).
+	aheadWait time.Duration
+}
+
+// setAheadWait sets how long a pipelined request waits for the chain, in
+// e's gate and in every gate e makes after.
+func (e *env) setAheadWait(d time.Duration) {
+	e.aheadWait = d
+	e.gate.SetAheadWait(d)
 }
 
 func newEnv(t *testing.T) *env {
@@ -92,6 +101,9 @@ func (e *env) newGate(nc *nats.Conn) *room.Gate {
 	g, err := room.NewGate(context.Background(), nc, room.GateOptions{Validator: e.v})
 	if err != nil {
 		e.t.Fatal(err)
+	}
+	if e.aheadWait > 0 {
+		g.SetAheadWait(e.aheadWait)
 	}
 	return g
 }

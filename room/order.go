@@ -21,7 +21,7 @@ import (
 // them), so a client's requests are decided in the order it sent them.
 // Across gate processes (one micro queue group) nothing orders them: a
 // request marked HeaderPipelined whose first line is ahead of the chain
-// waits up to aheadWait for the chain to reach it, reading the chain's
+// waits up to defaultAheadWait for the chain to reach it, reading the chain's
 // head from the stream leader (the request ahead may be stored by another
 // gate: awaitChain), and is answered OutcomeAhead if it does not; the
 // shipper then sends it again, in order.

@@ -224,11 +224,11 @@ func sendJournal(t *testing.T, nc *nats.Conn, roomID string, body []byte, after 
 }
 
 // A pipelined request whose first line stays ahead of the chain is not
-// refused: after waiting for the chain (room.SetAheadWait) it is answered
+// refused: after waiting for the chain (setAheadWait) it is answered
 // ahead, nothing stored, and the reason names the chain's next seq.
 func TestGatePipelinedAheadAnswered(t *testing.T) {
-	defer room.SetAheadWait(200 * time.Millisecond)()
 	e := newEnv(t)
+	e.setAheadWait(200 * time.Millisecond)
 	es, _ := journal(t, "run-ahead", "cap-ahead", 20)
 	r := <-sendJournal(t, e.nc, "room:ahead", lines(es[10:]), 9)
 	if r.Ahead != 1 || r.Refused != 0 || r.Stored != 0 || r.Skipped != 9 || r.Items[0].Outcome != room.OutcomeAhead {
@@ -252,8 +252,8 @@ func TestGatePipelinedAheadAnswered(t *testing.T) {
 // chain: it will not get there by itself. It is answered ahead at once,
 // and is no refusal.
 func TestGatePipelinedAfterRefusalAnsweredAtOnce(t *testing.T) {
-	defer room.SetAheadWait(time.Hour)()
 	e := newEnv(t)
+	e.setAheadWait(time.Hour)
 	es, _ := journal(t, "run-ahead", "cap-stalled", 20)
 	first := sendJournal(t, e.nc, "room:ahead", linesWithNonCanonical(es[:10], 5), -1)
 	second := sendJournal(t, e.nc, "room:ahead", lines(es[10:]), 9)
@@ -317,8 +317,8 @@ func TestShipCapsulePipelinedSmallConcurrency(t *testing.T) {
 // refused there at once: the request ahead was stored, the chain got past
 // it, so the pipelined request's first line is decided, not waited for.
 func TestShipCapsulePipelinedGapAtRequestBoundary(t *testing.T) {
-	defer room.SetAheadWait(time.Hour)()
 	e := newEnv(t)
+	e.setAheadWait(time.Hour)
 	es, _ := journal(t, "run-pipe", "cap-gap", 2000)
 	body := append(lines(es[:1000]), lines(es[1001:])...)
 	dir := capsuleDir(t, "run-pipe", "cap-gap", body)
@@ -461,8 +461,8 @@ func TestShipCapsuleJSONCheckedBeforeAnyLine(t *testing.T) {
 // for the chain, so neither swapped line lands, in whatever order the two
 // requests are decided.
 func TestGatePipelinedOutOfOrderRefused(t *testing.T) {
-	defer room.SetAheadWait(time.Hour)()
 	e := newEnv(t)
+	e.setAheadWait(time.Hour)
 	es, _ := journal(t, "run-swap", "cap-swap", 4)
 	if r := shipJournal(t, e.nc, "room:swap", lines(es[:2])); r.Stored != 2 {
 		t.Fatalf("first two lines: %+v", r)

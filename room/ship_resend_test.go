@@ -14,8 +14,8 @@ import (
 // a copy, so a body changed after it was sent would store other lines, or
 // be refused: the chain must land whole, once, in order.
 func TestShipResendsAheadBodiesIntact(t *testing.T) {
-	defer room.SetAheadWait(time.Microsecond)()
 	e := newEnv(t)
+	e.setAheadWait(time.Microsecond)
 	svc2 := e.secondService()
 	es, body := journal(t, "run-resend", "cap-resend-ahead", 1500)
 	dir := capsuleDir(t, "run-resend", "cap-resend-ahead", body)
