@@ -95,7 +95,7 @@ func batchEquivalence(t *testing.T, seed uint64, requests int, mixed bool) {
 	}
 	chains := []equivChain{newEquivChain(t, "eq-a", 120), newEquivChain(t, "eq-b", 120)}
 	heads := make([]int, len(chains))
-	outcomes := map[string]int{}
+	outcomes := map[room.Outcome]int{}
 	codes := map[events.Code]int{}
 	for range requests {
 		ci := rng.IntN(len(chains))
@@ -166,7 +166,7 @@ func TestRecordEquivalence(t *testing.T) {
 			fg := fast.racers()
 			og := oracleGates(t, fast, oracle)
 			pool := recordPool(t, rng, fast)
-			outcomes := map[string]int{}
+			outcomes := map[room.Outcome]int{}
 			codes := map[events.Code]int{}
 			for range 150 {
 				raw := pool[rng.IntN(len(pool))]

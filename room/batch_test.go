@@ -30,7 +30,7 @@ type batchLog struct {
 	results []string
 }
 
-func (b *batchLog) Item(string, string, events.Code, time.Duration) {}
+func (b *batchLog) Item(room.Kind, room.Outcome, events.Code, time.Duration) {}
 
 func (b *batchLog) Batch(n int, err error, _ time.Duration) {
 	b.mu.Lock()
@@ -92,7 +92,7 @@ func appendJournal(t *testing.T, g *room.Gate, roomID string, body []byte) room.
 // wantItem is an expected outcome: stored or duplicate at a stream seq,
 // refused with a code, or skipped.
 type wantItem struct {
-	outcome string
+	outcome room.Outcome
 	entry   *events.Entry
 	seq     uint64      // stream seq (stored, duplicate)
 	code    events.Code // refused
@@ -103,7 +103,7 @@ func checkItems(t *testing.T, r room.JournalReply, subj string, want []wantItem)
 	if len(r.Items) != len(want) {
 		t.Fatalf("%d items, want %d: %+v", len(r.Items), len(want), r)
 	}
-	counts := map[string]int{}
+	counts := map[room.Outcome]int{}
 	for i, w := range want {
 		it := r.Items[i]
 		counts[w.outcome]++

@@ -26,7 +26,7 @@ import (
 type Observer interface {
 	// Item is called with kind KindJournal or KindExecution, the outcome,
 	// the refusal code (outcome refused only) and the time the item took.
-	Item(kind, outcome string, code events.Code, took time.Duration)
+	Item(kind Kind, outcome Outcome, code events.Code, took time.Duration)
 }
 
 // GateOptions configures a Gate. The zero value of each field is its
@@ -496,7 +496,7 @@ func (r *JournalReply) tally() {
 // not a store: it counts as failed.
 type outcomeCounts struct{ stored, dupes, refused, skipped, failed, ahead *int }
 
-func (c outcomeCounts) add(outcome string) {
+func (c outcomeCounts) add(outcome Outcome) {
 	switch {
 	case outcome == OutcomeStored:
 		*c.stored++
@@ -776,7 +776,7 @@ func sleepCtx(ctx context.Context, d time.Duration) bool {
 	}
 }
 
-func (g *Gate) observe(kind string, res ItemResult, start time.Time) {
+func (g *Gate) observe(kind Kind, res ItemResult, start time.Time) {
 	if g.obs != nil {
 		g.obs.Item(kind, res.Outcome, res.Code, time.Since(start))
 	}

@@ -16,7 +16,7 @@ import (
 // replyOf builds a reply of every wire type from fuzzed strings and numbers.
 func repliesOf(ss [6]string, n int64) []any {
 	seq := n
-	item := room.ItemResult{Index: int(n % 1000), Outcome: ss[0], Seq: &seq, Hash: ss[1], StreamSeq: uint64(n), Subject: ss[2],
+	item := room.ItemResult{Index: int(n % 1000), Outcome: room.Outcome(ss[0]), Seq: &seq, Hash: ss[1], StreamSeq: uint64(n), Subject: ss[2],
 		Code: events.Code(ss[3]), At: &events.Location{File: ss[4], Line: int(n % 7), Seq: uint64(n), Pointer: ss[5]}, Reason: ss[4],
 		Problems: []events.Problem{{Code: events.Code(ss[0]), At: events.Location{Pointer: ss[1]}, Reason: ss[2], Expected: ss[3], Actual: ss[5]}}}
 	plain := room.ItemResult{Index: 3, Outcome: room.OutcomeStored, Seq: &seq, Hash: ss[1], StreamSeq: 9, Subject: ss[2]}

@@ -38,7 +38,10 @@ type Metrics struct {
 	series sync.Map // itemKey -> *itemSeries
 }
 
-type itemKey struct{ kind, outcome string }
+type itemKey struct {
+	kind    Kind
+	outcome Outcome
+}
 
 type itemSeries struct {
 	items   prometheus.Counter
@@ -95,16 +98,16 @@ func (m *Metrics) ReplyRefused(endpoint string) { m.replies.WithLabelValues(endp
 func (m *Metrics) OverQuota(endpoint string) { m.quota.WithLabelValues(endpoint).Inc() }
 
 // Item implements Observer.
-func (m *Metrics) Item(kind, outcome string, code events.Code, took time.Duration) {
+func (m *Metrics) Item(kind Kind, outcome Outcome, code events.Code, took time.Duration) {
 	k := itemKey{kind, outcome}
 	v, ok := m.series.Load(k)
 	if !ok {
-		v, _ = m.series.LoadOrStore(k, &itemSeries{items: m.items.WithLabelValues(kind, outcome), latency: m.latency.WithLabelValues(kind, outcome)})
+		v, _ = m.series.LoadOrStore(k, &itemSeries{items: m.items.WithLabelValues(string(kind), string(outcome)), latency: m.latency.WithLabelValues(string(kind), string(outcome))})
 	}
 	s := v.(*itemSeries)
 	s.items.Inc()
 	if outcome == OutcomeRefused {
-		m.refusals.WithLabelValues(kind, string(code)).Inc()
+		m.refusals.WithLabelValues(string(kind), string(code)).Inc()
 	}
 	s.latency.Observe(took.Seconds())
 }

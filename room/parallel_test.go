@@ -28,7 +28,8 @@ import (
 // outcome is one message's verdict, reduced to what is compared.
 type outcome struct {
 	Seq                                       uint64
-	Kind, RoomID, Subject                     string
+	Kind                                      room.Kind
+	RoomID, Subject                           string
 	Chain                                     *events.ChainKey
 	Position                                  *int64
 	EntryHash, Ref, Digest, Instance, Outcome string

@@ -198,7 +198,7 @@ func TestRaceRecords(t *testing.T) {
 		// The same record from both: one stored, one duplicate of it.
 		c := e.sign(base, map[string]any{"room/id": roomID, "idempotency/key": "key-c", "run/ref": "operator-task-run:run-c"})
 		together(func(i int) { replies[i] = gates[i].AppendRecord(t.Context(), c.Canonical()) })
-		outcomes := map[string]int{}
+		outcomes := map[room.Outcome]int{}
 		for _, r := range replies {
 			outcomes[r.Item.Outcome]++
 		}

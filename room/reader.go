@@ -30,7 +30,7 @@ type StreamMsg struct {
 // Event is a verified message, as handed to the application.
 type Event struct {
 	RoomID  string    `json:"room"`
-	Kind    string    `json:"kind"` // KindJournal or KindExecution
+	Kind    Kind      `json:"kind"` // KindJournal or KindExecution
 	Seq     uint64    `json:"stream_seq"`
 	Subject string    `json:"subject"`
 	Time    time.Time `json:"time"`
@@ -63,7 +63,7 @@ type Event struct {
 // it is reported with its code, stream sequence and reason.
 type SetAside struct {
 	RoomID   string           `json:"room,omitempty"`
-	Kind     string           `json:"kind,omitempty"`
+	Kind     Kind             `json:"kind,omitempty"`
 	Seq      uint64           `json:"stream_seq"`
 	Subject  string           `json:"subject"`
 	Time     time.Time        `json:"time"`

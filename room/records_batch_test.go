@@ -43,7 +43,7 @@ func TestRecordsEquivalence(t *testing.T) {
 			pool := recordPool(t, rng, fast)
 			forged := bytes.Replace(pool[0], []byte(`"2026-09-25T12:00:00Z"`), []byte(`"2026-09-25T13:00:00Z"`), 1)
 			pool = append(pool, []byte(`{"room/id": "room:rd",`), forged)
-			outcomes := map[string]int{}
+			outcomes := map[room.Outcome]int{}
 			codes := map[events.Code]int{}
 			for sent := 0; sent < 150; {
 				group := make([][]byte, 1+rng.IntN(12))

@@ -17,7 +17,7 @@ func FuzzEncodeRecordsReply(f *testing.F) {
 	f.Add(uint16(3), uint8(0), []byte("stored\x00refused<<<<\x01duplicate"))
 	f.Add(uint16(510), uint8(1), []byte(strings.Repeat("<", 300)))
 	f.Add(uint16(9), uint8(0), []byte("\xff\xfe\x00\x01"))
-	outcomes := []string{OutcomeStored, OutcomeDuplicate, OutcomeRefused, OutcomeSkipped, OutcomeFailed}
+	outcomes := []Outcome{OutcomeStored, OutcomeDuplicate, OutcomeRefused, OutcomeSkipped, OutcomeFailed}
 	codes := []events.Code{"", events.IdempotencyConflict, events.SchemaInvalid, events.UnknownNotConsent, events.TooLarge}
 	f.Fuzz(func(t *testing.T, n uint16, small uint8, data []byte) {
 		max := 1 << 20
@@ -88,7 +88,7 @@ func FuzzEncodeRecordsReply(f *testing.F) {
 func TestOutcomeCountsUnknown(t *testing.T) {
 	var r RecordsReply
 	c := outcomeCounts{&r.Stored, &r.Dupes, &r.Refused, &r.Skipped, &r.Failures, nil}
-	for _, o := range []string{OutcomeStored, OutcomeAhead, "mystery", OutcomeFailed, OutcomeSkipped} {
+	for _, o := range []Outcome{OutcomeStored, OutcomeAhead, "mystery", OutcomeFailed, OutcomeSkipped} {
 		c.add(o)
 	}
 	if r.Stored != 1 || r.Failures != 3 || r.Skipped != 1 {

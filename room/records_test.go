@@ -15,7 +15,7 @@ const (
 )
 
 // checkRecordStored asserts that reply stored rec at stream seq seq.
-func checkRecordStored(t *testing.T, r room.RecordReply, rec *events.Record, outcome string, seq uint64) {
+func checkRecordStored(t *testing.T, r room.RecordReply, rec *events.Record, outcome room.Outcome, seq uint64) {
 	t.Helper()
 	it := r.Item
 	if it.Outcome != outcome || it.StreamSeq != seq || it.Subject != "rooms."+room.EncodeToken(rec.RoomID()[len("room:"):])+".exec" ||

@@ -455,7 +455,7 @@ func (s *Service) handleJournal(req micro.Request, t *orderTicket) {
 		zap.Int("stored", reply.Stored), zap.Int("duplicates", reply.Dupes), zap.Int("refused", reply.Refused), zap.Int("failed", reply.Failures))
 	for _, it := range reply.Items {
 		if it.Outcome == OutcomeRefused {
-			s.log.Info("refused", zap.String("kind", KindJournal), zap.String("room", roomID), zap.String("code", string(it.Code)), zap.Int("line", it.Index+1), zap.String("reason", it.Reason))
+			s.log.Info("refused", zap.String("kind", string(KindJournal)), zap.String("room", roomID), zap.String("code", string(it.Code)), zap.Int("line", it.Index+1), zap.String("reason", it.Reason))
 		}
 	}
 	if brief {
@@ -478,7 +478,7 @@ func briefItems(items []ItemResult) []ItemResult {
 func (s *Service) handleExecution(req micro.Request, _ *orderTicket) {
 	reply := s.gate.AppendRecord(s.ctx, req.Data())
 	if reply.Item.Outcome == OutcomeRefused {
-		s.log.Info("refused", zap.String("kind", KindExecution), zap.String("room", reply.RoomID), zap.String("code", string(reply.Item.Code)), zap.String("reason", reply.Item.Reason))
+		s.log.Info("refused", zap.String("kind", string(KindExecution)), zap.String("room", reply.RoomID), zap.String("code", string(reply.Item.Code)), zap.String("reason", reply.Item.Reason))
 	}
 	s.respond(req, reply)
 }
@@ -507,7 +507,7 @@ func (s *Service) handleRecords(req micro.Request, _ *orderTicket) {
 	for _, r := range replies {
 		counts.add(r.Item.Outcome)
 		if r.Item.Outcome == OutcomeRefused {
-			s.log.Info("refused", zap.String("kind", KindExecution), zap.String("room", r.RoomID), zap.String("code", string(r.Item.Code)), zap.Int("record", r.Item.Index), zap.String("reason", r.Item.Reason))
+			s.log.Info("refused", zap.String("kind", string(KindExecution)), zap.String("room", r.RoomID), zap.String("code", string(r.Item.Code)), zap.Int("record", r.Item.Index), zap.String("reason", r.Item.Reason))
 		}
 	}
 	body, err := encodeRecordsReply(&reply, s.maxPayload)

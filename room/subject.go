@@ -152,16 +152,20 @@ func (s Subjects) Checkpoint(roomID string) string {
 	return s.prefix() + "." + roomToken(roomID) + ".checkpoint"
 }
 
+// Kind is what a room subject carries: one of the Kind constants
+// (docs/design.md, "Subjects and room ids").
+type Kind string
+
 // Subject kinds returned by Parse.
 const (
-	KindJournal    = "journal"
-	KindExecution  = "execution"
-	KindCheckpoint = "checkpoint"
+	KindJournal    Kind = "journal"
+	KindExecution  Kind = "execution"
+	KindCheckpoint Kind = "checkpoint"
 )
 
 // Parsed is a subject taken apart.
 type Parsed struct {
-	Kind   string // KindJournal, KindExecution or KindCheckpoint
+	Kind   Kind // KindJournal, KindExecution or KindCheckpoint
 	RoomID string
 	Chain  events.ChainKey // journal subjects only
 }

@@ -131,7 +131,7 @@ type aside struct {
 	Seq      uint64
 	Code     events.Code
 	RoomID   string
-	Kind     string
+	Kind     room.Kind
 	Subject  string
 	Chain    string        // "run/capsule" for journal subjects, "" otherwise
 	Problems []events.Code // every problem's code, in order

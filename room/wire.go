@@ -57,25 +57,29 @@ const MaxBatchRecords = 1000
 // takes about as long as that many synchronous stores.
 const DefaultRecordsPerRequest = 256
 
+// Outcome is what the gate did with one item of a request, as a reply's
+// items give it (docs/wire.md): one of the Outcome constants.
+type Outcome string
+
 // Item outcomes in a reply.
 const (
-	OutcomeStored    = "stored"    // appended now, at StreamSeq
-	OutcomeDuplicate = "duplicate" // the same bytes are already stored, at StreamSeq; nothing new stored
-	OutcomeRefused   = "refused"   // not stored, never will be as it is: see Code
-	OutcomeSkipped   = "skipped"   // not looked at: an earlier item of the batch was refused or failed
-	OutcomeFailed    = "failed"    // not decided: the server could not be reached in time; retry
+	OutcomeStored    Outcome = "stored"    // appended now, at StreamSeq
+	OutcomeDuplicate Outcome = "duplicate" // the same bytes are already stored, at StreamSeq; nothing new stored
+	OutcomeRefused   Outcome = "refused"   // not stored, never will be as it is: see Code
+	OutcomeSkipped   Outcome = "skipped"   // not looked at: an earlier item of the batch was refused or failed
+	OutcomeFailed    Outcome = "failed"    // not decided: the server could not be reached in time; retry
 	// OutcomeAhead: not decided: the first line of a pipelined request
 	// (HeaderPipelined) is ahead of the chain, which did not get past the
 	// request ahead of it (its next seq is in Reason); send it again once
 	// the request ahead of it is answered.
-	OutcomeAhead = "ahead"
+	OutcomeAhead Outcome = "ahead"
 )
 
 // ItemResult is the outcome of one journal entry or record.
 type ItemResult struct {
 	// Index is the item's position in the request, from 0 (the line).
-	Index   int    `json:"index"`
-	Outcome string `json:"outcome"`
+	Index   int     `json:"index"`
+	Outcome Outcome `json:"outcome"`
 	// Seq is the entry's chain position, when it could be read.
 	Seq *int64 `json:"seq,omitempty"`
 	// Hash is the entry_hash (journals) or execution/ref (records).

@@ -558,7 +558,7 @@ func TestExecutionUnknownOutcome(t *testing.T) {
 // standInRecords starts a nats-server (max payload 1,500 bytes: one record
 // per request) with a stand-in records endpoint that answers every record
 // with outcome, and returns its URL and its request count.
-func standInRecords(t *testing.T, outcome string) (string, *atomic.Int32) {
+func standInRecords(t *testing.T, outcome room.Outcome) (string, *atomic.Int32) {
 	t.Helper()
 	srv := startNATS(t, 1500)
 	nc, err := nats.Connect(srv.ClientURL())

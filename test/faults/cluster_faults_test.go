@@ -94,7 +94,7 @@ func (cr *clusterRun) finish(s *shipment) {
 		first[0].Stored, first[0].Duplicates, ifErr(first[0].Error))
 	acked := first[0].acked()
 	cr.in.checkAckedPrefix(s.cap, s.roomID, acked, "after the fault")
-	rr := &recordRuns{acked: map[string]string{}}
+	rr := &recordRuns{acked: map[string]room.Outcome{}}
 	estatus := s.exec.wait(3 * time.Minute)
 	rr.note(t, result{status: estatus, stdout: s.exec.stdout.String()})
 	t.Logf("first publisher execution run: exit %d, %d of %d records acknowledged%s", estatus, len(rr.acked), len(s.recs.files), ifErr(firstLine(s.exec.stderr.String())))
@@ -406,7 +406,7 @@ func (cr *clusterRun) finishFollow(s *shipment) {
 			t.Fatalf("oracle (no valid line refused): follower: %+v", l)
 		}
 	}
-	rr := &recordRuns{acked: map[string]string{}}
+	rr := &recordRuns{acked: map[string]room.Outcome{}}
 	estatus := s.exec.wait(3 * time.Minute)
 	rr.note(t, result{status: estatus, stdout: s.exec.stdout.String()})
 	t.Logf("follower reported %d lines in the stream (%d duplicates); first publisher execution run: exit %d, %d of %d acknowledged",

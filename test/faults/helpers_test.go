@@ -480,11 +480,11 @@ type recordLine struct {
 	OK   bool   `json:"ok"`
 	Room string `json:"room"`
 	Item struct {
-		Outcome   string `json:"outcome"`
-		Hash      string `json:"hash"`
-		StreamSeq uint64 `json:"stream_seq"`
-		Code      string `json:"code"`
-		Reason    string `json:"reason"`
+		Outcome   room.Outcome `json:"outcome"`
+		Hash      string       `json:"hash"`
+		StreamSeq uint64       `json:"stream_seq"`
+		Code      string       `json:"code"`
+		Reason    string       `json:"reason"`
 	} `json:"item"`
 }
 
@@ -610,7 +610,7 @@ func firstLine(s string) string {
 
 // recordRuns is what one or more `publisher execution --json` runs said.
 type recordRuns struct {
-	acked  map[string]string // file → outcome of the last run that decided it
+	acked  map[string]room.Outcome // file → outcome of the last run that decided it
 	dupes  int
 	failed int // items the gate answered "failed" (not decided)
 	runs   int
@@ -620,7 +620,7 @@ type recordRuns struct {
 // until a run exits 0.
 func shipRecordsUntilDone(t *testing.T, tl *tally, url string, rs *recordSet, maxRuns int) *recordRuns {
 	t.Helper()
-	rr := &recordRuns{acked: map[string]string{}}
+	rr := &recordRuns{acked: map[string]room.Outcome{}}
 	for i := 0; ; i++ {
 		r := run(t, 3*time.Minute, publisherBin, append([]string{"execution", "--json", "--server", url}, rs.files...)...)
 		rr.note(t, r)

@@ -49,7 +49,7 @@ func TestServeKilled(t *testing.T) {
 	subj := in.subj.Journal(roomID, c.key())
 
 	jr := &journalRuns{}
-	rr := &recordRuns{acked: map[string]string{}}
+	rr := &recordRuns{acked: map[string]room.Outcome{}}
 	for i, at := range []uint64{1300, 3300} {
 		ship := startProc(t, "publisher journal", publisherBin, "journal", "--json", "--server", srv.url, "--room", roomID, c.dir)
 		var exec *proc
