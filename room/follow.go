@@ -93,6 +93,7 @@ func Follow(ctx context.Context, js jetstream.JetStream, o FollowOptions, handle
 	if o.AckWait <= 0 {
 		o.AckWait = 30 * time.Second
 	}
+	o.Rooms = uniqueRooms(o.Rooms)
 	cctx, cancel := withDefaultTimeout(ctx)
 	st, err := js.Stream(cctx, name)
 	if err != nil {
