@@ -151,6 +151,7 @@ type auditCmd struct {
 	JSON        bool      `name:"json" help:"Print the report as one JSON object."`
 	StateDir    string    `name:"state-dir" help:"Directory of the subscriber's state: with --trusted-publisher, the last checkpoint verified per room (a room whose newest checkpoint is smaller or not consistent with it is refused as rolled back or forked). Default $XDG_STATE_HOME/roompub, else ~/.local/state/roompub; one directory per deployment." placeholder:"DIR" yaml:"state-dir"`
 	Checkpoints []string  `name:"checkpoint" type:"existingfile" placeholder:"FILE" help:"A signed checkpoint note obtained elsewhere (repeatable): it must verify under --trusted-publisher and be consistent with its room as read (catches a fork shown to different readers)."`
+	AllowEmpty  bool      `name:"allow-empty" help:"Accept an audit that reads no message (of the stream, or of a room given with --room): without it that is the verdict EMPTY, exit 1 (a mistyped room id reads nothing)." yaml:"allow-empty"`
 }
 
 func (c *auditCmd) Validate() error {
@@ -212,16 +213,48 @@ func (c *auditCmd) Run(s *streams) error {
 		b, _ := json.Marshal(rep)
 		fmt.Fprintf(s.out, "%s\n", b)
 	} else {
-		printAudit(s, rep)
+		printAudit(s, rep, c.AllowEmpty)
 	}
 	if !rep.Clean() {
-		return fmt.Errorf("audit: %d message(s) set aside, %d chain(s) broken, %d stream problem(s): %w",
-			rep.Totals.SetAside, rep.Totals.ChainsBroken, len(rep.StreamProblems), errRefused)
+		empty := ""
+		if rep.Empty {
+			empty = "; " + emptyWhat(rep)
+		}
+		return fmt.Errorf("audit: %d message(s) set aside, %d chain(s) broken, %d stream problem(s)%s: %w",
+			rep.Totals.SetAside, rep.Totals.ChainsBroken, len(rep.StreamProblems), empty, errRefused)
+	}
+	if rep.Empty && !c.AllowEmpty {
+		return fmt.Errorf("audit: %s (--allow-empty accepts that): %w", emptyWhat(rep), errEmpty)
 	}
 	return nil
 }
 
-func printAudit(s *streams, rep *room.AuditReport) {
+// errEmpty: an audit read no message of what it was asked to audit. It
+// exits as a refusal does (ExitRefused): a clean verdict on nothing is no
+// evidence, and one mistyped room id must not give an auditor one.
+var errEmpty error = emptyError{}
+
+type emptyError struct{}
+
+func (emptyError) Error() string        { return "empty" }
+func (emptyError) Is(target error) bool { return target == errRefused }
+
+// emptyWhat says what an empty audit read nothing of.
+func emptyWhat(rep *room.AuditReport) string {
+	span := fmt.Sprintf("stream seq %d to %d", rep.FromSeq, rep.LastSeq)
+	switch {
+	case rep.LastSeq == 0:
+		span = "the stream holds none"
+	case rep.LastSeq < rep.FromSeq:
+		span = fmt.Sprintf("the stream ends at seq %d, before %d", rep.LastSeq, rep.FromSeq)
+	}
+	if len(rep.EmptyRooms) == 0 {
+		return fmt.Sprintf("no messages in stream %s (%s)", rep.Stream, span)
+	}
+	return fmt.Sprintf("no messages in %s (%s)", strings.Join(rep.EmptyRooms, ", "), span)
+}
+
+func printAudit(s *streams, rep *room.AuditReport, allowEmpty bool) {
 	w := s.out
 	fmt.Fprintf(w, "audit of stream %s, stream seq %d to %d\n", rep.Stream, rep.FromSeq, rep.LastSeq)
 	switch {
@@ -261,6 +294,9 @@ func printAudit(s *streams, rep *room.AuditReport) {
 	for _, r := range rooms {
 		fmt.Fprintf(w, "%s\n  execution records: %d verified\n", r, rep.Records[r])
 	}
+	for _, r := range rep.EmptyRooms {
+		fmt.Fprintf(w, "%s\n  no messages\n", r)
+	}
 	if len(rep.Violations) > 0 {
 		fmt.Fprintf(w, "violations:\n")
 		for _, v := range rep.Violations {
@@ -272,12 +308,18 @@ func printAudit(s *streams, rep *room.AuditReport) {
 	}
 	printCheckpoints(w, rep)
 	t := rep.Totals
-	verdict := "CLEAN"
-	if !rep.Clean() {
+	verdict, empty := "CLEAN", ""
+	switch {
+	case !rep.Clean():
 		verdict = "REFUSED"
+	case rep.Empty && !allowEmpty:
+		verdict = "EMPTY"
 	}
-	fmt.Fprintf(w, "%s: %d messages, %d entries and %d records verified, %d set aside; %d chains ok, %d broken; stream append-only: %v\n",
-		verdict, t.Messages, t.Entries, t.Records, t.SetAside, t.ChainsOK, t.ChainsBroken, t.StreamIsSound)
+	if rep.Empty {
+		empty = "; " + emptyWhat(rep)
+	}
+	fmt.Fprintf(w, "%s: %d messages, %d entries and %d records verified, %d set aside; %d chains ok, %d broken; stream append-only: %v%s\n",
+		verdict, t.Messages, t.Entries, t.Records, t.SetAside, t.ChainsOK, t.ChainsBroken, t.StreamIsSound, empty)
 }
 
 type evidenceCmd struct {
