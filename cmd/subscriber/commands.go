@@ -66,10 +66,11 @@ func checkRooms(rooms []string) error {
 type followCmd struct {
 	config.Reader
 	publisherTrust
-	Rooms    []string `name:"room" required:"" placeholder:"ROOM" help:"Room to follow (repeatable)."`
-	Durable  string   `name:"durable" required:"" placeholder:"NAME" help:"Durable consumer name: where this subscriber resumes after a restart."`
-	JSON     bool     `name:"json" help:"Print events as JSON lines (the default; kept for symmetry with the other commands)." default:"true" negatable:""`
-	StateDir string   `name:"state-dir" help:"Directory of the subscriber's state: with --trusted-publisher, the last checkpoint verified per room (a room whose newest checkpoint is smaller or not consistent with it is refused as rolled back or forked). Default $XDG_STATE_HOME/roompub, else ~/.local/state/roompub; one directory per deployment. The set-aside list <durable>.set-aside.ndjson is kept there too." placeholder:"DIR" yaml:"state-dir"`
+	Rooms     []string `name:"room" required:"" placeholder:"ROOM" help:"Room to follow (repeatable)."`
+	Durable   string   `name:"durable" required:"" placeholder:"NAME" help:"Durable consumer name: where this subscriber resumes after a restart."`
+	JSON      bool     `name:"json" help:"Print events as JSON lines (the default; kept for symmetry with the other commands)." default:"true" negatable:""`
+	StateDir  string   `name:"state-dir" help:"Directory of the subscriber's state: with --trusted-publisher, the last checkpoint verified per room (a room whose newest checkpoint is smaller or not consistent with it is refused as rolled back or forked). Default $XDG_STATE_HOME/roompub, else ~/.local/state/roompub; one directory per deployment. The set-aside list <durable>.set-aside.ndjson is kept there too." placeholder:"DIR" yaml:"state-dir"`
+	Reexamine bool     `name:"reexamine" help:"Before following, decide again, with this run's --trusted-host, --trusted-publisher and --schema-dir, the messages the set-aside list holds (set aside and acknowledged, so never delivered again): print those that pass now, marked \"reexamined\", in stream order, and keep the rest listed." yaml:"reexamine"`
 }
 
 func (c *followCmd) Validate() error {
@@ -100,45 +101,54 @@ func (c *followCmd) Run(s *streams) error {
 		return err
 	}
 	defer nc.Close()
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return err
-	}
-	qpath := filepath.Join(dir, c.Durable+".set-aside.ndjson")
-	q, err := os.OpenFile(qpath, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o644)
-	if err != nil {
-		return err
-	}
-	defer q.Close()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	list := &room.SetAsideList{Path: filepath.Join(dir, c.Durable+".set-aside.ndjson")}
 	enc := json.NewEncoder(s.out)
-	var qerr error
-	err = room.Follow(ctx, js, room.FollowOptions{
+	return room.Follow(ctx, js, room.FollowOptions{
 		Stream: c.Stream, Subjects: room.Subjects{Prefix: c.Prefix}, Rooms: c.Rooms, Durable: c.Durable, Validator: v,
-		Trust: t, State: state, Read: config.FollowRead(c.Credentials),
+		Trust: t, State: state, Read: config.FollowRead(c.Credentials), SetAsideList: list, Reexamine: c.Reexamine,
 		OnSetAside: func(a room.SetAside) {
-			fmt.Fprintf(s.err, "set aside: %s\n", a.Error())
-			b, _ := json.Marshal(a)
-			if _, err := q.Write(append(b, '\n')); err != nil && qerr == nil {
-				qerr = err
+			if a.Reexamined {
+				fmt.Fprintf(s.err, "still set aside (re-examined): %s\n", a.Error())
+				return
 			}
-			_ = q.Sync()
+			fmt.Fprintf(s.err, "set aside: %s\n", a.Error())
 		},
 		Ready: func(floor uint64) {
 			fmt.Fprintf(s.err, "subscriber: following %s as %s (resumed after stream seq %d; set-aside list %s; %s)\n",
-				strings.Join(c.Rooms, ", "), c.Durable, floor, qpath, attestationNote(t))
+				strings.Join(c.Rooms, ", "), c.Durable, floor, list.Path, attestationNote(t))
+			if note := listNote(list.Facts(), c.Reexamine); note != "" {
+				fmt.Fprintf(s.err, "subscriber: %s\n", note)
+			}
 		},
 	}, func(_ context.Context, ev *room.Event) error {
 		if c.JSON {
 			return enc.Encode(ev)
 		}
-		_, err := fmt.Fprintf(s.out, "%s %s seq %d %s%s\n", ev.RoomID, ev.Kind, ev.Seq, ev.EntryHash, ev.Ref)
+		again := ""
+		if ev.Reexamined {
+			again = " (re-examined)"
+		}
+		_, err := fmt.Fprintf(s.out, "%s %s seq %d %s%s%s\n", ev.RoomID, ev.Kind, ev.Seq, ev.EntryHash, ev.Ref, again)
 		return err
 	})
-	if err != nil {
-		return err
+}
+
+// listNote says, for people, what the rebuild made of the set-aside list:
+// "" when there is nothing to say.
+func listNote(f room.ListFacts, reexamine bool) string {
+	var parts []string
+	if reexamine {
+		parts = append(parts, fmt.Sprintf("re-examined %d listed message(s): %d served, %d still set aside", f.Listed, f.Served, f.Aside))
 	}
-	return qerr
+	if f.PassNow > 0 {
+		parts = append(parts, fmt.Sprintf("%d listed message(s) pass now and stay set aside: --reexamine serves them", f.PassNow))
+	}
+	if f.ServedNowAside > 0 {
+		parts = append(parts, fmt.Sprintf("%d message(s) served before are set aside now ('subscriber audit' names them)", f.ServedNowAside))
+	}
+	return strings.Join(parts, "; ")
 }
 
 type auditCmd struct {
