@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sort"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -108,6 +110,20 @@ type AuditReport struct {
 	// read was used.
 	ReadBy  string `json:"read_by,omitempty"`
 	ReadWhy string `json:"read_why,omitempty"`
+
+	// RoomMessages counts the messages read per room, by the room token of
+	// their subject (a message whose subject names no room counts in
+	// none); every room of AuditOptions.Rooms is there, 0 when none of its
+	// messages was read.
+	RoomMessages map[string]uint64 `json:"room_messages"`
+	// Empty says the audit read nothing of what it was asked to audit: no
+	// message at all, or none of a room named in AuditOptions.Rooms
+	// (EmptyRooms, in the order given). Clean says nothing was found
+	// wrong, which an empty audit also is; a verdict that something was
+	// verified needs Clean and not Empty (a typo in a room id reads
+	// nothing).
+	Empty      bool     `json:"empty"`
+	EmptyRooms []string `json:"empty_rooms,omitempty"`
 }
 
 // AuditTotals counts what the audit read.
@@ -125,7 +141,9 @@ type AuditTotals struct {
 	Checkpoints uint64 `json:"checkpoints,omitempty"`
 }
 
-// Clean reports whether the audit found nothing wrong.
+// Clean reports whether the audit found nothing wrong: no message set
+// aside, no chain broken, no stream problem. An audit that read nothing
+// is clean; Empty says so.
 func (r *AuditReport) Clean() bool {
 	return r.Totals.SetAside == 0 && len(r.StreamProblems) == 0 && r.Totals.ChainsBroken == 0
 }
@@ -155,6 +173,7 @@ func audit(ctx context.Context, js jetstream.JetStream, o AuditOptions) (*AuditR
 	if o.Validator == nil {
 		return nil, nil, fmt.Errorf("%w: audit needs a validator", ErrGate)
 	}
+	o.Rooms = uniqueRooms(o.Rooms)
 	partial := o.FromSeq > 1 || !o.Since.IsZero()
 	if len(o.External) > 0 && (o.Trust.Len() == 0 || partial) {
 		return nil, nil, fmt.Errorf("%w: a checkpoint from elsewhere needs trusted publishers and a replay from the start", ErrGate)
@@ -180,7 +199,11 @@ func audit(ctx context.Context, js jetstream.JetStream, o AuditOptions) (*AuditR
 		return nil, nil, fmt.Errorf("stream %s: %w", name, err)
 	}
 	rep := &AuditReport{Stream: name, FromSeq: max(o.FromSeq, 1), LastSeq: info.State.LastSeq, Records: map[string]int{},
-		Totals: AuditTotals{ByCode: map[events.Code]int{}}}
+		Totals: AuditTotals{ByCode: map[events.Code]int{}}, RoomMessages: map[string]uint64{}}
+	for _, id := range o.Rooms {
+		rep.RoomMessages[id] = 0
+	}
+	counts := roomCounter{subjects: o.Subjects, counts: rep.RoomMessages}
 	if err := CheckStreamConfig(info.Config, o.Subjects); err != nil {
 		for _, e := range unjoin(err) {
 			rep.StreamProblems = append(rep.StreamProblems, e.Error())
@@ -242,6 +265,7 @@ func audit(ctx context.Context, js jetstream.JetStream, o AuditOptions) (*AuditR
 			for i := range b.xs {
 				x := &b.xs[i]
 				rep.Totals.Messages++
+				counts.add(x)
 				r.feed(x, full, out)
 				if o.Progress != nil && rep.Totals.Messages%o.ProgressEvery == 0 {
 					o.Progress(x.m.Seq, info.State.LastSeq)
@@ -281,7 +305,50 @@ func audit(ctx context.Context, js jetstream.JetStream, o AuditOptions) (*AuditR
 			rep.Totals.ChainsBroken++
 		}
 	}
+	for _, id := range o.Rooms {
+		if rep.RoomMessages[id] == 0 {
+			rep.EmptyRooms = append(rep.EmptyRooms, id)
+		}
+	}
+	rep.Empty = rep.Totals.Messages == 0 || len(rep.EmptyRooms) > 0
 	return rep, r, nil
+}
+
+// roomCounter counts an audit's messages per room (AuditReport.RoomMessages).
+type roomCounter struct {
+	subjects Subjects
+	counts   map[string]uint64
+}
+
+// add counts x under its room: the subject's room when it parsed, else
+// the room its second token names (a subject under a room's filter with
+// no known layout is still that room's message), else none.
+func (c roomCounter) add(x *prepared) {
+	id := x.p.RoomID
+	if x.subjErr != nil {
+		id = roomOfSubject(c.subjects, x.m.Subject)
+	}
+	if id != "" {
+		c.counts[id]++
+	}
+}
+
+// roomOfSubject returns the room whose token subject's second token is,
+// or "" when it is under no room of subjects.
+func roomOfSubject(subjects Subjects, subject string) string {
+	prefix, rest, ok := strings.Cut(subject, ".")
+	if !ok || prefix != subjects.prefix() {
+		return ""
+	}
+	tok, _, ok := strings.Cut(rest, ".")
+	if !ok {
+		return ""
+	}
+	id, err := DecodeToken(tok)
+	if err != nil {
+		return ""
+	}
+	return RoomIDPrefix + id
 }
 
 // loadFloors gives each room's ledger the checkpoint state holds for it:
@@ -357,6 +424,19 @@ func filters(subjects Subjects, rooms []string) []string {
 	out := make([]string, len(rooms))
 	for i, id := range rooms {
 		out[i] = subjects.Room(id)
+	}
+	return out
+}
+
+// uniqueRooms returns rooms with each room once, in the order first
+// given: a reader reads a room once, and the server refuses a consumer
+// whose filters overlap.
+func uniqueRooms(rooms []string) []string {
+	var out []string
+	for _, id := range rooms {
+		if !slices.Contains(out, id) {
+			out = append(out, id)
+		}
 	}
 	return out
 }

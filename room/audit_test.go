@@ -227,3 +227,51 @@ func TestAuditSlowConsumer(t *testing.T) {
 		t.Errorf("room without messages: %v %+v", err, rep.Totals)
 	}
 }
+
+// TestAuditEmpty: an audit that reads nothing of what it was asked for
+// says so (Empty), yet stays Clean: an empty stream, a room with no
+// message (a typo), and one such room named with a room that has
+// messages, reported per room. A room whose only message has a subject of
+// no known layout is not empty.
+func TestAuditEmpty(t *testing.T) {
+	e := newEnv(t)
+	rep, err := room.Audit(t.Context(), e.js, room.AuditOptions{Validator: e.v})
+	if err != nil || !rep.Clean() || !rep.Empty || len(rep.EmptyRooms) != 0 || len(rep.RoomMessages) != 0 {
+		t.Fatalf("empty stream: %v: clean %v, empty %v, rooms %v %v", err, rep.Clean(), rep.Empty, rep.EmptyRooms, rep.RoomMessages)
+	}
+
+	_, body := journal(t, "run-1", "cap-1", 3)
+	e.shipJournal("room:alpha", body)
+	publishRaw(t, e.js, "rooms.junk.nothing-known", []byte("x"))
+	for _, c := range []struct {
+		name  string
+		rooms []string
+		clean bool
+		empty []string
+		count map[string]uint64
+	}{
+		{"the stream", nil, false, nil, map[string]uint64{"room:alpha": 3, "room:junk": 1}},
+		{"a room with messages", []string{"room:alpha"}, true, nil, map[string]uint64{"room:alpha": 3}},
+		{"a typo", []string{"room:alpah"}, true, []string{"room:alpah"}, map[string]uint64{"room:alpah": 0}},
+		{"a typo among rooms", []string{"room:typo", "room:alpha", "room:typo", "room:other"}, true, []string{"room:typo", "room:other"},
+			map[string]uint64{"room:alpha": 3, "room:typo": 0, "room:other": 0}},
+		{"a room of junk", []string{"room:junk"}, false, nil, map[string]uint64{"room:junk": 1}},
+	} {
+		for _, read := range []room.ReadMode{room.ReadConsumer, room.ReadDirect} {
+			rep, err := room.Audit(t.Context(), e.js, room.AuditOptions{Validator: e.v, Rooms: c.rooms, Read: read})
+			if err != nil {
+				t.Fatalf("%s (%v): %v", c.name, read, err)
+			}
+			if rep.Clean() != c.clean || rep.Empty != (len(c.empty) > 0) || !slices.Equal(rep.EmptyRooms, c.empty) || !maps.Equal(rep.RoomMessages, c.count) {
+				t.Errorf("%s (%v): clean %v, empty %v %v, room messages %v; want clean %v, empty rooms %v, %v",
+					c.name, read, rep.Clean(), rep.Empty, rep.EmptyRooms, rep.RoomMessages, c.clean, c.empty, c.count)
+			}
+		}
+	}
+
+	// From a point past the last message: nothing read.
+	rep, err = room.Audit(t.Context(), e.js, room.AuditOptions{Validator: e.v, FromSeq: 5})
+	if err != nil || !rep.Empty || rep.Totals.Messages != 0 || !rep.Clean() {
+		t.Errorf("from stream seq 5: %v: empty %v, totals %+v", err, rep.Empty, rep.Totals)
+	}
+}

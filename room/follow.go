@@ -12,6 +12,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/roompub/roompub/checkpoint"
+	"github.com/roompub/roompub/events"
 	"github.com/roompub/roompub/room/internal/jsapi"
 	"github.com/roompub/roompub/validate"
 )
@@ -29,8 +30,21 @@ type FollowOptions struct {
 	// Validator verifies every message; it should check host trust.
 	Validator *validate.Validator
 	// OnSetAside receives every message that fails verification (after
-	// the rebuild, so each once per delivery). It must not block long.
+	// the rebuild, so each once per delivery), and every message of
+	// SetAsideList re-examined and set aside again (SetAside.Reexamined).
+	// It must not block long.
 	OnSetAside func(SetAside)
+	// SetAsideList, when set, is the follower's list of what it set aside:
+	// every set-aside message is appended to it, fsynced, before it is
+	// acknowledged, and the rebuild keeps the messages it lists set aside
+	// (see SetAsideList). Follow opens and closes it.
+	SetAsideList *SetAsideList
+	// Reexamine, with SetAsideList, decides the listed messages again
+	// during the rebuild, in stream order, with this Validator and Trust:
+	// handle receives those that pass now (Event.Reexamined), before any
+	// live event, and each is then marked served in the list; the others
+	// go to OnSetAside again and stay listed.
+	Reexamine bool
 	// AckWait is how long the server waits for an ack before it delivers a
 	// message again; default 30s.
 	AckWait time.Duration
@@ -71,17 +85,23 @@ var ErrHandler = errors.New("handler")
 
 // Follow subscribes to rooms with a durable JetStream consumer and hands
 // handle every verified event, once, in stream order; messages that fail
-// verification go to OnSetAside (and are acknowledged, so they never
-// block the room). Before live delivery it rebuilds the verification state
-// (chain heads, the rooms' record indexes) by replaying the stream up to
-// the consumer's acknowledgement floor, so a restarted subscriber checks
-// new messages against everything before them. Messages are prepared in
-// parallel as they arrive (as in Audit) and decided, handed out and
-// acknowledged one at a time in stream order. It returns nil when ctx is
-// done, after acknowledging what was handled.
+// verification go to OnSetAside and SetAsideList (and are acknowledged, so
+// they never block the room, and are never delivered again). Before live
+// delivery it rebuilds the verification state (chain heads, the rooms'
+// record indexes) by replaying the stream up to the consumer's
+// acknowledgement floor, so a restarted subscriber checks new messages
+// against everything before them; with Reexamine it serves there the
+// listed messages that pass now. Messages are prepared in parallel as they
+// arrive (as in Audit) and decided, handed out and acknowledged one at a
+// time in stream order. It returns nil when ctx is done, after
+// acknowledging what was handled; errors of the set-aside list are
+// returned (the message is then not acknowledged).
 func Follow(ctx context.Context, js jetstream.JetStream, o FollowOptions, handle Handler) error {
 	if o.Validator == nil || o.Durable == "" {
 		return fmt.Errorf("%w: follow needs a validator and a durable name", ErrGate)
+	}
+	if o.Reexamine && o.SetAsideList == nil {
+		return fmt.Errorf("%w: re-examination needs the set-aside list", ErrGate)
 	}
 	log := o.Logger
 	if log == nil {
@@ -94,6 +114,7 @@ func Follow(ctx context.Context, js jetstream.JetStream, o FollowOptions, handle
 	if o.AckWait <= 0 {
 		o.AckWait = 30 * time.Second
 	}
+	o.Rooms = uniqueRooms(o.Rooms)
 	cctx, cancel := withDefaultTimeout(ctx)
 	st, err := js.Stream(cctx, name)
 	if err != nil {
@@ -127,16 +148,86 @@ func Follow(ctx context.Context, js jetstream.JetStream, o FollowOptions, handle
 	if err != nil {
 		return fmt.Errorf("consumer %s: %w", o.Durable, err)
 	}
+	floor := ci.AckFloor.Stream
+	list := o.SetAsideList
+	if list != nil {
+		if err := list.open(floor); err != nil {
+			return fmt.Errorf("set-aside list: %w", err)
+		}
+		defer list.close()
+	}
+	// setAside lists a (fsynced when sync: before its ack) and hands it
+	// to OnSetAside.
+	setAside := func(a *SetAside, sync bool) error {
+		if list != nil {
+			if err := list.add(a, sync); err != nil {
+				return fmt.Errorf("set-aside list: %w", err)
+			}
+		}
+		if o.OnSetAside != nil {
+			o.OnSetAside(*a)
+		}
+		return nil
+	}
 	r := NewReader(o.Validator, o.Subjects)
 	r.evidence = nil // no caller can reach it: per-record memory for nothing
 	r.trustPublishers(o.Trust)
 	if r.trust != nil {
-		if err := followFloors(ctx, js.Conn(), name, r, o, log); err != nil {
+		if err := followFloors(ctx, js.Conn(), name, r, o, setAside, log); err != nil {
 			return err
 		}
 	}
-	floor := ci.AckFloor.Stream
-	discard := func(*Event, *SetAside) {}
+	// The rebuild's verdicts are not handed out, except those of listed
+	// messages re-examined (rebuilt). rebuilding holds, in stream order,
+	// the messages fed whose verdicts are not out yet.
+	var (
+		cursor     listCursor
+		rebuilding []rebuildMsg
+		rerr       error // the first failure of rebuilt
+	)
+	if list != nil {
+		cursor.ms = list.listed
+	}
+	rebuilt := func(m rebuildMsg, ev *Event, aside *SetAside) error {
+		switch {
+		case list == nil:
+			return nil
+		case m.listed == "":
+			if aside != nil {
+				// Served before, or set aside before the list knew it.
+				list.facts.ServedNowAside++
+				log.Warn("a message served before is set aside now", zap.Uint64("stream_seq", m.seq), zap.String("code", string(aside.Code)))
+			}
+			return nil
+		case !o.Reexamine:
+			if aside != nil && aside.passesNow {
+				list.facts.PassNow++
+			}
+			return nil
+		case ev != nil:
+			ev.Reexamined = true
+			if err := handle(ctx, ev); err != nil {
+				return fmt.Errorf("%w: re-examined stream seq %d: %w", ErrHandler, m.seq, err)
+			}
+			list.facts.Served++
+			return list.served(m.seq)
+		case aside != nil:
+			list.facts.Aside++
+			aside.Reexamined = true
+			// Already listed: the new line only says what holds now.
+			return setAside(aside, false)
+		default:
+			// A checkpoint message that verifies now: nothing to serve.
+			return list.served(m.seq)
+		}
+	}
+	rebuildOut := func(ev *Event, aside *SetAside) {
+		m := rebuilding[0]
+		rebuilding = rebuilding[1:]
+		if rerr == nil {
+			rerr = rebuilt(m, ev, aside)
+		}
+	}
 	if floor > 0 {
 		// Already handled or set aside before the restart: only the state.
 		produce := func(ctx context.Context, emit func(*batch) bool) error {
@@ -149,14 +240,42 @@ func Follow(ctx context.Context, js jetstream.JetStream, o FollowOptions, handle
 		}
 		if err := runOrdered(ctx, r, produce, func(b *batch) error {
 			for i := range b.xs {
-				r.feed(&b.xs[i], false, discard)
+				x := &b.xs[i]
+				m := rebuildMsg{seq: x.m.Seq}
+				if code, ok := cursor.at(m.seq); ok {
+					x.listed, x.reexamine, m.listed = code, o.Reexamine, code
+				}
+				rebuilding = append(rebuilding, m)
+				r.feed(x, false, rebuildOut)
+				if rerr != nil {
+					return rerr
+				}
 			}
 			return nil
 		}); err != nil {
+			if errors.Is(err, ErrHandler) {
+				return err
+			}
 			return fmt.Errorf("rebuild: %w", err)
 		}
 	}
-	held := r.startLive(followMaxRun, discard)
+	held := r.startLive(followMaxRun, rebuildOut)
+	if rerr != nil {
+		return rerr
+	}
+	if held != len(rebuilding) {
+		return fmt.Errorf("rebuild: %d verdicts wait for %d messages", held, len(rebuilding))
+	}
+	switch {
+	case o.Reexamine:
+		// Served marks and the verdicts that replace listed ones out of
+		// the file.
+		if err := list.reopen(floor); err != nil {
+			return fmt.Errorf("set-aside list: %w", err)
+		}
+	case list != nil:
+		list.listed = nil // the rebuild's, done
+	}
 	log.Info("subscriber rebuilt", zap.String("durable", o.Durable), zap.Uint64("ack_floor", floor))
 	if o.Ready != nil {
 		o.Ready(floor)
@@ -220,20 +339,28 @@ func Follow(ctx context.Context, js jetstream.JetStream, o FollowOptions, handle
 		}
 	}
 	// waiting holds, in stream order, the messages fed whose verdicts are
-	// not out yet: first the rebuild's (no message: their verdicts are
-	// not handed out again), then live ones.
+	// not out yet: first the rebuild's (no message: their verdicts go to
+	// rebuilt, as in the rebuild), then live ones.
 	type fed struct {
-		seq uint64
-		msg jetstream.Msg
+		seq    uint64
+		msg    jetstream.Msg
+		listed events.Code // the rebuild's (msg nil): rebuildMsg.listed
 	}
-	waiting := make([]fed, held)
+	waiting := make([]fed, len(rebuilding))
+	for i, m := range rebuilding {
+		waiting[i] = fed{seq: m.seq, listed: m.listed}
+	}
 	last := floor    // handed out (or set aside) and acknowledged
 	lastFed := floor // fed to the reader (the rebuild read up to floor)
 	var herr error   // the first failure; later verdicts are not handed out
 	out := func(ev *Event, aside *SetAside) {
 		w := waiting[0]
 		waiting = waiting[1:]
-		if herr != nil || w.msg == nil {
+		if herr != nil {
+			return
+		}
+		if w.msg == nil {
+			herr = rebuilt(rebuildMsg{seq: w.seq, listed: w.listed}, ev, aside)
 			return
 		}
 		if ctx.Err() != nil {
@@ -244,8 +371,9 @@ func Follow(ctx context.Context, js jetstream.JetStream, o FollowOptions, handle
 		}
 		switch {
 		case aside != nil:
-			if o.OnSetAside != nil {
-				o.OnSetAside(*aside)
+			if err := setAside(aside, true); err != nil {
+				herr = err
+				return
 			}
 		case ev == nil:
 			// A checkpoint message: verified (or not looked at), not an event.
@@ -377,7 +505,7 @@ func newestCheckpoint(ctx context.Context, nc *nats.Conn, stream, subj, roomID s
 // whose newest checkpoint on the stream is smaller than its stored one or,
 // at the same size, another tree (rolled back or forked), and has every
 // checkpoint verified beyond the stored one saved.
-func followFloors(ctx context.Context, nc *nats.Conn, stream string, r *Reader, o FollowOptions, log *zap.Logger) error {
+func followFloors(ctx context.Context, nc *nats.Conn, stream string, r *Reader, o FollowOptions, setAside func(*SetAside, bool) error, log *zap.Logger) error {
 	if o.State == nil {
 		return nil
 	}
@@ -409,8 +537,8 @@ func followFloors(ctx context.Context, nc *nats.Conn, stream string, r *Reader, 
 		}
 		if l.refused != "" {
 			log.Error("room refused", zap.String("room", id), zap.String("reason", l.refused))
-			if o.OnSetAside != nil {
-				o.OnSetAside(*roomAside(o.Subjects, id, 0, l.refused))
+			if err := setAside(roomAside(o.Subjects, id, 0, l.refused), true); err != nil {
+				return err
 			}
 		}
 	}
@@ -440,6 +568,14 @@ const (
 	followMaxAckPending = 4096
 	followMaxRun        = followMaxAckPending - followFetch
 )
+
+// rebuildMsg is a message of Follow's rebuild whose verdict is not out
+// yet: its stream seq and, when the set-aside list holds it, the code it
+// is listed with.
+type rebuildMsg struct {
+	seq    uint64
+	listed events.Code
+}
 
 // errStopped stops Follow's pipeline when its context is done.
 var errStopped = errors.New("stopped")

@@ -52,6 +52,11 @@ type Event struct {
 	Outcome  string         `json:"outcome,omitempty"`
 	Record   *events.Record `json:"-"`
 
+	// Reexamined marks an event Follow served from its set-aside list
+	// (FollowOptions.Reexamine): set aside and acknowledged by an earlier
+	// run, it passes now. Its stream seq is below those served before it.
+	Reexamined bool `json:"reexamined,omitempty"`
+
 	// A trusting reader's leaf: index in the room's tree and
 	// content hash; leafOK is false without trusted publishers.
 	leafOK  bool
@@ -71,6 +76,11 @@ type SetAside struct {
 	Code     events.Code      `json:"code"`
 	Reason   string           `json:"reason"`
 	Problems []events.Problem `json:"problems,omitempty"`
+	// Reexamined marks a message of Follow's set-aside list decided again
+	// (FollowOptions.Reexamine) and set aside again.
+	Reexamined bool `json:"reexamined,omitempty"`
+
+	passesNow bool // keepListed's: a listed message kept aside that passes now
 }
 
 // Error renders the set-aside message like a refusal.
@@ -176,6 +186,13 @@ type prepared struct {
 
 	// A trusting reader's (attestations and checkpoints).
 	att attestation
+
+	// Follow's rebuild, for a message its set-aside list holds: listed is
+	// the code it was set aside with. Unless reexamine, decide keeps it
+	// set aside even if it passes now (keepListed); with it, the message
+	// is decided as any other, its event in full.
+	listed    events.Code
+	reexamine bool
 }
 
 // prepare does x's stateless work for m. It reads only the reader's
@@ -240,6 +257,7 @@ func (r *Reader) apply(x *prepared) (*Event, *SetAside) { return r.decide(x, tru
 // it; a message such a reader did not admit is set aside before any other
 // rule sees it (it is not in the room, so it touches no chain or index).
 func (r *Reader) decide(x *prepared, full bool) (*Event, *SetAside) {
+	full = full || x.reexamine
 	if x.subjErr != nil {
 		return nil, r.aside(x.m, Parsed{}, nil, []events.Problem{{Code: events.BadSubject, At: events.Location{Seq: x.m.Seq}, Reason: x.subjErr.Error()}})
 	}
@@ -332,6 +350,15 @@ func (r *Reader) verifyEntry(x *prepared, full bool) (*Event, *SetAside) {
 		c.broken = s
 		return nil, s
 	}
+	if x.listed != "" && !x.reexamine {
+		s := r.keepListed(x, &key)
+		if x.listed != events.CheckpointMismatch {
+			// Set aside, the entry broke its chain: it still does, so the
+			// chain's later entries are not served without it.
+			c.broken = s
+		}
+		return nil, s
+	}
 	c.cv.Accept(e)
 	c.entries++
 	c.lastSeq = m.Seq
@@ -342,6 +369,19 @@ func (r *Reader) verifyEntry(x *prepared, full bool) (*Event, *SetAside) {
 	pos, _ := e.Seq()
 	return &Event{RoomID: p.RoomID, Kind: KindJournal, Seq: m.Seq, Subject: m.Subject, Time: m.Time,
 		Chain: &key, Position: &pos, EntryHash: e.EntryHash(), Owner: c.owner, Entry: e}, nil
+}
+
+// keepListed is the verdict on a message of Follow's set-aside list that
+// passes now but is not re-examined: set aside again with the code it was
+// listed with, and left out of the reader's state as it was when it was
+// set aside (a message attested by no trusted publisher was not in the
+// room; any other journal entry broke its chain, which the caller breaks
+// again).
+func (r *Reader) keepListed(x *prepared, chain *events.ChainKey) *SetAside {
+	s := r.aside(x.m, x.p, chain, []events.Problem{{Code: x.listed, At: events.Location{Seq: x.m.Seq},
+		Reason: "set aside before (" + string(x.listed) + ", in the set-aside list) and not re-examined; it passes now"}})
+	s.passesNow = true
+	return s
 }
 
 func withPtr(at events.Location, ptr string) events.Location {
@@ -381,6 +421,9 @@ func (r *Reader) verifyRecord(x *prepared, full bool) (*Event, *SetAside) {
 	}
 	if ps := rs.streamProblems(rec, at); len(ps) > 0 {
 		return nil, r.aside(m, p, nil, ps)
+	}
+	if x.listed != "" && !x.reexamine {
+		return nil, r.keepListed(x, nil)
 	}
 	rs.add(rec, m.Seq)
 	if r.evidence != nil {

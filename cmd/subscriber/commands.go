@@ -66,10 +66,11 @@ func checkRooms(rooms []string) error {
 type followCmd struct {
 	config.Reader
 	publisherTrust
-	Rooms    []string `name:"room" required:"" placeholder:"ROOM" help:"Room to follow (repeatable)."`
-	Durable  string   `name:"durable" required:"" placeholder:"NAME" help:"Durable consumer name: where this subscriber resumes after a restart."`
-	JSON     bool     `name:"json" help:"Print events as JSON lines (the default; kept for symmetry with the other commands)." default:"true" negatable:""`
-	StateDir string   `name:"state-dir" help:"Directory of the subscriber's state: with --trusted-publisher, the last checkpoint verified per room (a room whose newest checkpoint is smaller or not consistent with it is refused as rolled back or forked). Default $XDG_STATE_HOME/roompub, else ~/.local/state/roompub; one directory per deployment. The set-aside list <durable>.set-aside.ndjson is kept there too." placeholder:"DIR" yaml:"state-dir"`
+	Rooms     []string `name:"room" required:"" placeholder:"ROOM" help:"Room to follow (repeatable)."`
+	Durable   string   `name:"durable" required:"" placeholder:"NAME" help:"Durable consumer name: where this subscriber resumes after a restart."`
+	JSON      bool     `name:"json" help:"Print events as JSON lines (the default; kept for symmetry with the other commands)." default:"true" negatable:""`
+	StateDir  string   `name:"state-dir" help:"Directory of the subscriber's state: with --trusted-publisher, the last checkpoint verified per room (a room whose newest checkpoint is smaller or not consistent with it is refused as rolled back or forked). Default $XDG_STATE_HOME/roompub, else ~/.local/state/roompub; one directory per deployment. The set-aside list <durable>.set-aside.ndjson is kept there too." placeholder:"DIR" yaml:"state-dir"`
+	Reexamine bool     `name:"reexamine" help:"Before following, decide again, with this run's --trusted-host, --trusted-publisher and --schema-dir, the messages the set-aside list holds (set aside and acknowledged, so never delivered again): print those that pass now, marked \"reexamined\", in stream order, and keep the rest listed." yaml:"reexamine"`
 }
 
 func (c *followCmd) Validate() error {
@@ -100,45 +101,54 @@ func (c *followCmd) Run(s *streams) error {
 		return err
 	}
 	defer nc.Close()
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return err
-	}
-	qpath := filepath.Join(dir, c.Durable+".set-aside.ndjson")
-	q, err := os.OpenFile(qpath, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o644)
-	if err != nil {
-		return err
-	}
-	defer q.Close()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	list := &room.SetAsideList{Path: filepath.Join(dir, c.Durable+".set-aside.ndjson")}
 	enc := json.NewEncoder(s.out)
-	var qerr error
-	err = room.Follow(ctx, js, room.FollowOptions{
+	return room.Follow(ctx, js, room.FollowOptions{
 		Stream: c.Stream, Subjects: room.Subjects{Prefix: c.Prefix}, Rooms: c.Rooms, Durable: c.Durable, Validator: v,
-		Trust: t, State: state, Read: config.FollowRead(c.Credentials),
+		Trust: t, State: state, Read: config.FollowRead(c.Credentials), SetAsideList: list, Reexamine: c.Reexamine,
 		OnSetAside: func(a room.SetAside) {
-			fmt.Fprintf(s.err, "set aside: %s\n", a.Error())
-			b, _ := json.Marshal(a)
-			if _, err := q.Write(append(b, '\n')); err != nil && qerr == nil {
-				qerr = err
+			if a.Reexamined {
+				fmt.Fprintf(s.err, "still set aside (re-examined): %s\n", a.Error())
+				return
 			}
-			_ = q.Sync()
+			fmt.Fprintf(s.err, "set aside: %s\n", a.Error())
 		},
 		Ready: func(floor uint64) {
 			fmt.Fprintf(s.err, "subscriber: following %s as %s (resumed after stream seq %d; set-aside list %s; %s)\n",
-				strings.Join(c.Rooms, ", "), c.Durable, floor, qpath, attestationNote(t))
+				strings.Join(c.Rooms, ", "), c.Durable, floor, list.Path, attestationNote(t))
+			if note := listNote(list.Facts(), c.Reexamine); note != "" {
+				fmt.Fprintf(s.err, "subscriber: %s\n", note)
+			}
 		},
 	}, func(_ context.Context, ev *room.Event) error {
 		if c.JSON {
 			return enc.Encode(ev)
 		}
-		_, err := fmt.Fprintf(s.out, "%s %s seq %d %s%s\n", ev.RoomID, ev.Kind, ev.Seq, ev.EntryHash, ev.Ref)
+		again := ""
+		if ev.Reexamined {
+			again = " (re-examined)"
+		}
+		_, err := fmt.Fprintf(s.out, "%s %s seq %d %s%s%s\n", ev.RoomID, ev.Kind, ev.Seq, ev.EntryHash, ev.Ref, again)
 		return err
 	})
-	if err != nil {
-		return err
+}
+
+// listNote says, for people, what the rebuild made of the set-aside list:
+// "" when there is nothing to say.
+func listNote(f room.ListFacts, reexamine bool) string {
+	var parts []string
+	if reexamine {
+		parts = append(parts, fmt.Sprintf("re-examined %d listed message(s): %d served, %d still set aside", f.Listed, f.Served, f.Aside))
 	}
-	return qerr
+	if f.PassNow > 0 {
+		parts = append(parts, fmt.Sprintf("%d listed message(s) pass now and stay set aside: --reexamine serves them", f.PassNow))
+	}
+	if f.ServedNowAside > 0 {
+		parts = append(parts, fmt.Sprintf("%d message(s) served before are set aside now ('subscriber audit' names them)", f.ServedNowAside))
+	}
+	return strings.Join(parts, "; ")
 }
 
 type auditCmd struct {
@@ -151,6 +161,7 @@ type auditCmd struct {
 	JSON        bool      `name:"json" help:"Print the report as one JSON object."`
 	StateDir    string    `name:"state-dir" help:"Directory of the subscriber's state: with --trusted-publisher, the last checkpoint verified per room (a room whose newest checkpoint is smaller or not consistent with it is refused as rolled back or forked). Default $XDG_STATE_HOME/roompub, else ~/.local/state/roompub; one directory per deployment." placeholder:"DIR" yaml:"state-dir"`
 	Checkpoints []string  `name:"checkpoint" type:"existingfile" placeholder:"FILE" help:"A signed checkpoint note obtained elsewhere (repeatable): it must verify under --trusted-publisher and be consistent with its room as read (catches a fork shown to different readers)."`
+	AllowEmpty  bool      `name:"allow-empty" help:"Accept an audit that reads no message (of the stream, or of a room given with --room): without it that is the verdict EMPTY, exit 1 (a mistyped room id reads nothing)." yaml:"allow-empty"`
 }
 
 func (c *auditCmd) Validate() error {
@@ -212,16 +223,48 @@ func (c *auditCmd) Run(s *streams) error {
 		b, _ := json.Marshal(rep)
 		fmt.Fprintf(s.out, "%s\n", b)
 	} else {
-		printAudit(s, rep)
+		printAudit(s, rep, c.AllowEmpty)
 	}
 	if !rep.Clean() {
-		return fmt.Errorf("audit: %d message(s) set aside, %d chain(s) broken, %d stream problem(s): %w",
-			rep.Totals.SetAside, rep.Totals.ChainsBroken, len(rep.StreamProblems), errRefused)
+		empty := ""
+		if rep.Empty {
+			empty = "; " + emptyWhat(rep)
+		}
+		return fmt.Errorf("audit: %d message(s) set aside, %d chain(s) broken, %d stream problem(s)%s: %w",
+			rep.Totals.SetAside, rep.Totals.ChainsBroken, len(rep.StreamProblems), empty, errRefused)
+	}
+	if rep.Empty && !c.AllowEmpty {
+		return fmt.Errorf("audit: %s (--allow-empty accepts that): %w", emptyWhat(rep), errEmpty)
 	}
 	return nil
 }
 
-func printAudit(s *streams, rep *room.AuditReport) {
+// errEmpty: an audit read no message of what it was asked to audit. It
+// exits as a refusal does (ExitRefused): a clean verdict on nothing is no
+// evidence, and one mistyped room id must not give an auditor one.
+var errEmpty error = emptyError{}
+
+type emptyError struct{}
+
+func (emptyError) Error() string        { return "empty" }
+func (emptyError) Is(target error) bool { return target == errRefused }
+
+// emptyWhat says what an empty audit read nothing of.
+func emptyWhat(rep *room.AuditReport) string {
+	span := fmt.Sprintf("stream seq %d to %d", rep.FromSeq, rep.LastSeq)
+	switch {
+	case rep.LastSeq == 0:
+		span = "the stream holds none"
+	case rep.LastSeq < rep.FromSeq:
+		span = fmt.Sprintf("the stream ends at seq %d, before %d", rep.LastSeq, rep.FromSeq)
+	}
+	if len(rep.EmptyRooms) == 0 {
+		return fmt.Sprintf("no messages in stream %s (%s)", rep.Stream, span)
+	}
+	return fmt.Sprintf("no messages in %s (%s)", strings.Join(rep.EmptyRooms, ", "), span)
+}
+
+func printAudit(s *streams, rep *room.AuditReport, allowEmpty bool) {
 	w := s.out
 	fmt.Fprintf(w, "audit of stream %s, stream seq %d to %d\n", rep.Stream, rep.FromSeq, rep.LastSeq)
 	switch {
@@ -261,6 +304,9 @@ func printAudit(s *streams, rep *room.AuditReport) {
 	for _, r := range rooms {
 		fmt.Fprintf(w, "%s\n  execution records: %d verified\n", r, rep.Records[r])
 	}
+	for _, r := range rep.EmptyRooms {
+		fmt.Fprintf(w, "%s\n  no messages\n", r)
+	}
 	if len(rep.Violations) > 0 {
 		fmt.Fprintf(w, "violations:\n")
 		for _, v := range rep.Violations {
@@ -272,12 +318,18 @@ func printAudit(s *streams, rep *room.AuditReport) {
 	}
 	printCheckpoints(w, rep)
 	t := rep.Totals
-	verdict := "CLEAN"
-	if !rep.Clean() {
+	verdict, empty := "CLEAN", ""
+	switch {
+	case !rep.Clean():
 		verdict = "REFUSED"
+	case rep.Empty && !allowEmpty:
+		verdict = "EMPTY"
 	}
-	fmt.Fprintf(w, "%s: %d messages, %d entries and %d records verified, %d set aside; %d chains ok, %d broken; stream append-only: %v\n",
-		verdict, t.Messages, t.Entries, t.Records, t.SetAside, t.ChainsOK, t.ChainsBroken, t.StreamIsSound)
+	if rep.Empty {
+		empty = "; " + emptyWhat(rep)
+	}
+	fmt.Fprintf(w, "%s: %d messages, %d entries and %d records verified, %d set aside; %d chains ok, %d broken; stream append-only: %v%s\n",
+		verdict, t.Messages, t.Entries, t.Records, t.SetAside, t.ChainsOK, t.ChainsBroken, t.StreamIsSound, empty)
 }
 
 type evidenceCmd struct {

@@ -13,8 +13,9 @@
 // and signed room checkpoints, and follow and audit keep the last verified
 // checkpoint per room in --state-dir to catch a rolled-back or forked room.
 //
-// Exit status: 0 clean, 1 something was refused (audit; prove: no
-// proof; verify-proof: invalid), 2 usage, configuration or connection
+// Exit status: 0 clean, 1 something was refused (audit, or an audit that
+// read no message of a room it was asked for, unless --allow-empty; prove:
+// no proof; verify-proof: invalid), 2 usage, configuration or connection
 // errors. evidence is a query: it exits 0 after printing what it found, and
 // says on stderr how many messages of the rooms were set aside.
 package main

@@ -652,6 +652,78 @@ func TestSubscriberFollowSetsAside(t *testing.T) {
 	}
 }
 
+// TestSubscriberFollowReexamine: a signed record is set aside by a
+// `subscriber follow` run that trusts no host (untrusted_host): listed and
+// acknowledged, so a run that trusts the host does not see it again. A run
+// with --trusted-host and --reexamine prints it, exactly once, marked
+// "reexamined", and takes it off the list; the next such run prints
+// nothing.
+func TestSubscriberFollowReexamine(t *testing.T) {
+	r := startRooms(t)
+	es := subChain(t, "run-x", 2)
+	r.shipJournal("room:x", es[0].Canonical(), es[1].Canonical())              // 1, 2
+	rec := r.shipRecord(subRecord(t, r.key, "room:x", "x-1", nil).Canonical()) // 3
+	state := t.TempDir()
+	qpath := filepath.Join(state, "solver-1.set-aside.ndjson")
+	base := []string{"follow", "--server", r.url, "--room", "room:x", "--durable", "solver-1", "--state-dir", state}
+	trusted := append(slices.Clip(base), "--trusted-host", r.key.NodeID())
+
+	f := subStartFollow(t, base, nil)
+	f.waitFor(t, "the record set aside", func() bool { q, _ := os.ReadFile(qpath); return bytes.Count(q, []byte("\n")) == 1 })
+	f.stop(t)
+	if got := subEventSeqs(subEvents(t, f.stdout.String())); !slices.Equal(got, []uint64{1, 2}) {
+		t.Errorf("first run printed %v", got)
+	}
+	if got := setAsides(t, qpath); !slices.Equal(got, []subWant{{rec, "untrusted_host", "rooms.x.exec"}}) {
+		t.Fatalf("set-aside list %v", got)
+	}
+
+	// Trusted now, but not re-examined: nothing again, and stderr says
+	// the record would pass.
+	f = subStartFollow(t, trusted, nil)
+	f.waitFor(t, "the resume line", func() bool { return strings.Contains(f.stderr.String(), "(resumed after stream seq 3; ") })
+	time.Sleep(300 * time.Millisecond)
+	f.stop(t)
+	if f.stdout.String() != "" || !strings.Contains(f.stderr.String(), "subscriber: 1 listed message(s) pass now and stay set aside: --reexamine serves them\n") {
+		t.Errorf("trusted, not re-examined: stdout %q\nstderr %s", f.stdout, f.stderr)
+	}
+
+	// Re-examined: printed once, marked.
+	again := append(slices.Clip(trusted), "--reexamine")
+	f = subStartFollow(t, again, nil)
+	f.waitFor(t, "the resume line", func() bool { return strings.Contains(f.stderr.String(), "(resumed after stream seq 3; ") })
+	time.Sleep(300 * time.Millisecond)
+	f.stop(t)
+	type reexamined struct {
+		subEvent
+		Reexamined bool `json:"reexamined"`
+	}
+	var evs []reexamined
+	for _, l := range strings.Split(strings.TrimSuffix(f.stdout.String(), "\n"), "\n") {
+		var ev reexamined
+		if err := json.Unmarshal([]byte(l), &ev); err != nil {
+			t.Fatalf("not an event line: %q: %v", l, err)
+		}
+		evs = append(evs, ev)
+	}
+	if len(evs) != 1 || evs[0].Seq != rec || evs[0].Kind != "execution" || !evs[0].Reexamined || evs[0].Ref == "" ||
+		!strings.Contains(f.stderr.String(), "subscriber: re-examined 1 listed message(s): 1 served, 0 still set aside\n") {
+		t.Errorf("re-examination printed %+v\nstderr %s", evs, f.stderr)
+	}
+	if q, err := os.ReadFile(qpath); err != nil || len(q) != 0 {
+		t.Errorf("set-aside list after the re-examination: %q %v", q, err)
+	}
+
+	// Nothing a third time.
+	f = subStartFollow(t, again, nil)
+	f.waitFor(t, "the resume line", func() bool { return strings.Contains(f.stderr.String(), "(resumed after stream seq 3; ") })
+	time.Sleep(300 * time.Millisecond)
+	f.stop(t)
+	if f.stdout.String() != "" || !strings.Contains(f.stderr.String(), "subscriber: re-examined 0 listed message(s): 0 served, 0 still set aside\n") {
+		t.Errorf("third run: stdout %q\nstderr %s", f.stdout, f.stderr)
+	}
+}
+
 // TestSubscriberFollowKilled: `subscriber follow` killed with SIGKILL in
 // the middle of a long room and started again with the same --durable
 // loses nothing and repeats nothing acknowledged: across both runs every

@@ -1,0 +1,99 @@
+package main
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/json"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/roompub/roompub/config"
+	"github.com/roompub/roompub/events"
+	"github.com/roompub/roompub/room"
+)
+
+// emptyServer starts a server with the room stream and nothing in it.
+func emptyServer(t *testing.T) string {
+	t.Helper()
+	srv, err := room.StartEmbedded(room.EmbeddedOptions{Listen: "127.0.0.1:-1", StoreDir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(srv.Shutdown)
+	nc, err := nats.Connect(srv.ClientURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	js, _ := jetstream.New(nc)
+	if _, err := room.EnsureStream(context.Background(), js, room.StreamConfig("", room.Subjects{}, 1), room.Subjects{}); err != nil {
+		t.Fatal(err)
+	}
+	return srv.ClientURL()
+}
+
+// TestAuditEmpty: an audit that reads no message (an empty stream, a
+// mistyped room, or a room given with others that has none) is not
+// CLEAN: its verdict is EMPTY, it names the rooms, the JSON report says
+// "empty", and it exits 1, unless --allow-empty accepts it. An audit of a
+// room with messages is CLEAN as before.
+func TestAuditEmpty(t *testing.T) {
+	pub, err := events.GenerateHostKey(rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	url, _, _, _ := attestedServer(t, pub) // 8 messages in room:cli, clean without --trusted-publisher
+	empty := emptyServer(t)
+	for _, c := range []struct {
+		name   string
+		args   []string
+		status int
+		out    string // the verdict line (text) or the empty rooms (JSON)
+		err    string
+	}{
+		{"a room with messages", []string{"--server", url, "--room", cliRoom}, config.ExitOK,
+			"CLEAN: 8 messages, 7 entries and 0 records verified, 0 set aside; 1 chains ok, 0 broken; stream append-only: true\n", ""},
+		{"a typo", []string{"--server", url, "--room", "room:clj"}, config.ExitRefused,
+			"room:clj\n  no messages\nattestations and checkpoints: not checked (no trusted publisher keys (--trusted-publisher))\n" +
+				"EMPTY: 0 messages, 0 entries and 0 records verified, 0 set aside; 0 chains ok, 0 broken; stream append-only: true; no messages in room:clj (stream seq 1 to 8)\n",
+			"subscriber: audit: no messages in room:clj (stream seq 1 to 8) (--allow-empty accepts that): empty\n"},
+		{"a typo among rooms", []string{"--server", url, "--room", cliRoom, "--room", "room:clj"}, config.ExitRefused,
+			"EMPTY: 8 messages, 7 entries and 0 records verified, 0 set aside; 1 chains ok, 0 broken; stream append-only: true; no messages in room:clj (stream seq 1 to 8)\n",
+			"no messages in room:clj (stream seq 1 to 8)"},
+		{"a typo, allowed", []string{"--server", url, "--room", "room:clj", "--allow-empty"}, config.ExitOK,
+			"CLEAN: 0 messages, 0 entries and 0 records verified, 0 set aside; 0 chains ok, 0 broken; stream append-only: true; no messages in room:clj (stream seq 1 to 8)\n", ""},
+		{"an empty stream", []string{"--server", empty}, config.ExitRefused,
+			"EMPTY: 0 messages, 0 entries and 0 records verified, 0 set aside; 0 chains ok, 0 broken; stream append-only: true; no messages in stream ROOMS (the stream holds none)\n",
+			"subscriber: audit: no messages in stream ROOMS (the stream holds none) (--allow-empty accepts that): empty\n"},
+		{"an empty stream, allowed", []string{"--server", empty, "--allow-empty"}, config.ExitOK, "CLEAN: 0 messages", ""},
+		{"past the last message", []string{"--server", url, "--from-seq", "9"}, config.ExitRefused,
+			"EMPTY: 0 messages", "no messages in stream ROOMS (the stream ends at seq 8, before 9)"},
+		{"refused and empty", []string{"--server", url, "--room", cliRoom, "--room", "room:clj", "--trusted-publisher", pub.NodeID(), "--state-dir", t.TempDir()}, config.ExitRefused,
+			"REFUSED: 8 messages", "subscriber: audit: 1 message(s) set aside, 0 chain(s) broken, 0 stream problem(s); no messages in room:clj (stream seq 1 to 8): refused\n"},
+	} {
+		status, stdout, stderr := invoke(t, "", append([]string{"audit"}, c.args...)...)
+		if status != c.status || !strings.Contains(stdout, c.out) || !strings.Contains(stderr, c.err) {
+			t.Errorf("%s: status %d (want %d)\nstdout:\n%s\nstderr:\n%s\nwant stdout with %q, stderr with %q", c.name, status, c.status, stdout, stderr, c.out, c.err)
+		}
+	}
+
+	// JSON: "empty" and the rooms, per room.
+	status, stdout, _ := invoke(t, "", "audit", "--json", "--server", url, "--room", cliRoom, "--room", "room:clj")
+	var rep struct {
+		Empty        bool              `json:"empty"`
+		EmptyRooms   []string          `json:"empty_rooms"`
+		RoomMessages map[string]uint64 `json:"room_messages"`
+	}
+	if err := json.Unmarshal([]byte(stdout), &rep); err != nil || status != config.ExitRefused || !rep.Empty ||
+		!slices.Equal(rep.EmptyRooms, []string{"room:clj"}) || rep.RoomMessages[cliRoom] != 8 || rep.RoomMessages["room:clj"] != 0 || len(rep.RoomMessages) != 2 {
+		t.Errorf("JSON: status %d, %v: %+v\n%s", status, err, rep, stdout)
+	}
+	status, stdout, _ = invoke(t, "", "audit", "--json", "--server", url, "--room", cliRoom)
+	if status != config.ExitOK || !strings.Contains(stdout, `"room_messages":{"room:cli":8},"empty":false}`) {
+		t.Errorf("JSON of a room with messages: status %d\n%s", status, stdout)
+	}
+}
