@@ -683,7 +683,7 @@ func TestAttestedExternalCheckpoint(t *testing.T) {
 	if len(ext) != 2 || ext[0].Size != 5 || ext[1].Size != 12 || ext[1].Root != fmt.Sprintf("%x", a.tree.Root()) || ext[0].Signer != pub.NodeID() {
 		t.Errorf("external facts %+v", ext)
 	}
-	if _, err := room.Audit(t.Context(), e.js, room.AuditOptions{Validator: e.v, External: exts[:1]}); !errors.Is(err, room.ErrGate) {
+	if _, err := room.Audit(t.Context(), e.js, room.AuditOptions{Validator: e.v, External: exts[:1]}); !errors.Is(err, room.ErrReader) {
 		t.Errorf("an external checkpoint without trusted keys: %v", err)
 	}
 }

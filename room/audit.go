@@ -66,10 +66,14 @@ type AuditOptions struct {
 	// consumer limit is reached; ReadConsumer; or ReadDirect, which
 	// creates no consumer. AuditReport.ReadBy says which was used.
 	Read ReadMode
+}
 
+// auditTuning is what callers inside the package (Prove) and tests (from
+// export_test.go) set beyond AuditOptions.
+type auditTuning struct {
 	// fullTrees keeps every node of the rooms' trees (Prove).
 	fullTrees bool
-	// direct tunes a direct read (tests).
+	// direct tunes a direct read.
 	direct directRead
 }
 
@@ -164,19 +168,20 @@ func (r *AuditReport) Clean() bool {
 // each room's Merkle tree (about 64 bytes per admitted message) and up to
 // maxDeferred verdicts that wait for a checkpoint.
 func Audit(ctx context.Context, js jetstream.JetStream, o AuditOptions) (*AuditReport, error) {
-	rep, _, err := audit(ctx, js, o)
+	rep, _, err := audit(ctx, js, o, auditTuning{})
 	return rep, err
 }
 
-// audit is Audit, returning its reader too (Prove reads its trees).
-func audit(ctx context.Context, js jetstream.JetStream, o AuditOptions) (*AuditReport, *Reader, error) {
+// audit is Audit tuned by tune, returning its reader too (Prove reads its
+// trees).
+func audit(ctx context.Context, js jetstream.JetStream, o AuditOptions, tune auditTuning) (*AuditReport, *Reader, error) {
 	if o.Validator == nil {
-		return nil, nil, fmt.Errorf("%w: audit needs a validator", ErrGate)
+		return nil, nil, fmt.Errorf("%w: audit needs a validator", ErrReader)
 	}
 	o.Rooms = uniqueRooms(o.Rooms)
 	partial := o.FromSeq > 1 || !o.Since.IsZero()
 	if len(o.External) > 0 && (o.Trust.Len() == 0 || partial) {
-		return nil, nil, fmt.Errorf("%w: a checkpoint from elsewhere needs trusted publishers and a replay from the start", ErrGate)
+		return nil, nil, fmt.Errorf("%w: a checkpoint from elsewhere needs trusted publishers and a replay from the start", ErrReader)
 	}
 	name := o.Stream
 	if name == "" {
@@ -227,7 +232,7 @@ func audit(ctx context.Context, js jetstream.JetStream, o AuditOptions) (*AuditR
 		r.trustPublishers(o.Trust)
 		// A checkpoint from elsewhere may be older than the ones read:
 		// its root and proof need the whole tree.
-		r.fullTrees = o.fullTrees || len(o.External) > 0
+		r.fullTrees = tune.fullTrees || len(o.External) > 0
 		rep.Attestation = AttestationFacts{Checked: true, TrustedPublishers: o.Trust.NodeIDs()}
 		if err := loadFloors(r, o.State, o.Rooms); err != nil {
 			return nil, nil, err
@@ -259,7 +264,7 @@ func audit(ctx context.Context, js jetstream.JetStream, o AuditOptions) (*AuditR
 	if info.State.Msgs > 0 && info.State.LastSeq >= rep.FromSeq {
 		var facts readFacts
 		produce := func(ctx context.Context, emit func(*batch) bool) error {
-			return replayWith(ctx, js, st, o.Read, o.direct, o.Subjects, o.Rooms, o.FromSeq, o.Since, info.State.LastSeq, emit, &facts)
+			return replayWith(ctx, js, st, o.Read, tune.direct, o.Subjects, o.Rooms, o.FromSeq, o.Since, info.State.LastSeq, emit, &facts)
 		}
 		err := runOrdered(ctx, r, produce, func(b *batch) error {
 			for i := range b.xs {

@@ -197,13 +197,13 @@ func (f *FairSlots) Waiting() int {
 	return n
 }
 
-// WithDirectRead returns o with a direct read of batch messages per
-// batch get, inFlight requests in flight and up to mergeMax rooms read
-// each with its own filter (0: none).
-func WithDirectRead(o AuditOptions, batch, inFlight, mergeMax int) AuditOptions {
+// AuditDirect is Audit with a direct read of batch messages per batch
+// get, inFlight requests in flight and up to mergeMax rooms read each with
+// its own filter (0: none).
+func AuditDirect(ctx context.Context, js jetstream.JetStream, o AuditOptions, batch, inFlight, mergeMax int) (*AuditReport, error) {
 	if mergeMax == 0 {
 		mergeMax = -1
 	}
-	o.direct = directRead{batch: batch, inFlight: inFlight, mergeMax: mergeMax}
-	return o
+	rep, _, err := audit(ctx, js, o, auditTuning{direct: directRead{batch: batch, inFlight: inFlight, mergeMax: mergeMax}})
+	return rep, err
 }

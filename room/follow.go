@@ -98,7 +98,7 @@ var ErrHandler = errors.New("handler")
 // returned (the message is then not acknowledged).
 func Follow(ctx context.Context, js jetstream.JetStream, o FollowOptions, handle Handler) error {
 	if o.Validator == nil || o.Durable == "" {
-		return fmt.Errorf("%w: follow needs a validator and a durable name", ErrGate)
+		return fmt.Errorf("%w: follow needs a validator and a durable name", ErrReader)
 	}
 	if o.Reexamine && o.SetAsideList == nil {
 		return fmt.Errorf("%w: re-examination needs the set-aside list", ErrGate)

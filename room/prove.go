@@ -44,17 +44,17 @@ type ProveOptions struct {
 // checks it offline. Errors: ErrNoSuchMessage, ErrNotCovered, the read's.
 func Prove(ctx context.Context, js jetstream.JetStream, o ProveOptions) (*checkpoint.Proof, error) {
 	if o.Room == "" || (o.Entry == "") == (o.Ref == "") || o.Trust.Len() == 0 {
-		return nil, fmt.Errorf("%w: prove needs a room, trusted publishers and one of an entry hash or a ref", ErrGate)
+		return nil, fmt.Errorf("%w: prove needs a room, trusted publishers and one of an entry hash or a ref", ErrReader)
 	}
 	var found *Event
-	_, r, err := audit(ctx, js, AuditOptions{Stream: o.Stream, Subjects: o.Subjects, Rooms: []string{o.Room}, Validator: o.Validator, Trust: o.Trust, Read: o.Read, fullTrees: true,
+	_, r, err := audit(ctx, js, AuditOptions{Stream: o.Stream, Subjects: o.Subjects, Rooms: []string{o.Room}, Validator: o.Validator, Trust: o.Trust, Read: o.Read,
 		OnEvent: func(ev *Event) {
 			if found == nil && ev.leafOK && (o.Entry != "" && ev.EntryHash == o.Entry || o.Ref != "" && ev.Ref == o.Ref) {
 				c := *ev
 				c.Entry, c.Record = nil, nil
 				found = &c
 			}
-		}})
+		}}, auditTuning{fullTrees: true})
 	if err != nil {
 		return nil, err
 	}

@@ -12,6 +12,11 @@ import (
 	"github.com/roompub/roompub/validate"
 )
 
+// ErrReader is wrapped by Audit, Follow, Prove and ParseReadMode for
+// options they cannot work with (no validator, no durable name, a read
+// mode that is none of auto, consumer and direct, ...): nothing was read.
+var ErrReader = errors.New("reader")
+
 // StreamMsg is one message read from the room stream.
 type StreamMsg struct {
 	Subject string

@@ -35,7 +35,7 @@ func auditBothWays(t *testing.T, e *env, o room.AuditOptions) *room.AuditReport 
 	wantJSON := reportJSON(t, want)
 	for _, c := range []struct{ batch, inFlight, mergeMax int }{{1000, 2, 8}, {1000, 2, 0}, {7, 2, 8}, {7, 2, 0}, {1, 1, 8}, {3, 3, 0}} {
 		o.Read = room.ReadDirect
-		got, err := room.Audit(t.Context(), e.js, room.WithDirectRead(o, c.batch, c.inFlight, c.mergeMax))
+		got, err := room.AuditDirect(t.Context(), e.js, o, c.batch, c.inFlight, c.mergeMax)
 		if err != nil {
 			t.Fatalf("direct %+v: %v", c, err)
 		}

@@ -40,7 +40,7 @@ func ParseReadMode(s string) (ReadMode, error) {
 	case ReadConsumer, ReadDirect:
 		return m, nil
 	}
-	return "", fmt.Errorf("%w: read mode %q: want auto, consumer or direct", ErrGate, s)
+	return "", fmt.Errorf("%w: read mode %q: want auto, consumer or direct", ErrReader, s)
 }
 
 // How a report says a replay read the stream (AuditReport.ReadBy).
