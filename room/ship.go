@@ -417,7 +417,13 @@ func (s *shipper) settle(body []byte, first int, reply JournalReply, err error) 
 			shipped++
 			continue
 		case OutcomeRefused:
-			s.res.Refused = &LineRefusal{Problem: events.Problem{Code: it.Code, Reason: it.Reason}, Problems: relocate(it.Problems, s.jpath, first)}
+			// The item's first problem is its code's: it holds the values
+			// the rule compared (room_conflict's rooms, say).
+			p := events.Problem{Code: it.Code, Reason: it.Reason}
+			if len(it.Problems) > 0 && it.Problems[0].Code == it.Code {
+				p.Expected, p.Actual = it.Problems[0].Expected, it.Problems[0].Actual
+			}
+			s.res.Refused = &LineRefusal{Problem: p, Problems: relocate(it.Problems, s.jpath, first)}
 			if it.At != nil {
 				s.res.Refused.At = relocate([]events.Problem{{At: *it.At}}, s.jpath, first)[0].At
 			}

@@ -697,7 +697,12 @@ func TestShipRefusedMidJournal(t *testing.T) {
 	}
 	subj := journalSubject("eval-rerun", "run-20260904-slugify-0418", "cap-slugify-0418-a")
 	in := inspect(t, srv.url)
-	wantAt := "invalid_entry at " + brokenJournal + ":14 /entry_hash: entry_hash is not the SHA-256 of the canonical entry without entry_hash"
+	tampered, err := events.ParseEntry(lines[13])
+	if err != nil {
+		t.Fatal(err)
+	}
+	wantAt := "invalid_entry at " + brokenJournal + ":14 /entry_hash: entry_hash is not the SHA-256 of the canonical entry without entry_hash" +
+		fmt.Sprintf(" (expected %q, got %q)", tampered.ComputedHash(), tampered.EntryHash())
 
 	r := runPub(t, nil, "journal", "--server", srv.url, "--room", "room:eval-rerun", brokenDir)
 	if r.status != 1 {
