@@ -9,6 +9,7 @@ import (
 	"math"
 	"os"
 	"os/signal"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -35,12 +36,25 @@ type journalCmd struct {
 	Dirs   []string `arg:"" name:"capsule-dir" help:"Capsule directory: capsule.json + journal.ndjson."`
 }
 
-// Validate checks the room id before anything is sent (exit 2, not 1).
+// Validate checks the room id before anything is sent (exit 2, not 1):
+// its form, and that its subject token fits once encoded (ids of mostly
+// non-ASCII characters may not; the service would answer bad_request).
 func (c *journalCmd) Validate() error {
 	if err := validate.CheckRoomID(c.Room); err != nil {
 		return fmt.Errorf("%w: --room %q: %v", config.ErrInvalid, c.Room, err)
 	}
+	if err := (room.Subjects{}).CheckRoom(c.Room); err != nil {
+		return fmt.Errorf("%w: --room %s: %v", config.ErrInvalid, shortID(c.Room), err)
+	}
 	return nil
+}
+
+// shortID quotes a room id for a message, cut to its first 40 characters.
+func shortID(id string) string {
+	if r := []rune(id); len(r) > 40 {
+		return strconv.Quote(string(r[:40])) + "…"
+	}
+	return strconv.Quote(id)
 }
 
 func (c *journalCmd) Run(s *streams) error {

@@ -1,0 +1,56 @@
+package main
+
+import (
+	"strings"
+	"sync/atomic"
+	"testing"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/roompub/roompub/room"
+)
+
+// ingestRequests starts a nats-server with a stand-in for the ingest
+// service that answers nothing and counts every request it gets; it
+// returns the server's URL and the count.
+func ingestRequests(t *testing.T) (string, *atomic.Int32) {
+	t.Helper()
+	srv := startNATS(t, 0)
+	nc, err := nats.Connect(srv.ClientURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	var n atomic.Int32
+	if _, err := nc.Subscribe(room.DefaultServicePrefix+".>", func(*nats.Msg) { n.Add(1) }); err != nil {
+		t.Fatal(err)
+	}
+	if err := nc.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	return srv.ClientURL(), &n
+}
+
+// TestJournalRoomTooLongForSubject: a room id of the schema's form (at
+// most 512 characters) whose subject token is over room.MaxRoomTokenBytes
+// once encoded (400 "é": 2,400 bytes) is a usage error naming the limit,
+// found before anything is sent (it was sent, and came back a line-1
+// bad_request, exit 1).
+func TestJournalRoomTooLongForSubject(t *testing.T) {
+	url, requests := ingestRequests(t)
+	id := "room:" + strings.Repeat("é", 400)
+	status, stdout, stderr := invoke(t, "journal", "--server", url, "--timeout", "2s", "--room", id, samples+"/capsules/csv-dedupe")
+	if status != exitUsage || stdout != "" || !strings.Contains(stderr, "--room") || !strings.Contains(stderr, "at most 2048") {
+		t.Errorf("exit %d, want %d; stdout %q; stderr %q: want a message naming --room and the limit", status, exitUsage, stdout, stderr)
+	}
+	if n := requests.Load(); n != 0 {
+		t.Errorf("%d requests sent", n)
+	}
+	// The limit itself: 341 "é" encode to 2,046 bytes, 342 to 2,052.
+	for n, want := range map[int]bool{room.MaxRoomTokenBytes / 6: true, room.MaxRoomTokenBytes/6 + 1: false} {
+		c := journalCmd{Room: "room:" + strings.Repeat("é", n)}
+		if err := c.Validate(); (err == nil) != want {
+			t.Errorf("%d characters: %v", n, err)
+		}
+	}
+}
