@@ -69,8 +69,14 @@ func (c *journalCmd) Run(s *streams) error {
 		defer stop()
 		extra = connectionLossOptions(ctx)
 	}
+	out := &shipPrinter{w: s.out, json: c.JSON}
 	nc, err := c.Connect("roompub-publisher-journal", extra...)
 	if err != nil {
+		if c.JSON { // one object per capsule, as --json promises
+			for _, dir := range c.Dirs {
+				out.print(room.ShipResult{Dir: dir, RoomID: c.Room}, fmt.Errorf("not sent: %w", err))
+			}
+		}
 		return err
 	}
 	defer nc.Close()
@@ -79,7 +85,6 @@ func (c *journalCmd) Run(s *streams) error {
 		return err
 	}
 	client := room.NewClient(nc, room.ClientOptions{Timeout: c.Timeout, Identity: id})
-	out := &shipPrinter{w: s.out, json: c.JSON}
 	var refused, failed int
 	var mu sync.Mutex
 	note := func(res room.ShipResult, err error) {

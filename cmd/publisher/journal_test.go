@@ -1,6 +1,7 @@
 package main
 
 import (
+	"encoding/json"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -51,6 +52,54 @@ func TestJournalRoomTooLongForSubject(t *testing.T) {
 		c := journalCmd{Room: "room:" + strings.Repeat("é", n)}
 		if err := c.Validate(); (err == nil) != want {
 			t.Errorf("%d characters: %v", n, err)
+		}
+	}
+}
+
+// journalObject is one line of publisher journal --json: the fields the
+// tests look at.
+type journalObject struct {
+	Dir    string `json:"dir"`
+	Room   string `json:"room"`
+	Stored int    `json:"stored"`
+	OK     bool   `json:"ok"`
+	Error  string `json:"error"`
+}
+
+// journalObjects parses stdout of publisher journal --json: every line
+// must be one JSON object.
+func journalObjects(t *testing.T, stdout string) []journalObject {
+	t.Helper()
+	var objs []journalObject
+	for _, l := range strings.Split(strings.TrimSuffix(stdout, "\n"), "\n") {
+		if l == "" {
+			continue
+		}
+		var v journalObject
+		if err := json.Unmarshal([]byte(l), &v); err != nil {
+			t.Fatalf("not a JSON object: %q: %v", l, err)
+		}
+		objs = append(objs, v)
+	}
+	return objs
+}
+
+// TestJournalJSONNoServer: nothing to connect to: with --json each
+// capsule still has its object, in the order given, with ok false and
+// the error (it printed nothing), and the status is 2.
+func TestJournalJSONNoServer(t *testing.T) {
+	dirs := []string{samples + "/capsules/csv-dedupe", samples + "/capsules/slugify-run"}
+	status, stdout, stderr := invoke(t, append([]string{"journal", "--json", "--server", "nats://127.0.0.1:1", "--room", "room:x"}, dirs...)...)
+	if status != exitUsage {
+		t.Errorf("exit %d, want %d; stderr %s", status, exitUsage, stderr)
+	}
+	objs := journalObjects(t, stdout)
+	if len(objs) != len(dirs) {
+		t.Fatalf("%d objects for %d capsules:\n%s", len(objs), len(dirs), stdout)
+	}
+	for i, o := range objs {
+		if o.Dir != dirs[i] || o.Room != "room:x" || o.OK || !strings.HasPrefix(o.Error, "not sent: connect nats://127.0.0.1:1: ") {
+			t.Errorf("object %d: %+v, want dir %s, room room:x, ok false and the connect error", i, o, dirs[i])
 		}
 	}
 }
