@@ -93,6 +93,11 @@ func newShipper(ctx context.Context, c *Client, dir, roomID string, o ShipOption
 	}
 	s := &shipper{c: c, o: o, dir: dir, jpath: filepath.Join(dir, validate.JournalFile)}
 	s.res = ShipResult{Dir: dir, RoomID: roomID}
+	if fi, err := os.Stat(dir); err == nil && !fi.IsDir() {
+		// A bare journal file, say, which verify takes: journal needs the
+		// capsule.json beside it.
+		return nil, fmt.Errorf("%w: %s is not a capsule directory but a file: give the directory that holds capsule.json and journal.ndjson", ErrShip, dir)
+	}
 	if _, err := os.Stat(s.jpath); err != nil {
 		return nil, fmt.Errorf("%w: %s is not a capsule directory: %v", ErrShip, dir, err)
 	}

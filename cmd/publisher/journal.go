@@ -24,9 +24,14 @@ import (
 	"github.com/roompub/roompub/validate"
 )
 
-// errShipFailed: some item could not be shipped (no service, no answer,
-// unreadable file): exitUsage; what was stored is printed.
-var errShipFailed = errors.New("not everything could be shipped; run again to resume")
+// errShipFailed: some capsule could not be shipped (no service, no
+// answer, no capsule directory, an unreadable file): exitUsage; what was
+// stored is printed.
+var errShipFailed = errors.New("could not be shipped")
+
+// runAgainToResume ends the message of an error a rerun can get past
+// (room.Retryable), and only of those.
+const runAgainToResume = "run again to resume"
 
 type journalCmd struct {
 	config.Client
@@ -96,7 +101,11 @@ func (c *journalCmd) Run(s *streams) error {
 		}
 		if err != nil {
 			failed++
-			fmt.Fprintf(s.err, "publisher: %s: %v\n", res.Dir, err)
+			if room.Retryable(err) {
+				fmt.Fprintf(s.err, "publisher: %s: %v (%s)\n", res.Dir, err, runAgainToResume)
+			} else {
+				fmt.Fprintf(s.err, "publisher: %s: %v\n", res.Dir, err)
+			}
 		}
 	}
 	if c.Follow {
@@ -131,7 +140,7 @@ func (c *journalCmd) Run(s *streams) error {
 	}
 	switch {
 	case failed > 0:
-		return fmt.Errorf("%d of %d capsules: %w", failed, len(c.Dirs), errShipFailed)
+		return fmt.Errorf("%d of %d capsules %w", failed, len(c.Dirs), errShipFailed)
 	case refused > 0:
 		return fmt.Errorf("%d of %d capsules %w", refused, len(c.Dirs), errRefused)
 	}

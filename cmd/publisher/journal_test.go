@@ -2,6 +2,7 @@ package main
 
 import (
 	"encoding/json"
+	"path/filepath"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -100,6 +101,33 @@ func TestJournalJSONNoServer(t *testing.T) {
 	for i, o := range objs {
 		if o.Dir != dirs[i] || o.Room != "room:x" || o.OK || !strings.HasPrefix(o.Error, "not sent: connect nats://127.0.0.1:1: ") {
 			t.Errorf("object %d: %+v, want dir %s, room room:x, ok false and the connect error", i, o, dirs[i])
+		}
+	}
+}
+
+// TestJournalRunAgainOnlyWhenItHelps: "run again to resume" is printed
+// for a capsule a rerun can ship (here: no ingest service answers), and
+// never for one it cannot: a directory without journal.ndjson, a path
+// that does not exist, a bare journal file (verify takes it, journal
+// wants the capsule directory). Every case is exit 2.
+func TestJournalRunAgainOnlyWhenItHelps(t *testing.T) {
+	url := startNATS(t, 0).ClientURL() // no ingest service: no responders
+	empty := t.TempDir()
+	for _, tc := range []struct {
+		dir, err string
+		hint     bool
+	}{
+		{empty, "is not a capsule directory", false},
+		{filepath.Join(empty, "missing"), "is not a capsule directory", false},
+		{samples + "/capsules/csv-dedupe/journal.ndjson", "is not a capsule directory", false},
+		{samples + "/capsules/csv-dedupe", "ingest service unavailable", true},
+	} {
+		status, _, stderr := invoke(t, "journal", "--server", url, "--timeout", "2s", "--room", "room:x", tc.dir)
+		if status != exitUsage || !strings.Contains(stderr, tc.err) {
+			t.Errorf("%s: exit %d, want %d and %q:\n%s", tc.dir, status, exitUsage, tc.err, stderr)
+		}
+		if got := strings.Contains(stderr, "run again"); got != tc.hint {
+			t.Errorf("%s: says to run again: %v, want %v:\n%s", tc.dir, got, tc.hint, stderr)
 		}
 	}
 }
