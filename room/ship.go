@@ -20,8 +20,9 @@ import (
 type ShipOptions struct {
 	// BatchLines bounds the lines of one request; default MaxBatchLines.
 	BatchLines int
-	// BatchBytes bounds the body of one request; default the server's max
-	// payload less 8 KiB for headers.
+	// BatchBytes bounds the body of one request; default the max payload
+	// of the server connected to when a pass begins, less 8 KiB for
+	// headers.
 	BatchBytes int
 	// Pipeline bounds the requests of the capsule in flight at once;
 	// default DefaultPipeline, 1 sends one after another. The gate decides
@@ -84,9 +85,6 @@ type shipper struct {
 func newShipper(ctx context.Context, c *Client, dir, roomID string, o ShipOptions) (*shipper, error) {
 	if o.BatchLines <= 0 || o.BatchLines > MaxBatchLines {
 		o.BatchLines = MaxBatchLines
-	}
-	if o.BatchBytes <= 0 {
-		o.BatchBytes = int(c.MaxPayload()) - 8<<10
 	}
 	if o.Pipeline <= 0 {
 		o.Pipeline = DefaultPipeline
@@ -188,6 +186,16 @@ func (s *shipper) pass(ctx context.Context) error {
 	if _, err := f.Seek(s.offset, io.SeekStart); err != nil {
 		return fmt.Errorf("%w: %v", ErrShip, err)
 	}
+	// The server's max payload is known only once connected (a follower
+	// may start before its server), and may differ after a reconnect.
+	batchBytes := s.o.BatchBytes
+	if batchBytes <= 0 {
+		mp := s.c.MaxPayload()
+		if mp <= 0 {
+			return fmt.Errorf("%w: not connected", ErrUnavailable)
+		}
+		batchBytes = int(mp) - 8<<10
+	}
 	// left is what the journal held past the offset when the pass began,
 	// less what was sent since (-1: not known). A request's buffer is made
 	// when its first line is read, so a pass that has read its last
@@ -232,7 +240,7 @@ func (s *shipper) pass(ctx context.Context) error {
 			}
 			return fmt.Errorf("%w: %v", ErrShip, err)
 		}
-		if long > 0 || len(ln) > s.o.BatchBytes {
+		if long > 0 || len(ln) > batchBytes {
 			send()
 			p.drain()
 			if p.stop {
@@ -242,21 +250,21 @@ func (s *shipper) pass(ctx context.Context) error {
 			// (it comes before too_large in the table); too long for a
 			// request only: too_large.
 			pr := events.Problem{Code: events.TooLarge, At: events.Location{File: s.jpath, Line: next + 1},
-				Reason: fmt.Sprintf("the line is %d bytes; a request carries at most %d", len(ln), s.o.BatchBytes)}
+				Reason: fmt.Sprintf("the line is %d bytes; a request carries at most %d", len(ln), batchBytes)}
 			if long > 0 {
 				pr.Code, pr.Reason = events.CorruptEntry, fmt.Sprintf("line longer than %d bytes", events.MaxLineBytes)
 			}
 			s.res.Refused = &LineRefusal{Problem: pr, Problems: []events.Problem{pr}}
 			break
 		}
-		if batchLines == s.o.BatchLines || len(body)+len(ln) > s.o.BatchBytes {
+		if batchLines == s.o.BatchLines || len(body)+len(ln) > batchBytes {
 			send()
 			if p.stop {
 				break
 			}
 		}
 		if body == nil {
-			body = make([]byte, 0, max(int64(len(ln)), min(size, int64(s.o.BatchBytes))))
+			body = make([]byte, 0, max(int64(len(ln)), min(size, int64(batchBytes))))
 		}
 		body = append(body, ln...)
 		batchLines++

@@ -75,7 +75,17 @@ func (c *journalCmd) Run(s *streams) error {
 		extra = connectionLossOptions(ctx)
 	}
 	out := &shipPrinter{w: s.out, json: c.JSON}
-	nc, err := c.Connect("roompub-publisher-journal", extra...)
+	connect := c.Connect
+	if c.Follow {
+		// A follower waits for its server as it rides out a restart, so a
+		// harness need not start it after the server.
+		connect = func(name string, extra ...nats.Option) (*nats.Conn, error) {
+			return c.ConnectWaiting(name, func(err error) {
+				fmt.Fprintf(s.err, "publisher: no server at %s yet (%v): waiting for one\n", config.RedactURL(c.Server), errors.Unwrap(err))
+			}, extra...)
+		}
+	}
+	nc, err := connect("roompub-publisher-journal", extra...)
 	if err != nil {
 		if c.JSON { // one object per capsule, as --json promises
 			for _, dir := range c.Dirs {

@@ -1226,3 +1226,49 @@ func processesMentioning(t *testing.T, s string) []string {
 	}
 	return out
 }
+
+// TestFollowWaitsForServer: `publisher journal --follow` started before
+// any server is up waits for one, saying so once on stderr, and ships
+// once it comes (it exited at once with "no servers available"), as it
+// rides out a restart: a harness need not start it after the server.
+func TestFollowWaitsForServer(t *testing.T) {
+	t.Parallel()
+	listen := fmt.Sprintf("127.0.0.1:%d", closedPort(t))
+	meta := events.CapsuleMeta{RunID: "run-20260905-early-0006", CapsuleID: "cap-early-0006-a", HarnessVersion: "ecc-eval-harness/1.4.2", TaskFamily: "slugify"}
+	lines := entries(t, meta, 12)
+	subj := journalSubject("live", meta.RunID, meta.CapsuleID)
+	dir := filepath.Join(t.TempDir(), "early")
+	journal := filepath.Join(dir, "journal.ndjson")
+	writeCapsuleJSON(t, dir, meta)
+	appendFile(t, journal, joinLines(lines[:5]))
+
+	f := startPub(t, "journal", "--follow", "--json", "--server", "nats://"+listen, "--timeout", "5s", "--room", "room:live", dir)
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("the follower's stdout:\n%s\nstderr:\n%s", f.stdout, f.err)
+		}
+	})
+	time.Sleep(1500 * time.Millisecond)
+	if !f.running() {
+		t.Fatalf("the follower gave up with no server: exit %d\n%s%s", f.cmd.ProcessState.ExitCode(), f.stdout, f.err)
+	}
+	waiting := regexp.MustCompile(`(?m)^publisher: no server at nats://` + regexp.QuoteMeta(listen) + ` yet \(.*\): waiting for one$`)
+	if n := len(waiting.FindAllString(f.err.String(), -1)); n != 1 {
+		t.Fatalf("%d waiting messages on stderr, want 1:\n%s", n, f.err)
+	}
+
+	srv := startServerOn(t, t.TempDir(), listen)
+	in := inspect(t, srv.url)
+	in.waitCount(subj, 5, 20*time.Second)
+	appendFile(t, journal, joinLines(lines[5:]))
+	in.waitCount(subj, 12, 10*time.Second)
+	in.expectCounts(map[string]uint64{subj: 12})
+	in.expectLines(subj, lines)
+	_ = f.cmd.Process.Signal(syscall.SIGTERM)
+	if status := f.wait(t, 10*time.Second); status != 0 {
+		t.Errorf("follower: exit %d after SIGTERM, want 0\n%s%s", status, f.stdout, f.err)
+	}
+	if n := len(waiting.FindAllString(f.err.String(), -1)); n != 1 || strings.Count(f.err.String(), "\n") != 1 {
+		t.Errorf("stderr, want the one waiting message:\n%s", f.err)
+	}
+}
