@@ -48,7 +48,8 @@ func IsOverQuota(err error) bool {
 // Retryable reports whether sending again may succeed where err failed:
 // the request got no answer (ErrUnavailable: no service, a timeout, a
 // lost connection), the service was over quota or stopping (a 429, 5xx
-// *ServiceError), or ctx ended it (a deadline, an interrupt). Anything
+// *ServiceError), or ctx ended it (ErrStopped, a deadline, an
+// interrupt). Anything
 // else (no capsule directory, an unreadable file, a malformed request)
 // fails again the same way.
 func Retryable(err error) bool {
@@ -56,7 +57,7 @@ func Retryable(err error) bool {
 	switch {
 	case err == nil:
 		return false
-	case errors.Is(err, ErrUnavailable), errors.Is(err, context.DeadlineExceeded), errors.Is(err, context.Canceled):
+	case errors.Is(err, ErrUnavailable), errors.Is(err, ErrStopped), errors.Is(err, context.DeadlineExceeded), errors.Is(err, context.Canceled):
 		return true
 	case errors.As(err, &se):
 		return se.Code == events.OverQuota || strings.HasPrefix(se.Status, "5")

@@ -22,6 +22,7 @@ func TestRetryable(t *testing.T) {
 		{fmt.Errorf("%w: roompub.v1.head: nats: no responders available for request", room.ErrUnavailable), true},
 		{fmt.Errorf("wait: %w", context.DeadlineExceeded), true},
 		{context.Canceled, true},
+		{fmt.Errorf("%w: %w", room.ErrStopped, errors.New("interrupted by SIGINT")), true},
 		{&room.ServiceError{Status: "429", ErrorReply: room.ErrorReply{Code: events.OverQuota, Reason: "busy"}}, true},
 		{&room.ServiceError{Status: "503", ErrorReply: room.ErrorReply{Reason: "the ingest service is shutting down: send the request again"}}, true},
 		{&room.ServiceError{Status: "400", ErrorReply: room.ErrorReply{Code: events.BadRequest, Reason: "no room"}}, false},

@@ -2,6 +2,8 @@ package room_test
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"net"
 	"strings"
 	"testing"
@@ -99,4 +101,73 @@ func TestFollowCapsuleBeforeServer(t *testing.T) {
 		t.Fatalf("follow: %+v %v", r.res, r.err)
 	}
 	chainInStream(t, e, "room:early", es)
+}
+
+// TestShipCapsuleStopped: ctx ends the shipment while requests are in
+// flight. ShipCapsule stops sending, lets the requests in flight answer,
+// asks the chain's head on a fresh context, and says it was stopped
+// (ErrStopped, with ctx's cause): what it reports stored is what the
+// stream holds of the chain. It returned the canceled requests' error
+// (ingest service unavailable: context canceled) and counted only the
+// replies that came, while the gate stored the requests in flight too.
+func TestShipCapsuleStopped(t *testing.T) {
+	e := newEnv(t)
+	const total = 6000
+	_, body := journal(t, "run-stop", "cap-stop", total)
+	dir := capsuleDir(t, "run-stop", "cap-stop", body)
+	client := room.NewClient(e.connect(), room.ClientOptions{})
+	ctx, cancel := context.WithCancelCause(context.Background())
+	defer cancel(nil)
+	interrupt := errors.New("interrupted by the test")
+	res, err := room.ShipCapsule(ctx, client, dir, "room:stop", room.ShipOptions{BatchLines: 500, Progress: func(r room.ShipResult) {
+		if r.Stored >= 1000 {
+			cancel(interrupt) // two replies in: the next requests are in flight
+		}
+	}})
+	if !errors.Is(err, room.ErrStopped) || !errors.Is(err, interrupt) {
+		t.Errorf("error %v, want ErrStopped and the cause", err)
+	}
+	subj := room.Subjects{}.Journal("room:stop", events.ChainKey{RunID: "run-stop", CapsuleID: "cap-stop"})
+	time.Sleep(300 * time.Millisecond) // anything still being stored lands
+	held := e.countOn(subj)
+	t.Logf("stopped: %d stored, %d already stored, head next %d; the stream holds %d; %v", res.Stored, res.Skipped, res.Head.Next, held, err)
+	if held >= total || res.Skipped != 0 || uint64(res.Stored) != held || res.Head.Next != int64(held) || res.Head.RoomID != "room:stop" {
+		t.Errorf("reported %d stored, head next %d in %q; the stream holds %d of %d", res.Stored, res.Head.Next, res.Head.RoomID, held, total)
+	}
+	if !strings.Contains(err.Error(), fmt.Sprintf("the stream holds %d lines of the chain", held)) {
+		t.Errorf("error %q does not say what the stream holds", err)
+	}
+	// Running again resumes where the stream stands.
+	res, err = room.ShipCapsule(context.Background(), client, dir, "room:stop", room.ShipOptions{})
+	if err != nil || res.Skipped != int(held) || res.Stored != total-int(held) {
+		t.Fatalf("resume: %+v %v", res, err)
+	}
+}
+
+// TestFollowCapsuleStopped: ctx ends a follower mid-pass; its last
+// report counts what the stream holds of the chain, the lines of the
+// requests in flight with it.
+func TestFollowCapsuleStopped(t *testing.T) {
+	e := newEnv(t)
+	const total = 6000
+	_, body := journal(t, "run-fstop", "cap-fstop", total)
+	dir := capsuleDir(t, "run-fstop", "cap-fstop", body)
+	client := room.NewClient(e.connect(), room.ClientOptions{})
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var last room.ShipResult
+	res, err := room.FollowCapsule(ctx, client, dir, "room:fstop", room.ShipOptions{BatchLines: 500, Progress: func(r room.ShipResult) {
+		if r.Stored >= 1000 {
+			cancel()
+		}
+	}}, func(r room.ShipResult) { last = r })
+	if err != nil {
+		t.Fatalf("follow: %v", err)
+	}
+	subj := room.Subjects{}.Journal("room:fstop", events.ChainKey{RunID: "run-fstop", CapsuleID: "cap-fstop"})
+	time.Sleep(300 * time.Millisecond) // anything still being stored lands
+	held := e.countOn(subj)
+	if held >= total || uint64(last.Stored) != held || uint64(res.Stored) != held || last.Head.Next != int64(held) {
+		t.Errorf("last report: %d stored, head next %d (returned %d stored); the stream holds %d of %d", last.Stored, last.Head.Next, res.Stored, held, total)
+	}
 }

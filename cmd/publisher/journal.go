@@ -63,7 +63,9 @@ func shortID(id string) string {
 }
 
 func (c *journalCmd) Run(s *streams) error {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	// A signal ends the shipment with what the stream holds reported and
+	// the signal's status (130 for SIGINT); a second one ends it at once.
+	ctx, stop := config.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	var extra []nats.Option
 	if !c.Follow {
@@ -138,23 +140,47 @@ func (c *journalCmd) Run(s *streams) error {
 		}
 		wg.Wait()
 	} else {
-		for _, dir := range c.Dirs {
+		for i, dir := range c.Dirs {
+			if ctx.Err() != nil {
+				left := c.Dirs[i:]
+				failed += len(left)
+				notSent(s, out, left, c.Room, context.Cause(ctx))
+				break
+			}
 			bar := newBar(s.err, dir)
 			res, err := room.ShipCapsule(ctx, client, dir, c.Room, room.ShipOptions{Progress: bar.update})
 			bar.finish()
 			note(res, err)
-			if ctx.Err() != nil {
-				break
-			}
 		}
 	}
+	var sig *config.SignalError
 	switch {
+	case failed > 0 && !c.Follow && errors.As(context.Cause(ctx), &sig):
+		// Its status is the signal's (config.Run); a follower ends on a
+		// signal as it should, with 0.
+		return fmt.Errorf("%w: %d of %d capsules %w", sig, failed, len(c.Dirs), errShipFailed)
 	case failed > 0:
 		return fmt.Errorf("%d of %d capsules %w", failed, len(c.Dirs), errShipFailed)
 	case refused > 0:
 		return fmt.Errorf("%d of %d capsules %w", refused, len(c.Dirs), errRefused)
 	}
 	return nil
+}
+
+// notSent reports the capsules dirs, not sent because cause (a signal,
+// a lost connection) ended the run: with --json an object each, as
+// --json promises; in text one line on stderr.
+func notSent(s *streams, out *shipPrinter, dirs []string, roomID string, cause error) {
+	if out.json {
+		for _, dir := range dirs {
+			out.print(room.ShipResult{Dir: dir, RoomID: roomID}, fmt.Errorf("not sent: %w", cause))
+		}
+	}
+	more := ""
+	if len(dirs) > 1 {
+		more = fmt.Sprintf(" and %d more capsules", len(dirs)-1)
+	}
+	fmt.Fprintf(s.err, "publisher: %s%s: not sent: %v (%s)\n", dirs[0], more, cause, runAgainToResume)
 }
 
 // lossKey carries the cancel function that a lost connection calls.
@@ -169,12 +195,13 @@ func withConnectionLoss(ctx context.Context) (context.Context, context.CancelFun
 }
 
 // connectionLossOptions makes a lost connection cancel ctx with the cause
-// "connection to NATS lost", and turns reconnecting off.
+// "connection to NATS lost" (room.ErrUnavailable: a rerun may get past
+// it), and turns reconnecting off.
 func connectionLossOptions(ctx context.Context) []nats.Option {
 	cancel, _ := ctx.Value(lossKey{}).(context.CancelCauseFunc)
 	lost := func(_ *nats.Conn, err error) {
 		if cancel != nil {
-			cancel(fmt.Errorf("connection to NATS lost: %v", err))
+			cancel(fmt.Errorf("%w: connection to NATS lost: %v", room.ErrUnavailable, err))
 		}
 	}
 	return []nats.Option{nats.NoReconnect(), nats.DisconnectErrHandler(lost)}
@@ -201,7 +228,10 @@ func (p *shipPrinter) print(res room.ShipResult, err error) {
 		return
 	}
 	status := "ok"
+	var sig *config.SignalError
 	switch {
+	case errors.As(err, &sig):
+		status = "STOPPED" // interrupted: what the stream holds is printed
 	case err != nil:
 		status = "FAILED"
 	case res.Refused != nil:

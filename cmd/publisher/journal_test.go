@@ -1,14 +1,17 @@
 package main
 
 import (
+	"bytes"
 	"encoding/json"
 	"path/filepath"
 	"strings"
 	"sync/atomic"
+	"syscall"
 	"testing"
 
 	"github.com/nats-io/nats.go"
 
+	"github.com/roompub/roompub/config"
 	"github.com/roompub/roompub/room"
 )
 
@@ -129,5 +132,27 @@ func TestJournalRunAgainOnlyWhenItHelps(t *testing.T) {
 		if got := strings.Contains(stderr, "run again"); got != tc.hint {
 			t.Errorf("%s: says to run again: %v, want %v:\n%s", tc.dir, got, tc.hint, stderr)
 		}
+	}
+}
+
+// TestJournalNotSentAfterInterrupt: the capsules a signal kept from
+// being sent each get their --json object (ok false, the cause), and in
+// text one stderr line names them.
+func TestJournalNotSentAfterInterrupt(t *testing.T) {
+	var out, errOut bytes.Buffer
+	cause := &config.SignalError{Signal: syscall.SIGINT}
+	notSent(&streams{out: &out, err: &errOut}, &shipPrinter{w: &out, json: true}, []string{"a", "b"}, "room:x", cause)
+	objs := journalObjects(t, out.String())
+	if len(objs) != 2 || objs[0].Dir != "a" || objs[1].Dir != "b" || objs[0].OK || objs[1].Error != "not sent: interrupted by SIGINT" {
+		t.Errorf("objects %+v", objs)
+	}
+	if want := "publisher: a and 1 more capsules: not sent: interrupted by SIGINT (run again to resume)\n"; errOut.String() != want {
+		t.Errorf("stderr %q, want %q", errOut.String(), want)
+	}
+	out.Reset()
+	errOut.Reset()
+	notSent(&streams{out: &out, err: &errOut}, &shipPrinter{w: &out}, []string{"a"}, "room:x", cause)
+	if want := "publisher: a: not sent: interrupted by SIGINT (run again to resume)\n"; out.Len() != 0 || errOut.String() != want {
+		t.Errorf("text: stdout %q, stderr %q, want %q", out.String(), errOut.String(), want)
 	}
 }

@@ -811,6 +811,82 @@ func TestKillServerMidShipment(t *testing.T) {
 	}
 }
 
+// TestInterruptMidShipment: SIGINT while a 10,000-entry journal is being
+// shipped. `publisher journal` says it was interrupted (not that the
+// service went away), prints what the stream holds of the chain (the
+// requests in flight are answered and the chain's head asked after the
+// interrupt), and exits 130. It blamed the server ("ingest service
+// unavailable: … context canceled", exit 2) and counted only the replies
+// that came, less than the stream held. Running again resumes.
+func TestInterruptMidShipment(t *testing.T) {
+	t.Parallel()
+	const total = 10000
+	meta := events.CapsuleMeta{RunID: "run-20260905-stop-0007", CapsuleID: "cap-stop-0007-a", HarnessVersion: "ecc-eval-harness/1.4.2", TaskFamily: "slugify"}
+	dir := filepath.Join(t.TempDir(), "stop")
+	lines := entries(t, meta, total)
+	writeCapsuleJSON(t, dir, meta)
+	if err := os.WriteFile(filepath.Join(dir, "journal.ndjson"), joinLines(lines), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	subj := journalSubject("stop", meta.RunID, meta.CapsuleID)
+	srv := startServer(t, t.TempDir())
+	in := inspect(t, srv.url)
+
+	ship := startPub(t, "journal", "--server", srv.url, "--room", "room:stop", dir)
+	// Inside the second batch of 1,000: the first one's reply has come
+	// back, the next ones are in flight.
+	seen := in.waitCount(subj, 1300, 30*time.Second)
+	_ = ship.cmd.Process.Signal(os.Interrupt)
+	status := ship.wait(t, 30*time.Second)
+	out, errOut := ship.stdout.String(), ship.err.String()
+	t.Logf("interrupted at >= %d entries; journal said:\n%s%s", seen, out, errOut)
+	if status != 130 {
+		t.Errorf("journal: exit %d after SIGINT, want 130", status)
+	}
+	// What the stream holds, once nothing lands any more.
+	held := in.waitCount(subj, seen, time.Second)
+	for {
+		time.Sleep(500 * time.Millisecond)
+		now, _ := in.counts()
+		if now[subj] == held {
+			break
+		}
+		held = now[subj]
+	}
+	if held >= total {
+		t.Fatalf("the shipment finished (%d entries) before the interrupt", held)
+	}
+	m := regexp.MustCompile(`(?m)^STOPPED  ` + regexp.QuoteMeta(dir) + ` → room:stop  chain ` + meta.RunID + `/` + meta.CapsuleID +
+		`: (\d+) stored, 0 duplicate, 0 already stored; head seq (\d+) ([0-9a-f]{16})… at stream seq (\d+)$`).FindStringSubmatch(out)
+	if m == nil {
+		t.Fatalf("no STOPPED line with the count and the head:\n%s", out)
+	}
+	stored, _ := strconv.Atoi(m[1])
+	headSeq, _ := strconv.Atoi(m[2])
+	streamSeq, _ := strconv.ParseUint(m[4], 10, 64)
+	if uint64(stored) != held || headSeq != stored-1 || m[3] != headOf(t, lines[:held])[:16] || streamSeq != held {
+		t.Errorf("printed %d stored, head seq %d %s… at stream seq %d; the stream holds %d entries", stored, headSeq, m[3], streamSeq, held)
+	}
+	for _, want := range []string{
+		fmt.Sprintf("publisher: %s: stopped: interrupted by SIGINT; the stream holds %d lines of the chain (run again to resume)\n", dir, held),
+		"publisher: interrupted by SIGINT: 1 of 1 capsules could not be shipped\n",
+	} {
+		if !strings.Contains(errOut, want) {
+			t.Errorf("stderr lacks %q", want)
+		}
+	}
+	if strings.Contains(errOut, "unavailable") || strings.Contains(errOut, "context canceled") {
+		t.Errorf("stderr blames the service:\n%s", errOut)
+	}
+
+	r := runPub(t, nil, "journal", "--json", "--server", srv.url, "--room", "room:stop", dir)
+	if r.status != 0 {
+		t.Fatalf("resume: exit %d\n%s%s", r.status, r.stdout, r.stderr)
+	}
+	expectShip(t, oneShipLine(t, r), "room:stop", int(held), total-int(held), total, headOf(t, lines), total)
+	in.expectLines(subj, lines)
+}
+
 // TestFollow: `publisher journal --follow` ships what the harness appends,
 // never a line without its newline, each line once; SIGTERM ends it with
 // status 0. A capsule directory that appears after the start is shipped
