@@ -356,6 +356,24 @@ func (c *Client) Connect(name string, extra ...nats.Option) (*nats.Conn, error) 
 	return nc, nil
 }
 
+// ConnectWaiting is Connect for a command that waits for its server
+// (publisher journal --follow): when no server can be reached (refused,
+// unreachable, no such host), it calls waiting once with the error and
+// returns a connection that keeps trying in the background; once
+// connected, it reconnects after any loss for as long as it is open (no
+// attempt limit). Any other error (credentials, TLS) is returned as
+// Connect returns it, at once.
+func (c *Client) ConnectWaiting(name string, waiting func(error), extra ...nats.Option) (*nats.Conn, error) {
+	extra = append(extra, nats.MaxReconnects(-1))
+	nc, err := c.Connect(name, extra...)
+	var ne net.Error
+	if err == nil || !(errors.Is(err, nats.ErrNoServers) || errors.As(err, &ne)) {
+		return nc, err
+	}
+	waiting(err)
+	return c.Connect(name, append(extra, nats.RetryOnFailedConnect(true))...)
+}
+
 // RedactURL hides user:password@ in a URL list before it is printed.
 func RedactURL(u string) string {
 	parts := strings.Split(u, ",")

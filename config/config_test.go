@@ -2,6 +2,7 @@ package config_test
 
 import (
 	"errors"
+	"net"
 	"os"
 	"path/filepath"
 	"strings"
@@ -9,6 +10,7 @@ import (
 	"time"
 
 	"github.com/alecthomas/kong"
+	"github.com/nats-io/nats.go"
 
 	"github.com/roompub/roompub/config"
 	"github.com/roompub/roompub/room"
@@ -178,5 +180,29 @@ func TestReplayReadMode(t *testing.T) {
 	}
 	if got := config.FollowRead(config.Credentials{}); got != room.ReadAuto {
 		t.Errorf("FollowRead of no user: %v", got)
+	}
+}
+
+// TestConnectWaiting: with no server listening, ConnectWaiting says why
+// once and hands back a connection that keeps trying, where Connect fails.
+func TestConnectWaiting(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	url := "nats://" + ln.Addr().String()
+	ln.Close()
+	c := config.Client{Server: url, Timeout: time.Second}
+	if _, err := c.Connect("test"); !errors.Is(err, nats.ErrNoServers) {
+		t.Fatalf("Connect: %v, want no servers", err)
+	}
+	var calls []error
+	nc, err := c.ConnectWaiting("test", func(err error) { calls = append(calls, err) })
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	if len(calls) != 1 || !errors.Is(calls[0], nats.ErrNoServers) || nc.IsConnected() || nc.IsClosed() {
+		t.Errorf("waiting called with %v; connected %v, closed %v: want once with no servers, still trying", calls, nc.IsConnected(), nc.IsClosed())
 	}
 }

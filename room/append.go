@@ -502,8 +502,7 @@ func (r *journalRun) decide(i int, try *lineTry) (decision, ItemResult) {
 				c.loaded, try.wantFresh = false, true // decide on the stream's word, not a cached view
 				continue
 			}
-			return decFinal, refused(i, []events.Problem{{Code: events.RoomConflict, At: at,
-				Reason: "the capsule's chain already lives in another room", Expected: c.roomID, Actual: r.roomID}})
+			return decFinal, refused(i, []events.Problem{roomConflict(at, c.roomID, r.roomID)})
 		}
 		// The entry rules ran in checkLines; CheckLineChecked adds the rest
 		// in CheckLine's order.
@@ -982,4 +981,12 @@ func (g *Gate) observeItems(items []ItemResult, start time.Time) {
 			g.obs.Item(KindJournal, it.Outcome, it.Code, took)
 		}
 	}
+}
+
+// roomConflict is the problem of an entry of a chain that lives in room
+// lives, met in room asked (the gate's request, or a reader's subject):
+// it names both, so the refusal says where the chain is.
+func roomConflict(at events.Location, lives, asked string) events.Problem {
+	return events.Problem{Code: events.RoomConflict, At: at,
+		Reason: fmt.Sprintf("the capsule's chain already lives in %q", lives), Expected: lives, Actual: asked}
 }

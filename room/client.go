@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -42,6 +43,26 @@ func (e *ServiceError) Error() string {
 func IsOverQuota(err error) bool {
 	var se *ServiceError
 	return errors.As(err, &se) && se.Code == events.OverQuota
+}
+
+// Retryable reports whether sending again may succeed where err failed:
+// the request got no answer (ErrUnavailable: no service, a timeout, a
+// lost connection), the service was over quota or stopping (a 429, 5xx
+// *ServiceError), or ctx ended it (ErrStopped, a deadline, an
+// interrupt). Anything
+// else (no capsule directory, an unreadable file, a malformed request)
+// fails again the same way.
+func Retryable(err error) bool {
+	var se *ServiceError
+	switch {
+	case err == nil:
+		return false
+	case errors.Is(err, ErrUnavailable), errors.Is(err, ErrStopped), errors.Is(err, context.DeadlineExceeded), errors.Is(err, context.Canceled):
+		return true
+	case errors.As(err, &se):
+		return se.Code == events.OverQuota || strings.HasPrefix(se.Status, "5")
+	}
+	return false
 }
 
 // Backing off after an over_quota answer (retryOverQuota): the first wait

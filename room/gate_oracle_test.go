@@ -115,7 +115,7 @@ func (g *Gate) oldAppendLine(ctx context.Context, roomID string, key events.Chai
 		}
 		if c.roomID != "" && c.roomID != roomID {
 			return refused(idx, []events.Problem{{Code: events.RoomConflict, At: at,
-				Reason: "the capsule's chain already lives in another room", Expected: c.roomID, Actual: roomID}})
+				Reason: fmt.Sprintf("the capsule's chain already lives in %q", c.roomID), Expected: c.roomID, Actual: roomID}})
 		}
 		meta := c.meta
 		if capsule != nil {

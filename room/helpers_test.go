@@ -24,7 +24,7 @@ import (
 type env struct {
 	t      *testing.T
 	dir    string
-	opts   room.EmbeddedOptions // Listen and StoreDir are set by start
+	opts   room.EmbeddedOptions // StoreDir is set by start, and Listen unless given
 	srv    *room.Embedded
 	nc     *nats.Conn
 	js     jetstream.JetStream
@@ -74,7 +74,10 @@ func (e *env) start() {
 	t.Helper()
 	var err error
 	o := e.opts
-	o.Listen, o.StoreDir = "127.0.0.1:-1", e.dir
+	o.StoreDir = e.dir
+	if o.Listen == "" {
+		o.Listen = "127.0.0.1:-1"
+	}
 	e.srv, err = room.StartEmbedded(o)
 	if err != nil {
 		t.Fatal(err)

@@ -301,8 +301,7 @@ func (r *Reader) verifyEntry(x *prepared, full bool) (*Event, *SetAside) {
 		r.chains[key] = c
 	}
 	if c.roomID != p.RoomID {
-		return nil, r.aside(m, p, &key, []events.Problem{{Code: events.RoomConflict, At: at,
-			Reason: "the capsule's chain already lives in another room", Expected: c.roomID, Actual: p.RoomID}})
+		return nil, r.aside(m, p, &key, []events.Problem{roomConflict(at, c.roomID, p.RoomID)})
 	}
 	if c.broken != nil {
 		return nil, r.aside(m, p, &key, []events.Problem{{Code: events.ChainBroken, At: at,

@@ -3,10 +3,12 @@ package room_test
 import (
 	"maps"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/roompub/roompub/events"
 	"github.com/roompub/roompub/room"
+	"github.com/roompub/roompub/validate"
 )
 
 const evilRoom = "room:evil"
@@ -271,5 +273,28 @@ func TestReaderRecordRules(t *testing.T) {
 	}
 	if !maps.Equal(rep.Records, map[string]int{"room:rules": 2, "room:rules-2": 1}) {
 		t.Errorf("records %v", rep.Records)
+	}
+}
+
+// TestReaderRoomConflictNamesTheRoom: a reader that finds a chain's entry
+// in a second room sets it aside room_conflict naming the room the chain
+// lives in, in the reason and as Expected (Actual: the room it was found
+// in).
+func TestReaderRoomConflictNamesTheRoom(t *testing.T) {
+	v, err := validate.New()
+	if err != nil {
+		t.Fatal(err)
+	}
+	es, _ := journal(t, "run-a", "cap-a", 2)
+	r := room.NewReader(v, room.Subjects{})
+	if ev, s := r.Verify(room.StreamMsg{Subject: "rooms.alpha.journal.run-a.cap-a", Seq: 1, Data: es[0].Canonical()}); ev == nil {
+		t.Fatalf("first entry set aside: %+v", s)
+	}
+	_, s := r.Verify(room.StreamMsg{Subject: "rooms.beta.journal.run-a.cap-a", Seq: 2, Data: es[1].Canonical()})
+	if s == nil || s.Code != events.RoomConflict || len(s.Problems) != 1 {
+		t.Fatalf("second entry, in room:beta: %+v", s)
+	}
+	if p := s.Problems[0]; p.Expected != "room:alpha" || p.Actual != "room:beta" || !strings.Contains(p.Reason, `"room:alpha"`) || s.Reason != p.Reason {
+		t.Errorf("set aside %+v: want its reason to name room:alpha, expected room:alpha, actual room:beta", s)
 	}
 }

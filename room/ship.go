@@ -20,8 +20,9 @@ import (
 type ShipOptions struct {
 	// BatchLines bounds the lines of one request; default MaxBatchLines.
 	BatchLines int
-	// BatchBytes bounds the body of one request; default the server's max
-	// payload less 8 KiB for headers.
+	// BatchBytes bounds the body of one request; default the max payload
+	// of the server connected to when a pass begins, less 8 KiB for
+	// headers.
 	BatchBytes int
 	// Pipeline bounds the requests of the capsule in flight at once;
 	// default DefaultPipeline, 1 sends one after another. The gate decides
@@ -69,6 +70,18 @@ type LineRefusal struct {
 // directory that cannot be shipped at all (no journal, unreadable file).
 var ErrShip = errors.New("cannot ship")
 
+// ErrStopped is wrapped by ShipCapsule's error, with context.Cause(ctx),
+// when ctx ended the shipment before every line was sent and answered
+// (an interrupt, say). The result then counts what the stream holds of
+// the chain (stopTimeout); running again resumes from there.
+var ErrStopped = errors.New("stopped")
+
+// stopTimeout bounds each step after ctx ended a shipment: the requests
+// in flight answering (their lines may be stored, so the result waits
+// for them), then asking the chain's head on a fresh context. The run is
+// over; its report must be true, and come soon.
+const stopTimeout = 5 * time.Second
+
 // shipper ships one capsule from a cursor into a room.
 type shipper struct {
 	c      *Client
@@ -79,20 +92,23 @@ type shipper struct {
 	res    ShipResult
 	offset int64 // bytes of the journal already shipped (whole lines)
 	line   int   // lines already shipped or skipped
+	sentTo int   // the file line after the last one sent by this run
 }
 
 func newShipper(ctx context.Context, c *Client, dir, roomID string, o ShipOptions) (*shipper, error) {
 	if o.BatchLines <= 0 || o.BatchLines > MaxBatchLines {
 		o.BatchLines = MaxBatchLines
 	}
-	if o.BatchBytes <= 0 {
-		o.BatchBytes = int(c.MaxPayload()) - 8<<10
-	}
 	if o.Pipeline <= 0 {
 		o.Pipeline = DefaultPipeline
 	}
 	s := &shipper{c: c, o: o, dir: dir, jpath: filepath.Join(dir, validate.JournalFile)}
 	s.res = ShipResult{Dir: dir, RoomID: roomID}
+	if fi, err := os.Stat(dir); err == nil && !fi.IsDir() {
+		// A bare journal file, say, which verify takes: journal needs the
+		// capsule.json beside it.
+		return nil, fmt.Errorf("%w: %s is not a capsule directory but a file: give the directory that holds capsule.json and journal.ndjson", ErrShip, dir)
+	}
 	if _, err := os.Stat(s.jpath); err != nil {
 		return nil, fmt.Errorf("%w: %s is not a capsule directory: %v", ErrShip, dir, err)
 	}
@@ -138,33 +154,93 @@ func (s *shipper) resume(ctx context.Context) error {
 		return fmt.Errorf("%w: %v", ErrShip, err)
 	}
 	defer f.Close()
-	br := bufio.NewReaderSize(f, 256<<10)
-	var off int64
-	prev := events.ZeroHash
-	for n := int64(0); n < head.Next; n++ {
+	// Unless they match, the stream holds more of this chain than the
+	// file, or the file is not the journal that was shipped: send it all;
+	// the gate says what is wrong.
+	if off, ok := matchStored(bufio.NewReaderSize(f, 256<<10), 0, head.Next, events.ZeroHash, head.Head); ok {
+		s.offset, s.line = off, int(head.Next)
+	}
+	return nil
+}
+
+// matchStored reads the journal lines from..to-1 from br (at line from)
+// and reports whether they are a chain's entries from..to-1 ending at
+// head: each canonical, at its seq, hashing to its entry_hash, linked to
+// the one before (the first to prev; "" leaves its link unchecked), the
+// last hashing to head. Entries are hash-linked in the stream too, so
+// lines that match are the entries stored there. off is the bytes read.
+func matchStored(br *bufio.Reader, from, to int64, prev, head string) (off int64, ok bool) {
+	for n := from; n < to; n++ {
 		ln, long, err := readFullLine(br, events.MaxLineBytes)
 		if err != nil || long > 0 {
-			// The stream holds more of this chain than the file, or the
-			// file is not the journal that was shipped: send it all; the
-			// gate says what is wrong.
-			return nil
+			return 0, false
 		}
 		off += int64(len(ln))
 		line := ln[:len(ln)-1]
 		e, err := events.ParseEntry(line)
 		if err != nil {
-			return nil
+			return 0, false
 		}
-		if seq, ok := e.Seq(); !ok || seq != n || e.ParentHash() != prev || e.ComputedHash() != e.EntryHash() || !bytes.Equal(e.Canonical(), line) {
-			return nil
+		if seq, ok := e.Seq(); !ok || seq != n || (prev != "" && e.ParentHash() != prev) || e.ComputedHash() != e.EntryHash() || !bytes.Equal(e.Canonical(), line) {
+			return 0, false
 		}
 		prev = e.EntryHash()
 	}
-	if prev != head.Head {
+	return off, prev == head
+}
+
+// afterStop asks, once ctx has ended the shipment, where the chain
+// stands, on a fresh context of stopTimeout, and moves the cursor past
+// the lines of the file the stream holds beyond it: lines this run sent
+// whose replies did not come back count as stored, any others as
+// already stored. It asks nothing on a connection that is down.
+func (s *shipper) afterStop(ctx context.Context) error {
+	if !s.c.nc.IsConnected() {
+		return fmt.Errorf("%w: not connected", ErrUnavailable)
+	}
+	hctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), stopTimeout)
+	defer cancel()
+	head, err := s.c.Head(hctx, s.meta.Key())
+	if err != nil {
+		return err
+	}
+	s.res.Head = head
+	if head.RoomID != s.res.RoomID || head.Next <= int64(s.line) {
 		return nil
 	}
-	s.offset, s.line = off, int(head.Next)
+	f, err := os.Open(s.jpath)
+	if err != nil {
+		return fmt.Errorf("%w: %v", ErrShip, err)
+	}
+	defer f.Close()
+	if _, err := f.Seek(s.offset, io.SeekStart); err != nil {
+		return fmt.Errorf("%w: %v", ErrShip, err)
+	}
+	off, ok := matchStored(bufio.NewReaderSize(f, 256<<10), int64(s.line), head.Next, "", head.Head)
+	if !ok {
+		return nil // the stream's lines are not the file's: nothing of them is this run's
+	}
+	sent := max(0, min(int(head.Next), s.sentTo)-s.line)
+	s.res.Stored += sent
+	s.res.Skipped += int(head.Next) - s.line - sent
+	s.offset += off
+	s.line = int(head.Next)
+	s.res.Lines = max(s.res.Lines, s.line)
 	return nil
+}
+
+// stopped is the error of a shipment ctx ended: ErrStopped with ctx's
+// cause, and what the stream holds of the chain (afterStop).
+func (s *shipper) stopped(ctx context.Context) error {
+	err := fmt.Errorf("%w: %w", ErrStopped, context.Cause(ctx))
+	switch herr := s.afterStop(ctx); {
+	case herr == nil && (s.res.Head.RoomID == s.res.RoomID || s.res.Head.Next == 0):
+		return fmt.Errorf("%w; the stream holds %d lines of the chain", err, s.res.Head.Next)
+	case herr == nil, !s.c.nc.IsConnected():
+		return err
+	default:
+		return fmt.Errorf("%w; what the stream holds could not be asked: %v", err, herr)
+	}
 }
 
 // pass reads the journal from the cursor and ships every complete line,
@@ -183,6 +259,16 @@ func (s *shipper) pass(ctx context.Context) error {
 	if _, err := f.Seek(s.offset, io.SeekStart); err != nil {
 		return fmt.Errorf("%w: %v", ErrShip, err)
 	}
+	// The server's max payload is known only once connected (a follower
+	// may start before its server), and may differ after a reconnect.
+	batchBytes := s.o.BatchBytes
+	if batchBytes <= 0 {
+		mp := s.c.MaxPayload()
+		if mp <= 0 {
+			return fmt.Errorf("%w: not connected", ErrUnavailable)
+		}
+		batchBytes = int(mp) - 8<<10
+	}
 	// left is what the journal held past the offset when the pass began,
 	// less what was sent since (-1: not known). A request's buffer is made
 	// when its first line is read, so a pass that has read its last
@@ -194,15 +280,31 @@ func (s *shipper) pass(ctx context.Context) error {
 		left = fi.Size() - s.offset
 	}
 	br := bufio.NewReaderSize(f, 256<<10)
-	pctx, cancel := context.WithCancel(ctx)
+	// When ctx ends, nothing more is sent, but the requests in flight are
+	// answered (within stopTimeout): the gate may store their lines, and
+	// the result must count them.
+	pctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	p := &pipeline{s: s, ctx: pctx, cancel: cancel, depth: s.o.Pipeline}
 	defer p.drain()
+	stopAfter := context.AfterFunc(ctx, func() {
+		t := time.NewTimer(stopTimeout)
+		defer t.Stop()
+		select {
+		case <-t.C:
+			cancel()
+		case <-pctx.Done():
+		}
+	})
+	defer stopAfter()
+	halted := false // ctx ended the pass before it sent every line
 	var body []byte // nil until the request's first line
 	size := max(0, left)
 	batchLines, next := 0, s.line // next: the file line the reader is at
 	s.res.PartialTail = false
 	send := func() {
-		if batchLines > 0 {
+		if batchLines > 0 && ctx.Err() != nil {
+			halted = true
+		} else if batchLines > 0 {
 			p.send(body, next-batchLines, batchLines)
 			if left >= 0 {
 				left = max(0, left-int64(len(body)))
@@ -211,7 +313,7 @@ func (s *shipper) pass(ctx context.Context) error {
 		}
 		body, batchLines = nil, 0
 	}
-	for !p.stop {
+	for !p.stop && !halted {
 		ln, long, err := readFullLine(br, events.MaxLineBytes)
 		if errors.Is(err, io.EOF) {
 			if len(ln) > 0 || long > 0 {
@@ -227,41 +329,44 @@ func (s *shipper) pass(ctx context.Context) error {
 			}
 			return fmt.Errorf("%w: %v", ErrShip, err)
 		}
-		if long > 0 || len(ln) > s.o.BatchBytes {
+		if long > 0 || len(ln) > batchBytes {
 			send()
 			p.drain()
-			if p.stop {
+			if p.stop || halted {
 				break
 			}
 			// Longer than any line may be: corrupt_entry, as verify says
 			// (it comes before too_large in the table); too long for a
 			// request only: too_large.
 			pr := events.Problem{Code: events.TooLarge, At: events.Location{File: s.jpath, Line: next + 1},
-				Reason: fmt.Sprintf("the line is %d bytes; a request carries at most %d", len(ln), s.o.BatchBytes)}
+				Reason: fmt.Sprintf("the line is %d bytes; a request carries at most %d", len(ln), batchBytes)}
 			if long > 0 {
 				pr.Code, pr.Reason = events.CorruptEntry, fmt.Sprintf("line longer than %d bytes", events.MaxLineBytes)
 			}
 			s.res.Refused = &LineRefusal{Problem: pr, Problems: []events.Problem{pr}}
 			break
 		}
-		if batchLines == s.o.BatchLines || len(body)+len(ln) > s.o.BatchBytes {
+		if batchLines == s.o.BatchLines || len(body)+len(ln) > batchBytes {
 			send()
-			if p.stop {
+			if p.stop || halted {
 				break
 			}
 		}
 		if body == nil {
-			body = make([]byte, 0, max(int64(len(ln)), min(size, int64(s.o.BatchBytes))))
+			body = make([]byte, 0, max(int64(len(ln)), min(size, int64(batchBytes))))
 		}
 		body = append(body, ln...)
 		batchLines++
 		next++
 		s.res.Lines = max(s.res.Lines, next)
 	}
-	if !p.stop {
+	if !p.stop && !halted {
 		send()
 	}
 	p.drain()
+	if p.err == nil && halted {
+		return fmt.Errorf("%w: %w", ErrStopped, context.Cause(ctx))
+	}
 	return p.err
 }
 
@@ -325,6 +430,7 @@ func (p *pipeline) send(body []byte, first, lines int) {
 	if p.stop {
 		return
 	}
+	p.s.sentTo = max(p.s.sentTo, first+lines)
 	sh := &shipment{body: body, first: first, lines: lines, after: -1, lastSeq: lastSeq(body), done: make(chan struct{})}
 	if len(p.queue) > 0 {
 		sh.after = p.queue[len(p.queue)-1].lastSeq
@@ -417,7 +523,13 @@ func (s *shipper) settle(body []byte, first int, reply JournalReply, err error) 
 			shipped++
 			continue
 		case OutcomeRefused:
-			s.res.Refused = &LineRefusal{Problem: events.Problem{Code: it.Code, Reason: it.Reason}, Problems: relocate(it.Problems, s.jpath, first)}
+			// The item's first problem is its code's: it holds the values
+			// the rule compared (room_conflict's rooms, say).
+			p := events.Problem{Code: it.Code, Reason: it.Reason}
+			if len(it.Problems) > 0 && it.Problems[0].Code == it.Code {
+				p.Expected, p.Actual = it.Problems[0].Expected, it.Problems[0].Actual
+			}
+			s.res.Refused = &LineRefusal{Problem: p, Problems: relocate(it.Problems, s.jpath, first)}
 			if it.At != nil {
 				s.res.Refused.At = relocate([]events.Problem{{At: *it.At}}, s.jpath, first)[0].At
 			}
@@ -495,19 +607,30 @@ func readFullLine(br *bufio.Reader, max int) (line []byte, long int, err error) 
 // one never do). A final line without a newline is not sent (PartialTail).
 // A refusal is reported in the result, not as an error. Errors: ErrShip
 // (no journal, unreadable file), ErrUnavailable (the service went away:
-// the result says what was stored; run again to resume), *ServiceError.
+// the result says what was stored; run again to resume), *ServiceError,
+// ErrStopped with context.Cause(ctx) when ctx ended the shipment: nothing
+// more is sent, the requests in flight are answered, and the result
+// counts what the stream then holds of the chain, asked on a fresh
+// context (lines whose replies were cut off count as stored); each step
+// takes at most 5s.
 func ShipCapsule(ctx context.Context, c *Client, dir, roomID string, o ShipOptions) (ShipResult, error) {
 	s, err := newShipper(ctx, c, dir, roomID, o)
 	if err != nil {
-		if s != nil {
-			return s.res, err
+		if s == nil {
+			return ShipResult{Dir: dir, RoomID: roomID}, err
 		}
-		return ShipResult{Dir: dir, RoomID: roomID}, err
+		if ctx.Err() != nil && Retryable(err) { // ended while asking where the chain stands
+			err = s.stopped(ctx)
+		}
+		return s.res, err
 	}
 	if s.res.Refused != nil {
 		return s.res, nil
 	}
 	err = s.pass(ctx)
+	if err != nil && ctx.Err() != nil && (errors.Is(err, ErrStopped) || Retryable(err)) {
+		err = s.stopped(ctx)
+	}
 	return s.res, err
 }
 
@@ -527,7 +650,9 @@ func capsuleMissing(dir string, s *shipper) bool {
 // capsule.json and journal.ndjson to appear, never sends a line before its
 // newline is written, and rides out an unavailable service by retrying.
 // report is called after every pass that shipped something, and once at
-// the end. It returns nil when ctx ends it.
+// the end. It returns nil when ctx ends it; the last report then counts
+// what the stream holds of the chain, as ShipCapsule's does when ctx ends
+// it.
 func FollowCapsule(ctx context.Context, c *Client, dir, roomID string, o ShipOptions, report func(ShipResult)) (ShipResult, error) {
 	if o.Poll <= 0 {
 		o.Poll = 250 * time.Millisecond
@@ -537,6 +662,14 @@ func FollowCapsule(ctx context.Context, c *Client, dir, roomID string, o ShipOpt
 	}
 	var s *shipper
 	var last ShipResult
+	finish := func() (ShipResult, error) {
+		if s != nil {
+			_ = s.afterStop(ctx) // the report says what was stored either way
+			last = s.res
+		}
+		report(last)
+		return last, nil
+	}
 	for {
 		var err error
 		if s == nil {
@@ -561,6 +694,9 @@ func FollowCapsule(ctx context.Context, c *Client, dir, roomID string, o ShipOpt
 				report(s.res)
 			}
 		}
+		if ctx.Err() != nil {
+			return finish()
+		}
 		wait := o.Poll
 		switch {
 		case err == nil:
@@ -583,11 +719,7 @@ func FollowCapsule(ctx context.Context, c *Client, dir, roomID string, o ShipOpt
 		}
 		select {
 		case <-ctx.Done():
-			if s != nil {
-				last = s.res
-			}
-			report(last)
-			return last, nil
+			return finish()
 		case <-time.After(wait):
 		}
 	}

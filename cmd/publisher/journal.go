@@ -9,6 +9,7 @@ import (
 	"math"
 	"os"
 	"os/signal"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -23,9 +24,14 @@ import (
 	"github.com/roompub/roompub/validate"
 )
 
-// errShipFailed: some item could not be shipped (no service, no answer,
-// unreadable file): exitUsage; what was stored is printed.
-var errShipFailed = errors.New("not everything could be shipped; run again to resume")
+// errShipFailed: some capsule could not be shipped (no service, no
+// answer, no capsule directory, an unreadable file): exitUsage; what was
+// stored is printed.
+var errShipFailed = errors.New("could not be shipped")
+
+// runAgainToResume ends the message of an error a rerun can get past
+// (room.Retryable), and only of those.
+const runAgainToResume = "run again to resume"
 
 type journalCmd struct {
 	config.Client
@@ -35,16 +41,31 @@ type journalCmd struct {
 	Dirs   []string `arg:"" name:"capsule-dir" help:"Capsule directory: capsule.json + journal.ndjson."`
 }
 
-// Validate checks the room id before anything is sent (exit 2, not 1).
+// Validate checks the room id before anything is sent (exit 2, not 1):
+// its form, and that its subject token fits once encoded (ids of mostly
+// non-ASCII characters may not; the service would answer bad_request).
 func (c *journalCmd) Validate() error {
 	if err := validate.CheckRoomID(c.Room); err != nil {
 		return fmt.Errorf("%w: --room %q: %v", config.ErrInvalid, c.Room, err)
 	}
+	if err := (room.Subjects{}).CheckRoom(c.Room); err != nil {
+		return fmt.Errorf("%w: --room %s: %v", config.ErrInvalid, shortID(c.Room), err)
+	}
 	return nil
 }
 
+// shortID quotes a room id for a message, cut to its first 40 characters.
+func shortID(id string) string {
+	if r := []rune(id); len(r) > 40 {
+		return strconv.Quote(string(r[:40])) + "…"
+	}
+	return strconv.Quote(id)
+}
+
 func (c *journalCmd) Run(s *streams) error {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	// A signal ends the shipment with what the stream holds reported and
+	// the signal's status (130 for SIGINT); a second one ends it at once.
+	ctx, stop := config.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	var extra []nats.Option
 	if !c.Follow {
@@ -55,8 +76,24 @@ func (c *journalCmd) Run(s *streams) error {
 		defer stop()
 		extra = connectionLossOptions(ctx)
 	}
-	nc, err := c.Connect("roompub-publisher-journal", extra...)
+	out := &shipPrinter{w: s.out, json: c.JSON}
+	connect := c.Connect
+	if c.Follow {
+		// A follower waits for its server as it rides out a restart, so a
+		// harness need not start it after the server.
+		connect = func(name string, extra ...nats.Option) (*nats.Conn, error) {
+			return c.ConnectWaiting(name, func(err error) {
+				fmt.Fprintf(s.err, "publisher: no server at %s yet (%v): waiting for one\n", config.RedactURL(c.Server), errors.Unwrap(err))
+			}, extra...)
+		}
+	}
+	nc, err := connect("roompub-publisher-journal", extra...)
 	if err != nil {
+		if c.JSON { // one object per capsule, as --json promises
+			for _, dir := range c.Dirs {
+				out.print(room.ShipResult{Dir: dir, RoomID: c.Room}, fmt.Errorf("not sent: %w", err))
+			}
+		}
 		return err
 	}
 	defer nc.Close()
@@ -65,7 +102,6 @@ func (c *journalCmd) Run(s *streams) error {
 		return err
 	}
 	client := room.NewClient(nc, room.ClientOptions{Timeout: c.Timeout, Identity: id})
-	out := &shipPrinter{w: s.out, json: c.JSON}
 	var refused, failed int
 	var mu sync.Mutex
 	note := func(res room.ShipResult, err error) {
@@ -77,7 +113,11 @@ func (c *journalCmd) Run(s *streams) error {
 		}
 		if err != nil {
 			failed++
-			fmt.Fprintf(s.err, "publisher: %s: %v\n", res.Dir, err)
+			if room.Retryable(err) {
+				fmt.Fprintf(s.err, "publisher: %s: %v (%s)\n", res.Dir, err, runAgainToResume)
+			} else {
+				fmt.Fprintf(s.err, "publisher: %s: %v\n", res.Dir, err)
+			}
 		}
 	}
 	if c.Follow {
@@ -100,23 +140,47 @@ func (c *journalCmd) Run(s *streams) error {
 		}
 		wg.Wait()
 	} else {
-		for _, dir := range c.Dirs {
+		for i, dir := range c.Dirs {
+			if ctx.Err() != nil {
+				left := c.Dirs[i:]
+				failed += len(left)
+				notSent(s, out, left, c.Room, context.Cause(ctx))
+				break
+			}
 			bar := newBar(s.err, dir)
 			res, err := room.ShipCapsule(ctx, client, dir, c.Room, room.ShipOptions{Progress: bar.update})
 			bar.finish()
 			note(res, err)
-			if ctx.Err() != nil {
-				break
-			}
 		}
 	}
+	var sig *config.SignalError
 	switch {
+	case failed > 0 && !c.Follow && errors.As(context.Cause(ctx), &sig):
+		// Its status is the signal's (config.Run); a follower ends on a
+		// signal as it should, with 0.
+		return fmt.Errorf("%w: %d of %d capsules %w", sig, failed, len(c.Dirs), errShipFailed)
 	case failed > 0:
-		return fmt.Errorf("%d of %d capsules: %w", failed, len(c.Dirs), errShipFailed)
+		return fmt.Errorf("%d of %d capsules %w", failed, len(c.Dirs), errShipFailed)
 	case refused > 0:
 		return fmt.Errorf("%d of %d capsules %w", refused, len(c.Dirs), errRefused)
 	}
 	return nil
+}
+
+// notSent reports the capsules dirs, not sent because cause (a signal,
+// a lost connection) ended the run: with --json an object each, as
+// --json promises; in text one line on stderr.
+func notSent(s *streams, out *shipPrinter, dirs []string, roomID string, cause error) {
+	if out.json {
+		for _, dir := range dirs {
+			out.print(room.ShipResult{Dir: dir, RoomID: roomID}, fmt.Errorf("not sent: %w", cause))
+		}
+	}
+	more := ""
+	if len(dirs) > 1 {
+		more = fmt.Sprintf(" and %d more capsules", len(dirs)-1)
+	}
+	fmt.Fprintf(s.err, "publisher: %s%s: not sent: %v (%s)\n", dirs[0], more, cause, runAgainToResume)
 }
 
 // lossKey carries the cancel function that a lost connection calls.
@@ -131,12 +195,13 @@ func withConnectionLoss(ctx context.Context) (context.Context, context.CancelFun
 }
 
 // connectionLossOptions makes a lost connection cancel ctx with the cause
-// "connection to NATS lost", and turns reconnecting off.
+// "connection to NATS lost" (room.ErrUnavailable: a rerun may get past
+// it), and turns reconnecting off.
 func connectionLossOptions(ctx context.Context) []nats.Option {
 	cancel, _ := ctx.Value(lossKey{}).(context.CancelCauseFunc)
 	lost := func(_ *nats.Conn, err error) {
 		if cancel != nil {
-			cancel(fmt.Errorf("connection to NATS lost: %v", err))
+			cancel(fmt.Errorf("%w: connection to NATS lost: %v", room.ErrUnavailable, err))
 		}
 	}
 	return []nats.Option{nats.NoReconnect(), nats.DisconnectErrHandler(lost)}
@@ -163,7 +228,10 @@ func (p *shipPrinter) print(res room.ShipResult, err error) {
 		return
 	}
 	status := "ok"
+	var sig *config.SignalError
 	switch {
+	case errors.As(err, &sig):
+		status = "STOPPED" // interrupted: what the stream holds is printed
 	case err != nil:
 		status = "FAILED"
 	case res.Refused != nil:

@@ -12,7 +12,8 @@
 //
 // Exit status: 0 on success, 1 when verify refused an input, 2 for anything
 // that kept a command from doing its job (bad flags, a missing or unreadable
-// input, a bad schema directory or key).
+// input, a bad schema directory or key), 128 + the signal's number when a
+// signal stopped journal before it was done (130 for SIGINT).
 package main
 
 import (

@@ -697,7 +697,12 @@ func TestShipRefusedMidJournal(t *testing.T) {
 	}
 	subj := journalSubject("eval-rerun", "run-20260904-slugify-0418", "cap-slugify-0418-a")
 	in := inspect(t, srv.url)
-	wantAt := "invalid_entry at " + brokenJournal + ":14 /entry_hash: entry_hash is not the SHA-256 of the canonical entry without entry_hash"
+	tampered, err := events.ParseEntry(lines[13])
+	if err != nil {
+		t.Fatal(err)
+	}
+	wantAt := "invalid_entry at " + brokenJournal + ":14 /entry_hash: entry_hash is not the SHA-256 of the canonical entry without entry_hash" +
+		fmt.Sprintf(" (expected %q, got %q)", tampered.ComputedHash(), tampered.EntryHash())
 
 	r := runPub(t, nil, "journal", "--server", srv.url, "--room", "room:eval-rerun", brokenDir)
 	if r.status != 1 {
@@ -804,6 +809,82 @@ func TestKillServerMidShipment(t *testing.T) {
 			t.Fatalf("entry %d at stream seq %d: a gap or a duplicate", i+1, m.seq)
 		}
 	}
+}
+
+// TestInterruptMidShipment: SIGINT while a 10,000-entry journal is being
+// shipped. `publisher journal` says it was interrupted (not that the
+// service went away), prints what the stream holds of the chain (the
+// requests in flight are answered and the chain's head asked after the
+// interrupt), and exits 130. It blamed the server ("ingest service
+// unavailable: … context canceled", exit 2) and counted only the replies
+// that came, less than the stream held. Running again resumes.
+func TestInterruptMidShipment(t *testing.T) {
+	t.Parallel()
+	const total = 10000
+	meta := events.CapsuleMeta{RunID: "run-20260905-stop-0007", CapsuleID: "cap-stop-0007-a", HarnessVersion: "ecc-eval-harness/1.4.2", TaskFamily: "slugify"}
+	dir := filepath.Join(t.TempDir(), "stop")
+	lines := entries(t, meta, total)
+	writeCapsuleJSON(t, dir, meta)
+	if err := os.WriteFile(filepath.Join(dir, "journal.ndjson"), joinLines(lines), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	subj := journalSubject("stop", meta.RunID, meta.CapsuleID)
+	srv := startServer(t, t.TempDir())
+	in := inspect(t, srv.url)
+
+	ship := startPub(t, "journal", "--server", srv.url, "--room", "room:stop", dir)
+	// Inside the second batch of 1,000: the first one's reply has come
+	// back, the next ones are in flight.
+	seen := in.waitCount(subj, 1300, 30*time.Second)
+	_ = ship.cmd.Process.Signal(os.Interrupt)
+	status := ship.wait(t, 30*time.Second)
+	out, errOut := ship.stdout.String(), ship.err.String()
+	t.Logf("interrupted at >= %d entries; journal said:\n%s%s", seen, out, errOut)
+	if status != 130 {
+		t.Errorf("journal: exit %d after SIGINT, want 130", status)
+	}
+	// What the stream holds, once nothing lands any more.
+	held := in.waitCount(subj, seen, time.Second)
+	for {
+		time.Sleep(500 * time.Millisecond)
+		now, _ := in.counts()
+		if now[subj] == held {
+			break
+		}
+		held = now[subj]
+	}
+	if held >= total {
+		t.Fatalf("the shipment finished (%d entries) before the interrupt", held)
+	}
+	m := regexp.MustCompile(`(?m)^STOPPED  ` + regexp.QuoteMeta(dir) + ` → room:stop  chain ` + meta.RunID + `/` + meta.CapsuleID +
+		`: (\d+) stored, 0 duplicate, 0 already stored; head seq (\d+) ([0-9a-f]{16})… at stream seq (\d+)$`).FindStringSubmatch(out)
+	if m == nil {
+		t.Fatalf("no STOPPED line with the count and the head:\n%s", out)
+	}
+	stored, _ := strconv.Atoi(m[1])
+	headSeq, _ := strconv.Atoi(m[2])
+	streamSeq, _ := strconv.ParseUint(m[4], 10, 64)
+	if uint64(stored) != held || headSeq != stored-1 || m[3] != headOf(t, lines[:held])[:16] || streamSeq != held {
+		t.Errorf("printed %d stored, head seq %d %s… at stream seq %d; the stream holds %d entries", stored, headSeq, m[3], streamSeq, held)
+	}
+	for _, want := range []string{
+		fmt.Sprintf("publisher: %s: stopped: interrupted by SIGINT; the stream holds %d lines of the chain (run again to resume)\n", dir, held),
+		"publisher: interrupted by SIGINT: 1 of 1 capsules could not be shipped\n",
+	} {
+		if !strings.Contains(errOut, want) {
+			t.Errorf("stderr lacks %q", want)
+		}
+	}
+	if strings.Contains(errOut, "unavailable") || strings.Contains(errOut, "context canceled") {
+		t.Errorf("stderr blames the service:\n%s", errOut)
+	}
+
+	r := runPub(t, nil, "journal", "--json", "--server", srv.url, "--room", "room:stop", dir)
+	if r.status != 0 {
+		t.Fatalf("resume: exit %d\n%s%s", r.status, r.stdout, r.stderr)
+	}
+	expectShip(t, oneShipLine(t, r), "room:stop", int(held), total-int(held), total, headOf(t, lines), total)
+	in.expectLines(subj, lines)
 }
 
 // TestFollow: `publisher journal --follow` ships what the harness appends,
@@ -1220,4 +1301,50 @@ func processesMentioning(t *testing.T, s string) []string {
 		}
 	}
 	return out
+}
+
+// TestFollowWaitsForServer: `publisher journal --follow` started before
+// any server is up waits for one, saying so once on stderr, and ships
+// once it comes (it exited at once with "no servers available"), as it
+// rides out a restart: a harness need not start it after the server.
+func TestFollowWaitsForServer(t *testing.T) {
+	t.Parallel()
+	listen := fmt.Sprintf("127.0.0.1:%d", closedPort(t))
+	meta := events.CapsuleMeta{RunID: "run-20260905-early-0006", CapsuleID: "cap-early-0006-a", HarnessVersion: "ecc-eval-harness/1.4.2", TaskFamily: "slugify"}
+	lines := entries(t, meta, 12)
+	subj := journalSubject("live", meta.RunID, meta.CapsuleID)
+	dir := filepath.Join(t.TempDir(), "early")
+	journal := filepath.Join(dir, "journal.ndjson")
+	writeCapsuleJSON(t, dir, meta)
+	appendFile(t, journal, joinLines(lines[:5]))
+
+	f := startPub(t, "journal", "--follow", "--json", "--server", "nats://"+listen, "--timeout", "5s", "--room", "room:live", dir)
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("the follower's stdout:\n%s\nstderr:\n%s", f.stdout, f.err)
+		}
+	})
+	time.Sleep(1500 * time.Millisecond)
+	if !f.running() {
+		t.Fatalf("the follower gave up with no server: exit %d\n%s%s", f.cmd.ProcessState.ExitCode(), f.stdout, f.err)
+	}
+	waiting := regexp.MustCompile(`(?m)^publisher: no server at nats://` + regexp.QuoteMeta(listen) + ` yet \(.*\): waiting for one$`)
+	if n := len(waiting.FindAllString(f.err.String(), -1)); n != 1 {
+		t.Fatalf("%d waiting messages on stderr, want 1:\n%s", n, f.err)
+	}
+
+	srv := startServerOn(t, t.TempDir(), listen)
+	in := inspect(t, srv.url)
+	in.waitCount(subj, 5, 20*time.Second)
+	appendFile(t, journal, joinLines(lines[5:]))
+	in.waitCount(subj, 12, 10*time.Second)
+	in.expectCounts(map[string]uint64{subj: 12})
+	in.expectLines(subj, lines)
+	_ = f.cmd.Process.Signal(syscall.SIGTERM)
+	if status := f.wait(t, 10*time.Second); status != 0 {
+		t.Errorf("follower: exit %d after SIGTERM, want 0\n%s%s", status, f.stdout, f.err)
+	}
+	if n := len(waiting.FindAllString(f.err.String(), -1)); n != 1 || strings.Count(f.err.String(), "\n") != 1 {
+		t.Errorf("stderr, want the one waiting message:\n%s", f.err)
+	}
 }

@@ -137,6 +137,8 @@ grep_out 'invalid_entry at .*broken/journal.ndjson:14 /entry_hash' "line 14 refu
 	journal --room room:eval-slugify-rerun "$s/capsules/broken"
 step "3e. the same capsule into another room is refused" 1 \
 	journal --room room:elsewhere "$s/capsules/csv-dedupe"
+grep_out 'room_conflict at .*csv-dedupe/journal.ndjson:1: .* \(expected "room:eval-csv", got "room:elsewhere"\)' "the refusal names the room the chain lives in" \
+	journal --room room:elsewhere "$s/capsules/csv-dedupe"
 
 step "4a. ship the reference execution records into their room" 0 \
 	execution "$s/records/verified.json" "$s/records/refused.json"
