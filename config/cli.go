@@ -36,8 +36,9 @@ type exitRequest int
 // Run parses args into grammar (a kong struct) with YAML config files,
 // runs the selected command with binds available to its Run method, and
 // returns the exit status: ExitOK, ExitRefused when the command's error
-// wraps ErrRefused, ExitUsage for any other error. Errors go to stderr
-// prefixed with name. It never calls os.Exit.
+// wraps ErrRefused, ExitUsage for any other error. Flags may stand
+// anywhere among the positional arguments; "--" ends them (flagsFirst).
+// Errors go to stderr prefixed with name. It never calls os.Exit.
 func Run(name, description, version string, grammar any, args []string, stdout, stderr io.Writer, binds ...any) (status int) {
 	defer func() {
 		if r := recover(); r != nil {
@@ -62,7 +63,7 @@ func Run(name, description, version string, grammar any, args []string, stdout, 
 		fmt.Fprintf(stderr, "%s: %v\n", name, err)
 		return ExitUsage
 	}
-	ctx, err := parser.Parse(args)
+	ctx, err := parser.Parse(flagsFirst(parser.Model, args))
 	if err != nil {
 		fmt.Fprintf(stderr, "%s: %v\nRun '%s --help' for usage.\n", name, err, name)
 		return ExitUsage
