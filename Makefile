@@ -4,18 +4,25 @@ SHELL := bash
 .DEFAULT_GOAL := build
 
 GO ?= go
+# BIN is where build puts the commands; VERSION is what their --version
+# prints, stamped into main.version: git describe of the checkout, or empty
+# outside one (the commands then print the module version of the build
+# info). Set them on the command line (make build VERSION=v1.2.3), not
+# from the environment, where a VERSION of something else may linger.
+BIN := bin
+VERSION := $(shell git describe --tags --always --dirty 2>/dev/null)
 # Packages whose Fuzz targets `make test` (5s each) and `make fuzz` (60s each) run.
 FUZZ_PKGS := ./events ./validate ./room ./checkpoint
 
 .PHONY: build run test unit integration fuzz-short fuzz bench fmt vet lint samples clean
 
-## build: compile the commands into bin/
+## build: compile the commands into $(BIN)/, their --version stamped with $(VERSION)
 build:
-	$(GO) build -o bin/ ./cmd/...
+	$(GO) build -ldflags '-X main.version=$(VERSION)' -o $(BIN)/ ./cmd/...
 
 ## run: build, then verify the bundled samples and check every verdict
 run: build
-	testdata/samples/run.sh bin/publisher
+	testdata/samples/run.sh $(BIN)/publisher
 
 ## test: unit tests (race detector), integration tests, the fault suite, then 5s per fuzz target
 test: unit integration test-faults fuzz-short
@@ -49,16 +56,16 @@ bench:
 	$(GO) test -run='^$$' -bench=. -benchmem ./events ./validate
 	$(GO) test -run='^$$' -bench=BenchmarkJournalUnderFlood -benchtime=300x ./room
 	@$(MAKE) --no-print-directory build
-	bin/roompub-bench --publisher bin/publisher --subscriber bin/subscriber $(BENCH_FLAGS)
+	$(BIN)/roompub-bench --publisher $(BIN)/publisher --subscriber $(BIN)/subscriber $(BENCH_FLAGS)
 
 ## bench-check: the side-by-side run only; exit 1 when a ratio is below its floor
 .PHONY: bench-check bench-quick
 bench-check: build
-	bin/roompub-bench --check --publisher bin/publisher --subscriber bin/subscriber $(BENCH_FLAGS)
+	$(BIN)/roompub-bench --check --publisher $(BIN)/publisher --subscriber $(BIN)/subscriber $(BENCH_FLAGS)
 
 ## bench-quick: the side-by-side run at small sizes (seconds; what the integration test runs)
 bench-quick: build
-	bin/roompub-bench --quick --publisher bin/publisher --subscriber bin/subscriber $(BENCH_FLAGS)
+	$(BIN)/roompub-bench --quick --publisher $(BIN)/publisher --subscriber $(BIN)/subscriber $(BENCH_FLAGS)
 
 ## fmt: rewrite Go files in gofmt style
 fmt:
@@ -78,4 +85,4 @@ samples:
 	$(GO) run ./testdata/samples/gen -out testdata/samples
 
 clean:
-	rm -rf bin/
+	rm -rf $(BIN)/

@@ -99,6 +99,8 @@ type exitRequest int
 // returns the exit status: ExitOK, the signal's status when the
 // command's error wraps a *SignalError (ExitInterrupted for SIGINT),
 // ExitRefused when it wraps ErrRefused, ExitUsage for any other error.
+// Flags may stand anywhere among the positional arguments; "--" ends
+// them (flagsFirst).
 // Errors go to stderr prefixed with name. It never calls os.Exit.
 func Run(name, description, version string, grammar any, args []string, stdout, stderr io.Writer, binds ...any) (status int) {
 	defer func() {
@@ -124,7 +126,7 @@ func Run(name, description, version string, grammar any, args []string, stdout, 
 		fmt.Fprintf(stderr, "%s: %v\n", name, err)
 		return ExitUsage
 	}
-	ctx, err := parser.Parse(args)
+	ctx, err := parser.Parse(flagsFirst(parser.Model, args))
 	if err != nil {
 		fmt.Fprintf(stderr, "%s: %v\nRun '%s --help' for usage.\n", name, err, name)
 		return ExitUsage

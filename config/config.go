@@ -40,6 +40,9 @@ type Credentials struct {
 	// PasswordFile and InboxPrefix: secure mode (secure.go).
 	PasswordFile string `name:"password-file" help:"File whose first line is the password (keeps it off the command line)." placeholder:"FILE" yaml:"password-file"`
 	InboxPrefix  string `name:"inbox-prefix" help:"Inbox prefix for replies, when the user's permissions name its own (e.g. _INBOX_harness)." placeholder:"PREFIX" yaml:"inbox-prefix"`
+	// AllowOpenKeyFile lets ReadKeyFile and CheckKeyFile take a private
+	// key file that group or others may access.
+	AllowOpenKeyFile bool `name:"allow-open-key-file" help:"Use private key files (an --nkey seed, a --creds file, serve's --publisher-key) that group or others may access; without it they are refused, as ssh refuses such keys." yaml:"allow-open-key-file"`
 }
 
 // String redacts secrets.
@@ -78,13 +81,21 @@ func (c Credentials) Validate() error {
 	return errors.Join(errs...)
 }
 
-// Options returns the nats.go options these credentials need.
+// Options returns the nats.go options these credentials need. An --nkey
+// or --creds file open to group or others is refused (ErrInvalid wrapping
+// ErrOpenKeyFile) unless AllowOpenKeyFile.
 func (c Credentials) Options() ([]nats.Option, error) {
 	var opts []nats.Option
 	switch {
 	case c.Creds != "":
+		if err := CheckKeyFile(c.Creds, c.AllowOpenKeyFile); err != nil {
+			return nil, fmt.Errorf("%w: --creds: %w", ErrInvalid, err)
+		}
 		opts = append(opts, nats.UserCredentials(c.Creds))
 	case c.NKey != "":
+		if err := CheckKeyFile(c.NKey, c.AllowOpenKeyFile); err != nil {
+			return nil, fmt.Errorf("%w: --nkey: %w", ErrInvalid, err)
+		}
 		o, err := nats.NkeyOptionFromSeed(c.NKey)
 		if err != nil {
 			return nil, fmt.Errorf("%w: --nkey: %v", ErrInvalid, err)

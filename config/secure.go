@@ -218,15 +218,16 @@ func (c Credentials) checkSecure() error {
 // of --creds's JWT; room.Anonymous with none of them. The ingest service
 // takes requests of that identity on its own subjects, and answers them
 // only under room.InboxPrefix of it (docs/secure-mode.md, "Identities and
-// replies"). Errors: an unreadable --nkey or --creds file (ErrInvalid).
+// replies"). Errors: an unreadable --nkey or --creds file, or one open to
+// group or others (ReadKeyFile), wrapping ErrInvalid.
 func (c Credentials) Identity() (string, error) {
 	switch {
 	case c.User != "":
 		return room.IdentityToken(c.User), nil
 	case c.NKey != "":
-		data, err := os.ReadFile(c.NKey)
+		data, err := ReadKeyFile(c.NKey, c.AllowOpenKeyFile)
 		if err != nil {
-			return "", fmt.Errorf("%w: --nkey: %v", ErrInvalid, err)
+			return "", fmt.Errorf("%w: --nkey: %w", ErrInvalid, err)
 		}
 		kp, err := nkeys.ParseDecoratedNKey(data)
 		if err != nil {
@@ -239,9 +240,9 @@ func (c Credentials) Identity() (string, error) {
 		}
 		return room.IdentityToken(pub), nil
 	case c.Creds != "":
-		data, err := os.ReadFile(c.Creds)
+		data, err := ReadKeyFile(c.Creds, c.AllowOpenKeyFile)
 		if err != nil {
-			return "", fmt.Errorf("%w: --creds: %v", ErrInvalid, err)
+			return "", fmt.Errorf("%w: --creds: %w", ErrInvalid, err)
 		}
 		token, err := jwt.ParseDecoratedJWT(data)
 		if err != nil {

@@ -1506,15 +1506,33 @@ func (c *Checkpointer) stop(ctx context.Context) error {
 	c.mu.Unlock()
 	for _, r := range held {
 		lctx, cancel := withDefaultTimeout(ctx)
-		if err := c.kv.Delete(lctx, LeaseKey(r.id), jetstream.LastRevision(r.lease.rev)); err != nil {
-			c.log.Info("checkpointer: releasing a lease", zap.String("room", r.id), zap.Error(err))
-		}
+		c.releaseLease(lctx, r)
 		cancel()
 		r.lease.rev = 0
 		c.m.leases.Dec()
 	}
 	c.log.Info("checkpointer stopped")
 	return errors.Join(errs...)
+}
+
+// releaseLease deletes r's lease by the revision this checkpointer last
+// wrote. A lease that is no longer at that revision lapsed (its TTL ran
+// out since the last renewal: a quiet room's lease is renewed only when a
+// checkpoint is due) or was taken over by another publisher: there is
+// nothing of ours to release, which is normal at shutdown and logged at
+// debug. Any other failure is a warning: the lease lingers until its TTL.
+func (c *Checkpointer) releaseLease(ctx context.Context, r *ckRoom) {
+	err := c.kv.Delete(ctx, LeaseKey(r.id), jetstream.LastRevision(r.lease.rev))
+	switch {
+	case err == nil:
+		c.log.Debug("checkpointer: lease released", zap.String("room", r.id))
+	case errors.Is(err, jetstream.ErrKeyExists) || isWrongLastSequence(err):
+		c.log.Debug("checkpointer: lease not released: it lapsed or another publisher took it over",
+			zap.String("room", r.id), zap.Uint64("revision", r.lease.rev))
+	default:
+		c.log.Warn("checkpointer: releasing a lease failed: it lingers until its TTL",
+			zap.String("room", r.id), zap.Error(err))
+	}
 }
 
 // catchUp waits until the reader has handled the stream's last message.

@@ -2,12 +2,14 @@ package validate
 
 import (
 	"bytes"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 
 	"github.com/roompub/roompub/events"
 )
@@ -60,7 +62,7 @@ func (r *Report) refuse(err error) error {
 
 // VerifyPath verifies a capsule directory (capsule.json + journal.ndjson), a
 // journal file or an execution record file; the kind of a file is told from
-// its content ("schema" versus "schema/v"), not its name. A refusal is
+// its content (DetectKind), not its name. A refusal is
 // reported in the Report (OK false); the error is non-nil only for inputs
 // that cannot be verified at all, wrapping ErrUsage.
 func (v *Validator) VerifyPath(path string) (rep Report, err error) {
@@ -198,25 +200,68 @@ func (v *Validator) verifyJournal(r io.Reader, file string, meta *events.Capsule
 	return rep.refuse(err)
 }
 
-// looksLikeRecord applies DetectKind's text rule to a file's beginning.
-func looksLikeRecord(head []byte) bool {
-	return bytes.Contains(head, []byte(`"schema/v"`)) && !bytes.Contains(head, []byte(`"schema":`))
+// looksLikeRecord applies DetectKind's text rule to input that is not one
+// JSON object, or to a file's beginning: no "schema" key (every journal
+// line has one), and either the name "schema/v" or an object opened alone
+// on the first line (a pretty-printed record cut short; a journal line is
+// a whole object).
+func looksLikeRecord(text []byte) bool {
+	if bytes.Contains(text, []byte(`"schema":`)) {
+		return false
+	}
+	first, _, _ := bytes.Cut(bytes.TrimLeft(text, jsonSpace), []byte("\n"))
+	return bytes.Contains(text, []byte(`"schema/v"`)) || string(bytes.TrimRight(first, jsonSpace)) == "{"
 }
 
-// DetectKind tells an execution record from a journal by content: a file
-// that holds one JSON object with a "schema/v" member, or whose text names
-// "schema/v" but not "schema" as a key, is an execution record; anything
-// else (including empty or unparseable input) is read as a journal, whose
-// line checks then say what is wrong with it.
+// jsonSpace is JSON's white space (RFC 8259, section 2).
+const jsonSpace = " \t\r\n"
+
+// DetectKind tells an execution record from a journal by content
+// (docs/cli.md, "publisher verify"). Input that is one JSON object is a
+// record when it has a "schema/v" member, or when it has no "schema"
+// member (every journal entry has one) and either a member whose name holds
+// a "/" (as a record's do: "execution/ref", "host/node-id") or spans
+// several lines (a journal entry is one line). One JSON value that is no
+// object is a record when it spans several lines. Anything else is a record
+// when looksLikeRecord says so, and otherwise (empty and unparseable input
+// included) a journal, whose line checks then say what is wrong with it. A
+// record is then refused as the gate refuses it: schema_invalid for one
+// without "schema/v", malformed_json for one that is not strict JSON.
 func DetectKind(data []byte) string {
-	if obj, _, err := events.DecodeObject(data); err == nil {
-		if _, ok := obj["schema/v"]; ok {
-			return KindExecution
+	body := bytes.Trim(data, jsonSpace)
+	multiLine := bytes.IndexByte(body, '\n') >= 0
+	if len(body) > 0 && body[0] == '{' {
+		// encoding/json, not events.DecodeObject: only the names matter
+		// here, and a record that is not strict JSON (duplicate names, a
+		// lone surrogate) is still a record, refused malformed_json.
+		var obj map[string]json.RawMessage
+		if json.Unmarshal(body, &obj) == nil {
+			return objectKind(obj, multiLine)
 		}
-		return KindJournal
+	} else if multiLine && json.Valid(body) {
+		return KindExecution
 	}
 	if looksLikeRecord(data) {
 		return KindExecution
+	}
+	return KindJournal
+}
+
+// objectKind is DetectKind's rule for one JSON object with members obj.
+func objectKind(obj map[string]json.RawMessage, multiLine bool) string {
+	if _, ok := obj["schema/v"]; ok {
+		return KindExecution
+	}
+	if _, ok := obj["schema"]; ok {
+		return KindJournal
+	}
+	if multiLine {
+		return KindExecution
+	}
+	for name := range obj {
+		if strings.Contains(name, "/") {
+			return KindExecution
+		}
 	}
 	return KindJournal
 }

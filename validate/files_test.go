@@ -1,6 +1,7 @@
 package validate_test
 
 import (
+	"bytes"
 	"errors"
 	"os"
 	"path/filepath"
@@ -23,11 +24,69 @@ func TestDetectKind(t *testing.T) {
 		{"entry that mentions schema/v in a payload", []byte(`{"schema":"capsule-envelope/v1","payload":{"note":"\"schema/v\""}}` + "\n" + `{"schema":"x"}` + "\n"), validate.KindJournal},
 		{"empty", nil, validate.KindJournal},
 		{"garbage", []byte("\x00\xff"), validate.KindJournal},
+		{"journal entry on one line", firstLine(readRef(t, "capsule-journals", "canonical", "journal.ndjson")), validate.KindJournal},
+		{"object on one line without schema or a name with /", []byte(`{"a":1}` + "\n"), validate.KindJournal},
+		{"record without schema/v", withoutLine(t, readRef(t, "execution-records", "verified.json"), `"schema/v"`), validate.KindExecution},
+		{"record without schema/v on one line", []byte(`{"execution/ref":"x","room/id":"room:x"}` + "\n"), validate.KindExecution},
+		{"object over several lines without schema", []byte("{\n  \"a\": 1\n}\n"), validate.KindExecution},
+		{"object over several lines, not strict JSON", []byte("{\n  \"a\": 1,\n  \"a\": 1\n}\n"), validate.KindExecution},
+		{"array over several lines", []byte("[\n  1\n]\n"), validate.KindExecution},
+		{"record without schema/v cut short", []byte("{\n  \"execution/ref\": \"x\",\n  \"room/id\""), validate.KindExecution},
+		{"journal entry cut short", []byte("{\n  \"schema\": \"capsule-envelope/v1\",\n"), validate.KindJournal},
 	}
 	for _, tt := range tests {
 		if got := validate.DetectKind(tt.data); got != tt.want {
 			t.Errorf("%s: DetectKind = %s, want %s", tt.name, got, tt.want)
 		}
+	}
+}
+
+// firstLine is data's first line with its newline.
+func firstLine(data []byte) []byte {
+	i := bytes.IndexByte(data, '\n')
+	return data[:i+1]
+}
+
+// withoutLine is data without the lines that contain substr; it fails the
+// test if there is none.
+func withoutLine(t *testing.T, data []byte, substr string) []byte {
+	t.Helper()
+	var out []byte
+	for _, l := range bytes.SplitAfter(data, []byte("\n")) {
+		if !bytes.Contains(l, []byte(substr)) {
+			out = append(out, l...)
+		}
+	}
+	if len(out) == len(data) {
+		t.Fatalf("no line holds %s", substr)
+	}
+	return out
+}
+
+// TestVerifyPathRecordWithoutSchemaV: a pretty-printed record that lacks
+// "schema/v" is verified as a record and refused as the gate refuses it
+// (Validator.Record), schema_invalid, not read as a journal of corrupt
+// lines.
+func TestVerifyPathRecordWithoutSchemaV(t *testing.T) {
+	v := newValidator(t)
+	data := withoutLine(t, readRef(t, "execution-records", "verified.json"), `"schema/v"`)
+	p := filepath.Join(t.TempDir(), "record.json")
+	if err := os.WriteFile(p, data, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	rep, err := v.VerifyPath(p)
+	if err != nil || rep.OK || rep.Kind != validate.KindExecution || rep.Code != events.SchemaInvalid || rep.Ref == "" {
+		t.Fatalf("got kind %q code %q ok %v ref %q err %v; want a record refused schema_invalid", rep.Kind, rep.Code, rep.OK, rep.Ref, err)
+	}
+	for _, pr := range rep.Problems {
+		if pr.Code == events.CorruptEntry {
+			t.Errorf("problem %v: read as a journal", pr)
+		}
+	}
+	_, gerr := v.Record(data, events.Location{File: p})
+	var ref *events.Refusal
+	if !errors.As(gerr, &ref) || ref.Code != rep.Code {
+		t.Errorf("the gate's verdict %v, verify's %s", gerr, rep.Code)
 	}
 }
 

@@ -41,8 +41,9 @@ var (
 	errUnverifiable = errors.New("could not be verified")
 )
 
-// version is set at link time (-ldflags "-X main.version=v1.2.3"); without
-// it the module version from the build info is used.
+// version is stamped at link time by make build (-ldflags "-X
+// main.version=$(git describe --tags --always --dirty)"); without it the
+// module version from the build info is used.
 var version = ""
 
 // cli is the command line grammar.

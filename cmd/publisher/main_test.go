@@ -78,6 +78,33 @@ func TestExitStatus(t *testing.T) {
 	}
 }
 
+// TestFlagsAmongPaths: a flag between two paths is a flag, for every
+// subcommand that takes several (kong alone refused the second path as an
+// unexpected argument), and "--" still ends the flags.
+func TestFlagsAmongPaths(t *testing.T) {
+	capsule, record := samples+"/capsules/csv-dedupe", samples+"/records/verified.json"
+	status, stdout, stderr := invoke(t, "verify", capsule, "--json", record)
+	if status != exitOK || strings.Count(stdout, "\n") != 2 || !strings.HasPrefix(stdout, `{"path":"`+capsule+`"`) {
+		t.Errorf("verify PATH --json PATH: status %d\nstdout: %s\nstderr: %s", status, stdout, stderr)
+	}
+	status, stdout, stderr = invoke(t, "verify", capsule, "--", "--json")
+	if status != exitUsage || !strings.HasPrefix(stdout, "ok      journal   "+capsule) || !strings.Contains(stderr, "stat --json") {
+		t.Errorf("verify PATH -- --json: status %d\nstdout: %s\nstderr: %s", status, stdout, stderr)
+	}
+	// Nothing to connect to: the flags were taken (each file has its JSON
+	// object; exit 2 for the server, not for the command line).
+	files := []string{record, record}
+	status, objs, stderr := executionObjects(t, record, "--server", "nats://127.0.0.1:1", record)
+	if status != exitUsage || strings.Contains(stderr, "--help") {
+		t.Errorf("execution FILE --server URL FILE: status %d, stderr %s", status, stderr)
+	}
+	checkObjects(t, objs, files, []string{"skipped", "skipped"})
+	status, stdout, stderr = invoke(t, "journal", capsule, "--room", "room:x", capsule, "--json", "--server", "nats://127.0.0.1:1")
+	if status != exitUsage || !strings.HasPrefix(stderr, "publisher: connect nats://127.0.0.1:1") {
+		t.Errorf("journal DIR --room ROOM DIR --json: status %d\nstdout: %s\nstderr: %s", status, stdout, stderr)
+	}
+}
+
 func TestVerifyJSONOneLinePerPath(t *testing.T) {
 	paths := []string{
 		samples + "/records/verified.json",

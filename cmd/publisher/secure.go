@@ -41,9 +41,9 @@ func secureConnect(s *config.Serve) ([]nats.Option, func(*server.Options), error
 	creds := s.Credentials
 	var who room.SecureUser
 	if creds.NKey != "" {
-		data, err := os.ReadFile(creds.NKey)
+		data, err := config.ReadKeyFile(creds.NKey, creds.AllowOpenKeyFile)
 		if err != nil {
-			return nil, nil, fmt.Errorf("%w: --nkey: %v", config.ErrInvalid, err)
+			return nil, nil, fmt.Errorf("%w: --nkey: %w", config.ErrInvalid, err)
 		}
 		kp, err := nkeys.ParseDecoratedNKey(data)
 		if err != nil {

@@ -45,9 +45,9 @@ func (c *serveCmd) Run(s *streams) error {
 	}
 	var publisherKey *events.HostKey
 	if c.PublisherKey != "" {
-		data, err := os.ReadFile(c.PublisherKey)
+		data, err := config.ReadKeyFile(c.PublisherKey, c.AllowOpenKeyFile)
 		if err != nil {
-			return fmt.Errorf("%w: --publisher-key: %v", config.ErrInvalid, err)
+			return fmt.Errorf("%w: --publisher-key: %w", config.ErrInvalid, err)
 		}
 		// The error names the file, never its content.
 		if publisherKey, err = events.ParseHostKey(data); err != nil {

@@ -6,16 +6,19 @@ import (
 	"fmt"
 	"os"
 
+	"github.com/roompub/roompub/config"
 	"github.com/roompub/roompub/events"
 )
 
 type signCmd struct {
-	Key    string `name:"key" required:"" placeholder:"FILE" help:"Host key file written by 'publisher keygen'."`
-	Record string `arg:"" name:"record" placeholder:"RECORD.json" help:"Execution record to sign (a JSON object); its host/node-id, execution/ref and signature are replaced."`
+	Key string `name:"key" required:"" placeholder:"FILE" help:"Host key file written by 'publisher keygen'."`
+	// AllowOpenKeyFile: config.ReadKeyFile.
+	AllowOpenKeyFile bool   `name:"allow-open-key-file" help:"Use a --key file that group or others may access; without it such a file is refused, as ssh refuses such keys."`
+	Record           string `arg:"" name:"record" placeholder:"RECORD.json" help:"Execution record to sign (a JSON object); its host/node-id, execution/ref and signature are replaced."`
 }
 
 func (c *signCmd) Run(s *streams) error {
-	keyPEM, err := os.ReadFile(c.Key)
+	keyPEM, err := config.ReadKeyFile(c.Key, c.AllowOpenKeyFile)
 	if err != nil {
 		return fmt.Errorf("read key: %w", err)
 	}

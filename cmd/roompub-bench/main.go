@@ -41,6 +41,9 @@ import (
 	"github.com/roompub/roompub/config"
 )
 
+// version is stamped at link time by make build (-ldflags "-X
+// main.version=$(git describe --tags --always --dirty)"); without it the
+// module version from the build info is used.
 var version = ""
 
 // cli is the command line. Size flags default to 0, meaning the bench's

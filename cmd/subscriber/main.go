@@ -33,6 +33,9 @@ import (
 // errRefused: the command found something refused and printed it.
 var errRefused = config.ErrRefused
 
+// version is stamped at link time by make build (-ldflags "-X
+// main.version=$(git describe --tags --always --dirty)"); without it the
+// module version from the build info is used.
 var version = ""
 
 type cli struct {

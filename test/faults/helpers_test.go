@@ -228,7 +228,8 @@ var servingRE = regexp.MustCompile(`(?m)^publisher: serving on (nats://\S+) \(st
 func startServe(t *testing.T, args ...string) *serve {
 	t.Helper()
 	if _, off := keylessTests.Load(topName(t)); !off && !slices.Contains(args, "--publisher-key") {
-		args = append(args, "--publisher-key", publisherKeyFile)
+		// The key file is world-readable on purpose (TestMain).
+		args = append(args, "--publisher-key", publisherKeyFile, "--allow-open-key-file")
 	}
 	s := &serve{args: args}
 	s.proc = startProc(t, "publisher serve", publisherBin, append([]string{"serve"}, args...)...)
