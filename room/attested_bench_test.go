@@ -16,6 +16,7 @@ import (
 	"github.com/roompub/roompub/checkpoint"
 	"github.com/roompub/roompub/events"
 	"github.com/roompub/roompub/room"
+	"github.com/roompub/roompub/room/embedded"
 	"github.com/roompub/roompub/validate"
 )
 
@@ -133,7 +134,7 @@ func fillAttestedBench(tb testing.TB, js jetstream.JetStream, chains, per int) (
 // with the attested stream.
 func attestedBenchStream(b *testing.B) (js jetstream.JetStream, entries, checkpoints int) {
 	b.Helper()
-	srv, err := room.StartEmbedded(room.EmbeddedOptions{Listen: "127.0.0.1:-1", StoreDir: b.TempDir(), SyncInterval: time.Minute})
+	srv, err := embedded.Start(embedded.Options{Listen: "127.0.0.1:-1", StoreDir: b.TempDir(), SyncInterval: time.Minute})
 	if err != nil {
 		b.Fatal(err)
 	}

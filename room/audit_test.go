@@ -10,6 +10,7 @@ import (
 
 	"github.com/roompub/roompub/events"
 	"github.com/roompub/roompub/room"
+	"github.com/roompub/roompub/room/embedded"
 )
 
 // checkChains compares an audit's chain summaries with want.
@@ -200,7 +201,7 @@ func TestAuditTrustsOnlyItsOwnHosts(t *testing.T) {
 // and not yet verified, and loses none. A room filter that matches
 // nothing ends the replay too.
 func TestAuditSlowConsumer(t *testing.T) {
-	e := newEnvWith(t, room.EmbeddedOptions{SyncInterval: time.Minute})
+	e := newEnvWith(t, embedded.Options{SyncInterval: time.Minute})
 	var subj room.Subjects
 	const n = 1500
 	g := &chainGen{key: events.ChainKey{RunID: "run-slow", CapsuleID: "cap-slow"}, roomID: "room:slow"}

@@ -19,6 +19,7 @@ import (
 
 	"github.com/roompub/roompub/events"
 	"github.com/roompub/roompub/room"
+	"github.com/roompub/roompub/room/embedded"
 )
 
 // batchLog is an Observer that records every atomic batch a gate
@@ -411,7 +412,7 @@ func TestBatchRaceFork(t *testing.T) {
 // client holds it open; the gate's batch is refused "too many in flight"
 // (10210), waits and is stored once the open batch is abandoned.
 func TestBatchInflightCapServer(t *testing.T) {
-	e := newEnvWith(t, room.EmbeddedOptions{Configure: func(o *server.Options) {
+	e := newEnvWith(t, embedded.Options{Configure: func(o *server.Options) {
 		o.JetStreamLimits.MaxBatchInflightPerStream = 1
 		o.JetStreamLimits.MaxBatchTimeout = time.Second
 	}})
@@ -439,7 +440,7 @@ func TestBatchInflightCapServer(t *testing.T) {
 // (one batch; eight) is reached, on a stream that allows two: nothing
 // deadlocks, every entry is stored once.
 func TestBatchInflightCapGate(t *testing.T) {
-	e := newEnvWith(t, room.EmbeddedOptions{Configure: func(o *server.Options) {
+	e := newEnvWith(t, embedded.Options{Configure: func(o *server.Options) {
 		o.JetStreamLimits.MaxBatchInflightPerStream = 2
 	}})
 	one, _ := e.gateWith(e.connect(), room.GateOptions{MaxInflightBatches: 1})
@@ -566,7 +567,7 @@ func TestBatchAmbiguousCommit(t *testing.T) {
 	for _, pass := range []bool{true, false} {
 		t.Run(fmt.Sprintf("commit reached the server %v", pass), func(t *testing.T) {
 			e := newEnv(t)
-			p := newCutProxy(t, e.srv.Server().Addr().String(), pass)
+			p := newCutProxy(t, e.srv.NATSServer().Addr().String(), pass)
 			nc, err := nats.Connect(p.url(), nats.ReconnectWait(20*time.Millisecond), nats.MaxReconnects(-1))
 			if err != nil {
 				t.Fatal(err)
@@ -603,7 +604,7 @@ func TestBatchAmbiguousCommit(t *testing.T) {
 // lines reported stored are exactly the ones in the stream, once; the
 // first line that did not fit fails naming the full store.
 func TestBatchStoreFull(t *testing.T) {
-	e := newEnvWith(t, room.EmbeddedOptions{MaxFileStore: 1 << 20})
+	e := newEnvWith(t, embedded.Options{MaxFileStore: 1 << 20})
 	g, log := e.gateWith(e.nc, room.GateOptions{PublishTimeout: time.Second})
 	const subj = "rooms.full.journal.run-s.cap-1"
 	es, _ := journal(t, "run-s", "cap-1", 3000)
@@ -688,7 +689,7 @@ func TestServiceManyChains(t *testing.T) {
 // replicas of a stream just created, here a stream without allow_direct),
 // the gate asks the stream leader: Head and appends work as usual.
 func TestGateWithoutDirectGet(t *testing.T) {
-	srv, err := room.StartEmbedded(room.EmbeddedOptions{Listen: "127.0.0.1:-1", StoreDir: t.TempDir()})
+	srv, err := embedded.Start(embedded.Options{Listen: "127.0.0.1:-1", StoreDir: t.TempDir()})
 	if err != nil {
 		t.Fatal(err)
 	}

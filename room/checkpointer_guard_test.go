@@ -19,6 +19,7 @@ import (
 	"github.com/roompub/roompub/checkpoint"
 	"github.com/roompub/roompub/events"
 	"github.com/roompub/roompub/room"
+	"github.com/roompub/roompub/room/embedded"
 	"github.com/roompub/roompub/validate"
 )
 
@@ -339,7 +340,7 @@ func TestCheckpointerOverridesUnsignedLeases(t *testing.T) {
 // positive limit, and the room stream's MaxConsumers -1 counts as not set.
 // Here the server's default is 3, filled with 3 durables.
 func TestCheckpointerReadsWithoutConsumers(t *testing.T) {
-	e := newEnvWith(t, room.EmbeddedOptions{Configure: func(o *server.Options) { o.JetStreamLimits.DefaultMaxConsumers = 3 }})
+	e := newEnvWith(t, embedded.Options{Configure: func(o *server.Options) { o.JetStreamLimits.DefaultMaxConsumers = 3 }})
 	ctx := context.Background()
 	key, peer := newPublisherKey(t), newPublisherKey(t)
 	const roomID = "room:crowded"
@@ -414,7 +415,7 @@ func TestCheckpointerReadsWithoutConsumers(t *testing.T) {
 // default_max_consumers, here 2, filled with durables) and checkpoints
 // what it appends.
 func TestServeStartsWithConsumersExhausted(t *testing.T) {
-	srv, err := room.StartEmbedded(room.EmbeddedOptions{Listen: "127.0.0.1:-1", StoreDir: t.TempDir(),
+	srv, err := embedded.Start(embedded.Options{Listen: "127.0.0.1:-1", StoreDir: t.TempDir(),
 		Configure: func(o *server.Options) { o.JetStreamLimits.DefaultMaxConsumers = 2 }})
 	if err != nil {
 		t.Fatal(err)

@@ -22,6 +22,7 @@ import (
 	"github.com/roompub/roompub/checkpoint"
 	"github.com/roompub/roompub/events"
 	"github.com/roompub/roompub/room"
+	"github.com/roompub/roompub/room/embedded"
 	"github.com/roompub/roompub/validate"
 )
 
@@ -378,7 +379,7 @@ func TestGateWithoutKeyAttestsNothing(t *testing.T) {
 // size the gate checks: an entry that fits without it is too_large with it.
 func TestGateCountsAttestationSize(t *testing.T) {
 	const maxPayload = 4096
-	e := newEnvWith(t, room.EmbeddedOptions{MaxPayload: maxPayload})
+	e := newEnvWith(t, embedded.Options{MaxPayload: maxPayload})
 	ctx := context.Background()
 	key := newPublisherKey(t)
 	plain := e.attestingGate(e.nc, nil, nil, room.GateOptions{})
@@ -779,7 +780,7 @@ func TestLeaseKey(t *testing.T) {
 // checkpoint when its context ends; without a key it warns once and
 // attests nothing.
 func TestServeCheckpoints(t *testing.T) {
-	srv, err := room.StartEmbedded(room.EmbeddedOptions{Listen: "127.0.0.1:-1", StoreDir: t.TempDir()})
+	srv, err := embedded.Start(embedded.Options{Listen: "127.0.0.1:-1", StoreDir: t.TempDir()})
 	if err != nil {
 		t.Fatal(err)
 	}

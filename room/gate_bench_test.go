@@ -16,6 +16,7 @@ import (
 
 	"github.com/roompub/roompub/events"
 	"github.com/roompub/roompub/room"
+	"github.com/roompub/roompub/room/embedded"
 	"github.com/roompub/roompub/validate"
 )
 
@@ -25,7 +26,7 @@ import (
 // `publisher serve --publisher-key` runs them (attested), unless
 // ROOMPUB_BENCH_NO_ATTEST is set; the raw yardsticks run neither.
 type gateBenchEnv struct {
-	srv    *room.Embedded
+	srv    *embedded.Server
 	nc     *nats.Conn
 	js     jetstream.JetStream
 	gate   *room.Gate
@@ -56,7 +57,7 @@ func newGateBenchEnvWith(b *testing.B, attest bool) *gateBenchEnv {
 	if err != nil {
 		b.Fatal(err)
 	}
-	srv, err := room.StartEmbedded(room.EmbeddedOptions{Listen: "127.0.0.1:-1", StoreDir: b.TempDir()})
+	srv, err := embedded.Start(embedded.Options{Listen: "127.0.0.1:-1", StoreDir: b.TempDir()})
 	if err != nil {
 		b.Fatal(err)
 	}

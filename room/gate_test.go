@@ -13,6 +13,7 @@ import (
 
 	"github.com/roompub/roompub/events"
 	"github.com/roompub/roompub/room"
+	"github.com/roompub/roompub/room/embedded"
 )
 
 const (
@@ -369,7 +370,7 @@ func TestJournalRoomConflictForkGap(t *testing.T) {
 // is refused before it is sent.
 func TestJournalTooLarge(t *testing.T) {
 	const maxPayload = 4096
-	e := newEnvWith(t, room.EmbeddedOptions{MaxPayload: maxPayload})
+	e := newEnvWith(t, embedded.Options{MaxPayload: maxPayload})
 	if got := e.nc.MaxPayload(); got != maxPayload {
 		t.Fatalf("max payload %d", got)
 	}

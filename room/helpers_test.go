@@ -16,6 +16,7 @@ import (
 
 	"github.com/roompub/roompub/events"
 	"github.com/roompub/roompub/room"
+	"github.com/roompub/roompub/room/embedded"
 	"github.com/roompub/roompub/validate"
 )
 
@@ -24,8 +25,8 @@ import (
 type env struct {
 	t      *testing.T
 	dir    string
-	opts   room.EmbeddedOptions // StoreDir is set by start, and Listen unless given
-	srv    *room.Embedded
+	opts   embedded.Options // StoreDir is set by start, and Listen unless given
+	srv    *embedded.Server
 	nc     *nats.Conn
 	js     jetstream.JetStream
 	stream jetstream.Stream
@@ -46,11 +47,11 @@ func (e *env) setAheadWait(d time.Duration) {
 
 func newEnv(t *testing.T) *env {
 	t.Helper()
-	return newEnvWith(t, room.EmbeddedOptions{})
+	return newEnvWith(t, embedded.Options{})
 }
 
 // newEnvWith is newEnv with server options (MaxPayload, SyncInterval).
-func newEnvWith(t *testing.T, opts room.EmbeddedOptions) *env {
+func newEnvWith(t *testing.T, opts embedded.Options) *env {
 	t.Helper()
 	e := &env{t: t, dir: t.TempDir(), opts: opts}
 	var err error
@@ -78,7 +79,7 @@ func (e *env) start() {
 	if o.Listen == "" {
 		o.Listen = "127.0.0.1:-1"
 	}
-	e.srv, err = room.StartEmbedded(o)
+	e.srv, err = embedded.Start(o)
 	if err != nil {
 		t.Fatal(err)
 	}

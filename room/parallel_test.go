@@ -15,6 +15,7 @@ import (
 
 	"github.com/roompub/roompub/events"
 	"github.com/roompub/roompub/room"
+	"github.com/roompub/roompub/room/embedded"
 	"github.com/roompub/roompub/validate"
 )
 
@@ -370,7 +371,7 @@ func TestParallelRandom(t *testing.T) {
 // checks that Audit and Follow (with a restart half-way, so its rebuild
 // runs) hand out exactly what the sequential reader does.
 func TestParallelAuditAndFollow(t *testing.T) {
-	e := newEnvWith(t, room.EmbeddedOptions{SyncInterval: time.Minute})
+	e := newEnvWith(t, embedded.Options{SyncInterval: time.Minute})
 	rng := rand.New(rand.NewPCG(42, 42))
 	msgs := randomStream(t, rng, e.key, newHostKey(t), 1500, 20, 4, 0.05)
 	for _, m := range msgs {

@@ -19,6 +19,7 @@ import (
 
 	"github.com/roompub/roompub/events"
 	"github.com/roompub/roompub/room"
+	"github.com/roompub/roompub/room/embedded"
 	"github.com/roompub/roompub/validate"
 )
 
@@ -144,7 +145,7 @@ func fillBench(tb testing.TB, js jetstream.JetStream, chains, per int) int {
 // benchmark ends, and fills it.
 func benchStream(b *testing.B) (jetstream.JetStream, int) {
 	b.Helper()
-	srv, err := room.StartEmbedded(room.EmbeddedOptions{Listen: "127.0.0.1:-1", StoreDir: b.TempDir(), SyncInterval: time.Minute})
+	srv, err := embedded.Start(embedded.Options{Listen: "127.0.0.1:-1", StoreDir: b.TempDir(), SyncInterval: time.Minute})
 	if err != nil {
 		b.Fatal(err)
 	}

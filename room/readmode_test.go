@@ -15,6 +15,7 @@ import (
 
 	"github.com/roompub/roompub/events"
 	"github.com/roompub/roompub/room"
+	"github.com/roompub/roompub/room/embedded"
 )
 
 // auditBothWays audits with o read by an ordered consumer and by direct
@@ -165,7 +166,7 @@ func TestReadDirectSameReport(t *testing.T) {
 // fails with the limit error, and one with ReadAuto reads by direct get,
 // says so, and reports what it would have.
 func TestReadAtConsumerLimit(t *testing.T) {
-	e := newEnvWith(t, room.EmbeddedOptions{Configure: func(o *server.Options) { o.JetStreamLimits.DefaultMaxConsumers = 5 }})
+	e := newEnvWith(t, embedded.Options{Configure: func(o *server.Options) { o.JetStreamLimits.DefaultMaxConsumers = 5 }})
 	es, body := journal(t, "run-1", "cap-1", 5)
 	e.shipJournal("room:alpha", body)
 	e.shipRecord(referenceBytes(t, "verified.json"))
@@ -233,7 +234,7 @@ func TestReadAtConsumerLimit(t *testing.T) {
 // continuation verifies against the rebuilt head; with ReadConsumer the
 // rebuild fails with the limit error.
 func TestFollowRebuildAtConsumerLimit(t *testing.T) {
-	e := newEnvWith(t, room.EmbeddedOptions{Configure: func(o *server.Options) { o.JetStreamLimits.DefaultMaxConsumers = 5 }})
+	e := newEnvWith(t, embedded.Options{Configure: func(o *server.Options) { o.JetStreamLimits.DefaultMaxConsumers = 5 }})
 	es, _ := journal(t, "run-1", "cap-1", 10)
 	e.shipJournal("room:alpha", lines(es[:5]))
 	o := room.FollowOptions{Durable: "fl", Validator: e.v}

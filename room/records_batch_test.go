@@ -18,6 +18,7 @@ import (
 
 	"github.com/roompub/roompub/events"
 	"github.com/roompub/roompub/room"
+	"github.com/roompub/roompub/room/embedded"
 )
 
 // TestRecordsEquivalence holds Gate.AppendRecords (records checked ahead
@@ -253,7 +254,7 @@ func TestRecordsStopAtFailure(t *testing.T) {
 // in the reply) keep only their outcomes (RecordsTrimmedItems). More records than such
 // a reply could hold is a bad request, decided before anything is stored.
 func TestRecordsReplyTrimmed(t *testing.T) {
-	e := newEnvWith(t, room.EmbeddedOptions{MaxPayload: 64 << 10})
+	e := newEnvWith(t, embedded.Options{MaxPayload: 64 << 10})
 	junk := func(n int, line func(i int) string) [][]byte {
 		out := make([][]byte, n)
 		for i := range out {
@@ -315,7 +316,7 @@ func TestRecordsReplyTrimmed(t *testing.T) {
 // be sent; AppendRecords answers it refused too_large without a request
 // and ships the records around it.
 func TestRecordsClientTooLarge(t *testing.T) {
-	e := newEnvWith(t, room.EmbeddedOptions{MaxPayload: 64 << 10})
+	e := newEnvWith(t, embedded.Options{MaxPayload: 64 << 10})
 	client := room.NewClient(e.nc, room.ClientOptions{})
 	huge := []byte(`{"room/id":"room:big","x":"` + strings.Repeat("a", 70<<10) + `"}`)
 	raws := [][]byte{e.recordNamed("room:big", "a"), huge, e.recordNamed("room:big", "b")}

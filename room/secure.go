@@ -413,7 +413,7 @@ func (o SecureOptions) Permissions(u SecureUser) *server.Permissions {
 }
 
 // Configure checks the options and returns the function that applies them
-// to the embedded server's options (EmbeddedOptions.Configure): the users
+// to the embedded server's options (embedded.Options.Configure): the users
 // with their permissions, no anonymous access, and TLS when set.
 func (o SecureOptions) Configure() (func(*server.Options), error) {
 	if err := o.Check(); err != nil {

@@ -25,6 +25,7 @@ import (
 	"github.com/roompub/roompub/checkpoint"
 	"github.com/roompub/roompub/events"
 	"github.com/roompub/roompub/room"
+	"github.com/roompub/roompub/room/embedded"
 	"github.com/roompub/roompub/validate"
 )
 
@@ -260,7 +261,7 @@ func startSecureServe(t *testing.T, id *identities, url string, changes ...func(
 		if err != nil {
 			t.Fatal(err)
 		}
-		so.Embedded = room.EmbeddedOptions{Listen: "127.0.0.1:-1", StoreDir: t.TempDir(), Configure: configure}
+		so.Embedded = embedded.Options{Listen: "127.0.0.1:-1", StoreDir: t.TempDir(), Configure: configure}
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)

@@ -18,6 +18,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/roompub/roompub/events"
+	"github.com/roompub/roompub/room/embedded"
 	"github.com/roompub/roompub/validate"
 )
 
@@ -27,7 +28,7 @@ type ServeOptions struct {
 	// ServerURL names an existing NATS server or cluster. Empty starts the
 	// embedded server with Embedded.
 	ServerURL string
-	Embedded  EmbeddedOptions
+	Embedded  embedded.Options
 	// Connect are extra connection options (credentials, TLS).
 	Connect []nats.Option
 	// Stream and Subjects name the room stream; Replicas is its replica
@@ -101,14 +102,14 @@ func Serve(ctx context.Context, o ServeOptions) error {
 	}
 	url := o.ServerURL
 	replicas := o.Replicas
-	var emb *Embedded
+	var emb *embedded.Server
 	if url == "" {
 		eo := o.Embedded
 		if eo.Logger == nil {
 			eo.Logger = log
 		}
 		var err error
-		if emb, err = StartEmbedded(eo); err != nil {
+		if emb, err = embedded.Start(eo); err != nil {
 			return err
 		}
 		defer emb.Shutdown()

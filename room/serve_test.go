@@ -13,6 +13,7 @@ import (
 
 	"github.com/roompub/roompub/events"
 	"github.com/roompub/roompub/room"
+	"github.com/roompub/roompub/room/embedded"
 	"github.com/roompub/roompub/validate"
 )
 
@@ -44,7 +45,7 @@ func startServe(t *testing.T, checkInterval time.Duration) *served {
 	ready := make(chan room.ServeInfo, 1)
 	go func() {
 		s.done <- room.Serve(ctx, room.ServeOptions{
-			Embedded:      room.EmbeddedOptions{Listen: "127.0.0.1:-1", StoreDir: t.TempDir()},
+			Embedded:      embedded.Options{Listen: "127.0.0.1:-1", StoreDir: t.TempDir()},
 			Validator:     v,
 			HTTPAddr:      "127.0.0.1:0",
 			CheckInterval: checkInterval,

@@ -13,6 +13,7 @@ import (
 
 	"github.com/roompub/roompub/events"
 	"github.com/roompub/roompub/room"
+	"github.com/roompub/roompub/room/embedded"
 )
 
 // TestShipRoomConflictNamesTheRoom: a capsule shipped into a second room
@@ -83,7 +84,7 @@ func TestFollowCapsuleBeforeServer(t *testing.T) {
 		done <- result{res, err}
 	}()
 	time.Sleep(300 * time.Millisecond)
-	e := newEnvWith(t, room.EmbeddedOptions{Listen: addr})
+	e := newEnvWith(t, embedded.Options{Listen: addr})
 	subj := room.Subjects{}.Journal("room:early", events.ChainKey{RunID: "run-early", CapsuleID: "cap-early"})
 	for deadline := time.Now().Add(20 * time.Second); e.countOn(subj) < uint64(len(es)); {
 		select {

@@ -16,6 +16,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/roompub/roompub/events"
+	"github.com/roompub/roompub/room/embedded"
 )
 
 // ErrStreamReplaced is wrapped by Serve's error when the room stream it
@@ -465,7 +466,7 @@ func (g *streamGuard) record(ctx context.Context) {
 // is not the remembered one unless o.AcceptStream, creates the stream when
 // it is missing and may be (EnsureStream), and records the new mark.
 // Errors wrap ErrStreamReplaced or ErrStreamConfig where they apply.
-func openStream(ctx context.Context, js jetstream.JetStream, cfg jetstream.StreamConfig, o ServeOptions, emb *Embedded, log *zap.Logger) (*streamGuard, jetstream.Stream, error) {
+func openStream(ctx context.Context, js jetstream.JetStream, cfg jetstream.StreamConfig, o ServeOptions, emb *embedded.Server, log *zap.Logger) (*streamGuard, jetstream.Stream, error) {
 	var now *jetstream.StreamInfo // the stream before anything is created
 	var s jetstream.Stream
 	err := setupRetry(ctx, func() (err error) {

@@ -20,6 +20,7 @@ import (
 
 	"github.com/roompub/roompub/events"
 	"github.com/roompub/roompub/room"
+	"github.com/roompub/roompub/room/embedded"
 	"github.com/roompub/roompub/validate"
 )
 
@@ -125,7 +126,7 @@ func (r *serveRun) waitHealth(t *testing.T, code int, body string) {
 // with no Serve (an operator, or an attacker, between two runs).
 func onStore(t *testing.T, dir string, f func(js jetstream.JetStream)) {
 	t.Helper()
-	emb, err := room.StartEmbedded(room.EmbeddedOptions{Listen: "127.0.0.1:-1", StoreDir: dir})
+	emb, err := embedded.Start(embedded.Options{Listen: "127.0.0.1:-1", StoreDir: dir})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -177,7 +178,7 @@ const acceptHint = "if that is expected (the stream was restored from a backup o
 // stream anew and remembers it, and a plain run after that starts.
 func TestStreamGoneRefusesServe(t *testing.T) {
 	dir := t.TempDir()
-	so := room.ServeOptions{Embedded: room.EmbeddedOptions{Listen: "127.0.0.1:-1", StoreDir: dir}, Validator: guardValidator(t), CheckInterval: time.Hour}
+	so := room.ServeOptions{Embedded: embedded.Options{Listen: "127.0.0.1:-1", StoreDir: dir}, Validator: guardValidator(t), CheckInterval: time.Hour}
 	markPath := room.StreamMarkFile(dir, room.DefaultStream)
 
 	r, err := tryServe(t, so)
@@ -245,7 +246,7 @@ func TestStreamGoneRefusesServe(t *testing.T) {
 // messages of their own. serve refuses it: another creation time.
 func TestStreamRecreatedRefusesServe(t *testing.T) {
 	dir := t.TempDir()
-	so := room.ServeOptions{Embedded: room.EmbeddedOptions{Listen: "127.0.0.1:-1", StoreDir: dir}, Validator: guardValidator(t), CheckInterval: time.Hour}
+	so := room.ServeOptions{Embedded: embedded.Options{Listen: "127.0.0.1:-1", StoreDir: dir}, Validator: guardValidator(t), CheckInterval: time.Hour}
 	markPath := room.StreamMarkFile(dir, room.DefaultStream)
 	r, err := tryServe(t, so)
 	if err != nil {
@@ -296,7 +297,7 @@ func TestStreamRecreatedRefusesServe(t *testing.T) {
 // refused as lost messages.
 func TestStreamShrunkRefusesServe(t *testing.T) {
 	dir := t.TempDir()
-	so := room.ServeOptions{Embedded: room.EmbeddedOptions{Listen: "127.0.0.1:-1", StoreDir: dir}, Validator: guardValidator(t), CheckInterval: time.Hour}
+	so := room.ServeOptions{Embedded: embedded.Options{Listen: "127.0.0.1:-1", StoreDir: dir}, Validator: guardValidator(t), CheckInterval: time.Hour}
 	markPath := room.StreamMarkFile(dir, room.DefaultStream)
 	r, err := tryServe(t, so)
 	if err != nil {
@@ -324,7 +325,7 @@ func TestStreamShrunkRefusesServe(t *testing.T) {
 // creates the stream again.
 func TestStreamGoneWhileServing(t *testing.T) {
 	dir := t.TempDir()
-	so := room.ServeOptions{Embedded: room.EmbeddedOptions{Listen: "127.0.0.1:-1", StoreDir: dir}, Validator: guardValidator(t),
+	so := room.ServeOptions{Embedded: embedded.Options{Listen: "127.0.0.1:-1", StoreDir: dir}, Validator: guardValidator(t),
 		CheckInterval: 50 * time.Millisecond, HTTPAddr: "127.0.0.1:0"}
 	r, err := tryServe(t, so)
 	if err != nil {
@@ -502,7 +503,7 @@ func TestSecureForeignWriter(t *testing.T) {
 		t.Fatal(err)
 	}
 	r, err := tryServe(t, room.ServeOptions{
-		Embedded:      room.EmbeddedOptions{Listen: "127.0.0.1:-1", StoreDir: t.TempDir(), Configure: configure},
+		Embedded:      embedded.Options{Listen: "127.0.0.1:-1", StoreDir: t.TempDir(), Configure: configure},
 		Connect:       []nats.Option{id.as(userPublisher)},
 		Validator:     guardValidator(t),
 		HTTPAddr:      "127.0.0.1:0",

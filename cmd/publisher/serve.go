@@ -13,6 +13,7 @@ import (
 	"github.com/roompub/roompub/config"
 	"github.com/roompub/roompub/events"
 	"github.com/roompub/roompub/room"
+	"github.com/roompub/roompub/room/embedded"
 	"github.com/roompub/roompub/validate"
 )
 
@@ -58,7 +59,7 @@ func (c *serveCmd) Run(s *streams) error {
 	defer stop()
 	return room.Serve(ctx, room.ServeOptions{
 		ServerURL: c.Server,
-		Embedded: room.EmbeddedOptions{
+		Embedded: embedded.Options{
 			Listen:       c.Listen,
 			StoreDir:     c.StoreDir,
 			SyncInterval: c.SyncInterval,

@@ -25,6 +25,7 @@ import (
 	"github.com/roompub/roompub/config"
 	"github.com/roompub/roompub/events"
 	"github.com/roompub/roompub/room"
+	"github.com/roompub/roompub/room/embedded"
 	"github.com/roompub/roompub/validate"
 )
 
@@ -119,7 +120,7 @@ type bench struct {
 	log *zap.Logger
 
 	storeDir string
-	emb      *room.Embedded
+	emb      *embedded.Server
 	nc       *nats.Conn // the raw side's connection
 	js       jetstream.JetStream
 
@@ -257,7 +258,7 @@ func (b *bench) start() error {
 	if err := os.MkdirAll(b.storeDir, 0o755); err != nil {
 		return err
 	}
-	b.emb, err = room.StartEmbedded(room.EmbeddedOptions{Listen: "127.0.0.1:-1", StoreDir: b.storeDir, ServerName: "roompub-bench"})
+	b.emb, err = embedded.Start(embedded.Options{Listen: "127.0.0.1:-1", StoreDir: b.storeDir, ServerName: "roompub-bench"})
 	if err != nil {
 		return err
 	}
@@ -555,7 +556,7 @@ func (b *bench) syncSetting() string {
 	if b.emb == nil {
 		return "unknown"
 	}
-	cfg := b.emb.Server().JetStreamConfig()
+	cfg := b.emb.NATSServer().JetStreamConfig()
 	switch {
 	case cfg == nil:
 		return "no JetStream"

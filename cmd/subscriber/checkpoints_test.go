@@ -19,6 +19,7 @@ import (
 	"github.com/roompub/roompub/config"
 	"github.com/roompub/roompub/events"
 	"github.com/roompub/roompub/room"
+	"github.com/roompub/roompub/room/embedded"
 )
 
 // The attestation and checkpoint commands end to end, in process, against an embedded
@@ -39,7 +40,7 @@ const cliRoom = "room:cli"
 // a forged seventh entry. It returns the server URL, the entries and the checkpoint note.
 func attestedServer(t *testing.T, pub *events.HostKey) (url string, es []*events.Entry, note []byte, tree *checkpoint.Tree) {
 	t.Helper()
-	srv, err := room.StartEmbedded(room.EmbeddedOptions{Listen: "127.0.0.1:-1", StoreDir: t.TempDir()})
+	srv, err := embedded.Start(embedded.Options{Listen: "127.0.0.1:-1", StoreDir: t.TempDir()})
 	if err != nil {
 		t.Fatal(err)
 	}

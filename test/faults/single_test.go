@@ -16,6 +16,7 @@ import (
 
 	"github.com/roompub/roompub/events"
 	"github.com/roompub/roompub/room"
+	"github.com/roompub/roompub/room/embedded"
 	"github.com/roompub/roompub/validate"
 )
 
@@ -335,7 +336,7 @@ func TestDuplicateAfterWindow(t *testing.T) {
 	tl := count(t)
 	key := hostKey(t)
 	store := t.TempDir()
-	emb, err := room.StartEmbedded(room.EmbeddedOptions{Listen: "127.0.0.1:-1", StoreDir: store})
+	emb, err := embedded.Start(embedded.Options{Listen: "127.0.0.1:-1", StoreDir: store})
 	if err != nil {
 		t.Fatal(err)
 	}

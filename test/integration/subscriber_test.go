@@ -29,6 +29,7 @@ import (
 
 	"github.com/roompub/roompub/events"
 	"github.com/roompub/roompub/room"
+	"github.com/roompub/roompub/room/embedded"
 	"github.com/roompub/roompub/validate"
 )
 
@@ -76,7 +77,7 @@ func startRooms(t *testing.T) *subRooms {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv, err := room.StartEmbedded(room.EmbeddedOptions{Listen: "127.0.0.1:-1", StoreDir: t.TempDir()})
+	srv, err := embedded.Start(embedded.Options{Listen: "127.0.0.1:-1", StoreDir: t.TempDir()})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -32,13 +32,15 @@ var rules = map[string]rule{
 	// config names the room package's roles and defaults (a departure
 	// docs/design.md records; the room split moves them down).
 	"config": {imports: []string{"events", "room"}, nats: true},
-	"room":   {imports: []string{"checkpoint", "events", "room/internal/jsapi", "validate"}, nats: true},
+	"room":   {imports: []string{"checkpoint", "events", "room/embedded", "room/internal/jsapi", "validate"}, nats: true},
+	// The in-process nats-server and its store lock: no roompub package.
+	"room/embedded": {nats: true},
 	// The JetStream API reads a verifier needs: no roompub package.
 	"room/internal/jsapi": {nats: true},
 
-	"cmd/publisher":     {imports: []string{"config", "events", "room", "validate"}, nats: true},
+	"cmd/publisher":     {imports: []string{"config", "events", "room", "room/embedded", "validate"}, nats: true},
 	"cmd/subscriber":    {imports: []string{"checkpoint", "config", "events", "room", "validate"}, nats: true},
-	"cmd/roompub-bench": {imports: []string{"checkpoint", "config", "events", "room", "validate"}, nats: true},
+	"cmd/roompub-bench": {imports: []string{"checkpoint", "config", "events", "room", "room/embedded", "validate"}, nats: true},
 }
 
 type pkg struct {

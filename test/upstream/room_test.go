@@ -17,6 +17,7 @@ import (
 
 	"github.com/roompub/roompub/events"
 	"github.com/roompub/roompub/room"
+	"github.com/roompub/roompub/room/embedded"
 	"github.com/roompub/roompub/validate"
 )
 
@@ -67,7 +68,7 @@ func startRoomWorld(t *testing.T) *roomWorld {
 	ctx := context.Background()
 	// Acknowledged need not mean on disk here: an fsync per append
 	// would be most of the test's time.
-	srv, err := room.StartEmbedded(room.EmbeddedOptions{Listen: "127.0.0.1:-1", StoreDir: t.TempDir(), SyncInterval: time.Minute})
+	srv, err := embedded.Start(embedded.Options{Listen: "127.0.0.1:-1", StoreDir: t.TempDir(), SyncInterval: time.Minute})
 	if err != nil {
 		t.Fatal(err)
 	}

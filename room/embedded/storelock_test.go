@@ -1,6 +1,6 @@
 //go:build unix
 
-package room_test
+package embedded_test
 
 import (
 	"errors"
@@ -10,7 +10,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/roompub/roompub/room"
+	"github.com/roompub/roompub/room/embedded"
 )
 
 // TestEmbeddedStoreLocked: a second embedded server on a store directory
@@ -20,24 +20,24 @@ import (
 // has shut down the store is free again.
 func TestEmbeddedStoreLocked(t *testing.T) {
 	dir := filepath.Join(t.TempDir(), "data")
-	a, err := room.StartEmbedded(room.EmbeddedOptions{Listen: "127.0.0.1:-1", StoreDir: dir})
+	a, err := embedded.Start(embedded.Options{Listen: "127.0.0.1:-1", StoreDir: dir})
 	if err != nil {
 		t.Fatal(err)
 	}
-	b, err := room.StartEmbedded(room.EmbeddedOptions{Listen: "127.0.0.1:-1", StoreDir: dir})
+	b, err := embedded.Start(embedded.Options{Listen: "127.0.0.1:-1", StoreDir: dir})
 	if err == nil {
 		b.Shutdown()
 		a.Shutdown()
 		t.Fatal("a second server started on a store in use")
 	}
-	if !errors.Is(err, room.ErrEmbedded) || !strings.Contains(err.Error(), dir) || !strings.Contains(err.Error(), "in use by another server (pid "+strconv.Itoa(os.Getpid())+")") {
-		t.Fatalf("second server: %v; want ErrEmbedded naming %s and pid %d", err, dir, os.Getpid())
+	if !errors.Is(err, embedded.ErrServer) || !strings.Contains(err.Error(), dir) || !strings.Contains(err.Error(), "in use by another server (pid "+strconv.Itoa(os.Getpid())+")") {
+		t.Fatalf("second server: %v; want ErrServer naming %s and pid %d", err, dir, os.Getpid())
 	}
-	if !a.Server().JetStreamEnabled() || !a.Server().Running() {
+	if !a.NATSServer().JetStreamEnabled() || !a.NATSServer().Running() {
 		t.Fatal("the first server stopped serving")
 	}
 	a.Shutdown()
-	c, err := room.StartEmbedded(room.EmbeddedOptions{Listen: "127.0.0.1:-1", StoreDir: dir})
+	c, err := embedded.Start(embedded.Options{Listen: "127.0.0.1:-1", StoreDir: dir})
 	if err != nil {
 		t.Fatalf("the store is still locked after the first server shut down: %v", err)
 	}

@@ -1,4 +1,9 @@
-package room
+// Package embedded runs a real nats-server in process, with JetStream on
+// disk and an fsync before every acknowledgement by default: the server
+// roompub serve starts when no --server is given, and the one tests
+// start. It imports no roompub package (docs/design.md, "Package map and
+// import rules").
+package embedded
 
 import (
 	"errors"
@@ -13,13 +18,13 @@ import (
 	"go.uber.org/zap"
 )
 
-// ErrEmbedded is wrapped by StartEmbedded.
-var ErrEmbedded = errors.New("embedded nats-server")
+// ErrServer is wrapped by Start.
+var ErrServer = errors.New("embedded nats-server")
 
-// EmbeddedOptions configures the embedded nats-server. The zero value
+// Options configures the embedded nats-server. The zero value
 // listens on 127.0.0.1:4222 and keeps JetStream in ./data with an fsync
 // before every acknowledgement.
-type EmbeddedOptions struct {
+type Options struct {
 	// Listen is host:port for clients; port -1 picks a free port (tests).
 	// Default 127.0.0.1:4222.
 	Listen string
@@ -45,28 +50,28 @@ type EmbeddedOptions struct {
 	Configure func(*server.Options)
 }
 
-// Embedded is a running in-process nats-server with JetStream on disk.
-type Embedded struct {
+// Server is a running in-process nats-server with JetStream on disk.
+type Server struct {
 	srv  *server.Server
 	dir  string   // the JetStream store directory
 	lock *os.File // holds the store directory's lock (lockStore); nil where there is none
 }
 
-// StartEmbedded starts the server and waits until it accepts clients.
+// Start starts the server and waits until it accepts clients.
 // It locks the store directory first (lockStore): a second server on a
-// store in use fails to start. Errors wrap ErrEmbedded.
-func StartEmbedded(o EmbeddedOptions) (*Embedded, error) {
+// store in use fails to start. Errors wrap ErrServer.
+func Start(o Options) (*Server, error) {
 	listen := o.Listen
 	if listen == "" {
 		listen = "127.0.0.1:4222"
 	}
 	host, portStr, err := net.SplitHostPort(listen)
 	if err != nil {
-		return nil, fmt.Errorf("%w: listen %q: %v", ErrEmbedded, listen, err)
+		return nil, fmt.Errorf("%w: listen %q: %v", ErrServer, listen, err)
 	}
 	port, err := strconv.Atoi(portStr)
 	if err != nil {
-		return nil, fmt.Errorf("%w: listen %q: bad port", ErrEmbedded, listen)
+		return nil, fmt.Errorf("%w: listen %q: bad port", ErrServer, listen)
 	}
 	opts := &server.Options{
 		ServerName:         o.ServerName,
@@ -95,11 +100,11 @@ func StartEmbedded(o EmbeddedOptions) (*Embedded, error) {
 		o.Configure(opts)
 	}
 	if !opts.JetStream {
-		return nil, fmt.Errorf("%w: JetStream must stay on", ErrEmbedded)
+		return nil, fmt.Errorf("%w: JetStream must stay on", ErrServer)
 	}
 	lock, err := lockStore(opts.StoreDir)
 	if err != nil {
-		return nil, fmt.Errorf("%w: %v", ErrEmbedded, err)
+		return nil, fmt.Errorf("%w: %v", ErrServer, err)
 	}
 	started := false
 	defer func() {
@@ -109,7 +114,7 @@ func StartEmbedded(o EmbeddedOptions) (*Embedded, error) {
 	}()
 	srv, err := server.NewServer(opts)
 	if err != nil {
-		return nil, fmt.Errorf("%w: %v", ErrEmbedded, err)
+		return nil, fmt.Errorf("%w: %v", ErrServer, err)
 	}
 	zl := o.Logger
 	if zl == nil {
@@ -122,28 +127,28 @@ func StartEmbedded(o EmbeddedOptions) (*Embedded, error) {
 		// The server could not start (a JetStream store it cannot write):
 		// say why now rather than wait for a listener that never comes.
 		srv.Shutdown()
-		return nil, fmt.Errorf("%w: %s", ErrEmbedded, *f)
+		return nil, fmt.Errorf("%w: %s", ErrServer, *f)
 	}
 	if !srv.ReadyForConnections(30 * time.Second) {
 		srv.Shutdown()
-		return nil, fmt.Errorf("%w: not ready for connections after 30s", ErrEmbedded)
+		return nil, fmt.Errorf("%w: not ready for connections after 30s", ErrServer)
 	}
 	started = true
-	return &Embedded{srv: srv, dir: opts.StoreDir, lock: lock}, nil
+	return &Server{srv: srv, dir: opts.StoreDir, lock: lock}, nil
 }
 
 // ClientURL is the nats:// URL clients connect to.
-func (e *Embedded) ClientURL() string { return e.srv.ClientURL() }
+func (e *Server) ClientURL() string { return e.srv.ClientURL() }
 
 // StoreDir is the JetStream store directory the server holds (locked).
-func (e *Embedded) StoreDir() string { return e.dir }
+func (e *Server) StoreDir() string { return e.dir }
 
 // Server exposes the underlying server (tests, monitoring).
-func (e *Embedded) Server() *server.Server { return e.srv }
+func (e *Server) NATSServer() *server.Server { return e.srv }
 
 // Shutdown stops the server and waits until it has stopped; JetStream
 // flushes and closes its store first.
-func (e *Embedded) Shutdown() {
+func (e *Server) Shutdown() {
 	e.srv.Shutdown()
 	e.srv.WaitForShutdown()
 	if e.lock != nil {
