@@ -126,7 +126,7 @@ func (f SecureFile) GoString() string { return f.String() }
 
 // LoadSecureFile reads a secure config: strict YAML (a key that means
 // nothing is an error), every user either user+password or nkey. Roles,
-// hashes and keys are checked by room.SecureOptions.Check. Errors wrap
+// hashes and keys are checked by secure.Options.Check. Errors wrap
 // ErrInvalid and never quote a password or hash.
 func LoadSecureFile(path string) (*SecureFile, error) {
 	data, err := os.ReadFile(path)

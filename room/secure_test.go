@@ -26,12 +26,13 @@ import (
 	"github.com/roompub/roompub/events"
 	"github.com/roompub/roompub/room"
 	"github.com/roompub/roompub/room/embedded"
+	"github.com/roompub/roompub/room/secure"
 	"github.com/roompub/roompub/validate"
 )
 
 // identities are the secure mode users of the tests, with their secrets.
 type identities struct {
-	opts room.SecureOptions
+	opts secure.Options
 	// passwords by user name; the solver is an nkey user.
 	passwords  map[string]string
 	solverSeed []byte
@@ -52,7 +53,7 @@ const (
 func newIdentities(t testing.TB, solverHead bool) *identities {
 	t.Helper()
 	id := &identities{passwords: map[string]string{}}
-	user := func(role room.Role, name, inbox string) room.SecureUser {
+	user := func(role secure.Role, name, inbox string) secure.User {
 		pw := make([]byte, 18)
 		_, _ = rand.Read(pw)
 		p := fmt.Sprintf("pw-%x", pw)
@@ -63,7 +64,7 @@ func newIdentities(t testing.TB, solverHead bool) *identities {
 		}
 		id.passwords[name] = p
 		id.secrets = append(id.secrets, p, string(h))
-		return room.SecureUser{Role: role, Name: name, PasswordHash: string(h), InboxPrefix: inbox}
+		return secure.User{Role: role, Name: name, PasswordHash: string(h), InboxPrefix: inbox}
 	}
 	kp, err := nkeys.CreateUser()
 	if err != nil {
@@ -72,14 +73,14 @@ func newIdentities(t testing.TB, solverHead bool) *identities {
 	id.solverSeed, _ = kp.Seed()
 	id.solverPub, _ = kp.PublicKey()
 	id.secrets = append(id.secrets, string(id.solverSeed))
-	id.opts = room.SecureOptions{
-		Users: []room.SecureUser{
-			user(room.RolePublisher, userPublisher, ""),
-			user(room.RoleHarness, userHarness, ""),
-			user(room.RoleHarness, userHarness2, inboxHarness2),
-			{Role: room.RoleSolver, NKey: id.solverPub, Durables: []string{"secure-solver", "secure-solver-2"}},
+	id.opts = secure.Options{
+		Users: []secure.User{
+			user(secure.RolePublisher, userPublisher, ""),
+			user(secure.RoleHarness, userHarness, ""),
+			user(secure.RoleHarness, userHarness2, inboxHarness2),
+			{Role: secure.RoleSolver, NKey: id.solverPub, Durables: []string{"secure-solver", "secure-solver-2"}},
 			user("auditor", userAuditor, ""),
-			user(room.RoleAdmin, userAdmin, ""),
+			user(secure.RoleAdmin, userAdmin, ""),
 		},
 		SolverHead: solverHead,
 	}
@@ -757,7 +758,7 @@ func secureMatrix(t *testing.T, p *securePlace) {
 		}
 		// Any other name, another solver's durable, an ephemeral consumer:
 		// refused by the server before anything is created.
-		auditorDurable := room.DefaultDurable(room.SecureUser{Name: userAuditor})
+		auditorDurable := secure.DefaultDurable(secure.User{Name: userAuditor})
 		for _, name := range []string{"solver-extra", auditorDurable} {
 			cctx, cancel := short(ctx)
 			_, err := st.CreateOrUpdateConsumer(cctx, jetstream.ConsumerConfig{Durable: name, AckPolicy: jetstream.AckExplicitPolicy})
@@ -931,14 +932,14 @@ func TestSecureOptionsCheck(t *testing.T) {
 	hash, _ := bcrypt.GenerateFromPassword([]byte("a long password"), bcrypt.MinCost)
 	kp, _ := nkeys.CreateUser()
 	seed, _ := kp.Seed()
-	o := room.SecureOptions{Users: []room.SecureUser{
+	o := secure.Options{Users: []secure.User{
 		{Role: "owner", Name: "x", PasswordHash: string(hash)},
-		{Role: room.RoleHarness, Name: "h", PasswordHash: "plain-text-password"},
-		{Role: room.RoleHarness, Name: "h", PasswordHash: string(hash)},
-		{Role: room.RoleSolver, NKey: string(seed)},
-		{Role: room.RoleSolver, Name: "bad name", PasswordHash: string(hash), InboxPrefix: "_INBOX"},
-		{Role: room.RoleSolver, Name: "s", PasswordHash: string(hash), InboxPrefix: "_INBOX_other"},
-	}, TLS: room.SecureTLS{Cert: "c.pem", Verify: true}, LeaseBucket: "bad.bucket"}
+		{Role: secure.RoleHarness, Name: "h", PasswordHash: "plain-text-password"},
+		{Role: secure.RoleHarness, Name: "h", PasswordHash: string(hash)},
+		{Role: secure.RoleSolver, NKey: string(seed)},
+		{Role: secure.RoleSolver, Name: "bad name", PasswordHash: string(hash), InboxPrefix: "_INBOX"},
+		{Role: secure.RoleSolver, Name: "s", PasswordHash: string(hash), InboxPrefix: "_INBOX_other"},
+	}, TLS: secure.TLS{Cert: "c.pem", Verify: true}, LeaseBucket: "bad.bucket"}
 	err := o.Check()
 	if err == nil {
 		t.Fatal("accepted")
@@ -956,31 +957,31 @@ func TestSecureOptionsCheck(t *testing.T) {
 			t.Errorf("the error holds a secret:\n%s", msg)
 		}
 	}
-	u := room.SecureUser{Role: room.RoleAdmin, Name: "admin", PasswordHash: string(hash)}
+	u := secure.User{Role: secure.RoleAdmin, Name: "admin", PasswordHash: string(hash)}
 	for _, s := range []string{u.String(), fmt.Sprintf("%v %+v %#v", u, u, u), fmt.Sprint(o)} {
 		if strings.Contains(s, string(hash)) {
 			t.Errorf("printed a hash: %s", s)
 		}
 	}
 	// Permissions are data: a JSON round trip for the record.
-	b, _ := json.Marshal(room.SecureOptions{}.Permissions(room.SecureUser{Role: room.RoleHarness, Name: "h-1"}))
+	b, _ := json.Marshal(secure.Options{}.Permissions(secure.User{Role: secure.RoleHarness, Name: "h-1"}))
 	if !strings.Contains(string(b), `"allow":["roompub.v1.h-1.\u003e"]`) || !strings.Contains(string(b), `"allow":["_INBOX_h-1.\u003e"]`) {
 		t.Errorf("harness permissions: %s", b)
 	}
 	// The lease bucket: the publisher's, under its own name.
-	leases := func(o room.SecureOptions, role room.Role) string {
-		b, _ := json.Marshal(o.Permissions(room.SecureUser{Role: role, Name: "u"}).Publish.Allow)
+	leases := func(o secure.Options, role secure.Role) string {
+		b, _ := json.Marshal(o.Permissions(secure.User{Role: role, Name: "u"}).Publish.Allow)
 		return string(b)
 	}
-	if p := leases(room.SecureOptions{}, room.RolePublisher); !strings.Contains(p, `"$KV.ROOMPUB_CHECKPOINT_LEASES.\u003e"`) ||
+	if p := leases(secure.Options{}, secure.RolePublisher); !strings.Contains(p, `"$KV.ROOMPUB_CHECKPOINT_LEASES.\u003e"`) ||
 		!strings.Contains(p, `"$JS.API.STREAM.CREATE.KV_ROOMPUB_CHECKPOINT_LEASES"`) {
 		t.Errorf("publisher permissions: %s", p)
 	}
-	if p := leases(room.SecureOptions{LeaseBucket: "OTHER"}, room.RolePublisher); !strings.Contains(p, `"$KV.OTHER.\u003e"`) || strings.Contains(p, "ROOMPUB_CHECKPOINT_LEASES") {
+	if p := leases(secure.Options{LeaseBucket: "OTHER"}, secure.RolePublisher); !strings.Contains(p, `"$KV.OTHER.\u003e"`) || strings.Contains(p, "ROOMPUB_CHECKPOINT_LEASES") {
 		t.Errorf("publisher permissions with another bucket: %s", p)
 	}
-	for _, role := range []room.Role{room.RoleHarness, room.RoleSolver} {
-		if p := leases(room.SecureOptions{}, role); strings.Contains(p, "KV") || strings.Contains(p, "$JS.API.INFO") {
+	for _, role := range []secure.Role{secure.RoleHarness, secure.RoleSolver} {
+		if p := leases(secure.Options{}, role); strings.Contains(p, "KV") || strings.Contains(p, "$JS.API.INFO") {
 			t.Errorf("%s may touch the lease bucket: %s", role, p)
 		}
 	}

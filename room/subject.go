@@ -125,6 +125,9 @@ func roomToken(roomID string) string { return EncodeToken(strings.TrimPrefix(roo
 // All is the stream's subject filter: every subject under the prefix.
 func (s Subjects) All() string { return s.prefix() + ".>" }
 
+// Root is the prefix in use: Prefix, or DefaultPrefix when it is empty.
+func (s Subjects) Root() string { return s.prefix() }
+
 // Room is the filter for every subject of one room.
 func (s Subjects) Room(roomID string) string { return s.prefix() + "." + roomToken(roomID) + ".>" }
 

@@ -18,6 +18,7 @@ import (
 
 	"github.com/roompub/roompub/config"
 	"github.com/roompub/roompub/room"
+	"github.com/roompub/roompub/room/secure"
 )
 
 // secureConnect returns serve's connection options and, in secure mode
@@ -39,7 +40,7 @@ func secureConnect(s *config.Serve) ([]nats.Option, func(*server.Options), error
 		return nil, nil, fmt.Errorf("%w: --secure-config %s: %w", config.ErrInvalid, s.SecureConfig, err)
 	}
 	creds := s.Credentials
-	var who room.SecureUser
+	var who secure.User
 	if creds.NKey != "" {
 		data, err := config.ReadKeyFile(creds.NKey, creds.AllowOpenKeyFile)
 		if err != nil {
@@ -89,19 +90,19 @@ func secureConnect(s *config.Serve) ([]nats.Option, func(*server.Options), error
 	return opts, configure, err
 }
 
-// loadSecure reads a secure config file into room.SecureOptions for the
+// loadSecure reads a secure config file into secure.Options for the
 // given stream and subject prefix.
-func loadSecure(path, stream, prefix string) (room.SecureOptions, error) {
+func loadSecure(path, stream, prefix string) (secure.Options, error) {
 	f, err := config.LoadSecureFile(path)
 	if err != nil {
-		return room.SecureOptions{}, err
+		return secure.Options{}, err
 	}
-	so := room.SecureOptions{Stream: stream, Subjects: room.Subjects{Prefix: prefix}, SolverHead: f.SolverHead}
+	so := secure.Options{Stream: stream, Subjects: room.Subjects{Prefix: prefix}, SolverHead: f.SolverHead}
 	for _, u := range f.Users {
-		so.Users = append(so.Users, room.SecureUser{Role: room.Role(u.Role), Name: u.User, PasswordHash: u.Password, NKey: u.NKey, InboxPrefix: u.InboxPrefix, Durables: u.Durables})
+		so.Users = append(so.Users, secure.User{Role: secure.Role(u.Role), Name: u.User, PasswordHash: u.Password, NKey: u.NKey, InboxPrefix: u.InboxPrefix, Durables: u.Durables})
 	}
 	if f.TLS != nil {
-		so.TLS = room.SecureTLS{Cert: f.TLS.Cert, Key: f.TLS.Key, CA: f.TLS.CA, Verify: f.TLS.Verify}
+		so.TLS = secure.TLS{Cert: f.TLS.Cert, Key: f.TLS.Key, CA: f.TLS.CA, Verify: f.TLS.Verify}
 	}
 	if err := so.Check(); err != nil {
 		return so, fmt.Errorf("%w: --secure-config %s: %w", config.ErrInvalid, path, err)

@@ -1,4 +1,9 @@
-package room
+// Package secure is roompub's secure mode: the roles (publisher, harness,
+// solver, admin), each user's exact NATS permissions, identifying a user
+// by password or nkey, and the nats-server authorization block
+// (docs/secure-mode.md). It names subjects and buckets through package
+// room's vocabulary and imports no other role's package.
+package secure
 
 import (
 	"crypto/tls"
@@ -11,10 +16,12 @@ import (
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nkeys"
 	"golang.org/x/crypto/bcrypt"
+
+	"github.com/roompub/roompub/room"
 )
 
-// ErrSecure is wrapped by every secure mode error.
-var ErrSecure = errors.New("secure mode")
+// ErrMode is wrapped by every secure mode error.
+var ErrMode = errors.New("secure mode")
 
 // Role is what an identity does with the rooms in secure mode. Each role
 // has exactly the permissions Permissions gives it (docs/secure-mode.md).
@@ -54,19 +61,19 @@ func ParseRole(s string) (Role, error) {
 	case "auditor":
 		return RoleSolver, nil
 	}
-	return "", fmt.Errorf("%w: unknown role %q (publisher, harness, solver or auditor, admin)", ErrSecure, s)
+	return "", fmt.Errorf("%w: unknown role %q (publisher, harness, solver or auditor, admin)", ErrMode, s)
 }
 
-// SecureUser is one identity of the embedded server: a user name with a
+// User is one identity of the embedded server: a user name with a
 // bcrypt password hash, or a public user nkey. It never holds a plain
 // password or an nkey seed; String and GoString print no hash either.
-type SecureUser struct {
+type User struct {
 	Role         Role
 	Name         string // user name (password users)
 	PasswordHash string // bcrypt hash of the password ($2a$, $2b$, $2y$)
 	NKey         string // public user nkey, "U…" (nkey users)
-	// InboxPrefix, when set, must be the user's own inbox prefix,
-	// InboxPrefix(u.Token()): the only inbox it may subscribe to, which
+	// room.InboxPrefix, when set, must be the user's own inbox prefix,
+	// room.InboxPrefix(u.Token()): the only inbox it may subscribe to, which
 	// its clients connect with (the commands derive it from --user,
 	// --nkey or --creds). Empty means the same; the field stays so that
 	// configs which named it keep working.
@@ -81,25 +88,25 @@ type SecureUser struct {
 
 // DefaultDurable is the durable consumer name of a solver whose secure
 // config names none: its identity token.
-func DefaultDurable(u SecureUser) string { return u.Token() }
+func DefaultDurable(u User) string { return u.Token() }
 
 // durables is u's durable names, the default filled in.
-func (u SecureUser) durables() []string {
+func (u User) durables() []string {
 	if len(u.Durables) == 0 {
 		return []string{DefaultDurable(u)}
 	}
 	return u.Durables
 }
 
-// Token is the user's identity token (IdentityToken of ID): its ingest
+// Token is the user's identity token (room.IdentityToken of ID): its ingest
 // subjects are <service prefix>.<token>.<endpoint>.
-func (u SecureUser) Token() string { return IdentityToken(u.ID()) }
+func (u User) Token() string { return room.IdentityToken(u.ID()) }
 
-// Inbox is the user's own inbox prefix, InboxPrefix(u.Token()).
-func (u SecureUser) Inbox() string { return InboxPrefix(u.Token()) }
+// Inbox is the user's own inbox prefix, room.InboxPrefix(u.Token()).
+func (u User) Inbox() string { return room.InboxPrefix(u.Token()) }
 
 // ID names the user in messages: its name or its public nkey.
-func (u SecureUser) ID() string {
+func (u User) ID() string {
 	if u.NKey != "" {
 		return u.NKey
 	}
@@ -107,7 +114,7 @@ func (u SecureUser) ID() string {
 }
 
 // String describes the user without its password hash.
-func (u SecureUser) String() string {
+func (u User) String() string {
 	auth := "nkey"
 	if u.NKey == "" {
 		auth = "password"
@@ -119,35 +126,35 @@ func (u SecureUser) String() string {
 }
 
 // GoString is String, so %#v prints no hash either.
-func (u SecureUser) GoString() string { return "room.SecureUser{" + u.String() + "}" }
+func (u User) GoString() string { return "secure.User{" + u.String() + "}" }
 
-// SecureTLS is the embedded server's TLS: its certificate and key, and
+// TLS is the embedded server's TLS: its certificate and key, and
 // the CA that signs client certificates when Verify is set.
-type SecureTLS struct {
+type TLS struct {
 	Cert, Key, CA string
 	Verify        bool // require and verify client certificates (mutual TLS)
 }
 
-// SecureOptions is the secure mode of the embedded server: who may
-// connect, in which role. Stream, Subjects and ServicePrefix must be the
+// Options is the secure mode of the embedded server: who may
+// connect, in which role. Stream, room.Subjects and ServicePrefix must be the
 // ones `publisher serve` uses, since the permissions name them.
-type SecureOptions struct {
-	Users []SecureUser
-	// Stream is the room stream's name; default DefaultStream.
+type Options struct {
+	Users []User
+	// Stream is the room stream's name; default room.DefaultStream.
 	Stream   string
-	Subjects Subjects
+	Subjects room.Subjects
 	// ServicePrefix is the ingest service's subject prefix; default
-	// DefaultServicePrefix.
+	// room.DefaultServicePrefix.
 	ServicePrefix string
 	// SolverHead lets solvers ask the ingest service where a chain stands
 	// (<ServicePrefix>.head, a read), never append through it. Off by
 	// default: solvers do not talk to the ingest service at all.
 	SolverHead bool
 	// LeaseBucket is the checkpoint lease bucket, which only
-	// the publisher (and the admin) may write; default DefaultLeaseBucket.
+	// the publisher (and the admin) may write; default room.DefaultLeaseBucket.
 	LeaseBucket string
 	// TLS, when Cert is set, turns TLS on (and off plain connections).
-	TLS SecureTLS
+	TLS TLS
 }
 
 var (
@@ -155,43 +162,43 @@ var (
 	streamNameRe = regexp.MustCompile(`^[A-Za-z0-9_-]{1,255}$`)
 	tokenRe      = regexp.MustCompile(`^[A-Za-z0-9_-]+$`)
 	// consumerNameRe is what a solver's durable may be called: a subject
-	// token and a file name (IdentityToken's alphabet).
+	// token and a file name (room.IdentityToken's alphabet).
 	consumerNameRe = regexp.MustCompile(`^[A-Za-z0-9_~:-]{1,255}$`)
 )
 
-func (o SecureOptions) stream() string {
+func (o Options) stream() string {
 	if o.Stream == "" {
-		return DefaultStream
+		return room.DefaultStream
 	}
 	return o.Stream
 }
 
-func (o SecureOptions) leaseBucket() string {
+func (o Options) leaseBucket() string {
 	if o.LeaseBucket == "" {
-		return DefaultLeaseBucket
+		return room.DefaultLeaseBucket
 	}
 	return o.LeaseBucket
 }
 
-func (o SecureOptions) service() string {
+func (o Options) service() string {
 	if o.ServicePrefix == "" {
-		return DefaultServicePrefix
+		return room.DefaultServicePrefix
 	}
 	return o.ServicePrefix
 }
 
 // Check reports every problem of the options, joined, each wrapping
-// ErrSecure. No message holds a password hash.
-func (o SecureOptions) Check() error {
+// ErrMode. No message holds a password hash.
+func (o Options) Check() error {
 	var errs []error
 	bad := func(format string, args ...any) {
-		errs = append(errs, fmt.Errorf("%w: "+format, append([]any{ErrSecure}, args...)...))
+		errs = append(errs, fmt.Errorf("%w: "+format, append([]any{ErrMode}, args...)...))
 	}
 	if !streamNameRe.MatchString(o.stream()) {
 		bad("stream name %q is not a plain token", o.stream())
 	}
-	if !tokenRe.MatchString(o.Subjects.prefix()) {
-		bad("subject prefix %q is not a plain token", o.Subjects.prefix())
+	if !tokenRe.MatchString(o.Subjects.Root()) {
+		bad("subject prefix %q is not a plain token", o.Subjects.Root())
 	}
 	if !tokenRe.MatchString(o.leaseBucket()) {
 		bad("lease bucket %q is not a plain token", o.leaseBucket())
@@ -290,7 +297,7 @@ type permSet struct {
 // chosen by the requester could name any subject the publisher may
 // write). Each user calls the ingest service on its own identity's
 // subjects only, so the subject tells the service who asks.
-func (o SecureOptions) perms(u SecureUser) permSet {
+func (o Options) perms(u User) permSet {
 	role := u.Role
 	if r, err := ParseRole(string(role)); err == nil {
 		role = r
@@ -301,8 +308,8 @@ func (o SecureOptions) perms(u SecureUser) permSet {
 	own := svc + "." + u.Token()
 	// The anonymous identity's endpoints: no one's in secure mode.
 	var anonymous []string
-	for _, e := range Endpoints {
-		anonymous = append(anonymous, ServiceSubject(svc, Anonymous, e))
+	for _, e := range room.Endpoints {
+		anonymous = append(anonymous, room.ServiceSubject(svc, room.Anonymous, e))
 	}
 	// What no identity but the admin may ever ask JetStream for.
 	streamAdmin := []string{api("STREAM.UPDATE"), api("STREAM.DELETE"), api("STREAM.PURGE"), api("STREAM.MSG.DELETE")}
@@ -331,9 +338,9 @@ func (o SecureOptions) perms(u SecureUser) permSet {
 		// server of its own remembers the stream; and the account's
 		// stream and consumer lists (read-only), to find other streams
 		// that write into room subjects.
-		kvStreams := "KV_" + DefaultStreamsBucket
+		kvStreams := "KV_" + room.DefaultStreamsBucket
 		leases = append(leases,
-			"$KV."+DefaultStreamsBucket+"."+st,
+			"$KV."+room.DefaultStreamsBucket+"."+st,
 			"$JS.API.STREAM.INFO."+kvStreams,
 			"$JS.API.STREAM.CREATE."+kvStreams,
 			"$JS.API.STREAM.MSG.GET."+kvStreams,
@@ -382,8 +389,8 @@ func (o SecureOptions) perms(u SecureUser) permSet {
 		}
 		deny := append([]string{rooms}, streamAdmin...)
 		if o.SolverHead {
-			allow = append(allow, ServiceSubject(svc, u.Token(), EndpointHead))
-			for _, e := range []string{EndpointJournal, EndpointExecution, EndpointRecords} {
+			allow = append(allow, room.ServiceSubject(svc, u.Token(), room.EndpointHead))
+			for _, e := range []string{room.EndpointJournal, room.EndpointExecution, room.EndpointRecords} {
 				deny = append(deny, svc+".*."+e)
 			}
 			deny = append(deny, anonymous...)
@@ -404,7 +411,7 @@ func (o SecureOptions) perms(u SecureUser) permSet {
 
 // Permissions returns the nats-server permissions of user u of these
 // options (their roles and the other users' inboxes decide them).
-func (o SecureOptions) Permissions(u SecureUser) *server.Permissions {
+func (o Options) Permissions(u User) *server.Permissions {
 	ps := o.perms(u)
 	return &server.Permissions{
 		Publish:   &server.SubjectPermission{Allow: ps.pubAllow, Deny: ps.pubDeny},
@@ -415,7 +422,7 @@ func (o SecureOptions) Permissions(u SecureUser) *server.Permissions {
 // Configure checks the options and returns the function that applies them
 // to the embedded server's options (embedded.Options.Configure): the users
 // with their permissions, no anonymous access, and TLS when set.
-func (o SecureOptions) Configure() (func(*server.Options), error) {
+func (o Options) Configure() (func(*server.Options), error) {
 	if err := o.Check(); err != nil {
 		return nil, err
 	}
@@ -425,7 +432,7 @@ func (o SecureOptions) Configure() (func(*server.Options), error) {
 		tlsConfig, err = server.GenTLSConfig(&server.TLSConfigOpts{CertFile: o.TLS.Cert, KeyFile: o.TLS.Key, CaFile: o.TLS.CA, Verify: o.TLS.Verify})
 		if err != nil {
 			// The error names files, never their contents.
-			return nil, fmt.Errorf("%w: tls: %v", ErrSecure, err)
+			return nil, fmt.Errorf("%w: tls: %v", ErrMode, err)
 		}
 	}
 	var users []*server.User
@@ -451,8 +458,8 @@ func (o SecureOptions) Configure() (func(*server.Options), error) {
 // IdentifyPassword returns the user name of a publisher-role password
 // user whose hash matches password; with name set, only that user. The
 // error names the user, never the password or its hash.
-func (o SecureOptions) IdentifyPassword(name, password string) (SecureUser, error) {
-	var candidates []SecureUser
+func (o Options) IdentifyPassword(name, password string) (User, error) {
+	var candidates []User
 	for _, u := range o.Users {
 		if r, _ := ParseRole(string(u.Role)); r == RolePublisher && u.NKey == "" && (name == "" || u.Name == name) {
 			candidates = append(candidates, u)
@@ -460,9 +467,9 @@ func (o SecureOptions) IdentifyPassword(name, password string) (SecureUser, erro
 	}
 	if len(candidates) == 0 {
 		if name != "" {
-			return SecureUser{}, fmt.Errorf("%w: no publisher-role password user named %q", ErrSecure, name)
+			return User{}, fmt.Errorf("%w: no publisher-role password user named %q", ErrMode, name)
 		}
-		return SecureUser{}, fmt.Errorf("%w: no publisher-role password user", ErrSecure)
+		return User{}, fmt.Errorf("%w: no publisher-role password user", ErrMode)
 	}
 	for _, u := range candidates {
 		if bcrypt.CompareHashAndPassword([]byte(u.PasswordHash), []byte(password)) == nil {
@@ -470,22 +477,22 @@ func (o SecureOptions) IdentifyPassword(name, password string) (SecureUser, erro
 		}
 	}
 	if name != "" {
-		return SecureUser{}, fmt.Errorf("%w: the password does not match publisher user %q", ErrSecure, name)
+		return User{}, fmt.Errorf("%w: the password does not match publisher user %q", ErrMode, name)
 	}
-	return SecureUser{}, fmt.Errorf("%w: the password matches no publisher-role user", ErrSecure)
+	return User{}, fmt.Errorf("%w: the password matches no publisher-role user", ErrMode)
 }
 
 // IdentifyNKey returns the publisher-role nkey user of public key pub.
-func (o SecureOptions) IdentifyNKey(pub string) (SecureUser, error) {
+func (o Options) IdentifyNKey(pub string) (User, error) {
 	for _, u := range o.Users {
 		if u.NKey == pub {
 			if r, _ := ParseRole(string(u.Role)); r != RolePublisher {
-				return SecureUser{}, fmt.Errorf("%w: nkey %s has role %s, not publisher", ErrSecure, pub, u.Role)
+				return User{}, fmt.Errorf("%w: nkey %s has role %s, not publisher", ErrMode, pub, u.Role)
 			}
 			return u, nil
 		}
 	}
-	return SecureUser{}, fmt.Errorf("%w: nkey %s is not a user of the secure config", ErrSecure, pub)
+	return User{}, fmt.Errorf("%w: nkey %s is not a user of the secure config", ErrMode, pub)
 }
 
 // AuthorizationConf renders the same users and permissions as a
@@ -494,12 +501,12 @@ func (o SecureOptions) IdentifyNKey(pub string) (SecureUser, error) {
 // set, an `accounts { <account> { jetstream: enabled, users = [...] } }`
 // block. It holds the bcrypt hashes and public nkeys, no secret; TLS is
 // not part of it.
-func (o SecureOptions) AuthorizationConf(account string) (string, error) {
+func (o Options) AuthorizationConf(account string) (string, error) {
 	if err := o.Check(); err != nil {
 		return "", err
 	}
 	if account != "" && !tokenRe.MatchString(account) {
-		return "", fmt.Errorf("%w: account name %q is not a plain token", ErrSecure, account)
+		return "", fmt.Errorf("%w: account name %q is not a plain token", ErrMode, account)
 	}
 	var b strings.Builder
 	fmt.Fprintf(&b, "# roompub secure mode: stream %s, room subjects %s, ingest service %s.>\n", o.stream(), o.Subjects.All(), o.service())
@@ -512,7 +519,7 @@ func (o SecureOptions) AuthorizationConf(account string) (string, error) {
 		b.WriteString("authorization {\n")
 	}
 	fmt.Fprintf(&b, "%susers = [\n", indent)
-	users := append([]SecureUser(nil), o.Users...)
+	users := append([]User(nil), o.Users...)
 	order := map[Role]int{RolePublisher: 0, RoleHarness: 1, RoleSolver: 2, RoleAdmin: 3}
 	for i := range users {
 		if r, err := ParseRole(string(users[i].Role)); err == nil {
