@@ -27,9 +27,10 @@ run: build
 ## test: unit tests (race detector), integration tests, the fault suite, then 5s per fuzz target
 test: unit integration test-faults fuzz-short
 
-## unit: fast tests of the libraries and commands, with the race detector
+## unit: fast tests of the libraries and commands, with the race detector; then the allocation tests without it
 unit:
 	$(GO) test -race -count=1 ./events/... ./validate/... ./schemas/... ./config/... ./checkpoint/... ./cmd/... ./test/layout/...
+	$(GO) test -count=1 -run 'NoAllocs' ./events/... ./validate/... ./checkpoint/...
 
 ## integration: against real embedded nats-servers (JetStream on disk), the upstream verifier's rules, then the built binaries
 integration:

@@ -417,7 +417,9 @@ func TestSecretCanariesNoAllocs(t *testing.T) {
 		cat("to", "ken=") + "abcdefgh ok",
 		"na\u00efve caf\u00e9 = \u00a0\u3000 x",
 	} {
-		if n := testing.AllocsPerRun(100, func() { validate.MatchSecret(s) }); n != 0 {
+		// Under the race detector sync.Pool drops items at random (by
+		// design), so regexp's pooled machines are allocated now and then.
+		if n := testing.AllocsPerRun(100, func() { validate.MatchSecret(s) }); n != 0 && !raceEnabled {
 			t.Errorf("MatchSecret(%+q): %v allocations", s, n)
 		}
 		if validate.CodeUnitView(s) != s {
