@@ -17,6 +17,7 @@ import (
 
 	"github.com/roompub/roompub/checkpoint"
 	"github.com/roompub/roompub/events"
+	"github.com/roompub/roompub/room/internal/jsapi"
 	"github.com/roompub/roompub/validate"
 )
 
@@ -109,7 +110,7 @@ func (g *Gate) appendJournal(ctx context.Context, roomID, owner string, body []b
 	key := events.ChainKey{RunID: first.RunID(), CapsuleID: first.CapsuleID()}
 	reply.Chain = key
 	if problems := outOfOrder(first, lines[0].data, pre[0].problems, capsule, after); problems != nil {
-		reply.Items[0] = refused(0, problems)
+		reply.Items[0] = RefusedItem(0, problems)
 		g.observeItems(reply.Items, start)
 		reply.tally()
 		return reply, nil
@@ -349,7 +350,7 @@ func (g *Gate) awaitChain(ctx context.Context, key events.ChainKey, seq int64) e
 	defer g.unchain(c)
 	until := time.Now().Add(time.Duration(g.aheadWait.Load()))
 	for attempt := 0; ; attempt++ {
-		if attempt > 1 && !sleepCtx(ctx, aheadPoll) {
+		if attempt > 1 && !jsapi.Sleep(ctx, aheadPoll) {
 			return ctx.Err()
 		}
 		c.mu.Lock()
@@ -488,7 +489,7 @@ func (r *journalRun) decide(i int, try *lineTry) (decision, ItemResult) {
 				c.loaded, try.wantFresh = false, true // decide on the stream's word, not a cached view
 				continue
 			}
-			rf := refused(i, []events.Problem{{Code: events.NotChainOwner, At: at,
+			rf := RefusedItem(i, []events.Problem{{Code: events.NotChainOwner, At: at,
 				Reason:   fmt.Sprintf("the chain was started by identity %s in %s: only it may extend the chain or claim its id", identityName(c.owner), c.roomID),
 				Expected: identityName(c.owner), Actual: identityName(r.owner)}})
 			rf.Seq, rf.Hash = &seq, e.EntryHash()
@@ -502,7 +503,7 @@ func (r *journalRun) decide(i int, try *lineTry) (decision, ItemResult) {
 				c.loaded, try.wantFresh = false, true // decide on the stream's word, not a cached view
 				continue
 			}
-			return decFinal, refused(i, []events.Problem{roomConflict(at, c.roomID, r.roomID)})
+			return decFinal, RefusedItem(i, []events.Problem{roomConflict(at, c.roomID, r.roomID)})
 		}
 		// The entry rules ran in checkLines; CheckLineChecked adds the rest
 		// in CheckLine's order.
@@ -537,7 +538,7 @@ func (r *journalRun) decide(i int, try *lineTry) (decision, ItemResult) {
 				Reason: fmt.Sprintf("seq %d is ahead of the chain, whose next seq is %d: the request ahead of this one has not landed; send this one again once it is answered", seq, c.next)}
 		}
 		if len(problems) > 0 {
-			rf := refused(i, problems)
+			rf := RefusedItem(i, problems)
 			rf.Seq, rf.Hash = res.Seq, res.Hash
 			return decFinal, rf
 		}
@@ -547,7 +548,7 @@ func (r *journalRun) decide(i int, try *lineTry) (decision, ItemResult) {
 			if flushFirst {
 				return decFlush, ItemResult{}
 			}
-			rf := refused(i, tl)
+			rf := RefusedItem(i, tl)
 			rf.Seq, rf.Hash = res.Seq, res.Hash
 			return decFinal, rf
 		}
@@ -640,7 +641,7 @@ func (r *journalRun) retry(wantFresh bool) flushResult {
 	try := r.pending[0].try
 	r.c.loaded = false
 	try.attempt = g.waitOut(try.attempt, try.until)
-	if !sleepCtx(r.ctx, backoff(try.attempt)) {
+	if !jsapi.Sleep(r.ctx, backoff(try.attempt)) {
 		return r.end(failed(r.pending[0].idx, r.ctx.Err()))
 	}
 	try.attempt++
@@ -684,7 +685,7 @@ func (r *journalRun) publishOne() (flushResult, bool) {
 	at := events.Location{Line: p.idx + 1}
 	msg := r.message(p.e, "", true, c.lastSeq)
 	if tl := g.tooLarge(msg, at, 0, 1); tl != nil {
-		return r.end(refused(p.idx, tl)), false
+		return r.end(RefusedItem(p.idx, tl)), false
 	}
 	if atts := r.attestations(1); atts != nil {
 		msg.Header.Set(checkpoint.AttestationHeader, atts[0])
@@ -729,7 +730,7 @@ func (r *journalRun) publishOne() (flushResult, bool) {
 	default:
 		var apiErr *jetstream.APIError
 		if errors.As(err, &apiErr) && apiErr.ErrorCode == jetstream.JSErrCodeStreamMessageExceedsMaximum {
-			return r.end(refused(p.idx, []events.Problem{{Code: events.TooLarge, At: at, Reason: apiErr.Description}})), false
+			return r.end(RefusedItem(p.idx, []events.Problem{{Code: events.TooLarge, At: at, Reason: apiErr.Description}})), false
 		}
 		if errors.As(err, &apiErr) || r.ctx.Err() != nil {
 			return r.end(failed(p.idx, err)), false

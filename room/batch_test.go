@@ -19,6 +19,7 @@ import (
 
 	"github.com/roompub/roompub/events"
 	"github.com/roompub/roompub/room"
+	"github.com/roompub/roompub/room/client"
 	"github.com/roompub/roompub/room/embedded"
 )
 
@@ -653,9 +654,9 @@ func TestServiceManyChains(t *testing.T) {
 	for c := range es {
 		es[c], _ = journal(t, "run-many", "cap-"+strconv.Itoa(c), n)
 	}
-	conns := make([]*room.Client, 10)
+	conns := make([]*client.Client, 10)
 	for i := range conns {
-		conns[i] = room.NewClient(e.connect(), room.ClientOptions{})
+		conns[i] = client.New(e.connect(), client.Options{})
 	}
 	var wg sync.WaitGroup
 	start := make(chan struct{})

@@ -10,6 +10,7 @@ import (
 
 	"github.com/roompub/roompub/events"
 	"github.com/roompub/roompub/room"
+	"github.com/roompub/roompub/room/client"
 )
 
 // TestJournalBriefReply: Roompub-Reply: brief cuts stored and duplicate
@@ -63,9 +64,9 @@ func TestJournalBriefReply(t *testing.T) {
 // items (an error) leaves Items nil, as it did before the room was made.
 func TestClientJournalReplyItems(t *testing.T) {
 	e := newEnv(t)
-	client := room.NewClient(e.nc, room.ClientOptions{})
+	cl := client.New(e.nc, client.Options{})
 	es, _ := journal(t, "run-items", "cap-items", 3)
-	r, err := client.AppendJournal(context.Background(), "room:items", nil, lines(es))
+	r, err := cl.AppendJournal(context.Background(), "room:items", nil, lines(es))
 	if err != nil || len(r.Items) != 3 || r.Stored != 3 {
 		t.Fatalf("reply %+v, %v; want 3 items, 3 stored", r, err)
 	}
@@ -74,8 +75,8 @@ func TestClientJournalReplyItems(t *testing.T) {
 			t.Fatalf("item %d: %+v", i, it)
 		}
 	}
-	r, err = client.AppendJournal(context.Background(), "", nil, lines(es))
-	var se *room.ServiceError
+	r, err = cl.AppendJournal(context.Background(), "", nil, lines(es))
+	var se *client.ServiceError
 	if !errors.As(err, &se) || r.Items != nil {
 		t.Fatalf("a request without a room: %+v, %v; want a service error and nil items", r, err)
 	}

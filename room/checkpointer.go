@@ -755,7 +755,7 @@ func (c *Checkpointer) catchUpFetch(ctx context.Context, batches chan<- []gapMsg
 			c.mu.Lock()
 			c.consErr = err
 			c.mu.Unlock()
-			sleepCtx(ctx, time.Second)
+			jsapi.Sleep(ctx, time.Second)
 		}
 	}
 	send := func(msgs []gapMsg) bool {
@@ -794,7 +794,7 @@ func (c *Checkpointer) catchUpFetch(ctx context.Context, batches chan<- []gapMsg
 			end <- next - 1
 			return
 		default:
-			sleepCtx(ctx, ckIdlePoll)
+			jsapi.Sleep(ctx, ckIdlePoll)
 		}
 	}
 }
@@ -1548,7 +1548,7 @@ func (c *Checkpointer) catchUp(ctx context.Context) error {
 		if c.js.Conn().IsClosed() {
 			return fmt.Errorf("read %d of %d messages: the connection is closed", c.handled.Load(), last)
 		}
-		if !sleepCtx(ctx, 10*time.Millisecond) {
+		if !jsapi.Sleep(ctx, 10*time.Millisecond) {
 			c.mu.Lock()
 			cerr := c.consErr
 			c.mu.Unlock()

@@ -8,6 +8,7 @@ import (
 
 	"github.com/roompub/roompub/events"
 	"github.com/roompub/roompub/room"
+	"github.com/roompub/roompub/room/client"
 )
 
 // TestRetryable: what a rerun can get past (no answer, over quota, a
@@ -19,17 +20,17 @@ func TestRetryable(t *testing.T) {
 		want bool
 	}{
 		{nil, false},
-		{fmt.Errorf("%w: roompub.v1.head: nats: no responders available for request", room.ErrUnavailable), true},
+		{fmt.Errorf("%w: roompub.v1.head: nats: no responders available for request", client.ErrUnavailable), true},
 		{fmt.Errorf("wait: %w", context.DeadlineExceeded), true},
 		{context.Canceled, true},
-		{fmt.Errorf("%w: %w", room.ErrStopped, errors.New("interrupted by SIGINT")), true},
-		{&room.ServiceError{Status: "429", ErrorReply: room.ErrorReply{Code: events.OverQuota, Reason: "busy"}}, true},
-		{&room.ServiceError{Status: "503", ErrorReply: room.ErrorReply{Reason: "the ingest service is shutting down: send the request again"}}, true},
-		{&room.ServiceError{Status: "400", ErrorReply: room.ErrorReply{Code: events.BadRequest, Reason: "no room"}}, false},
-		{fmt.Errorf("%w: x is not a capsule directory", room.ErrShip), false},
+		{fmt.Errorf("%w: %w", client.ErrStopped, errors.New("interrupted by SIGINT")), true},
+		{&client.ServiceError{Status: "429", ErrorReply: room.ErrorReply{Code: events.OverQuota, Reason: "busy"}}, true},
+		{&client.ServiceError{Status: "503", ErrorReply: room.ErrorReply{Reason: "the ingest service is shutting down: send the request again"}}, true},
+		{&client.ServiceError{Status: "400", ErrorReply: room.ErrorReply{Code: events.BadRequest, Reason: "no room"}}, false},
+		{fmt.Errorf("%w: x is not a capsule directory", client.ErrShip), false},
 		{errors.New("something else"), false},
 	} {
-		if got := room.Retryable(tc.err); got != tc.want {
+		if got := client.Retryable(tc.err); got != tc.want {
 			t.Errorf("Retryable(%v) = %v, want %v", tc.err, got, tc.want)
 		}
 	}

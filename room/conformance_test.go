@@ -14,6 +14,7 @@ import (
 
 	"github.com/roompub/roompub/events"
 	"github.com/roompub/roompub/room"
+	"github.com/roompub/roompub/room/client"
 )
 
 // The conformance suite: one suite for the chain rules, run against the
@@ -313,11 +314,11 @@ func problemCodes(ps []events.Problem) []events.Code {
 
 // TestConformance runs every case through the offline verifier (the
 // Validator and VerifyPath, what `publisher verify` runs), the gate (the
-// ingest service, with room.Client) and the subscriber (the lines written
+// ingest service, with client.Client) and the subscriber (the lines written
 // straight into a second stream, then room.Audit).
 func TestConformance(t *testing.T) {
 	e := newEnv(t)
-	client := room.NewClient(e.nc, room.ClientOptions{})
+	cl := client.New(e.nc, client.Options{})
 	rawSubj := room.Subjects{Prefix: "raw"}
 	if _, err := room.EnsureStream(context.Background(), e.js, room.StreamConfig("RAW", rawSubj, 1), rawSubj); err != nil {
 		t.Fatal(err)
@@ -370,7 +371,7 @@ func TestConformance(t *testing.T) {
 
 			// (b) the gate, through the ingest service.
 			if c.record != nil {
-				r, err := client.AppendRecord(ctx, c.record)
+				r, err := cl.AppendRecord(ctx, c.record)
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -383,7 +384,7 @@ func TestConformance(t *testing.T) {
 					t.Fatalf("gate: %+v", r.Item)
 				}
 			} else {
-				r, err := client.AppendJournal(ctx, fmt.Sprintf("room:conf-%d", i), nil, body)
+				r, err := cl.AppendJournal(ctx, fmt.Sprintf("room:conf-%d", i), nil, body)
 				if err != nil {
 					t.Fatal(err)
 				}

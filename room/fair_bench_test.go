@@ -11,6 +11,7 @@ import (
 
 	"github.com/roompub/roompub/events"
 	"github.com/roompub/roompub/room"
+	"github.com/roompub/roompub/room/client"
 )
 
 // BenchmarkJournalUnderFlood times one identity's one-line journal
@@ -34,7 +35,7 @@ func BenchmarkJournalUnderFlood(b *testing.B) {
 					b.Fatal(err)
 				}
 				defer fnc.Close()
-				fc := room.NewClient(fnc, room.ClientOptions{Identity: "flooder"})
+				fc := client.New(fnc, client.Options{Identity: "flooder"})
 				for w := range 200 {
 					wg.Add(1)
 					go func() {
@@ -53,7 +54,7 @@ func BenchmarkJournalUnderFlood(b *testing.B) {
 				b.Fatal(err)
 			}
 			defer nc.Close()
-			c := room.NewClient(nc, room.ClientOptions{Identity: "steady"})
+			c := client.New(nc, client.Options{Identity: "steady"})
 			es, _ := journal(b, "steady", "cap", b.N+1)
 			start := answered.Load()
 			b.ResetTimer()

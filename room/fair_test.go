@@ -12,6 +12,7 @@ import (
 
 	"github.com/roompub/roompub/events"
 	"github.com/roompub/roompub/room"
+	"github.com/roompub/roompub/room/client"
 )
 
 // restartService replaces e's ingest service with one started with o.
@@ -124,7 +125,7 @@ func TestServiceFairPerIdentity(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer ncB.Close()
-	cB := room.NewClient(ncB, room.ClientOptions{Identity: tokB})
+	cB := client.New(ncB, client.Options{Identity: tokB})
 
 	// A's requests are all on their way before B's first.
 	collect := flood(t, e.connect(), tokA, room.EndpointJournal, nats.Header{room.HeaderRoom: []string{roomID}}, bodies)

@@ -541,21 +541,15 @@ func splitLines(body []byte) []line {
 func parseLine(ln line, idx int) (*events.Entry, *ItemResult) {
 	at := events.Location{Line: idx + 1}
 	if !ln.complete {
-		r := refused(idx, []events.Problem{{Code: events.TruncatedTail, At: at, Reason: "the last line does not end in a newline: a partial entry"}})
+		r := RefusedItem(idx, []events.Problem{{Code: events.TruncatedTail, At: at, Reason: "the last line does not end in a newline: a partial entry"}})
 		return nil, &r
 	}
 	e, problems := events.ParseLineOwned(ln.data, at) // the request body is the gate's for the call
 	if e == nil {
-		r := refused(idx, problems)
+		r := RefusedItem(idx, problems)
 		return nil, &r
 	}
 	return e, nil
-}
-
-func refused(idx int, problems []events.Problem) ItemResult {
-	ref := events.NewRefusal(problems)
-	at := ref.At
-	return ItemResult{Index: idx, Outcome: OutcomeRefused, Code: ref.Code, At: &at, Reason: ref.Reason, Problems: ref.Problems}
 }
 
 func failed(idx int, err error) ItemResult {
@@ -582,7 +576,7 @@ func (g *Gate) resent(key events.ChainKey, c *chainState, e *events.Entry, seq i
 		res.Subject = g.subjects.Journal(c.roomID, key)
 		return res
 	}
-	r := refused(res.Index, []events.Problem{{Code: events.Fork, At: events.Location{Line: res.Index + 1, Pointer: "/seq"},
+	r := RefusedItem(res.Index, []events.Problem{{Code: events.Fork, At: events.Location{Line: res.Index + 1, Pointer: "/seq"},
 		Reason: "chain position " + strconv.FormatInt(seq, 10) + " already holds a different entry", Expected: c.hashes[seq], Actual: e.EntryHash()}})
 	r.Seq, r.Hash = res.Seq, res.Hash
 	return r
@@ -750,7 +744,7 @@ func (g *Gate) waitRead(ctx context.Context, err error, attempt *int, until time
 		return false
 	}
 	*attempt = g.waitOut(*attempt, until)
-	return sleepCtx(ctx, backoff(*attempt))
+	return jsapi.Sleep(ctx, backoff(*attempt))
 }
 
 // retryRead reports whether a read that failed may be tried again: no
@@ -763,17 +757,6 @@ func retryRead(ctx context.Context, err error) bool {
 func backoff(attempt int) time.Duration {
 	d := 25 * time.Millisecond << min(attempt, 6)
 	return min(d, 2*time.Second)
-}
-
-func sleepCtx(ctx context.Context, d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return false
-	case <-t.C:
-		return true
-	}
 }
 
 func (g *Gate) observe(kind Kind, res ItemResult, start time.Time) {

@@ -16,6 +16,7 @@ import (
 
 	"github.com/roompub/roompub/events"
 	"github.com/roompub/roompub/room"
+	"github.com/roompub/roompub/room/client"
 	"github.com/roompub/roompub/room/embedded"
 	"github.com/roompub/roompub/validate"
 )
@@ -31,7 +32,7 @@ type gateBenchEnv struct {
 	js     jetstream.JetStream
 	gate   *room.Gate
 	svc    *room.Service
-	client *room.Client
+	client *client.Client
 	key    *events.HostKey
 }
 
@@ -113,7 +114,7 @@ func newGateBenchEnvWith(b *testing.B, attest bool) *gateBenchEnv {
 	if be.svc, err = room.StartService(be.nc, be.gate, room.ServiceOptions{Concurrency: benchConcurrency()}); err != nil {
 		b.Fatal(err)
 	}
-	be.client = room.NewClient(be.nc, room.ClientOptions{})
+	be.client = client.New(be.nc, client.Options{})
 	return be
 }
 
@@ -150,7 +151,7 @@ func BenchmarkAppendJournal1000(b *testing.B) {
 }
 
 // BenchmarkClientJournal1000 is roompub's full path for 1,000 new entries
-// of one chain: client, ingest service, gate, store.
+// of one chain: cl, ingest service, gate, store.
 func BenchmarkClientJournal1000(b *testing.B) {
 	be := newGateBenchEnv(b)
 	ctx := context.Background()

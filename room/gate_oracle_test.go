@@ -15,6 +15,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/roompub/roompub/events"
+	"github.com/roompub/roompub/room/internal/jsapi"
 	"github.com/roompub/roompub/validate"
 )
 
@@ -114,7 +115,7 @@ func (g *Gate) oldAppendLine(ctx context.Context, roomID string, key events.Chai
 			continue
 		}
 		if c.roomID != "" && c.roomID != roomID {
-			return refused(idx, []events.Problem{{Code: events.RoomConflict, At: at,
+			return RefusedItem(idx, []events.Problem{{Code: events.RoomConflict, At: at,
 				Reason: fmt.Sprintf("the capsule's chain already lives in %q", c.roomID), Expected: c.roomID, Actual: roomID}})
 		}
 		meta := c.meta
@@ -144,7 +145,7 @@ func (g *Gate) oldAppendLine(ctx context.Context, roomID string, key events.Chai
 			continue
 		}
 		if len(problems) > 0 {
-			r := refused(idx, problems)
+			r := RefusedItem(idx, problems)
 			r.Seq, r.Hash = res.Seq, res.Hash
 			return r
 		}
@@ -154,7 +155,7 @@ func (g *Gate) oldAppendLine(ctx context.Context, roomID string, key events.Chai
 		msg.Header.Set(jetstream.ExpectedLastSubjSeqHeader, strconv.FormatUint(c.streamSeq, 10))
 		msg.Header.Set(jetstream.ExpectedLastSubjSeqSubjHeader, g.subjects.ChainAnyRoom(key))
 		if tl := g.tooLarge(msg, at, 0, 1); tl != nil {
-			r := refused(idx, tl)
+			r := RefusedItem(idx, tl)
 			r.Seq, r.Hash = res.Seq, res.Hash
 			return r
 		}
@@ -195,14 +196,14 @@ func (g *Gate) oldAppendLine(ctx context.Context, roomID string, key events.Chai
 		case isRetryable(err):
 			c.loaded = false
 			attempt = g.waitOut(attempt, retryUntil)
-			if !sleepCtx(ctx, backoff(attempt)) {
+			if !jsapi.Sleep(ctx, backoff(attempt)) {
 				return failed(idx, ctx.Err())
 			}
 			continue
 		default:
 			var apiErr *jetstream.APIError
 			if errors.As(err, &apiErr) && apiErr.ErrorCode == jetstream.JSErrCodeStreamMessageExceedsMaximum {
-				r := refused(idx, []events.Problem{{Code: events.TooLarge, At: at, Reason: apiErr.Description}})
+				r := RefusedItem(idx, []events.Problem{{Code: events.TooLarge, At: at, Reason: apiErr.Description}})
 				r.Seq, r.Hash = res.Seq, res.Hash
 				return r
 			}
@@ -239,7 +240,7 @@ func (g *Gate) AppendRecordCatchingUp(ctx context.Context, raw []byte) RecordRep
 			reply.Item = failed(0, err)
 			return reply
 		}
-		reply.Item = refused(0, ref.Problems)
+		reply.Item = RefusedItem(0, ref.Problems)
 		if rec != nil {
 			reply.Item.Hash = rec.ComputedRef()
 		}
@@ -247,7 +248,7 @@ func (g *Gate) AppendRecordCatchingUp(ctx context.Context, raw []byte) RecordRep
 	}
 	roomID := rec.RoomID()
 	if err := g.subjects.CheckRoom(roomID); err != nil {
-		reply.Item = refused(0, []events.Problem{{Code: events.TooLarge, At: events.Location{Pointer: "/room~1id"}, Reason: err.Error()}})
+		reply.Item = RefusedItem(0, []events.Problem{{Code: events.TooLarge, At: events.Location{Pointer: "/room~1id"}, Reason: err.Error()}})
 		reply.Item.Hash = rec.ComputedRef()
 		return reply
 	}
@@ -274,7 +275,7 @@ func (g *Gate) AppendRecordCatchingUp(ctx context.Context, raw []byte) RecordRep
 			return reply
 		}
 		if ps := r.streamProblems(rec, at); len(ps) > 0 {
-			reply.Item = refused(0, ps)
+			reply.Item = RefusedItem(0, ps)
 			reply.Item.Hash = rec.ComputedRef()
 			return reply
 		}
@@ -282,7 +283,7 @@ func (g *Gate) AppendRecordCatchingUp(ctx context.Context, raw []byte) RecordRep
 		msg.Header.Set(jetstream.MsgIDHeader, digest)
 		msg.Header.Set(jetstream.ExpectedLastSubjSeqHeader, strconv.FormatUint(r.streamSeq, 10))
 		if tl := g.tooLarge(msg, at, 0, 1); tl != nil {
-			reply.Item = refused(0, tl)
+			reply.Item = RefusedItem(0, tl)
 			reply.Item.Hash = rec.ComputedRef()
 			return reply
 		}
@@ -311,7 +312,7 @@ func (g *Gate) AppendRecordCatchingUp(ctx context.Context, raw []byte) RecordRep
 			return reply
 		case isRetryable(err):
 			attempt = g.waitOut(attempt, retryUntil)
-			if !sleepCtx(ctx, backoff(attempt)) {
+			if !jsapi.Sleep(ctx, backoff(attempt)) {
 				reply.Item = failed(0, ctx.Err())
 				return reply
 			}
@@ -319,7 +320,7 @@ func (g *Gate) AppendRecordCatchingUp(ctx context.Context, raw []byte) RecordRep
 		default:
 			var apiErr *jetstream.APIError
 			if errors.As(err, &apiErr) && apiErr.ErrorCode == jetstream.JSErrCodeStreamMessageExceedsMaximum {
-				reply.Item = refused(0, []events.Problem{{Code: events.TooLarge, At: at, Reason: apiErr.Description}})
+				reply.Item = RefusedItem(0, []events.Problem{{Code: events.TooLarge, At: at, Reason: apiErr.Description}})
 				return reply
 			}
 			if errors.As(err, &apiErr) || ctx.Err() != nil {

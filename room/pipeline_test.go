@@ -15,6 +15,7 @@ import (
 
 	"github.com/roompub/roompub/events"
 	"github.com/roompub/roompub/room"
+	"github.com/roompub/roompub/room/client"
 )
 
 // A client's journal requests of one chain, sent one after the other on one
@@ -114,10 +115,10 @@ func TestShipCapsulePipelined(t *testing.T) {
 	e := newEnv(t)
 	es, body := journal(t, "run-pipe", "cap-pipe", 3000)
 	dir := capsuleDir(t, "run-pipe", "cap-pipe", body)
-	client := room.NewClient(e.nc, room.ClientOptions{})
+	cl := client.New(e.nc, client.Options{})
 	ctx := context.Background()
 	progress := 0
-	res, err := room.ShipCapsule(ctx, client, dir, "room:pipe", room.ShipOptions{BatchLines: 100, Pipeline: 4, Progress: func(room.ShipResult) { progress++ }})
+	res, err := client.ShipCapsule(ctx, cl, dir, "room:pipe", client.ShipOptions{BatchLines: 100, Pipeline: 4, Progress: func(client.ShipResult) { progress++ }})
 	if err != nil || res.Refused != nil || res.Stored != 3000 || res.Duplicates != 0 || res.Lines != 3000 || res.Head.Next != 3000 {
 		t.Fatalf("ship: %+v %v", res, err)
 	}
@@ -125,7 +126,7 @@ func TestShipCapsulePipelined(t *testing.T) {
 		t.Fatalf("progress called %d times, want once per request (30)", progress)
 	}
 	chainInStream(t, e, "room:pipe", es)
-	again, err := room.ShipCapsule(ctx, client, dir, "room:pipe", room.ShipOptions{BatchLines: 100, Pipeline: 4})
+	again, err := client.ShipCapsule(ctx, cl, dir, "room:pipe", client.ShipOptions{BatchLines: 100, Pipeline: 4})
 	if err != nil || again.Skipped != 3000 || again.Stored != 0 || again.Refused != nil {
 		t.Fatalf("second ship: %+v %v", again, err)
 	}
@@ -138,8 +139,8 @@ func TestShipCapsulePipelinedRefusal(t *testing.T) {
 	e := newEnv(t)
 	es, _ := journal(t, "run-pipe", "cap-refused", 3000)
 	dir := capsuleDir(t, "run-pipe", "cap-refused", linesWithNonCanonical(es, 1500))
-	client := room.NewClient(e.nc, room.ClientOptions{})
-	res, err := room.ShipCapsule(context.Background(), client, dir, "room:pipe", room.ShipOptions{BatchLines: 100, Pipeline: 4})
+	cl := client.New(e.nc, client.Options{})
+	res, err := client.ShipCapsule(context.Background(), cl, dir, "room:pipe", client.ShipOptions{BatchLines: 100, Pipeline: 4})
 	if err != nil || res.Refused == nil {
 		t.Fatalf("ship: %+v %v", res, err)
 	}
@@ -162,8 +163,8 @@ func TestShipCapsulePipelinedAcrossGates(t *testing.T) {
 	svc2 := e.secondService()
 	es, body := journal(t, "run-pipe", "cap-two-gates", 2000)
 	dir := capsuleDir(t, "run-pipe", "cap-two-gates", body)
-	client := room.NewClient(e.connect(), room.ClientOptions{})
-	res, err := room.ShipCapsule(context.Background(), client, dir, "room:pipe", room.ShipOptions{BatchLines: 25, Pipeline: 4})
+	cl := client.New(e.connect(), client.Options{})
+	res, err := client.ShipCapsule(context.Background(), cl, dir, "room:pipe", client.ShipOptions{BatchLines: 25, Pipeline: 4})
 	if err != nil || res.Refused != nil || res.Stored != 2000 || res.Head.Next != 2000 {
 		t.Fatalf("ship: %+v %v", res, err)
 	}
@@ -291,13 +292,13 @@ func TestShipCapsulePipelinedSmallConcurrency(t *testing.T) {
 			e.svc = svc
 			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 			defer cancel()
-			client := room.NewClient(e.connect(), room.ClientOptions{})
+			cl := client.New(e.connect(), client.Options{})
 			errs := make(chan error, 2)
 			for _, capsule := range []string{"cap-small-a", "cap-small-b"} {
 				es, body := journal(t, "run-small", capsule, 400)
 				dir := capsuleDir(t, "run-small", capsule, body)
 				go func() {
-					res, err := room.ShipCapsule(ctx, client, dir, "room:small", room.ShipOptions{BatchLines: 20, Pipeline: 4})
+					res, err := client.ShipCapsule(ctx, cl, dir, "room:small", client.ShipOptions{BatchLines: 20, Pipeline: 4})
 					if err == nil && (res.Stored != len(es) || res.Refused != nil) {
 						err = fmt.Errorf("%s: %+v", capsule, res)
 					}
@@ -324,8 +325,8 @@ func TestShipCapsulePipelinedGapAtRequestBoundary(t *testing.T) {
 	dir := capsuleDir(t, "run-pipe", "cap-gap", body)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	client := room.NewClient(e.nc, room.ClientOptions{})
-	res, err := room.ShipCapsule(ctx, client, dir, "room:pipe", room.ShipOptions{BatchLines: 100, Pipeline: 2})
+	cl := client.New(e.nc, client.Options{})
+	res, err := client.ShipCapsule(ctx, cl, dir, "room:pipe", client.ShipOptions{BatchLines: 100, Pipeline: 2})
 	if err != nil || res.Refused == nil {
 		t.Fatalf("ship: %+v %v", res, err)
 	}
@@ -353,7 +354,7 @@ func TestGatePipelinedHeaderMustBeASeq(t *testing.T) {
 // stored; a line that is only too long for a request stays too_large.
 func TestShipLineLongerThanAnyLine(t *testing.T) {
 	e := newEnv(t)
-	client := room.NewClient(e.nc, room.ClientOptions{})
+	cl := client.New(e.nc, client.Options{})
 	es, _ := journal(t, "run-long", "cap-long", 2)
 	for _, c := range []struct {
 		size   int
@@ -365,7 +366,7 @@ func TestShipLineLongerThanAnyLine(t *testing.T) {
 	} {
 		body := append(lines(es), append(bytes.Repeat([]byte("x"), c.size), '\n')...)
 		dir := capsuleDir(t, "run-long", "cap-long", body)
-		res, err := room.ShipCapsule(context.Background(), client, dir, "room:long", room.ShipOptions{})
+		res, err := client.ShipCapsule(context.Background(), cl, dir, "room:long", client.ShipOptions{})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -383,13 +384,13 @@ func TestShipLineLongerThanAnyLine(t *testing.T) {
 // /entry_hash), storing nothing. The unedited file resumes past all of it.
 func TestShipEditedStoredLine(t *testing.T) {
 	e := newEnv(t)
-	client := room.NewClient(e.nc, room.ClientOptions{})
+	cl := client.New(e.nc, client.Options{})
 	es, body := journal(t, "run-edit", "cap-edit", 3)
 	dir := capsuleDir(t, "run-edit", "cap-edit", body)
-	if res, err := room.ShipCapsule(context.Background(), client, dir, "room:edit", room.ShipOptions{}); err != nil || res.Stored != 3 {
+	if res, err := client.ShipCapsule(context.Background(), cl, dir, "room:edit", client.ShipOptions{}); err != nil || res.Stored != 3 {
 		t.Fatalf("first ship: %+v, %v", res, err)
 	}
-	res, err := room.ShipCapsule(context.Background(), client, dir, "room:edit", room.ShipOptions{})
+	res, err := client.ShipCapsule(context.Background(), cl, dir, "room:edit", client.ShipOptions{})
 	if err != nil || res.Skipped != 3 || res.Stored != 0 || res.Refused != nil {
 		t.Fatalf("unedited: %+v, %v; want 3 already stored", res, err)
 	}
@@ -401,7 +402,7 @@ func TestShipEditedStoredLine(t *testing.T) {
 		}
 		dir := capsuleDir(t, "run-edit", "cap-edit", bytes.Join(ls, nil))
 		before := e.state()
-		res, err := room.ShipCapsule(context.Background(), client, dir, "room:edit", room.ShipOptions{})
+		res, err := client.ShipCapsule(context.Background(), cl, dir, "room:edit", client.ShipOptions{})
 		if err != nil || res.Skipped != 0 || res.Stored != 0 || res.Refused == nil || res.Refused.Problem.Code != events.InvalidEntry ||
 			res.Refused.Problem.At.Line != edited+1 || res.Refused.Problem.At.Pointer != "/entry_hash" {
 			t.Fatalf("line %d edited: %+v (refused %+v), %v; want invalid_entry at line %d /entry_hash", edited+1, res, res.Refused, err, edited+1)
@@ -419,7 +420,7 @@ func TestShipEditedStoredLine(t *testing.T) {
 func TestShipCapsuleJSONCheckedBeforeAnyLine(t *testing.T) {
 	e := newEnv(t)
 	es, body := journal(t, "run-meta", "cap-meta", 3)
-	client := room.NewClient(e.nc, room.ClientOptions{})
+	cl := client.New(e.nc, client.Options{})
 	subj := room.Subjects{}.Journal("room:meta", events.ChainKey{RunID: "run-meta", CapsuleID: "cap-meta"})
 	for _, tt := range []struct{ old, new, pointer string }{
 		{"capsule-envelope/v1", "capsule-envelope/v2", "/schema"},
@@ -435,7 +436,7 @@ func TestShipCapsuleJSONCheckedBeforeAnyLine(t *testing.T) {
 		if err := os.WriteFile(cpath, bytes.Replace(raw, []byte(tt.old), []byte(tt.new), 1), 0o644); err != nil {
 			t.Fatal(err)
 		}
-		res, err := room.ShipCapsule(context.Background(), client, dir, "room:meta", room.ShipOptions{})
+		res, err := client.ShipCapsule(context.Background(), cl, dir, "room:meta", client.ShipOptions{})
 		if err != nil || res.Refused == nil || res.Refused.Code != events.InvalidCapsule ||
 			res.Refused.At.Pointer != tt.pointer || res.Refused.At.File != cpath || res.Stored != 0 {
 			t.Fatalf("%s: ship %+v (refused %+v) %v, want invalid_capsule at %s and nothing stored", tt.pointer, res, res.Refused, err, tt.pointer)
@@ -445,11 +446,11 @@ func TestShipCapsuleJSONCheckedBeforeAnyLine(t *testing.T) {
 		}
 	}
 	empty := capsuleDir(t, "run-meta", "cap-meta", nil)
-	res, err := room.ShipCapsule(context.Background(), client, empty, "room:meta", room.ShipOptions{})
+	res, err := client.ShipCapsule(context.Background(), cl, empty, "room:meta", client.ShipOptions{})
 	if err != nil || res.Refused != nil || res.Stored != 0 || res.Lines != 0 {
 		t.Fatalf("empty capsule: %+v %v, want nothing shipped and no refusal", res, err)
 	}
-	if _, err := room.ShipCapsule(context.Background(), client, capsuleDir(t, "run-meta", "cap-meta", body), "room:meta", room.ShipOptions{}); err != nil {
+	if _, err := client.ShipCapsule(context.Background(), cl, capsuleDir(t, "run-meta", "cap-meta", body), "room:meta", client.ShipOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	chainInStream(t, e, "room:meta", es)

@@ -16,6 +16,7 @@ import (
 
 	"github.com/roompub/roompub/checkpoint"
 	"github.com/roompub/roompub/events"
+	"github.com/roompub/roompub/room/internal/jsapi"
 )
 
 // roomState indexes one room's stored records for the relation rules
@@ -309,14 +310,14 @@ func (g *Gate) checkRecord(raw []byte) (*events.Record, RecordReply) {
 			reply.Item = failed(0, err)
 			return nil, reply
 		}
-		reply.Item = refused(0, ref.Problems)
+		reply.Item = RefusedItem(0, ref.Problems)
 		if rec != nil {
 			reply.Item.Hash = rec.ComputedRef()
 		}
 		return nil, reply
 	}
 	if err := g.subjects.CheckRoom(rec.RoomID()); err != nil {
-		reply.Item = refused(0, []events.Problem{{Code: events.TooLarge, At: events.Location{Pointer: "/room~1id"}, Reason: err.Error()}})
+		reply.Item = RefusedItem(0, []events.Problem{{Code: events.TooLarge, At: events.Location{Pointer: "/room~1id"}, Reason: err.Error()}})
 		reply.Item.Hash = rec.ComputedRef()
 		return nil, reply
 	}
@@ -383,7 +384,7 @@ func (g *Gate) storeRecord(ctx context.Context, rec *events.Record, reply Record
 				stale = true
 				continue
 			}
-			reply.Item = refused(0, ps)
+			reply.Item = RefusedItem(0, ps)
 			reply.Item.Hash = rec.ComputedRef()
 			return reply
 		}
@@ -403,7 +404,7 @@ func (g *Gate) storeRecord(ctx context.Context, rec *events.Record, reply Record
 			msg.Header.Set(checkpoint.AttestationHeader, att)
 		}
 		if tl := g.tooLarge(msg, at, 0, 1); tl != nil {
-			reply.Item = refused(0, tl)
+			reply.Item = RefusedItem(0, tl)
 			reply.Item.Hash = rec.ComputedRef()
 			return reply
 		}
@@ -438,7 +439,7 @@ func (g *Gate) storeRecord(ctx context.Context, rec *events.Record, reply Record
 		case isRetryable(err):
 			stale = true
 			attempt = g.waitOut(attempt, retryUntil)
-			if !sleepCtx(ctx, backoff(attempt)) {
+			if !jsapi.Sleep(ctx, backoff(attempt)) {
 				reply.Item = failed(0, ctx.Err())
 				return reply
 			}
@@ -446,7 +447,7 @@ func (g *Gate) storeRecord(ctx context.Context, rec *events.Record, reply Record
 		default:
 			var apiErr *jetstream.APIError
 			if errors.As(err, &apiErr) && apiErr.ErrorCode == jetstream.JSErrCodeStreamMessageExceedsMaximum {
-				reply.Item = refused(0, []events.Problem{{Code: events.TooLarge, At: at, Reason: apiErr.Description}})
+				reply.Item = RefusedItem(0, []events.Problem{{Code: events.TooLarge, At: at, Reason: apiErr.Description}})
 				return reply
 			}
 			if errors.As(err, &apiErr) || ctx.Err() != nil {

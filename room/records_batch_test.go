@@ -18,6 +18,7 @@ import (
 
 	"github.com/roompub/roompub/events"
 	"github.com/roompub/roompub/room"
+	"github.com/roompub/roompub/room/client"
 	"github.com/roompub/roompub/room/embedded"
 )
 
@@ -118,7 +119,7 @@ func TestRecordsEquivalence(t *testing.T) {
 // canonical form, and a repeat is a duplicate of the first copy.
 func TestRecordsStoredInOrderAcrossRequests(t *testing.T) {
 	e := newEnv(t)
-	client := room.NewClient(e.nc, room.ClientOptions{})
+	cl := client.New(e.nc, client.Options{})
 	const roomID = "room:batch"
 	pretty := referenceBytes(t, "verified.json")
 	raws := [][]byte{pretty}
@@ -126,7 +127,7 @@ func TestRecordsStoredInOrderAcrossRequests(t *testing.T) {
 		raws = append(raws, e.recordNamed(roomID, fmt.Sprint("b", i)))
 	}
 	raws = append(raws, []byte("{\n  \"room/id\": \"room:batch\",\n"), raws[1])
-	replies, err := client.AppendRecords(t.Context(), raws)
+	replies, err := cl.AppendRecords(t.Context(), raws)
 	if err != nil || len(replies) != len(raws) {
 		t.Fatalf("%d replies for %d records: %v", len(replies), len(raws), err)
 	}
@@ -317,10 +318,10 @@ func TestRecordsReplyTrimmed(t *testing.T) {
 // and ships the records around it.
 func TestRecordsClientTooLarge(t *testing.T) {
 	e := newEnvWith(t, embedded.Options{MaxPayload: 64 << 10})
-	client := room.NewClient(e.nc, room.ClientOptions{})
+	cl := client.New(e.nc, client.Options{})
 	huge := []byte(`{"room/id":"room:big","x":"` + strings.Repeat("a", 70<<10) + `"}`)
 	raws := [][]byte{e.recordNamed("room:big", "a"), huge, e.recordNamed("room:big", "b")}
-	got, err := client.AppendRecords(t.Context(), raws)
+	got, err := cl.AppendRecords(t.Context(), raws)
 	if err != nil || len(got) != 3 {
 		t.Fatalf("%d replies: %v", len(got), err)
 	}
@@ -447,13 +448,13 @@ func TestRecordsClientStopsAtNotDecided(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer sub.Unsubscribe()
-	client := room.NewClient(e.nc, room.ClientOptions{Prefix: "stand-in.v1"})
+	cl := client.New(e.nc, client.Options{Prefix: "stand-in.v1"})
 	raws := make([][]byte, 300)
 	for i := range raws {
 		raws[i] = e.recordNamed("room:stand-in", fmt.Sprint("s", i))
 	}
-	got, err := client.AppendRecords(t.Context(), raws)
-	if !errors.Is(err, room.ErrUnavailable) || !strings.Contains(err.Error(), "record 5 was not decided: store unavailable") ||
+	got, err := cl.AppendRecords(t.Context(), raws)
+	if !errors.Is(err, client.ErrUnavailable) || !strings.Contains(err.Error(), "record 5 was not decided: store unavailable") ||
 		len(got) != room.DefaultRecordsPerRequest || requests.Load() != 1 {
 		t.Fatalf("%d replies, %d requests, error %v", len(got), requests.Load(), err)
 	}

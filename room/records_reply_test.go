@@ -24,7 +24,7 @@ func FuzzEncodeRecordsReply(f *testing.F) {
 		if small%2 == 1 {
 			max = 64 << 10
 		}
-		most := (max - recordsReplyOverhead) / minRecordItemBytes
+		most := (max - RecordsReplyOverhead) / minRecordItemBytes
 		count := min(int(n), most, MaxBatchRecords)
 		var r RecordsReply
 		for i := range count {

@@ -16,6 +16,7 @@ import (
 
 	"github.com/roompub/roompub/events"
 	"github.com/roompub/roompub/room"
+	"github.com/roompub/roompub/room/client"
 )
 
 // hijackReplies are reply subjects a requester could name to make the
@@ -65,7 +66,7 @@ func TestReplyHijack(t *testing.T) {
 			admin = dial(t, p.url, userAdmin, id.as(userAdmin))
 			harness := dial(t, p.url, userHarness, id.as(userHarness))
 			solver := dial(t, p.url, "solver", id.asSolver(t))
-			res, err := room.ShipCapsule(ctx, ingest(harness, userHarness), "../testdata/samples/capsules/csv-dedupe", "room:secure", room.ShipOptions{})
+			res, err := client.ShipCapsule(ctx, ingest(harness, userHarness), "../testdata/samples/capsules/csv-dedupe", "room:secure", client.ShipOptions{})
 			if err != nil || res.Stored != 14 {
 				t.Fatalf("ship: %+v %v", res, err)
 			}
@@ -145,7 +146,7 @@ func TestReplyHijack(t *testing.T) {
 			// the client reads (never an empty one).
 			answered.Range(func(_, v any) bool {
 				if err, _ := v.(error); err != nil {
-					var se *room.ServiceError
+					var se *client.ServiceError
 					if errors.As(err, &se) && se.Reason == "" {
 						t.Errorf("an error reply without a reason: %v", err)
 					}
@@ -183,7 +184,7 @@ func TestReplyHijack(t *testing.T) {
 func TestReplyHijackUnauthenticated(t *testing.T) {
 	s := startServe(t, time.Hour)
 	ctx := context.Background()
-	res, err := room.ShipCapsule(ctx, room.NewClient(s.nc, room.ClientOptions{}), "../testdata/samples/capsules/csv-dedupe", "room:open", room.ShipOptions{})
+	res, err := client.ShipCapsule(ctx, client.New(s.nc, client.Options{}), "../testdata/samples/capsules/csv-dedupe", "room:open", client.ShipOptions{})
 	if err != nil || res.Stored != 14 {
 		t.Fatalf("ship: %+v %v", res, err)
 	}
@@ -219,7 +220,7 @@ func TestReplyHijackUnauthenticated(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer custom.Close()
-	h, err := room.NewClient(custom, room.ClientOptions{}).Head(ctx, res.Chain)
+	h, err := client.New(custom, client.Options{}).Head(ctx, res.Chain)
 	if err != nil || h.Next != 14 {
 		t.Fatalf("head on a custom inbox: %+v %v", h, err)
 	}

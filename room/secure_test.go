@@ -25,6 +25,7 @@ import (
 	"github.com/roompub/roompub/checkpoint"
 	"github.com/roompub/roompub/events"
 	"github.com/roompub/roompub/room"
+	"github.com/roompub/roompub/room/client"
 	"github.com/roompub/roompub/room/embedded"
 	"github.com/roompub/roompub/room/secure"
 	"github.com/roompub/roompub/validate"
@@ -128,8 +129,8 @@ func options(opts ...nats.Option) nats.Option {
 
 // client is an ingest client of conn c as identity name (a user name or
 // the solver's public nkey).
-func ingest(c *conn, name string) *room.Client {
-	return room.NewClient(c.nc, room.ClientOptions{Identity: room.IdentityToken(name)})
+func ingest(c *conn, name string) *client.Client {
+	return client.New(c.nc, client.Options{Identity: room.IdentityToken(name)})
 }
 
 // violations collects a connection's asynchronous errors: the server's
@@ -414,8 +415,8 @@ func secureMatrix(t *testing.T, p *securePlace) {
 
 	// The positive path first: the stream holds a capsule and a record.
 	t.Run("harness ships through the ingest service", func(t *testing.T) {
-		client := ingest(harness, userHarness)
-		res, err := room.ShipCapsule(ctx, client, "../testdata/samples/capsules/csv-dedupe", "room:secure", room.ShipOptions{})
+		cl := ingest(harness, userHarness)
+		res, err := client.ShipCapsule(ctx, cl, "../testdata/samples/capsules/csv-dedupe", "room:secure", client.ShipOptions{})
 		if err != nil || res.Refused != nil || res.Stored != 14 {
 			t.Fatalf("ship: %+v %v", res, err)
 		}
@@ -426,11 +427,11 @@ func secureMatrix(t *testing.T, p *securePlace) {
 			t.Fatal(err)
 		}
 		first3 := bytes.SplitAfterN(lines, []byte("\n"), 4)
-		reply, err := client.AppendJournal(ctx, "room:secure", nil, bytes.Join(first3[:3], nil))
+		reply, err := cl.AppendJournal(ctx, "room:secure", nil, bytes.Join(first3[:3], nil))
 		if err != nil || reply.Dupes != 3 {
 			t.Fatalf("resend: %+v %v", reply, err)
 		}
-		rec, err := client.AppendRecord(ctx, referenceBytes(t, "verified.json"))
+		rec, err := cl.AppendRecord(ctx, referenceBytes(t, "verified.json"))
 		if err != nil || rec.Item.Outcome != room.OutcomeStored {
 			t.Fatalf("record: %+v %v", rec, err)
 		}
@@ -867,11 +868,11 @@ func TestSecurePushConsumerDelivery(t *testing.T) {
 	admin := dial(t, p.url, userAdmin, id.as(userAdmin))
 	harness := dial(t, p.url, userHarness, id.as(userHarness))
 	solver := dial(t, p.url, "solver", id.asSolver(t))
-	client := ingest(harness, userHarness)
-	if res, err := room.ShipCapsule(ctx, client, "../testdata/samples/capsules/csv-dedupe", "room:secure", room.ShipOptions{}); err != nil || res.Stored != 14 {
+	cl := ingest(harness, userHarness)
+	if res, err := client.ShipCapsule(ctx, cl, "../testdata/samples/capsules/csv-dedupe", "room:secure", client.ShipOptions{}); err != nil || res.Stored != 14 {
 		t.Fatalf("ship: %+v %v", res, err)
 	}
-	if rec, err := client.AppendRecord(ctx, referenceBytes(t, "verified.json")); err != nil || rec.Item.Outcome != room.OutcomeStored {
+	if rec, err := cl.AppendRecord(ctx, referenceBytes(t, "verified.json")); err != nil || rec.Item.Outcome != room.OutcomeStored {
 		t.Fatalf("record: %+v %v", rec, err)
 	}
 	msgs, last, _ := streamNow(t, admin)
@@ -998,7 +999,7 @@ func TestSecureCheckpoints(t *testing.T) {
 	harness := dial(t, p.url, userHarness, id.as(userHarness))
 	solver := dial(t, p.url, "solver", id.asSolver(t))
 	admin := dial(t, p.url, userAdmin, id.as(userAdmin))
-	res, err := room.ShipCapsule(ctx, ingest(harness, userHarness), "../testdata/samples/capsules/csv-dedupe", "room:secure", room.ShipOptions{})
+	res, err := client.ShipCapsule(ctx, ingest(harness, userHarness), "../testdata/samples/capsules/csv-dedupe", "room:secure", client.ShipOptions{})
 	if err != nil || res.Stored != 14 {
 		t.Fatalf("ship: %+v %v", res, err)
 	}

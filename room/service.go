@@ -497,7 +497,7 @@ func (s *Service) handleRecords(req micro.Request, _ *orderTicket) {
 	}
 	// Decide nothing that could not be answered: even reduced to their
 	// outcomes, the items must fit in one reply.
-	if most := (s.maxPayload - recordsReplyOverhead) / minRecordItemBytes; n > most {
+	if most := (s.maxPayload - RecordsReplyOverhead) / minRecordItemBytes; n > most {
 		s.respondError(req, "400", events.BadRequest, fmt.Sprintf("%d records: this server's max payload (%d bytes) answers at most %d per request", n, s.maxPayload, most))
 		return
 	}
@@ -518,10 +518,7 @@ func (s *Service) handleRecords(req micro.Request, _ *orderTicket) {
 // the items, and one item reduced to its outcome (RecordsTrimmedItems) at
 // its longest ({"item":{"index":999,"outcome":"duplicate","stream_seq":
 // <20 digits>,"code":"idempotency_conflict"}},).
-const (
-	recordsReplyOverhead = 256
-	minRecordItemBytes   = 128
-)
+const minRecordItemBytes = 128
 
 // trimmedTextBytes is how long a refused item's reason and pointer stay
 // under RecordsTrimmedTexts.

@@ -5,7 +5,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/roompub/roompub/room"
+	"github.com/roompub/roompub/room/client"
 )
 
 // TestShipResendsAheadBodiesIntact: with two gates and almost no ahead
@@ -19,10 +19,10 @@ func TestShipResendsAheadBodiesIntact(t *testing.T) {
 	svc2 := e.secondService()
 	es, body := journal(t, "run-resend", "cap-resend-ahead", 1500)
 	dir := capsuleDir(t, "run-resend", "cap-resend-ahead", body)
-	client := room.NewClient(e.connect(), room.ClientOptions{})
+	cl := client.New(e.connect(), client.Options{})
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	res, err := room.ShipCapsule(ctx, client, dir, "room:resend", room.ShipOptions{BatchLines: 10, Pipeline: 6})
+	res, err := client.ShipCapsule(ctx, cl, dir, "room:resend", client.ShipOptions{BatchLines: 10, Pipeline: 6})
 	if err != nil || res.Refused != nil || res.Stored != len(es) || res.Head.Next != int64(len(es)) {
 		t.Fatalf("ship: %+v %v", res, err)
 	}

@@ -13,6 +13,7 @@ import (
 
 	"github.com/roompub/roompub/events"
 	"github.com/roompub/roompub/room"
+	"github.com/roompub/roompub/room/client"
 	"github.com/roompub/roompub/room/embedded"
 )
 
@@ -25,13 +26,13 @@ func TestShipRoomConflictNamesTheRoom(t *testing.T) {
 	e := newEnv(t)
 	_, body := journal(t, "run-conflict", "cap-conflict", 5)
 	dir := capsuleDir(t, "run-conflict", "cap-conflict", body)
-	client := room.NewClient(e.connect(), room.ClientOptions{})
+	cl := client.New(e.connect(), client.Options{})
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	if res, err := room.ShipCapsule(ctx, client, dir, "room:alpha", room.ShipOptions{}); err != nil || res.Stored != 5 {
+	if res, err := client.ShipCapsule(ctx, cl, dir, "room:alpha", client.ShipOptions{}); err != nil || res.Stored != 5 {
 		t.Fatalf("ship into room:alpha: %+v %v", res, err)
 	}
-	res, err := room.ShipCapsule(ctx, client, dir, "room:beta", room.ShipOptions{})
+	res, err := client.ShipCapsule(ctx, cl, dir, "room:beta", client.ShipOptions{})
 	if err != nil || res.Refused == nil || res.Stored != 0 {
 		t.Fatalf("ship into room:beta: %+v %v", res, err)
 	}
@@ -74,13 +75,13 @@ func TestFollowCapsuleBeforeServer(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	type result struct {
-		res room.ShipResult
+		res client.ShipResult
 		err error
 	}
 	done := make(chan result, 1)
 	go func() {
-		res, err := room.FollowCapsule(ctx, room.NewClient(nc, room.ClientOptions{Timeout: 5 * time.Second}), dir, "room:early",
-			room.ShipOptions{Poll: 50 * time.Millisecond, Retry: 100 * time.Millisecond}, func(room.ShipResult) {})
+		res, err := client.FollowCapsule(ctx, client.New(nc, client.Options{Timeout: 5 * time.Second}), dir, "room:early",
+			client.ShipOptions{Poll: 50 * time.Millisecond, Retry: 100 * time.Millisecond}, func(client.ShipResult) {})
 		done <- result{res, err}
 	}()
 	time.Sleep(300 * time.Millisecond)
@@ -116,16 +117,16 @@ func TestShipCapsuleStopped(t *testing.T) {
 	const total = 6000
 	_, body := journal(t, "run-stop", "cap-stop", total)
 	dir := capsuleDir(t, "run-stop", "cap-stop", body)
-	client := room.NewClient(e.connect(), room.ClientOptions{})
+	cl := client.New(e.connect(), client.Options{})
 	ctx, cancel := context.WithCancelCause(context.Background())
 	defer cancel(nil)
 	interrupt := errors.New("interrupted by the test")
-	res, err := room.ShipCapsule(ctx, client, dir, "room:stop", room.ShipOptions{BatchLines: 500, Progress: func(r room.ShipResult) {
+	res, err := client.ShipCapsule(ctx, cl, dir, "room:stop", client.ShipOptions{BatchLines: 500, Progress: func(r client.ShipResult) {
 		if r.Stored >= 1000 {
 			cancel(interrupt) // two replies in: the next requests are in flight
 		}
 	}})
-	if !errors.Is(err, room.ErrStopped) || !errors.Is(err, interrupt) {
+	if !errors.Is(err, client.ErrStopped) || !errors.Is(err, interrupt) {
 		t.Errorf("error %v, want ErrStopped and the cause", err)
 	}
 	subj := room.Subjects{}.Journal("room:stop", events.ChainKey{RunID: "run-stop", CapsuleID: "cap-stop"})
@@ -139,7 +140,7 @@ func TestShipCapsuleStopped(t *testing.T) {
 		t.Errorf("error %q does not say what the stream holds", err)
 	}
 	// Running again resumes where the stream stands.
-	res, err = room.ShipCapsule(context.Background(), client, dir, "room:stop", room.ShipOptions{})
+	res, err = client.ShipCapsule(context.Background(), cl, dir, "room:stop", client.ShipOptions{})
 	if err != nil || res.Skipped != int(held) || res.Stored != total-int(held) {
 		t.Fatalf("resume: %+v %v", res, err)
 	}
@@ -153,15 +154,15 @@ func TestFollowCapsuleStopped(t *testing.T) {
 	const total = 6000
 	_, body := journal(t, "run-fstop", "cap-fstop", total)
 	dir := capsuleDir(t, "run-fstop", "cap-fstop", body)
-	client := room.NewClient(e.connect(), room.ClientOptions{})
+	cl := client.New(e.connect(), client.Options{})
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	var last room.ShipResult
-	res, err := room.FollowCapsule(ctx, client, dir, "room:fstop", room.ShipOptions{BatchLines: 500, Progress: func(r room.ShipResult) {
+	var last client.ShipResult
+	res, err := client.FollowCapsule(ctx, cl, dir, "room:fstop", client.ShipOptions{BatchLines: 500, Progress: func(r client.ShipResult) {
 		if r.Stored >= 1000 {
 			cancel()
 		}
-	}}, func(r room.ShipResult) { last = r })
+	}}, func(r client.ShipResult) { last = r })
 	if err != nil {
 		t.Fatalf("follow: %v", err)
 	}

@@ -17,6 +17,7 @@ import (
 
 	"github.com/roompub/roompub/events"
 	"github.com/roompub/roompub/room/embedded"
+	"github.com/roompub/roompub/room/internal/jsapi"
 )
 
 // ErrStreamReplaced is wrapped by Serve's error when the room stream it
@@ -538,7 +539,7 @@ func openStream(ctx context.Context, js jetstream.JetStream, cfg jetstream.Strea
 func setupRetry(ctx context.Context, f func() error) error {
 	for attempt := 0; ; attempt++ {
 		err := f()
-		if err == nil || !isRetryable(err) || !sleepCtx(ctx, backoff(attempt)) {
+		if err == nil || !isRetryable(err) || !jsapi.Sleep(ctx, backoff(attempt)) {
 			return err
 		}
 	}

@@ -170,3 +170,17 @@ type ErrorReply struct {
 	Code   events.Code `json:"code,omitempty"`
 	Reason string      `json:"reason"`
 }
+
+// RefusedItem is the reply item of the item at idx refused for problems
+// (in check order, at least one): its code, location and reason are the
+// first problem's, and every problem is listed.
+func RefusedItem(idx int, problems []events.Problem) ItemResult {
+	ref := events.NewRefusal(problems)
+	at := ref.At
+	return ItemResult{Index: idx, Outcome: OutcomeRefused, Code: ref.Code, At: &at, Reason: ref.Reason, Problems: ref.Problems}
+}
+
+// RecordsReplyOverhead is how many bytes of a records reply are not its
+// items (the counts and brackets around them): a client sizes its
+// requests so that the reply fits the server's max payload.
+const RecordsReplyOverhead = 256

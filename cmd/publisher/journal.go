@@ -21,6 +21,7 @@ import (
 	"github.com/roompub/roompub/config"
 	"github.com/roompub/roompub/events"
 	"github.com/roompub/roompub/room"
+	"github.com/roompub/roompub/room/client"
 	"github.com/roompub/roompub/validate"
 )
 
@@ -30,7 +31,7 @@ import (
 var errShipFailed = errors.New("could not be shipped")
 
 // runAgainToResume ends the message of an error a rerun can get past
-// (room.Retryable), and only of those.
+// (client.Retryable), and only of those.
 const runAgainToResume = "run again to resume"
 
 type journalCmd struct {
@@ -91,7 +92,7 @@ func (c *journalCmd) Run(s *streams) error {
 	if err != nil {
 		if c.JSON { // one object per capsule, as --json promises
 			for _, dir := range c.Dirs {
-				out.print(room.ShipResult{Dir: dir, RoomID: c.Room}, fmt.Errorf("not sent: %w", err))
+				out.print(client.ShipResult{Dir: dir, RoomID: c.Room}, fmt.Errorf("not sent: %w", err))
 			}
 		}
 		return err
@@ -101,10 +102,10 @@ func (c *journalCmd) Run(s *streams) error {
 	if err != nil {
 		return err
 	}
-	client := room.NewClient(nc, room.ClientOptions{Timeout: c.Timeout, Identity: id})
+	cl := client.New(nc, client.Options{Timeout: c.Timeout, Identity: id})
 	var refused, failed int
 	var mu sync.Mutex
-	note := func(res room.ShipResult, err error) {
+	note := func(res client.ShipResult, err error) {
 		mu.Lock()
 		defer mu.Unlock()
 		out.print(res, err)
@@ -113,7 +114,7 @@ func (c *journalCmd) Run(s *streams) error {
 		}
 		if err != nil {
 			failed++
-			if room.Retryable(err) {
+			if client.Retryable(err) {
 				fmt.Fprintf(s.err, "publisher: %s: %v (%s)\n", res.Dir, err, runAgainToResume)
 			} else {
 				fmt.Fprintf(s.err, "publisher: %s: %v\n", res.Dir, err)
@@ -127,7 +128,7 @@ func (c *journalCmd) Run(s *streams) error {
 			go func() {
 				defer wg.Done()
 				var lastPrinted int
-				res, err := room.FollowCapsule(ctx, client, dir, c.Room, room.ShipOptions{}, func(r room.ShipResult) {
+				res, err := client.FollowCapsule(ctx, cl, dir, c.Room, client.ShipOptions{}, func(r client.ShipResult) {
 					if r.Stored+r.Duplicates != lastPrinted || r.Refused != nil {
 						lastPrinted = r.Stored + r.Duplicates
 						note(r, nil)
@@ -148,7 +149,7 @@ func (c *journalCmd) Run(s *streams) error {
 				break
 			}
 			bar := newBar(s.err, dir)
-			res, err := room.ShipCapsule(ctx, client, dir, c.Room, room.ShipOptions{Progress: bar.update})
+			res, err := client.ShipCapsule(ctx, cl, dir, c.Room, client.ShipOptions{Progress: bar.update})
 			bar.finish()
 			note(res, err)
 		}
@@ -173,7 +174,7 @@ func (c *journalCmd) Run(s *streams) error {
 func notSent(s *streams, out *shipPrinter, dirs []string, roomID string, cause error) {
 	if out.json {
 		for _, dir := range dirs {
-			out.print(room.ShipResult{Dir: dir, RoomID: roomID}, fmt.Errorf("not sent: %w", cause))
+			out.print(client.ShipResult{Dir: dir, RoomID: roomID}, fmt.Errorf("not sent: %w", cause))
 		}
 	}
 	more := ""
@@ -195,13 +196,13 @@ func withConnectionLoss(ctx context.Context) (context.Context, context.CancelFun
 }
 
 // connectionLossOptions makes a lost connection cancel ctx with the cause
-// "connection to NATS lost" (room.ErrUnavailable: a rerun may get past
+// "connection to NATS lost" (client.ErrUnavailable: a rerun may get past
 // it), and turns reconnecting off.
 func connectionLossOptions(ctx context.Context) []nats.Option {
 	cancel, _ := ctx.Value(lossKey{}).(context.CancelCauseFunc)
 	lost := func(_ *nats.Conn, err error) {
 		if cancel != nil {
-			cancel(fmt.Errorf("%w: connection to NATS lost: %v", room.ErrUnavailable, err))
+			cancel(fmt.Errorf("%w: connection to NATS lost: %v", client.ErrUnavailable, err))
 		}
 	}
 	return []nats.Option{nats.NoReconnect(), nats.DisconnectErrHandler(lost)}
@@ -213,10 +214,10 @@ type shipPrinter struct {
 	json bool
 }
 
-func (p *shipPrinter) print(res room.ShipResult, err error) {
+func (p *shipPrinter) print(res client.ShipResult, err error) {
 	if p.json {
 		line := struct {
-			room.ShipResult
+			client.ShipResult
 			OK    bool   `json:"ok"`
 			Error string `json:"error,omitempty"`
 		}{ShipResult: res, OK: err == nil && res.Refused == nil}
@@ -292,7 +293,7 @@ func newBar(w io.Writer, dir string) *bar {
 	)}
 }
 
-func (b *bar) update(r room.ShipResult) {
+func (b *bar) update(r client.ShipResult) {
 	if b.pb != nil {
 		_ = b.pb.Set(r.Skipped + r.Stored + r.Duplicates)
 	}
@@ -339,7 +340,7 @@ func (c *executionCmd) Run(s *streams) error {
 	if err != nil {
 		return err
 	}
-	client := room.NewClient(nc, room.ClientOptions{Timeout: c.Timeout, Identity: id})
+	cl := client.New(nc, client.Options{Timeout: c.Timeout, Identity: id})
 	var refused, failed, unreadable int
 	// The gate decides the records in the order given, several per
 	// request; the files are read a chunk at a time, so a backlog of any
@@ -364,7 +365,7 @@ func (c *executionCmd) Run(s *streams) error {
 			sent[i] = len(raws)
 			raws = append(raws, raw)
 		}
-		replies, err := client.AppendRecords(ctx, raws)
+		replies, err := cl.AppendRecords(ctx, raws)
 		if err == nil && ctx.Err() != nil {
 			err = ctx.Err()
 		}

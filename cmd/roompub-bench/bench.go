@@ -25,6 +25,7 @@ import (
 	"github.com/roompub/roompub/config"
 	"github.com/roompub/roompub/events"
 	"github.com/roompub/roompub/room"
+	"github.com/roompub/roompub/room/client"
 	"github.com/roompub/roompub/room/embedded"
 	"github.com/roompub/roompub/validate"
 )
@@ -131,7 +132,7 @@ type bench struct {
 	gateNC       *nats.Conn
 	svc          *room.Service
 	clientNC     *nats.Conn
-	client       *room.Client
+	client       *client.Client
 	pubInflight  string // how roompub's side is capped, for the table
 	inflightNote string
 	rounds       int
@@ -265,7 +266,7 @@ func (b *bench) start() error {
 	if b.nc, err = nats.Connect(b.emb.ClientURL(), nats.Name("roompub-bench-raw")); err != nil {
 		return err
 	}
-	// The raw side waits for an acknowledgement as long as roompub's client
+	// The raw side waits for an acknowledgement as long as roompub's cl
 	// waits for a reply.
 	if b.js, err = jetstream.New(b.nc, jetstream.WithDefaultTimeout(b.c.Timeout)); err != nil {
 		return err
@@ -325,7 +326,7 @@ func (b *bench) startRoompub() error {
 	if b.clientNC, err = nats.Connect(b.emb.ClientURL(), nats.Name("roompub-bench-harness")); err != nil {
 		return err
 	}
-	b.client = room.NewClient(b.clientNC, room.ClientOptions{Timeout: b.c.Timeout})
+	b.client = client.New(b.clientNC, client.Options{Timeout: b.c.Timeout})
 	b.pubInflight = fmt.Sprintf("all shipping at once; the gate's atomic batches: up to %d messages, at most %d in flight (GateOptions.MaxBatch, MaxInflightBatches; the ingest service at serve's default concurrency)",
 		b.c.Batch, b.c.Inflight)
 	b.inflightNote = fmt.Sprintf("raw: at most %d atomic batches in flight; roompub: %s", b.c.Inflight, b.pubInflight)

@@ -18,6 +18,7 @@ import (
 
 	"github.com/roompub/roompub/events"
 	"github.com/roompub/roompub/room"
+	"github.com/roompub/roompub/room/client"
 )
 
 // rawBatches appends lines (one chain, from its first entry) to the chain's
@@ -78,10 +79,10 @@ func publishBatch(ctx context.Context, js jetstream.JetStream, subj, anyRoom str
 	return ack.Sequence, nil
 }
 
-// ship ships one capsule directory through roompub (room.ShipCapsule, what
+// ship ships one capsule directory through roompub (client.ShipCapsule, what
 // `publisher journal` does) and returns the entries stored.
 func (b *bench) ship(dir, roomID string, want int) (int, error) {
-	res, err := room.ShipCapsule(b.ctx, b.client, dir, roomID, room.ShipOptions{Pipeline: b.c.Pipeline})
+	res, err := client.ShipCapsule(b.ctx, b.client, dir, roomID, client.ShipOptions{Pipeline: b.c.Pipeline})
 	if err != nil {
 		return res.Stored, fmt.Errorf("ship %s: %w", dir, err)
 	}
@@ -151,7 +152,7 @@ func (b *bench) longChain() (*result, error) {
 	n := b.sz.chainEntries
 	r := &result{key: "long_chain", name: fmt.Sprintf("long chain (1 × %d)", n), unit: "entries", items: n * b.rounds, floor: 0.5,
 		rawHow: fmt.Sprintf("jetstreamext.PublishMsgBatch, %d per atomic batch, one after another", b.c.Batch),
-		pubHow: "room.ShipCapsule of the capsule directory: client, ingest service, gate, chain check, " + b.storePath()}
+		pubHow: "client.ShipCapsule of the capsule directory: client, ingest service, gate, chain check, " + b.storePath()}
 	_, _, rawRoom, pubRoom := sides("long", 0, 0)
 	err := b.inRounds(r, func(round int) (side, error) {
 		meta, _, roomID, _ := sides("long", round, 0)
@@ -248,7 +249,7 @@ func (b *bench) parallel() (*result, error) {
 	k, n := b.sz.chains, b.sz.chainLength
 	r := &result{key: "parallel", name: fmt.Sprintf("parallel (%d × %d)", k, n), unit: "entries", items: k * n * b.rounds, floor: 0.6,
 		rawHow: fmt.Sprintf("%d goroutines, atomic batches of up to %d, at most %d in flight", k, b.c.Batch, b.c.Inflight),
-		pubHow: fmt.Sprintf("%d room.ShipCapsule goroutines, %s", k, b.pubInflight)}
+		pubHow: fmt.Sprintf("%d client.ShipCapsule goroutines, %s", k, b.pubInflight)}
 	_, _, rawRoom, pubRoom := sides("par", 0, 0)
 	err := b.inRounds(r, func(round int) (side, error) {
 		chains := make([]*chain, k)

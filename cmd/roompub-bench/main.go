@@ -67,7 +67,7 @@ type cli struct {
 	VerifyEntries int `name:"verify-entries" placeholder:"N" help:"Entries of the verified journal (default 200000; --quick 5000)."`
 
 	Inflight int `name:"inflight" default:"50" help:"Atomic batches in flight at once, on both sides (the server allows 50 per stream by default)."`
-	Pipeline int `name:"pipeline" placeholder:"N" help:"Journal requests of one capsule in flight at once on roompub's side (room.ShipOptions.Pipeline; default its default, 2; 1 sends one after another)."`
+	Pipeline int `name:"pipeline" placeholder:"N" help:"Journal requests of one capsule in flight at once on roompub's side (client.ShipOptions.Pipeline; default its default, 2; 1 sends one after another)."`
 	Batch    int `name:"batch" default:"1000" help:"Messages per raw atomic batch (the server allows 1000)."`
 	Rounds   int `name:"rounds" placeholder:"N" help:"Rounds of the long chain, parallel and records scenarios, raw first in odd rounds, roompub first in even ones; each side's work is added up (default 3; --quick 2)."`
 	Repeat   int `name:"repeat" default:"3" help:"Runs of verify and sha256sum, alternating; the medians count."`

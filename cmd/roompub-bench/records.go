@@ -14,7 +14,7 @@ import (
 // records: pre-signed execution records, one synchronous publish each
 // with the headers the gate sets for records (Nats-Msg-Id = the content
 // digest, the expected last sequence of the room's record subject) versus
-// room.Client.AppendRecords (what publisher execution does): the gate
+// client.Client.AppendRecords (what publisher execution does): the gate
 // stores each record with its own synchronous publish too, one after
 // another, checking the next ones meanwhile.
 func (b *bench) records() (*result, error) {
@@ -25,7 +25,7 @@ func (b *bench) records() (*result, error) {
 	const rawRoom, pubRoom = "room:bench-raw-records", "room:bench-pub-records"
 	r := &result{key: "records", name: fmt.Sprintf("records (%d)", n), unit: "records", items: n * b.rounds, floor: 0.6,
 		rawHow: "js.PublishMsg per record, Nats-Msg-Id and expected last subject sequence, one after another",
-		pubHow: fmt.Sprintf("room.Client.AppendRecords, %d records per request (ingest service, gate: schema, signature, trust, room rules; ", room.DefaultRecordsPerRequest) +
+		pubHow: fmt.Sprintf("client.Client.AppendRecords, %d records per request (ingest service, gate: schema, signature, trust, room rules; ", room.DefaultRecordsPerRequest) +
 			b.storePath() + "), each record its own synchronous store, one after another"}
 	// Each round signs its own records (untimed), tagged by side and
 	// round so that no two share an idempotency/key or run/ref.

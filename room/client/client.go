@@ -1,4 +1,4 @@
-package room
+package client
 
 import (
 	"bytes"
@@ -15,6 +15,8 @@ import (
 	fastjson "github.com/segmentio/encoding/json"
 
 	"github.com/roompub/roompub/events"
+	"github.com/roompub/roompub/room"
+	"github.com/roompub/roompub/room/internal/jsapi"
 )
 
 // ErrUnavailable is wrapped by Client calls whose request got no answer
@@ -23,10 +25,10 @@ import (
 var ErrUnavailable = errors.New("ingest service unavailable")
 
 // ServiceError is a request-level error reply from the ingest service
-// (Nats-Service-Error-Code and an ErrorReply body).
+// (Nats-Service-Error-Code and an room.ErrorReply body).
 type ServiceError struct {
 	Status string // the Nats-Service-Error-Code header, e.g. "400"
-	ErrorReply
+	room.ErrorReply
 }
 
 func (e *ServiceError) Error() string {
@@ -87,24 +89,24 @@ func retryOverQuota(ctx context.Context, send func() error) error {
 			return err
 		}
 		wait := d/2 + rand.N(d/2+1)
-		if !sleepCtx(ctx, wait) {
+		if !jsapi.Sleep(ctx, wait) {
 			return ctx.Err()
 		}
 		d = min(2*d, quotaBackoffMax)
 	}
 }
 
-// ClientOptions configures a Client; the zero value is the default.
-type ClientOptions struct {
+// Options configures a Client; the zero value is the default.
+type Options struct {
 	// Prefix is the ingest service's subject prefix; default
-	// DefaultServicePrefix.
+	// room.DefaultServicePrefix.
 	Prefix string
 	// Timeout bounds one request when ctx has no deadline; default 30s (a
 	// batch of 1,000 fsynced appends takes a while).
 	Timeout time.Duration
-	// Identity is the IdentityToken of the connection's NATS user, or
-	// Anonymous: requests go to ServiceSubject(Prefix, Identity, …), and
-	// the connection must use InboxPrefix(Identity) for its replies
+	// Identity is the room.IdentityToken of the connection's NATS user, or
+	// Anonymous: requests go to room.ServiceSubject(Prefix, Identity, …), and
+	// the connection must use room.InboxPrefix(Identity) for its replies
 	// (nats.CustomInboxPrefix), the only reply subjects the service
 	// answers on (docs/secure-mode.md, "Identities and replies").
 	Identity string
@@ -118,11 +120,11 @@ type Client struct {
 	timeout  time.Duration
 }
 
-// NewClient returns a client on nc.
-func NewClient(nc *nats.Conn, o ClientOptions) *Client {
+// New returns a client on nc.
+func New(nc *nats.Conn, o Options) *Client {
 	c := &Client{nc: nc, prefix: o.Prefix, timeout: o.Timeout, identity: o.Identity}
 	if c.prefix == "" {
-		c.prefix = DefaultServicePrefix
+		c.prefix = room.DefaultServicePrefix
 	}
 	if c.timeout <= 0 {
 		c.timeout = 30 * time.Second
@@ -161,7 +163,7 @@ func (c *Client) request(ctx context.Context, endpoint string, hdr nats.Header, 
 		case <-done:
 		}
 	}()
-	msg := &nats.Msg{Subject: ServiceSubject(c.prefix, c.identity, endpoint), Header: hdr, Data: body}
+	msg := &nats.Msg{Subject: room.ServiceSubject(c.prefix, c.identity, endpoint), Header: hdr, Data: body}
 	resp, err := c.nc.RequestMsgWithContext(ctx, msg)
 	if err != nil {
 		if cause := context.Cause(ctx); errors.Is(cause, errConnectionLost) {
@@ -185,9 +187,9 @@ func (c *Client) request(ctx context.Context, endpoint string, hdr nats.Header, 
 }
 
 // Head asks where a chain stands.
-func (c *Client) Head(ctx context.Context, key events.ChainKey) (ChainHead, error) {
-	body, _ := json.Marshal(HeadRequest{RunID: key.RunID, CapsuleID: key.CapsuleID})
-	var h ChainHead
+func (c *Client) Head(ctx context.Context, key events.ChainKey) (room.ChainHead, error) {
+	body, _ := json.Marshal(room.HeadRequest{RunID: key.RunID, CapsuleID: key.CapsuleID})
+	var h room.ChainHead
 	err := c.request(ctx, "head", nil, body, &h)
 	return h, err
 }
@@ -196,34 +198,34 @@ func (c *Client) Head(ctx context.Context, key events.ChainKey) (ChainHead, erro
 // roomID. capsule, when not nil, is sent as the Roompub-Capsule header.
 // Errors: *ServiceError for a request-level refusal, ErrUnavailable when
 // no answer came.
-func (c *Client) AppendJournal(ctx context.Context, roomID string, capsule *events.CapsuleMeta, lines []byte) (JournalReply, error) {
+func (c *Client) AppendJournal(ctx context.Context, roomID string, capsule *events.CapsuleMeta, lines []byte) (room.JournalReply, error) {
 	return c.appendJournal(ctx, roomID, capsule, lines, -1, false)
 }
 
 // appendJournal is AppendJournal; after >= 0 marks the request
 // HeaderPipelined: the request ahead of it, whose last line has seq after,
-// is in flight; brief asks for a brief reply (HeaderReply).
-func (c *Client) appendJournal(ctx context.Context, roomID string, capsule *events.CapsuleMeta, lines []byte, after int64, brief bool) (JournalReply, error) {
+// is in flight; brief asks for a brief reply (room.HeaderReply).
+func (c *Client) appendJournal(ctx context.Context, roomID string, capsule *events.CapsuleMeta, lines []byte, after int64, brief bool) (room.JournalReply, error) {
 	hdr := nats.Header{}
-	hdr.Set(HeaderRoom, roomID)
+	hdr.Set(room.HeaderRoom, roomID)
 	if after >= 0 {
-		hdr.Set(HeaderPipelined, strconv.FormatInt(after, 10))
+		hdr.Set(room.HeaderPipelined, strconv.FormatInt(after, 10))
 	}
 	if brief {
-		hdr.Set(HeaderReply, ReplyBrief)
+		hdr.Set(room.HeaderReply, room.ReplyBrief)
 	}
 	if capsule != nil {
 		b, err := json.Marshal(capsule)
 		if err != nil {
-			return JournalReply{}, err
+			return room.JournalReply{}, err
 		}
-		hdr.Set(HeaderCapsule, string(b))
+		hdr.Set(room.HeaderCapsule, string(b))
 	}
 	// One item per line comes back: room for them up front spares the
 	// decoder growing the slice (about half its allocations).
 	// Items stays nil when the reply holds none (an error, say), as it
 	// would without the room.
-	r := JournalReply{Items: make([]ItemResult, 0, min(bytes.Count(lines, newline)+1, MaxBatchLines+1))}
+	r := room.JournalReply{Items: make([]room.ItemResult, 0, min(bytes.Count(lines, newline)+1, room.MaxBatchLines+1))}
 	err := c.request(ctx, "journal", hdr, lines, &r)
 	if len(r.Items) == 0 {
 		r.Items = nil
@@ -234,14 +236,14 @@ func (c *Client) appendJournal(ctx context.Context, roomID string, capsule *even
 var newline = []byte{'\n'}
 
 // AppendRecord sends one execution record.
-func (c *Client) AppendRecord(ctx context.Context, raw []byte) (RecordReply, error) {
-	var r RecordReply
+func (c *Client) AppendRecord(ctx context.Context, raw []byte) (room.RecordReply, error) {
+	var r room.RecordReply
 	err := c.request(ctx, "execution", nil, raw, &r)
 	return r, err
 }
 
 // AppendRecords sends execution records (each any JSON formatting) through
-// the records endpoint, up to DefaultRecordsPerRequest in one request, and
+// the records endpoint, up to room.DefaultRecordsPerRequest in one request, and
 // returns one reply per record, in order, with Item.Index its position in
 // raws. The gate decides them in order, as AppendRecord one after another
 // would, storing each as its own message (Gate.AppendRecords). A record
@@ -261,21 +263,21 @@ func (c *Client) AppendRecord(ctx context.Context, raw []byte) (RecordReply, err
 // the request is sent again after a bounded, jittered back-off. Either way the records from len(replies) on were not answered; send the
 // failed, skipped and unanswered ones again (a record already stored is
 // answered duplicate).
-func (c *Client) AppendRecords(ctx context.Context, raws [][]byte) ([]RecordReply, error) {
-	out := make([]RecordReply, 0, len(raws))
+func (c *Client) AppendRecords(ctx context.Context, raws [][]byte) ([]room.RecordReply, error) {
+	out := make([]room.RecordReply, 0, len(raws))
 	maxBody := int(c.nc.MaxPayload())
 	// Fewer per request on a server with a small max payload, so that
 	// the reply, about a kilobyte per record at most in practice, fits.
-	perRequest := max(1, min(DefaultRecordsPerRequest, (maxBody-recordsReplyOverhead)/1024))
+	perRequest := max(1, min(room.DefaultRecordsPerRequest, (maxBody-room.RecordsReplyOverhead)/1024))
 	var body, line bytes.Buffer
 	n, first := 0, 0 // records in body, and the index of its first
 	flush := func() error {
 		if n == 0 {
 			return nil
 		}
-		var r RecordsReply
+		var r room.RecordsReply
 		err := retryOverQuota(ctx, func() error {
-			r = RecordsReply{}
+			r = room.RecordsReply{}
 			return c.request(ctx, "records", nil, body.Bytes(), &r)
 		})
 		if err != nil {
@@ -305,9 +307,9 @@ func (c *Client) AppendRecords(ctx context.Context, raws [][]byte) ([]RecordRepl
 			if err == nil {
 				alone = line.Bytes()
 			}
-			var r RecordReply
+			var r room.RecordReply
 			if len(alone) > maxBody {
-				r.Item = refused(i, []events.Problem{{Code: events.TooLarge,
+				r.Item = room.RefusedItem(i, []events.Problem{{Code: events.TooLarge,
 					Reason: fmt.Sprintf("the record is %d bytes: over the server's max payload of %d bytes, so it was not sent", len(alone), maxBody)}})
 			} else if err = retryOverQuota(ctx, func() (err error) { r, err = c.AppendRecord(ctx, alone); return err }); err != nil {
 				return out, err
@@ -338,9 +340,9 @@ func (c *Client) AppendRecords(ctx context.Context, raws [][]byte) ([]RecordRepl
 // the gate did not decide (failed, or skipped: a gate stopping between
 // records answers the rest skipped, with no failed one before them), or
 // nil.
-func notDecided(replies []RecordReply) error {
+func notDecided(replies []room.RecordReply) error {
 	for _, r := range replies {
-		if r.Item.Outcome == OutcomeFailed || r.Item.Outcome == OutcomeSkipped {
+		if r.Item.Outcome == room.OutcomeFailed || r.Item.Outcome == room.OutcomeSkipped {
 			return fmt.Errorf("%w: record %d was not decided: %s", ErrUnavailable, r.Item.Index, r.Item.Reason)
 		}
 	}

@@ -1,4 +1,4 @@
-package room
+package client
 
 import (
 	"bufio"
@@ -12,13 +12,14 @@ import (
 	"time"
 
 	"github.com/roompub/roompub/events"
+	"github.com/roompub/roompub/room"
 	"github.com/roompub/roompub/validate"
 )
 
 // ShipOptions configures ShipCapsule and FollowCapsule; the zero value is
 // the default.
 type ShipOptions struct {
-	// BatchLines bounds the lines of one request; default MaxBatchLines.
+	// BatchLines bounds the lines of one request; default room.MaxBatchLines.
 	BatchLines int
 	// BatchBytes bounds the body of one request; default the max payload
 	// of the server connected to when a pass begins, less 8 KiB for
@@ -52,7 +53,7 @@ type ShipResult struct {
 	Stored     int `json:"stored"`
 	Duplicates int `json:"duplicates"`
 	// Head is the chain's head in the stream after the run.
-	Head ChainHead `json:"head"`
+	Head room.ChainHead `json:"head"`
 	// Refused is the first refused line (file line numbers), if any.
 	Refused *LineRefusal `json:"refused,omitempty"`
 	// PartialTail is set when the journal ends in a line without a
@@ -96,8 +97,8 @@ type shipper struct {
 }
 
 func newShipper(ctx context.Context, c *Client, dir, roomID string, o ShipOptions) (*shipper, error) {
-	if o.BatchLines <= 0 || o.BatchLines > MaxBatchLines {
-		o.BatchLines = MaxBatchLines
+	if o.BatchLines <= 0 || o.BatchLines > room.MaxBatchLines {
+		o.BatchLines = room.MaxBatchLines
 	}
 	if o.Pipeline <= 0 {
 		o.Pipeline = DefaultPipeline
@@ -139,7 +140,7 @@ func newShipper(ctx context.Context, c *Client, dir, roomID string, o ShipOption
 // is refused as verify refuses it, not counted as stored (a breaker's
 // tampered line was reported "already stored" from its claimed hash).
 func (s *shipper) resume(ctx context.Context) error {
-	var head ChainHead
+	var head room.ChainHead
 	err := retryOverQuota(ctx, func() (err error) { head, err = s.c.Head(ctx, s.meta.Key()); return err })
 	if err != nil {
 		return err
@@ -412,12 +413,12 @@ type shipment struct {
 	first int
 	lines int
 	// after is the seq of the last line of the request ahead of it, in
-	// flight when it was sent (HeaderPipelined); -1: none in flight, or
+	// flight when it was sent (room.HeaderPipelined); -1: none in flight, or
 	// that line has no seq to read (it is refused: this one is abandoned).
 	after   int64
 	lastSeq int64 // the seq of its own last line, -1 if it cannot be read
 	done    chan struct{}
-	reply   JournalReply
+	reply   room.JournalReply
 	err     error
 }
 
@@ -477,10 +478,10 @@ func (p *pipeline) settle() {
 
 // request sends one journal request of the capsule; after >= 0: the one
 // ahead of it, whose last line has seq after, is in flight
-// (HeaderPipelined).
-func (s *shipper) request(ctx context.Context, body []byte, after int64) (JournalReply, error) {
+// (room.HeaderPipelined).
+func (s *shipper) request(ctx context.Context, body []byte, after int64) (room.JournalReply, error) {
 	capsule := s.meta
-	var r JournalReply
+	var r room.JournalReply
 	// An over_quota answer decided nothing: send it again after a back-off
 	// (retryOverQuota); it is never a refusal of the lines.
 	err := retryOverQuota(ctx, func() (err error) {
@@ -494,13 +495,19 @@ func (s *shipper) request(ctx context.Context, body []byte, after int64) (Journa
 // or -1.
 func lastSeq(body []byte) int64 {
 	ln := bytes.TrimSuffix(body, []byte{'\n'})
-	_, seq := lineSeq(ln[bytes.LastIndexByte(ln, '\n')+1:])
-	return seq
+	e, _ := events.ParseLineOwned(ln[bytes.LastIndexByte(ln, '\n')+1:], events.Location{})
+	if e == nil {
+		return -1
+	}
+	if seq, ok := e.Seq(); ok {
+		return seq
+	}
+	return -1
 }
 
 // settle takes the reply to the request whose first line is file line
 // first+1, and moves the cursor past what was stored or found stored.
-func (s *shipper) settle(body []byte, first int, reply JournalReply, err error) error {
+func (s *shipper) settle(body []byte, first int, reply room.JournalReply, err error) error {
 	if err != nil {
 		s.line = first // not shipped: resend from here
 		var se *ServiceError
@@ -519,10 +526,10 @@ func (s *shipper) settle(body []byte, first int, reply JournalReply, err error) 
 	shipped := 0
 	for _, it := range reply.Items {
 		switch it.Outcome {
-		case OutcomeStored, OutcomeDuplicate:
+		case room.OutcomeStored, room.OutcomeDuplicate:
 			shipped++
 			continue
-		case OutcomeRefused:
+		case room.OutcomeRefused:
 			// The item's first problem is its code's: it holds the values
 			// the rule compared (room_conflict's rooms, say).
 			p := events.Problem{Code: it.Code, Reason: it.Reason}
@@ -533,7 +540,7 @@ func (s *shipper) settle(body []byte, first int, reply JournalReply, err error) 
 			if it.At != nil {
 				s.res.Refused.At = relocate([]events.Problem{{At: *it.At}}, s.jpath, first)[0].At
 			}
-		case OutcomeFailed:
+		case room.OutcomeFailed:
 			err = fmt.Errorf("%w: line %d not decided: %s", ErrUnavailable, first+it.Index+1, it.Reason)
 		}
 		break

@@ -13,6 +13,7 @@ import (
 
 	"github.com/roompub/roompub/events"
 	"github.com/roompub/roompub/room"
+	"github.com/roompub/roompub/room/client"
 )
 
 // clusterRun is the state shared by the cluster's fault phases: one
@@ -470,7 +471,7 @@ func TestClusterStaleReplica(t *testing.T) {
 	const roomID = "room:stale-replica"
 	onX, onL := ingestClient(t, x.url()), ingestClient(t, l.url())
 
-	send := func(cli *room.Client, from, to int) room.JournalReply {
+	send := func(cli *client.Client, from, to int) room.JournalReply {
 		t.Helper()
 		ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 		defer cancel()
@@ -541,13 +542,13 @@ func TestClusterStaleReplica(t *testing.T) {
 	auditClean(t, tl, cl.urls(), []string{key.NodeID()}, 210, 0, 1)
 }
 
-// ingestClient is a room.Client on a connection to url only.
-func ingestClient(t *testing.T, url string) *room.Client {
+// ingestClient is a client.Client on a connection to url only.
+func ingestClient(t *testing.T, url string) *client.Client {
 	t.Helper()
 	nc, err := nats.Connect(url, nats.MaxReconnects(-1))
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(nc.Close)
-	return room.NewClient(nc, room.ClientOptions{Timeout: 60 * time.Second})
+	return client.New(nc, client.Options{Timeout: 60 * time.Second})
 }

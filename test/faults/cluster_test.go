@@ -15,7 +15,7 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/roompub/roompub/events"
-	"github.com/roompub/roompub/room"
+	"github.com/roompub/roompub/room/client"
 )
 
 // natsNode is one nats-server process of the test cluster.
@@ -385,10 +385,10 @@ func (c *cluster) waitService(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		client := room.NewClient(nc, room.ClientOptions{Timeout: 2 * time.Second})
+		cl := client.New(nc, client.Options{Timeout: 2 * time.Second})
 		deadline := time.Now().Add(30 * time.Second)
 		for {
-			_, err := client.Head(context.Background(), events.ChainKey{RunID: "run-probe", CapsuleID: "cap-probe"})
+			_, err := cl.Head(context.Background(), events.ChainKey{RunID: "run-probe", CapsuleID: "cap-probe"})
 			if err == nil {
 				break
 			}

@@ -221,7 +221,7 @@ func TestReadOnlyStore(t *testing.T) {
 	p.start()
 	status := p.wait(40 * time.Second)
 	took := time.Since(start)
-	// The store's lock (room.StartEmbedded) is the first thing written.
+	// The store's lock (embedded.Start) is the first thing written.
 	want := "publisher: embedded nats-server: store directory " + store + ": lock: open " + store + "/roompub.lock: permission denied\n"
 	t.Logf("publisher serve on a read-only store: exit %d after %s: %s", status, took.Round(time.Millisecond), strings.TrimSpace(firstLine(p.stderr.String())))
 	if status != 2 || !strings.HasSuffix(p.stderr.String(), want) || took > 10*time.Second {

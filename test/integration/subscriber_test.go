@@ -29,6 +29,7 @@ import (
 
 	"github.com/roompub/roompub/events"
 	"github.com/roompub/roompub/room"
+	"github.com/roompub/roompub/room/client"
 	"github.com/roompub/roompub/room/embedded"
 	"github.com/roompub/roompub/validate"
 )
@@ -67,7 +68,7 @@ type subRooms struct {
 	url    string
 	nc     *nats.Conn
 	js     jetstream.JetStream
-	client *room.Client
+	client *client.Client
 	key    *events.HostKey // the test's own host, trusted by gate and subscriber
 }
 
@@ -108,7 +109,7 @@ func startRooms(t *testing.T) *subRooms {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = svc.Stop() })
-	return &subRooms{t: t, url: srv.ClientURL(), nc: nc, js: js, client: room.NewClient(nc, room.ClientOptions{}), key: key}
+	return &subRooms{t: t, url: srv.ClientURL(), nc: nc, js: js, client: client.New(nc, client.Options{}), key: key}
 }
 
 // args are the connection and trust flags every subscriber command takes.
@@ -733,7 +734,7 @@ func TestSubscriberFollowReexamine(t *testing.T) {
 // last line of the first run and the first of the second.
 func TestSubscriberFollowKilled(t *testing.T) {
 	r := startRooms(t)
-	res, err := room.ShipCapsule(context.Background(), r.client, filepath.Join(root, samples, "capsules", "slugify-run"), "room:long", room.ShipOptions{})
+	res, err := client.ShipCapsule(context.Background(), r.client, filepath.Join(root, samples, "capsules", "slugify-run"), "room:long", client.ShipOptions{})
 	if err != nil || res.Stored != 299 || res.Refused != nil {
 		t.Fatalf("ship: %+v %v", res, err)
 	}

@@ -35,14 +35,16 @@ var rules = map[string]rule{
 	"room":   {imports: []string{"checkpoint", "events", "room/embedded", "room/internal/jsapi", "validate"}, nats: true},
 	// The in-process nats-server and its store lock: no roompub package.
 	"room/embedded": {nats: true},
+	// The ingest service's client and the shipper of capsules.
+	"room/client": {imports: []string{"events", "room", "room/internal/jsapi", "validate"}, nats: true},
 	// Secure mode's roles and permissions, on room's vocabulary.
 	"room/secure": {imports: []string{"room"}, nats: true},
 	// The JetStream API reads a verifier needs: no roompub package.
 	"room/internal/jsapi": {nats: true},
 
-	"cmd/publisher":     {imports: []string{"config", "events", "room", "room/embedded", "room/secure", "validate"}, nats: true},
+	"cmd/publisher":     {imports: []string{"config", "events", "room", "room/client", "room/embedded", "room/secure", "validate"}, nats: true},
 	"cmd/subscriber":    {imports: []string{"checkpoint", "config", "events", "room", "validate"}, nats: true},
-	"cmd/roompub-bench": {imports: []string{"checkpoint", "config", "events", "room", "room/embedded", "validate"}, nats: true},
+	"cmd/roompub-bench": {imports: []string{"checkpoint", "config", "events", "room", "room/client", "room/embedded", "validate"}, nats: true},
 }
 
 type pkg struct {

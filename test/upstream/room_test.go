@@ -17,6 +17,7 @@ import (
 
 	"github.com/roompub/roompub/events"
 	"github.com/roompub/roompub/room"
+	"github.com/roompub/roompub/room/client"
 	"github.com/roompub/roompub/room/embedded"
 	"github.com/roompub/roompub/validate"
 )
@@ -26,11 +27,11 @@ import (
 // (what a long journal, or a follower shipping lines as they come, does).
 type shipWay struct {
 	name string
-	opts room.ShipOptions
+	opts client.ShipOptions
 }
 
 func shipWays() []shipWay {
-	return []shipWay{{"gate-batched", room.ShipOptions{}}, {"gate-per-line", room.ShipOptions{BatchLines: 1}}}
+	return []shipWay{{"gate-batched", client.ShipOptions{}}, {"gate-per-line", client.ShipOptions{BatchLines: 1}}}
 }
 
 // shipment is one sample shipped one way into a room of its own.
@@ -39,7 +40,7 @@ type shipment struct {
 	s      sample
 	roomID string
 	dir    string
-	res    room.ShipResult
+	res    client.ShipResult
 	err    error
 }
 
@@ -59,7 +60,7 @@ type roomCase struct {
 type roomWorld struct {
 	js     jetstream.JetStream
 	stream jetstream.Stream
-	client *room.Client
+	client *client.Client
 	v      *validate.Validator
 }
 
@@ -78,7 +79,7 @@ func startRoomWorld(t *testing.T) *roomWorld {
 		t.Fatal(err)
 	}
 	t.Cleanup(nc.Close)
-	w := &roomWorld{client: room.NewClient(nc, room.ClientOptions{})}
+	w := &roomWorld{client: client.New(nc, client.Options{})}
 	if w.js, err = jetstream.New(nc); err != nil {
 		t.Fatal(err)
 	}
@@ -123,7 +124,7 @@ func chainOf(c *capsule) events.ChainKey {
 }
 
 // TestGateAndReadersAgreeWithUpstream ships one sample of every class
-// through the gate (room.ShipCapsule, what `publisher journal` runs) and,
+// through the gate (client.ShipCapsule, what `publisher journal` runs) and,
 // for the classes whose fault sits in one line, writes another sample's
 // lines straight into the stream past the gate; then it reads every room
 // back with an audit (what `subscriber audit` runs). The gate must admit
@@ -162,7 +163,7 @@ func TestGateAndReadersAgreeWithUpstream(t *testing.T) {
 				defer wg.Done()
 				slots <- struct{}{}
 				defer func() { <-slots }()
-				sh.res, sh.err = room.ShipCapsule(ctx, w.client, sh.dir, sh.roomID, sh.way.opts)
+				sh.res, sh.err = client.ShipCapsule(ctx, w.client, sh.dir, sh.roomID, sh.way.opts)
 			}()
 		}
 	}
@@ -321,7 +322,7 @@ func sum(m map[string]int) int {
 	return n
 }
 
-func refusedAt(res room.ShipResult) string {
+func refusedAt(res client.ShipResult) string {
 	switch {
 	case res.Refused != nil:
 		return fmt.Sprintf("%s at line %d", res.Refused.Code, res.Refused.At.Line)
@@ -333,7 +334,7 @@ func refusedAt(res room.ShipResult) string {
 
 // checkGate checks a shipment against the upstream's verdict as a gate
 // sees it: line by line.
-func checkGate(t *testing.T, s sample, res room.ShipResult, err error) {
+func checkGate(t *testing.T, s sample, res client.ShipResult, err error) {
 	t.Helper()
 	if err != nil {
 		t.Fatalf("ship: %v", err)

@@ -249,3 +249,16 @@ func LeaderGet(ctx context.Context, nc *nats.Conn, stream string, timeout time.D
 	}
 	return out, nil
 }
+
+// Sleep waits d, or less if ctx is done first; it reports whether the
+// whole wait passed (false: ctx is done, stop retrying).
+func Sleep(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
+	}
+}
