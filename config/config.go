@@ -159,7 +159,7 @@ type Serve struct {
 	TrustedHosts []string      `name:"trusted-host" help:"Host node id whose execution records are accepted (repeatable)." placeholder:"NODE_ID" yaml:"trusted-host"`
 	SchemaDir    string        `name:"schema-dir" help:"Validate against the schema files in DIR instead of the embedded ones." placeholder:"DIR" yaml:"schema-dir"`
 	HTTP         string        `name:"http" help:"Serve /metrics and /healthz on this address." placeholder:"ADDR" yaml:"http"`
-	// AcceptStream is room.ServeOptions.AcceptStream: an operator's act
+	// AcceptStream is node.ServeOptions.AcceptStream: an operator's act
 	// for one start (docs/secure-mode.md, "The stream").
 	AcceptStream bool `name:"accept-stream" help:"Start on a room stream other than the one serve remembers (it is gone, restored or made anew): create it if missing or take the one there, log what was remembered, and remember it from now on. For one start; without it serve refuses with stream_replaced." yaml:"accept-stream"`
 	// MaxBatch and MaxInflightBatches bound the gate's atomic batches

@@ -641,7 +641,7 @@ func (r *journalRun) retry(wantFresh bool) flushResult {
 	try := r.pending[0].try
 	r.c.loaded = false
 	try.attempt = g.waitOut(try.attempt, try.until)
-	if !jsapi.Sleep(r.ctx, backoff(try.attempt)) {
+	if !jsapi.Sleep(r.ctx, jsapi.Backoff(try.attempt)) {
 		return r.end(failed(r.pending[0].idx, r.ctx.Err()))
 	}
 	try.attempt++
@@ -714,7 +714,7 @@ func (r *journalRun) publishOne() (flushResult, bool) {
 			return flushResult{}, true
 		}
 		return r.again(1, r.pending[1].try), false
-	case isWrongLastSequence(err):
+	case jsapi.IsWrongLastSequence(err):
 		// Someone else appended to the chain (or to another room's copy):
 		// reload and decide again, possibly as a duplicate or a fork.
 		// From the leader: a lagging replica would say the same again.
@@ -723,9 +723,9 @@ func (r *journalRun) publishOne() (flushResult, bool) {
 		try.fresh, try.wantFresh = false, true
 		c.loaded = false
 		return r.again(0, try), false
-	case isStoreFull(err):
+	case jsapi.IsStoreFull(err):
 		return r.end(failed(p.idx, errStoreFull(err))), false
-	case isRetryable(err):
+	case jsapi.IsRetryable(err):
 		return r.retry(false), false
 	default:
 		var apiErr *jetstream.APIError
@@ -824,7 +824,7 @@ func (r *journalRun) publishBatch(n int) (flushResult, bool) {
 		}
 		r.pending = r.pending[n:]
 		return flushResult{}, true
-	case isWrongLastSequence(err) || (isAPI && apiErr.ErrorCode == errCodeBatchDuplicate):
+	case jsapi.IsWrongLastSequence(err) || (isAPI && apiErr.ErrorCode == errCodeBatchDuplicate):
 		// Someone else appended to the chain, or some of these entries are
 		// stored already: the whole batch was refused. Read the head from
 		// the leader and decide every line again (duplicate, fork, or new).
@@ -833,7 +833,7 @@ func (r *journalRun) publishBatch(n int) (flushResult, bool) {
 		try.fresh, try.wantFresh = false, true
 		c.loaded = false
 		return r.again(0, try), false
-	case isStoreFull(err):
+	case jsapi.IsStoreFull(err):
 		return r.end(failed(batch[0].idx, errStoreFull(err))), false
 	case isAPI && apiErr.ErrorCode == errCodeBatchDisabled:
 		if !g.noAtomic.Swap(true) {
@@ -845,7 +845,7 @@ func (r *journalRun) publishBatch(n int) (flushResult, bool) {
 		g.maxBatch.Store(smaller)
 		g.log.Warn("the server refused a batch as too large: smaller batches from now on", zap.Int("messages", n), zap.Int64("now", smaller), zap.Error(err))
 		return flushResult{}, true
-	case isRetryable(err):
+	case jsapi.IsRetryable(err):
 		return r.retry(false), false
 	case isAPI:
 		// Refused whole for a reason that concerns one message (too large,

@@ -1330,7 +1330,7 @@ func (c *Checkpointer) write(ctx context.Context, d dueCheckpoint) error {
 			c.log.Debug("checkpoint written", zap.String("room", r.id), zap.Uint64("size", d.size), zap.Uint64("stream_seq", ack.Sequence))
 		}
 		return nil
-	case isWrongLastSequence(err):
+	case jsapi.IsWrongLastSequence(err):
 		// A checkpoint this reader has not read yet: it is checked when
 		// read, and the room is decided again after.
 		r.waitTill = time.Now().Add(time.Second)
@@ -1403,7 +1403,7 @@ func (c *Checkpointer) holdLease(ctx context.Context, r *ckRoom) bool {
 			l.rev, l.renewedAt = rev, now
 			return true
 		}
-		if !errors.Is(err, jetstream.ErrKeyExists) && !isWrongLastSequence(err) {
+		if !errors.Is(err, jetstream.ErrKeyExists) && !jsapi.IsWrongLastSequence(err) {
 			// No answer: the lease may still be ours; do not write on it.
 			if ctx.Err() == nil {
 				c.log.Warn("checkpointer: renewing a lease failed", zap.String("room", r.id), zap.Error(err))
@@ -1458,7 +1458,7 @@ func (c *Checkpointer) overrideLease(ctx context.Context, r *ckRoom, key, value 
 		return 0, jetstream.ErrKeyExists
 	}
 	rev, err := c.kv.Update(ctx, key, []byte(value), en.Revision())
-	if errors.Is(err, jetstream.ErrKeyExists) || isWrongLastSequence(err) {
+	if errors.Is(err, jetstream.ErrKeyExists) || jsapi.IsWrongLastSequence(err) {
 		return 0, nil
 	}
 	if err != nil {
@@ -1526,7 +1526,7 @@ func (c *Checkpointer) releaseLease(ctx context.Context, r *ckRoom) {
 	switch {
 	case err == nil:
 		c.log.Debug("checkpointer: lease released", zap.String("room", r.id))
-	case errors.Is(err, jetstream.ErrKeyExists) || isWrongLastSequence(err):
+	case errors.Is(err, jetstream.ErrKeyExists) || jsapi.IsWrongLastSequence(err):
 		c.log.Debug("checkpointer: lease not released: it lapsed or another publisher took it over",
 			zap.String("room", r.id), zap.Uint64("revision", r.lease.rev))
 	default:

@@ -20,6 +20,7 @@ import (
 	"github.com/roompub/roompub/events"
 	"github.com/roompub/roompub/room"
 	"github.com/roompub/roompub/room/embedded"
+	"github.com/roompub/roompub/room/node"
 	"github.com/roompub/roompub/validate"
 )
 
@@ -410,7 +411,7 @@ func TestCheckpointerReadsWithoutConsumers(t *testing.T) {
 	}
 }
 
-// TestServeStartsWithConsumersExhausted: room.Serve with a publisher key
+// TestServeStartsWithConsumersExhausted: node.Serve with a publisher key
 // starts on a stream whose consumers are at their limit (the server's
 // default_max_consumers, here 2, filled with durables) and checkpoints
 // what it appends.
@@ -444,11 +445,11 @@ func TestServeStartsWithConsumersExhausted(t *testing.T) {
 		}
 	}
 	sctx, cancel := context.WithCancel(ctx)
-	done, ready := make(chan error, 1), make(chan room.ServeInfo, 1)
+	done, ready := make(chan error, 1), make(chan node.ServeInfo, 1)
 	go func() {
-		done <- room.Serve(sctx, room.ServeOptions{ServerURL: srv.ClientURL(), Replicas: 1, Validator: v, Logger: zap.NewNop(),
+		done <- node.Serve(sctx, node.ServeOptions{ServerURL: srv.ClientURL(), Replicas: 1, Validator: v, Logger: zap.NewNop(),
 			PublisherKey: pubKey, Checkpoint: room.CheckpointerOptions{Every: 5, Interval: time.Hour},
-			Ready: func(i room.ServeInfo) { ready <- i }})
+			Ready: func(i node.ServeInfo) { ready <- i }})
 	}()
 	select {
 	case <-ready:

@@ -23,6 +23,7 @@ import (
 	"github.com/roompub/roompub/events"
 	"github.com/roompub/roompub/room"
 	"github.com/roompub/roompub/room/embedded"
+	"github.com/roompub/roompub/room/node"
 	"github.com/roompub/roompub/validate"
 )
 
@@ -775,7 +776,7 @@ func TestLeaseKey(t *testing.T) {
 	}
 }
 
-// TestServeCheckpoints: room.Serve with a publisher key attests what its
+// TestServeCheckpoints: node.Serve with a publisher key attests what its
 // gate appends, writes checkpoints with its metrics, and writes the final
 // checkpoint when its context ends; without a key it warns once and
 // attests nothing.
@@ -790,17 +791,17 @@ func TestServeCheckpoints(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	serve := func(key *events.HostKey) (*observer.ObservedLogs, room.ServeInfo, func()) {
+	serve := func(key *events.HostKey) (*observer.ObservedLogs, node.ServeInfo, func()) {
 		t.Helper()
 		core, logs := observer.New(zap.InfoLevel)
 		ctx, cancel := context.WithCancel(context.Background())
-		done, ready := make(chan error, 1), make(chan room.ServeInfo, 1)
+		done, ready := make(chan error, 1), make(chan node.ServeInfo, 1)
 		go func() {
-			done <- room.Serve(ctx, room.ServeOptions{ServerURL: srv.ClientURL(), Replicas: 1, Validator: v, Logger: zap.New(core),
+			done <- node.Serve(ctx, node.ServeOptions{ServerURL: srv.ClientURL(), Replicas: 1, Validator: v, Logger: zap.New(core),
 				HTTPAddr: "127.0.0.1:0", PublisherKey: key, Checkpoint: room.CheckpointerOptions{Every: 5, Interval: time.Hour},
-				Ready: func(i room.ServeInfo) { ready <- i }})
+				Ready: func(i node.ServeInfo) { ready <- i }})
 		}()
-		var info room.ServeInfo
+		var info node.ServeInfo
 		select {
 		case info = <-ready:
 		case err := <-done:

@@ -138,10 +138,6 @@ func (c *Checkpointer) AckedSkipped() uint64 { return c.acked.skipped.Load() }
 // AppendRecords signed ahead of their store.
 func (g *Gate) PresignedUsed() uint64 { return g.presignedUsed.Load() }
 
-// RepublishReach is the subject filter Serve widens a RePublish
-// destination to (writersIntoRooms).
-var RepublishReach = republishReach
-
 // LeaderMsg reads the message at seq with the stream leader's message get
 // ($JS.API.STREAM.MSG.GET, JSON), whose sequence, subject and time no
 // header of the stored message can stand in for (a direct get's can).

@@ -12,7 +12,6 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
-	"github.com/synadia-io/orbit.go/jetstreamext"
 	"go.uber.org/zap"
 
 	"github.com/roompub/roompub/checkpoint"
@@ -238,9 +237,10 @@ func NewGate(ctx context.Context, nc *nats.Conn, o GateOptions) (*Gate, error) {
 	return g, nil
 }
 
-// pause stops (err != nil) or resumes (nil) appends: while the stream is
-// not append-only, nothing is appended and items fail with err.
-func (g *Gate) pause(err error) {
+// Pause stops (err != nil) or resumes (nil) appends: while the stream is
+// not append-only, nothing is appended and items fail with err (Serve
+// pauses the gate when its stream guard finds the stream weakened).
+func (g *Gate) Pause(err error) {
 	if err == nil {
 		g.paused.Store(nil)
 		return
@@ -657,7 +657,7 @@ func (g *Gate) unstored(msg *nats.Msg, ack *jetstream.PubAck, err error) {
 	}
 	h := msg.Header.Get(checkpoint.AttestationHeader)
 	var apiErr *jetstream.APIError
-	if h != "" && ((err == nil && ack != nil && ack.Duplicate) || (errors.As(err, &apiErr) && !isStoreFull(err))) {
+	if h != "" && ((err == nil && ack != nil && ack.Duplicate) || (errors.As(err, &apiErr) && !jsapi.IsStoreFull(err))) {
 		g.attested.Unstored(h)
 	}
 }
@@ -679,47 +679,8 @@ func (g *Gate) storedEquals(ctx context.Context, seq uint64, subject string, dat
 	return m.Subject == subject && bytes.Equal(m.Data, data), nil
 }
 
-func isWrongLastSequence(err error) bool {
-	var apiErr *jetstream.APIError
-	return errors.As(err, &apiErr) && (apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence ||
-		apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequenceConstant)
-}
-
-// errCodeLastSeqNotReady is JSStreamExpectedLastSeqPerSubjectNotReady
-// (10163): a clustered stream cannot check the expected last subject
-// sequence yet; the append did not happen and may be retried.
-const errCodeLastSeqNotReady jetstream.ErrorCode = 10163
-
-// errCodeDupInProcess is JSStreamDuplicateMessageConflict (10158): an
-// append with the same Nats-Msg-Id is still being stored (a resend after an
-// ambiguous timeout, in a cluster); wait and read back.
-const errCodeDupInProcess jetstream.ErrorCode = 10158
-
-// errCodeInsufficientResources is JSInsufficientResourcesErr (10023, status
-// 503): the server's JetStream store is full. It is not waited out: space
-// comes back only when an operator makes some.
-const errCodeInsufficientResources jetstream.ErrorCode = 10023
-
-func isStoreFull(err error) bool {
-	var apiErr *jetstream.APIError
-	return errors.As(err, &apiErr) && apiErr.ErrorCode == errCodeInsufficientResources
-}
-
 func errStoreFull(err error) error {
 	return fmt.Errorf("the JetStream store is full (nothing more can be stored until there is space): %w", err)
-}
-
-func isRetryable(err error) bool {
-	var apiErr *jetstream.APIError
-	if errors.As(err, &apiErr) {
-		switch apiErr.ErrorCode {
-		case errCodeLastSeqNotReady, errCodeDupInProcess, errCodeBatchTooManyInflight,
-			jetstreamext.JSErrCodeBatchPublishTooManyInflight, errCodeBatchIncomplete:
-			return true
-		}
-		return apiErr.Code == 503 && apiErr.ErrorCode != errCodeInsufficientResources
-	}
-	return errors.Is(err, jetstream.ErrNoStreamResponse) || errors.Is(err, nats.ErrNoResponders)
 }
 
 // retryWindow is how long one item waits out a stream that takes no
@@ -744,19 +705,14 @@ func (g *Gate) waitRead(ctx context.Context, err error, attempt *int, until time
 		return false
 	}
 	*attempt = g.waitOut(*attempt, until)
-	return jsapi.Sleep(ctx, backoff(*attempt))
+	return jsapi.Sleep(ctx, jsapi.Backoff(*attempt))
 }
 
 // retryRead reports whether a read that failed may be tried again: no
 // responder, or no answer in time (a stream without a leader for now
 // answers no leader read).
 func retryRead(ctx context.Context, err error) bool {
-	return ctx.Err() == nil && (isRetryable(err) || errors.Is(err, context.DeadlineExceeded))
-}
-
-func backoff(attempt int) time.Duration {
-	d := 25 * time.Millisecond << min(attempt, 6)
-	return min(d, 2*time.Second)
+	return ctx.Err() == nil && (jsapi.IsRetryable(err) || errors.Is(err, context.DeadlineExceeded))
 }
 
 func (g *Gate) observe(kind Kind, res ItemResult, start time.Time) {

@@ -185,18 +185,18 @@ func (g *Gate) oldAppendLine(ctx context.Context, roomID string, key events.Chai
 			c.loaded = false
 			res.Outcome, res.StreamSeq, res.Subject = OutcomeDuplicate, ack.Sequence, subj
 			return res
-		case isWrongLastSequence(err):
+		case jsapi.IsWrongLastSequence(err):
 			// Someone else appended to the chain (or to another room's copy):
 			// reload and decide again, possibly as a duplicate or a fork.
 			// From the leader: a lagging replica would say the same again.
 			c.loaded, wantFresh = false, true
 			continue
-		case isStoreFull(err):
+		case jsapi.IsStoreFull(err):
 			return failed(idx, errStoreFull(err))
-		case isRetryable(err):
+		case jsapi.IsRetryable(err):
 			c.loaded = false
 			attempt = g.waitOut(attempt, retryUntil)
-			if !jsapi.Sleep(ctx, backoff(attempt)) {
+			if !jsapi.Sleep(ctx, jsapi.Backoff(attempt)) {
 				return failed(idx, ctx.Err())
 			}
 			continue
@@ -305,14 +305,14 @@ func (g *Gate) AppendRecordCatchingUp(ctx context.Context, raw []byte) RecordRep
 			}
 			reply.Item = ItemResult{Outcome: OutcomeDuplicate, Hash: rec.ComputedRef(), StreamSeq: ack.Sequence, Subject: subj}
 			return reply
-		case isWrongLastSequence(err):
+		case jsapi.IsWrongLastSequence(err):
 			continue // another gate appended to the room: catch up, decide again
-		case isStoreFull(err):
+		case jsapi.IsStoreFull(err):
 			reply.Item = failed(0, errStoreFull(err))
 			return reply
-		case isRetryable(err):
+		case jsapi.IsRetryable(err):
 			attempt = g.waitOut(attempt, retryUntil)
-			if !jsapi.Sleep(ctx, backoff(attempt)) {
+			if !jsapi.Sleep(ctx, jsapi.Backoff(attempt)) {
 				reply.Item = failed(0, ctx.Err())
 				return reply
 			}

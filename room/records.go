@@ -430,16 +430,16 @@ func (g *Gate) storeRecord(ctx context.Context, rec *events.Record, reply Record
 			}
 			reply.Item = ItemResult{Outcome: OutcomeDuplicate, Hash: rec.ComputedRef(), StreamSeq: ack.Sequence, Subject: subj}
 			return reply
-		case isWrongLastSequence(err):
+		case jsapi.IsWrongLastSequence(err):
 			stale = true // another gate appended to the room: catch up, decide again
 			continue
-		case isStoreFull(err):
+		case jsapi.IsStoreFull(err):
 			reply.Item = failed(0, errStoreFull(err))
 			return reply
-		case isRetryable(err):
+		case jsapi.IsRetryable(err):
 			stale = true
 			attempt = g.waitOut(attempt, retryUntil)
-			if !jsapi.Sleep(ctx, backoff(attempt)) {
+			if !jsapi.Sleep(ctx, jsapi.Backoff(attempt)) {
 				reply.Item = failed(0, ctx.Err())
 				return reply
 			}

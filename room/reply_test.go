@@ -17,6 +17,7 @@ import (
 	"github.com/roompub/roompub/events"
 	"github.com/roompub/roompub/room"
 	"github.com/roompub/roompub/room/client"
+	"github.com/roompub/roompub/room/node"
 )
 
 // hijackReplies are reply subjects a requester could name to make the
@@ -57,7 +58,7 @@ func TestReplyHijack(t *testing.T) {
 				}
 				url = startConfServer(t, conf).ClientURL()
 			}
-			p := startSecureServe(t, id, url, func(o *room.ServeOptions) {
+			p := startSecureServe(t, id, url, func(o *node.ServeOptions) {
 				o.HTTPAddr = "127.0.0.1:0"
 				// One request at a time: the flood below queues behind it.
 				o.Service.Concurrency = 1

@@ -27,6 +27,7 @@ import (
 	"github.com/roompub/roompub/room"
 	"github.com/roompub/roompub/room/client"
 	"github.com/roompub/roompub/room/embedded"
+	"github.com/roompub/roompub/room/node"
 	"github.com/roompub/roompub/room/secure"
 	"github.com/roompub/roompub/validate"
 )
@@ -188,7 +189,7 @@ func dial(t testing.TB, url, name string, opts ...nats.Option) *conn {
 	return c
 }
 
-// securePlace is one server in secure mode with room.Serve on it,
+// securePlace is one server in secure mode with node.Serve on it,
 // connected as the publisher user.
 type securePlace struct {
 	url  string
@@ -223,11 +224,11 @@ func (s *syncBuf) String() string {
 	return s.b.String()
 }
 
-// startSecureServe runs room.Serve until the test ends: on the embedded
+// startSecureServe runs node.Serve until the test ends: on the embedded
 // server in secure mode when url is "", else on the server at url. Serve
 // has a publisher key, and by default writes no checkpoint before it
 // stops; with changes change the options.
-func startSecureServe(t *testing.T, id *identities, url string, changes ...func(*room.ServeOptions)) *securePlace {
+func startSecureServe(t *testing.T, id *identities, url string, changes ...func(*node.ServeOptions)) *securePlace {
 	t.Helper()
 	key, err := events.GenerateHostKey(rand.Reader)
 	if err != nil {
@@ -244,7 +245,7 @@ func startSecureServe(t *testing.T, id *identities, url string, changes ...func(
 	p := &securePlace{id: id, logs: &syncBuf{}, key: key, pubKey: pubKey}
 	// Every log line, at debug level, with the embedded server's own.
 	log := zap.New(zapcore.NewCore(zapcore.NewJSONEncoder(zap.NewProductionEncoderConfig()), p.logs, zapcore.DebugLevel))
-	so := room.ServeOptions{
+	so := node.ServeOptions{
 		ServerURL: url,
 		Connect:   []nats.Option{id.as(userPublisher)},
 		Validator: v,
@@ -267,9 +268,9 @@ func startSecureServe(t *testing.T, id *identities, url string, changes ...func(
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
-	ready := make(chan room.ServeInfo, 1)
-	so.Ready = func(i room.ServeInfo) { ready <- i }
-	go func() { done <- room.Serve(ctx, so) }()
+	ready := make(chan node.ServeInfo, 1)
+	so.Ready = func(i node.ServeInfo) { ready <- i }
+	go func() { done <- node.Serve(ctx, so) }()
 	select {
 	case info := <-ready:
 		p.url, p.http = info.ClientURL, info.HTTPAddr
@@ -314,7 +315,7 @@ func short(ctx context.Context) (context.Context, context.CancelFunc) {
 	return context.WithTimeout(ctx, 750*time.Millisecond)
 }
 
-// TestSecureEmbedded proves every role's permissions against room.Serve on
+// TestSecureEmbedded proves every role's permissions against node.Serve on
 // the embedded server in secure mode.
 func TestSecureEmbedded(t *testing.T) {
 	id := newIdentities(t, false)
@@ -992,7 +993,7 @@ func TestSecureOptionsCheck(t *testing.T) {
 // takes a room's lease and writes its checkpoints; a solver reads them.
 func TestSecureCheckpoints(t *testing.T) {
 	id := newIdentities(t, false)
-	p := startSecureServe(t, id, "", func(so *room.ServeOptions) {
+	p := startSecureServe(t, id, "", func(so *node.ServeOptions) {
 		so.Checkpoint = room.CheckpointerOptions{Every: 5, Interval: 100 * time.Millisecond}
 	})
 	ctx := context.Background()

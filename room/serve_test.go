@@ -14,14 +14,15 @@ import (
 	"github.com/roompub/roompub/events"
 	"github.com/roompub/roompub/room"
 	"github.com/roompub/roompub/room/embedded"
+	"github.com/roompub/roompub/room/node"
 	"github.com/roompub/roompub/validate"
 )
 
-// served is a running room.Serve with its own embedded server and store,
+// served is a running node.Serve with its own embedded server and store,
 // and a client connection to it.
 type served struct {
 	t      *testing.T
-	info   room.ServeInfo
+	info   node.ServeInfo
 	nc     *nats.Conn
 	js     jetstream.JetStream
 	key    *events.HostKey
@@ -29,7 +30,7 @@ type served struct {
 	done   chan error
 }
 
-// startServe runs room.Serve in a goroutine until s.stop.
+// startServe runs node.Serve in a goroutine until s.stop.
 func startServe(t *testing.T, checkInterval time.Duration) *served {
 	t.Helper()
 	key, err := events.GenerateHostKey(rand.Reader)
@@ -42,14 +43,14 @@ func startServe(t *testing.T, checkInterval time.Duration) *served {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	s := &served{t: t, key: key, cancel: cancel, done: make(chan error, 1)}
-	ready := make(chan room.ServeInfo, 1)
+	ready := make(chan node.ServeInfo, 1)
 	go func() {
-		s.done <- room.Serve(ctx, room.ServeOptions{
+		s.done <- node.Serve(ctx, node.ServeOptions{
 			Embedded:      embedded.Options{Listen: "127.0.0.1:-1", StoreDir: t.TempDir()},
 			Validator:     v,
 			HTTPAddr:      "127.0.0.1:0",
 			CheckInterval: checkInterval,
-			Ready:         func(i room.ServeInfo) { ready <- i },
+			Ready:         func(i node.ServeInfo) { ready <- i },
 		})
 	}()
 	select {

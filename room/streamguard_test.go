@@ -21,12 +21,13 @@ import (
 	"github.com/roompub/roompub/events"
 	"github.com/roompub/roompub/room"
 	"github.com/roompub/roompub/room/embedded"
+	"github.com/roompub/roompub/room/node"
 	"github.com/roompub/roompub/validate"
 )
 
-// serveRun is one room.Serve with its logs (debug level, JSON).
+// serveRun is one node.Serve with its logs (debug level, JSON).
 type serveRun struct {
-	info   room.ServeInfo
+	info   node.ServeInfo
 	logs   *syncBuf
 	cancel context.CancelFunc
 	done   chan error
@@ -46,17 +47,17 @@ func guardValidator(t *testing.T) *validate.Validator {
 	return v
 }
 
-// tryServe starts room.Serve with so and returns it once ready, or the
+// tryServe starts node.Serve with so and returns it once ready, or the
 // error it returned before that.
-func tryServe(t *testing.T, so room.ServeOptions) (*serveRun, error) {
+func tryServe(t *testing.T, so node.ServeOptions) (*serveRun, error) {
 	t.Helper()
 	r := &serveRun{logs: &syncBuf{}, done: make(chan error, 1)}
 	so.Logger = zap.New(zapcore.NewCore(zapcore.NewJSONEncoder(zap.NewProductionEncoderConfig()), r.logs, zapcore.DebugLevel))
-	ready := make(chan room.ServeInfo, 1)
-	so.Ready = func(i room.ServeInfo) { ready <- i }
+	ready := make(chan node.ServeInfo, 1)
+	so.Ready = func(i node.ServeInfo) { ready <- i }
 	ctx, cancel := context.WithCancel(context.Background())
 	r.cancel = cancel
-	go func() { r.done <- room.Serve(ctx, so) }()
+	go func() { r.done <- node.Serve(ctx, so) }()
 	select {
 	case r.info = <-ready:
 	case err := <-r.done:
@@ -178,7 +179,7 @@ const acceptHint = "if that is expected (the stream was restored from a backup o
 // stream anew and remembers it, and a plain run after that starts.
 func TestStreamGoneRefusesServe(t *testing.T) {
 	dir := t.TempDir()
-	so := room.ServeOptions{Embedded: embedded.Options{Listen: "127.0.0.1:-1", StoreDir: dir}, Validator: guardValidator(t), CheckInterval: time.Hour}
+	so := node.ServeOptions{Embedded: embedded.Options{Listen: "127.0.0.1:-1", StoreDir: dir}, Validator: guardValidator(t), CheckInterval: time.Hour}
 	markPath := room.StreamMarkFile(dir, room.DefaultStream)
 
 	r, err := tryServe(t, so)
@@ -246,7 +247,7 @@ func TestStreamGoneRefusesServe(t *testing.T) {
 // messages of their own. serve refuses it: another creation time.
 func TestStreamRecreatedRefusesServe(t *testing.T) {
 	dir := t.TempDir()
-	so := room.ServeOptions{Embedded: embedded.Options{Listen: "127.0.0.1:-1", StoreDir: dir}, Validator: guardValidator(t), CheckInterval: time.Hour}
+	so := node.ServeOptions{Embedded: embedded.Options{Listen: "127.0.0.1:-1", StoreDir: dir}, Validator: guardValidator(t), CheckInterval: time.Hour}
 	markPath := room.StreamMarkFile(dir, room.DefaultStream)
 	r, err := tryServe(t, so)
 	if err != nil {
@@ -297,7 +298,7 @@ func TestStreamRecreatedRefusesServe(t *testing.T) {
 // refused as lost messages.
 func TestStreamShrunkRefusesServe(t *testing.T) {
 	dir := t.TempDir()
-	so := room.ServeOptions{Embedded: embedded.Options{Listen: "127.0.0.1:-1", StoreDir: dir}, Validator: guardValidator(t), CheckInterval: time.Hour}
+	so := node.ServeOptions{Embedded: embedded.Options{Listen: "127.0.0.1:-1", StoreDir: dir}, Validator: guardValidator(t), CheckInterval: time.Hour}
 	markPath := room.StreamMarkFile(dir, room.DefaultStream)
 	r, err := tryServe(t, so)
 	if err != nil {
@@ -325,7 +326,7 @@ func TestStreamShrunkRefusesServe(t *testing.T) {
 // creates the stream again.
 func TestStreamGoneWhileServing(t *testing.T) {
 	dir := t.TempDir()
-	so := room.ServeOptions{Embedded: embedded.Options{Listen: "127.0.0.1:-1", StoreDir: dir}, Validator: guardValidator(t),
+	so := node.ServeOptions{Embedded: embedded.Options{Listen: "127.0.0.1:-1", StoreDir: dir}, Validator: guardValidator(t),
 		CheckInterval: 50 * time.Millisecond, HTTPAddr: "127.0.0.1:0"}
 	r, err := tryServe(t, so)
 	if err != nil {
@@ -387,7 +388,7 @@ func TestStreamGuardExternalServer(t *testing.T) {
 	if !srv.ReadyForConnections(10 * time.Second) {
 		t.Fatal("server not ready")
 	}
-	so := room.ServeOptions{ServerURL: srv.ClientURL(), Replicas: 1, Validator: guardValidator(t), CheckInterval: time.Hour}
+	so := node.ServeOptions{ServerURL: srv.ClientURL(), Replicas: 1, Validator: guardValidator(t), CheckInterval: time.Hour}
 	nc, err := nats.Connect(srv.ClientURL())
 	if err != nil {
 		t.Fatal(err)
@@ -467,30 +468,6 @@ func TestStreamGuardExternalServer(t *testing.T) {
 	}
 }
 
-// TestRepublishReach: a RePublish destination's mapping functions widen to
-// wildcards before the overlap with the room subjects is decided.
-func TestRepublishReach(t *testing.T) {
-	for _, c := range []struct {
-		dest, reach string
-		collides    bool
-	}{
-		{"rooms.x.exec", "rooms.x.exec", true},
-		{"sneak.x", "sneak.x", false},
-		{"rooms.{{wildcard(1)}}.exec", "rooms.*.exec", true},
-		{"{{wildcard(1)}}.exec", "*.exec", true},
-		{"$1.x.y", "*.x.y", true},
-		{"other.{{split(1,-)}}", "other.>", false},
-		{"{{SplitFromLeft(1,2)}}.x", ">", true},
-		{"*.>", "*.>", true},
-		{"rooms", "rooms", false},
-	} {
-		reach := room.RepublishReach(c.dest)
-		if reach != c.reach || server.SubjectsCollide(reach, "rooms.>") != c.collides {
-			t.Errorf("%s: reach %s, collides %v; want %s, %v", c.dest, reach, server.SubjectsCollide(reach, "rooms.>"), c.reach, c.collides)
-		}
-	}
-}
-
 // TestSecureForeignWriter: in secure mode the admin creates a stream
 // whose RePublish writes onto a room subject. serve reports weak_stream
 // naming it (log, /healthz, metric) and pauses appends; once the admin
@@ -502,7 +479,7 @@ func TestSecureForeignWriter(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	r, err := tryServe(t, room.ServeOptions{
+	r, err := tryServe(t, node.ServeOptions{
 		Embedded:      embedded.Options{Listen: "127.0.0.1:-1", StoreDir: t.TempDir(), Configure: configure},
 		Connect:       []nats.Option{id.as(userPublisher)},
 		Validator:     guardValidator(t),

@@ -14,6 +14,7 @@ import (
 	"github.com/roompub/roompub/events"
 	"github.com/roompub/roompub/room"
 	"github.com/roompub/roompub/room/embedded"
+	"github.com/roompub/roompub/room/node"
 	"github.com/roompub/roompub/validate"
 )
 
@@ -57,7 +58,7 @@ func (c *serveCmd) Run(s *streams) error {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	return room.Serve(ctx, room.ServeOptions{
+	return node.Serve(ctx, node.ServeOptions{
 		ServerURL: c.Server,
 		Embedded: embedded.Options{
 			Listen:       c.Listen,
@@ -87,7 +88,7 @@ func (c *serveCmd) Run(s *streams) error {
 		Service:  room.ServiceOptions{Version: buildVersion()},
 		HTTPAddr: c.HTTP,
 		Logger:   log,
-		Ready: func(info room.ServeInfo) {
+		Ready: func(info node.ServeInfo) {
 			fmt.Fprintf(s.err, "publisher: serving on %s (stream %s, service %s)\n", info.ClientURL, info.Stream, room.ServiceName)
 		},
 	})

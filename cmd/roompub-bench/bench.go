@@ -276,7 +276,7 @@ func (b *bench) start() error {
 }
 
 // startRoompub makes both write streams afresh and starts roompub on its
-// own as `publisher serve --publisher-key` composes it (room.Serve): a gate
+// own as `publisher serve --publisher-key` composes it (node.Serve): a gate
 // with the Prometheus observer, a publisher key made for this run and a
 // checkpointer with serve's defaults (startPublisher; with --no-attest the
 // keyless gate alone), and the ingest service on one connection, with

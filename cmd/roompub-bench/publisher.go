@@ -18,7 +18,7 @@ import (
 )
 
 // publisher is roompub's publishing side on one stream, composed as
-// `publisher serve --publisher-key` composes it (room.Serve): a gate and,
+// `publisher serve --publisher-key` composes it (node.Serve): a gate and,
 // with a publisher key, a checkpointer with serve's defaults (a checkpoint
 // per room every room.DefaultCheckpointEvery messages or
 // room.DefaultCheckpointInterval, and on stop; the default lease bucket)

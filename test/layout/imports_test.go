@@ -16,10 +16,13 @@ import (
 const module = "github.com/roompub/roompub"
 
 // rule is what one package may import: the roompub packages (paths below
-// the module) and whether NATS may be among its dependencies at all.
+// the module), whether NATS may be among its dependencies at all, and
+// whether the NATS server may (only what runs or configures a server:
+// readers and clients never link it).
 type rule struct {
 	imports []string
 	nats    bool // github.com/nats-io/... anywhere in its dependencies
+	server  bool // github.com/nats-io/nats-server/... among them
 }
 
 // rules is the package map. A package missing here fails the test: a new
@@ -30,21 +33,26 @@ var rules = map[string]rule{
 	"validate":   {imports: []string{"events", "schemas"}},
 	"checkpoint": {imports: []string{"events"}},
 	// config names the room package's roles and defaults (a departure
-	// docs/design.md records; the room split moves them down).
+	// docs/design.md records).
 	"config": {imports: []string{"events", "room"}, nats: true},
-	"room":   {imports: []string{"checkpoint", "events", "room/embedded", "room/internal/jsapi", "validate"}, nats: true},
-	// The in-process nats-server and its store lock: no roompub package.
-	"room/embedded": {nats: true},
-	// The ingest service's client and the shipper of capsules.
-	"room/client": {imports: []string{"events", "room", "room/internal/jsapi", "validate"}, nats: true},
-	// Secure mode's roles and permissions, on room's vocabulary.
-	"room/secure": {imports: []string{"room"}, nats: true},
+	// The shared vocabulary and the roles still in it (gate, ingest
+	// service, readers, checkpointer): no server.
+	"room": {imports: []string{"checkpoint", "events", "room/internal/jsapi", "validate"}, nats: true},
 	// The JetStream API reads a verifier needs: no roompub package.
 	"room/internal/jsapi": {nats: true},
+	// The ingest service's client and the shipper of capsules.
+	"room/client": {imports: []string{"events", "room", "room/internal/jsapi", "validate"}, nats: true},
+	// The in-process nats-server and its store lock: no roompub package.
+	"room/embedded": {nats: true, server: true},
+	// Secure mode's roles and permissions, on room's vocabulary.
+	"room/secure": {imports: []string{"room"}, nats: true, server: true},
+	// The process: serve's assembly of server, stream guard, gate,
+	// ingest service and checkpointer.
+	"room/node": {imports: []string{"checkpoint", "events", "room", "room/embedded", "room/internal/jsapi", "validate"}, nats: true, server: true},
 
-	"cmd/publisher":     {imports: []string{"config", "events", "room", "room/client", "room/embedded", "room/secure", "validate"}, nats: true},
+	"cmd/publisher":     {imports: []string{"config", "events", "room", "room/client", "room/embedded", "room/node", "room/secure", "validate"}, nats: true, server: true},
 	"cmd/subscriber":    {imports: []string{"checkpoint", "config", "events", "room", "validate"}, nats: true},
-	"cmd/roompub-bench": {imports: []string{"checkpoint", "config", "events", "room", "room/client", "room/embedded", "validate"}, nats: true},
+	"cmd/roompub-bench": {imports: []string{"checkpoint", "config", "events", "room", "room/client", "room/embedded", "validate"}, nats: true, server: true},
 }
 
 type pkg struct {
@@ -98,12 +106,14 @@ func TestImportsFollowThePackageMap(t *testing.T) {
 				t.Errorf("%s imports %s, which the package map does not allow", p.ImportPath, rel)
 			}
 		}
-		if !r.nats {
-			for _, d := range p.Deps {
-				if strings.HasPrefix(d, "github.com/nats-io/") {
-					t.Errorf("%s depends on %s: it must not depend on NATS at all", p.ImportPath, d)
-					break
-				}
+		for _, d := range p.Deps {
+			if !r.nats && strings.HasPrefix(d, "github.com/nats-io/") {
+				t.Errorf("%s depends on %s: it must not depend on NATS at all", p.ImportPath, d)
+				break
+			}
+			if !r.server && strings.HasPrefix(d, "github.com/nats-io/nats-server/") {
+				t.Errorf("%s depends on %s: it must not link the NATS server", p.ImportPath, d)
+				break
 			}
 		}
 	}

@@ -1,4 +1,4 @@
-package room
+package node
 
 import (
 	"context"
@@ -8,7 +8,6 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
@@ -16,64 +15,23 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/roompub/roompub/events"
+	"github.com/roompub/roompub/room"
 	"github.com/roompub/roompub/room/embedded"
 	"github.com/roompub/roompub/room/internal/jsapi"
 )
 
-// ErrStreamReplaced is wrapped by Serve's error when the room stream it
-// remembers is gone or is not the one it saw: another creation time, or
-// fewer messages than it held (docs/secure-mode.md, "The stream"). It is
-// events.StreamReplaced, so the error's text starts with the code
-// "stream_replaced" and errors.Is matches either. Serve then creates
-// nothing; ServeOptions.AcceptStream lifts the refusal.
-var ErrStreamReplaced error = events.StreamReplaced
-
-// DefaultStreamsBucket is the JetStream key-value bucket in which Serve,
-// connected to a server or cluster of its own (ServeOptions.ServerURL),
-// remembers each room stream it served: key = stream name, value = a
-// StreamMark as JSON. With the embedded server the mark is a file in the
-// store directory instead (StreamMarkFile).
-const DefaultStreamsBucket = "ROOMPUB_STREAMS"
-
-// StreamMark is what Serve remembers of its room stream between runs:
-// the stream's creation time (StreamInfo.Created) and the first and last
-// sequence it saw (StreamInfo.State). A room stream never shrinks (Discard
-// New, no limits, deletes and purges denied), so a stream with another
-// creation time, a first sequence above FirstSeq or a last sequence below
-// LastSeq is not the stream Serve saw.
-type StreamMark struct {
-	Stream  string    `json:"stream"`
-	Created time.Time `json:"created"`
-	// FirstSeq and LastSeq are State.FirstSeq and State.LastSeq; both 0
-	// for a stream that never held a message.
-	FirstSeq uint64 `json:"first_seq"`
-	LastSeq  uint64 `json:"last_seq"`
-}
-
-// String is "created <RFC 3339 UTC>, last sequence <n>", as the
-// stream_replaced errors print a mark.
-func (m StreamMark) String() string {
-	return fmt.Sprintf("created %s, last sequence %d", m.Created.UTC().Format(time.RFC3339Nano), m.LastSeq)
-}
-
 // markOf is the mark of the stream info describes.
-func markOf(info *jetstream.StreamInfo) StreamMark {
-	return StreamMark{Stream: info.Config.Name, Created: info.Created, FirstSeq: info.State.FirstSeq, LastSeq: info.State.LastSeq}
+func markOf(info *jetstream.StreamInfo) room.StreamMark {
+	return room.StreamMark{Stream: info.Config.Name, Created: info.Created, FirstSeq: info.State.FirstSeq, LastSeq: info.State.LastSeq}
 }
 
-// StreamMarkFile is the file in an embedded server's store directory that
-// holds the StreamMark of room stream name: roompub-stream-<name>.json.
-func StreamMarkFile(storeDir, name string) string {
-	return filepath.Join(storeDir, "roompub-stream-"+name+".json")
-}
-
-// streamMemory keeps a StreamMark where a restart finds it.
+// streamMemory keeps a room.StreamMark where a restart finds it.
 type streamMemory interface {
 	// load returns the mark, or nil when there is none.
-	load(ctx context.Context) (*StreamMark, error)
+	load(ctx context.Context) (*room.StreamMark, error)
 	// save records m. Unless force is set it never lowers the last
 	// sequence recorded for the same stream (same creation time).
-	save(ctx context.Context, m StreamMark, force bool) error
+	save(ctx context.Context, m room.StreamMark, force bool) error
 	// where names the place in messages.
 	where() string
 }
@@ -84,7 +42,7 @@ type fileMemory struct{ path string }
 
 func (f fileMemory) where() string { return f.path }
 
-func (f fileMemory) load(context.Context) (*StreamMark, error) {
+func (f fileMemory) load(context.Context) (*room.StreamMark, error) {
 	data, err := os.ReadFile(f.path)
 	if errors.Is(err, os.ErrNotExist) {
 		return nil, nil
@@ -92,7 +50,7 @@ func (f fileMemory) load(context.Context) (*StreamMark, error) {
 	if err != nil {
 		return nil, fmt.Errorf("stream mark %s: %w", f.path, err)
 	}
-	var m StreamMark
+	var m room.StreamMark
 	if err := json.Unmarshal(data, &m); err != nil {
 		return nil, fmt.Errorf("stream mark %s: %w", f.path, err)
 	}
@@ -102,7 +60,7 @@ func (f fileMemory) load(context.Context) (*StreamMark, error) {
 // save writes the mark atomically: a temporary file in the same
 // directory, fsynced, renamed over the mark, and the directory fsynced,
 // so a crash leaves the old mark or the new one, whole.
-func (f fileMemory) save(_ context.Context, m StreamMark, _ bool) error {
+func (f fileMemory) save(_ context.Context, m room.StreamMark, _ bool) error {
 	data, err := json.Marshal(m)
 	if err != nil {
 		return err
@@ -145,12 +103,12 @@ type kvMemory struct {
 
 func (k kvMemory) where() string { return "key " + k.key + " of bucket " + k.kv.Bucket() }
 
-func (k kvMemory) load(ctx context.Context) (*StreamMark, error) {
+func (k kvMemory) load(ctx context.Context) (*room.StreamMark, error) {
 	m, _, err := k.get(ctx)
 	return m, err
 }
 
-func (k kvMemory) get(ctx context.Context) (*StreamMark, uint64, error) {
+func (k kvMemory) get(ctx context.Context) (*room.StreamMark, uint64, error) {
 	e, err := k.kv.Get(ctx, k.key)
 	if errors.Is(err, jetstream.ErrKeyNotFound) {
 		return nil, 0, nil
@@ -158,14 +116,14 @@ func (k kvMemory) get(ctx context.Context) (*StreamMark, uint64, error) {
 	if err != nil {
 		return nil, 0, fmt.Errorf("stream mark (%s): %w", k.where(), err)
 	}
-	var m StreamMark
+	var m room.StreamMark
 	if err := json.Unmarshal(e.Value(), &m); err != nil {
 		return nil, 0, fmt.Errorf("stream mark (%s): %w", k.where(), err)
 	}
 	return &m, e.Revision(), nil
 }
 
-func (k kvMemory) save(ctx context.Context, m StreamMark, force bool) error {
+func (k kvMemory) save(ctx context.Context, m room.StreamMark, force bool) error {
 	data, err := json.Marshal(m)
 	if err != nil {
 		return err
@@ -186,7 +144,7 @@ func (k kvMemory) save(ctx context.Context, m StreamMark, force bool) error {
 		if err == nil {
 			return nil
 		}
-		if !errors.Is(err, jetstream.ErrKeyExists) && !isWrongLastSequence(err) {
+		if !errors.Is(err, jetstream.ErrKeyExists) && !jsapi.IsWrongLastSequence(err) {
 			return fmt.Errorf("stream mark (%s): %w", k.where(), err)
 		}
 		// Another publisher wrote in between: read again.
@@ -197,47 +155,47 @@ func (k kvMemory) save(ctx context.Context, m StreamMark, force bool) error {
 // streamsBucket binds the streams bucket, creating it (file storage,
 // history 1, replicas as the room stream's) when it does not exist.
 func streamsBucket(ctx context.Context, js jetstream.JetStream, replicas int) (jetstream.KeyValue, error) {
-	kv, err := js.KeyValue(ctx, DefaultStreamsBucket)
+	kv, err := js.KeyValue(ctx, room.DefaultStreamsBucket)
 	if errors.Is(err, jetstream.ErrBucketNotFound) {
 		kv, err = js.CreateKeyValue(ctx, jetstream.KeyValueConfig{
-			Bucket:      DefaultStreamsBucket,
+			Bucket:      room.DefaultStreamsBucket,
 			Description: "roompub: each room stream a publisher served, its creation time and last sequence",
 			History:     1,
 			Storage:     jetstream.FileStorage,
 			Replicas:    max(replicas, 1),
 		})
 		if errors.Is(err, jetstream.ErrBucketExists) {
-			kv, err = js.KeyValue(ctx, DefaultStreamsBucket) // another publisher made it first
+			kv, err = js.KeyValue(ctx, room.DefaultStreamsBucket) // another publisher made it first
 		}
 	}
 	if err != nil {
-		return nil, fmt.Errorf("streams bucket %s: %w", DefaultStreamsBucket, err)
+		return nil, fmt.Errorf("streams bucket %s: %w", room.DefaultStreamsBucket, err)
 	}
 	return kv, nil
 }
 
-// compareStream reports, wrapping ErrStreamReplaced, how the stream now
+// compareStream reports, wrapping room.ErrStreamReplaced, how the stream now
 // (nil: there is none) differs from the remembered mark m; nil when it is
 // the same stream, grown or not.
-func compareStream(m StreamMark, info *jetstream.StreamInfo, where string) error {
+func compareStream(m room.StreamMark, info *jetstream.StreamInfo, where string) error {
 	const howTo = "if that is expected (the stream was restored from a backup or deliberately made anew), " +
 		"start serve once with --accept-stream (accept-stream: true; ServeOptions.AcceptStream); " +
 		"otherwise find out who removed it, and restore it before serve starts"
 	if info == nil {
 		return fmt.Errorf("%w: stream %s is gone: serve remembers it %s (%s); serve creates no new stream on its own: %s",
-			ErrStreamReplaced, m.Stream, m, where, howTo)
+			room.ErrStreamReplaced, m.Stream, m, where, howTo)
 	}
 	found := markOf(info)
 	switch {
 	case !info.Created.Equal(m.Created):
 		return fmt.Errorf("%w: stream %s is another stream: found it %s, serve remembers it %s (%s): %s",
-			ErrStreamReplaced, m.Stream, found, m, where, howTo)
+			room.ErrStreamReplaced, m.Stream, found, m, where, howTo)
 	case found.LastSeq < m.LastSeq:
 		return fmt.Errorf("%w: stream %s lost messages: found it %s, serve remembers it %s (%s): %s",
-			ErrStreamReplaced, m.Stream, found, m, where, howTo)
+			room.ErrStreamReplaced, m.Stream, found, m, where, howTo)
 	case m.LastSeq > 0 && found.FirstSeq > max(m.FirstSeq, 1):
 		return fmt.Errorf("%w: stream %s lost messages: its first sequence is %d, serve remembers %d (%s, %s): %s",
-			ErrStreamReplaced, m.Stream, found.FirstSeq, m.FirstSeq, m, where, howTo)
+			room.ErrStreamReplaced, m.Stream, found.FirstSeq, m.FirstSeq, m, where, howTo)
 	}
 	return nil
 }
@@ -253,12 +211,12 @@ func compareStream(m StreamMark, info *jetstream.StreamInfo, where string) error
 // Those are the two ways JetStream itself publishes onto subjects. A
 // stream's sources, mirror and subject transform write into that stream
 // itself, never onto a subject another stream listens on, and the room
-// stream has none of its own (CheckStreamConfig); the room stream's own
+// stream has none of its own (room.CheckStreamConfig); the room stream's own
 // consumers cannot deliver onto its subjects (the server refuses the
 // cycle). Streams the server lists as missing (an offline replica set)
 // cannot write while offline and are not seen.
-func writersIntoRooms(ctx context.Context, js jetstream.JetStream, roomStream string, subjects Subjects) ([]string, error) {
-	ctx, cancel := withDefaultTimeout(ctx)
+func writersIntoRooms(ctx context.Context, js jetstream.JetStream, roomStream string, subjects room.Subjects) ([]string, error) {
+	ctx, cancel := jsapi.WithDefaultTimeout(ctx, room.DefaultTimeout)
 	defer cancel()
 	l := js.ListStreams(ctx)
 	var others []*jetstream.StreamInfo
@@ -372,11 +330,11 @@ func republishReach(dest string) string {
 type streamGuard struct {
 	js       jetstream.JetStream
 	name     string
-	subjects Subjects
+	subjects room.Subjects
 	memory   streamMemory
-	mark     StreamMark
+	mark     room.StreamMark
 	log      *zap.Logger
-	metrics  *Metrics // nil: none
+	metrics  *room.Metrics // nil: none
 	// writers is the last verdict on writers into room subjects; it
 	// stands while the account's streams cannot be listed.
 	writers error
@@ -387,7 +345,7 @@ type streamGuard struct {
 // partition), which says nothing about it: the last verdict stands. On a
 // sound stream it records the last sequence seen.
 func (g *streamGuard) check(ctx context.Context) (verdict error, known bool) {
-	ctx, cancel := context.WithTimeout(ctx, DefaultTimeout)
+	ctx, cancel := context.WithTimeout(ctx, room.DefaultTimeout)
 	defer cancel()
 	// Another publisher of the account may have accepted a new stream
 	// or seen more of it (the streams bucket); the mark file is this
@@ -409,7 +367,7 @@ func (g *streamGuard) check(ctx context.Context) (verdict error, known bool) {
 	replaced := compareStream(g.mark, info, g.memory.where())
 	var weak error
 	if info != nil {
-		weak = CheckStreamConfig(info.Config, g.subjects)
+		weak = room.CheckStreamConfig(info.Config, g.subjects)
 	}
 	g.checkWriters(ctx)
 	if replaced == nil && weak == nil {
@@ -435,7 +393,7 @@ func (g *streamGuard) checkWriters(ctx context.Context) {
 }
 
 // remember records m when it is further along than the mark.
-func (g *streamGuard) remember(ctx context.Context, m StreamMark) {
+func (g *streamGuard) remember(ctx context.Context, m room.StreamMark) {
 	if m.Created.Equal(g.mark.Created) && m.LastSeq <= g.mark.LastSeq && m.FirstSeq == g.mark.FirstSeq {
 		return
 	}
@@ -449,7 +407,7 @@ func (g *streamGuard) remember(ctx context.Context, m StreamMark) {
 // record reads the stream and records its last sequence when it is the
 // stream Serve remembers (Serve's end).
 func (g *streamGuard) record(ctx context.Context) {
-	ctx, cancel := context.WithTimeout(ctx, DefaultTimeout)
+	ctx, cancel := context.WithTimeout(ctx, room.DefaultTimeout)
 	defer cancel()
 	s, err := g.js.Stream(ctx, g.name)
 	if err != nil {
@@ -465,8 +423,8 @@ func (g *streamGuard) record(ctx context.Context) {
 // (or its absence) with the mark Serve remembers (a file in the embedded
 // server's store directory, or the streams bucket), refuses a stream that
 // is not the remembered one unless o.AcceptStream, creates the stream when
-// it is missing and may be (EnsureStream), and records the new mark.
-// Errors wrap ErrStreamReplaced or ErrStreamConfig where they apply.
+// it is missing and may be (room.EnsureStream), and records the new mark.
+// Errors wrap room.ErrStreamReplaced or room.ErrStreamConfig where they apply.
 func openStream(ctx context.Context, js jetstream.JetStream, cfg jetstream.StreamConfig, o ServeOptions, emb *embedded.Server, log *zap.Logger) (*streamGuard, jetstream.Stream, error) {
 	var now *jetstream.StreamInfo // the stream before anything is created
 	var s jetstream.Stream
@@ -488,7 +446,7 @@ func openStream(ctx context.Context, js jetstream.JetStream, cfg jetstream.Strea
 	}
 	var mem streamMemory
 	if emb != nil {
-		mem = fileMemory{path: StreamMarkFile(emb.StoreDir(), cfg.Name)}
+		mem = fileMemory{path: room.StreamMarkFile(emb.StoreDir(), cfg.Name)}
 	} else {
 		replicas := cfg.Replicas
 		if now != nil {
@@ -500,7 +458,7 @@ func openStream(ctx context.Context, js jetstream.JetStream, cfg jetstream.Strea
 		}
 		mem = kvMemory{kv: kv, key: cfg.Name}
 	}
-	var mark *StreamMark
+	var mark *room.StreamMark
 	if err := setupRetry(ctx, func() (err error) { mark, err = mem.load(ctx); return err }); err != nil {
 		return nil, nil, err
 	}
@@ -521,7 +479,7 @@ func openStream(ctx context.Context, js jetstream.JetStream, cfg jetstream.Strea
 		log.Warn("room stream: accept-stream is set, but the stream is the one serve remembers: nothing to accept; remove the setting",
 			zap.String("stream", cfg.Name), zap.String("mark", mem.where()))
 	}
-	st, err := EnsureStream(ctx, js, cfg, o.Subjects)
+	st, err := room.EnsureStream(ctx, js, cfg, o.Subjects)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -539,7 +497,7 @@ func openStream(ctx context.Context, js jetstream.JetStream, cfg jetstream.Strea
 func setupRetry(ctx context.Context, f func() error) error {
 	for attempt := 0; ; attempt++ {
 		err := f()
-		if err == nil || !isRetryable(err) || !jsapi.Sleep(ctx, backoff(attempt)) {
+		if err == nil || !jsapi.IsRetryable(err) || !jsapi.Sleep(ctx, jsapi.Backoff(attempt)) {
 			return err
 		}
 	}

@@ -1,4 +1,4 @@
-package room
+package node
 
 import (
 	"context"
@@ -18,6 +18,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/roompub/roompub/events"
+	"github.com/roompub/roompub/room"
 	"github.com/roompub/roompub/room/embedded"
 	"github.com/roompub/roompub/validate"
 )
@@ -31,17 +32,17 @@ type ServeOptions struct {
 	Embedded  embedded.Options
 	// Connect are extra connection options (credentials, TLS).
 	Connect []nats.Option
-	// Stream and Subjects name the room stream; Replicas is its replica
+	// Stream and room.Subjects name the room stream; Replicas is its replica
 	// count when Serve creates it: default 1 embedded, 3 with ServerURL.
 	Stream   string
-	Subjects Subjects
+	Subjects room.Subjects
 	Replicas int
 	// Validator checks every item; it must check host trust.
 	Validator *validate.Validator
-	// Service configures the ingest service.
-	Service ServiceOptions
+	// room.Service configures the ingest service.
+	Service room.ServiceOptions
 	// MaxBatch and MaxInflightBatches bound the gate's atomic batches
-	// (GateOptions); 0 is the default.
+	// (room.GateOptions); 0 is the default.
 	MaxBatch, MaxInflightBatches int
 	// HTTPAddr, when set, serves /metrics (Prometheus) and /healthz.
 	HTTPAddr string
@@ -52,21 +53,21 @@ type ServeOptions struct {
 	// (docs/secure-mode.md, "The stream").
 	CheckInterval time.Duration
 	// AcceptStream lets Serve start on a room stream other than the one
-	// it remembers (ErrStreamReplaced): it creates the stream when it is
+	// it remembers (room.ErrStreamReplaced): it creates the stream when it is
 	// gone, or takes the one there (restored, recreated), logs at warn
 	// level what it remembered, and remembers the new stream from then
 	// on. An operator's act for one start (--accept-stream); left on, it
 	// only logs a warning when there is nothing to accept.
 	AcceptStream bool
 	// PublisherKey, when set, attests every appended message and signs
-	// the rooms' checkpoints (GateOptions.PublisherKey, a
-	// Checkpointer). Nil: nothing is attested or checkpointed, and Serve
+	// the rooms' checkpoints (room.GateOptions.PublisherKey, a
+	// room.Checkpointer). Nil: nothing is attested or checkpointed, and Serve
 	// logs a warning.
 	PublisherKey *events.HostKey
 	// Checkpoint configures the checkpointer when PublisherKey is set;
-	// its Key, Stream, Subjects, Logger and Registerer are Serve's, and
+	// its Key, Stream, room.Subjects, Logger and Registerer are Serve's, and
 	// Replicas is the stream's.
-	Checkpoint CheckpointerOptions
+	Checkpoint room.CheckpointerOptions
 	Logger     *zap.Logger
 	// Ready, when set, is called once the service answers requests.
 	Ready func(ServeInfo)
@@ -90,7 +91,7 @@ type ServeInfo struct {
 // CheckInterval; then it stops the service, waits for requests in flight,
 // records the stream's last sequence, drains the connection and shuts the
 // embedded server down. A room stream that is gone or replaced since the
-// last run fails the start with an error wrapping ErrStreamReplaced, unless
+// last run fails the start with an error wrapping room.ErrStreamReplaced, unless
 // AcceptStream (docs/secure-mode.md, "The stream").
 func Serve(ctx context.Context, o ServeOptions) error {
 	log := o.Logger
@@ -98,7 +99,7 @@ func Serve(ctx context.Context, o ServeOptions) error {
 		log = zap.NewNop()
 	}
 	if o.Validator == nil || !o.Validator.ChecksTrust() {
-		return fmt.Errorf("%w: serve needs a validator that checks host trust", ErrGate)
+		return fmt.Errorf("%w: serve needs a validator that checks host trust", room.ErrGate)
 	}
 	url := o.ServerURL
 	replicas := o.Replicas
@@ -148,9 +149,9 @@ func Serve(ctx context.Context, o ServeOptions) error {
 	if err != nil {
 		return err
 	}
-	cfg := StreamConfig(o.Stream, o.Subjects, replicas)
+	cfg := room.StreamConfig(o.Stream, o.Subjects, replicas)
 	// Creating a replicated stream elects its leader first: on a cluster
-	// that has just formed that can take longer than DefaultTimeout.
+	// that has just formed that can take longer than room.DefaultTimeout.
 	ectx, cancel := context.WithTimeout(ctx, streamSetupTimeout)
 	guard, st, err := openStream(ectx, js, cfg, o, emb, log)
 	cancel()
@@ -160,14 +161,14 @@ func Serve(ctx context.Context, o ServeOptions) error {
 	replicas = st.CachedInfo().Config.Replicas // an existing stream keeps its own
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	metrics, err := NewMetrics(reg)
+	metrics, err := room.NewMetrics(reg)
 	if err != nil {
 		return err
 	}
-	gopts := GateOptions{Stream: cfg.Name, Subjects: o.Subjects, Validator: o.Validator, Logger: log, Observer: metrics,
+	gopts := room.GateOptions{Stream: cfg.Name, Subjects: o.Subjects, Validator: o.Validator, Logger: log, Observer: metrics,
 		MaxBatch: o.MaxBatch, MaxInflightBatches: o.MaxInflightBatches, PublisherKey: o.PublisherKey,
 		TrustedPublishers: o.Checkpoint.TrustedPublishers}
-	var ckp *Checkpointer
+	var ckp *room.Checkpointer
 	if o.PublisherKey != nil {
 		co := o.Checkpoint
 		co.Key, co.Stream, co.Subjects, co.Logger, co.Registerer, co.Replicas = o.PublisherKey, cfg.Name, o.Subjects, log, reg, replicas
@@ -181,7 +182,7 @@ func Serve(ctx context.Context, o ServeOptions) error {
 		}
 		defer ckNC.Close() // after stopCheckpointer (deferred below)
 		cctx, cancel := context.WithTimeout(ctx, streamSetupTimeout)
-		ckp, err = StartCheckpointer(cctx, ckNC, co)
+		ckp, err = room.StartCheckpointer(cctx, ckNC, co)
 		cancel()
 		if err != nil {
 			return err
@@ -192,14 +193,14 @@ func Serve(ctx context.Context, o ServeOptions) error {
 	} else {
 		log.Warn("no publisher key (--publisher-key): appended messages carry no attestation and no room checkpoint is written; subscribers that trust publishers will refuse them")
 	}
-	gate, err := NewGate(ctx, nc, gopts)
+	gate, err := room.NewGate(ctx, nc, gopts)
 	if err != nil {
 		return err
 	}
 	// Writers into room subjects pause appends from the start.
 	guard.metrics = metrics
 	guard.checkWriters(ctx)
-	gate.pause(guard.writers)
+	gate.Pause(guard.writers)
 	so := o.Service
 	if so.Logger == nil {
 		so.Logger = log
@@ -207,7 +208,7 @@ func Serve(ctx context.Context, o ServeOptions) error {
 	if so.Observer == nil {
 		so.Observer = metrics
 	}
-	svc, err := StartService(nc, gate, so)
+	svc, err := room.StartService(nc, gate, so)
 	if err != nil {
 		return err
 	}
@@ -281,7 +282,7 @@ loop:
 			if !known {
 				continue
 			}
-			gate.pause(err)
+			gate.Pause(err)
 			if prev := healthy.Load().(checkResult).err; (prev == nil) != (err == nil) {
 				if err != nil {
 					log.Error("room stream check failed: appends paused", zap.Error(err))
@@ -320,7 +321,7 @@ const checkpointerStopTimeout = 30 * time.Second
 
 // stopCheckpointer writes ckp's final checkpoints (nil: nothing to do;
 // Stop runs once).
-func stopCheckpointer(ckp *Checkpointer, log *zap.Logger) {
+func stopCheckpointer(ckp *room.Checkpointer, log *zap.Logger) {
 	if ckp == nil {
 		return
 	}
