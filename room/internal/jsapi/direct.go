@@ -94,24 +94,38 @@ func DirectBatch(ctx context.Context, nc *nats.Conn, stream string, req BatchReq
 			return nil, ctx.Err()
 		}
 		t.Reset(timeout)
-		// The server's end of batch (204), not found (404) and errors
-		// carry no Nats-Stream; every message it returns carries one, last.
-		if len(m.Header.Values(jetstream.StreamHeader)) == 0 {
-			switch status := m.Header.Get("Status"); status {
-			case "204", "404":
-				return out, nil
-			case "503":
-				return nil, nats.ErrNoResponders
-			default:
-				return nil, fmt.Errorf("direct get %s: %w: status %s %s", body, ErrStatus, status, m.Header.Get("Description"))
-			}
-		}
-		msg, err := fromReply(m)
-		if err != nil {
-			return nil, fmt.Errorf("direct get %s: %w", body, err)
+		msg, end, err := readReply(m, body)
+		switch {
+		case err != nil:
+			return nil, err
+		case end:
+			return out, nil
 		}
 		out = append(out, msg)
 	}
+}
+
+// readReply reads one message of a direct get reply to request body: a
+// stored message, or the end (204 end of batch, 404 not found), or an
+// error (503: nats.ErrNoResponders; another status: ErrStatus). The
+// server's end and errors carry no Nats-Stream; every message it returns
+// carries one, last.
+func readReply(m *nats.Msg, body []byte) (msg Msg, end bool, err error) {
+	if len(m.Header.Values(jetstream.StreamHeader)) == 0 {
+		switch status := m.Header.Get("Status"); status {
+		case "204", "404":
+			return Msg{}, true, nil
+		case "503":
+			return Msg{}, false, nats.ErrNoResponders
+		default:
+			return Msg{}, false, fmt.Errorf("direct get %s: %w: status %s %s", body, ErrStatus, status, m.Header.Get("Description"))
+		}
+	}
+	msg, err = fromReply(m)
+	if err != nil {
+		return Msg{}, false, fmt.Errorf("direct get %s: %w", body, err)
+	}
+	return msg, false, nil
 }
 
 // fromReply reads one message of a direct get reply: the server's values
@@ -177,19 +191,9 @@ func DirectGet(ctx context.Context, nc *nats.Conn, stream string, req any) (*Msg
 	if err != nil {
 		return nil, err
 	}
-	if len(m.Header.Values(jetstream.StreamHeader)) == 0 {
-		switch status := m.Header.Get("Status"); status {
-		case "404":
-			return nil, nil
-		case "503":
-			return nil, nats.ErrNoResponders
-		default:
-			return nil, fmt.Errorf("direct get %s: %w: status %s %s", body, ErrStatus, status, m.Header.Get("Description"))
-		}
-	}
-	msg, err := fromReply(m)
-	if err != nil {
-		return nil, fmt.Errorf("direct get %s: %w", body, err)
+	msg, end, err := readReply(m, body)
+	if err != nil || end {
+		return nil, err
 	}
 	return &msg, nil
 }

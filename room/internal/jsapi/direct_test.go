@@ -1,6 +1,7 @@
 package jsapi
 
 import (
+	"errors"
 	"reflect"
 	"testing"
 
@@ -39,5 +40,25 @@ func TestFromReplyTakesTheServersValues(t *testing.T) {
 	}
 	if h := StoredHeader(nats.Header{"Nats-Stream": {"ROOMS"}, "Nats-Sequence": {"3"}}); h != nil {
 		t.Errorf("StoredHeader of the server's headers alone = %v, want nil", h)
+	}
+}
+
+// A reply without Nats-Stream is the server's: the end of a batch, not
+// found, no responders, or a refusal.
+func TestReadReplyStatuses(t *testing.T) {
+	for _, c := range []struct {
+		status string
+		end    bool
+		err    error
+	}{{"204", true, nil}, {"404", true, nil}, {"503", false, nats.ErrNoResponders}, {"408", false, ErrStatus}} {
+		_, end, err := readReply(&nats.Msg{Header: nats.Header{"Status": {c.status}, "Description": {"x"}}}, []byte("{}"))
+		if end != c.end || (c.err == nil) != (err == nil) || (c.err != nil && !errors.Is(err, c.err)) {
+			t.Errorf("status %s: end %v, err %v; want %v, %v", c.status, end, err, c.end, c.err)
+		}
+	}
+	// A stored message's own Status header does not end anything.
+	m, end, err := readReply(&nats.Msg{Data: []byte("d"), Header: nats.Header{"Status": {"404"}, "Nats-Stream": {"ROOMS"}, "Nats-Sequence": {"9"}}}, nil)
+	if err != nil || end || m.Seq != 9 || m.Header.Get("Status") != "404" {
+		t.Errorf("stored message with a Status header: %+v, end %v, %v", m, end, err)
 	}
 }
