@@ -250,10 +250,7 @@ func (in *inspector) waitCheckpoint(roomID string, size uint64, within time.Dura
 func capsuleOf(t *testing.T, meta events.CapsuleMeta, lines [][]byte) string {
 	t.Helper()
 	dir := filepath.Join(t.TempDir(), meta.CapsuleID)
-	writeCapsuleJSON(t, dir, meta)
-	if err := os.WriteFile(filepath.Join(dir, "journal.ndjson"), joinLines(lines), 0o644); err != nil {
-		t.Fatal(err)
-	}
+	writeCapsule(t, dir, meta, joinLines(lines))
 	return dir
 }
 

@@ -454,6 +454,16 @@ func entries(t *testing.T, meta events.CapsuleMeta, n int) [][]byte {
 	return out
 }
 
+// writeCapsule writes the capsule directory dir: capsule.json for meta and
+// journal.ndjson holding journal.
+func writeCapsule(t *testing.T, dir string, meta events.CapsuleMeta, journal []byte) {
+	t.Helper()
+	writeCapsuleJSON(t, dir, meta)
+	if err := os.WriteFile(filepath.Join(dir, "journal.ndjson"), journal, 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // writeCapsuleJSON writes dir/capsule.json for meta (creating dir).
 func writeCapsuleJSON(t *testing.T, dir string, meta events.CapsuleMeta) {
 	t.Helper()
@@ -751,10 +761,7 @@ func TestKillServerMidShipment(t *testing.T) {
 	meta := events.CapsuleMeta{RunID: "run-20260905-long-0001", CapsuleID: "cap-long-0001-a", HarnessVersion: "ecc-eval-harness/1.4.2", TaskFamily: "slugify"}
 	dir := filepath.Join(t.TempDir(), "long")
 	lines := entries(t, meta, total)
-	writeCapsuleJSON(t, dir, meta)
-	if err := os.WriteFile(filepath.Join(dir, "journal.ndjson"), joinLines(lines), 0o644); err != nil {
-		t.Fatal(err)
-	}
+	writeCapsule(t, dir, meta, joinLines(lines))
 	subj := journalSubject("long", meta.RunID, meta.CapsuleID)
 	store := t.TempDir()
 	srv := startServer(t, store)
@@ -824,10 +831,7 @@ func TestInterruptMidShipment(t *testing.T) {
 	meta := events.CapsuleMeta{RunID: "run-20260905-stop-0007", CapsuleID: "cap-stop-0007-a", HarnessVersion: "ecc-eval-harness/1.4.2", TaskFamily: "slugify"}
 	dir := filepath.Join(t.TempDir(), "stop")
 	lines := entries(t, meta, total)
-	writeCapsuleJSON(t, dir, meta)
-	if err := os.WriteFile(filepath.Join(dir, "journal.ndjson"), joinLines(lines), 0o644); err != nil {
-		t.Fatal(err)
-	}
+	writeCapsule(t, dir, meta, joinLines(lines))
 	subj := journalSubject("stop", meta.RunID, meta.CapsuleID)
 	srv := startServer(t, t.TempDir())
 	in := inspect(t, srv.url)
