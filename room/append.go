@@ -490,8 +490,8 @@ func (r *journalRun) decide(i int, try *lineTry) (decision, ItemResult) {
 				continue
 			}
 			rf := RefusedItem(i, []events.Problem{{Code: events.NotChainOwner, At: at,
-				Reason:   fmt.Sprintf("the chain was started by identity %s in %s: only it may extend the chain or claim its id", identityName(c.owner), c.roomID),
-				Expected: identityName(c.owner), Actual: identityName(r.owner)}})
+				Reason:   fmt.Sprintf("the chain was started by identity %s in %s: only it may extend the chain or claim its id", IdentityName(c.owner), c.roomID),
+				Expected: IdentityName(c.owner), Actual: IdentityName(r.owner)}})
 			rf.Seq, rf.Hash = &seq, e.EntryHash()
 			return decFinal, rf
 		}
@@ -503,7 +503,7 @@ func (r *journalRun) decide(i int, try *lineTry) (decision, ItemResult) {
 				c.loaded, try.wantFresh = false, true // decide on the stream's word, not a cached view
 				continue
 			}
-			return decFinal, RefusedItem(i, []events.Problem{roomConflict(at, c.roomID, r.roomID)})
+			return decFinal, RefusedItem(i, []events.Problem{validate.RoomConflict(at, c.roomID, r.roomID)})
 		}
 		// The entry rules ran in checkLines; CheckLineChecked adds the rest
 		// in CheckLine's order.
@@ -982,12 +982,4 @@ func (g *Gate) observeItems(items []ItemResult, start time.Time) {
 			g.obs.Item(KindJournal, it.Outcome, it.Code, took)
 		}
 	}
-}
-
-// roomConflict is the problem of an entry of a chain that lives in room
-// lives, met in room asked (the gate's request, or a reader's subject):
-// it names both, so the refusal says where the chain is.
-func roomConflict(at events.Location, lives, asked string) events.Problem {
-	return events.Problem{Code: events.RoomConflict, At: at,
-		Reason: fmt.Sprintf("the capsule's chain already lives in %q", lives), Expected: lives, Actual: asked}
 }

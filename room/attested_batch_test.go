@@ -14,6 +14,7 @@ import (
 	"github.com/roompub/roompub/checkpoint"
 	"github.com/roompub/roompub/events"
 	"github.com/roompub/roompub/room"
+	"github.com/roompub/roompub/room/internal/roomtest"
 )
 
 // Attestations with one signature per atomic batch, on the read
@@ -31,16 +32,16 @@ import (
 // (each still carries its own header). The genuine chain around it is
 // served; follow sets aside the same four and hands out the rest.
 func TestAttestedBatchOneSignature(t *testing.T) {
-	e := newEnv(t)
-	pub := newHostKey(t)
-	a := newAttestor(t, e.js, pub, attRoom)
-	es, _ := journal(t, "run-b", "cap-b", 11)
+	e := roomtest.NewEnv(t)
+	pub := roomtest.NewHostKey(t)
+	a := newAttestor(t, e.Js, pub, attRoom)
+	es, _ := roomtest.Journal(t, "run-b", "cap-b", 11)
 	good := a.entries(es[:10]...)        // one batch of 10
 	good = append(good, a.entry(es[10])) // one batch of 1
 
 	replaced := a.replacedBatch(t)
 
-	rep, err := room.Audit(t.Context(), e.js, room.AuditOptions{Validator: e.v, Trust: trusting(t, pub)})
+	rep, err := room.Audit(t.Context(), e.Js, room.AuditOptions{Validator: e.V, Trust: trusting(t, pub)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -61,13 +62,13 @@ func TestAttestedBatchOneSignature(t *testing.T) {
 	checkFacts(t, rep.Checkpoints[0], room.RoomCheckpoints{RoomID: attRoom, Admitted: 11, Tail: 11,
 		AttestationsVerified: 15, BatchesVerified: 3})
 
-	f := startFollow(t, e.js, room.FollowOptions{Durable: "batches", Validator: e.v, Trust: trusting(t, pub), Rooms: []string{attRoom}}, nil)
-	f.waitSeen(t, 15)
-	if got := f.eventSeqs(); !slices.Equal(got, good) {
+	f := roomtest.StartFollow(t, e.Js, room.FollowOptions{Durable: "batches", Validator: e.V, Trust: trusting(t, pub), Rooms: []string{attRoom}}, nil)
+	f.WaitSeen(t, 15)
+	if got := f.EventSeqs(); !slices.Equal(got, good) {
 		t.Errorf("follow served %v, want %v", got, good)
 	}
-	if got := mismatches(t, f.asides); !slices.Equal(got, replaced) || f.asides[0].Reason != want {
-		t.Errorf("follow set aside %v", f.asides)
+	if got := mismatches(t, f.Asides); !slices.Equal(got, replaced) || f.Asides[0].Reason != want {
+		t.Errorf("follow set aside %v", f.Asides)
 	}
 }
 
@@ -79,17 +80,17 @@ func TestAttestedBatchOneSignature(t *testing.T) {
 // are verified with the statements of the covered ones (one signature for
 // the batch).
 func TestAttestedBatchCheckpointMismatch(t *testing.T) {
-	e := newEnv(t)
-	pub := newHostKey(t)
-	a := newAttestor(t, e.js, pub, attRoom)
-	es, _ := journal(t, "run-m", "cap-m", 20)
+	e := roomtest.NewEnv(t)
+	pub := roomtest.NewHostKey(t)
+	a := newAttestor(t, e.Js, pub, attRoom)
+	es, _ := roomtest.Journal(t, "run-m", "cap-m", 20)
 	a.entries(es[:6]...)
 	replaced := a.replacedBatch(t)
 	a.entries(es[6:12]...)
 	a.checkpointOf(9, mustRootAt(t, a.tree, 9), a.signer) // inside the batch of entries 6-11
 	a.entries(es[12:20]...)
 
-	rep, err := room.Audit(t.Context(), e.js, room.AuditOptions{Validator: e.v, Trust: trusting(t, pub)})
+	rep, err := room.Audit(t.Context(), e.Js, room.AuditOptions{Validator: e.V, Trust: trusting(t, pub)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -108,14 +109,14 @@ func TestAttestedBatchCheckpointMismatch(t *testing.T) {
 	// Without the replaced batch, the same checkpoint inside a batch
 	// admits entries 6-8 unchecked; entries 9-11 are verified at the end
 	// with the statements of 6-8 (one signature), then the batch of 8.
-	e2 := newEnv(t)
-	b := newAttestor(t, e2.js, pub, attRoom)
+	e2 := roomtest.NewEnv(t)
+	b := newAttestor(t, e2.Js, pub, attRoom)
 	b.entries(es[:6]...)
 	b.checkpoint()
 	b.entries(es[6:12]...)
 	b.checkpointOf(9, mustRootAt(t, b.tree, 9), b.signer)
 	b.entries(es[12:20]...)
-	rep, err = room.Audit(t.Context(), e2.js, room.AuditOptions{Validator: e2.v, Trust: trusting(t, pub)})
+	rep, err = room.Audit(t.Context(), e2.Js, room.AuditOptions{Validator: e2.V, Trust: trusting(t, pub)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -129,8 +130,8 @@ func TestAttestedBatchCheckpointMismatch(t *testing.T) {
 	// batch's signature fails, with the covered statements too, and only
 	// the uncovered messages are refused (the checkpoint admitted the
 	// others).
-	e3 := newEnv(t)
-	c := newAttestor(t, e3.js, pub, attRoom)
+	e3 := roomtest.NewEnv(t)
+	c := newAttestor(t, e3.Js, pub, attRoom)
 	c.entries(es[:6]...)
 	ms := make([]attMsg, 6)
 	for i, en := range es[6:12] {
@@ -140,10 +141,10 @@ func TestAttestedBatchCheckpointMismatch(t *testing.T) {
 	for _, m := range ms[:3] {
 		c.leaf(checkpoint.LeafHash(attRoom, m.subject, checkpoint.ContentHash(m.data)))
 	}
-	ms[4].data = forkOf(t, es[10]).Canonical()
+	ms[4].data = roomtest.ForkOf(t, es[10]).Canonical()
 	seqs := c.append(ms, hs)
 	c.checkpointOf(9, c.tree.Root(), c.signer)
-	rep, err = room.Audit(t.Context(), e3.js, room.AuditOptions{Validator: e3.v, Trust: trusting(t, pub)})
+	rep, err = room.Audit(t.Context(), e3.Js, room.AuditOptions{Validator: e3.V, Trust: trusting(t, pub)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -164,12 +165,12 @@ func TestAttestedBatchCheckpointMismatch(t *testing.T) {
 // already whole, and a second message claiming an index its batch already
 // has, are refused too. The genuine messages are served.
 func TestAttestedIncompleteBatch(t *testing.T) {
-	e := newEnv(t)
-	pub := newHostKey(t)
-	a := newAttestor(t, e.js, pub, attRoom)
-	es, _ := journal(t, "run-i", "cap-i", 7)
+	e := roomtest.NewEnv(t)
+	pub := roomtest.NewHostKey(t)
+	a := newAttestor(t, e.Js, pub, attRoom)
+	es, _ := roomtest.Journal(t, "run-i", "cap-i", 7)
 	partial := func(chain string) []uint64 {
-		other, _ := journal(t, chain, "cap-"+chain, 5)
+		other, _ := roomtest.Journal(t, chain, "cap-"+chain, 5)
 		ms := make([]attMsg, 5)
 		for i, en := range other {
 			ms[i] = a.entryMsg(en)
@@ -180,9 +181,9 @@ func TestAttestedIncompleteBatch(t *testing.T) {
 	whole, hs := a.headers(es[:3]...)
 	// After the whole batch: a copy of its message 1 (on a fork of entry
 	// 3), then message 0 copied twice (a second claim to index 0).
-	copied := a.forgedEntry(forkOf(t, es[3]), hs[1])
-	dup0 := a.forgedEntry(rebuilt(t, es[3], map[string]any{"payload": map[string]any{"tool": "bash", "status": "d0"}}), hs[0])
-	dup1 := a.forgedEntry(rebuilt(t, es[3], map[string]any{"payload": map[string]any{"tool": "bash", "status": "d1"}}), hs[0])
+	copied := a.forgedEntry(roomtest.ForkOf(t, es[3]), hs[1])
+	dup0 := a.forgedEntry(roomtest.Rebuilt(t, es[3], map[string]any{"payload": map[string]any{"tool": "bash", "status": "d0"}}), hs[0])
+	dup1 := a.forgedEntry(roomtest.Rebuilt(t, es[3], map[string]any{"payload": map[string]any{"tool": "bash", "status": "d1"}}), hs[0])
 	rest := a.entries(es[3:7]...)
 	end := partial("run-q")
 
@@ -217,7 +218,7 @@ func TestAttestedIncompleteBatch(t *testing.T) {
 	}
 	served := slices.Concat(whole, rest)
 
-	rep, err := room.Audit(t.Context(), e.js, room.AuditOptions{Validator: e.v, Trust: trusting(t, pub)})
+	rep, err := room.Audit(t.Context(), e.Js, room.AuditOptions{Validator: e.V, Trust: trusting(t, pub)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -229,14 +230,14 @@ func TestAttestedIncompleteBatch(t *testing.T) {
 	// The whole batches only: 3 and 4 messages, 2 signatures.
 	checkFacts(t, rep.Checkpoints[0], room.RoomCheckpoints{RoomID: attRoom, Admitted: 7, Tail: 7, AttestationsVerified: 7, BatchesVerified: 2})
 
-	f := startFollow(t, e.js, room.FollowOptions{Durable: "incomplete", Validator: e.v, Trust: trusting(t, pub), Rooms: []string{attRoom}}, nil)
-	f.waitSeen(t, 7+len(mid)+3+len(end))
-	if got := f.eventSeqs(); !slices.Equal(got, served) {
+	f := roomtest.StartFollow(t, e.Js, room.FollowOptions{Durable: "incomplete", Validator: e.V, Trust: trusting(t, pub), Rooms: []string{attRoom}}, nil)
+	f.WaitSeen(t, 7+len(mid)+3+len(end))
+	if got := f.EventSeqs(); !slices.Equal(got, served) {
 		t.Errorf("follow served %v, want %v", got, served)
 	}
-	f.mu.Lock()
-	asides := slices.Clone(f.asides)
-	f.mu.Unlock()
+	f.Mu.Lock()
+	asides := slices.Clone(f.Asides)
+	f.Mu.Unlock()
 	// Follow holds the last three, waiting for the rest of their batch,
 	// until a fetch brings nothing for a second.
 	idle := "no message came for 1s after it"
@@ -252,11 +253,11 @@ func TestAttestedIncompleteBatch(t *testing.T) {
 // refused then, and one whose batch is larger than Follow holds back at
 // once.
 func TestAttestedLiveWaitsForBatch(t *testing.T) {
-	pub := newHostKey(t)
-	v := referenceOnly(t)
+	pub := roomtest.NewHostKey(t)
+	v := roomtest.ReferenceOnly(t)
 	feed, idle := room.LiveFeed(v, room.Subjects{}, trusting(t, pub))
 	a := &attestor{key: pub, room: attRoom}
-	es, _ := journal(t, "run-l", "cap-l", 6)
+	es, _ := roomtest.Journal(t, "run-l", "cap-l", 6)
 	msg := func(seq uint64, en *events.Entry, header string) room.StreamMsg {
 		m := a.entryMsg(en)
 		return room.StreamMsg{Subject: m.subject, Seq: seq, Data: m.data, Attestation: header}
@@ -296,7 +297,7 @@ func TestAttestedLiveWaitsForBatch(t *testing.T) {
 
 	// A forged header opening a batch of 2 (it waits), then entry 3
 	// alone, which is not the batch's message 1.
-	fork := forkOf(t, es[3])
+	fork := roomtest.ForkOf(t, es[3])
 	other := sign(fork, es[4])
 	if vs := feed(msg(4, fork, other[0])); len(vs) != 0 {
 		t.Fatalf("an open batch handed out %+v", vs)
@@ -341,24 +342,24 @@ func TestAttestedLiveWaitsForBatch(t *testing.T) {
 // rest is verified with the rebuilt part's statements and handed out,
 // nothing twice.
 func TestAttestedFollowBatchAcrossRestart(t *testing.T) {
-	e := newEnv(t)
-	pub := newHostKey(t)
-	a := newAttestor(t, e.js, pub, attRoom)
-	es, _ := journal(t, "run-r", "cap-r", 8)
+	e := roomtest.NewEnv(t)
+	pub := roomtest.NewHostKey(t)
+	a := newAttestor(t, e.Js, pub, attRoom)
+	es, _ := roomtest.Journal(t, "run-r", "cap-r", 8)
 	a.entries(es[:2]...)
 	batch := a.entries(es[2:8]...)
-	o := room.FollowOptions{Durable: "restart", Validator: e.v, Trust: trusting(t, pub), Rooms: []string{attRoom}}
+	o := room.FollowOptions{Durable: "restart", Validator: e.V, Trust: trusting(t, pub), Rooms: []string{attRoom}}
 	fail := true
-	f := startFollow(t, e.js, o, func(ev *room.Event) error {
+	f := roomtest.StartFollow(t, e.Js, o, func(ev *room.Event) error {
 		if ev.Seq == batch[2] && fail {
 			return fmt.Errorf("stop here")
 		}
 		return nil
 	})
-	if err := f.wait(t); err == nil {
+	if err := f.Wait(t); err == nil {
 		t.Fatal("follow did not stop on the handler's error")
 	}
-	if got := f.eventSeqs(); !slices.Equal(got, seqRange(1, batch[1])) {
+	if got := f.EventSeqs(); !slices.Equal(got, roomtest.SeqRange(1, batch[1])) {
 		t.Fatalf("first run served %v", got)
 	}
 	fail = false
@@ -366,11 +367,11 @@ func TestAttestedFollowBatchAcrossRestart(t *testing.T) {
 	// takes the redeliveries (a flaw of room.Follow noted in secure_test.go; a new process
 	// never has it).
 	time.Sleep(1500 * time.Millisecond)
-	f = startFollow(t, e.js, o, nil)
-	f.waitSeen(t, 4)
+	f = roomtest.StartFollow(t, e.Js, o, nil)
+	f.WaitSeen(t, 4)
 	time.Sleep(100 * time.Millisecond) // nothing more comes
-	if got := f.eventSeqs(); !slices.Equal(got, batch[2:]) || len(f.asides) != 0 {
-		t.Errorf("after the restart served %v, set aside %v, want %v", got, f.asides, batch[2:])
+	if got := f.EventSeqs(); !slices.Equal(got, batch[2:]) || len(f.Asides) != 0 {
+		t.Errorf("after the restart served %v, set aside %v, want %v", got, f.Asides, batch[2:])
 	}
 }
 
@@ -384,14 +385,14 @@ func TestAttestedQueueFull(t *testing.T) {
 	if testing.Short() {
 		t.Skip("18,000 messages")
 	}
-	e := newEnv(t)
-	pub := newHostKey(t)
-	a := newAttestor(t, e.js, pub, attRoom)
-	es, _ := journal(t, "run-q", "cap-q", 9000)
+	e := roomtest.NewEnv(t)
+	pub := roomtest.NewHostKey(t)
+	a := newAttestor(t, e.Js, pub, attRoom)
+	es, _ := roomtest.Journal(t, "run-q", "cap-q", 9000)
 	for i := 0; i < len(es); i += 1000 {
 		a.entries(es[i : i+1000]...)
 	}
-	big, _ := journal(t, "run-big", "cap-big", 9000)
+	big, _ := roomtest.Journal(t, "run-big", "cap-big", 9000)
 	ms := make([]attMsg, len(big))
 	for i, en := range big {
 		ms[i] = a.entryMsg(en)
@@ -402,22 +403,22 @@ func TestAttestedQueueFull(t *testing.T) {
 		msg.Data = m.data
 		msg.Header.Set(checkpoint.AttestationHeader, hs[i])
 		for {
-			_, err := e.js.PublishMsgAsync(msg, jetstream.WithStallWait(10*time.Second))
+			_, err := e.Js.PublishMsgAsync(msg, jetstream.WithStallWait(10*time.Second))
 			if err == nil {
 				break
 			}
 			if !errors.Is(err, jetstream.ErrTooManyStalledMsgs) {
 				t.Fatal(err)
 			}
-			<-e.js.PublishAsyncComplete()
+			<-e.Js.PublishAsyncComplete()
 		}
 	}
 	select {
-	case <-e.js.PublishAsyncComplete():
+	case <-e.Js.PublishAsyncComplete():
 	case <-time.After(time.Minute):
 		t.Fatal("publish did not complete")
 	}
-	rep, err := room.Audit(t.Context(), e.js, room.AuditOptions{Validator: e.v, Trust: trusting(t, pub), MaxViolations: 1})
+	rep, err := room.Audit(t.Context(), e.Js, room.AuditOptions{Validator: e.V, Trust: trusting(t, pub), MaxViolations: 1})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -440,17 +441,17 @@ func TestAttestedQueueFull(t *testing.T) {
 // order, and both readers admit the same messages (no checkpoint covers
 // them, so Audit verifies every batch too).
 func FuzzAttestedBatches(f *testing.F) {
-	pub := newHostKey(f)
-	v := referenceOnly(f)
+	pub := roomtest.NewHostKey(f)
+	v := roomtest.ReferenceOnly(f)
 	trust := trusting(f, pub)
 	a := &attestor{key: pub, room: attRoom}
-	es, _ := journal(f, "run-z", "cap-z", 8)
+	es, _ := roomtest.Journal(f, "run-z", "cap-z", 8)
 	var msgs []attMsg
 	for _, e := range es {
 		msgs = append(msgs, a.entryMsg(e))
 	}
 	for _, e := range es {
-		msgs = append(msgs, a.entryMsg(forkOf(f, e)))
+		msgs = append(msgs, a.entryMsg(roomtest.ForkOf(f, e)))
 	}
 	headers := slices.Concat(a.sign(msgs[0:3]), a.sign(msgs[3:4]), a.sign(msgs[4:8]), a.sign(msgs[9:11]), []string{"", "garbage", "x y 0/1"})
 	na := &attestor{t: f, key: pub, room: attRoom}
@@ -520,12 +521,12 @@ func FuzzAttestedBatches(f *testing.F) {
 // sound entry for its position; it returns the batch's stream seqs.
 func (a *attestor) replacedBatch(t *testing.T) []uint64 {
 	t.Helper()
-	other, _ := journal(t, "run-x", "cap-x", 4)
+	other, _ := roomtest.Journal(t, "run-x", "cap-x", 4)
 	ms := make([]attMsg, 4)
 	for i, en := range other {
 		ms[i] = a.entryMsg(en)
 	}
 	hs := a.sign(ms)
-	ms[2].data = forkOf(t, other[2]).Canonical()
+	ms[2].data = roomtest.ForkOf(t, other[2]).Canonical()
 	return a.append(ms, hs)
 }

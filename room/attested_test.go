@@ -17,6 +17,7 @@ import (
 	"github.com/roompub/roompub/checkpoint"
 	"github.com/roompub/roompub/events"
 	"github.com/roompub/roompub/room"
+	"github.com/roompub/roompub/room/internal/roomtest"
 )
 
 // Attestations and checkpoints on the read side, against a real embedded server: messages are
@@ -104,7 +105,7 @@ func (a *attestor) append(ms []attMsg, headers []string) []uint64 {
 	if err != nil {
 		a.t.Fatal(err)
 	}
-	return seqRange(ack.Sequence-uint64(len(msgs))+1, ack.Sequence)
+	return roomtest.SeqRange(ack.Sequence-uint64(len(msgs))+1, ack.Sequence)
 }
 
 // entries appends es, of one chain, as the publisher admits them: one
@@ -231,10 +232,10 @@ const attRoom = "room:attested"
 // batch of 4, which follows no message 0 of that batch (refused at once).
 // It returns the stream sequences of the forged messages and of the
 // messages a reader must serve.
-func forgedStream(t *testing.T, e *env, pub *events.HostKey) (a *attestor, forged, served []uint64) {
+func forgedStream(t *testing.T, e *roomtest.Env, pub *events.HostKey) (a *attestor, forged, served []uint64) {
 	t.Helper()
-	a = newAttestor(t, e.js, pub, attRoom)
-	es, _ := journal(t, "run-f", "cap-f", 12)
+	a = newAttestor(t, e.Js, pub, attRoom)
+	es, _ := roomtest.Journal(t, "run-f", "cap-f", 12)
 	served = append(served, a.entries(es[:5]...)...)
 	a.checkpoint() // size 5
 	seqs, single := a.headers(es[5])
@@ -242,10 +243,10 @@ func forgedStream(t *testing.T, e *env, pub *events.HostKey) (a *attestor, forge
 	seqs, four := a.headers(es[6:10]...)
 	served = append(served, seqs...)
 	forged = append(forged, a.forgedEntry(es[10], ""))
-	forged = append(forged, a.forgedEntry(forkOf(t, es[10]), single[0]))
-	forged = append(forged, a.forgedEntry(rebuilt(t, es[10], map[string]any{"payload": map[string]any{"tool": "bash", "status": "third"}}), four[1]))
+	forged = append(forged, a.forgedEntry(roomtest.ForkOf(t, es[10]), single[0]))
+	forged = append(forged, a.forgedEntry(roomtest.Rebuilt(t, es[10], map[string]any{"payload": map[string]any{"tool": "bash", "status": "third"}}), four[1]))
 	served = append(served, a.entry(es[10]))
-	served = append(served, a.record(recordIn(t, e.key, attRoom, "attested-1", nil)))
+	served = append(served, a.record(roomtest.RecordIn(t, e.Key, attRoom, "attested-1", nil)))
 	a.checkpoint() // size 12
 	served = append(served, a.entry(es[11]))
 	a.checkpoint() // size 13
@@ -278,11 +279,11 @@ func forgedReasons(t *testing.T, pub *events.HostKey, asides []room.SetAside) {
 // batch; the checkpoint that did not match is accepted once the bad leaf
 // is out; every genuine message is served and the chain stays whole.
 func TestAttestedForgedContinuationAudit(t *testing.T) {
-	e := newEnv(t)
-	pub := newHostKey(t)
+	e := roomtest.NewEnv(t)
+	pub := roomtest.NewHostKey(t)
 	a, forged, served := forgedStream(t, e, pub)
 	var evs []uint64
-	rep, err := room.Audit(t.Context(), e.js, room.AuditOptions{Validator: e.v, Trust: trusting(t, pub), OnEvent: func(ev *room.Event) { evs = append(evs, ev.Seq) }})
+	rep, err := room.Audit(t.Context(), e.Js, room.AuditOptions{Validator: e.V, Trust: trusting(t, pub), OnEvent: func(ev *room.Event) { evs = append(evs, ev.Seq) }})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -318,7 +319,7 @@ func TestAttestedForgedContinuationAudit(t *testing.T) {
 	// Without trusted keys: nothing is checked, the report says so, and
 	// the first forged entry (a sound continuation) is served.
 	evs = nil
-	rep, err = room.Audit(t.Context(), e.js, room.AuditOptions{Validator: e.v, OnEvent: func(ev *room.Event) { evs = append(evs, ev.Seq) }})
+	rep, err = room.Audit(t.Context(), e.Js, room.AuditOptions{Validator: e.V, OnEvent: func(ev *room.Event) { evs = append(evs, ev.Seq) }})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -331,20 +332,20 @@ func TestAttestedForgedContinuationAudit(t *testing.T) {
 // message, live (every attestation verified) and after a restart (the
 // rebuild relies on checkpoints), and sets it aside as checkpoint_mismatch.
 func TestAttestedForgedContinuationFollow(t *testing.T) {
-	e := newEnv(t)
-	pub := newHostKey(t)
+	e := roomtest.NewEnv(t)
+	pub := roomtest.NewHostKey(t)
 	a, forged, served := forgedStream(t, e, pub)
 	state := &room.CheckpointState{Dir: t.TempDir()}
-	o := room.FollowOptions{Durable: "solver", Validator: e.v, Trust: trusting(t, pub), Rooms: []string{attRoom}, State: state}
-	f := startFollow(t, e.js, o, nil)
-	f.waitSeen(t, len(served)+len(forged))
-	if got := f.eventSeqs(); !slices.Equal(got, served) {
+	o := room.FollowOptions{Durable: "solver", Validator: e.V, Trust: trusting(t, pub), Rooms: []string{attRoom}, State: state}
+	f := roomtest.StartFollow(t, e.Js, o, nil)
+	f.WaitSeen(t, len(served)+len(forged))
+	if got := f.EventSeqs(); !slices.Equal(got, served) {
 		t.Errorf("served %v, want %v", got, served)
 	}
-	if got := mismatches(t, f.asides); !slices.Equal(got, forged) || len(f.asides) != 3 {
-		t.Errorf("set aside %v, want %v", f.asides, forged)
+	if got := mismatches(t, f.Asides); !slices.Equal(got, forged) || len(f.Asides) != 3 {
+		t.Errorf("set aside %v, want %v", f.Asides, forged)
 	}
-	forgedReasons(t, pub, f.asides)
+	forgedReasons(t, pub, f.Asides)
 	// Every checkpoint verified was stored; the last one stays. (The last
 	// message is that checkpoint, which hands out no verdict to wait for.)
 	deadline := time.Now().Add(10 * time.Second)
@@ -358,7 +359,7 @@ func TestAttestedForgedContinuationFollow(t *testing.T) {
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
-	if err := f.stop(t); err != nil {
+	if err := f.Stop(t); err != nil {
 		t.Fatal(err)
 	}
 
@@ -367,30 +368,30 @@ func TestAttestedForgedContinuationFollow(t *testing.T) {
 	// header, alone at the end of the stream: once a fetch brings nothing
 	// for a second it is refused (nothing waits for it longer); then the
 	// genuine entry 15.
-	es, _ := journal(t, "run-f", "cap-f", 16)
+	es, _ := roomtest.Journal(t, "run-f", "cap-f", 16)
 	ready := make(chan uint64, 1)
 	o.Ready = func(floor uint64) { ready <- floor }
-	f = startFollow(t, e.js, o, nil)
+	f = roomtest.StartFollow(t, e.Js, o, nil)
 	select {
 	case <-ready:
 	case <-time.After(15 * time.Second):
 		t.Fatal("follow not ready in 15s")
 	}
 	batch, hs := a.headers(es[12:15]...)
-	f.waitSeen(t, 3)
-	bad := a.forgedEntry(forkOf(t, es[15]), hs[0])
-	f.waitSeen(t, 4)
+	f.WaitSeen(t, 3)
+	bad := a.forgedEntry(roomtest.ForkOf(t, es[15]), hs[0])
+	f.WaitSeen(t, 4)
 	good := a.entry(es[15])
-	f.waitSeen(t, 5)
-	if got, want := f.eventSeqs(), append(slices.Clone(batch), good); !slices.Equal(got, want) {
+	f.WaitSeen(t, 5)
+	if got, want := f.EventSeqs(), append(slices.Clone(batch), good); !slices.Equal(got, want) {
 		t.Errorf("after restart served %v, want %v", got, want)
 	}
-	if got := mismatches(t, f.asides); !slices.Equal(got, []uint64{bad}) {
-		t.Fatalf("after restart set aside %v", f.asides)
+	if got := mismatches(t, f.Asides); !slices.Equal(got, []uint64{bad}) {
+		t.Fatalf("after restart set aside %v", f.Asides)
 	}
 	want := fmt.Sprintf("the message was not admitted by a trusted publisher: incomplete batch: message 0 of a batch of 3 by %s: only messages 0 to 0 of it were read, at stream seqs %d to %d, and no message came for 1s after it",
 		pub.NodeID(), bad, bad)
-	if r := f.asides[0].Reason; !strings.HasPrefix(r, want) {
+	if r := f.Asides[0].Reason; !strings.HasPrefix(r, want) {
 		t.Errorf("reason %q\nwant %q", r, want)
 	}
 }
@@ -400,10 +401,10 @@ func TestAttestedForgedContinuationFollow(t *testing.T) {
 // uncovered tail, one per batch; a copied header that no checkpoint covers
 // is still caught: it opens a batch that the read ends before.
 func TestAttestedOptimisticCount(t *testing.T) {
-	e := newEnv(t)
-	pub := newHostKey(t)
-	a := newAttestor(t, e.js, pub, attRoom)
-	es, _ := journal(t, "run-o", "cap-o", 300)
+	e := roomtest.NewEnv(t)
+	pub := roomtest.NewHostKey(t)
+	a := newAttestor(t, e.Js, pub, attRoom)
+	es, _ := roomtest.Journal(t, "run-o", "cap-o", 300)
 	for i := 0; i < 295; i += 5 {
 		a.entries(es[i : i+5]...)
 		if (i+5)%50 == 0 {
@@ -412,7 +413,7 @@ func TestAttestedOptimisticCount(t *testing.T) {
 	}
 	_, hs := a.headers(es[295:298]...)
 	bad := a.forgedEntry(es[298], hs[0])
-	rep, err := room.Audit(t.Context(), e.js, room.AuditOptions{Validator: e.v, Trust: trusting(t, pub)})
+	rep, err := room.Audit(t.Context(), e.Js, room.AuditOptions{Validator: e.V, Trust: trusting(t, pub)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -440,10 +441,10 @@ func TestAttestedOptimisticCount(t *testing.T) {
 // its room as read is refused as checkpoint_mismatch with its stream
 // sequence, and the room's later checkpoints are still checked.
 func TestAttestedCheckpointRefused(t *testing.T) {
-	e := newEnv(t)
-	pub, other := newHostKey(t), newHostKey(t)
-	a := newAttestor(t, e.js, pub, attRoom)
-	es, _ := journal(t, "run-c", "cap-c", 6)
+	e := roomtest.NewEnv(t)
+	pub, other := roomtest.NewHostKey(t), roomtest.NewHostKey(t)
+	a := newAttestor(t, e.Js, pub, attRoom)
+	es, _ := roomtest.Journal(t, "run-c", "cap-c", 6)
 	for _, en := range es[:3] {
 		a.entry(en)
 	}
@@ -473,7 +474,7 @@ func TestAttestedCheckpointRefused(t *testing.T) {
 		want string
 	}{a.publish(a.subj.Checkpoint(attRoom), n, ""), `origin "room:elsewhere" is not room "room:attested"`})
 	good := a.checkpoint() // size 4
-	rep, err := room.Audit(t.Context(), e.js, room.AuditOptions{Validator: e.v, Trust: trusting(t, pub)})
+	rep, err := room.Audit(t.Context(), e.Js, room.AuditOptions{Validator: e.V, Trust: trusting(t, pub)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -540,11 +541,11 @@ func parsed(t testing.TB, n []byte) *checkpoint.Checkpoint {
 // it reaches 50 consistently (and stores the newer checkpoint), and
 // refuses a copy with another tree at 50 (forked).
 func TestAttestedRolledBack(t *testing.T) {
-	e := newEnv(t)
-	pub := newHostKey(t)
+	e := roomtest.NewEnv(t)
+	pub := roomtest.NewHostKey(t)
 	trust := trusting(t, pub)
-	a := newAttestor(t, e.js, pub, attRoom)
-	es, _ := journal(t, "run-r", "cap-r", 60)
+	a := newAttestor(t, e.Js, pub, attRoom)
+	es, _ := roomtest.Journal(t, "run-r", "cap-r", 60)
 	for _, en := range es[:30] {
 		a.entry(en)
 	}
@@ -555,7 +556,7 @@ func TestAttestedRolledBack(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	rep, err := room.Audit(t.Context(), e.js, room.AuditOptions{Validator: e.v, Trust: trust, State: state})
+	rep, err := room.Audit(t.Context(), e.Js, room.AuditOptions{Validator: e.V, Trust: trust, State: state})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -571,13 +572,13 @@ func TestAttestedRolledBack(t *testing.T) {
 	}
 
 	// Follow refuses the room at once: nothing is served.
-	f := startFollow(t, e.js, room.FollowOptions{Durable: "rb", Validator: e.v, Trust: trust, State: state, Rooms: []string{attRoom}}, nil)
+	f := roomtest.StartFollow(t, e.Js, room.FollowOptions{Durable: "rb", Validator: e.V, Trust: trust, State: state, Rooms: []string{attRoom}}, nil)
 	// The room's set-aside, then its 30 entries and its checkpoint.
-	f.waitSeen(t, 32)
-	if len(f.eventSeqs()) != 0 || len(mismatches(t, f.asides)) != 32 || f.asides[0].Seq != 0 || !strings.Contains(f.asides[0].Reason, "the newest on the stream has size 30") {
-		t.Errorf("follow of a rolled-back room: served %v, set aside %v", f.eventSeqs(), f.asides[:2])
+	f.WaitSeen(t, 32)
+	if len(f.EventSeqs()) != 0 || len(mismatches(t, f.Asides)) != 32 || f.Asides[0].Seq != 0 || !strings.Contains(f.Asides[0].Reason, "the newest on the stream has size 30") {
+		t.Errorf("follow of a rolled-back room: served %v, set aside %v", f.EventSeqs(), f.Asides[:2])
 	}
-	_ = f.stop(t)
+	_ = f.Stop(t)
 
 	// The room grows to 50 as the state says: consistent, and the state
 	// moves on to 55.
@@ -589,7 +590,7 @@ func TestAttestedRolledBack(t *testing.T) {
 		a.entry(en)
 	}
 	ck55 := a.checkpoint()
-	rep, err = room.Audit(t.Context(), e.js, room.AuditOptions{Validator: e.v, Trust: trust, State: state})
+	rep, err = room.Audit(t.Context(), e.Js, room.AuditOptions{Validator: e.V, Trust: trust, State: state})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -602,7 +603,7 @@ func TestAttestedRolledBack(t *testing.T) {
 
 	// Another tree at 50 in the state: the stream's checkpoint at 50 is
 	// not consistent with it; the room is refused from there on.
-	other := newAttestor(t, e.js, pub, attRoom)
+	other := newAttestor(t, e.Js, pub, attRoom)
 	for _, en := range es[:49] {
 		other.leaf(checkpoint.LeafHash(attRoom, "x", checkpoint.ContentHash(en.Canonical())))
 	}
@@ -610,13 +611,13 @@ func TestAttestedRolledBack(t *testing.T) {
 	if err := state.Save(parsed(t, a.note(50, other.tree.Root(), a.signer))); err != nil {
 		t.Fatal(err)
 	}
-	rep, err = room.Audit(t.Context(), e.js, room.AuditOptions{Validator: e.v, Trust: trust, State: state})
+	rep, err = room.Audit(t.Context(), e.Js, room.AuditOptions{Validator: e.V, Trust: trust, State: state})
 	if err != nil {
 		t.Fatal(err)
 	}
 	got := mismatches(t, rep.Violations)
 	// The checkpoint at 50 (stream seq 52), then every later message.
-	if wantSeqs := seqRange(52, ck55); !slices.Equal(got, wantSeqs) || !strings.Contains(rep.Violations[0].Reason, "checkpoint of size 50 is not consistent with it") {
+	if wantSeqs := roomtest.SeqRange(52, ck55); !slices.Equal(got, wantSeqs) || !strings.Contains(rep.Violations[0].Reason, "checkpoint of size 50 is not consistent with it") {
 		t.Errorf("forked: set aside %v, want %v: %v", got, wantSeqs, rep.Violations[0].Reason)
 	}
 	if c, _ := state.Load(attRoom); c.Root != other.tree.Root() {
@@ -624,12 +625,12 @@ func TestAttestedRolledBack(t *testing.T) {
 	}
 	// Follow: the newest checkpoint (55) is larger, so the room is
 	// refused when the read reaches the one at 50.
-	f = startFollow(t, e.js, room.FollowOptions{Durable: "fork", Validator: e.v, Trust: trust, State: state, Rooms: []string{attRoom}}, nil)
-	f.waitSeen(t, 50+len(got))
-	if n := len(f.eventSeqs()); n != 50 {
+	f = roomtest.StartFollow(t, e.Js, room.FollowOptions{Durable: "fork", Validator: e.V, Trust: trust, State: state, Rooms: []string{attRoom}}, nil)
+	f.WaitSeen(t, 50+len(got))
+	if n := len(f.EventSeqs()); n != 50 {
 		t.Errorf("follow of a forked room served %d entries, want the 50 before the fork", n)
 	}
-	if g := mismatches(t, f.asides); !slices.Equal(g, got) {
+	if g := mismatches(t, f.Asides); !slices.Equal(g, got) {
 		t.Errorf("follow of a forked room set aside %v, want %v", g, got)
 	}
 }
@@ -639,10 +640,10 @@ func TestAttestedRolledBack(t *testing.T) {
 // refuses a forked one, one beyond the room as read, an untrusted one and
 // garbage.
 func TestAttestedExternalCheckpoint(t *testing.T) {
-	e := newEnv(t)
-	pub, other := newHostKey(t), newHostKey(t)
-	a := newAttestor(t, e.js, pub, attRoom)
-	es, _ := journal(t, "run-x", "cap-x", 12)
+	e := roomtest.NewEnv(t)
+	pub, other := roomtest.NewHostKey(t), roomtest.NewHostKey(t)
+	a := newAttestor(t, e.Js, pub, attRoom)
+	es, _ := roomtest.Journal(t, "run-x", "cap-x", 12)
 	for _, en := range es[:10] {
 		a.entry(en)
 	}
@@ -661,7 +662,7 @@ func TestAttestedExternalCheckpoint(t *testing.T) {
 		{Name: "untrusted", Note: a.note(5, mustRootAt(t, a.tree, 5), mustSigner(t, other))},
 		{Name: "garbage", Note: []byte("room:attested\n5\n")},
 	}
-	rep, err := room.Audit(t.Context(), e.js, room.AuditOptions{Validator: e.v, Trust: trusting(t, pub), External: exts})
+	rep, err := room.Audit(t.Context(), e.Js, room.AuditOptions{Validator: e.V, Trust: trusting(t, pub), External: exts})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -683,7 +684,7 @@ func TestAttestedExternalCheckpoint(t *testing.T) {
 	if len(ext) != 2 || ext[0].Size != 5 || ext[1].Size != 12 || ext[1].Root != fmt.Sprintf("%x", a.tree.Root()) || ext[0].Signer != pub.NodeID() {
 		t.Errorf("external facts %+v", ext)
 	}
-	if _, err := room.Audit(t.Context(), e.js, room.AuditOptions{Validator: e.v, External: exts[:1]}); !errors.Is(err, room.ErrReader) {
+	if _, err := room.Audit(t.Context(), e.Js, room.AuditOptions{Validator: e.V, External: exts[:1]}); !errors.Is(err, room.ErrReader) {
 		t.Errorf("an external checkpoint without trusted keys: %v", err)
 	}
 }
@@ -693,16 +694,16 @@ func TestAttestedExternalCheckpoint(t *testing.T) {
 // proof against another checkpoint, or tampered, does not; a message no
 // checkpoint covers, a forged one and an unknown one have no proof.
 func TestAttestedProve(t *testing.T) {
-	e := newEnv(t)
-	pub := newHostKey(t)
+	e := roomtest.NewEnv(t)
+	pub := roomtest.NewHostKey(t)
 	trust := trusting(t, pub)
 	a, forged, served := forgedStream(t, e, pub)
-	es, _ := journal(t, "run-f", "cap-f", 13)
+	es, _ := roomtest.Journal(t, "run-f", "cap-f", 13)
 	tail := a.entry(es[12]) // not covered
 	prove := func(entry, ref string) (*checkpoint.Proof, error) {
-		return room.Prove(t.Context(), e.js, room.ProveOptions{Room: attRoom, Entry: entry, Ref: ref, Validator: e.v, Trust: trust})
+		return room.Prove(t.Context(), e.Js, room.ProveOptions{Room: attRoom, Entry: entry, Ref: ref, Validator: e.V, Trust: trust})
 	}
-	rec := recordIn(t, e.key, attRoom, "attested-1", nil)
+	rec := roomtest.RecordIn(t, e.Key, attRoom, "attested-1", nil)
 	for _, c := range []struct {
 		name, entry, ref string
 		seq, index       uint64
@@ -759,14 +760,14 @@ func TestAttestedProve(t *testing.T) {
 		if _, err := bad.Verify(trust); !errors.Is(err, checkpoint.ErrBadProof) {
 			t.Errorf("%s: other index: %v", c.name, err)
 		}
-		if _, err := back.Verify(trusting(t, newHostKey(t))); !errors.Is(err, checkpoint.ErrUntrustedPublisher) {
+		if _, err := back.Verify(trusting(t, roomtest.NewHostKey(t))); !errors.Is(err, checkpoint.ErrUntrustedPublisher) {
 			t.Errorf("%s: under another key: %v", c.name, err)
 		}
 	}
 	if _, err := prove(es[12].EntryHash(), ""); !errors.Is(err, room.ErrNotCovered) {
 		t.Errorf("uncovered entry at stream seq %d: %v", tail, err)
 	}
-	fork := forkOf(t, es[10])
+	fork := roomtest.ForkOf(t, es[10])
 	if _, err := prove(fork.EntryHash(), ""); !errors.Is(err, room.ErrNoSuchMessage) {
 		t.Errorf("forged entry at stream seq %d: %v", forged[1], err)
 	}

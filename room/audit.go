@@ -16,6 +16,7 @@ import (
 
 	"github.com/roompub/roompub/checkpoint"
 	"github.com/roompub/roompub/events"
+	"github.com/roompub/roompub/room/internal/jsapi"
 	"github.com/roompub/roompub/validate"
 )
 
@@ -193,7 +194,7 @@ func audit(ctx context.Context, js jetstream.JetStream, o AuditOptions, tune aud
 	if o.ProgressEvery == 0 {
 		o.ProgressEvery = 10000
 	}
-	cctx, cancel := withDefaultTimeout(ctx)
+	cctx, cancel := jsapi.WithDefaultTimeout(ctx, DefaultTimeout)
 	st, err := js.Stream(cctx, name)
 	var info *jetstream.StreamInfo
 	if err == nil {

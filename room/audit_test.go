@@ -11,6 +11,7 @@ import (
 	"github.com/roompub/roompub/events"
 	"github.com/roompub/roompub/room"
 	"github.com/roompub/roompub/room/embedded"
+	"github.com/roompub/roompub/room/internal/roomtest"
 )
 
 // checkChains compares an audit's chain summaries with want.
@@ -40,18 +41,18 @@ func checkChains(t *testing.T, got []room.ChainSummary, want []chainWant) {
 // every bad message with its code and stream sequence, reports each
 // chain's verdict (broken from its first failure) and counts the rest.
 func TestAuditCompromisedWriter(t *testing.T) {
-	e := newEnv(t)
+	e := roomtest.NewEnv(t)
 	sc := compromisedStream(t, e)
 	var evs []uint64
-	rep, err := room.Audit(t.Context(), e.js, room.AuditOptions{Validator: e.v, OnEvent: func(ev *room.Event) { evs = append(evs, ev.Seq) }})
+	rep, err := room.Audit(t.Context(), e.Js, room.AuditOptions{Validator: e.V, OnEvent: func(ev *room.Event) { evs = append(evs, ev.Seq) }})
 	if err != nil {
 		t.Fatal(err)
 	}
-	var got []aside
+	var got []roomtest.Aside
 	for _, v := range rep.Violations {
-		got = append(got, asideOf(t, v))
+		got = append(got, roomtest.AsideOf(t, v))
 	}
-	diffAsides(t, "violations", got, sc.asides)
+	roomtest.DiffAsides(t, "violations", got, sc.asides)
 	if fmt.Sprint(evs) != fmt.Sprint(sc.events) {
 		t.Errorf("events at %v, want %v", evs, sc.events)
 	}
@@ -93,21 +94,21 @@ func TestAuditCompromisedWriter(t *testing.T) {
 	}
 
 	// One room only: the other room's messages are not read at all.
-	rep, err = room.Audit(t.Context(), e.js, room.AuditOptions{Validator: e.v, Rooms: []string{refRoom}})
+	rep, err = room.Audit(t.Context(), e.Js, room.AuditOptions{Validator: e.V, Rooms: []string{refRoom}})
 	if err != nil {
 		t.Fatal(err)
 	}
 	got = nil
 	for _, v := range rep.Violations {
-		got = append(got, asideOf(t, v))
+		got = append(got, roomtest.AsideOf(t, v))
 	}
-	diffAsides(t, "violations in "+refRoom, got, []aside{sc.asides[8]})
+	roomtest.DiffAsides(t, "violations in "+refRoom, got, []roomtest.Aside{sc.asides[8]})
 	if rep.Totals.Messages != 2 || rep.Totals.Records != 1 || len(rep.Chains) != 0 || rep.Clean() {
 		t.Errorf("audit of %s: %+v", refRoom, rep.Totals)
 	}
 
 	// MaxViolations keeps the first ones and counts the rest.
-	rep, err = room.Audit(t.Context(), e.js, room.AuditOptions{Validator: e.v, MaxViolations: 3})
+	rep, err = room.Audit(t.Context(), e.Js, room.AuditOptions{Validator: e.V, MaxViolations: 3})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -119,17 +120,17 @@ func TestAuditCompromisedWriter(t *testing.T) {
 // TestAuditFromSeq: an audit that starts mid-stream anchors a chain at its
 // first entry seen (its start is unchecked) and still finds what follows.
 func TestAuditFromSeq(t *testing.T) {
-	e := newEnv(t)
+	e := roomtest.NewEnv(t)
 	sc := compromisedStream(t, e)
-	rep, err := room.Audit(t.Context(), e.js, room.AuditOptions{Validator: e.v, FromSeq: 3})
+	rep, err := room.Audit(t.Context(), e.Js, room.AuditOptions{Validator: e.V, FromSeq: 3})
 	if err != nil {
 		t.Fatal(err)
 	}
-	var got []aside
+	var got []roomtest.Aside
 	for _, v := range rep.Violations {
-		got = append(got, asideOf(t, v))
+		got = append(got, roomtest.AsideOf(t, v))
 	}
-	diffAsides(t, "violations from stream seq 3", got, sc.asides)
+	roomtest.DiffAsides(t, "violations from stream seq 3", got, sc.asides)
 	if rep.FromSeq != 3 || rep.Totals.Messages != sc.last-2 || rep.Totals.Entries != 12 || len(rep.Chains) != 5 {
 		t.Fatalf("from seq 3: from %d, totals %+v, %d chains", rep.FromSeq, rep.Totals, len(rep.Chains))
 	}
@@ -146,12 +147,12 @@ func TestAuditFromSeq(t *testing.T) {
 
 // TestAuditClean: a stream written only through the gate is clean.
 func TestAuditClean(t *testing.T) {
-	e := newEnv(t)
-	es, body := journal(t, "run-1", "cap-1", 5)
-	e.shipJournal("room:alpha", body)
-	e.shipRecord(referenceBytes(t, "verified.json"))
-	e.shipRecord(referenceBytes(t, "refused.json"))
-	rep, err := room.Audit(t.Context(), e.js, room.AuditOptions{Validator: e.v})
+	e := roomtest.NewEnv(t)
+	es, body := roomtest.Journal(t, "run-1", "cap-1", 5)
+	e.ShipJournal("room:alpha", body)
+	e.ShipRecord(roomtest.ReferenceBytes(t, "verified.json"))
+	e.ShipRecord(roomtest.ReferenceBytes(t, "refused.json"))
+	rep, err := room.Audit(t.Context(), e.Js, room.AuditOptions{Validator: e.V})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -165,8 +166,8 @@ func TestAuditClean(t *testing.T) {
 	}
 
 	// An empty stream is clean too.
-	e2 := newEnv(t)
-	rep, err = room.Audit(t.Context(), e2.js, room.AuditOptions{Validator: e2.v})
+	e2 := roomtest.NewEnv(t)
+	rep, err = room.Audit(t.Context(), e2.Js, room.AuditOptions{Validator: e2.V})
 	if err != nil || !rep.Clean() || rep.Totals.Messages != 0 || rep.LastSeq != 0 {
 		t.Errorf("empty stream: %v %+v", err, rep)
 	}
@@ -176,12 +177,12 @@ func TestAuditClean(t *testing.T) {
 // an auditor that does not refuses it (untrusted_host), whatever the gate
 // accepted.
 func TestAuditTrustsOnlyItsOwnHosts(t *testing.T) {
-	e := newEnv(t)
-	rec := recordIn(t, e.key, "room:alpha", "r-1", nil)
-	if r := e.shipRecord(rec.Canonical()); r.Item.Outcome != room.OutcomeStored {
+	e := roomtest.NewEnv(t)
+	rec := roomtest.RecordIn(t, e.Key, "room:alpha", "r-1", nil)
+	if r := e.ShipRecord(rec.Canonical()); r.Item.Outcome != room.OutcomeStored {
 		t.Fatalf("gate: %+v", r)
 	}
-	rep, err := room.Audit(t.Context(), e.js, room.AuditOptions{Validator: referenceOnly(t)})
+	rep, err := room.Audit(t.Context(), e.Js, room.AuditOptions{Validator: roomtest.ReferenceOnly(t)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -189,7 +190,7 @@ func TestAuditTrustsOnlyItsOwnHosts(t *testing.T) {
 		!strings.Contains(rep.Violations[0].Reason, "not trusted") {
 		t.Errorf("audit trusting only the reference host: %+v", rep.Violations)
 	}
-	if _, err := room.Audit(t.Context(), e.js, room.AuditOptions{}); err == nil {
+	if _, err := room.Audit(t.Context(), e.Js, room.AuditOptions{}); err == nil {
 		t.Error("Audit without a validator did not fail")
 	}
 }
@@ -201,16 +202,16 @@ func TestAuditTrustsOnlyItsOwnHosts(t *testing.T) {
 // and not yet verified, and loses none. A room filter that matches
 // nothing ends the replay too.
 func TestAuditSlowConsumer(t *testing.T) {
-	e := newEnvWith(t, embedded.Options{SyncInterval: time.Minute})
+	e := roomtest.NewEnvWith(t, embedded.Options{SyncInterval: time.Minute})
 	var subj room.Subjects
 	const n = 1500
 	g := &chainGen{key: events.ChainKey{RunID: "run-slow", CapsuleID: "cap-slow"}, roomID: "room:slow"}
 	for range n {
-		publishRaw(t, e.js, subj.Journal(g.roomID, g.key), g.next(t).Canonical())
+		roomtest.PublishRaw(t, e.Js, subj.Journal(g.roomID, g.key), g.next(t).Canonical())
 	}
-	publishRaw(t, e.js, subj.Records("room:other"), recordIn(t, e.key, "room:other", "r-1", nil).Canonical())
+	roomtest.PublishRaw(t, e.Js, subj.Records("room:other"), roomtest.RecordIn(t, e.Key, "room:other", "r-1", nil).Canonical())
 	var seen []uint64
-	rep, err := room.Audit(t.Context(), e.js, room.AuditOptions{Validator: e.v, Rooms: []string{"room:slow"}, OnEvent: func(ev *room.Event) {
+	rep, err := room.Audit(t.Context(), e.Js, room.AuditOptions{Validator: e.V, Rooms: []string{"room:slow"}, OnEvent: func(ev *room.Event) {
 		if len(seen) == 0 {
 			time.Sleep(5 * time.Second) // two of the replay's idle checks (2 s)
 		}
@@ -219,11 +220,11 @@ func TestAuditSlowConsumer(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !rep.Clean() || rep.Totals.Entries != n || rep.Totals.Messages != n || !slices.Equal(seen, seqRange(1, n)) {
+	if !rep.Clean() || rep.Totals.Entries != n || rep.Totals.Messages != n || !slices.Equal(seen, roomtest.SeqRange(1, n)) {
 		t.Errorf("slow consumer: clean %v, totals %+v, %d events", rep.Clean(), rep.Totals, len(seen))
 	}
 
-	rep, err = room.Audit(t.Context(), e.js, room.AuditOptions{Validator: e.v, Rooms: []string{"room:nothing-here"}})
+	rep, err = room.Audit(t.Context(), e.Js, room.AuditOptions{Validator: e.V, Rooms: []string{"room:nothing-here"}})
 	if err != nil || !rep.Clean() || rep.Totals.Messages != 0 {
 		t.Errorf("room without messages: %v %+v", err, rep.Totals)
 	}
@@ -235,15 +236,15 @@ func TestAuditSlowConsumer(t *testing.T) {
 // messages, reported per room. A room whose only message has a subject of
 // no known layout is not empty.
 func TestAuditEmpty(t *testing.T) {
-	e := newEnv(t)
-	rep, err := room.Audit(t.Context(), e.js, room.AuditOptions{Validator: e.v})
+	e := roomtest.NewEnv(t)
+	rep, err := room.Audit(t.Context(), e.Js, room.AuditOptions{Validator: e.V})
 	if err != nil || !rep.Clean() || !rep.Empty || len(rep.EmptyRooms) != 0 || len(rep.RoomMessages) != 0 {
 		t.Fatalf("empty stream: %v: clean %v, empty %v, rooms %v %v", err, rep.Clean(), rep.Empty, rep.EmptyRooms, rep.RoomMessages)
 	}
 
-	_, body := journal(t, "run-1", "cap-1", 3)
-	e.shipJournal("room:alpha", body)
-	publishRaw(t, e.js, "rooms.junk.nothing-known", []byte("x"))
+	_, body := roomtest.Journal(t, "run-1", "cap-1", 3)
+	e.ShipJournal("room:alpha", body)
+	roomtest.PublishRaw(t, e.Js, "rooms.junk.nothing-known", []byte("x"))
 	for _, c := range []struct {
 		name  string
 		rooms []string
@@ -259,7 +260,7 @@ func TestAuditEmpty(t *testing.T) {
 		{"a room of junk", []string{"room:junk"}, false, nil, map[string]uint64{"room:junk": 1}},
 	} {
 		for _, read := range []room.ReadMode{room.ReadConsumer, room.ReadDirect} {
-			rep, err := room.Audit(t.Context(), e.js, room.AuditOptions{Validator: e.v, Rooms: c.rooms, Read: read})
+			rep, err := room.Audit(t.Context(), e.Js, room.AuditOptions{Validator: e.V, Rooms: c.rooms, Read: read})
 			if err != nil {
 				t.Fatalf("%s (%v): %v", c.name, read, err)
 			}
@@ -271,7 +272,7 @@ func TestAuditEmpty(t *testing.T) {
 	}
 
 	// From a point past the last message: nothing read.
-	rep, err = room.Audit(t.Context(), e.js, room.AuditOptions{Validator: e.v, FromSeq: 5})
+	rep, err = room.Audit(t.Context(), e.Js, room.AuditOptions{Validator: e.V, FromSeq: 5})
 	if err != nil || !rep.Empty || rep.Totals.Messages != 0 || !rep.Clean() {
 		t.Errorf("from stream seq 5: %v: empty %v, totals %+v", err, rep.Empty, rep.Totals)
 	}

@@ -10,6 +10,7 @@ import (
 
 	"github.com/roompub/roompub/events"
 	"github.com/roompub/roompub/room"
+	"github.com/roompub/roompub/room/internal/roomtest"
 	"github.com/roompub/roompub/validate"
 )
 
@@ -21,7 +22,7 @@ type equivChain struct {
 }
 
 func newEquivChain(t *testing.T, run string, n int) equivChain {
-	es, _ := journal(t, run, "cap-1", n)
+	es, _ := roomtest.Journal(t, run, "cap-1", n)
 	c := equivChain{es: es, forks: make([]*events.Entry, n), meta: es[0].Metadata()}
 	for k := 1; k < n; k++ {
 		c.forks[k] = variant(t, es, k)
@@ -87,11 +88,11 @@ func FuzzBatchEquivalence(f *testing.F) {
 // gates; mixed asks for a mix of every outcome.
 func batchEquivalence(t *testing.T, seed uint64, requests int, mixed bool) {
 	rng := rand.New(rand.NewPCG(seed, 7))
-	batched, single, oracle := newEnv(t), newEnv(t), newEnv(t)
-	gb, logb := batched.gateWith(batched.nc, room.GateOptions{})
-	gs, logs := single.gateWith(single.nc, room.GateOptions{MaxBatch: 1})
-	gateOf := map[*env]func(ctx context.Context, roomID string, body []byte, capsule *events.CapsuleMeta) (room.JournalReply, error){
-		batched: gb.AppendJournal, single: gs.AppendJournal, oracle: oracle.gate.AppendJournalOneByOne,
+	batched, single, oracle := roomtest.NewEnv(t), roomtest.NewEnv(t), roomtest.NewEnv(t)
+	gb, logb := gateWith(batched, batched.Nc, room.GateOptions{})
+	gs, logs := gateWith(single, single.Nc, room.GateOptions{MaxBatch: 1})
+	gateOf := map[*roomtest.Env]func(ctx context.Context, roomID string, body []byte, capsule *events.CapsuleMeta) (room.JournalReply, error){
+		batched: gb.AppendJournal, single: gs.AppendJournal, oracle: oracle.Gate.AppendJournalOneByOne,
 	}
 	chains := []equivChain{newEquivChain(t, "eq-a", 120), newEquivChain(t, "eq-b", 120)}
 	heads := make([]int, len(chains))
@@ -117,7 +118,7 @@ func batchEquivalence(t *testing.T, seed uint64, requests int, mixed bool) {
 		}
 		rb, eb := gateOf[batched](t.Context(), roomID, body, capsule)
 		jb, _ := json.Marshal(rb)
-		for _, other := range []*env{single, oracle} {
+		for _, other := range []*roomtest.Env{single, oracle} {
 			ro, eo := gateOf[other](t.Context(), roomID, body, capsule)
 			jo, _ := json.Marshal(ro)
 			if fmt.Sprint(eb) != fmt.Sprint(eo) || !bytes.Equal(jb, jo) {
@@ -137,9 +138,9 @@ func batchEquivalence(t *testing.T, seed uint64, requests int, mixed bool) {
 	if mixed && (outcomes[room.OutcomeStored] < 50 || outcomes[room.OutcomeDuplicate] == 0 || outcomes[room.OutcomeRefused] < 10 || codes[events.Fork] == 0) {
 		t.Fatalf("the mix is too one-sided: %v %v", outcomes, codes)
 	}
-	mb := batched.stored()
-	for _, other := range []*env{single, oracle} {
-		ms := other.stored()
+	mb := batched.Stored()
+	for _, other := range []*roomtest.Env{single, oracle} {
+		ms := other.Stored()
 		if len(mb) != len(ms) {
 			t.Fatalf("streams hold %d and %d messages", len(mb), len(ms))
 		}
@@ -162,8 +163,8 @@ func TestRecordEquivalence(t *testing.T) {
 	for seed := range uint64(3) {
 		t.Run(fmt.Sprint("seed ", seed), func(t *testing.T) {
 			rng := rand.New(rand.NewPCG(seed, 3))
-			fast, oracle := newEnv(t), newEnv(t)
-			fg := fast.racers()
+			fast, oracle := roomtest.NewEnv(t), roomtest.NewEnv(t)
+			fg := racers(fast)
 			og := oracleGates(t, fast, oracle)
 			pool := recordPool(t, rng, fast)
 			outcomes := map[room.Outcome]int{}
@@ -186,7 +187,7 @@ func TestRecordEquivalence(t *testing.T) {
 				codes[events.RunConflict] == 0 || codes[events.UnknownNotConsent] == 0 {
 				t.Fatalf("the mix is too one-sided: %v %v", outcomes, codes)
 			}
-			mf, mo := fast.stored(), oracle.stored()
+			mf, mo := fast.Stored(), oracle.Stored()
 			if len(mf) != len(mo) {
 				t.Fatalf("streams hold %d and %d messages", len(mf), len(mo))
 			}
@@ -201,15 +202,15 @@ func TestRecordEquivalence(t *testing.T) {
 
 // oracleGates are two gates on oracle's server (AppendRecordCatchingUp's
 // side) that trust the host signing fast's records.
-func oracleGates(t *testing.T, fast, oracle *env) [2]*room.Gate {
+func oracleGates(t *testing.T, fast, oracle *roomtest.Env) [2]*room.Gate {
 	t.Helper()
-	ov, err := validate.New(validate.WithTrustedHosts(fast.key.NodeID()))
+	ov, err := validate.New(validate.WithTrustedHosts(fast.Key.NodeID()))
 	if err != nil {
 		t.Fatal(err)
 	}
 	var og [2]*room.Gate
 	for i := range og {
-		if og[i], err = room.NewGate(t.Context(), oracle.connect(), room.GateOptions{Validator: ov}); err != nil {
+		if og[i], err = room.NewGate(t.Context(), oracle.Connect(), room.GateOptions{Validator: ov}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -219,9 +220,9 @@ func oracleGates(t *testing.T, fast, oracle *env) [2]*room.Gate {
 // recordPool is 60 records signed by fast's host, drawn from rng: two
 // rooms, 14 idempotency keys and run refs, some unknown outcomes, five
 // decisions, so that repeats and every stream-side conflict occur.
-func recordPool(t *testing.T, rng *rand.Rand, fast *env) [][]byte {
+func recordPool(t *testing.T, rng *rand.Rand, fast *roomtest.Env) [][]byte {
 	t.Helper()
-	base := referenceRecord(t, "verified.json")
+	base := roomtest.ReferenceRecord(t, "verified.json")
 	d1 := "oA28VKhsifc4ODhCXQhTYA5qikyleR46w0_GrRwpce1"
 	var pool [][]byte
 	for i := range 60 {
@@ -239,7 +240,7 @@ func recordPool(t *testing.T, rng *rand.Rand, fast *env) [][]byte {
 			changes["decision/ref"] = "corpus-experiment-chair-decision:sha256:" + d
 			changes["decision/digest"] = "sha256:" + d
 		}
-		pool = append(pool, fast.sign(base, changes).Canonical())
+		pool = append(pool, fast.Sign(base, changes).Canonical())
 	}
 	return pool
 }

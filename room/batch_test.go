@@ -21,6 +21,7 @@ import (
 	"github.com/roompub/roompub/room"
 	"github.com/roompub/roompub/room/client"
 	"github.com/roompub/roompub/room/embedded"
+	"github.com/roompub/roompub/room/internal/roomtest"
 )
 
 // batchLog is an Observer that records every atomic batch a gate
@@ -69,13 +70,13 @@ func (b *batchLog) String() string {
 }
 
 // gateWith returns a gate on nc with a batchLog and the options o.
-func (e *env) gateWith(nc *nats.Conn, o room.GateOptions) (*room.Gate, *batchLog) {
-	e.t.Helper()
+func gateWith(e *roomtest.Env, nc *nats.Conn, o room.GateOptions) (*room.Gate, *batchLog) {
+	e.T.Helper()
 	log := &batchLog{}
-	o.Validator, o.Observer = e.v, log
+	o.Validator, o.Observer = e.V, log
 	g, err := room.NewGate(context.Background(), nc, o)
 	if err != nil {
-		e.t.Fatal(err)
+		e.T.Fatal(err)
 	}
 	return g, log
 }
@@ -131,15 +132,15 @@ func checkItems(t *testing.T, r room.JournalReply, subj string, want []wantItem)
 }
 
 // checkChainStored asserts that subj holds exactly es, in order, once.
-func (e *env) checkChainStored(subj string, es []*events.Entry) []*jetstream.RawStreamMsg {
-	e.t.Helper()
-	msgs := e.onSubject(subj)
+func checkChainStored(e *roomtest.Env, subj string, es []*events.Entry) []*jetstream.RawStreamMsg {
+	e.T.Helper()
+	msgs := e.OnSubject(subj)
 	if len(msgs) != len(es) {
-		e.t.Fatalf("%d messages on %s, want %d", len(msgs), subj, len(es))
+		e.T.Fatalf("%d messages on %s, want %d", len(msgs), subj, len(es))
 	}
 	for i, m := range msgs {
 		if !bytes.Equal(m.Data, es[i].Canonical()) || m.Header.Get(nats.MsgIdHdr) != es[i].EntryHash() {
-			e.t.Fatalf("message %d on %s is not entry %d: %s", i, subj, i, m.Data)
+			e.T.Fatalf("message %d on %s is not entry %d: %s", i, subj, i, m.Data)
 		}
 	}
 	return msgs
@@ -170,34 +171,34 @@ func variant(t *testing.T, es []*events.Entry, k int) *events.Entry {
 // once, in order; each repeated one is a duplicate at the stream seq where
 // it is stored.
 func TestBatchDuplicateInMiddle(t *testing.T) {
-	e := newEnv(t)
-	g, log := e.gateWith(e.nc, room.GateOptions{})
+	e := roomtest.NewEnv(t)
+	g, log := gateWith(e, e.Nc, room.GateOptions{})
 	const subj = "rooms.mid.journal.run-m.cap-1"
-	es, _ := journal(t, "run-m", "cap-1", 12)
+	es, _ := roomtest.Journal(t, "run-m", "cap-1", 12)
 	var want []wantItem
 	for i := range 5 {
 		want = append(want, wantItem{room.OutcomeStored, es[i], uint64(i + 1), ""})
 	}
-	checkItems(t, appendJournal(t, g, "room:mid", lines(es[:5])), subj, want)
+	checkItems(t, appendJournal(t, g, "room:mid", roomtest.Lines(es[:5])), subj, want)
 	if log.String() != "sizes [5] results [stored]" {
 		t.Fatalf("batches: %s", log)
 	}
 
 	// New, new, stored before, new: the two new lines land as one batch,
 	// the old one is a duplicate, the last is stored after them.
-	body := lines([]*events.Entry{es[5], es[6], es[2], es[7]})
+	body := roomtest.Lines([]*events.Entry{es[5], es[6], es[2], es[7]})
 	checkItems(t, appendJournal(t, g, "room:mid", body), subj, []wantItem{
 		{room.OutcomeStored, es[5], 6, ""}, {room.OutcomeStored, es[6], 7, ""},
 		{room.OutcomeDuplicate, es[2], 3, ""}, {room.OutcomeStored, es[7], 8, ""},
 	})
 	// A line repeated right after itself, then new lines.
-	body = lines([]*events.Entry{es[8], es[8], es[9], es[10], es[9], es[11]})
+	body = roomtest.Lines([]*events.Entry{es[8], es[8], es[9], es[10], es[9], es[11]})
 	checkItems(t, appendJournal(t, g, "room:mid", body), subj, []wantItem{
 		{room.OutcomeStored, es[8], 9, ""}, {room.OutcomeDuplicate, es[8], 9, ""},
 		{room.OutcomeStored, es[9], 10, ""}, {room.OutcomeStored, es[10], 11, ""},
 		{room.OutcomeDuplicate, es[9], 10, ""}, {room.OutcomeStored, es[11], 12, ""},
 	})
-	e.checkChainStored(subj, es)
+	checkChainStored(e, subj, es)
 	if log.String() != "sizes [5 2 2] results [stored stored stored]" {
 		t.Fatalf("batches (a single line is one plain append): %s", log)
 	}
@@ -207,10 +208,10 @@ func TestBatchDuplicateInMiddle(t *testing.T) {
 // that stored it and to a fresh one: every line is a duplicate at its
 // stream seq, no batch is sent and the stream is unchanged.
 func TestBatchResendStored(t *testing.T) {
-	e := newEnv(t)
-	g, log := e.gateWith(e.nc, room.GateOptions{})
+	e := roomtest.NewEnv(t)
+	g, log := gateWith(e, e.Nc, room.GateOptions{})
 	const subj = "rooms.again.journal.run-r.cap-1"
-	es, body := journal(t, "run-r", "cap-1", room.MaxBatchLines)
+	es, body := roomtest.Journal(t, "run-r", "cap-1", room.MaxBatchLines)
 	want := make([]wantItem, len(es))
 	for i := range es {
 		want[i] = wantItem{room.OutcomeStored, es[i], uint64(i + 1), ""}
@@ -219,21 +220,21 @@ func TestBatchResendStored(t *testing.T) {
 	if log.String() != "sizes [1000] results [stored]" {
 		t.Fatalf("batches: %s", log)
 	}
-	before := e.state()
+	before := e.State()
 	for i := range want {
 		want[i].outcome = room.OutcomeDuplicate
 	}
-	fresh, flog := e.gateWith(e.connect(), room.GateOptions{})
+	fresh, flog := gateWith(e, e.Connect(), room.GateOptions{})
 	for _, gg := range []*room.Gate{g, fresh} {
 		checkItems(t, appendJournal(t, gg, "room:again", body), subj, want)
 	}
 	if log.String() != "sizes [1000] results [stored]" || flog.String() != "sizes [] results []" {
 		t.Fatalf("batches: %s; fresh gate: %s", log, flog)
 	}
-	if after := e.state(); after != before {
+	if after := e.State(); after != before {
 		t.Fatalf("resending changed the stream: %+v, was %+v", after, before)
 	}
-	e.checkChainStored(subj, es)
+	checkChainStored(e, subj, es)
 }
 
 // TestBatchStoredMsgID (error 10201): a gate whose view of the chain is
@@ -241,19 +242,19 @@ func TestBatchResendStored(t *testing.T) {
 // server refuses the whole batch (a stored Nats-Msg-Id); the gate reads the
 // head from the leader, answers those lines duplicate and stores the rest.
 func TestBatchStoredMsgID(t *testing.T) {
-	e := newEnv(t)
-	a, alog := e.gateWith(e.connect(), room.GateOptions{})
-	b, blog := e.gateWith(e.connect(), room.GateOptions{})
+	e := roomtest.NewEnv(t)
+	a, alog := gateWith(e, e.Connect(), room.GateOptions{})
+	b, blog := gateWith(e, e.Connect(), room.GateOptions{})
 	const subj = "rooms.ids.journal.run-i.cap-1"
 	key := events.ChainKey{RunID: "run-i", CapsuleID: "cap-1"}
-	es, _ := journal(t, "run-i", "cap-1", 15)
+	es, _ := roomtest.Journal(t, "run-i", "cap-1", 15)
 	// b's view: an empty chain. (Head keeps no state of a chain the gate
 	// does not know: an append refused for its position does.)
-	if r := appendJournal(t, b, "room:ids", lines(es[1:2])); r.Refused != 1 || r.Head.Next != 0 {
+	if r := appendJournal(t, b, "room:ids", roomtest.Lines(es[1:2])); r.Refused != 1 || r.Head.Next != 0 {
 		t.Fatalf("seq 1 on an empty chain: %+v", r)
 	}
-	appendJournal(t, a, "room:ids", lines(es[:10]))
-	r := appendJournal(t, b, "room:ids", lines(es))
+	appendJournal(t, a, "room:ids", roomtest.Lines(es[:10]))
+	r := appendJournal(t, b, "room:ids", roomtest.Lines(es))
 	var want []wantItem
 	for i := range 10 {
 		want = append(want, wantItem{room.OutcomeDuplicate, es[i], uint64(i + 1), ""})
@@ -269,20 +270,20 @@ func TestBatchStoredMsgID(t *testing.T) {
 	if alog.String() != "sizes [10] results [stored]" || blog.String() != "sizes [15 5] results [10201 stored]" {
 		t.Fatalf("batches: a %s; b %s (want b's first refused with 10201)", alog, blog)
 	}
-	e.checkChainStored(subj, es)
+	checkChainStored(e, subj, es)
 }
 
 // TestBatchForkInMiddle: a request whose third line is another entry for a
 // stored position: the lines before it are stored, it is refused (fork),
 // the rest are skipped; likewise a line that contradicts a pending one.
 func TestBatchForkInMiddle(t *testing.T) {
-	e := newEnv(t)
-	g, _ := e.gateWith(e.nc, room.GateOptions{})
+	e := roomtest.NewEnv(t)
+	g, _ := gateWith(e, e.Nc, room.GateOptions{})
 	const subj = "rooms.fork.journal.run-f.cap-1"
-	es, _ := journal(t, "run-f", "cap-1", 12)
-	appendJournal(t, g, "room:fork", lines(es[:5]))
+	es, _ := roomtest.Journal(t, "run-f", "cap-1", 12)
+	appendJournal(t, g, "room:fork", roomtest.Lines(es[:5]))
 	fork := variant(t, es, 3)
-	r := appendJournal(t, g, "room:fork", lines([]*events.Entry{es[5], es[6], fork, es[7]}))
+	r := appendJournal(t, g, "room:fork", roomtest.Lines([]*events.Entry{es[5], es[6], fork, es[7]}))
 	checkItems(t, r, subj, []wantItem{
 		{room.OutcomeStored, es[5], 6, ""}, {room.OutcomeStored, es[6], 7, ""},
 		{room.OutcomeRefused, nil, 0, events.Fork}, {room.OutcomeSkipped, nil, 0, ""},
@@ -294,22 +295,22 @@ func TestBatchForkInMiddle(t *testing.T) {
 	}
 	// A fork of a line pending in the same request.
 	fork8 := variant(t, es, 8)
-	r = appendJournal(t, g, "room:fork", lines([]*events.Entry{es[7], es[8], es[9], fork8, es[10]}))
+	r = appendJournal(t, g, "room:fork", roomtest.Lines([]*events.Entry{es[7], es[8], es[9], fork8, es[10]}))
 	checkItems(t, r, subj, []wantItem{
 		{room.OutcomeStored, es[7], 8, ""}, {room.OutcomeStored, es[8], 9, ""}, {room.OutcomeStored, es[9], 10, ""},
 		{room.OutcomeRefused, nil, 0, events.Fork}, {room.OutcomeSkipped, nil, 0, ""},
 	})
-	e.checkChainStored(subj, es[:10])
+	checkChainStored(e, subj, es[:10])
 	// A line that breaks the chain after pending ones: refused with the
 	// verifier's codes, after the pending ones are stored.
-	r = appendJournal(t, g, "room:fork", lines(es[10:12]))
+	r = appendJournal(t, g, "room:fork", roomtest.Lines(es[10:12]))
 	checkItems(t, r, subj, []wantItem{{room.OutcomeStored, es[10], 11, ""}, {room.OutcomeStored, es[11], 12, ""}})
-	more, _ := journal(t, "run-f", "cap-1", 15)
-	r = appendJournal(t, g, "room:fork", lines([]*events.Entry{more[12], more[14], more[13]}))
+	more, _ := roomtest.Journal(t, "run-f", "cap-1", 15)
+	r = appendJournal(t, g, "room:fork", roomtest.Lines([]*events.Entry{more[12], more[14], more[13]}))
 	checkItems(t, r, subj, []wantItem{
 		{room.OutcomeStored, more[12], 13, ""}, {room.OutcomeRefused, nil, 0, events.Reordered}, {room.OutcomeSkipped, nil, 0, ""},
 	})
-	e.checkChainStored(subj, more[:13])
+	checkChainStored(e, subj, more[:13])
 }
 
 // TestBatchRace: two gates ship the same 300-entry chain at once in
@@ -317,17 +318,17 @@ func TestBatchForkInMiddle(t *testing.T) {
 // once, in order, never forked, and each position is reported stored by
 // exactly one of them.
 func TestBatchRace(t *testing.T) {
-	e := newEnv(t)
-	gates := e.racers()
+	e := roomtest.NewEnv(t)
+	gates := racers(e)
 	const rounds, n = 6, 300
 	size := [2]int{100, 70}
 	for round := range rounds {
 		run := fmt.Sprintf("brace-%d", round)
-		es, _ := journal(t, run, "cap-1", n)
+		es, _ := roomtest.Journal(t, run, "cap-1", n)
 		var replies [2][]room.JournalReply
 		together(func(i int) {
 			for from := 0; from < n; from += size[i] {
-				r, err := gates[i].AppendJournal(t.Context(), "room:brace", lines(es[from:min(from+size[i], n)]), nil)
+				r, err := gates[i].AppendJournal(t.Context(), "room:brace", roomtest.Lines(es[from:min(from+size[i], n)]), nil)
 				if err != nil {
 					t.Errorf("gate %d: %v", i, err)
 					return
@@ -358,7 +359,7 @@ func TestBatchRace(t *testing.T) {
 				t.Fatalf("round %d: position %d reported stored %d times", round, p, c)
 			}
 		}
-		for _, m := range e.checkChainStored("rooms.brace.journal."+run+".cap-1", es) {
+		for _, m := range checkChainStored(e, "rooms.brace.journal."+run+".cap-1", es) {
 			if streamSeqs[m.Sequence] != 1 {
 				t.Fatalf("round %d: stream seq %d reported stored %d times", round, m.Sequence, streamSeqs[m.Sequence])
 			}
@@ -370,12 +371,12 @@ func TestBatchRace(t *testing.T) {
 // at once, as batches: one lands whole, the other is refused at its first
 // line (fork); the chain is never forked.
 func TestBatchRaceFork(t *testing.T) {
-	e := newEnv(t)
-	gates := e.racers()
+	e := roomtest.NewEnv(t)
+	gates := racers(e)
 	for round := range 5 {
 		run := fmt.Sprintf("bfork-%d", round)
-		es, _ := journal(t, run, "cap-1", 40)
-		appendJournal(t, gates[0], "room:bfork", lines(es[:10]))
+		es, _ := roomtest.Journal(t, run, "cap-1", 40)
+		appendJournal(t, gates[0], "room:bfork", roomtest.Lines(es[:10]))
 		other := make([]*events.Entry, 0, 30)
 		other = append(other, variant(t, es, 10))
 		parent := other[0].EntryHash()
@@ -393,7 +394,7 @@ func TestBatchRaceFork(t *testing.T) {
 			other = append(other, f)
 			parent = f.EntryHash()
 		}
-		bodies := [2][]byte{lines(es[10:]), lines(other)}
+		bodies := [2][]byte{roomtest.Lines(es[10:]), roomtest.Lines(other)}
 		var replies [2]room.JournalReply
 		together(func(i int) { replies[i] = appendJournal(t, gates[i], "room:bfork", bodies[i]) })
 		win := 0
@@ -405,7 +406,7 @@ func TestBatchRaceFork(t *testing.T) {
 			t.Fatalf("round %d: winner %d stored %d; loser %+v", round, win, w.Stored, l.Items[0])
 		}
 		stored := append(append([]*events.Entry{}, es[:10]...), []([]*events.Entry){es[10:], other}[win]...)
-		e.checkChainStored("rooms.bfork.journal."+run+".cap-1", stored)
+		checkChainStored(e, "rooms.bfork.journal."+run+".cap-1", stored)
 	}
 }
 
@@ -413,19 +414,19 @@ func TestBatchRaceFork(t *testing.T) {
 // client holds it open; the gate's batch is refused "too many in flight"
 // (10210), waits and is stored once the open batch is abandoned.
 func TestBatchInflightCapServer(t *testing.T) {
-	e := newEnvWith(t, embedded.Options{Configure: func(o *server.Options) {
+	e := roomtest.NewEnvWith(t, embedded.Options{Configure: func(o *server.Options) {
 		o.JetStreamLimits.MaxBatchInflightPerStream = 1
 		o.JetStreamLimits.MaxBatchTimeout = time.Second
 	}})
-	raw, err := jetstreamext.NewBatchPublisher(e.js)
+	raw, err := jetstreamext.NewBatchPublisher(e.Js)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if err := raw.Add("rooms.cap.journal.raw.raw", []byte("{}")); err != nil {
 		t.Fatal(err) // the server acknowledged the batch's first message: it is open
 	}
-	g, log := e.gateWith(e.nc, room.GateOptions{})
-	es, body := journal(t, "run-c", "cap-1", 20)
+	g, log := gateWith(e, e.Nc, room.GateOptions{})
+	es, body := roomtest.Journal(t, "run-c", "cap-1", 20)
 	want := make([]wantItem, len(es))
 	for i := range es {
 		want[i] = wantItem{room.OutcomeStored, es[i], uint64(i + 1), ""}
@@ -434,29 +435,29 @@ func TestBatchInflightCapServer(t *testing.T) {
 	if log.count("10210") == 0 || log.count("stored") != 1 {
 		t.Fatalf("batches: %s; want some refused with 10210, then one stored", log)
 	}
-	e.checkChainStored("rooms.cap.journal.run-c.cap-1", es)
+	checkChainStored(e, "rooms.cap.journal.run-c.cap-1", es)
 }
 
 // TestBatchInflightCapGate: many chains at once through gates whose own cap
 // (one batch; eight) is reached, on a stream that allows two: nothing
 // deadlocks, every entry is stored once.
 func TestBatchInflightCapGate(t *testing.T) {
-	e := newEnvWith(t, embedded.Options{Configure: func(o *server.Options) {
+	e := roomtest.NewEnvWith(t, embedded.Options{Configure: func(o *server.Options) {
 		o.JetStreamLimits.MaxBatchInflightPerStream = 2
 	}})
-	one, _ := e.gateWith(e.connect(), room.GateOptions{MaxInflightBatches: 1})
-	eight, log := e.gateWith(e.connect(), room.GateOptions{MaxInflightBatches: 8})
+	one, _ := gateWith(e, e.Connect(), room.GateOptions{MaxInflightBatches: 1})
+	eight, log := gateWith(e, e.Connect(), room.GateOptions{MaxInflightBatches: 8})
 	const chains, n = 24, 60
 	es := make([][]*events.Entry, chains)
 	for c := range es {
-		es[c], _ = journal(t, "run-g", "cap-"+strconv.Itoa(c), n)
+		es[c], _ = roomtest.Journal(t, "run-g", "cap-"+strconv.Itoa(c), n)
 	}
 	var wg sync.WaitGroup
 	for c := range chains {
 		g := []*room.Gate{one, eight}[c%2]
 		wg.Go(func() {
 			for from := 0; from < n; from += 20 {
-				r, err := g.AppendJournal(t.Context(), "room:gcap", lines(es[c][from:from+20]), nil)
+				r, err := g.AppendJournal(t.Context(), "room:gcap", roomtest.Lines(es[c][from:from+20]), nil)
 				if err != nil || r.Stored != 20 {
 					t.Errorf("chain %d: %v %+v", c, err, r)
 					return
@@ -470,7 +471,7 @@ func TestBatchInflightCapGate(t *testing.T) {
 	}
 	t.Logf("the gate capped at 8: %d batches refused 10210", log.count("10210"))
 	for c := range chains {
-		e.checkChainStored("rooms.gcap.journal.run-g.cap-"+strconv.Itoa(c), es[c])
+		checkChainStored(e, "rooms.gcap.journal.run-g.cap-"+strconv.Itoa(c), es[c])
 	}
 }
 
@@ -567,20 +568,20 @@ func (p *cutProxy) serve(client net.Conn) {
 func TestBatchAmbiguousCommit(t *testing.T) {
 	for _, pass := range []bool{true, false} {
 		t.Run(fmt.Sprintf("commit reached the server %v", pass), func(t *testing.T) {
-			e := newEnv(t)
-			p := newCutProxy(t, e.srv.NATSServer().Addr().String(), pass)
+			e := roomtest.NewEnv(t)
+			p := newCutProxy(t, e.Srv.NATSServer().Addr().String(), pass)
 			nc, err := nats.Connect(p.url(), nats.ReconnectWait(20*time.Millisecond), nats.MaxReconnects(-1))
 			if err != nil {
 				t.Fatal(err)
 			}
 			t.Cleanup(nc.Close)
-			g, log := e.gateWith(nc, room.GateOptions{PublishTimeout: time.Second})
+			g, log := gateWith(e, nc, room.GateOptions{PublishTimeout: time.Second})
 			run := "run-a-" + strconv.FormatBool(pass)
 			subj := "rooms.amb.journal." + run + ".cap-1"
-			es, _ := journal(t, run, "cap-1", 150)
-			appendJournal(t, g, "room:amb", lines(es[:50]))
+			es, _ := roomtest.Journal(t, run, "cap-1", 150)
+			appendJournal(t, g, "room:amb", roomtest.Lines(es[:50]))
 			p.armed.Store(true)
-			r := appendJournal(t, g, "room:amb", lines(es[50:]))
+			r := appendJournal(t, g, "room:amb", roomtest.Lines(es[50:]))
 			if p.cuts.Load() != 1 {
 				t.Fatalf("the proxy cut %d connections, want 1", p.cuts.Load())
 			}
@@ -589,7 +590,7 @@ func TestBatchAmbiguousCommit(t *testing.T) {
 				want[i] = wantItem{room.OutcomeStored, es[50+i], uint64(51 + i), ""}
 			}
 			checkItems(t, r, subj, want)
-			e.checkChainStored(subj, es)
+			checkChainStored(e, subj, es)
 			wantLog := "sizes [50 100 100] results [stored no_answer stored]" // cut before the commit: sent again
 			if pass {
 				wantLog = "sizes [50 100] results [stored no_answer]" // read back: stored by this batch
@@ -605,13 +606,13 @@ func TestBatchAmbiguousCommit(t *testing.T) {
 // lines reported stored are exactly the ones in the stream, once; the
 // first line that did not fit fails naming the full store.
 func TestBatchStoreFull(t *testing.T) {
-	e := newEnvWith(t, embedded.Options{MaxFileStore: 1 << 20})
-	g, log := e.gateWith(e.nc, room.GateOptions{PublishTimeout: time.Second})
+	e := roomtest.NewEnvWith(t, embedded.Options{MaxFileStore: 1 << 20})
+	g, log := gateWith(e, e.Nc, room.GateOptions{PublishTimeout: time.Second})
 	const subj = "rooms.full.journal.run-s.cap-1"
-	es, _ := journal(t, "run-s", "cap-1", 3000)
+	es, _ := roomtest.Journal(t, "run-s", "cap-1", 3000)
 	acked, failedAt := 0, -1
 	for from := 0; from < len(es) && failedAt < 0; from += room.MaxBatchLines {
-		r := appendJournal(t, g, "room:full", lines(es[from:from+room.MaxBatchLines]))
+		r := appendJournal(t, g, "room:full", roomtest.Lines(es[from:from+room.MaxBatchLines]))
 		for _, it := range r.Items {
 			switch it.Outcome {
 			case room.OutcomeStored:
@@ -631,32 +632,32 @@ func TestBatchStoreFull(t *testing.T) {
 	if failedAt != acked || acked == 0 {
 		t.Fatalf("%d stored, line %d failed", acked, failedAt)
 	}
-	e.checkChainStored(subj, es[:acked])
+	checkChainStored(e, subj, es[:acked])
 }
 
 // TestServiceManyChains: 100 clients ship 100 chains at once through the
 // ingest service, whose gate may have two batches open: every request is
 // answered, every entry stored once, in order.
 func TestServiceManyChains(t *testing.T) {
-	e := newEnv(t)
-	if err := e.svc.Stop(); err != nil {
+	e := roomtest.NewEnv(t)
+	if err := e.Svc.Stop(); err != nil {
 		t.Fatal(err)
 	}
-	g, log := e.gateWith(e.connect(), room.GateOptions{MaxInflightBatches: 2})
+	g, log := gateWith(e, e.Connect(), room.GateOptions{MaxInflightBatches: 2})
 	var err error
 	// The 100 chains' requests come from one identity, all at once: its
 	// share is all of them (TestServiceFairPerIdentity tests the share).
-	if e.svc, err = room.StartService(e.connect(), g, room.ServiceOptions{Concurrency: 32, IdentityConcurrency: 100}); err != nil {
+	if e.Svc, err = room.StartService(e.Connect(), g, room.ServiceOptions{Concurrency: 32, IdentityConcurrency: 100}); err != nil {
 		t.Fatal(err)
 	}
 	const chains, n, per = 100, 100, 50
 	es := make([][]*events.Entry, chains)
 	for c := range es {
-		es[c], _ = journal(t, "run-many", "cap-"+strconv.Itoa(c), n)
+		es[c], _ = roomtest.Journal(t, "run-many", "cap-"+strconv.Itoa(c), n)
 	}
 	conns := make([]*client.Client, 10)
 	for i := range conns {
-		conns[i] = client.New(e.connect(), client.Options{})
+		conns[i] = client.New(e.Connect(), client.Options{})
 	}
 	var wg sync.WaitGroup
 	start := make(chan struct{})
@@ -665,7 +666,7 @@ func TestServiceManyChains(t *testing.T) {
 		wg.Go(func() {
 			<-start
 			for from := 0; from < n; from += per {
-				r, err := cl.AppendJournal(t.Context(), "room:many", nil, lines(es[c][from:from+per]))
+				r, err := cl.AppendJournal(t.Context(), "room:many", nil, roomtest.Lines(es[c][from:from+per]))
 				if err != nil || r.Stored != per {
 					t.Errorf("chain %d from %d: %v %+v", c, from, err, r)
 					return
@@ -682,7 +683,7 @@ func TestServiceManyChains(t *testing.T) {
 		t.Errorf("%d batches stored, want %d: %s", got, chains*n/per, log)
 	}
 	for c := range chains {
-		e.checkChainStored("rooms.many.journal.run-many.cap-"+strconv.Itoa(c), es[c])
+		checkChainStored(e, "rooms.many.journal.run-many.cap-"+strconv.Itoa(c), es[c])
 	}
 }
 
@@ -707,16 +708,16 @@ func TestGateWithoutDirectGet(t *testing.T) {
 	if _, err := js.CreateStream(t.Context(), cfg); err != nil {
 		t.Fatal(err)
 	}
-	e := &env{t: t, v: newEnv(t).v}
-	g, _ := e.gateWith(nc, room.GateOptions{})
+	e := &roomtest.Env{T: t, V: roomtest.NewEnv(t).V}
+	g, _ := gateWith(e, nc, room.GateOptions{})
 	key := events.ChainKey{RunID: "run-nd", CapsuleID: "cap-1"}
 	if h, err := g.Head(t.Context(), key); err != nil || h.Next != 0 {
 		t.Fatalf("head: %+v %v", h, err)
 	}
-	es, _ := journal(t, "run-nd", "cap-1", 6)
-	appendJournal(t, g, "room:nd", lines(es[:3]))
-	fresh, _ := e.gateWith(nc, room.GateOptions{})
-	r := appendJournal(t, fresh, "room:nd", lines(es))
+	es, _ := roomtest.Journal(t, "run-nd", "cap-1", 6)
+	appendJournal(t, g, "room:nd", roomtest.Lines(es[:3]))
+	fresh, _ := gateWith(e, nc, room.GateOptions{})
+	r := appendJournal(t, fresh, "room:nd", roomtest.Lines(es))
 	if r.Dupes != 3 || r.Stored != 3 || r.Head.Next != 6 {
 		t.Fatalf("%+v", r)
 	}

@@ -11,6 +11,7 @@ import (
 	"github.com/roompub/roompub/events"
 	"github.com/roompub/roompub/room"
 	"github.com/roompub/roompub/room/client"
+	"github.com/roompub/roompub/room/internal/roomtest"
 )
 
 // TestJournalBriefReply: Roompub-Reply: brief cuts stored and duplicate
@@ -18,8 +19,8 @@ import (
 // the header, or with another value, every item is whole. The counts and
 // the head are the same either way, and so is what is stored.
 func TestJournalBriefReply(t *testing.T) {
-	e := newEnv(t)
-	es, _ := journal(t, "run-brief", "cap-brief", 6)
+	e := roomtest.NewEnv(t)
+	es, _ := roomtest.Journal(t, "run-brief", "cap-brief", 6)
 	send := func(reply string, body []byte) room.JournalReply {
 		t.Helper()
 		hdr := nats.Header{room.HeaderRoom: {"room:brief"}}
@@ -27,18 +28,18 @@ func TestJournalBriefReply(t *testing.T) {
 			hdr.Set(room.HeaderReply, reply)
 		}
 		var r room.JournalReply
-		if code := request(t, e.nc, "roompub.v1.journal", hdr, body, &r); code != "" {
+		if code := roomtest.Request(t, e.Nc, "roompub.v1.journal", hdr, body, &r); code != "" {
 			t.Fatalf("journal request: %s", code)
 		}
 		return r
 	}
-	r := send(room.ReplyBrief, lines(es[:3]))
+	r := send(room.ReplyBrief, roomtest.Lines(es[:3]))
 	want := []room.ItemResult{{Index: 0, Outcome: room.OutcomeStored}, {Index: 1, Outcome: room.OutcomeStored}, {Index: 2, Outcome: room.OutcomeStored}}
 	if !reflect.DeepEqual(r.Items, want) || r.Stored != 3 || r.Head.Next != 3 || r.Head.Head != es[2].EntryHash() {
 		t.Fatalf("brief reply %+v, want items %+v, 3 stored, head at 3", r, want)
 	}
 	// Two resent (duplicates), one new, one ahead of the chain (refused).
-	r = send(room.ReplyBrief, lines([]*events.Entry{es[1], es[2], es[3], es[5]}))
+	r = send(room.ReplyBrief, roomtest.Lines([]*events.Entry{es[1], es[2], es[3], es[5]}))
 	want = []room.ItemResult{{Index: 0, Outcome: room.OutcomeDuplicate}, {Index: 1, Outcome: room.OutcomeDuplicate}, {Index: 2, Outcome: room.OutcomeStored}}
 	if len(r.Items) != 4 || !reflect.DeepEqual(r.Items[:3], want) {
 		t.Fatalf("brief reply items %+v, want %+v first", r.Items, want)
@@ -50,7 +51,7 @@ func TestJournalBriefReply(t *testing.T) {
 		t.Fatalf("counts and head %+v", r)
 	}
 	for _, value := range []string{"", "full"} { // stored, then a duplicate
-		r = send(value, lines(es[4:5]))
+		r = send(value, roomtest.Lines(es[4:5]))
 		it := r.Items[0]
 		if (it.Outcome != room.OutcomeStored && it.Outcome != room.OutcomeDuplicate) || it.Seq == nil || *it.Seq != 4 || it.Hash != es[4].EntryHash() || it.StreamSeq == 0 || it.Subject == "" {
 			t.Fatalf("Roompub-Reply %q: the item is not whole: %+v", value, it)
@@ -63,10 +64,10 @@ func TestJournalBriefReply(t *testing.T) {
 // per line before decoding; a reply holds them all, and an answer without
 // items (an error) leaves Items nil, as it did before the room was made.
 func TestClientJournalReplyItems(t *testing.T) {
-	e := newEnv(t)
-	cl := client.New(e.nc, client.Options{})
-	es, _ := journal(t, "run-items", "cap-items", 3)
-	r, err := cl.AppendJournal(context.Background(), "room:items", nil, lines(es))
+	e := roomtest.NewEnv(t)
+	cl := client.New(e.Nc, client.Options{})
+	es, _ := roomtest.Journal(t, "run-items", "cap-items", 3)
+	r, err := cl.AppendJournal(context.Background(), "room:items", nil, roomtest.Lines(es))
 	if err != nil || len(r.Items) != 3 || r.Stored != 3 {
 		t.Fatalf("reply %+v, %v; want 3 items, 3 stored", r, err)
 	}
@@ -75,7 +76,7 @@ func TestClientJournalReplyItems(t *testing.T) {
 			t.Fatalf("item %d: %+v", i, it)
 		}
 	}
-	r, err = cl.AppendJournal(context.Background(), "", nil, lines(es))
+	r, err = cl.AppendJournal(context.Background(), "", nil, roomtest.Lines(es))
 	var se *client.ServiceError
 	if !errors.As(err, &se) || r.Items != nil {
 		t.Fatalf("a request without a room: %+v, %v; want a service error and nil items", r, err)

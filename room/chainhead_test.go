@@ -14,6 +14,7 @@ import (
 	"github.com/roompub/roompub/checkpoint"
 	"github.com/roompub/roompub/events"
 	"github.com/roompub/roompub/room"
+	"github.com/roompub/roompub/room/internal/roomtest"
 )
 
 // TestGateForgedHeadIsNotTheHead: with a publisher key, a message on a
@@ -28,12 +29,12 @@ import (
 // every entry as stored where it is, and one that does not trust the
 // publisher of the chain's entries does not take them for its head either.
 func TestGateForgedHeadIsNotTheHead(t *testing.T) {
-	e := newEnv(t)
+	e := roomtest.NewEnv(t)
 	ctx := context.Background()
 	pub := newPublisherKey(t)
 	const roomID = "room:f"
-	ckp, _ := startCheckpointer(t, e.connect(), room.CheckpointerOptions{Key: pub, Every: 1000, Interval: time.Hour})
-	gate := e.attestingGate(e.nc, pub, ckp, room.GateOptions{})
+	ckp, _ := startCheckpointer(t, e.Connect(), room.CheckpointerOptions{Key: pub, Every: 1000, Interval: time.Hour})
+	gate := attestingGate(e, e.Nc, pub, ckp, room.GateOptions{})
 
 	body, err := os.ReadFile("../testdata/samples/capsules/csv-dedupe/journal.ndjson")
 	if err != nil {
@@ -52,14 +53,14 @@ func TestGateForgedHeadIsNotTheHead(t *testing.T) {
 	if r, err := gate.AppendJournal(ctx, roomID, bytes.Join(ls[:13], nil), nil); err != nil || r.Stored != 13 {
 		t.Fatalf("lines 1-13: %+v %v", r, err)
 	}
-	stored := e.onSubject(subj)
+	stored := e.OnSubject(subj)
 	line14 := bytes.TrimSuffix(ls[13], []byte("\n"))
 	// The chain's true next entry, raw, and again with the attestation of
 	// entry 12 (the last of a batch of 13) copied onto it.
-	raw := publishRaw(t, e.js, subj, line14)
+	raw := roomtest.PublishRaw(t, e.Js, subj, line14)
 	copied := &nats.Msg{Subject: subj, Data: line14, Header: nats.Header{}}
 	copied.Header.Set(checkpoint.AttestationHeader, stored[12].Header.Get(checkpoint.AttestationHeader))
-	ack, err := e.js.PublishMsg(ctx, copied)
+	ack, err := e.Js.PublishMsg(ctx, copied)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -81,7 +82,7 @@ func TestGateForgedHeadIsNotTheHead(t *testing.T) {
 	if it := r.Items[13]; it.Outcome != room.OutcomeStored || it.StreamSeq != 16 || r.Head.StreamSeq != 16 || r.Head.Next != 14 {
 		t.Fatalf("line 14: %+v, head %+v; want stored at stream seq 16, next 14", it, r.Head)
 	}
-	genuine := e.onSubject(subj)[15]
+	genuine := e.OnSubject(subj)[15]
 	a, err := checkpoint.ParseAttestation(genuine.Header.Get(checkpoint.AttestationHeader))
 	if err != nil || a.Signer != pub.NodeID() || a.Count != 1 {
 		t.Fatalf("entry 13 at stream seq 16: attestation %+v %v", a, err)
@@ -96,11 +97,11 @@ func TestGateForgedHeadIsNotTheHead(t *testing.T) {
 	if err := ckp.Stop(ctx); err != nil {
 		t.Fatal(err)
 	}
-	rt := e.rebuild(roomID, trusting(t, pub))
+	rt := rebuild(e, roomID, trusting(t, pub))
 	if sizes := rt.checkCheckpoints(t); fmt.Sprint(sizes) != "[14]" || fmt.Sprint(rt.notLeaves) != "[14 15]" {
 		t.Fatalf("checkpoints %v, not leaves %v; want [14] and the forgeries [14 15]", sizes, rt.notLeaves)
 	}
-	rep, err := room.Audit(ctx, e.js, room.AuditOptions{Validator: e.v, Trust: trusting(t, pub)})
+	rep, err := room.Audit(ctx, e.Js, room.AuditOptions{Validator: e.V, Trust: trusting(t, pub)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -110,7 +111,7 @@ func TestGateForgedHeadIsNotTheHead(t *testing.T) {
 
 	// A gate that starts afresh: every line is stored where it is (only
 	// admitted entries take a chain position).
-	fresh := e.attestingGate(e.connect(), pub, nil, room.GateOptions{})
+	fresh := attestingGate(e, e.Connect(), pub, nil, room.GateOptions{})
 	r, err = fresh.AppendJournal(ctx, roomID, body, nil)
 	if err != nil || r.Dupes != 14 || r.Items[13].StreamSeq != 16 || r.Items[12].StreamSeq != 13 {
 		t.Fatalf("a fresh gate, the whole capsule: %+v %v", r, err)
@@ -120,12 +121,12 @@ func TestGateForgedHeadIsNotTheHead(t *testing.T) {
 	}
 	// A gate whose key is not the chain's publisher's and that does not
 	// trust it sees no admitted entry: the chain is empty to it.
-	stranger := e.attestingGate(e.connect(), newPublisherKey(t), nil, room.GateOptions{})
+	stranger := attestingGate(e, e.Connect(), newPublisherKey(t), nil, room.GateOptions{})
 	if h, err := stranger.Head(ctx, events.ChainKey{RunID: first.RunID(), CapsuleID: first.CapsuleID()}); err != nil || h.Next != 0 || h.RoomID != "" {
 		t.Fatalf("a gate that does not trust the publisher: head %+v %v", h, err)
 	}
 	// Trusting it (serve --trusted-publisher), it sees the chain.
-	trusts := e.attestingGate(e.connect(), newPublisherKey(t), nil, room.GateOptions{TrustedPublishers: []string{pub.NodeID()}})
+	trusts := attestingGate(e, e.Connect(), newPublisherKey(t), nil, room.GateOptions{TrustedPublishers: []string{pub.NodeID()}})
 	if h, err := trusts.Head(ctx, events.ChainKey{RunID: first.RunID(), CapsuleID: first.CapsuleID()}); err != nil || h.Next != 14 || h.StreamSeq != 16 {
 		t.Fatalf("a gate that trusts the publisher: head %+v %v", h, err)
 	}

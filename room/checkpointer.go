@@ -287,7 +287,7 @@ func StartCheckpointer(ctx context.Context, nc *nats.Conn, o CheckpointerOptions
 	if name == "" {
 		name = DefaultStream
 	}
-	cctx, cancel := withDefaultTimeout(ctx)
+	cctx, cancel := jsapi.WithDefaultTimeout(ctx, DefaultTimeout)
 	defer cancel()
 	if c.stream, err = c.js.Stream(cctx, name); err != nil {
 		return nil, fmt.Errorf("%w: stream %s: %w", ErrCheckpointer, name, err)
@@ -650,7 +650,7 @@ func (c *Checkpointer) follow(ctx context.Context) {
 		var err error
 		if run < 2 || (kept && upTo == next+1) {
 			var m *jetstream.RawStreamMsg
-			if m, err = leaderGet(ctx, nc, name, DefaultTimeout, map[string]any{"seq": next, "next_by_subj": all}); m != nil {
+			if m, err = jsapi.LeaderGetRaw(ctx, nc, name, DefaultTimeout, map[string]any{"seq": next, "next_by_subj": all}); m != nil {
 				msgs = []gapMsg{{seq: m.Sequence, subject: m.Subject, data: m.Data, header: m.Header.Get(checkpoint.AttestationHeader), owner: m.Header.Get(HeaderOwner)}}
 			}
 		} else {
@@ -786,7 +786,7 @@ func (c *Checkpointer) catchUpFetch(ctx context.Context, batches chan<- []gapMsg
 				continue
 			}
 		}
-		m, err := leaderGet(ctx, nc, name, DefaultTimeout, map[string]any{"seq": next, "next_by_subj": all})
+		m, err := jsapi.LeaderGetRaw(ctx, nc, name, DefaultTimeout, map[string]any{"seq": next, "next_by_subj": all})
 		switch {
 		case err != nil:
 			fail(err)
@@ -1091,7 +1091,7 @@ func (c *Checkpointer) settleStuck(ctx context.Context, force bool) {
 		return
 	}
 	if !force {
-		last, err := leaderGet(ctx, c.js.Conn(), c.stream.CachedInfo().Config.Name, DefaultTimeout, map[string]any{"last_by_subj": c.subjects.All()})
+		last, err := jsapi.LeaderGetRaw(ctx, c.js.Conn(), c.stream.CachedInfo().Config.Name, DefaultTimeout, map[string]any{"last_by_subj": c.subjects.All()})
 		if err != nil || last == nil || c.handled.Load() < last.Sequence {
 			return // not read whole yet (or no answer): later
 		}
@@ -1311,7 +1311,7 @@ func (c *Checkpointer) write(ctx context.Context, d dueCheckpoint) error {
 	// checkpoint written twice is stored once.
 	msg.Header.Set(jetstream.MsgIDHeader, "ckpt:"+hex.EncodeToString(d.root[:])+":"+strconv.FormatUint(d.size, 10)+":"+roomToken(r.id))
 	msg.Header.Set(jetstream.ExpectedLastSubjSeqHeader, strconv.FormatUint(d.expect, 10))
-	pctx, cancel := withDefaultTimeout(ctx)
+	pctx, cancel := jsapi.WithDefaultTimeout(ctx, DefaultTimeout)
 	ack, err := c.js.PublishMsg(pctx, msg, jetstream.WithRetryAttempts(0))
 	cancel()
 	c.mu.Lock()
@@ -1387,7 +1387,7 @@ func (c *Checkpointer) holdLease(ctx context.Context, r *ckRoom) bool {
 	l := &r.lease
 	now := time.Now()
 	key := LeaseKey(r.id)
-	lctx, cancel := withDefaultTimeout(ctx)
+	lctx, cancel := jsapi.WithDefaultTimeout(ctx, DefaultTimeout)
 	defer cancel()
 	if l.rev != 0 && now.Sub(l.renewedAt) < c.ttl/3 {
 		return true
@@ -1505,7 +1505,7 @@ func (c *Checkpointer) stop(ctx context.Context) error {
 	}
 	c.mu.Unlock()
 	for _, r := range held {
-		lctx, cancel := withDefaultTimeout(ctx)
+		lctx, cancel := jsapi.WithDefaultTimeout(ctx, DefaultTimeout)
 		c.releaseLease(lctx, r)
 		cancel()
 		r.lease.rev = 0
@@ -1537,7 +1537,7 @@ func (c *Checkpointer) releaseLease(ctx context.Context, r *ckRoom) {
 
 // catchUp waits until the reader has handled the stream's last message.
 func (c *Checkpointer) catchUp(ctx context.Context) error {
-	ictx, cancel := withDefaultTimeout(ctx)
+	ictx, cancel := jsapi.WithDefaultTimeout(ctx, DefaultTimeout)
 	info, err := c.stream.Info(ictx)
 	cancel()
 	if err != nil {

@@ -12,6 +12,7 @@ import (
 
 	"github.com/roompub/roompub/checkpoint"
 	"github.com/roompub/roompub/room"
+	"github.com/roompub/roompub/room/internal/roomtest"
 )
 
 // heldSink passes a gate's announcements to a checkpointer at once and its
@@ -60,12 +61,12 @@ func (s *heldSink) release() {
 // roots of an independent tree over its admitted messages, that the last
 // covers all `leaves` of them, and that the checkpointer took `fromMemory`
 // messages from the gate's acknowledgements and read `read` (-1: any).
-func checkRoom(t *testing.T, e *env, ckp *room.Checkpointer, roomID string, trust *checkpoint.Trust, leaves int, fromMemory, read int) {
+func checkRoom(t *testing.T, e *roomtest.Env, ckp *room.Checkpointer, roomID string, trust *checkpoint.Trust, leaves int, fromMemory, read int) {
 	t.Helper()
 	if err := ckp.Stop(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	rt := e.rebuild(roomID, trust)
+	rt := rebuild(e, roomID, trust)
 	sizes := rt.checkCheckpoints(t)
 	if rt.tree.Size() != uint64(leaves) || len(sizes) == 0 || sizes[len(sizes)-1] != uint64(leaves) {
 		t.Fatalf("independent tree has %d leaves, checkpoint sizes %v; want %d covered", rt.tree.Size(), sizes, leaves)
@@ -80,19 +81,19 @@ func checkRoom(t *testing.T, e *env, ckp *room.Checkpointer, roomID string, trus
 // reverse order are all taken from memory, none read, and the tree keeps
 // stream order.
 func TestCheckpointerFollowOutOfOrderAcks(t *testing.T) {
-	e := newEnv(t)
+	e := roomtest.NewEnv(t)
 	ctx := context.Background()
 	key := newPublisherKey(t)
 	const roomID = "room:acks"
-	ckp, _ := startCheckpointer(t, e.connect(), room.CheckpointerOptions{Key: key, Every: 1000, Interval: time.Hour})
+	ckp, _ := startCheckpointer(t, e.Connect(), room.CheckpointerOptions{Key: key, Every: 1000, Interval: time.Hour})
 	ckp.SetGapWait(time.Minute)
 	sink := &heldSink{c: ckp, hold: true}
-	gate := e.attestingGate(e.nc, key, sink, room.GateOptions{MaxBatch: 4})
-	es, _ := journal(t, "run-a", "cap-a", 10)
-	if r, err := gate.AppendJournal(ctx, roomID, lines(es), nil); err != nil || r.Stored != 10 {
+	gate := attestingGate(e, e.Nc, key, sink, room.GateOptions{MaxBatch: 4})
+	es, _ := roomtest.Journal(t, "run-a", "cap-a", 10)
+	if r, err := gate.AppendJournal(ctx, roomID, roomtest.Lines(es), nil); err != nil || r.Stored != 10 {
 		t.Fatalf("%+v %v", r, err)
 	}
-	if r := gate.AppendRecord(ctx, e.recordNamed(roomID, "a0")); r.Item.Outcome != room.OutcomeStored {
+	if r := gate.AppendRecord(ctx, recordNamed(e, roomID, "a0")); r.Item.Outcome != room.OutcomeStored {
 		t.Fatalf("%+v", r)
 	}
 	time.Sleep(200 * time.Millisecond)
@@ -113,32 +114,32 @@ func TestCheckpointerFollowOutOfOrderAcks(t *testing.T) {
 // TestCheckpointerFollowGaps: another publisher's batch and a checkpoint
 // between the gate's own batches are read; the own ones are not.
 func TestCheckpointerFollowGaps(t *testing.T) {
-	e := newEnv(t)
+	e := roomtest.NewEnv(t)
 	ctx := context.Background()
 	key, other := newPublisherKey(t), newPublisherKey(t)
 	const roomID = "room:gaps"
-	ckp, _ := startCheckpointer(t, e.connect(), room.CheckpointerOptions{Key: key, TrustedPublishers: []string{other.NodeID()}, Every: 5, Interval: time.Hour})
-	gate := e.attestingGate(e.nc, key, ckp, room.GateOptions{})
-	ogate := e.attestingGate(e.connect(), other, nil, room.GateOptions{TrustedPublishers: []string{key.NodeID()}})
+	ckp, _ := startCheckpointer(t, e.Connect(), room.CheckpointerOptions{Key: key, TrustedPublishers: []string{other.NodeID()}, Every: 5, Interval: time.Hour})
+	gate := attestingGate(e, e.Nc, key, ckp, room.GateOptions{})
+	ogate := attestingGate(e, e.Connect(), other, nil, room.GateOptions{TrustedPublishers: []string{key.NodeID()}})
 	ckSubj := room.Subjects{}.Checkpoint(roomID)
-	es, _ := journal(t, "run-g", "cap-g", 10)
-	os, _ := journal(t, "run-o", "cap-o", 3)
-	if r, err := gate.AppendJournal(ctx, roomID, lines(es[:5]), nil); err != nil || r.Stored != 5 {
+	es, _ := roomtest.Journal(t, "run-g", "cap-g", 10)
+	os, _ := roomtest.Journal(t, "run-o", "cap-o", 3)
+	if r, err := gate.AppendJournal(ctx, roomID, roomtest.Lines(es[:5]), nil); err != nil || r.Stored != 5 {
 		t.Fatalf("%+v %v", r, err)
 	}
-	waitFor(t, 10*time.Second, "checkpoint 1", func() bool { return e.countOn(ckSubj) == 1 })
-	if r, err := ogate.AppendJournal(ctx, roomID, lines(os), nil); err != nil || r.Stored != 3 {
+	waitFor(t, 10*time.Second, "checkpoint 1", func() bool { return e.CountOn(ckSubj) == 1 })
+	if r, err := ogate.AppendJournal(ctx, roomID, roomtest.Lines(os), nil); err != nil || r.Stored != 3 {
 		t.Fatalf("%+v %v", r, err)
 	}
 	// A raw message without attestation: read, no leaf.
-	if _, err := e.js.PublishMsg(ctx, &nats.Msg{Subject: room.Subjects{}.Records(roomID), Data: []byte(`{"raw":true}`)}); err != nil {
+	if _, err := e.Js.PublishMsg(ctx, &nats.Msg{Subject: room.Subjects{}.Records(roomID), Data: []byte(`{"raw":true}`)}); err != nil {
 		t.Fatal(err)
 	}
-	if r, err := gate.AppendJournal(ctx, roomID, lines(es[5:]), nil); err != nil || r.Stored != 5 {
+	if r, err := gate.AppendJournal(ctx, roomID, roomtest.Lines(es[5:]), nil); err != nil || r.Stored != 5 {
 		t.Fatalf("%+v %v", r, err)
 	}
 	// The record's position counts the raw exec message.
-	if r := gate.AppendRecord(ctx, e.recordNamed(roomID, "g0")); r.Item.Outcome != room.OutcomeStored {
+	if r := gate.AppendRecord(ctx, recordNamed(e, roomID, "g0")); r.Item.Outcome != room.OutcomeStored {
 		t.Fatalf("%+v", r)
 	}
 	waitFor(t, 10*time.Second, "everything handled", func() bool { mem, rd := ckp.FollowCounts(); return mem+rd >= 11+3+1+2 })
@@ -153,17 +154,17 @@ func TestCheckpointerFollowGaps(t *testing.T) {
 // TestCheckpointerFollowLostAck: a batch whose acknowledgement never comes
 // is read once the gap wait has passed, and admitted as the gate's own.
 func TestCheckpointerFollowLostAck(t *testing.T) {
-	e := newEnv(t)
+	e := roomtest.NewEnv(t)
 	ctx := context.Background()
 	key := newPublisherKey(t)
 	const roomID = "room:lost"
-	ckp, _ := startCheckpointer(t, e.connect(), room.CheckpointerOptions{Key: key, Every: 1000, Interval: time.Hour})
+	ckp, _ := startCheckpointer(t, e.Connect(), room.CheckpointerOptions{Key: key, Every: 1000, Interval: time.Hour})
 	ckp.SetGapWait(300 * time.Millisecond)
 	sink := &heldSink{c: ckp, drop: true}
-	gate := e.attestingGate(e.nc, key, sink, room.GateOptions{})
-	es, _ := journal(t, "run-l", "cap-l", 7)
+	gate := attestingGate(e, e.Nc, key, sink, room.GateOptions{})
+	es, _ := roomtest.Journal(t, "run-l", "cap-l", 7)
 	start := time.Now()
-	if r, err := gate.AppendJournal(ctx, roomID, lines(es[:4]), nil); err != nil || r.Stored != 4 {
+	if r, err := gate.AppendJournal(ctx, roomID, roomtest.Lines(es[:4]), nil); err != nil || r.Stored != 4 {
 		t.Fatalf("%+v %v", r, err)
 	}
 	waitFor(t, 10*time.Second, "the lost batch read", func() bool { _, rd := ckp.FollowCounts(); return rd == 4 })
@@ -173,7 +174,7 @@ func TestCheckpointerFollowLostAck(t *testing.T) {
 	sink.mu.Lock()
 	sink.drop = false
 	sink.mu.Unlock()
-	if r, err := gate.AppendJournal(ctx, roomID, lines(es[4:]), nil); err != nil || r.Stored != 3 {
+	if r, err := gate.AppendJournal(ctx, roomID, roomtest.Lines(es[4:]), nil); err != nil || r.Stored != 3 {
 		t.Fatalf("%+v %v", r, err)
 	}
 	waitFor(t, 10*time.Second, "the next batch taken", func() bool { mem, _ := ckp.FollowCounts(); return mem == 3 })
@@ -184,31 +185,31 @@ func TestCheckpointerFollowLostAck(t *testing.T) {
 // messages reads them (its catch-up), then takes the gate's new ones from
 // memory; its checkpoints extend the first checkpointer's.
 func TestCheckpointerFollowRestart(t *testing.T) {
-	e := newEnv(t)
+	e := roomtest.NewEnv(t)
 	ctx := context.Background()
 	key := newPublisherKey(t)
 	const roomID = "room:restart"
 	trust := trustOf(t, key)
-	ckp, _ := startCheckpointer(t, e.connect(), room.CheckpointerOptions{Key: key, Every: 1000, Interval: time.Hour})
-	gate := e.attestingGate(e.nc, key, ckp, room.GateOptions{})
-	es, _ := journal(t, "run-r", "cap-r", 12)
-	if r, err := gate.AppendJournal(ctx, roomID, lines(es[:6]), nil); err != nil || r.Stored != 6 {
+	ckp, _ := startCheckpointer(t, e.Connect(), room.CheckpointerOptions{Key: key, Every: 1000, Interval: time.Hour})
+	gate := attestingGate(e, e.Nc, key, ckp, room.GateOptions{})
+	es, _ := roomtest.Journal(t, "run-r", "cap-r", 12)
+	if r, err := gate.AppendJournal(ctx, roomID, roomtest.Lines(es[:6]), nil); err != nil || r.Stored != 6 {
 		t.Fatalf("%+v %v", r, err)
 	}
 	checkRoom(t, e, ckp, roomID, trust, 6, 6, 0)
 
-	ckp2, _ := startCheckpointer(t, e.connect(), room.CheckpointerOptions{Key: key, Every: 1000, Interval: time.Hour})
-	gate2 := e.attestingGate(e.connect(), key, ckp2, room.GateOptions{})
-	if r, err := gate2.AppendJournal(ctx, roomID, lines(es[6:]), nil); err != nil || r.Stored != 6 {
+	ckp2, _ := startCheckpointer(t, e.Connect(), room.CheckpointerOptions{Key: key, Every: 1000, Interval: time.Hour})
+	gate2 := attestingGate(e, e.Connect(), key, ckp2, room.GateOptions{})
+	if r, err := gate2.AppendJournal(ctx, roomID, roomtest.Lines(es[6:]), nil); err != nil || r.Stored != 6 {
 		t.Fatalf("%+v %v", r, err)
 	}
-	if r := gate2.AppendRecord(ctx, e.recordNamed(roomID, "r0")); r.Item.Outcome != room.OutcomeStored {
+	if r := gate2.AppendRecord(ctx, recordNamed(e, roomID, "r0")); r.Item.Outcome != room.OutcomeStored {
 		t.Fatalf("%+v", r)
 	}
 	// The 7 new messages from memory; the checkpoint at 6, if read after
 	// the catch-up, is read.
 	checkRoom(t, e, ckp2, roomID, trust, 13, 7, -1)
-	if sizes := e.rebuild(roomID, trust).checkCheckpoints(t); fmt.Sprint(sizes) != "[6 13]" {
+	if sizes := rebuild(e, roomID, trust).checkCheckpoints(t); fmt.Sprint(sizes) != "[6 13]" {
 		t.Fatalf("sizes %v, want [6 13]", sizes)
 	}
 }
@@ -235,9 +236,9 @@ func (s *forgetfulSink) Unstored(header string)                     { s.c.Unstor
 // checkCovered asserts that roomID's checkpoints, read independently from
 // the stream, have the roots of an independent tree over its admitted
 // messages and that the last covers all `leaves` of them.
-func checkCovered(t *testing.T, e *env, roomID string, trust *checkpoint.Trust, leaves int) {
+func checkCovered(t *testing.T, e *roomtest.Env, roomID string, trust *checkpoint.Trust, leaves int) {
 	t.Helper()
-	rt := e.rebuild(roomID, trust)
+	rt := rebuild(e, roomID, trust)
 	sizes := rt.checkCheckpoints(t)
 	if rt.tree.Size() != uint64(leaves) || len(rt.notLeaves) != 0 || len(sizes) == 0 || sizes[len(sizes)-1] != uint64(leaves) {
 		t.Fatalf("%s: independent tree has %d leaves (%d messages no leaf), checkpoint sizes %v; want %d covered", roomID, rt.tree.Size(), len(rt.notLeaves), sizes, leaves)
@@ -254,15 +255,15 @@ func checkCovered(t *testing.T, e *env, roomID string, trust *checkpoint.Trust, 
 func TestCheckpointerFollowConcurrentFillsTinyCap(t *testing.T) {
 	for _, announce := range []bool{true, false} {
 		t.Run(fmt.Sprintf("announce=%v", announce), func(t *testing.T) {
-			e := newEnv(t)
+			e := roomtest.NewEnv(t)
 			ctx := context.Background()
 			key := newPublisherKey(t)
 			trust := trustOf(t, key)
 			rooms := []string{"room:fill-a", "room:fill-b"}
-			ckp, logs := startCheckpointer(t, e.connect(), room.CheckpointerOptions{Key: key, Every: 100000, Interval: time.Hour})
+			ckp, logs := startCheckpointer(t, e.Connect(), room.CheckpointerOptions{Key: key, Every: 100000, Interval: time.Hour})
 			ckp.SetAckedMax(7)
 			ckp.SetGapWait(200 * time.Millisecond)
-			gate := e.attestingGate(e.nc, key, &forgetfulSink{c: ckp, announce: announce}, room.GateOptions{MaxBatch: 5})
+			gate := attestingGate(e, e.Nc, key, &forgetfulSink{c: ckp, announce: announce}, room.GateOptions{MaxBatch: 5})
 			const chains, entries, per, records = 8, 60, 20, 10
 			var wg sync.WaitGroup
 			errs := make(chan error, chains+1)
@@ -270,9 +271,9 @@ func TestCheckpointerFollowConcurrentFillsTinyCap(t *testing.T) {
 				wg.Add(1)
 				go func() {
 					defer wg.Done()
-					es, _ := journal(t, fmt.Sprint("run-f", k), fmt.Sprint("cap-f", k), entries)
+					es, _ := roomtest.Journal(t, fmt.Sprint("run-f", k), fmt.Sprint("cap-f", k), entries)
 					for from := 0; from < entries; from += per {
-						r, err := gate.AppendJournal(ctx, rooms[k%2], lines(es[from:from+per]), nil)
+						r, err := gate.AppendJournal(ctx, rooms[k%2], roomtest.Lines(es[from:from+per]), nil)
 						if err != nil || r.Stored != per {
 							errs <- fmt.Errorf("chain %d lines %d..: %+v %v", k, from, r, err)
 							return
@@ -284,7 +285,7 @@ func TestCheckpointerFollowConcurrentFillsTinyCap(t *testing.T) {
 			go func() {
 				defer wg.Done()
 				for i := range records {
-					if r := gate.AppendRecord(ctx, e.recordNamed(rooms[0], fmt.Sprint("f", i))); r.Item.Outcome != room.OutcomeStored {
+					if r := gate.AppendRecord(ctx, recordNamed(e, rooms[0], fmt.Sprint("f", i))); r.Item.Outcome != room.OutcomeStored {
 						errs <- fmt.Errorf("record %d: %+v", i, r)
 						return
 					}
@@ -321,16 +322,16 @@ func TestCheckpointerFollowConcurrentFillsTinyCap(t *testing.T) {
 // the batches are read whole from the stream and admitted, and a batch
 // whose acknowledgement comes while it is being read is read on, whole.
 func TestCheckpointerFollowLateAckReadWhole(t *testing.T) {
-	e := newEnv(t)
+	e := roomtest.NewEnv(t)
 	ctx := context.Background()
 	key := newPublisherKey(t)
 	const roomID = "room:late"
-	ckp, logs := startCheckpointer(t, e.connect(), room.CheckpointerOptions{Key: key, Every: 1000, Interval: time.Hour})
+	ckp, logs := startCheckpointer(t, e.Connect(), room.CheckpointerOptions{Key: key, Every: 1000, Interval: time.Hour})
 	ckp.SetGapWait(100 * time.Millisecond)
 	sink := &heldSink{c: ckp, hold: true}
-	gate := e.attestingGate(e.nc, key, sink, room.GateOptions{MaxBatch: 4})
-	es, _ := journal(t, "run-late", "cap-late", 15)
-	if r, err := gate.AppendJournal(ctx, roomID, lines(es[:8]), nil); err != nil || r.Stored != 8 {
+	gate := attestingGate(e, e.Nc, key, sink, room.GateOptions{MaxBatch: 4})
+	es, _ := roomtest.Journal(t, "run-late", "cap-late", 15)
+	if r, err := gate.AppendJournal(ctx, roomID, roomtest.Lines(es[:8]), nil); err != nil || r.Stored != 8 {
 		t.Fatalf("%+v %v", r, err)
 	}
 	waitFor(t, 10*time.Second, "both batches read", func() bool { _, rd := ckp.FollowCounts(); return rd == 8 })
@@ -355,7 +356,7 @@ func TestCheckpointerFollowLateAckReadWhole(t *testing.T) {
 			time.Sleep(time.Millisecond)
 		}
 	}()
-	if r, err := gate.AppendJournal(ctx, roomID, lines(es[8:12]), nil); err != nil || r.Stored != 4 {
+	if r, err := gate.AppendJournal(ctx, roomID, roomtest.Lines(es[8:12]), nil); err != nil || r.Stored != 4 {
 		t.Fatalf("%+v %v", r, err)
 	}
 	<-released
@@ -365,7 +366,7 @@ func TestCheckpointerFollowLateAckReadWhole(t *testing.T) {
 	}
 
 	// Acknowledged in time: from memory.
-	if r, err := gate.AppendJournal(ctx, roomID, lines(es[12:]), nil); err != nil || r.Stored != 3 {
+	if r, err := gate.AppendJournal(ctx, roomID, roomtest.Lines(es[12:]), nil); err != nil || r.Stored != 3 {
 		t.Fatalf("%+v %v", r, err)
 	}
 	checkRoom(t, e, ckp, roomID, trustOf(t, key), 15, 3, 12)
@@ -379,25 +380,25 @@ func TestCheckpointerFollowLateAckReadWhole(t *testing.T) {
 // is never acknowledged; the gate says so (Unstored), so follow does not
 // wait for it at the next gap, another publisher's messages.
 func TestCheckpointerFollowRefusedBatchNotWaitedFor(t *testing.T) {
-	e := newEnv(t)
+	e := roomtest.NewEnv(t)
 	ctx := context.Background()
 	keyA, keyB := newPublisherKey(t), newPublisherKey(t)
 	const roomID = "room:refused"
-	ckp, _ := startCheckpointer(t, e.connect(), room.CheckpointerOptions{Key: keyA, TrustedPublishers: []string{keyB.NodeID()}, Every: 1000, Interval: time.Hour})
+	ckp, _ := startCheckpointer(t, e.Connect(), room.CheckpointerOptions{Key: keyA, TrustedPublishers: []string{keyB.NodeID()}, Every: 1000, Interval: time.Hour})
 	ckp.SetGapWait(time.Hour) // without Unstored, follow would wait for the refused batch forever
-	gateA := e.attestingGate(e.nc, keyA, ckp, room.GateOptions{TrustedPublishers: []string{keyB.NodeID()}})
-	gateB := e.attestingGate(e.connect(), keyB, nil, room.GateOptions{TrustedPublishers: []string{keyA.NodeID()}})
-	es, _ := journal(t, "run-r", "cap-r", 15)
-	other, _ := journal(t, "run-r", "cap-other", 40)
+	gateA := attestingGate(e, e.Nc, keyA, ckp, room.GateOptions{TrustedPublishers: []string{keyB.NodeID()}})
+	gateB := attestingGate(e, e.Connect(), keyB, nil, room.GateOptions{TrustedPublishers: []string{keyA.NodeID()}})
+	es, _ := roomtest.Journal(t, "run-r", "cap-r", 15)
+	other, _ := roomtest.Journal(t, "run-r", "cap-other", 40)
 	for _, step := range []struct {
 		g      *room.Gate
 		body   []byte
 		stored int
 	}{
-		{gateA, lines(es[:5]), 5},      // A knows the chain at 5
-		{gateB, lines(es[5:10]), 5},    // B moves it on behind A's back
-		{gateA, lines(es[5:15]), 5},    // A's batch is refused (wrong last sequence), then decided again: 5 duplicates, 5 stored
-		{gateB, lines(other[:40]), 40}, // B's messages: a gap for A's checkpointer
+		{gateA, roomtest.Lines(es[:5]), 5},      // A knows the chain at 5
+		{gateB, roomtest.Lines(es[5:10]), 5},    // B moves it on behind A's back
+		{gateA, roomtest.Lines(es[5:15]), 5},    // A's batch is refused (wrong last sequence), then decided again: 5 duplicates, 5 stored
+		{gateB, roomtest.Lines(other[:40]), 40}, // B's messages: a gap for A's checkpointer
 	} {
 		if r, err := step.g.AppendJournal(ctx, roomID, step.body, nil); err != nil || r.Stored != step.stored {
 			t.Fatalf("%+v %v, want %d stored", r, err, step.stored)

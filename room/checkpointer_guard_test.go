@@ -20,6 +20,7 @@ import (
 	"github.com/roompub/roompub/events"
 	"github.com/roompub/roompub/room"
 	"github.com/roompub/roompub/room/embedded"
+	"github.com/roompub/roompub/room/internal/roomtest"
 	"github.com/roompub/roompub/room/node"
 	"github.com/roompub/roompub/validate"
 )
@@ -63,21 +64,21 @@ func metricValues(t *testing.T, reg *prometheus.Registry, name string) map[strin
 // them, and an audit verifies both genuine checkpoints, the second against
 // the first, and sets aside exactly the four.
 func TestCheckpointerSetsAsideJunkCheckpoints(t *testing.T) {
-	e := newEnv(t)
+	e := roomtest.NewEnv(t)
 	ctx := context.Background()
 	key, stranger := newPublisherKey(t), newPublisherKey(t)
 	const roomID, other = "room:junk", "room:other"
 	reg := prometheus.NewRegistry()
-	ckp, logs := startCheckpointer(t, e.connect(), room.CheckpointerOptions{Key: key, Every: 5, Interval: time.Hour, Registerer: reg})
-	gate := e.attestingGate(e.nc, key, ckp, room.GateOptions{})
+	ckp, logs := startCheckpointer(t, e.Connect(), room.CheckpointerOptions{Key: key, Every: 5, Interval: time.Hour, Registerer: reg})
+	gate := attestingGate(e, e.Nc, key, ckp, room.GateOptions{})
 	ckSubj := room.Subjects{}.Checkpoint(roomID)
 	trust := trustOf(t, key)
-	es, _ := journal(t, "run-j", "cap-j", 10)
-	if r, err := gate.AppendJournal(ctx, roomID, lines(es[:5]), nil); err != nil || r.Stored != 5 {
+	es, _ := roomtest.Journal(t, "run-j", "cap-j", 10)
+	if r, err := gate.AppendJournal(ctx, roomID, roomtest.Lines(es[:5]), nil); err != nil || r.Stored != 5 {
 		t.Fatalf("%+v %v", r, err)
 	}
-	waitFor(t, 10*time.Second, "the first checkpoint", func() bool { return e.countOn(ckSubj) == 1 })
-	genuine := e.onSubject(ckSubj)[0]
+	waitFor(t, 10*time.Second, "the first checkpoint", func() bool { return e.CountOn(ckSubj) == 1 })
+	genuine := e.OnSubject(ckSubj)[0]
 
 	signer, err := checkpoint.NewNoteSigner(key)
 	if err != nil {
@@ -105,17 +106,17 @@ func TestCheckpointerSetsAsideJunkCheckpoints(t *testing.T) {
 	junk := [][]byte{[]byte(`{"type":"io.nats.micro.v1.info_response","name":"roompub"}`), byStranger, otherRoom, badSig}
 	var junkSeqs []uint64
 	for _, j := range junk {
-		ack, err := e.js.Publish(ctx, ckSubj, j)
+		ack, err := e.Js.Publish(ctx, ckSubj, j)
 		if err != nil {
 			t.Fatal(err)
 		}
 		junkSeqs = append(junkSeqs, ack.Sequence)
 	}
-	if r, err := gate.AppendJournal(ctx, roomID, lines(es[5:]), nil); err != nil || r.Stored != 5 {
+	if r, err := gate.AppendJournal(ctx, roomID, roomtest.Lines(es[5:]), nil); err != nil || r.Stored != 5 {
 		t.Fatalf("%+v %v", r, err)
 	}
-	waitFor(t, 10*time.Second, "the second checkpoint, over the junk", func() bool { return e.countOn(ckSubj) == 6 })
-	rt := e.rebuildWith(roomID, trust, true)
+	waitFor(t, 10*time.Second, "the second checkpoint, over the junk", func() bool { return e.CountOn(ckSubj) == 6 })
+	rt := rebuildWith(e, roomID, trust, true)
 	if sizes := rt.checkCheckpoints(t); fmt.Sprint(sizes) != "[5 10]" || !slices.Equal(rt.aside, junkSeqs) || rt.ckptSeqs[1] != junkSeqs[3]+6 {
 		t.Fatalf("checkpoint sizes %v at %v, set aside %v; want [5 10], the second after the 5 entries that follow the junk at %v", sizes, rt.ckptSeqs, rt.aside, junkSeqs)
 	}
@@ -146,7 +147,7 @@ func TestCheckpointerSetsAsideJunkCheckpoints(t *testing.T) {
 
 	// A reader sets aside exactly the four, at their stream seqs, and
 	// verifies both genuine checkpoints, the second against the first.
-	rep, err := room.Audit(ctx, e.js, room.AuditOptions{Validator: e.v, Trust: trust})
+	rep, err := room.Audit(ctx, e.Js, room.AuditOptions{Validator: e.V, Trust: trust})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -184,22 +185,22 @@ func TestCheckpointerSetsAsideJunkCheckpoints(t *testing.T) {
 // key are each taken over by revision, logged and counted, and the room's
 // checkpoints go on.
 func TestCheckpointerOverridesUnsignedLeases(t *testing.T) {
-	e := newEnv(t)
+	e := roomtest.NewEnv(t)
 	ctx := context.Background()
 	key, stranger := newPublisherKey(t), newPublisherKey(t)
 	const roomID, ttl = "room:leased", 2 * time.Second
 	reg := prometheus.NewRegistry()
-	ckp, logs := startCheckpointer(t, e.connect(), room.CheckpointerOptions{Key: key, Every: 5, Interval: time.Hour, LeaseTTL: ttl, Registerer: reg})
+	ckp, logs := startCheckpointer(t, e.Connect(), room.CheckpointerOptions{Key: key, Every: 5, Interval: time.Hour, LeaseTTL: ttl, Registerer: reg})
 	ckp.SetLeaseSkew(100 * time.Millisecond)
-	gate := e.attestingGate(e.nc, key, ckp, room.GateOptions{})
+	gate := attestingGate(e, e.Nc, key, ckp, room.GateOptions{})
 	ckSubj := room.Subjects{}.Checkpoint(roomID)
 	lkey := room.LeaseKey(roomID)
 	trust := trustOf(t, key)
-	kv, err := e.js.KeyValue(ctx, room.DefaultLeaseBucket)
+	kv, err := e.Js.KeyValue(ctx, room.DefaultLeaseBucket)
 	if err != nil {
 		t.Fatal(err)
 	}
-	es, _ := journal(t, "run-l", "cap-l", 40)
+	es, _ := roomtest.Journal(t, "run-l", "cap-l", 40)
 	next := 0
 	// round appends 5 entries, a third of the TTL after the last write
 	// (so the write renews or takes the lease), and waits for their
@@ -207,11 +208,11 @@ func TestCheckpointerOverridesUnsignedLeases(t *testing.T) {
 	round := func() {
 		t.Helper()
 		time.Sleep(ttl/3 + 50*time.Millisecond)
-		if r, err := gate.AppendJournal(ctx, roomID, lines(es[next:next+5]), nil); err != nil || r.Stored != 5 {
+		if r, err := gate.AppendJournal(ctx, roomID, roomtest.Lines(es[next:next+5]), nil); err != nil || r.Stored != 5 {
 			t.Fatalf("%+v %v", r, err)
 		}
 		next += 5
-		waitFor(t, 10*time.Second, fmt.Sprintf("checkpoint %d", next/5), func() bool { return e.countOn(ckSubj) == uint64(next/5) })
+		waitFor(t, 10*time.Second, fmt.Sprintf("checkpoint %d", next/5), func() bool { return e.CountOn(ckSubj) == uint64(next/5) })
 	}
 	ours := func() checkpoint.Lease {
 		t.Helper()
@@ -326,7 +327,7 @@ func TestCheckpointerOverridesUnsignedLeases(t *testing.T) {
 	if n := logs.FilterMessage("checkpointer: the room's lease was not held by a trusted publisher: taken over").Len(); float64(n) != unsigned+3 {
 		t.Errorf("%d takeover logs, want one per takeover (%v)", n, unsigned+3)
 	}
-	rt := e.rebuild(roomID, trust)
+	rt := rebuild(e, roomID, trust)
 	if sizes := rt.checkCheckpoints(t); fmt.Sprint(sizes) != "[5 10 15 20 25 30 35]" {
 		t.Fatalf("checkpoint sizes %v", sizes)
 	}
@@ -341,16 +342,16 @@ func TestCheckpointerOverridesUnsignedLeases(t *testing.T) {
 // positive limit, and the room stream's MaxConsumers -1 counts as not set.
 // Here the server's default is 3, filled with 3 durables.
 func TestCheckpointerReadsWithoutConsumers(t *testing.T) {
-	e := newEnvWith(t, embedded.Options{Configure: func(o *server.Options) { o.JetStreamLimits.DefaultMaxConsumers = 3 }})
+	e := roomtest.NewEnvWith(t, embedded.Options{Configure: func(o *server.Options) { o.JetStreamLimits.DefaultMaxConsumers = 3 }})
 	ctx := context.Background()
 	key, peer := newPublisherKey(t), newPublisherKey(t)
 	const roomID = "room:crowded"
 	for i := range 3 {
-		if _, err := e.stream.CreateConsumer(ctx, jetstream.ConsumerConfig{Durable: fmt.Sprintf("solver-%d", i)}); err != nil {
+		if _, err := e.Stream.CreateConsumer(ctx, jetstream.ConsumerConfig{Durable: fmt.Sprintf("solver-%d", i)}); err != nil {
 			t.Fatal(err)
 		}
 	}
-	_, err := e.stream.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{})
+	_, err := e.Stream.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{})
 	var apiErr *jetstream.APIError
 	if !errors.As(err, &apiErr) || apiErr.ErrorCode != jetstream.JSErrCodeMaximumConsumersLimit {
 		t.Fatalf("a fourth consumer: %v, want the maximum consumers limit", err)
@@ -360,9 +361,9 @@ func TestCheckpointerReadsWithoutConsumers(t *testing.T) {
 	// message written raw after each 12 and 5 entries carries the names
 	// of the headers the server adds to a direct get's reply, and the
 	// status of its end: the server's values, which come last, count.
-	peerGate := e.attestingGate(e.connect(), peer, nil, room.GateOptions{})
-	es, _ := journal(t, "run-c", "cap-c", 22)
-	if r, err := peerGate.AppendJournal(ctx, roomID, lines(es[:12]), nil); err != nil || r.Stored != 12 {
+	peerGate := attestingGate(e, e.Connect(), peer, nil, room.GateOptions{})
+	es, _ := roomtest.Journal(t, "run-c", "cap-c", 22)
+	if r, err := peerGate.AppendJournal(ctx, roomID, roomtest.Lines(es[:12]), nil); err != nil || r.Stored != 12 {
 		t.Fatalf("%+v %v", r, err)
 	}
 	spoof := func() {
@@ -373,27 +374,27 @@ func TestCheckpointerReadsWithoutConsumers(t *testing.T) {
 		h.Set("Nats-Stream", room.DefaultStream)
 		h.Set("Nats-Num-Pending", "0")
 		h.Set("Status", "204")
-		if _, err := e.js.PublishMsg(ctx, &nats.Msg{Subject: room.Subjects{}.Journal(roomID, events.ChainKey{RunID: "run-z", CapsuleID: "cap-z"}), Header: h}); err != nil {
+		if _, err := e.Js.PublishMsg(ctx, &nats.Msg{Subject: room.Subjects{}.Journal(roomID, events.ChainKey{RunID: "run-z", CapsuleID: "cap-z"}), Header: h}); err != nil {
 			t.Fatal(err)
 		}
 	}
 	spoof()
-	ckp, logs := startCheckpointer(t, e.connect(), room.CheckpointerOptions{Key: key, TrustedPublishers: []string{peer.NodeID()},
+	ckp, logs := startCheckpointer(t, e.Connect(), room.CheckpointerOptions{Key: key, TrustedPublishers: []string{peer.NodeID()},
 		Every: 10, Interval: time.Hour})
 	ckSubj := room.Subjects{}.Checkpoint(roomID)
-	waitFor(t, 10*time.Second, "a checkpoint after the catch-up read", func() bool { return e.countOn(ckSubj) == 1 })
-	if r, err := peerGate.AppendJournal(ctx, roomID, lines(es[12:17]), nil); err != nil || r.Stored != 5 {
+	waitFor(t, 10*time.Second, "a checkpoint after the catch-up read", func() bool { return e.CountOn(ckSubj) == 1 })
+	if r, err := peerGate.AppendJournal(ctx, roomID, roomtest.Lines(es[12:17]), nil); err != nil || r.Stored != 5 {
 		t.Fatalf("%+v %v", r, err)
 	}
 	spoof()
-	if r, err := peerGate.AppendJournal(ctx, roomID, lines(es[17:]), nil); err != nil || r.Stored != 5 {
+	if r, err := peerGate.AppendJournal(ctx, roomID, roomtest.Lines(es[17:]), nil); err != nil || r.Stored != 5 {
 		t.Fatalf("%+v %v", r, err)
 	}
-	waitFor(t, 10*time.Second, "a checkpoint of what follow read", func() bool { return e.countOn(ckSubj) == 2 })
+	waitFor(t, 10*time.Second, "a checkpoint of what follow read", func() bool { return e.CountOn(ckSubj) == 2 })
 	if err := ckp.Stop(ctx); err != nil {
 		t.Fatal(err)
 	}
-	rt := e.rebuild(roomID, trustOf(t, key, peer))
+	rt := rebuild(e, roomID, trustOf(t, key, peer))
 	if sizes := rt.checkCheckpoints(t); fmt.Sprint(sizes) != "[12 22]" || rt.tree.Size() != 22 || fmt.Sprint(rt.notLeaves) != "[13 20]" {
 		t.Fatalf("checkpoint sizes %v of %d leaves, not leaves %v; want [12 22] of 22, not leaves [13 20]", sizes, rt.tree.Size(), rt.notLeaves)
 	}
@@ -405,7 +406,7 @@ func TestCheckpointerReadsWithoutConsumers(t *testing.T) {
 	if n := logs.FilterMessage("checkpointer: reading the room stream").Len(); n != 0 {
 		t.Errorf("%d read errors logged: %v", n, logs.FilterMessage("checkpointer: reading the room stream").All())
 	}
-	info, err := e.stream.Info(ctx)
+	info, err := e.Stream.Info(ctx)
 	if err != nil || info.State.Consumers != 3 {
 		t.Fatalf("%d consumers (%v), want the 3 durables", info.State.Consumers, err)
 	}
@@ -456,12 +457,12 @@ func TestServeStartsWithConsumersExhausted(t *testing.T) {
 	case err := <-done:
 		t.Fatalf("serve: %v", err)
 	}
-	es, _ := journal(t, "run-x", "cap-x", 5)
-	if r := shipJournal(t, nc, "room:crowded", lines(es)); r.Stored != 5 {
+	es, _ := roomtest.Journal(t, "run-x", "cap-x", 5)
+	if r := roomtest.ShipJournal(t, nc, "room:crowded", roomtest.Lines(es)); r.Stored != 5 {
 		t.Fatalf("%+v", r)
 	}
 	ckSubj := subj.Checkpoint("room:crowded")
-	waitFor(t, 10*time.Second, "a checkpoint", func() bool { return countOn(t, st, ckSubj) == 1 })
+	waitFor(t, 10*time.Second, "a checkpoint", func() bool { return roomtest.CountOn(t, st, ckSubj) == 1 })
 	cancel()
 	if err := <-done; err != nil {
 		t.Fatalf("serve returned %v", err)
@@ -482,11 +483,11 @@ func TestServeStartsWithConsumersExhausted(t *testing.T) {
 // room at once (it used to pass the check over when the newest message
 // did not parse), and sets the junk aside in stream order.
 func TestFollowRolledBackUnderJunk(t *testing.T) {
-	e := newEnv(t)
-	pub, stranger := newHostKey(t), newHostKey(t)
+	e := roomtest.NewEnv(t)
+	pub, stranger := roomtest.NewHostKey(t), roomtest.NewHostKey(t)
 	trust := trusting(t, pub)
-	a := newAttestor(t, e.js, pub, attRoom)
-	es, _ := journal(t, "run-r", "cap-r", 50)
+	a := newAttestor(t, e.Js, pub, attRoom)
+	es, _ := roomtest.Journal(t, "run-r", "cap-r", 50)
 	for _, en := range es[:30] {
 		a.entry(en)
 	}
@@ -506,16 +507,16 @@ func TestFollowRolledBackUnderJunk(t *testing.T) {
 		a.publish(ckSubj, a.note(50, later.Root(), strangerSigner), ""),
 	}
 
-	f := startFollow(t, e.js, room.FollowOptions{Durable: "rbj", Validator: e.v, Trust: trust, State: state, Rooms: []string{attRoom}}, nil)
+	f := roomtest.StartFollow(t, e.Js, room.FollowOptions{Durable: "rbj", Validator: e.V, Trust: trust, State: state, Rooms: []string{attRoom}}, nil)
 	// The room's set-aside, its 30 entries, its checkpoint and the junk.
-	f.waitSeen(t, 34)
+	f.WaitSeen(t, 34)
 	want := fmt.Sprintf("rolled back or forked: this reader verified a checkpoint of size 50 (root %x) before; the newest on the stream has size 30 (root %x, stream seq %d)",
 		later.Root(), a.tree.Root(), ck30)
-	if len(f.eventSeqs()) != 0 || f.asides[0].Seq != 0 || f.asides[0].Reason != want {
-		t.Fatalf("follow: served %v, first set-aside %+v\nwant the room refused: %s", f.eventSeqs(), f.asides[0], want)
+	if len(f.EventSeqs()) != 0 || f.Asides[0].Seq != 0 || f.Asides[0].Reason != want {
+		t.Fatalf("follow: served %v, first set-aside %+v\nwant the room refused: %s", f.EventSeqs(), f.Asides[0], want)
 	}
-	if got := mismatches(t, f.asides); !slices.Equal(got, slices.Concat([]uint64{0}, seqRange(1, ck30), junk)) {
+	if got := mismatches(t, f.Asides); !slices.Equal(got, slices.Concat([]uint64{0}, roomtest.SeqRange(1, ck30), junk)) {
 		t.Errorf("set aside %v, want the room (0), 1-%d and %v", got, ck30, junk)
 	}
-	_ = f.stop(t)
+	_ = f.Stop(t)
 }

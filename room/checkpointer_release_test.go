@@ -11,6 +11,7 @@ import (
 	"go.uber.org/zap/zaptest/observer"
 
 	"github.com/roompub/roompub/room"
+	"github.com/roompub/roompub/room/internal/roomtest"
 )
 
 // releaseLogs are the entries of logs about releasing a lease.
@@ -34,39 +35,39 @@ func TestCheckpointerReleaseLogLevel(t *testing.T) {
 	const ttl = time.Second
 	for _, tc := range []struct {
 		name  string
-		after func(t *testing.T, e *env, kv jetstream.KeyValue, key string)
+		after func(t *testing.T, e *roomtest.Env, kv jetstream.KeyValue, key string)
 		level zapcore.Level
 		want  string
 	}{
-		{"taken over", func(t *testing.T, e *env, kv jetstream.KeyValue, key string) {
+		{"taken over", func(t *testing.T, e *roomtest.Env, kv jetstream.KeyValue, key string) {
 			if _, err := kv.Put(context.Background(), key, []byte("another publisher's lease")); err != nil {
 				t.Fatal(err)
 			}
 		}, zapcore.DebugLevel, "lease not released: it lapsed or another publisher took it over"},
-		{"lapsed", func(t *testing.T, e *env, kv jetstream.KeyValue, key string) {
+		{"lapsed", func(t *testing.T, e *roomtest.Env, kv jetstream.KeyValue, key string) {
 			waitFor(t, 10*time.Second, "the lease to lapse", func() bool {
 				_, err := kv.Get(context.Background(), key)
 				return err != nil
 			})
 		}, zapcore.DebugLevel, "lease not released: it lapsed or another publisher took it over"},
-		{"released", func(*testing.T, *env, jetstream.KeyValue, string) {}, zapcore.DebugLevel, "lease released"},
+		{"released", func(*testing.T, *roomtest.Env, jetstream.KeyValue, string) {}, zapcore.DebugLevel, "lease released"},
 		{"connection gone", nil, zapcore.WarnLevel, "releasing a lease failed"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			e := newEnv(t)
+			e := roomtest.NewEnv(t)
 			ctx := context.Background()
 			key := newPublisherKey(t)
 			const roomID = "room:release"
-			nc := e.connect()
+			nc := e.Connect()
 			ckp, logs := startCheckpointer(t, nc, room.CheckpointerOptions{Key: key, Every: 5, Interval: time.Hour, LeaseTTL: ttl})
-			gate := e.attestingGate(e.nc, key, ckp, room.GateOptions{})
-			es, _ := journal(t, "run-r", "cap-r", 5)
-			if r, err := gate.AppendJournal(ctx, roomID, lines(es), nil); err != nil || r.Stored != 5 {
+			gate := attestingGate(e, e.Nc, key, ckp, room.GateOptions{})
+			es, _ := roomtest.Journal(t, "run-r", "cap-r", 5)
+			if r, err := gate.AppendJournal(ctx, roomID, roomtest.Lines(es), nil); err != nil || r.Stored != 5 {
 				t.Fatalf("%+v %v", r, err)
 			}
 			// A checkpoint written: the lease is held.
-			waitFor(t, 10*time.Second, "a checkpoint", func() bool { return e.countOn(room.Subjects{}.Checkpoint(roomID)) == 1 })
-			kv, err := e.js.KeyValue(ctx, room.DefaultLeaseBucket)
+			waitFor(t, 10*time.Second, "a checkpoint", func() bool { return e.CountOn(room.Subjects{}.Checkpoint(roomID)) == 1 })
+			kv, err := e.Js.KeyValue(ctx, room.DefaultLeaseBucket)
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -23,6 +23,7 @@ import (
 	"github.com/roompub/roompub/events"
 	"github.com/roompub/roompub/room"
 	"github.com/roompub/roompub/room/embedded"
+	"github.com/roompub/roompub/room/internal/roomtest"
 	"github.com/roompub/roompub/room/node"
 	"github.com/roompub/roompub/validate"
 )
@@ -39,12 +40,12 @@ func newPublisherKey(t testing.TB) *events.HostKey {
 
 // attestingGate is a gate of e's stream that attests with key and tells
 // sink (nil: nobody).
-func (e *env) attestingGate(nc *nats.Conn, key *events.HostKey, sink room.AttestationSink, o room.GateOptions) *room.Gate {
-	e.t.Helper()
-	o.Validator, o.PublisherKey, o.Attested = e.v, key, sink
+func attestingGate(e *roomtest.Env, nc *nats.Conn, key *events.HostKey, sink room.AttestationSink, o room.GateOptions) *room.Gate {
+	e.T.Helper()
+	o.Validator, o.PublisherKey, o.Attested = e.V, key, sink
 	g, err := room.NewGate(context.Background(), nc, o)
 	if err != nil {
-		e.t.Fatal(err)
+		e.T.Fatal(err)
 	}
 	return g
 }
@@ -85,16 +86,16 @@ type roomTree struct {
 // its entry's seq, an exec message at "index:" of its ordinal among all
 // messages on the room's exec subject, each batch's signature over all its
 // messages (a BatchCollector, by stream seq).
-func (e *env) rebuild(roomID string, trust *checkpoint.Trust) *roomTree {
-	e.t.Helper()
-	return e.rebuildWith(roomID, trust, false)
+func rebuild(e *roomtest.Env, roomID string, trust *checkpoint.Trust) *roomTree {
+	e.T.Helper()
+	return rebuildWith(e, roomID, trust, false)
 }
 
 // rebuildWith is rebuild; with aside, a message on the checkpoint subject
 // that does not parse as a checkpoint of roomID signed under trust is
 // listed in rt.aside instead of failing the test.
-func (e *env) rebuildWith(roomID string, trust *checkpoint.Trust, aside bool) *roomTree {
-	e.t.Helper()
+func rebuildWith(e *roomtest.Env, roomID string, trust *checkpoint.Trust, aside bool) *roomTree {
+	e.T.Helper()
 	rt := &roomTree{tree: checkpoint.NewTree()}
 	var execIndex uint64
 	subjects := room.Subjects{}
@@ -105,7 +106,7 @@ func (e *env) rebuildWith(roomID string, trust *checkpoint.Trust, aside bool) *r
 			verdicts[v.ID] = v.Err
 		}
 	}
-	for _, m := range e.stored() {
+	for _, m := range e.Stored() {
 		p, err := subjects.Parse(m.Subject)
 		if err != nil || p.RoomID != roomID || p.Kind == room.KindCheckpoint {
 			continue
@@ -126,7 +127,7 @@ func (e *env) rebuildWith(roomID string, trust *checkpoint.Trust, aside bool) *r
 			checkpoint.Statement{Room: roomID, Subject: m.Subject, Position: position, Content: checkpoint.ContentHash(m.Data)}))
 	}
 	take(bc.Flush())
-	for _, m := range e.stored() {
+	for _, m := range e.Stored() {
 		p, err := subjects.Parse(m.Subject)
 		if err != nil || p.RoomID != roomID {
 			continue
@@ -138,7 +139,7 @@ func (e *env) rebuildWith(roomID string, trust *checkpoint.Trust, aside bool) *r
 				continue
 			}
 			if err != nil {
-				e.t.Fatalf("checkpoint at stream seq %d: %v", m.Sequence, err)
+				e.T.Fatalf("checkpoint at stream seq %d: %v", m.Sequence, err)
 			}
 			rt.checkpoints = append(rt.checkpoints, ck)
 			rt.ckptSeqs = append(rt.ckptSeqs, m.Sequence)
@@ -205,10 +206,10 @@ func trustOf(t testing.TB, keys ...*events.HostKey) *checkpoint.Trust {
 
 // recordIn signs a copy of the reference record for roomID with a fresh
 // idempotency key and run ref named n.
-func (e *env) recordNamed(roomID, n string) []byte {
-	e.t.Helper()
-	base := referenceRecord(e.t, "verified.json")
-	return e.sign(base, map[string]any{"room/id": roomID, "idempotency/key": "key-" + n, "run/ref": "operator-task-run:" + n,
+func recordNamed(e *roomtest.Env, roomID, n string) []byte {
+	e.T.Helper()
+	base := roomtest.ReferenceRecord(e.T, "verified.json")
+	return e.Sign(base, map[string]any{"room/id": roomID, "idempotency/key": "key-" + n, "run/ref": "operator-task-run:" + n,
 		"execution/ref": nil, "signature": nil}).Canonical()
 }
 
@@ -219,30 +220,30 @@ func (e *env) recordNamed(roomID, n string) []byte {
 // all messages on the room's exec subject, counted across another gate's
 // appends and a raw message there.
 func TestGateAttestsEveryAppend(t *testing.T) {
-	e := newEnv(t)
+	e := roomtest.NewEnv(t)
 	ctx := context.Background()
 	key, other := newPublisherKey(t), newPublisherKey(t)
-	batched := e.attestingGate(e.nc, key, nil, room.GateOptions{})
-	single := e.attestingGate(e.connect(), key, nil, room.GateOptions{MaxBatch: 1})
-	second := e.attestingGate(e.connect(), other, nil, room.GateOptions{})
+	batched := attestingGate(e, e.Nc, key, nil, room.GateOptions{})
+	single := attestingGate(e, e.Connect(), key, nil, room.GateOptions{MaxBatch: 1})
+	second := attestingGate(e, e.Connect(), other, nil, room.GateOptions{})
 	const roomID = "room:attest"
 
-	es, body := journal(t, "run-a", "cap-a", 40)
-	if r, err := batched.AppendJournal(ctx, roomID, body[:len(lines(es[:25]))], nil); err != nil || r.Stored != 25 {
+	es, body := roomtest.Journal(t, "run-a", "cap-a", 40)
+	if r, err := batched.AppendJournal(ctx, roomID, body[:len(roomtest.Lines(es[:25]))], nil); err != nil || r.Stored != 25 {
 		t.Fatalf("batched: %+v %v", r, err)
 	}
-	if r, err := single.AppendJournal(ctx, roomID, lines(es[25:]), nil); err != nil || r.Stored != 15 {
+	if r, err := single.AppendJournal(ctx, roomID, roomtest.Lines(es[25:]), nil); err != nil || r.Stored != 15 {
 		t.Fatalf("one by one: %+v %v", r, err)
 	}
 	// A resend stores nothing new and so attests nothing new.
-	if r, err := batched.AppendJournal(ctx, roomID, lines(es[:3]), nil); err != nil || r.Dupes != 3 {
+	if r, err := batched.AppendJournal(ctx, roomID, roomtest.Lines(es[:3]), nil); err != nil || r.Dupes != 3 {
 		t.Fatalf("resend: %+v %v", r, err)
 	}
 
 	recs := []string{"r0", "r1", "r2", "r3"}
 	appendRec := func(g *room.Gate, n string) {
 		t.Helper()
-		if r := g.AppendRecord(ctx, e.recordNamed(roomID, n)); r.Item.Outcome != room.OutcomeStored {
+		if r := g.AppendRecord(ctx, recordNamed(e, roomID, n)); r.Item.Outcome != room.OutcomeStored {
 			t.Fatalf("record %s: %+v", n, r)
 		}
 	}
@@ -250,7 +251,7 @@ func TestGateAttestsEveryAppend(t *testing.T) {
 	appendRec(batched, recs[1]) // index 1: batched's room index is current
 	appendRec(second, recs[2])  // index 2: another gate, which catches up first
 	// Index 3: a raw message on the exec subject (no record at all).
-	if _, err := e.js.Publish(ctx, room.Subjects{}.Records(roomID), []byte(`{"not":"a record"}`)); err != nil {
+	if _, err := e.Js.Publish(ctx, room.Subjects{}.Records(roomID), []byte(`{"not":"a record"}`)); err != nil {
 		t.Fatal(err)
 	}
 	// Index 4: batched's view is two messages behind: the server refuses
@@ -258,7 +259,7 @@ func TestGateAttestsEveryAppend(t *testing.T) {
 	appendRec(batched, recs[3])
 
 	trust := trustOf(t, key, other)
-	rt := e.rebuild(roomID, trust)
+	rt := rebuild(e, roomID, trust)
 	if len(rt.leafSeqs) != 44 || len(rt.notLeaves) != 1 {
 		t.Fatalf("%d leaves, %d not (seqs %v); want 44 and the raw message", len(rt.leafSeqs), len(rt.notLeaves), rt.notLeaves)
 	}
@@ -267,7 +268,7 @@ func TestGateAttestsEveryAppend(t *testing.T) {
 	var execIndex uint64
 	var jHeaders []string
 	var jStmts []checkpoint.Statement
-	for _, m := range e.stored() {
+	for _, m := range e.Stored() {
 		h := m.Header.Get(checkpoint.AttestationHeader)
 		content := checkpoint.ContentHash(m.Data)
 		if m.Subject == subj.Records(roomID) {
@@ -352,8 +353,8 @@ func TestGateAttestsEveryAppend(t *testing.T) {
 		t.Fatalf("%d messages on the exec subject, want 5", execIndex)
 	}
 	// Only the own key: the other gate's record is an untrusted publisher's.
-	if _, err := trustOf(t, key).VerifyAttestation(e.onSubject(subj.Records(roomID))[2].Header.Get(checkpoint.AttestationHeader),
-		roomID, subj.Records(roomID), checkpoint.RecordPosition(2), checkpoint.ContentHash(e.onSubject(subj.Records(roomID))[2].Data)); !errors.Is(err, checkpoint.ErrUntrustedPublisher) {
+	if _, err := trustOf(t, key).VerifyAttestation(e.OnSubject(subj.Records(roomID))[2].Header.Get(checkpoint.AttestationHeader),
+		roomID, subj.Records(roomID), checkpoint.RecordPosition(2), checkpoint.ContentHash(e.OnSubject(subj.Records(roomID))[2].Data)); !errors.Is(err, checkpoint.ErrUntrustedPublisher) {
 		t.Fatalf("other key's record under the own key only: %v", err)
 	}
 }
@@ -361,15 +362,15 @@ func TestGateAttestsEveryAppend(t *testing.T) {
 // TestGateWithoutKeyAttestsNothing: without a publisher key no message
 // carries the header (the behaviour before attestations).
 func TestGateWithoutKeyAttestsNothing(t *testing.T) {
-	e := newEnv(t)
-	_, body := journal(t, "run-n", "cap-n", 5)
-	if r := e.shipJournal("room:none", body); r.Stored != 5 {
+	e := roomtest.NewEnv(t)
+	_, body := roomtest.Journal(t, "run-n", "cap-n", 5)
+	if r := e.ShipJournal("room:none", body); r.Stored != 5 {
 		t.Fatalf("%+v", r)
 	}
-	if r := e.shipRecord(e.recordNamed("room:none", "n0")); r.Item.Outcome != room.OutcomeStored {
+	if r := e.ShipRecord(recordNamed(e, "room:none", "n0")); r.Item.Outcome != room.OutcomeStored {
 		t.Fatalf("%+v", r)
 	}
-	for _, m := range e.stored() {
+	for _, m := range e.Stored() {
 		if h := m.Header.Get(checkpoint.AttestationHeader); h != "" {
 			t.Fatalf("stream seq %d carries %q", m.Sequence, h)
 		}
@@ -380,11 +381,11 @@ func TestGateWithoutKeyAttestsNothing(t *testing.T) {
 // size the gate checks: an entry that fits without it is too_large with it.
 func TestGateCountsAttestationSize(t *testing.T) {
 	const maxPayload = 4096
-	e := newEnvWith(t, embedded.Options{MaxPayload: maxPayload})
+	e := roomtest.NewEnvWith(t, embedded.Options{MaxPayload: maxPayload})
 	ctx := context.Background()
 	key := newPublisherKey(t)
-	plain := e.attestingGate(e.nc, nil, nil, room.GateOptions{})
-	attesting := e.attestingGate(e.connect(), key, nil, room.GateOptions{})
+	plain := attestingGate(e, e.Nc, nil, nil, room.GateOptions{})
+	attesting := attestingGate(e, e.Connect(), key, nil, room.GateOptions{})
 	// One entry whose message without the attestation is 80 bytes under
 	// the limit: the attestation header adds len(name)+len(value)+4 bytes.
 	subj := room.Subjects{}.Journal("room:size", events.ChainKey{RunID: "run-s", CapsuleID: "cap-s"})
@@ -414,7 +415,7 @@ func TestGateCountsAttestationSize(t *testing.T) {
 	if err != nil || r.Refused != 1 || r.Items[0].Code != events.TooLarge {
 		t.Fatalf("with the attestation: %+v %v", r, err)
 	}
-	if e.countOn(subj) != 0 {
+	if e.CountOn(subj) != 0 {
 		t.Fatal("a refused entry was stored")
 	}
 	if r, err := plain.AppendJournal(ctx, "room:size", line, nil); err != nil || r.Stored != 1 {
@@ -426,45 +427,45 @@ func TestGateCountsAttestationSize(t *testing.T) {
 // leaves, after T, and on Stop; each verifies, sizes grow, and every root
 // is the independently rebuilt tree's at that size.
 func TestCheckpointerWritesEveryNAfterTAndOnStop(t *testing.T) {
-	e := newEnv(t)
+	e := roomtest.NewEnv(t)
 	ctx := context.Background()
 	key := newPublisherKey(t)
 	const roomID, quiet = "room:ckpt", "room:quiet"
-	ckp, _ := startCheckpointer(t, e.connect(), room.CheckpointerOptions{Key: key, Every: 10, Interval: time.Hour, LeaseTTL: 5 * time.Second})
-	gate := e.attestingGate(e.nc, key, ckp, room.GateOptions{})
+	ckp, _ := startCheckpointer(t, e.Connect(), room.CheckpointerOptions{Key: key, Every: 10, Interval: time.Hour, LeaseTTL: 5 * time.Second})
+	gate := attestingGate(e, e.Nc, key, ckp, room.GateOptions{})
 	ckSubj := room.Subjects{}.Checkpoint(roomID)
 	trust := trustOf(t, key)
-	es, _ := journal(t, "run-c", "cap-c", 25)
+	es, _ := roomtest.Journal(t, "run-c", "cap-c", 25)
 
 	// Every 10: one request of 10 lines, one checkpoint of size 10; then
 	// 10 more; then 5, which stay under N and T.
 	for i, want := range []uint64{10, 20} {
-		if r, err := gate.AppendJournal(ctx, roomID, lines(es[i*10:i*10+10]), nil); err != nil || r.Stored != 10 {
+		if r, err := gate.AppendJournal(ctx, roomID, roomtest.Lines(es[i*10:i*10+10]), nil); err != nil || r.Stored != 10 {
 			t.Fatalf("%+v %v", r, err)
 		}
-		waitFor(t, 10*time.Second, fmt.Sprintf("checkpoint %d", i+1), func() bool { return e.countOn(ckSubj) == uint64(i+1) })
-		rt := e.rebuild(roomID, trust)
+		waitFor(t, 10*time.Second, fmt.Sprintf("checkpoint %d", i+1), func() bool { return e.CountOn(ckSubj) == uint64(i+1) })
+		rt := rebuild(e, roomID, trust)
 		if sizes := rt.checkCheckpoints(t); sizes[len(sizes)-1] != want {
 			t.Fatalf("sizes %v, want the last %d", sizes, want)
 		}
 	}
-	if r, err := gate.AppendJournal(ctx, roomID, lines(es[20:]), nil); err != nil || r.Stored != 5 {
+	if r, err := gate.AppendJournal(ctx, roomID, roomtest.Lines(es[20:]), nil); err != nil || r.Stored != 5 {
 		t.Fatalf("%+v %v", r, err)
 	}
 	// Records count as leaves too.
-	if r := gate.AppendRecord(ctx, e.recordNamed(roomID, "c0")); r.Item.Outcome != room.OutcomeStored {
+	if r := gate.AppendRecord(ctx, recordNamed(e, roomID, "c0")); r.Item.Outcome != room.OutcomeStored {
 		t.Fatalf("%+v", r)
 	}
 	// A room with 3 leaves, under N: no checkpoint before Stop either.
-	_, qbody := journal(t, "run-q", "cap-q", 3)
+	_, qbody := roomtest.Journal(t, "run-q", "cap-q", 3)
 	if r, err := gate.AppendJournal(ctx, quiet, qbody, nil); err != nil || r.Stored != 3 {
 		t.Fatalf("%+v %v", r, err)
 	}
 	time.Sleep(300 * time.Millisecond)
-	if n := e.countOn(ckSubj); n != 2 {
+	if n := e.CountOn(ckSubj); n != 2 {
 		t.Fatalf("%d checkpoints before N or T, want 2", n)
 	}
-	if n := e.countOn(room.Subjects{}.Checkpoint(quiet)); n != 0 {
+	if n := e.CountOn(room.Subjects{}.Checkpoint(quiet)); n != 0 {
 		t.Fatalf("quiet room: %d checkpoints", n)
 	}
 	// Stop writes the final checkpoints of both rooms and releases the
@@ -472,7 +473,7 @@ func TestCheckpointerWritesEveryNAfterTAndOnStop(t *testing.T) {
 	if err := ckp.Stop(ctx); err != nil {
 		t.Fatal(err)
 	}
-	rt := e.rebuild(roomID, trust)
+	rt := rebuild(e, roomID, trust)
 	if sizes := rt.checkCheckpoints(t); fmt.Sprint(sizes) != "[10 20 26]" {
 		t.Fatalf("sizes %v, want [10 20 26]", sizes)
 	}
@@ -484,10 +485,10 @@ func TestCheckpointerWritesEveryNAfterTAndOnStop(t *testing.T) {
 			t.Fatalf("checkpoint by %s of %s", ck.Signer, ck.Room)
 		}
 	}
-	if sizes := e.rebuild(quiet, trust).checkCheckpoints(t); fmt.Sprint(sizes) != "[3]" {
+	if sizes := rebuild(e, quiet, trust).checkCheckpoints(t); fmt.Sprint(sizes) != "[3]" {
 		t.Fatalf("quiet room sizes %v, want [3]", sizes)
 	}
-	kv, err := e.js.KeyValue(ctx, room.DefaultLeaseBucket)
+	kv, err := e.Js.KeyValue(ctx, room.DefaultLeaseBucket)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -497,17 +498,17 @@ func TestCheckpointerWritesEveryNAfterTAndOnStop(t *testing.T) {
 
 	// After T: a new checkpointer (reading the stream from the start) with
 	// N out of reach writes within T of growth.
-	ckp2, _ := startCheckpointer(t, e.connect(), room.CheckpointerOptions{Key: key, Every: 1000, Interval: 300 * time.Millisecond})
-	gate2 := e.attestingGate(e.connect(), key, ckp2, room.GateOptions{})
-	if r := gate2.AppendRecord(ctx, e.recordNamed(roomID, "c1")); r.Item.Outcome != room.OutcomeStored {
+	ckp2, _ := startCheckpointer(t, e.Connect(), room.CheckpointerOptions{Key: key, Every: 1000, Interval: 300 * time.Millisecond})
+	gate2 := attestingGate(e, e.Connect(), key, ckp2, room.GateOptions{})
+	if r := gate2.AppendRecord(ctx, recordNamed(e, roomID, "c1")); r.Item.Outcome != room.OutcomeStored {
 		t.Fatalf("%+v", r)
 	}
 	start := time.Now()
-	waitFor(t, 10*time.Second, "a checkpoint after T", func() bool { return e.countOn(ckSubj) == 4 })
+	waitFor(t, 10*time.Second, "a checkpoint after T", func() bool { return e.CountOn(ckSubj) == 4 })
 	if took := time.Since(start); took < 250*time.Millisecond {
 		t.Fatalf("checkpoint %s after the append, before T", took)
 	}
-	rt = e.rebuild(roomID, trust)
+	rt = rebuild(e, roomID, trust)
 	if sizes := rt.checkCheckpoints(t); fmt.Sprint(sizes) != "[10 20 26 27]" {
 		t.Fatalf("sizes %v, want [10 20 26 27]", sizes)
 	}
@@ -515,7 +516,7 @@ func TestCheckpointerWritesEveryNAfterTAndOnStop(t *testing.T) {
 	if err := ckp2.Stop(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if n := e.countOn(ckSubj); n != 4 {
+	if n := e.CountOn(ckSubj); n != 4 {
 		t.Fatalf("%d checkpoints after an idle Stop, want 4", n)
 	}
 }
@@ -526,40 +527,40 @@ func TestCheckpointerWritesEveryNAfterTAndOnStop(t *testing.T) {
 // over once the lease's TTL has passed, and its checkpoints extend the
 // first's.
 func TestCheckpointerLeaseTakeover(t *testing.T) {
-	e := newEnv(t)
+	e := roomtest.NewEnv(t)
 	ctx := context.Background()
 	keyA, keyB := newPublisherKey(t), newPublisherKey(t)
 	const roomID, ttl = "room:lease", 2 * time.Second
 	opts := func(k *events.HostKey, other *events.HostKey) room.CheckpointerOptions {
 		return room.CheckpointerOptions{Key: k, TrustedPublishers: []string{other.NodeID()}, Every: 5, Interval: 100 * time.Millisecond, LeaseTTL: ttl}
 	}
-	ncA, ncB := e.connect(), e.connect()
+	ncA, ncB := e.Connect(), e.Connect()
 	ckA, _ := startCheckpointer(t, ncA, opts(keyA, keyB))
 	ckB, _ := startCheckpointer(t, ncB, opts(keyB, keyA))
 	// Each gate trusts the other's key, as serve --trusted-publisher does,
 	// so the chain the other appended to is one chain.
-	gateA := e.attestingGate(e.connect(), keyA, ckA, room.GateOptions{TrustedPublishers: []string{keyB.NodeID()}})
-	gateB := e.attestingGate(e.connect(), keyB, ckB, room.GateOptions{TrustedPublishers: []string{keyA.NodeID()}})
+	gateA := attestingGate(e, e.Connect(), keyA, ckA, room.GateOptions{TrustedPublishers: []string{keyB.NodeID()}})
+	gateB := attestingGate(e, e.Connect(), keyB, ckB, room.GateOptions{TrustedPublishers: []string{keyA.NodeID()}})
 	trust := trustOf(t, keyA, keyB)
-	es, _ := journal(t, "run-l", "cap-l", 60)
+	es, _ := roomtest.Journal(t, "run-l", "cap-l", 60)
 
 	// Both gates append; three rounds, each ending in a checkpoint.
 	next := 0
 	appendRound := func(g *room.Gate) {
 		t.Helper()
-		if r, err := g.AppendJournal(ctx, roomID, lines(es[next:next+10]), nil); err != nil || r.Stored != 10 {
+		if r, err := g.AppendJournal(ctx, roomID, roomtest.Lines(es[next:next+10]), nil); err != nil || r.Stored != 10 {
 			t.Fatalf("%+v %v", r, err)
 		}
 		next += 10
 		waitFor(t, 10*time.Second, fmt.Sprintf("a checkpoint of size %d", next), func() bool {
-			cks := e.rebuild(roomID, trust).checkpoints
+			cks := rebuild(e, roomID, trust).checkpoints
 			return len(cks) > 0 && cks[len(cks)-1].Size == uint64(next)
 		})
 	}
 	appendRound(gateA)
 	appendRound(gateB)
 	appendRound(gateA)
-	rt := e.rebuild(roomID, trust)
+	rt := rebuild(e, roomID, trust)
 	rt.checkCheckpoints(t)
 	holder := rt.checkpoints[0].Signer
 	for _, ck := range rt.checkpoints {
@@ -567,7 +568,7 @@ func TestCheckpointerLeaseTakeover(t *testing.T) {
 			t.Fatalf("checkpoints by %s and %s: both wrote", holder, ck.Signer)
 		}
 	}
-	kv, err := e.js.KeyValue(ctx, room.DefaultLeaseBucket)
+	kv, err := e.Js.KeyValue(ctx, room.DefaultLeaseBucket)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -586,12 +587,12 @@ func TestCheckpointerLeaseTakeover(t *testing.T) {
 	}
 	deadNC.Close()
 	appendRound(survivorGate)
-	rt = e.rebuild(roomID, trust)
+	rt = rebuild(e, roomID, trust)
 	sizes := rt.checkCheckpoints(t)
 	var first *jetstream.RawStreamMsg
 	for i, ck := range rt.checkpoints {
 		if ck.Signer == survivor.NodeID() {
-			first, err = e.stream.GetMsg(ctx, rt.ckptSeqs[i])
+			first, err = e.Stream.GetMsg(ctx, rt.ckptSeqs[i])
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -623,21 +624,21 @@ func TestCheckpointerLeaseTakeover(t *testing.T) {
 // trusted header copied from another message are no leaves: the next
 // checkpoint's size excludes them and its root is the tree without them.
 func TestCheckpointerSkipsForgedMessages(t *testing.T) {
-	e := newEnv(t)
+	e := roomtest.NewEnv(t)
 	ctx := context.Background()
 	key, stranger := newPublisherKey(t), newPublisherKey(t)
 	const roomID = "room:forged"
-	ckp, logs := startCheckpointer(t, e.connect(), room.CheckpointerOptions{Key: key, Every: 1000, Interval: time.Hour})
-	gate := e.attestingGate(e.nc, key, ckp, room.GateOptions{})
-	es, _ := journal(t, "run-f", "cap-f", 8)
-	if r, err := gate.AppendJournal(ctx, roomID, lines(es[:5]), nil); err != nil || r.Stored != 5 {
+	ckp, logs := startCheckpointer(t, e.Connect(), room.CheckpointerOptions{Key: key, Every: 1000, Interval: time.Hour})
+	gate := attestingGate(e, e.Nc, key, ckp, room.GateOptions{})
+	es, _ := roomtest.Journal(t, "run-f", "cap-f", 8)
+	if r, err := gate.AppendJournal(ctx, roomID, roomtest.Lines(es[:5]), nil); err != nil || r.Stored != 5 {
 		t.Fatalf("%+v %v", r, err)
 	}
 	subj := room.Subjects{}
 	chain := subj.Journal(roomID, events.ChainKey{RunID: "run-f", CapsuleID: "cap-f"})
-	stored := e.onSubject(chain)
+	stored := e.OnSubject(chain)
 	// A well-formed continuation of another chain of the room, raw.
-	other, _ := journal(t, "run-x", "cap-x", 2)
+	other, _ := roomtest.Journal(t, "run-x", "cap-x", 2)
 	xsubj := subj.Journal(roomID, events.ChainKey{RunID: "run-x", CapsuleID: "cap-x"})
 	forge := func(subject string, data []byte, header string) {
 		t.Helper()
@@ -645,7 +646,7 @@ func TestCheckpointerSkipsForgedMessages(t *testing.T) {
 		if header != "" {
 			msg.Header.Set(checkpoint.AttestationHeader, header)
 		}
-		if _, err := e.js.PublishMsg(ctx, msg); err != nil {
+		if _, err := e.Js.PublishMsg(ctx, msg); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -656,16 +657,16 @@ func TestCheckpointerSkipsForgedMessages(t *testing.T) {
 	forge(subj.Records(roomID), []byte(`{"forged":true}`), stored[0].Header.Get(checkpoint.AttestationHeader))
 	// The gate appends on: 3 more entries and a record, whose position
 	// counts the forged exec message (index 1).
-	if r, err := gate.AppendJournal(ctx, roomID, lines(es[5:]), nil); err != nil || r.Stored != 3 {
+	if r, err := gate.AppendJournal(ctx, roomID, roomtest.Lines(es[5:]), nil); err != nil || r.Stored != 3 {
 		t.Fatalf("%+v %v", r, err)
 	}
-	if r := gate.AppendRecord(ctx, e.recordNamed(roomID, "f0")); r.Item.Outcome != room.OutcomeStored {
+	if r := gate.AppendRecord(ctx, recordNamed(e, roomID, "f0")); r.Item.Outcome != room.OutcomeStored {
 		t.Fatalf("%+v", r)
 	}
 	if err := ckp.Stop(ctx); err != nil {
 		t.Fatal(err)
 	}
-	rt := e.rebuild(roomID, trustOf(t, key))
+	rt := rebuild(e, roomID, trustOf(t, key))
 	if sizes := rt.checkCheckpoints(t); fmt.Sprint(sizes) != "[9]" {
 		t.Fatalf("sizes %v, want [9]: 8 entries and a record, no forged message", sizes)
 	}
@@ -679,7 +680,7 @@ func TestCheckpointerSkipsForgedMessages(t *testing.T) {
 		leaf[seq] = true
 	}
 	withForged := checkpoint.NewTree()
-	for _, m := range e.stored() {
+	for _, m := range e.Stored() {
 		if leaf[m.Sequence] {
 			withForged.Append(checkpoint.LeafHash(roomID, m.Subject, checkpoint.ContentHash(m.Data)))
 		}
@@ -696,19 +697,19 @@ func TestCheckpointerSkipsForgedMessages(t *testing.T) {
 // signed by a trusted key, has a wrong root gets no new checkpoint, and an
 // error log; another room goes on.
 func TestCheckpointerRefusesContradictedRoom(t *testing.T) {
-	e := newEnv(t)
+	e := roomtest.NewEnv(t)
 	ctx := context.Background()
 	key, trusted := newPublisherKey(t), newPublisherKey(t)
 	const roomID, fine = "room:contradicted", "room:fine"
-	ckp, logs := startCheckpointer(t, e.connect(), room.CheckpointerOptions{Key: key, TrustedPublishers: []string{trusted.NodeID()},
+	ckp, logs := startCheckpointer(t, e.Connect(), room.CheckpointerOptions{Key: key, TrustedPublishers: []string{trusted.NodeID()},
 		Every: 5, Interval: 100 * time.Millisecond})
-	gate := e.attestingGate(e.nc, key, ckp, room.GateOptions{})
-	es, _ := journal(t, "run-k", "cap-k", 15)
-	if r, err := gate.AppendJournal(ctx, roomID, lines(es[:5]), nil); err != nil || r.Stored != 5 {
+	gate := attestingGate(e, e.Nc, key, ckp, room.GateOptions{})
+	es, _ := roomtest.Journal(t, "run-k", "cap-k", 15)
+	if r, err := gate.AppendJournal(ctx, roomID, roomtest.Lines(es[:5]), nil); err != nil || r.Stored != 5 {
 		t.Fatalf("%+v %v", r, err)
 	}
 	ckSubj := room.Subjects{}.Checkpoint(roomID)
-	waitFor(t, 10*time.Second, "the first checkpoint", func() bool { return e.countOn(ckSubj) == 1 })
+	waitFor(t, 10*time.Second, "the first checkpoint", func() bool { return e.CountOn(ckSubj) == 1 })
 	// A trusted key signs a checkpoint of size 5 over a wrong root,
 	// written straight into the stream.
 	signer, err := checkpoint.NewNoteSigner(trusted)
@@ -721,7 +722,7 @@ func TestCheckpointerRefusesContradictedRoom(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := e.js.Publish(ctx, ckSubj, forged); err != nil {
+	if _, err := e.Js.Publish(ctx, ckSubj, forged); err != nil {
 		t.Fatal(err)
 	}
 	waitFor(t, 10*time.Second, "an error log", func() bool { return logs.FilterMessageSnippet("contradicts").Len() == 1 })
@@ -731,27 +732,27 @@ func TestCheckpointerRefusesContradictedRoom(t *testing.T) {
 		t.Fatalf("log: %v %v", entry.Level, entry.ContextMap())
 	}
 	// The room grows past N and T, and Stop comes: nothing is written.
-	if r, err := gate.AppendJournal(ctx, roomID, lines(es[5:]), nil); err != nil || r.Stored != 10 {
+	if r, err := gate.AppendJournal(ctx, roomID, roomtest.Lines(es[5:]), nil); err != nil || r.Stored != 10 {
 		t.Fatalf("%+v %v", r, err)
 	}
-	_, fbody := journal(t, "run-g", "cap-g", 5)
+	_, fbody := roomtest.Journal(t, "run-g", "cap-g", 5)
 	if r, err := gate.AppendJournal(ctx, fine, fbody, nil); err != nil || r.Stored != 5 {
 		t.Fatalf("%+v %v", r, err)
 	}
 	fineSubj := room.Subjects{}.Checkpoint(fine)
-	waitFor(t, 10*time.Second, "the other room's checkpoint", func() bool { return e.countOn(fineSubj) == 1 })
+	waitFor(t, 10*time.Second, "the other room's checkpoint", func() bool { return e.CountOn(fineSubj) == 1 })
 	time.Sleep(300 * time.Millisecond)
 	if err := ckp.Stop(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if n := e.countOn(ckSubj); n != 2 {
+	if n := e.CountOn(ckSubj); n != 2 {
 		t.Fatalf("%d checkpoints of the contradicted room, want 2 (the first and the forged one)", n)
 	}
-	last := e.onSubject(ckSubj)[1]
+	last := e.OnSubject(ckSubj)[1]
 	if ck, err := checkpoint.Parse(last.Data, roomID, trustOf(t, trusted)); err != nil || ck.Root != wrong {
 		t.Fatalf("the latest checkpoint is not the forged one: %v", err)
 	}
-	if sizes := e.rebuild(fine, trustOf(t, key)).checkCheckpoints(t); fmt.Sprint(sizes) != "[5]" {
+	if sizes := rebuild(e, fine, trustOf(t, key)).checkCheckpoints(t); fmt.Sprint(sizes) != "[5]" {
 		t.Fatalf("the other room: %v", sizes)
 	}
 }
@@ -822,7 +823,7 @@ func TestServeCheckpoints(t *testing.T) {
 	js, _ := jetstream.New(nc)
 	st, err := js.Stream(context.Background(), room.DefaultStream)
 	ckSubj := room.Subjects{}.Checkpoint("room:served")
-	count := func() uint64 { t.Helper(); return countOn(t, st, ckSubj) }
+	count := func() uint64 { t.Helper(); return roomtest.CountOn(t, st, ckSubj) }
 
 	logs, info, stop := serve(pubKey)
 	if err == nil {
@@ -831,12 +832,12 @@ func TestServeCheckpoints(t *testing.T) {
 	if st, err = js.Stream(context.Background(), room.DefaultStream); err != nil {
 		t.Fatal(err)
 	}
-	es, _ := journal(t, "run-s", "cap-s", 7)
-	if r := shipJournal(t, nc, "room:served", lines(es[:5])); r.Stored != 5 {
+	es, _ := roomtest.Journal(t, "run-s", "cap-s", 7)
+	if r := roomtest.ShipJournal(t, nc, "room:served", roomtest.Lines(es[:5])); r.Stored != 5 {
 		t.Fatalf("%+v", r)
 	}
 	waitFor(t, 10*time.Second, "a checkpoint every 5", func() bool { return count() == 1 })
-	if r := shipJournal(t, nc, "room:served", lines(es[5:])); r.Stored != 2 {
+	if r := roomtest.ShipJournal(t, nc, "room:served", roomtest.Lines(es[5:])); r.Stored != 2 {
 		t.Fatalf("%+v", r)
 	}
 	metrics := func() string {
@@ -876,7 +877,7 @@ func TestServeCheckpoints(t *testing.T) {
 
 	// Without a key: one warning, no attestation, no checkpoint.
 	logs, _, stop = serve(nil)
-	if r := shipRecord(t, nc, (&env{t: t, key: hostKey}).recordNamed("room:served", "s0")); r.Item.Outcome != room.OutcomeStored {
+	if r := roomtest.ShipRecord(t, nc, recordNamed(&roomtest.Env{T: t, Key: hostKey}, "room:served", "s0")); r.Item.Outcome != room.OutcomeStored {
 		t.Fatalf("%+v", r)
 	}
 	stop()
@@ -897,39 +898,39 @@ func TestServeCheckpoints(t *testing.T) {
 // the whole stream for a second (an atomic batch is read whole): then it
 // is refused and the leaves after it are checkpointed without Stop.
 func TestCheckpointerRefusesStuckBatch(t *testing.T) {
-	e := newEnv(t)
+	e := roomtest.NewEnv(t)
 	ctx := context.Background()
 	key := newPublisherKey(t)
 	const roomID = "room:stuck"
-	ckp, logs := startCheckpointer(t, e.connect(), room.CheckpointerOptions{Key: key, Every: 1000, Interval: 100 * time.Millisecond})
-	gate := e.attestingGate(e.nc, key, ckp, room.GateOptions{})
-	es, _ := journal(t, "run-s", "cap-s", 5)
-	if r, err := gate.AppendJournal(ctx, roomID, lines(es), nil); err != nil || r.Stored != 5 {
+	ckp, logs := startCheckpointer(t, e.Connect(), room.CheckpointerOptions{Key: key, Every: 1000, Interval: 100 * time.Millisecond})
+	gate := attestingGate(e, e.Nc, key, ckp, room.GateOptions{})
+	es, _ := roomtest.Journal(t, "run-s", "cap-s", 5)
+	if r, err := gate.AppendJournal(ctx, roomID, roomtest.Lines(es), nil); err != nil || r.Stored != 5 {
 		t.Fatalf("%+v %v", r, err)
 	}
 	subj := room.Subjects{}
 	ckSubj := subj.Checkpoint(roomID)
-	waitFor(t, 10*time.Second, "the first checkpoint", func() bool { return e.countOn(ckSubj) == 1 })
-	header := e.onSubject(subj.Journal(roomID, events.ChainKey{RunID: "run-s", CapsuleID: "cap-s"}))[2].Header.Get(checkpoint.AttestationHeader)
+	waitFor(t, 10*time.Second, "the first checkpoint", func() bool { return e.CountOn(ckSubj) == 1 })
+	header := e.OnSubject(subj.Journal(roomID, events.ChainKey{RunID: "run-s", CapsuleID: "cap-s"}))[2].Header.Get(checkpoint.AttestationHeader)
 	if a, err := checkpoint.ParseAttestation(header); err != nil || a.Count != 5 {
 		t.Fatalf("entry 2's header %q: %+v %v", header, a, err)
 	}
 	forged := &nats.Msg{Subject: subj.Records(roomID), Data: []byte(`{"forged":true}`), Header: nats.Header{}}
 	forged.Header.Set(checkpoint.AttestationHeader, header)
-	if _, err := e.js.PublishMsg(ctx, forged); err != nil {
+	if _, err := e.Js.PublishMsg(ctx, forged); err != nil {
 		t.Fatal(err)
 	}
 	// The gate's record (exec index 1) is read after the forged message
 	// and waits behind it.
-	if r := gate.AppendRecord(ctx, e.recordNamed(roomID, "s0")); r.Item.Outcome != room.OutcomeStored {
+	if r := gate.AppendRecord(ctx, recordNamed(e, roomID, "s0")); r.Item.Outcome != room.OutcomeStored {
 		t.Fatalf("%+v", r)
 	}
 	start := time.Now()
-	waitFor(t, 10*time.Second, "a checkpoint of the record", func() bool { return e.countOn(ckSubj) == 2 })
+	waitFor(t, 10*time.Second, "a checkpoint of the record", func() bool { return e.CountOn(ckSubj) == 2 })
 	if took := time.Since(start); took < 900*time.Millisecond {
 		t.Fatalf("the record was checkpointed %s after the append: before the stuck batch was given up", took)
 	}
-	rt := e.rebuild(roomID, trustOf(t, key))
+	rt := rebuild(e, roomID, trustOf(t, key))
 	if sizes := rt.checkCheckpoints(t); fmt.Sprint(sizes) != "[5 6]" || len(rt.notLeaves) != 1 {
 		t.Fatalf("sizes %v, not leaves %v; want [5 6] and the forged message", sizes, rt.notLeaves)
 	}

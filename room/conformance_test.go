@@ -15,6 +15,7 @@ import (
 	"github.com/roompub/roompub/events"
 	"github.com/roompub/roompub/room"
 	"github.com/roompub/roompub/room/client"
+	"github.com/roompub/roompub/room/internal/roomtest"
 )
 
 // The conformance suite: one suite for the chain rules, run against the
@@ -123,7 +124,7 @@ func conformanceCases(t *testing.T, key *events.HostKey) []confCase {
 	// Each journal case has its own chain (run conf-<i>), so the gate sees
 	// every one afresh.
 	chain := func() []*events.Entry {
-		es, _ := journal(t, fmt.Sprintf("conf-%d", len(cases)), "cap", n)
+		es, _ := roomtest.Journal(t, fmt.Sprintf("conf-%d", len(cases)), "cap", n)
 		return es
 	}
 	add := func(c confCase) { cases = append(cases, c) }
@@ -134,11 +135,11 @@ func conformanceCases(t *testing.T, key *events.HostKey) []confCase {
 
 	es = chain()
 	add(confCase{name: "invalid_entry: payload changed after hashing",
-		lines: append(canon(es[:2]...), append([][]byte{tampered(t, es[2])}, canon(es[3:]...)...)...),
+		lines: append(canon(es[:2]...), append([][]byte{roomtest.Tampered(t, es[2])}, canon(es[3:]...)...)...),
 		want:  refusedAt(events.InvalidEntry, 3), readerAll: brokenFrom(3, n, events.InvalidEntry)})
 
 	es = chain()
-	secret := rebuilt(t, es[2], map[string]any{"payload": map[string]any{"tool": "AKIAABCDEFGHIJKLMNOP", "status": "ok"}})
+	secret := roomtest.Rebuilt(t, es[2], map[string]any{"payload": map[string]any{"tool": "AKIAABCDEFGHIJKLMNOP", "status": "ok"}})
 	add(confCase{name: "invalid_entry: secret canary",
 		lines: append(canon(es[:2]...), append([][]byte{secret.Canonical()}, canon(es[3:]...)...)...),
 		want:  refusedAt(events.InvalidEntry, 3), readerAll: brokenFrom(3, n, events.InvalidEntry)})
@@ -146,7 +147,7 @@ func conformanceCases(t *testing.T, key *events.HostKey) []confCase {
 	// A negative seq claims no chain position: a reader refuses it by the
 	// entry rules, as the others do, not as a fork of an earlier one.
 	es = chain()
-	negative := rebuilt(t, es[2], map[string]any{"seq": -1})
+	negative := roomtest.Rebuilt(t, es[2], map[string]any{"seq": -1})
 	add(confCase{name: "invalid_entry: a negative seq",
 		lines: append(canon(es[:2]...), append([][]byte{negative.Canonical()}, canon(es[3:]...)...)...),
 		want:  refusedAt(events.InvalidEntry, 3), readerAll: brokenFrom(3, n, events.InvalidEntry)})
@@ -169,7 +170,7 @@ func conformanceCases(t *testing.T, key *events.HostKey) []confCase {
 	// and a reader know the position is held (fork).
 	es = chain()
 	add(confCase{name: "fork: another entry at position 1",
-		lines: append(canon(es[:3]...), forkOf(t, es[1]).Canonical(), es[3].Canonical(), es[4].Canonical()),
+		lines: append(canon(es[:3]...), roomtest.ForkOf(t, es[1]).Canonical(), es[3].Canonical(), es[4].Canonical()),
 		want:  refusedAt(events.Reordered, 4), gate: &verdict{events.Fork, 4}, reader: &verdict{events.Fork, 4}, readerAll: brokenFrom(4, n, events.Fork)})
 
 	// The head sent again, byte for byte: the offline verifier refuses the
@@ -193,26 +194,26 @@ func conformanceCases(t *testing.T, key *events.HostKey) []confCase {
 		want:  refusedAt(events.Reordered, 4), gate: &accepted, reader: &verdict{events.Fork, 4}, readerAll: brokenFrom(4, n, events.Fork)})
 
 	es = chain()
-	link := rebuilt(t, es[2], map[string]any{"parent_hash": strings.Repeat("ab", 32)})
+	link := roomtest.Rebuilt(t, es[2], map[string]any{"parent_hash": strings.Repeat("ab", 32)})
 	add(confCase{name: "broken_link",
 		lines: append(canon(es[:2]...), append([][]byte{link.Canonical()}, canon(es[3:]...)...)...),
 		want:  refusedAt(events.BrokenLink, 3), readerAll: brokenFrom(3, n, events.BrokenLink)})
 
 	es = chain()
-	spaced := replaceOnce(t, bytes.Clone(es[2].Canonical()), `{"`, `{ "`)
+	spaced := roomtest.ReplaceOnce(t, bytes.Clone(es[2].Canonical()), `{"`, `{ "`)
 	add(confCase{name: "non_canonical: extra space",
 		lines: append(canon(es[:2]...), append([][]byte{spaced}, canon(es[3:]...)...)...),
 		want:  refusedAt(events.NonCanonical, 3), readerAll: brokenFrom(3, n, events.NonCanonical)})
 
 	es = chain()
-	notUTF8 := replaceOnce(t, bytes.Clone(es[2].Canonical()), `"bash"`, "\"ba\xffh\"")
+	notUTF8 := roomtest.ReplaceOnce(t, bytes.Clone(es[2].Canonical()), `"bash"`, "\"ba\xffh\"")
 	add(confCase{name: "non_canonical: invalid UTF-8",
 		lines: append(canon(es[:2]...), append([][]byte{notUTF8}, canon(es[3:]...)...)...),
 		want:  refusedAt(events.NonCanonical, 3), readerAll: brokenFrom(3, n, events.NonCanonical)})
 
 	es = chain()
 	add(confCase{name: "non_canonical: invalid UTF-8 in the first line",
-		lines: append([][]byte{replaceOnce(t, bytes.Clone(es[0].Canonical()), `"bash"`, "\"ba\xffh\"")}, canon(es[1:]...)...),
+		lines: append([][]byte{roomtest.ReplaceOnce(t, bytes.Clone(es[0].Canonical()), `"bash"`, "\"ba\xffh\"")}, canon(es[1:]...)...),
 		want:  refusedAt(events.NonCanonical, 1), readerAll: brokenFrom(1, n, events.NonCanonical)})
 
 	es = chain()
@@ -233,7 +234,7 @@ func conformanceCases(t *testing.T, key *events.HostKey) []confCase {
 
 	es = chain()
 	upper := withLoneSurrogates(t, es)
-	upper[2] = replaceOnce(t, upper[2], `\udbff\udbff`, `\uDBFF\udbff`)
+	upper[2] = roomtest.ReplaceOnce(t, upper[2], `\udbff\udbff`, `\uDBFF\udbff`)
 	add(confCase{name: "non_canonical: a lone surrogate in upper-case hex", lines: upper,
 		want: refusedAt(events.NonCanonical, 3), readerAll: brokenFrom(3, n, events.NonCanonical)})
 
@@ -247,7 +248,7 @@ func conformanceCases(t *testing.T, key *events.HostKey) []confCase {
 	// entry_hash, so line 4's broken link comes first there; the gate and
 	// the readers refuse line 3 itself, the first line they cannot take.
 	es = chain()
-	hv := rebuilt(t, es[2], map[string]any{"harness_version": "test/2"})
+	hv := roomtest.Rebuilt(t, es[2], map[string]any{"harness_version": "test/2"})
 	add(confCase{name: "metadata_mismatch: harness_version",
 		lines: append(canon(es[:2]...), append([][]byte{hv.Canonical()}, canon(es[3:]...)...)...),
 		want:  refusedAt(events.BrokenLink, 4), gate: ptrTo(refusedAt(events.MetadataMismatch, 3)),
@@ -259,7 +260,7 @@ func conformanceCases(t *testing.T, key *events.HostKey) []confCase {
 	// subject (wrong_room): it is set aside without touching the chain,
 	// whose next entry then finds its position missing.
 	es = chain()
-	other := rebuilt(t, es[2], map[string]any{"capsule_id": "cap-other"})
+	other := roomtest.Rebuilt(t, es[2], map[string]any{"capsule_id": "cap-other"})
 	add(confCase{name: "metadata_mismatch: capsule_id",
 		lines: append(canon(es[:2]...), append([][]byte{other.Canonical()}, canon(es[3:]...)...)...),
 		want:  refusedAt(events.BrokenLink, 4), gate: ptrTo(refusedAt(events.MetadataMismatch, 3)), reader: &verdict{events.WrongRoom, 3},
@@ -267,7 +268,7 @@ func conformanceCases(t *testing.T, key *events.HostKey) []confCase {
 
 	// Records: the room is the record's own; one line.
 	rec := func(name string, changes map[string]any) *events.Record {
-		return recordIn(t, key, "room:conf-"+name, name, changes)
+		return roomtest.RecordIn(t, key, "room:conf-"+name, name, changes)
 	}
 	one := func(codes ...events.Code) verdict {
 		if len(codes) == 0 {
@@ -287,7 +288,7 @@ func conformanceCases(t *testing.T, key *events.HostKey) []confCase {
 	record("digest_mismatch", rec("digest", map[string]any{"proposal/digest": "sha256:" + strings.Repeat("B", 43)}).Canonical(),
 		"room:conf-digest", events.DigestMismatch)
 	record("host_mismatch", edited(t, rec("host", nil), func(_, sig map[string]any) {
-		sig["key/public"] = newHostKey(t).DIDKey()
+		sig["key/public"] = roomtest.NewHostKey(t).DIDKey()
 	}), "room:conf-host", events.HostMismatch, events.SignatureInvalid)
 	record("signature_invalid", edited(t, rec("sig", nil), func(_, sig map[string]any) {
 		v := sig["value"].(string)
@@ -297,10 +298,10 @@ func conformanceCases(t *testing.T, key *events.HostKey) []confCase {
 			sig["value"] = "A" + v[1:]
 		}
 	}), "room:conf-sig", events.SignatureInvalid)
-	record("foreign_evidence", rec("foreign", map[string]any{"evidence": evidenceOn("environment:qmail-00", 1)}).Canonical(),
+	record("foreign_evidence", rec("foreign", map[string]any{"evidence": roomtest.EvidenceOn("environment:qmail-00", 1)}).Canonical(),
 		"room:conf-foreign", events.ForeignEvidence)
-	record("foreign_evidence: the reference foreign-evidence.json", referenceBytes(t, "foreign-evidence.json"), refRoom, events.ForeignEvidence)
-	record("untrusted_host", recordIn(t, newHostKey(t), "room:conf-untrusted", "untrusted", nil).Canonical(), "room:conf-untrusted", events.UntrustedHost)
+	record("foreign_evidence: the reference foreign-evidence.json", roomtest.ReferenceBytes(t, "foreign-evidence.json"), refRoom, events.ForeignEvidence)
+	record("untrusted_host", roomtest.RecordIn(t, roomtest.NewHostKey(t), "room:conf-untrusted", "untrusted", nil).Canonical(), "room:conf-untrusted", events.UntrustedHost)
 	return cases
 }
 
@@ -317,13 +318,13 @@ func problemCodes(ps []events.Problem) []events.Code {
 // ingest service, with client.Client) and the subscriber (the lines written
 // straight into a second stream, then room.Audit).
 func TestConformance(t *testing.T) {
-	e := newEnv(t)
-	cl := client.New(e.nc, client.Options{})
+	e := roomtest.NewEnv(t)
+	cl := client.New(e.Nc, client.Options{})
 	rawSubj := room.Subjects{Prefix: "raw"}
-	if _, err := room.EnsureStream(context.Background(), e.js, room.StreamConfig("RAW", rawSubj, 1), rawSubj); err != nil {
+	if _, err := room.EnsureStream(context.Background(), e.Js, room.StreamConfig("RAW", rawSubj, 1), rawSubj); err != nil {
 		t.Fatal(err)
 	}
-	for i, c := range conformanceCases(t, e.key) {
+	for i, c := range conformanceCases(t, e.Key) {
 		t.Run(c.name, func(t *testing.T) {
 			ctx := t.Context()
 			dir := t.TempDir()
@@ -339,13 +340,13 @@ func TestConformance(t *testing.T) {
 			var err error
 			path := filepath.Join(dir, "journal.ndjson")
 			if c.record != nil {
-				_, err = e.v.Record(c.record, events.Location{})
+				_, err = e.V.Record(c.record, events.Location{})
 				path = filepath.Join(dir, "record.json")
 				if werr := os.WriteFile(path, c.record, 0o644); werr != nil {
 					t.Fatal(werr)
 				}
 			} else {
-				_, err = e.v.Journal(bytes.NewReader(body), "journal.ndjson", nil)
+				_, err = e.V.Journal(bytes.NewReader(body), "journal.ndjson", nil)
 				if werr := os.WriteFile(path, body, 0o644); werr != nil {
 					t.Fatal(werr)
 				}
@@ -358,7 +359,7 @@ func TestConformance(t *testing.T) {
 				offline = refusedAt(ref.Code, max(ref.At.Line, 1))
 				offlineProblems = problemCodes(ref.Problems)
 			}
-			rep, err := e.v.VerifyPath(path)
+			rep, err := e.V.VerifyPath(path)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -411,15 +412,15 @@ func TestConformance(t *testing.T) {
 			lineOf := map[uint64]int{}
 			roomID := c.roomID
 			if c.record != nil {
-				lineOf[publishRaw(t, e.js, subject, c.record)] = 1
+				lineOf[roomtest.PublishRaw(t, e.Js, subject, c.record)] = 1
 			} else {
 				roomID = fmt.Sprintf("room:conf-%d", i)
 				subject = rawSubj.Journal(roomID, events.ChainKey{RunID: fmt.Sprintf("conf-%d", i), CapsuleID: "cap"})
 				for j, l := range c.lines {
-					lineOf[publishRaw(t, e.js, subject, l)] = j + 1
+					lineOf[roomtest.PublishRaw(t, e.Js, subject, l)] = j + 1
 				}
 			}
-			audit, err := room.Audit(ctx, e.js, room.AuditOptions{Stream: "RAW", Subjects: rawSubj, Rooms: []string{roomID}, Validator: e.v})
+			audit, err := room.Audit(ctx, e.Js, room.AuditOptions{Stream: "RAW", Subjects: rawSubj, Rooms: []string{roomID}, Validator: e.V})
 			if err != nil {
 				t.Fatal(err)
 			}

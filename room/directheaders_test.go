@@ -9,6 +9,7 @@ import (
 
 	"github.com/roompub/roompub/events"
 	"github.com/roompub/roompub/room"
+	"github.com/roompub/roompub/room/internal/roomtest"
 )
 
 // TestReadersIgnoreStoredServerHeaders: a message written straight into
@@ -17,23 +18,23 @@ import (
 // for another stream sequence or subject with any reader: audits by
 // consumer and by direct get see it where the server stored it, and end.
 func TestReadersIgnoreStoredServerHeaders(t *testing.T) {
-	e := newEnv(t)
+	e := roomtest.NewEnv(t)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	es, _ := journal(t, "run-hdr", "cap-hdr", 4)
-	if r, err := e.gate.AppendJournal(ctx, "room:hdr", lines(es[:3]), nil); err != nil || r.Stored != 3 {
+	es, _ := roomtest.Journal(t, "run-hdr", "cap-hdr", 4)
+	if r, err := e.Gate.AppendJournal(ctx, "room:hdr", roomtest.Lines(es[:3]), nil); err != nil || r.Stored != 3 {
 		t.Fatalf("%+v %v", r, err)
 	}
 	key := events.ChainKey{RunID: "run-hdr", CapsuleID: "cap-hdr"}
 	msg := &nats.Msg{Subject: room.Subjects{}.Journal("room:hdr", key), Data: es[3].Canonical(),
 		Header: nats.Header{"Nats-Sequence": []string{"1"}, "Nats-Subject": []string{"rooms.other.journal.run-hdr.cap-hdr"},
 			"Nats-Stream": []string{"OTHER"}, "Nats-Num-Pending": []string{"0"}}}
-	ack, err := e.js.PublishMsg(ctx, msg)
+	ack, err := e.Js.PublishMsg(ctx, msg)
 	if err != nil {
 		t.Fatal(err)
 	}
 	for _, mode := range []room.ReadMode{room.ReadConsumer, room.ReadDirect} {
-		rep, err := room.Audit(ctx, e.js, room.AuditOptions{Validator: e.v, Read: mode})
+		rep, err := room.Audit(ctx, e.Js, room.AuditOptions{Validator: e.V, Read: mode})
 		if err != nil {
 			t.Fatalf("%v: %v", mode, err)
 		}

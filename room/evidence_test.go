@@ -7,6 +7,7 @@ import (
 
 	"github.com/roompub/roompub/events"
 	"github.com/roompub/roompub/room"
+	"github.com/roompub/roompub/room/internal/roomtest"
 )
 
 // TestEvidenceByInstance: two instances in one room (and one of them in a
@@ -15,45 +16,45 @@ import (
 // only by its exact ref and digest, and files a record whose evidence
 // names another instance (foreign_evidence) nowhere.
 func TestEvidenceByInstance(t *testing.T) {
-	e := newEnv(t)
+	e := roomtest.NewEnv(t)
 	const lab, lab2 = "room:lab", "room:lab-2"
 	const instA, instB = "environment:a", "environment:b"
 	on := func(inst string, n int) map[string]any {
-		return map[string]any{"environment/ref": inst, "evidence": evidenceOn(inst, n)}
+		return map[string]any{"environment/ref": inst, "evidence": roomtest.EvidenceOn(inst, n)}
 	}
-	a1 := recordIn(t, e.key, lab, "a-1", on(instA, 2))
-	b1 := recordIn(t, e.key, lab, "b-1", on(instB, 3))
-	a2 := recordIn(t, e.key, lab, "a-2", on(instA, 1))
-	a3 := recordIn(t, e.key, lab2, "a-3", on(instA, 1))
-	verified, err := events.ParseRecord(referenceBytes(t, "verified.json"))
+	a1 := roomtest.RecordIn(t, e.Key, lab, "a-1", on(instA, 2))
+	b1 := roomtest.RecordIn(t, e.Key, lab, "b-1", on(instB, 3))
+	a2 := roomtest.RecordIn(t, e.Key, lab, "a-2", on(instA, 1))
+	a3 := roomtest.RecordIn(t, e.Key, lab2, "a-3", on(instA, 1))
+	verified, err := events.ParseRecord(roomtest.ReferenceBytes(t, "verified.json"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	refused, err := events.ParseRecord(referenceBytes(t, "refused.json")) // no instance, no evidence
+	refused, err := events.ParseRecord(roomtest.ReferenceBytes(t, "refused.json")) // no instance, no evidence
 	if err != nil {
 		t.Fatal(err)
 	}
 	for i, rec := range []*events.Record{a1, b1, a2, a3, verified, refused} {
-		if r := e.shipRecord(rec.Canonical()); r.Item.Outcome != room.OutcomeStored || r.Item.StreamSeq != uint64(i+1) {
+		if r := e.ShipRecord(rec.Canonical()); r.Item.Outcome != room.OutcomeStored || r.Item.StreamSeq != uint64(i+1) {
 			t.Fatalf("gate: %+v", r)
 		}
 	}
 	// Straight into the stream: the reference record whose first evidence
 	// item was observed on environment:qmail-00, and one of ours whose
 	// instance is a but whose evidence names b.
-	foreignRef := referenceBytes(t, "foreign-evidence.json")
-	if s := publishRaw(t, e.js, refSubject, foreignRef); s != 7 {
+	foreignRef := roomtest.ReferenceBytes(t, "foreign-evidence.json")
+	if s := roomtest.PublishRaw(t, e.Js, refSubject, foreignRef); s != 7 {
 		t.Fatalf("stream seq %d", s)
 	}
-	mixed := recordIn(t, e.key, lab, "a-mixed", map[string]any{"environment/ref": instA, "evidence": append(evidenceOn(instA, 1), evidenceOn(instB, 1)...)})
-	if s := publishRaw(t, e.js, "rooms.lab.exec", mixed.Canonical()); s != 8 {
+	mixed := roomtest.RecordIn(t, e.Key, lab, "a-mixed", map[string]any{"environment/ref": instA, "evidence": append(roomtest.EvidenceOn(instA, 1), roomtest.EvidenceOn(instB, 1)...)})
+	if s := roomtest.PublishRaw(t, e.Js, "rooms.lab.exec", mixed.Canonical()); s != 8 {
 		t.Fatalf("stream seq %d", s)
 	}
 
 	// The index as the evidence command builds it (Audit's events), and a
 	// Reader's own: the same.
 	byAudit := room.NewEvidenceIndex()
-	rep, err := room.Audit(t.Context(), e.js, room.AuditOptions{Validator: e.v, OnEvent: func(ev *room.Event) {
+	rep, err := room.Audit(t.Context(), e.Js, room.AuditOptions{Validator: e.V, OnEvent: func(ev *room.Event) {
 		if ev.Record != nil {
 			byAudit.Add(ev.RoomID, ev.Record, ev.Seq)
 		}
@@ -61,11 +62,11 @@ func TestEvidenceByInstance(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var got []aside
+	var got []roomtest.Aside
 	for _, v := range rep.Violations {
-		got = append(got, asideOf(t, v))
+		got = append(got, roomtest.AsideOf(t, v))
 	}
-	diffAsides(t, "violations", got, []aside{
+	roomtest.DiffAsides(t, "violations", got, []roomtest.Aside{
 		{Seq: 7, Code: events.ForeignEvidence, RoomID: refRoom, Kind: room.KindExecution, Subject: refSubject, Problems: []events.Code{events.ForeignEvidence}},
 		{Seq: 8, Code: events.ForeignEvidence, RoomID: lab, Kind: room.KindExecution, Subject: "rooms.lab.exec", Problems: []events.Code{events.ForeignEvidence}},
 	})
@@ -75,8 +76,8 @@ func TestEvidenceByInstance(t *testing.T) {
 	if p := rep.Violations[1].Problems[0]; p.At.Pointer != "/evidence/1/environment~1ref" || p.Expected != instA || p.Actual != instB {
 		t.Errorf("mixed record: %+v", p)
 	}
-	r := room.NewReader(e.v, room.Subjects{})
-	for _, m := range e.stored() {
+	r := room.NewReader(e.V, room.Subjects{})
+	for _, m := range e.Stored() {
 		r.Verify(room.StreamMsg{Subject: m.Subject, Seq: m.Sequence, Data: m.Data, Time: m.Time})
 	}
 

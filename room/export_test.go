@@ -4,7 +4,6 @@ import (
 	"context"
 	"time"
 
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/roompub/roompub/checkpoint"
@@ -137,17 +136,6 @@ func (c *Checkpointer) AckedSkipped() uint64 { return c.acked.skipped.Load() }
 // PresignedUsed is how many record appends of g carried the attestation
 // AppendRecords signed ahead of their store.
 func (g *Gate) PresignedUsed() uint64 { return g.presignedUsed.Load() }
-
-// LeaderMsg reads the message at seq with the stream leader's message get
-// ($JS.API.STREAM.MSG.GET, JSON), whose sequence, subject and time no
-// header of the stored message can stand in for (a direct get's can).
-func LeaderMsg(ctx context.Context, nc *nats.Conn, stream string, seq uint64) (*jetstream.RawStreamMsg, error) {
-	m, err := leaderGet(ctx, nc, stream, DefaultTimeout, map[string]any{"seq": seq})
-	if err == nil && m == nil {
-		return nil, jetstream.ErrMsgNotFound
-	}
-	return m, err
-}
 
 // ChainStates is how many chains the gate keeps state of.
 func (g *Gate) ChainStates() int {

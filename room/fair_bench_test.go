@@ -12,6 +12,7 @@ import (
 	"github.com/roompub/roompub/events"
 	"github.com/roompub/roompub/room"
 	"github.com/roompub/roompub/room/client"
+	"github.com/roompub/roompub/room/internal/roomtest"
 )
 
 // BenchmarkJournalUnderFlood times one identity's one-line journal
@@ -41,8 +42,8 @@ func BenchmarkJournalUnderFlood(b *testing.B) {
 					go func() {
 						defer wg.Done()
 						for i := 0; ctx.Err() == nil; i++ {
-							es, _ := journal(b, fmt.Sprintf("flood-%d-%d", w, i), "cap", 1)
-							if _, err := fc.AppendJournal(ctx, "room:flood", nil, lines(es)); err == nil {
+							es, _ := roomtest.Journal(b, fmt.Sprintf("flood-%d-%d", w, i), "cap", 1)
+							if _, err := fc.AppendJournal(ctx, "room:flood", nil, roomtest.Lines(es)); err == nil {
 								answered.Add(1)
 							}
 						}
@@ -55,11 +56,11 @@ func BenchmarkJournalUnderFlood(b *testing.B) {
 			}
 			defer nc.Close()
 			c := client.New(nc, client.Options{Identity: "steady"})
-			es, _ := journal(b, "steady", "cap", b.N+1)
+			es, _ := roomtest.Journal(b, "steady", "cap", b.N+1)
 			start := answered.Load()
 			b.ResetTimer()
 			for i := 0; i < b.N; i++ {
-				r, err := c.AppendJournal(ctx, "room:steady", nil, lines([]*events.Entry{es[i]}))
+				r, err := c.AppendJournal(ctx, "room:steady", nil, roomtest.Lines([]*events.Entry{es[i]}))
 				if err != nil || r.Stored != 1 {
 					b.Fatalf("%+v %v", r, err)
 				}

@@ -13,19 +13,20 @@ import (
 	"github.com/roompub/roompub/events"
 	"github.com/roompub/roompub/room"
 	"github.com/roompub/roompub/room/client"
+	"github.com/roompub/roompub/room/internal/roomtest"
 )
 
 // restartService replaces e's ingest service with one started with o.
-func (e *env) restartService(o room.ServiceOptions) *room.Service {
-	e.t.Helper()
-	if err := e.svc.Stop(); err != nil {
-		e.t.Fatal(err)
+func restartService(e *roomtest.Env, o room.ServiceOptions) *room.Service {
+	e.T.Helper()
+	if err := e.Svc.Stop(); err != nil {
+		e.T.Fatal(err)
 	}
-	svc, err := room.StartService(e.nc, e.gate, o)
+	svc, err := room.StartService(e.Nc, e.Gate, o)
 	if err != nil {
-		e.t.Fatal(err)
+		e.T.Fatal(err)
 	}
-	e.svc = svc
+	e.Svc = svc
 	return svc
 }
 
@@ -107,20 +108,20 @@ func overQuotaReply(t *testing.T, body []byte) {
 // the flood's requests beyond its share are answered over_quota (status
 // 429) at once, counted by the metric, and nothing of them is stored.
 func TestServiceFairPerIdentity(t *testing.T) {
-	e := newEnv(t)
+	e := roomtest.NewEnv(t)
 	reg := prometheus.NewRegistry()
 	m, err := room.NewMetrics(reg)
 	if err != nil {
 		t.Fatal(err)
 	}
-	svc := e.restartService(room.ServiceOptions{Concurrency: 4, IdentityConcurrency: 2, Observer: m})
+	svc := restartService(e, room.ServiceOptions{Concurrency: 4, IdentityConcurrency: 2, Observer: m})
 	tokA, tokB := room.IdentityToken("harness-a"), room.IdentityToken("harness-b")
 	const roomID, sent, fair = "room:fair", 2000, 20
 	bodies := make([][]byte, sent)
 	for i := range bodies {
-		_, bodies[i] = journal(t, fmt.Sprint("run-a-", i), "cap-a", 1)
+		_, bodies[i] = roomtest.Journal(t, fmt.Sprint("run-a-", i), "cap-a", 1)
 	}
-	ncB, err := nats.Connect(e.srv.ClientURL(), nats.CustomInboxPrefix(room.InboxPrefix(tokB)))
+	ncB, err := nats.Connect(e.Srv.ClientURL(), nats.CustomInboxPrefix(room.InboxPrefix(tokB)))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -128,10 +129,10 @@ func TestServiceFairPerIdentity(t *testing.T) {
 	cB := client.New(ncB, client.Options{Identity: tokB})
 
 	// A's requests are all on their way before B's first.
-	collect := flood(t, e.connect(), tokA, room.EndpointJournal, nats.Header{room.HeaderRoom: []string{roomID}}, bodies)
+	collect := flood(t, e.Connect(), tokA, room.EndpointJournal, nats.Header{room.HeaderRoom: []string{roomID}}, bodies)
 	storedB := 0
 	for i := range fair {
-		_, body := journal(t, fmt.Sprint("run-b-", i), "cap-b", 1)
+		_, body := roomtest.Journal(t, fmt.Sprint("run-b-", i), "cap-b", 1)
 		r, err := cB.AppendJournal(t.Context(), roomID, nil, body)
 		if err != nil {
 			t.Fatalf("B's request %d: %v", i, err)
@@ -161,7 +162,7 @@ func TestServiceFairPerIdentity(t *testing.T) {
 	if over == 0 || over != sent-storedA {
 		t.Errorf("%d over_quota, %d stored of %d sent", over, storedA, sent)
 	}
-	if got := e.state().Msgs; got != uint64(storedA+storedB) {
+	if got := e.State().Msgs; got != uint64(storedA+storedB) {
 		t.Errorf("stream holds %d messages, %d stored", got, storedA+storedB)
 	}
 	if got := counterSum(t, reg, "roompub_over_quota_total"); got != float64(over) {
@@ -177,14 +178,14 @@ func TestServiceFairPerIdentity(t *testing.T) {
 // does not know, sent at once, are all answered (nothing stored: next 0)
 // and leave the gate's chain states as they were: the one chain shipped.
 func TestGateHeadKeepsNoState(t *testing.T) {
-	e := newEnv(t)
+	e := roomtest.NewEnv(t)
 	const n = 2000
-	e.restartService(room.ServiceOptions{IdentityConcurrency: n})
-	_, body := journal(t, "run-head", "cap-known", 2)
-	if r := e.shipJournal("room:head", body); r.Stored != 2 {
+	restartService(e, room.ServiceOptions{IdentityConcurrency: n})
+	_, body := roomtest.Journal(t, "run-head", "cap-known", 2)
+	if r := e.ShipJournal("room:head", body); r.Stored != 2 {
 		t.Fatalf("ship: %+v", r)
 	}
-	before := e.gate.ChainStates()
+	before := e.Gate.ChainStates()
 	if before != 1 {
 		t.Fatalf("%d chain states after one chain shipped", before)
 	}
@@ -192,7 +193,7 @@ func TestGateHeadKeepsNoState(t *testing.T) {
 	for i := range bodies {
 		bodies[i], _ = json.Marshal(room.HeadRequest{RunID: "run-head", CapsuleID: fmt.Sprint("cap-", i)})
 	}
-	status, replies := flood(t, e.connect(), room.IdentityToken("asker"), room.EndpointHead, nil, bodies)()
+	status, replies := flood(t, e.Connect(), room.IdentityToken("asker"), room.EndpointHead, nil, bodies)()
 	for i, st := range status {
 		var h room.ChainHead
 		if err := json.Unmarshal(replies[i], &h); st != "" || err != nil || h.Next != 0 || h.Chain.CapsuleID != fmt.Sprint("cap-", i) {
@@ -200,10 +201,10 @@ func TestGateHeadKeepsNoState(t *testing.T) {
 		}
 	}
 	var h room.ChainHead
-	if e.request("roompub.v1.head", nil, []byte(`{"run_id":"run-head","capsule_id":"cap-known"}`), &h); h.Next != 2 {
+	if e.Request("roompub.v1.head", nil, []byte(`{"run_id":"run-head","capsule_id":"cap-known"}`), &h); h.Next != 2 {
 		t.Fatalf("head of the known chain: %+v", h)
 	}
-	if got := e.gate.ChainStates(); got != before {
+	if got := e.Gate.ChainStates(); got != before {
 		t.Fatalf("%d chain states after %d head requests, was %d", got, n, before)
 	}
 }
@@ -213,19 +214,19 @@ func TestGateHeadKeepsNoState(t *testing.T) {
 // the stream: its next line is stored at its position, an old one is a
 // duplicate.
 func TestGateEvictsIdleChains(t *testing.T) {
-	e := newEnv(t)
+	e := roomtest.NewEnv(t)
 	var elapsed atomic.Int64
 	base := time.Now()
 	now := func() time.Time { return base.Add(time.Duration(elapsed.Load())) }
 	const idle, chains = time.Minute, 50
-	g, err := room.NewGate(t.Context(), e.nc, room.WithGateClock(room.GateOptions{Validator: e.v, ChainIdle: idle}, now))
+	g, err := room.NewGate(t.Context(), e.Nc, room.WithGateClock(room.GateOptions{Validator: e.V, ChainIdle: idle}, now))
 	if err != nil {
 		t.Fatal(err)
 	}
 	es := make([][]*events.Entry, chains)
 	for i := range es {
-		es[i], _ = journal(t, "run-idle", fmt.Sprint("cap-", i), 3)
-		if r, err := g.AppendJournal(t.Context(), "room:idle", lines(es[i][:2]), nil); err != nil || r.Stored != 2 {
+		es[i], _ = roomtest.Journal(t, "run-idle", fmt.Sprint("cap-", i), 3)
+		if r, err := g.AppendJournal(t.Context(), "room:idle", roomtest.Lines(es[i][:2]), nil); err != nil || r.Stored != 2 {
 			t.Fatalf("chain %d: %+v %v", i, r, err)
 		}
 	}
@@ -242,11 +243,11 @@ func TestGateEvictsIdleChains(t *testing.T) {
 	if got := g.ChainStates(); got != 0 {
 		t.Fatalf("%d chain states after the idle period, want 0", got)
 	}
-	r, err := g.AppendJournal(t.Context(), "room:idle", lines(es[0][2:]), nil)
+	r, err := g.AppendJournal(t.Context(), "room:idle", roomtest.Lines(es[0][2:]), nil)
 	if err != nil || r.Stored != 1 || r.Head.Next != 3 {
 		t.Fatalf("next line of an evicted chain: %+v %v", r, err)
 	}
-	r, err = g.AppendJournal(t.Context(), "room:idle", lines(es[1][:1]), nil)
+	r, err = g.AppendJournal(t.Context(), "room:idle", roomtest.Lines(es[1][:1]), nil)
 	if err != nil || r.Dupes != 1 {
 		t.Fatalf("old line of an evicted chain: %+v %v", r, err)
 	}
@@ -263,23 +264,23 @@ func TestGateEvictsIdleChains(t *testing.T) {
 // sent after those are answered over_quota at once instead of being held.
 // Once the chain's first line is stored, the 4 held are stored, in order.
 func TestServiceWaitingBodiesCount(t *testing.T) {
-	e := newEnv(t)
-	e.setAheadWait(time.Minute)
+	e := roomtest.NewEnv(t)
+	e.EachGate(func(g *room.Gate) { g.SetAheadWait(time.Minute) })
 	const roomID, held, over = "room:wait", 4, 5
-	es, _ := journal(t, "run-wait", "cap-wait", 1+held+over)
+	es, _ := roomtest.Journal(t, "run-wait", "cap-wait", 1+held+over)
 	bodies := make([][]byte, held+over)
 	for i := range bodies {
-		bodies[i] = lines(es[1+i : 2+i])
+		bodies[i] = roomtest.Lines(es[1+i : 2+i])
 		if len(bodies[i]) != len(bodies[0]) {
 			t.Fatalf("request %d is %d bytes, the first %d", i, len(bodies[i]), len(bodies[0]))
 		}
 	}
 	share := held * (len(bodies[0]) + room.RequestOverheadBytes)
-	svc := e.restartService(room.ServiceOptions{IdentityConcurrency: 100, IdentityPendingBytes: share})
+	svc := restartService(e, room.ServiceOptions{IdentityConcurrency: 100, IdentityPendingBytes: share})
 	tok := room.IdentityToken("pipeliner")
 	// Each request names the seq of the line ahead of it (HeaderPipelined),
 	// so it waits for the chain to get there: seq 0 is not sent yet.
-	nc := e.connect()
+	nc := e.Connect()
 	collects := make([]func() ([]string, [][]byte), len(bodies))
 	for i, b := range bodies {
 		hdr := nats.Header{room.HeaderRoom: []string{roomID}, room.HeaderPipelined: []string{fmt.Sprint(i)}}
@@ -299,7 +300,7 @@ func TestServiceWaitingBodiesCount(t *testing.T) {
 	// The chain's first line, by the same identity (the chain's owner),
 	// straight through the gate: through the service it would be over
 	// the share the 4 hold.
-	if r, err := e.gate.AppendJournalAs(t.Context(), roomID, tok, lines(es[:1]), nil); err != nil || r.Stored != 1 {
+	if r, err := e.Gate.AppendJournalAs(t.Context(), roomID, tok, roomtest.Lines(es[:1]), nil); err != nil || r.Stored != 1 {
 		t.Fatalf("first line: %+v %v", r, err)
 	}
 	for i := range held {
@@ -310,7 +311,7 @@ func TestServiceWaitingBodiesCount(t *testing.T) {
 		}
 	}
 	chainInStream(t, e, roomID, es[:1+held])
-	if got := e.state().Msgs; got != 1+held {
+	if got := e.State().Msgs; got != 1+held {
 		t.Fatalf("stream holds %d messages, want %d", got, 1+held)
 	}
 }

@@ -101,7 +101,7 @@ func Follow(ctx context.Context, js jetstream.JetStream, o FollowOptions, handle
 		return fmt.Errorf("%w: follow needs a validator and a durable name", ErrReader)
 	}
 	if o.Reexamine && o.SetAsideList == nil {
-		return fmt.Errorf("%w: re-examination needs the set-aside list", ErrGate)
+		return fmt.Errorf("%w: re-examination needs the set-aside list", ErrReader)
 	}
 	log := o.Logger
 	if log == nil {
@@ -115,7 +115,7 @@ func Follow(ctx context.Context, js jetstream.JetStream, o FollowOptions, handle
 		o.AckWait = 30 * time.Second
 	}
 	o.Rooms = uniqueRooms(o.Rooms)
-	cctx, cancel := withDefaultTimeout(ctx)
+	cctx, cancel := jsapi.WithDefaultTimeout(ctx, DefaultTimeout)
 	st, err := js.Stream(cctx, name)
 	if err != nil {
 		cancel()
@@ -469,7 +469,7 @@ var errAsideWalk = errors.New("messages that are no checkpoint of the room signe
 // message's headers for the server's (nats.go's GetLastMsgForSubject
 // fails on a stored message with a Status header).
 func newestCheckpoint(ctx context.Context, nc *nats.Conn, stream, subj, roomID string, trust *checkpoint.Trust, log *zap.Logger) (*checkpoint.Checkpoint, uint64, error) {
-	m, err := leaderGet(ctx, nc, stream, DefaultTimeout, map[string]any{"last_by_subj": subj})
+	m, err := jsapi.LeaderGetRaw(ctx, nc, stream, DefaultTimeout, map[string]any{"last_by_subj": subj})
 	if err != nil || m == nil {
 		return nil, 0, err
 	}
@@ -487,7 +487,7 @@ func newestCheckpoint(ctx context.Context, nc *nats.Conn, stream, subj, roomID s
 		if seq <= 1 {
 			return nil, 0, nil
 		}
-		cctx, cancel := withDefaultTimeout(ctx)
+		cctx, cancel := jsapi.WithDefaultTimeout(ctx, DefaultTimeout)
 		msgs, err := jsapi.DirectBatch(cctx, nc, stream, jsapi.BatchRequest{MultiLast: []string{subj}, UpToSeq: seq - 1, Batch: 1}, DefaultTimeout)
 		cancel()
 		if err != nil {

@@ -13,6 +13,7 @@ import (
 
 	"github.com/roompub/roompub/events"
 	"github.com/roompub/roompub/room"
+	"github.com/roompub/roompub/room/internal/roomtest"
 	"github.com/roompub/roompub/validate"
 )
 
@@ -34,30 +35,30 @@ type reexamineRun struct {
 // followOnce runs Follow with o and list until the message sentinel
 // appends once Follow is live is handed out (left out of the run's events
 // and set-asides); handle as startFollow's.
-func followOnce(t *testing.T, e *env, o room.FollowOptions, list string, sentinel func() uint64, handle func(*room.Event) error) reexamineRun {
+func followOnce(t *testing.T, e *roomtest.Env, o room.FollowOptions, list string, sentinel func() uint64, handle func(*room.Event) error) reexamineRun {
 	t.Helper()
 	l := &room.SetAsideList{Path: list}
 	o.SetAsideList = l
 	ready := make(chan room.ListFacts, 1)
 	o.Ready = func(uint64) { ready <- l.Facts() }
-	f := startFollow(t, e.js, o, handle)
+	f := roomtest.StartFollow(t, e.Js, o, handle)
 	var run reexamineRun
 	select {
 	case run.facts = <-ready:
-	case <-f.done:
-		run.err = f.err
-		run.asides = f.asides
-		for _, ev := range f.events {
+	case <-f.Done:
+		run.err = f.Err
+		run.asides = f.Asides
+		for _, ev := range f.Events {
 			run.events = append(run.events, ev)
 		}
 		return run
 	}
 	seq := sentinel()
 	deadline := time.Now().Add(15 * time.Second)
-	for !slices.Contains(f.eventSeqs(), seq) && !slices.ContainsFunc(f.setAside(), func(a room.SetAside) bool { return a.Seq == seq }) {
+	for !slices.Contains(f.EventSeqs(), seq) && !slices.ContainsFunc(setAsideOf(f), func(a room.SetAside) bool { return a.Seq == seq }) {
 		select {
-		case <-f.done:
-			t.Fatalf("Follow returned %v before the sentinel", f.err)
+		case <-f.Done:
+			t.Fatalf("Follow returned %v before the sentinel", f.Err)
 		default:
 		}
 		if time.Now().After(deadline) {
@@ -65,13 +66,13 @@ func followOnce(t *testing.T, e *env, o room.FollowOptions, list string, sentine
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
-	run.err = f.stop(t)
-	for _, ev := range f.events {
+	run.err = f.Stop(t)
+	for _, ev := range f.Events {
 		if ev.Seq != seq {
 			run.events = append(run.events, ev)
 		}
 	}
-	for _, a := range f.asides {
+	for _, a := range f.Asides {
 		if a.Seq != seq {
 			run.asides = append(run.asides, a)
 		}
@@ -81,9 +82,9 @@ func followOnce(t *testing.T, e *env, o room.FollowOptions, list string, sentine
 
 // gateSentinel is a sentinel for followOnce: a record named name shipped
 // through e's gate.
-func gateSentinel(t *testing.T, e *env, name string) func() uint64 {
+func gateSentinel(t *testing.T, e *roomtest.Env, name string) func() uint64 {
 	return func() uint64 {
-		return e.shipRecord(recordIn(t, e.key, "room:sentinel", name, nil).Canonical()).Item.StreamSeq
+		return e.ShipRecord(roomtest.RecordIn(t, e.Key, "room:sentinel", name, nil).Canonical()).Item.StreamSeq
 	}
 }
 
@@ -146,21 +147,21 @@ func listed(t *testing.T, path string) (seqs []uint64, served bool) {
 // contradicts; the next run serves nothing again.
 func TestFollowReexamineRecord(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t)
-	stranger := newHostKey(t)
+	e := roomtest.NewEnv(t)
+	stranger := roomtest.NewHostKey(t)
 	list := filepath.Join(t.TempDir(), "d.set-aside.ndjson")
-	_, body := journal(t, "run-1", "cap-1", 2)
-	e.shipJournal("room:r", body)                                                                       // 1, 2
-	r := publishRaw(t, e.js, "rooms.r.exec", recordIn(t, stranger, "room:r", "rec-1", nil).Canonical()) // 3
-	twin := e.shipRecord(recordIn(t, e.key, "room:r", "rec-1", nil).Canonical()).Item.StreamSeq         // 4: the same key, from a trusted host
+	_, body := roomtest.Journal(t, "run-1", "cap-1", 2)
+	e.ShipJournal("room:r", body)                                                                                         // 1, 2
+	r := roomtest.PublishRaw(t, e.Js, "rooms.r.exec", roomtest.RecordIn(t, stranger, "room:r", "rec-1", nil).Canonical()) // 3
+	twin := e.ShipRecord(roomtest.RecordIn(t, e.Key, "room:r", "rec-1", nil).Canonical()).Item.StreamSeq                  // 4: the same key, from a trusted host
 	if r != 3 || twin != 4 {
 		t.Fatalf("stream seqs %d %d", r, twin)
 	}
-	onlyOwn, err := validate.New(validate.WithTrustedHosts(e.key.NodeID()))
+	onlyOwn, err := validate.New(validate.WithTrustedHosts(e.Key.NodeID()))
 	if err != nil {
 		t.Fatal(err)
 	}
-	both, err := validate.New(validate.WithTrustedHosts(e.key.NodeID(), stranger.NodeID()))
+	both, err := validate.New(validate.WithTrustedHosts(e.Key.NodeID(), stranger.NodeID()))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -222,7 +223,7 @@ func TestFollowReexamineRecord(t *testing.T) {
 		t.Errorf("second re-examination: %v, events %v, set aside %v, facts %+v", run.err, seqsOf(run.events), asideSeqs(run.asides), run.facts)
 	}
 
-	if err := room.Follow(t.Context(), e.js, room.FollowOptions{Durable: "d", Validator: both, Reexamine: true}, nil); err == nil {
+	if err := room.Follow(t.Context(), e.Js, room.FollowOptions{Durable: "d", Validator: both, Reexamine: true}, nil); err == nil {
 		t.Error("Reexamine without a set-aside list did not fail")
 	}
 }
@@ -235,9 +236,9 @@ func TestFollowReexamineRecord(t *testing.T) {
 // then the next live entry; a run after it serves nothing again.
 func TestFollowReexamineChain(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t)
+	e := roomtest.NewEnv(t)
 	list := filepath.Join(t.TempDir(), "d.set-aside.ndjson")
-	widened, err := validate.New(validate.WithTrustedHosts(e.key.NodeID()), validate.WithSchemaFS(os.DirFS("../testdata/samples/widened/schemas")))
+	widened, err := validate.New(validate.WithTrustedHosts(e.Key.NodeID()), validate.WithSchemaFS(os.DirFS("../testdata/samples/widened/schemas")))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -247,10 +248,10 @@ func TestFollowReexamineChain(t *testing.T) {
 		e1 := g.next(t)
 		if payload != nil {
 			// Rebuilt at the same position, its parent the chain's head.
-			e1 = rebuilt(t, e1, map[string]any{"payload": payload})
+			e1 = roomtest.Rebuilt(t, e1, map[string]any{"payload": payload})
 			g.es[len(g.es)-1] = e1
 		}
-		return publishRaw(t, e.js, subj.Journal(g.roomID, g.key), e1.Canonical())
+		return roomtest.PublishRaw(t, e.Js, subj.Journal(g.roomID, g.key), e1.Canonical())
 	}
 	next(nil)                                                            // 1: position 0
 	next(nil)                                                            // 2: 1
@@ -258,7 +259,7 @@ func TestFollowReexamineChain(t *testing.T) {
 	next(nil)                                                            // 4: 3
 	next(nil)                                                            // 5: 4
 
-	run := followOnce(t, e, room.FollowOptions{Durable: "d", Validator: e.v}, list, gateSentinel(t, e, "s-1"), nil)
+	run := followOnce(t, e, room.FollowOptions{Durable: "d", Validator: e.V}, list, gateSentinel(t, e, "s-1"), nil)
 	if run.err != nil || !slices.Equal(seqsOf(run.events), []string{"1", "2"}) ||
 		!slices.Equal(asideSeqs(run.asides), []string{"3 invalid_entry", "4 chain_broken", "5 chain_broken"}) {
 		t.Fatalf("first run: %v, events %v, set aside %v", run.err, seqsOf(run.events), asideSeqs(run.asides))
@@ -296,10 +297,10 @@ func TestFollowReexamineChain(t *testing.T) {
 }
 
 // setAside returns a copy of what the follower has set aside so far.
-func (f *follower) setAside() []room.SetAside {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	return slices.Clone(f.asides)
+func setAsideOf(f *roomtest.Follower) []room.SetAside {
+	f.Mu.Lock()
+	defer f.Mu.Unlock()
+	return slices.Clone(f.Asides)
 }
 
 // TestFollowReexamineAttested: a reader trusting publisher K1 sets aside
@@ -310,32 +311,32 @@ func (f *follower) setAside() []room.SetAside {
 // verified.
 func TestFollowReexamineAttested(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t)
-	k1, k2 := newHostKey(t), newHostKey(t)
+	e := roomtest.NewEnv(t)
+	k1, k2 := roomtest.NewHostKey(t), roomtest.NewHostKey(t)
 	list := filepath.Join(t.TempDir(), "d.set-aside.ndjson")
-	a1, a2 := newAttestor(t, e.js, k1, attRoom), newAttestor(t, e.js, k2, attRoom)
-	es, _ := journal(t, "run-1", "cap-1", 5)
+	a1, a2 := newAttestor(t, e.Js, k1, attRoom), newAttestor(t, e.Js, k2, attRoom)
+	es, _ := roomtest.Journal(t, "run-1", "cap-1", 5)
 	a1.entries(es[0], es[1]) // 1, 2
 	a2.entries(es[2], es[3]) // 3, 4
 	a1.entry(es[4])          // 5
-	sentinels := newAttestor(t, e.js, k1, "room:sentinel")
+	sentinels := newAttestor(t, e.Js, k1, "room:sentinel")
 	n := 0
 	sentinel := func() uint64 {
 		n++
-		return sentinels.record(recordIn(t, e.key, "room:sentinel", fmt.Sprint("s-", n), nil))
+		return sentinels.record(roomtest.RecordIn(t, e.Key, "room:sentinel", fmt.Sprint("s-", n), nil))
 	}
 
-	run := followOnce(t, e, room.FollowOptions{Durable: "d", Validator: e.v, Trust: trusting(t, k1)}, list, sentinel, nil)
+	run := followOnce(t, e, room.FollowOptions{Durable: "d", Validator: e.V, Trust: trusting(t, k1)}, list, sentinel, nil)
 	if run.err != nil || !slices.Equal(seqsOf(run.events), []string{"1", "2"}) ||
 		!slices.Equal(asideSeqs(run.asides), []string{"3 checkpoint_mismatch", "4 checkpoint_mismatch", "5 gap"}) {
 		t.Fatalf("trusting K1: %v, events %v, set aside %v", run.err, seqsOf(run.events), asideSeqs(run.asides))
 	}
-	run = followOnce(t, e, room.FollowOptions{Durable: "d", Validator: e.v, Trust: trusting(t, k1, k2), Reexamine: true}, list, sentinel, nil)
+	run = followOnce(t, e, room.FollowOptions{Durable: "d", Validator: e.V, Trust: trusting(t, k1, k2), Reexamine: true}, list, sentinel, nil)
 	if run.err != nil || !slices.Equal(seqsOf(run.events), []string{"3r", "4r", "5r"}) || len(run.asides) != 0 ||
 		run.facts != (room.ListFacts{Listed: 3, Served: 3}) {
 		t.Fatalf("trusting both, re-examined: %v, events %v, set aside %v, facts %+v", run.err, seqsOf(run.events), asideSeqs(run.asides), run.facts)
 	}
-	run = followOnce(t, e, room.FollowOptions{Durable: "d", Validator: e.v, Trust: trusting(t, k1, k2), Reexamine: true}, list, sentinel, nil)
+	run = followOnce(t, e, room.FollowOptions{Durable: "d", Validator: e.V, Trust: trusting(t, k1, k2), Reexamine: true}, list, sentinel, nil)
 	if run.err != nil || len(run.events)+len(run.asides) != 0 || run.facts != (room.ListFacts{}) {
 		t.Errorf("again: %v, events %v, set aside %v, facts %+v", run.err, seqsOf(run.events), asideSeqs(run.asides), run.facts)
 	}

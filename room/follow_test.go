@@ -9,6 +9,7 @@ import (
 
 	"github.com/roompub/roompub/events"
 	"github.com/roompub/roompub/room"
+	"github.com/roompub/roompub/room/internal/roomtest"
 )
 
 // TestFollowCompromisedWriter: Follow hands out every good message of the
@@ -16,27 +17,27 @@ import (
 // and stream sequence, without stopping.
 func TestFollowCompromisedWriter(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t)
+	e := roomtest.NewEnv(t)
 	sc := compromisedStream(t, e)
-	f := startFollow(t, e.js, room.FollowOptions{Durable: "all", Validator: e.v}, nil)
-	f.waitSeen(t, int(sc.last))
-	if err := f.stop(t); err != nil {
+	f := roomtest.StartFollow(t, e.Js, room.FollowOptions{Durable: "all", Validator: e.V}, nil)
+	f.WaitSeen(t, int(sc.last))
+	if err := f.Stop(t); err != nil {
 		t.Fatal(err)
 	}
-	if got := f.eventSeqs(); !slices.Equal(got, sc.events) {
+	if got := f.EventSeqs(); !slices.Equal(got, sc.events) {
 		t.Errorf("events at %v, want %v", got, sc.events)
 	}
-	var got []aside
-	for _, s := range f.asides {
-		got = append(got, asideOf(t, s))
+	var got []roomtest.Aside
+	for _, s := range f.Asides {
+		got = append(got, roomtest.AsideOf(t, s))
 	}
-	diffAsides(t, "set aside", got, sc.asides)
+	roomtest.DiffAsides(t, "set aside", got, sc.asides)
 
 	// One room: only its subjects are delivered, the junk subject under
 	// its token included.
-	f = startFollow(t, e.js, room.FollowOptions{Durable: "evil", Rooms: []string{evilRoom}, Validator: e.v}, nil)
+	f = roomtest.StartFollow(t, e.Js, room.FollowOptions{Durable: "evil", Rooms: []string{evilRoom}, Validator: e.V}, nil)
 	var wantEvents []uint64
-	var wantAsides []aside
+	var wantAsides []roomtest.Aside
 	for _, s := range sc.events {
 		if s != 8 && s != 22 && s != 26 { // seq 8 and 22 are in the reference room, 26 in room:other
 			wantEvents = append(wantEvents, s)
@@ -47,25 +48,25 @@ func TestFollowCompromisedWriter(t *testing.T) {
 			wantAsides = append(wantAsides, a)
 		}
 	}
-	f.waitSeen(t, len(wantEvents)+len(wantAsides))
-	if err := f.stop(t); err != nil {
+	f.WaitSeen(t, len(wantEvents)+len(wantAsides))
+	if err := f.Stop(t); err != nil {
 		t.Fatal(err)
 	}
-	if got := f.eventSeqs(); !slices.Equal(got, wantEvents) {
+	if got := f.EventSeqs(); !slices.Equal(got, wantEvents) {
 		t.Errorf("%s: events at %v, want %v", evilRoom, got, wantEvents)
 	}
 	got = nil
-	for _, s := range f.asides {
-		got = append(got, asideOf(t, s))
+	for _, s := range f.Asides {
+		got = append(got, roomtest.AsideOf(t, s))
 	}
-	diffAsides(t, "set aside in "+evilRoom, got, wantAsides)
+	roomtest.DiffAsides(t, "set aside in "+evilRoom, got, wantAsides)
 }
 
 // shipN ships n entries of one chain through the gate and returns them.
-func shipN(t *testing.T, e *env, roomID string, n int) []*events.Entry {
+func shipN(t *testing.T, e *roomtest.Env, roomID string, n int) []*events.Entry {
 	t.Helper()
-	es, body := journal(t, "run-long", "cap-long", n)
-	if r := e.shipJournal(roomID, body); r.Stored != n {
+	es, body := roomtest.Journal(t, "run-long", "cap-long", n)
+	if r := e.ShipJournal(roomID, body); r.Stored != n {
 		t.Fatalf("ship: %+v", r)
 	}
 	return es
@@ -76,39 +77,39 @@ func shipN(t *testing.T, e *env, roomID string, n int) []*events.Entry {
 // handler exactly once across the two runs, in stream order.
 func TestFollowCancelAndRestart(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t)
+	e := roomtest.NewEnv(t)
 	const n = 300
 	shipN(t, e, "room:long", n)
 	hit := make(chan struct{})
-	f1 := startFollow(t, e.js, room.FollowOptions{Durable: "d", Validator: e.v}, func(ev *room.Event) error {
+	f1 := roomtest.StartFollow(t, e.Js, room.FollowOptions{Durable: "d", Validator: e.V}, func(ev *room.Event) error {
 		if ev.Seq == 100 {
 			close(hit)
 		}
 		return nil
 	})
 	<-hit
-	f1.cancel()
-	if err := f1.wait(t); err != nil {
+	f1.Cancel()
+	if err := f1.Wait(t); err != nil {
 		t.Fatalf("first run: %v", err)
 	}
-	first := f1.eventSeqs()
-	if len(first) < 100 || len(first) >= n || !slices.Equal(first, seqRange(1, uint64(len(first)))) {
+	first := f1.EventSeqs()
+	if len(first) < 100 || len(first) >= n || !slices.Equal(first, roomtest.SeqRange(1, uint64(len(first)))) {
 		t.Fatalf("first run handled %v", first)
 	}
 	var floor uint64
-	f2 := startFollow(t, e.js, room.FollowOptions{Durable: "d", Validator: e.v, Ready: func(f uint64) { floor = f }}, nil)
-	f2.waitSeen(t, n-len(first))
-	if err := f2.stop(t); err != nil {
+	f2 := roomtest.StartFollow(t, e.Js, room.FollowOptions{Durable: "d", Validator: e.V, Ready: func(f uint64) { floor = f }}, nil)
+	f2.WaitSeen(t, n-len(first))
+	if err := f2.Stop(t); err != nil {
 		t.Fatal(err)
 	}
 	if floor != uint64(len(first)) {
 		t.Errorf("second run rebuilt to stream seq %d, want %d", floor, len(first))
 	}
-	if all := append(first, f2.eventSeqs()...); !slices.Equal(all, seqRange(1, n)) {
+	if all := append(first, f2.EventSeqs()...); !slices.Equal(all, roomtest.SeqRange(1, n)) {
 		t.Errorf("across both runs the handler saw %v", all)
 	}
-	if len(f1.asides)+len(f2.asides) != 0 {
-		t.Errorf("set aside: %v %v", f1.asides, f2.asides)
+	if len(f1.Asides)+len(f2.Asides) != 0 {
+		t.Errorf("set aside: %v %v", f1.Asides, f2.Asides)
 	}
 }
 
@@ -128,16 +129,16 @@ func TestFollowRestartAfterCrash(t *testing.T) {
 		{name: "handler error", repeat: false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			e := newEnv(t)
+			e := roomtest.NewEnv(t)
 			const n, crashAt = 300, 77
 			shipN(t, e, "room:long", n)
-			nc := e.connect()
+			nc := e.Connect()
 			js, err := jetstream.New(nc)
 			if err != nil {
 				t.Fatal(err)
 			}
 			errCrash := errors.New("crash")
-			f1 := startFollow(t, js, room.FollowOptions{Durable: "d", Validator: e.v}, func(ev *room.Event) error {
+			f1 := roomtest.StartFollow(t, js, room.FollowOptions{Durable: "d", Validator: e.V}, func(ev *room.Event) error {
 				if ev.Seq != crashAt {
 					return nil
 				}
@@ -147,8 +148,8 @@ func TestFollowRestartAfterCrash(t *testing.T) {
 				}
 				return errCrash
 			})
-			err = f1.wait(t)
-			first := f1.eventSeqs()
+			err = f1.Wait(t)
+			first := f1.EventSeqs()
 			switch {
 			case tc.repeat && (err == nil || errors.Is(err, room.ErrHandler)):
 				t.Fatalf("first run returned %v, want the failed ack", err)
@@ -159,23 +160,23 @@ func TestFollowRestartAfterCrash(t *testing.T) {
 			if tc.repeat {
 				last = crashAt
 			}
-			if !slices.Equal(first, seqRange(1, last)) {
+			if !slices.Equal(first, roomtest.SeqRange(1, last)) {
 				t.Fatalf("first run handled %v", first)
 			}
 			var floor uint64
-			f2 := startFollow(t, e.js, room.FollowOptions{Durable: "d", Validator: e.v, Ready: func(f uint64) { floor = f }}, nil)
-			f2.waitSeen(t, n-crashAt+1)
-			if err := f2.stop(t); err != nil {
+			f2 := roomtest.StartFollow(t, e.Js, room.FollowOptions{Durable: "d", Validator: e.V, Ready: func(f uint64) { floor = f }}, nil)
+			f2.WaitSeen(t, n-crashAt+1)
+			if err := f2.Stop(t); err != nil {
 				t.Fatal(err)
 			}
 			if floor != crashAt-1 {
 				t.Errorf("second run rebuilt to stream seq %d, want %d", floor, crashAt-1)
 			}
-			if second := f2.eventSeqs(); !slices.Equal(second, seqRange(crashAt, n)) {
+			if second := f2.EventSeqs(); !slices.Equal(second, roomtest.SeqRange(crashAt, n)) {
 				t.Errorf("second run handled %v, want %d to %d", second, crashAt, n)
 			}
-			if len(f1.asides)+len(f2.asides) != 0 {
-				t.Errorf("set aside: %v %v", f1.asides, f2.asides)
+			if len(f1.Asides)+len(f2.Asides) != 0 {
+				t.Errorf("set aside: %v %v", f1.Asides, f2.Asides)
 			}
 		})
 	}
@@ -187,19 +188,19 @@ func TestFollowRestartAfterCrash(t *testing.T) {
 // the restart is recognised against messages handled before it.
 func TestFollowLiveAndRebuild(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t)
-	es, _ := journal(t, "run-1", "cap-1", 6)
-	rec := recordIn(t, e.key, "room:alpha", "r-1", nil)
+	e := roomtest.NewEnv(t)
+	es, _ := roomtest.Journal(t, "run-1", "cap-1", 6)
+	rec := roomtest.RecordIn(t, e.Key, "room:alpha", "r-1", nil)
 	var floor uint64
-	o := room.FollowOptions{Durable: "live", Rooms: []string{"room:alpha"}, Validator: e.v, Ready: func(f uint64) { floor = f }}
-	f := startFollow(t, e.js, o, nil)
-	e.shipJournal("room:alpha", lines(es[:3])) // 1-3, while following
-	e.shipRecord(rec.Canonical())              // 4
-	f.waitSeen(t, 4)
-	if err := f.stop(t); err != nil {
+	o := room.FollowOptions{Durable: "live", Rooms: []string{"room:alpha"}, Validator: e.V, Ready: func(f uint64) { floor = f }}
+	f := roomtest.StartFollow(t, e.Js, o, nil)
+	e.ShipJournal("room:alpha", roomtest.Lines(es[:3])) // 1-3, while following
+	e.ShipRecord(rec.Canonical())                       // 4
+	f.WaitSeen(t, 4)
+	if err := f.Stop(t); err != nil {
 		t.Fatal(err)
 	}
-	if got := f.eventSeqs(); !slices.Equal(got, seqRange(1, 4)) || floor != 0 {
+	if got := f.EventSeqs(); !slices.Equal(got, roomtest.SeqRange(1, 4)) || floor != 0 {
 		t.Fatalf("live: events %v, rebuilt to %d", got, floor)
 	}
 
@@ -207,31 +208,31 @@ func TestFollowLiveAndRebuild(t *testing.T) {
 	// at a position wins: the chain is broken from the fork) and the same
 	// record again; then, live, the chain's next entry, set aside because
 	// the chain is broken.
-	publishRaw(t, e.js, "rooms.alpha.journal.run-1.cap-1", forkOf(t, es[1]).Canonical()) // 5
-	publishRaw(t, e.js, "rooms.alpha.exec", rec.Canonical())                             // 6
-	f = startFollow(t, e.js, o, nil)
-	f.waitSeen(t, 2)
-	publishRaw(t, e.js, "rooms.alpha.journal.run-1.cap-1", es[3].Canonical()) // 7
-	f.waitSeen(t, 3)
-	if err := f.stop(t); err != nil {
+	roomtest.PublishRaw(t, e.Js, "rooms.alpha.journal.run-1.cap-1", roomtest.ForkOf(t, es[1]).Canonical()) // 5
+	roomtest.PublishRaw(t, e.Js, "rooms.alpha.exec", rec.Canonical())                                      // 6
+	f = roomtest.StartFollow(t, e.Js, o, nil)
+	f.WaitSeen(t, 2)
+	roomtest.PublishRaw(t, e.Js, "rooms.alpha.journal.run-1.cap-1", es[3].Canonical()) // 7
+	f.WaitSeen(t, 3)
+	if err := f.Stop(t); err != nil {
 		t.Fatal(err)
 	}
 	if floor != 4 {
 		t.Errorf("restart rebuilt to stream seq %d, want 4", floor)
 	}
-	var got []aside
-	for _, s := range f.asides {
-		got = append(got, asideOf(t, s))
+	var got []roomtest.Aside
+	for _, s := range f.Asides {
+		got = append(got, roomtest.AsideOf(t, s))
 	}
-	diffAsides(t, "set aside after the restart", got, []aside{
+	roomtest.DiffAsides(t, "set aside after the restart", got, []roomtest.Aside{
 		{Seq: 5, Code: events.Fork, RoomID: "room:alpha", Kind: room.KindJournal, Subject: "rooms.alpha.journal.run-1.cap-1", Chain: "run-1/cap-1", Problems: []events.Code{events.Fork}},
 		{Seq: 6, Code: events.Replayed, RoomID: "room:alpha", Kind: room.KindExecution, Subject: "rooms.alpha.exec", Problems: []events.Code{events.Replayed}},
 		{Seq: 7, Code: events.ChainBroken, RoomID: "room:alpha", Kind: room.KindJournal, Subject: "rooms.alpha.journal.run-1.cap-1", Chain: "run-1/cap-1", Problems: []events.Code{events.ChainBroken}},
 	})
-	if len(f.eventSeqs()) != 0 {
-		t.Errorf("events after the restart: %v", f.eventSeqs())
+	if len(f.EventSeqs()) != 0 {
+		t.Errorf("events after the restart: %v", f.EventSeqs())
 	}
-	if err := room.Follow(t.Context(), e.js, room.FollowOptions{Validator: e.v}, nil); err == nil {
+	if err := room.Follow(t.Context(), e.Js, room.FollowOptions{Validator: e.V}, nil); err == nil {
 		t.Error("Follow without a durable name did not fail")
 	}
 }

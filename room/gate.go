@@ -107,14 +107,6 @@ type AttestationSink interface {
 	Unstored(header string)
 }
 
-// StoredMsg is one attested message the gate appended, as AttestationSink
-// Expect was told of it.
-type StoredMsg struct {
-	Subject string   // the subject it is stored on
-	Header  string   // its checkpoint.AttestationHeader value
-	Content [32]byte // checkpoint.ContentHash of its data
-}
-
 // Defaults of GateOptions.
 const (
 	DefaultMaxBatch           = 1000
@@ -191,7 +183,7 @@ func NewGate(ctx context.Context, nc *nats.Conn, o GateOptions) (*Gate, error) {
 	if name == "" {
 		name = DefaultStream
 	}
-	cctx, cancel := withDefaultTimeout(ctx)
+	cctx, cancel := jsapi.WithDefaultTimeout(ctx, DefaultTimeout)
 	defer cancel()
 	st, err := js.Stream(cctx, name)
 	if err != nil {
@@ -358,18 +350,11 @@ func (g *Gate) lastOn(ctx context.Context, subject string, leader bool) (*jetstr
 // allows direct gets) from its own copy, which can lag behind the stream:
 // what a refusal or a record decision rests on is read here instead.
 func (g *Gate) leaderMsg(ctx context.Context, req map[string]any) (*jetstream.RawStreamMsg, error) {
-	return leaderGet(ctx, g.nc, g.stream.CachedInfo().Config.Name, g.timeout, req)
+	return jsapi.LeaderGetRaw(ctx, g.nc, g.stream.CachedInfo().Config.Name, g.timeout, req)
 }
 
 // leaderGet is Gate.leaderMsg on stream over nc, bounded by timeout
 // (jsapi.LeaderGet).
-func leaderGet(ctx context.Context, nc *nats.Conn, stream string, timeout time.Duration, req map[string]any) (*jetstream.RawStreamMsg, error) {
-	m, err := jsapi.LeaderGet(ctx, nc, stream, timeout, req)
-	if err != nil || m == nil {
-		return nil, err
-	}
-	return m.Raw(), nil
-}
 
 // reload brings c up to the stream's head for key; with leader set, as the
 // stream leader has it (see lastOn). With a publisher key the head is the

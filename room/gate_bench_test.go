@@ -18,6 +18,7 @@ import (
 	"github.com/roompub/roompub/room"
 	"github.com/roompub/roompub/room/client"
 	"github.com/roompub/roompub/room/embedded"
+	"github.com/roompub/roompub/room/internal/roomtest"
 	"github.com/roompub/roompub/validate"
 )
 
@@ -123,7 +124,7 @@ func gateBenchChains(b *testing.B, from, n, size int) [][]*events.Entry {
 	b.Helper()
 	out := make([][]*events.Entry, n)
 	for i := range out {
-		out[i], _ = journal(b, "run-b", "cap-"+strconv.Itoa(from+i), size)
+		out[i], _ = roomtest.Journal(b, "run-b", "cap-"+strconv.Itoa(from+i), size)
 	}
 	return out
 }
@@ -137,7 +138,7 @@ func BenchmarkAppendJournal1000(b *testing.B) {
 	b.ReportAllocs()
 	for i := 0; b.Loop(); i++ {
 		b.StopTimer()
-		body := lines(gateBenchChains(b, i, 1, 1000)[0])
+		body := roomtest.Lines(gateBenchChains(b, i, 1, 1000)[0])
 		b.StartTimer()
 		cpu.start()
 		r, err := be.gate.AppendJournal(ctx, "room:bench", body, nil)
@@ -158,7 +159,7 @@ func BenchmarkClientJournal1000(b *testing.B) {
 	b.ReportAllocs()
 	for i := 0; b.Loop(); i++ {
 		b.StopTimer()
-		body := lines(gateBenchChains(b, i, 1, 1000)[0])
+		body := roomtest.Lines(gateBenchChains(b, i, 1, 1000)[0])
 		b.StartTimer()
 		r, err := be.client.AppendJournal(ctx, "room:bench", nil, body)
 		if err != nil || r.Stored != 1000 {
@@ -219,7 +220,7 @@ func BenchmarkClientJournal100Chains(b *testing.B) {
 		errs := make(chan error, len(chains))
 		for _, es := range chains {
 			wg.Go(func() {
-				r, err := be.client.AppendJournal(ctx, "room:bench", nil, lines(es))
+				r, err := be.client.AppendJournal(ctx, "room:bench", nil, roomtest.Lines(es))
 				if err == nil && r.Stored != len(es) {
 					err = fmt.Errorf("stored %d of %d: %+v", r.Stored, len(es), r)
 				}
@@ -273,7 +274,7 @@ func BenchmarkRawAtomicBatch100Chains(b *testing.B) {
 // gateBenchRecords signs n records of one room, each its own key and run.
 func (be *gateBenchEnv) gateBenchRecords(b *testing.B, from, n int) []*events.Record {
 	b.Helper()
-	base := referenceRecord(b, "verified.json")
+	base := roomtest.ReferenceRecord(b, "verified.json")
 	out := make([]*events.Record, n)
 	for i := range out {
 		m := map[string]any{}
@@ -451,7 +452,7 @@ func BenchmarkAppendJournal1000OneByOne(b *testing.B) {
 	b.ReportAllocs()
 	for i := 0; b.Loop(); i++ {
 		b.StopTimer()
-		body := lines(gateBenchChains(b, i, 1, 1000)[0])
+		body := roomtest.Lines(gateBenchChains(b, i, 1, 1000)[0])
 		b.StartTimer()
 		r, err := be.gate.AppendJournalOneByOne(ctx, "room:bench", body, nil)
 		if err != nil || r.Stored != 1000 {

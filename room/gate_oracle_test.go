@@ -270,11 +270,11 @@ func (g *Gate) AppendRecordCatchingUp(ctx context.Context, raw []byte) RecordRep
 			}
 			continue
 		}
-		if seq, ok := r.digests[digest]; ok {
+		if seq, ok := r.Stored(digest); ok {
 			reply.Item = ItemResult{Outcome: OutcomeDuplicate, Hash: rec.ComputedRef(), StreamSeq: seq, Subject: subj}
 			return reply
 		}
-		if ps := r.streamProblems(rec, at); len(ps) > 0 {
+		if ps := r.Problems(rec, at); len(ps) > 0 {
 			reply.Item = RefusedItem(0, ps)
 			reply.Item.Hash = rec.ComputedRef()
 			return reply
@@ -295,7 +295,7 @@ func (g *Gate) AppendRecordCatchingUp(ctx context.Context, raw []byte) RecordRep
 		switch {
 		case err == nil && !ack.Duplicate:
 			r.streamSeq = ack.Sequence
-			r.add(rec, ack.Sequence)
+			r.Add(rec, ack.Sequence)
 			reply.Item = ItemResult{Outcome: OutcomeStored, Hash: rec.ComputedRef(), StreamSeq: ack.Sequence, Subject: subj}
 			return reply
 		case err == nil && ack.Duplicate:

@@ -13,6 +13,7 @@ import (
 
 	"github.com/roompub/roompub/events"
 	"github.com/roompub/roompub/room"
+	"github.com/roompub/roompub/room/internal/roomtest"
 )
 
 // hostileLines are journal lines a hostile or broken harness may send, each
@@ -23,7 +24,7 @@ func hostileLines(t *testing.T) []struct {
 	line []byte
 	code events.Code
 } {
-	good, _ := journal(t, "run-h", "cap-h", 1)
+	good, _ := roomtest.Journal(t, "run-h", "cap-h", 1)
 	obj := good[0].Object()
 	canon := good[0].Canonical()
 	with := func(k string, v any) []byte {
@@ -104,15 +105,15 @@ func hostileLines(t *testing.T) []struct {
 // request, is refused with its code; meanwhile a well-behaved harness
 // keeps shipping through the same service, and only its entries land.
 func TestHostileJournalLines(t *testing.T) {
-	e := newEnv(t)
-	entries, _ := journal(t, "run-good", "cap-good", 60)
+	e := roomtest.NewEnv(t)
+	entries, _ := roomtest.Journal(t, "run-good", "cap-good", 60)
 	var wg sync.WaitGroup
 	wg.Add(1)
 	go func() { // the well-behaved harness, on its own connection
 		defer wg.Done()
-		nc := e.connect()
+		nc := e.Connect()
 		for i := 0; i < len(entries); i += 3 {
-			r := shipJournal(t, nc, "room:good", lines(entries[i:i+3]))
+			r := roomtest.ShipJournal(t, nc, "room:good", roomtest.Lines(entries[i:i+3]))
 			if r.Stored != 3 {
 				t.Errorf("good harness at %d: %+v", i, r)
 				return
@@ -125,7 +126,7 @@ func TestHostileJournalLines(t *testing.T) {
 	}
 	for _, c := range cases {
 		body := append(append([]byte{}, c.line...), '\n')
-		r := e.shipJournal("room:hostile", body)
+		r := e.ShipJournal("room:hostile", body)
 		if len(r.Items) != 1 || r.Items[0].Outcome != room.OutcomeRefused || r.Items[0].Code != c.code {
 			t.Errorf("%s: got %+v, want refused %s", c.name, r.Items, c.code)
 			continue
@@ -135,7 +136,7 @@ func TestHostileJournalLines(t *testing.T) {
 		}
 	}
 	wg.Wait()
-	if st := e.state(); st.Msgs != uint64(len(entries)) {
+	if st := e.State(); st.Msgs != uint64(len(entries)) {
 		t.Fatalf("stream holds %d messages, want only the good harness's %d", st.Msgs, len(entries))
 	}
 	runtime.GC()
@@ -150,8 +151,8 @@ func TestHostileJournalLines(t *testing.T) {
 // a record over the server's max payload never reaches the service (the
 // client library refuses to send it) and the service keeps serving.
 func TestHostileRecords(t *testing.T) {
-	e := newEnv(t)
-	base := referenceBytes(t, "verified.json")
+	e := roomtest.NewEnv(t)
+	base := roomtest.ReferenceBytes(t, "verified.json")
 	var obj map[string]any
 	if err := json.Unmarshal(base, &obj); err != nil {
 		t.Fatal(err)
@@ -206,20 +207,20 @@ func TestHostileRecords(t *testing.T) {
 		t.Fatalf("only %d hostile records", len(cases))
 	}
 	for _, c := range cases {
-		r := e.shipRecord(c.raw)
+		r := e.ShipRecord(c.raw)
 		if r.Item.Outcome != room.OutcomeRefused || r.Item.Code != c.code {
 			t.Errorf("%s: got %s %s, want refused %s", c.name, r.Item.Outcome, r.Item.Code, c.code)
 		}
 	}
 	// Over the max payload: the client refuses to send it at all.
 	huge := with("output", strings.Repeat("x", 1<<20))
-	if _, err := e.nc.Request("roompub.v1.execution", huge, 0); !errors.Is(err, nats.ErrMaxPayload) {
+	if _, err := e.Nc.Request("roompub.v1.execution", huge, 0); !errors.Is(err, nats.ErrMaxPayload) {
 		t.Fatalf("1 MiB record: %v", err)
 	}
-	if r := e.shipRecord(base); r.Item.Outcome != room.OutcomeStored {
+	if r := e.ShipRecord(base); r.Item.Outcome != room.OutcomeStored {
 		t.Fatalf("the service stopped serving: %+v", r.Item)
 	}
-	if st := e.state(); st.Msgs != 1 {
+	if st := e.State(); st.Msgs != 1 {
 		t.Fatalf("stream holds %d messages, want 1", st.Msgs)
 	}
 }

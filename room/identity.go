@@ -90,13 +90,13 @@ func ParseServiceSubject(prefix, subject string) (token, endpoint string, err er
 	}
 	rest, ok := strings.CutPrefix(subject, prefix+".")
 	if !ok {
-		return "", "", fmt.Errorf("%w: %q is not under %s", ErrServiceSubject, clipSubject(subject), prefix)
+		return "", "", fmt.Errorf("%w: %q is not under %s", ErrServiceSubject, ClipSubject(subject), prefix)
 	}
 	if i := strings.IndexByte(rest, '.'); i >= 0 {
 		token, rest = rest[:i], rest[i+1:]
 		id, derr := DecodeToken(token)
 		if derr != nil || id == "" {
-			return "", "", fmt.Errorf("%w: identity token %q of %q", ErrServiceSubject, clipSubject(token), clipSubject(subject))
+			return "", "", fmt.Errorf("%w: identity token %q of %q", ErrServiceSubject, ClipSubject(token), ClipSubject(subject))
 		}
 	}
 	for _, e := range Endpoints {
@@ -104,7 +104,7 @@ func ParseServiceSubject(prefix, subject string) (token, endpoint string, err er
 			return token, e, nil
 		}
 	}
-	return "", "", fmt.Errorf("%w: %q names no endpoint", ErrServiceSubject, clipSubject(subject))
+	return "", "", fmt.Errorf("%w: %q names no endpoint", ErrServiceSubject, ClipSubject(subject))
 }
 
 // CheckReply reports whether reply is a subject the service may answer a
@@ -125,26 +125,29 @@ func CheckReply(token, reply string) error {
 		}
 	}
 	if !strings.HasPrefix(reply, inbox) || len(reply) == len(inbox) {
-		return fmt.Errorf("reply subject %q is not under the inbox %s of identity %s", clipSubject(reply), inbox+">", identityName(token))
+		return fmt.Errorf("reply subject %q is not under the inbox %s of identity %s", ClipSubject(reply), inbox+">", IdentityName(token))
 	}
 	for _, tok := range strings.Split(reply, ".") {
 		if tok == "" || tok == "*" || tok == ">" || strings.ContainsAny(tok, " \t\r\n") {
-			return fmt.Errorf("reply subject %q is not a plain subject", clipSubject(reply))
+			return fmt.Errorf("reply subject %q is not a plain subject", ClipSubject(reply))
 		}
 	}
 	return nil
 }
 
-// identityName names a token in messages.
-func identityName(token string) string {
+// IdentityName names an identity token in messages and refusals:
+// Anonymous as "(anonymous)", any other token as itself.
+func IdentityName(token string) string {
 	if token == Anonymous {
 		return "(anonymous)"
 	}
 	return token
 }
 
-// clipSubject keeps a subject quoted in an error short.
-func clipSubject(s string) string {
+// ClipSubject keeps a subject quoted in an error or a log short: at most
+// 200 bytes and an ellipsis (a subject may be up to the server's limit,
+// and a hostile one must not flood a log).
+func ClipSubject(s string) string {
 	if len(s) > 200 {
 		return s[:200] + "…"
 	}

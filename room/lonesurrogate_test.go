@@ -7,6 +7,7 @@ import (
 
 	"github.com/roompub/roompub/events"
 	"github.com/roompub/roompub/room"
+	"github.com/roompub/roompub/room/internal/roomtest"
 )
 
 // loneSpellings are payload strings as the upstream's JSON.stringify
@@ -24,13 +25,13 @@ func withLoneSurrogates(t testing.TB, es []*events.Entry) [][]byte {
 	out := make([][]byte, len(es))
 	prev := events.ZeroHash
 	for i, e := range es {
-		l := replaceOnce(t, bytes.Clone(e.Canonical()), `"status":"ok"`, `"status":"`+loneSpellings[i%len(loneSpellings)]+`"`)
-		l = replaceOnce(t, l, `"parent_hash":"`+e.ParentHash()+`"`, `"parent_hash":"`+prev+`"`)
+		l := roomtest.ReplaceOnce(t, bytes.Clone(e.Canonical()), `"status":"ok"`, `"status":"`+loneSpellings[i%len(loneSpellings)]+`"`)
+		l = roomtest.ReplaceOnce(t, l, `"parent_hash":"`+e.ParentHash()+`"`, `"parent_hash":"`+prev+`"`)
 		ne, err := events.ParseEntry(l)
 		if err != nil {
 			t.Fatal(err)
 		}
-		out[i] = replaceOnce(t, l, `"entry_hash":"`+e.EntryHash()+`"`, `"entry_hash":"`+ne.ComputedHash()+`"`)
+		out[i] = roomtest.ReplaceOnce(t, l, `"entry_hash":"`+e.EntryHash()+`"`, `"entry_hash":"`+ne.ComputedHash()+`"`)
 		prev = ne.ComputedHash()
 	}
 	return out
@@ -44,19 +45,19 @@ func withLoneSurrogates(t testing.TB, es []*events.Entry) [][]byte {
 // hash of its bytes. Spelled otherwise (upper-case hex) the same entry is
 // non_canonical.
 func TestLoneSurrogatesThroughTheRoom(t *testing.T) {
-	e := newEnv(t)
+	e := roomtest.NewEnv(t)
 	const roomID = "room:lone"
 	key := events.ChainKey{RunID: "run-lone", CapsuleID: "cap-lone"}
-	es, _ := journal(t, key.RunID, key.CapsuleID, 8)
+	es, _ := roomtest.Journal(t, key.RunID, key.CapsuleID, 8)
 	ls := withLoneSurrogates(t, es)
 	body := func(ls ...[]byte) []byte { return append(bytes.Join(ls, []byte("\n")), '\n') }
 
-	r := e.shipJournal(roomID, body(ls[:6]...))
+	r := e.ShipJournal(roomID, body(ls[:6]...))
 	if r.Stored != 6 || r.Refused != 0 {
 		t.Fatalf("ship: %+v", r)
 	}
 	subj := room.Subjects{}.Journal(roomID, key)
-	stored := e.onSubject(subj)
+	stored := e.OnSubject(subj)
 	if len(stored) != 6 {
 		t.Fatalf("%d messages on %s, want 6", len(stored), subj)
 	}
@@ -65,25 +66,25 @@ func TestLoneSurrogatesThroughTheRoom(t *testing.T) {
 			t.Fatalf("entry %d stored as %q, sent %q", i, m.Data, ls[i])
 		}
 	}
-	if r := e.shipJournal(roomID, body(ls[4:6]...)); r.Dupes != 2 || e.countOn(subj) != 6 {
+	if r := e.ShipJournal(roomID, body(ls[4:6]...)); r.Dupes != 2 || e.CountOn(subj) != 6 {
 		t.Fatalf("resend: %+v", r)
 	}
 
 	// The uppercase spelling of entry 6 is the same entry, not canonical.
-	upper := replaceOnce(t, bytes.Clone(ls[6]), `\ude00`, `\uDE00`)
-	if r := e.shipJournal(roomID, body(upper)); r.Refused != 1 || r.Items[0].Code != events.NonCanonical {
+	upper := roomtest.ReplaceOnce(t, bytes.Clone(ls[6]), `\ude00`, `\uDE00`)
+	if r := e.ShipJournal(roomID, body(upper)); r.Refused != 1 || r.Items[0].Code != events.NonCanonical {
 		t.Fatalf("upper case: %+v", r.Items)
 	}
 
 	// A gate started afresh reads the chain's head from the stream.
-	e.stop()
-	e.start()
-	if r := e.shipJournal(roomID, body(ls[6:]...)); r.Stored != 2 {
+	e.Stop()
+	e.Start()
+	if r := e.ShipJournal(roomID, body(ls[6:]...)); r.Stored != 2 {
 		t.Fatalf("after restart: %+v", r)
 	}
 
 	var got [][]byte
-	audit, err := room.Audit(t.Context(), e.js, room.AuditOptions{Rooms: []string{roomID}, Validator: e.v, OnEvent: func(ev *room.Event) {
+	audit, err := room.Audit(t.Context(), e.Js, room.AuditOptions{Rooms: []string{roomID}, Validator: e.V, OnEvent: func(ev *room.Event) {
 		if ev.Entry == nil || ev.EntryHash != ev.Entry.ComputedHash() || ev.Entry.EntryHash() != ev.EntryHash {
 			t.Errorf("event at stream seq %d: %+v", ev.Seq, ev)
 			return

@@ -11,6 +11,7 @@ import (
 	"github.com/roompub/roompub/checkpoint"
 	"github.com/roompub/roompub/events"
 	"github.com/roompub/roompub/room"
+	"github.com/roompub/roompub/room/internal/roomtest"
 	"github.com/roompub/roompub/validate"
 )
 
@@ -95,7 +96,7 @@ func chainOwnerSecure(t *testing.T, place string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	v, err := validate.New(validate.WithTrustedHosts(referenceHost))
+	v, err := validate.New(validate.WithTrustedHosts(roomtest.ReferenceHost))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -111,30 +112,30 @@ func chainOwnerSecure(t *testing.T, place string) {
 // is broken from there. A trusting reader sets it aside earlier: its
 // attestation, copied from the genuine entry, binds the genuine owner.
 func TestChainOwnerReader(t *testing.T) {
-	e := newEnv(t)
+	e := roomtest.NewEnv(t)
 	ctx := context.Background()
-	entries, data := journal(t, "run-owner", "cap-owner", 6)
+	entries, data := roomtest.Journal(t, "run-owner", "cap-owner", 6)
 	_ = entries
 	lines := bytes.SplitAfter(data, []byte("\n"))[:6]
-	reply, err := e.gate.AppendJournalAs(ctx, "room:owner", "alice", bytes.Join(lines[:5], nil), nil)
+	reply, err := e.Gate.AppendJournalAs(ctx, "room:owner", "alice", bytes.Join(lines[:5], nil), nil)
 	if err != nil || reply.Stored != 5 {
 		t.Fatalf("alice: %+v %v", reply, err)
 	}
-	bob, err := e.gate.AppendJournalAs(ctx, "room:owner", "bob", lines[5], nil)
+	bob, err := e.Gate.AppendJournalAs(ctx, "room:owner", "bob", lines[5], nil)
 	if err != nil || bob.Refused != 1 || bob.Items[0].Code != events.NotChainOwner || bob.Items[0].Problems[0].Expected != "alice" || bob.Items[0].Problems[0].Actual != "bob" {
 		t.Fatalf("bob: %+v %v", bob, err)
 	}
-	anon, err := e.gate.AppendJournal(ctx, "room:owner", lines[5], nil)
+	anon, err := e.Gate.AppendJournal(ctx, "room:owner", lines[5], nil)
 	if err != nil || anon.Refused != 1 || anon.Items[0].Code != events.NotChainOwner {
 		t.Fatalf("anonymous: %+v %v", anon, err)
 	}
 	// Straight into the stream, as bob.
 	subj := room.Subjects{}.Journal("room:owner", events.ChainKey{RunID: "run-owner", CapsuleID: "cap-owner"})
 	msg := &nats.Msg{Subject: subj, Data: bytes.TrimSuffix(lines[5], []byte("\n")), Header: nats.Header{room.HeaderOwner: []string{"bob"}}}
-	if _, err := e.js.PublishMsg(ctx, msg); err != nil {
+	if _, err := e.Js.PublishMsg(ctx, msg); err != nil {
 		t.Fatal(err)
 	}
-	rep, err := room.Audit(ctx, e.js, room.AuditOptions{Validator: e.v})
+	rep, err := room.Audit(ctx, e.Js, room.AuditOptions{Validator: e.V})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -148,20 +149,20 @@ func TestChainOwnerReader(t *testing.T) {
 // chain's entries (another publisher's gate did) verifies their
 // attestations, which bind the owner, and makes them leaves.
 func TestChainOwnerCheckpointer(t *testing.T) {
-	e := newEnv(t)
+	e := roomtest.NewEnv(t)
 	ctx := context.Background()
 	keyA, keyB := newPublisherKey(t), newPublisherKey(t)
 	const roomID = "room:owned"
-	startCheckpointer(t, e.connect(), room.CheckpointerOptions{Key: keyB, TrustedPublishers: []string{keyA.NodeID()}, Every: 5, Interval: 100 * time.Millisecond})
-	gate := e.attestingGate(e.connect(), keyA, nil, room.GateOptions{})
-	es, _ := journal(t, "run-o", "cap-o", 10)
-	if r, err := gate.AppendJournalAs(ctx, roomID, "alice", lines(es), nil); err != nil || r.Stored != 10 {
+	startCheckpointer(t, e.Connect(), room.CheckpointerOptions{Key: keyB, TrustedPublishers: []string{keyA.NodeID()}, Every: 5, Interval: 100 * time.Millisecond})
+	gate := attestingGate(e, e.Connect(), keyA, nil, room.GateOptions{})
+	es, _ := roomtest.Journal(t, "run-o", "cap-o", 10)
+	if r, err := gate.AppendJournalAs(ctx, roomID, "alice", roomtest.Lines(es), nil); err != nil || r.Stored != 10 {
 		t.Fatalf("%+v %v", r, err)
 	}
 	trust := trustOf(t, keyA, keyB)
 	waitFor(t, 10*time.Second, "a checkpoint of size 10", func() bool {
-		cks := e.rebuild(roomID, trust).checkpoints
+		cks := rebuild(e, roomID, trust).checkpoints
 		return len(cks) > 0 && cks[len(cks)-1].Size == 10
 	})
-	e.rebuild(roomID, trust).checkCheckpoints(t)
+	rebuild(e, roomID, trust).checkCheckpoints(t)
 }

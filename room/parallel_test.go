@@ -16,6 +16,7 @@ import (
 	"github.com/roompub/roompub/events"
 	"github.com/roompub/roompub/room"
 	"github.com/roompub/roompub/room/embedded"
+	"github.com/roompub/roompub/room/internal/roomtest"
 	"github.com/roompub/roompub/validate"
 )
 
@@ -163,8 +164,8 @@ var msgEpoch = time.Date(2026, 9, 2, 0, 0, 0, 0, time.UTC)
 // own chain and every record on its room's subject, all in one stream,
 // and every hostile line, each in a stream of its own after a good entry.
 func TestParallelConformance(t *testing.T) {
-	key := newHostKey(t)
-	v, err := validate.New(validate.WithTrustedHosts(key.NodeID(), referenceHost))
+	key := roomtest.NewHostKey(t)
+	v, err := validate.New(validate.WithTrustedHosts(key.NodeID(), roomtest.ReferenceHost))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -192,7 +193,7 @@ func TestParallelConformance(t *testing.T) {
 	}
 	checkParallel(t, v, all.msgs[len(all.msgs)/3:], true, 2)
 
-	good, _ := journal(t, "run-h", "cap-h", 1)
+	good, _ := roomtest.Journal(t, "run-h", "cap-h", 1)
 	s := subj.Journal("room:hostile", events.ChainKey{RunID: "run-h", CapsuleID: "cap-h"})
 	for _, h := range hostileLines(t) {
 		t.Run(h.name, func(t *testing.T) {
@@ -255,7 +256,7 @@ func randomStream(t *testing.T, rng *rand.Rand, key, stranger *events.HostKey, n
 		if rng.Float64() >= bad {
 			if rng.IntN(20) == 0 {
 				recName++
-				r := recordIn(t, key, g.roomID, fmt.Sprintf("n%d", recName), nil)
+				r := roomtest.RecordIn(t, key, g.roomID, fmt.Sprintf("n%d", recName), nil)
 				recs = append(recs, r.Canonical())
 				l.add(subj.Records(g.roomID), r.Canonical())
 				continue
@@ -271,9 +272,9 @@ func randomStream(t *testing.T, rng *rand.Rand, key, stranger *events.HostKey, n
 		}
 		switch rng.IntN(17) {
 		case 0: // tampered
-			l.add(s, tampered(t, g.next(t)))
+			l.add(s, roomtest.Tampered(t, g.next(t)))
 		case 1: // fork of the head
-			l.add(s, forkOf(t, head()).Canonical())
+			l.add(s, roomtest.ForkOf(t, head()).Canonical())
 		case 2: // gap
 			g.next(t)
 			l.add(s, g.next(t).Canonical())
@@ -291,20 +292,20 @@ func randomStream(t *testing.T, rng *rand.Rand, key, stranger *events.HostKey, n
 			l.add(s, [][]byte{append([]byte{0xff}, e.Canonical()...), e.Canonical()[:10], append([]byte(" "), e.Canonical()...)}[rng.IntN(3)])
 		case 8: // schema
 			e := g.next(t)
-			l.add(s, rebuilt(t, e, map[string]any{"effect_class": "SE9"}).Canonical())
+			l.add(s, roomtest.Rebuilt(t, e, map[string]any{"effect_class": "SE9"}).Canonical())
 		case 9: // metadata
 			e := g.next(t)
-			l.add(s, rebuilt(t, e, map[string]any{"harness_version": "other/2"}).Canonical())
+			l.add(s, roomtest.Rebuilt(t, e, map[string]any{"harness_version": "other/2"}).Canonical())
 		case 10: // a record again
 			if len(recs) > 0 {
 				l.add(subj.Records(g.roomID), recs[rng.IntN(len(recs))])
 			}
 		case 11: // a record from a host not trusted
 			recName++
-			l.add(subj.Records(g.roomID), recordIn(t, stranger, g.roomID, fmt.Sprintf("n%d", recName), nil).Canonical())
+			l.add(subj.Records(g.roomID), roomtest.RecordIn(t, stranger, g.roomID, fmt.Sprintf("n%d", recName), nil).Canonical())
 		case 12: // a record on another room's subject
 			recName++
-			l.add(subj.Records("room:r0"), recordIn(t, key, "room:other", fmt.Sprintf("n%d", recName), nil).Canonical())
+			l.add(subj.Records("room:r0"), roomtest.RecordIn(t, key, "room:other", fmt.Sprintf("n%d", recName), nil).Canonical())
 		case 13: // the room's record rules
 			const decision = "corpus-experiment-chair-decision:sha256:AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA"
 			recName++
@@ -318,16 +319,16 @@ func randomStream(t *testing.T, rng *rand.Rand, key, stranger *events.HostKey, n
 			if _, ok := changes["outcome"]; ok || changes["decision/ref"] != nil {
 				prior = fmt.Sprintf("n%d", recName)
 			}
-			l.add(subj.Records(g.roomID), recordIn(t, key, g.roomID, prior, changes).Canonical())
+			l.add(subj.Records(g.roomID), roomtest.RecordIn(t, key, g.roomID, prior, changes).Canonical())
 		case 14: // a record not in canonical form
 			recName++
-			r := recordIn(t, key, g.roomID, fmt.Sprintf("n%d", recName), nil)
+			r := roomtest.RecordIn(t, key, g.roomID, fmt.Sprintf("n%d", recName), nil)
 			l.add(subj.Records(g.roomID), append(bytes.Clone(r.Canonical()), ' '))
 		case 15: // not JSON on the record subject
 			l.add(subj.Records(g.roomID), []byte(`{"room/id":`))
 		case 16: // a record with a broken signature
 			recName++
-			r := recordIn(t, key, g.roomID, fmt.Sprintf("n%d", recName), nil)
+			r := roomtest.RecordIn(t, key, g.roomID, fmt.Sprintf("n%d", recName), nil)
 			b := r.Canonical()
 			i := bytes.Index(b, []byte(`"signature"`))
 			l.add(subj.Records(g.roomID), append(bytes.Clone(b[:i]), bytes.Replace(b[i:], []byte(`"sig`), []byte(`"sgi`), 1)...))
@@ -339,8 +340,8 @@ func randomStream(t *testing.T, rng *rand.Rand, key, stranger *events.HostKey, n
 // TestParallelRandom: random mixes of good and bad messages over many
 // chains and rooms, from the start and from mid-stream (anchored).
 func TestParallelRandom(t *testing.T) {
-	key, stranger := newHostKey(t), newHostKey(t)
-	v, err := validate.New(validate.WithTrustedHosts(key.NodeID(), referenceHost))
+	key, stranger := roomtest.NewHostKey(t), roomtest.NewHostKey(t)
+	v, err := validate.New(validate.WithTrustedHosts(key.NodeID(), roomtest.ReferenceHost))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -371,24 +372,24 @@ func TestParallelRandom(t *testing.T) {
 // checks that Audit and Follow (with a restart half-way, so its rebuild
 // runs) hand out exactly what the sequential reader does.
 func TestParallelAuditAndFollow(t *testing.T) {
-	e := newEnvWith(t, embedded.Options{SyncInterval: time.Minute})
+	e := roomtest.NewEnvWith(t, embedded.Options{SyncInterval: time.Minute})
 	rng := rand.New(rand.NewPCG(42, 42))
-	msgs := randomStream(t, rng, e.key, newHostKey(t), 1500, 20, 4, 0.05)
+	msgs := randomStream(t, rng, e.Key, roomtest.NewHostKey(t), 1500, 20, 4, 0.05)
 	for _, m := range msgs {
-		publishRaw(t, e.js, m.Subject, m.Data)
+		roomtest.PublishRaw(t, e.Js, m.Subject, m.Data)
 	}
 	// The stream as stored is what every reader reads.
-	stored := e.stored()
+	stored := e.Stored()
 	if len(stored) != len(msgs) {
 		t.Fatalf("%d stored of %d", len(stored), len(msgs))
 	}
 	for i, m := range stored {
 		msgs[i] = room.StreamMsg{Subject: m.Subject, Seq: m.Sequence, Data: m.Data, Time: m.Time}
 	}
-	want, wr := sequential(e.v, msgs, false)
+	want, wr := sequential(e.V, msgs, false)
 
 	var got []outcome
-	rep, err := room.Audit(context.Background(), e.js, room.AuditOptions{Validator: e.v, MaxViolations: len(msgs),
+	rep, err := room.Audit(context.Background(), e.Js, room.AuditOptions{Validator: e.V, MaxViolations: len(msgs),
 		OnEvent: func(ev *room.Event) { got = append(got, outcomeOf(ev, nil)) }})
 	if err != nil {
 		t.Fatal(err)
@@ -417,24 +418,24 @@ func TestParallelAuditAndFollow(t *testing.T) {
 	}
 
 	// Follow, stopped after a third and started again.
-	o := room.FollowOptions{Durable: "diff", Validator: e.v}
-	f := startFollow(t, e.js, o, nil)
-	f.waitSeen(t, len(msgs)/3)
-	if err := f.stop(t); err != nil {
+	o := room.FollowOptions{Durable: "diff", Validator: e.V}
+	f := roomtest.StartFollow(t, e.Js, o, nil)
+	f.WaitSeen(t, len(msgs)/3)
+	if err := f.Stop(t); err != nil {
 		t.Fatal(err)
 	}
 	first := f
-	f = startFollow(t, e.js, o, nil)
-	f.waitSeen(t, len(msgs)-first.seen())
-	if err := f.stop(t); err != nil {
+	f = roomtest.StartFollow(t, e.Js, o, nil)
+	f.WaitSeen(t, len(msgs)-first.Seen())
+	if err := f.Stop(t); err != nil {
 		t.Fatal(err)
 	}
 	var fEvents, fAsides []outcome
-	for _, ff := range []*follower{first, f} {
-		for _, ev := range ff.events {
+	for _, ff := range []*roomtest.Follower{first, f} {
+		for _, ev := range ff.Events {
 			fEvents = append(fEvents, outcomeOf(ev, nil))
 		}
-		for _, s := range ff.asides {
+		for _, s := range ff.Asides {
 			fAsides = append(fAsides, outcomeOf(nil, &s))
 		}
 	}
@@ -455,8 +456,8 @@ func TestParallelAuditAndFollow(t *testing.T) {
 // pipeline under fuzzed batch cuttings, gets the same outcome per message
 // and leaves the same chains.
 func FuzzParallelReader(f *testing.F) {
-	key, stranger := newHostKey(f), newHostKey(f)
-	v, err := validate.New(validate.WithTrustedHosts(key.NodeID(), referenceHost))
+	key, stranger := roomtest.NewHostKey(f), roomtest.NewHostKey(f)
+	v, err := validate.New(validate.WithTrustedHosts(key.NodeID(), roomtest.ReferenceHost))
 	if err != nil {
 		f.Fatal(err)
 	}
@@ -476,22 +477,22 @@ func FuzzParallelReader(f *testing.F) {
 	}
 	// bad is a fixed pool of other messages.
 	a, c := chains[0], chains[2]
-	rec1 := recordIn(f, key, "room:r1", "f1", nil)
+	rec1 := roomtest.RecordIn(f, key, "room:r1", "f1", nil)
 	bad := []msg{
-		{a.subject, string(tampered(f, a.es[3]))},
-		{a.subject, string(forkOf(f, a.es[2]).Canonical())},
+		{a.subject, string(roomtest.Tampered(f, a.es[3]))},
+		{a.subject, string(roomtest.ForkOf(f, a.es[2]).Canonical())},
 		{a.subject, string(c.es[0].Canonical())},                                                                  // another chain's entry
 		{subj.Journal("room:r9", events.ChainKey{RunID: "run-0", CapsuleID: "cap"}), string(a.es[0].Canonical())}, // another room
-		{a.subject, string(rebuilt(f, a.es[1], map[string]any{"effect_class": "SE9"}).Canonical())},
-		{a.subject, string(rebuilt(f, a.es[1], map[string]any{"task_family": "other"}).Canonical())},
+		{a.subject, string(roomtest.Rebuilt(f, a.es[1], map[string]any{"effect_class": "SE9"}).Canonical())},
+		{a.subject, string(roomtest.Rebuilt(f, a.es[1], map[string]any{"task_family": "other"}).Canonical())},
 		{a.subject, " " + string(a.es[0].Canonical())},
 		{a.subject, "\xff"},
 		{a.subject, "{"},
 		{"rooms.r1.junk", "{}"},
 		{subj.Records("room:r1"), string(rec1.Canonical())},
-		{subj.Records("room:r1"), string(recordIn(f, key, "room:r1", "f1", map[string]any{"recorded-at": "2026-09-25T12:16:00Z"}).Canonical())},
-		{subj.Records("room:r1"), string(recordIn(f, key, "room:r1", "f2", map[string]any{"run/ref": "operator-task-run:f1"}).Canonical())},
-		{subj.Records("room:r1"), string(recordIn(f, stranger, "room:r1", "f3", nil).Canonical())},
+		{subj.Records("room:r1"), string(roomtest.RecordIn(f, key, "room:r1", "f1", map[string]any{"recorded-at": "2026-09-25T12:16:00Z"}).Canonical())},
+		{subj.Records("room:r1"), string(roomtest.RecordIn(f, key, "room:r1", "f2", map[string]any{"run/ref": "operator-task-run:f1"}).Canonical())},
+		{subj.Records("room:r1"), string(roomtest.RecordIn(f, stranger, "room:r1", "f3", nil).Canonical())},
 		{subj.Records("room:r2"), string(rec1.Canonical())}, // another room's record
 		{subj.Records("room:r1"), "null"},
 	}

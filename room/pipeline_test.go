@@ -16,6 +16,7 @@ import (
 	"github.com/roompub/roompub/events"
 	"github.com/roompub/roompub/room"
 	"github.com/roompub/roompub/room/client"
+	"github.com/roompub/roompub/room/internal/roomtest"
 )
 
 // A client's journal requests of one chain, sent one after the other on one
@@ -23,22 +24,22 @@ import (
 // short request sent after a long one is not decided first (it would find
 // its first line ahead of the chain and be refused as reordered).
 func TestGatePipelinedRequestsDecidedInOrder(t *testing.T) {
-	e := newEnv(t)
+	e := roomtest.NewEnv(t)
 	for c := 0; c < 5; c++ {
 		capsule := fmt.Sprintf("cap-order-%d", c)
-		es, _ := journal(t, "run-order", capsule, 1001)
-		long, short := lines(es[:1000]), lines(es[1000:])
+		es, _ := roomtest.Journal(t, "run-order", capsule, 1001)
+		long, short := roomtest.Lines(es[:1000]), roomtest.Lines(es[1000:])
 		replies := make([]chan *nats.Msg, 2)
 		for i, body := range [][]byte{long, short} {
 			replies[i] = make(chan *nats.Msg, 1)
 			inbox := nats.NewInbox()
-			sub, err := e.nc.ChanSubscribe(inbox, replies[i])
+			sub, err := e.Nc.ChanSubscribe(inbox, replies[i])
 			if err != nil {
 				t.Fatal(err)
 			}
 			defer sub.Unsubscribe()
 			msg := &nats.Msg{Subject: "roompub.v1.journal", Reply: inbox, Data: body, Header: nats.Header{room.HeaderRoom: []string{"room:order"}}}
-			if err := e.nc.PublishMsg(msg); err != nil {
+			if err := e.Nc.PublishMsg(msg); err != nil {
 				t.Fatal(err)
 			}
 		}
@@ -56,7 +57,7 @@ func TestGatePipelinedRequestsDecidedInOrder(t *testing.T) {
 				t.Fatalf("chain %d request %d: stored %d refused %d failed %d, want %d stored: %+v", c, i, r.Stored, r.Refused, r.Failures, want, r.Items[0])
 			}
 		}
-		head, err := e.gate.Head(context.Background(), events.ChainKey{RunID: "run-order", CapsuleID: capsule})
+		head, err := e.Gate.Head(context.Background(), events.ChainKey{RunID: "run-order", CapsuleID: capsule})
 		if err != nil || head.Next != 1001 || head.Head != es[1000].EntryHash() {
 			t.Fatalf("chain %d head %+v %v, want next 1001 at %s", c, head, err, es[1000].EntryHash())
 		}
@@ -95,10 +96,10 @@ func linesWithNonCanonical(es []*events.Entry, bad int) []byte {
 
 // chainInStream checks that the stream holds exactly es, in chain order,
 // on the chain's subject in roomID.
-func chainInStream(t *testing.T, e *env, roomID string, es []*events.Entry) {
+func chainInStream(t *testing.T, e *roomtest.Env, roomID string, es []*events.Entry) {
 	t.Helper()
 	subj := room.Subjects{}.Journal(roomID, events.ChainKey{RunID: es[0].RunID(), CapsuleID: es[0].CapsuleID()})
-	msgs := e.onSubject(subj)
+	msgs := e.OnSubject(subj)
 	if len(msgs) != len(es) {
 		t.Fatalf("%s holds %d messages, want %d", subj, len(msgs), len(es))
 	}
@@ -112,10 +113,10 @@ func chainInStream(t *testing.T, e *env, roomID string, es []*events.Entry) {
 // ShipCapsule with several requests in flight stores every line once, in
 // chain order, and a second run finds them all stored.
 func TestShipCapsulePipelined(t *testing.T) {
-	e := newEnv(t)
-	es, body := journal(t, "run-pipe", "cap-pipe", 3000)
+	e := roomtest.NewEnv(t)
+	es, body := roomtest.Journal(t, "run-pipe", "cap-pipe", 3000)
 	dir := capsuleDir(t, "run-pipe", "cap-pipe", body)
-	cl := client.New(e.nc, client.Options{})
+	cl := client.New(e.Nc, client.Options{})
 	ctx := context.Background()
 	progress := 0
 	res, err := client.ShipCapsule(ctx, cl, dir, "room:pipe", client.ShipOptions{BatchLines: 100, Pipeline: 4, Progress: func(client.ShipResult) { progress++ }})
@@ -136,10 +137,10 @@ func TestShipCapsulePipelined(t *testing.T) {
 // time: the lines before it are stored, it and every later line are not,
 // and the refusal names its file line.
 func TestShipCapsulePipelinedRefusal(t *testing.T) {
-	e := newEnv(t)
-	es, _ := journal(t, "run-pipe", "cap-refused", 3000)
+	e := roomtest.NewEnv(t)
+	es, _ := roomtest.Journal(t, "run-pipe", "cap-refused", 3000)
 	dir := capsuleDir(t, "run-pipe", "cap-refused", linesWithNonCanonical(es, 1500))
-	cl := client.New(e.nc, client.Options{})
+	cl := client.New(e.Nc, client.Options{})
 	res, err := client.ShipCapsule(context.Background(), cl, dir, "room:pipe", client.ShipOptions{BatchLines: 100, Pipeline: 4})
 	if err != nil || res.Refused == nil {
 		t.Fatalf("ship: %+v %v", res, err)
@@ -159,11 +160,11 @@ func TestShipCapsulePipelinedRefusal(t *testing.T) {
 // the chain to reach it, so the chain lands whole, once, in order, and
 // nothing is refused or sent twice.
 func TestShipCapsulePipelinedAcrossGates(t *testing.T) {
-	e := newEnv(t)
-	svc2 := e.secondService()
-	es, body := journal(t, "run-pipe", "cap-two-gates", 2000)
+	e := roomtest.NewEnv(t)
+	svc2 := e.SecondService()
+	es, body := roomtest.Journal(t, "run-pipe", "cap-two-gates", 2000)
 	dir := capsuleDir(t, "run-pipe", "cap-two-gates", body)
-	cl := client.New(e.connect(), client.Options{})
+	cl := client.New(e.Connect(), client.Options{})
 	res, err := client.ShipCapsule(context.Background(), cl, dir, "room:pipe", client.ShipOptions{BatchLines: 25, Pipeline: 4})
 	if err != nil || res.Refused != nil || res.Stored != 2000 || res.Head.Next != 2000 {
 		t.Fatalf("ship: %+v %v", res, err)
@@ -171,7 +172,7 @@ func TestShipCapsulePipelinedAcrossGates(t *testing.T) {
 	chainInStream(t, e, "room:pipe", es)
 	// Both gates took requests (else this test tests nothing).
 	var counts [2]int
-	for i, s := range []*room.Service{e.svc, svc2} {
+	for i, s := range []*room.Service{e.Svc, svc2} {
 		counts[i] = endpointRequests(s)["journal"]
 	}
 	if counts[0] == 0 || counts[1] == 0 {
@@ -182,7 +183,7 @@ func TestShipCapsulePipelinedAcrossGates(t *testing.T) {
 	// again.
 	// Requests answered over_quota (the identity's share of a gate was in
 	// use) were sent again after a back-off: they count, nothing else.
-	over := int(e.svc.OverQuota() + svc2.OverQuota())
+	over := int(e.Svc.OverQuota() + svc2.OverQuota())
 	if counts[0]+counts[1] != 80+over {
 		t.Fatalf("journal requests per gate %v: %d in all, want the 80 sent, %d sent again after over_quota, and no other resend", counts, counts[0]+counts[1], over)
 	}
@@ -228,21 +229,21 @@ func sendJournal(t *testing.T, nc *nats.Conn, roomID string, body []byte, after 
 // refused: after waiting for the chain (setAheadWait) it is answered
 // ahead, nothing stored, and the reason names the chain's next seq.
 func TestGatePipelinedAheadAnswered(t *testing.T) {
-	e := newEnv(t)
-	e.setAheadWait(200 * time.Millisecond)
-	es, _ := journal(t, "run-ahead", "cap-ahead", 20)
-	r := <-sendJournal(t, e.nc, "room:ahead", lines(es[10:]), 9)
+	e := roomtest.NewEnv(t)
+	e.EachGate(func(g *room.Gate) { g.SetAheadWait(200 * time.Millisecond) })
+	es, _ := roomtest.Journal(t, "run-ahead", "cap-ahead", 20)
+	r := <-sendJournal(t, e.Nc, "room:ahead", roomtest.Lines(es[10:]), 9)
 	if r.Ahead != 1 || r.Refused != 0 || r.Stored != 0 || r.Skipped != 9 || r.Items[0].Outcome != room.OutcomeAhead {
 		t.Fatalf("reply %+v, want the first line ahead and the rest skipped", r)
 	}
 	if want := "seq 10 is ahead of the chain, whose next seq is 0"; !bytes.Contains([]byte(r.Items[0].Reason), []byte(want)) {
 		t.Fatalf("reason %q, want it to say %q", r.Items[0].Reason, want)
 	}
-	if n := e.countOn(">"); n != 0 {
+	if n := e.CountOn(">"); n != 0 {
 		t.Fatalf("stream holds %d messages, want none", n)
 	}
 	// The same request without the header is refused, as before pipelining.
-	r = shipJournal(t, e.nc, "room:ahead", lines(es[10:]))
+	r = roomtest.ShipJournal(t, e.Nc, "room:ahead", roomtest.Lines(es[10:]))
 	if r.Refused != 1 || r.Items[0].Code != events.Reordered {
 		t.Fatalf("unpipelined reply %+v, want reordered", r.Items[0])
 	}
@@ -253,11 +254,11 @@ func TestGatePipelinedAheadAnswered(t *testing.T) {
 // chain: it will not get there by itself. It is answered ahead at once,
 // and is no refusal.
 func TestGatePipelinedAfterRefusalAnsweredAtOnce(t *testing.T) {
-	e := newEnv(t)
-	e.setAheadWait(time.Hour)
-	es, _ := journal(t, "run-ahead", "cap-stalled", 20)
-	first := sendJournal(t, e.nc, "room:ahead", linesWithNonCanonical(es[:10], 5), -1)
-	second := sendJournal(t, e.nc, "room:ahead", lines(es[10:]), 9)
+	e := roomtest.NewEnv(t)
+	e.EachGate(func(g *room.Gate) { g.SetAheadWait(time.Hour) })
+	es, _ := roomtest.Journal(t, "run-ahead", "cap-stalled", 20)
+	first := sendJournal(t, e.Nc, "room:ahead", linesWithNonCanonical(es[:10], 5), -1)
+	second := sendJournal(t, e.Nc, "room:ahead", roomtest.Lines(es[10:]), 9)
 	r1 := <-first
 	if r1.Refused != 1 {
 		t.Fatalf("first reply %+v, want one refusal", r1)
@@ -281,21 +282,21 @@ func TestGatePipelinedAfterRefusalAnsweredAtOnce(t *testing.T) {
 func TestShipCapsulePipelinedSmallConcurrency(t *testing.T) {
 	for _, places := range []int{1, 2} {
 		t.Run(fmt.Sprint(places), func(t *testing.T) {
-			e := newEnv(t)
-			if err := e.svc.Stop(); err != nil {
+			e := roomtest.NewEnv(t)
+			if err := e.Svc.Stop(); err != nil {
 				t.Fatal(err)
 			}
-			svc, err := room.StartService(e.nc, e.gate, room.ServiceOptions{Concurrency: places})
+			svc, err := room.StartService(e.Nc, e.Gate, room.ServiceOptions{Concurrency: places})
 			if err != nil {
 				t.Fatal(err)
 			}
-			e.svc = svc
+			e.Svc = svc
 			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 			defer cancel()
-			cl := client.New(e.connect(), client.Options{})
+			cl := client.New(e.Connect(), client.Options{})
 			errs := make(chan error, 2)
 			for _, capsule := range []string{"cap-small-a", "cap-small-b"} {
-				es, body := journal(t, "run-small", capsule, 400)
+				es, body := roomtest.Journal(t, "run-small", capsule, 400)
 				dir := capsuleDir(t, "run-small", capsule, body)
 				go func() {
 					res, err := client.ShipCapsule(ctx, cl, dir, "room:small", client.ShipOptions{BatchLines: 20, Pipeline: 4})
@@ -318,14 +319,14 @@ func TestShipCapsulePipelinedSmallConcurrency(t *testing.T) {
 // refused there at once: the request ahead was stored, the chain got past
 // it, so the pipelined request's first line is decided, not waited for.
 func TestShipCapsulePipelinedGapAtRequestBoundary(t *testing.T) {
-	e := newEnv(t)
-	e.setAheadWait(time.Hour)
-	es, _ := journal(t, "run-pipe", "cap-gap", 2000)
-	body := append(lines(es[:1000]), lines(es[1001:])...)
+	e := roomtest.NewEnv(t)
+	e.EachGate(func(g *room.Gate) { g.SetAheadWait(time.Hour) })
+	es, _ := roomtest.Journal(t, "run-pipe", "cap-gap", 2000)
+	body := append(roomtest.Lines(es[:1000]), roomtest.Lines(es[1001:])...)
 	dir := capsuleDir(t, "run-pipe", "cap-gap", body)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	cl := client.New(e.nc, client.Options{})
+	cl := client.New(e.Nc, client.Options{})
 	res, err := client.ShipCapsule(ctx, cl, dir, "room:pipe", client.ShipOptions{BatchLines: 100, Pipeline: 2})
 	if err != nil || res.Refused == nil {
 		t.Fatalf("ship: %+v %v", res, err)
@@ -338,10 +339,10 @@ func TestShipCapsulePipelinedGapAtRequestBoundary(t *testing.T) {
 
 // A Roompub-Pipelined header that is not a seq is a bad request.
 func TestGatePipelinedHeaderMustBeASeq(t *testing.T) {
-	e := newEnv(t)
-	es, _ := journal(t, "run-ahead", "cap-header", 2)
+	e := roomtest.NewEnv(t)
+	es, _ := roomtest.Journal(t, "run-ahead", "cap-header", 2)
 	for _, v := range []string{"1x", "-3", ""} {
-		code, reply := e.requestError("roompub.v1.journal", nats.Header{room.HeaderRoom: []string{"room:ahead"}, room.HeaderPipelined: []string{v}}, lines(es))
+		code, reply := e.RequestError("roompub.v1.journal", nats.Header{room.HeaderRoom: []string{"room:ahead"}, room.HeaderPipelined: []string{v}}, roomtest.Lines(es))
 		if code != "400" || reply.Code != events.BadRequest {
 			t.Fatalf("header %q: %s %+v, want 400 bad_request", v, code, reply)
 		}
@@ -353,9 +354,9 @@ func TestGatePipelinedHeaderMustBeASeq(t *testing.T) {
 // too_large in the table), with its file line; the lines before it are
 // stored; a line that is only too long for a request stays too_large.
 func TestShipLineLongerThanAnyLine(t *testing.T) {
-	e := newEnv(t)
-	cl := client.New(e.nc, client.Options{})
-	es, _ := journal(t, "run-long", "cap-long", 2)
+	e := roomtest.NewEnv(t)
+	cl := client.New(e.Nc, client.Options{})
+	es, _ := roomtest.Journal(t, "run-long", "cap-long", 2)
 	for _, c := range []struct {
 		size   int
 		code   events.Code
@@ -364,7 +365,7 @@ func TestShipLineLongerThanAnyLine(t *testing.T) {
 		{events.MaxLineBytes + 1, events.CorruptEntry, fmt.Sprintf("line longer than %d bytes", events.MaxLineBytes)},
 		{2 << 20, events.TooLarge, "a request carries at most"},
 	} {
-		body := append(lines(es), append(bytes.Repeat([]byte("x"), c.size), '\n')...)
+		body := append(roomtest.Lines(es), append(bytes.Repeat([]byte("x"), c.size), '\n')...)
 		dir := capsuleDir(t, "run-long", "cap-long", body)
 		res, err := client.ShipCapsule(context.Background(), cl, dir, "room:long", client.ShipOptions{})
 		if err != nil {
@@ -383,9 +384,9 @@ func TestShipLineLongerThanAnyLine(t *testing.T) {
 // gate refuses the edited line as verify does (invalid_entry at its line,
 // /entry_hash), storing nothing. The unedited file resumes past all of it.
 func TestShipEditedStoredLine(t *testing.T) {
-	e := newEnv(t)
-	cl := client.New(e.nc, client.Options{})
-	es, body := journal(t, "run-edit", "cap-edit", 3)
+	e := roomtest.NewEnv(t)
+	cl := client.New(e.Nc, client.Options{})
+	es, body := roomtest.Journal(t, "run-edit", "cap-edit", 3)
 	dir := capsuleDir(t, "run-edit", "cap-edit", body)
 	if res, err := client.ShipCapsule(context.Background(), cl, dir, "room:edit", client.ShipOptions{}); err != nil || res.Stored != 3 {
 		t.Fatalf("first ship: %+v, %v", res, err)
@@ -401,13 +402,13 @@ func TestShipEditedStoredLine(t *testing.T) {
 			t.Fatal("the line was not edited")
 		}
 		dir := capsuleDir(t, "run-edit", "cap-edit", bytes.Join(ls, nil))
-		before := e.state()
+		before := e.State()
 		res, err := client.ShipCapsule(context.Background(), cl, dir, "room:edit", client.ShipOptions{})
 		if err != nil || res.Skipped != 0 || res.Stored != 0 || res.Refused == nil || res.Refused.Problem.Code != events.InvalidEntry ||
 			res.Refused.Problem.At.Line != edited+1 || res.Refused.Problem.At.Pointer != "/entry_hash" {
 			t.Fatalf("line %d edited: %+v (refused %+v), %v; want invalid_entry at line %d /entry_hash", edited+1, res, res.Refused, err, edited+1)
 		}
-		if after := e.state(); after != before {
+		if after := e.State(); after != before {
 			t.Fatalf("the stream changed: %+v, was %+v", after, before)
 		}
 	}
@@ -418,9 +419,9 @@ func TestShipEditedStoredLine(t *testing.T) {
 // never writes, is refused invalid_capsule naming the member, and the
 // room stays empty; a capsule with an empty journal ships nothing.
 func TestShipCapsuleJSONCheckedBeforeAnyLine(t *testing.T) {
-	e := newEnv(t)
-	es, body := journal(t, "run-meta", "cap-meta", 3)
-	cl := client.New(e.nc, client.Options{})
+	e := roomtest.NewEnv(t)
+	es, body := roomtest.Journal(t, "run-meta", "cap-meta", 3)
+	cl := client.New(e.Nc, client.Options{})
 	subj := room.Subjects{}.Journal("room:meta", events.ChainKey{RunID: "run-meta", CapsuleID: "cap-meta"})
 	for _, tt := range []struct{ old, new, pointer string }{
 		{"capsule-envelope/v1", "capsule-envelope/v2", "/schema"},
@@ -441,7 +442,7 @@ func TestShipCapsuleJSONCheckedBeforeAnyLine(t *testing.T) {
 			res.Refused.At.Pointer != tt.pointer || res.Refused.At.File != cpath || res.Stored != 0 {
 			t.Fatalf("%s: ship %+v (refused %+v) %v, want invalid_capsule at %s and nothing stored", tt.pointer, res, res.Refused, err, tt.pointer)
 		}
-		if n := len(e.onSubject(subj)); n != 0 {
+		if n := len(e.OnSubject(subj)); n != 0 {
 			t.Fatalf("%s: the room holds %d messages after a refused capsule.json", tt.pointer, n)
 		}
 	}
@@ -462,15 +463,15 @@ func TestShipCapsuleJSONCheckedBeforeAnyLine(t *testing.T) {
 // for the chain, so neither swapped line lands, in whatever order the two
 // requests are decided.
 func TestGatePipelinedOutOfOrderRefused(t *testing.T) {
-	e := newEnv(t)
-	e.setAheadWait(time.Hour)
-	es, _ := journal(t, "run-swap", "cap-swap", 4)
-	if r := shipJournal(t, e.nc, "room:swap", lines(es[:2])); r.Stored != 2 {
+	e := roomtest.NewEnv(t)
+	e.EachGate(func(g *room.Gate) { g.SetAheadWait(time.Hour) })
+	es, _ := roomtest.Journal(t, "run-swap", "cap-swap", 4)
+	if r := roomtest.ShipJournal(t, e.Nc, "room:swap", roomtest.Lines(es[:2])); r.Stored != 2 {
 		t.Fatalf("first two lines: %+v", r)
 	}
 	// The file holds es[3] then es[2]: its third line follows line 2 (seq 1).
-	third := sendJournal(t, e.nc, "room:swap", lines(es[3:4]), 1)
-	fourth := sendJournal(t, e.nc, "room:swap", lines(es[2:3]), 3)
+	third := sendJournal(t, e.Nc, "room:swap", roomtest.Lines(es[3:4]), 1)
+	fourth := sendJournal(t, e.Nc, "room:swap", roomtest.Lines(es[2:3]), 3)
 	for name, ch := range map[string]<-chan room.JournalReply{"third": third, "fourth": fourth} {
 		select {
 		case r := <-ch:
@@ -482,7 +483,7 @@ func TestGatePipelinedOutOfOrderRefused(t *testing.T) {
 			t.Fatalf("%s line: no answer: it waits for the chain", name)
 		}
 	}
-	if n := e.countOn(">"); n != 2 {
+	if n := e.CountOn(">"); n != 2 {
 		t.Fatalf("stream holds %d messages, want the 2 in order", n)
 	}
 }

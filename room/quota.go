@@ -67,10 +67,10 @@ func (q *quotas) admit(token string, n int) string {
 	switch {
 	case u.requests >= q.perRequests:
 		return fmt.Sprintf("identity %s already has %d requests waiting or being decided, its share (IdentityConcurrency): send it again once one is answered",
-			identityName(token), u.requests)
+			IdentityName(token), u.requests)
 	case u.bytes > 0 && u.bytes+c > q.perBytes:
 		return fmt.Sprintf("identity %s already has %d bytes of requests held, and this one (%d bytes) would take it past its share of %d (IdentityPendingBytes): send it again once one is answered",
-			identityName(token), u.bytes, c, q.perBytes)
+			IdentityName(token), u.bytes, c, q.perBytes)
 	case q.total > 0 && q.total+c > q.totalBytes:
 		return fmt.Sprintf("the service already holds %d bytes of requests, and this one (%d bytes) would take it past %d (PendingBytes): send it again once one is answered",
 			q.total, c, q.totalBytes)

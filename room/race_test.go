@@ -8,12 +8,13 @@ import (
 
 	"github.com/roompub/roompub/events"
 	"github.com/roompub/roompub/room"
+	"github.com/roompub/roompub/room/internal/roomtest"
 )
 
 // racers returns two gates over the env's stream, each on its own
 // connection, as two publisher processes would have.
-func (e *env) racers() [2]*room.Gate {
-	return [2]*room.Gate{e.newGate(e.connect()), e.newGate(e.connect())}
+func racers(e *roomtest.Env) [2]*room.Gate {
+	return [2]*room.Gate{e.NewGate(e.Connect()), e.NewGate(e.Connect())}
 }
 
 // together runs f(0) and f(1) at once and waits for both.
@@ -36,17 +37,17 @@ func together(f func(i int)) {
 // batches of different sizes; the chain ends up with every entry exactly
 // once, in order, and every item is stored or duplicate.
 func TestRaceSameJournal(t *testing.T) {
-	e := newEnv(t)
-	gates := e.racers()
+	e := roomtest.NewEnv(t)
+	gates := racers(e)
 	const rounds, n = 20, 50
 	batch := [2]int{5, 3}
 	for round := range rounds {
 		run := fmt.Sprintf("race-%d", round)
-		entries, _ := journal(t, run, "cap-1", n)
+		entries, _ := roomtest.Journal(t, run, "cap-1", n)
 		var replies [2][]room.JournalReply
 		together(func(i int) {
 			for from := 0; from < n; from += batch[i] {
-				r, err := gates[i].AppendJournal(t.Context(), "room:race", lines(entries[from:min(from+batch[i], n)]), nil)
+				r, err := gates[i].AppendJournal(t.Context(), "room:race", roomtest.Lines(entries[from:min(from+batch[i], n)]), nil)
 				if err != nil {
 					t.Errorf("gate %d: %v", i, err)
 					return
@@ -85,7 +86,7 @@ func TestRaceSameJournal(t *testing.T) {
 			}
 		}
 		subj := "rooms.race.journal." + run + ".cap-1"
-		msgs := e.onSubject(subj)
+		msgs := e.OnSubject(subj)
 		if len(msgs) != n {
 			t.Fatalf("round %d: %d messages on %s, want %d", round, len(msgs), subj, n)
 		}
@@ -98,7 +99,7 @@ func TestRaceSameJournal(t *testing.T) {
 			}
 		}
 	}
-	if st := e.state(); st.Msgs != rounds*n {
+	if st := e.State(); st.Msgs != rounds*n {
 		t.Fatalf("stream holds %d messages, want %d", st.Msgs, rounds*n)
 	}
 }
@@ -106,17 +107,17 @@ func TestRaceSameJournal(t *testing.T) {
 // TestRaceFork: two gates ship different versions of entry 5 at once;
 // exactly one lands and the other is refused.
 func TestRaceFork(t *testing.T) {
-	e := newEnv(t)
-	gates := e.racers()
+	e := roomtest.NewEnv(t)
+	gates := racers(e)
 	const rounds = 20
 	wins := [2]int{}
 	for round := range rounds {
 		run := fmt.Sprintf("fork-%d", round)
-		entries, _ := journal(t, run, "cap-1", 6)
-		if r, err := gates[0].AppendJournal(t.Context(), "room:race", lines(entries[:5]), nil); err != nil || r.Stored != 5 {
+		entries, _ := roomtest.Journal(t, run, "cap-1", 6)
+		if r, err := gates[0].AppendJournal(t.Context(), "room:race", roomtest.Lines(entries[:5]), nil); err != nil || r.Stored != 5 {
 			t.Fatalf("round %d prefix: %+v %v", round, r, err)
 		}
-		y, err := events.NewEntry(mutate(entries[5].Object(), "kind", "other.kind"))
+		y, err := events.NewEntry(roomtest.Mutate(entries[5].Object(), "kind", "other.kind"))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -124,7 +125,7 @@ func TestRaceFork(t *testing.T) {
 		var replies [2]room.JournalReply
 		together(func(i int) {
 			var err error
-			replies[i], err = gates[i].AppendJournal(t.Context(), "room:race", lines(version[i:i+1]), nil)
+			replies[i], err = gates[i].AppendJournal(t.Context(), "room:race", roomtest.Lines(version[i:i+1]), nil)
 			if err != nil {
 				t.Error(err)
 			}
@@ -148,7 +149,7 @@ func TestRaceFork(t *testing.T) {
 			t.Fatalf("round %d: loser %+v", round, loser)
 		}
 		subj := "rooms.race.journal." + run + ".cap-1"
-		msgs := e.onSubject(subj)
+		msgs := e.OnSubject(subj)
 		if len(msgs) != 6 || !bytes.Equal(msgs[5].Data, version[winner].Canonical()) ||
 			msgs[5].Sequence != replies[winner].Items[0].StreamSeq {
 			t.Fatalf("round %d: chain holds %d messages", round, len(msgs))
@@ -160,14 +161,14 @@ func TestRaceFork(t *testing.T) {
 // TestRaceRecords: two gates append records under one idempotency/key at
 // once, different records then the same one.
 func TestRaceRecords(t *testing.T) {
-	e := newEnv(t)
-	gates := e.racers()
-	base := referenceRecord(t, "verified.json")
+	e := roomtest.NewEnv(t)
+	gates := racers(e)
+	base := roomtest.ReferenceRecord(t, "verified.json")
 	const rounds = 10
 	for round := range rounds {
 		roomID := fmt.Sprintf("room:records-%d", round)
-		a := e.sign(base, map[string]any{"room/id": roomID})
-		b := e.sign(base, map[string]any{"room/id": roomID, "recorded-at": "2026-09-25T12:16:00Z"})
+		a := e.Sign(base, map[string]any{"room/id": roomID})
+		b := e.Sign(base, map[string]any{"room/id": roomID, "recorded-at": "2026-09-25T12:16:00Z"})
 
 		// Different records, one key: one stored, one idempotency_conflict.
 		var replies [2]room.RecordReply
@@ -191,12 +192,12 @@ func TestRaceRecords(t *testing.T) {
 			t.Fatalf("round %d: loser %+v", round, loser)
 		}
 		subj := "rooms." + room.EncodeToken(roomID[len("room:"):]) + ".exec"
-		if msgs := e.onSubject(subj); len(msgs) != 1 || !bytes.Equal(msgs[0].Data, recs[winner].Canonical()) {
+		if msgs := e.OnSubject(subj); len(msgs) != 1 || !bytes.Equal(msgs[0].Data, recs[winner].Canonical()) {
 			t.Fatalf("round %d: %d records stored", round, len(msgs))
 		}
 
 		// The same record from both: one stored, one duplicate of it.
-		c := e.sign(base, map[string]any{"room/id": roomID, "idempotency/key": "key-c", "run/ref": "operator-task-run:run-c"})
+		c := e.Sign(base, map[string]any{"room/id": roomID, "idempotency/key": "key-c", "run/ref": "operator-task-run:run-c"})
 		together(func(i int) { replies[i] = gates[i].AppendRecord(t.Context(), c.Canonical()) })
 		outcomes := map[room.Outcome]int{}
 		for _, r := range replies {
@@ -206,11 +207,11 @@ func TestRaceRecords(t *testing.T) {
 			replies[0].Item.StreamSeq != replies[1].Item.StreamSeq || replies[0].Item.StreamSeq == 0 {
 			t.Fatalf("round %d: same record: %+v", round, replies)
 		}
-		if msgs := e.onSubject(subj); len(msgs) != 2 || !bytes.Equal(msgs[1].Data, c.Canonical()) || msgs[1].Sequence != replies[0].Item.StreamSeq {
+		if msgs := e.OnSubject(subj); len(msgs) != 2 || !bytes.Equal(msgs[1].Data, c.Canonical()) || msgs[1].Sequence != replies[0].Item.StreamSeq {
 			t.Fatalf("round %d: %d records stored", round, len(msgs))
 		}
 	}
-	if st := e.state(); st.Msgs != 2*rounds {
+	if st := e.State(); st.Msgs != 2*rounds {
 		t.Fatalf("stream holds %d messages, want %d", st.Msgs, 2*rounds)
 	}
 }
@@ -218,12 +219,12 @@ func TestRaceRecords(t *testing.T) {
 // TestRaceRoomConflict: two gates ship the same capsule into two rooms at
 // once; it lands in exactly one.
 func TestRaceRoomConflict(t *testing.T) {
-	e := newEnv(t)
-	gates := e.racers()
+	e := roomtest.NewEnv(t)
+	gates := racers(e)
 	const rounds = 10
 	for round := range rounds {
 		run := fmt.Sprintf("rooms-%d", round)
-		_, body := journal(t, run, "cap-1", 5)
+		_, body := roomtest.Journal(t, run, "cap-1", 5)
 		rooms := [2]string{"room:left", "room:right"}
 		var replies [2]room.JournalReply
 		together(func(i int) {
@@ -249,7 +250,7 @@ func TestRaceRoomConflict(t *testing.T) {
 		if loser.Refused != 1 || loser.Skipped != 4 || loser.Items[0].Code != events.RoomConflict || loser.Items[0].Problems[0].Expected != rooms[winner] {
 			t.Fatalf("round %d: loser %+v", round, loser)
 		}
-		if n := e.countOn("rooms.*.journal." + run + ".cap-1"); n != 5 {
+		if n := e.CountOn("rooms.*.journal." + run + ".cap-1"); n != 5 {
 			t.Fatalf("round %d: %d entries stored", round, n)
 		}
 	}

@@ -116,7 +116,7 @@ type Reader struct {
 	v        *validate.Validator
 	subjects Subjects
 	chains   map[events.ChainKey]*chainView
-	rooms    map[string]*roomState
+	rooms    map[string]*validate.RecordIndex
 	evidence *EvidenceIndex // nil: not kept (Audit)
 	scratch  Event          // decide's event when not full
 	// Anchor, when set, starts a chain at the first entry seen for it
@@ -154,7 +154,7 @@ func (r *Reader) trustPublishers(t *checkpoint.Trust) {
 // host trust: a record from a host not trusted here is refused here, what
 // ever the publisher accepted).
 func NewReader(v *validate.Validator, subjects Subjects) *Reader {
-	return &Reader{v: v, subjects: subjects, chains: map[events.ChainKey]*chainView{}, rooms: map[string]*roomState{}, evidence: NewEvidenceIndex()}
+	return &Reader{v: v, subjects: subjects, chains: map[events.ChainKey]*chainView{}, rooms: map[string]*validate.RecordIndex{}, evidence: NewEvidenceIndex()}
 }
 
 // Evidence is the index of the verified execution records read so far.
@@ -301,7 +301,7 @@ func (r *Reader) verifyEntry(x *prepared, full bool) (*Event, *SetAside) {
 		r.chains[key] = c
 	}
 	if c.roomID != p.RoomID {
-		return nil, r.aside(m, p, &key, []events.Problem{roomConflict(at, c.roomID, p.RoomID)})
+		return nil, r.aside(m, p, &key, []events.Problem{validate.RoomConflict(at, c.roomID, p.RoomID)})
 	}
 	if c.broken != nil {
 		return nil, r.aside(m, p, &key, []events.Problem{{Code: events.ChainBroken, At: at,
@@ -312,7 +312,7 @@ func (r *Reader) verifyEntry(x *prepared, full bool) (*Event, *SetAside) {
 	} else if m.Owner != c.owner {
 		s := r.aside(m, p, &key, []events.Problem{{Code: events.NotChainOwner, At: at,
 			Reason:   "the entry names another owner than the chain's first entry: only the identity that started a chain extends it",
-			Expected: identityName(c.owner), Actual: identityName(m.Owner)}})
+			Expected: IdentityName(c.owner), Actual: IdentityName(m.Owner)}})
 		c.broken = s
 		return nil, s
 	}
@@ -416,20 +416,20 @@ func (r *Reader) verifyRecord(x *prepared, full bool) (*Event, *SetAside) {
 	}
 	rs := r.rooms[p.RoomID]
 	if rs == nil {
-		rs = newRoomState()
+		rs = validate.NewRecordIndex()
 		r.rooms[p.RoomID] = rs
 	}
-	if seq, ok := rs.digests[rec.ContentDigest()]; ok {
+	if seq, ok := rs.Stored(rec.ContentDigest()); ok {
 		return nil, r.aside(m, p, nil, []events.Problem{{Code: events.Replayed, At: at,
 			Reason: "the record repeats, byte for byte, the one at stream seq " + strconv.FormatUint(seq, 10)}})
 	}
-	if ps := rs.streamProblems(rec, at); len(ps) > 0 {
+	if ps := rs.Problems(rec, at); len(ps) > 0 {
 		return nil, r.aside(m, p, nil, ps)
 	}
 	if x.listed != "" && !x.reexamine {
 		return nil, r.keepListed(x, nil)
 	}
-	rs.add(rec, m.Seq)
+	rs.Add(rec, m.Seq)
 	if r.evidence != nil {
 		r.evidence.Add(p.RoomID, rec, m.Seq)
 	}

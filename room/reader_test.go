@@ -8,6 +8,7 @@ import (
 
 	"github.com/roompub/roompub/events"
 	"github.com/roompub/roompub/room"
+	"github.com/roompub/roompub/room/internal/roomtest"
 	"github.com/roompub/roompub/validate"
 )
 
@@ -17,9 +18,9 @@ const evilRoom = "room:evil"
 // into the stream by a compromised writer, with what every reader must
 // make of it.
 type scenario struct {
-	last    uint64   // the stream's last sequence
-	events  []uint64 // stream seqs of the verified events, in order
-	asides  []aside  // the set-aside messages, in order
+	last    uint64           // the stream's last sequence
+	events  []uint64         // stream seqs of the verified events, in order
+	asides  []roomtest.Aside // the set-aside messages, in order
 	chains  []chainWant
 	records map[string]int // verified records per room
 }
@@ -41,14 +42,14 @@ type chainWant struct {
 // subject, a chain in a second room, a record from an untrusted host, the
 // reference foreign-evidence.json, a record on another room's subject, the
 // same record and the same entry twice, and a subject outside the layout.
-func compromisedStream(t *testing.T, e *env) scenario {
+func compromisedStream(t *testing.T, e *roomtest.Env) scenario {
 	t.Helper()
-	js := e.js
-	a, _ := journal(t, "run-a", "cap-a", 5)
-	b, _ := journal(t, "run-b", "cap-b", 4)
-	c, _ := journal(t, "run-c", "cap-c", 4)
-	d, _ := journal(t, "run-d", "cap-d", 3)
-	x, _ := journal(t, "run-e", "cap-e", 2)
+	js := e.Js
+	a, _ := roomtest.Journal(t, "run-a", "cap-a", 5)
+	b, _ := roomtest.Journal(t, "run-b", "cap-b", 4)
+	c, _ := roomtest.Journal(t, "run-c", "cap-c", 4)
+	d, _ := roomtest.Journal(t, "run-d", "cap-d", 3)
+	x, _ := roomtest.Journal(t, "run-e", "cap-e", 2)
 	const (
 		subjA = "rooms.evil.journal.run-a.cap-a"
 		subjB = "rooms.evil.journal.run-b.cap-b"
@@ -66,7 +67,7 @@ func compromisedStream(t *testing.T, e *env) scenario {
 	}
 	gateJournal := func(es []*events.Entry) {
 		t.Helper()
-		r := e.shipJournal(evilRoom, lines(es))
+		r := e.ShipJournal(evilRoom, roomtest.Lines(es))
 		if r.Stored != len(es) {
 			t.Fatalf("gate: %+v", r)
 		}
@@ -76,37 +77,37 @@ func compromisedStream(t *testing.T, e *env) scenario {
 	}
 	gateRecord := func(raw []byte) {
 		t.Helper()
-		r := e.shipRecord(raw)
+		r := e.ShipRecord(raw)
 		if r.Item.Outcome != room.OutcomeStored {
 			t.Fatalf("gate: %+v", r)
 		}
 		expect(r.Item.StreamSeq)
 	}
-	raw := func(subject string, data []byte) { t.Helper(); expect(publishRaw(t, js, subject, data)) }
+	raw := func(subject string, data []byte) { t.Helper(); expect(roomtest.PublishRaw(t, js, subject, data)) }
 
 	// Through the gate: seqs 1-9.
-	gateJournal(a[:4])                                   // 1-4
-	gateJournal(b[:3])                                   // 5-7
-	gateRecord(referenceBytes(t, "verified.json"))       // 8
-	evil1 := recordIn(t, e.key, evilRoom, "evil-1", nil) // 9
+	gateJournal(a[:4])                                            // 1-4
+	gateJournal(b[:3])                                            // 5-7
+	gateRecord(roomtest.ReferenceBytes(t, "verified.json"))       // 8
+	evil1 := roomtest.RecordIn(t, e.Key, evilRoom, "evil-1", nil) // 9
 	gateRecord(evil1.Canonical())
 
 	// Straight into the stream: seqs 10-28.
-	raw(subjA, tampered(t, a[4]))           // 10 invalid_entry: payload changed, entry_hash kept
-	raw(subjA, a[4].Canonical())            // 11 chain_broken: the genuine entry comes too late
-	raw(subjB, forkOf(t, b[1]).Canonical()) // 12 fork: position 1 is held (seq 6)
-	raw(subjB, b[3].Canonical())            // 13 chain_broken
-	raw(subjC, c[0].Canonical())            // 14
-	raw(subjC, c[1].Canonical())            // 15
-	raw(subjC, c[3].Canonical())            // 16 gap: position 2 is missing
-	raw(subjC, c[2].Canonical())            // 17 chain_broken: the missing one, too late
-	raw(subjD, d[0].Canonical())            // 18
-	raw(subjD, a[0].Canonical())            // 19 wrong_room: capsule a on capsule d's subject
-	raw(subjD, d[1].Canonical())            // 20: chain d is not touched by 19
-	untrusted := recordIn(t, newHostKey(t), evilRoom, "evil-untrusted", nil)
-	raw(exec, untrusted.Canonical())                            // 21 untrusted_host
-	raw(refSubject, referenceBytes(t, "foreign-evidence.json")) // 22 foreign_evidence
-	elsewhere := recordIn(t, e.key, "room:elsewhere", "elsewhere-1", nil)
+	raw(subjA, roomtest.Tampered(t, a[4]))           // 10 invalid_entry: payload changed, entry_hash kept
+	raw(subjA, a[4].Canonical())                     // 11 chain_broken: the genuine entry comes too late
+	raw(subjB, roomtest.ForkOf(t, b[1]).Canonical()) // 12 fork: position 1 is held (seq 6)
+	raw(subjB, b[3].Canonical())                     // 13 chain_broken
+	raw(subjC, c[0].Canonical())                     // 14
+	raw(subjC, c[1].Canonical())                     // 15
+	raw(subjC, c[3].Canonical())                     // 16 gap: position 2 is missing
+	raw(subjC, c[2].Canonical())                     // 17 chain_broken: the missing one, too late
+	raw(subjD, d[0].Canonical())                     // 18
+	raw(subjD, a[0].Canonical())                     // 19 wrong_room: capsule a on capsule d's subject
+	raw(subjD, d[1].Canonical())                     // 20: chain d is not touched by 19
+	untrusted := roomtest.RecordIn(t, roomtest.NewHostKey(t), evilRoom, "evil-untrusted", nil)
+	raw(exec, untrusted.Canonical())                                     // 21 untrusted_host
+	raw(refSubject, roomtest.ReferenceBytes(t, "foreign-evidence.json")) // 22 foreign_evidence
+	elsewhere := roomtest.RecordIn(t, e.Key, "room:elsewhere", "elsewhere-1", nil)
 	raw(exec, elsewhere.Canonical())                         // 23 wrong_room: room/id is room:elsewhere
 	raw(exec, evil1.Canonical())                             // 24 replayed: the bytes of seq 9
 	raw("rooms.evil.junk", []byte(`{"hello":"world"}`))      // 25 bad_subject
@@ -115,19 +116,19 @@ func compromisedStream(t *testing.T, e *env) scenario {
 	raw(subjD, d[2].Canonical())                             // 28 replayed: the head again
 
 	// Through the gate again: good messages after the bad ones.
-	gateJournal(x)                                                      // 29-30
-	gateRecord(recordIn(t, e.key, evilRoom, "evil-2", nil).Canonical()) // 31
+	gateJournal(x)                                                               // 29-30
+	gateRecord(roomtest.RecordIn(t, e.Key, evilRoom, "evil-2", nil).Canonical()) // 31
 
-	ja := func(s uint64, code events.Code, subj, chain string, problems ...events.Code) aside {
-		return aside{Seq: s, Code: code, RoomID: evilRoom, Kind: room.KindJournal, Subject: subj, Chain: chain, Problems: append([]events.Code{code}, problems...)}
+	ja := func(s uint64, code events.Code, subj, chain string, problems ...events.Code) roomtest.Aside {
+		return roomtest.Aside{Seq: s, Code: code, RoomID: evilRoom, Kind: room.KindJournal, Subject: subj, Chain: chain, Problems: append([]events.Code{code}, problems...)}
 	}
-	ra := func(s uint64, code events.Code, roomID, subj string) aside {
-		return aside{Seq: s, Code: code, RoomID: roomID, Kind: room.KindExecution, Subject: subj, Problems: []events.Code{code}}
+	ra := func(s uint64, code events.Code, roomID, subj string) roomtest.Aside {
+		return roomtest.Aside{Seq: s, Code: code, RoomID: roomID, Kind: room.KindExecution, Subject: subj, Problems: []events.Code{code}}
 	}
 	sc := scenario{
 		last:   31,
 		events: []uint64{1, 2, 3, 4, 5, 6, 7, 8, 9, 14, 15, 18, 20, 27, 29, 30, 31},
-		asides: []aside{
+		asides: []roomtest.Aside{
 			ja(10, events.InvalidEntry, subjA, "run-a/cap-a"),
 			ja(11, events.ChainBroken, subjA, "run-a/cap-a"),
 			ja(12, events.Fork, subjB, "run-b/cap-b"),
@@ -160,18 +161,18 @@ func compromisedStream(t *testing.T, e *env) scenario {
 // from the stream, to a Reader one by one: each is served or set aside as
 // the scenario says, with its code and stream sequence.
 func TestReaderCompromisedWriter(t *testing.T) {
-	e := newEnv(t)
+	e := roomtest.NewEnv(t)
 	sc := compromisedStream(t, e)
-	r := room.NewReader(e.v, room.Subjects{})
+	r := room.NewReader(e.V, room.Subjects{})
 	var got []uint64
-	var asides []aside
-	for _, m := range e.stored() {
+	var asides []roomtest.Aside
+	for _, m := range e.Stored() {
 		ev, s := r.Verify(room.StreamMsg{Subject: m.Subject, Seq: m.Sequence, Data: m.Data, Time: m.Time})
 		if (ev == nil) == (s == nil) {
 			t.Fatalf("stream seq %d: event %v and set-aside %v", m.Sequence, ev, s)
 		}
 		if s != nil {
-			asides = append(asides, asideOf(t, *s))
+			asides = append(asides, roomtest.AsideOf(t, *s))
 			continue
 		}
 		got = append(got, ev.Seq)
@@ -182,20 +183,20 @@ func TestReaderCompromisedWriter(t *testing.T) {
 	if !slices.Equal(got, sc.events) {
 		t.Errorf("events at %v, want %v", got, sc.events)
 	}
-	diffAsides(t, "set-aside messages", asides, sc.asides)
+	roomtest.DiffAsides(t, "set-aside messages", asides, sc.asides)
 }
 
 // TestReaderEvents: what a verified event carries, for an entry and a
 // record.
 func TestReaderEvents(t *testing.T) {
-	e := newEnv(t)
-	es, body := journal(t, "run-1", "cap-1", 2)
-	e.shipJournal("room:alpha", body)
-	rec := recordIn(t, e.key, "room:alpha", "r-1", nil)
-	e.shipRecord(rec.Canonical())
-	r := room.NewReader(e.v, room.Subjects{})
+	e := roomtest.NewEnv(t)
+	es, body := roomtest.Journal(t, "run-1", "cap-1", 2)
+	e.ShipJournal("room:alpha", body)
+	rec := roomtest.RecordIn(t, e.Key, "room:alpha", "r-1", nil)
+	e.ShipRecord(rec.Canonical())
+	r := room.NewReader(e.V, room.Subjects{})
 	var evs []*room.Event
-	for _, m := range e.stored() {
+	for _, m := range e.Stored() {
 		ev, s := r.Verify(room.StreamMsg{Subject: m.Subject, Seq: m.Sequence, Data: m.Data, Time: m.Time})
 		if s != nil {
 			t.Fatalf("set aside: %v", s)
@@ -232,38 +233,38 @@ func TestReaderEvents(t *testing.T) {
 // a decision whose outcome was unknown. The same rules in another room
 // are another matter.
 func TestReaderRecordRules(t *testing.T) {
-	e := newEnv(t)
+	e := roomtest.NewEnv(t)
 	const decision = "corpus-experiment-chair-decision:sha256:AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA"
 	const subj = "rooms.rules.exec"
-	first := recordIn(t, e.key, "room:rules", "r-1", nil)
-	unknown := recordIn(t, e.key, "room:rules", "r-unknown", map[string]any{"outcome": "unknown",
+	first := roomtest.RecordIn(t, e.Key, "room:rules", "r-1", nil)
+	unknown := roomtest.RecordIn(t, e.Key, "room:rules", "r-unknown", map[string]any{"outcome": "unknown",
 		"decision/ref": decision, "decision/digest": "sha256:AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA"})
-	sameKey := recordIn(t, e.key, "room:rules", "r-1", map[string]any{"recorded-at": "2026-09-25T12:16:00Z"})
-	sameRun := recordIn(t, e.key, "room:rules", "r-1", map[string]any{"idempotency/key": "key-r-1-again"})
-	again := recordIn(t, e.key, "room:rules", "r-again", map[string]any{"decision/ref": decision,
+	sameKey := roomtest.RecordIn(t, e.Key, "room:rules", "r-1", map[string]any{"recorded-at": "2026-09-25T12:16:00Z"})
+	sameRun := roomtest.RecordIn(t, e.Key, "room:rules", "r-1", map[string]any{"idempotency/key": "key-r-1-again"})
+	again := roomtest.RecordIn(t, e.Key, "room:rules", "r-again", map[string]any{"decision/ref": decision,
 		"decision/digest": "sha256:AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA"})
-	elsewhere := recordIn(t, e.key, "room:rules-2", "r-again", map[string]any{"decision/ref": decision,
+	elsewhere := roomtest.RecordIn(t, e.Key, "room:rules-2", "r-again", map[string]any{"decision/ref": decision,
 		"decision/digest": "sha256:AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA"})
 	for i, m := range []struct {
 		subject string
 		rec     *events.Record
 	}{{subj, first}, {subj, unknown}, {subj, sameKey}, {subj, sameRun}, {subj, again}, {"rooms.rules-2.exec", elsewhere}} {
-		if s := publishRaw(t, e.js, m.subject, m.rec.Canonical()); s != uint64(i+1) {
+		if s := roomtest.PublishRaw(t, e.Js, m.subject, m.rec.Canonical()); s != uint64(i+1) {
 			t.Fatalf("stream seq %d", s)
 		}
 	}
-	rep, err := room.Audit(t.Context(), e.js, room.AuditOptions{Validator: e.v})
+	rep, err := room.Audit(t.Context(), e.Js, room.AuditOptions{Validator: e.V})
 	if err != nil {
 		t.Fatal(err)
 	}
-	var got []aside
+	var got []roomtest.Aside
 	for _, v := range rep.Violations {
-		got = append(got, asideOf(t, v))
+		got = append(got, roomtest.AsideOf(t, v))
 	}
-	ra := func(s uint64, codes ...events.Code) aside {
-		return aside{Seq: s, Code: codes[0], RoomID: "room:rules", Kind: room.KindExecution, Subject: subj, Problems: codes}
+	ra := func(s uint64, codes ...events.Code) roomtest.Aside {
+		return roomtest.Aside{Seq: s, Code: codes[0], RoomID: "room:rules", Kind: room.KindExecution, Subject: subj, Problems: codes}
 	}
-	diffAsides(t, "violations", got, []aside{
+	roomtest.DiffAsides(t, "violations", got, []roomtest.Aside{
 		ra(3, events.IdempotencyConflict, events.RunConflict),
 		ra(4, events.RunConflict),
 		ra(5, events.UnknownNotConsent),
@@ -285,7 +286,7 @@ func TestReaderRoomConflictNamesTheRoom(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	es, _ := journal(t, "run-a", "cap-a", 2)
+	es, _ := roomtest.Journal(t, "run-a", "cap-a", 2)
 	r := room.NewReader(v, room.Subjects{})
 	if ev, s := r.Verify(room.StreamMsg{Subject: "rooms.alpha.journal.run-a.cap-a", Seq: 1, Data: es[0].Canonical()}); ev == nil {
 		t.Fatalf("first entry set aside: %+v", s)

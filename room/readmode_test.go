@@ -16,6 +16,7 @@ import (
 	"github.com/roompub/roompub/events"
 	"github.com/roompub/roompub/room"
 	"github.com/roompub/roompub/room/embedded"
+	"github.com/roompub/roompub/room/internal/roomtest"
 )
 
 // auditBothWays audits with o read by an ordered consumer and by direct
@@ -23,10 +24,10 @@ import (
 // in flight: answers that overlap and leave gaps; several rooms merged or
 // read as one), checks that every
 // report is the same but for how it was read, and returns the consumer's.
-func auditBothWays(t *testing.T, e *env, o room.AuditOptions) *room.AuditReport {
+func auditBothWays(t *testing.T, e *roomtest.Env, o room.AuditOptions) *room.AuditReport {
 	t.Helper()
 	o.Read = room.ReadConsumer
-	want, err := room.Audit(t.Context(), e.js, o)
+	want, err := room.Audit(t.Context(), e.Js, o)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -36,7 +37,7 @@ func auditBothWays(t *testing.T, e *env, o room.AuditOptions) *room.AuditReport 
 	wantJSON := reportJSON(t, want)
 	for _, c := range []struct{ batch, inFlight, mergeMax int }{{1000, 2, 8}, {1000, 2, 0}, {7, 2, 8}, {7, 2, 0}, {1, 1, 8}, {3, 3, 0}} {
 		o.Read = room.ReadDirect
-		got, err := room.AuditDirect(t.Context(), e.js, o, c.batch, c.inFlight, c.mergeMax)
+		got, err := room.AuditDirect(t.Context(), e.Js, o, c.batch, c.inFlight, c.mergeMax)
 		if err != nil {
 			t.Fatalf("direct %+v: %v", c, err)
 		}
@@ -69,34 +70,34 @@ func reportJSON(t *testing.T, rep *room.AuditReport) string {
 // room, from a stream sequence and from a time; and on the compromised
 // writer's stream.
 func TestReadDirectSameReport(t *testing.T) {
-	e := newEnv(t)
+	e := roomtest.NewEnv(t)
 	ctx := context.Background()
 	pub := newPublisherKey(t)
 	trust := trusting(t, pub)
-	ckp, _ := startCheckpointer(t, e.connect(), room.CheckpointerOptions{Key: pub, Every: 40, Interval: time.Hour})
-	gate := e.attestingGate(e.nc, pub, ckp, room.GateOptions{})
+	ckp, _ := startCheckpointer(t, e.Connect(), room.CheckpointerOptions{Key: pub, Every: 40, Interval: time.Hour})
+	gate := attestingGate(e, e.Nc, pub, ckp, room.GateOptions{})
 	const beta = "room:beta"
-	ea, _ := journal(t, "run-a", "cap-a", 61)
-	eb, _ := journal(t, "run-b", "cap-b", 30)
+	ea, _ := roomtest.Journal(t, "run-a", "cap-a", 61)
+	eb, _ := roomtest.Journal(t, "run-b", "cap-b", 30)
 	for k := range 3 {
-		if r, err := gate.AppendJournal(ctx, attRoom, lines(ea[20*k:20*k+20]), nil); err != nil || r.Stored != 20 {
+		if r, err := gate.AppendJournal(ctx, attRoom, roomtest.Lines(ea[20*k:20*k+20]), nil); err != nil || r.Stored != 20 {
 			t.Fatalf("%+v %v", r, err)
 		}
-		if r, err := gate.AppendJournal(ctx, beta, lines(eb[10*k:10*k+10]), nil); err != nil || r.Stored != 10 {
+		if r, err := gate.AppendJournal(ctx, beta, roomtest.Lines(eb[10*k:10*k+10]), nil); err != nil || r.Stored != 10 {
 			t.Fatalf("%+v %v", r, err)
 		}
 	}
 	for _, id := range []string{attRoom, beta} {
-		if r := gate.AppendRecord(ctx, recordIn(t, e.key, id, "rec-"+id[5:], nil).Canonical()); r.Item.Outcome != room.OutcomeStored {
+		if r := gate.AppendRecord(ctx, roomtest.RecordIn(t, e.Key, id, "rec-"+id[5:], nil).Canonical()); r.Item.Outcome != room.OutcomeStored {
 			t.Fatalf("%+v", r)
 		}
 	}
 	if err := ckp.Stop(ctx); err != nil {
 		t.Fatal(err)
 	}
-	forged := publishRaw(t, e.js, room.Subjects{}.Journal(attRoom, events.ChainKey{RunID: "run-a", CapsuleID: "cap-a"}), ea[60].Canonical())
+	forged := roomtest.PublishRaw(t, e.Js, room.Subjects{}.Journal(attRoom, events.ChainKey{RunID: "run-a", CapsuleID: "cap-a"}), ea[60].Canonical())
 
-	rep := auditBothWays(t, e, room.AuditOptions{Validator: e.v, Trust: trust})
+	rep := auditBothWays(t, e, room.AuditOptions{Validator: e.V, Trust: trust})
 	if rep.Totals.Messages != forged || rep.Totals.Entries != 90 || rep.Totals.Records != 2 || rep.Totals.SetAside != 1 ||
 		rep.Totals.ChainsOK != 2 || rep.Totals.Checkpoints < 3 || len(rep.Checkpoints) != 2 || !rep.Attestation.Checked {
 		t.Errorf("every room: totals %+v, checkpoints %+v", rep.Totals, rep.Checkpoints)
@@ -112,50 +113,50 @@ func TestReadDirectSameReport(t *testing.T) {
 	all := rep.Totals
 
 	// Both rooms by name: several filters, read as one and kept by subject.
-	rep = auditBothWays(t, e, room.AuditOptions{Validator: e.v, Trust: trust, Rooms: []string{beta, attRoom}})
+	rep = auditBothWays(t, e, room.AuditOptions{Validator: e.V, Trust: trust, Rooms: []string{beta, attRoom}})
 	if fmt.Sprint(rep.Totals) != fmt.Sprint(all) {
 		t.Errorf("both rooms: totals %+v, want %+v", rep.Totals, all)
 	}
 	// One room (and the other's messages not read).
-	rep = auditBothWays(t, e, room.AuditOptions{Validator: e.v, Trust: trust, Rooms: []string{beta}})
+	rep = auditBothWays(t, e, room.AuditOptions{Validator: e.V, Trust: trust, Rooms: []string{beta}})
 	if rep.Totals.Entries != 30 || rep.Totals.Records != 1 || rep.Totals.SetAside != 0 || len(rep.Checkpoints) != 1 {
 		t.Errorf("room %s: totals %+v", beta, rep.Totals)
 	}
 	// From a stream sequence, and from the time of one.
-	rep = auditBothWays(t, e, room.AuditOptions{Validator: e.v, FromSeq: 40})
+	rep = auditBothWays(t, e, room.AuditOptions{Validator: e.V, FromSeq: 40})
 	if rep.FromSeq != 40 || rep.Totals.Messages != forged-39 || rep.Attestation.Checked {
 		t.Errorf("from stream seq 40: from %d, totals %+v", rep.FromSeq, rep.Totals)
 	}
-	m, err := e.stream.GetMsg(ctx, 50)
+	m, err := e.Stream.GetMsg(ctx, 50)
 	if err != nil {
 		t.Fatal(err)
 	}
-	rep = auditBothWays(t, e, room.AuditOptions{Validator: e.v, Since: m.Time})
+	rep = auditBothWays(t, e, room.AuditOptions{Validator: e.V, Since: m.Time})
 	if rep.Totals.Messages < forged-49 || rep.Totals.Messages > forged {
 		t.Errorf("since the time of stream seq 50: totals %+v", rep.Totals)
 	}
 	// Nothing on the rooms' subjects from the start on: nothing read (the
 	// consumer used to wait for ever, its end check asking the leader from
 	// stream seq 1).
-	rep = auditBothWays(t, e, room.AuditOptions{Validator: e.v, Since: time.Now().Add(time.Hour)})
+	rep = auditBothWays(t, e, room.AuditOptions{Validator: e.V, Since: time.Now().Add(time.Hour)})
 	if rep.Totals.Messages != 0 {
 		t.Errorf("since an hour from now: totals %+v", rep.Totals)
 	}
-	rep = auditBothWays(t, e, room.AuditOptions{Validator: e.v, Rooms: []string{beta}, FromSeq: forged})
+	rep = auditBothWays(t, e, room.AuditOptions{Validator: e.V, Rooms: []string{beta}, FromSeq: forged})
 	if rep.Totals.Messages != 0 || rep.FromSeq != forged {
 		t.Errorf("room %s from stream seq %d: totals %+v", beta, forged, rep.Totals)
 	}
 
 	// The compromised writer's stream: many violations, two rooms.
-	e2 := newEnv(t)
+	e2 := roomtest.NewEnv(t)
 	sc := compromisedStream(t, e2)
-	rep = auditBothWays(t, e2, room.AuditOptions{Validator: e2.v})
+	rep = auditBothWays(t, e2, room.AuditOptions{Validator: e2.V})
 	if rep.Totals.Messages != sc.last || rep.Totals.SetAside != uint64(len(sc.asides)) || rep.Totals.ChainsBroken != 3 {
 		t.Errorf("compromised stream: totals %+v", rep.Totals)
 	}
-	auditBothWays(t, e2, room.AuditOptions{Validator: e2.v, Rooms: []string{evilRoom, refRoom}, FromSeq: 3})
+	auditBothWays(t, e2, room.AuditOptions{Validator: e2.V, Rooms: []string{evilRoom, refRoom}, FromSeq: 3})
 	// Two filters, one room without messages: the other room's are left.
-	rep = auditBothWays(t, e2, room.AuditOptions{Validator: e2.v, Rooms: []string{"room:none", refRoom}})
+	rep = auditBothWays(t, e2, room.AuditOptions{Validator: e2.V, Rooms: []string{"room:none", refRoom}})
 	if rep.Totals.Messages != 2 || rep.Totals.Records != 1 || len(rep.Chains) != 0 {
 		t.Errorf("rooms none and %s: totals %+v", refRoom, rep.Totals)
 	}
@@ -166,13 +167,13 @@ func TestReadDirectSameReport(t *testing.T) {
 // fails with the limit error, and one with ReadAuto reads by direct get,
 // says so, and reports what it would have.
 func TestReadAtConsumerLimit(t *testing.T) {
-	e := newEnvWith(t, embedded.Options{Configure: func(o *server.Options) { o.JetStreamLimits.DefaultMaxConsumers = 5 }})
-	es, body := journal(t, "run-1", "cap-1", 5)
-	e.shipJournal("room:alpha", body)
-	e.shipRecord(referenceBytes(t, "verified.json"))
-	e.shipRecord(referenceBytes(t, "refused.json"))
+	e := roomtest.NewEnvWith(t, embedded.Options{Configure: func(o *server.Options) { o.JetStreamLimits.DefaultMaxConsumers = 5 }})
+	es, body := roomtest.Journal(t, "run-1", "cap-1", 5)
+	e.ShipJournal("room:alpha", body)
+	e.ShipRecord(roomtest.ReferenceBytes(t, "verified.json"))
+	e.ShipRecord(roomtest.ReferenceBytes(t, "refused.json"))
 
-	rep, err := room.Audit(t.Context(), e.js, room.AuditOptions{Validator: e.v})
+	rep, err := room.Audit(t.Context(), e.Js, room.AuditOptions{Validator: e.V})
 	if err != nil || rep.ReadBy != room.ReadByConsumer {
 		t.Fatalf("below the limit: %v, read by %q", err, rep.ReadBy)
 	}
@@ -180,7 +181,7 @@ func TestReadAtConsumerLimit(t *testing.T) {
 
 	// Another client fills the stream's consumers (the audit's ordered
 	// consumer may still be there: it goes after its inactive threshold).
-	js, _ := jetstream.New(e.connect())
+	js, _ := jetstream.New(e.Connect())
 	for i := 0; ; i++ {
 		_, err := js.CreateOrUpdateConsumer(t.Context(), room.DefaultStream, jetstream.ConsumerConfig{Durable: fmt.Sprintf("d%d", i)})
 		if errors.Is(err, jetstream.ErrMaximumConsumersLimit) && i > 0 {
@@ -205,12 +206,12 @@ func TestReadAtConsumerLimit(t *testing.T) {
 		t.Fatalf("%d consumers, want 5", n)
 	}
 
-	_, err = room.Audit(t.Context(), e.js, room.AuditOptions{Validator: e.v, Read: room.ReadConsumer})
+	_, err = room.Audit(t.Context(), e.Js, room.AuditOptions{Validator: e.V, Read: room.ReadConsumer})
 	if !errors.Is(err, jetstream.ErrMaximumConsumersLimit) {
 		t.Errorf("read by consumer at the limit: %v, want the limit error", err)
 	}
 	for _, mode := range []room.ReadMode{"", room.ReadAuto, room.ReadDirect} {
-		rep, err := room.Audit(t.Context(), e.js, room.AuditOptions{Validator: e.v, Read: mode})
+		rep, err := room.Audit(t.Context(), e.Js, room.AuditOptions{Validator: e.V, Read: mode})
 		if err != nil {
 			t.Fatalf("%q at the limit: %v", mode, err)
 		}
@@ -234,15 +235,15 @@ func TestReadAtConsumerLimit(t *testing.T) {
 // continuation verifies against the rebuilt head; with ReadConsumer the
 // rebuild fails with the limit error.
 func TestFollowRebuildAtConsumerLimit(t *testing.T) {
-	e := newEnvWith(t, embedded.Options{Configure: func(o *server.Options) { o.JetStreamLimits.DefaultMaxConsumers = 5 }})
-	es, _ := journal(t, "run-1", "cap-1", 10)
-	e.shipJournal("room:alpha", lines(es[:5]))
-	o := room.FollowOptions{Durable: "fl", Validator: e.v}
-	f := startFollow(t, e.js, o, nil)
-	f.waitSeen(t, 5)
-	f.cancel()
-	<-f.done
-	js, _ := jetstream.New(e.connect())
+	e := roomtest.NewEnvWith(t, embedded.Options{Configure: func(o *server.Options) { o.JetStreamLimits.DefaultMaxConsumers = 5 }})
+	es, _ := roomtest.Journal(t, "run-1", "cap-1", 10)
+	e.ShipJournal("room:alpha", roomtest.Lines(es[:5]))
+	o := room.FollowOptions{Durable: "fl", Validator: e.V}
+	f := roomtest.StartFollow(t, e.Js, o, nil)
+	f.WaitSeen(t, 5)
+	f.Cancel()
+	<-f.Done
+	js, _ := jetstream.New(e.Connect())
 	for i := 0; ; i++ {
 		_, err := js.CreateOrUpdateConsumer(t.Context(), room.DefaultStream, jetstream.ConsumerConfig{Durable: fmt.Sprintf("d%d", i)})
 		if errors.Is(err, jetstream.ErrMaximumConsumersLimit) && i > 0 {
@@ -252,29 +253,29 @@ func TestFollowRebuildAtConsumerLimit(t *testing.T) {
 			t.Fatalf("durable %d: %v", i, err)
 		}
 	}
-	e.shipJournal("room:alpha", lines(es[5:]))
+	e.ShipJournal("room:alpha", roomtest.Lines(es[5:]))
 
 	o.Read = room.ReadConsumer
-	f = startFollow(t, e.js, o, nil)
+	f = roomtest.StartFollow(t, e.Js, o, nil)
 	select {
-	case <-f.done:
+	case <-f.Done:
 	case <-time.After(15 * time.Second):
 		t.Fatal("rebuild by consumer at the limit: Follow still runs")
 	}
-	if !errors.Is(f.err, jetstream.ErrMaximumConsumersLimit) {
-		t.Errorf("rebuild by consumer at the limit: %v", f.err)
+	if !errors.Is(f.Err, jetstream.ErrMaximumConsumersLimit) {
+		t.Errorf("rebuild by consumer at the limit: %v", f.Err)
 	}
 	o.Read = ""
-	f = startFollow(t, e.js, o, nil)
-	f.waitSeen(t, 5)
+	f = roomtest.StartFollow(t, e.Js, o, nil)
+	f.WaitSeen(t, 5)
 	time.Sleep(100 * time.Millisecond)
-	f.mu.Lock()
-	defer f.mu.Unlock()
+	f.Mu.Lock()
+	defer f.Mu.Unlock()
 	var seqs []uint64
-	for _, ev := range f.events {
+	for _, ev := range f.Events {
 		seqs = append(seqs, ev.Seq)
 	}
-	if len(f.asides) != 0 || fmt.Sprint(seqs) != "[6 7 8 9 10]" {
-		t.Errorf("after the rebuild: events at stream seqs %v, set aside %v", seqs, f.asides)
+	if len(f.Asides) != 0 || fmt.Sprint(seqs) != "[6 7 8 9 10]" {
+		t.Errorf("after the rebuild: events at stream seqs %v, set aside %v", seqs, f.Asides)
 	}
 }

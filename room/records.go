@@ -17,12 +17,11 @@ import (
 	"github.com/roompub/roompub/checkpoint"
 	"github.com/roompub/roompub/events"
 	"github.com/roompub/roompub/room/internal/jsapi"
+	"github.com/roompub/roompub/validate"
 )
 
-// roomState indexes one room's stored records for the relation rules
-// (idempotency/key, run/ref, unknown outcomes, same bytes). The gate
-// brings it up to the stream head before every decision; a Reader builds
-// it in stream order; both apply the rules with the same code.
+// roomState is the gate's view of one room's stored records: the
+// relation rules' index and how far it has read the room's record subject.
 type roomState struct {
 	mu sync.Mutex
 	// loaded: the index has been brought up to the stream head at least
@@ -36,13 +35,10 @@ type roomState struct {
 	// count is the number of messages on the room's record subject up to
 	// streamSeq, every one of them whether it counts for the rules or
 	// not: the next record's position (checkpoint.RecordPosition).
-	// Kept by the gate only; written under mu, read without it as a
-	// hint by AppendRecords's checker.
-	count   atomic.Uint64
-	digests map[string]uint64 // content digest → stream seq
-	keys    map[string]string // idempotency/key → content digest
-	runs    map[string]string // run/ref → content digest
-	unknown map[string]uint64 // decision/ref with an unknown outcome → stream seq
+	// Written under mu, read without it as a hint by AppendRecords's
+	// checker.
+	count atomic.Uint64
+	*validate.RecordIndex
 }
 
 func (g *Gate) room(roomID string) *roomState {
@@ -57,7 +53,7 @@ func (g *Gate) room(roomID string) *roomState {
 }
 
 func newRoomState() *roomState {
-	return &roomState{digests: map[string]uint64{}, keys: map[string]string{}, runs: map[string]string{}, unknown: map[string]uint64{}}
+	return &roomState{RecordIndex: validate.NewRecordIndex()}
 }
 
 // catchUp reads every record stored on the room's record subject after
@@ -101,55 +97,8 @@ func (g *Gate) catchUp(ctx context.Context, roomID string, r *roomState) error {
 			ignored, lastSeq = ignored+1, m.Sequence
 			continue
 		}
-		r.add(rec, m.Sequence)
+		r.Add(rec, m.Sequence)
 	}
-}
-
-func (r *roomState) add(rec *events.Record, seq uint64) {
-	d := rec.ContentDigest()
-	if _, ok := r.digests[d]; ok {
-		return
-	}
-	r.digests[d] = seq
-	if k := rec.IdempotencyKey(); k != "" {
-		if _, ok := r.keys[k]; !ok {
-			r.keys[k] = d
-		}
-	}
-	if run := rec.RunRef(); run != "" {
-		if _, ok := r.runs[run]; !ok {
-			r.runs[run] = d
-		}
-	}
-	if rec.Outcome() == "unknown" && rec.DecisionRef() != "" {
-		if _, ok := r.unknown[rec.DecisionRef()]; !ok {
-			r.unknown[rec.DecisionRef()] = seq
-		}
-	}
-}
-
-// streamProblems applies the stream-side record rules in the order of
-// docs/design.md, "Refusal codes and their order": idempotency_conflict,
-// run_conflict, unknown_not_consent.
-func (r *roomState) streamProblems(rec *events.Record, at events.Location) []events.Problem {
-	var ps []events.Problem
-	ptr := func(p string) events.Location { l := at; l.Pointer = p; return l }
-	if d, ok := r.keys[rec.IdempotencyKey()]; ok {
-		ps = append(ps, events.Problem{Code: events.IdempotencyConflict, At: ptr("/idempotency~1key"),
-			Reason:   "idempotency/key already names another record in this room (stream seq " + strconv.FormatUint(r.digests[d], 10) + ")",
-			Expected: d, Actual: rec.ContentDigest()})
-	}
-	if d, ok := r.runs[rec.RunRef()]; ok {
-		ps = append(ps, events.Problem{Code: events.RunConflict, At: ptr("/run~1ref"),
-			Reason:   "run/ref already concluded in this room (stream seq " + strconv.FormatUint(r.digests[d], 10) + ")",
-			Expected: d, Actual: rec.ContentDigest()})
-	}
-	if seq, ok := r.unknown[rec.DecisionRef()]; ok {
-		ps = append(ps, events.Problem{Code: events.UnknownNotConsent, At: ptr("/decision~1ref"),
-			Reason: "the decision already has an execution with outcome unknown (stream seq " + strconv.FormatUint(seq, 10) +
-				"); an unknown outcome is never consent to run it again"})
-	}
-	return ps
 }
 
 // AppendRecord decides one execution record (any JSON formatting; it is
@@ -373,11 +322,11 @@ func (g *Gate) storeRecord(ctx context.Context, rec *events.Record, reply Record
 		}
 		// The index only grows, in stream order: a record found in it is
 		// stored there whatever came later.
-		if seq, ok := r.digests[digest]; ok {
+		if seq, ok := r.Stored(digest); ok {
 			reply.Item = ItemResult{Outcome: OutcomeDuplicate, Hash: rec.ComputedRef(), StreamSeq: seq, Subject: subj}
 			return reply
 		}
-		if ps := r.streamProblems(rec, at); len(ps) > 0 {
+		if ps := r.Problems(rec, at); len(ps) > 0 {
 			if !fresh {
 				// A refusal is final: decide it on the stream as it is now
 				// (the same record may have been stored meanwhile).
@@ -420,7 +369,7 @@ func (g *Gate) storeRecord(ctx context.Context, rec *events.Record, reply Record
 			g.stored(ack.Sequence, []*nats.Msg{msg}, func(int) [32]byte { return content })
 			r.streamSeq = ack.Sequence
 			r.count.Add(1)
-			r.add(rec, ack.Sequence)
+			r.Add(rec, ack.Sequence)
 			reply.Item = ItemResult{Outcome: OutcomeStored, Hash: rec.ComputedRef(), StreamSeq: ack.Sequence, Subject: subj}
 			return reply
 		case err == nil && ack.Duplicate:

@@ -20,6 +20,7 @@ import (
 	"github.com/roompub/roompub/room"
 	"github.com/roompub/roompub/room/client"
 	"github.com/roompub/roompub/room/embedded"
+	"github.com/roompub/roompub/room/internal/roomtest"
 )
 
 // TestRecordsEquivalence holds Gate.AppendRecords (records checked ahead
@@ -37,10 +38,10 @@ func TestRecordsEquivalence(t *testing.T) {
 	for seed := range uint64(3) {
 		t.Run(fmt.Sprint("seed ", seed), func(t *testing.T) {
 			rng := rand.New(rand.NewPCG(seed, 8))
-			fast, oracle := newEnv(t), newEnv(t)
+			fast, oracle := roomtest.NewEnv(t), roomtest.NewEnv(t)
 			pub := newPublisherKey(t)
-			fg := [2]*room.Gate{fast.attestingGate(fast.connect(), pub, nil, room.GateOptions{}),
-				fast.attestingGate(fast.connect(), pub, nil, room.GateOptions{})}
+			fg := [2]*room.Gate{attestingGate(fast, fast.Connect(), pub, nil, room.GateOptions{}),
+				attestingGate(fast, fast.Connect(), pub, nil, room.GateOptions{})}
 			og := oracleGates(t, fast, oracle)
 			pool := recordPool(t, rng, fast)
 			forged := bytes.Replace(pool[0], []byte(`"2026-09-25T12:00:00Z"`), []byte(`"2026-09-25T13:00:00Z"`), 1)
@@ -79,7 +80,7 @@ func TestRecordsEquivalence(t *testing.T) {
 				codes[events.RefMismatch] == 0 {
 				t.Fatalf("the mix is too one-sided: %v %v", outcomes, codes)
 			}
-			mf, mo := fast.stored(), oracle.stored()
+			mf, mo := fast.Stored(), oracle.Stored()
 			if len(mf) != len(mo) || len(mf) != outcomes[room.OutcomeStored] {
 				t.Fatalf("streams hold %d and %d messages, %d stored", len(mf), len(mo), outcomes[room.OutcomeStored])
 			}
@@ -93,7 +94,7 @@ func TestRecordsEquivalence(t *testing.T) {
 			if used == 0 || used >= uint64(len(mf)) {
 				t.Errorf("%d of %d records stored with the attestation signed ahead: want some, not all (another gate's appends move the count)", used, len(mf))
 			}
-			rep, err := room.Audit(t.Context(), fast.js, room.AuditOptions{Validator: fast.v, Trust: trusting(t, pub)})
+			rep, err := room.Audit(t.Context(), fast.Js, room.AuditOptions{Validator: fast.V, Trust: trusting(t, pub)})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -118,13 +119,13 @@ func TestRecordsEquivalence(t *testing.T) {
 // pretty-printed record (compacted onto one line) is stored in its
 // canonical form, and a repeat is a duplicate of the first copy.
 func TestRecordsStoredInOrderAcrossRequests(t *testing.T) {
-	e := newEnv(t)
-	cl := client.New(e.nc, client.Options{})
+	e := roomtest.NewEnv(t)
+	cl := client.New(e.Nc, client.Options{})
 	const roomID = "room:batch"
-	pretty := referenceBytes(t, "verified.json")
+	pretty := roomtest.ReferenceBytes(t, "verified.json")
 	raws := [][]byte{pretty}
 	for i := range 300 {
-		raws = append(raws, e.recordNamed(roomID, fmt.Sprint("b", i)))
+		raws = append(raws, recordNamed(e, roomID, fmt.Sprint("b", i)))
 	}
 	raws = append(raws, []byte("{\n  \"room/id\": \"room:batch\",\n"), raws[1])
 	replies, err := cl.AppendRecords(t.Context(), raws)
@@ -154,7 +155,7 @@ func TestRecordsStoredInOrderAcrossRequests(t *testing.T) {
 	if it := replies[302].Item; it.Outcome != room.OutcomeDuplicate || it.StreamSeq != 2 {
 		t.Errorf("the repeat: %+v", it)
 	}
-	msgs := e.stored()
+	msgs := e.Stored()
 	if len(msgs) != 301 || !bytes.Equal(msgs[0].Data, prettyRec.Canonical()) {
 		t.Fatalf("%d messages stored", len(msgs))
 	}
@@ -163,7 +164,7 @@ func TestRecordsStoredInOrderAcrossRequests(t *testing.T) {
 			t.Fatalf("stream seq %d holds %s, want record %d", msgs[i].Sequence, msgs[i].Data, i)
 		}
 	}
-	requests := endpointRequests(e.svc)
+	requests := endpointRequests(e.Svc)
 	if requests["records"] != 3 || requests["execution"] != 1 {
 		t.Errorf("requests per endpoint %v, want 3 records requests and 1 execution request", requests)
 	}
@@ -174,11 +175,11 @@ func TestRecordsStoredInOrderAcrossRequests(t *testing.T) {
 // newline or not; the reply counts each outcome; an empty body and more
 // than MaxBatchRecords lines are bad requests, and nothing is stored.
 func TestRecordsRequestReply(t *testing.T) {
-	e := newEnv(t)
-	a, b := e.recordNamed("room:wire", "a"), e.recordNamed("room:wire", "b")
+	e := roomtest.NewEnv(t)
+	a, b := recordNamed(e, "room:wire", "a"), recordNamed(e, "room:wire", "b")
 	var r room.RecordsReply
 	body := bytes.Join([][]byte{a, []byte("not json"), b, a}, []byte("\n"))
-	if code := e.request("roompub.v1.records", nil, body, &r); code != "" {
+	if code := e.Request("roompub.v1.records", nil, body, &r); code != "" {
 		t.Fatalf("status %s", code)
 	}
 	if len(r.Records) != 4 || r.Stored != 2 || r.Dupes != 1 || r.Refused != 1 || r.Skipped != 0 || r.Failures != 0 {
@@ -190,18 +191,18 @@ func TestRecordsRequestReply(t *testing.T) {
 	if it := r.Records[3].Item; it.Index != 3 || it.Outcome != room.OutcomeDuplicate || it.StreamSeq != r.Records[0].Item.StreamSeq {
 		t.Errorf("line 3: %+v", it)
 	}
-	before := e.state()
+	before := e.State()
 	for name, body := range map[string][]byte{
 		"empty":    nil,
 		"newline":  []byte("\n"),
 		"too many": []byte(strings.Repeat("{}\n", room.MaxBatchRecords+1)),
 	} {
-		code, er := e.requestError("roompub.v1.records", nil, body)
+		code, er := e.RequestError("roompub.v1.records", nil, body)
 		if code != "400" || er.Code != events.BadRequest {
 			t.Errorf("%s body: status %q, %+v", name, code, er)
 		}
 	}
-	if after := e.state(); after != before {
+	if after := e.State(); after != before {
 		t.Errorf("bad requests changed the stream: %+v, was %+v", after, before)
 	}
 }
@@ -210,8 +211,8 @@ func TestRecordsRequestReply(t *testing.T) {
 // record fails and every record behind it is skipped, so none lands out of
 // order; a caller's ctx that is done leaves everything failed or skipped.
 func TestRecordsStopAtFailure(t *testing.T) {
-	e := newEnv(t)
-	raws := [][]byte{e.recordNamed("room:stop", "a"), e.recordNamed("room:stop", "b"), e.recordNamed("room:stop", "c")}
+	e := roomtest.NewEnv(t)
+	raws := [][]byte{recordNamed(e, "room:stop", "a"), recordNamed(e, "room:stop", "b"), recordNamed(e, "room:stop", "c")}
 	ctx, cancel := context.WithCancel(t.Context())
 	cancel()
 	checkStopped := func(got []room.RecordReply) {
@@ -228,11 +229,11 @@ func TestRecordsStopAtFailure(t *testing.T) {
 			}
 		}
 	}
-	checkStopped(e.gate.AppendRecords(ctx, raws))
+	checkStopped(e.Gate.AppendRecords(ctx, raws))
 	// The server goes away: the first record fails after the gate's
 	// retries, the rest are skipped.
-	nc := e.connect()
-	gone := e.attestingGate(nc, newPublisherKey(t), nil, room.GateOptions{})
+	nc := e.Connect()
+	gone := attestingGate(e, nc, newPublisherKey(t), nil, room.GateOptions{})
 	nc.Close()
 	short, stop := context.WithTimeout(t.Context(), 2*time.Second)
 	defer stop()
@@ -241,7 +242,7 @@ func TestRecordsStopAtFailure(t *testing.T) {
 	if got[0].Item.Outcome != room.OutcomeFailed || got[1].Item.Reason != "not looked at: an earlier record of the request failed" {
 		t.Errorf("after a closed connection: %+v", got)
 	}
-	if n := len(e.stored()); n != 0 {
+	if n := len(e.Stored()); n != 0 {
 		t.Errorf("%d messages stored", n)
 	}
 }
@@ -255,7 +256,7 @@ func TestRecordsStopAtFailure(t *testing.T) {
 // in the reply) keep only their outcomes (RecordsTrimmedItems). More records than such
 // a reply could hold is a bad request, decided before anything is stored.
 func TestRecordsReplyTrimmed(t *testing.T) {
-	e := newEnvWith(t, embedded.Options{MaxPayload: 64 << 10})
+	e := roomtest.NewEnvWith(t, embedded.Options{MaxPayload: 64 << 10})
 	junk := func(n int, line func(i int) string) [][]byte {
 		out := make([][]byte, n)
 		for i := range out {
@@ -277,10 +278,10 @@ func TestRecordsReplyTrimmed(t *testing.T) {
 		junk          [][]byte
 	}{{"many-problems", room.RecordsTrimmedProblems, manyProblems}, {"long-keys", room.RecordsTrimmedItems, longKeys}} {
 		t.Run(c.name, func(t *testing.T) {
-			first, last := e.recordNamed("room:trim", c.name+"-first"), e.recordNamed("room:trim", c.name+"-last")
+			first, last := recordNamed(e, "room:trim", c.name+"-first"), recordNamed(e, "room:trim", c.name+"-last")
 			lines := append(append([][]byte{first}, c.junk...), last)
 			var r room.RecordsReply
-			if code := e.request("roompub.v1.records", nil, bytes.Join(lines, []byte("\n")), &r); code != "" {
+			if code := e.Request("roompub.v1.records", nil, bytes.Join(lines, []byte("\n")), &r); code != "" {
 				t.Fatalf("status %s", code)
 			}
 			n := len(lines)
@@ -303,12 +304,12 @@ func TestRecordsReplyTrimmed(t *testing.T) {
 			}
 		})
 	}
-	before := e.state()
-	code, er := e.requestError("roompub.v1.records", nil, []byte(strings.Repeat("{}\n", 511)))
+	before := e.State()
+	code, er := e.RequestError("roompub.v1.records", nil, []byte(strings.Repeat("{}\n", 511)))
 	if code != "400" || er.Code != events.BadRequest || !strings.Contains(er.Reason, "answers at most 510 per request") {
 		t.Errorf("511 records at 64 KiB: status %q, %+v", code, er)
 	}
-	if after := e.state(); after != before {
+	if after := e.State(); after != before {
 		t.Errorf("the bad request changed the stream: %+v, was %+v", after, before)
 	}
 }
@@ -317,10 +318,10 @@ func TestRecordsReplyTrimmed(t *testing.T) {
 // be sent; AppendRecords answers it refused too_large without a request
 // and ships the records around it.
 func TestRecordsClientTooLarge(t *testing.T) {
-	e := newEnvWith(t, embedded.Options{MaxPayload: 64 << 10})
-	cl := client.New(e.nc, client.Options{})
+	e := roomtest.NewEnvWith(t, embedded.Options{MaxPayload: 64 << 10})
+	cl := client.New(e.Nc, client.Options{})
 	huge := []byte(`{"room/id":"room:big","x":"` + strings.Repeat("a", 70<<10) + `"}`)
-	raws := [][]byte{e.recordNamed("room:big", "a"), huge, e.recordNamed("room:big", "b")}
+	raws := [][]byte{recordNamed(e, "room:big", "a"), huge, recordNamed(e, "room:big", "b")}
 	got, err := cl.AppendRecords(t.Context(), raws)
 	if err != nil || len(got) != 3 {
 		t.Fatalf("%d replies: %v", len(got), err)
@@ -332,7 +333,7 @@ func TestRecordsClientTooLarge(t *testing.T) {
 		!strings.Contains(it.Reason, "over the server's max payload of 65536 bytes") {
 		t.Errorf("the huge record: %+v", it)
 	}
-	requests := endpointRequests(e.svc)
+	requests := endpointRequests(e.Svc)
 	if requests["records"] != 2 || requests["execution"] != 0 {
 		t.Errorf("requests per endpoint %v: the huge record must not be sent", requests)
 	}
@@ -346,12 +347,12 @@ func TestRecordsClientTooLarge(t *testing.T) {
 // has not read yet, the records checked before the first store are signed
 // at their store.
 func TestRecordsSignedAheadAfterDuplicate(t *testing.T) {
-	e := newEnv(t)
-	g := e.attestingGate(e.connect(), newPublisherKey(t), nil, room.GateOptions{})
+	e := roomtest.NewEnv(t)
+	g := attestingGate(e, e.Connect(), newPublisherKey(t), nil, room.GateOptions{})
 	named := func(prefix string, n int) [][]byte {
 		out := make([][]byte, n)
 		for i := range out {
-			out[i] = e.recordNamed("room:ahead", fmt.Sprint(prefix, i))
+			out[i] = recordNamed(e, "room:ahead", fmt.Sprint(prefix, i))
 		}
 		return out
 	}
@@ -390,7 +391,7 @@ func TestRecordsSignedAheadAfterDuplicate(t *testing.T) {
 	if used := g.PresignedUsed() - before; used < 34 {
 		t.Errorf("after two duplicates and a refusal: %d of 40 stored records used the signature made ahead, want at least 34", used)
 	}
-	rep, err := room.Audit(t.Context(), e.js, room.AuditOptions{Validator: e.v})
+	rep, err := room.Audit(t.Context(), e.Js, room.AuditOptions{Validator: e.V})
 	if err != nil || !rep.Clean() || rep.Totals.Records != 60 {
 		t.Fatalf("audit: %v, %+v", err, rep.Totals)
 	}
@@ -400,14 +401,14 @@ func TestRecordsSignedAheadAfterDuplicate(t *testing.T) {
 // after it returns (its checker goroutine is done with them), however it
 // ends; under -race, changing them at once is no race.
 func TestRecordsCheckerDoneOnReturn(t *testing.T) {
-	e := newEnv(t)
+	e := roomtest.NewEnv(t)
 	raws := make([][]byte, 30)
 	for i := range raws {
-		raws[i] = e.recordNamed("room:done", fmt.Sprint("d", i))
+		raws[i] = recordNamed(e, "room:done", fmt.Sprint("d", i))
 	}
 	ctx, cancel := context.WithCancel(t.Context())
 	cancel()
-	got := e.gate.AppendRecords(ctx, raws)
+	got := e.Gate.AppendRecords(ctx, raws)
 	for _, raw := range raws {
 		clear(raw)
 	}
@@ -425,9 +426,9 @@ func TestRecordsCheckerDoneOnReturn(t *testing.T) {
 // sent. (The gate's side, failed then skipped, is TestRecordsStopAtFailure;
 // here a stand-in on the server answers the records requests.)
 func TestRecordsClientStopsAtNotDecided(t *testing.T) {
-	e := newEnv(t)
+	e := roomtest.NewEnv(t)
 	var requests atomic.Int32
-	sub, err := e.nc.Subscribe("stand-in.v1.records", func(m *nats.Msg) {
+	sub, err := e.Nc.Subscribe("stand-in.v1.records", func(m *nats.Msg) {
 		requests.Add(1)
 		n := bytes.Count(m.Data, []byte("\n"))
 		reply := room.RecordsReply{Records: make([]room.RecordReply, n)}
@@ -448,10 +449,10 @@ func TestRecordsClientStopsAtNotDecided(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer sub.Unsubscribe()
-	cl := client.New(e.nc, client.Options{Prefix: "stand-in.v1"})
+	cl := client.New(e.Nc, client.Options{Prefix: "stand-in.v1"})
 	raws := make([][]byte, 300)
 	for i := range raws {
-		raws[i] = e.recordNamed("room:stand-in", fmt.Sprint("s", i))
+		raws[i] = recordNamed(e, "room:stand-in", fmt.Sprint("s", i))
 	}
 	got, err := cl.AppendRecords(t.Context(), raws)
 	if !errors.Is(err, client.ErrUnavailable) || !strings.Contains(err.Error(), "record 5 was not decided: store unavailable") ||
@@ -468,19 +469,19 @@ func TestRecordsClientStopsAtNotDecided(t *testing.T) {
 // how many it ignored and where, not one per message; the genuine record
 // after the junk is stored at its place, its position counting the junk.
 func TestGateJunkRecordsOneWarning(t *testing.T) {
-	e := newEnv(t)
+	e := roomtest.NewEnv(t)
 	var subj room.Subjects
-	first := publishRaw(t, e.js, subj.Records("room:junk"), []byte("{}"))
+	first := roomtest.PublishRaw(t, e.Js, subj.Records("room:junk"), []byte("{}"))
 	var last uint64
 	for i := range 49 {
-		last = publishRaw(t, e.js, subj.Records("room:junk"), fmt.Appendf(nil, `{"junk":%d}`, i))
+		last = roomtest.PublishRaw(t, e.Js, subj.Records("room:junk"), fmt.Appendf(nil, `{"junk":%d}`, i))
 	}
 	core, logs := observer.New(zap.WarnLevel)
-	g, err := room.NewGate(t.Context(), e.connect(), room.GateOptions{Validator: e.v, Logger: zap.New(core)})
+	g, err := room.NewGate(t.Context(), e.Connect(), room.GateOptions{Validator: e.V, Logger: zap.New(core)})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if r := g.AppendRecord(t.Context(), e.recordNamed("room:junk", "real")); r.Item.Outcome != room.OutcomeStored || r.Item.StreamSeq != last+1 {
+	if r := g.AppendRecord(t.Context(), recordNamed(e, "room:junk", "real")); r.Item.Outcome != room.OutcomeStored || r.Item.StreamSeq != last+1 {
 		t.Fatalf("%+v", r.Item)
 	}
 	warns := logs.FilterMessage("unverifiable records in stream: ignored by the gate").All()

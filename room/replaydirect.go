@@ -392,7 +392,7 @@ func replayStart(ctx context.Context, nc *nats.Conn, stream string, subjects Sub
 	if fromSeq > 1 || since.IsZero() {
 		return max(fromSeq, 1), nil
 	}
-	m, err := leaderGet(ctx, nc, stream, leaderGetTimeout, map[string]any{"start_time": since, "next_by_subj": subjects.All()})
+	m, err := jsapi.LeaderGetRaw(ctx, nc, stream, leaderGetTimeout, map[string]any{"start_time": since, "next_by_subj": subjects.All()})
 	if err != nil {
 		return 0, fmt.Errorf("replay: %w", err)
 	}

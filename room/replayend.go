@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/roompub/roompub/room/internal/jsapi"
 )
 
 // leaderGetTimeout bounds one stream-get request to the stream leader.
@@ -23,7 +24,7 @@ func leaderHasMore(ctx context.Context, nc *nats.Conn, stream string, filters []
 		return false, nil
 	}
 	for _, f := range filters {
-		m, err := leaderGet(ctx, nc, stream, leaderGetTimeout, map[string]any{"seq": after + 1, "next_by_subj": f})
+		m, err := jsapi.LeaderGetRaw(ctx, nc, stream, leaderGetTimeout, map[string]any{"seq": after + 1, "next_by_subj": f})
 		if err != nil {
 			return false, err
 		}

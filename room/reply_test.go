@@ -17,6 +17,7 @@ import (
 	"github.com/roompub/roompub/events"
 	"github.com/roompub/roompub/room"
 	"github.com/roompub/roompub/room/client"
+	"github.com/roompub/roompub/room/internal/roomtest"
 	"github.com/roompub/roompub/room/node"
 )
 
@@ -166,10 +167,10 @@ func TestReplyHijack(t *testing.T) {
 				if !info.Created.Equal(created) || info.State.FirstSeq != 1 {
 					t.Fatalf("after the stop the stream was made anew: created %v, was %v; first seq %d", info.Created, created, info.State.FirstSeq)
 				}
-				if n := countOn(t, st, "rooms.secure.journal.>"); n != 14 {
+				if n := roomtest.CountOn(t, st, "rooms.secure.journal.>"); n != 14 {
 					t.Fatalf("after the stop %d entries, want 14", n)
 				}
-				if n := countOn(t, st, "rooms.secure.exec"); n != 0 {
+				if n := roomtest.CountOn(t, st, "rooms.secure.exec"); n != 0 {
 					t.Fatalf("after the stop %d messages on the exec subject, want 0", n)
 				}
 				if m, _, _ := streamNow(t, admin); m > msgs+1 {

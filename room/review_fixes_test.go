@@ -9,6 +9,7 @@ import (
 
 	"github.com/roompub/roompub/events"
 	"github.com/roompub/roompub/room"
+	"github.com/roompub/roompub/room/internal/roomtest"
 )
 
 // TestStaleViewNeverRefuses: a harness ships one chain in order, chunk by
@@ -16,11 +17,11 @@ import (
 // Each gate's cached view of the chain is stale by then; the gate must
 // decide on the stream's word, so every line is stored, none refused.
 func TestStaleViewNeverRefuses(t *testing.T) {
-	e := newEnv(t)
-	gates := e.racers()
-	entries, _ := journal(t, "run-stale", "cap-1", 140)
+	e := roomtest.NewEnv(t)
+	gates := racers(e)
+	entries, _ := roomtest.Journal(t, "run-stale", "cap-1", 140)
 	for i, from := 0, 0; from < len(entries); i, from = i+1, from+7 {
-		r, err := gates[i%2].AppendJournal(t.Context(), "room:stale", lines(entries[from:min(from+7, len(entries))]), nil)
+		r, err := gates[i%2].AppendJournal(t.Context(), "room:stale", roomtest.Lines(entries[from:min(from+7, len(entries))]), nil)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -28,13 +29,13 @@ func TestStaleViewNeverRefuses(t *testing.T) {
 			t.Fatalf("chunk %d through gate %d: %+v", i, i%2, r)
 		}
 	}
-	if st := e.state(); st.Msgs != 140 {
+	if st := e.State(); st.Msgs != 140 {
 		t.Fatalf("stream holds %d messages, want 140", st.Msgs)
 	}
 	// A stale view of the room (another gate stored the chain) still gives
 	// room_conflict for another room, decided on a fresh read.
-	other := e.newGate(e.connect())
-	r, err := other.AppendJournal(t.Context(), "room:elsewhere", lines(entries[:1]), nil)
+	other := e.NewGate(e.Connect())
+	r, err := other.AppendJournal(t.Context(), "room:elsewhere", roomtest.Lines(entries[:1]), nil)
 	if err != nil || r.Items[0].Code != events.RoomConflict {
 		t.Fatalf("room conflict: %+v %v", r, err)
 	}
@@ -44,24 +45,24 @@ func TestStaleViewNeverRefuses(t *testing.T) {
 // token would pass MaxRoomTokenBytes (mostly non-ASCII) is a bad request
 // (journal) or too_large (record), and the service stays connected.
 func TestLongRoomTokenRefused(t *testing.T) {
-	e := newEnv(t)
-	_, body := journal(t, "run-1", "cap-1", 2)
+	e := roomtest.NewEnv(t)
+	_, body := roomtest.Journal(t, "run-1", "cap-1", 2)
 	long := "room:" + strings.Repeat("€", 460) // 460 × 3 bytes × 3 = 4,140 bytes encoded
-	code, er := e.requestError(subjJournal, nats.Header{room.HeaderRoom: {long}}, body)
+	code, er := e.RequestError(subjJournal, nats.Header{room.HeaderRoom: {long}}, body)
 	if code != "400" || er.Code != events.BadRequest || !strings.Contains(er.Reason, "too long for a subject") {
 		t.Fatalf("got %q %+v", code, er)
 	}
 	// Still connected and serving.
-	if r := e.shipJournal("room:after", body); r.Stored != 2 {
+	if r := e.ShipJournal("room:after", body); r.Stored != 2 {
 		t.Fatalf("after the long room id: %+v", r)
 	}
 	// The longest ASCII room id (dots take three bytes each) fits.
 	ascii := "room:" + strings.Repeat(".", 507)
-	if r := e.shipJournal(ascii, func() []byte { _, b := journal(t, "run-2", "cap-1", 1); return b }()); r.Stored != 1 {
+	if r := e.ShipJournal(ascii, func() []byte { _, b := roomtest.Journal(t, "run-2", "cap-1", 1); return b }()); r.Stored != 1 {
 		t.Fatalf("507 dots: %+v", r)
 	}
-	rec := e.sign(referenceRecord(t, "verified.json"), map[string]any{"room/id": long})
-	rr := e.shipRecord(rec.Canonical())
+	rec := e.Sign(roomtest.ReferenceRecord(t, "verified.json"), map[string]any{"room/id": long})
+	rr := e.ShipRecord(rec.Canonical())
 	if rr.Item.Code != events.TooLarge || rr.Item.At == nil || rr.Item.At.Pointer != "/room~1id" {
 		t.Fatalf("record: %+v", rr.Item)
 	}
@@ -70,28 +71,28 @@ func TestLongRoomTokenRefused(t *testing.T) {
 // TestRoomHeaderStrict: the room header is matched without regard to case,
 // given once; two values or none are a bad request that says so.
 func TestRoomHeaderStrict(t *testing.T) {
-	e := newEnv(t)
-	_, body := journal(t, "run-1", "cap-1", 1)
-	code, er := e.requestError(subjJournal, nats.Header{room.HeaderRoom: {"room:one", "room:two"}}, body)
+	e := roomtest.NewEnv(t)
+	_, body := roomtest.Journal(t, "run-1", "cap-1", 1)
+	code, er := e.RequestError(subjJournal, nats.Header{room.HeaderRoom: {"room:one", "room:two"}}, body)
 	if code != "400" || er.Code != events.BadRequest || !strings.Contains(er.Reason, "send exactly one") {
 		t.Fatalf("two values: %q %+v", code, er)
 	}
-	code, er = e.requestError(subjJournal, nats.Header{}, body)
+	code, er = e.RequestError(subjJournal, nats.Header{}, body)
 	if code != "400" || !strings.Contains(er.Reason, "no Roompub-Room header") {
 		t.Fatalf("missing: %q %+v", code, er)
 	}
 	var r room.JournalReply
-	if code := e.request(subjJournal, nats.Header{"roompub-room": {"room:lower"}}, body, &r); code != "" || r.Stored != 1 || r.RoomID != "room:lower" {
+	if code := e.Request(subjJournal, nats.Header{"roompub-room": {"room:lower"}}, body, &r); code != "" || r.Stored != 1 || r.RoomID != "room:lower" {
 		t.Fatalf("lower-case header: %q %+v", code, r)
 	}
-	if st := e.state(); st.Msgs != 1 {
+	if st := e.State(); st.Msgs != 1 {
 		t.Fatalf("stream holds %d, want 1", st.Msgs)
 	}
 }
 
 // TestHeadStrict: a head request is exactly two ids of the envelope's form.
 func TestHeadStrict(t *testing.T) {
-	e := newEnv(t)
+	e := roomtest.NewEnv(t)
 	for _, body := range []string{
 		`{"run_id":"run-a","capsule_id":"cap-a","run_id":"run-b"}`, // duplicate key
 		`{"run_id":"run a","capsule_id":"cap-a"}`,
@@ -100,13 +101,13 @@ func TestHeadStrict(t *testing.T) {
 		`{"run_id":"run-a","capsule_id":"cap-a","extra":1}`,
 		`{"run_id":"` + strings.Repeat("r", 129) + `","capsule_id":"cap-a"}`,
 	} {
-		code, er := e.requestError(subjHead, nil, []byte(body))
+		code, er := e.RequestError(subjHead, nil, []byte(body))
 		if code != "400" || er.Code != events.BadRequest {
 			t.Errorf("%s: %q %+v", body, code, er)
 		}
 	}
 	var h room.ChainHead
-	if code := e.request(subjHead, nil, []byte(`{"run_id":"run-a","capsule_id":"cap-a"}`), &h); code != "" || h.Next != 0 || h.Head != events.ZeroHash {
+	if code := e.Request(subjHead, nil, []byte(`{"run_id":"run-a","capsule_id":"cap-a"}`), &h); code != "" || h.Next != 0 || h.Head != events.ZeroHash {
 		t.Fatalf("good request: %q %+v", code, h)
 	}
 }
@@ -114,14 +115,14 @@ func TestHeadStrict(t *testing.T) {
 // TestHugeRecordReasonFits: a record with tens of thousands of unknown
 // keys is refused with a verdict that fits a reply (texts are clipped).
 func TestHugeRecordReasonFits(t *testing.T) {
-	e := newEnv(t)
+	e := roomtest.NewEnv(t)
 	var b strings.Builder
 	b.WriteString(`{"schema/v":1,"room/id":"room:mk"`)
 	for i := range 60000 {
 		fmt.Fprintf(&b, `,"k%06d":1`, i)
 	}
 	b.WriteString("}")
-	r := e.shipRecord([]byte(b.String()))
+	r := e.ShipRecord([]byte(b.String()))
 	if r.Item.Outcome != room.OutcomeRefused || r.Item.Code != events.SchemaInvalid || len(r.Item.Reason) > events.MaxTextBytes+64 {
 		t.Fatalf("got outcome %s code %s reason of %d bytes", r.Item.Outcome, r.Item.Code, len(r.Item.Reason))
 	}
@@ -132,9 +133,9 @@ func TestHugeRecordReasonFits(t *testing.T) {
 // which shares verified.json's idempotency/key and run/ref) does not count
 // for the relation rules: the genuine record is still stored.
 func TestGateIgnoresUnverifiedStoredRecords(t *testing.T) {
-	e := newEnv(t)
-	publishRaw(t, e.js, "rooms.qmail-open-relay.exec", referenceBytes(t, "foreign-evidence.json"))
-	r := e.shipRecord(referenceBytes(t, "verified.json"))
+	e := roomtest.NewEnv(t)
+	roomtest.PublishRaw(t, e.Js, "rooms.qmail-open-relay.exec", roomtest.ReferenceBytes(t, "foreign-evidence.json"))
+	r := e.ShipRecord(roomtest.ReferenceBytes(t, "verified.json"))
 	if r.Item.Outcome != room.OutcomeStored || r.Item.StreamSeq != 2 {
 		t.Fatalf("genuine record after a forged one: %+v", r.Item)
 	}
@@ -145,11 +146,11 @@ func TestGateIgnoresUnverifiedStoredRecords(t *testing.T) {
 // an entry on an empty chain's subject that names another capsule leaves
 // no phantom chain in the report.
 func TestReaderRecordNotCanonical(t *testing.T) {
-	e := newEnv(t)
-	seq := publishRaw(t, e.js, "rooms.qmail-open-relay.exec", referenceBytes(t, "verified.json")) // pretty-printed
-	entries, _ := journal(t, "run-a", "cap-a", 1)
-	publishRaw(t, e.js, "rooms.r.journal.run-b.cap-b", entries[0].Canonical())
-	rep, err := room.Audit(t.Context(), e.js, room.AuditOptions{Validator: e.v})
+	e := roomtest.NewEnv(t)
+	seq := roomtest.PublishRaw(t, e.Js, "rooms.qmail-open-relay.exec", roomtest.ReferenceBytes(t, "verified.json")) // pretty-printed
+	entries, _ := roomtest.Journal(t, "run-a", "cap-a", 1)
+	roomtest.PublishRaw(t, e.Js, "rooms.r.journal.run-b.cap-b", entries[0].Canonical())
+	rep, err := room.Audit(t.Context(), e.Js, room.AuditOptions{Validator: e.V})
 	if err != nil {
 		t.Fatal(err)
 	}

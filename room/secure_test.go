@@ -27,6 +27,7 @@ import (
 	"github.com/roompub/roompub/room"
 	"github.com/roompub/roompub/room/client"
 	"github.com/roompub/roompub/room/embedded"
+	"github.com/roompub/roompub/room/internal/roomtest"
 	"github.com/roompub/roompub/room/node"
 	"github.com/roompub/roompub/room/secure"
 	"github.com/roompub/roompub/validate"
@@ -238,7 +239,7 @@ func startSecureServe(t *testing.T, id *identities, url string, changes ...func(
 	if err != nil {
 		t.Fatal(err)
 	}
-	v, err := validate.New(validate.WithTrustedHosts(key.NodeID(), referenceHost))
+	v, err := validate.New(validate.WithTrustedHosts(key.NodeID(), roomtest.ReferenceHost))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -432,7 +433,7 @@ func secureMatrix(t *testing.T, p *securePlace) {
 		if err != nil || reply.Dupes != 3 {
 			t.Fatalf("resend: %+v %v", reply, err)
 		}
-		rec, err := cl.AppendRecord(ctx, referenceBytes(t, "verified.json"))
+		rec, err := cl.AppendRecord(ctx, roomtest.ReferenceBytes(t, "verified.json"))
 		if err != nil || rec.Item.Outcome != room.OutcomeStored {
 			t.Fatalf("record: %+v %v", rec, err)
 		}
@@ -641,7 +642,7 @@ func secureMatrix(t *testing.T, p *securePlace) {
 		if !id.opts.SolverHead {
 			endpoints = append(endpoints, "head")
 		}
-		record := referenceBytes(t, "refused.json")
+		record := roomtest.ReferenceBytes(t, "refused.json")
 		var wg sync.WaitGroup
 		for _, c := range []*conn{solver, auditor} {
 			for _, ep := range endpoints {
@@ -674,7 +675,7 @@ func secureMatrix(t *testing.T, p *securePlace) {
 	})
 
 	t.Run("the solver audits and follows read-only", func(t *testing.T) {
-		v, err := validate.New(validate.WithTrustedHosts(referenceHost))
+		v, err := validate.New(validate.WithTrustedHosts(roomtest.ReferenceHost))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -702,13 +703,13 @@ func secureMatrix(t *testing.T, p *securePlace) {
 		// delivered, unacknowledged messages, so the next Follow resets
 		// the consumer ($JS.API.CONSUMER.RESET) before it goes on.
 		o := room.FollowOptions{Durable: "secure-solver", Validator: v, Read: room.ReadDirect}
-		f := startFollow(t, solver.js, o, func(ev *room.Event) error {
+		f := roomtest.StartFollow(t, solver.js, o, func(ev *room.Event) error {
 			if ev.Seq == 5 {
 				return errors.New("stop here")
 			}
 			return nil
 		})
-		if err := f.wait(t); !errors.Is(err, room.ErrHandler) {
+		if err := f.Wait(t); !errors.Is(err, room.ErrHandler) {
 			t.Fatalf("follow: %v", err)
 		}
 		ci, err := solver.js.Consumer(ctx, room.DefaultStream, "secure-solver")
@@ -720,12 +721,12 @@ func secureMatrix(t *testing.T, p *securePlace) {
 		// reset's redeliveries go to it and waits out AckWait (a flaw of
 		// room.Follow, not of the permissions). A new process never has it.
 		time.Sleep(1500 * time.Millisecond)
-		f = startFollow(t, solver.js, o, nil)
-		f.waitSeen(t, int(msgs)-4)
-		if err := f.stop(t); err != nil {
+		f = roomtest.StartFollow(t, solver.js, o, nil)
+		f.WaitSeen(t, int(msgs)-4)
+		if err := f.Stop(t); err != nil {
 			t.Fatalf("follow: %v", err)
 		}
-		if seqs := f.eventSeqs(); len(seqs) != int(msgs)-4 || seqs[0] != 5 {
+		if seqs := f.EventSeqs(); len(seqs) != int(msgs)-4 || seqs[0] != 5 {
 			t.Fatalf("follow after the reset handed out %v", seqs)
 		}
 		if _, err := solver.js.ResetConsumer(ctx, room.DefaultStream, "secure-solver"); err != nil {
@@ -873,7 +874,7 @@ func TestSecurePushConsumerDelivery(t *testing.T) {
 	if res, err := client.ShipCapsule(ctx, cl, "../testdata/samples/capsules/csv-dedupe", "room:secure", client.ShipOptions{}); err != nil || res.Stored != 14 {
 		t.Fatalf("ship: %+v %v", res, err)
 	}
-	if rec, err := cl.AppendRecord(ctx, referenceBytes(t, "verified.json")); err != nil || rec.Item.Outcome != room.OutcomeStored {
+	if rec, err := cl.AppendRecord(ctx, roomtest.ReferenceBytes(t, "verified.json")); err != nil || rec.Item.Outcome != room.OutcomeStored {
 		t.Fatalf("record: %+v %v", rec, err)
 	}
 	msgs, last, _ := streamNow(t, admin)

@@ -14,6 +14,7 @@ import (
 	"github.com/roompub/roompub/events"
 	"github.com/roompub/roompub/room"
 	"github.com/roompub/roompub/room/embedded"
+	"github.com/roompub/roompub/room/internal/roomtest"
 	"github.com/roompub/roompub/room/node"
 	"github.com/roompub/roompub/validate"
 )
@@ -37,7 +38,7 @@ func startServe(t *testing.T, checkInterval time.Duration) *served {
 	if err != nil {
 		t.Fatal(err)
 	}
-	v, err := validate.New(validate.WithTrustedHosts(key.NodeID(), referenceHost))
+	v, err := validate.New(validate.WithTrustedHosts(key.NodeID(), roomtest.ReferenceHost))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -96,12 +97,12 @@ func (s *served) stop() {
 
 func (s *served) shipJournal(roomID string, body []byte) room.JournalReply {
 	s.t.Helper()
-	return shipJournal(s.t, s.nc, roomID, body)
+	return roomtest.ShipJournal(s.t, s.nc, roomID, body)
 }
 
 func (s *served) shipRecord(raw []byte) room.RecordReply {
 	s.t.Helper()
-	return shipRecord(s.t, s.nc, raw)
+	return roomtest.ShipRecord(s.t, s.nc, raw)
 }
 
 // get fetches path from the metrics/health listener.

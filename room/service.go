@@ -224,7 +224,7 @@ func (s *Service) async(h func(micro.Request, *orderTicket), ordered bool) micro
 			if s.obs != nil {
 				s.obs.OverQuota(endpoint)
 			}
-			s.log.Debug("over quota", zap.String("endpoint", endpoint), zap.String("identity", identityName(token)), zap.String("reason", reason))
+			s.log.Debug("over quota", zap.String("endpoint", endpoint), zap.String("identity", IdentityName(token)), zap.String("reason", reason))
 			s.respondError(req, "429", events.OverQuota, reason)
 			return
 		}
@@ -307,8 +307,8 @@ func (s *Service) replyAllowed(req micro.Request) (token, endpoint string, ok bo
 		s.repliesUnlogged.Add(1)
 		return "", "", false
 	}
-	s.log.Warn("request not answered", zap.String("code", string(events.ReplyNotAllowed)), zap.String("subject", clipSubject(req.Subject())),
-		zap.String("reply", clipSubject(req.Reply())), zap.String("reason", err.Error()), zap.Uint64("not_logged_before", s.repliesUnlogged.Swap(0)))
+	s.log.Warn("request not answered", zap.String("code", string(events.ReplyNotAllowed)), zap.String("subject", ClipSubject(req.Subject())),
+		zap.String("reply", ClipSubject(req.Reply())), zap.String("reason", err.Error()), zap.Uint64("not_logged_before", s.repliesUnlogged.Swap(0)))
 	return "", "", false
 }
 

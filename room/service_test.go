@@ -13,21 +13,22 @@ import (
 
 	"github.com/roompub/roompub/events"
 	"github.com/roompub/roompub/room"
+	"github.com/roompub/roompub/room/internal/roomtest"
 )
 
 // TestServiceDiscovery is `nats micro ls` / `nats micro info`: the ingest
 // service answers $SRV.PING and $SRV.INFO with its name, id, endpoints and
 // their subjects.
 func TestServiceDiscovery(t *testing.T) {
-	e := newEnv(t)
-	id := e.svc.Info().ID
+	e := roomtest.NewEnv(t)
+	id := e.Svc.Info().ID
 
 	// $SRV.PING: every service on the server answers (here, one).
-	sub, err := e.nc.SubscribeSync(e.nc.NewRespInbox())
+	sub, err := e.Nc.SubscribeSync(e.Nc.NewRespInbox())
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := e.nc.PublishRequest("$SRV.PING", sub.Subject, nil); err != nil {
+	if err := e.Nc.PublishRequest("$SRV.PING", sub.Subject, nil); err != nil {
 		t.Fatal(err)
 	}
 	var pings []micro.Ping
@@ -51,7 +52,7 @@ func TestServiceDiscovery(t *testing.T) {
 	if err != nil || subj != "$SRV.INFO.roompub-ingest" {
 		t.Fatalf("control subject %q %v", subj, err)
 	}
-	resp, err := e.nc.Request(subj, nil, 5*time.Second)
+	resp, err := e.Nc.Request(subj, nil, 5*time.Second)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -59,7 +60,7 @@ func TestServiceDiscovery(t *testing.T) {
 	if err := json.Unmarshal(resp.Data, &info); err != nil {
 		t.Fatal(err)
 	}
-	if info.Name != "roompub-ingest" || info.ID != id || info.Type != micro.InfoResponseType || info.Version != e.svc.Info().Version ||
+	if info.Name != "roompub-ingest" || info.ID != id || info.Type != micro.InfoResponseType || info.Version != e.Svc.Info().Version ||
 		info.Metadata["stream"] != "ROOMS" || info.Metadata["subjects"] != "rooms.>" {
 		t.Fatalf("info: %+v", info)
 	}
@@ -91,15 +92,15 @@ func TestServiceDiscovery(t *testing.T) {
 	}
 	// The same by id.
 	subj, _ = micro.ControlSubject(micro.InfoVerb, room.ServiceName, id)
-	if resp, err = e.nc.Request(subj, nil, 5*time.Second); err != nil || !strings.Contains(string(resp.Data), `"id":"`+id+`"`) {
+	if resp, err = e.Nc.Request(subj, nil, 5*time.Second); err != nil || !strings.Contains(string(resp.Data), `"id":"`+id+`"`) {
 		t.Fatalf("info by id: %s %v", resp.Data, err)
 	}
 	// After Stop, nothing answers.
-	if err := e.svc.Stop(); err != nil {
+	if err := e.Svc.Stop(); err != nil {
 		t.Fatal(err)
 	}
-	e.svc = nil
-	if _, err := e.nc.Request("$SRV.INFO.roompub-ingest", nil, 300*time.Millisecond); err == nil {
+	e.Svc = nil
+	if _, err := e.Nc.Request("$SRV.INFO.roompub-ingest", nil, 300*time.Millisecond); err == nil {
 		t.Fatal("a stopped service still answers")
 	}
 }
@@ -127,7 +128,7 @@ func metrics(t *testing.T, text string) map[string]float64 {
 
 func TestServeMetrics(t *testing.T) {
 	s := startServe(t, time.Minute)
-	entries, body := journal(t, "run-1", "cap-1", 4)
+	entries, body := roomtest.Journal(t, "run-1", "cap-1", 4)
 	// 4 stored, then 4 duplicate, then 1 refused (reordered) + 1 skipped.
 	if r := s.shipJournal("room:alpha", body); r.Stored != 4 {
 		t.Fatalf("ship: %+v", r)
@@ -135,35 +136,35 @@ func TestServeMetrics(t *testing.T) {
 	if r := s.shipJournal("room:alpha", body); r.Dupes != 4 {
 		t.Fatalf("again: %+v", r)
 	}
-	more, _ := journal(t, "run-1", "cap-1", 7)
-	if r := s.shipJournal("room:alpha", lines(more[5:])); r.Refused != 1 || r.Skipped != 1 {
+	more, _ := roomtest.Journal(t, "run-1", "cap-1", 7)
+	if r := s.shipJournal("room:alpha", roomtest.Lines(more[5:])); r.Refused != 1 || r.Skipped != 1 {
 		t.Fatalf("gap: %+v", r)
 	}
 	// A fork and a room conflict.
-	alt, err := events.NewEntry(mutate(entries[0].Object(), "kind", "other.kind"))
+	alt, err := events.NewEntry(roomtest.Mutate(entries[0].Object(), "kind", "other.kind"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if r := s.shipJournal("room:alpha", lines([]*events.Entry{alt})); r.Items[0].Code != events.Fork {
+	if r := s.shipJournal("room:alpha", roomtest.Lines([]*events.Entry{alt})); r.Items[0].Code != events.Fork {
 		t.Fatalf("fork: %+v", r)
 	}
 	if r := s.shipJournal("room:beta", body); r.Items[0].Code != events.RoomConflict {
 		t.Fatalf("room conflict: %+v", r)
 	}
 	// Records: stored, duplicate, refused.
-	rec := referenceBytes(t, "verified.json")
+	rec := roomtest.ReferenceBytes(t, "verified.json")
 	if r := s.shipRecord(rec); r.Item.Outcome != room.OutcomeStored {
 		t.Fatalf("record: %+v", r)
 	}
 	if r := s.shipRecord(rec); r.Item.Outcome != room.OutcomeDuplicate {
 		t.Fatalf("record again: %+v", r)
 	}
-	if r := s.shipRecord(referenceBytes(t, "foreign-evidence.json")); r.Item.Code != events.ForeignEvidence {
+	if r := s.shipRecord(roomtest.ReferenceBytes(t, "foreign-evidence.json")); r.Item.Code != events.ForeignEvidence {
 		t.Fatalf("foreign: %+v", r)
 	}
 	// A bad request decides no item and counts nothing.
 	var er room.ErrorReply
-	if code := request(t, s.nc, subjJournal, nil, body, &er); code != "400" {
+	if code := roomtest.Request(t, s.nc, subjJournal, nil, body, &er); code != "400" {
 		t.Fatalf("bad request: %s", code)
 	}
 

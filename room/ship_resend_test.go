@@ -5,7 +5,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/roompub/roompub/room"
 	"github.com/roompub/roompub/room/client"
+	"github.com/roompub/roompub/room/internal/roomtest"
 )
 
 // TestShipResendsAheadBodiesIntact: with two gates and almost no ahead
@@ -14,12 +16,12 @@ import (
 // a copy, so a body changed after it was sent would store other lines, or
 // be refused: the chain must land whole, once, in order.
 func TestShipResendsAheadBodiesIntact(t *testing.T) {
-	e := newEnv(t)
-	e.setAheadWait(time.Microsecond)
-	svc2 := e.secondService()
-	es, body := journal(t, "run-resend", "cap-resend-ahead", 1500)
+	e := roomtest.NewEnv(t)
+	e.EachGate(func(g *room.Gate) { g.SetAheadWait(time.Microsecond) })
+	svc2 := e.SecondService()
+	es, body := roomtest.Journal(t, "run-resend", "cap-resend-ahead", 1500)
 	dir := capsuleDir(t, "run-resend", "cap-resend-ahead", body)
-	cl := client.New(e.connect(), client.Options{})
+	cl := client.New(e.Connect(), client.Options{})
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	res, err := client.ShipCapsule(ctx, cl, dir, "room:resend", client.ShipOptions{BatchLines: 10, Pipeline: 6})
@@ -27,7 +29,7 @@ func TestShipResendsAheadBodiesIntact(t *testing.T) {
 		t.Fatalf("ship: %+v %v", res, err)
 	}
 	chainInStream(t, e, "room:resend", es)
-	n := endpointRequests(e.svc)["journal"] + endpointRequests(svc2)["journal"]
+	n := endpointRequests(e.Svc)["journal"] + endpointRequests(svc2)["journal"]
 	if n <= len(es)/10 {
 		t.Fatalf("%d journal requests for %d bodies: none was sent again, the test did not reach the resend path", n, len(es)/10)
 	}

@@ -15,6 +15,7 @@ import (
 	"github.com/roompub/roompub/room"
 	"github.com/roompub/roompub/room/client"
 	"github.com/roompub/roompub/room/embedded"
+	"github.com/roompub/roompub/room/internal/roomtest"
 )
 
 // TestShipRoomConflictNamesTheRoom: a capsule shipped into a second room
@@ -23,10 +24,10 @@ import (
 // asked for as Actual (the first problem's values were dropped, and the
 // reason said only "another room").
 func TestShipRoomConflictNamesTheRoom(t *testing.T) {
-	e := newEnv(t)
-	_, body := journal(t, "run-conflict", "cap-conflict", 5)
+	e := roomtest.NewEnv(t)
+	_, body := roomtest.Journal(t, "run-conflict", "cap-conflict", 5)
 	dir := capsuleDir(t, "run-conflict", "cap-conflict", body)
-	cl := client.New(e.connect(), client.Options{})
+	cl := client.New(e.Connect(), client.Options{})
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	if res, err := client.ShipCapsule(ctx, cl, dir, "room:alpha", client.ShipOptions{}); err != nil || res.Stored != 5 {
@@ -70,7 +71,7 @@ func TestFollowCapsuleBeforeServer(t *testing.T) {
 	if nc.IsConnected() {
 		t.Fatal("connected before the server started")
 	}
-	es, body := journal(t, "run-early", "cap-early", 30)
+	es, body := roomtest.Journal(t, "run-early", "cap-early", 30)
 	dir := capsuleDir(t, "run-early", "cap-early", body)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
@@ -85,16 +86,16 @@ func TestFollowCapsuleBeforeServer(t *testing.T) {
 		done <- result{res, err}
 	}()
 	time.Sleep(300 * time.Millisecond)
-	e := newEnvWith(t, embedded.Options{Listen: addr})
+	e := roomtest.NewEnvWith(t, embedded.Options{Listen: addr})
 	subj := room.Subjects{}.Journal("room:early", events.ChainKey{RunID: "run-early", CapsuleID: "cap-early"})
-	for deadline := time.Now().Add(20 * time.Second); e.countOn(subj) < uint64(len(es)); {
+	for deadline := time.Now().Add(20 * time.Second); e.CountOn(subj) < uint64(len(es)); {
 		select {
 		case r := <-done:
 			t.Fatalf("the follower stopped: %+v %v", r.res, r.err)
 		case <-time.After(20 * time.Millisecond):
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("%s holds %d entries after 20s, want %d", subj, e.countOn(subj), len(es))
+			t.Fatalf("%s holds %d entries after 20s, want %d", subj, e.CountOn(subj), len(es))
 		}
 	}
 	cancel()
@@ -113,11 +114,11 @@ func TestFollowCapsuleBeforeServer(t *testing.T) {
 // (ingest service unavailable: context canceled) and counted only the
 // replies that came, while the gate stored the requests in flight too.
 func TestShipCapsuleStopped(t *testing.T) {
-	e := newEnv(t)
+	e := roomtest.NewEnv(t)
 	const total = 6000
-	_, body := journal(t, "run-stop", "cap-stop", total)
+	_, body := roomtest.Journal(t, "run-stop", "cap-stop", total)
 	dir := capsuleDir(t, "run-stop", "cap-stop", body)
-	cl := client.New(e.connect(), client.Options{})
+	cl := client.New(e.Connect(), client.Options{})
 	ctx, cancel := context.WithCancelCause(context.Background())
 	defer cancel(nil)
 	interrupt := errors.New("interrupted by the test")
@@ -131,7 +132,7 @@ func TestShipCapsuleStopped(t *testing.T) {
 	}
 	subj := room.Subjects{}.Journal("room:stop", events.ChainKey{RunID: "run-stop", CapsuleID: "cap-stop"})
 	time.Sleep(300 * time.Millisecond) // anything still being stored lands
-	held := e.countOn(subj)
+	held := e.CountOn(subj)
 	t.Logf("stopped: %d stored, %d already stored, head next %d; the stream holds %d; %v", res.Stored, res.Skipped, res.Head.Next, held, err)
 	if held >= total || res.Skipped != 0 || uint64(res.Stored) != held || res.Head.Next != int64(held) || res.Head.RoomID != "room:stop" {
 		t.Errorf("reported %d stored, head next %d in %q; the stream holds %d of %d", res.Stored, res.Head.Next, res.Head.RoomID, held, total)
@@ -150,11 +151,11 @@ func TestShipCapsuleStopped(t *testing.T) {
 // report counts what the stream holds of the chain, the lines of the
 // requests in flight with it.
 func TestFollowCapsuleStopped(t *testing.T) {
-	e := newEnv(t)
+	e := roomtest.NewEnv(t)
 	const total = 6000
-	_, body := journal(t, "run-fstop", "cap-fstop", total)
+	_, body := roomtest.Journal(t, "run-fstop", "cap-fstop", total)
 	dir := capsuleDir(t, "run-fstop", "cap-fstop", body)
-	cl := client.New(e.connect(), client.Options{})
+	cl := client.New(e.Connect(), client.Options{})
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	var last client.ShipResult
@@ -168,7 +169,7 @@ func TestFollowCapsuleStopped(t *testing.T) {
 	}
 	subj := room.Subjects{}.Journal("room:fstop", events.ChainKey{RunID: "run-fstop", CapsuleID: "cap-fstop"})
 	time.Sleep(300 * time.Millisecond) // anything still being stored lands
-	held := e.countOn(subj)
+	held := e.CountOn(subj)
 	if held >= total || uint64(last.Stored) != held || uint64(res.Stored) != held || last.Head.Next != int64(held) {
 		t.Errorf("last report: %d stored, head next %d (returned %d stored); the stream holds %d of %d", last.Stored, last.Head.Next, res.Stored, held, total)
 	}

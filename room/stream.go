@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/roompub/roompub/room/internal/jsapi"
 )
 
 // DefaultStream is the name of the stream that holds every room.
@@ -146,7 +147,7 @@ func CheckStreamConfig(cfg jetstream.StreamConfig, subjects Subjects) error {
 // (docs/design.md, "Stream configuration"). Errors wrap ErrStreamConfig
 // for a weakened stream.
 func EnsureStream(ctx context.Context, js jetstream.JetStream, cfg jetstream.StreamConfig, subjects Subjects) (jetstream.Stream, error) {
-	ctx, cancel := withDefaultTimeout(ctx)
+	ctx, cancel := jsapi.WithDefaultTimeout(ctx, DefaultTimeout)
 	defer cancel()
 	s, err := js.Stream(ctx, cfg.Name)
 	switch {
@@ -172,10 +173,3 @@ func EnsureStream(ctx context.Context, js jetstream.JetStream, cfg jetstream.Str
 // DefaultTimeout bounds a server call when the caller's context has no
 // deadline (the nats.go jetstream convention).
 const DefaultTimeout = 5 * time.Second
-
-func withDefaultTimeout(ctx context.Context) (context.Context, context.CancelFunc) {
-	if _, ok := ctx.Deadline(); ok {
-		return ctx, func() {}
-	}
-	return context.WithTimeout(ctx, DefaultTimeout)
-}

@@ -11,25 +11,26 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/roompub/roompub/room"
+	"github.com/roompub/roompub/room/internal/roomtest"
 )
 
 // TestRestartMidJournal: half a journal, a server restart on the same
 // store, then the whole journal: the first half is duplicate, the second
 // stored, and every entry is in the stream exactly once.
 func TestRestartMidJournal(t *testing.T) {
-	e := newEnv(t)
+	e := roomtest.NewEnv(t)
 	const n, half = 20, 10
 	const subj = "rooms.alpha.journal.run-1.cap-1"
-	entries, body := journal(t, "run-1", "cap-1", n)
-	if r := e.shipJournal("room:alpha", lines(entries[:half])); r.Stored != half {
+	entries, body := roomtest.Journal(t, "run-1", "cap-1", n)
+	if r := e.ShipJournal("room:alpha", roomtest.Lines(entries[:half])); r.Stored != half {
 		t.Fatalf("first half: %+v", r)
 	}
-	e.stop()
-	e.start()
-	if st := e.state(); st.Msgs != half || st.LastSeq != half {
+	e.Stop()
+	e.Start()
+	if st := e.State(); st.Msgs != half || st.LastSeq != half {
 		t.Fatalf("after restart: %+v", st)
 	}
-	r := e.shipJournal("room:alpha", body)
+	r := e.ShipJournal("room:alpha", body)
 	if r.Stored != n-half || r.Dupes != half || r.Refused+r.Skipped+r.Failures != 0 {
 		t.Fatalf("whole journal: %+v", r)
 	}
@@ -39,7 +40,7 @@ func TestRestartMidJournal(t *testing.T) {
 		}
 	}
 	checkStored(t, r, entries, half, n, half+1, subj)
-	msgs := e.onSubject(subj)
+	msgs := e.OnSubject(subj)
 	if len(msgs) != n {
 		t.Fatalf("%d messages on %s, want %d", len(msgs), subj, n)
 	}
@@ -48,7 +49,7 @@ func TestRestartMidJournal(t *testing.T) {
 			t.Fatalf("message %d: seq %d %s", i, m.Sequence, m.Data)
 		}
 	}
-	if st := e.state(); st.Msgs != n {
+	if st := e.State(); st.Msgs != n {
 		t.Fatalf("stream holds %d messages, want %d", st.Msgs, n)
 	}
 }
@@ -56,13 +57,13 @@ func TestRestartMidJournal(t *testing.T) {
 // TestStreamStaysAppendOnly tries every way of taking something out of the
 // stream through the JetStream API; the server refuses each one.
 func TestStreamStaysAppendOnly(t *testing.T) {
-	e := newEnv(t)
-	_, body := journal(t, "run-1", "cap-1", 3)
-	e.shipJournal("room:alpha", body)
-	rec := referenceBytes(t, "verified.json")
-	e.shipRecord(rec)
+	e := roomtest.NewEnv(t)
+	_, body := roomtest.Journal(t, "run-1", "cap-1", 3)
+	e.ShipJournal("room:alpha", body)
+	rec := roomtest.ReferenceBytes(t, "verified.json")
+	e.ShipRecord(rec)
 	ctx := context.Background()
-	before := e.state()
+	before := e.State()
 	if before.Msgs != 4 {
 		t.Fatalf("stream: %+v", before)
 	}
@@ -76,14 +77,14 @@ func TestStreamStaysAppendOnly(t *testing.T) {
 	}
 	// Purge, whole or by subject.
 	for _, opts := range [][]jetstream.StreamPurgeOpt{nil, {jetstream.WithPurgeSubject("rooms.alpha.>")}, {jetstream.WithPurgeKeep(1)}} {
-		err := e.stream.Purge(ctx, opts...)
+		err := e.Stream.Purge(ctx, opts...)
 		if c := apiCode(err); c != 10110 || !strings.Contains(err.Error(), "stream purge not permitted") {
 			t.Fatalf("purge: %v", err)
 		}
 	}
 	// Message delete, plain and secure (the client reports these as
 	// ErrMsgDeleteUnsuccessful with the server's error in the text).
-	for name, del := range map[string]func(context.Context, uint64) error{"delete": e.stream.DeleteMsg, "secure delete": e.stream.SecureDeleteMsg} {
+	for name, del := range map[string]func(context.Context, uint64) error{"delete": e.Stream.DeleteMsg, "secure delete": e.Stream.SecureDeleteMsg} {
 		err := del(ctx, 2)
 		if !errors.Is(err, jetstream.ErrMsgDeleteUnsuccessful) || !strings.Contains(err.Error(), "err_code=10057") ||
 			!strings.Contains(err.Error(), "message delete not permitted") {
@@ -91,7 +92,7 @@ func TestStreamStaysAppendOnly(t *testing.T) {
 		}
 	}
 	// Weakening the configuration.
-	cfg := e.stream.CachedInfo().Config
+	cfg := e.Stream.CachedInfo().Config
 	for _, c := range []struct {
 		name   string
 		change func(*jetstream.StreamConfig)
@@ -104,17 +105,17 @@ func TestStreamStaysAppendOnly(t *testing.T) {
 	} {
 		weak := cfg
 		c.change(&weak)
-		_, err := e.js.UpdateStream(ctx, weak)
+		_, err := e.Js.UpdateStream(ctx, weak)
 		if code := apiCode(err); code != 10052 || !strings.Contains(err.Error(), c.text) {
 			t.Fatalf("%s: %v", c.name, err)
 		}
 	}
 	// Deleting the stream is the one thing an administrator's connection
 	// can still do; it is not tried here (no publisher identity may).
-	if after := e.state(); after != before {
+	if after := e.State(); after != before {
 		t.Fatalf("stream changed: %+v, was %+v", after, before)
 	}
-	info, err := e.stream.Info(ctx)
+	info, err := e.Stream.Info(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -122,7 +123,7 @@ func TestStreamStaysAppendOnly(t *testing.T) {
 		t.Fatalf("config after the attempts: %v", err)
 	}
 	// Every message is still readable.
-	for i, m := range e.stored() {
+	for i, m := range e.Stored() {
 		if m.Sequence != uint64(i+1) {
 			t.Fatalf("message %d has seq %d", i, m.Sequence)
 		}
@@ -134,8 +135,8 @@ func TestStreamStaysAppendOnly(t *testing.T) {
 // running Serve pauses appends and reports unhealthy.
 func TestStreamMaxAgeStopsServe(t *testing.T) {
 	s := startServe(t, 100*time.Millisecond)
-	entries, body := journal(t, "run-1", "cap-1", 4)
-	if r := s.shipJournal("room:alpha", lines(entries[:2])); r.Stored != 2 {
+	entries, body := roomtest.Journal(t, "run-1", "cap-1", 4)
+	if r := s.shipJournal("room:alpha", roomtest.Lines(entries[:2])); r.Stored != 2 {
 		t.Fatalf("before: %+v", r)
 	}
 	if code, _ := s.get("/healthz"); code != 200 {
@@ -178,7 +179,7 @@ func TestStreamMaxAgeStopsServe(t *testing.T) {
 	if it := r.Items[2]; it.Outcome != "failed" || !strings.Contains(it.Reason, "appends paused") || !strings.Contains(it.Reason, "max_age") {
 		t.Fatalf("paused item: %+v", it)
 	}
-	rr := s.shipRecord(referenceBytes(t, "verified.json"))
+	rr := s.shipRecord(roomtest.ReferenceBytes(t, "verified.json"))
 	if rr.Item.Outcome != "failed" || !strings.Contains(rr.Item.Reason, "max_age") {
 		t.Fatalf("paused record: %+v", rr)
 	}

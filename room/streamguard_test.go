@@ -21,6 +21,7 @@ import (
 	"github.com/roompub/roompub/events"
 	"github.com/roompub/roompub/room"
 	"github.com/roompub/roompub/room/embedded"
+	"github.com/roompub/roompub/room/internal/roomtest"
 	"github.com/roompub/roompub/room/node"
 	"github.com/roompub/roompub/validate"
 )
@@ -40,7 +41,7 @@ func guardValidator(t *testing.T) *validate.Validator {
 	if err != nil {
 		t.Fatal(err)
 	}
-	v, err := validate.New(validate.WithTrustedHosts(key.NodeID(), referenceHost))
+	v, err := validate.New(validate.WithTrustedHosts(key.NodeID(), roomtest.ReferenceHost))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -161,8 +162,8 @@ func shipEntries(t *testing.T, url string, n, stored int) {
 		t.Fatal(err)
 	}
 	defer nc.Close()
-	_, body := journal(t, "run-1", "cap-1", n)
-	if r := shipJournal(t, nc, "room:alpha", body); r.Stored != stored {
+	_, body := roomtest.Journal(t, "run-1", "cap-1", n)
+	if r := roomtest.ShipJournal(t, nc, "room:alpha", body); r.Stored != stored {
 		t.Fatalf("shipped: %+v", r)
 	}
 }
@@ -340,8 +341,8 @@ func TestStreamGoneWhileServing(t *testing.T) {
 	defer nc.Close()
 	js, _ := jetstream.New(nc)
 	ctx := context.Background()
-	entries, body := journal(t, "run-1", "cap-1", 2)
-	if jr := shipJournal(t, nc, "room:alpha", lines(entries[:1])); jr.Stored != 1 {
+	entries, body := roomtest.Journal(t, "run-1", "cap-1", 2)
+	if jr := roomtest.ShipJournal(t, nc, "room:alpha", roomtest.Lines(entries[:1])); jr.Stored != 1 {
 		t.Fatalf("first entry: %+v", jr)
 	}
 	markPath := room.StreamMarkFile(dir, room.DefaultStream)
@@ -361,7 +362,7 @@ func TestStreamGoneWhileServing(t *testing.T) {
 	r.waitHealth(t, 503, "unhealthy: "+reason+"\n")
 	// The gate reads the chain before it appends, and that read fails
 	// first: nothing is appended, and /healthz says why.
-	jr := shipJournal(t, nc, "room:alpha", body)
+	jr := roomtest.ShipJournal(t, nc, "room:alpha", body)
 	if jr.Failures != 1 || jr.Skipped != 1 || jr.Stored != 0 ||
 		!strings.Contains(jr.Items[0].Reason, "read chain rooms.alpha.journal.run-1.cap-1: ") || !strings.Contains(jr.Items[0].Reason, "err_code=10059 description=stream not found") {
 		t.Fatalf("paused: %+v", jr)
@@ -491,8 +492,8 @@ func TestSecureForeignWriter(t *testing.T) {
 	}
 	admin := dial(t, r.info.ClientURL, "admin", id.as(userAdmin))
 	harness := dial(t, r.info.ClientURL, "harness", id.as(userHarness))
-	entries, body := journal(t, "run-1", "cap-1", 3)
-	if jr := shipJournalAs(t, harness.nc, userHarness, "room:alpha", lines(entries[:1])); jr.Stored != 1 {
+	entries, body := roomtest.Journal(t, "run-1", "cap-1", 3)
+	if jr := roomtest.ShipJournalAs(t, harness.nc, userHarness, "room:alpha", roomtest.Lines(entries[:1])); jr.Stored != 1 {
 		t.Fatalf("before: %+v", jr)
 	}
 	r.waitHealth(t, 200, "ok\n")
@@ -516,7 +517,7 @@ func TestSecureForeignWriter(t *testing.T) {
 		t.Fatalf("no error log naming SNEAK:\n%s", logs)
 	}
 	before, _, _ := streamNow(t, admin)
-	jr := shipJournalAs(t, harness.nc, userHarness, "room:alpha", body)
+	jr := roomtest.ShipJournalAs(t, harness.nc, userHarness, "room:alpha", body)
 	if jr.Dupes != 1 || jr.Failures != 1 || jr.Skipped != 1 || jr.Stored != 0 || jr.Items[1].Reason != "appends paused: "+reason {
 		t.Fatalf("paused: %+v", jr)
 	}
@@ -531,7 +532,7 @@ func TestSecureForeignWriter(t *testing.T) {
 	if _, m := r.get(t, "/metrics"); !strings.Contains(m, "\nroompub_foreign_writers 0\n") {
 		t.Fatalf("metrics: no roompub_foreign_writers 0")
 	}
-	if jr := shipJournalAs(t, harness.nc, userHarness, "room:alpha", body); jr.Dupes != 1 || jr.Stored != 2 || jr.Items[2].StreamSeq != 3 {
+	if jr := roomtest.ShipJournalAs(t, harness.nc, userHarness, "room:alpha", body); jr.Dupes != 1 || jr.Stored != 2 || jr.Items[2].StreamSeq != 3 {
 		t.Fatalf("resumed: %+v", jr)
 	}
 

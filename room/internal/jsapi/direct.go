@@ -254,6 +254,16 @@ func LeaderGet(ctx context.Context, nc *nats.Conn, stream string, timeout time.D
 	return out, nil
 }
 
+// LeaderGetRaw is LeaderGet with the message in jetstream's form, nil
+// when there is none; errors as LeaderGet's.
+func LeaderGetRaw(ctx context.Context, nc *nats.Conn, stream string, timeout time.Duration, req any) (*jetstream.RawStreamMsg, error) {
+	m, err := LeaderGet(ctx, nc, stream, timeout, req)
+	if err != nil || m == nil {
+		return nil, err
+	}
+	return m.Raw(), nil
+}
+
 // Sleep waits d, or less if ctx is done first; it reports whether the
 // whole wait passed (false: ctx is done, stop retrying).
 func Sleep(ctx context.Context, d time.Duration) bool {

@@ -1,4 +1,4 @@
-package room_test
+package roomtest
 
 import (
 	"bytes"
@@ -22,10 +22,10 @@ import (
 // conformance): messages written straight into the stream, as a
 // compromised writer would, and what a reader must make of them.
 
-// publishRaw appends data on subject with a plain JetStream publish,
+// PublishRaw appends data on subject with a plain JetStream publish,
 // bypassing the gate (no Msg-Id, no expected sequence), and returns its
 // stream sequence.
-func publishRaw(t testing.TB, js jetstream.JetStream, subject string, data []byte) uint64 {
+func PublishRaw(t testing.TB, js jetstream.JetStream, subject string, data []byte) uint64 {
 	t.Helper()
 	ack, err := js.Publish(context.Background(), subject, data)
 	if err != nil {
@@ -34,10 +34,10 @@ func publishRaw(t testing.TB, js jetstream.JetStream, subject string, data []byt
 	return ack.Sequence
 }
 
-// rebuilt returns a new entry from base's members with changes applied
+// Rebuilt returns a new entry from base's members with changes applied
 // (nil deletes a member) and its entry_hash computed again, so it is a
 // sound entry on its own.
-func rebuilt(t testing.TB, base *events.Entry, changes map[string]any) *events.Entry {
+func Rebuilt(t testing.TB, base *events.Entry, changes map[string]any) *events.Entry {
 	t.Helper()
 	m := map[string]any{}
 	for k, v := range base.Object() {
@@ -57,9 +57,9 @@ func rebuilt(t testing.TB, base *events.Entry, changes map[string]any) *events.E
 	return e
 }
 
-// replaceOnce replaces the first old in b with new and fails if there is
+// ReplaceOnce replaces the first old in b with new and fails if there is
 // none.
-func replaceOnce(t testing.TB, b []byte, old, new string) []byte {
+func ReplaceOnce(t testing.TB, b []byte, old, new string) []byte {
 	t.Helper()
 	if !bytes.Contains(b, []byte(old)) {
 		t.Fatalf("%q not found in %s", old, b)
@@ -67,25 +67,25 @@ func replaceOnce(t testing.TB, b []byte, old, new string) []byte {
 	return bytes.Replace(b, []byte(old), []byte(new), 1)
 }
 
-// tampered is e's line with its payload status changed and entry_hash
+// Tampered is e's line with its payload status changed and entry_hash
 // kept: still canonical, no longer the entry its hash names.
-func tampered(t testing.TB, e *events.Entry) []byte {
+func Tampered(t testing.TB, e *events.Entry) []byte {
 	t.Helper()
-	return replaceOnce(t, bytes.Clone(e.Canonical()), `"status":"ok"`, `"status":"no"`)
+	return ReplaceOnce(t, bytes.Clone(e.Canonical()), `"status":"ok"`, `"status":"no"`)
 }
 
-// forkOf is another sound entry for e's chain position: same seq and
+// ForkOf is another sound entry for e's chain position: same seq and
 // parent, another payload.
-func forkOf(t testing.TB, e *events.Entry) *events.Entry {
+func ForkOf(t testing.TB, e *events.Entry) *events.Entry {
 	t.Helper()
-	return rebuilt(t, e, map[string]any{"payload": map[string]any{"tool": "bash", "status": "forked"}})
+	return Rebuilt(t, e, map[string]any{"payload": map[string]any{"tool": "bash", "status": "forked"}})
 }
 
-// recordIn signs the reference verified record, moved to roomID under its
+// RecordIn signs the reference verified record, moved to roomID under its
 // own idempotency key and run ref (name), with key.
-func recordIn(t testing.TB, key *events.HostKey, roomID, name string, changes map[string]any) *events.Record {
+func RecordIn(t testing.TB, key *events.HostKey, roomID, name string, changes map[string]any) *events.Record {
 	t.Helper()
-	m := referenceRecord(t, "verified.json")
+	m := ReferenceRecord(t, "verified.json")
 	m["room/id"] = roomID
 	m["idempotency/key"] = "key-" + name
 	m["run/ref"] = "operator-task-run:" + name
@@ -103,8 +103,8 @@ func recordIn(t testing.TB, key *events.HostKey, roomID, name string, changes ma
 	return rec
 }
 
-// evidenceOn returns n evidence items observed on instance.
-func evidenceOn(instance string, n int) []any {
+// EvidenceOn returns n evidence items observed on instance.
+func EvidenceOn(instance string, n int) []any {
 	out := make([]any, n)
 	for i := range n {
 		out[i] = map[string]any{
@@ -117,7 +117,8 @@ func evidenceOn(instance string, n int) []any {
 	return out
 }
 
-func newHostKey(t testing.TB) *events.HostKey {
+// NewHostKey returns a fresh host key.
+func NewHostKey(t testing.TB) *events.HostKey {
 	t.Helper()
 	k, err := events.GenerateHostKey(rand.Reader)
 	if err != nil {
@@ -126,8 +127,8 @@ func newHostKey(t testing.TB) *events.HostKey {
 	return k
 }
 
-// aside is what a test expects of one set-aside message.
-type aside struct {
+// Aside is what a test expects of one set-aside message.
+type Aside struct {
 	Seq      uint64
 	Code     events.Code
 	RoomID   string
@@ -137,16 +138,17 @@ type aside struct {
 	Problems []events.Code // every problem's code, in order
 }
 
-func (a aside) String() string {
+// String is a for a test's failure message.
+func (a Aside) String() string {
 	return fmt.Sprintf("%d %s %s %s %s chain %q %v", a.Seq, a.Code, a.RoomID, a.Kind, a.Subject, a.Chain, a.Problems)
 }
 
-// asideOf reduces a SetAside to what the tests compare, checking on the
+// AsideOf reduces a SetAside to what the tests compare, checking on the
 // way that every problem is located at the message's stream sequence and
 // that the first problem is the code.
-func asideOf(t testing.TB, s room.SetAside) aside {
+func AsideOf(t testing.TB, s room.SetAside) Aside {
 	t.Helper()
-	a := aside{Seq: s.Seq, Code: s.Code, RoomID: s.RoomID, Kind: s.Kind, Subject: s.Subject}
+	a := Aside{Seq: s.Seq, Code: s.Code, RoomID: s.RoomID, Kind: s.Kind, Subject: s.Subject}
 	if s.Chain != nil {
 		a.Chain = s.Chain.RunID + "/" + s.Chain.CapsuleID
 	}
@@ -162,9 +164,10 @@ func asideOf(t testing.TB, s room.SetAside) aside {
 	return a
 }
 
-func diffAsides(t testing.TB, what string, got, want []aside) {
+// DiffAsides fails t, naming what, unless got and want are equal.
+func DiffAsides(t testing.TB, what string, got, want []Aside) {
 	t.Helper()
-	if slices.EqualFunc(got, want, func(a, b aside) bool { return a.String() == b.String() }) {
+	if slices.EqualFunc(got, want, func(a, b Aside) bool { return a.String() == b.String() }) {
 		return
 	}
 	var b strings.Builder
@@ -185,107 +188,109 @@ func diffAsides(t testing.TB, what string, got, want []aside) {
 	t.Errorf("%s differ:\n%s", what, b.String())
 }
 
-// follower runs room.Follow in the background and collects what it hands
+// Follower runs room.Follow in the background and collects what it hands
 // out, until stopped.
-type follower struct {
-	mu     sync.Mutex
-	events []*room.Event
-	asides []room.SetAside
-	cancel context.CancelFunc
-	done   chan struct{} // closed when Follow has returned, with err set
-	err    error
+type Follower struct {
+	Mu     sync.Mutex
+	Events []*room.Event
+	Asides []room.SetAside
+	Cancel context.CancelFunc
+	Done   chan struct{} // closed when Follow has returned, with err set
+	Err    error
 }
 
-// startFollow starts room.Follow with o on js; handle, when set, is called
+// StartFollow starts room.Follow with o on js; handle, when set, is called
 // for every event before it is recorded, and its error is returned to
 // Follow (the event is then not recorded).
-func startFollow(t testing.TB, js jetstream.JetStream, o room.FollowOptions, handle func(*room.Event) error) *follower {
+func StartFollow(t testing.TB, js jetstream.JetStream, o room.FollowOptions, handle func(*room.Event) error) *Follower {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
-	f := &follower{cancel: cancel, done: make(chan struct{})}
+	f := &Follower{Cancel: cancel, Done: make(chan struct{})}
 	o.OnSetAside = func(s room.SetAside) {
-		f.mu.Lock()
-		f.asides = append(f.asides, s)
-		f.mu.Unlock()
+		f.Mu.Lock()
+		f.Asides = append(f.Asides, s)
+		f.Mu.Unlock()
 	}
 	go func() {
-		defer close(f.done)
-		f.err = room.Follow(ctx, js, o, func(_ context.Context, ev *room.Event) error {
+		defer close(f.Done)
+		f.Err = room.Follow(ctx, js, o, func(_ context.Context, ev *room.Event) error {
 			if handle != nil {
 				if err := handle(ev); err != nil {
 					return err
 				}
 			}
-			f.mu.Lock()
-			f.events = append(f.events, ev)
-			f.mu.Unlock()
+			f.Mu.Lock()
+			f.Events = append(f.Events, ev)
+			f.Mu.Unlock()
 			return nil
 		})
 	}()
 	t.Cleanup(func() {
 		cancel()
 		select {
-		case <-f.done:
+		case <-f.Done:
 		case <-time.After(10 * time.Second):
 		}
 	})
 	return f
 }
 
-// seen is how many messages the follower has handed out so far.
-func (f *follower) seen() int {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	return len(f.events) + len(f.asides)
+// Seen is how many messages the follower has handed out so far.
+func (f *Follower) Seen() int {
+	f.Mu.Lock()
+	defer f.Mu.Unlock()
+	return len(f.Events) + len(f.Asides)
 }
 
-// waitSeen waits until the follower has handed out n messages.
-func (f *follower) waitSeen(t testing.TB, n int) {
+// WaitSeen waits until the follower has handed out n messages.
+func (f *Follower) WaitSeen(t testing.TB, n int) {
 	t.Helper()
 	deadline := time.Now().Add(15 * time.Second)
-	for f.seen() < n {
+	for f.Seen() < n {
 		select {
-		case <-f.done:
-			t.Fatalf("Follow returned %v after %d of %d messages", f.err, f.seen(), n)
+		case <-f.Done:
+			t.Fatalf("Follow returned %v after %d of %d messages", f.Err, f.Seen(), n)
 		default:
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("Follow handed out %d of %d messages in 15s", f.seen(), n)
+			t.Fatalf("Follow handed out %d of %d messages in 15s", f.Seen(), n)
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
 }
 
-// stop cancels Follow and returns what it returned.
-func (f *follower) stop(t testing.TB) error {
+// Stop cancels Follow and returns what it returned.
+func (f *Follower) Stop(t testing.TB) error {
 	t.Helper()
-	f.cancel()
-	return f.wait(t)
+	f.Cancel()
+	return f.Wait(t)
 }
 
-// wait waits for Follow to return and returns what it returned.
-func (f *follower) wait(t testing.TB) error {
+// Wait waits for Follow to return and returns what it returned.
+func (f *Follower) Wait(t testing.TB) error {
 	t.Helper()
 	select {
-	case <-f.done:
-		return f.err
+	case <-f.Done:
+		return f.Err
 	case <-time.After(10 * time.Second):
 		t.Fatal("Follow did not return within 10s")
 		return nil
 	}
 }
 
-func (f *follower) eventSeqs() []uint64 {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	out := make([]uint64, len(f.events))
-	for i, ev := range f.events {
+// EventSeqs returns the stream sequences of the events f has seen.
+func (f *Follower) EventSeqs() []uint64 {
+	f.Mu.Lock()
+	defer f.Mu.Unlock()
+	out := make([]uint64, len(f.Events))
+	for i, ev := range f.Events {
 		out[i] = ev.Seq
 	}
 	return out
 }
 
-func seqRange(from, to uint64) []uint64 {
+// SeqRange returns from, from+1, ..., to.
+func SeqRange(from, to uint64) []uint64 {
 	var out []uint64
 	for s := from; s <= to; s++ {
 		out = append(out, s)
@@ -293,10 +298,10 @@ func seqRange(from, to uint64) []uint64 {
 	return out
 }
 
-// referenceOnly is a validator that trusts only the reference host.
-func referenceOnly(t testing.TB) *validate.Validator {
+// ReferenceOnly is a validator that trusts only the reference host.
+func ReferenceOnly(t testing.TB) *validate.Validator {
 	t.Helper()
-	v, err := validate.New(validate.WithTrustedHosts(referenceHost))
+	v, err := validate.New(validate.WithTrustedHosts(ReferenceHost))
 	if err != nil {
 		t.Fatal(err)
 	}

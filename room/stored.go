@@ -1,0 +1,11 @@
+package room
+
+// StoredMsg is one attested message the gate appended, as it told the
+// checkpointer of it (the gate's AttestationSink): enough to check the
+// message's attestation once the server has stored it, without reading
+// it back (docs/checkpoints.md).
+type StoredMsg struct {
+	Subject string   // the subject it is stored on
+	Header  string   // its checkpoint.AttestationHeader value
+	Content [32]byte // checkpoint.ContentHash of its data
+}
