@@ -34,18 +34,18 @@ import (
 func TestAttestedBatchOneSignature(t *testing.T) {
 	e := roomtest.NewEnv(t)
 	pub := roomtest.NewHostKey(t)
-	a := newAttestor(t, e.Js, pub, attRoom)
+	a := roomtest.NewAttestor(t, e.Js, pub, roomtest.AttRoom)
 	es, _ := roomtest.Journal(t, "run-b", "cap-b", 11)
-	good := a.entries(es[:10]...)        // one batch of 10
-	good = append(good, a.entry(es[10])) // one batch of 1
+	good := a.Entries(es[:10]...)        // one batch of 10
+	good = append(good, a.Entry(es[10])) // one batch of 1
 
-	replaced := a.replacedBatch(t)
+	replaced := a.ReplacedBatch(t)
 
-	rep, err := room.Audit(t.Context(), e.Js, room.AuditOptions{Validator: e.V, Trust: trusting(t, pub)})
+	rep, err := room.Audit(t.Context(), e.Js, room.AuditOptions{Validator: e.V, Trust: roomtest.Trusting(t, pub)})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := mismatches(t, rep.Violations); !slices.Equal(got, replaced) || len(rep.Violations) != 4 {
+	if got := roomtest.Mismatches(t, rep.Violations); !slices.Equal(got, replaced) || len(rep.Violations) != 4 {
 		t.Fatalf("set aside %v, want the 4 messages of the batch at %v", rep.Violations, replaced)
 	}
 	want := "the message was not admitted by a trusted publisher: bad attestation: signature by " + pub.NodeID() + " does not verify for this batch of 4"
@@ -59,15 +59,15 @@ func TestAttestedBatchOneSignature(t *testing.T) {
 	}
 	// Three signatures checked: the batch of 10, the batch of 1 and the
 	// replaced batch; 15 messages decided by them.
-	checkFacts(t, rep.Checkpoints[0], room.RoomCheckpoints{RoomID: attRoom, Admitted: 11, Tail: 11,
+	checkFacts(t, rep.Checkpoints[0], room.RoomCheckpoints{RoomID: roomtest.AttRoom, Admitted: 11, Tail: 11,
 		AttestationsVerified: 15, BatchesVerified: 3})
 
-	f := roomtest.StartFollow(t, e.Js, room.FollowOptions{Durable: "batches", Validator: e.V, Trust: trusting(t, pub), Rooms: []string{attRoom}}, nil)
+	f := roomtest.StartFollow(t, e.Js, room.FollowOptions{Durable: "batches", Validator: e.V, Trust: roomtest.Trusting(t, pub), Rooms: []string{roomtest.AttRoom}}, nil)
 	f.WaitSeen(t, 15)
 	if got := f.EventSeqs(); !slices.Equal(got, good) {
 		t.Errorf("follow served %v, want %v", got, good)
 	}
-	if got := mismatches(t, f.Asides); !slices.Equal(got, replaced) || f.Asides[0].Reason != want {
+	if got := roomtest.Mismatches(t, f.Asides); !slices.Equal(got, replaced) || f.Asides[0].Reason != want {
 		t.Errorf("follow set aside %v", f.Asides)
 	}
 }
@@ -82,19 +82,19 @@ func TestAttestedBatchOneSignature(t *testing.T) {
 func TestAttestedBatchCheckpointMismatch(t *testing.T) {
 	e := roomtest.NewEnv(t)
 	pub := roomtest.NewHostKey(t)
-	a := newAttestor(t, e.Js, pub, attRoom)
+	a := roomtest.NewAttestor(t, e.Js, pub, roomtest.AttRoom)
 	es, _ := roomtest.Journal(t, "run-m", "cap-m", 20)
-	a.entries(es[:6]...)
-	replaced := a.replacedBatch(t)
-	a.entries(es[6:12]...)
-	a.checkpointOf(9, mustRootAt(t, a.tree, 9), a.signer) // inside the batch of entries 6-11
-	a.entries(es[12:20]...)
+	a.Entries(es[:6]...)
+	replaced := a.ReplacedBatch(t)
+	a.Entries(es[6:12]...)
+	a.CheckpointOf(9, mustRootAt(t, a.Tree, 9), a.Signer) // inside the batch of entries 6-11
+	a.Entries(es[12:20]...)
 
-	rep, err := room.Audit(t.Context(), e.Js, room.AuditOptions{Validator: e.V, Trust: trusting(t, pub)})
+	rep, err := room.Audit(t.Context(), e.Js, room.AuditOptions{Validator: e.V, Trust: roomtest.Trusting(t, pub)})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := mismatches(t, rep.Violations); !slices.Equal(got, replaced) || len(rep.Violations) != 4 {
+	if got := roomtest.Mismatches(t, rep.Violations); !slices.Equal(got, replaced) || len(rep.Violations) != 4 {
 		t.Fatalf("set aside %v, want the 4 messages of the batch at %v", rep.Violations, replaced)
 	}
 	// At the checkpoint: batches of 6, of 4 (replaced) and of 6 verified
@@ -102,53 +102,53 @@ func TestAttestedBatchCheckpointMismatch(t *testing.T) {
 	// accepted. It covered entries 0-8 only, but they were verified first;
 	// so the tail: the batch of 8 (1 signature). Nothing was admitted by
 	// the checkpoint alone.
-	checkFacts(t, rep.Checkpoints[0], room.RoomCheckpoints{RoomID: attRoom, Admitted: 20, Checkpoints: 1, Covered: 9, Tail: 11,
+	checkFacts(t, rep.Checkpoints[0], room.RoomCheckpoints{RoomID: roomtest.AttRoom, Admitted: 20, Checkpoints: 1, Covered: 9, Tail: 11,
 		AttestationsVerified: 24, BatchesVerified: 4,
-		Latest: &room.CheckpointFact{Size: 9, Root: fmt.Sprintf("%x", mustRootAt(t, a.tree, 9)), Signer: pub.NodeID(), Seq: 17}})
+		Latest: &room.CheckpointFact{Size: 9, Root: fmt.Sprintf("%x", mustRootAt(t, a.Tree, 9)), Signer: pub.NodeID(), Seq: 17}})
 
 	// Without the replaced batch, the same checkpoint inside a batch
 	// admits entries 6-8 unchecked; entries 9-11 are verified at the end
 	// with the statements of 6-8 (one signature), then the batch of 8.
 	e2 := roomtest.NewEnv(t)
-	b := newAttestor(t, e2.Js, pub, attRoom)
-	b.entries(es[:6]...)
-	b.checkpoint()
-	b.entries(es[6:12]...)
-	b.checkpointOf(9, mustRootAt(t, b.tree, 9), b.signer)
-	b.entries(es[12:20]...)
-	rep, err = room.Audit(t.Context(), e2.Js, room.AuditOptions{Validator: e2.V, Trust: trusting(t, pub)})
+	b := roomtest.NewAttestor(t, e2.Js, pub, roomtest.AttRoom)
+	b.Entries(es[:6]...)
+	b.Checkpoint()
+	b.Entries(es[6:12]...)
+	b.CheckpointOf(9, mustRootAt(t, b.Tree, 9), b.Signer)
+	b.Entries(es[12:20]...)
+	rep, err = room.Audit(t.Context(), e2.Js, room.AuditOptions{Validator: e2.V, Trust: roomtest.Trusting(t, pub)})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if !rep.Clean() || rep.Totals.Entries != 20 {
 		t.Fatalf("violations %v, totals %+v", rep.Violations, rep.Totals)
 	}
-	checkFacts(t, rep.Checkpoints[0], room.RoomCheckpoints{RoomID: attRoom, Admitted: 20, Checkpoints: 2, Covered: 9, Tail: 11,
+	checkFacts(t, rep.Checkpoints[0], room.RoomCheckpoints{RoomID: roomtest.AttRoom, Admitted: 20, Checkpoints: 2, Covered: 9, Tail: 11,
 		AttestationsVerified: 11, BatchesVerified: 2, AdmittedByCheckpoint: 9,
-		Latest: &room.CheckpointFact{Size: 9, Root: fmt.Sprintf("%x", mustRootAt(t, b.tree, 9)), Signer: pub.NodeID(), Seq: 14}})
+		Latest: &room.CheckpointFact{Size: 9, Root: fmt.Sprintf("%x", mustRootAt(t, b.Tree, 9)), Signer: pub.NodeID(), Seq: 14}})
 	// A replaced message among those the checkpoint did not cover: its
 	// batch's signature fails, with the covered statements too, and only
 	// the uncovered messages are refused (the checkpoint admitted the
 	// others).
 	e3 := roomtest.NewEnv(t)
-	c := newAttestor(t, e3.Js, pub, attRoom)
-	c.entries(es[:6]...)
-	ms := make([]attMsg, 6)
+	c := roomtest.NewAttestor(t, e3.Js, pub, roomtest.AttRoom)
+	c.Entries(es[:6]...)
+	ms := make([]roomtest.AttMsg, 6)
 	for i, en := range es[6:12] {
-		ms[i] = c.entryMsg(en)
+		ms[i] = c.EntryMsg(en)
 	}
-	hs := c.sign(ms)
+	hs := c.Sign(ms)
 	for _, m := range ms[:3] {
-		c.leaf(checkpoint.LeafHash(attRoom, m.subject, checkpoint.ContentHash(m.data)))
+		c.Leaf(checkpoint.LeafHash(roomtest.AttRoom, m.Subject, checkpoint.ContentHash(m.Data)))
 	}
-	ms[4].data = roomtest.ForkOf(t, es[10]).Canonical()
-	seqs := c.append(ms, hs)
-	c.checkpointOf(9, c.tree.Root(), c.signer)
-	rep, err = room.Audit(t.Context(), e3.Js, room.AuditOptions{Validator: e3.V, Trust: trusting(t, pub)})
+	ms[4].Data = roomtest.ForkOf(t, es[10]).Canonical()
+	seqs := c.Append(ms, hs)
+	c.CheckpointOf(9, c.Tree.Root(), c.Signer)
+	rep, err = room.Audit(t.Context(), e3.Js, room.AuditOptions{Validator: e3.V, Trust: roomtest.Trusting(t, pub)})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := mismatches(t, rep.Violations); !slices.Equal(got, seqs[3:]) {
+	if got := roomtest.Mismatches(t, rep.Violations); !slices.Equal(got, seqs[3:]) {
 		t.Errorf("set aside %v, want %v", rep.Violations, seqs[3:])
 	}
 	if len(rep.Violations) > 0 && !strings.Contains(rep.Violations[0].Reason, "does not verify for this batch of 6") {
@@ -167,24 +167,24 @@ func TestAttestedBatchCheckpointMismatch(t *testing.T) {
 func TestAttestedIncompleteBatch(t *testing.T) {
 	e := roomtest.NewEnv(t)
 	pub := roomtest.NewHostKey(t)
-	a := newAttestor(t, e.Js, pub, attRoom)
+	a := roomtest.NewAttestor(t, e.Js, pub, roomtest.AttRoom)
 	es, _ := roomtest.Journal(t, "run-i", "cap-i", 7)
 	partial := func(chain string) []uint64 {
 		other, _ := roomtest.Journal(t, chain, "cap-"+chain, 5)
-		ms := make([]attMsg, 5)
+		ms := make([]roomtest.AttMsg, 5)
 		for i, en := range other {
-			ms[i] = a.entryMsg(en)
+			ms[i] = a.EntryMsg(en)
 		}
-		return a.append(ms[:3], a.sign(ms)[:3])
+		return a.Append(ms[:3], a.Sign(ms)[:3])
 	}
 	mid := partial("run-p")
-	whole, hs := a.headers(es[:3]...)
+	whole, hs := a.Headers(es[:3]...)
 	// After the whole batch: a copy of its message 1 (on a fork of entry
 	// 3), then message 0 copied twice (a second claim to index 0).
-	copied := a.forgedEntry(roomtest.ForkOf(t, es[3]), hs[1])
-	dup0 := a.forgedEntry(roomtest.Rebuilt(t, es[3], map[string]any{"payload": map[string]any{"tool": "bash", "status": "d0"}}), hs[0])
-	dup1 := a.forgedEntry(roomtest.Rebuilt(t, es[3], map[string]any{"payload": map[string]any{"tool": "bash", "status": "d1"}}), hs[0])
-	rest := a.entries(es[3:7]...)
+	copied := a.ForgedEntry(roomtest.ForkOf(t, es[3]), hs[1])
+	dup0 := a.ForgedEntry(roomtest.Rebuilt(t, es[3], map[string]any{"payload": map[string]any{"tool": "bash", "status": "d0"}}), hs[0])
+	dup1 := a.ForgedEntry(roomtest.Rebuilt(t, es[3], map[string]any{"payload": map[string]any{"tool": "bash", "status": "d1"}}), hs[0])
+	rest := a.Entries(es[3:7]...)
 	end := partial("run-q")
 
 	run := func(i, last int, first uint64, tail string) string {
@@ -207,7 +207,7 @@ func TestAttestedIncompleteBatch(t *testing.T) {
 			wants[seq] = ends[i]
 		}
 		want := slices.Concat(mid, []uint64{copied, dup0, dup1}, end)
-		if got := mismatches(t, asides); !slices.Equal(got, want) {
+		if got := roomtest.Mismatches(t, asides); !slices.Equal(got, want) {
 			t.Fatalf("%s set aside %v, want %v", who, got, want)
 		}
 		for _, s := range asides {
@@ -218,7 +218,7 @@ func TestAttestedIncompleteBatch(t *testing.T) {
 	}
 	served := slices.Concat(whole, rest)
 
-	rep, err := room.Audit(t.Context(), e.Js, room.AuditOptions{Validator: e.V, Trust: trusting(t, pub)})
+	rep, err := room.Audit(t.Context(), e.Js, room.AuditOptions{Validator: e.V, Trust: roomtest.Trusting(t, pub)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -228,9 +228,9 @@ func TestAttestedIncompleteBatch(t *testing.T) {
 		t.Errorf("totals %+v, chains %+v", rep.Totals, rep.Chains)
 	}
 	// The whole batches only: 3 and 4 messages, 2 signatures.
-	checkFacts(t, rep.Checkpoints[0], room.RoomCheckpoints{RoomID: attRoom, Admitted: 7, Tail: 7, AttestationsVerified: 7, BatchesVerified: 2})
+	checkFacts(t, rep.Checkpoints[0], room.RoomCheckpoints{RoomID: roomtest.AttRoom, Admitted: 7, Tail: 7, AttestationsVerified: 7, BatchesVerified: 2})
 
-	f := roomtest.StartFollow(t, e.Js, room.FollowOptions{Durable: "incomplete", Validator: e.V, Trust: trusting(t, pub), Rooms: []string{attRoom}}, nil)
+	f := roomtest.StartFollow(t, e.Js, room.FollowOptions{Durable: "incomplete", Validator: e.V, Trust: roomtest.Trusting(t, pub), Rooms: []string{roomtest.AttRoom}}, nil)
 	f.WaitSeen(t, 7+len(mid)+3+len(end))
 	if got := f.EventSeqs(); !slices.Equal(got, served) {
 		t.Errorf("follow served %v, want %v", got, served)
@@ -255,19 +255,19 @@ func TestAttestedIncompleteBatch(t *testing.T) {
 func TestAttestedLiveWaitsForBatch(t *testing.T) {
 	pub := roomtest.NewHostKey(t)
 	v := roomtest.ReferenceOnly(t)
-	feed, idle := room.LiveFeed(v, room.Subjects{}, trusting(t, pub))
-	a := &attestor{key: pub, room: attRoom}
+	feed, idle := room.LiveFeed(v, room.Subjects{}, roomtest.Trusting(t, pub))
+	a := &roomtest.Attestor{Key: pub, Room: roomtest.AttRoom}
 	es, _ := roomtest.Journal(t, "run-l", "cap-l", 6)
 	msg := func(seq uint64, en *events.Entry, header string) room.StreamMsg {
-		m := a.entryMsg(en)
-		return room.StreamMsg{Subject: m.subject, Seq: seq, Data: m.data, Attestation: header}
+		m := a.EntryMsg(en)
+		return room.StreamMsg{Subject: m.Subject, Seq: seq, Data: m.Data, Attestation: header}
 	}
 	sign := func(ens ...*events.Entry) []string {
-		ms := make([]attMsg, len(ens))
+		ms := make([]roomtest.AttMsg, len(ens))
 		for i, en := range ens {
-			ms[i] = a.entryMsg(en)
+			ms[i] = a.EntryMsg(en)
 		}
-		return a.sign(ms)
+		return a.Sign(ms)
 	}
 	seqs := func(vs []room.Verdict) (events, asides []uint64) {
 		for _, v := range vs {
@@ -318,7 +318,7 @@ func TestAttestedLiveWaitsForBatch(t *testing.T) {
 	// A batch larger than Follow holds back: refused at once.
 	big := make([]checkpoint.Statement, room.FollowMaxRun+1)
 	for i := range big {
-		big[i] = checkpoint.Statement{Room: attRoom, Subject: "x", Position: "seq:0"}
+		big[i] = checkpoint.Statement{Room: roomtest.AttRoom, Subject: "x", Position: "seq:0"}
 	}
 	bh := checkpoint.AttestBatch(pub, big)
 	if _, asides := seqs(feed(msg(7, es[4], bh[0]))); !slices.Equal(asides, []uint64{7}) {
@@ -344,11 +344,11 @@ func TestAttestedLiveWaitsForBatch(t *testing.T) {
 func TestAttestedFollowBatchAcrossRestart(t *testing.T) {
 	e := roomtest.NewEnv(t)
 	pub := roomtest.NewHostKey(t)
-	a := newAttestor(t, e.Js, pub, attRoom)
+	a := roomtest.NewAttestor(t, e.Js, pub, roomtest.AttRoom)
 	es, _ := roomtest.Journal(t, "run-r", "cap-r", 8)
-	a.entries(es[:2]...)
-	batch := a.entries(es[2:8]...)
-	o := room.FollowOptions{Durable: "restart", Validator: e.V, Trust: trusting(t, pub), Rooms: []string{attRoom}}
+	a.Entries(es[:2]...)
+	batch := a.Entries(es[2:8]...)
+	o := room.FollowOptions{Durable: "restart", Validator: e.V, Trust: roomtest.Trusting(t, pub), Rooms: []string{roomtest.AttRoom}}
 	fail := true
 	f := roomtest.StartFollow(t, e.Js, o, func(ev *room.Event) error {
 		if ev.Seq == batch[2] && fail {
@@ -387,20 +387,20 @@ func TestAttestedQueueFull(t *testing.T) {
 	}
 	e := roomtest.NewEnv(t)
 	pub := roomtest.NewHostKey(t)
-	a := newAttestor(t, e.Js, pub, attRoom)
+	a := roomtest.NewAttestor(t, e.Js, pub, roomtest.AttRoom)
 	es, _ := roomtest.Journal(t, "run-q", "cap-q", 9000)
 	for i := 0; i < len(es); i += 1000 {
-		a.entries(es[i : i+1000]...)
+		a.Entries(es[i : i+1000]...)
 	}
 	big, _ := roomtest.Journal(t, "run-big", "cap-big", 9000)
-	ms := make([]attMsg, len(big))
+	ms := make([]roomtest.AttMsg, len(big))
 	for i, en := range big {
-		ms[i] = a.entryMsg(en)
+		ms[i] = a.EntryMsg(en)
 	}
-	hs := a.sign(ms)
+	hs := a.Sign(ms)
 	for i, m := range ms {
-		msg := nats.NewMsg(m.subject)
-		msg.Data = m.data
+		msg := nats.NewMsg(m.Subject)
+		msg.Data = m.Data
 		msg.Header.Set(checkpoint.AttestationHeader, hs[i])
 		for {
 			_, err := e.Js.PublishMsgAsync(msg, jetstream.WithStallWait(10*time.Second))
@@ -418,7 +418,7 @@ func TestAttestedQueueFull(t *testing.T) {
 	case <-time.After(time.Minute):
 		t.Fatal("publish did not complete")
 	}
-	rep, err := room.Audit(t.Context(), e.Js, room.AuditOptions{Validator: e.V, Trust: trusting(t, pub), MaxViolations: 1})
+	rep, err := room.Audit(t.Context(), e.Js, room.AuditOptions{Validator: e.V, Trust: roomtest.Trusting(t, pub), MaxViolations: 1})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -431,7 +431,7 @@ func TestAttestedQueueFull(t *testing.T) {
 	if v := rep.Violations[0]; v.Seq != 9001 || !strings.Contains(v.Reason, want) {
 		t.Errorf("first violation %s\nwant %q", v.Error(), want)
 	}
-	checkFacts(t, rep.Checkpoints[0], room.RoomCheckpoints{RoomID: attRoom, Admitted: 9000, Tail: 9000, AttestationsVerified: 9000, BatchesVerified: 9})
+	checkFacts(t, rep.Checkpoints[0], room.RoomCheckpoints{RoomID: roomtest.AttRoom, Admitted: 9000, Tail: 9000, AttestationsVerified: 9000, BatchesVerified: 9})
 }
 
 // FuzzAttestedBatches feeds any sequence of one chain's entries, forks
@@ -443,21 +443,21 @@ func TestAttestedQueueFull(t *testing.T) {
 func FuzzAttestedBatches(f *testing.F) {
 	pub := roomtest.NewHostKey(f)
 	v := roomtest.ReferenceOnly(f)
-	trust := trusting(f, pub)
-	a := &attestor{key: pub, room: attRoom}
+	trust := roomtest.Trusting(f, pub)
+	a := &roomtest.Attestor{Key: pub, Room: roomtest.AttRoom}
 	es, _ := roomtest.Journal(f, "run-z", "cap-z", 8)
-	var msgs []attMsg
+	var msgs []roomtest.AttMsg
 	for _, e := range es {
-		msgs = append(msgs, a.entryMsg(e))
+		msgs = append(msgs, a.EntryMsg(e))
 	}
 	for _, e := range es {
-		msgs = append(msgs, a.entryMsg(roomtest.ForkOf(f, e)))
+		msgs = append(msgs, a.EntryMsg(roomtest.ForkOf(f, e)))
 	}
-	headers := slices.Concat(a.sign(msgs[0:3]), a.sign(msgs[3:4]), a.sign(msgs[4:8]), a.sign(msgs[9:11]), []string{"", "garbage", "x y 0/1"})
-	na := &attestor{t: f, key: pub, room: attRoom}
+	headers := slices.Concat(a.Sign(msgs[0:3]), a.Sign(msgs[3:4]), a.Sign(msgs[4:8]), a.Sign(msgs[9:11]), []string{"", "garbage", "x y 0/1"})
+	na := &roomtest.Attestor{T: f, Key: pub, Room: roomtest.AttRoom}
 	var notes [][]byte // checkpoints of sizes 0-7 over nothing a reader reads
 	for i := range 16 {
-		notes = append(notes, na.note(uint64(i%8), [32]byte{byte(i)}, mustSigner(f, pub)))
+		notes = append(notes, na.Note(uint64(i%8), [32]byte{byte(i)}, mustSigner(f, pub)))
 	}
 	f.Add([]byte{0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5, 6, 6, 7, 7})
 	f.Add([]byte{0, 0, 1, 1, 9, 14, 2, 2, 0x80, 3})
@@ -472,12 +472,12 @@ func FuzzAttestedBatches(f *testing.F) {
 			b, h := data[i], data[i+1]
 			seq += 1 + uint64(b>>7)
 			if b&0x40 != 0 { // a checkpoint of any size, over nothing read
-				stream = append(stream, room.StreamMsg{Subject: room.Subjects{}.Checkpoint(attRoom), Seq: seq,
+				stream = append(stream, room.StreamMsg{Subject: room.Subjects{}.Checkpoint(roomtest.AttRoom), Seq: seq,
 					Data: notes[int(h)%len(notes)]})
 				continue
 			}
 			m := msgs[int(b&0x3f)%len(msgs)]
-			stream = append(stream, room.StreamMsg{Subject: m.subject, Seq: seq, Data: m.data, Attestation: headers[int(h)%len(headers)]})
+			stream = append(stream, room.StreamMsg{Subject: m.Subject, Seq: seq, Data: m.Data, Attestation: headers[int(h)%len(headers)]})
 		}
 		outcome := func(vs []room.Verdict) (o []string) {
 			for _, v := range vs {
@@ -514,19 +514,4 @@ func FuzzAttestedBatches(f *testing.F) {
 			t.Fatalf("audit %v\nfollow %v", ao, fo)
 		}
 	})
-}
-
-// replacedBatch appends another chain's batch of 4 (run-x/cap-x), signed
-// as the publisher made it, stored with message 2 replaced by another
-// sound entry for its position; it returns the batch's stream seqs.
-func (a *attestor) replacedBatch(t *testing.T) []uint64 {
-	t.Helper()
-	other, _ := roomtest.Journal(t, "run-x", "cap-x", 4)
-	ms := make([]attMsg, 4)
-	for i, en := range other {
-		ms[i] = a.entryMsg(en)
-	}
-	hs := a.sign(ms)
-	ms[2].data = roomtest.ForkOf(t, other[2]).Canonical()
-	return a.append(ms, hs)
 }

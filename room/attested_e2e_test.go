@@ -20,17 +20,17 @@ import (
 func TestAttestedEndToEnd(t *testing.T) {
 	e := roomtest.NewEnv(t)
 	ctx := context.Background()
-	pub := newPublisherKey(t)
-	trust := trusting(t, pub)
-	ckp, _ := startCheckpointer(t, e.Connect(), room.CheckpointerOptions{Key: pub, Every: 40, Interval: time.Hour})
-	gate := attestingGate(e, e.Nc, pub, ckp, room.GateOptions{})
+	pub := roomtest.NewPublisherKey(t)
+	trust := roomtest.Trusting(t, pub)
+	ckp, _ := roomtest.StartCheckpointer(t, e.Connect(), room.CheckpointerOptions{Key: pub, Every: 40, Interval: time.Hour})
+	gate := roomtest.AttestingGate(e, e.Nc, pub, ckp, room.GateOptions{})
 	es, _ := roomtest.Journal(t, "run-e2e", "cap-e2e", 101)
 	for from := 0; from < 100; from += 25 {
-		if r, err := gate.AppendJournal(ctx, attRoom, roomtest.Lines(es[from:from+25]), nil); err != nil || r.Stored != 25 {
+		if r, err := gate.AppendJournal(ctx, roomtest.AttRoom, roomtest.Lines(es[from:from+25]), nil); err != nil || r.Stored != 25 {
 			t.Fatalf("%+v %v", r, err)
 		}
 	}
-	if r := gate.AppendRecord(ctx, roomtest.RecordIn(t, e.Key, attRoom, "e2e", nil).Canonical()); r.Item.Outcome != room.OutcomeStored {
+	if r := gate.AppendRecord(ctx, roomtest.RecordIn(t, e.Key, roomtest.AttRoom, "e2e", nil).Canonical()); r.Item.Outcome != room.OutcomeStored {
 		t.Fatalf("%+v", r)
 	}
 	if err := ckp.Stop(ctx); err != nil {
@@ -52,20 +52,20 @@ func TestAttestedEndToEnd(t *testing.T) {
 		t.Errorf("facts %+v", f)
 	}
 
-	forged := roomtest.PublishRaw(t, e.Js, room.Subjects{}.Journal(attRoom, events.ChainKey{RunID: "run-e2e", CapsuleID: "cap-e2e"}), es[100].Canonical())
+	forged := roomtest.PublishRaw(t, e.Js, room.Subjects{}.Journal(roomtest.AttRoom, events.ChainKey{RunID: "run-e2e", CapsuleID: "cap-e2e"}), es[100].Canonical())
 	rep, err = room.Audit(ctx, e.Js, room.AuditOptions{Validator: e.V, Trust: trust})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := mismatches(t, rep.Violations); !slices.Equal(got, []uint64{forged}) || len(rep.Violations) != 1 {
+	if got := roomtest.Mismatches(t, rep.Violations); !slices.Equal(got, []uint64{forged}) || len(rep.Violations) != 1 {
 		t.Errorf("audit after the forgery: %v", rep.Violations)
 	}
-	fl := roomtest.StartFollow(t, e.Js, room.FollowOptions{Durable: "e2e", Validator: e.V, Trust: trust, Rooms: []string{attRoom}}, nil)
+	fl := roomtest.StartFollow(t, e.Js, room.FollowOptions{Durable: "e2e", Validator: e.V, Trust: trust, Rooms: []string{roomtest.AttRoom}}, nil)
 	fl.WaitSeen(t, 102)
 	if got := fl.EventSeqs(); len(got) != 101 || slices.Contains(got, forged) {
 		t.Errorf("follow served %d events (forged at %d: %v)", len(got), forged, slices.Contains(got, forged))
 	}
-	if got := mismatches(t, fl.Asides); !slices.Equal(got, []uint64{forged}) {
+	if got := roomtest.Mismatches(t, fl.Asides); !slices.Equal(got, []uint64{forged}) {
 		t.Errorf("follow set aside %v", fl.Asides)
 	}
 }

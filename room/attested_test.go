@@ -9,9 +9,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
-	"github.com/synadia-io/orbit.go/jetstreamext"
 	"golang.org/x/mod/sumdb/note"
 
 	"github.com/roompub/roompub/checkpoint"
@@ -25,188 +22,6 @@ import (
 // publisher would write (checkpoint.Attest, checkpoint.Sign over a
 // checkpoint.Tree kept here), and forged ones beside them.
 
-// attestor writes one room's messages as an attesting publisher would.
-type attestor struct {
-	t      testing.TB
-	js     jetstream.JetStream
-	key    *events.HostKey
-	signer note.Signer
-	room   string
-	subj   room.Subjects
-	tree   *checkpoint.Tree // the publisher's: admitted messages only
-	leaves [][32]byte       // its leaves
-	execs  uint64           // messages on the room's exec subject
-}
-
-func newAttestor(t testing.TB, js jetstream.JetStream, key *events.HostKey, roomID string) *attestor {
-	t.Helper()
-	s, err := checkpoint.NewNoteSigner(key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return &attestor{t: t, js: js, key: key, signer: s, room: roomID, tree: checkpoint.NewTree()}
-}
-
-// publish appends data on subject with the attestation header (none when
-// att is "") and returns its stream sequence.
-func (a *attestor) publish(subject string, data []byte, att string) uint64 {
-	a.t.Helper()
-	return a.append([]attMsg{{subject: subject, data: data}}, []string{att})[0]
-}
-
-// attMsg is one message as an attesting publisher appends it.
-type attMsg struct {
-	subject  string
-	data     []byte
-	position string // checkpoint.JournalPosition or RecordPosition
-}
-
-func (a *attestor) entryMsg(e *events.Entry) attMsg {
-	pos, _ := e.Seq()
-	return attMsg{subject: a.subj.Journal(a.room, events.ChainKey{RunID: e.RunID(), CapsuleID: e.CapsuleID()}), data: e.Canonical(),
-		position: checkpoint.JournalPosition(pos)}
-}
-
-func (a *attestor) statement(m attMsg) checkpoint.Statement {
-	return checkpoint.Statement{Room: a.room, Subject: m.subject, Position: m.position, Content: checkpoint.ContentHash(m.data)}
-}
-
-// sign returns the attestation headers of ms as one batch: one signature
-// (checkpoint.AttestBatch).
-func (a *attestor) sign(ms []attMsg) []string {
-	stmts := make([]checkpoint.Statement, len(ms))
-	for i, m := range ms {
-		stmts[i] = a.statement(m)
-	}
-	return checkpoint.AttestBatch(a.key, stmts)
-}
-
-// append appends ms with headers (none where "") as one atomic batch
-// (ADR-50: stored whole, at consecutive sequences) and returns their stream
-// sequences.
-func (a *attestor) append(ms []attMsg, headers []string) []uint64 {
-	a.t.Helper()
-	msgs := make([]*nats.Msg, len(ms))
-	for i, m := range ms {
-		msgs[i] = nats.NewMsg(m.subject)
-		msgs[i].Data = m.data
-		if headers[i] != "" {
-			msgs[i].Header.Set(checkpoint.AttestationHeader, headers[i])
-		}
-	}
-	if len(msgs) == 1 {
-		ack, err := a.js.PublishMsg(a.t.Context(), msgs[0])
-		if err != nil {
-			a.t.Fatal(err)
-		}
-		return []uint64{ack.Sequence}
-	}
-	ack, err := jetstreamext.PublishMsgBatch(a.t.Context(), a.js, msgs)
-	if err != nil {
-		a.t.Fatal(err)
-	}
-	return roomtest.SeqRange(ack.Sequence-uint64(len(msgs))+1, ack.Sequence)
-}
-
-// entries appends es, of one chain, as the publisher admits them: one
-// atomic batch attested with one signature, as the gate does.
-func (a *attestor) entries(es ...*events.Entry) []uint64 {
-	a.t.Helper()
-	seqs, _ := a.headers(es...)
-	return seqs
-}
-
-// entry appends e as a batch of one.
-func (a *attestor) entry(e *events.Entry) uint64 {
-	a.t.Helper()
-	return a.entries(e)[0]
-}
-
-// headers appends es as entries does and returns their stream sequences
-// and attestation headers (for forgers to copy).
-func (a *attestor) headers(es ...*events.Entry) ([]uint64, []string) {
-	a.t.Helper()
-	ms := make([]attMsg, len(es))
-	for i, e := range es {
-		ms[i] = a.entryMsg(e)
-		a.leaf(checkpoint.LeafHash(a.room, ms[i].subject, checkpoint.ContentHash(ms[i].data)))
-	}
-	hs := a.sign(ms)
-	return a.append(ms, hs), hs
-}
-
-// record appends rec, attested (a batch of one), as the publisher admits it.
-func (a *attestor) record(rec *events.Record) uint64 {
-	a.t.Helper()
-	m := attMsg{subject: a.subj.Records(a.room), data: rec.Canonical(), position: checkpoint.RecordPosition(a.execs)}
-	a.execs++
-	a.leaf(checkpoint.LeafHash(a.room, m.subject, checkpoint.ContentHash(m.data)))
-	return a.append([]attMsg{m}, a.sign([]attMsg{m}))[0]
-}
-
-func (a *attestor) leaf(h [32]byte) {
-	a.tree.Append(h)
-	a.leaves = append(a.leaves, h)
-}
-
-// forgedEntry appends e with the attestation header att (not a leaf of
-// the publisher's tree).
-func (a *attestor) forgedEntry(e *events.Entry, att string) uint64 {
-	a.t.Helper()
-	return a.publish(a.subj.Journal(a.room, events.ChainKey{RunID: e.RunID(), CapsuleID: e.CapsuleID()}), e.Canonical(), att)
-}
-
-// checkpoint signs and appends the publisher's checkpoint at its tree's size.
-func (a *attestor) checkpoint() uint64 {
-	a.t.Helper()
-	return a.checkpointOf(a.tree.Size(), a.tree.Root(), a.signer)
-}
-
-// checkpointOf signs and appends any checkpoint of the room.
-func (a *attestor) checkpointOf(size uint64, root [32]byte, s note.Signer) uint64 {
-	a.t.Helper()
-	return a.publish(a.subj.Checkpoint(a.room), a.note(size, root, s), "")
-}
-
-func (a *attestor) note(size uint64, root [32]byte, s note.Signer) []byte {
-	a.t.Helper()
-	n, err := checkpoint.Sign(s, a.room, size, root)
-	if err != nil {
-		a.t.Fatal(err)
-	}
-	return n
-}
-
-func trusting(t testing.TB, keys ...*events.HostKey) *checkpoint.Trust {
-	t.Helper()
-	var ids []string
-	for _, k := range keys {
-		ids = append(ids, k.NodeID())
-	}
-	tr, err := checkpoint.NewTrust(ids...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return tr
-}
-
-// mismatches returns the stream sequences of the checkpoint_mismatch
-// set-asides, checking their code and that each names its sequence.
-func mismatches(t testing.TB, asides []room.SetAside) []uint64 {
-	t.Helper()
-	var out []uint64
-	for _, a := range asides {
-		if a.Code != events.CheckpointMismatch {
-			continue
-		}
-		if len(a.Problems) != 1 || a.Problems[0].At.Seq != a.Seq {
-			t.Errorf("set-aside %v: problems %+v", a.Error(), a.Problems)
-		}
-		out = append(out, a.Seq)
-	}
-	return out
-}
-
 func checkFacts(t testing.TB, got room.RoomCheckpoints, want room.RoomCheckpoints) {
 	t.Helper()
 	g, w := got, want
@@ -219,8 +34,6 @@ func checkFacts(t testing.TB, got room.RoomCheckpoints, want room.RoomCheckpoint
 	}
 }
 
-const attRoom = "room:attested"
-
 // forgedStream writes the scenario of the forged continuation: a chain of
 // 12 entries written by the publisher in atomic batches (5, a checkpoint
 // at 5, 1, 4) with checkpoints at 12 and 13 after them, three forged
@@ -232,24 +45,24 @@ const attRoom = "room:attested"
 // batch of 4, which follows no message 0 of that batch (refused at once).
 // It returns the stream sequences of the forged messages and of the
 // messages a reader must serve.
-func forgedStream(t *testing.T, e *roomtest.Env, pub *events.HostKey) (a *attestor, forged, served []uint64) {
+func forgedStream(t *testing.T, e *roomtest.Env, pub *events.HostKey) (a *roomtest.Attestor, forged, served []uint64) {
 	t.Helper()
-	a = newAttestor(t, e.Js, pub, attRoom)
+	a = roomtest.NewAttestor(t, e.Js, pub, roomtest.AttRoom)
 	es, _ := roomtest.Journal(t, "run-f", "cap-f", 12)
-	served = append(served, a.entries(es[:5]...)...)
-	a.checkpoint() // size 5
-	seqs, single := a.headers(es[5])
+	served = append(served, a.Entries(es[:5]...)...)
+	a.Checkpoint() // size 5
+	seqs, single := a.Headers(es[5])
 	served = append(served, seqs...)
-	seqs, four := a.headers(es[6:10]...)
+	seqs, four := a.Headers(es[6:10]...)
 	served = append(served, seqs...)
-	forged = append(forged, a.forgedEntry(es[10], ""))
-	forged = append(forged, a.forgedEntry(roomtest.ForkOf(t, es[10]), single[0]))
-	forged = append(forged, a.forgedEntry(roomtest.Rebuilt(t, es[10], map[string]any{"payload": map[string]any{"tool": "bash", "status": "third"}}), four[1]))
-	served = append(served, a.entry(es[10]))
-	served = append(served, a.record(roomtest.RecordIn(t, e.Key, attRoom, "attested-1", nil)))
-	a.checkpoint() // size 12
-	served = append(served, a.entry(es[11]))
-	a.checkpoint() // size 13
+	forged = append(forged, a.ForgedEntry(es[10], ""))
+	forged = append(forged, a.ForgedEntry(roomtest.ForkOf(t, es[10]), single[0]))
+	forged = append(forged, a.ForgedEntry(roomtest.Rebuilt(t, es[10], map[string]any{"payload": map[string]any{"tool": "bash", "status": "third"}}), four[1]))
+	served = append(served, a.Entry(es[10]))
+	served = append(served, a.Record(roomtest.RecordIn(t, e.Key, roomtest.AttRoom, "attested-1", nil)))
+	a.Checkpoint() // size 12
+	served = append(served, a.Entry(es[11]))
+	a.Checkpoint() // size 13
 	return a, forged, served
 }
 
@@ -283,11 +96,11 @@ func TestAttestedForgedContinuationAudit(t *testing.T) {
 	pub := roomtest.NewHostKey(t)
 	a, forged, served := forgedStream(t, e, pub)
 	var evs []uint64
-	rep, err := room.Audit(t.Context(), e.Js, room.AuditOptions{Validator: e.V, Trust: trusting(t, pub), OnEvent: func(ev *room.Event) { evs = append(evs, ev.Seq) }})
+	rep, err := room.Audit(t.Context(), e.Js, room.AuditOptions{Validator: e.V, Trust: roomtest.Trusting(t, pub), OnEvent: func(ev *room.Event) { evs = append(evs, ev.Seq) }})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := mismatches(t, rep.Violations); !slices.Equal(got, forged) || len(rep.Violations) != 3 {
+	if got := roomtest.Mismatches(t, rep.Violations); !slices.Equal(got, forged) || len(rep.Violations) != 3 {
 		t.Errorf("checkpoint_mismatch at %v, want %v (violations %v)", got, forged, rep.Violations)
 	}
 	forgedReasons(t, pub, rep.Violations)
@@ -309,9 +122,9 @@ func TestAttestedForgedContinuationAudit(t *testing.T) {
 	// signature each: entry 5, entries 6-9, the forged entry with entry
 	// 5's header, entry 10, the record (5 batches, 8 messages). Entry 11
 	// and the first 5 were admitted by checkpoints.
-	checkFacts(t, f, room.RoomCheckpoints{RoomID: attRoom, Admitted: 13, Checkpoints: 3, Covered: 13, Tail: 0,
+	checkFacts(t, f, room.RoomCheckpoints{RoomID: roomtest.AttRoom, Admitted: 13, Checkpoints: 3, Covered: 13, Tail: 0,
 		AttestationsVerified: 8, BatchesVerified: 5, AdmittedByCheckpoint: 6,
-		Latest: &room.CheckpointFact{Size: 13, Root: fmt.Sprintf("%x", a.tree.Root()), Signer: pub.NodeID(), Seq: served[len(served)-1] + 1}})
+		Latest: &room.CheckpointFact{Size: 13, Root: fmt.Sprintf("%x", a.Tree.Root()), Signer: pub.NodeID(), Seq: served[len(served)-1] + 1}})
 	if rep.Clean() {
 		t.Error("an audit with forged messages is clean")
 	}
@@ -336,13 +149,13 @@ func TestAttestedForgedContinuationFollow(t *testing.T) {
 	pub := roomtest.NewHostKey(t)
 	a, forged, served := forgedStream(t, e, pub)
 	state := &room.CheckpointState{Dir: t.TempDir()}
-	o := room.FollowOptions{Durable: "solver", Validator: e.V, Trust: trusting(t, pub), Rooms: []string{attRoom}, State: state}
+	o := room.FollowOptions{Durable: "solver", Validator: e.V, Trust: roomtest.Trusting(t, pub), Rooms: []string{roomtest.AttRoom}, State: state}
 	f := roomtest.StartFollow(t, e.Js, o, nil)
 	f.WaitSeen(t, len(served)+len(forged))
 	if got := f.EventSeqs(); !slices.Equal(got, served) {
 		t.Errorf("served %v, want %v", got, served)
 	}
-	if got := mismatches(t, f.Asides); !slices.Equal(got, forged) || len(f.Asides) != 3 {
+	if got := roomtest.Mismatches(t, f.Asides); !slices.Equal(got, forged) || len(f.Asides) != 3 {
 		t.Errorf("set aside %v, want %v", f.Asides, forged)
 	}
 	forgedReasons(t, pub, f.Asides)
@@ -350,8 +163,8 @@ func TestAttestedForgedContinuationFollow(t *testing.T) {
 	// message is that checkpoint, which hands out no verdict to wait for.)
 	deadline := time.Now().Add(10 * time.Second)
 	for {
-		c, err := state.Load(attRoom)
-		if err == nil && c != nil && c.Size == 13 && c.Root == a.tree.Root() {
+		c, err := state.Load(roomtest.AttRoom)
+		if err == nil && c != nil && c.Size == 13 && c.Root == a.Tree.Root() {
 			break
 		}
 		if time.Now().After(deadline) {
@@ -377,16 +190,16 @@ func TestAttestedForgedContinuationFollow(t *testing.T) {
 	case <-time.After(15 * time.Second):
 		t.Fatal("follow not ready in 15s")
 	}
-	batch, hs := a.headers(es[12:15]...)
+	batch, hs := a.Headers(es[12:15]...)
 	f.WaitSeen(t, 3)
-	bad := a.forgedEntry(roomtest.ForkOf(t, es[15]), hs[0])
+	bad := a.ForgedEntry(roomtest.ForkOf(t, es[15]), hs[0])
 	f.WaitSeen(t, 4)
-	good := a.entry(es[15])
+	good := a.Entry(es[15])
 	f.WaitSeen(t, 5)
 	if got, want := f.EventSeqs(), append(slices.Clone(batch), good); !slices.Equal(got, want) {
 		t.Errorf("after restart served %v, want %v", got, want)
 	}
-	if got := mismatches(t, f.Asides); !slices.Equal(got, []uint64{bad}) {
+	if got := roomtest.Mismatches(t, f.Asides); !slices.Equal(got, []uint64{bad}) {
 		t.Fatalf("after restart set aside %v", f.Asides)
 	}
 	want := fmt.Sprintf("the message was not admitted by a trusted publisher: incomplete batch: message 0 of a batch of 3 by %s: only messages 0 to 0 of it were read, at stream seqs %d to %d, and no message came for 1s after it",
@@ -403,21 +216,21 @@ func TestAttestedForgedContinuationFollow(t *testing.T) {
 func TestAttestedOptimisticCount(t *testing.T) {
 	e := roomtest.NewEnv(t)
 	pub := roomtest.NewHostKey(t)
-	a := newAttestor(t, e.Js, pub, attRoom)
+	a := roomtest.NewAttestor(t, e.Js, pub, roomtest.AttRoom)
 	es, _ := roomtest.Journal(t, "run-o", "cap-o", 300)
 	for i := 0; i < 295; i += 5 {
-		a.entries(es[i : i+5]...)
+		a.Entries(es[i : i+5]...)
 		if (i+5)%50 == 0 {
-			a.checkpoint()
+			a.Checkpoint()
 		}
 	}
-	_, hs := a.headers(es[295:298]...)
-	bad := a.forgedEntry(es[298], hs[0])
-	rep, err := room.Audit(t.Context(), e.Js, room.AuditOptions{Validator: e.V, Trust: trusting(t, pub)})
+	_, hs := a.Headers(es[295:298]...)
+	bad := a.ForgedEntry(es[298], hs[0])
+	rep, err := room.Audit(t.Context(), e.Js, room.AuditOptions{Validator: e.V, Trust: roomtest.Trusting(t, pub)})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := mismatches(t, rep.Violations); !slices.Equal(got, []uint64{bad}) || len(rep.Violations) != 1 {
+	if got := roomtest.Mismatches(t, rep.Violations); !slices.Equal(got, []uint64{bad}) || len(rep.Violations) != 1 {
 		t.Fatalf("violations %v, want checkpoint_mismatch at %d", rep.Violations, bad)
 	}
 	want := fmt.Sprintf("the message was not admitted by a trusted publisher: incomplete batch: message 0 of a batch of 3 by %s: only messages 0 to 0 of it were read, at stream seqs %d to %d, and the read ended there",
@@ -429,9 +242,9 @@ func TestAttestedOptimisticCount(t *testing.T) {
 	// 299 messages with attestations; the 48 of the tail no checkpoint
 	// covers verified with 10 signatures (9 batches of 5, one of 3); the
 	// forged entry never verified: its batch was not whole.
-	checkFacts(t, f, room.RoomCheckpoints{RoomID: attRoom, Admitted: 298, Checkpoints: 5, Covered: 250, Tail: 48,
+	checkFacts(t, f, room.RoomCheckpoints{RoomID: roomtest.AttRoom, Admitted: 298, Checkpoints: 5, Covered: 250, Tail: 48,
 		AttestationsVerified: 48, BatchesVerified: 10, AdmittedByCheckpoint: 250,
-		Latest: &room.CheckpointFact{Size: 250, Root: fmt.Sprintf("%x", mustRootAt(t, a.tree, 250)), Signer: pub.NodeID(), Seq: 255}})
+		Latest: &room.CheckpointFact{Size: 250, Root: fmt.Sprintf("%x", mustRootAt(t, a.Tree, 250)), Signer: pub.NodeID(), Seq: 255}})
 	if rep.Totals.Entries != 298 || rep.Totals.SetAside != 1 {
 		t.Errorf("totals %+v", rep.Totals)
 	}
@@ -443,13 +256,13 @@ func TestAttestedOptimisticCount(t *testing.T) {
 func TestAttestedCheckpointRefused(t *testing.T) {
 	e := roomtest.NewEnv(t)
 	pub, other := roomtest.NewHostKey(t), roomtest.NewHostKey(t)
-	a := newAttestor(t, e.Js, pub, attRoom)
+	a := roomtest.NewAttestor(t, e.Js, pub, roomtest.AttRoom)
 	es, _ := roomtest.Journal(t, "run-c", "cap-c", 6)
 	for _, en := range es[:3] {
-		a.entry(en)
+		a.Entry(en)
 	}
-	a.checkpoint() // 4: size 3, good
-	a.entry(es[3])
+	a.Checkpoint() // 4: size 3, good
+	a.Entry(es[3])
 	otherTree := checkpoint.NewTree()
 	for i := range 4 {
 		otherTree.Append([32]byte{byte(i)})
@@ -458,23 +271,23 @@ func TestAttestedCheckpointRefused(t *testing.T) {
 		seq  uint64
 		want string
 	}{
-		{a.checkpointOf(4, otherTree.Root(), a.signer), "root " + fmt.Sprintf("%x", otherTree.Root())},
-		{a.checkpointOf(9, a.tree.Root(), a.signer), "it covers 9 messages, but only 4 admitted messages"},
-		{a.checkpointOf(2, mustRootAt(t, a.tree, 2), a.signer), "size 2 is smaller than the previous checkpoint's, 3"},
-		{a.checkpointOf(4, a.tree.Root(), mustSigner(t, other)), "untrusted publisher"},
-		{a.publish(a.subj.Checkpoint(attRoom), []byte("not a note\n"), ""), "bad checkpoint"},
+		{a.CheckpointOf(4, otherTree.Root(), a.Signer), "root " + fmt.Sprintf("%x", otherTree.Root())},
+		{a.CheckpointOf(9, a.Tree.Root(), a.Signer), "it covers 9 messages, but only 4 admitted messages"},
+		{a.CheckpointOf(2, mustRootAt(t, a.Tree, 2), a.Signer), "size 2 is smaller than the previous checkpoint's, 3"},
+		{a.CheckpointOf(4, a.Tree.Root(), mustSigner(t, other)), "untrusted publisher"},
+		{a.Publish(a.Subj.Checkpoint(roomtest.AttRoom), []byte("not a note\n"), ""), "bad checkpoint"},
 	}
 	// Another room's checkpoint on this room's subject.
-	n, err := checkpoint.Sign(a.signer, "room:elsewhere", 4, a.tree.Root())
+	n, err := checkpoint.Sign(a.Signer, "room:elsewhere", 4, a.Tree.Root())
 	if err != nil {
 		t.Fatal(err)
 	}
 	cases = append(cases, struct {
 		seq  uint64
 		want string
-	}{a.publish(a.subj.Checkpoint(attRoom), n, ""), `origin "room:elsewhere" is not room "room:attested"`})
-	good := a.checkpoint() // size 4
-	rep, err := room.Audit(t.Context(), e.Js, room.AuditOptions{Validator: e.V, Trust: trusting(t, pub)})
+	}{a.Publish(a.Subj.Checkpoint(roomtest.AttRoom), n, ""), `origin "room:elsewhere" is not room "room:attested"`})
+	good := a.Checkpoint() // size 4
+	rep, err := room.Audit(t.Context(), e.Js, room.AuditOptions{Validator: e.V, Trust: roomtest.Trusting(t, pub)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -488,9 +301,9 @@ func TestAttestedCheckpointRefused(t *testing.T) {
 		}
 	}
 	f := rep.Checkpoints[0]
-	checkFacts(t, f, room.RoomCheckpoints{RoomID: attRoom, Admitted: 4, Checkpoints: 2, CheckpointsRefused: 6, Covered: 4,
+	checkFacts(t, f, room.RoomCheckpoints{RoomID: roomtest.AttRoom, Admitted: 4, Checkpoints: 2, CheckpointsRefused: 6, Covered: 4,
 		AttestationsVerified: 1, BatchesVerified: 1, AdmittedByCheckpoint: 3,
-		Latest: &room.CheckpointFact{Size: 4, Root: fmt.Sprintf("%x", a.tree.Root()), Signer: pub.NodeID(), Seq: good}})
+		Latest: &room.CheckpointFact{Size: 4, Root: fmt.Sprintf("%x", a.Tree.Root()), Signer: pub.NodeID(), Seq: good}})
 }
 
 func mustRootAt(t testing.TB, tr *checkpoint.Tree, size uint64) [32]byte {
@@ -511,30 +324,6 @@ func mustSigner(t testing.TB, k *events.HostKey) note.Signer {
 	return s
 }
 
-// laterTree is the publisher's tree as it will be once es are appended
-// too: what a reader of a longer copy of the room verified.
-func (a *attestor) laterTree(es []*events.Entry) *checkpoint.Tree {
-	tr := checkpoint.NewTree()
-	for _, l := range a.leaves {
-		tr.Append(l)
-	}
-	for _, e := range es {
-		subject := a.subj.Journal(a.room, events.ChainKey{RunID: e.RunID(), CapsuleID: e.CapsuleID()})
-		tr.Append(checkpoint.LeafHash(a.room, subject, checkpoint.ContentHash(e.Canonical())))
-	}
-	return tr
-}
-
-// parsed parses a note this test signed.
-func parsed(t testing.TB, n []byte) *checkpoint.Checkpoint {
-	t.Helper()
-	c, err := checkpoint.ParseUnverified(n)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return c
-}
-
 // TestAttestedRolledBack: a state directory holding a checkpoint of size
 // 50 refuses a copy of the room whose newest checkpoint has size 30
 // (audit at the end of the read, follow at once), accepts the room once
@@ -543,16 +332,16 @@ func parsed(t testing.TB, n []byte) *checkpoint.Checkpoint {
 func TestAttestedRolledBack(t *testing.T) {
 	e := roomtest.NewEnv(t)
 	pub := roomtest.NewHostKey(t)
-	trust := trusting(t, pub)
-	a := newAttestor(t, e.Js, pub, attRoom)
+	trust := roomtest.Trusting(t, pub)
+	a := roomtest.NewAttestor(t, e.Js, pub, roomtest.AttRoom)
 	es, _ := roomtest.Journal(t, "run-r", "cap-r", 60)
 	for _, en := range es[:30] {
-		a.entry(en)
+		a.Entry(en)
 	}
-	ck30 := a.checkpoint()
-	later := a.laterTree(es[30:50])
+	ck30 := a.Checkpoint()
+	later := a.LaterTree(es[30:50])
 	state := &room.CheckpointState{Dir: t.TempDir()}
-	if err := state.Save(parsed(t, a.note(50, later.Root(), a.signer))); err != nil {
+	if err := state.Save(roomtest.Parsed(t, a.Note(50, later.Root(), a.Signer))); err != nil {
 		t.Fatal(err)
 	}
 
@@ -567,15 +356,15 @@ func TestAttestedRolledBack(t *testing.T) {
 	if f := rep.Checkpoints[0]; f.Stored == nil || f.Stored.Size != 50 || f.StoredConsistent || f.Refused != want || rep.Clean() {
 		t.Errorf("facts %+v", f)
 	}
-	if c, err := state.Load(attRoom); err != nil || c.Size != 50 {
+	if c, err := state.Load(roomtest.AttRoom); err != nil || c.Size != 50 {
 		t.Errorf("state after a rolled-back audit: %+v, %v", c, err)
 	}
 
 	// Follow refuses the room at once: nothing is served.
-	f := roomtest.StartFollow(t, e.Js, room.FollowOptions{Durable: "rb", Validator: e.V, Trust: trust, State: state, Rooms: []string{attRoom}}, nil)
+	f := roomtest.StartFollow(t, e.Js, room.FollowOptions{Durable: "rb", Validator: e.V, Trust: trust, State: state, Rooms: []string{roomtest.AttRoom}}, nil)
 	// The room's set-aside, then its 30 entries and its checkpoint.
 	f.WaitSeen(t, 32)
-	if len(f.EventSeqs()) != 0 || len(mismatches(t, f.Asides)) != 32 || f.Asides[0].Seq != 0 || !strings.Contains(f.Asides[0].Reason, "the newest on the stream has size 30") {
+	if len(f.EventSeqs()) != 0 || len(roomtest.Mismatches(t, f.Asides)) != 32 || f.Asides[0].Seq != 0 || !strings.Contains(f.Asides[0].Reason, "the newest on the stream has size 30") {
 		t.Errorf("follow of a rolled-back room: served %v, set aside %v", f.EventSeqs(), f.Asides[:2])
 	}
 	_ = f.Stop(t)
@@ -583,13 +372,13 @@ func TestAttestedRolledBack(t *testing.T) {
 	// The room grows to 50 as the state says: consistent, and the state
 	// moves on to 55.
 	for _, en := range es[30:50] {
-		a.entry(en)
+		a.Entry(en)
 	}
-	a.checkpoint()
+	a.Checkpoint()
 	for _, en := range es[50:55] {
-		a.entry(en)
+		a.Entry(en)
 	}
-	ck55 := a.checkpoint()
+	ck55 := a.Checkpoint()
 	rep, err = room.Audit(t.Context(), e.Js, room.AuditOptions{Validator: e.V, Trust: trust, State: state})
 	if err != nil {
 		t.Fatal(err)
@@ -597,40 +386,40 @@ func TestAttestedRolledBack(t *testing.T) {
 	if !rep.Clean() || !rep.Checkpoints[0].StoredConsistent {
 		t.Errorf("grown room: violations %v, facts %+v", rep.Violations, rep.Checkpoints)
 	}
-	if c, err := state.Load(attRoom); err != nil || c.Size != 55 || c.Root != a.tree.Root() || c.Signer != pub.NodeID() {
+	if c, err := state.Load(roomtest.AttRoom); err != nil || c.Size != 55 || c.Root != a.Tree.Root() || c.Signer != pub.NodeID() {
 		t.Errorf("state after a clean audit: %+v, %v", c, err)
 	}
 
 	// Another tree at 50 in the state: the stream's checkpoint at 50 is
 	// not consistent with it; the room is refused from there on.
-	other := newAttestor(t, e.Js, pub, attRoom)
+	other := roomtest.NewAttestor(t, e.Js, pub, roomtest.AttRoom)
 	for _, en := range es[:49] {
-		other.leaf(checkpoint.LeafHash(attRoom, "x", checkpoint.ContentHash(en.Canonical())))
+		other.Leaf(checkpoint.LeafHash(roomtest.AttRoom, "x", checkpoint.ContentHash(en.Canonical())))
 	}
-	other.leaf([32]byte{1})
-	if err := state.Save(parsed(t, a.note(50, other.tree.Root(), a.signer))); err != nil {
+	other.Leaf([32]byte{1})
+	if err := state.Save(roomtest.Parsed(t, a.Note(50, other.Tree.Root(), a.Signer))); err != nil {
 		t.Fatal(err)
 	}
 	rep, err = room.Audit(t.Context(), e.Js, room.AuditOptions{Validator: e.V, Trust: trust, State: state})
 	if err != nil {
 		t.Fatal(err)
 	}
-	got := mismatches(t, rep.Violations)
+	got := roomtest.Mismatches(t, rep.Violations)
 	// The checkpoint at 50 (stream seq 52), then every later message.
 	if wantSeqs := roomtest.SeqRange(52, ck55); !slices.Equal(got, wantSeqs) || !strings.Contains(rep.Violations[0].Reason, "checkpoint of size 50 is not consistent with it") {
 		t.Errorf("forked: set aside %v, want %v: %v", got, wantSeqs, rep.Violations[0].Reason)
 	}
-	if c, _ := state.Load(attRoom); c.Root != other.tree.Root() {
+	if c, _ := state.Load(roomtest.AttRoom); c.Root != other.Tree.Root() {
 		t.Error("a forked audit replaced the state")
 	}
 	// Follow: the newest checkpoint (55) is larger, so the room is
 	// refused when the read reaches the one at 50.
-	f = roomtest.StartFollow(t, e.Js, room.FollowOptions{Durable: "fork", Validator: e.V, Trust: trust, State: state, Rooms: []string{attRoom}}, nil)
+	f = roomtest.StartFollow(t, e.Js, room.FollowOptions{Durable: "fork", Validator: e.V, Trust: trust, State: state, Rooms: []string{roomtest.AttRoom}}, nil)
 	f.WaitSeen(t, 50+len(got))
 	if n := len(f.EventSeqs()); n != 50 {
 		t.Errorf("follow of a forked room served %d entries, want the 50 before the fork", n)
 	}
-	if g := mismatches(t, f.Asides); !slices.Equal(g, got) {
+	if g := roomtest.Mismatches(t, f.Asides); !slices.Equal(g, got) {
 		t.Errorf("follow of a forked room set aside %v, want %v", g, got)
 	}
 }
@@ -642,27 +431,27 @@ func TestAttestedRolledBack(t *testing.T) {
 func TestAttestedExternalCheckpoint(t *testing.T) {
 	e := roomtest.NewEnv(t)
 	pub, other := roomtest.NewHostKey(t), roomtest.NewHostKey(t)
-	a := newAttestor(t, e.Js, pub, attRoom)
+	a := roomtest.NewAttestor(t, e.Js, pub, roomtest.AttRoom)
 	es, _ := roomtest.Journal(t, "run-x", "cap-x", 12)
 	for _, en := range es[:10] {
-		a.entry(en)
+		a.Entry(en)
 	}
-	a.checkpoint()
+	a.Checkpoint()
 	for _, en := range es[10:] {
-		a.entry(en) // an uncovered tail: 12 leaves, the latest checkpoint at 10
+		a.Entry(en) // an uncovered tail: 12 leaves, the latest checkpoint at 10
 	}
-	forked := a.laterTree(nil)
+	forked := a.LaterTree(nil)
 	forked.Truncate(4)
 	forked.Append([32]byte{9})
 	exts := []room.ExternalCheckpoint{
-		{Name: "good-5", Note: a.note(5, mustRootAt(t, a.tree, 5), a.signer)},
-		{Name: "good-12", Note: a.note(12, a.tree.Root(), a.signer)},
-		{Name: "forked", Note: a.note(5, forked.Root(), a.signer)},
-		{Name: "beyond", Note: a.note(13, a.tree.Root(), a.signer)},
-		{Name: "untrusted", Note: a.note(5, mustRootAt(t, a.tree, 5), mustSigner(t, other))},
+		{Name: "good-5", Note: a.Note(5, mustRootAt(t, a.Tree, 5), a.Signer)},
+		{Name: "good-12", Note: a.Note(12, a.Tree.Root(), a.Signer)},
+		{Name: "forked", Note: a.Note(5, forked.Root(), a.Signer)},
+		{Name: "beyond", Note: a.Note(13, a.Tree.Root(), a.Signer)},
+		{Name: "untrusted", Note: a.Note(5, mustRootAt(t, a.Tree, 5), mustSigner(t, other))},
 		{Name: "garbage", Note: []byte("room:attested\n5\n")},
 	}
-	rep, err := room.Audit(t.Context(), e.Js, room.AuditOptions{Validator: e.V, Trust: trusting(t, pub), External: exts})
+	rep, err := room.Audit(t.Context(), e.Js, room.AuditOptions{Validator: e.V, Trust: roomtest.Trusting(t, pub), External: exts})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -681,7 +470,7 @@ func TestAttestedExternalCheckpoint(t *testing.T) {
 		}
 	}
 	ext := rep.Checkpoints[0].External
-	if len(ext) != 2 || ext[0].Size != 5 || ext[1].Size != 12 || ext[1].Root != fmt.Sprintf("%x", a.tree.Root()) || ext[0].Signer != pub.NodeID() {
+	if len(ext) != 2 || ext[0].Size != 5 || ext[1].Size != 12 || ext[1].Root != fmt.Sprintf("%x", a.Tree.Root()) || ext[0].Signer != pub.NodeID() {
 		t.Errorf("external facts %+v", ext)
 	}
 	if _, err := room.Audit(t.Context(), e.Js, room.AuditOptions{Validator: e.V, External: exts[:1]}); !errors.Is(err, room.ErrReader) {
@@ -696,14 +485,14 @@ func TestAttestedExternalCheckpoint(t *testing.T) {
 func TestAttestedProve(t *testing.T) {
 	e := roomtest.NewEnv(t)
 	pub := roomtest.NewHostKey(t)
-	trust := trusting(t, pub)
+	trust := roomtest.Trusting(t, pub)
 	a, forged, served := forgedStream(t, e, pub)
 	es, _ := roomtest.Journal(t, "run-f", "cap-f", 13)
-	tail := a.entry(es[12]) // not covered
+	tail := a.Entry(es[12]) // not covered
 	prove := func(entry, ref string) (*checkpoint.Proof, error) {
-		return room.Prove(t.Context(), e.Js, room.ProveOptions{Room: attRoom, Entry: entry, Ref: ref, Validator: e.V, Trust: trust})
+		return room.Prove(t.Context(), e.Js, room.ProveOptions{Room: roomtest.AttRoom, Entry: entry, Ref: ref, Validator: e.V, Trust: trust})
 	}
-	rec := roomtest.RecordIn(t, e.Key, attRoom, "attested-1", nil)
+	rec := roomtest.RecordIn(t, e.Key, roomtest.AttRoom, "attested-1", nil)
 	for _, c := range []struct {
 		name, entry, ref string
 		seq, index       uint64
@@ -716,7 +505,7 @@ func TestAttestedProve(t *testing.T) {
 		if err != nil {
 			t.Fatalf("%s: %v", c.name, err)
 		}
-		if p.StreamSeq != c.seq || p.LeafIndex != c.index || p.TreeSize != 13 || p.Room != attRoom {
+		if p.StreamSeq != c.seq || p.LeafIndex != c.index || p.TreeSize != 13 || p.Room != roomtest.AttRoom {
 			t.Errorf("%s: proof %+v", c.name, p)
 		}
 		b, err := json.Marshal(p)
@@ -728,12 +517,12 @@ func TestAttestedProve(t *testing.T) {
 			t.Fatal(err)
 		}
 		ck, err := back.Verify(trust)
-		if err != nil || ck.Size != 13 || ck.Root != mustRootAt(t, a.tree, 13) {
+		if err != nil || ck.Size != 13 || ck.Root != mustRootAt(t, a.Tree, 13) {
 			t.Errorf("%s: verify: %v, %+v", c.name, err, ck)
 		}
 		// Against another checkpoint of the room (its genuine one at 12).
 		other := back
-		other.Checkpoint = string(a.note(12, mustRootAt(t, a.tree, 12), a.signer))
+		other.Checkpoint = string(a.Note(12, mustRootAt(t, a.Tree, 12), a.Signer))
 		if _, err := other.Verify(trust); !errors.Is(err, checkpoint.ErrBadProof) {
 			t.Errorf("%s: against the checkpoint at 12: %v", c.name, err)
 		}
@@ -760,7 +549,7 @@ func TestAttestedProve(t *testing.T) {
 		if _, err := bad.Verify(trust); !errors.Is(err, checkpoint.ErrBadProof) {
 			t.Errorf("%s: other index: %v", c.name, err)
 		}
-		if _, err := back.Verify(trusting(t, roomtest.NewHostKey(t))); !errors.Is(err, checkpoint.ErrUntrustedPublisher) {
+		if _, err := back.Verify(roomtest.Trusting(t, roomtest.NewHostKey(t))); !errors.Is(err, checkpoint.ErrUntrustedPublisher) {
 			t.Errorf("%s: under another key: %v", c.name, err)
 		}
 	}

@@ -94,7 +94,7 @@ func TestAuditCompromisedWriter(t *testing.T) {
 	}
 
 	// One room only: the other room's messages are not read at all.
-	rep, err = room.Audit(t.Context(), e.Js, room.AuditOptions{Validator: e.V, Rooms: []string{refRoom}})
+	rep, err = room.Audit(t.Context(), e.Js, room.AuditOptions{Validator: e.V, Rooms: []string{roomtest.RefRoom}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -102,9 +102,9 @@ func TestAuditCompromisedWriter(t *testing.T) {
 	for _, v := range rep.Violations {
 		got = append(got, roomtest.AsideOf(t, v))
 	}
-	roomtest.DiffAsides(t, "violations in "+refRoom, got, []roomtest.Aside{sc.asides[8]})
+	roomtest.DiffAsides(t, "violations in "+roomtest.RefRoom, got, []roomtest.Aside{sc.asides[8]})
 	if rep.Totals.Messages != 2 || rep.Totals.Records != 1 || len(rep.Chains) != 0 || rep.Clean() {
-		t.Errorf("audit of %s: %+v", refRoom, rep.Totals)
+		t.Errorf("audit of %s: %+v", roomtest.RefRoom, rep.Totals)
 	}
 
 	// MaxViolations keeps the first ones and counts the rest.
@@ -161,7 +161,7 @@ func TestAuditClean(t *testing.T) {
 		t.Errorf("clean stream: clean %v totals %+v violations %v", rep.Clean(), rep.Totals, rep.Violations)
 	}
 	checkChains(t, rep.Chains, []chainWant{{room: "room:alpha", chain: "run-1/cap-1", entries: 5, head: es[4].EntryHash(), first: 1, last: 5, verdict: "ok"}})
-	if !maps.Equal(rep.Records, map[string]int{refRoom: 2}) {
+	if !maps.Equal(rep.Records, map[string]int{roomtest.RefRoom: 2}) {
 		t.Errorf("records %v", rep.Records)
 	}
 

@@ -114,7 +114,7 @@ func checkItems(t *testing.T, r room.JournalReply, subj string, want []wantItem)
 		switch w.outcome {
 		case room.OutcomeStored, room.OutcomeDuplicate:
 			seq, _ := w.entry.Seq()
-			ok = ok && it.StreamSeq == w.seq && it.Subject == subj && it.Hash == w.entry.EntryHash() && seqOf(it) == seq &&
+			ok = ok && it.StreamSeq == w.seq && it.Subject == subj && it.Hash == w.entry.EntryHash() && roomtest.SeqOf(it) == seq &&
 				it.Code == "" && it.At == nil
 		case room.OutcomeRefused:
 			ok = ok && it.Code == w.code && it.StreamSeq == 0
@@ -289,7 +289,7 @@ func TestBatchForkInMiddle(t *testing.T) {
 		{room.OutcomeRefused, nil, 0, events.Fork}, {room.OutcomeSkipped, nil, 0, ""},
 	})
 	it := r.Items[2]
-	if seqOf(it) != 3 || it.Hash != fork.EntryHash() || it.At == nil || it.At.Line != 3 || it.At.Pointer != "/seq" ||
+	if roomtest.SeqOf(it) != 3 || it.Hash != fork.EntryHash() || it.At == nil || it.At.Line != 3 || it.At.Pointer != "/seq" ||
 		len(it.Problems) != 1 || it.Problems[0].Expected != es[3].EntryHash() || it.Problems[0].Actual != fork.EntryHash() {
 		t.Fatalf("fork item: %+v", it)
 	}
@@ -344,11 +344,11 @@ func TestBatchRace(t *testing.T) {
 		for i := range 2 {
 			for _, r := range replies[i] {
 				for _, it := range r.Items {
-					if it.Outcome != room.OutcomeStored && it.Outcome != room.OutcomeDuplicate || it.Hash != es[seqOf(it)].EntryHash() {
+					if it.Outcome != room.OutcomeStored && it.Outcome != room.OutcomeDuplicate || it.Hash != es[roomtest.SeqOf(it)].EntryHash() {
 						t.Fatalf("round %d gate %d: item %+v", round, i, it)
 					}
 					if it.Outcome == room.OutcomeStored {
-						storedBy[seqOf(it)]++
+						storedBy[roomtest.SeqOf(it)]++
 						streamSeqs[it.StreamSeq]++
 					}
 				}

@@ -57,7 +57,7 @@ func TestJournalBriefReply(t *testing.T) {
 			t.Fatalf("Roompub-Reply %q: the item is not whole: %+v", value, it)
 		}
 	}
-	chainInStream(t, e, "room:brief", es[:5])
+	roomtest.ChainInStream(t, e, "room:brief", es[:5])
 }
 
 // TestClientJournalReplyItems: the client makes room for one reply item

@@ -31,10 +31,10 @@ import (
 func TestGateForgedHeadIsNotTheHead(t *testing.T) {
 	e := roomtest.NewEnv(t)
 	ctx := context.Background()
-	pub := newPublisherKey(t)
+	pub := roomtest.NewPublisherKey(t)
 	const roomID = "room:f"
-	ckp, _ := startCheckpointer(t, e.Connect(), room.CheckpointerOptions{Key: pub, Every: 1000, Interval: time.Hour})
-	gate := attestingGate(e, e.Nc, pub, ckp, room.GateOptions{})
+	ckp, _ := roomtest.StartCheckpointer(t, e.Connect(), room.CheckpointerOptions{Key: pub, Every: 1000, Interval: time.Hour})
+	gate := roomtest.AttestingGate(e, e.Nc, pub, ckp, room.GateOptions{})
 
 	body, err := os.ReadFile("../testdata/samples/capsules/csv-dedupe/journal.ndjson")
 	if err != nil {
@@ -87,7 +87,7 @@ func TestGateForgedHeadIsNotTheHead(t *testing.T) {
 	if err != nil || a.Signer != pub.NodeID() || a.Count != 1 {
 		t.Fatalf("entry 13 at stream seq 16: attestation %+v %v", a, err)
 	}
-	if _, err := trusting(t, pub).VerifyAttestation(genuine.Header.Get(checkpoint.AttestationHeader), roomID, subj,
+	if _, err := roomtest.Trusting(t, pub).VerifyAttestation(genuine.Header.Get(checkpoint.AttestationHeader), roomID, subj,
 		checkpoint.JournalPosition(13), checkpoint.ContentHash(line14)); err != nil {
 		t.Fatalf("entry 13's attestation: %v", err)
 	}
@@ -97,21 +97,21 @@ func TestGateForgedHeadIsNotTheHead(t *testing.T) {
 	if err := ckp.Stop(ctx); err != nil {
 		t.Fatal(err)
 	}
-	rt := rebuild(e, roomID, trusting(t, pub))
-	if sizes := rt.checkCheckpoints(t); fmt.Sprint(sizes) != "[14]" || fmt.Sprint(rt.notLeaves) != "[14 15]" {
-		t.Fatalf("checkpoints %v, not leaves %v; want [14] and the forgeries [14 15]", sizes, rt.notLeaves)
+	rt := roomtest.Rebuild(e, roomID, roomtest.Trusting(t, pub))
+	if sizes := rt.CheckCheckpoints(t); fmt.Sprint(sizes) != "[14]" || fmt.Sprint(rt.NotLeaves) != "[14 15]" {
+		t.Fatalf("checkpoints %v, not leaves %v; want [14] and the forgeries [14 15]", sizes, rt.NotLeaves)
 	}
-	rep, err := room.Audit(ctx, e.Js, room.AuditOptions{Validator: e.V, Trust: trusting(t, pub)})
+	rep, err := room.Audit(ctx, e.Js, room.AuditOptions{Validator: e.V, Trust: roomtest.Trusting(t, pub)})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := mismatches(t, rep.Violations); !slices.Equal(got, []uint64{14, 15}) || len(rep.Violations) != 2 || rep.Totals.Entries != 14 {
+	if got := roomtest.Mismatches(t, rep.Violations); !slices.Equal(got, []uint64{14, 15}) || len(rep.Violations) != 2 || rep.Totals.Entries != 14 {
 		t.Fatalf("audit: %d entries, violations %v; want 14 and checkpoint_mismatch at 14 and 15", rep.Totals.Entries, rep.Violations)
 	}
 
 	// A gate that starts afresh: every line is stored where it is (only
 	// admitted entries take a chain position).
-	fresh := attestingGate(e, e.Connect(), pub, nil, room.GateOptions{})
+	fresh := roomtest.AttestingGate(e, e.Connect(), pub, nil, room.GateOptions{})
 	r, err = fresh.AppendJournal(ctx, roomID, body, nil)
 	if err != nil || r.Dupes != 14 || r.Items[13].StreamSeq != 16 || r.Items[12].StreamSeq != 13 {
 		t.Fatalf("a fresh gate, the whole capsule: %+v %v", r, err)
@@ -121,12 +121,12 @@ func TestGateForgedHeadIsNotTheHead(t *testing.T) {
 	}
 	// A gate whose key is not the chain's publisher's and that does not
 	// trust it sees no admitted entry: the chain is empty to it.
-	stranger := attestingGate(e, e.Connect(), newPublisherKey(t), nil, room.GateOptions{})
+	stranger := roomtest.AttestingGate(e, e.Connect(), roomtest.NewPublisherKey(t), nil, room.GateOptions{})
 	if h, err := stranger.Head(ctx, events.ChainKey{RunID: first.RunID(), CapsuleID: first.CapsuleID()}); err != nil || h.Next != 0 || h.RoomID != "" {
 		t.Fatalf("a gate that does not trust the publisher: head %+v %v", h, err)
 	}
 	// Trusting it (serve --trusted-publisher), it sees the chain.
-	trusts := attestingGate(e, e.Connect(), newPublisherKey(t), nil, room.GateOptions{TrustedPublishers: []string{pub.NodeID()}})
+	trusts := roomtest.AttestingGate(e, e.Connect(), roomtest.NewPublisherKey(t), nil, room.GateOptions{TrustedPublishers: []string{pub.NodeID()}})
 	if h, err := trusts.Head(ctx, events.ChainKey{RunID: first.RunID(), CapsuleID: first.CapsuleID()}); err != nil || h.Next != 14 || h.StreamSeq != 16 {
 		t.Fatalf("a gate that trusts the publisher: head %+v %v", h, err)
 	}

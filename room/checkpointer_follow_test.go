@@ -66,10 +66,10 @@ func checkRoom(t *testing.T, e *roomtest.Env, ckp *room.Checkpointer, roomID str
 	if err := ckp.Stop(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	rt := rebuild(e, roomID, trust)
-	sizes := rt.checkCheckpoints(t)
-	if rt.tree.Size() != uint64(leaves) || len(sizes) == 0 || sizes[len(sizes)-1] != uint64(leaves) {
-		t.Fatalf("independent tree has %d leaves, checkpoint sizes %v; want %d covered", rt.tree.Size(), sizes, leaves)
+	rt := roomtest.Rebuild(e, roomID, trust)
+	sizes := rt.CheckCheckpoints(t)
+	if rt.Tree.Size() != uint64(leaves) || len(sizes) == 0 || sizes[len(sizes)-1] != uint64(leaves) {
+		t.Fatalf("independent tree has %d leaves, checkpoint sizes %v; want %d covered", rt.Tree.Size(), sizes, leaves)
 	}
 	mem, rd := ckp.FollowCounts()
 	if mem != uint64(fromMemory) || (read >= 0 && rd != uint64(read)) {
@@ -83,17 +83,17 @@ func checkRoom(t *testing.T, e *roomtest.Env, ckp *room.Checkpointer, roomID str
 func TestCheckpointerFollowOutOfOrderAcks(t *testing.T) {
 	e := roomtest.NewEnv(t)
 	ctx := context.Background()
-	key := newPublisherKey(t)
+	key := roomtest.NewPublisherKey(t)
 	const roomID = "room:acks"
-	ckp, _ := startCheckpointer(t, e.Connect(), room.CheckpointerOptions{Key: key, Every: 1000, Interval: time.Hour})
+	ckp, _ := roomtest.StartCheckpointer(t, e.Connect(), room.CheckpointerOptions{Key: key, Every: 1000, Interval: time.Hour})
 	ckp.SetGapWait(time.Minute)
 	sink := &heldSink{c: ckp, hold: true}
-	gate := attestingGate(e, e.Nc, key, sink, room.GateOptions{MaxBatch: 4})
+	gate := roomtest.AttestingGate(e, e.Nc, key, sink, room.GateOptions{MaxBatch: 4})
 	es, _ := roomtest.Journal(t, "run-a", "cap-a", 10)
 	if r, err := gate.AppendJournal(ctx, roomID, roomtest.Lines(es), nil); err != nil || r.Stored != 10 {
 		t.Fatalf("%+v %v", r, err)
 	}
-	if r := gate.AppendRecord(ctx, recordNamed(e, roomID, "a0")); r.Item.Outcome != room.OutcomeStored {
+	if r := gate.AppendRecord(ctx, roomtest.RecordNamed(e, roomID, "a0")); r.Item.Outcome != room.OutcomeStored {
 		t.Fatalf("%+v", r)
 	}
 	time.Sleep(200 * time.Millisecond)
@@ -107,8 +107,8 @@ func TestCheckpointerFollowOutOfOrderAcks(t *testing.T) {
 	}
 	sink.mu.Unlock()
 	sink.release()
-	waitFor(t, 10*time.Second, "all messages taken", func() bool { mem, _ := ckp.FollowCounts(); return mem == 11 })
-	checkRoom(t, e, ckp, roomID, trustOf(t, key), 11, 11, 0)
+	roomtest.WaitFor(t, 10*time.Second, "all messages taken", func() bool { mem, _ := ckp.FollowCounts(); return mem == 11 })
+	checkRoom(t, e, ckp, roomID, roomtest.Trusting(t, key), 11, 11, 0)
 }
 
 // TestCheckpointerFollowGaps: another publisher's batch and a checkpoint
@@ -116,18 +116,18 @@ func TestCheckpointerFollowOutOfOrderAcks(t *testing.T) {
 func TestCheckpointerFollowGaps(t *testing.T) {
 	e := roomtest.NewEnv(t)
 	ctx := context.Background()
-	key, other := newPublisherKey(t), newPublisherKey(t)
+	key, other := roomtest.NewPublisherKey(t), roomtest.NewPublisherKey(t)
 	const roomID = "room:gaps"
-	ckp, _ := startCheckpointer(t, e.Connect(), room.CheckpointerOptions{Key: key, TrustedPublishers: []string{other.NodeID()}, Every: 5, Interval: time.Hour})
-	gate := attestingGate(e, e.Nc, key, ckp, room.GateOptions{})
-	ogate := attestingGate(e, e.Connect(), other, nil, room.GateOptions{TrustedPublishers: []string{key.NodeID()}})
+	ckp, _ := roomtest.StartCheckpointer(t, e.Connect(), room.CheckpointerOptions{Key: key, TrustedPublishers: []string{other.NodeID()}, Every: 5, Interval: time.Hour})
+	gate := roomtest.AttestingGate(e, e.Nc, key, ckp, room.GateOptions{})
+	ogate := roomtest.AttestingGate(e, e.Connect(), other, nil, room.GateOptions{TrustedPublishers: []string{key.NodeID()}})
 	ckSubj := room.Subjects{}.Checkpoint(roomID)
 	es, _ := roomtest.Journal(t, "run-g", "cap-g", 10)
 	os, _ := roomtest.Journal(t, "run-o", "cap-o", 3)
 	if r, err := gate.AppendJournal(ctx, roomID, roomtest.Lines(es[:5]), nil); err != nil || r.Stored != 5 {
 		t.Fatalf("%+v %v", r, err)
 	}
-	waitFor(t, 10*time.Second, "checkpoint 1", func() bool { return e.CountOn(ckSubj) == 1 })
+	roomtest.WaitFor(t, 10*time.Second, "checkpoint 1", func() bool { return e.CountOn(ckSubj) == 1 })
 	if r, err := ogate.AppendJournal(ctx, roomID, roomtest.Lines(os), nil); err != nil || r.Stored != 3 {
 		t.Fatalf("%+v %v", r, err)
 	}
@@ -139,13 +139,13 @@ func TestCheckpointerFollowGaps(t *testing.T) {
 		t.Fatalf("%+v %v", r, err)
 	}
 	// The record's position counts the raw exec message.
-	if r := gate.AppendRecord(ctx, recordNamed(e, roomID, "g0")); r.Item.Outcome != room.OutcomeStored {
+	if r := gate.AppendRecord(ctx, roomtest.RecordNamed(e, roomID, "g0")); r.Item.Outcome != room.OutcomeStored {
 		t.Fatalf("%+v", r)
 	}
-	waitFor(t, 10*time.Second, "everything handled", func() bool { mem, rd := ckp.FollowCounts(); return mem+rd >= 11+3+1+2 })
+	roomtest.WaitFor(t, 10*time.Second, "everything handled", func() bool { mem, rd := ckp.FollowCounts(); return mem+rd >= 11+3+1+2 })
 	// Read: the other publisher's 3, the raw message, the checkpoints (one
 	// at 5, one at 13 or later, written when due, possibly after).
-	checkRoom(t, e, ckp, roomID, trustOf(t, key, other), 14, 11, -1)
+	checkRoom(t, e, ckp, roomID, roomtest.Trusting(t, key, other), 14, 11, -1)
 	if _, rd := ckp.FollowCounts(); rd < 3+1+1 {
 		t.Fatalf("%d messages read, want at least the other publisher's 3, the raw one and a checkpoint", rd)
 	}
@@ -156,18 +156,18 @@ func TestCheckpointerFollowGaps(t *testing.T) {
 func TestCheckpointerFollowLostAck(t *testing.T) {
 	e := roomtest.NewEnv(t)
 	ctx := context.Background()
-	key := newPublisherKey(t)
+	key := roomtest.NewPublisherKey(t)
 	const roomID = "room:lost"
-	ckp, _ := startCheckpointer(t, e.Connect(), room.CheckpointerOptions{Key: key, Every: 1000, Interval: time.Hour})
+	ckp, _ := roomtest.StartCheckpointer(t, e.Connect(), room.CheckpointerOptions{Key: key, Every: 1000, Interval: time.Hour})
 	ckp.SetGapWait(300 * time.Millisecond)
 	sink := &heldSink{c: ckp, drop: true}
-	gate := attestingGate(e, e.Nc, key, sink, room.GateOptions{})
+	gate := roomtest.AttestingGate(e, e.Nc, key, sink, room.GateOptions{})
 	es, _ := roomtest.Journal(t, "run-l", "cap-l", 7)
 	start := time.Now()
 	if r, err := gate.AppendJournal(ctx, roomID, roomtest.Lines(es[:4]), nil); err != nil || r.Stored != 4 {
 		t.Fatalf("%+v %v", r, err)
 	}
-	waitFor(t, 10*time.Second, "the lost batch read", func() bool { _, rd := ckp.FollowCounts(); return rd == 4 })
+	roomtest.WaitFor(t, 10*time.Second, "the lost batch read", func() bool { _, rd := ckp.FollowCounts(); return rd == 4 })
 	if took := time.Since(start); took < 250*time.Millisecond {
 		t.Fatalf("read %s after the append, before the gap wait", took)
 	}
@@ -177,8 +177,8 @@ func TestCheckpointerFollowLostAck(t *testing.T) {
 	if r, err := gate.AppendJournal(ctx, roomID, roomtest.Lines(es[4:]), nil); err != nil || r.Stored != 3 {
 		t.Fatalf("%+v %v", r, err)
 	}
-	waitFor(t, 10*time.Second, "the next batch taken", func() bool { mem, _ := ckp.FollowCounts(); return mem == 3 })
-	checkRoom(t, e, ckp, roomID, trustOf(t, key), 7, 3, 4)
+	roomtest.WaitFor(t, 10*time.Second, "the next batch taken", func() bool { mem, _ := ckp.FollowCounts(); return mem == 3 })
+	checkRoom(t, e, ckp, roomID, roomtest.Trusting(t, key), 7, 3, 4)
 }
 
 // TestCheckpointerFollowRestart: a checkpointer started on a stream with
@@ -187,29 +187,29 @@ func TestCheckpointerFollowLostAck(t *testing.T) {
 func TestCheckpointerFollowRestart(t *testing.T) {
 	e := roomtest.NewEnv(t)
 	ctx := context.Background()
-	key := newPublisherKey(t)
+	key := roomtest.NewPublisherKey(t)
 	const roomID = "room:restart"
-	trust := trustOf(t, key)
-	ckp, _ := startCheckpointer(t, e.Connect(), room.CheckpointerOptions{Key: key, Every: 1000, Interval: time.Hour})
-	gate := attestingGate(e, e.Nc, key, ckp, room.GateOptions{})
+	trust := roomtest.Trusting(t, key)
+	ckp, _ := roomtest.StartCheckpointer(t, e.Connect(), room.CheckpointerOptions{Key: key, Every: 1000, Interval: time.Hour})
+	gate := roomtest.AttestingGate(e, e.Nc, key, ckp, room.GateOptions{})
 	es, _ := roomtest.Journal(t, "run-r", "cap-r", 12)
 	if r, err := gate.AppendJournal(ctx, roomID, roomtest.Lines(es[:6]), nil); err != nil || r.Stored != 6 {
 		t.Fatalf("%+v %v", r, err)
 	}
 	checkRoom(t, e, ckp, roomID, trust, 6, 6, 0)
 
-	ckp2, _ := startCheckpointer(t, e.Connect(), room.CheckpointerOptions{Key: key, Every: 1000, Interval: time.Hour})
-	gate2 := attestingGate(e, e.Connect(), key, ckp2, room.GateOptions{})
+	ckp2, _ := roomtest.StartCheckpointer(t, e.Connect(), room.CheckpointerOptions{Key: key, Every: 1000, Interval: time.Hour})
+	gate2 := roomtest.AttestingGate(e, e.Connect(), key, ckp2, room.GateOptions{})
 	if r, err := gate2.AppendJournal(ctx, roomID, roomtest.Lines(es[6:]), nil); err != nil || r.Stored != 6 {
 		t.Fatalf("%+v %v", r, err)
 	}
-	if r := gate2.AppendRecord(ctx, recordNamed(e, roomID, "r0")); r.Item.Outcome != room.OutcomeStored {
+	if r := gate2.AppendRecord(ctx, roomtest.RecordNamed(e, roomID, "r0")); r.Item.Outcome != room.OutcomeStored {
 		t.Fatalf("%+v", r)
 	}
 	// The 7 new messages from memory; the checkpoint at 6, if read after
 	// the catch-up, is read.
 	checkRoom(t, e, ckp2, roomID, trust, 13, 7, -1)
-	if sizes := rebuild(e, roomID, trust).checkCheckpoints(t); fmt.Sprint(sizes) != "[6 13]" {
+	if sizes := roomtest.Rebuild(e, roomID, trust).CheckCheckpoints(t); fmt.Sprint(sizes) != "[6 13]" {
 		t.Fatalf("sizes %v, want [6 13]", sizes)
 	}
 }
@@ -238,10 +238,10 @@ func (s *forgetfulSink) Unstored(header string)                     { s.c.Unstor
 // messages and that the last covers all `leaves` of them.
 func checkCovered(t *testing.T, e *roomtest.Env, roomID string, trust *checkpoint.Trust, leaves int) {
 	t.Helper()
-	rt := rebuild(e, roomID, trust)
-	sizes := rt.checkCheckpoints(t)
-	if rt.tree.Size() != uint64(leaves) || len(rt.notLeaves) != 0 || len(sizes) == 0 || sizes[len(sizes)-1] != uint64(leaves) {
-		t.Fatalf("%s: independent tree has %d leaves (%d messages no leaf), checkpoint sizes %v; want %d covered", roomID, rt.tree.Size(), len(rt.notLeaves), sizes, leaves)
+	rt := roomtest.Rebuild(e, roomID, trust)
+	sizes := rt.CheckCheckpoints(t)
+	if rt.Tree.Size() != uint64(leaves) || len(rt.NotLeaves) != 0 || len(sizes) == 0 || sizes[len(sizes)-1] != uint64(leaves) {
+		t.Fatalf("%s: independent tree has %d leaves (%d messages no leaf), checkpoint sizes %v; want %d covered", roomID, rt.Tree.Size(), len(rt.NotLeaves), sizes, leaves)
 	}
 }
 
@@ -257,13 +257,13 @@ func TestCheckpointerFollowConcurrentFillsTinyCap(t *testing.T) {
 		t.Run(fmt.Sprintf("announce=%v", announce), func(t *testing.T) {
 			e := roomtest.NewEnv(t)
 			ctx := context.Background()
-			key := newPublisherKey(t)
-			trust := trustOf(t, key)
+			key := roomtest.NewPublisherKey(t)
+			trust := roomtest.Trusting(t, key)
 			rooms := []string{"room:fill-a", "room:fill-b"}
-			ckp, logs := startCheckpointer(t, e.Connect(), room.CheckpointerOptions{Key: key, Every: 100000, Interval: time.Hour})
+			ckp, logs := roomtest.StartCheckpointer(t, e.Connect(), room.CheckpointerOptions{Key: key, Every: 100000, Interval: time.Hour})
 			ckp.SetAckedMax(7)
 			ckp.SetGapWait(200 * time.Millisecond)
-			gate := attestingGate(e, e.Nc, key, &forgetfulSink{c: ckp, announce: announce}, room.GateOptions{MaxBatch: 5})
+			gate := roomtest.AttestingGate(e, e.Nc, key, &forgetfulSink{c: ckp, announce: announce}, room.GateOptions{MaxBatch: 5})
 			const chains, entries, per, records = 8, 60, 20, 10
 			var wg sync.WaitGroup
 			errs := make(chan error, chains+1)
@@ -285,7 +285,7 @@ func TestCheckpointerFollowConcurrentFillsTinyCap(t *testing.T) {
 			go func() {
 				defer wg.Done()
 				for i := range records {
-					if r := gate.AppendRecord(ctx, recordNamed(e, rooms[0], fmt.Sprint("f", i))); r.Item.Outcome != room.OutcomeStored {
+					if r := gate.AppendRecord(ctx, roomtest.RecordNamed(e, rooms[0], fmt.Sprint("f", i))); r.Item.Outcome != room.OutcomeStored {
 						errs <- fmt.Errorf("record %d: %+v", i, r)
 						return
 					}
@@ -297,7 +297,7 @@ func TestCheckpointerFollowConcurrentFillsTinyCap(t *testing.T) {
 				t.Fatal(err)
 			}
 			total := chains*entries + records
-			waitFor(t, 30*time.Second, "every message handled", func() bool { mem, rd := ckp.FollowCounts(); return mem+rd >= uint64(total) })
+			roomtest.WaitFor(t, 30*time.Second, "every message handled", func() bool { mem, rd := ckp.FollowCounts(); return mem+rd >= uint64(total) })
 			if err := ckp.Stop(ctx); err != nil {
 				t.Fatal(err)
 			}
@@ -324,17 +324,17 @@ func TestCheckpointerFollowConcurrentFillsTinyCap(t *testing.T) {
 func TestCheckpointerFollowLateAckReadWhole(t *testing.T) {
 	e := roomtest.NewEnv(t)
 	ctx := context.Background()
-	key := newPublisherKey(t)
+	key := roomtest.NewPublisherKey(t)
 	const roomID = "room:late"
-	ckp, logs := startCheckpointer(t, e.Connect(), room.CheckpointerOptions{Key: key, Every: 1000, Interval: time.Hour})
+	ckp, logs := roomtest.StartCheckpointer(t, e.Connect(), room.CheckpointerOptions{Key: key, Every: 1000, Interval: time.Hour})
 	ckp.SetGapWait(100 * time.Millisecond)
 	sink := &heldSink{c: ckp, hold: true}
-	gate := attestingGate(e, e.Nc, key, sink, room.GateOptions{MaxBatch: 4})
+	gate := roomtest.AttestingGate(e, e.Nc, key, sink, room.GateOptions{MaxBatch: 4})
 	es, _ := roomtest.Journal(t, "run-late", "cap-late", 15)
 	if r, err := gate.AppendJournal(ctx, roomID, roomtest.Lines(es[:8]), nil); err != nil || r.Stored != 8 {
 		t.Fatalf("%+v %v", r, err)
 	}
-	waitFor(t, 10*time.Second, "both batches read", func() bool { _, rd := ckp.FollowCounts(); return rd == 8 })
+	roomtest.WaitFor(t, 10*time.Second, "both batches read", func() bool { _, rd := ckp.FollowCounts(); return rd == 8 })
 	sink.release()
 	if mem, _ := ckp.FollowCounts(); mem != 0 || ckp.AckedSkipped() != 2 {
 		t.Fatalf("%d messages from memory, %d batches not taken; want 0 and 2", mem, ckp.AckedSkipped())
@@ -360,7 +360,7 @@ func TestCheckpointerFollowLateAckReadWhole(t *testing.T) {
 		t.Fatalf("%+v %v", r, err)
 	}
 	<-released
-	waitFor(t, 10*time.Second, "the batch read", func() bool { _, rd := ckp.FollowCounts(); return rd == 12 })
+	roomtest.WaitFor(t, 10*time.Second, "the batch read", func() bool { _, rd := ckp.FollowCounts(); return rd == 12 })
 	if mem, _ := ckp.FollowCounts(); mem != 0 || ckp.AckedSkipped() != 3 {
 		t.Fatalf("%d messages from memory, %d batches not taken; want 0 and 3", mem, ckp.AckedSkipped())
 	}
@@ -369,7 +369,7 @@ func TestCheckpointerFollowLateAckReadWhole(t *testing.T) {
 	if r, err := gate.AppendJournal(ctx, roomID, roomtest.Lines(es[12:]), nil); err != nil || r.Stored != 3 {
 		t.Fatalf("%+v %v", r, err)
 	}
-	checkRoom(t, e, ckp, roomID, trustOf(t, key), 15, 3, 12)
+	checkRoom(t, e, ckp, roomID, roomtest.Trusting(t, key), 15, 3, 12)
 	if n := logs.FilterMessageSnippet("not a leaf").Len(); n != 0 {
 		t.Fatalf("%d logs about messages that are no leaves", n)
 	}
@@ -382,12 +382,12 @@ func TestCheckpointerFollowLateAckReadWhole(t *testing.T) {
 func TestCheckpointerFollowRefusedBatchNotWaitedFor(t *testing.T) {
 	e := roomtest.NewEnv(t)
 	ctx := context.Background()
-	keyA, keyB := newPublisherKey(t), newPublisherKey(t)
+	keyA, keyB := roomtest.NewPublisherKey(t), roomtest.NewPublisherKey(t)
 	const roomID = "room:refused"
-	ckp, _ := startCheckpointer(t, e.Connect(), room.CheckpointerOptions{Key: keyA, TrustedPublishers: []string{keyB.NodeID()}, Every: 1000, Interval: time.Hour})
+	ckp, _ := roomtest.StartCheckpointer(t, e.Connect(), room.CheckpointerOptions{Key: keyA, TrustedPublishers: []string{keyB.NodeID()}, Every: 1000, Interval: time.Hour})
 	ckp.SetGapWait(time.Hour) // without Unstored, follow would wait for the refused batch forever
-	gateA := attestingGate(e, e.Nc, keyA, ckp, room.GateOptions{TrustedPublishers: []string{keyB.NodeID()}})
-	gateB := attestingGate(e, e.Connect(), keyB, nil, room.GateOptions{TrustedPublishers: []string{keyA.NodeID()}})
+	gateA := roomtest.AttestingGate(e, e.Nc, keyA, ckp, room.GateOptions{TrustedPublishers: []string{keyB.NodeID()}})
+	gateB := roomtest.AttestingGate(e, e.Connect(), keyB, nil, room.GateOptions{TrustedPublishers: []string{keyA.NodeID()}})
 	es, _ := roomtest.Journal(t, "run-r", "cap-r", 15)
 	other, _ := roomtest.Journal(t, "run-r", "cap-other", 40)
 	for _, step := range []struct {
@@ -404,9 +404,9 @@ func TestCheckpointerFollowRefusedBatchNotWaitedFor(t *testing.T) {
 			t.Fatalf("%+v %v, want %d stored", r, err, step.stored)
 		}
 	}
-	waitFor(t, 10*time.Second, "every message handled", func() bool {
+	roomtest.WaitFor(t, 10*time.Second, "every message handled", func() bool {
 		mem, rd := ckp.FollowCounts()
 		return mem+rd == 55
 	})
-	checkRoom(t, e, ckp, roomID, trustOf(t, keyA, keyB), 55, 10, 45)
+	checkRoom(t, e, ckp, roomID, roomtest.Trusting(t, keyA, keyB), 55, 10, 45)
 }

@@ -66,18 +66,18 @@ func metricValues(t *testing.T, reg *prometheus.Registry, name string) map[strin
 func TestCheckpointerSetsAsideJunkCheckpoints(t *testing.T) {
 	e := roomtest.NewEnv(t)
 	ctx := context.Background()
-	key, stranger := newPublisherKey(t), newPublisherKey(t)
+	key, stranger := roomtest.NewPublisherKey(t), roomtest.NewPublisherKey(t)
 	const roomID, other = "room:junk", "room:other"
 	reg := prometheus.NewRegistry()
-	ckp, logs := startCheckpointer(t, e.Connect(), room.CheckpointerOptions{Key: key, Every: 5, Interval: time.Hour, Registerer: reg})
-	gate := attestingGate(e, e.Nc, key, ckp, room.GateOptions{})
+	ckp, logs := roomtest.StartCheckpointer(t, e.Connect(), room.CheckpointerOptions{Key: key, Every: 5, Interval: time.Hour, Registerer: reg})
+	gate := roomtest.AttestingGate(e, e.Nc, key, ckp, room.GateOptions{})
 	ckSubj := room.Subjects{}.Checkpoint(roomID)
-	trust := trustOf(t, key)
+	trust := roomtest.Trusting(t, key)
 	es, _ := roomtest.Journal(t, "run-j", "cap-j", 10)
 	if r, err := gate.AppendJournal(ctx, roomID, roomtest.Lines(es[:5]), nil); err != nil || r.Stored != 5 {
 		t.Fatalf("%+v %v", r, err)
 	}
-	waitFor(t, 10*time.Second, "the first checkpoint", func() bool { return e.CountOn(ckSubj) == 1 })
+	roomtest.WaitFor(t, 10*time.Second, "the first checkpoint", func() bool { return e.CountOn(ckSubj) == 1 })
 	genuine := e.OnSubject(ckSubj)[0]
 
 	signer, err := checkpoint.NewNoteSigner(key)
@@ -115,10 +115,10 @@ func TestCheckpointerSetsAsideJunkCheckpoints(t *testing.T) {
 	if r, err := gate.AppendJournal(ctx, roomID, roomtest.Lines(es[5:]), nil); err != nil || r.Stored != 5 {
 		t.Fatalf("%+v %v", r, err)
 	}
-	waitFor(t, 10*time.Second, "the second checkpoint, over the junk", func() bool { return e.CountOn(ckSubj) == 6 })
-	rt := rebuildWith(e, roomID, trust, true)
-	if sizes := rt.checkCheckpoints(t); fmt.Sprint(sizes) != "[5 10]" || !slices.Equal(rt.aside, junkSeqs) || rt.ckptSeqs[1] != junkSeqs[3]+6 {
-		t.Fatalf("checkpoint sizes %v at %v, set aside %v; want [5 10], the second after the 5 entries that follow the junk at %v", sizes, rt.ckptSeqs, rt.aside, junkSeqs)
+	roomtest.WaitFor(t, 10*time.Second, "the second checkpoint, over the junk", func() bool { return e.CountOn(ckSubj) == 6 })
+	rt := roomtest.RebuildWith(e, roomID, trust, true)
+	if sizes := rt.CheckCheckpoints(t); fmt.Sprint(sizes) != "[5 10]" || !slices.Equal(rt.Aside, junkSeqs) || rt.CkptSeqs[1] != junkSeqs[3]+6 {
+		t.Fatalf("checkpoint sizes %v at %v, set aside %v; want [5 10], the second after the 5 entries that follow the junk at %v", sizes, rt.CkptSeqs, rt.Aside, junkSeqs)
 	}
 	if got := metricValues(t, reg, "roompub_checkpoint_set_aside_total"); fmt.Sprint(got) !=
 		`map[reason="bad_signature":1 reason="malformed":1 reason="other_room":1 reason="untrusted":1]` {
@@ -172,7 +172,7 @@ func TestCheckpointerSetsAsideJunkCheckpoints(t *testing.T) {
 		}
 	}
 	if facts == nil || facts.Admitted != 10 || facts.Checkpoints != 2 || facts.CheckpointsRefused != 4 || facts.Latest == nil ||
-		facts.Latest.Size != 10 || facts.Latest.Seq != rt.ckptSeqs[1] || facts.Covered != 10 || facts.Tail != 0 || facts.Refused != "" {
+		facts.Latest.Size != 10 || facts.Latest.Seq != rt.CkptSeqs[1] || facts.Covered != 10 || facts.Tail != 0 || facts.Refused != "" {
 		t.Fatalf("audit facts of %s: %+v (latest %+v)", roomID, facts, facts.Latest)
 	}
 }
@@ -187,15 +187,15 @@ func TestCheckpointerSetsAsideJunkCheckpoints(t *testing.T) {
 func TestCheckpointerOverridesUnsignedLeases(t *testing.T) {
 	e := roomtest.NewEnv(t)
 	ctx := context.Background()
-	key, stranger := newPublisherKey(t), newPublisherKey(t)
+	key, stranger := roomtest.NewPublisherKey(t), roomtest.NewPublisherKey(t)
 	const roomID, ttl = "room:leased", 2 * time.Second
 	reg := prometheus.NewRegistry()
-	ckp, logs := startCheckpointer(t, e.Connect(), room.CheckpointerOptions{Key: key, Every: 5, Interval: time.Hour, LeaseTTL: ttl, Registerer: reg})
+	ckp, logs := roomtest.StartCheckpointer(t, e.Connect(), room.CheckpointerOptions{Key: key, Every: 5, Interval: time.Hour, LeaseTTL: ttl, Registerer: reg})
 	ckp.SetLeaseSkew(100 * time.Millisecond)
-	gate := attestingGate(e, e.Nc, key, ckp, room.GateOptions{})
+	gate := roomtest.AttestingGate(e, e.Nc, key, ckp, room.GateOptions{})
 	ckSubj := room.Subjects{}.Checkpoint(roomID)
 	lkey := room.LeaseKey(roomID)
-	trust := trustOf(t, key)
+	trust := roomtest.Trusting(t, key)
 	kv, err := e.Js.KeyValue(ctx, room.DefaultLeaseBucket)
 	if err != nil {
 		t.Fatal(err)
@@ -212,7 +212,7 @@ func TestCheckpointerOverridesUnsignedLeases(t *testing.T) {
 			t.Fatalf("%+v %v", r, err)
 		}
 		next += 5
-		waitFor(t, 10*time.Second, fmt.Sprintf("checkpoint %d", next/5), func() bool { return e.CountOn(ckSubj) == uint64(next/5) })
+		roomtest.WaitFor(t, 10*time.Second, fmt.Sprintf("checkpoint %d", next/5), func() bool { return e.CountOn(ckSubj) == uint64(next/5) })
 	}
 	ours := func() checkpoint.Lease {
 		t.Helper()
@@ -327,8 +327,8 @@ func TestCheckpointerOverridesUnsignedLeases(t *testing.T) {
 	if n := logs.FilterMessage("checkpointer: the room's lease was not held by a trusted publisher: taken over").Len(); float64(n) != unsigned+3 {
 		t.Errorf("%d takeover logs, want one per takeover (%v)", n, unsigned+3)
 	}
-	rt := rebuild(e, roomID, trust)
-	if sizes := rt.checkCheckpoints(t); fmt.Sprint(sizes) != "[5 10 15 20 25 30 35]" {
+	rt := roomtest.Rebuild(e, roomID, trust)
+	if sizes := rt.CheckCheckpoints(t); fmt.Sprint(sizes) != "[5 10 15 20 25 30 35]" {
 		t.Fatalf("checkpoint sizes %v", sizes)
 	}
 }
@@ -344,7 +344,7 @@ func TestCheckpointerOverridesUnsignedLeases(t *testing.T) {
 func TestCheckpointerReadsWithoutConsumers(t *testing.T) {
 	e := roomtest.NewEnvWith(t, embedded.Options{Configure: func(o *server.Options) { o.JetStreamLimits.DefaultMaxConsumers = 3 }})
 	ctx := context.Background()
-	key, peer := newPublisherKey(t), newPublisherKey(t)
+	key, peer := roomtest.NewPublisherKey(t), roomtest.NewPublisherKey(t)
 	const roomID = "room:crowded"
 	for i := range 3 {
 		if _, err := e.Stream.CreateConsumer(ctx, jetstream.ConsumerConfig{Durable: fmt.Sprintf("solver-%d", i)}); err != nil {
@@ -361,7 +361,7 @@ func TestCheckpointerReadsWithoutConsumers(t *testing.T) {
 	// message written raw after each 12 and 5 entries carries the names
 	// of the headers the server adds to a direct get's reply, and the
 	// status of its end: the server's values, which come last, count.
-	peerGate := attestingGate(e, e.Connect(), peer, nil, room.GateOptions{})
+	peerGate := roomtest.AttestingGate(e, e.Connect(), peer, nil, room.GateOptions{})
 	es, _ := roomtest.Journal(t, "run-c", "cap-c", 22)
 	if r, err := peerGate.AppendJournal(ctx, roomID, roomtest.Lines(es[:12]), nil); err != nil || r.Stored != 12 {
 		t.Fatalf("%+v %v", r, err)
@@ -379,10 +379,10 @@ func TestCheckpointerReadsWithoutConsumers(t *testing.T) {
 		}
 	}
 	spoof()
-	ckp, logs := startCheckpointer(t, e.Connect(), room.CheckpointerOptions{Key: key, TrustedPublishers: []string{peer.NodeID()},
+	ckp, logs := roomtest.StartCheckpointer(t, e.Connect(), room.CheckpointerOptions{Key: key, TrustedPublishers: []string{peer.NodeID()},
 		Every: 10, Interval: time.Hour})
 	ckSubj := room.Subjects{}.Checkpoint(roomID)
-	waitFor(t, 10*time.Second, "a checkpoint after the catch-up read", func() bool { return e.CountOn(ckSubj) == 1 })
+	roomtest.WaitFor(t, 10*time.Second, "a checkpoint after the catch-up read", func() bool { return e.CountOn(ckSubj) == 1 })
 	if r, err := peerGate.AppendJournal(ctx, roomID, roomtest.Lines(es[12:17]), nil); err != nil || r.Stored != 5 {
 		t.Fatalf("%+v %v", r, err)
 	}
@@ -390,13 +390,13 @@ func TestCheckpointerReadsWithoutConsumers(t *testing.T) {
 	if r, err := peerGate.AppendJournal(ctx, roomID, roomtest.Lines(es[17:]), nil); err != nil || r.Stored != 5 {
 		t.Fatalf("%+v %v", r, err)
 	}
-	waitFor(t, 10*time.Second, "a checkpoint of what follow read", func() bool { return e.CountOn(ckSubj) == 2 })
+	roomtest.WaitFor(t, 10*time.Second, "a checkpoint of what follow read", func() bool { return e.CountOn(ckSubj) == 2 })
 	if err := ckp.Stop(ctx); err != nil {
 		t.Fatal(err)
 	}
-	rt := rebuild(e, roomID, trustOf(t, key, peer))
-	if sizes := rt.checkCheckpoints(t); fmt.Sprint(sizes) != "[12 22]" || rt.tree.Size() != 22 || fmt.Sprint(rt.notLeaves) != "[13 20]" {
-		t.Fatalf("checkpoint sizes %v of %d leaves, not leaves %v; want [12 22] of 22, not leaves [13 20]", sizes, rt.tree.Size(), rt.notLeaves)
+	rt := roomtest.Rebuild(e, roomID, roomtest.Trusting(t, key, peer))
+	if sizes := rt.CheckCheckpoints(t); fmt.Sprint(sizes) != "[12 22]" || rt.Tree.Size() != 22 || fmt.Sprint(rt.NotLeaves) != "[13 20]" {
+		t.Fatalf("checkpoint sizes %v of %d leaves, not leaves %v; want [12 22] of 22, not leaves [13 20]", sizes, rt.Tree.Size(), rt.NotLeaves)
 	}
 	// Follow read the 10 entries, a raw message and the 2 checkpoints it
 	// wrote.
@@ -423,7 +423,7 @@ func TestServeStartsWithConsumersExhausted(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(srv.Shutdown)
-	hostKey, pubKey := newPublisherKey(t), newPublisherKey(t)
+	hostKey, pubKey := roomtest.NewPublisherKey(t), roomtest.NewPublisherKey(t)
 	v, err := validate.New(validate.WithTrustedHosts(hostKey.NodeID()))
 	if err != nil {
 		t.Fatal(err)
@@ -462,7 +462,7 @@ func TestServeStartsWithConsumersExhausted(t *testing.T) {
 		t.Fatalf("%+v", r)
 	}
 	ckSubj := subj.Checkpoint("room:crowded")
-	waitFor(t, 10*time.Second, "a checkpoint", func() bool { return roomtest.CountOn(t, st, ckSubj) == 1 })
+	roomtest.WaitFor(t, 10*time.Second, "a checkpoint", func() bool { return roomtest.CountOn(t, st, ckSubj) == 1 })
 	cancel()
 	if err := <-done; err != nil {
 		t.Fatalf("serve returned %v", err)
@@ -471,7 +471,7 @@ func TestServeStartsWithConsumersExhausted(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if ck, err := checkpoint.Parse(last.Data, "room:crowded", trustOf(t, pubKey)); err != nil || ck.Size != 5 {
+	if ck, err := checkpoint.Parse(last.Data, "room:crowded", roomtest.Trusting(t, pubKey)); err != nil || ck.Size != 5 {
 		t.Fatalf("checkpoint %+v %v, want size 5", ck, err)
 	}
 }
@@ -485,37 +485,37 @@ func TestServeStartsWithConsumersExhausted(t *testing.T) {
 func TestFollowRolledBackUnderJunk(t *testing.T) {
 	e := roomtest.NewEnv(t)
 	pub, stranger := roomtest.NewHostKey(t), roomtest.NewHostKey(t)
-	trust := trusting(t, pub)
-	a := newAttestor(t, e.Js, pub, attRoom)
+	trust := roomtest.Trusting(t, pub)
+	a := roomtest.NewAttestor(t, e.Js, pub, roomtest.AttRoom)
 	es, _ := roomtest.Journal(t, "run-r", "cap-r", 50)
 	for _, en := range es[:30] {
-		a.entry(en)
+		a.Entry(en)
 	}
-	ck30 := a.checkpoint()
-	later := a.laterTree(es[30:50])
+	ck30 := a.Checkpoint()
+	later := a.LaterTree(es[30:50])
 	state := &room.CheckpointState{Dir: t.TempDir()}
-	if err := state.Save(parsed(t, a.note(50, later.Root(), a.signer))); err != nil {
+	if err := state.Save(roomtest.Parsed(t, a.Note(50, later.Root(), a.Signer))); err != nil {
 		t.Fatal(err)
 	}
-	ckSubj := room.Subjects{}.Checkpoint(attRoom)
+	ckSubj := room.Subjects{}.Checkpoint(roomtest.AttRoom)
 	strangerSigner, err := checkpoint.NewNoteSigner(stranger)
 	if err != nil {
 		t.Fatal(err)
 	}
 	junk := []uint64{
-		a.publish(ckSubj, []byte(`{"error":"not a checkpoint"}`), ""),
-		a.publish(ckSubj, a.note(50, later.Root(), strangerSigner), ""),
+		a.Publish(ckSubj, []byte(`{"error":"not a checkpoint"}`), ""),
+		a.Publish(ckSubj, a.Note(50, later.Root(), strangerSigner), ""),
 	}
 
-	f := roomtest.StartFollow(t, e.Js, room.FollowOptions{Durable: "rbj", Validator: e.V, Trust: trust, State: state, Rooms: []string{attRoom}}, nil)
+	f := roomtest.StartFollow(t, e.Js, room.FollowOptions{Durable: "rbj", Validator: e.V, Trust: trust, State: state, Rooms: []string{roomtest.AttRoom}}, nil)
 	// The room's set-aside, its 30 entries, its checkpoint and the junk.
 	f.WaitSeen(t, 34)
 	want := fmt.Sprintf("rolled back or forked: this reader verified a checkpoint of size 50 (root %x) before; the newest on the stream has size 30 (root %x, stream seq %d)",
-		later.Root(), a.tree.Root(), ck30)
+		later.Root(), a.Tree.Root(), ck30)
 	if len(f.EventSeqs()) != 0 || f.Asides[0].Seq != 0 || f.Asides[0].Reason != want {
 		t.Fatalf("follow: served %v, first set-aside %+v\nwant the room refused: %s", f.EventSeqs(), f.Asides[0], want)
 	}
-	if got := mismatches(t, f.Asides); !slices.Equal(got, slices.Concat([]uint64{0}, roomtest.SeqRange(1, ck30), junk)) {
+	if got := roomtest.Mismatches(t, f.Asides); !slices.Equal(got, slices.Concat([]uint64{0}, roomtest.SeqRange(1, ck30), junk)) {
 		t.Errorf("set aside %v, want the room (0), 1-%d and %v", got, ck30, junk)
 	}
 	_ = f.Stop(t)

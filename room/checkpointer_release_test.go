@@ -45,7 +45,7 @@ func TestCheckpointerReleaseLogLevel(t *testing.T) {
 			}
 		}, zapcore.DebugLevel, "lease not released: it lapsed or another publisher took it over"},
 		{"lapsed", func(t *testing.T, e *roomtest.Env, kv jetstream.KeyValue, key string) {
-			waitFor(t, 10*time.Second, "the lease to lapse", func() bool {
+			roomtest.WaitFor(t, 10*time.Second, "the lease to lapse", func() bool {
 				_, err := kv.Get(context.Background(), key)
 				return err != nil
 			})
@@ -56,17 +56,17 @@ func TestCheckpointerReleaseLogLevel(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			e := roomtest.NewEnv(t)
 			ctx := context.Background()
-			key := newPublisherKey(t)
+			key := roomtest.NewPublisherKey(t)
 			const roomID = "room:release"
 			nc := e.Connect()
-			ckp, logs := startCheckpointer(t, nc, room.CheckpointerOptions{Key: key, Every: 5, Interval: time.Hour, LeaseTTL: ttl})
-			gate := attestingGate(e, e.Nc, key, ckp, room.GateOptions{})
+			ckp, logs := roomtest.StartCheckpointer(t, nc, room.CheckpointerOptions{Key: key, Every: 5, Interval: time.Hour, LeaseTTL: ttl})
+			gate := roomtest.AttestingGate(e, e.Nc, key, ckp, room.GateOptions{})
 			es, _ := roomtest.Journal(t, "run-r", "cap-r", 5)
 			if r, err := gate.AppendJournal(ctx, roomID, roomtest.Lines(es), nil); err != nil || r.Stored != 5 {
 				t.Fatalf("%+v %v", r, err)
 			}
 			// A checkpoint written: the lease is held.
-			waitFor(t, 10*time.Second, "a checkpoint", func() bool { return e.CountOn(room.Subjects{}.Checkpoint(roomID)) == 1 })
+			roomtest.WaitFor(t, 10*time.Second, "a checkpoint", func() bool { return e.CountOn(room.Subjects{}.Checkpoint(roomID)) == 1 })
 			kv, err := e.Js.KeyValue(ctx, room.DefaultLeaseBucket)
 			if err != nil {
 				t.Fatal(err)

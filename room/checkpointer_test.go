@@ -2,7 +2,6 @@ package room_test
 
 import (
 	"context"
-	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
@@ -28,191 +27,6 @@ import (
 	"github.com/roompub/roompub/validate"
 )
 
-// newPublisherKey makes a publisher key (what `publisher keygen` makes).
-func newPublisherKey(t testing.TB) *events.HostKey {
-	t.Helper()
-	k, err := events.GenerateHostKey(rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return k
-}
-
-// attestingGate is a gate of e's stream that attests with key and tells
-// sink (nil: nobody).
-func attestingGate(e *roomtest.Env, nc *nats.Conn, key *events.HostKey, sink room.AttestationSink, o room.GateOptions) *room.Gate {
-	e.T.Helper()
-	o.Validator, o.PublisherKey, o.Attested = e.V, key, sink
-	g, err := room.NewGate(context.Background(), nc, o)
-	if err != nil {
-		e.T.Fatal(err)
-	}
-	return g
-}
-
-// startCheckpointer starts a checkpointer on nc with o (Key required) and
-// stops it when the test ends; its logs go to the returned observer.
-func startCheckpointer(t *testing.T, nc *nats.Conn, o room.CheckpointerOptions) (*room.Checkpointer, *observer.ObservedLogs) {
-	t.Helper()
-	core, logs := observer.New(zap.DebugLevel)
-	o.Logger = zap.New(core)
-	c, err := room.StartCheckpointer(context.Background(), nc, o)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		_ = c.Stop(ctx)
-	})
-	return c, logs
-}
-
-// roomTree is a room rebuilt from the stream independently of the
-// checkpointer: its leaves (attested messages) and its checkpoints, in
-// stream order.
-type roomTree struct {
-	tree        *checkpoint.Tree
-	leafSeqs    []uint64 // stream seq of each leaf
-	notLeaves   []uint64 // stream seqs of journal and exec messages that are no leaf
-	checkpoints []*checkpoint.Checkpoint
-	ckptSeqs    []uint64
-	sizeAt      []uint64 // the tree's size when each checkpoint was read
-	aside       []uint64 // rebuildWith: stream seqs of checkpoint-subject messages that are no checkpoint
-}
-
-// rebuild reads every message of e's stream and rebuilds roomID with trust:
-// a journal message is a leaf when its attestation verifies at "seq:" of
-// its entry's seq, an exec message at "index:" of its ordinal among all
-// messages on the room's exec subject, each batch's signature over all its
-// messages (a BatchCollector, by stream seq).
-func rebuild(e *roomtest.Env, roomID string, trust *checkpoint.Trust) *roomTree {
-	e.T.Helper()
-	return rebuildWith(e, roomID, trust, false)
-}
-
-// rebuildWith is rebuild; with aside, a message on the checkpoint subject
-// that does not parse as a checkpoint of roomID signed under trust is
-// listed in rt.aside instead of failing the test.
-func rebuildWith(e *roomtest.Env, roomID string, trust *checkpoint.Trust, aside bool) *roomTree {
-	e.T.Helper()
-	rt := &roomTree{tree: checkpoint.NewTree()}
-	var execIndex uint64
-	subjects := room.Subjects{}
-	verdicts := map[uint64]error{}
-	bc := checkpoint.NewBatchCollector(trust)
-	take := func(vs []checkpoint.BatchVerdict) {
-		for _, v := range vs {
-			verdicts[v.ID] = v.Err
-		}
-	}
-	for _, m := range e.Stored() {
-		p, err := subjects.Parse(m.Subject)
-		if err != nil || p.RoomID != roomID || p.Kind == room.KindCheckpoint {
-			continue
-		}
-		var position string
-		if p.Kind == room.KindExecution {
-			position = checkpoint.RecordPosition(execIndex)
-			execIndex++
-		} else {
-			en, err := events.ParseEntry(m.Data)
-			if err != nil {
-				continue
-			}
-			seq, _ := en.Seq()
-			position = checkpoint.OwnedJournalPosition(seq, m.Header.Get(room.HeaderOwner))
-		}
-		take(bc.Add(m.Sequence, m.Header.Get(checkpoint.AttestationHeader),
-			checkpoint.Statement{Room: roomID, Subject: m.Subject, Position: position, Content: checkpoint.ContentHash(m.Data)}))
-	}
-	take(bc.Flush())
-	for _, m := range e.Stored() {
-		p, err := subjects.Parse(m.Subject)
-		if err != nil || p.RoomID != roomID {
-			continue
-		}
-		if p.Kind == room.KindCheckpoint {
-			ck, err := checkpoint.Parse(m.Data, roomID, trust)
-			if err != nil && aside {
-				rt.aside = append(rt.aside, m.Sequence)
-				continue
-			}
-			if err != nil {
-				e.T.Fatalf("checkpoint at stream seq %d: %v", m.Sequence, err)
-			}
-			rt.checkpoints = append(rt.checkpoints, ck)
-			rt.ckptSeqs = append(rt.ckptSeqs, m.Sequence)
-			rt.sizeAt = append(rt.sizeAt, rt.tree.Size())
-			continue
-		}
-		content := checkpoint.ContentHash(m.Data)
-		if err, ok := verdicts[m.Sequence]; !ok || err != nil {
-			rt.notLeaves = append(rt.notLeaves, m.Sequence)
-			continue
-		}
-		rt.tree.Append(checkpoint.LeafHash(roomID, m.Subject, content))
-		rt.leafSeqs = append(rt.leafSeqs, m.Sequence)
-	}
-	return rt
-}
-
-// checkCheckpoints asserts that every checkpoint of rt verifies (Parse did),
-// covers no more than the leaves before it, has the independent tree's root
-// at its size, and that sizes never shrink; it returns their sizes.
-func (rt *roomTree) checkCheckpoints(t *testing.T) []uint64 {
-	t.Helper()
-	var sizes []uint64
-	for i, ck := range rt.checkpoints {
-		if ck.Size > rt.sizeAt[i] {
-			t.Fatalf("checkpoint %d (stream seq %d) covers %d leaves; only %d are before it", i, rt.ckptSeqs[i], ck.Size, rt.sizeAt[i])
-		}
-		root, err := rt.tree.RootAt(ck.Size)
-		if err != nil || root != ck.Root {
-			t.Fatalf("checkpoint %d (stream seq %d) at size %d: root %x, the independent tree has %x (%v)", i, rt.ckptSeqs[i], ck.Size, ck.Root, root, err)
-		}
-		if i > 0 && ck.Size < sizes[i-1] {
-			t.Fatalf("checkpoint sizes shrink: %v then %d", sizes, ck.Size)
-		}
-		sizes = append(sizes, ck.Size)
-	}
-	return sizes
-}
-
-// waitFor polls cond every 20ms for up to d.
-func waitFor(t *testing.T, d time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(d)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("after %s: %s", d, what)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-}
-
-func trustOf(t testing.TB, keys ...*events.HostKey) *checkpoint.Trust {
-	t.Helper()
-	var ids []string
-	for _, k := range keys {
-		ids = append(ids, k.NodeID())
-	}
-	tr, err := checkpoint.NewTrust(ids...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return tr
-}
-
-// recordIn signs a copy of the reference record for roomID with a fresh
-// idempotency key and run ref named n.
-func recordNamed(e *roomtest.Env, roomID, n string) []byte {
-	e.T.Helper()
-	base := roomtest.ReferenceRecord(e.T, "verified.json")
-	return e.Sign(base, map[string]any{"room/id": roomID, "idempotency/key": "key-" + n, "run/ref": "operator-task-run:" + n,
-		"execution/ref": nil, "signature": nil}).Canonical()
-}
-
 // TestGateAttestsEveryAppend: every message a gate with a publisher key
 // appends carries an attestation that verifies under checkpoint.Trust at
 // its position: a journal entry at its seq (an atomic batch signed once,
@@ -222,10 +36,10 @@ func recordNamed(e *roomtest.Env, roomID, n string) []byte {
 func TestGateAttestsEveryAppend(t *testing.T) {
 	e := roomtest.NewEnv(t)
 	ctx := context.Background()
-	key, other := newPublisherKey(t), newPublisherKey(t)
-	batched := attestingGate(e, e.Nc, key, nil, room.GateOptions{})
-	single := attestingGate(e, e.Connect(), key, nil, room.GateOptions{MaxBatch: 1})
-	second := attestingGate(e, e.Connect(), other, nil, room.GateOptions{})
+	key, other := roomtest.NewPublisherKey(t), roomtest.NewPublisherKey(t)
+	batched := roomtest.AttestingGate(e, e.Nc, key, nil, room.GateOptions{})
+	single := roomtest.AttestingGate(e, e.Connect(), key, nil, room.GateOptions{MaxBatch: 1})
+	second := roomtest.AttestingGate(e, e.Connect(), other, nil, room.GateOptions{})
 	const roomID = "room:attest"
 
 	es, body := roomtest.Journal(t, "run-a", "cap-a", 40)
@@ -243,7 +57,7 @@ func TestGateAttestsEveryAppend(t *testing.T) {
 	recs := []string{"r0", "r1", "r2", "r3"}
 	appendRec := func(g *room.Gate, n string) {
 		t.Helper()
-		if r := g.AppendRecord(ctx, recordNamed(e, roomID, n)); r.Item.Outcome != room.OutcomeStored {
+		if r := g.AppendRecord(ctx, roomtest.RecordNamed(e, roomID, n)); r.Item.Outcome != room.OutcomeStored {
 			t.Fatalf("record %s: %+v", n, r)
 		}
 	}
@@ -258,10 +72,10 @@ func TestGateAttestsEveryAppend(t *testing.T) {
 	// its expected sequence, it reads them and counts them.
 	appendRec(batched, recs[3])
 
-	trust := trustOf(t, key, other)
-	rt := rebuild(e, roomID, trust)
-	if len(rt.leafSeqs) != 44 || len(rt.notLeaves) != 1 {
-		t.Fatalf("%d leaves, %d not (seqs %v); want 44 and the raw message", len(rt.leafSeqs), len(rt.notLeaves), rt.notLeaves)
+	trust := roomtest.Trusting(t, key, other)
+	rt := roomtest.Rebuild(e, roomID, trust)
+	if len(rt.LeafSeqs) != 44 || len(rt.NotLeaves) != 1 {
+		t.Fatalf("%d leaves, %d not (seqs %v); want 44 and the raw message", len(rt.LeafSeqs), len(rt.NotLeaves), rt.NotLeaves)
 	}
 	// Exact positions and signers, message by message.
 	subj := room.Subjects{}
@@ -353,7 +167,7 @@ func TestGateAttestsEveryAppend(t *testing.T) {
 		t.Fatalf("%d messages on the exec subject, want 5", execIndex)
 	}
 	// Only the own key: the other gate's record is an untrusted publisher's.
-	if _, err := trustOf(t, key).VerifyAttestation(e.OnSubject(subj.Records(roomID))[2].Header.Get(checkpoint.AttestationHeader),
+	if _, err := roomtest.Trusting(t, key).VerifyAttestation(e.OnSubject(subj.Records(roomID))[2].Header.Get(checkpoint.AttestationHeader),
 		roomID, subj.Records(roomID), checkpoint.RecordPosition(2), checkpoint.ContentHash(e.OnSubject(subj.Records(roomID))[2].Data)); !errors.Is(err, checkpoint.ErrUntrustedPublisher) {
 		t.Fatalf("other key's record under the own key only: %v", err)
 	}
@@ -367,7 +181,7 @@ func TestGateWithoutKeyAttestsNothing(t *testing.T) {
 	if r := e.ShipJournal("room:none", body); r.Stored != 5 {
 		t.Fatalf("%+v", r)
 	}
-	if r := e.ShipRecord(recordNamed(e, "room:none", "n0")); r.Item.Outcome != room.OutcomeStored {
+	if r := e.ShipRecord(roomtest.RecordNamed(e, "room:none", "n0")); r.Item.Outcome != room.OutcomeStored {
 		t.Fatalf("%+v", r)
 	}
 	for _, m := range e.Stored() {
@@ -383,9 +197,9 @@ func TestGateCountsAttestationSize(t *testing.T) {
 	const maxPayload = 4096
 	e := roomtest.NewEnvWith(t, embedded.Options{MaxPayload: maxPayload})
 	ctx := context.Background()
-	key := newPublisherKey(t)
-	plain := attestingGate(e, e.Nc, nil, nil, room.GateOptions{})
-	attesting := attestingGate(e, e.Connect(), key, nil, room.GateOptions{})
+	key := roomtest.NewPublisherKey(t)
+	plain := roomtest.AttestingGate(e, e.Nc, nil, nil, room.GateOptions{})
+	attesting := roomtest.AttestingGate(e, e.Connect(), key, nil, room.GateOptions{})
 	// One entry whose message without the attestation is 80 bytes under
 	// the limit: the attestation header adds len(name)+len(value)+4 bytes.
 	subj := room.Subjects{}.Journal("room:size", events.ChainKey{RunID: "run-s", CapsuleID: "cap-s"})
@@ -429,12 +243,12 @@ func TestGateCountsAttestationSize(t *testing.T) {
 func TestCheckpointerWritesEveryNAfterTAndOnStop(t *testing.T) {
 	e := roomtest.NewEnv(t)
 	ctx := context.Background()
-	key := newPublisherKey(t)
+	key := roomtest.NewPublisherKey(t)
 	const roomID, quiet = "room:ckpt", "room:quiet"
-	ckp, _ := startCheckpointer(t, e.Connect(), room.CheckpointerOptions{Key: key, Every: 10, Interval: time.Hour, LeaseTTL: 5 * time.Second})
-	gate := attestingGate(e, e.Nc, key, ckp, room.GateOptions{})
+	ckp, _ := roomtest.StartCheckpointer(t, e.Connect(), room.CheckpointerOptions{Key: key, Every: 10, Interval: time.Hour, LeaseTTL: 5 * time.Second})
+	gate := roomtest.AttestingGate(e, e.Nc, key, ckp, room.GateOptions{})
 	ckSubj := room.Subjects{}.Checkpoint(roomID)
-	trust := trustOf(t, key)
+	trust := roomtest.Trusting(t, key)
 	es, _ := roomtest.Journal(t, "run-c", "cap-c", 25)
 
 	// Every 10: one request of 10 lines, one checkpoint of size 10; then
@@ -443,9 +257,9 @@ func TestCheckpointerWritesEveryNAfterTAndOnStop(t *testing.T) {
 		if r, err := gate.AppendJournal(ctx, roomID, roomtest.Lines(es[i*10:i*10+10]), nil); err != nil || r.Stored != 10 {
 			t.Fatalf("%+v %v", r, err)
 		}
-		waitFor(t, 10*time.Second, fmt.Sprintf("checkpoint %d", i+1), func() bool { return e.CountOn(ckSubj) == uint64(i+1) })
-		rt := rebuild(e, roomID, trust)
-		if sizes := rt.checkCheckpoints(t); sizes[len(sizes)-1] != want {
+		roomtest.WaitFor(t, 10*time.Second, fmt.Sprintf("checkpoint %d", i+1), func() bool { return e.CountOn(ckSubj) == uint64(i+1) })
+		rt := roomtest.Rebuild(e, roomID, trust)
+		if sizes := rt.CheckCheckpoints(t); sizes[len(sizes)-1] != want {
 			t.Fatalf("sizes %v, want the last %d", sizes, want)
 		}
 	}
@@ -453,7 +267,7 @@ func TestCheckpointerWritesEveryNAfterTAndOnStop(t *testing.T) {
 		t.Fatalf("%+v %v", r, err)
 	}
 	// Records count as leaves too.
-	if r := gate.AppendRecord(ctx, recordNamed(e, roomID, "c0")); r.Item.Outcome != room.OutcomeStored {
+	if r := gate.AppendRecord(ctx, roomtest.RecordNamed(e, roomID, "c0")); r.Item.Outcome != room.OutcomeStored {
 		t.Fatalf("%+v", r)
 	}
 	// A room with 3 leaves, under N: no checkpoint before Stop either.
@@ -473,19 +287,19 @@ func TestCheckpointerWritesEveryNAfterTAndOnStop(t *testing.T) {
 	if err := ckp.Stop(ctx); err != nil {
 		t.Fatal(err)
 	}
-	rt := rebuild(e, roomID, trust)
-	if sizes := rt.checkCheckpoints(t); fmt.Sprint(sizes) != "[10 20 26]" {
+	rt := roomtest.Rebuild(e, roomID, trust)
+	if sizes := rt.CheckCheckpoints(t); fmt.Sprint(sizes) != "[10 20 26]" {
 		t.Fatalf("sizes %v, want [10 20 26]", sizes)
 	}
-	if rt.tree.Size() != 26 || len(rt.notLeaves) != 0 {
-		t.Fatalf("independent tree: %d leaves, not leaves %v", rt.tree.Size(), rt.notLeaves)
+	if rt.Tree.Size() != 26 || len(rt.NotLeaves) != 0 {
+		t.Fatalf("independent tree: %d leaves, not leaves %v", rt.Tree.Size(), rt.NotLeaves)
 	}
-	for _, ck := range rt.checkpoints {
+	for _, ck := range rt.Checkpoints {
 		if ck.Signer != key.NodeID() || ck.Room != roomID {
 			t.Fatalf("checkpoint by %s of %s", ck.Signer, ck.Room)
 		}
 	}
-	if sizes := rebuild(e, quiet, trust).checkCheckpoints(t); fmt.Sprint(sizes) != "[3]" {
+	if sizes := roomtest.Rebuild(e, quiet, trust).CheckCheckpoints(t); fmt.Sprint(sizes) != "[3]" {
 		t.Fatalf("quiet room sizes %v, want [3]", sizes)
 	}
 	kv, err := e.Js.KeyValue(ctx, room.DefaultLeaseBucket)
@@ -498,18 +312,18 @@ func TestCheckpointerWritesEveryNAfterTAndOnStop(t *testing.T) {
 
 	// After T: a new checkpointer (reading the stream from the start) with
 	// N out of reach writes within T of growth.
-	ckp2, _ := startCheckpointer(t, e.Connect(), room.CheckpointerOptions{Key: key, Every: 1000, Interval: 300 * time.Millisecond})
-	gate2 := attestingGate(e, e.Connect(), key, ckp2, room.GateOptions{})
-	if r := gate2.AppendRecord(ctx, recordNamed(e, roomID, "c1")); r.Item.Outcome != room.OutcomeStored {
+	ckp2, _ := roomtest.StartCheckpointer(t, e.Connect(), room.CheckpointerOptions{Key: key, Every: 1000, Interval: 300 * time.Millisecond})
+	gate2 := roomtest.AttestingGate(e, e.Connect(), key, ckp2, room.GateOptions{})
+	if r := gate2.AppendRecord(ctx, roomtest.RecordNamed(e, roomID, "c1")); r.Item.Outcome != room.OutcomeStored {
 		t.Fatalf("%+v", r)
 	}
 	start := time.Now()
-	waitFor(t, 10*time.Second, "a checkpoint after T", func() bool { return e.CountOn(ckSubj) == 4 })
+	roomtest.WaitFor(t, 10*time.Second, "a checkpoint after T", func() bool { return e.CountOn(ckSubj) == 4 })
 	if took := time.Since(start); took < 250*time.Millisecond {
 		t.Fatalf("checkpoint %s after the append, before T", took)
 	}
-	rt = rebuild(e, roomID, trust)
-	if sizes := rt.checkCheckpoints(t); fmt.Sprint(sizes) != "[10 20 26 27]" {
+	rt = roomtest.Rebuild(e, roomID, trust)
+	if sizes := rt.CheckCheckpoints(t); fmt.Sprint(sizes) != "[10 20 26 27]" {
 		t.Fatalf("sizes %v, want [10 20 26 27]", sizes)
 	}
 	// Nothing grew: Stop writes nothing new.
@@ -529,19 +343,19 @@ func TestCheckpointerWritesEveryNAfterTAndOnStop(t *testing.T) {
 func TestCheckpointerLeaseTakeover(t *testing.T) {
 	e := roomtest.NewEnv(t)
 	ctx := context.Background()
-	keyA, keyB := newPublisherKey(t), newPublisherKey(t)
+	keyA, keyB := roomtest.NewPublisherKey(t), roomtest.NewPublisherKey(t)
 	const roomID, ttl = "room:lease", 2 * time.Second
 	opts := func(k *events.HostKey, other *events.HostKey) room.CheckpointerOptions {
 		return room.CheckpointerOptions{Key: k, TrustedPublishers: []string{other.NodeID()}, Every: 5, Interval: 100 * time.Millisecond, LeaseTTL: ttl}
 	}
 	ncA, ncB := e.Connect(), e.Connect()
-	ckA, _ := startCheckpointer(t, ncA, opts(keyA, keyB))
-	ckB, _ := startCheckpointer(t, ncB, opts(keyB, keyA))
+	ckA, _ := roomtest.StartCheckpointer(t, ncA, opts(keyA, keyB))
+	ckB, _ := roomtest.StartCheckpointer(t, ncB, opts(keyB, keyA))
 	// Each gate trusts the other's key, as serve --trusted-publisher does,
 	// so the chain the other appended to is one chain.
-	gateA := attestingGate(e, e.Connect(), keyA, ckA, room.GateOptions{TrustedPublishers: []string{keyB.NodeID()}})
-	gateB := attestingGate(e, e.Connect(), keyB, ckB, room.GateOptions{TrustedPublishers: []string{keyA.NodeID()}})
-	trust := trustOf(t, keyA, keyB)
+	gateA := roomtest.AttestingGate(e, e.Connect(), keyA, ckA, room.GateOptions{TrustedPublishers: []string{keyB.NodeID()}})
+	gateB := roomtest.AttestingGate(e, e.Connect(), keyB, ckB, room.GateOptions{TrustedPublishers: []string{keyA.NodeID()}})
+	trust := roomtest.Trusting(t, keyA, keyB)
 	es, _ := roomtest.Journal(t, "run-l", "cap-l", 60)
 
 	// Both gates append; three rounds, each ending in a checkpoint.
@@ -552,18 +366,18 @@ func TestCheckpointerLeaseTakeover(t *testing.T) {
 			t.Fatalf("%+v %v", r, err)
 		}
 		next += 10
-		waitFor(t, 10*time.Second, fmt.Sprintf("a checkpoint of size %d", next), func() bool {
-			cks := rebuild(e, roomID, trust).checkpoints
+		roomtest.WaitFor(t, 10*time.Second, fmt.Sprintf("a checkpoint of size %d", next), func() bool {
+			cks := roomtest.Rebuild(e, roomID, trust).Checkpoints
 			return len(cks) > 0 && cks[len(cks)-1].Size == uint64(next)
 		})
 	}
 	appendRound(gateA)
 	appendRound(gateB)
 	appendRound(gateA)
-	rt := rebuild(e, roomID, trust)
-	rt.checkCheckpoints(t)
-	holder := rt.checkpoints[0].Signer
-	for _, ck := range rt.checkpoints {
+	rt := roomtest.Rebuild(e, roomID, trust)
+	rt.CheckCheckpoints(t)
+	holder := rt.Checkpoints[0].Signer
+	for _, ck := range rt.Checkpoints {
 		if ck.Signer != holder {
 			t.Fatalf("checkpoints by %s and %s: both wrote", holder, ck.Signer)
 		}
@@ -587,12 +401,12 @@ func TestCheckpointerLeaseTakeover(t *testing.T) {
 	}
 	deadNC.Close()
 	appendRound(survivorGate)
-	rt = rebuild(e, roomID, trust)
-	sizes := rt.checkCheckpoints(t)
+	rt = roomtest.Rebuild(e, roomID, trust)
+	sizes := rt.CheckCheckpoints(t)
 	var first *jetstream.RawStreamMsg
-	for i, ck := range rt.checkpoints {
+	for i, ck := range rt.Checkpoints {
 		if ck.Signer == survivor.NodeID() {
-			first, err = e.Stream.GetMsg(ctx, rt.ckptSeqs[i])
+			first, err = e.Stream.GetMsg(ctx, rt.CkptSeqs[i])
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -602,7 +416,7 @@ func TestCheckpointerLeaseTakeover(t *testing.T) {
 			break
 		}
 	}
-	last := rt.checkpoints[len(rt.checkpoints)-1]
+	last := rt.Checkpoints[len(rt.Checkpoints)-1]
 	if first == nil || last.Signer != survivor.NodeID() || sizes[len(sizes)-1] != 40 {
 		t.Fatalf("after the holder died: last checkpoint by %s at %d, want %s at 40", last.Signer, last.Size, survivor.NodeID())
 	}
@@ -626,10 +440,10 @@ func TestCheckpointerLeaseTakeover(t *testing.T) {
 func TestCheckpointerSkipsForgedMessages(t *testing.T) {
 	e := roomtest.NewEnv(t)
 	ctx := context.Background()
-	key, stranger := newPublisherKey(t), newPublisherKey(t)
+	key, stranger := roomtest.NewPublisherKey(t), roomtest.NewPublisherKey(t)
 	const roomID = "room:forged"
-	ckp, logs := startCheckpointer(t, e.Connect(), room.CheckpointerOptions{Key: key, Every: 1000, Interval: time.Hour})
-	gate := attestingGate(e, e.Nc, key, ckp, room.GateOptions{})
+	ckp, logs := roomtest.StartCheckpointer(t, e.Connect(), room.CheckpointerOptions{Key: key, Every: 1000, Interval: time.Hour})
+	gate := roomtest.AttestingGate(e, e.Nc, key, ckp, room.GateOptions{})
 	es, _ := roomtest.Journal(t, "run-f", "cap-f", 8)
 	if r, err := gate.AppendJournal(ctx, roomID, roomtest.Lines(es[:5]), nil); err != nil || r.Stored != 5 {
 		t.Fatalf("%+v %v", r, err)
@@ -660,23 +474,23 @@ func TestCheckpointerSkipsForgedMessages(t *testing.T) {
 	if r, err := gate.AppendJournal(ctx, roomID, roomtest.Lines(es[5:]), nil); err != nil || r.Stored != 3 {
 		t.Fatalf("%+v %v", r, err)
 	}
-	if r := gate.AppendRecord(ctx, recordNamed(e, roomID, "f0")); r.Item.Outcome != room.OutcomeStored {
+	if r := gate.AppendRecord(ctx, roomtest.RecordNamed(e, roomID, "f0")); r.Item.Outcome != room.OutcomeStored {
 		t.Fatalf("%+v", r)
 	}
 	if err := ckp.Stop(ctx); err != nil {
 		t.Fatal(err)
 	}
-	rt := rebuild(e, roomID, trustOf(t, key))
-	if sizes := rt.checkCheckpoints(t); fmt.Sprint(sizes) != "[9]" {
+	rt := roomtest.Rebuild(e, roomID, roomtest.Trusting(t, key))
+	if sizes := rt.CheckCheckpoints(t); fmt.Sprint(sizes) != "[9]" {
 		t.Fatalf("sizes %v, want [9]: 8 entries and a record, no forged message", sizes)
 	}
-	if len(rt.notLeaves) != 3 {
-		t.Fatalf("not leaves %v, want the 3 forged messages", rt.notLeaves)
+	if len(rt.NotLeaves) != 3 {
+		t.Fatalf("not leaves %v, want the 3 forged messages", rt.NotLeaves)
 	}
 	// The checkpoint's root is not the root of the tree that takes the
 	// first forged message in, in its stream place.
-	leaf := map[uint64]bool{rt.notLeaves[0]: true}
-	for _, seq := range rt.leafSeqs {
+	leaf := map[uint64]bool{rt.NotLeaves[0]: true}
+	for _, seq := range rt.LeafSeqs {
 		leaf[seq] = true
 	}
 	withForged := checkpoint.NewTree()
@@ -685,7 +499,7 @@ func TestCheckpointerSkipsForgedMessages(t *testing.T) {
 			withForged.Append(checkpoint.LeafHash(roomID, m.Subject, checkpoint.ContentHash(m.Data)))
 		}
 	}
-	if withForged.Size() != 10 || withForged.Root() == rt.checkpoints[0].Root || rt.tree.Root() != rt.checkpoints[0].Root {
+	if withForged.Size() != 10 || withForged.Root() == rt.Checkpoints[0].Root || rt.Tree.Root() != rt.Checkpoints[0].Root {
 		t.Fatalf("a tree with a forged leaf (size %d) has the checkpoint's root, or the tree without has not", withForged.Size())
 	}
 	if n := logs.FilterMessageSnippet("not a leaf").Len(); n < 2 {
@@ -699,17 +513,17 @@ func TestCheckpointerSkipsForgedMessages(t *testing.T) {
 func TestCheckpointerRefusesContradictedRoom(t *testing.T) {
 	e := roomtest.NewEnv(t)
 	ctx := context.Background()
-	key, trusted := newPublisherKey(t), newPublisherKey(t)
+	key, trusted := roomtest.NewPublisherKey(t), roomtest.NewPublisherKey(t)
 	const roomID, fine = "room:contradicted", "room:fine"
-	ckp, logs := startCheckpointer(t, e.Connect(), room.CheckpointerOptions{Key: key, TrustedPublishers: []string{trusted.NodeID()},
+	ckp, logs := roomtest.StartCheckpointer(t, e.Connect(), room.CheckpointerOptions{Key: key, TrustedPublishers: []string{trusted.NodeID()},
 		Every: 5, Interval: 100 * time.Millisecond})
-	gate := attestingGate(e, e.Nc, key, ckp, room.GateOptions{})
+	gate := roomtest.AttestingGate(e, e.Nc, key, ckp, room.GateOptions{})
 	es, _ := roomtest.Journal(t, "run-k", "cap-k", 15)
 	if r, err := gate.AppendJournal(ctx, roomID, roomtest.Lines(es[:5]), nil); err != nil || r.Stored != 5 {
 		t.Fatalf("%+v %v", r, err)
 	}
 	ckSubj := room.Subjects{}.Checkpoint(roomID)
-	waitFor(t, 10*time.Second, "the first checkpoint", func() bool { return e.CountOn(ckSubj) == 1 })
+	roomtest.WaitFor(t, 10*time.Second, "the first checkpoint", func() bool { return e.CountOn(ckSubj) == 1 })
 	// A trusted key signs a checkpoint of size 5 over a wrong root,
 	// written straight into the stream.
 	signer, err := checkpoint.NewNoteSigner(trusted)
@@ -725,7 +539,7 @@ func TestCheckpointerRefusesContradictedRoom(t *testing.T) {
 	if _, err := e.Js.Publish(ctx, ckSubj, forged); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 10*time.Second, "an error log", func() bool { return logs.FilterMessageSnippet("contradicts").Len() == 1 })
+	roomtest.WaitFor(t, 10*time.Second, "an error log", func() bool { return logs.FilterMessageSnippet("contradicts").Len() == 1 })
 	entry := logs.FilterMessageSnippet("contradicts").All()[0]
 	if entry.Level != zap.ErrorLevel || entry.ContextMap()["room"] != roomID || entry.ContextMap()["signer"] != trusted.NodeID() ||
 		!strings.Contains(fmt.Sprint(entry.ContextMap()["reason"]), hex.EncodeToString(wrong[:])) {
@@ -740,7 +554,7 @@ func TestCheckpointerRefusesContradictedRoom(t *testing.T) {
 		t.Fatalf("%+v %v", r, err)
 	}
 	fineSubj := room.Subjects{}.Checkpoint(fine)
-	waitFor(t, 10*time.Second, "the other room's checkpoint", func() bool { return e.CountOn(fineSubj) == 1 })
+	roomtest.WaitFor(t, 10*time.Second, "the other room's checkpoint", func() bool { return e.CountOn(fineSubj) == 1 })
 	time.Sleep(300 * time.Millisecond)
 	if err := ckp.Stop(ctx); err != nil {
 		t.Fatal(err)
@@ -749,10 +563,10 @@ func TestCheckpointerRefusesContradictedRoom(t *testing.T) {
 		t.Fatalf("%d checkpoints of the contradicted room, want 2 (the first and the forged one)", n)
 	}
 	last := e.OnSubject(ckSubj)[1]
-	if ck, err := checkpoint.Parse(last.Data, roomID, trustOf(t, trusted)); err != nil || ck.Root != wrong {
+	if ck, err := checkpoint.Parse(last.Data, roomID, roomtest.Trusting(t, trusted)); err != nil || ck.Root != wrong {
 		t.Fatalf("the latest checkpoint is not the forged one: %v", err)
 	}
-	if sizes := rebuild(e, fine, trustOf(t, key)).checkCheckpoints(t); fmt.Sprint(sizes) != "[5]" {
+	if sizes := roomtest.Rebuild(e, fine, roomtest.Trusting(t, key)).CheckCheckpoints(t); fmt.Sprint(sizes) != "[5]" {
 		t.Fatalf("the other room: %v", sizes)
 	}
 }
@@ -787,7 +601,7 @@ func TestServeCheckpoints(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(srv.Shutdown)
-	hostKey, pubKey := newPublisherKey(t), newPublisherKey(t)
+	hostKey, pubKey := roomtest.NewPublisherKey(t), roomtest.NewPublisherKey(t)
 	v, err := validate.New(validate.WithTrustedHosts(hostKey.NodeID()))
 	if err != nil {
 		t.Fatal(err)
@@ -836,7 +650,7 @@ func TestServeCheckpoints(t *testing.T) {
 	if r := roomtest.ShipJournal(t, nc, "room:served", roomtest.Lines(es[:5])); r.Stored != 5 {
 		t.Fatalf("%+v", r)
 	}
-	waitFor(t, 10*time.Second, "a checkpoint every 5", func() bool { return count() == 1 })
+	roomtest.WaitFor(t, 10*time.Second, "a checkpoint every 5", func() bool { return count() == 1 })
 	if r := roomtest.ShipJournal(t, nc, "room:served", roomtest.Lines(es[5:])); r.Stored != 2 {
 		t.Fatalf("%+v", r)
 	}
@@ -851,7 +665,7 @@ func TestServeCheckpoints(t *testing.T) {
 	}
 	// The counter moves once the append's ack is in, which may be after the
 	// checkpoint is seen in the stream.
-	waitFor(t, 10*time.Second, "roompub_checkpoints_written_total 1", func() bool {
+	roomtest.WaitFor(t, 10*time.Second, "roompub_checkpoints_written_total 1", func() bool {
 		return strings.Contains(metrics(), "roompub_checkpoints_written_total 1\n")
 	})
 	for _, want := range []string{"roompub_checkpoint_leases_held 1\n", "roompub_checkpoint_rooms_blocked 0\n", "roompub_checkpoint_unadmitted_messages_total 0\n"} {
@@ -867,7 +681,7 @@ func TestServeCheckpoints(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ck, err := checkpoint.Parse(last.Data, "room:served", trustOf(t, pubKey))
+	ck, err := checkpoint.Parse(last.Data, "room:served", roomtest.Trusting(t, pubKey))
 	if err != nil || ck.Size != 7 || ck.Signer != pubKey.NodeID() {
 		t.Fatalf("final checkpoint: %+v %v", ck, err)
 	}
@@ -877,7 +691,7 @@ func TestServeCheckpoints(t *testing.T) {
 
 	// Without a key: one warning, no attestation, no checkpoint.
 	logs, _, stop = serve(nil)
-	if r := roomtest.ShipRecord(t, nc, recordNamed(&roomtest.Env{T: t, Key: hostKey}, "room:served", "s0")); r.Item.Outcome != room.OutcomeStored {
+	if r := roomtest.ShipRecord(t, nc, roomtest.RecordNamed(&roomtest.Env{T: t, Key: hostKey}, "room:served", "s0")); r.Item.Outcome != room.OutcomeStored {
 		t.Fatalf("%+v", r)
 	}
 	stop()
@@ -900,17 +714,17 @@ func TestServeCheckpoints(t *testing.T) {
 func TestCheckpointerRefusesStuckBatch(t *testing.T) {
 	e := roomtest.NewEnv(t)
 	ctx := context.Background()
-	key := newPublisherKey(t)
+	key := roomtest.NewPublisherKey(t)
 	const roomID = "room:stuck"
-	ckp, logs := startCheckpointer(t, e.Connect(), room.CheckpointerOptions{Key: key, Every: 1000, Interval: 100 * time.Millisecond})
-	gate := attestingGate(e, e.Nc, key, ckp, room.GateOptions{})
+	ckp, logs := roomtest.StartCheckpointer(t, e.Connect(), room.CheckpointerOptions{Key: key, Every: 1000, Interval: 100 * time.Millisecond})
+	gate := roomtest.AttestingGate(e, e.Nc, key, ckp, room.GateOptions{})
 	es, _ := roomtest.Journal(t, "run-s", "cap-s", 5)
 	if r, err := gate.AppendJournal(ctx, roomID, roomtest.Lines(es), nil); err != nil || r.Stored != 5 {
 		t.Fatalf("%+v %v", r, err)
 	}
 	subj := room.Subjects{}
 	ckSubj := subj.Checkpoint(roomID)
-	waitFor(t, 10*time.Second, "the first checkpoint", func() bool { return e.CountOn(ckSubj) == 1 })
+	roomtest.WaitFor(t, 10*time.Second, "the first checkpoint", func() bool { return e.CountOn(ckSubj) == 1 })
 	header := e.OnSubject(subj.Journal(roomID, events.ChainKey{RunID: "run-s", CapsuleID: "cap-s"}))[2].Header.Get(checkpoint.AttestationHeader)
 	if a, err := checkpoint.ParseAttestation(header); err != nil || a.Count != 5 {
 		t.Fatalf("entry 2's header %q: %+v %v", header, a, err)
@@ -922,17 +736,17 @@ func TestCheckpointerRefusesStuckBatch(t *testing.T) {
 	}
 	// The gate's record (exec index 1) is read after the forged message
 	// and waits behind it.
-	if r := gate.AppendRecord(ctx, recordNamed(e, roomID, "s0")); r.Item.Outcome != room.OutcomeStored {
+	if r := gate.AppendRecord(ctx, roomtest.RecordNamed(e, roomID, "s0")); r.Item.Outcome != room.OutcomeStored {
 		t.Fatalf("%+v", r)
 	}
 	start := time.Now()
-	waitFor(t, 10*time.Second, "a checkpoint of the record", func() bool { return e.CountOn(ckSubj) == 2 })
+	roomtest.WaitFor(t, 10*time.Second, "a checkpoint of the record", func() bool { return e.CountOn(ckSubj) == 2 })
 	if took := time.Since(start); took < 900*time.Millisecond {
 		t.Fatalf("the record was checkpointed %s after the append: before the stuck batch was given up", took)
 	}
-	rt := rebuild(e, roomID, trustOf(t, key))
-	if sizes := rt.checkCheckpoints(t); fmt.Sprint(sizes) != "[5 6]" || len(rt.notLeaves) != 1 {
-		t.Fatalf("sizes %v, not leaves %v; want [5 6] and the forged message", sizes, rt.notLeaves)
+	rt := roomtest.Rebuild(e, roomID, roomtest.Trusting(t, key))
+	if sizes := rt.CheckCheckpoints(t); fmt.Sprint(sizes) != "[5 6]" || len(rt.NotLeaves) != 1 {
+		t.Fatalf("sizes %v, not leaves %v; want [5 6] and the forged message", sizes, rt.NotLeaves)
 	}
 	if n := logs.FilterMessageSnippet("does not verify is not a leaf").Len(); n != 1 {
 		t.Fatalf("%d logs of the forged message, want 1:\n%v", n, logs.All())

@@ -300,7 +300,7 @@ func conformanceCases(t *testing.T, key *events.HostKey) []confCase {
 	}), "room:conf-sig", events.SignatureInvalid)
 	record("foreign_evidence", rec("foreign", map[string]any{"evidence": roomtest.EvidenceOn("environment:qmail-00", 1)}).Canonical(),
 		"room:conf-foreign", events.ForeignEvidence)
-	record("foreign_evidence: the reference foreign-evidence.json", roomtest.ReferenceBytes(t, "foreign-evidence.json"), refRoom, events.ForeignEvidence)
+	record("foreign_evidence: the reference foreign-evidence.json", roomtest.ReferenceBytes(t, "foreign-evidence.json"), roomtest.RefRoom, events.ForeignEvidence)
 	record("untrusted_host", roomtest.RecordIn(t, roomtest.NewHostKey(t), "room:conf-untrusted", "untrusted", nil).Canonical(), "room:conf-untrusted", events.UntrustedHost)
 	return cases
 }

@@ -43,7 +43,7 @@ func TestEvidenceByInstance(t *testing.T) {
 	// item was observed on environment:qmail-00, and one of ours whose
 	// instance is a but whose evidence names b.
 	foreignRef := roomtest.ReferenceBytes(t, "foreign-evidence.json")
-	if s := roomtest.PublishRaw(t, e.Js, refSubject, foreignRef); s != 7 {
+	if s := roomtest.PublishRaw(t, e.Js, roomtest.RefSubject, foreignRef); s != 7 {
 		t.Fatalf("stream seq %d", s)
 	}
 	mixed := roomtest.RecordIn(t, e.Key, lab, "a-mixed", map[string]any{"environment/ref": instA, "evidence": append(roomtest.EvidenceOn(instA, 1), roomtest.EvidenceOn(instB, 1)...)})
@@ -67,7 +67,7 @@ func TestEvidenceByInstance(t *testing.T) {
 		got = append(got, roomtest.AsideOf(t, v))
 	}
 	roomtest.DiffAsides(t, "violations", got, []roomtest.Aside{
-		{Seq: 7, Code: events.ForeignEvidence, RoomID: refRoom, Kind: room.KindExecution, Subject: refSubject, Problems: []events.Code{events.ForeignEvidence}},
+		{Seq: 7, Code: events.ForeignEvidence, RoomID: roomtest.RefRoom, Kind: room.KindExecution, Subject: roomtest.RefSubject, Problems: []events.Code{events.ForeignEvidence}},
 		{Seq: 8, Code: events.ForeignEvidence, RoomID: lab, Kind: room.KindExecution, Subject: "rooms.lab.exec", Problems: []events.Code{events.ForeignEvidence}},
 	})
 	if p := rep.Violations[0].Problems[0]; p.At.Pointer != "/evidence/0/environment~1ref" || p.Expected != "environment:qmail-01" || p.Actual != "environment:qmail-00" {

@@ -251,8 +251,8 @@ func TestGateEvictsIdleChains(t *testing.T) {
 	if err != nil || r.Dupes != 1 {
 		t.Fatalf("old line of an evicted chain: %+v %v", r, err)
 	}
-	chainInStream(t, e, "room:idle", es[0])
-	chainInStream(t, e, "room:idle", es[1][:2])
+	roomtest.ChainInStream(t, e, "room:idle", es[0])
+	roomtest.ChainInStream(t, e, "room:idle", es[1][:2])
 	if got := g.ChainStates(); got != 2 {
 		t.Fatalf("%d chain states after two chains were used again, want 2", got)
 	}
@@ -310,7 +310,7 @@ func TestServiceWaitingBodiesCount(t *testing.T) {
 			t.Fatalf("held request %d: status %q: %q", i, st[0], rs[0])
 		}
 	}
-	chainInStream(t, e, roomID, es[:1+held])
+	roomtest.ChainInStream(t, e, roomID, es[:1+held])
 	if got := e.State().Msgs; got != 1+held {
 		t.Fatalf("stream holds %d messages, want %d", got, 1+held)
 	}

@@ -314,29 +314,29 @@ func TestFollowReexamineAttested(t *testing.T) {
 	e := roomtest.NewEnv(t)
 	k1, k2 := roomtest.NewHostKey(t), roomtest.NewHostKey(t)
 	list := filepath.Join(t.TempDir(), "d.set-aside.ndjson")
-	a1, a2 := newAttestor(t, e.Js, k1, attRoom), newAttestor(t, e.Js, k2, attRoom)
+	a1, a2 := roomtest.NewAttestor(t, e.Js, k1, roomtest.AttRoom), roomtest.NewAttestor(t, e.Js, k2, roomtest.AttRoom)
 	es, _ := roomtest.Journal(t, "run-1", "cap-1", 5)
-	a1.entries(es[0], es[1]) // 1, 2
-	a2.entries(es[2], es[3]) // 3, 4
-	a1.entry(es[4])          // 5
-	sentinels := newAttestor(t, e.Js, k1, "room:sentinel")
+	a1.Entries(es[0], es[1]) // 1, 2
+	a2.Entries(es[2], es[3]) // 3, 4
+	a1.Entry(es[4])          // 5
+	sentinels := roomtest.NewAttestor(t, e.Js, k1, "room:sentinel")
 	n := 0
 	sentinel := func() uint64 {
 		n++
-		return sentinels.record(roomtest.RecordIn(t, e.Key, "room:sentinel", fmt.Sprint("s-", n), nil))
+		return sentinels.Record(roomtest.RecordIn(t, e.Key, "room:sentinel", fmt.Sprint("s-", n), nil))
 	}
 
-	run := followOnce(t, e, room.FollowOptions{Durable: "d", Validator: e.V, Trust: trusting(t, k1)}, list, sentinel, nil)
+	run := followOnce(t, e, room.FollowOptions{Durable: "d", Validator: e.V, Trust: roomtest.Trusting(t, k1)}, list, sentinel, nil)
 	if run.err != nil || !slices.Equal(seqsOf(run.events), []string{"1", "2"}) ||
 		!slices.Equal(asideSeqs(run.asides), []string{"3 checkpoint_mismatch", "4 checkpoint_mismatch", "5 gap"}) {
 		t.Fatalf("trusting K1: %v, events %v, set aside %v", run.err, seqsOf(run.events), asideSeqs(run.asides))
 	}
-	run = followOnce(t, e, room.FollowOptions{Durable: "d", Validator: e.V, Trust: trusting(t, k1, k2), Reexamine: true}, list, sentinel, nil)
+	run = followOnce(t, e, room.FollowOptions{Durable: "d", Validator: e.V, Trust: roomtest.Trusting(t, k1, k2), Reexamine: true}, list, sentinel, nil)
 	if run.err != nil || !slices.Equal(seqsOf(run.events), []string{"3r", "4r", "5r"}) || len(run.asides) != 0 ||
 		run.facts != (room.ListFacts{Listed: 3, Served: 3}) {
 		t.Fatalf("trusting both, re-examined: %v, events %v, set aside %v, facts %+v", run.err, seqsOf(run.events), asideSeqs(run.asides), run.facts)
 	}
-	run = followOnce(t, e, room.FollowOptions{Durable: "d", Validator: e.V, Trust: trusting(t, k1, k2), Reexamine: true}, list, sentinel, nil)
+	run = followOnce(t, e, room.FollowOptions{Durable: "d", Validator: e.V, Trust: roomtest.Trusting(t, k1, k2), Reexamine: true}, list, sentinel, nil)
 	if run.err != nil || len(run.events)+len(run.asides) != 0 || run.facts != (room.ListFacts{}) {
 		t.Errorf("again: %v, events %v, set aside %v, facts %+v", run.err, seqsOf(run.events), asideSeqs(run.asides), run.facts)
 	}

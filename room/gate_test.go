@@ -17,34 +17,6 @@ import (
 	"github.com/roompub/roompub/room/internal/roomtest"
 )
 
-const (
-	subjJournal   = "roompub.v1.journal"
-	subjExecution = "roompub.v1.execution"
-	subjHead      = "roompub.v1.head"
-)
-
-// checkStored asserts that items[from:to] hold es[from:to] and were stored
-// in order at stream sequences firstSeq, firstSeq+1, … on subject.
-func checkStored(t *testing.T, r room.JournalReply, es []*events.Entry, from, to int, firstSeq uint64, subject string) {
-	t.Helper()
-	for i := from; i < to; i++ {
-		it := r.Items[i]
-		want := firstSeq + uint64(i-from)
-		seq, _ := es[i].Seq()
-		if it.Index != i || it.Outcome != room.OutcomeStored || it.StreamSeq != want || it.Subject != subject ||
-			seqOf(it) != seq || it.Hash != es[i].EntryHash() || it.Code != "" || it.At != nil {
-			t.Fatalf("item %d: %+v, want stored at stream seq %d on %s", i, it, want, subject)
-		}
-	}
-}
-
-func seqOf(it room.ItemResult) int64 {
-	if it.Seq == nil {
-		return -1
-	}
-	return *it.Seq
-}
-
 func TestJournalStoreDuplicateExtend(t *testing.T) {
 	e := roomtest.NewEnv(t)
 	const subj = "rooms.alpha.journal.run-1.cap-1"
@@ -57,7 +29,7 @@ func TestJournalStoreDuplicateExtend(t *testing.T) {
 		r.Stored != 5 || r.Dupes != 0 || r.Refused != 0 || r.Skipped != 0 || r.Failures != 0 {
 		t.Fatalf("first ship: %+v", r)
 	}
-	checkStored(t, r, entries, 0, 5, 1, subj)
+	roomtest.CheckStored(t, r, entries, 0, 5, 1, subj)
 	wantHead := room.ChainHead{RoomID: "room:alpha", Chain: key, Next: 5, Head: entries[4].EntryHash(), StreamSeq: 5}
 	if r.Head != wantHead {
 		t.Fatalf("head: %+v, want %+v", r.Head, wantHead)
@@ -78,7 +50,7 @@ func TestJournalStoreDuplicateExtend(t *testing.T) {
 		t.Fatalf("re-ship: %+v", r)
 	}
 	for i, it := range r.Items {
-		if it.Outcome != room.OutcomeDuplicate || seqOf(it) != int64(i) || it.Hash != entries[i].EntryHash() || it.Subject != subj ||
+		if it.Outcome != room.OutcomeDuplicate || roomtest.SeqOf(it) != int64(i) || it.Hash != entries[i].EntryHash() || it.Subject != subj ||
 			it.StreamSeq != uint64(i+1) {
 			t.Fatalf("re-ship item %d: %+v", i, it)
 		}
@@ -93,7 +65,7 @@ func TestJournalStoreDuplicateExtend(t *testing.T) {
 	if r.Stored != 3 || r.Dupes != 5 || r.Refused != 0 || r.Skipped != 0 || r.Failures != 0 {
 		t.Fatalf("extend: %+v", r)
 	}
-	checkStored(t, r, entries, 5, 8, 6, subj)
+	roomtest.CheckStored(t, r, entries, 5, 8, 6, subj)
 	wantHead = room.ChainHead{RoomID: "room:alpha", Chain: key, Next: 8, Head: entries[7].EntryHash(), StreamSeq: 8}
 	if r.Head != wantHead {
 		t.Fatalf("head after extend: %+v", r.Head)
@@ -104,7 +76,7 @@ func TestJournalStoreDuplicateExtend(t *testing.T) {
 	if r.Stored != 2 || r.Dupes != 0 {
 		t.Fatalf("extend from head: %+v", r)
 	}
-	checkStored(t, r, more[8:], 0, 2, 9, subj)
+	roomtest.CheckStored(t, r, more[8:], 0, 2, 9, subj)
 	if st := e.State(); st.Msgs != 10 || st.LastSeq != 10 {
 		t.Fatalf("stream: %+v", st)
 	}
@@ -183,7 +155,7 @@ func TestJournalRefusals(t *testing.T) {
 			if len(r.Items) != n || r.Stored != 3 || r.Refused != 1 || r.Skipped != n-4 || r.Dupes != 0 || r.Failures != 0 {
 				t.Fatalf("reply: %+v", r)
 			}
-			checkStored(t, r, es, 0, 3, before.LastSeq+1, subj)
+			roomtest.CheckStored(t, r, es, 0, 3, before.LastSeq+1, subj)
 			it := r.Items[3]
 			if it.Outcome != room.OutcomeRefused || it.Code != tc.code || it.At == nil || it.At.Line != 4 || it.StreamSeq != 0 || it.Subject != "" {
 				t.Fatalf("item 3: %+v", it)
@@ -244,7 +216,7 @@ func TestJournalBadRequest(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			code, er := e.RequestError(subjJournal, c.hdr, c.body)
+			code, er := e.RequestError(roomtest.SubjJournal, c.hdr, c.body)
 			if code != "400" || er.Code != events.BadRequest || er.Reason == "" {
 				t.Fatalf("got %q %+v, want 400 bad_request", code, er)
 			}
@@ -256,13 +228,13 @@ func TestJournalBadRequest(t *testing.T) {
 		t.Fatalf("512-character room id: %+v", r)
 	}
 	// A capsule header that is not a capsule.json.
-	code, er := e.RequestError(subjJournal, nats.Header{room.HeaderRoom: {"room:alpha"}, room.HeaderCapsule: {`{"run_id":"run-1"}`}}, body)
+	code, er := e.RequestError(roomtest.SubjJournal, nats.Header{room.HeaderRoom: {"room:alpha"}, room.HeaderCapsule: {`{"run_id":"run-1"}`}}, body)
 	if code != "400" || er.Code != events.InvalidCapsule {
 		t.Fatalf("bad capsule header: %q %+v", code, er)
 	}
 	// A head request that names no chain.
 	for _, b := range []string{``, `{}`, `{"run_id":"run-1"}`, `not json`} {
-		code, er := e.RequestError(subjHead, nil, []byte(b))
+		code, er := e.RequestError(roomtest.SubjHead, nil, []byte(b))
 		if code != "400" || er.Code != events.BadRequest {
 			t.Fatalf("head %q: %q %+v", b, code, er)
 		}
@@ -280,7 +252,7 @@ func TestJournalCapsuleHeader(t *testing.T) {
 	}
 	var r room.JournalReply
 	bad := `{"schema":"capsule/v1","run_id":"run-1","capsule_id":"cap-1","harness_version":"test/2","task_family":"slugify"}`
-	if code := e.Request(subjJournal, hdr(bad), body, &r); code != "" {
+	if code := e.Request(roomtest.SubjJournal, hdr(bad), body, &r); code != "" {
 		t.Fatalf("error %s", code)
 	}
 	if r.Stored != 0 || r.Refused != 1 || r.Skipped != 2 {
@@ -296,13 +268,13 @@ func TestJournalCapsuleHeader(t *testing.T) {
 	}
 	good := `{"run_id":"run-1","capsule_id":"cap-1","harness_version":"test/1","task_family":"slugify"}`
 	r = room.JournalReply{}
-	if code := e.Request(subjJournal, hdr(good), body, &r); code != "" || r.Stored != 3 {
+	if code := e.Request(roomtest.SubjJournal, hdr(good), body, &r); code != "" || r.Stored != 3 {
 		t.Fatalf("matching capsule: %s %+v", code, r)
 	}
 	// A later request with a mismatching capsule is refused at the head.
 	more, _ := roomtest.Journal(t, "run-1", "cap-1", 4)
 	r = room.JournalReply{}
-	if code := e.Request(subjJournal, hdr(bad), roomtest.Lines(more[3:]), &r); code != "" || r.Refused != 1 || r.Items[0].Code != events.MetadataMismatch {
+	if code := e.Request(roomtest.SubjJournal, hdr(bad), roomtest.Lines(more[3:]), &r); code != "" || r.Refused != 1 || r.Items[0].Code != events.MetadataMismatch {
 		t.Fatalf("mismatch after head: %s %+v", code, r)
 	}
 	if st := e.State(); st.Msgs != 3 {
@@ -342,7 +314,7 @@ func TestJournalRoomConflictForkGap(t *testing.T) {
 	}
 	r = e.ShipJournal("room:alpha", roomtest.Lines([]*events.Entry{alt}))
 	it := r.Items[0]
-	if r.Refused != 1 || it.Code != events.Fork || seqOf(it) != 1 || it.Hash != alt.EntryHash() ||
+	if r.Refused != 1 || it.Code != events.Fork || roomtest.SeqOf(it) != 1 || it.Hash != alt.EntryHash() ||
 		it.Problems[0].Expected != entries[1].EntryHash() || it.Problems[0].Actual != alt.EntryHash() || it.Problems[0].At.Pointer != "/seq" {
 		t.Fatalf("fork: %+v", r)
 	}
@@ -399,7 +371,7 @@ func TestJournalTooLarge(t *testing.T) {
 	before := e.State()
 	r := e.ShipJournal("room:alpha", roomtest.Lines([]*events.Entry{ent}))
 	it := r.Items[0]
-	if r.Refused != 1 || r.Stored != 0 || it.Code != events.TooLarge || seqOf(it) != 1 || it.Hash != ent.EntryHash() ||
+	if r.Refused != 1 || r.Stored != 0 || it.Code != events.TooLarge || roomtest.SeqOf(it) != 1 || it.Hash != ent.EntryHash() ||
 		!strings.Contains(it.Reason, fmt.Sprintf("the server accepts at most %d", maxPayload)) {
 		t.Fatalf("too large: %+v", r)
 	}
@@ -420,7 +392,7 @@ func TestHeadEndpoint(t *testing.T) {
 		t.Fatalf("ship: %+v", r)
 	}
 	var h room.ChainHead
-	if code := e.Request(subjHead, nil, []byte(`{"run_id":"run.1:x","capsule_id":"cap-1"}`), &h); code != "" {
+	if code := e.Request(roomtest.SubjHead, nil, []byte(`{"run_id":"run.1:x","capsule_id":"cap-1"}`), &h); code != "" {
 		t.Fatalf("head: %s", code)
 	}
 	want := room.ChainHead{RoomID: "room:a.b/c", Chain: events.ChainKey{RunID: "run.1:x", CapsuleID: "cap-1"}, Next: 4, Head: entries[3].EntryHash(), StreamSeq: 4}
@@ -434,13 +406,13 @@ func TestHeadEndpoint(t *testing.T) {
 		t.Fatalf("ship: %+v", r)
 	}
 	h = room.ChainHead{}
-	if code := e.Request(subjHead, nil, []byte(`{"run_id":"run-3","capsule_id":"cap-1"}`), &h); code != "" ||
+	if code := e.Request(roomtest.SubjHead, nil, []byte(`{"run_id":"run-3","capsule_id":"cap-1"}`), &h); code != "" ||
 		h != (room.ChainHead{RoomID: "room:é*>~", Chain: events.ChainKey{RunID: "run-3", CapsuleID: "cap-1"}, Next: 1, Head: es[0].EntryHash(), StreamSeq: 5}) {
 		t.Fatalf("head: %s %+v", code, h)
 	}
 
 	// A chain that does not exist, read as raw JSON to see the wire form.
-	resp, err := e.Nc.Request(subjHead, []byte(`{"run_id":"run-2","capsule_id":"cap-1"}`), 5*time.Second)
+	resp, err := e.Nc.Request(roomtest.SubjHead, []byte(`{"run_id":"run-2","capsule_id":"cap-1"}`), 5*time.Second)
 	if err != nil {
 		t.Fatal(err)
 	}

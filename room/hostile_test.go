@@ -16,91 +16,6 @@ import (
 	"github.com/roompub/roompub/room/internal/roomtest"
 )
 
-// hostileLines are journal lines a hostile or broken harness may send, each
-// with the code the gate must refuse it with (every input class gets a
-// clear refusal with a code, and nothing lands).
-func hostileLines(t *testing.T) []struct {
-	name string
-	line []byte
-	code events.Code
-} {
-	good, _ := roomtest.Journal(t, "run-h", "cap-h", 1)
-	obj := good[0].Object()
-	canon := good[0].Canonical()
-	with := func(k string, v any) []byte {
-		m := map[string]any{}
-		for kk, vv := range obj {
-			m[kk] = vv
-		}
-		m[k] = v
-		b, err := json.Marshal(m)
-		if err != nil {
-			t.Fatal(err)
-		}
-		out, err := events.Canonicalize(b)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return out
-	}
-	keys := func(n int) []byte {
-		var b strings.Builder
-		b.WriteString("{")
-		for i := range n {
-			if i > 0 {
-				b.WriteString(",")
-			}
-			fmt.Fprintf(&b, `"k%05d":1`, i)
-		}
-		b.WriteString("}")
-		return []byte(b.String())
-	}
-	cases := []struct {
-		name string
-		line []byte
-		code events.Code
-	}{
-		{"truncated JSON", canon[:len(canon)/2], events.CorruptEntry},
-		// JSON but not an object: not an envelope (the upstream's verdict).
-		{"huge string, not an object", []byte(`"` + strings.Repeat("x", 700<<10) + `"`), events.InvalidEntry},
-		{"deep nesting", []byte(strings.Repeat("[", 10000) + strings.Repeat("]", 10000)), events.InvalidEntry},
-		{"nesting over 10,000", []byte(strings.Repeat("[", 10001) + strings.Repeat("]", 10001)), events.CorruptEntry},
-		{"10,000 keys", keys(10000), events.InvalidEntry},
-		{"duplicate keys", []byte(`{"seq":0,"seq":1}`), events.CorruptEntry},
-		{"invalid UTF-8", append([]byte(`{"a":"`), 0xff, '"', '}'), events.NonCanonical},
-		{"lone surrogate, an entry of no envelope field", []byte(`{"a":"\ud800"}`), events.InvalidEntry},
-		{"lone surrogate, duplicate keys", []byte(`{"\ud800":0,"\uD800":1}`), events.CorruptEntry},
-		{"lone surrogates nested 10,001 deep", []byte(strings.Repeat(`{"\udc00":`, 10001) + `1` + strings.Repeat("}", 10001)), events.CorruptEntry},
-		{"number 1e400", []byte(`{"a":1e400}`), events.CorruptEntry},
-		{"raw NUL byte", []byte("{\"a\":\"\x00\"}"), events.CorruptEntry},
-		{"byte-order mark", append([]byte("\ufeff"), canon...), events.CorruptEntry},
-		{"empty line", []byte{}, events.CorruptEntry},
-		{"run_id of 129 characters", with("run_id", strings.Repeat("r", 129)), events.InvalidEntry},
-		{"payload nested object", with("payload", map[string]any{"status": map[string]any{"a": 1}}), events.InvalidEntry},
-		{"secret in payload", with("payload", map[string]any{"note": "AKIA" + strings.Repeat("Q", 16)}), events.InvalidEntry},
-	}
-	// Wrong types at every field.
-	for k, v := range obj {
-		var wrong []any
-		switch v.(type) {
-		case string:
-			wrong = []any{json.Number("7"), nil, []any{"x"}, true}
-		case json.Number:
-			wrong = []any{"0", nil, map[string]any{}}
-		case map[string]any:
-			wrong = []any{"payload", []any{}, json.Number("1")}
-		}
-		for _, w := range wrong {
-			cases = append(cases, struct {
-				name string
-				line []byte
-				code events.Code
-			}{fmt.Sprintf("%s as %T", k, w), with(k, w), events.InvalidEntry})
-		}
-	}
-	return cases
-}
-
 // TestHostileJournalLines: each hostile line, sent as a one-line journal
 // request, is refused with its code; meanwhile a well-behaved harness
 // keeps shipping through the same service, and only its entries land.
@@ -120,19 +35,19 @@ func TestHostileJournalLines(t *testing.T) {
 			}
 		}
 	}()
-	cases := hostileLines(t)
+	cases := roomtest.HostileLines(t)
 	if len(cases) < 40 {
 		t.Fatalf("only %d hostile lines", len(cases))
 	}
 	for _, c := range cases {
-		body := append(append([]byte{}, c.line...), '\n')
+		body := append(append([]byte{}, c.Line...), '\n')
 		r := e.ShipJournal("room:hostile", body)
-		if len(r.Items) != 1 || r.Items[0].Outcome != room.OutcomeRefused || r.Items[0].Code != c.code {
-			t.Errorf("%s: got %+v, want refused %s", c.name, r.Items, c.code)
+		if len(r.Items) != 1 || r.Items[0].Outcome != room.OutcomeRefused || r.Items[0].Code != c.Code {
+			t.Errorf("%s: got %+v, want refused %s", c.Name, r.Items, c.Code)
 			continue
 		}
 		if len(r.Items[0].Reason) > events.MaxTextBytes+64 {
-			t.Errorf("%s: reason of %d bytes", c.name, len(r.Items[0].Reason))
+			t.Errorf("%s: reason of %d bytes", c.Name, len(r.Items[0].Reason))
 		}
 	}
 	wg.Wait()

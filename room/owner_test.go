@@ -151,18 +151,18 @@ func TestChainOwnerReader(t *testing.T) {
 func TestChainOwnerCheckpointer(t *testing.T) {
 	e := roomtest.NewEnv(t)
 	ctx := context.Background()
-	keyA, keyB := newPublisherKey(t), newPublisherKey(t)
+	keyA, keyB := roomtest.NewPublisherKey(t), roomtest.NewPublisherKey(t)
 	const roomID = "room:owned"
-	startCheckpointer(t, e.Connect(), room.CheckpointerOptions{Key: keyB, TrustedPublishers: []string{keyA.NodeID()}, Every: 5, Interval: 100 * time.Millisecond})
-	gate := attestingGate(e, e.Connect(), keyA, nil, room.GateOptions{})
+	roomtest.StartCheckpointer(t, e.Connect(), room.CheckpointerOptions{Key: keyB, TrustedPublishers: []string{keyA.NodeID()}, Every: 5, Interval: 100 * time.Millisecond})
+	gate := roomtest.AttestingGate(e, e.Connect(), keyA, nil, room.GateOptions{})
 	es, _ := roomtest.Journal(t, "run-o", "cap-o", 10)
 	if r, err := gate.AppendJournalAs(ctx, roomID, "alice", roomtest.Lines(es), nil); err != nil || r.Stored != 10 {
 		t.Fatalf("%+v %v", r, err)
 	}
-	trust := trustOf(t, keyA, keyB)
-	waitFor(t, 10*time.Second, "a checkpoint of size 10", func() bool {
-		cks := rebuild(e, roomID, trust).checkpoints
+	trust := roomtest.Trusting(t, keyA, keyB)
+	roomtest.WaitFor(t, 10*time.Second, "a checkpoint of size 10", func() bool {
+		cks := roomtest.Rebuild(e, roomID, trust).Checkpoints
 		return len(cks) > 0 && cks[len(cks)-1].Size == 10
 	})
-	rebuild(e, roomID, trust).checkCheckpoints(t)
+	roomtest.Rebuild(e, roomID, trust).CheckCheckpoints(t)
 }

@@ -195,12 +195,12 @@ func TestParallelConformance(t *testing.T) {
 
 	good, _ := roomtest.Journal(t, "run-h", "cap-h", 1)
 	s := subj.Journal("room:hostile", events.ChainKey{RunID: "run-h", CapsuleID: "cap-h"})
-	for _, h := range hostileLines(t) {
-		t.Run(h.name, func(t *testing.T) {
+	for _, h := range roomtest.HostileLines(t) {
+		t.Run(h.Name, func(t *testing.T) {
 			l := msgList{t0: msgEpoch}
 			l.add(s, good[0].Canonical())
-			l.add(s, h.line)
-			l.add(subj.Records("room:hostile"), h.line)
+			l.add(s, h.Line)
+			l.add(subj.Records("room:hostile"), h.Line)
 			got := checkParallel(t, v, l.msgs, false, 3)
 			if got[1].Aside == nil || got[2].Aside == nil {
 				t.Errorf("hostile line served: %v", got)

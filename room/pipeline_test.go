@@ -64,21 +64,6 @@ func TestGatePipelinedRequestsDecidedInOrder(t *testing.T) {
 	}
 }
 
-// capsuleDir writes a capsule directory of journal's chain (run, capsule)
-// holding body.
-func capsuleDir(t *testing.T, run, capsule string, body []byte) string {
-	t.Helper()
-	dir := t.TempDir()
-	meta := fmt.Sprintf(`{"capsule_id":%q,"created_at":"2026-09-02T00:00:00.000Z","harness_version":"test/1","run_id":%q,"schema":"capsule-envelope/v1","task_family":"slugify"}`, capsule, run)
-	if err := os.WriteFile(filepath.Join(dir, "capsule.json"), []byte(meta+"\n"), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(filepath.Join(dir, "journal.ndjson"), body, 0o644); err != nil {
-		t.Fatal(err)
-	}
-	return dir
-}
-
 // linesWithNonCanonical is lines(es) with line bad (from 0) written with a
 // space RFC 8785 does not allow: refused non_canonical.
 func linesWithNonCanonical(es []*events.Entry, bad int) []byte {
@@ -94,28 +79,12 @@ func linesWithNonCanonical(es []*events.Entry, bad int) []byte {
 	return body.Bytes()
 }
 
-// chainInStream checks that the stream holds exactly es, in chain order,
-// on the chain's subject in roomID.
-func chainInStream(t *testing.T, e *roomtest.Env, roomID string, es []*events.Entry) {
-	t.Helper()
-	subj := room.Subjects{}.Journal(roomID, events.ChainKey{RunID: es[0].RunID(), CapsuleID: es[0].CapsuleID()})
-	msgs := e.OnSubject(subj)
-	if len(msgs) != len(es) {
-		t.Fatalf("%s holds %d messages, want %d", subj, len(msgs), len(es))
-	}
-	for i, m := range msgs {
-		if !bytes.Equal(m.Data, es[i].Canonical()) {
-			t.Fatalf("%s message %d (stream seq %d) is not entry %d", subj, i, m.Sequence, i)
-		}
-	}
-}
-
 // ShipCapsule with several requests in flight stores every line once, in
 // chain order, and a second run finds them all stored.
 func TestShipCapsulePipelined(t *testing.T) {
 	e := roomtest.NewEnv(t)
 	es, body := roomtest.Journal(t, "run-pipe", "cap-pipe", 3000)
-	dir := capsuleDir(t, "run-pipe", "cap-pipe", body)
+	dir := roomtest.CapsuleDir(t, "run-pipe", "cap-pipe", body)
 	cl := client.New(e.Nc, client.Options{})
 	ctx := context.Background()
 	progress := 0
@@ -126,7 +95,7 @@ func TestShipCapsulePipelined(t *testing.T) {
 	if progress != 30 {
 		t.Fatalf("progress called %d times, want once per request (30)", progress)
 	}
-	chainInStream(t, e, "room:pipe", es)
+	roomtest.ChainInStream(t, e, "room:pipe", es)
 	again, err := client.ShipCapsule(ctx, cl, dir, "room:pipe", client.ShipOptions{BatchLines: 100, Pipeline: 4})
 	if err != nil || again.Skipped != 3000 || again.Stored != 0 || again.Refused != nil {
 		t.Fatalf("second ship: %+v %v", again, err)
@@ -139,7 +108,7 @@ func TestShipCapsulePipelined(t *testing.T) {
 func TestShipCapsulePipelinedRefusal(t *testing.T) {
 	e := roomtest.NewEnv(t)
 	es, _ := roomtest.Journal(t, "run-pipe", "cap-refused", 3000)
-	dir := capsuleDir(t, "run-pipe", "cap-refused", linesWithNonCanonical(es, 1500))
+	dir := roomtest.CapsuleDir(t, "run-pipe", "cap-refused", linesWithNonCanonical(es, 1500))
 	cl := client.New(e.Nc, client.Options{})
 	res, err := client.ShipCapsule(context.Background(), cl, dir, "room:pipe", client.ShipOptions{BatchLines: 100, Pipeline: 4})
 	if err != nil || res.Refused == nil {
@@ -151,7 +120,7 @@ func TestShipCapsulePipelinedRefusal(t *testing.T) {
 	if res.Stored != 1500 {
 		t.Fatalf("stored %d, want 1500", res.Stored)
 	}
-	chainInStream(t, e, "room:pipe", es[:1500])
+	roomtest.ChainInStream(t, e, "room:pipe", es[:1500])
 }
 
 // Two gate processes serve one stream (one micro queue group): pipelined
@@ -163,13 +132,13 @@ func TestShipCapsulePipelinedAcrossGates(t *testing.T) {
 	e := roomtest.NewEnv(t)
 	svc2 := e.SecondService()
 	es, body := roomtest.Journal(t, "run-pipe", "cap-two-gates", 2000)
-	dir := capsuleDir(t, "run-pipe", "cap-two-gates", body)
+	dir := roomtest.CapsuleDir(t, "run-pipe", "cap-two-gates", body)
 	cl := client.New(e.Connect(), client.Options{})
 	res, err := client.ShipCapsule(context.Background(), cl, dir, "room:pipe", client.ShipOptions{BatchLines: 25, Pipeline: 4})
 	if err != nil || res.Refused != nil || res.Stored != 2000 || res.Head.Next != 2000 {
 		t.Fatalf("ship: %+v %v", res, err)
 	}
-	chainInStream(t, e, "room:pipe", es)
+	roomtest.ChainInStream(t, e, "room:pipe", es)
 	// Both gates took requests (else this test tests nothing).
 	var counts [2]int
 	for i, s := range []*room.Service{e.Svc, svc2} {
@@ -297,7 +266,7 @@ func TestShipCapsulePipelinedSmallConcurrency(t *testing.T) {
 			errs := make(chan error, 2)
 			for _, capsule := range []string{"cap-small-a", "cap-small-b"} {
 				es, body := roomtest.Journal(t, "run-small", capsule, 400)
-				dir := capsuleDir(t, "run-small", capsule, body)
+				dir := roomtest.CapsuleDir(t, "run-small", capsule, body)
 				go func() {
 					res, err := client.ShipCapsule(ctx, cl, dir, "room:small", client.ShipOptions{BatchLines: 20, Pipeline: 4})
 					if err == nil && (res.Stored != len(es) || res.Refused != nil) {
@@ -323,7 +292,7 @@ func TestShipCapsulePipelinedGapAtRequestBoundary(t *testing.T) {
 	e.EachGate(func(g *room.Gate) { g.SetAheadWait(time.Hour) })
 	es, _ := roomtest.Journal(t, "run-pipe", "cap-gap", 2000)
 	body := append(roomtest.Lines(es[:1000]), roomtest.Lines(es[1001:])...)
-	dir := capsuleDir(t, "run-pipe", "cap-gap", body)
+	dir := roomtest.CapsuleDir(t, "run-pipe", "cap-gap", body)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	cl := client.New(e.Nc, client.Options{})
@@ -334,7 +303,7 @@ func TestShipCapsulePipelinedGapAtRequestBoundary(t *testing.T) {
 	if res.Refused.Code != events.Reordered || res.Refused.At.Line != 1001 || res.Stored != 1000 {
 		t.Fatalf("refusal %+v after %d stored, want reordered at line 1001 after 1000", res.Refused, res.Stored)
 	}
-	chainInStream(t, e, "room:pipe", es[:1000])
+	roomtest.ChainInStream(t, e, "room:pipe", es[:1000])
 }
 
 // A Roompub-Pipelined header that is not a seq is a bad request.
@@ -366,7 +335,7 @@ func TestShipLineLongerThanAnyLine(t *testing.T) {
 		{2 << 20, events.TooLarge, "a request carries at most"},
 	} {
 		body := append(roomtest.Lines(es), append(bytes.Repeat([]byte("x"), c.size), '\n')...)
-		dir := capsuleDir(t, "run-long", "cap-long", body)
+		dir := roomtest.CapsuleDir(t, "run-long", "cap-long", body)
 		res, err := client.ShipCapsule(context.Background(), cl, dir, "room:long", client.ShipOptions{})
 		if err != nil {
 			t.Fatal(err)
@@ -387,7 +356,7 @@ func TestShipEditedStoredLine(t *testing.T) {
 	e := roomtest.NewEnv(t)
 	cl := client.New(e.Nc, client.Options{})
 	es, body := roomtest.Journal(t, "run-edit", "cap-edit", 3)
-	dir := capsuleDir(t, "run-edit", "cap-edit", body)
+	dir := roomtest.CapsuleDir(t, "run-edit", "cap-edit", body)
 	if res, err := client.ShipCapsule(context.Background(), cl, dir, "room:edit", client.ShipOptions{}); err != nil || res.Stored != 3 {
 		t.Fatalf("first ship: %+v, %v", res, err)
 	}
@@ -401,7 +370,7 @@ func TestShipEditedStoredLine(t *testing.T) {
 		if bytes.Equal(ls[edited], es[edited].Canonical()) {
 			t.Fatal("the line was not edited")
 		}
-		dir := capsuleDir(t, "run-edit", "cap-edit", bytes.Join(ls, nil))
+		dir := roomtest.CapsuleDir(t, "run-edit", "cap-edit", bytes.Join(ls, nil))
 		before := e.State()
 		res, err := client.ShipCapsule(context.Background(), cl, dir, "room:edit", client.ShipOptions{})
 		if err != nil || res.Skipped != 0 || res.Stored != 0 || res.Refused == nil || res.Refused.Problem.Code != events.InvalidEntry ||
@@ -428,7 +397,7 @@ func TestShipCapsuleJSONCheckedBeforeAnyLine(t *testing.T) {
 		{".000Z", "Z", "/created_at"},
 		{`"task_family":"slugify"`, `"task_family":"\t"`, "/task_family"},
 	} {
-		dir := capsuleDir(t, "run-meta", "cap-meta", body)
+		dir := roomtest.CapsuleDir(t, "run-meta", "cap-meta", body)
 		cpath := filepath.Join(dir, "capsule.json")
 		raw, err := os.ReadFile(cpath)
 		if err != nil {
@@ -446,15 +415,15 @@ func TestShipCapsuleJSONCheckedBeforeAnyLine(t *testing.T) {
 			t.Fatalf("%s: the room holds %d messages after a refused capsule.json", tt.pointer, n)
 		}
 	}
-	empty := capsuleDir(t, "run-meta", "cap-meta", nil)
+	empty := roomtest.CapsuleDir(t, "run-meta", "cap-meta", nil)
 	res, err := client.ShipCapsule(context.Background(), cl, empty, "room:meta", client.ShipOptions{})
 	if err != nil || res.Refused != nil || res.Stored != 0 || res.Lines != 0 {
 		t.Fatalf("empty capsule: %+v %v, want nothing shipped and no refusal", res, err)
 	}
-	if _, err := client.ShipCapsule(context.Background(), cl, capsuleDir(t, "run-meta", "cap-meta", body), "room:meta", client.ShipOptions{}); err != nil {
+	if _, err := client.ShipCapsule(context.Background(), cl, roomtest.CapsuleDir(t, "run-meta", "cap-meta", body), "room:meta", client.ShipOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	chainInStream(t, e, "room:meta", es)
+	roomtest.ChainInStream(t, e, "room:meta", es)
 }
 
 // A pipelined request whose first line does not claim the seq after the

@@ -68,13 +68,13 @@ func TestRaceSameJournal(t *testing.T) {
 				for _, it := range r.Items {
 					switch it.Outcome {
 					case room.OutcomeStored:
-						storedBy[seqOf(it)]++
+						storedBy[roomtest.SeqOf(it)]++
 						seqs[it.StreamSeq]++
 					case room.OutcomeDuplicate:
 					default:
 						t.Fatalf("round %d gate %d: item %+v", round, i, it)
 					}
-					if it.Hash != entries[seqOf(it)].EntryHash() {
+					if it.Hash != entries[roomtest.SeqOf(it)].EntryHash() {
 						t.Fatalf("round %d gate %d: item %+v", round, i, it)
 					}
 				}

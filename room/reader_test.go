@@ -105,8 +105,8 @@ func compromisedStream(t *testing.T, e *roomtest.Env) scenario {
 	raw(subjD, a[0].Canonical())                     // 19 wrong_room: capsule a on capsule d's subject
 	raw(subjD, d[1].Canonical())                     // 20: chain d is not touched by 19
 	untrusted := roomtest.RecordIn(t, roomtest.NewHostKey(t), evilRoom, "evil-untrusted", nil)
-	raw(exec, untrusted.Canonical())                                     // 21 untrusted_host
-	raw(refSubject, roomtest.ReferenceBytes(t, "foreign-evidence.json")) // 22 foreign_evidence
+	raw(exec, untrusted.Canonical())                                              // 21 untrusted_host
+	raw(roomtest.RefSubject, roomtest.ReferenceBytes(t, "foreign-evidence.json")) // 22 foreign_evidence
 	elsewhere := roomtest.RecordIn(t, e.Key, "room:elsewhere", "elsewhere-1", nil)
 	raw(exec, elsewhere.Canonical())                         // 23 wrong_room: room/id is room:elsewhere
 	raw(exec, evil1.Canonical())                             // 24 replayed: the bytes of seq 9
@@ -137,7 +137,7 @@ func compromisedStream(t *testing.T, e *roomtest.Env) scenario {
 			ja(17, events.ChainBroken, subjC, "run-c/cap-c"),
 			ja(19, events.WrongRoom, subjD, "run-d/cap-d"),
 			ra(21, events.UntrustedHost, evilRoom, exec),
-			ra(22, events.ForeignEvidence, refRoom, refSubject),
+			ra(22, events.ForeignEvidence, roomtest.RefRoom, roomtest.RefSubject),
 			ra(23, events.WrongRoom, evilRoom, exec),
 			ra(24, events.Replayed, evilRoom, exec),
 			{Seq: 25, Code: events.BadSubject, Subject: "rooms.evil.junk", Problems: []events.Code{events.BadSubject}},
@@ -152,7 +152,7 @@ func compromisedStream(t *testing.T, e *roomtest.Env) scenario {
 			{room: evilRoom, chain: "run-d/cap-d", entries: 3, head: d[2].EntryHash(), first: 18, last: 27, verdict: "ok"},
 			{room: evilRoom, chain: "run-e/cap-e", entries: 2, head: x[1].EntryHash(), first: 29, last: 30, verdict: "ok"},
 		},
-		records: map[string]int{evilRoom: 2, refRoom: 1},
+		records: map[string]int{evilRoom: 2, roomtest.RefRoom: 1},
 	}
 	return sc
 }

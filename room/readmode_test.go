@@ -72,22 +72,22 @@ func reportJSON(t *testing.T, rep *room.AuditReport) string {
 func TestReadDirectSameReport(t *testing.T) {
 	e := roomtest.NewEnv(t)
 	ctx := context.Background()
-	pub := newPublisherKey(t)
-	trust := trusting(t, pub)
-	ckp, _ := startCheckpointer(t, e.Connect(), room.CheckpointerOptions{Key: pub, Every: 40, Interval: time.Hour})
-	gate := attestingGate(e, e.Nc, pub, ckp, room.GateOptions{})
+	pub := roomtest.NewPublisherKey(t)
+	trust := roomtest.Trusting(t, pub)
+	ckp, _ := roomtest.StartCheckpointer(t, e.Connect(), room.CheckpointerOptions{Key: pub, Every: 40, Interval: time.Hour})
+	gate := roomtest.AttestingGate(e, e.Nc, pub, ckp, room.GateOptions{})
 	const beta = "room:beta"
 	ea, _ := roomtest.Journal(t, "run-a", "cap-a", 61)
 	eb, _ := roomtest.Journal(t, "run-b", "cap-b", 30)
 	for k := range 3 {
-		if r, err := gate.AppendJournal(ctx, attRoom, roomtest.Lines(ea[20*k:20*k+20]), nil); err != nil || r.Stored != 20 {
+		if r, err := gate.AppendJournal(ctx, roomtest.AttRoom, roomtest.Lines(ea[20*k:20*k+20]), nil); err != nil || r.Stored != 20 {
 			t.Fatalf("%+v %v", r, err)
 		}
 		if r, err := gate.AppendJournal(ctx, beta, roomtest.Lines(eb[10*k:10*k+10]), nil); err != nil || r.Stored != 10 {
 			t.Fatalf("%+v %v", r, err)
 		}
 	}
-	for _, id := range []string{attRoom, beta} {
+	for _, id := range []string{roomtest.AttRoom, beta} {
 		if r := gate.AppendRecord(ctx, roomtest.RecordIn(t, e.Key, id, "rec-"+id[5:], nil).Canonical()); r.Item.Outcome != room.OutcomeStored {
 			t.Fatalf("%+v", r)
 		}
@@ -95,14 +95,14 @@ func TestReadDirectSameReport(t *testing.T) {
 	if err := ckp.Stop(ctx); err != nil {
 		t.Fatal(err)
 	}
-	forged := roomtest.PublishRaw(t, e.Js, room.Subjects{}.Journal(attRoom, events.ChainKey{RunID: "run-a", CapsuleID: "cap-a"}), ea[60].Canonical())
+	forged := roomtest.PublishRaw(t, e.Js, room.Subjects{}.Journal(roomtest.AttRoom, events.ChainKey{RunID: "run-a", CapsuleID: "cap-a"}), ea[60].Canonical())
 
 	rep := auditBothWays(t, e, room.AuditOptions{Validator: e.V, Trust: trust})
 	if rep.Totals.Messages != forged || rep.Totals.Entries != 90 || rep.Totals.Records != 2 || rep.Totals.SetAside != 1 ||
 		rep.Totals.ChainsOK != 2 || rep.Totals.Checkpoints < 3 || len(rep.Checkpoints) != 2 || !rep.Attestation.Checked {
 		t.Errorf("every room: totals %+v, checkpoints %+v", rep.Totals, rep.Checkpoints)
 	}
-	if got := mismatches(t, rep.Violations); !slices.Equal(got, []uint64{forged}) {
+	if got := roomtest.Mismatches(t, rep.Violations); !slices.Equal(got, []uint64{forged}) {
 		t.Errorf("violations %v, want the forgery at %d", rep.Violations, forged)
 	}
 	for _, f := range rep.Checkpoints {
@@ -113,7 +113,7 @@ func TestReadDirectSameReport(t *testing.T) {
 	all := rep.Totals
 
 	// Both rooms by name: several filters, read as one and kept by subject.
-	rep = auditBothWays(t, e, room.AuditOptions{Validator: e.V, Trust: trust, Rooms: []string{beta, attRoom}})
+	rep = auditBothWays(t, e, room.AuditOptions{Validator: e.V, Trust: trust, Rooms: []string{beta, roomtest.AttRoom}})
 	if fmt.Sprint(rep.Totals) != fmt.Sprint(all) {
 		t.Errorf("both rooms: totals %+v, want %+v", rep.Totals, all)
 	}
@@ -154,11 +154,11 @@ func TestReadDirectSameReport(t *testing.T) {
 	if rep.Totals.Messages != sc.last || rep.Totals.SetAside != uint64(len(sc.asides)) || rep.Totals.ChainsBroken != 3 {
 		t.Errorf("compromised stream: totals %+v", rep.Totals)
 	}
-	auditBothWays(t, e2, room.AuditOptions{Validator: e2.V, Rooms: []string{evilRoom, refRoom}, FromSeq: 3})
+	auditBothWays(t, e2, room.AuditOptions{Validator: e2.V, Rooms: []string{evilRoom, roomtest.RefRoom}, FromSeq: 3})
 	// Two filters, one room without messages: the other room's are left.
-	rep = auditBothWays(t, e2, room.AuditOptions{Validator: e2.V, Rooms: []string{"room:none", refRoom}})
+	rep = auditBothWays(t, e2, room.AuditOptions{Validator: e2.V, Rooms: []string{"room:none", roomtest.RefRoom}})
 	if rep.Totals.Messages != 2 || rep.Totals.Records != 1 || len(rep.Chains) != 0 {
-		t.Errorf("rooms none and %s: totals %+v", refRoom, rep.Totals)
+		t.Errorf("rooms none and %s: totals %+v", roomtest.RefRoom, rep.Totals)
 	}
 }
 

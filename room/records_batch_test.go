@@ -39,9 +39,9 @@ func TestRecordsEquivalence(t *testing.T) {
 		t.Run(fmt.Sprint("seed ", seed), func(t *testing.T) {
 			rng := rand.New(rand.NewPCG(seed, 8))
 			fast, oracle := roomtest.NewEnv(t), roomtest.NewEnv(t)
-			pub := newPublisherKey(t)
-			fg := [2]*room.Gate{attestingGate(fast, fast.Connect(), pub, nil, room.GateOptions{}),
-				attestingGate(fast, fast.Connect(), pub, nil, room.GateOptions{})}
+			pub := roomtest.NewPublisherKey(t)
+			fg := [2]*room.Gate{roomtest.AttestingGate(fast, fast.Connect(), pub, nil, room.GateOptions{}),
+				roomtest.AttestingGate(fast, fast.Connect(), pub, nil, room.GateOptions{})}
 			og := oracleGates(t, fast, oracle)
 			pool := recordPool(t, rng, fast)
 			forged := bytes.Replace(pool[0], []byte(`"2026-09-25T12:00:00Z"`), []byte(`"2026-09-25T13:00:00Z"`), 1)
@@ -94,7 +94,7 @@ func TestRecordsEquivalence(t *testing.T) {
 			if used == 0 || used >= uint64(len(mf)) {
 				t.Errorf("%d of %d records stored with the attestation signed ahead: want some, not all (another gate's appends move the count)", used, len(mf))
 			}
-			rep, err := room.Audit(t.Context(), fast.Js, room.AuditOptions{Validator: fast.V, Trust: trusting(t, pub)})
+			rep, err := room.Audit(t.Context(), fast.Js, room.AuditOptions{Validator: fast.V, Trust: roomtest.Trusting(t, pub)})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -125,7 +125,7 @@ func TestRecordsStoredInOrderAcrossRequests(t *testing.T) {
 	pretty := roomtest.ReferenceBytes(t, "verified.json")
 	raws := [][]byte{pretty}
 	for i := range 300 {
-		raws = append(raws, recordNamed(e, roomID, fmt.Sprint("b", i)))
+		raws = append(raws, roomtest.RecordNamed(e, roomID, fmt.Sprint("b", i)))
 	}
 	raws = append(raws, []byte("{\n  \"room/id\": \"room:batch\",\n"), raws[1])
 	replies, err := cl.AppendRecords(t.Context(), raws)
@@ -176,7 +176,7 @@ func TestRecordsStoredInOrderAcrossRequests(t *testing.T) {
 // than MaxBatchRecords lines are bad requests, and nothing is stored.
 func TestRecordsRequestReply(t *testing.T) {
 	e := roomtest.NewEnv(t)
-	a, b := recordNamed(e, "room:wire", "a"), recordNamed(e, "room:wire", "b")
+	a, b := roomtest.RecordNamed(e, "room:wire", "a"), roomtest.RecordNamed(e, "room:wire", "b")
 	var r room.RecordsReply
 	body := bytes.Join([][]byte{a, []byte("not json"), b, a}, []byte("\n"))
 	if code := e.Request("roompub.v1.records", nil, body, &r); code != "" {
@@ -212,7 +212,7 @@ func TestRecordsRequestReply(t *testing.T) {
 // order; a caller's ctx that is done leaves everything failed or skipped.
 func TestRecordsStopAtFailure(t *testing.T) {
 	e := roomtest.NewEnv(t)
-	raws := [][]byte{recordNamed(e, "room:stop", "a"), recordNamed(e, "room:stop", "b"), recordNamed(e, "room:stop", "c")}
+	raws := [][]byte{roomtest.RecordNamed(e, "room:stop", "a"), roomtest.RecordNamed(e, "room:stop", "b"), roomtest.RecordNamed(e, "room:stop", "c")}
 	ctx, cancel := context.WithCancel(t.Context())
 	cancel()
 	checkStopped := func(got []room.RecordReply) {
@@ -233,7 +233,7 @@ func TestRecordsStopAtFailure(t *testing.T) {
 	// The server goes away: the first record fails after the gate's
 	// retries, the rest are skipped.
 	nc := e.Connect()
-	gone := attestingGate(e, nc, newPublisherKey(t), nil, room.GateOptions{})
+	gone := roomtest.AttestingGate(e, nc, roomtest.NewPublisherKey(t), nil, room.GateOptions{})
 	nc.Close()
 	short, stop := context.WithTimeout(t.Context(), 2*time.Second)
 	defer stop()
@@ -278,7 +278,7 @@ func TestRecordsReplyTrimmed(t *testing.T) {
 		junk          [][]byte
 	}{{"many-problems", room.RecordsTrimmedProblems, manyProblems}, {"long-keys", room.RecordsTrimmedItems, longKeys}} {
 		t.Run(c.name, func(t *testing.T) {
-			first, last := recordNamed(e, "room:trim", c.name+"-first"), recordNamed(e, "room:trim", c.name+"-last")
+			first, last := roomtest.RecordNamed(e, "room:trim", c.name+"-first"), roomtest.RecordNamed(e, "room:trim", c.name+"-last")
 			lines := append(append([][]byte{first}, c.junk...), last)
 			var r room.RecordsReply
 			if code := e.Request("roompub.v1.records", nil, bytes.Join(lines, []byte("\n")), &r); code != "" {
@@ -321,7 +321,7 @@ func TestRecordsClientTooLarge(t *testing.T) {
 	e := roomtest.NewEnvWith(t, embedded.Options{MaxPayload: 64 << 10})
 	cl := client.New(e.Nc, client.Options{})
 	huge := []byte(`{"room/id":"room:big","x":"` + strings.Repeat("a", 70<<10) + `"}`)
-	raws := [][]byte{recordNamed(e, "room:big", "a"), huge, recordNamed(e, "room:big", "b")}
+	raws := [][]byte{roomtest.RecordNamed(e, "room:big", "a"), huge, roomtest.RecordNamed(e, "room:big", "b")}
 	got, err := cl.AppendRecords(t.Context(), raws)
 	if err != nil || len(got) != 3 {
 		t.Fatalf("%d replies: %v", len(got), err)
@@ -348,11 +348,11 @@ func TestRecordsClientTooLarge(t *testing.T) {
 // at their store.
 func TestRecordsSignedAheadAfterDuplicate(t *testing.T) {
 	e := roomtest.NewEnv(t)
-	g := attestingGate(e, e.Connect(), newPublisherKey(t), nil, room.GateOptions{})
+	g := roomtest.AttestingGate(e, e.Connect(), roomtest.NewPublisherKey(t), nil, room.GateOptions{})
 	named := func(prefix string, n int) [][]byte {
 		out := make([][]byte, n)
 		for i := range out {
-			out[i] = recordNamed(e, "room:ahead", fmt.Sprint(prefix, i))
+			out[i] = roomtest.RecordNamed(e, "room:ahead", fmt.Sprint(prefix, i))
 		}
 		return out
 	}
@@ -404,7 +404,7 @@ func TestRecordsCheckerDoneOnReturn(t *testing.T) {
 	e := roomtest.NewEnv(t)
 	raws := make([][]byte, 30)
 	for i := range raws {
-		raws[i] = recordNamed(e, "room:done", fmt.Sprint("d", i))
+		raws[i] = roomtest.RecordNamed(e, "room:done", fmt.Sprint("d", i))
 	}
 	ctx, cancel := context.WithCancel(t.Context())
 	cancel()
@@ -452,7 +452,7 @@ func TestRecordsClientStopsAtNotDecided(t *testing.T) {
 	cl := client.New(e.Nc, client.Options{Prefix: "stand-in.v1"})
 	raws := make([][]byte, 300)
 	for i := range raws {
-		raws[i] = recordNamed(e, "room:stand-in", fmt.Sprint("s", i))
+		raws[i] = roomtest.RecordNamed(e, "room:stand-in", fmt.Sprint("s", i))
 	}
 	got, err := cl.AppendRecords(t.Context(), raws)
 	if !errors.Is(err, client.ErrUnavailable) || !strings.Contains(err.Error(), "record 5 was not decided: store unavailable") ||
@@ -481,7 +481,7 @@ func TestGateJunkRecordsOneWarning(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if r := g.AppendRecord(t.Context(), recordNamed(e, "room:junk", "real")); r.Item.Outcome != room.OutcomeStored || r.Item.StreamSeq != last+1 {
+	if r := g.AppendRecord(t.Context(), roomtest.RecordNamed(e, "room:junk", "real")); r.Item.Outcome != room.OutcomeStored || r.Item.StreamSeq != last+1 {
 		t.Fatalf("%+v", r.Item)
 	}
 	warns := logs.FilterMessage("unverifiable records in stream: ignored by the gate").All()

@@ -10,11 +10,6 @@ import (
 	"github.com/roompub/roompub/room/internal/roomtest"
 )
 
-const (
-	refRoom    = "room:qmail-open-relay"
-	refSubject = "rooms.qmail-open-relay.exec"
-)
-
 // checkRecordStored asserts that reply stored rec at stream seq seq.
 func checkRecordStored(t *testing.T, r room.RecordReply, rec *events.Record, outcome room.Outcome, seq uint64) {
 	t.Helper()
@@ -63,7 +58,7 @@ func TestRecordStoreAndDuplicate(t *testing.T) {
 	checkRecordStored(t, r, rec, room.OutcomeStored, 1)
 	before := e.State()
 	msgs := e.Stored()
-	if len(msgs) != 1 || msgs[0].Subject != refSubject || !bytes.Equal(msgs[0].Data, rec.Canonical()) ||
+	if len(msgs) != 1 || msgs[0].Subject != roomtest.RefSubject || !bytes.Equal(msgs[0].Data, rec.Canonical()) ||
 		msgs[0].Header.Get("Nats-Msg-Id") != rec.ContentDigest() {
 		t.Fatalf("stored: %+v", msgs)
 	}
@@ -81,7 +76,7 @@ func TestRecordStoreAndDuplicate(t *testing.T) {
 	other := roomtest.ReferenceBytes(t, "refused.json")
 	orec, _ := events.ParseRecord(other)
 	checkRecordStored(t, e.ShipRecord(other), orec, room.OutcomeStored, 2)
-	if n := e.CountOn(refSubject); n != 2 {
+	if n := e.CountOn(roomtest.RefSubject); n != 2 {
 		t.Fatalf("%d records stored, want 2", n)
 	}
 }

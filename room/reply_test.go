@@ -112,7 +112,7 @@ func TestReplyHijack(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
-			waitFor(t, 10*time.Second, "every hijack counted", func() bool {
+			roomtest.WaitFor(t, 10*time.Second, "every hijack counted", func() bool {
 				return metricSum(t, p.http, "roompub_replies_refused_total") == float64(sent)
 			})
 			if got := strings.Count(p.logs.String(), `"code":"reply_not_allowed"`); got != sent {
@@ -206,7 +206,7 @@ func TestReplyHijackUnauthenticated(t *testing.T) {
 		}
 	}
 	_ = s.nc.Flush()
-	waitFor(t, 10*time.Second, "every hijack counted", func() bool {
+	roomtest.WaitFor(t, 10*time.Second, "every hijack counted", func() bool {
 		return metricSum(t, s.info.HTTPAddr, "roompub_replies_refused_total") == float64(sent)
 	})
 	after, err := js.Stream(ctx, room.DefaultStream)

@@ -48,7 +48,7 @@ func TestLongRoomTokenRefused(t *testing.T) {
 	e := roomtest.NewEnv(t)
 	_, body := roomtest.Journal(t, "run-1", "cap-1", 2)
 	long := "room:" + strings.Repeat("€", 460) // 460 × 3 bytes × 3 = 4,140 bytes encoded
-	code, er := e.RequestError(subjJournal, nats.Header{room.HeaderRoom: {long}}, body)
+	code, er := e.RequestError(roomtest.SubjJournal, nats.Header{room.HeaderRoom: {long}}, body)
 	if code != "400" || er.Code != events.BadRequest || !strings.Contains(er.Reason, "too long for a subject") {
 		t.Fatalf("got %q %+v", code, er)
 	}
@@ -73,16 +73,16 @@ func TestLongRoomTokenRefused(t *testing.T) {
 func TestRoomHeaderStrict(t *testing.T) {
 	e := roomtest.NewEnv(t)
 	_, body := roomtest.Journal(t, "run-1", "cap-1", 1)
-	code, er := e.RequestError(subjJournal, nats.Header{room.HeaderRoom: {"room:one", "room:two"}}, body)
+	code, er := e.RequestError(roomtest.SubjJournal, nats.Header{room.HeaderRoom: {"room:one", "room:two"}}, body)
 	if code != "400" || er.Code != events.BadRequest || !strings.Contains(er.Reason, "send exactly one") {
 		t.Fatalf("two values: %q %+v", code, er)
 	}
-	code, er = e.RequestError(subjJournal, nats.Header{}, body)
+	code, er = e.RequestError(roomtest.SubjJournal, nats.Header{}, body)
 	if code != "400" || !strings.Contains(er.Reason, "no Roompub-Room header") {
 		t.Fatalf("missing: %q %+v", code, er)
 	}
 	var r room.JournalReply
-	if code := e.Request(subjJournal, nats.Header{"roompub-room": {"room:lower"}}, body, &r); code != "" || r.Stored != 1 || r.RoomID != "room:lower" {
+	if code := e.Request(roomtest.SubjJournal, nats.Header{"roompub-room": {"room:lower"}}, body, &r); code != "" || r.Stored != 1 || r.RoomID != "room:lower" {
 		t.Fatalf("lower-case header: %q %+v", code, r)
 	}
 	if st := e.State(); st.Msgs != 1 {
@@ -101,13 +101,13 @@ func TestHeadStrict(t *testing.T) {
 		`{"run_id":"run-a","capsule_id":"cap-a","extra":1}`,
 		`{"run_id":"` + strings.Repeat("r", 129) + `","capsule_id":"cap-a"}`,
 	} {
-		code, er := e.RequestError(subjHead, nil, []byte(body))
+		code, er := e.RequestError(roomtest.SubjHead, nil, []byte(body))
 		if code != "400" || er.Code != events.BadRequest {
 			t.Errorf("%s: %q %+v", body, code, er)
 		}
 	}
 	var h room.ChainHead
-	if code := e.Request(subjHead, nil, []byte(`{"run_id":"run-a","capsule_id":"cap-a"}`), &h); code != "" || h.Next != 0 || h.Head != events.ZeroHash {
+	if code := e.Request(roomtest.SubjHead, nil, []byte(`{"run_id":"run-a","capsule_id":"cap-a"}`), &h); code != "" || h.Next != 0 || h.Head != events.ZeroHash {
 		t.Fatalf("good request: %q %+v", code, h)
 	}
 }

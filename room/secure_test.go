@@ -1014,7 +1014,7 @@ func TestSecureCheckpoints(t *testing.T) {
 		t.Fatal(err)
 	}
 	var ck *checkpoint.Checkpoint
-	waitFor(t, 10*time.Second, "a checkpoint of all 14 entries, read by the solver", func() bool {
+	roomtest.WaitFor(t, 10*time.Second, "a checkpoint of all 14 entries, read by the solver", func() bool {
 		m, err := st.GetLastMsgForSubject(ctx, room.Subjects{}.Checkpoint("room:secure"))
 		if err != nil {
 			return false

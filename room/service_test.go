@@ -164,7 +164,7 @@ func TestServeMetrics(t *testing.T) {
 	}
 	// A bad request decides no item and counts nothing.
 	var er room.ErrorReply
-	if code := roomtest.Request(t, s.nc, subjJournal, nil, body, &er); code != "400" {
+	if code := roomtest.Request(t, s.nc, roomtest.SubjJournal, nil, body, &er); code != "400" {
 		t.Fatalf("bad request: %s", code)
 	}
 

@@ -20,7 +20,7 @@ func TestShipResendsAheadBodiesIntact(t *testing.T) {
 	e.EachGate(func(g *room.Gate) { g.SetAheadWait(time.Microsecond) })
 	svc2 := e.SecondService()
 	es, body := roomtest.Journal(t, "run-resend", "cap-resend-ahead", 1500)
-	dir := capsuleDir(t, "run-resend", "cap-resend-ahead", body)
+	dir := roomtest.CapsuleDir(t, "run-resend", "cap-resend-ahead", body)
 	cl := client.New(e.Connect(), client.Options{})
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
@@ -28,7 +28,7 @@ func TestShipResendsAheadBodiesIntact(t *testing.T) {
 	if err != nil || res.Refused != nil || res.Stored != len(es) || res.Head.Next != int64(len(es)) {
 		t.Fatalf("ship: %+v %v", res, err)
 	}
-	chainInStream(t, e, "room:resend", es)
+	roomtest.ChainInStream(t, e, "room:resend", es)
 	n := endpointRequests(e.Svc)["journal"] + endpointRequests(svc2)["journal"]
 	if n <= len(es)/10 {
 		t.Fatalf("%d journal requests for %d bodies: none was sent again, the test did not reach the resend path", n, len(es)/10)

@@ -26,7 +26,7 @@ import (
 func TestShipRoomConflictNamesTheRoom(t *testing.T) {
 	e := roomtest.NewEnv(t)
 	_, body := roomtest.Journal(t, "run-conflict", "cap-conflict", 5)
-	dir := capsuleDir(t, "run-conflict", "cap-conflict", body)
+	dir := roomtest.CapsuleDir(t, "run-conflict", "cap-conflict", body)
 	cl := client.New(e.Connect(), client.Options{})
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
@@ -72,7 +72,7 @@ func TestFollowCapsuleBeforeServer(t *testing.T) {
 		t.Fatal("connected before the server started")
 	}
 	es, body := roomtest.Journal(t, "run-early", "cap-early", 30)
-	dir := capsuleDir(t, "run-early", "cap-early", body)
+	dir := roomtest.CapsuleDir(t, "run-early", "cap-early", body)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	type result struct {
@@ -103,7 +103,7 @@ func TestFollowCapsuleBeforeServer(t *testing.T) {
 	if r.err != nil || r.res.Refused != nil || r.res.Stored != len(es) {
 		t.Fatalf("follow: %+v %v", r.res, r.err)
 	}
-	chainInStream(t, e, "room:early", es)
+	roomtest.ChainInStream(t, e, "room:early", es)
 }
 
 // TestShipCapsuleStopped: ctx ends the shipment while requests are in
@@ -117,7 +117,7 @@ func TestShipCapsuleStopped(t *testing.T) {
 	e := roomtest.NewEnv(t)
 	const total = 6000
 	_, body := roomtest.Journal(t, "run-stop", "cap-stop", total)
-	dir := capsuleDir(t, "run-stop", "cap-stop", body)
+	dir := roomtest.CapsuleDir(t, "run-stop", "cap-stop", body)
 	cl := client.New(e.Connect(), client.Options{})
 	ctx, cancel := context.WithCancelCause(context.Background())
 	defer cancel(nil)
@@ -154,7 +154,7 @@ func TestFollowCapsuleStopped(t *testing.T) {
 	e := roomtest.NewEnv(t)
 	const total = 6000
 	_, body := roomtest.Journal(t, "run-fstop", "cap-fstop", total)
-	dir := capsuleDir(t, "run-fstop", "cap-fstop", body)
+	dir := roomtest.CapsuleDir(t, "run-fstop", "cap-fstop", body)
 	cl := client.New(e.Connect(), client.Options{})
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()

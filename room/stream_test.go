@@ -35,11 +35,11 @@ func TestRestartMidJournal(t *testing.T) {
 		t.Fatalf("whole journal: %+v", r)
 	}
 	for i, it := range r.Items[:half] {
-		if it.Outcome != "duplicate" || seqOf(it) != int64(i) {
+		if it.Outcome != "duplicate" || roomtest.SeqOf(it) != int64(i) {
 			t.Fatalf("item %d: %+v", i, it)
 		}
 	}
-	checkStored(t, r, entries, half, n, half+1, subj)
+	roomtest.CheckStored(t, r, entries, half, n, half+1, subj)
 	msgs := e.OnSubject(subj)
 	if len(msgs) != n {
 		t.Fatalf("%d messages on %s, want %d", len(msgs), subj, n)

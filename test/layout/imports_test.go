@@ -45,7 +45,7 @@ var rules = map[string]rule{
 	// What the room packages' tests share (an embedded server with a
 	// gate and the ingest service): no package imports it but tests, as
 	// no rule here lists it.
-	"room/internal/roomtest": {imports: []string{"events", "room", "room/embedded", "room/internal/jsapi", "validate"}, nats: true, server: true},
+	"room/internal/roomtest": {imports: []string{"checkpoint", "events", "room", "room/embedded", "room/internal/jsapi", "validate"}, nats: true, server: true},
 	// The in-process nats-server and its store lock: no roompub package.
 	"room/embedded": {nats: true, server: true},
 	// Secure mode's roles and permissions, on room's vocabulary.
