@@ -55,7 +55,7 @@ fuzz:
 BENCH_FLAGS ?=
 bench:
 	$(GO) test -run='^$$' -bench=. -benchmem ./events ./validate
-	$(GO) test -run='^$$' -bench=BenchmarkJournalUnderFlood -benchtime=300x ./room
+	$(GO) test -run='^$$' -bench=BenchmarkJournalUnderFlood -benchtime=300x ./room/ingest
 	@$(MAKE) --no-print-directory build
 	$(BIN)/roompub-bench --publisher $(BIN)/publisher --subscriber $(BIN)/subscriber $(BENCH_FLAGS)
 

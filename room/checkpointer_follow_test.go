@@ -12,6 +12,7 @@ import (
 
 	"github.com/roompub/roompub/checkpoint"
 	"github.com/roompub/roompub/room"
+	"github.com/roompub/roompub/room/ingest"
 	"github.com/roompub/roompub/room/internal/roomtest"
 )
 
@@ -88,7 +89,7 @@ func TestCheckpointerFollowOutOfOrderAcks(t *testing.T) {
 	ckp, _ := roomtest.StartCheckpointer(t, e.Connect(), room.CheckpointerOptions{Key: key, Every: 1000, Interval: time.Hour})
 	ckp.SetGapWait(time.Minute)
 	sink := &heldSink{c: ckp, hold: true}
-	gate := roomtest.AttestingGate(e, e.Nc, key, sink, room.GateOptions{MaxBatch: 4})
+	gate := roomtest.AttestingGate(e, e.Nc, key, sink, ingest.GateOptions{MaxBatch: 4})
 	es, _ := roomtest.Journal(t, "run-a", "cap-a", 10)
 	if r, err := gate.AppendJournal(ctx, roomID, roomtest.Lines(es), nil); err != nil || r.Stored != 10 {
 		t.Fatalf("%+v %v", r, err)
@@ -119,8 +120,8 @@ func TestCheckpointerFollowGaps(t *testing.T) {
 	key, other := roomtest.NewPublisherKey(t), roomtest.NewPublisherKey(t)
 	const roomID = "room:gaps"
 	ckp, _ := roomtest.StartCheckpointer(t, e.Connect(), room.CheckpointerOptions{Key: key, TrustedPublishers: []string{other.NodeID()}, Every: 5, Interval: time.Hour})
-	gate := roomtest.AttestingGate(e, e.Nc, key, ckp, room.GateOptions{})
-	ogate := roomtest.AttestingGate(e, e.Connect(), other, nil, room.GateOptions{TrustedPublishers: []string{key.NodeID()}})
+	gate := roomtest.AttestingGate(e, e.Nc, key, ckp, ingest.GateOptions{})
+	ogate := roomtest.AttestingGate(e, e.Connect(), other, nil, ingest.GateOptions{TrustedPublishers: []string{key.NodeID()}})
 	ckSubj := room.Subjects{}.Checkpoint(roomID)
 	es, _ := roomtest.Journal(t, "run-g", "cap-g", 10)
 	os, _ := roomtest.Journal(t, "run-o", "cap-o", 3)
@@ -161,7 +162,7 @@ func TestCheckpointerFollowLostAck(t *testing.T) {
 	ckp, _ := roomtest.StartCheckpointer(t, e.Connect(), room.CheckpointerOptions{Key: key, Every: 1000, Interval: time.Hour})
 	ckp.SetGapWait(300 * time.Millisecond)
 	sink := &heldSink{c: ckp, drop: true}
-	gate := roomtest.AttestingGate(e, e.Nc, key, sink, room.GateOptions{})
+	gate := roomtest.AttestingGate(e, e.Nc, key, sink, ingest.GateOptions{})
 	es, _ := roomtest.Journal(t, "run-l", "cap-l", 7)
 	start := time.Now()
 	if r, err := gate.AppendJournal(ctx, roomID, roomtest.Lines(es[:4]), nil); err != nil || r.Stored != 4 {
@@ -191,7 +192,7 @@ func TestCheckpointerFollowRestart(t *testing.T) {
 	const roomID = "room:restart"
 	trust := roomtest.Trusting(t, key)
 	ckp, _ := roomtest.StartCheckpointer(t, e.Connect(), room.CheckpointerOptions{Key: key, Every: 1000, Interval: time.Hour})
-	gate := roomtest.AttestingGate(e, e.Nc, key, ckp, room.GateOptions{})
+	gate := roomtest.AttestingGate(e, e.Nc, key, ckp, ingest.GateOptions{})
 	es, _ := roomtest.Journal(t, "run-r", "cap-r", 12)
 	if r, err := gate.AppendJournal(ctx, roomID, roomtest.Lines(es[:6]), nil); err != nil || r.Stored != 6 {
 		t.Fatalf("%+v %v", r, err)
@@ -199,7 +200,7 @@ func TestCheckpointerFollowRestart(t *testing.T) {
 	checkRoom(t, e, ckp, roomID, trust, 6, 6, 0)
 
 	ckp2, _ := roomtest.StartCheckpointer(t, e.Connect(), room.CheckpointerOptions{Key: key, Every: 1000, Interval: time.Hour})
-	gate2 := roomtest.AttestingGate(e, e.Connect(), key, ckp2, room.GateOptions{})
+	gate2 := roomtest.AttestingGate(e, e.Connect(), key, ckp2, ingest.GateOptions{})
 	if r, err := gate2.AppendJournal(ctx, roomID, roomtest.Lines(es[6:]), nil); err != nil || r.Stored != 6 {
 		t.Fatalf("%+v %v", r, err)
 	}
@@ -263,7 +264,7 @@ func TestCheckpointerFollowConcurrentFillsTinyCap(t *testing.T) {
 			ckp, logs := roomtest.StartCheckpointer(t, e.Connect(), room.CheckpointerOptions{Key: key, Every: 100000, Interval: time.Hour})
 			ckp.SetAckedMax(7)
 			ckp.SetGapWait(200 * time.Millisecond)
-			gate := roomtest.AttestingGate(e, e.Nc, key, &forgetfulSink{c: ckp, announce: announce}, room.GateOptions{MaxBatch: 5})
+			gate := roomtest.AttestingGate(e, e.Nc, key, &forgetfulSink{c: ckp, announce: announce}, ingest.GateOptions{MaxBatch: 5})
 			const chains, entries, per, records = 8, 60, 20, 10
 			var wg sync.WaitGroup
 			errs := make(chan error, chains+1)
@@ -329,7 +330,7 @@ func TestCheckpointerFollowLateAckReadWhole(t *testing.T) {
 	ckp, logs := roomtest.StartCheckpointer(t, e.Connect(), room.CheckpointerOptions{Key: key, Every: 1000, Interval: time.Hour})
 	ckp.SetGapWait(100 * time.Millisecond)
 	sink := &heldSink{c: ckp, hold: true}
-	gate := roomtest.AttestingGate(e, e.Nc, key, sink, room.GateOptions{MaxBatch: 4})
+	gate := roomtest.AttestingGate(e, e.Nc, key, sink, ingest.GateOptions{MaxBatch: 4})
 	es, _ := roomtest.Journal(t, "run-late", "cap-late", 15)
 	if r, err := gate.AppendJournal(ctx, roomID, roomtest.Lines(es[:8]), nil); err != nil || r.Stored != 8 {
 		t.Fatalf("%+v %v", r, err)
@@ -386,12 +387,12 @@ func TestCheckpointerFollowRefusedBatchNotWaitedFor(t *testing.T) {
 	const roomID = "room:refused"
 	ckp, _ := roomtest.StartCheckpointer(t, e.Connect(), room.CheckpointerOptions{Key: keyA, TrustedPublishers: []string{keyB.NodeID()}, Every: 1000, Interval: time.Hour})
 	ckp.SetGapWait(time.Hour) // without Unstored, follow would wait for the refused batch forever
-	gateA := roomtest.AttestingGate(e, e.Nc, keyA, ckp, room.GateOptions{TrustedPublishers: []string{keyB.NodeID()}})
-	gateB := roomtest.AttestingGate(e, e.Connect(), keyB, nil, room.GateOptions{TrustedPublishers: []string{keyA.NodeID()}})
+	gateA := roomtest.AttestingGate(e, e.Nc, keyA, ckp, ingest.GateOptions{TrustedPublishers: []string{keyB.NodeID()}})
+	gateB := roomtest.AttestingGate(e, e.Connect(), keyB, nil, ingest.GateOptions{TrustedPublishers: []string{keyA.NodeID()}})
 	es, _ := roomtest.Journal(t, "run-r", "cap-r", 15)
 	other, _ := roomtest.Journal(t, "run-r", "cap-other", 40)
 	for _, step := range []struct {
-		g      *room.Gate
+		g      *ingest.Gate
 		body   []byte
 		stored int
 	}{

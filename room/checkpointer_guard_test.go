@@ -20,6 +20,7 @@ import (
 	"github.com/roompub/roompub/events"
 	"github.com/roompub/roompub/room"
 	"github.com/roompub/roompub/room/embedded"
+	"github.com/roompub/roompub/room/ingest"
 	"github.com/roompub/roompub/room/internal/roomtest"
 	"github.com/roompub/roompub/room/node"
 	"github.com/roompub/roompub/validate"
@@ -70,7 +71,7 @@ func TestCheckpointerSetsAsideJunkCheckpoints(t *testing.T) {
 	const roomID, other = "room:junk", "room:other"
 	reg := prometheus.NewRegistry()
 	ckp, logs := roomtest.StartCheckpointer(t, e.Connect(), room.CheckpointerOptions{Key: key, Every: 5, Interval: time.Hour, Registerer: reg})
-	gate := roomtest.AttestingGate(e, e.Nc, key, ckp, room.GateOptions{})
+	gate := roomtest.AttestingGate(e, e.Nc, key, ckp, ingest.GateOptions{})
 	ckSubj := room.Subjects{}.Checkpoint(roomID)
 	trust := roomtest.Trusting(t, key)
 	es, _ := roomtest.Journal(t, "run-j", "cap-j", 10)
@@ -192,7 +193,7 @@ func TestCheckpointerOverridesUnsignedLeases(t *testing.T) {
 	reg := prometheus.NewRegistry()
 	ckp, logs := roomtest.StartCheckpointer(t, e.Connect(), room.CheckpointerOptions{Key: key, Every: 5, Interval: time.Hour, LeaseTTL: ttl, Registerer: reg})
 	ckp.SetLeaseSkew(100 * time.Millisecond)
-	gate := roomtest.AttestingGate(e, e.Nc, key, ckp, room.GateOptions{})
+	gate := roomtest.AttestingGate(e, e.Nc, key, ckp, ingest.GateOptions{})
 	ckSubj := room.Subjects{}.Checkpoint(roomID)
 	lkey := room.LeaseKey(roomID)
 	trust := roomtest.Trusting(t, key)
@@ -361,7 +362,7 @@ func TestCheckpointerReadsWithoutConsumers(t *testing.T) {
 	// message written raw after each 12 and 5 entries carries the names
 	// of the headers the server adds to a direct get's reply, and the
 	// status of its end: the server's values, which come last, count.
-	peerGate := roomtest.AttestingGate(e, e.Connect(), peer, nil, room.GateOptions{})
+	peerGate := roomtest.AttestingGate(e, e.Connect(), peer, nil, ingest.GateOptions{})
 	es, _ := roomtest.Journal(t, "run-c", "cap-c", 22)
 	if r, err := peerGate.AppendJournal(ctx, roomID, roomtest.Lines(es[:12]), nil); err != nil || r.Stored != 12 {
 		t.Fatalf("%+v %v", r, err)

@@ -11,6 +11,7 @@ import (
 	"go.uber.org/zap/zaptest/observer"
 
 	"github.com/roompub/roompub/room"
+	"github.com/roompub/roompub/room/ingest"
 	"github.com/roompub/roompub/room/internal/roomtest"
 )
 
@@ -60,7 +61,7 @@ func TestCheckpointerReleaseLogLevel(t *testing.T) {
 			const roomID = "room:release"
 			nc := e.Connect()
 			ckp, logs := roomtest.StartCheckpointer(t, nc, room.CheckpointerOptions{Key: key, Every: 5, Interval: time.Hour, LeaseTTL: ttl})
-			gate := roomtest.AttestingGate(e, e.Nc, key, ckp, room.GateOptions{})
+			gate := roomtest.AttestingGate(e, e.Nc, key, ckp, ingest.GateOptions{})
 			es, _ := roomtest.Journal(t, "run-r", "cap-r", 5)
 			if r, err := gate.AppendJournal(ctx, roomID, roomtest.Lines(es), nil); err != nil || r.Stored != 5 {
 				t.Fatalf("%+v %v", r, err)

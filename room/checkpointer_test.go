@@ -22,6 +22,7 @@ import (
 	"github.com/roompub/roompub/events"
 	"github.com/roompub/roompub/room"
 	"github.com/roompub/roompub/room/embedded"
+	"github.com/roompub/roompub/room/ingest"
 	"github.com/roompub/roompub/room/internal/roomtest"
 	"github.com/roompub/roompub/room/node"
 	"github.com/roompub/roompub/validate"
@@ -37,9 +38,9 @@ func TestGateAttestsEveryAppend(t *testing.T) {
 	e := roomtest.NewEnv(t)
 	ctx := context.Background()
 	key, other := roomtest.NewPublisherKey(t), roomtest.NewPublisherKey(t)
-	batched := roomtest.AttestingGate(e, e.Nc, key, nil, room.GateOptions{})
-	single := roomtest.AttestingGate(e, e.Connect(), key, nil, room.GateOptions{MaxBatch: 1})
-	second := roomtest.AttestingGate(e, e.Connect(), other, nil, room.GateOptions{})
+	batched := roomtest.AttestingGate(e, e.Nc, key, nil, ingest.GateOptions{})
+	single := roomtest.AttestingGate(e, e.Connect(), key, nil, ingest.GateOptions{MaxBatch: 1})
+	second := roomtest.AttestingGate(e, e.Connect(), other, nil, ingest.GateOptions{})
 	const roomID = "room:attest"
 
 	es, body := roomtest.Journal(t, "run-a", "cap-a", 40)
@@ -55,7 +56,7 @@ func TestGateAttestsEveryAppend(t *testing.T) {
 	}
 
 	recs := []string{"r0", "r1", "r2", "r3"}
-	appendRec := func(g *room.Gate, n string) {
+	appendRec := func(g *ingest.Gate, n string) {
 		t.Helper()
 		if r := g.AppendRecord(ctx, roomtest.RecordNamed(e, roomID, n)); r.Item.Outcome != room.OutcomeStored {
 			t.Fatalf("record %s: %+v", n, r)
@@ -198,8 +199,8 @@ func TestGateCountsAttestationSize(t *testing.T) {
 	e := roomtest.NewEnvWith(t, embedded.Options{MaxPayload: maxPayload})
 	ctx := context.Background()
 	key := roomtest.NewPublisherKey(t)
-	plain := roomtest.AttestingGate(e, e.Nc, nil, nil, room.GateOptions{})
-	attesting := roomtest.AttestingGate(e, e.Connect(), key, nil, room.GateOptions{})
+	plain := roomtest.AttestingGate(e, e.Nc, nil, nil, ingest.GateOptions{})
+	attesting := roomtest.AttestingGate(e, e.Connect(), key, nil, ingest.GateOptions{})
 	// One entry whose message without the attestation is 80 bytes under
 	// the limit: the attestation header adds len(name)+len(value)+4 bytes.
 	subj := room.Subjects{}.Journal("room:size", events.ChainKey{RunID: "run-s", CapsuleID: "cap-s"})
@@ -246,7 +247,7 @@ func TestCheckpointerWritesEveryNAfterTAndOnStop(t *testing.T) {
 	key := roomtest.NewPublisherKey(t)
 	const roomID, quiet = "room:ckpt", "room:quiet"
 	ckp, _ := roomtest.StartCheckpointer(t, e.Connect(), room.CheckpointerOptions{Key: key, Every: 10, Interval: time.Hour, LeaseTTL: 5 * time.Second})
-	gate := roomtest.AttestingGate(e, e.Nc, key, ckp, room.GateOptions{})
+	gate := roomtest.AttestingGate(e, e.Nc, key, ckp, ingest.GateOptions{})
 	ckSubj := room.Subjects{}.Checkpoint(roomID)
 	trust := roomtest.Trusting(t, key)
 	es, _ := roomtest.Journal(t, "run-c", "cap-c", 25)
@@ -313,7 +314,7 @@ func TestCheckpointerWritesEveryNAfterTAndOnStop(t *testing.T) {
 	// After T: a new checkpointer (reading the stream from the start) with
 	// N out of reach writes within T of growth.
 	ckp2, _ := roomtest.StartCheckpointer(t, e.Connect(), room.CheckpointerOptions{Key: key, Every: 1000, Interval: 300 * time.Millisecond})
-	gate2 := roomtest.AttestingGate(e, e.Connect(), key, ckp2, room.GateOptions{})
+	gate2 := roomtest.AttestingGate(e, e.Connect(), key, ckp2, ingest.GateOptions{})
 	if r := gate2.AppendRecord(ctx, roomtest.RecordNamed(e, roomID, "c1")); r.Item.Outcome != room.OutcomeStored {
 		t.Fatalf("%+v", r)
 	}
@@ -353,14 +354,14 @@ func TestCheckpointerLeaseTakeover(t *testing.T) {
 	ckB, _ := roomtest.StartCheckpointer(t, ncB, opts(keyB, keyA))
 	// Each gate trusts the other's key, as serve --trusted-publisher does,
 	// so the chain the other appended to is one chain.
-	gateA := roomtest.AttestingGate(e, e.Connect(), keyA, ckA, room.GateOptions{TrustedPublishers: []string{keyB.NodeID()}})
-	gateB := roomtest.AttestingGate(e, e.Connect(), keyB, ckB, room.GateOptions{TrustedPublishers: []string{keyA.NodeID()}})
+	gateA := roomtest.AttestingGate(e, e.Connect(), keyA, ckA, ingest.GateOptions{TrustedPublishers: []string{keyB.NodeID()}})
+	gateB := roomtest.AttestingGate(e, e.Connect(), keyB, ckB, ingest.GateOptions{TrustedPublishers: []string{keyA.NodeID()}})
 	trust := roomtest.Trusting(t, keyA, keyB)
 	es, _ := roomtest.Journal(t, "run-l", "cap-l", 60)
 
 	// Both gates append; three rounds, each ending in a checkpoint.
 	next := 0
-	appendRound := func(g *room.Gate) {
+	appendRound := func(g *ingest.Gate) {
 		t.Helper()
 		if r, err := g.AppendJournal(ctx, roomID, roomtest.Lines(es[next:next+10]), nil); err != nil || r.Stored != 10 {
 			t.Fatalf("%+v %v", r, err)
@@ -443,7 +444,7 @@ func TestCheckpointerSkipsForgedMessages(t *testing.T) {
 	key, stranger := roomtest.NewPublisherKey(t), roomtest.NewPublisherKey(t)
 	const roomID = "room:forged"
 	ckp, logs := roomtest.StartCheckpointer(t, e.Connect(), room.CheckpointerOptions{Key: key, Every: 1000, Interval: time.Hour})
-	gate := roomtest.AttestingGate(e, e.Nc, key, ckp, room.GateOptions{})
+	gate := roomtest.AttestingGate(e, e.Nc, key, ckp, ingest.GateOptions{})
 	es, _ := roomtest.Journal(t, "run-f", "cap-f", 8)
 	if r, err := gate.AppendJournal(ctx, roomID, roomtest.Lines(es[:5]), nil); err != nil || r.Stored != 5 {
 		t.Fatalf("%+v %v", r, err)
@@ -517,7 +518,7 @@ func TestCheckpointerRefusesContradictedRoom(t *testing.T) {
 	const roomID, fine = "room:contradicted", "room:fine"
 	ckp, logs := roomtest.StartCheckpointer(t, e.Connect(), room.CheckpointerOptions{Key: key, TrustedPublishers: []string{trusted.NodeID()},
 		Every: 5, Interval: 100 * time.Millisecond})
-	gate := roomtest.AttestingGate(e, e.Nc, key, ckp, room.GateOptions{})
+	gate := roomtest.AttestingGate(e, e.Nc, key, ckp, ingest.GateOptions{})
 	es, _ := roomtest.Journal(t, "run-k", "cap-k", 15)
 	if r, err := gate.AppendJournal(ctx, roomID, roomtest.Lines(es[:5]), nil); err != nil || r.Stored != 5 {
 		t.Fatalf("%+v %v", r, err)
@@ -717,7 +718,7 @@ func TestCheckpointerRefusesStuckBatch(t *testing.T) {
 	key := roomtest.NewPublisherKey(t)
 	const roomID = "room:stuck"
 	ckp, logs := roomtest.StartCheckpointer(t, e.Connect(), room.CheckpointerOptions{Key: key, Every: 1000, Interval: 100 * time.Millisecond})
-	gate := roomtest.AttestingGate(e, e.Nc, key, ckp, room.GateOptions{})
+	gate := roomtest.AttestingGate(e, e.Nc, key, ckp, ingest.GateOptions{})
 	es, _ := roomtest.Journal(t, "run-s", "cap-s", 5)
 	if r, err := gate.AppendJournal(ctx, roomID, roomtest.Lines(es), nil); err != nil || r.Stored != 5 {
 		t.Fatalf("%+v %v", r, err)

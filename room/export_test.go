@@ -2,7 +2,6 @@ package room
 
 import (
 	"context"
-	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -99,86 +98,6 @@ func AuditFeed(v *validate.Validator, s Subjects, t *checkpoint.Trust) (feed fun
 		return step(func(collect func(*Event, *SetAside)) { r.finish(true, collect) })
 	}
 	return feed, end
-}
-
-// SetAheadWait sets how long a pipelined request waits for the chain to
-// get past the request ahead of it, in g.
-func (g *Gate) SetAheadWait(d time.Duration) { g.aheadWait.Store(int64(d)) }
-
-// FollowCounts returns how many messages the checkpointer's follow took
-// from the gate's acknowledgements without reading them, and how many it
-// read.
-func (c *Checkpointer) FollowCounts() (fromMemory, read uint64) {
-	return c.fromMemory.Load(), c.readGaps.Load()
-}
-
-// SetGapWait sets how long follow waits at a gap for batches in flight.
-func (c *Checkpointer) SetGapWait(d time.Duration) { c.gapWait.Store(int64(d)) }
-
-// SetLeaseSkew sets how far a lease's time may lie past the TTL or ahead
-// of now (DefaultLeaseSkew), so a test can replay a stale lease sooner.
-func (c *Checkpointer) SetLeaseSkew(d time.Duration) { c.leaseSkew.Store(int64(d)) }
-
-// SetAckedMax sets how many messages of the gate's acknowledged batches
-// the checkpointer keeps in memory (ackedMax); a batch that does not fit
-// is read from the stream, whole.
-func (c *Checkpointer) SetAckedMax(n int) {
-	c.acked.mu.Lock()
-	c.acked.max = n
-	c.acked.mu.Unlock()
-}
-
-// AckedSkipped returns how many batches the gate told the checkpointer of
-// that follow did not take from memory (no room for them, or read from the
-// stream first).
-func (c *Checkpointer) AckedSkipped() uint64 { return c.acked.skipped.Load() }
-
-// PresignedUsed is how many record appends of g carried the attestation
-// AppendRecords signed ahead of their store.
-func (g *Gate) PresignedUsed() uint64 { return g.presignedUsed.Load() }
-
-// ChainStates is how many chains the gate keeps state of.
-func (g *Gate) ChainStates() int {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	return len(g.chains)
-}
-
-// WithGateClock returns o with now as the clock of its ChainIdle.
-func WithGateClock(o GateOptions, now func() time.Time) GateOptions {
-	o.now = now
-	return o
-}
-
-// SweepChains drops the chains idle for ChainIdle now, as the gate does
-// on a chain's use once ChainIdle / 2 passed since the last sweep.
-func (g *Gate) SweepChains() {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	g.sweepLocked(g.now())
-}
-
-// FairSlots is the ingest service's fair concurrency limit.
-type FairSlots = fairSlots
-
-// NewFairSlots returns a limit of n slots.
-func NewFairSlots(n int) *FairSlots { return newFairSlots(n) }
-
-// Acquire takes a slot for identity token (fairSlots.acquire).
-func (f *FairSlots) Acquire(ctx context.Context, token string) error { return f.acquire(ctx, token) }
-
-// Release gives a slot back (fairSlots.release).
-func (f *FairSlots) Release() { f.release() }
-
-// Waiting is how many requests wait for a slot.
-func (f *FairSlots) Waiting() int {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	n := 0
-	for _, q := range f.queues {
-		n += len(q)
-	}
-	return n
 }
 
 // AuditDirect is Audit with a direct read of batch messages per batch

@@ -238,7 +238,7 @@ func TestFollowReexamineChain(t *testing.T) {
 	t.Parallel()
 	e := roomtest.NewEnv(t)
 	list := filepath.Join(t.TempDir(), "d.set-aside.ndjson")
-	widened, err := validate.New(validate.WithTrustedHosts(e.Key.NodeID()), validate.WithSchemaFS(os.DirFS("../testdata/samples/widened/schemas")))
+	widened, err := validate.New(validate.WithTrustedHosts(e.Key.NodeID()), validate.WithSchemaFS(os.DirFS(roomtest.Testdata("samples/widened/schemas"))))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -11,6 +11,7 @@ import (
 	"github.com/roompub/roompub/checkpoint"
 	"github.com/roompub/roompub/events"
 	"github.com/roompub/roompub/room"
+	"github.com/roompub/roompub/room/ingest"
 	"github.com/roompub/roompub/room/internal/roomtest"
 	"github.com/roompub/roompub/validate"
 )
@@ -42,9 +43,9 @@ func chainOwnerSecure(t *testing.T, place string) {
 	other := dial(t, p.url, userHarness2, id.as(userHarness2))
 	admin := dial(t, p.url, userAdmin, id.as(userAdmin))
 	solver := dial(t, p.url, "solver", id.asSolver(t))
-	mine, theirs := ingest(owner, userHarness), ingest(other, userHarness2)
+	mine, theirs := clientAs(owner, userHarness), clientAs(other, userHarness2)
 
-	data := mustRead(t, "../testdata/samples/capsules/csv-dedupe/journal.ndjson")
+	data := mustRead(t, roomtest.Testdata("samples/capsules/csv-dedupe/journal.ndjson"))
 	lines := bytes.SplitAfter(data, []byte("\n"))[:14]
 	first, err := mine.AppendJournal(ctx, "room:secure", nil, bytes.Join(lines[:7], nil))
 	if err != nil || first.Stored != 7 {
@@ -154,7 +155,7 @@ func TestChainOwnerCheckpointer(t *testing.T) {
 	keyA, keyB := roomtest.NewPublisherKey(t), roomtest.NewPublisherKey(t)
 	const roomID = "room:owned"
 	roomtest.StartCheckpointer(t, e.Connect(), room.CheckpointerOptions{Key: keyB, TrustedPublishers: []string{keyA.NodeID()}, Every: 5, Interval: 100 * time.Millisecond})
-	gate := roomtest.AttestingGate(e, e.Connect(), keyA, nil, room.GateOptions{})
+	gate := roomtest.AttestingGate(e, e.Connect(), keyA, nil, ingest.GateOptions{})
 	es, _ := roomtest.Journal(t, "run-o", "cap-o", 10)
 	if r, err := gate.AppendJournalAs(ctx, roomID, "alice", roomtest.Lines(es), nil); err != nil || r.Stored != 10 {
 		t.Fatalf("%+v %v", r, err)

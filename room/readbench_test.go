@@ -20,6 +20,7 @@ import (
 	"github.com/roompub/roompub/events"
 	"github.com/roompub/roompub/room"
 	"github.com/roompub/roompub/room/embedded"
+	"github.com/roompub/roompub/room/internal/roomtest"
 	"github.com/roompub/roompub/validate"
 )
 
@@ -54,7 +55,7 @@ const benchRoom = "room:bench"
 // relinked into chains of any length.
 func sampleMembers(tb testing.TB) []map[string]any {
 	tb.Helper()
-	f, err := os.Open("../testdata/samples/capsules/slugify-run/journal.ndjson")
+	f, err := os.Open(roomtest.Testdata("samples/capsules/slugify-run/journal.ndjson"))
 	if err != nil {
 		tb.Fatal(err)
 	}

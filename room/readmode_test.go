@@ -16,6 +16,7 @@ import (
 	"github.com/roompub/roompub/events"
 	"github.com/roompub/roompub/room"
 	"github.com/roompub/roompub/room/embedded"
+	"github.com/roompub/roompub/room/ingest"
 	"github.com/roompub/roompub/room/internal/roomtest"
 )
 
@@ -75,7 +76,7 @@ func TestReadDirectSameReport(t *testing.T) {
 	pub := roomtest.NewPublisherKey(t)
 	trust := roomtest.Trusting(t, pub)
 	ckp, _ := roomtest.StartCheckpointer(t, e.Connect(), room.CheckpointerOptions{Key: pub, Every: 40, Interval: time.Hour})
-	gate := roomtest.AttestingGate(e, e.Nc, pub, ckp, room.GateOptions{})
+	gate := roomtest.AttestingGate(e, e.Nc, pub, ckp, ingest.GateOptions{})
 	const beta = "room:beta"
 	ea, _ := roomtest.Journal(t, "run-a", "cap-a", 61)
 	eb, _ := roomtest.Journal(t, "run-b", "cap-b", 30)

@@ -68,7 +68,7 @@ func TestReplyHijack(t *testing.T) {
 			admin = dial(t, p.url, userAdmin, id.as(userAdmin))
 			harness := dial(t, p.url, userHarness, id.as(userHarness))
 			solver := dial(t, p.url, "solver", id.asSolver(t))
-			res, err := client.ShipCapsule(ctx, ingest(harness, userHarness), "../testdata/samples/capsules/csv-dedupe", "room:secure", client.ShipOptions{})
+			res, err := client.ShipCapsule(ctx, clientAs(harness, userHarness), roomtest.Testdata("samples/capsules/csv-dedupe"), "room:secure", client.ShipOptions{})
 			if err != nil || res.Stored != 14 {
 				t.Fatalf("ship: %+v %v", res, err)
 			}
@@ -79,7 +79,7 @@ func TestReplyHijack(t *testing.T) {
 			}
 			created := st.CachedInfo().Created
 			head := []byte(`{"run_id":"` + res.Chain.RunID + `","capsule_id":"` + res.Chain.CapsuleID + `"}`)
-			lines := mustRead(t, "../testdata/samples/capsules/csv-dedupe/journal.ndjson")
+			lines := mustRead(t, roomtest.Testdata("samples/capsules/csv-dedupe/journal.ndjson"))
 			first := lines[:strings.IndexByte(string(lines), '\n')+1]
 
 			// Every hijack, as the harness (journal, execution, records,
@@ -124,7 +124,7 @@ func TestReplyHijack(t *testing.T) {
 
 			// A flood of valid requests queued behind one slot, and the
 			// delete among them, then serve stops.
-			c := ingest(harness, userHarness)
+			c := clientAs(harness, userHarness)
 			var wg sync.WaitGroup
 			var answered sync.Map
 			for i := range 200 {
@@ -186,7 +186,7 @@ func TestReplyHijack(t *testing.T) {
 func TestReplyHijackUnauthenticated(t *testing.T) {
 	s := startServe(t, time.Hour)
 	ctx := context.Background()
-	res, err := client.ShipCapsule(ctx, client.New(s.nc, client.Options{}), "../testdata/samples/capsules/csv-dedupe", "room:open", client.ShipOptions{})
+	res, err := client.ShipCapsule(ctx, client.New(s.nc, client.Options{}), roomtest.Testdata("samples/capsules/csv-dedupe"), "room:open", client.ShipOptions{})
 	if err != nil || res.Stored != 14 {
 		t.Fatalf("ship: %+v %v", res, err)
 	}

@@ -129,9 +129,9 @@ func options(opts ...nats.Option) nats.Option {
 	}
 }
 
-// client is an ingest client of conn c as identity name (a user name or
+// clientAs is an ingest client of conn c as identity name (a user name or
 // the solver's public nkey).
-func ingest(c *conn, name string) *client.Client {
+func clientAs(c *conn, name string) *client.Client {
 	return client.New(c.nc, client.Options{Identity: room.IdentityToken(name)})
 }
 
@@ -417,14 +417,14 @@ func secureMatrix(t *testing.T, p *securePlace) {
 
 	// The positive path first: the stream holds a capsule and a record.
 	t.Run("harness ships through the ingest service", func(t *testing.T) {
-		cl := ingest(harness, userHarness)
-		res, err := client.ShipCapsule(ctx, cl, "../testdata/samples/capsules/csv-dedupe", "room:secure", client.ShipOptions{})
+		cl := clientAs(harness, userHarness)
+		res, err := client.ShipCapsule(ctx, cl, roomtest.Testdata("samples/capsules/csv-dedupe"), "room:secure", client.ShipOptions{})
 		if err != nil || res.Refused != nil || res.Stored != 14 {
 			t.Fatalf("ship: %+v %v", res, err)
 		}
 		// Old lines again: the gate reads the chain's hashes (batch
 		// direct gets as the publisher user) and answers duplicate.
-		lines, err := os.ReadFile("../testdata/samples/capsules/csv-dedupe/journal.ndjson")
+		lines, err := os.ReadFile(roomtest.Testdata("samples/capsules/csv-dedupe/journal.ndjson"))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -443,12 +443,12 @@ func secureMatrix(t *testing.T, p *securePlace) {
 		// A user whose name needs encoding: its identity token and inbox
 		// are derived from it, and it gets replies there alone.
 		own := dial(t, p.url, userHarness2, id.as(userHarness2))
-		if _, err := ingest(own, userHarness2).Head(ctx, events.ChainKey{RunID: res.Chain.RunID, CapsuleID: res.Chain.CapsuleID}); err != nil {
+		if _, err := clientAs(own, userHarness2).Head(ctx, events.ChainKey{RunID: res.Chain.RunID, CapsuleID: res.Chain.CapsuleID}); err != nil {
 			t.Fatalf("harness with an encoded name: %v", err)
 		}
 		wrong := dial(t, p.url, userHarness+" (default inbox)", id.asPlain(userHarness))
 		cctx, cancel := short(ctx)
-		_, err = ingest(wrong, userHarness).Head(cctx, events.ChainKey{RunID: res.Chain.RunID, CapsuleID: res.Chain.CapsuleID})
+		_, err = clientAs(wrong, userHarness).Head(cctx, events.ChainKey{RunID: res.Chain.RunID, CapsuleID: res.Chain.CapsuleID})
 		cancel()
 		if err == nil {
 			t.Fatal("a harness got a reply on the shared _INBOX")
@@ -469,7 +469,7 @@ func secureMatrix(t *testing.T, p *securePlace) {
 	}
 
 	t.Run("only the publisher writes room subjects", func(t *testing.T) {
-		entry := bytes.SplitN(mustRead(t, "../testdata/samples/capsules/csv-dedupe/journal.ndjson"), []byte("\n"), 2)[0]
+		entry := bytes.SplitN(mustRead(t, roomtest.Testdata("samples/capsules/csv-dedupe/journal.ndjson")), []byte("\n"), 2)[0]
 		var wg sync.WaitGroup
 		for _, c := range []*conn{harness, solver, auditor, admin} {
 			for _, subj := range []string{
@@ -666,7 +666,7 @@ func secureMatrix(t *testing.T, p *securePlace) {
 			}
 		}
 		if id.opts.SolverHead {
-			h, err := ingest(solver, id.solverPub).Head(ctx, events.ChainKey{RunID: "run-20260903-csv-dedupe-0009", CapsuleID: "cap-csv-dedupe-0009"})
+			h, err := clientAs(solver, id.solverPub).Head(ctx, events.ChainKey{RunID: "run-20260903-csv-dedupe-0009", CapsuleID: "cap-csv-dedupe-0009"})
 			if err != nil || h.Next != 14 {
 				t.Fatalf("solver-head: %+v %v", h, err)
 			}
@@ -736,7 +736,7 @@ func secureMatrix(t *testing.T, p *securePlace) {
 	})
 
 	t.Run("the admin calls the ingest service as no one", func(t *testing.T) {
-		entry := bytes.SplitN(mustRead(t, "../testdata/samples/capsules/csv-dedupe/journal.ndjson"), []byte("\n"), 2)[0]
+		entry := bytes.SplitN(mustRead(t, roomtest.Testdata("samples/capsules/csv-dedupe/journal.ndjson")), []byte("\n"), 2)[0]
 		// A made-up identity (or a removed user's), its own, another
 		// user's and the anonymous one.
 		for _, subj := range []string{"roompub.v1.ghost.journal", "roompub.v1.admin.journal", "roompub.v1.harness.journal", "roompub.v1.journal"} {
@@ -870,8 +870,8 @@ func TestSecurePushConsumerDelivery(t *testing.T) {
 	admin := dial(t, p.url, userAdmin, id.as(userAdmin))
 	harness := dial(t, p.url, userHarness, id.as(userHarness))
 	solver := dial(t, p.url, "solver", id.asSolver(t))
-	cl := ingest(harness, userHarness)
-	if res, err := client.ShipCapsule(ctx, cl, "../testdata/samples/capsules/csv-dedupe", "room:secure", client.ShipOptions{}); err != nil || res.Stored != 14 {
+	cl := clientAs(harness, userHarness)
+	if res, err := client.ShipCapsule(ctx, cl, roomtest.Testdata("samples/capsules/csv-dedupe"), "room:secure", client.ShipOptions{}); err != nil || res.Stored != 14 {
 		t.Fatalf("ship: %+v %v", res, err)
 	}
 	if rec, err := cl.AppendRecord(ctx, roomtest.ReferenceBytes(t, "verified.json")); err != nil || rec.Item.Outcome != room.OutcomeStored {
@@ -1001,7 +1001,7 @@ func TestSecureCheckpoints(t *testing.T) {
 	harness := dial(t, p.url, userHarness, id.as(userHarness))
 	solver := dial(t, p.url, "solver", id.asSolver(t))
 	admin := dial(t, p.url, userAdmin, id.as(userAdmin))
-	res, err := client.ShipCapsule(ctx, ingest(harness, userHarness), "../testdata/samples/capsules/csv-dedupe", "room:secure", client.ShipOptions{})
+	res, err := client.ShipCapsule(ctx, clientAs(harness, userHarness), roomtest.Testdata("samples/capsules/csv-dedupe"), "room:secure", client.ShipOptions{})
 	if err != nil || res.Stored != 14 {
 		t.Fatalf("ship: %+v %v", res, err)
 	}

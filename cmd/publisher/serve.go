@@ -14,6 +14,7 @@ import (
 	"github.com/roompub/roompub/events"
 	"github.com/roompub/roompub/room"
 	"github.com/roompub/roompub/room/embedded"
+	"github.com/roompub/roompub/room/ingest"
 	"github.com/roompub/roompub/room/node"
 	"github.com/roompub/roompub/validate"
 )
@@ -85,7 +86,7 @@ func (c *serveCmd) Run(s *streams) error {
 			Every:             c.CheckpointEvery,
 			Interval:          c.CheckpointInterval,
 		},
-		Service:  room.ServiceOptions{Version: buildVersion()},
+		Service:  ingest.ServiceOptions{Version: buildVersion()},
 		HTTPAddr: c.HTTP,
 		Logger:   log,
 		Ready: func(info node.ServeInfo) {

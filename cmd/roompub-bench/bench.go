@@ -27,6 +27,7 @@ import (
 	"github.com/roompub/roompub/room"
 	"github.com/roompub/roompub/room/client"
 	"github.com/roompub/roompub/room/embedded"
+	"github.com/roompub/roompub/room/ingest"
 	"github.com/roompub/roompub/validate"
 )
 
@@ -130,7 +131,7 @@ type bench struct {
 	key          *events.HostKey // the trusted host key: signs the records
 	pub          *publisher      // roompub's gate and checkpointer on the write stream
 	gateNC       *nats.Conn
-	svc          *room.Service
+	svc          *ingest.Service
 	clientNC     *nats.Conn
 	client       *client.Client
 	pubInflight  string // how roompub's side is capped, for the table
@@ -311,7 +312,7 @@ func (b *bench) startRoompub() error {
 		return err
 	}
 	reg := prometheus.NewRegistry()
-	metrics, err := room.NewMetrics(reg)
+	metrics, err := ingest.NewMetrics(reg)
 	if err != nil {
 		return err
 	}
@@ -320,7 +321,7 @@ func (b *bench) startRoompub() error {
 	if b.pub, err = startPublisher(ctx, b.gateNC, writeStream, b.subjects, v, b.attested(), b.c.Batch, b.c.Inflight, metrics, reg, b.log); err != nil {
 		return err
 	}
-	if b.svc, err = room.StartService(b.gateNC, b.pub.gate, room.ServiceOptions{}); err != nil {
+	if b.svc, err = ingest.StartService(b.gateNC, b.pub.gate, ingest.ServiceOptions{}); err != nil {
 		return err
 	}
 	if b.clientNC, err = nats.Connect(b.emb.ClientURL(), nats.Name("roompub-bench-harness")); err != nil {

@@ -14,6 +14,7 @@ import (
 
 	"github.com/roompub/roompub/events"
 	"github.com/roompub/roompub/room"
+	"github.com/roompub/roompub/room/ingest"
 	"github.com/roompub/roompub/validate"
 )
 
@@ -27,7 +28,7 @@ import (
 // attestations (GateOptions.Attested). Without a key (--no-attest) it is the keyless
 // gate alone, as serve without --publisher-key.
 type publisher struct {
-	gate *room.Gate
+	gate *ingest.Gate
 	ckp  *room.Checkpointer // nil without a key
 	ckNC *nats.Conn         // the checkpointer's connection; nil without a key
 	// nodeID names the publisher key; "" without one. The key itself
@@ -43,9 +44,9 @@ const publisherStopTimeout = 30 * time.Second
 // publisher key made for it when attest is set. metrics, when not nil,
 // observes the gate; reg, when not nil, gets the checkpointer's metrics.
 func startPublisher(ctx context.Context, nc *nats.Conn, stream string, subjects room.Subjects, v *validate.Validator,
-	attest bool, batch, inflight int, metrics *room.Metrics, reg prometheus.Registerer, log *zap.Logger) (*publisher, error) {
+	attest bool, batch, inflight int, metrics *ingest.Metrics, reg prometheus.Registerer, log *zap.Logger) (*publisher, error) {
 	p := &publisher{}
-	gopts := room.GateOptions{Stream: stream, Subjects: subjects, Validator: v, Logger: log,
+	gopts := ingest.GateOptions{Stream: stream, Subjects: subjects, Validator: v, Logger: log,
 		MaxBatch: batch, MaxInflightBatches: inflight}
 	if metrics != nil {
 		gopts.Observer = metrics
@@ -70,7 +71,7 @@ func startPublisher(ctx context.Context, nc *nats.Conn, stream string, subjects 
 		gopts.PublisherKey, gopts.Attested = key, p.ckp
 	}
 	var err error
-	if p.gate, err = room.NewGate(ctx, nc, gopts); err != nil {
+	if p.gate, err = ingest.NewGate(ctx, nc, gopts); err != nil {
 		p.stop()
 		return nil, err
 	}

@@ -24,6 +24,7 @@ import (
 	"golang.org/x/term"
 
 	"github.com/roompub/roompub/room"
+	"github.com/roompub/roompub/room/ingest"
 	"github.com/roompub/roompub/validate"
 )
 
@@ -309,7 +310,7 @@ feed:
 // fillChain appends chain i of the read stream through gate, generating
 // one batch of --batch entries at a time (one atomic batch each, as serve
 // appends one request of a shipped capsule).
-func (b *bench) fillChain(gate *room.Gate, i, n int, progress func(int)) error {
+func (b *bench) fillChain(gate *ingest.Gate, i, n int, progress func(int)) error {
 	meta := chainMeta(readRunID(i), readCapsuleID(i))
 	roomID := readRoom(i)
 	g := newChainGen(meta, uint64(1000+i))

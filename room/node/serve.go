@@ -20,6 +20,7 @@ import (
 	"github.com/roompub/roompub/events"
 	"github.com/roompub/roompub/room"
 	"github.com/roompub/roompub/room/embedded"
+	"github.com/roompub/roompub/room/ingest"
 	"github.com/roompub/roompub/validate"
 )
 
@@ -40,7 +41,7 @@ type ServeOptions struct {
 	// Validator checks every item; it must check host trust.
 	Validator *validate.Validator
 	// room.Service configures the ingest service.
-	Service room.ServiceOptions
+	Service ingest.ServiceOptions
 	// MaxBatch and MaxInflightBatches bound the gate's atomic batches
 	// (room.GateOptions); 0 is the default.
 	MaxBatch, MaxInflightBatches int
@@ -99,7 +100,7 @@ func Serve(ctx context.Context, o ServeOptions) error {
 		log = zap.NewNop()
 	}
 	if o.Validator == nil || !o.Validator.ChecksTrust() {
-		return fmt.Errorf("%w: serve needs a validator that checks host trust", room.ErrGate)
+		return fmt.Errorf("%w: serve needs a validator that checks host trust", ingest.ErrGate)
 	}
 	url := o.ServerURL
 	replicas := o.Replicas
@@ -161,11 +162,11 @@ func Serve(ctx context.Context, o ServeOptions) error {
 	replicas = st.CachedInfo().Config.Replicas // an existing stream keeps its own
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	metrics, err := room.NewMetrics(reg)
+	metrics, err := ingest.NewMetrics(reg)
 	if err != nil {
 		return err
 	}
-	gopts := room.GateOptions{Stream: cfg.Name, Subjects: o.Subjects, Validator: o.Validator, Logger: log, Observer: metrics,
+	gopts := ingest.GateOptions{Stream: cfg.Name, Subjects: o.Subjects, Validator: o.Validator, Logger: log, Observer: metrics,
 		MaxBatch: o.MaxBatch, MaxInflightBatches: o.MaxInflightBatches, PublisherKey: o.PublisherKey,
 		TrustedPublishers: o.Checkpoint.TrustedPublishers}
 	var ckp *room.Checkpointer
@@ -193,7 +194,7 @@ func Serve(ctx context.Context, o ServeOptions) error {
 	} else {
 		log.Warn("no publisher key (--publisher-key): appended messages carry no attestation and no room checkpoint is written; subscribers that trust publishers will refuse them")
 	}
-	gate, err := room.NewGate(ctx, nc, gopts)
+	gate, err := ingest.NewGate(ctx, nc, gopts)
 	if err != nil {
 		return err
 	}
@@ -208,7 +209,7 @@ func Serve(ctx context.Context, o ServeOptions) error {
 	if so.Observer == nil {
 		so.Observer = metrics
 	}
-	svc, err := room.StartService(nc, gate, so)
+	svc, err := ingest.StartService(nc, gate, so)
 	if err != nil {
 		return err
 	}

@@ -17,6 +17,7 @@ import (
 	"github.com/roompub/roompub/events"
 	"github.com/roompub/roompub/room"
 	"github.com/roompub/roompub/room/embedded"
+	"github.com/roompub/roompub/room/ingest"
 	"github.com/roompub/roompub/room/internal/jsapi"
 )
 
@@ -334,7 +335,7 @@ type streamGuard struct {
 	memory   streamMemory
 	mark     room.StreamMark
 	log      *zap.Logger
-	metrics  *room.Metrics // nil: none
+	metrics  *ingest.Metrics // nil: none
 	// writers is the last verdict on writers into room subjects; it
 	// stands while the account's streams cannot be listed.
 	writers error

@@ -17,6 +17,7 @@ import (
 	"github.com/roompub/roompub/events"
 	"github.com/roompub/roompub/room"
 	"github.com/roompub/roompub/room/embedded"
+	"github.com/roompub/roompub/room/ingest"
 	"github.com/roompub/roompub/validate"
 )
 
@@ -398,7 +399,7 @@ func TestDuplicateAfterWindow(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	gate2, err := room.NewGate(context.Background(), nc2, room.GateOptions{Validator: v, PublisherKey: pk})
+	gate2, err := ingest.NewGate(context.Background(), nc2, ingest.GateOptions{Validator: v, PublisherKey: pk})
 	if err != nil {
 		t.Fatal(err)
 	}

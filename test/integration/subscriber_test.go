@@ -31,6 +31,7 @@ import (
 	"github.com/roompub/roompub/room"
 	"github.com/roompub/roompub/room/client"
 	"github.com/roompub/roompub/room/embedded"
+	"github.com/roompub/roompub/room/ingest"
 	"github.com/roompub/roompub/validate"
 )
 
@@ -100,11 +101,11 @@ func startRooms(t *testing.T) *subRooms {
 	if err != nil {
 		t.Fatal(err)
 	}
-	gate, err := room.NewGate(ctx, nc, room.GateOptions{Validator: v})
+	gate, err := ingest.NewGate(ctx, nc, ingest.GateOptions{Validator: v})
 	if err != nil {
 		t.Fatal(err)
 	}
-	svc, err := room.StartService(nc, gate, room.ServiceOptions{})
+	svc, err := ingest.StartService(nc, gate, ingest.ServiceOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -38,6 +38,8 @@ var rules = map[string]rule{
 	// The shared vocabulary and the roles still in it (gate, ingest
 	// service, readers, checkpointer): no server.
 	"room": {imports: []string{"checkpoint", "events", "room/internal/jsapi", "validate"}, nats: true},
+	// The gate, the ingest service, its quotas and metrics: no server.
+	"room/ingest": {imports: []string{"checkpoint", "events", "room", "room/internal/jsapi", "validate"}, nats: true},
 	// The JetStream API reads a verifier needs: no roompub package.
 	"room/internal/jsapi": {nats: true},
 	// The ingest service's client and the shipper of capsules.
@@ -45,18 +47,18 @@ var rules = map[string]rule{
 	// What the room packages' tests share (an embedded server with a
 	// gate and the ingest service): no package imports it but tests, as
 	// no rule here lists it.
-	"room/internal/roomtest": {imports: []string{"checkpoint", "events", "room", "room/embedded", "room/internal/jsapi", "validate"}, nats: true, server: true},
+	"room/internal/roomtest": {imports: []string{"checkpoint", "events", "room", "room/embedded", "room/ingest", "room/internal/jsapi", "validate"}, nats: true, server: true},
 	// The in-process nats-server and its store lock: no roompub package.
 	"room/embedded": {nats: true, server: true},
 	// Secure mode's roles and permissions, on room's vocabulary.
 	"room/secure": {imports: []string{"room"}, nats: true, server: true},
 	// The process: serve's assembly of server, stream guard, gate,
 	// ingest service and checkpointer.
-	"room/node": {imports: []string{"checkpoint", "events", "room", "room/embedded", "room/internal/jsapi", "validate"}, nats: true, server: true},
+	"room/node": {imports: []string{"checkpoint", "events", "room", "room/embedded", "room/ingest", "room/internal/jsapi", "validate"}, nats: true, server: true},
 
-	"cmd/publisher":     {imports: []string{"config", "events", "room", "room/client", "room/embedded", "room/node", "room/secure", "validate"}, nats: true, server: true},
+	"cmd/publisher":     {imports: []string{"config", "events", "room", "room/client", "room/embedded", "room/ingest", "room/node", "room/secure", "validate"}, nats: true, server: true},
 	"cmd/subscriber":    {imports: []string{"checkpoint", "config", "events", "room", "validate"}, nats: true},
-	"cmd/roompub-bench": {imports: []string{"checkpoint", "config", "events", "room", "room/client", "room/embedded", "validate"}, nats: true, server: true},
+	"cmd/roompub-bench": {imports: []string{"checkpoint", "config", "events", "room", "room/client", "room/embedded", "room/ingest", "validate"}, nats: true, server: true},
 }
 
 type pkg struct {

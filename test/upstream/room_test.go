@@ -19,6 +19,7 @@ import (
 	"github.com/roompub/roompub/room"
 	"github.com/roompub/roompub/room/client"
 	"github.com/roompub/roompub/room/embedded"
+	"github.com/roompub/roompub/room/ingest"
 	"github.com/roompub/roompub/validate"
 )
 
@@ -96,11 +97,11 @@ func startRoomWorld(t *testing.T) *roomWorld {
 	if w.v, err = validate.New(validate.WithTrustedHosts(host.NodeID())); err != nil {
 		t.Fatal(err)
 	}
-	gate, err := room.NewGate(ctx, nc, room.GateOptions{Validator: w.v})
+	gate, err := ingest.NewGate(ctx, nc, ingest.GateOptions{Validator: w.v})
 	if err != nil {
 		t.Fatal(err)
 	}
-	svc, err := room.StartService(nc, gate, room.ServiceOptions{})
+	svc, err := ingest.StartService(nc, gate, ingest.ServiceOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -10,6 +10,7 @@ import (
 	"github.com/roompub/roompub/checkpoint"
 	"github.com/roompub/roompub/events"
 	"github.com/roompub/roompub/room"
+	"github.com/roompub/roompub/room/ingest"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zaptest/observer"
 )
@@ -26,10 +27,10 @@ func NewPublisherKey(t testing.TB) *events.HostKey {
 
 // AttestingGate is a gate of e's stream that attests with key and tells
 // sink (nil: nobody).
-func AttestingGate(e *Env, nc *nats.Conn, key *events.HostKey, sink room.AttestationSink, o room.GateOptions) *room.Gate {
+func AttestingGate(e *Env, nc *nats.Conn, key *events.HostKey, sink ingest.AttestationSink, o ingest.GateOptions) *ingest.Gate {
 	e.T.Helper()
 	o.Validator, o.PublisherKey, o.Attested = e.V, key, sink
-	g, err := room.NewGate(context.Background(), nc, o)
+	g, err := ingest.NewGate(context.Background(), nc, o)
 	if err != nil {
 		e.T.Fatal(err)
 	}

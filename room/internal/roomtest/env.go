@@ -12,6 +12,8 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
+	"runtime"
 	"testing"
 	"time"
 
@@ -21,6 +23,7 @@ import (
 	"github.com/roompub/roompub/events"
 	"github.com/roompub/roompub/room"
 	"github.com/roompub/roompub/room/embedded"
+	"github.com/roompub/roompub/room/ingest"
 	"github.com/roompub/roompub/room/internal/jsapi"
 	"github.com/roompub/roompub/validate"
 )
@@ -35,16 +38,16 @@ type Env struct {
 	Nc     *nats.Conn
 	Js     jetstream.JetStream
 	Stream jetstream.Stream
-	Gate   *room.Gate
-	Svc    *room.Service
+	Gate   *ingest.Gate
+	Svc    *ingest.Service
 	Key    *events.HostKey
 	V      *validate.Validator
-	onGate []func(*room.Gate) // EachGate's
+	onGate []func(*ingest.Gate) // EachGate's
 }
 
 // EachGate runs f on e's gate and on every gate e makes after: a test
 // sets a gate's seams (its export_test.go) through it.
-func (e *Env) EachGate(f func(*room.Gate)) {
+func (e *Env) EachGate(f func(*ingest.Gate)) {
 	e.onGate = append(e.onGate, f)
 	f(e.Gate)
 }
@@ -102,7 +105,7 @@ func (e *Env) Start() {
 		t.Fatal(err)
 	}
 	e.Gate = e.NewGate(e.Nc)
-	e.Svc, err = room.StartService(e.Nc, e.Gate, room.ServiceOptions{})
+	e.Svc, err = ingest.StartService(e.Nc, e.Gate, ingest.ServiceOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -110,8 +113,8 @@ func (e *Env) Start() {
 
 // NewGate returns a gate of e's stream on nc, with e's validator and
 // every EachGate function applied.
-func (e *Env) NewGate(nc *nats.Conn) *room.Gate {
-	g, err := room.NewGate(context.Background(), nc, room.GateOptions{Validator: e.V})
+func (e *Env) NewGate(nc *nats.Conn) *ingest.Gate {
+	g, err := ingest.NewGate(context.Background(), nc, ingest.GateOptions{Validator: e.V})
 	if err != nil {
 		e.T.Fatal(err)
 	}
@@ -124,9 +127,9 @@ func (e *Env) NewGate(nc *nats.Conn) *room.Gate {
 // SecondService starts another gate and ingest service on a connection
 // of its own, in the queue group of e's: a request reaches either. It
 // stops with the test.
-func (e *Env) SecondService() *room.Service {
+func (e *Env) SecondService() *ingest.Service {
 	nc := e.Connect()
-	svc, err := room.StartService(nc, e.NewGate(nc), room.ServiceOptions{})
+	svc, err := ingest.StartService(nc, e.NewGate(nc), ingest.ServiceOptions{})
 	if err != nil {
 		e.T.Fatal(err)
 	}
@@ -185,7 +188,7 @@ func Lines(es []*events.Entry) []byte {
 // reference returns a reference record file's members.
 func ReferenceRecord(t testing.TB, name string) map[string]any {
 	t.Helper()
-	raw, err := os.ReadFile("../testdata/reference/execution-records/" + name)
+	raw, err := os.ReadFile(Testdata("reference/execution-records/") + name)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -198,7 +201,7 @@ func ReferenceRecord(t testing.TB, name string) map[string]any {
 
 // ReferenceBytes returns a reference record file's bytes as stored.
 func ReferenceBytes(t testing.TB, name string) []byte {
-	raw, err := os.ReadFile("../testdata/reference/execution-records/" + name)
+	raw, err := os.ReadFile(Testdata("reference/execution-records/") + name)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -403,4 +406,11 @@ func Mutate(obj map[string]any, k string, v any) map[string]any {
 	}
 	m[k] = v
 	return m
+}
+
+// Testdata is the path of rel under the repository's testdata directory,
+// whichever package's directory a test runs in.
+func Testdata(rel string) string {
+	_, file, _, _ := runtime.Caller(0)
+	return filepath.Join(filepath.Dir(file), "..", "..", "..", "testdata") + "/" + rel
 }

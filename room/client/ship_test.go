@@ -1,0 +1,176 @@
+package client_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/roompub/roompub/events"
+	"github.com/roompub/roompub/room"
+	"github.com/roompub/roompub/room/client"
+	"github.com/roompub/roompub/room/embedded"
+	"github.com/roompub/roompub/room/internal/roomtest"
+)
+
+// TestShipRoomConflictNamesTheRoom: a capsule shipped into a second room
+// is refused room_conflict, and the refusal the shipper hands back names
+// the room the chain lives in: in its reason, as Expected, and the room
+// asked for as Actual (the first problem's values were dropped, and the
+// reason said only "another room").
+func TestShipRoomConflictNamesTheRoom(t *testing.T) {
+	e := roomtest.NewEnv(t)
+	_, body := roomtest.Journal(t, "run-conflict", "cap-conflict", 5)
+	dir := roomtest.CapsuleDir(t, "run-conflict", "cap-conflict", body)
+	cl := client.New(e.Connect(), client.Options{})
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if res, err := client.ShipCapsule(ctx, cl, dir, "room:alpha", client.ShipOptions{}); err != nil || res.Stored != 5 {
+		t.Fatalf("ship into room:alpha: %+v %v", res, err)
+	}
+	res, err := client.ShipCapsule(ctx, cl, dir, "room:beta", client.ShipOptions{})
+	if err != nil || res.Refused == nil || res.Stored != 0 {
+		t.Fatalf("ship into room:beta: %+v %v", res, err)
+	}
+	p := res.Refused.Problem
+	if p.Code != events.RoomConflict || p.Expected != "room:alpha" || p.Actual != "room:beta" || !strings.Contains(p.Reason, `"room:alpha"`) {
+		t.Errorf("refusal %+v: want room_conflict naming room:alpha in its reason, expected room:alpha, actual room:beta", p)
+	}
+	if len(res.Refused.Problems) != 1 || res.Refused.Problems[0].Reason != p.Reason || res.Refused.Problems[0].Expected != "room:alpha" {
+		t.Errorf("problems %+v", res.Refused.Problems)
+	}
+	if want := `(expected "room:alpha", got "room:beta")`; !strings.HasSuffix(p.String(), want) {
+		t.Errorf("printed %q, want it to end in %s", p.String(), want)
+	}
+}
+
+// TestFollowCapsuleBeforeServer: a follower whose connection is not up
+// yet (it keeps trying: nats.RetryOnFailedConnect) ships the capsule
+// once the server comes. The request size was taken from the
+// connection's max payload when the follower started, 0 before a server
+// is met: every line was refused too_large.
+func TestFollowCapsuleBeforeServer(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close()
+	// Tries every second: the service is up by the time it connects, so
+	// the head request the follower sent meanwhile is answered.
+	nc, err := nats.Connect("nats://"+addr, nats.RetryOnFailedConnect(true), nats.MaxReconnects(-1), nats.ReconnectWait(time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	if nc.IsConnected() {
+		t.Fatal("connected before the server started")
+	}
+	es, body := roomtest.Journal(t, "run-early", "cap-early", 30)
+	dir := roomtest.CapsuleDir(t, "run-early", "cap-early", body)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	type result struct {
+		res client.ShipResult
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		res, err := client.FollowCapsule(ctx, client.New(nc, client.Options{Timeout: 5 * time.Second}), dir, "room:early",
+			client.ShipOptions{Poll: 50 * time.Millisecond, Retry: 100 * time.Millisecond}, func(client.ShipResult) {})
+		done <- result{res, err}
+	}()
+	time.Sleep(300 * time.Millisecond)
+	e := roomtest.NewEnvWith(t, embedded.Options{Listen: addr})
+	subj := room.Subjects{}.Journal("room:early", events.ChainKey{RunID: "run-early", CapsuleID: "cap-early"})
+	for deadline := time.Now().Add(20 * time.Second); e.CountOn(subj) < uint64(len(es)); {
+		select {
+		case r := <-done:
+			t.Fatalf("the follower stopped: %+v %v", r.res, r.err)
+		case <-time.After(20 * time.Millisecond):
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s holds %d entries after 20s, want %d", subj, e.CountOn(subj), len(es))
+		}
+	}
+	cancel()
+	r := <-done
+	if r.err != nil || r.res.Refused != nil || r.res.Stored != len(es) {
+		t.Fatalf("follow: %+v %v", r.res, r.err)
+	}
+	roomtest.ChainInStream(t, e, "room:early", es)
+}
+
+// TestShipCapsuleStopped: ctx ends the shipment while requests are in
+// flight. ShipCapsule stops sending, lets the requests in flight answer,
+// asks the chain's head on a fresh context, and says it was stopped
+// (ErrStopped, with ctx's cause): what it reports stored is what the
+// stream holds of the chain. It returned the canceled requests' error
+// (ingest service unavailable: context canceled) and counted only the
+// replies that came, while the gate stored the requests in flight too.
+func TestShipCapsuleStopped(t *testing.T) {
+	e := roomtest.NewEnv(t)
+	const total = 6000
+	_, body := roomtest.Journal(t, "run-stop", "cap-stop", total)
+	dir := roomtest.CapsuleDir(t, "run-stop", "cap-stop", body)
+	cl := client.New(e.Connect(), client.Options{})
+	ctx, cancel := context.WithCancelCause(context.Background())
+	defer cancel(nil)
+	interrupt := errors.New("interrupted by the test")
+	res, err := client.ShipCapsule(ctx, cl, dir, "room:stop", client.ShipOptions{BatchLines: 500, Progress: func(r client.ShipResult) {
+		if r.Stored >= 1000 {
+			cancel(interrupt) // two replies in: the next requests are in flight
+		}
+	}})
+	if !errors.Is(err, client.ErrStopped) || !errors.Is(err, interrupt) {
+		t.Errorf("error %v, want ErrStopped and the cause", err)
+	}
+	subj := room.Subjects{}.Journal("room:stop", events.ChainKey{RunID: "run-stop", CapsuleID: "cap-stop"})
+	time.Sleep(300 * time.Millisecond) // anything still being stored lands
+	held := e.CountOn(subj)
+	t.Logf("stopped: %d stored, %d already stored, head next %d; the stream holds %d; %v", res.Stored, res.Skipped, res.Head.Next, held, err)
+	if held >= total || res.Skipped != 0 || uint64(res.Stored) != held || res.Head.Next != int64(held) || res.Head.RoomID != "room:stop" {
+		t.Errorf("reported %d stored, head next %d in %q; the stream holds %d of %d", res.Stored, res.Head.Next, res.Head.RoomID, held, total)
+	}
+	if !strings.Contains(err.Error(), fmt.Sprintf("the stream holds %d lines of the chain", held)) {
+		t.Errorf("error %q does not say what the stream holds", err)
+	}
+	// Running again resumes where the stream stands.
+	res, err = client.ShipCapsule(context.Background(), cl, dir, "room:stop", client.ShipOptions{})
+	if err != nil || res.Skipped != int(held) || res.Stored != total-int(held) {
+		t.Fatalf("resume: %+v %v", res, err)
+	}
+}
+
+// TestFollowCapsuleStopped: ctx ends a follower mid-pass; its last
+// report counts what the stream holds of the chain, the lines of the
+// requests in flight with it.
+func TestFollowCapsuleStopped(t *testing.T) {
+	e := roomtest.NewEnv(t)
+	const total = 6000
+	_, body := roomtest.Journal(t, "run-fstop", "cap-fstop", total)
+	dir := roomtest.CapsuleDir(t, "run-fstop", "cap-fstop", body)
+	cl := client.New(e.Connect(), client.Options{})
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var last client.ShipResult
+	res, err := client.FollowCapsule(ctx, cl, dir, "room:fstop", client.ShipOptions{BatchLines: 500, Progress: func(r client.ShipResult) {
+		if r.Stored >= 1000 {
+			cancel()
+		}
+	}}, func(r client.ShipResult) { last = r })
+	if err != nil {
+		t.Fatalf("follow: %v", err)
+	}
+	subj := room.Subjects{}.Journal("room:fstop", events.ChainKey{RunID: "run-fstop", CapsuleID: "cap-fstop"})
+	time.Sleep(300 * time.Millisecond) // anything still being stored lands
+	held := e.CountOn(subj)
+	if held >= total || uint64(last.Stored) != held || uint64(res.Stored) != held || last.Head.Next != int64(held) {
+		t.Errorf("last report: %d stored, head next %d (returned %d stored); the stream holds %d of %d", last.Stored, last.Head.Next, res.Stored, held, total)
+	}
+}

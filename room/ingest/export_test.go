@@ -1,0 +1,58 @@
+package ingest
+
+import (
+	"context"
+	"time"
+)
+
+// SetAheadWait sets how long a pipelined request waits for the chain to
+// get past the request ahead of it, in g.
+func (g *Gate) SetAheadWait(d time.Duration) { g.aheadWait.Store(int64(d)) }
+
+// PresignedUsed is how many record appends of g carried the attestation
+// AppendRecords signed ahead of their store.
+func (g *Gate) PresignedUsed() uint64 { return g.presignedUsed.Load() }
+
+// ChainStates is how many chains the gate keeps state of.
+func (g *Gate) ChainStates() int {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return len(g.chains)
+}
+
+// WithGateClock returns o with now as the clock of its ChainIdle.
+func WithGateClock(o GateOptions, now func() time.Time) GateOptions {
+	o.now = now
+	return o
+}
+
+// SweepChains drops the chains idle for ChainIdle now, as the gate does
+// on a chain's use once ChainIdle / 2 passed since the last sweep.
+func (g *Gate) SweepChains() {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.sweepLocked(g.now())
+}
+
+// FairSlots is the ingest service's fair concurrency limit.
+type FairSlots = fairSlots
+
+// NewFairSlots returns a limit of n slots.
+func NewFairSlots(n int) *FairSlots { return newFairSlots(n) }
+
+// Acquire takes a slot for identity token (fairSlots.acquire).
+func (f *FairSlots) Acquire(ctx context.Context, token string) error { return f.acquire(ctx, token) }
+
+// Release gives a slot back (fairSlots.release).
+func (f *FairSlots) Release() { f.release() }
+
+// Waiting is how many requests wait for a slot.
+func (f *FairSlots) Waiting() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	n := 0
+	for _, q := range f.queues {
+		n += len(q)
+	}
+	return n
+}

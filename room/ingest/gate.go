@@ -1,0 +1,709 @@
+package ingest
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"go.uber.org/zap"
+
+	"github.com/roompub/roompub/checkpoint"
+	"github.com/roompub/roompub/events"
+	"github.com/roompub/roompub/room"
+	"github.com/roompub/roompub/room/internal/jsapi"
+	"github.com/roompub/roompub/validate"
+)
+
+// Observer receives one call per decided item, for metrics. Implementations
+// must be safe for concurrent use and must not block.
+type Observer interface {
+	// Item is called with kind KindJournal or KindExecution, the outcome,
+	// the refusal code (outcome refused only) and the time the item took.
+	Item(kind room.Kind, outcome room.Outcome, code events.Code, took time.Duration)
+}
+
+// GateOptions configures a Gate. The zero value of each field is its
+// default.
+type GateOptions struct {
+	Stream   string        // stream name, default DefaultStream
+	Subjects room.Subjects // subject layout, default prefix "rooms"
+	// Validator applies the record and entry rules. It must check host
+	// trust (validate.WithTrustedHosts), or every record is refused.
+	Validator *validate.Validator
+	Logger    *zap.Logger // nil: no logs
+	Observer  Observer    // nil: no metrics
+	// PublishTimeout bounds one append round trip (an atomic batch, from
+	// its first message to the commit's answer); default 5s.
+	PublishTimeout time.Duration
+	// Attempts bounds how often one item is retried after a race, a
+	// retryable server error or an ambiguous timeout; default 8. Retryable
+	// errors (no stream leader, too many batches in flight) count only
+	// after 20s of them.
+	Attempts int
+	// MaxBatch bounds the messages of one atomic batch (ADR-50); default
+	// 1,000, the server's default max_batch_size. Set it no higher than
+	// the server's limit (a server that says a batch is too large makes
+	// the gate halve it).
+	MaxBatch int
+	// MaxInflightBatches caps the atomic batches this gate has open at
+	// once; default 32, below the server's default of 50 per stream
+	// (max_batch_inflight_per_stream), so other publishers keep some. A
+	// server that answers "too many in flight" anyway is waited out.
+	MaxInflightBatches int
+	// PublisherKey, when set, attests every message the gate appends
+	// (checkpoint.AttestationHeader): journal entries at
+	// checkpoint.JournalPosition of their seq, records at
+	// checkpoint.RecordPosition of their ordinal on the room's exec
+	// subject. Nil: nothing is attested.
+	PublisherKey *events.HostKey
+	// Attested, when set, is told of each attestation before its message
+	// is sent (a Checkpointer in the same process, which then need not
+	// verify the gate's own signatures).
+	Attested AttestationSink
+	// TrustedPublishers are the node ids of the other publishers whose
+	// attestations admit journal entries (serve's --trusted-publisher);
+	// PublisherKey's own is always trusted. With a PublisherKey, a message
+	// on a chain's subject that no trusted publisher attested is not the
+	// chain's head: the chain goes on after the last admitted
+	// entry, and its next entry is stored after such messages.
+	TrustedPublishers []string
+	// ChainIdle is how long the gate keeps what it knows of a chain (its
+	// head, and the entry hashes it loaded) after the chain was last
+	// used; default DefaultChainIdle. A chain no request uses or waits
+	// for is dropped once idle that long (a sweep at most every ChainIdle
+	// / 2, on the next use of any chain), and read again from the stream
+	// on its next use, as after a restart (docs/secure-mode.md, "Fair
+	// ingest").
+	ChainIdle time.Duration
+	// now, when set, is the clock of ChainIdle (tests: WithGateClock).
+	now func() time.Time
+}
+
+// AttestationSink is told of each message a gate attests, before the
+// message is sent: it may be stored, stored by an earlier attempt, or
+// never. Checkpointer implements it. Implementations must be safe for
+// concurrent use and must not block.
+type AttestationSink interface {
+	// Expect is called with the message's subject, its
+	// checkpoint.AttestationHeader value and its content hash
+	// (checkpoint.ContentHash of the data).
+	Expect(subject, header string, content [32]byte)
+	// Stored is called once the server acknowledged messages Expect
+	// announced as newly stored (not duplicates): msgs[i] is at stream
+	// sequence first+i (an atomic batch is stored contiguously). One
+	// call is one whole attested batch (an atomic batch, or one message
+	// alone), never a part of one. The slice is the sink's to keep.
+	Stored(first uint64, msgs []room.StoredMsg)
+	// Unstored is called when the server refused a batch Expect announced
+	// (an API error, or a duplicate acknowledgement of one message): none
+	// of it is stored. header is the attestation header of one of its
+	// messages. An append with no clear answer gets no call.
+	Unstored(header string)
+}
+
+// Defaults of GateOptions.
+const (
+	DefaultMaxBatch           = 1000
+	DefaultMaxInflightBatches = 32
+	DefaultChainIdle          = 2 * time.Minute
+)
+
+// Gate decides every append to the room stream: each item is checked with
+// the same code as the offline verifier, then against what the stream
+// already holds, and only then appended with headers that let the server
+// refuse any race (docs/design.md, "Appends and races"). Nothing refused reaches a room subject.
+// A Gate is safe for concurrent use; several gates, in one process or many,
+// may serve one stream.
+type Gate struct {
+	// presignedUsed counts the appends of records that carried the
+	// attestation AppendRecords's checker signed ahead, stored or not
+	// (tests read it).
+	presignedUsed atomic.Uint64
+	// aheadWait is defaultAheadWait; tests shorten or lengthen it.
+	aheadWait atomic.Int64
+	js        jetstream.JetStream
+	nc        *nats.Conn
+	stream    jetstream.Stream
+	subjects  room.Subjects
+	v         *validate.Validator
+	log       *zap.Logger
+	obs       Observer
+	timeout   time.Duration
+	attempts  int
+
+	maxBatch atomic.Int64  // messages per atomic batch (halved if the server says too large)
+	inflight chan struct{} // one token per atomic batch open
+	noAtomic atomic.Bool   // the stream refused atomic batches: one publish per entry
+
+	paused atomic.Pointer[error] // non-nil: the stream failed its check; no appends
+
+	key      *events.HostKey // attests appends; nil: none
+	nodeID   string          // key's (base58 costs a microsecond a call)
+	attested AttestationSink // nil: nobody is told
+	// trust admits entries as chain heads: key's node id and
+	// GateOptions.TrustedPublishers; nil without a key (every entry is).
+	trust *checkpoint.Trust
+
+	mu     sync.Mutex
+	chains map[events.ChainKey]*chainState
+	// idle is GateOptions.ChainIdle, now its clock, and swept when the
+	// chains were last swept for idle ones (g.mu).
+	idle  time.Duration
+	now   func() time.Time
+	swept time.Time
+	// orders orders each chain's journal requests in flight (order.go).
+	orderMu sync.Mutex
+	orders  map[events.ChainKey]*chainOrder
+	rooms   map[string]*roomState
+}
+
+// ErrGate is wrapped by NewGate for unusable options.
+var ErrGate = errors.New("gate")
+
+// NewGate returns a gate over an existing room stream. It does not create
+// the stream (EnsureStream does).
+func NewGate(ctx context.Context, nc *nats.Conn, o GateOptions) (*Gate, error) {
+	if o.Validator == nil {
+		return nil, fmt.Errorf("%w: a validator is required", ErrGate)
+	}
+	if !o.Validator.ChecksTrust() {
+		return nil, fmt.Errorf("%w: the validator must check host trust (validate.WithTrustedHosts)", ErrGate)
+	}
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrGate, err)
+	}
+	name := o.Stream
+	if name == "" {
+		name = room.DefaultStream
+	}
+	cctx, cancel := jsapi.WithDefaultTimeout(ctx, room.DefaultTimeout)
+	defer cancel()
+	st, err := js.Stream(cctx, name)
+	if err != nil {
+		return nil, fmt.Errorf("%w: stream %s: %v", ErrGate, name, err)
+	}
+	g := &Gate{
+		js: js, nc: nc, stream: st, subjects: o.Subjects, v: o.Validator,
+		log: o.Logger, obs: o.Observer, timeout: o.PublishTimeout, attempts: o.Attempts, key: o.PublisherKey, attested: o.Attested,
+		chains: map[events.ChainKey]*chainState{}, rooms: map[string]*roomState{}, orders: map[events.ChainKey]*chainOrder{},
+	}
+	g.aheadWait.Store(int64(defaultAheadWait))
+	if g.log == nil {
+		g.log = zap.NewNop()
+	}
+	if g.key != nil {
+		g.nodeID = g.key.NodeID()
+		if g.trust, err = checkpoint.NewTrust(append([]string{g.nodeID}, o.TrustedPublishers...)...); err != nil {
+			return nil, fmt.Errorf("%w: %w", ErrGate, err)
+		}
+	}
+	if g.timeout <= 0 {
+		g.timeout = room.DefaultTimeout
+	}
+	if g.attempts <= 0 {
+		g.attempts = 8
+	}
+	if o.MaxBatch <= 0 {
+		o.MaxBatch = DefaultMaxBatch
+	}
+	if o.MaxInflightBatches <= 0 {
+		o.MaxInflightBatches = DefaultMaxInflightBatches
+	}
+	g.maxBatch.Store(int64(o.MaxBatch))
+	g.inflight = make(chan struct{}, o.MaxInflightBatches)
+	g.idle, g.now = o.ChainIdle, o.now
+	if g.idle <= 0 {
+		g.idle = DefaultChainIdle
+	}
+	if g.now == nil {
+		g.now = time.Now
+	}
+	g.swept = g.now()
+	return g, nil
+}
+
+// Pause stops (err != nil) or resumes (nil) appends: while the stream is
+// not append-only, nothing is appended and items fail with err (Serve
+// pauses the gate when its stream guard finds the stream weakened).
+func (g *Gate) Pause(err error) {
+	if err == nil {
+		g.paused.Store(nil)
+		return
+	}
+	g.paused.Store(&err)
+}
+
+func (g *Gate) pausedErr() error {
+	if p := g.paused.Load(); p != nil {
+		return fmt.Errorf("appends paused: %w", *p)
+	}
+	return nil
+}
+
+// chainState is this process's view of one chain. The stream is the
+// authority: the view is reloaded whenever the server says it is stale.
+type chainState struct {
+	mu        sync.Mutex
+	loaded    bool
+	roomID    string // room the chain lives in, "" while it has no entry
+	next      int64
+	head      string
+	streamSeq uint64 // the head entry's stream sequence
+	// lastSeq is the last stream sequence on the chain's subjects in every
+	// room, which the next append expects: streamSeq, but for messages
+	// after the head that are no admitted entry (with a key).
+	lastSeq uint64
+	// owner is the HeaderOwner of the head entry: the chain's owner
+	// (Anonymous for none, or while the chain has no entry).
+	owner string
+	meta  events.CapsuleMeta
+	// hashes and seqs hold entry_hash and stream sequence by chain
+	// position once loaded (only to decide whether a resent old entry is a
+	// duplicate, and where it is stored); nil until needed.
+	hashes []string
+	seqs   []uint64
+	// users counts the calls that hold c (chain, until unchain), and
+	// used is when the last of them let go (g.mu guards both): a chain
+	// with users is never dropped.
+	users int
+	used  time.Time
+}
+
+// chain returns the gate's state of chain key, made (not loaded) if the
+// gate has none, and holds it until unchain: it is not dropped
+// meanwhile. It sweeps idle chains first when that was last done
+// ChainIdle / 2 ago or more.
+func (g *Gate) chain(key events.ChainKey) *chainState {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if now := g.now(); now.Sub(g.swept) >= g.idle/2 {
+		g.sweepLocked(now)
+	}
+	c := g.chains[key]
+	if c == nil {
+		c = &chainState{}
+		g.chains[key] = c
+	}
+	c.users++
+	return c
+}
+
+// unchain lets go of c, which chain returned.
+func (g *Gate) unchain(c *chainState) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	c.users--
+	c.used = g.now()
+}
+
+// sweepLocked drops the chains idle for ChainIdle at now: no call holds
+// them (chain), and no journal request of this gate holds an order ticket
+// of them (order.go). g.mu is held; it takes g.orderMu (never the other
+// way round).
+func (g *Gate) sweepLocked(now time.Time) {
+	g.swept = now
+	g.orderMu.Lock()
+	defer g.orderMu.Unlock()
+	for key, c := range g.chains {
+		if c.users == 0 && now.Sub(c.used) >= g.idle && g.orders[key] == nil {
+			delete(g.chains, key)
+		}
+	}
+}
+
+// lastOn returns the last message on subject (wildcards allowed), or nil
+// when there is none. It uses direct get with a JSON body, which accepts a
+// wildcard filter where the subject-in-subject form cannot. With leader
+// set, or when no server answers direct gets yet (the replicas of a stream
+// just created start to after a while), the stream leader answers instead
+// (see leaderMsg).
+func (g *Gate) lastOn(ctx context.Context, subject string, leader bool) (*jetstream.RawStreamMsg, error) {
+	if leader {
+		return g.leaderMsg(ctx, map[string]any{"last_by_subj": subject})
+	}
+	dctx, cancel := context.WithTimeout(ctx, g.timeout)
+	defer cancel()
+	// jsapi takes the sequence and subject the server gives, never the
+	// headers a message was stored with (anyone who can write onto a room
+	// subject chooses those).
+	m, err := jsapi.DirectGet(dctx, g.nc, g.stream.CachedInfo().Config.Name, map[string]string{"last_by_subj": subject})
+	if errors.Is(err, nats.ErrNoResponders) {
+		return g.leaderMsg(ctx, map[string]any{"last_by_subj": subject})
+	}
+	if err != nil || m == nil {
+		return nil, err
+	}
+	return m.Raw(), nil
+}
+
+// leaderMsg returns the message req selects ("seq", "next_by_subj",
+// "last_by_subj", as direct get takes them) as the stream leader has it
+// ($JS.API.STREAM.MSG.GET), or nil when there is none. In a cluster a
+// follower may answer a direct get (so nats.go's GetMsg on a stream that
+// allows direct gets) from its own copy, which can lag behind the stream:
+// what a refusal or a record decision rests on is read here instead.
+func (g *Gate) leaderMsg(ctx context.Context, req map[string]any) (*jetstream.RawStreamMsg, error) {
+	return jsapi.LeaderGetRaw(ctx, g.nc, g.stream.CachedInfo().Config.Name, g.timeout, req)
+}
+
+// leaderGet is Gate.leaderMsg on stream over nc, bounded by timeout
+// (jsapi.LeaderGet).
+
+// reload brings c up to the stream's head for key; with leader set, as the
+// stream leader has it (see lastOn). With a publisher key the head is the
+// last entry a trusted publisher attested (admittedHead).
+func (g *Gate) reload(ctx context.Context, key events.ChainKey, c *chainState, leader bool) error {
+	last, err := g.lastOn(ctx, g.subjects.ChainAnyRoom(key), leader)
+	if err != nil {
+		return err
+	}
+	if last != nil && g.trust != nil && last.Sequence == c.lastSeq {
+		c.loaded = true // nothing since c was decided: the stream only grows
+		return nil
+	}
+	m := last
+	if m != nil && g.trust != nil {
+		if m, err = g.admittedHead(ctx, key, c, last); err != nil {
+			return err
+		}
+	}
+	if m == nil {
+		// Field by field: c.mu is held by the caller.
+		c.loaded, c.roomID, c.next, c.head, c.streamSeq, c.meta, c.hashes, c.seqs = true, "", 0, events.ZeroHash, 0, events.CapsuleMeta{}, nil, nil
+		c.owner = room.Anonymous
+		c.lastSeq = 0
+		if last != nil {
+			c.lastSeq = last.Sequence
+		}
+		return nil
+	}
+	p, err := g.subjects.Parse(m.Subject)
+	if err != nil {
+		return fmt.Errorf("chain head at stream seq %d: %w", m.Sequence, err)
+	}
+	e, err := events.ParseEntry(m.Data)
+	if err != nil {
+		return fmt.Errorf("chain head at stream seq %d is not an entry: %w", m.Sequence, err)
+	}
+	seq, ok := e.Seq()
+	if !ok {
+		return fmt.Errorf("chain head at stream seq %d has no seq", m.Sequence)
+	}
+	if c.hashes != nil && (int64(len(c.hashes)) > seq+1 || c.roomID != p.RoomID) {
+		c.hashes, c.seqs = nil, nil // cannot happen on an append-only stream; start over
+	}
+	c.loaded, c.roomID, c.next, c.head, c.streamSeq, c.meta = true, p.RoomID, seq+1, e.EntryHash(), m.Sequence, e.Metadata()
+	c.owner = m.Header.Get(room.HeaderOwner)
+	c.lastSeq = last.Sequence
+	return nil
+}
+
+// loadHashes reads the entry_hash and stream sequence of every stored entry
+// of the chain, in order, from the Nats-Msg-Id headers (the gate sets them
+// to entry_hash), by batch direct gets up to the head: no consumer, so a
+// stream whose consumers are exhausted (the server's per-stream limit)
+// cannot stop the gate (docs/secure-mode.md, "Readers without
+// consumers").
+func (g *Gate) loadHashes(ctx context.Context, c *chainState, key events.ChainKey) error {
+	subj := g.subjects.Journal(c.roomID, key)
+	hashes := make([]string, 0, c.next)
+	seqs := make([]uint64, 0, c.next)
+	// Every entry up to the head is at or below the head's stream sequence.
+	err := g.readRange(ctx, subj, 1, max(c.lastSeq, c.streamSeq), func(m *jetstream.RawStreamMsg) {
+		hashes = append(hashes, m.Header.Get(jetstream.MsgIDHeader))
+		seqs = append(seqs, m.Sequence)
+	})
+	if err != nil {
+		return fmt.Errorf("read chain %s: %w", subj, err)
+	}
+	if int64(len(hashes)) < c.next {
+		return fmt.Errorf("read chain %s: %d of %d entries found", subj, len(hashes), c.next)
+	}
+	c.hashes, c.seqs = hashes[:c.next], seqs[:c.next]
+	return nil
+}
+
+// Head reports where a chain stands in the stream, read fresh, including
+// the room it lives in ("" when it has no entry yet).
+// A read that may be tried again (no responder, no answer in time) is,
+// as appends do, for up to 20s and Attempts times.
+//
+// Head keeps no state of a chain the gate does not know already: it reads
+// into a state of its own, so a flood of head requests naming new chains
+// holds no memory once answered (docs/secure-mode.md, "Fair ingest").
+func (g *Gate) Head(ctx context.Context, key events.ChainKey) (room.ChainHead, error) {
+	g.mu.Lock()
+	c := g.chains[key]
+	if c != nil {
+		c.users++
+	}
+	g.mu.Unlock()
+	if c != nil {
+		defer g.unchain(c)
+	} else {
+		c = &chainState{}
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	until := time.Now().Add(retryWindow)
+	for attempt := 0; ; attempt++ {
+		err := g.reload(ctx, key, c, false)
+		if err == nil {
+			return c.view(key), nil
+		}
+		if attempt+1 >= g.attempts || !g.waitRead(ctx, err, &attempt, until) {
+			return room.ChainHead{}, err
+		}
+	}
+}
+
+func (c *chainState) view(key events.ChainKey) room.ChainHead {
+	return room.ChainHead{RoomID: c.roomID, Chain: key, Next: c.next, Head: c.head, StreamSeq: c.streamSeq}
+}
+
+// tally sets r's counts from its items.
+func tally(r *room.JournalReply) {
+	counts := outcomeCounts{&r.Stored, &r.Dupes, &r.Refused, &r.Skipped, &r.Failures, &r.Ahead}
+	for _, it := range r.Items {
+		counts.add(it.Outcome)
+	}
+}
+
+// outcomeCounts points at a reply's count of each item outcome
+// (JournalReply, RecordsReply; ahead is nil where no item can be ahead).
+// An outcome with no count of its own (ahead there, or one not known) is
+// not a store: it counts as failed.
+type outcomeCounts struct{ stored, dupes, refused, skipped, failed, ahead *int }
+
+func (c outcomeCounts) add(outcome room.Outcome) {
+	switch {
+	case outcome == room.OutcomeStored:
+		*c.stored++
+	case outcome == room.OutcomeDuplicate:
+		*c.dupes++
+	case outcome == room.OutcomeRefused:
+		*c.refused++
+	case outcome == room.OutcomeSkipped:
+		*c.skipped++
+	case outcome == room.OutcomeAhead && c.ahead != nil:
+		*c.ahead++
+	default:
+		*c.failed++
+	}
+}
+
+type line struct {
+	data     []byte
+	complete bool // ended in "\n"
+}
+
+// splitLines splits body into journal lines; a final line without "\n" is
+// kept with complete false, so it is refused as truncated_tail.
+func splitLines(body []byte) []line {
+	var out []line
+	for len(body) > 0 {
+		i := bytes.IndexByte(body, '\n')
+		if i < 0 {
+			out = append(out, line{data: body})
+			break
+		}
+		out = append(out, line{data: body[:i], complete: true})
+		body = body[i+1:]
+	}
+	return out
+}
+
+// parseLine parses one request line into an entry, or refuses it: a
+// partial line is truncated_tail, one that does not parse gets
+// events.ParseLine's code (non_canonical, corrupt_entry, or invalid_entry
+// for JSON that is not an object).
+func parseLine(ln line, idx int) (*events.Entry, *room.ItemResult) {
+	at := events.Location{Line: idx + 1}
+	if !ln.complete {
+		r := room.RefusedItem(idx, []events.Problem{{Code: events.TruncatedTail, At: at, Reason: "the last line does not end in a newline: a partial entry"}})
+		return nil, &r
+	}
+	e, problems := events.ParseLineOwned(ln.data, at) // the request body is the gate's for the call
+	if e == nil {
+		r := room.RefusedItem(idx, problems)
+		return nil, &r
+	}
+	return e, nil
+}
+
+func failed(idx int, err error) room.ItemResult {
+	return room.ItemResult{Index: idx, Outcome: room.OutcomeFailed, Reason: err.Error()}
+}
+
+// needHashes loads c.hashes unless they cover c.next already.
+func (g *Gate) needHashes(ctx context.Context, c *chainState, key events.ChainKey) error {
+	if c.hashes == nil || int64(len(c.hashes)) < c.next {
+		if g.trust != nil {
+			return g.loadAdmittedHashes(ctx, c, key)
+		}
+		return g.loadHashes(ctx, c, key)
+	}
+	return nil
+}
+
+// resent decides an entry for a position that is already taken: the same
+// entry is a duplicate, another is a fork attempt and is refused.
+// c.hashes must cover c.next (needHashes).
+func (g *Gate) resent(key events.ChainKey, c *chainState, e *events.Entry, seq int64, res room.ItemResult) room.ItemResult {
+	if c.hashes[seq] == e.EntryHash() {
+		res.Outcome, res.StreamSeq = room.OutcomeDuplicate, c.seqs[seq]
+		res.Subject = g.subjects.Journal(c.roomID, key)
+		return res
+	}
+	r := room.RefusedItem(res.Index, []events.Problem{{Code: events.Fork, At: events.Location{Line: res.Index + 1, Pointer: "/seq"},
+		Reason: "chain position " + strconv.FormatInt(seq, 10) + " already holds a different entry", Expected: c.hashes[seq], Actual: e.EntryHash()}})
+	r.Seq, r.Hash = res.Seq, res.Hash
+	return r
+}
+
+// onlyPosition reports whether every problem is about the entry's position
+// (reordered, broken_link): an entry that is otherwise sound and names an
+// earlier position may be a resend.
+func onlyPosition(ps []events.Problem) bool {
+	for _, p := range ps {
+		if p.Code != events.Reordered && p.Code != events.BrokenLink {
+			return false
+		}
+	}
+	return true
+}
+
+// tooLarge refuses a message the server would not accept: data and headers
+// (with the attestation of message index of a batch of count, which the
+// gate may add later: msgHeaderSize) over the connection's max payload
+// (refused before it is sent: docs/design.md, "Refusal codes and their
+// order").
+func (g *Gate) tooLarge(msg *nats.Msg, at events.Location, index, count int) []events.Problem {
+	return g.tooLargeSize(int64(len(msg.Data))+g.msgHeaderSize(msg, index, count), at)
+}
+
+// tooLargeSize is tooLarge for a message of size bytes, headers included.
+func (g *Gate) tooLargeSize(size int64, at events.Location) []events.Problem {
+	if max := g.nc.MaxPayload(); size > max {
+		return []events.Problem{{Code: events.TooLarge, At: at,
+			Reason: fmt.Sprintf("%d bytes with headers; the server accepts at most %d", size, max)}}
+	}
+	return nil
+}
+
+// attest returns the attestation header value of data on subject at
+// position, a batch of one, or "" when the gate has no publisher key.
+func (g *Gate) attest(roomID, subject, position string, content [32]byte) string {
+	if g.key == nil {
+		return ""
+	}
+	return checkpoint.Attest(g.key, roomID, subject, position, content)
+}
+
+// expect tells the attestation sink about msg just before it is sent.
+func (g *Gate) expect(msg *nats.Msg, content [32]byte) {
+	if g.attested == nil {
+		return
+	}
+	if h := msg.Header.Get(checkpoint.AttestationHeader); h != "" {
+		g.attested.Expect(msg.Subject, h, content)
+	}
+}
+
+// stored tells the attestation sink that msgs[i], whose content hash is
+// content(i), is stored at stream sequence first+i.
+func (g *Gate) stored(first uint64, msgs []*nats.Msg, content func(i int) [32]byte) {
+	if g.attested == nil {
+		return
+	}
+	out := make([]room.StoredMsg, 0, len(msgs))
+	for i, m := range msgs {
+		h := m.Header.Get(checkpoint.AttestationHeader)
+		if h == "" {
+			return // not attested: the sink was told nothing of these
+		}
+		out = append(out, room.StoredMsg{Subject: m.Subject, Header: h, Content: content(i)})
+	}
+	g.attested.Stored(first, out)
+}
+
+// unstored tells the attestation sink that the server refused msg's batch
+// (err an API error but a full store, which may keep part of a batch, or
+// ack a duplicate): nothing of it was stored.
+func (g *Gate) unstored(msg *nats.Msg, ack *jetstream.PubAck, err error) {
+	if g.attested == nil {
+		return
+	}
+	h := msg.Header.Get(checkpoint.AttestationHeader)
+	var apiErr *jetstream.APIError
+	if h != "" && ((err == nil && ack != nil && ack.Duplicate) || (errors.As(err, &apiErr) && !jsapi.IsStoreFull(err))) {
+		g.attested.Unstored(h)
+	}
+}
+
+func (g *Gate) publish(ctx context.Context, msg *nats.Msg) (*jetstream.PubAck, error) {
+	ctx, cancel := context.WithTimeout(ctx, g.timeout)
+	defer cancel()
+	// No client-side retries: every retry goes through the gate's own
+	// read-before-deciding loop.
+	return g.js.PublishMsg(ctx, msg, jetstream.WithRetryAttempts(0))
+}
+
+// storedEquals reports whether stream seq holds data on subject.
+func (g *Gate) storedEquals(ctx context.Context, seq uint64, subject string, data []byte) (bool, error) {
+	m, err := g.leaderMsg(ctx, map[string]any{"seq": seq})
+	if err != nil || m == nil {
+		return false, err
+	}
+	return m.Subject == subject && bytes.Equal(m.Data, data), nil
+}
+
+func errStoreFull(err error) error {
+	return fmt.Errorf("the JetStream store is full (nothing more can be stored until there is space): %w", err)
+}
+
+// retryWindow is how long one item waits out a stream that takes no
+// appends for now (no leader: an election, a partition) before the
+// attempts count down: a leader election takes up to about 10s.
+const retryWindow = 20 * time.Second
+
+// waitOut returns the attempt number to go on with after a retryable
+// error: while until has not passed, it does not count.
+func (g *Gate) waitOut(attempt int, until time.Time) int {
+	if time.Now().Before(until) {
+		return max(0, min(attempt, g.attempts-2))
+	}
+	return attempt
+}
+
+// waitRead decides after a read of the stream failed: when the read may
+// be tried again (retryRead) and until has not passed, it sleeps, sets
+// *attempt and returns true; otherwise the item fails.
+func (g *Gate) waitRead(ctx context.Context, err error, attempt *int, until time.Time) bool {
+	if !retryRead(ctx, err) || !time.Now().Before(until) {
+		return false
+	}
+	*attempt = g.waitOut(*attempt, until)
+	return jsapi.Sleep(ctx, jsapi.Backoff(*attempt))
+}
+
+// retryRead reports whether a read that failed may be tried again: no
+// responder, or no answer in time (a stream without a leader for now
+// answers no leader read).
+func retryRead(ctx context.Context, err error) bool {
+	return ctx.Err() == nil && (jsapi.IsRetryable(err) || errors.Is(err, context.DeadlineExceeded))
+}
+
+func (g *Gate) observe(kind room.Kind, res room.ItemResult, start time.Time) {
+	if g.obs != nil {
+		g.obs.Item(kind, res.Outcome, res.Code, time.Since(start))
+	}
+}

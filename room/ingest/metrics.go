@@ -1,0 +1,138 @@
+package ingest
+
+import (
+	"errors"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/roompub/roompub/events"
+	"github.com/roompub/roompub/room"
+)
+
+// Metrics is an Observer (and BatchObserver) that exports Prometheus
+// metrics:
+//
+//	roompub_items_total{kind,outcome}            items decided (stored, duplicate, refused, failed)
+//	roompub_refusals_total{kind,code}            refusals by code
+//	roompub_item_duration_seconds{kind,outcome}  time to decide one item (the lines of one journal request share its time)
+//	roompub_batches_total{result}                atomic batches published: "stored", the server's error code, or "no_answer"
+//	roompub_batch_messages                       messages per atomic batch
+//	roompub_replies_refused_total{endpoint}      requests never answered: their reply subject is not the requester's own inbox (reply_not_allowed)
+//	roompub_over_quota_total{endpoint}           requests answered over_quota: their identity, or the service, already held its share (docs/secure-mode.md, "Fair ingest")
+//	roompub_foreign_writers                      other streams that can write into the room subjects, at the last check (Serve)
+type Metrics struct {
+	replies  *prometheus.CounterVec
+	quota    *prometheus.CounterVec
+	items    *prometheus.CounterVec
+	refusals *prometheus.CounterVec
+	latency  *prometheus.HistogramVec
+	batches  *prometheus.CounterVec
+	sizes    prometheus.Histogram
+	foreign  prometheus.Gauge
+	// series holds the items and latency series of each kind and outcome
+	// once made (itemSeries): WithLabelValues hashes its labels on every
+	// call, and Item is called for every line.
+	series sync.Map // itemKey -> *itemSeries
+}
+
+type itemKey struct {
+	kind    room.Kind
+	outcome room.Outcome
+}
+
+type itemSeries struct {
+	items   prometheus.Counter
+	latency prometheus.Observer
+}
+
+// NewMetrics registers the metrics on reg.
+func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
+	m := &Metrics{
+		items: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: "roompub", Name: "items_total", Help: "Journal entries and execution records decided by the gate, by outcome.",
+		}, []string{"kind", "outcome"}),
+		refusals: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: "roompub", Name: "refusals_total", Help: "Items refused by the gate, by refusal code.",
+		}, []string{"kind", "code"}),
+		latency: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Namespace: "roompub", Name: "item_duration_seconds",
+			Help:    "Time the gate took to decide one item, including the append; the lines of one journal request share its time equally.",
+			Buckets: prometheus.ExponentialBuckets(0.0001, 2, 16),
+		}, []string{"kind", "outcome"}),
+		batches: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: "roompub", Name: "batches_total",
+			Help: "Atomic batches of journal entries the gate published, by result: stored, the server's error code, or no_answer (read back).",
+		}, []string{"result"}),
+		sizes: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Namespace: "roompub", Name: "batch_messages", Help: "Messages per atomic batch the gate published.",
+			Buckets: prometheus.ExponentialBuckets(2, 2, 10),
+		}),
+		foreign: prometheus.NewGauge(prometheus.GaugeOpts{
+			Namespace: "roompub", Name: "foreign_writers",
+			Help: "Other streams of the account that can write into the room subjects (a RePublish, a push consumer), at serve's last check; appends pause while it is not 0.",
+		}),
+	}
+	m.replies = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Namespace: "roompub", Name: "replies_refused_total",
+		Help: "Ingest requests never answered because their reply subject is not under the requester's own inbox prefix (reply_not_allowed), by endpoint.",
+	}, []string{"endpoint"})
+	m.quota = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Namespace: "roompub", Name: "over_quota_total",
+		Help: "Ingest requests answered over_quota (status 429) because their identity, or the service, already held its share, by endpoint.",
+	}, []string{"endpoint"})
+	for _, c := range []prometheus.Collector{m.items, m.refusals, m.latency, m.batches, m.sizes, m.replies, m.quota, m.foreign} {
+		if err := reg.Register(c); err != nil {
+			return nil, err
+		}
+	}
+	return m, nil
+}
+
+// ReplyRefused implements ServiceObserver.
+func (m *Metrics) ReplyRefused(endpoint string) { m.replies.WithLabelValues(endpoint).Inc() }
+
+// OverQuota implements ServiceObserver.
+func (m *Metrics) OverQuota(endpoint string) { m.quota.WithLabelValues(endpoint).Inc() }
+
+// Item implements Observer.
+func (m *Metrics) Item(kind room.Kind, outcome room.Outcome, code events.Code, took time.Duration) {
+	k := itemKey{kind, outcome}
+	v, ok := m.series.Load(k)
+	if !ok {
+		v, _ = m.series.LoadOrStore(k, &itemSeries{items: m.items.WithLabelValues(string(kind), string(outcome)), latency: m.latency.WithLabelValues(string(kind), string(outcome))})
+	}
+	s := v.(*itemSeries)
+	s.items.Inc()
+	if outcome == room.OutcomeRefused {
+		m.refusals.WithLabelValues(string(kind), string(code)).Inc()
+	}
+	s.latency.Observe(took.Seconds())
+}
+
+// ForeignWriters sets roompub_foreign_writers: n other streams of the
+// account can write into the room subjects (docs/secure-mode.md, "Writers
+// into room subjects").
+func (m *Metrics) ForeignWriters(n int) { m.foreign.Set(float64(n)) }
+
+// Batch implements BatchObserver.
+func (m *Metrics) Batch(messages int, err error, _ time.Duration) {
+	m.sizes.Observe(float64(messages))
+	m.batches.WithLabelValues(batchResult(err)).Inc()
+}
+
+// batchResult names the result of a batch publish for a metric label.
+func batchResult(err error) string {
+	var apiErr *jetstream.APIError
+	switch {
+	case err == nil:
+		return "stored"
+	case errors.As(err, &apiErr):
+		return strconv.Itoa(int(apiErr.ErrorCode))
+	default:
+		return "no_answer"
+	}
+}

@@ -1,0 +1,201 @@
+package ingest
+
+import (
+	"bytes"
+	"context"
+
+	"github.com/roompub/roompub/events"
+)
+
+// A shipper keeps up to ShipOptions.Pipeline requests of one chain in
+// flight, so the gate checks the lines of the next request (checkLines,
+// parallel, no chain state) while it stores the one before. The
+// requests must still be decided in chain order: a request decided before
+// the one ahead of it is stored would find its first line ahead of the
+// chain's head and be refused. Within one gate the order is kept here:
+// every journal request of a chain holds a ticket naming its first
+// entry's seq, and waits, after checkLines and before it locks the chain,
+// for the requests of that chain with a smaller first seq that took their
+// tickets before it. The ingest service takes tickets as requests arrive
+// (micro hands them over one by one, in the order the connection sent
+// them), so a client's requests are decided in the order it sent them.
+// Across gate processes (one micro queue group) nothing orders them: a
+// request marked HeaderPipelined whose first line is ahead of the chain
+// waits up to defaultAheadWait for the chain to reach it, reading the chain's
+// head from the stream leader (the request ahead may be stored by another
+// gate: awaitChain), and is answered OutcomeAhead if it does not; the
+// shipper then sends it again, in order.
+
+// chainOrder is the tickets of one chain's requests in flight in a gate.
+type chainOrder struct {
+	held []*orderTicket // in no particular order
+	// left is closed and replaced whenever a ticket is given back.
+	left chan struct{}
+}
+
+// orderTicket is a journal request's place in its chain's order; a nil
+// *orderTicket orders nothing (a request whose first line does not parse:
+// it is refused without deciding anything).
+type orderTicket struct {
+	g   *Gate
+	key events.ChainKey
+	seq int64
+	// stalled: a request of this gate ahead of this one ended without
+	// storing all its lines, so the chain will not reach this one's first
+	// line by itself: awaitChain does not wait for it (Gate.orderMu).
+	stalled bool
+	// slot, when set, is the ingest service's concurrency limit, of which
+	// the request holds one place: it gives it back while it waits (idle),
+	// so waiting requests do not keep others from being decided.
+	slot    *fairSlots
+	holding bool // the request holds a place in slot (its goroutine's alone)
+	// quota, when set, counts the request in its identity's share
+	// (quota.go): while it waits (idle), it is out of the identity's
+	// IdentityConcurrency count.
+	quota *quotas
+	token string
+}
+
+// idle runs f, which waits for other requests, without the request's
+// place in the service's concurrency limit, and takes a place again
+// after it. Only running requests hold places and a running request
+// waits for no ticket, so waiting never blocks a request ahead.
+func (t *orderTicket) idle(ctx context.Context, f func() error) error {
+	if t == nil || t.slot == nil || !t.holding {
+		return f()
+	}
+	if t.quota != nil {
+		t.quota.idle(t.token, false)
+		defer t.quota.idle(t.token, true)
+	}
+	t.slot.release()
+	t.holding = false
+	err := f()
+	if aerr := t.slot.acquire(ctx, t.token); aerr != nil {
+		return aerr
+	}
+	t.holding = true
+	return err
+}
+
+// releases reports whether the request's goroutine must give a place in
+// the service's concurrency limit back when it ends: it took one, and
+// holds it unless idle gave it back.
+func (t *orderTicket) releases() bool { return t == nil || t.slot == nil || t.holding }
+
+// ticket takes a ticket for the journal request body (the first line's
+// chain and seq); nil when the first line does not parse.
+func (g *Gate) ticket(body []byte) *orderTicket {
+	first, _, _ := bytes.Cut(body, []byte{'\n'})
+	e, seq := lineSeq(first)
+	if e == nil {
+		return nil
+	}
+	t := &orderTicket{g: g, key: events.ChainKey{RunID: e.RunID(), CapsuleID: e.CapsuleID()}, seq: seq}
+	g.orderMu.Lock()
+	defer g.orderMu.Unlock()
+	o := g.orders[t.key]
+	if o == nil {
+		o = &chainOrder{left: make(chan struct{})}
+		g.orders[t.key] = o
+	}
+	o.held = append(o.held, t)
+	return t
+}
+
+// lineSeq parses one journal line (without its "\n") and returns the
+// entry and its seq; nil and -1 when it does not parse or has no seq.
+func lineSeq(ln []byte) (*events.Entry, int64) {
+	e, _ := events.ParseLineOwned(ln, events.Location{})
+	if e == nil {
+		return nil, -1
+	}
+	seq, ok := e.Seq()
+	if !ok {
+		return nil, -1
+	}
+	return e, seq
+}
+
+// wait returns once no ticket of the chain with a smaller first seq is
+// held, or with ctx's error. A ticket waits only for smaller seqs, so the
+// smallest never waits and waiting never goes round in a circle (a
+// smaller one taken later, another client's resend, is waited for too:
+// it is decided first, as the chain's order has it).
+func (t *orderTicket) wait(ctx context.Context) error {
+	if t == nil {
+		return nil
+	}
+	g := t.g
+	for {
+		g.orderMu.Lock()
+		o := g.orders[t.key]
+		ahead := false
+		for _, h := range o.held {
+			if h.seq < t.seq {
+				ahead = true
+				break
+			}
+		}
+		left := o.left
+		g.orderMu.Unlock()
+		if !ahead {
+			return nil
+		}
+		select {
+		case <-left:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+}
+
+// done gives the ticket back; the requests waiting for it look again.
+func (t *orderTicket) done() {
+	if t == nil {
+		return
+	}
+	g := t.g
+	g.orderMu.Lock()
+	defer g.orderMu.Unlock()
+	o := g.orders[t.key]
+	for i, h := range o.held {
+		if h == t {
+			o.held[i] = o.held[len(o.held)-1]
+			o.held = o.held[:len(o.held)-1]
+			break
+		}
+	}
+	close(o.left)
+	o.left = make(chan struct{})
+	if len(o.held) == 0 {
+		delete(g.orders, t.key)
+	}
+}
+
+// stall marks the tickets of the chain behind this one stalled: this
+// request ended without storing all its lines.
+func (t *orderTicket) stall() {
+	if t == nil {
+		return
+	}
+	g := t.g
+	g.orderMu.Lock()
+	defer g.orderMu.Unlock()
+	for _, h := range g.orders[t.key].held {
+		if h.seq > t.seq {
+			h.stalled = true
+		}
+	}
+}
+
+// isStalled reports whether a request of this gate ahead of this one
+// ended without storing all its lines.
+func (t *orderTicket) isStalled() bool {
+	if t == nil {
+		return false
+	}
+	t.g.orderMu.Lock()
+	defer t.g.orderMu.Unlock()
+	return t.stalled
+}
