@@ -32,7 +32,7 @@ unit:
 	$(GO) test -race -count=1 ./events/... ./validate/... ./schemas/... ./config/... ./checkpoint/... ./cmd/... ./test/layout/...
 	$(GO) test -count=1 -run 'NoAllocs' ./events/... ./validate/... ./checkpoint/...
 
-## integration: against real embedded nats-servers (JetStream on disk), the upstream verifier's rules, then the built binaries
+## integration: against real embedded nats-servers (JetStream on disk), the upstream verifier's rules, then the built binaries (and the v0.1.0 store, TestStoreV010)
 integration:
 	$(GO) test -race -count=1 ./room/...
 	$(GO) test -race -count=1 ./test/upstream/...
@@ -72,9 +72,9 @@ bench-quick: build
 fmt:
 	gofmt -l -w .
 
-## vet: go vet, including the sample generator under testdata
+## vet: go vet, including the generators under testdata
 vet:
-	$(GO) vet ./... ./testdata/samples/gen
+	$(GO) vet ./... ./testdata/samples/gen ./testdata/store-v0.1.0/gen
 
 ## lint: fail if any Go file is not gofmt-clean, then vet
 lint:
