@@ -20,6 +20,7 @@ import (
 
 	"github.com/roompub/roompub/events"
 	"github.com/roompub/roompub/room"
+	"github.com/roompub/roompub/room/reader"
 )
 
 // ErrInvalid is wrapped by every Validate error.
@@ -418,28 +419,28 @@ type Replay struct {
 // "Roles and their permissions": a solver may create no ephemeral consumer, and a request
 // the server refuses for a permission gets no answer, only a timeout),
 // room.ReadAuto for the anonymous one.
-func (r Replay) ReadMode(c Credentials) room.ReadMode {
-	m, err := room.ParseReadMode(r.Read)
+func (r Replay) ReadMode(c Credentials) reader.ReadMode {
+	m, err := reader.ParseReadMode(r.Read)
 	if err != nil {
-		m = room.ReadAuto // kong's enum keeps other values out
+		m = reader.ReadAuto // kong's enum keeps other values out
 	}
 	return autoRead(m, c)
 }
 
 // autoRead is ReadMode's choice for auto.
-func autoRead(m room.ReadMode, c Credentials) room.ReadMode {
-	if m != room.ReadAuto {
+func autoRead(m reader.ReadMode, c Credentials) reader.ReadMode {
+	if m != reader.ReadAuto {
 		return m
 	}
 	if id, err := c.Identity(); err == nil && id != room.Anonymous {
-		return room.ReadDirect
+		return reader.ReadDirect
 	}
-	return room.ReadAuto
+	return reader.ReadAuto
 }
 
 // FollowRead is the read path of a follower's rebuild for credentials c:
 // autoRead of room.ReadAuto.
-func FollowRead(c Credentials) room.ReadMode { return autoRead(room.ReadAuto, c) }
+func FollowRead(c Credentials) reader.ReadMode { return autoRead(reader.ReadAuto, c) }
 
 // Validate reports every problem, joined.
 func (r *Reader) Validate() error {

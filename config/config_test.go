@@ -13,7 +13,7 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/roompub/roompub/config"
-	"github.com/roompub/roompub/room"
+	"github.com/roompub/roompub/room/reader"
 )
 
 const host = "node:did:key:z6MkqB3fVxzXFbVUK2q1GPrLQzaxgwDGGVuxkDzaf5tsLnpo"
@@ -164,21 +164,21 @@ func TestReplayReadMode(t *testing.T) {
 	for _, tc := range []struct {
 		read string
 		c    config.Credentials
-		want room.ReadMode
+		want reader.ReadMode
 	}{
-		{"auto", config.Credentials{}, room.ReadAuto},
-		{"auto", config.Credentials{User: "solver-1"}, room.ReadDirect},
-		{"consumer", config.Credentials{User: "solver-1"}, room.ReadConsumer},
-		{"direct", config.Credentials{}, room.ReadDirect},
+		{"auto", config.Credentials{}, reader.ReadAuto},
+		{"auto", config.Credentials{User: "solver-1"}, reader.ReadDirect},
+		{"consumer", config.Credentials{User: "solver-1"}, reader.ReadConsumer},
+		{"direct", config.Credentials{}, reader.ReadDirect},
 	} {
 		if got := (config.Replay{Read: tc.read}).ReadMode(tc.c); got != tc.want {
 			t.Errorf("%s with %v: %v, want %v", tc.read, tc.c, got, tc.want)
 		}
 	}
-	if got := config.FollowRead(config.Credentials{User: "s"}); got != room.ReadDirect {
+	if got := config.FollowRead(config.Credentials{User: "s"}); got != reader.ReadDirect {
 		t.Errorf("FollowRead of a named user: %v", got)
 	}
-	if got := config.FollowRead(config.Credentials{}); got != room.ReadAuto {
+	if got := config.FollowRead(config.Credentials{}); got != reader.ReadAuto {
 		t.Errorf("FollowRead of no user: %v", got)
 	}
 }

@@ -86,7 +86,7 @@ type CheckpointerOptions struct {
 // messages, checkpoints, and the gate's batches whose acknowledgement is
 // late or that memory had no room for; a batch is never split between
 // memory and the read, as its attestation covers it whole). It
-// keeps, per room, the RFC 6962 tree (a leanTree: the compact range of
+// keeps, per room, the RFC 6962 tree (a checkpoint.LeanTree: the compact range of
 // what the latest good checkpoint covers and the leaf hashes after it, so
 // a long-running publisher's memory does not grow by a node per message;
 // roots are checked at no smaller size, as the rules require) of the room's
@@ -196,7 +196,7 @@ const ckSubjectCache = 4096
 // Checkpointer.mu, but lease: the writer's alone.
 type ckRoom struct {
 	id   string
-	tree *leanTree
+	tree *checkpoint.LeanTree
 	// queue holds, in stream order, the room's messages and checkpoints
 	// read after a message whose batch is not verified yet: the tree takes
 	// leaves, and checkpoints are checked, in stream order only.
@@ -978,7 +978,7 @@ func (c *Checkpointer) handleLocked(seq uint64, subject string, data []byte, hea
 	}
 	r := c.rooms[p.RoomID]
 	if r == nil {
-		r = &ckRoom{id: p.RoomID, tree: newLeanTree()}
+		r = &ckRoom{id: p.RoomID, tree: checkpoint.NewLeanTree()}
 		c.rooms[p.RoomID] = r
 	}
 	if p.Kind == KindCheckpoint {
@@ -1177,7 +1177,7 @@ func (c *Checkpointer) readCheckpoint(r *ckRoom, seq uint64, data []byte) {
 		c.log.Info("checkpointer: the room's latest checkpoint matches its messages again", zap.String("room", r.id), zap.Uint64("stream_seq", seq))
 	}
 	r.bad, r.goodSize = "", ck.Size
-	if err := r.tree.advance(ck.Size); err != nil { // cannot fail: goodSize <= ck.Size <= Size
+	if err := r.tree.Advance(ck.Size); err != nil { // cannot fail: goodSize <= ck.Size <= Size
 		c.log.Error("checkpointer: advancing the room's tree", zap.String("room", r.id), zap.Error(err))
 	}
 	if ck.Size == r.tree.Size() {

@@ -23,6 +23,7 @@ import (
 	"github.com/roompub/roompub/room/ingest"
 	"github.com/roompub/roompub/room/internal/roomtest"
 	"github.com/roompub/roompub/room/node"
+	"github.com/roompub/roompub/room/reader"
 	"github.com/roompub/roompub/validate"
 )
 
@@ -148,7 +149,7 @@ func TestCheckpointerSetsAsideJunkCheckpoints(t *testing.T) {
 
 	// A reader sets aside exactly the four, at their stream seqs, and
 	// verifies both genuine checkpoints, the second against the first.
-	rep, err := room.Audit(ctx, e.Js, room.AuditOptions{Validator: e.V, Trust: trust})
+	rep, err := reader.Audit(ctx, e.Js, reader.AuditOptions{Validator: e.V, Trust: trust})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -166,7 +167,7 @@ func TestCheckpointerSetsAsideJunkCheckpoints(t *testing.T) {
 	if !slices.Equal(aside, wantAside) {
 		t.Fatalf("audit set aside\n%s\nwant\n%s", strings.Join(aside, "\n"), strings.Join(wantAside, "\n"))
 	}
-	var facts *room.RoomCheckpoints
+	var facts *reader.RoomCheckpoints
 	for i := range rep.Checkpoints {
 		if rep.Checkpoints[i].RoomID == roomID {
 			facts = &rep.Checkpoints[i]
@@ -494,7 +495,7 @@ func TestFollowRolledBackUnderJunk(t *testing.T) {
 	}
 	ck30 := a.Checkpoint()
 	later := a.LaterTree(es[30:50])
-	state := &room.CheckpointState{Dir: t.TempDir()}
+	state := &reader.CheckpointState{Dir: t.TempDir()}
 	if err := state.Save(roomtest.Parsed(t, a.Note(50, later.Root(), a.Signer))); err != nil {
 		t.Fatal(err)
 	}
@@ -508,7 +509,7 @@ func TestFollowRolledBackUnderJunk(t *testing.T) {
 		a.Publish(ckSubj, a.Note(50, later.Root(), strangerSigner), ""),
 	}
 
-	f := roomtest.StartFollow(t, e.Js, room.FollowOptions{Durable: "rbj", Validator: e.V, Trust: trust, State: state, Rooms: []string{roomtest.AttRoom}}, nil)
+	f := roomtest.StartFollow(t, e.Js, reader.FollowOptions{Durable: "rbj", Validator: e.V, Trust: trust, State: state, Rooms: []string{roomtest.AttRoom}}, nil)
 	// The room's set-aside, its 30 entries, its checkpoint and the junk.
 	f.WaitSeen(t, 34)
 	want := fmt.Sprintf("rolled back or forked: this reader verified a checkpoint of size 50 (root %x) before; the newest on the stream has size 30 (root %x, stream seq %d)",

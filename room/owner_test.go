@@ -13,6 +13,7 @@ import (
 	"github.com/roompub/roompub/room"
 	"github.com/roompub/roompub/room/ingest"
 	"github.com/roompub/roompub/room/internal/roomtest"
+	"github.com/roompub/roompub/room/reader"
 	"github.com/roompub/roompub/validate"
 )
 
@@ -101,7 +102,7 @@ func chainOwnerSecure(t *testing.T, place string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	rep, err := room.Audit(ctx, solver.js, room.AuditOptions{Validator: v, Trust: trust, Read: room.ReadDirect})
+	rep, err := reader.Audit(ctx, solver.js, reader.AuditOptions{Validator: v, Trust: trust, Read: reader.ReadDirect})
 	if err != nil || !rep.Clean() || rep.Totals.Entries != 14 || len(rep.Chains) != 1 || rep.Chains[0].Owner != userHarness {
 		t.Fatalf("trusting audit: %+v %v", rep, err)
 	}
@@ -136,7 +137,7 @@ func TestChainOwnerReader(t *testing.T) {
 	if _, err := e.Js.PublishMsg(ctx, msg); err != nil {
 		t.Fatal(err)
 	}
-	rep, err := room.Audit(ctx, e.Js, room.AuditOptions{Validator: e.V})
+	rep, err := reader.Audit(ctx, e.Js, reader.AuditOptions{Validator: e.V})
 	if err != nil {
 		t.Fatal(err)
 	}

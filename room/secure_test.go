@@ -29,6 +29,7 @@ import (
 	"github.com/roompub/roompub/room/embedded"
 	"github.com/roompub/roompub/room/internal/roomtest"
 	"github.com/roompub/roompub/room/node"
+	"github.com/roompub/roompub/room/reader"
 	"github.com/roompub/roompub/room/secure"
 	"github.com/roompub/roompub/validate"
 )
@@ -680,7 +681,7 @@ func secureMatrix(t *testing.T, p *securePlace) {
 			t.Fatal(err)
 		}
 		for _, c := range []*conn{solver, auditor} {
-			rep, err := room.Audit(ctx, c.js, room.AuditOptions{Validator: v, Read: room.ReadDirect})
+			rep, err := reader.Audit(ctx, c.js, reader.AuditOptions{Validator: v, Read: reader.ReadDirect})
 			if err != nil || !rep.Clean() || rep.Totals.Messages != msgs {
 				t.Fatalf("%s: audit: %+v %v", c.name, rep, err)
 			}
@@ -702,14 +703,14 @@ func secureMatrix(t *testing.T, p *securePlace) {
 		// Follow with a durable consumer; a handler error leaves
 		// delivered, unacknowledged messages, so the next Follow resets
 		// the consumer ($JS.API.CONSUMER.RESET) before it goes on.
-		o := room.FollowOptions{Durable: "secure-solver", Validator: v, Read: room.ReadDirect}
-		f := roomtest.StartFollow(t, solver.js, o, func(ev *room.Event) error {
+		o := reader.FollowOptions{Durable: "secure-solver", Validator: v, Read: reader.ReadDirect}
+		f := roomtest.StartFollow(t, solver.js, o, func(ev *reader.Event) error {
 			if ev.Seq == 5 {
 				return errors.New("stop here")
 			}
 			return nil
 		})
-		if err := f.Wait(t); !errors.Is(err, room.ErrHandler) {
+		if err := f.Wait(t); !errors.Is(err, reader.ErrHandler) {
 			t.Fatalf("follow: %v", err)
 		}
 		ci, err := solver.js.Consumer(ctx, room.DefaultStream, "secure-solver")

@@ -28,6 +28,7 @@ import (
 	"github.com/roompub/roompub/room/client"
 	"github.com/roompub/roompub/room/embedded"
 	"github.com/roompub/roompub/room/ingest"
+	"github.com/roompub/roompub/room/reader"
 	"github.com/roompub/roompub/validate"
 )
 
@@ -453,13 +454,13 @@ func (b *bench) auditWrites(results []*result) (map[string]any, error) {
 	out := map[string]any{}
 	b.logf("auditing roompub's stream: %d entries, %d records expected (attestations and checkpoints checked: %v)", entries, records, b.attested())
 	start := time.Now()
-	o := room.AuditOptions{Stream: writeStream, Subjects: b.subjects, Validator: v}
+	o := reader.AuditOptions{Stream: writeStream, Subjects: b.subjects, Validator: v}
 	if b.attested() {
 		if o.Trust, err = checkpoint.NewTrust(b.pub.nodeID); err != nil {
 			return nil, err
 		}
 	}
-	rep, err := room.Audit(b.ctx, b.js, o)
+	rep, err := reader.Audit(b.ctx, b.js, o)
 	if err != nil {
 		return nil, fmt.Errorf("audit of roompub's stream: %w", err)
 	}
@@ -478,7 +479,7 @@ func (b *bench) auditWrites(results []*result) (map[string]any, error) {
 			ck.admitted, ck.byCheckpoint, ck.verified, ck.checkpoints)
 	}
 	b.logf("auditing the raw stream: %d entries expected", entries+syncEntries)
-	rawRep, err := room.Audit(b.ctx, b.js, room.AuditOptions{Stream: rawStream, Subjects: b.rawSubjects, Validator: v})
+	rawRep, err := reader.Audit(b.ctx, b.js, reader.AuditOptions{Stream: rawStream, Subjects: b.rawSubjects, Validator: v})
 	if err != nil {
 		return nil, fmt.Errorf("audit of the raw stream: %w", err)
 	}
@@ -497,7 +498,7 @@ func (b *bench) auditWrites(results []*result) (map[string]any, error) {
 
 // checkAudit reports how rep departs from a clean audit of exactly these
 // entries, records and chains.
-func checkAudit(rep *room.AuditReport, entries, records uint64, chains int) error {
+func checkAudit(rep *reader.AuditReport, entries, records uint64, chains int) error {
 	t := rep.Totals
 	if !rep.Clean() || t.Entries != entries || t.Records != records || t.ChainsOK != chains {
 		return fmt.Errorf("clean %v, %d entries (want %d), %d records (want %d), %d chains ok (want %d), %d set aside %v %v",
@@ -507,7 +508,7 @@ func checkAudit(rep *room.AuditReport, entries, records uint64, chains int) erro
 }
 
 // firstViolations names the first few violations of rep.
-func firstViolations(rep *room.AuditReport) []string {
+func firstViolations(rep *reader.AuditReport) []string {
 	var out []string
 	for _, v := range rep.Violations[:min(3, len(rep.Violations))] {
 		out = append(out, v.Error())
@@ -530,7 +531,7 @@ type covered struct {
 // its final checkpoints: attestations were checked, want messages were
 // admitted, every one covered by a verified checkpoint (no tail after the
 // last one), and no checkpoint refused.
-func checkCovered(rep *room.AuditReport, want uint64) (covered, error) {
+func checkCovered(rep *reader.AuditReport, want uint64) (covered, error) {
 	var c covered
 	if !rep.Attestation.Checked {
 		return c, fmt.Errorf("attestations not checked: %s", rep.Attestation.Why)

@@ -25,6 +25,7 @@ import (
 
 	"github.com/roompub/roompub/room"
 	"github.com/roompub/roompub/room/ingest"
+	"github.com/roompub/roompub/room/reader"
 	"github.com/roompub/roompub/validate"
 )
 
@@ -118,7 +119,7 @@ func (b *bench) read() (*result, error) {
 		return nil, fmt.Errorf("%s audit: %v\n%s", b.c.Subscriber, err, errOut.Bytes())
 	}
 	r.peakMiB = float64(peakKiB) / 1024
-	var rep room.AuditReport
+	var rep reader.AuditReport
 	if err := json.Unmarshal(out.Bytes(), &rep); err != nil {
 		return nil, fmt.Errorf("audit report: %w", err)
 	}

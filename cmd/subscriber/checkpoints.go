@@ -15,6 +15,7 @@ import (
 	"github.com/roompub/roompub/config"
 	"github.com/roompub/roompub/events"
 	"github.com/roompub/roompub/room"
+	"github.com/roompub/roompub/room/reader"
 )
 
 // publisherTrust is the trusted-publisher flag of the commands that read rooms.
@@ -58,7 +59,7 @@ func stateDir(dir string) (string, error) {
 }
 
 // checkpointState returns the state of dir when t holds keys, else nil.
-func checkpointState(t *checkpoint.Trust, dir string) (*room.CheckpointState, error) {
+func checkpointState(t *checkpoint.Trust, dir string) (*reader.CheckpointState, error) {
 	if t.Len() == 0 {
 		return nil, nil
 	}
@@ -66,7 +67,7 @@ func checkpointState(t *checkpoint.Trust, dir string) (*room.CheckpointState, er
 	if err != nil {
 		return nil, err
 	}
-	return &room.CheckpointState{Dir: d}, nil
+	return &reader.CheckpointState{Dir: d}, nil
 }
 
 type proveCmd struct {
@@ -102,9 +103,9 @@ func (c *proveCmd) Run(s *streams) error {
 	defer nc.Close()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	p, err := room.Prove(ctx, js, room.ProveOptions{Stream: c.Stream, Subjects: room.Subjects{Prefix: c.Prefix}, Room: c.Room, Read: c.ReadMode(c.Credentials),
+	p, err := reader.Prove(ctx, js, reader.ProveOptions{Stream: c.Stream, Subjects: room.Subjects{Prefix: c.Prefix}, Room: c.Room, Read: c.ReadMode(c.Credentials),
 		Entry: c.Entry, Ref: c.Ref, Validator: v, Trust: t})
-	if errors.Is(err, room.ErrNoSuchMessage) || errors.Is(err, room.ErrNotCovered) {
+	if errors.Is(err, reader.ErrNoSuchMessage) || errors.Is(err, reader.ErrNotCovered) {
 		return fmt.Errorf("prove: %w: %w", err, errRefused)
 	}
 	if err != nil {
@@ -200,14 +201,14 @@ func (c *verifyProofCmd) Run(s *streams) error {
 }
 
 // externalCheckpoints reads audit --checkpoint files.
-func externalCheckpoints(files []string) ([]room.ExternalCheckpoint, error) {
-	var out []room.ExternalCheckpoint
+func externalCheckpoints(files []string) ([]reader.ExternalCheckpoint, error) {
+	var out []reader.ExternalCheckpoint
 	for _, f := range files {
 		b, err := os.ReadFile(f)
 		if err != nil {
 			return nil, err
 		}
-		out = append(out, room.ExternalCheckpoint{Name: f, Note: b})
+		out = append(out, reader.ExternalCheckpoint{Name: f, Note: b})
 	}
 	return out, nil
 }

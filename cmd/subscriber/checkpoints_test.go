@@ -20,6 +20,7 @@ import (
 	"github.com/roompub/roompub/events"
 	"github.com/roompub/roompub/room"
 	"github.com/roompub/roompub/room/embedded"
+	"github.com/roompub/roompub/room/reader"
 )
 
 // The attestation and checkpoint commands end to end, in process, against an embedded
@@ -216,7 +217,7 @@ func TestAuditCheckpointFlags(t *testing.T) {
 	if status != config.ExitRefused {
 		t.Fatalf("audit: status %d\n%s\n%s", status, stdout, stderr)
 	}
-	var rep room.AuditReport
+	var rep reader.AuditReport
 	if err := json.Unmarshal([]byte(stdout), &rep); err != nil {
 		t.Fatal(err)
 	}
@@ -237,7 +238,7 @@ func TestAuditCheckpointFlags(t *testing.T) {
 			t.Errorf("report lacks %s: %s", key, stdout)
 		}
 	}
-	c, err := (&room.CheckpointState{Dir: state}).Load(cliRoom)
+	c, err := (&reader.CheckpointState{Dir: state}).Load(cliRoom)
 	if err != nil || c == nil || c.Size != 5 {
 		t.Errorf("state: %+v, %v", c, err)
 	}
@@ -285,13 +286,13 @@ func TestReadFlag(t *testing.T) {
 	url, es, _, _ := attestedServer(t, pub)
 	base := []string{"audit", "--server", url, "--trusted-publisher", pub.NodeID(), "--json"}
 	var reports []string
-	for _, c := range []struct{ flag, by string }{{"", room.ReadByConsumer}, {"--read=auto", room.ReadByConsumer}, {"--read=consumer", room.ReadByConsumer}, {"--read=direct", room.ReadByDirect}} {
+	for _, c := range []struct{ flag, by string }{{"", reader.ReadByConsumer}, {"--read=auto", reader.ReadByConsumer}, {"--read=consumer", reader.ReadByConsumer}, {"--read=direct", reader.ReadByDirect}} {
 		args := append(slices.Clip(base), "--state-dir", t.TempDir()) // each its own: nothing stored before
 		if c.flag != "" {
 			args = append(args, c.flag)
 		}
 		status, stdout, stderr := invoke(t, "", args...)
-		var rep room.AuditReport
+		var rep reader.AuditReport
 		if err := json.Unmarshal([]byte(stdout), &rep); status != config.ExitRefused || err != nil {
 			t.Fatalf("audit %s: status %d, %v\n%s\n%s", c.flag, status, err, stdout, stderr)
 		}

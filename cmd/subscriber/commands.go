@@ -22,6 +22,7 @@ import (
 	"github.com/roompub/roompub/checkpoint"
 	"github.com/roompub/roompub/config"
 	"github.com/roompub/roompub/room"
+	"github.com/roompub/roompub/room/reader"
 	"github.com/roompub/roompub/validate"
 )
 
@@ -103,12 +104,12 @@ func (c *followCmd) Run(s *streams) error {
 	defer nc.Close()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	list := &room.SetAsideList{Path: filepath.Join(dir, c.Durable+".set-aside.ndjson")}
+	list := &reader.SetAsideList{Path: filepath.Join(dir, c.Durable+".set-aside.ndjson")}
 	enc := json.NewEncoder(s.out)
-	return room.Follow(ctx, js, room.FollowOptions{
+	return reader.Follow(ctx, js, reader.FollowOptions{
 		Stream: c.Stream, Subjects: room.Subjects{Prefix: c.Prefix}, Rooms: c.Rooms, Durable: c.Durable, Validator: v,
 		Trust: t, State: state, Read: config.FollowRead(c.Credentials), SetAsideList: list, Reexamine: c.Reexamine,
-		OnSetAside: func(a room.SetAside) {
+		OnSetAside: func(a reader.SetAside) {
 			if a.Reexamined {
 				fmt.Fprintf(s.err, "still set aside (re-examined): %s\n", a.Error())
 				return
@@ -122,7 +123,7 @@ func (c *followCmd) Run(s *streams) error {
 				fmt.Fprintf(s.err, "subscriber: %s\n", note)
 			}
 		},
-	}, func(_ context.Context, ev *room.Event) error {
+	}, func(_ context.Context, ev *reader.Event) error {
 		if c.JSON {
 			return enc.Encode(ev)
 		}
@@ -137,7 +138,7 @@ func (c *followCmd) Run(s *streams) error {
 
 // listNote says, for people, what the rebuild made of the set-aside list:
 // "" when there is nothing to say.
-func listNote(f room.ListFacts, reexamine bool) string {
+func listNote(f reader.ListFacts, reexamine bool) string {
 	var parts []string
 	if reexamine {
 		parts = append(parts, fmt.Sprintf("re-examined %d listed message(s): %d served, %d still set aside", f.Listed, f.Served, f.Aside))
@@ -181,7 +182,7 @@ func (c *auditCmd) Run(s *streams) error {
 	if err != nil {
 		return err
 	}
-	var state *room.CheckpointState
+	var state *reader.CheckpointState
 	if c.FromSeq <= 1 && c.Since.IsZero() {
 		if state, err = checkpointState(t, c.StateDir); err != nil {
 			return err
@@ -203,7 +204,7 @@ func (c *auditCmd) Run(s *streams) error {
 		bar = progressbar.NewOptions64(-1, progressbar.OptionSetWriter(s.err), progressbar.OptionSetDescription("auditing"),
 			progressbar.OptionShowCount(), progressbar.OptionClearOnFinish())
 	}
-	rep, err := room.Audit(ctx, js, room.AuditOptions{
+	rep, err := reader.Audit(ctx, js, reader.AuditOptions{
 		Stream: c.Stream, Subjects: room.Subjects{Prefix: c.Prefix}, Rooms: c.Rooms, FromSeq: c.FromSeq, Since: c.Since, Validator: v,
 		Trust: t, State: state, External: external, Read: c.ReadMode(c.Credentials),
 		Progress: func(read, last uint64) {
@@ -250,7 +251,7 @@ func (emptyError) Error() string        { return "empty" }
 func (emptyError) Is(target error) bool { return target == errRefused }
 
 // emptyWhat says what an empty audit read nothing of.
-func emptyWhat(rep *room.AuditReport) string {
+func emptyWhat(rep *reader.AuditReport) string {
 	span := fmt.Sprintf("stream seq %d to %d", rep.FromSeq, rep.LastSeq)
 	switch {
 	case rep.LastSeq == 0:
@@ -264,7 +265,7 @@ func emptyWhat(rep *room.AuditReport) string {
 	return fmt.Sprintf("no messages in %s (%s)", strings.Join(rep.EmptyRooms, ", "), span)
 }
 
-func printAudit(s *streams, rep *room.AuditReport, allowEmpty bool) {
+func printAudit(s *streams, rep *reader.AuditReport, allowEmpty bool) {
 	w := s.out
 	fmt.Fprintf(w, "audit of stream %s, stream seq %d to %d\n", rep.Stream, rep.FromSeq, rep.LastSeq)
 	switch {
@@ -364,10 +365,10 @@ func (c *evidenceCmd) Run(s *streams) error {
 	if c.Room != "" {
 		rooms = []string{c.Room}
 	}
-	idx := room.NewEvidenceIndex()
-	rep, err := room.Audit(context.Background(), js, room.AuditOptions{
+	idx := reader.NewEvidenceIndex()
+	rep, err := reader.Audit(context.Background(), js, reader.AuditOptions{
 		Stream: c.Stream, Subjects: room.Subjects{Prefix: c.Prefix}, Rooms: rooms, Validator: v, Trust: t, Read: c.ReadMode(c.Credentials),
-		OnEvent: func(ev *room.Event) {
+		OnEvent: func(ev *reader.Event) {
 			if ev.Record != nil {
 				idx.Add(ev.RoomID, ev.Record, ev.Seq)
 			}
@@ -403,7 +404,7 @@ func attestationNote(t *checkpoint.Trust) string {
 }
 
 // printCheckpoints prints the report's attestation and checkpoint facts.
-func printCheckpoints(w io.Writer, rep *room.AuditReport) {
+func printCheckpoints(w io.Writer, rep *reader.AuditReport) {
 	a := rep.Attestation
 	if !a.Checked {
 		fmt.Fprintf(w, "attestations and checkpoints: not checked (%s)\n", a.Why)

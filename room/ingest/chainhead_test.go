@@ -16,6 +16,7 @@ import (
 	"github.com/roompub/roompub/room"
 	"github.com/roompub/roompub/room/ingest"
 	"github.com/roompub/roompub/room/internal/roomtest"
+	"github.com/roompub/roompub/room/reader"
 )
 
 // TestGateForgedHeadIsNotTheHead: with a publisher key, a message on a
@@ -102,7 +103,7 @@ func TestGateForgedHeadIsNotTheHead(t *testing.T) {
 	if sizes := rt.CheckCheckpoints(t); fmt.Sprint(sizes) != "[14]" || fmt.Sprint(rt.NotLeaves) != "[14 15]" {
 		t.Fatalf("checkpoints %v, not leaves %v; want [14] and the forgeries [14 15]", sizes, rt.NotLeaves)
 	}
-	rep, err := room.Audit(ctx, e.Js, room.AuditOptions{Validator: e.V, Trust: roomtest.Trusting(t, pub)})
+	rep, err := reader.Audit(ctx, e.Js, reader.AuditOptions{Validator: e.V, Trust: roomtest.Trusting(t, pub)})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -22,6 +22,7 @@ import (
 	"github.com/roompub/roompub/room/embedded"
 	"github.com/roompub/roompub/room/ingest"
 	"github.com/roompub/roompub/room/internal/roomtest"
+	"github.com/roompub/roompub/room/reader"
 )
 
 // TestRecordsEquivalence holds Gate.AppendRecords (records checked ahead
@@ -95,7 +96,7 @@ func TestRecordsEquivalence(t *testing.T) {
 			if used == 0 || used >= uint64(len(mf)) {
 				t.Errorf("%d of %d records stored with the attestation signed ahead: want some, not all (another gate's appends move the count)", used, len(mf))
 			}
-			rep, err := room.Audit(t.Context(), fast.Js, room.AuditOptions{Validator: fast.V, Trust: roomtest.Trusting(t, pub)})
+			rep, err := reader.Audit(t.Context(), fast.Js, reader.AuditOptions{Validator: fast.V, Trust: roomtest.Trusting(t, pub)})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -392,7 +393,7 @@ func TestRecordsSignedAheadAfterDuplicate(t *testing.T) {
 	if used := g.PresignedUsed() - before; used < 34 {
 		t.Errorf("after two duplicates and a refusal: %d of 40 stored records used the signature made ahead, want at least 34", used)
 	}
-	rep, err := room.Audit(t.Context(), e.Js, room.AuditOptions{Validator: e.V})
+	rep, err := reader.Audit(t.Context(), e.Js, reader.AuditOptions{Validator: e.V})
 	if err != nil || !rep.Clean() || rep.Totals.Records != 60 {
 		t.Fatalf("audit: %v, %+v", err, rep.Totals)
 	}

@@ -10,6 +10,7 @@ import (
 	"github.com/roompub/roompub/events"
 	"github.com/roompub/roompub/room"
 	"github.com/roompub/roompub/room/internal/roomtest"
+	"github.com/roompub/roompub/room/reader"
 )
 
 // TestStaleViewNeverRefuses: a harness ships one chain in order, chunk by
@@ -150,7 +151,7 @@ func TestReaderRecordNotCanonical(t *testing.T) {
 	seq := roomtest.PublishRaw(t, e.Js, "rooms.qmail-open-relay.exec", roomtest.ReferenceBytes(t, "verified.json")) // pretty-printed
 	entries, _ := roomtest.Journal(t, "run-a", "cap-a", 1)
 	roomtest.PublishRaw(t, e.Js, "rooms.r.journal.run-b.cap-b", entries[0].Canonical())
-	rep, err := room.Audit(t.Context(), e.Js, room.AuditOptions{Validator: e.V})
+	rep, err := reader.Audit(t.Context(), e.Js, reader.AuditOptions{Validator: e.V})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -18,6 +18,7 @@ import (
 	"github.com/roompub/roompub/room"
 	"github.com/roompub/roompub/room/embedded"
 	"github.com/roompub/roompub/room/ingest"
+	"github.com/roompub/roompub/room/reader"
 	"github.com/roompub/roompub/validate"
 )
 
@@ -258,12 +259,12 @@ func TestSlowConsumer(t *testing.T) {
 		data []byte
 	}
 	evs := make(chan seen, len(c.lines)*2)
-	var asides []room.SetAside
+	var asides []reader.SetAside
 	done := make(chan error, 1)
 	go func() {
-		done <- room.Follow(ctx, in.js, room.FollowOptions{Rooms: []string{roomID}, Durable: "slow", Validator: v, AckWait: 500 * time.Millisecond,
-			OnSetAside: func(a room.SetAside) { asides = append(asides, a) }},
-			func(_ context.Context, ev *room.Event) error {
+		done <- reader.Follow(ctx, in.js, reader.FollowOptions{Rooms: []string{roomID}, Durable: "slow", Validator: v, AckWait: 500 * time.Millisecond,
+			OnSetAside: func(a reader.SetAside) { asides = append(asides, a) }},
+			func(_ context.Context, ev *reader.Event) error {
 				time.Sleep(15 * time.Millisecond)
 				evs <- seen{ev.Seq, ev.Entry.Canonical()}
 				return nil

@@ -32,6 +32,7 @@ import (
 	"github.com/roompub/roompub/room/client"
 	"github.com/roompub/roompub/room/embedded"
 	"github.com/roompub/roompub/room/ingest"
+	"github.com/roompub/roompub/room/reader"
 	"github.com/roompub/roompub/validate"
 )
 
@@ -849,7 +850,7 @@ func TestSubscriberEvidence(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want, err := json.Marshal(room.VerifiedRecord{RoomID: "room:qmail-open-relay", Ref: rec.ComputedRef(), Digest: rec.ContentDigest(), StreamSeq: 1,
+	want, err := json.Marshal(reader.VerifiedRecord{RoomID: "room:qmail-open-relay", Ref: rec.ComputedRef(), Digest: rec.ContentDigest(), StreamSeq: 1,
 		Instance: "environment:qmail-01", Outcome: "verified", RunRef: "operator-task-run:run-01", Evidence: rec.Evidence()})
 	if err != nil {
 		t.Fatal(err)

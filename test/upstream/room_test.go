@@ -20,6 +20,7 @@ import (
 	"github.com/roompub/roompub/room/client"
 	"github.com/roompub/roompub/room/embedded"
 	"github.com/roompub/roompub/room/ingest"
+	"github.com/roompub/roompub/room/reader"
 	"github.com/roompub/roompub/validate"
 )
 
@@ -175,7 +176,7 @@ func TestGateAndReadersAgreeWithUpstream(t *testing.T) {
 		seqs []uint64
 	}
 	served := map[string]*read{}
-	rep, err := room.Audit(ctx, w.js, room.AuditOptions{Validator: w.v, OnEvent: func(ev *room.Event) {
+	rep, err := reader.Audit(ctx, w.js, reader.AuditOptions{Validator: w.v, OnEvent: func(ev *reader.Event) {
 		r := served[ev.RoomID]
 		if r == nil {
 			r = &read{}
@@ -196,7 +197,7 @@ func TestGateAndReadersAgreeWithUpstream(t *testing.T) {
 	if rep.Totals.Messages != uint64(written) {
 		t.Errorf("the audit read %d messages; %d were stored or forged", rep.Totals.Messages, written)
 	}
-	asides := map[string][]room.SetAside{}
+	asides := map[string][]reader.SetAside{}
 	for _, a := range rep.Violations {
 		asides[a.RoomID] = append(asides[a.RoomID], a)
 	}

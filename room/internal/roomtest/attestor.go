@@ -8,6 +8,7 @@ import (
 	"github.com/roompub/roompub/checkpoint"
 	"github.com/roompub/roompub/events"
 	"github.com/roompub/roompub/room"
+	"github.com/roompub/roompub/room/reader"
 	"github.com/synadia-io/orbit.go/jetstreamext"
 	"golang.org/x/mod/sumdb/note"
 )
@@ -186,7 +187,7 @@ func Trusting(t testing.TB, keys ...*events.HostKey) *checkpoint.Trust {
 
 // Mismatches returns the stream sequences of the checkpoint_mismatch
 // set-asides, checking their code and that each names its sequence.
-func Mismatches(t testing.TB, asides []room.SetAside) []uint64 {
+func Mismatches(t testing.TB, asides []reader.SetAside) []uint64 {
 	t.Helper()
 	var out []uint64
 	for _, a := range asides {

@@ -15,6 +15,7 @@ import (
 
 	"github.com/roompub/roompub/events"
 	"github.com/roompub/roompub/room"
+	"github.com/roompub/roompub/room/reader"
 	"github.com/roompub/roompub/validate"
 )
 
@@ -146,7 +147,7 @@ func (a Aside) String() string {
 // AsideOf reduces a SetAside to what the tests compare, checking on the
 // way that every problem is located at the message's stream sequence and
 // that the first problem is the code.
-func AsideOf(t testing.TB, s room.SetAside) Aside {
+func AsideOf(t testing.TB, s reader.SetAside) Aside {
 	t.Helper()
 	a := Aside{Seq: s.Seq, Code: s.Code, RoomID: s.RoomID, Kind: s.Kind, Subject: s.Subject}
 	if s.Chain != nil {
@@ -192,8 +193,8 @@ func DiffAsides(t testing.TB, what string, got, want []Aside) {
 // out, until stopped.
 type Follower struct {
 	Mu     sync.Mutex
-	Events []*room.Event
-	Asides []room.SetAside
+	Events []*reader.Event
+	Asides []reader.SetAside
 	Cancel context.CancelFunc
 	Done   chan struct{} // closed when Follow has returned, with err set
 	Err    error
@@ -202,18 +203,18 @@ type Follower struct {
 // StartFollow starts room.Follow with o on js; handle, when set, is called
 // for every event before it is recorded, and its error is returned to
 // Follow (the event is then not recorded).
-func StartFollow(t testing.TB, js jetstream.JetStream, o room.FollowOptions, handle func(*room.Event) error) *Follower {
+func StartFollow(t testing.TB, js jetstream.JetStream, o reader.FollowOptions, handle func(*reader.Event) error) *Follower {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	f := &Follower{Cancel: cancel, Done: make(chan struct{})}
-	o.OnSetAside = func(s room.SetAside) {
+	o.OnSetAside = func(s reader.SetAside) {
 		f.Mu.Lock()
 		f.Asides = append(f.Asides, s)
 		f.Mu.Unlock()
 	}
 	go func() {
 		defer close(f.Done)
-		f.Err = room.Follow(ctx, js, o, func(_ context.Context, ev *room.Event) error {
+		f.Err = reader.Follow(ctx, js, o, func(_ context.Context, ev *reader.Event) error {
 			if handle != nil {
 				if err := handle(ev); err != nil {
 					return err

@@ -1,0 +1,47 @@
+package reader_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/roompub/roompub/events"
+	"github.com/roompub/roompub/room"
+	"github.com/roompub/roompub/room/internal/roomtest"
+	"github.com/roompub/roompub/room/reader"
+)
+
+// TestReadersIgnoreStoredServerHeaders: a message written straight into
+// the stream with headers named like the ones a direct get adds
+// (Nats-Sequence, Nats-Subject, Nats-Stream, Nats-Num-Pending) cannot pass
+// for another stream sequence or subject with any reader: audits by
+// consumer and by direct get see it where the server stored it, and end.
+func TestReadersIgnoreStoredServerHeaders(t *testing.T) {
+	e := roomtest.NewEnv(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	es, _ := roomtest.Journal(t, "run-hdr", "cap-hdr", 4)
+	if r, err := e.Gate.AppendJournal(ctx, "room:hdr", roomtest.Lines(es[:3]), nil); err != nil || r.Stored != 3 {
+		t.Fatalf("%+v %v", r, err)
+	}
+	key := events.ChainKey{RunID: "run-hdr", CapsuleID: "cap-hdr"}
+	msg := &nats.Msg{Subject: room.Subjects{}.Journal("room:hdr", key), Data: es[3].Canonical(),
+		Header: nats.Header{"Nats-Sequence": []string{"1"}, "Nats-Subject": []string{"rooms.other.journal.run-hdr.cap-hdr"},
+			"Nats-Stream": []string{"OTHER"}, "Nats-Num-Pending": []string{"0"}}}
+	ack, err := e.Js.PublishMsg(ctx, msg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mode := range []reader.ReadMode{reader.ReadConsumer, reader.ReadDirect} {
+		rep, err := reader.Audit(ctx, e.Js, reader.AuditOptions{Validator: e.V, Read: mode})
+		if err != nil {
+			t.Fatalf("%v: %v", mode, err)
+		}
+		if rep.Totals.Messages != 4 || rep.Totals.Entries != 4 || rep.LastSeq != ack.Sequence || len(rep.Chains) != 1 || rep.Chains[0].Entries != 4 {
+			t.Errorf("%v: %d messages, %d entries, last seq %d (want 4, 4, %d), chains %+v", mode,
+				rep.Totals.Messages, rep.Totals.Entries, rep.LastSeq, ack.Sequence, rep.Chains)
+		}
+	}
+}

@@ -1,0 +1,239 @@
+package reader_test
+
+import (
+	"errors"
+	"slices"
+	"testing"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/roompub/roompub/events"
+	"github.com/roompub/roompub/room"
+	"github.com/roompub/roompub/room/internal/roomtest"
+	"github.com/roompub/roompub/room/reader"
+)
+
+// TestFollowCompromisedWriter: Follow hands out every good message of the
+// scenario, in stream order, and sets every bad one aside with its code
+// and stream sequence, without stopping.
+func TestFollowCompromisedWriter(t *testing.T) {
+	t.Parallel()
+	e := roomtest.NewEnv(t)
+	sc := compromisedStream(t, e)
+	f := roomtest.StartFollow(t, e.Js, reader.FollowOptions{Durable: "all", Validator: e.V}, nil)
+	f.WaitSeen(t, int(sc.last))
+	if err := f.Stop(t); err != nil {
+		t.Fatal(err)
+	}
+	if got := f.EventSeqs(); !slices.Equal(got, sc.events) {
+		t.Errorf("events at %v, want %v", got, sc.events)
+	}
+	var got []roomtest.Aside
+	for _, s := range f.Asides {
+		got = append(got, roomtest.AsideOf(t, s))
+	}
+	roomtest.DiffAsides(t, "set aside", got, sc.asides)
+
+	// One room: only its subjects are delivered, the junk subject under
+	// its token included.
+	f = roomtest.StartFollow(t, e.Js, reader.FollowOptions{Durable: "evil", Rooms: []string{evilRoom}, Validator: e.V}, nil)
+	var wantEvents []uint64
+	var wantAsides []roomtest.Aside
+	for _, s := range sc.events {
+		if s != 8 && s != 22 && s != 26 { // seq 8 and 22 are in the reference room, 26 in room:other
+			wantEvents = append(wantEvents, s)
+		}
+	}
+	for _, a := range sc.asides {
+		if a.Seq != 22 && a.Seq != 26 {
+			wantAsides = append(wantAsides, a)
+		}
+	}
+	f.WaitSeen(t, len(wantEvents)+len(wantAsides))
+	if err := f.Stop(t); err != nil {
+		t.Fatal(err)
+	}
+	if got := f.EventSeqs(); !slices.Equal(got, wantEvents) {
+		t.Errorf("%s: events at %v, want %v", evilRoom, got, wantEvents)
+	}
+	got = nil
+	for _, s := range f.Asides {
+		got = append(got, roomtest.AsideOf(t, s))
+	}
+	roomtest.DiffAsides(t, "set aside in "+evilRoom, got, wantAsides)
+}
+
+// shipN ships n entries of one chain through the gate and returns them.
+func shipN(t *testing.T, e *roomtest.Env, roomID string, n int) []*events.Entry {
+	t.Helper()
+	es, body := roomtest.Journal(t, "run-long", "cap-long", n)
+	if r := e.ShipJournal(roomID, body); r.Stored != n {
+		t.Fatalf("ship: %+v", r)
+	}
+	return es
+}
+
+// TestFollowCancelAndRestart: Follow stopped by its context mid-way and
+// started again with the same durable name hands every event to the
+// handler exactly once across the two runs, in stream order.
+func TestFollowCancelAndRestart(t *testing.T) {
+	t.Parallel()
+	e := roomtest.NewEnv(t)
+	const n = 300
+	shipN(t, e, "room:long", n)
+	hit := make(chan struct{})
+	f1 := roomtest.StartFollow(t, e.Js, reader.FollowOptions{Durable: "d", Validator: e.V}, func(ev *reader.Event) error {
+		if ev.Seq == 100 {
+			close(hit)
+		}
+		return nil
+	})
+	<-hit
+	f1.Cancel()
+	if err := f1.Wait(t); err != nil {
+		t.Fatalf("first run: %v", err)
+	}
+	first := f1.EventSeqs()
+	if len(first) < 100 || len(first) >= n || !slices.Equal(first, roomtest.SeqRange(1, uint64(len(first)))) {
+		t.Fatalf("first run handled %v", first)
+	}
+	var floor uint64
+	f2 := roomtest.StartFollow(t, e.Js, reader.FollowOptions{Durable: "d", Validator: e.V, Ready: func(f uint64) { floor = f }}, nil)
+	f2.WaitSeen(t, n-len(first))
+	if err := f2.Stop(t); err != nil {
+		t.Fatal(err)
+	}
+	if floor != uint64(len(first)) {
+		t.Errorf("second run rebuilt to stream seq %d, want %d", floor, len(first))
+	}
+	if all := append(first, f2.EventSeqs()...); !slices.Equal(all, roomtest.SeqRange(1, n)) {
+		t.Errorf("across both runs the handler saw %v", all)
+	}
+	if len(f1.Asides)+len(f2.Asides) != 0 {
+		t.Errorf("set aside: %v %v", f1.Asides, f2.Asides)
+	}
+}
+
+// TestFollowRestartAfterCrash: a run that dies between handling an event
+// and acknowledging it (its connection is gone, as with SIGKILL), or whose
+// handler fails, leaves messages delivered but not acknowledged. The next
+// run with the same durable name hands out the unacknowledged event again
+// and then every later one once, in stream order: nothing is lost, nothing
+// acknowledged repeats, and no later message is mistaken for a gap.
+func TestFollowRestartAfterCrash(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name   string
+		repeat bool // the event handled at the crash is handed out again
+	}{
+		{name: "connection lost after handling", repeat: true},
+		{name: "handler error", repeat: false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			e := roomtest.NewEnv(t)
+			const n, crashAt = 300, 77
+			shipN(t, e, "room:long", n)
+			nc := e.Connect()
+			js, err := jetstream.New(nc)
+			if err != nil {
+				t.Fatal(err)
+			}
+			errCrash := errors.New("crash")
+			f1 := roomtest.StartFollow(t, js, reader.FollowOptions{Durable: "d", Validator: e.V}, func(ev *reader.Event) error {
+				if ev.Seq != crashAt {
+					return nil
+				}
+				if tc.repeat {
+					nc.Close() // the event is handled (recorded) but its ack cannot be sent
+					return nil
+				}
+				return errCrash
+			})
+			err = f1.Wait(t)
+			first := f1.EventSeqs()
+			switch {
+			case tc.repeat && (err == nil || errors.Is(err, reader.ErrHandler)):
+				t.Fatalf("first run returned %v, want the failed ack", err)
+			case !tc.repeat && (!errors.Is(err, reader.ErrHandler) || !errors.Is(err, errCrash)):
+				t.Fatalf("first run returned %v, want the handler's error", err)
+			}
+			last := uint64(crashAt - 1)
+			if tc.repeat {
+				last = crashAt
+			}
+			if !slices.Equal(first, roomtest.SeqRange(1, last)) {
+				t.Fatalf("first run handled %v", first)
+			}
+			var floor uint64
+			f2 := roomtest.StartFollow(t, e.Js, reader.FollowOptions{Durable: "d", Validator: e.V, Ready: func(f uint64) { floor = f }}, nil)
+			f2.WaitSeen(t, n-crashAt+1)
+			if err := f2.Stop(t); err != nil {
+				t.Fatal(err)
+			}
+			if floor != crashAt-1 {
+				t.Errorf("second run rebuilt to stream seq %d, want %d", floor, crashAt-1)
+			}
+			if second := f2.EventSeqs(); !slices.Equal(second, roomtest.SeqRange(crashAt, n)) {
+				t.Errorf("second run handled %v, want %d to %d", second, crashAt, n)
+			}
+			if len(f1.Asides)+len(f2.Asides) != 0 {
+				t.Errorf("set aside: %v %v", f1.Asides, f2.Asides)
+			}
+		})
+	}
+}
+
+// TestFollowLiveAndRebuild: Follow delivers what is appended while it
+// runs, and a restarted Follow rebuilds its state from the stream up to
+// its acknowledgement floor, so a fork or a replayed record written after
+// the restart is recognised against messages handled before it.
+func TestFollowLiveAndRebuild(t *testing.T) {
+	t.Parallel()
+	e := roomtest.NewEnv(t)
+	es, _ := roomtest.Journal(t, "run-1", "cap-1", 6)
+	rec := roomtest.RecordIn(t, e.Key, "room:alpha", "r-1", nil)
+	var floor uint64
+	o := reader.FollowOptions{Durable: "live", Rooms: []string{"room:alpha"}, Validator: e.V, Ready: func(f uint64) { floor = f }}
+	f := roomtest.StartFollow(t, e.Js, o, nil)
+	e.ShipJournal("room:alpha", roomtest.Lines(es[:3])) // 1-3, while following
+	e.ShipRecord(rec.Canonical())                       // 4
+	f.WaitSeen(t, 4)
+	if err := f.Stop(t); err != nil {
+		t.Fatal(err)
+	}
+	if got := f.EventSeqs(); !slices.Equal(got, roomtest.SeqRange(1, 4)) || floor != 0 {
+		t.Fatalf("live: events %v, rebuilt to %d", got, floor)
+	}
+
+	// Written while no one follows: a fork of position 1 (the first entry
+	// at a position wins: the chain is broken from the fork) and the same
+	// record again; then, live, the chain's next entry, set aside because
+	// the chain is broken.
+	roomtest.PublishRaw(t, e.Js, "rooms.alpha.journal.run-1.cap-1", roomtest.ForkOf(t, es[1]).Canonical()) // 5
+	roomtest.PublishRaw(t, e.Js, "rooms.alpha.exec", rec.Canonical())                                      // 6
+	f = roomtest.StartFollow(t, e.Js, o, nil)
+	f.WaitSeen(t, 2)
+	roomtest.PublishRaw(t, e.Js, "rooms.alpha.journal.run-1.cap-1", es[3].Canonical()) // 7
+	f.WaitSeen(t, 3)
+	if err := f.Stop(t); err != nil {
+		t.Fatal(err)
+	}
+	if floor != 4 {
+		t.Errorf("restart rebuilt to stream seq %d, want 4", floor)
+	}
+	var got []roomtest.Aside
+	for _, s := range f.Asides {
+		got = append(got, roomtest.AsideOf(t, s))
+	}
+	roomtest.DiffAsides(t, "set aside after the restart", got, []roomtest.Aside{
+		{Seq: 5, Code: events.Fork, RoomID: "room:alpha", Kind: room.KindJournal, Subject: "rooms.alpha.journal.run-1.cap-1", Chain: "run-1/cap-1", Problems: []events.Code{events.Fork}},
+		{Seq: 6, Code: events.Replayed, RoomID: "room:alpha", Kind: room.KindExecution, Subject: "rooms.alpha.exec", Problems: []events.Code{events.Replayed}},
+		{Seq: 7, Code: events.ChainBroken, RoomID: "room:alpha", Kind: room.KindJournal, Subject: "rooms.alpha.journal.run-1.cap-1", Chain: "run-1/cap-1", Problems: []events.Code{events.ChainBroken}},
+	})
+	if len(f.EventSeqs()) != 0 {
+		t.Errorf("events after the restart: %v", f.EventSeqs())
+	}
+	if err := reader.Follow(t.Context(), e.Js, reader.FollowOptions{Validator: e.V}, nil); err == nil {
+		t.Error("Follow without a durable name did not fail")
+	}
+}
