@@ -13,6 +13,12 @@ import (
 // DefaultStream is the name of the stream that holds every room.
 const DefaultStream = "ROOMS"
 
+// DefaultLeaseBucket is the JetStream key-value bucket of the rooms'
+// checkpoint leases: key LeaseKey(room id) of room/checkpointer, value
+// the writer's lease statement (checkpoint.SignLease: node id, time taken
+// or renewed, signature). Secure mode grants it to publishers only.
+const DefaultLeaseBucket = "ROOMPUB_CHECKPOINT_LEASES"
+
 // ErrStreamConfig is wrapped by CheckStreamConfig and EnsureStream when the
 // room stream is configured in a way that could lose, change or delete
 // evidence.

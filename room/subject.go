@@ -97,7 +97,7 @@ var ErrSubjectTooLong = errors.New("room id too long for a subject once encoded"
 
 // CheckRoom reports whether roomID's subjects fit (MaxRoomTokenBytes).
 func (s Subjects) CheckRoom(roomID string) error {
-	if n := len(roomToken(roomID)); n > MaxRoomTokenBytes {
+	if n := len(RoomToken(roomID)); n > MaxRoomTokenBytes {
 		return fmt.Errorf("%w: %d bytes, at most %d", ErrSubjectTooLong, n, MaxRoomTokenBytes)
 	}
 	return nil
@@ -118,9 +118,10 @@ func (s Subjects) prefix() string {
 	return s.Prefix
 }
 
-// roomToken encodes a room id without its "room:" prefix, which every room
-// id has, so that subjects stay short and readable.
-func roomToken(roomID string) string { return EncodeToken(strings.TrimPrefix(roomID, RoomIDPrefix)) }
+// RoomToken is a room's subject token: its id without the "room:"
+// prefix every room id has (subjects stay short and readable), encoded
+// with EncodeToken.
+func RoomToken(roomID string) string { return EncodeToken(strings.TrimPrefix(roomID, RoomIDPrefix)) }
 
 // All is the stream's subject filter: every subject under the prefix.
 func (s Subjects) All() string { return s.prefix() + ".>" }
@@ -129,11 +130,11 @@ func (s Subjects) All() string { return s.prefix() + ".>" }
 func (s Subjects) Root() string { return s.prefix() }
 
 // Room is the filter for every subject of one room.
-func (s Subjects) Room(roomID string) string { return s.prefix() + "." + roomToken(roomID) + ".>" }
+func (s Subjects) Room(roomID string) string { return s.prefix() + "." + RoomToken(roomID) + ".>" }
 
 // Journal is the subject of one chain in one room.
 func (s Subjects) Journal(roomID string, key events.ChainKey) string {
-	return s.prefix() + "." + roomToken(roomID) + ".journal." + EncodeToken(key.RunID) + "." + EncodeToken(key.CapsuleID)
+	return s.prefix() + "." + RoomToken(roomID) + ".journal." + EncodeToken(key.RunID) + "." + EncodeToken(key.CapsuleID)
 }
 
 // ChainAnyRoom is the filter for one chain in every room: the subject over
@@ -145,14 +146,14 @@ func (s Subjects) ChainAnyRoom(key events.ChainKey) string {
 
 // Records is the subject of one room's execution records.
 func (s Subjects) Records(roomID string) string {
-	return s.prefix() + "." + roomToken(roomID) + ".exec"
+	return s.prefix() + "." + RoomToken(roomID) + ".exec"
 }
 
 // Checkpoint is the subject of one room's signed checkpoints:
 // C2SP tlog-checkpoint notes over the room's tree of admitted messages.
 // It is under Room's filter but never a leaf of the tree.
 func (s Subjects) Checkpoint(roomID string) string {
-	return s.prefix() + "." + roomToken(roomID) + ".checkpoint"
+	return s.prefix() + "." + RoomToken(roomID) + ".checkpoint"
 }
 
 // Kind is what a room subject carries: one of the Kind constants

@@ -13,6 +13,7 @@ import (
 	"github.com/roompub/roompub/config"
 	"github.com/roompub/roompub/events"
 	"github.com/roompub/roompub/room"
+	"github.com/roompub/roompub/room/checkpointer"
 	"github.com/roompub/roompub/room/embedded"
 	"github.com/roompub/roompub/room/ingest"
 	"github.com/roompub/roompub/room/node"
@@ -81,7 +82,7 @@ func (c *serveCmd) Run(s *streams) error {
 		Validator:          v,
 		// Attestations and room checkpoints.
 		PublisherKey: publisherKey,
-		Checkpoint: room.CheckpointerOptions{
+		Checkpoint: checkpointer.Options{
 			TrustedPublishers: c.TrustedPublishers,
 			Every:             c.CheckpointEvery,
 			Interval:          c.CheckpointInterval,

@@ -14,6 +14,7 @@ import (
 
 	"github.com/roompub/roompub/events"
 	"github.com/roompub/roompub/room"
+	"github.com/roompub/roompub/room/checkpointer"
 	"github.com/roompub/roompub/room/ingest"
 	"github.com/roompub/roompub/validate"
 )
@@ -29,8 +30,8 @@ import (
 // gate alone, as serve without --publisher-key.
 type publisher struct {
 	gate *ingest.Gate
-	ckp  *room.Checkpointer // nil without a key
-	ckNC *nats.Conn         // the checkpointer's connection; nil without a key
+	ckp  *checkpointer.Checkpointer // nil without a key
+	ckNC *nats.Conn                 // the checkpointer's connection; nil without a key
 	// nodeID names the publisher key; "" without one. The key itself
 	// stays in the gate and the checkpointer: it is never printed.
 	nodeID string
@@ -61,7 +62,7 @@ func startPublisher(ctx context.Context, nc *nats.Conn, stream string, subjects 
 			return nil, err
 		}
 		cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-		p.ckp, err = room.StartCheckpointer(cctx, p.ckNC, room.CheckpointerOptions{Key: key, Stream: stream, Subjects: subjects,
+		p.ckp, err = checkpointer.Start(cctx, p.ckNC, checkpointer.Options{Key: key, Stream: stream, Subjects: subjects,
 			Logger: log, Registerer: reg, Replicas: 1})
 		cancel()
 		if err != nil {

@@ -24,6 +24,7 @@ import (
 	"golang.org/x/term"
 
 	"github.com/roompub/roompub/room"
+	"github.com/roompub/roompub/room/checkpointer"
 	"github.com/roompub/roompub/room/ingest"
 	"github.com/roompub/roompub/room/reader"
 	"github.com/roompub/roompub/validate"
@@ -171,7 +172,7 @@ func (b *bench) fillRead(subjects room.Subjects) (readFill, error) {
 	first := chainMeta(readRunID(0), readCapsuleID(0))
 	how := "unattested"
 	if b.attested() {
-		how = fmt.Sprintf("attested, checkpoints every %d entries or %s", room.DefaultCheckpointEvery, room.DefaultCheckpointInterval)
+		how = fmt.Sprintf("attested, checkpoints every %d entries or %s", checkpointer.DefaultCheckpointEvery, checkpointer.DefaultCheckpointInterval)
 	}
 	// As many requests at once as serve's ingest service decides
 	// (ServiceOptions.Concurrency's default): the stream interleaves the

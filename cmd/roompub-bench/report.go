@@ -8,7 +8,7 @@ import (
 	"time"
 	"unicode/utf8"
 
-	"github.com/roompub/roompub/room"
+	"github.com/roompub/roompub/room/checkpointer"
 )
 
 // side is what one side (raw or roompub) did in a scenario: n items of
@@ -104,7 +104,7 @@ func (b *bench) printTable(results []*result) {
 		env["go_version"], env["gomaxprocs"], env["nats_server_version"], sync, b.storeDir)
 	if b.attested() {
 		fmt.Fprintf(w, "attestation: on, as publisher serve --publisher-key (a key made for the run; a checkpointer every %d messages or %s and on stop); audit --trusted-publisher\n",
-			room.DefaultCheckpointEvery, room.DefaultCheckpointInterval)
+			checkpointer.DefaultCheckpointEvery, checkpointer.DefaultCheckpointInterval)
 	} else {
 		fmt.Fprintf(w, "attestation: off (--no-attest: no publisher key, no checkpointer; audit without --trusted-publisher)\n")
 	}

@@ -14,6 +14,7 @@ import (
 	"github.com/roompub/roompub/checkpoint"
 	"github.com/roompub/roompub/events"
 	"github.com/roompub/roompub/room"
+	"github.com/roompub/roompub/room/checkpointer"
 	"github.com/roompub/roompub/room/ingest"
 	"github.com/roompub/roompub/room/internal/roomtest"
 	"github.com/roompub/roompub/room/reader"
@@ -35,7 +36,7 @@ func TestGateForgedHeadIsNotTheHead(t *testing.T) {
 	ctx := context.Background()
 	pub := roomtest.NewPublisherKey(t)
 	const roomID = "room:f"
-	ckp, _ := roomtest.StartCheckpointer(t, e.Connect(), room.CheckpointerOptions{Key: pub, Every: 1000, Interval: time.Hour})
+	ckp, _ := roomtest.StartCheckpointer(t, e.Connect(), checkpointer.Options{Key: pub, Every: 1000, Interval: time.Hour})
 	gate := roomtest.AttestingGate(e, e.Nc, pub, ckp, ingest.GateOptions{})
 
 	body, err := os.ReadFile(roomtest.Testdata("samples/capsules/csv-dedupe/journal.ndjson"))

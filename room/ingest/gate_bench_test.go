@@ -16,6 +16,7 @@ import (
 
 	"github.com/roompub/roompub/events"
 	"github.com/roompub/roompub/room"
+	"github.com/roompub/roompub/room/checkpointer"
 	"github.com/roompub/roompub/room/client"
 	"github.com/roompub/roompub/room/embedded"
 	"github.com/roompub/roompub/room/ingest"
@@ -97,7 +98,7 @@ func newGateBenchEnvWith(b *testing.B, attest bool) *gateBenchEnv {
 				b.Fatal(err)
 			}
 			// Serve's defaults: every 10,000 leaves or 10s.
-			ckp, err := room.StartCheckpointer(context.Background(), ckNC, room.CheckpointerOptions{Key: pub})
+			ckp, err := checkpointer.Start(context.Background(), ckNC, checkpointer.Options{Key: pub})
 			if err != nil {
 				b.Fatal(err)
 			}

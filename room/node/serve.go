@@ -19,6 +19,7 @@ import (
 
 	"github.com/roompub/roompub/events"
 	"github.com/roompub/roompub/room"
+	"github.com/roompub/roompub/room/checkpointer"
 	"github.com/roompub/roompub/room/embedded"
 	"github.com/roompub/roompub/room/ingest"
 	"github.com/roompub/roompub/validate"
@@ -68,7 +69,7 @@ type ServeOptions struct {
 	// Checkpoint configures the checkpointer when PublisherKey is set;
 	// its Key, Stream, room.Subjects, Logger and Registerer are Serve's, and
 	// Replicas is the stream's.
-	Checkpoint room.CheckpointerOptions
+	Checkpoint checkpointer.Options
 	Logger     *zap.Logger
 	// Ready, when set, is called once the service answers requests.
 	Ready func(ServeInfo)
@@ -169,7 +170,7 @@ func Serve(ctx context.Context, o ServeOptions) error {
 	gopts := ingest.GateOptions{Stream: cfg.Name, Subjects: o.Subjects, Validator: o.Validator, Logger: log, Observer: metrics,
 		MaxBatch: o.MaxBatch, MaxInflightBatches: o.MaxInflightBatches, PublisherKey: o.PublisherKey,
 		TrustedPublishers: o.Checkpoint.TrustedPublishers}
-	var ckp *room.Checkpointer
+	var ckp *checkpointer.Checkpointer
 	if o.PublisherKey != nil {
 		co := o.Checkpoint
 		co.Key, co.Stream, co.Subjects, co.Logger, co.Registerer, co.Replicas = o.PublisherKey, cfg.Name, o.Subjects, log, reg, replicas
@@ -183,7 +184,7 @@ func Serve(ctx context.Context, o ServeOptions) error {
 		}
 		defer ckNC.Close() // after stopCheckpointer (deferred below)
 		cctx, cancel := context.WithTimeout(ctx, streamSetupTimeout)
-		ckp, err = room.StartCheckpointer(cctx, ckNC, co)
+		ckp, err = checkpointer.Start(cctx, ckNC, co)
 		cancel()
 		if err != nil {
 			return err
@@ -322,7 +323,7 @@ const checkpointerStopTimeout = 30 * time.Second
 
 // stopCheckpointer writes ckp's final checkpoints (nil: nothing to do;
 // Stop runs once).
-func stopCheckpointer(ckp *room.Checkpointer, log *zap.Logger) {
+func stopCheckpointer(ckp *checkpointer.Checkpointer, log *zap.Logger) {
 	if ckp == nil {
 		return
 	}

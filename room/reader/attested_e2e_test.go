@@ -8,6 +8,7 @@ import (
 
 	"github.com/roompub/roompub/events"
 	"github.com/roompub/roompub/room"
+	"github.com/roompub/roompub/room/checkpointer"
 	"github.com/roompub/roompub/room/ingest"
 	"github.com/roompub/roompub/room/internal/roomtest"
 	"github.com/roompub/roompub/room/reader"
@@ -24,7 +25,7 @@ func TestAttestedEndToEnd(t *testing.T) {
 	ctx := context.Background()
 	pub := roomtest.NewPublisherKey(t)
 	trust := roomtest.Trusting(t, pub)
-	ckp, _ := roomtest.StartCheckpointer(t, e.Connect(), room.CheckpointerOptions{Key: pub, Every: 40, Interval: time.Hour})
+	ckp, _ := roomtest.StartCheckpointer(t, e.Connect(), checkpointer.Options{Key: pub, Every: 40, Interval: time.Hour})
 	gate := roomtest.AttestingGate(e, e.Nc, pub, ckp, ingest.GateOptions{})
 	es, _ := roomtest.Journal(t, "run-e2e", "cap-e2e", 101)
 	for from := 0; from < 100; from += 25 {

@@ -15,6 +15,7 @@ import (
 
 	"github.com/roompub/roompub/events"
 	"github.com/roompub/roompub/room"
+	"github.com/roompub/roompub/room/checkpointer"
 	"github.com/roompub/roompub/room/embedded"
 	"github.com/roompub/roompub/room/ingest"
 	"github.com/roompub/roompub/room/internal/roomtest"
@@ -76,7 +77,7 @@ func TestReadDirectSameReport(t *testing.T) {
 	ctx := context.Background()
 	pub := roomtest.NewPublisherKey(t)
 	trust := roomtest.Trusting(t, pub)
-	ckp, _ := roomtest.StartCheckpointer(t, e.Connect(), room.CheckpointerOptions{Key: pub, Every: 40, Interval: time.Hour})
+	ckp, _ := roomtest.StartCheckpointer(t, e.Connect(), checkpointer.Options{Key: pub, Every: 40, Interval: time.Hour})
 	gate := roomtest.AttestingGate(e, e.Nc, pub, ckp, ingest.GateOptions{})
 	const beta = "room:beta"
 	ea, _ := roomtest.Journal(t, "run-a", "cap-a", 61)

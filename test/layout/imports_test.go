@@ -35,9 +35,11 @@ var rules = map[string]rule{
 	// config names the room package's roles and defaults (a departure
 	// docs/design.md records).
 	"config": {imports: []string{"events", "room", "room/reader"}, nats: true},
-	// The shared vocabulary and, until it moves, the checkpointer: no
-	// server.
-	"room": {imports: []string{"checkpoint", "events", "room/internal/jsapi"}, nats: true},
+	// The shared vocabulary: subjects, stream configuration, wire types,
+	// headers, names and defaults. No server, no role.
+	"room": {imports: []string{"events", "room/internal/jsapi"}, nats: true},
+	// The checkpointer: signed checkpoints of every room, under a lease.
+	"room/checkpointer": {imports: []string{"checkpoint", "events", "room", "room/internal/jsapi"}, nats: true},
 	// The readers: Reader, Audit, Follow, Prove, EvidenceIndex and the
 	// readers' checkpoint state. Never the server, never the gate.
 	"room/reader": {imports: []string{"checkpoint", "events", "room", "room/internal/jsapi", "validate"}, nats: true},
@@ -50,18 +52,18 @@ var rules = map[string]rule{
 	// What the room packages' tests share (an embedded server with a
 	// gate and the ingest service): no package imports it but tests, as
 	// no rule here lists it.
-	"room/internal/roomtest": {imports: []string{"checkpoint", "events", "room", "room/embedded", "room/ingest", "room/internal/jsapi", "room/reader", "validate"}, nats: true, server: true},
+	"room/internal/roomtest": {imports: []string{"checkpoint", "events", "room", "room/checkpointer", "room/embedded", "room/ingest", "room/internal/jsapi", "room/reader", "validate"}, nats: true, server: true},
 	// The in-process nats-server and its store lock: no roompub package.
 	"room/embedded": {nats: true, server: true},
 	// Secure mode's roles and permissions, on room's vocabulary.
 	"room/secure": {imports: []string{"room"}, nats: true, server: true},
 	// The process: serve's assembly of server, stream guard, gate,
 	// ingest service and checkpointer.
-	"room/node": {imports: []string{"checkpoint", "events", "room", "room/embedded", "room/ingest", "room/internal/jsapi", "validate"}, nats: true, server: true},
+	"room/node": {imports: []string{"checkpoint", "events", "room", "room/checkpointer", "room/embedded", "room/ingest", "room/internal/jsapi", "validate"}, nats: true, server: true},
 
-	"cmd/publisher":     {imports: []string{"config", "events", "room", "room/client", "room/embedded", "room/ingest", "room/node", "room/secure", "validate"}, nats: true, server: true},
+	"cmd/publisher":     {imports: []string{"config", "events", "room", "room/checkpointer", "room/client", "room/embedded", "room/ingest", "room/node", "room/secure", "validate"}, nats: true, server: true},
 	"cmd/subscriber":    {imports: []string{"checkpoint", "config", "events", "room", "room/reader", "validate"}, nats: true},
-	"cmd/roompub-bench": {imports: []string{"checkpoint", "config", "events", "room", "room/client", "room/embedded", "room/ingest", "room/reader", "validate"}, nats: true, server: true},
+	"cmd/roompub-bench": {imports: []string{"checkpoint", "config", "events", "room", "room/checkpointer", "room/client", "room/embedded", "room/ingest", "room/reader", "validate"}, nats: true, server: true},
 }
 
 type pkg struct {

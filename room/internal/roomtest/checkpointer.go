@@ -10,6 +10,7 @@ import (
 	"github.com/roompub/roompub/checkpoint"
 	"github.com/roompub/roompub/events"
 	"github.com/roompub/roompub/room"
+	"github.com/roompub/roompub/room/checkpointer"
 	"github.com/roompub/roompub/room/ingest"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zaptest/observer"
@@ -39,11 +40,11 @@ func AttestingGate(e *Env, nc *nats.Conn, key *events.HostKey, sink ingest.Attes
 
 // StartCheckpointer starts a checkpointer on nc with o (Key required) and
 // stops it when the test ends; its logs go to the returned observer.
-func StartCheckpointer(t *testing.T, nc *nats.Conn, o room.CheckpointerOptions) (*room.Checkpointer, *observer.ObservedLogs) {
+func StartCheckpointer(t *testing.T, nc *nats.Conn, o checkpointer.Options) (*checkpointer.Checkpointer, *observer.ObservedLogs) {
 	t.Helper()
 	core, logs := observer.New(zap.DebugLevel)
 	o.Logger = zap.New(core)
-	c, err := room.StartCheckpointer(context.Background(), nc, o)
+	c, err := checkpointer.Start(context.Background(), nc, o)
 	if err != nil {
 		t.Fatal(err)
 	}

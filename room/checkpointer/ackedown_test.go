@@ -1,15 +1,17 @@
-package room
+package checkpointer
 
 import (
 	"fmt"
 	"testing"
+
+	"github.com/roompub/roompub/room"
 )
 
 // ownBatchOf returns n stored messages of one batch (headers "b i/n").
-func ownBatchOf(name string, n int) []StoredMsg {
-	out := make([]StoredMsg, n)
+func ownBatchOf(name string, n int) []room.StoredMsg {
+	out := make([]room.StoredMsg, n)
 	for i := range out {
-		out[i] = StoredMsg{Subject: "s", Header: fmt.Sprintf("%s %d/%d", name, i, n), Content: [32]byte{byte(i)}}
+		out[i] = room.StoredMsg{Subject: "s", Header: fmt.Sprintf("%s %d/%d", name, i, n), Content: [32]byte{byte(i)}}
 	}
 	return out
 }

@@ -1,4 +1,4 @@
-package room_test
+package node_test
 
 import (
 	"bytes"
@@ -25,6 +25,7 @@ import (
 	"github.com/roompub/roompub/checkpoint"
 	"github.com/roompub/roompub/events"
 	"github.com/roompub/roompub/room"
+	"github.com/roompub/roompub/room/checkpointer"
 	"github.com/roompub/roompub/room/client"
 	"github.com/roompub/roompub/room/embedded"
 	"github.com/roompub/roompub/room/internal/roomtest"
@@ -256,7 +257,7 @@ func startSecureServe(t *testing.T, id *identities, url string, changes ...func(
 		// The checkpointer starts (the lease bucket is made as the
 		// publisher user) but is not due before serve stops.
 		PublisherKey: pubKey,
-		Checkpoint:   room.CheckpointerOptions{Every: 1 << 30, Interval: time.Hour},
+		Checkpoint:   checkpointer.Options{Every: 1 << 30, Interval: time.Hour},
 	}
 	for _, change := range changes {
 		change(&so)
@@ -996,7 +997,7 @@ func TestSecureOptionsCheck(t *testing.T) {
 func TestSecureCheckpoints(t *testing.T) {
 	id := newIdentities(t, false)
 	p := startSecureServe(t, id, "", func(so *node.ServeOptions) {
-		so.Checkpoint = room.CheckpointerOptions{Every: 5, Interval: 100 * time.Millisecond}
+		so.Checkpoint = checkpointer.Options{Every: 5, Interval: 100 * time.Millisecond}
 	})
 	ctx := context.Background()
 	harness := dial(t, p.url, userHarness, id.as(userHarness))
@@ -1027,11 +1028,11 @@ func TestSecureCheckpoints(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	en, err := kv.Get(ctx, room.LeaseKey("room:secure"))
+	en, err := kv.Get(ctx, checkpointer.LeaseKey("room:secure"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if l, err := trust.VerifyLease(room.LeaseKey("room:secure"), en.Value()); err != nil || l.NodeID != p.pubKey.NodeID() {
+	if l, err := trust.VerifyLease(checkpointer.LeaseKey("room:secure"), en.Value()); err != nil || l.NodeID != p.pubKey.NodeID() {
 		t.Fatalf("lease: %q %v", en.Value(), err)
 	}
 	p.stop()

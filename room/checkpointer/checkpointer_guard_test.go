@@ -1,4 +1,4 @@
-package room_test
+package checkpointer_test
 
 import (
 	"bytes"
@@ -19,6 +19,7 @@ import (
 	"github.com/roompub/roompub/checkpoint"
 	"github.com/roompub/roompub/events"
 	"github.com/roompub/roompub/room"
+	"github.com/roompub/roompub/room/checkpointer"
 	"github.com/roompub/roompub/room/embedded"
 	"github.com/roompub/roompub/room/ingest"
 	"github.com/roompub/roompub/room/internal/roomtest"
@@ -71,7 +72,7 @@ func TestCheckpointerSetsAsideJunkCheckpoints(t *testing.T) {
 	key, stranger := roomtest.NewPublisherKey(t), roomtest.NewPublisherKey(t)
 	const roomID, other = "room:junk", "room:other"
 	reg := prometheus.NewRegistry()
-	ckp, logs := roomtest.StartCheckpointer(t, e.Connect(), room.CheckpointerOptions{Key: key, Every: 5, Interval: time.Hour, Registerer: reg})
+	ckp, logs := roomtest.StartCheckpointer(t, e.Connect(), checkpointer.Options{Key: key, Every: 5, Interval: time.Hour, Registerer: reg})
 	gate := roomtest.AttestingGate(e, e.Nc, key, ckp, ingest.GateOptions{})
 	ckSubj := room.Subjects{}.Checkpoint(roomID)
 	trust := roomtest.Trusting(t, key)
@@ -192,11 +193,11 @@ func TestCheckpointerOverridesUnsignedLeases(t *testing.T) {
 	key, stranger := roomtest.NewPublisherKey(t), roomtest.NewPublisherKey(t)
 	const roomID, ttl = "room:leased", 2 * time.Second
 	reg := prometheus.NewRegistry()
-	ckp, logs := roomtest.StartCheckpointer(t, e.Connect(), room.CheckpointerOptions{Key: key, Every: 5, Interval: time.Hour, LeaseTTL: ttl, Registerer: reg})
+	ckp, logs := roomtest.StartCheckpointer(t, e.Connect(), checkpointer.Options{Key: key, Every: 5, Interval: time.Hour, LeaseTTL: ttl, Registerer: reg})
 	ckp.SetLeaseSkew(100 * time.Millisecond)
 	gate := roomtest.AttestingGate(e, e.Nc, key, ckp, ingest.GateOptions{})
 	ckSubj := room.Subjects{}.Checkpoint(roomID)
-	lkey := room.LeaseKey(roomID)
+	lkey := checkpointer.LeaseKey(roomID)
 	trust := roomtest.Trusting(t, key)
 	kv, err := e.Js.KeyValue(ctx, room.DefaultLeaseBucket)
 	if err != nil {
@@ -381,7 +382,7 @@ func TestCheckpointerReadsWithoutConsumers(t *testing.T) {
 		}
 	}
 	spoof()
-	ckp, logs := roomtest.StartCheckpointer(t, e.Connect(), room.CheckpointerOptions{Key: key, TrustedPublishers: []string{peer.NodeID()},
+	ckp, logs := roomtest.StartCheckpointer(t, e.Connect(), checkpointer.Options{Key: key, TrustedPublishers: []string{peer.NodeID()},
 		Every: 10, Interval: time.Hour})
 	ckSubj := room.Subjects{}.Checkpoint(roomID)
 	roomtest.WaitFor(t, 10*time.Second, "a checkpoint after the catch-up read", func() bool { return e.CountOn(ckSubj) == 1 })
@@ -451,7 +452,7 @@ func TestServeStartsWithConsumersExhausted(t *testing.T) {
 	done, ready := make(chan error, 1), make(chan node.ServeInfo, 1)
 	go func() {
 		done <- node.Serve(sctx, node.ServeOptions{ServerURL: srv.ClientURL(), Replicas: 1, Validator: v, Logger: zap.NewNop(),
-			PublisherKey: pubKey, Checkpoint: room.CheckpointerOptions{Every: 5, Interval: time.Hour},
+			PublisherKey: pubKey, Checkpoint: checkpointer.Options{Every: 5, Interval: time.Hour},
 			Ready: func(i node.ServeInfo) { ready <- i }})
 	}()
 	select {

@@ -1,4 +1,4 @@
-package room_test
+package node_test
 
 import (
 	"bytes"
@@ -11,6 +11,7 @@ import (
 	"github.com/roompub/roompub/checkpoint"
 	"github.com/roompub/roompub/events"
 	"github.com/roompub/roompub/room"
+	"github.com/roompub/roompub/room/checkpointer"
 	"github.com/roompub/roompub/room/ingest"
 	"github.com/roompub/roompub/room/internal/roomtest"
 	"github.com/roompub/roompub/room/reader"
@@ -155,7 +156,7 @@ func TestChainOwnerCheckpointer(t *testing.T) {
 	ctx := context.Background()
 	keyA, keyB := roomtest.NewPublisherKey(t), roomtest.NewPublisherKey(t)
 	const roomID = "room:owned"
-	roomtest.StartCheckpointer(t, e.Connect(), room.CheckpointerOptions{Key: keyB, TrustedPublishers: []string{keyA.NodeID()}, Every: 5, Interval: 100 * time.Millisecond})
+	roomtest.StartCheckpointer(t, e.Connect(), checkpointer.Options{Key: keyB, TrustedPublishers: []string{keyA.NodeID()}, Every: 5, Interval: 100 * time.Millisecond})
 	gate := roomtest.AttestingGate(e, e.Connect(), keyA, nil, ingest.GateOptions{})
 	es, _ := roomtest.Journal(t, "run-o", "cap-o", 10)
 	if r, err := gate.AppendJournalAs(ctx, roomID, "alice", roomtest.Lines(es), nil); err != nil || r.Stored != 10 {

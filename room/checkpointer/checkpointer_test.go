@@ -1,4 +1,4 @@
-package room_test
+package checkpointer_test
 
 import (
 	"context"
@@ -21,6 +21,7 @@ import (
 	"github.com/roompub/roompub/checkpoint"
 	"github.com/roompub/roompub/events"
 	"github.com/roompub/roompub/room"
+	"github.com/roompub/roompub/room/checkpointer"
 	"github.com/roompub/roompub/room/embedded"
 	"github.com/roompub/roompub/room/ingest"
 	"github.com/roompub/roompub/room/internal/roomtest"
@@ -246,7 +247,7 @@ func TestCheckpointerWritesEveryNAfterTAndOnStop(t *testing.T) {
 	ctx := context.Background()
 	key := roomtest.NewPublisherKey(t)
 	const roomID, quiet = "room:ckpt", "room:quiet"
-	ckp, _ := roomtest.StartCheckpointer(t, e.Connect(), room.CheckpointerOptions{Key: key, Every: 10, Interval: time.Hour, LeaseTTL: 5 * time.Second})
+	ckp, _ := roomtest.StartCheckpointer(t, e.Connect(), checkpointer.Options{Key: key, Every: 10, Interval: time.Hour, LeaseTTL: 5 * time.Second})
 	gate := roomtest.AttestingGate(e, e.Nc, key, ckp, ingest.GateOptions{})
 	ckSubj := room.Subjects{}.Checkpoint(roomID)
 	trust := roomtest.Trusting(t, key)
@@ -307,13 +308,13 @@ func TestCheckpointerWritesEveryNAfterTAndOnStop(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := kv.Get(ctx, room.LeaseKey(roomID)); !errors.Is(err, jetstream.ErrKeyNotFound) {
+	if _, err := kv.Get(ctx, checkpointer.LeaseKey(roomID)); !errors.Is(err, jetstream.ErrKeyNotFound) {
 		t.Fatalf("lease after Stop: %v, want released", err)
 	}
 
 	// After T: a new checkpointer (reading the stream from the start) with
 	// N out of reach writes within T of growth.
-	ckp2, _ := roomtest.StartCheckpointer(t, e.Connect(), room.CheckpointerOptions{Key: key, Every: 1000, Interval: 300 * time.Millisecond})
+	ckp2, _ := roomtest.StartCheckpointer(t, e.Connect(), checkpointer.Options{Key: key, Every: 1000, Interval: 300 * time.Millisecond})
 	gate2 := roomtest.AttestingGate(e, e.Connect(), key, ckp2, ingest.GateOptions{})
 	if r := gate2.AppendRecord(ctx, roomtest.RecordNamed(e, roomID, "c1")); r.Item.Outcome != room.OutcomeStored {
 		t.Fatalf("%+v", r)
@@ -346,8 +347,8 @@ func TestCheckpointerLeaseTakeover(t *testing.T) {
 	ctx := context.Background()
 	keyA, keyB := roomtest.NewPublisherKey(t), roomtest.NewPublisherKey(t)
 	const roomID, ttl = "room:lease", 2 * time.Second
-	opts := func(k *events.HostKey, other *events.HostKey) room.CheckpointerOptions {
-		return room.CheckpointerOptions{Key: k, TrustedPublishers: []string{other.NodeID()}, Every: 5, Interval: 100 * time.Millisecond, LeaseTTL: ttl}
+	opts := func(k *events.HostKey, other *events.HostKey) checkpointer.Options {
+		return checkpointer.Options{Key: k, TrustedPublishers: []string{other.NodeID()}, Every: 5, Interval: 100 * time.Millisecond, LeaseTTL: ttl}
 	}
 	ncA, ncB := e.Connect(), e.Connect()
 	ckA, _ := roomtest.StartCheckpointer(t, ncA, opts(keyA, keyB))
@@ -387,11 +388,11 @@ func TestCheckpointerLeaseTakeover(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	en, err := kv.Get(ctx, room.LeaseKey(roomID))
+	en, err := kv.Get(ctx, checkpointer.LeaseKey(roomID))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if l, err := trust.VerifyLease(room.LeaseKey(roomID), en.Value()); err != nil || l.NodeID != holder {
+	if l, err := trust.VerifyLease(checkpointer.LeaseKey(roomID), en.Value()); err != nil || l.NodeID != holder {
 		t.Fatalf("lease: %q %v, want a lease statement of %s", en.Value(), err, holder)
 	}
 	renewed := en.Created() // the holder writes nothing more: no renewal
@@ -425,11 +426,11 @@ func TestCheckpointerLeaseTakeover(t *testing.T) {
 		t.Fatalf("the survivor wrote at %s, before the holder's lease lapsed (%s)", first.Time, lapse)
 	}
 	t.Logf("takeover %s after the last renewal (lease TTL %s); checkpoint sizes %v", first.Time.Sub(renewed), ttl, sizes)
-	en, err = kv.Get(ctx, room.LeaseKey(roomID))
+	en, err = kv.Get(ctx, checkpointer.LeaseKey(roomID))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if l, err := trust.VerifyLease(room.LeaseKey(roomID), en.Value()); err != nil || l.NodeID != survivor.NodeID() {
+	if l, err := trust.VerifyLease(checkpointer.LeaseKey(roomID), en.Value()); err != nil || l.NodeID != survivor.NodeID() {
 		t.Fatalf("lease: %q %v, want held by the survivor", en.Value(), err)
 	}
 }
@@ -443,7 +444,7 @@ func TestCheckpointerSkipsForgedMessages(t *testing.T) {
 	ctx := context.Background()
 	key, stranger := roomtest.NewPublisherKey(t), roomtest.NewPublisherKey(t)
 	const roomID = "room:forged"
-	ckp, logs := roomtest.StartCheckpointer(t, e.Connect(), room.CheckpointerOptions{Key: key, Every: 1000, Interval: time.Hour})
+	ckp, logs := roomtest.StartCheckpointer(t, e.Connect(), checkpointer.Options{Key: key, Every: 1000, Interval: time.Hour})
 	gate := roomtest.AttestingGate(e, e.Nc, key, ckp, ingest.GateOptions{})
 	es, _ := roomtest.Journal(t, "run-f", "cap-f", 8)
 	if r, err := gate.AppendJournal(ctx, roomID, roomtest.Lines(es[:5]), nil); err != nil || r.Stored != 5 {
@@ -516,7 +517,7 @@ func TestCheckpointerRefusesContradictedRoom(t *testing.T) {
 	ctx := context.Background()
 	key, trusted := roomtest.NewPublisherKey(t), roomtest.NewPublisherKey(t)
 	const roomID, fine = "room:contradicted", "room:fine"
-	ckp, logs := roomtest.StartCheckpointer(t, e.Connect(), room.CheckpointerOptions{Key: key, TrustedPublishers: []string{trusted.NodeID()},
+	ckp, logs := roomtest.StartCheckpointer(t, e.Connect(), checkpointer.Options{Key: key, TrustedPublishers: []string{trusted.NodeID()},
 		Every: 5, Interval: 100 * time.Millisecond})
 	gate := roomtest.AttestingGate(e, e.Nc, key, ckp, ingest.GateOptions{})
 	es, _ := roomtest.Journal(t, "run-k", "cap-k", 15)
@@ -576,7 +577,7 @@ func TestCheckpointerRefusesContradictedRoom(t *testing.T) {
 func TestLeaseKey(t *testing.T) {
 	seen := map[string]string{}
 	for _, id := range []string{"room:a", "room:a.b", "room:a:b", "room:a/b", "room:a~3Ab", "room:a=b", "room:é", "room:" + strings.Repeat("x", 512)} {
-		k := room.LeaseKey(id)
+		k := checkpointer.LeaseKey(id)
 		for _, c := range k {
 			if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || strings.ContainsRune("-/_=", c)) {
 				t.Fatalf("LeaseKey(%q) = %q holds %q", id, k, c)
@@ -587,7 +588,7 @@ func TestLeaseKey(t *testing.T) {
 		}
 		seen[k] = id
 	}
-	if got := room.LeaseKey("room:a.b:c"); got != "a=2Eb/c" {
+	if got := checkpointer.LeaseKey("room:a.b:c"); got != "a=2Eb/c" {
 		t.Fatalf("LeaseKey = %q", got)
 	}
 }
@@ -614,7 +615,7 @@ func TestServeCheckpoints(t *testing.T) {
 		done, ready := make(chan error, 1), make(chan node.ServeInfo, 1)
 		go func() {
 			done <- node.Serve(ctx, node.ServeOptions{ServerURL: srv.ClientURL(), Replicas: 1, Validator: v, Logger: zap.New(core),
-				HTTPAddr: "127.0.0.1:0", PublisherKey: key, Checkpoint: room.CheckpointerOptions{Every: 5, Interval: time.Hour},
+				HTTPAddr: "127.0.0.1:0", PublisherKey: key, Checkpoint: checkpointer.Options{Every: 5, Interval: time.Hour},
 				Ready: func(i node.ServeInfo) { ready <- i }})
 		}()
 		var info node.ServeInfo
@@ -717,7 +718,7 @@ func TestCheckpointerRefusesStuckBatch(t *testing.T) {
 	ctx := context.Background()
 	key := roomtest.NewPublisherKey(t)
 	const roomID = "room:stuck"
-	ckp, logs := roomtest.StartCheckpointer(t, e.Connect(), room.CheckpointerOptions{Key: key, Every: 1000, Interval: 100 * time.Millisecond})
+	ckp, logs := roomtest.StartCheckpointer(t, e.Connect(), checkpointer.Options{Key: key, Every: 1000, Interval: 100 * time.Millisecond})
 	gate := roomtest.AttestingGate(e, e.Nc, key, ckp, ingest.GateOptions{})
 	es, _ := roomtest.Journal(t, "run-s", "cap-s", 5)
 	if r, err := gate.AppendJournal(ctx, roomID, roomtest.Lines(es), nil); err != nil || r.Stored != 5 {

@@ -1,4 +1,4 @@
-package room_test
+package checkpointer_test
 
 import (
 	"context"
@@ -11,6 +11,7 @@ import (
 	"go.uber.org/zap/zaptest/observer"
 
 	"github.com/roompub/roompub/room"
+	"github.com/roompub/roompub/room/checkpointer"
 	"github.com/roompub/roompub/room/ingest"
 	"github.com/roompub/roompub/room/internal/roomtest"
 )
@@ -60,7 +61,7 @@ func TestCheckpointerReleaseLogLevel(t *testing.T) {
 			key := roomtest.NewPublisherKey(t)
 			const roomID = "room:release"
 			nc := e.Connect()
-			ckp, logs := roomtest.StartCheckpointer(t, nc, room.CheckpointerOptions{Key: key, Every: 5, Interval: time.Hour, LeaseTTL: ttl})
+			ckp, logs := roomtest.StartCheckpointer(t, nc, checkpointer.Options{Key: key, Every: 5, Interval: time.Hour, LeaseTTL: ttl})
 			gate := roomtest.AttestingGate(e, e.Nc, key, ckp, ingest.GateOptions{})
 			es, _ := roomtest.Journal(t, "run-r", "cap-r", 5)
 			if r, err := gate.AppendJournal(ctx, roomID, roomtest.Lines(es), nil); err != nil || r.Stored != 5 {
@@ -73,7 +74,7 @@ func TestCheckpointerReleaseLogLevel(t *testing.T) {
 				t.Fatal(err)
 			}
 			if tc.after != nil {
-				tc.after(t, e, kv, room.LeaseKey(roomID))
+				tc.after(t, e, kv, checkpointer.LeaseKey(roomID))
 			} else {
 				nc.Close()
 			}

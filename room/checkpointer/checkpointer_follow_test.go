@@ -1,4 +1,4 @@
-package room_test
+package checkpointer_test
 
 import (
 	"context"
@@ -12,6 +12,7 @@ import (
 
 	"github.com/roompub/roompub/checkpoint"
 	"github.com/roompub/roompub/room"
+	"github.com/roompub/roompub/room/checkpointer"
 	"github.com/roompub/roompub/room/ingest"
 	"github.com/roompub/roompub/room/internal/roomtest"
 )
@@ -20,7 +21,7 @@ import (
 // acknowledgements when released (or never, once dropped): acknowledgements
 // that come late, out of order, or not at all.
 type heldSink struct {
-	c    *room.Checkpointer
+	c    *checkpointer.Checkpointer
 	mu   sync.Mutex
 	hold bool
 	drop bool
@@ -62,7 +63,7 @@ func (s *heldSink) release() {
 // roots of an independent tree over its admitted messages, that the last
 // covers all `leaves` of them, and that the checkpointer took `fromMemory`
 // messages from the gate's acknowledgements and read `read` (-1: any).
-func checkRoom(t *testing.T, e *roomtest.Env, ckp *room.Checkpointer, roomID string, trust *checkpoint.Trust, leaves int, fromMemory, read int) {
+func checkRoom(t *testing.T, e *roomtest.Env, ckp *checkpointer.Checkpointer, roomID string, trust *checkpoint.Trust, leaves int, fromMemory, read int) {
 	t.Helper()
 	if err := ckp.Stop(context.Background()); err != nil {
 		t.Fatal(err)
@@ -86,7 +87,7 @@ func TestCheckpointerFollowOutOfOrderAcks(t *testing.T) {
 	ctx := context.Background()
 	key := roomtest.NewPublisherKey(t)
 	const roomID = "room:acks"
-	ckp, _ := roomtest.StartCheckpointer(t, e.Connect(), room.CheckpointerOptions{Key: key, Every: 1000, Interval: time.Hour})
+	ckp, _ := roomtest.StartCheckpointer(t, e.Connect(), checkpointer.Options{Key: key, Every: 1000, Interval: time.Hour})
 	ckp.SetGapWait(time.Minute)
 	sink := &heldSink{c: ckp, hold: true}
 	gate := roomtest.AttestingGate(e, e.Nc, key, sink, ingest.GateOptions{MaxBatch: 4})
@@ -119,7 +120,7 @@ func TestCheckpointerFollowGaps(t *testing.T) {
 	ctx := context.Background()
 	key, other := roomtest.NewPublisherKey(t), roomtest.NewPublisherKey(t)
 	const roomID = "room:gaps"
-	ckp, _ := roomtest.StartCheckpointer(t, e.Connect(), room.CheckpointerOptions{Key: key, TrustedPublishers: []string{other.NodeID()}, Every: 5, Interval: time.Hour})
+	ckp, _ := roomtest.StartCheckpointer(t, e.Connect(), checkpointer.Options{Key: key, TrustedPublishers: []string{other.NodeID()}, Every: 5, Interval: time.Hour})
 	gate := roomtest.AttestingGate(e, e.Nc, key, ckp, ingest.GateOptions{})
 	ogate := roomtest.AttestingGate(e, e.Connect(), other, nil, ingest.GateOptions{TrustedPublishers: []string{key.NodeID()}})
 	ckSubj := room.Subjects{}.Checkpoint(roomID)
@@ -159,7 +160,7 @@ func TestCheckpointerFollowLostAck(t *testing.T) {
 	ctx := context.Background()
 	key := roomtest.NewPublisherKey(t)
 	const roomID = "room:lost"
-	ckp, _ := roomtest.StartCheckpointer(t, e.Connect(), room.CheckpointerOptions{Key: key, Every: 1000, Interval: time.Hour})
+	ckp, _ := roomtest.StartCheckpointer(t, e.Connect(), checkpointer.Options{Key: key, Every: 1000, Interval: time.Hour})
 	ckp.SetGapWait(300 * time.Millisecond)
 	sink := &heldSink{c: ckp, drop: true}
 	gate := roomtest.AttestingGate(e, e.Nc, key, sink, ingest.GateOptions{})
@@ -191,7 +192,7 @@ func TestCheckpointerFollowRestart(t *testing.T) {
 	key := roomtest.NewPublisherKey(t)
 	const roomID = "room:restart"
 	trust := roomtest.Trusting(t, key)
-	ckp, _ := roomtest.StartCheckpointer(t, e.Connect(), room.CheckpointerOptions{Key: key, Every: 1000, Interval: time.Hour})
+	ckp, _ := roomtest.StartCheckpointer(t, e.Connect(), checkpointer.Options{Key: key, Every: 1000, Interval: time.Hour})
 	gate := roomtest.AttestingGate(e, e.Nc, key, ckp, ingest.GateOptions{})
 	es, _ := roomtest.Journal(t, "run-r", "cap-r", 12)
 	if r, err := gate.AppendJournal(ctx, roomID, roomtest.Lines(es[:6]), nil); err != nil || r.Stored != 6 {
@@ -199,7 +200,7 @@ func TestCheckpointerFollowRestart(t *testing.T) {
 	}
 	checkRoom(t, e, ckp, roomID, trust, 6, 6, 0)
 
-	ckp2, _ := roomtest.StartCheckpointer(t, e.Connect(), room.CheckpointerOptions{Key: key, Every: 1000, Interval: time.Hour})
+	ckp2, _ := roomtest.StartCheckpointer(t, e.Connect(), checkpointer.Options{Key: key, Every: 1000, Interval: time.Hour})
 	gate2 := roomtest.AttestingGate(e, e.Connect(), key, ckp2, ingest.GateOptions{})
 	if r, err := gate2.AppendJournal(ctx, roomID, roomtest.Lines(es[6:]), nil); err != nil || r.Stored != 6 {
 		t.Fatalf("%+v %v", r, err)
@@ -221,7 +222,7 @@ func TestCheckpointerFollowRestart(t *testing.T) {
 // generations rotate under load (make bench), so what it reads of the
 // gate's batches goes to the batch collector and must be whole.
 type forgetfulSink struct {
-	c        *room.Checkpointer
+	c        *checkpointer.Checkpointer
 	announce bool
 }
 
@@ -261,7 +262,7 @@ func TestCheckpointerFollowConcurrentFillsTinyCap(t *testing.T) {
 			key := roomtest.NewPublisherKey(t)
 			trust := roomtest.Trusting(t, key)
 			rooms := []string{"room:fill-a", "room:fill-b"}
-			ckp, logs := roomtest.StartCheckpointer(t, e.Connect(), room.CheckpointerOptions{Key: key, Every: 100000, Interval: time.Hour})
+			ckp, logs := roomtest.StartCheckpointer(t, e.Connect(), checkpointer.Options{Key: key, Every: 100000, Interval: time.Hour})
 			ckp.SetAckedMax(7)
 			ckp.SetGapWait(200 * time.Millisecond)
 			gate := roomtest.AttestingGate(e, e.Nc, key, &forgetfulSink{c: ckp, announce: announce}, ingest.GateOptions{MaxBatch: 5})
@@ -327,7 +328,7 @@ func TestCheckpointerFollowLateAckReadWhole(t *testing.T) {
 	ctx := context.Background()
 	key := roomtest.NewPublisherKey(t)
 	const roomID = "room:late"
-	ckp, logs := roomtest.StartCheckpointer(t, e.Connect(), room.CheckpointerOptions{Key: key, Every: 1000, Interval: time.Hour})
+	ckp, logs := roomtest.StartCheckpointer(t, e.Connect(), checkpointer.Options{Key: key, Every: 1000, Interval: time.Hour})
 	ckp.SetGapWait(100 * time.Millisecond)
 	sink := &heldSink{c: ckp, hold: true}
 	gate := roomtest.AttestingGate(e, e.Nc, key, sink, ingest.GateOptions{MaxBatch: 4})
@@ -385,7 +386,7 @@ func TestCheckpointerFollowRefusedBatchNotWaitedFor(t *testing.T) {
 	ctx := context.Background()
 	keyA, keyB := roomtest.NewPublisherKey(t), roomtest.NewPublisherKey(t)
 	const roomID = "room:refused"
-	ckp, _ := roomtest.StartCheckpointer(t, e.Connect(), room.CheckpointerOptions{Key: keyA, TrustedPublishers: []string{keyB.NodeID()}, Every: 1000, Interval: time.Hour})
+	ckp, _ := roomtest.StartCheckpointer(t, e.Connect(), checkpointer.Options{Key: keyA, TrustedPublishers: []string{keyB.NodeID()}, Every: 1000, Interval: time.Hour})
 	ckp.SetGapWait(time.Hour) // without Unstored, follow would wait for the refused batch forever
 	gateA := roomtest.AttestingGate(e, e.Nc, keyA, ckp, ingest.GateOptions{TrustedPublishers: []string{keyB.NodeID()}})
 	gateB := roomtest.AttestingGate(e, e.Connect(), keyB, nil, ingest.GateOptions{TrustedPublishers: []string{keyA.NodeID()}})

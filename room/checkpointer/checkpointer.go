@@ -1,4 +1,4 @@
-package room
+package checkpointer
 
 import (
 	"cmp"
@@ -21,16 +21,12 @@ import (
 
 	"github.com/roompub/roompub/checkpoint"
 	"github.com/roompub/roompub/events"
+	"github.com/roompub/roompub/room"
 	"github.com/roompub/roompub/room/internal/jsapi"
 )
 
-// Defaults of CheckpointerOptions.
+// Defaults of Options.
 const (
-	// DefaultLeaseBucket is the JetStream key-value bucket of the rooms'
-	// checkpoint leases: key LeaseKey(room id), value the writer's lease
-	// statement (checkpoint.SignLease: node id, time taken or renewed,
-	// signature).
-	DefaultLeaseBucket = "ROOMPUB_CHECKPOINT_LEASES"
 	// DefaultLeaseTTL is the bucket's TTL when the checkpointer creates
 	// it: a lease nobody renews lapses after it.
 	DefaultLeaseTTL = 30 * time.Second
@@ -43,14 +39,14 @@ const (
 	DefaultCheckpointInterval = 10 * time.Second
 )
 
-// ErrCheckpointer is wrapped by StartCheckpointer for unusable options.
+// ErrCheckpointer is wrapped by Start for unusable options.
 var ErrCheckpointer = errors.New("checkpointer")
 
-// CheckpointerOptions configures a Checkpointer. The zero value of each
+// Options configures a Checkpointer. The zero value of each
 // field is its default, except Key, which is required.
-type CheckpointerOptions struct {
-	Stream   string   // room stream, default DefaultStream
-	Subjects Subjects // its layout
+type Options struct {
+	Stream   string        // room stream, default DefaultStream
+	Subjects room.Subjects // its layout
 	// Key signs the checkpoints (C2SP signed note named by its node id).
 	Key *events.HostKey
 	// TrustedPublishers are the node ids of the other publishers whose
@@ -63,7 +59,7 @@ type CheckpointerOptions struct {
 	// Interval writes a checkpoint of every room whose tree has grown
 	// for this long without one; default 10s.
 	Interval time.Duration
-	// LeaseBucket is the lease bucket, default DefaultLeaseBucket;
+	// LeaseBucket is the lease bucket, default room.DefaultLeaseBucket;
 	// LeaseTTL its TTL and Replicas its replicas when the checkpointer
 	// creates it (default DefaultLeaseTTL, and 1). An existing bucket
 	// keeps its own.
@@ -117,7 +113,7 @@ type CheckpointerOptions struct {
 // A Checkpointer is safe for concurrent use.
 type Checkpointer struct {
 	log      *zap.Logger
-	subjects Subjects
+	subjects room.Subjects
 	js       jetstream.JetStream
 	stream   jetstream.Stream
 	// streamName is the room stream's name, for direct gets.
@@ -169,10 +165,10 @@ type Checkpointer struct {
 	// completes, and is refused (settleStuck).
 	lastPending uint64
 	lastAt      time.Time
-	parsed      map[string]Parsed // subject cache
-	startSeq    uint64            // the stream's last sequence at start
-	caughtUp    bool              // handled up to startSeq: writes may begin
-	consErr     error             // the last error reading the stream, for Stop
+	parsed      map[string]room.Parsed // subject cache
+	startSeq    uint64                 // the stream's last sequence at start
+	caughtUp    bool                   // handled up to startSeq: writes may begin
+	consErr     error                  // the last error reading the stream, for Stop
 }
 
 // ckPullMessages and ckPullBytes size the reader's batch direct gets:
@@ -245,9 +241,9 @@ type lease struct {
 	retryAt   time.Time // not held: do not try to take it before
 }
 
-// StartCheckpointer creates the lease bucket if needed, starts reading the
+// Start creates the lease bucket if needed, starts reading the
 // room stream from its first message and starts the writer. Stop ends it.
-func StartCheckpointer(ctx context.Context, nc *nats.Conn, o CheckpointerOptions) (*Checkpointer, error) {
+func Start(ctx context.Context, nc *nats.Conn, o Options) (*Checkpointer, error) {
 	if o.Key == nil {
 		return nil, fmt.Errorf("%w: a publisher key is required", ErrCheckpointer)
 	}
@@ -261,7 +257,7 @@ func StartCheckpointer(ctx context.Context, nc *nats.Conn, o CheckpointerOptions
 	}
 	c := &Checkpointer{log: o.Logger, subjects: o.Subjects, signer: signer, nodeID: o.Key.NodeID(), trust: trust,
 		every: uint64(o.Every), interval: o.Interval, due: make(chan struct{}, 1), wdone: make(chan struct{}),
-		rooms: map[string]*ckRoom{}, parsed: map[string]Parsed{}, waiting: map[uint64]*ckRoom{},
+		rooms: map[string]*ckRoom{}, parsed: map[string]room.Parsed{}, waiting: map[uint64]*ckRoom{},
 		switched: make(chan struct{}), fdone: make(chan struct{})}
 	c.acked.init()
 	c.gapWait.Store(int64(ckGapWait))
@@ -285,9 +281,9 @@ func StartCheckpointer(ctx context.Context, nc *nats.Conn, o CheckpointerOptions
 	}
 	name := o.Stream
 	if name == "" {
-		name = DefaultStream
+		name = room.DefaultStream
 	}
-	cctx, cancel := jsapi.WithDefaultTimeout(ctx, DefaultTimeout)
+	cctx, cancel := jsapi.WithDefaultTimeout(ctx, room.DefaultTimeout)
 	defer cancel()
 	if c.stream, err = c.js.Stream(cctx, name); err != nil {
 		return nil, fmt.Errorf("%w: stream %s: %w", ErrCheckpointer, name, err)
@@ -319,16 +315,16 @@ func StartCheckpointer(ctx context.Context, nc *nats.Conn, o CheckpointerOptions
 	return c, nil
 }
 
-func leaseBucketName(o CheckpointerOptions) string {
+func leaseBucketName(o Options) string {
 	if o.LeaseBucket == "" {
-		return DefaultLeaseBucket
+		return room.DefaultLeaseBucket
 	}
 	return o.LeaseBucket
 }
 
 // leaseBucket binds the lease bucket, creating it when it does not exist,
 // and returns it with its TTL.
-func leaseBucket(ctx context.Context, js jetstream.JetStream, o CheckpointerOptions) (jetstream.KeyValue, time.Duration, error) {
+func leaseBucket(ctx context.Context, js jetstream.JetStream, o Options) (jetstream.KeyValue, time.Duration, error) {
 	bucket := leaseBucketName(o)
 	kv, err := js.KeyValue(ctx, bucket)
 	if errors.Is(err, jetstream.ErrBucketNotFound) {
@@ -365,7 +361,7 @@ func leaseBucket(ctx context.Context, js jetstream.JetStream, o CheckpointerOpti
 // "room:") with '~' written '=' and ':' written '/', two characters a
 // key-value key may hold and a token never does, so the key is injective.
 func LeaseKey(roomID string) string {
-	return leaseKeyReplacer.Replace(roomToken(roomID))
+	return leaseKeyReplacer.Replace(room.RoomToken(roomID))
 }
 
 var leaseKeyReplacer = strings.NewReplacer("~", "=", ":", "/")
@@ -383,7 +379,7 @@ func (c *Checkpointer) Unstored(header string) { c.acked.unstored(header) }
 
 // Stored implements AttestationSink: the gate's messages Expect announced
 // are stored from stream sequence first on.
-func (c *Checkpointer) Stored(first uint64, msgs []StoredMsg) {
+func (c *Checkpointer) Stored(first uint64, msgs []room.StoredMsg) {
 	c.acked.stored(first, msgs)
 }
 
@@ -399,7 +395,7 @@ type ackedOwn struct {
 	mu sync.Mutex
 	// batches holds the kept batches by the stream sequence of their
 	// first message; kept counts their messages, at most max.
-	batches map[uint64][]StoredMsg
+	batches map[uint64][]room.StoredMsg
 	kept    int
 	max     int
 	// floor is follow's next stream sequence: a batch that starts below
@@ -430,7 +426,7 @@ const (
 
 // init makes a's maps, with the cap at ackedMax.
 func (a *ackedOwn) init() {
-	a.batches, a.max = map[uint64][]StoredMsg{}, ackedMax
+	a.batches, a.max = map[uint64][]room.StoredMsg{}, ackedMax
 	a.inflight, a.wake = map[string]time.Time{}, make(chan struct{}, 1)
 }
 
@@ -452,7 +448,7 @@ func (a *ackedOwn) expect(header string) {
 // stored keeps msgs, one batch stored from stream sequence first on,
 // whole if it fits under max and follow has not passed first; else not at
 // all.
-func (a *ackedOwn) stored(first uint64, msgs []StoredMsg) {
+func (a *ackedOwn) stored(first uint64, msgs []room.StoredMsg) {
 	a.mu.Lock()
 	for _, m := range msgs {
 		if batch, _, _, ok := splitOwn(m.Header); ok {
@@ -485,7 +481,7 @@ func (a *ackedOwn) unstored(header string) {
 
 // take returns and forgets the batch that starts at stream sequence seq,
 // if one is kept; follow goes on after it.
-func (a *ackedOwn) take(seq uint64) ([]StoredMsg, bool) {
+func (a *ackedOwn) take(seq uint64) ([]room.StoredMsg, bool) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	b, ok := a.batches[seq]
@@ -650,8 +646,8 @@ func (c *Checkpointer) follow(ctx context.Context) {
 		var err error
 		if run < 2 || (kept && upTo == next+1) {
 			var m *jetstream.RawStreamMsg
-			if m, err = jsapi.LeaderGetRaw(ctx, nc, name, DefaultTimeout, map[string]any{"seq": next, "next_by_subj": all}); m != nil {
-				msgs = []gapMsg{{seq: m.Sequence, subject: m.Subject, data: m.Data, header: m.Header.Get(checkpoint.AttestationHeader), owner: m.Header.Get(HeaderOwner)}}
+			if m, err = jsapi.LeaderGetRaw(ctx, nc, name, room.DefaultTimeout, map[string]any{"seq": next, "next_by_subj": all}); m != nil {
+				msgs = []gapMsg{{seq: m.Sequence, subject: m.Subject, data: m.Data, header: m.Header.Get(checkpoint.AttestationHeader), owner: m.Header.Get(room.HeaderOwner)}}
 			}
 		} else {
 			limit := ckPullMessages
@@ -786,7 +782,7 @@ func (c *Checkpointer) catchUpFetch(ctx context.Context, batches chan<- []gapMsg
 				continue
 			}
 		}
-		m, err := jsapi.LeaderGetRaw(ctx, nc, name, DefaultTimeout, map[string]any{"seq": next, "next_by_subj": all})
+		m, err := jsapi.LeaderGetRaw(ctx, nc, name, room.DefaultTimeout, map[string]any{"seq": next, "next_by_subj": all})
 		switch {
 		case err != nil:
 			fail(err)
@@ -833,14 +829,14 @@ func (c *Checkpointer) switchLocked(seq uint64) {
 func (c *Checkpointer) readBatch(ctx context.Context, next uint64, limit int) ([]gapMsg, error) {
 	nc := c.js.Conn()
 	msgs, err := jsapi.DirectBatch(ctx, nc, c.streamName, jsapi.BatchRequest{Seq: next, NextBySubj: c.subjects.All(), Batch: limit,
-		MaxBytes: max(ckPullBytes, 2*int(nc.MaxPayload()))}, DefaultTimeout)
+		MaxBytes: max(ckPullBytes, 2*int(nc.MaxPayload()))}, room.DefaultTimeout)
 	if err != nil {
 		return nil, err
 	}
 	out := make([]gapMsg, len(msgs))
 	for i, m := range msgs {
 		out[i] = gapMsg{seq: m.Seq, subject: m.Subject, data: m.Data, header: m.Header.Get(checkpoint.AttestationHeader),
-			owner: m.Header.Get(HeaderOwner), pending: m.Pending}
+			owner: m.Header.Get(room.HeaderOwner), pending: m.Pending}
 	}
 	return out, nil
 }
@@ -981,7 +977,7 @@ func (c *Checkpointer) handleLocked(seq uint64, subject string, data []byte, hea
 		r = &ckRoom{id: p.RoomID, tree: checkpoint.NewLeanTree()}
 		c.rooms[p.RoomID] = r
 	}
-	if p.Kind == KindCheckpoint {
+	if p.Kind == room.KindCheckpoint {
 		if len(r.queue) > 0 {
 			r.queue = append(r.queue, ckQueued{seq: seq, subject: subject, state: ckCheckpoint, ckpt: data})
 			return
@@ -990,7 +986,7 @@ func (c *Checkpointer) handleLocked(seq uint64, subject string, data []byte, hea
 		return
 	}
 	position := ""
-	if p.Kind == KindExecution {
+	if p.Kind == room.KindExecution {
 		position = checkpoint.RecordPosition(r.execCount)
 		r.execCount++
 	}
@@ -1014,7 +1010,7 @@ func (c *Checkpointer) handleLocked(seq uint64, subject string, data []byte, hea
 	default:
 		// Another publisher's, or this one's before a restart: verified
 		// once its whole batch has been read.
-		if p.Kind == KindJournal {
+		if p.Kind == room.KindJournal {
 			e, err := events.ParseEntry(data)
 			seqNo, ok := int64(0), false
 			if err == nil {
@@ -1091,7 +1087,7 @@ func (c *Checkpointer) settleStuck(ctx context.Context, force bool) {
 		return
 	}
 	if !force {
-		last, err := jsapi.LeaderGetRaw(ctx, c.js.Conn(), c.stream.CachedInfo().Config.Name, DefaultTimeout, map[string]any{"last_by_subj": c.subjects.All()})
+		last, err := jsapi.LeaderGetRaw(ctx, c.js.Conn(), c.stream.CachedInfo().Config.Name, room.DefaultTimeout, map[string]any{"last_by_subj": c.subjects.All()})
 		if err != nil || last == nil || c.handled.Load() < last.Sequence {
 			return // not read whole yet (or no answer): later
 		}
@@ -1309,9 +1305,9 @@ func (c *Checkpointer) write(ctx context.Context, d dueCheckpoint) error {
 	// From content, as every roompub append (docs/design.md, "Appends and
 	// races"): the same
 	// checkpoint written twice is stored once.
-	msg.Header.Set(jetstream.MsgIDHeader, "ckpt:"+hex.EncodeToString(d.root[:])+":"+strconv.FormatUint(d.size, 10)+":"+roomToken(r.id))
+	msg.Header.Set(jetstream.MsgIDHeader, "ckpt:"+hex.EncodeToString(d.root[:])+":"+strconv.FormatUint(d.size, 10)+":"+room.RoomToken(r.id))
 	msg.Header.Set(jetstream.ExpectedLastSubjSeqHeader, strconv.FormatUint(d.expect, 10))
-	pctx, cancel := jsapi.WithDefaultTimeout(ctx, DefaultTimeout)
+	pctx, cancel := jsapi.WithDefaultTimeout(ctx, room.DefaultTimeout)
 	ack, err := c.js.PublishMsg(pctx, msg, jetstream.WithRetryAttempts(0))
 	cancel()
 	c.mu.Lock()
@@ -1387,7 +1383,7 @@ func (c *Checkpointer) holdLease(ctx context.Context, r *ckRoom) bool {
 	l := &r.lease
 	now := time.Now()
 	key := LeaseKey(r.id)
-	lctx, cancel := jsapi.WithDefaultTimeout(ctx, DefaultTimeout)
+	lctx, cancel := jsapi.WithDefaultTimeout(ctx, room.DefaultTimeout)
 	defer cancel()
 	if l.rev != 0 && now.Sub(l.renewedAt) < c.ttl/3 {
 		return true
@@ -1505,7 +1501,7 @@ func (c *Checkpointer) stop(ctx context.Context) error {
 	}
 	c.mu.Unlock()
 	for _, r := range held {
-		lctx, cancel := jsapi.WithDefaultTimeout(ctx, DefaultTimeout)
+		lctx, cancel := jsapi.WithDefaultTimeout(ctx, room.DefaultTimeout)
 		c.releaseLease(lctx, r)
 		cancel()
 		r.lease.rev = 0
@@ -1537,7 +1533,7 @@ func (c *Checkpointer) releaseLease(ctx context.Context, r *ckRoom) {
 
 // catchUp waits until the reader has handled the stream's last message.
 func (c *Checkpointer) catchUp(ctx context.Context) error {
-	ictx, cancel := jsapi.WithDefaultTimeout(ctx, DefaultTimeout)
+	ictx, cancel := jsapi.WithDefaultTimeout(ctx, room.DefaultTimeout)
 	info, err := c.stream.Info(ictx)
 	cancel()
 	if err != nil {
