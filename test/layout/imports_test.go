@@ -129,3 +129,50 @@ func TestImportsFollowThePackageMap(t *testing.T) {
 		}
 	}
 }
+
+// layers are docs/design.md's layers, lowest first: a package imports
+// only packages of lower layers, or of its own layer along an arrow
+// sameLayer names. The allowlist of rules is the stricter check; this one
+// keeps the map itself pointing down.
+var layers = [][]string{
+	{"events", "schemas"},
+	{"validate", "checkpoint"},
+	{"room/internal/jsapi", "room"},
+	{"room/ingest", "room/client", "room/reader", "room/checkpointer", "room/embedded", "room/secure", "room/internal/roomtest"},
+	{"room/node", "config"},
+	{"cmd/publisher", "cmd/subscriber", "cmd/roompub-bench"},
+}
+
+// sameLayer are the arrows allowed within a layer.
+var sameLayer = map[[2]string]bool{
+	{"room", "room/internal/jsapi"}: true, // the vocabulary's stream checks read with jsapi
+	// The tests' shared helpers assemble roles as node does.
+	{"room/internal/roomtest", "room/ingest"}:       true,
+	{"room/internal/roomtest", "room/reader"}:       true,
+	{"room/internal/roomtest", "room/checkpointer"}: true,
+	{"room/internal/roomtest", "room/embedded"}:     true,
+}
+
+func TestPackageMapPointsDown(t *testing.T) {
+	layer := map[string]int{}
+	for i, ps := range layers {
+		for _, p := range ps {
+			layer[p] = i
+		}
+	}
+	for p := range rules {
+		if _, ok := layer[p]; !ok {
+			t.Errorf("package %s has no layer (test/layout, docs/design.md)", p)
+		}
+	}
+	for p, r := range rules {
+		for _, imp := range r.imports {
+			switch {
+			case layer[imp] < layer[p]:
+			case layer[imp] == layer[p] && sameLayer[[2]string{p, imp}]:
+			default:
+				t.Errorf("%s (layer %d) may import %s (layer %d): the map points up or sideways", p, layer[p], imp, layer[imp])
+			}
+		}
+	}
+}
