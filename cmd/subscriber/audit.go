@@ -8,149 +8,18 @@ import (
 	"io"
 	"os"
 	"os/signal"
-	"path/filepath"
 	"sort"
 	"strings"
 	"syscall"
 	"time"
 
-	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
 	"github.com/schollz/progressbar/v3"
 	"golang.org/x/term"
 
-	"github.com/roompub/roompub/checkpoint"
 	"github.com/roompub/roompub/config"
 	"github.com/roompub/roompub/room"
 	"github.com/roompub/roompub/room/reader"
-	"github.com/roompub/roompub/validate"
 )
-
-// open is what every subcommand needs: a connection, JetStream and a
-// validator that checks host trust. With no --trusted-host it says on
-// warn that every execution record will be set aside (untrusted_host): a
-// reader trusts no host it was not told to, and a room whose records all
-// land aside for that reason should not surprise anyone.
-func open(c *config.Reader, name string, warn io.Writer) (*nats.Conn, jetstream.JetStream, *validate.Validator, error) {
-	if len(c.TrustedHosts) == 0 {
-		fmt.Fprintln(warn, "subscriber: no --trusted-host: every execution record will be set aside as untrusted_host (name the hosts whose signatures you trust)")
-	}
-	vopts := []validate.Option{validate.WithTrustedHosts(c.TrustedHosts...)}
-	if c.SchemaDir != "" {
-		vopts = append(vopts, validate.WithSchemaFS(os.DirFS(c.SchemaDir)))
-	}
-	v, err := validate.New(vopts...)
-	if err != nil {
-		return nil, nil, nil, err
-	}
-	nc, err := c.Connect(name)
-	if err != nil {
-		return nil, nil, nil, err
-	}
-	js, err := jetstream.New(nc)
-	if err != nil {
-		nc.Close()
-		return nil, nil, nil, err
-	}
-	return nc, js, v, nil
-}
-
-func checkRooms(rooms []string) error {
-	for _, r := range rooms {
-		if err := validate.CheckRoomID(r); err != nil {
-			return fmt.Errorf("%w: --room %q: %v", config.ErrInvalid, r, err)
-		}
-	}
-	return nil
-}
-
-type followCmd struct {
-	config.Reader
-	publisherTrust
-	Rooms     []string `name:"room" required:"" placeholder:"ROOM" help:"Room to follow (repeatable)."`
-	Durable   string   `name:"durable" required:"" placeholder:"NAME" help:"Durable consumer name: where this subscriber resumes after a restart."`
-	JSON      bool     `name:"json" help:"Print events as JSON lines (the default; kept for symmetry with the other commands)." default:"true" negatable:""`
-	StateDir  string   `name:"state-dir" help:"Directory of the subscriber's state: with --trusted-publisher, the last checkpoint verified per room (a room whose newest checkpoint is smaller or not consistent with it is refused as rolled back or forked). Default $XDG_STATE_HOME/roompub, else ~/.local/state/roompub; one directory per deployment. The set-aside list <durable>.set-aside.ndjson is kept there too." placeholder:"DIR" yaml:"state-dir"`
-	Reexamine bool     `name:"reexamine" help:"Before following, decide again, with this run's --trusted-host, --trusted-publisher and --schema-dir, the messages the set-aside list holds (set aside and acknowledged, so never delivered again): print those that pass now, marked \"reexamined\", in stream order, and keep the rest listed." yaml:"reexamine"`
-}
-
-func (c *followCmd) Validate() error {
-	if err := checkRooms(c.Rooms); err != nil {
-		return err
-	}
-	if strings.ContainsAny(c.Durable, " \t.*>/\\") {
-		return fmt.Errorf("%w: --durable %q is not a valid consumer name", config.ErrInvalid, c.Durable)
-	}
-	return c.publisherTrust.validate()
-}
-
-func (c *followCmd) Run(s *streams) error {
-	t, err := c.trust()
-	if err != nil {
-		return err
-	}
-	dir, err := stateDir(c.StateDir)
-	if err != nil {
-		return err
-	}
-	state, err := checkpointState(t, dir)
-	if err != nil {
-		return err
-	}
-	nc, js, v, err := open(&c.Reader, "roompub-subscriber-follow", s.err)
-	if err != nil {
-		return err
-	}
-	defer nc.Close()
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	list := &reader.SetAsideList{Path: filepath.Join(dir, c.Durable+".set-aside.ndjson")}
-	enc := json.NewEncoder(s.out)
-	return reader.Follow(ctx, js, reader.FollowOptions{
-		Stream: c.Stream, Subjects: room.Subjects{Prefix: c.Prefix}, Rooms: c.Rooms, Durable: c.Durable, Validator: v,
-		Trust: t, State: state, Read: config.FollowRead(c.Credentials), SetAsideList: list, Reexamine: c.Reexamine,
-		OnSetAside: func(a reader.SetAside) {
-			if a.Reexamined {
-				fmt.Fprintf(s.err, "still set aside (re-examined): %s\n", a.Error())
-				return
-			}
-			fmt.Fprintf(s.err, "set aside: %s\n", a.Error())
-		},
-		Ready: func(floor uint64) {
-			fmt.Fprintf(s.err, "subscriber: following %s as %s (resumed after stream seq %d; set-aside list %s; %s)\n",
-				strings.Join(c.Rooms, ", "), c.Durable, floor, list.Path, attestationNote(t))
-			if note := listNote(list.Facts(), c.Reexamine); note != "" {
-				fmt.Fprintf(s.err, "subscriber: %s\n", note)
-			}
-		},
-	}, func(_ context.Context, ev *reader.Event) error {
-		if c.JSON {
-			return enc.Encode(ev)
-		}
-		again := ""
-		if ev.Reexamined {
-			again = " (re-examined)"
-		}
-		_, err := fmt.Fprintf(s.out, "%s %s seq %d %s%s%s\n", ev.RoomID, ev.Kind, ev.Seq, ev.EntryHash, ev.Ref, again)
-		return err
-	})
-}
-
-// listNote says, for people, what the rebuild made of the set-aside list:
-// "" when there is nothing to say.
-func listNote(f reader.ListFacts, reexamine bool) string {
-	var parts []string
-	if reexamine {
-		parts = append(parts, fmt.Sprintf("re-examined %d listed message(s): %d served, %d still set aside", f.Listed, f.Served, f.Aside))
-	}
-	if f.PassNow > 0 {
-		parts = append(parts, fmt.Sprintf("%d listed message(s) pass now and stay set aside: --reexamine serves them", f.PassNow))
-	}
-	if f.ServedNowAside > 0 {
-		parts = append(parts, fmt.Sprintf("%d message(s) served before are set aside now ('subscriber audit' names them)", f.ServedNowAside))
-	}
-	return strings.Join(parts, "; ")
-}
 
 type auditCmd struct {
 	config.Reader
@@ -247,7 +116,8 @@ var errEmpty error = emptyError{}
 
 type emptyError struct{}
 
-func (emptyError) Error() string        { return "empty" }
+func (emptyError) Error() string { return "empty" }
+
 func (emptyError) Is(target error) bool { return target == errRefused }
 
 // emptyWhat says what an empty audit read nothing of.
@@ -331,76 +201,6 @@ func printAudit(s *streams, rep *reader.AuditReport, allowEmpty bool) {
 	}
 	fmt.Fprintf(w, "%s: %d messages, %d entries and %d records verified, %d set aside; %d chains ok, %d broken; stream append-only: %v%s\n",
 		verdict, t.Messages, t.Entries, t.Records, t.SetAside, t.ChainsOK, t.ChainsBroken, t.StreamIsSound, empty)
-}
-
-type evidenceCmd struct {
-	config.Reader
-	config.Replay
-	publisherTrust
-	Instance string `name:"instance" required:"" placeholder:"ENV_REF" help:"The instance (environment/ref) whose verified records to print."`
-	Room     string `name:"room" placeholder:"ROOM" help:"Only this room."`
-	JSON     bool   `name:"json" help:"Print one JSON object per record."`
-}
-
-func (c *evidenceCmd) Validate() error {
-	if c.Room != "" {
-		if err := checkRooms([]string{c.Room}); err != nil {
-			return err
-		}
-	}
-	return c.publisherTrust.validate()
-}
-
-func (c *evidenceCmd) Run(s *streams) error {
-	t, err := c.trust()
-	if err != nil {
-		return err
-	}
-	nc, js, v, err := open(&c.Reader, "roompub-subscriber-evidence", s.err)
-	if err != nil {
-		return err
-	}
-	defer nc.Close()
-	var rooms []string
-	if c.Room != "" {
-		rooms = []string{c.Room}
-	}
-	idx := reader.NewEvidenceIndex()
-	rep, err := reader.Audit(context.Background(), js, reader.AuditOptions{
-		Stream: c.Stream, Subjects: room.Subjects{Prefix: c.Prefix}, Rooms: rooms, Validator: v, Trust: t, Read: c.ReadMode(c.Credentials),
-		OnEvent: func(ev *reader.Event) {
-			if ev.Record != nil {
-				idx.Add(ev.RoomID, ev.Record, ev.Seq)
-			}
-		},
-	})
-	if err != nil {
-		return err
-	}
-	recs := idx.Instance(c.Instance, c.Room)
-	for _, r := range recs {
-		if c.JSON {
-			b, _ := json.Marshal(r)
-			fmt.Fprintf(s.out, "%s\n", b)
-			continue
-		}
-		fmt.Fprintf(s.out, "%s %s (%s) at stream seq %d: outcome %s, run %s\n", r.RoomID, r.Ref, r.Digest, r.StreamSeq, r.Outcome, r.RunRef)
-		for _, it := range r.Evidence {
-			fmt.Fprintf(s.out, "  %s %s %s\n", it.StepID, it.ArtifactRef, it.Digest)
-		}
-	}
-	if !c.JSON {
-		fmt.Fprintf(s.err, "subscriber: %d verified record(s) observed on %s; %d message(s) of the room(s) set aside\n", len(recs), c.Instance, rep.Totals.SetAside)
-	}
-	return nil
-}
-
-// attestationNote says whether attestations are checked, for people.
-func attestationNote(t *checkpoint.Trust) string {
-	if t.Len() == 0 {
-		return "attestations not checked: no --trusted-publisher"
-	}
-	return fmt.Sprintf("attestations and checkpoints checked against %d trusted publisher key(s)", t.Len())
 }
 
 // printCheckpoints prints the report's attestation and checkpoint facts.

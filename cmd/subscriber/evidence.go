@@ -1,0 +1,73 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+
+	"github.com/roompub/roompub/config"
+	"github.com/roompub/roompub/room"
+	"github.com/roompub/roompub/room/reader"
+)
+
+type evidenceCmd struct {
+	config.Reader
+	config.Replay
+	publisherTrust
+	Instance string `name:"instance" required:"" placeholder:"ENV_REF" help:"The instance (environment/ref) whose verified records to print."`
+	Room     string `name:"room" placeholder:"ROOM" help:"Only this room."`
+	JSON     bool   `name:"json" help:"Print one JSON object per record."`
+}
+
+func (c *evidenceCmd) Validate() error {
+	if c.Room != "" {
+		if err := checkRooms([]string{c.Room}); err != nil {
+			return err
+		}
+	}
+	return c.publisherTrust.validate()
+}
+
+func (c *evidenceCmd) Run(s *streams) error {
+	t, err := c.trust()
+	if err != nil {
+		return err
+	}
+	nc, js, v, err := open(&c.Reader, "roompub-subscriber-evidence", s.err)
+	if err != nil {
+		return err
+	}
+	defer nc.Close()
+	var rooms []string
+	if c.Room != "" {
+		rooms = []string{c.Room}
+	}
+	idx := reader.NewEvidenceIndex()
+	rep, err := reader.Audit(context.Background(), js, reader.AuditOptions{
+		Stream: c.Stream, Subjects: room.Subjects{Prefix: c.Prefix}, Rooms: rooms, Validator: v, Trust: t, Read: c.ReadMode(c.Credentials),
+		OnEvent: func(ev *reader.Event) {
+			if ev.Record != nil {
+				idx.Add(ev.RoomID, ev.Record, ev.Seq)
+			}
+		},
+	})
+	if err != nil {
+		return err
+	}
+	recs := idx.Instance(c.Instance, c.Room)
+	for _, r := range recs {
+		if c.JSON {
+			b, _ := json.Marshal(r)
+			fmt.Fprintf(s.out, "%s\n", b)
+			continue
+		}
+		fmt.Fprintf(s.out, "%s %s (%s) at stream seq %d: outcome %s, run %s\n", r.RoomID, r.Ref, r.Digest, r.StreamSeq, r.Outcome, r.RunRef)
+		for _, it := range r.Evidence {
+			fmt.Fprintf(s.out, "  %s %s %s\n", it.StepID, it.ArtifactRef, it.Digest)
+		}
+	}
+	if !c.JSON {
+		fmt.Fprintf(s.err, "subscriber: %d verified record(s) observed on %s; %d message(s) of the room(s) set aside\n", len(recs), c.Instance, rep.Totals.SetAside)
+	}
+	return nil
+}
