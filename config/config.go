@@ -164,7 +164,7 @@ type Serve struct {
 	// for one start (docs/secure-mode.md, "The stream").
 	AcceptStream bool `name:"accept-stream" help:"Start on a room stream other than the one serve remembers (it is gone, restored or made anew): create it if missing or take the one there, log what was remembered, and remember it from now on. For one start; without it serve refuses with stream_replaced." yaml:"accept-stream"`
 	// MaxBatch and MaxInflightBatches bound the gate's atomic batches
-	// (room.GateOptions); 0 is the default.
+	// (ingest.GateOptions); 0 is the default.
 	MaxBatch           int `name:"max-batch" help:"Journal entries per atomic batch; 0 is 1000, the server's default max_batch_size; no more than the server allows." yaml:"max-batch"`
 	MaxInflightBatches int `name:"max-inflight-batches" help:"Atomic batches this publisher keeps open at once; 0 is 32, below the server's default of 50 per stream." yaml:"max-inflight-batches"`
 	// Attestations and signed room checkpoints.
@@ -241,7 +241,7 @@ func (s *Serve) Validate() error {
 			bad("--trusted-publisher %q: %v", id, err)
 		}
 	}
-	// 0 is the default (room.CheckpointerOptions), as for --max-batch.
+	// 0 is the default (checkpointer.Options), as for --max-batch.
 	if s.CheckpointEvery < 0 {
 		bad("--checkpoint-every must not be negative")
 	}

@@ -417,7 +417,7 @@ func (b *bench) environment() map[string]any {
 
 // auditWrites stops roompub (its checkpointer writes the final
 // checkpoints, as on serve's SIGTERM) and replays both write streams with
-// room.Audit, as `subscriber audit` would: roompub's stream trusting its
+// reader.Audit, as `subscriber audit` would: roompub's stream trusting its
 // publisher key (every message admitted, covered by a verified checkpoint),
 // the raw stream without (its messages carry no attestation). Both must
 // verify: the raw side's messages are exactly what roompub stores

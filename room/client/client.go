@@ -31,6 +31,7 @@ type ServiceError struct {
 	room.ErrorReply
 }
 
+// Error names the code, the reason and the status.
 func (e *ServiceError) Error() string {
 	if e.Code != "" {
 		return fmt.Sprintf("ingest service: %s: %s (status %s)", e.Code, e.Reason, e.Status)

@@ -11,7 +11,7 @@ import (
 )
 
 // BenchmarkMetricsItem is the gate's observation of one decided line
-// (room.Metrics.Item, called for every line of a journal request).
+// (ingest.Metrics.Item, called for every line of a journal request).
 func BenchmarkMetricsItem(b *testing.B) {
 	m, err := ingest.NewMetrics(prometheus.NewRegistry())
 	if err != nil {

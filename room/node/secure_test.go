@@ -721,7 +721,7 @@ func secureMatrix(t *testing.T, p *securePlace) {
 		// The first Follow's last pull request (1s) is still waiting on
 		// this connection: a Follow started within that second sees the
 		// reset's redeliveries go to it and waits out AckWait (a flaw of
-		// room.Follow, not of the permissions). A new process never has it.
+		// reader.Follow, not of the permissions). A new process never has it.
 		time.Sleep(1500 * time.Millisecond)
 		f = roomtest.StartFollow(t, solver.js, o, nil)
 		f.WaitSeen(t, int(msgs)-4)

@@ -41,10 +41,10 @@ type ServeOptions struct {
 	Replicas int
 	// Validator checks every item; it must check host trust.
 	Validator *validate.Validator
-	// room.Service configures the ingest service.
+	// Service configures the ingest service.
 	Service ingest.ServiceOptions
 	// MaxBatch and MaxInflightBatches bound the gate's atomic batches
-	// (room.GateOptions); 0 is the default.
+	// (ingest.GateOptions); 0 is the default.
 	MaxBatch, MaxInflightBatches int
 	// HTTPAddr, when set, serves /metrics (Prometheus) and /healthz.
 	HTTPAddr string
@@ -62,8 +62,8 @@ type ServeOptions struct {
 	// only logs a warning when there is nothing to accept.
 	AcceptStream bool
 	// PublisherKey, when set, attests every appended message and signs
-	// the rooms' checkpoints (room.GateOptions.PublisherKey, a
-	// room.Checkpointer). Nil: nothing is attested or checkpointed, and Serve
+	// the rooms' checkpoints (ingest.GateOptions.PublisherKey, a
+	// checkpointer.Checkpointer). Nil: nothing is attested or checkpointed, and Serve
 	// logs a warning.
 	PublisherKey *events.HostKey
 	// Checkpoint configures the checkpointer when PublisherKey is set;

@@ -365,7 +365,7 @@ func TestAttestedFollowBatchAcrossRestart(t *testing.T) {
 	}
 	fail = false
 	// The first Follow's last pull request (1 s) must expire first, or it
-	// takes the redeliveries (a flaw of room.Follow noted in secure_test.go; a new process
+	// takes the redeliveries (a flaw of reader.Follow noted in secure_test.go; a new process
 	// never has it).
 	time.Sleep(1500 * time.Millisecond)
 	f = roomtest.StartFollow(t, e.Js, o, nil)

@@ -27,7 +27,7 @@ import (
 // signature per batch, as the gate signs its batches of up to 1,000),
 // stored batch after batch, chains interleaved by batch, and a checkpoint
 // of the room after every benchCheckpointEvery entries (publisher serve's
-// default) and at the end, read raw and by a trusting room.Audit
+// default) and at the end, read raw and by a trusting reader.Audit
 // (optimistic verification).
 
 const (

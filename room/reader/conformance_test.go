@@ -317,7 +317,7 @@ func problemCodes(ps []events.Problem) []events.Code {
 // TestConformance runs every case through the offline verifier (the
 // Validator and VerifyPath, what `publisher verify` runs), the gate (the
 // ingest service, with client.Client) and the subscriber (the lines written
-// straight into a second stream, then room.Audit).
+// straight into a second stream, then reader.Audit).
 func TestConformance(t *testing.T) {
 	e := roomtest.NewEnv(t)
 	cl := client.New(e.Nc, client.Options{})

@@ -28,7 +28,7 @@ import (
 // The read path's yardstick in Go benchmarks: an embedded server holding
 // benchChains chains of benchPer valid entries (the sample run's entries,
 // about 600 bytes each, relinked), read back by a raw ordered consumer
-// and by room.Audit, each benchmark on its own server and temporary
+// and by reader.Audit, each benchmark on its own server and temporary
 // store. ROOMPUB_BENCH_CHAINS and ROOMPUB_BENCH_PER_CHAIN change the
 // shape (default 20 × 1,000).
 
@@ -200,7 +200,7 @@ func BenchmarkRawOrderedRead(b *testing.B) {
 	b.ReportMetric(float64(total)*float64(b.N)/b.Elapsed().Seconds(), "entries/s")
 }
 
-// BenchmarkAudit audits the same stream with room.Audit, and reports the
+// BenchmarkAudit audits the same stream with reader.Audit, and reports the
 // peak heap in use (sampled every 10,000 messages; it includes the
 // embedded server's).
 func BenchmarkAudit(b *testing.B) {

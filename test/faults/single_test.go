@@ -234,7 +234,7 @@ func TestReadOnlyStore(t *testing.T) {
 	}
 }
 
-// TestSlowConsumer: a subscriber whose handler is slow (room.Follow with a
+// TestSlowConsumer: a subscriber whose handler is slow (reader.Follow with a
 // 15ms sleep per event; a batch of 64 takes longer than its AckWait of
 // 500ms) follows a room while a 400-entry journal is shipped into it
 // within a fraction of a second, and catches up. Oracles: the handler sees every

@@ -202,6 +202,7 @@ func Mismatches(t testing.TB, asides []reader.SetAside) []uint64 {
 	return out
 }
 
+// AttRoom is the room an Attestor writes in, unless told otherwise.
 const AttRoom = "room:attested"
 
 // LaterTree is the publisher's tree as it will be once es are appended

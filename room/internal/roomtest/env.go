@@ -76,6 +76,8 @@ func NewEnvWith(t *testing.T, opts embedded.Options) *Env {
 	return e
 }
 
+// ReferenceHost is the host that signed the reference records: every
+// Env's validator trusts it.
 const ReferenceHost = "node:did:key:z6MkqB3fVxzXFbVUK2q1GPrLQzaxgwDGGVuxkDzaf5tsLnpo"
 
 // Start starts e's server on e.Dir, ensures the room stream and starts a

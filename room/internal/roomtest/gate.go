@@ -125,11 +125,14 @@ func ChainInStream(t *testing.T, e *Env, roomID string, es []*events.Entry) {
 	}
 }
 
+// RefRoom is the reference records' room, RefSubject its record subject
+// under the default prefix.
 const (
 	RefRoom    = "room:qmail-open-relay"
 	RefSubject = "rooms.qmail-open-relay.exec"
 )
 
+// The ingest service's subjects of the anonymous identity.
 const (
 	SubjJournal   = "roompub.v1.journal"
 	SubjExecution = "roompub.v1.execution"

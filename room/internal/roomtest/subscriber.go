@@ -189,7 +189,7 @@ func DiffAsides(t testing.TB, what string, got, want []Aside) {
 	t.Errorf("%s differ:\n%s", what, b.String())
 }
 
-// Follower runs room.Follow in the background and collects what it hands
+// Follower runs reader.Follow in the background and collects what it hands
 // out, until stopped.
 type Follower struct {
 	Mu     sync.Mutex
@@ -200,7 +200,7 @@ type Follower struct {
 	Err    error
 }
 
-// StartFollow starts room.Follow with o on js; handle, when set, is called
+// StartFollow starts reader.Follow with o on js; handle, when set, is called
 // for every event before it is recorded, and its error is returned to
 // Follow (the event is then not recorded).
 func StartFollow(t testing.TB, js jetstream.JetStream, o reader.FollowOptions, handle func(*reader.Event) error) *Follower {
