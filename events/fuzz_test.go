@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"reflect"
+	"strconv"
 	"testing"
 	"time"
 	"unicode/utf8"
@@ -37,6 +38,15 @@ func addSeeds(f *testing.F) {
 		"{\"a\":\"\xff\"}",
 		`[[[[[]]]]]`,
 		` "s" `,
+		// seqs LineSeq reads, and ones it does not
+		`{"seq":0}`,
+		`{"seq":-1}`,
+		`{ "\u0073eq" : 4 }`,
+		`{"seq":1.0}`,
+		`{"seq":1e3}`,
+		`{"seq":"7"}`,
+		`{"seq":9223372036854775808}`,
+		`{"seq":4611686018427387904}`,
 	} {
 		f.Add([]byte(s))
 	}
@@ -85,13 +95,26 @@ func FuzzCanonicalize(f *testing.F) {
 // computed hash is the SHA-256 of its canonical form without entry_hash
 // (for an entry without lone surrogates, whose map is exact: the other
 // ones are FuzzEntryLoneSurrogates'); the chain verifier never panics and
-// accepts only a canonical line.
+// accepts only a canonical line; LineSeq reads the seq encoding/json
+// reads (jsonSeq), and nothing from a line ParseEntry refuses.
 func FuzzParseEntry(f *testing.F) {
 	addSeeds(f)
 	f.Fuzz(func(t *testing.T, line []byte) {
 		e, err := events.ParseEntry(line)
 		v := events.NewChainVerifier(nil, nil)
 		ce, problems := v.Check(line, events.Location{Line: 1})
+		le, seq := events.LineSeq(line)
+		if err != nil && (le != nil || seq != -1) {
+			t.Fatalf("LineSeq of a line ParseEntry refuses: %v, %d", le, seq)
+		}
+		if want, ok, known := jsonSeq(line); err == nil && known {
+			if !ok {
+				want = -1
+			}
+			if (le != nil) != ok || seq != want {
+				t.Fatalf("LineSeq(%q) = %v, %d; jcs and encoding/json read seq %d (%v)", line, le, seq, want, ok)
+			}
+		}
 		if err != nil {
 			want := events.CorruptEntry
 			switch {
@@ -139,6 +162,29 @@ func FuzzParseEntry(f *testing.F) {
 			t.Fatal("advanced past a refused line")
 		}
 	})
+}
+
+// jsonSeq is the oracle of LineSeq on a line ParseEntry accepts: the
+// "seq" of the line's RFC 8785 form (by jcs; 1.0 and 1e3 are 1 and 1000)
+// as encoding/json decodes it, if that is an integer that fits an int64.
+// known is false when jcs cannot say (a lone surrogate).
+func jsonSeq(line []byte) (seq int64, ok, known bool) {
+	canon, err := jcs.Transform(line)
+	if err != nil {
+		return 0, false, false
+	}
+	d := json.NewDecoder(bytes.NewReader(canon))
+	d.UseNumber()
+	var obj map[string]any
+	if d.Decode(&obj) != nil {
+		return 0, false, false
+	}
+	n, ok := obj["seq"].(json.Number)
+	if !ok {
+		return 0, false, true
+	}
+	seq, err = strconv.ParseInt(string(n), 10, 64)
+	return seq, err == nil, true
 }
 
 // FuzzEntryFastPath holds the fast path (one pass over a canonical line,

@@ -95,6 +95,24 @@ func ParseLineOwned(line []byte, at Location) (*Entry, []Problem) {
 	return parseLine(line, at, parseOwned)
 }
 
+// LineSeq parses one journal line (without its newline) as ParseLineOwned
+// does, so the entry may keep line, and returns the entry and its seq
+// (Entry.Seq: the number in its canonical form); nil and -1 when the line
+// does not parse or its seq is missing or not an int64. It checks nothing
+// else. The gate orders a chain's requests by their first line's seq; a
+// shipper tells the gate the last one of the request ahead in flight.
+func LineSeq(line []byte) (*Entry, int64) {
+	e, _ := ParseLineOwned(line, Location{})
+	if e == nil {
+		return nil, -1
+	}
+	seq, ok := e.Seq()
+	if !ok {
+		return nil, -1
+	}
+	return e, seq
+}
+
 func parseLine(line []byte, at Location, parse func([]byte) (*Entry, error)) (*Entry, []Problem) {
 	if !utf8.Valid(line) {
 		return nil, []Problem{{Code: NonCanonical, At: at, Reason: "line is not valid UTF-8"}}

@@ -487,3 +487,50 @@ func TestWrongEntryHashRefused(t *testing.T) {
 		}
 	}
 }
+
+// TestLineSeq: LineSeq reads a journal line's seq as Entry.Seq does, the
+// number in its canonical form, and the entry with it; from a line that
+// does not parse, or whose seq is missing or not an int64, nothing.
+func TestLineSeq(t *testing.T) {
+	lines := refJournalLines(t)
+	for i, line := range lines {
+		e, seq := events.LineSeq(line)
+		if e == nil || seq != int64(i) || !bytes.Equal(e.Canonical(), line) {
+			t.Fatalf("reference line %d: %v, %d", i+1, e, seq)
+		}
+	}
+	for _, tc := range []struct {
+		line string
+		seq  int64 // -1: no entry
+	}{
+		{`{"seq":0}`, 0},
+		{`{ "run_id" : "r", "seq" : 7 }`, 7},
+		{`{"\u0073eq":4}`, 4},
+		{`{"seq":1.0}`, 1},
+		{`{"seq":1e3}`, 1000},
+		{`{"seq":-0}`, 0},
+		{`{"seq":4611686018427387904}`, 4611686018427388000}, // 2^62, as RFC 8785 writes it
+		{`{"a":1}`, -1},
+		{`{"seq":"7"}`, -1},
+		{`{"seq":null}`, -1},
+		{`{"seq":1.5}`, -1},
+		{`{"seq":9223372036854775807}`, -1}, // 2^63 once canonical
+		{`{"seq":-9223372036854775808}`, -1},
+		{`{"seq":1e21}`, -1},
+		{`{"seq":1,"seq":2}`, -1},
+		{`[{"seq":1}]`, -1},
+		{`{"seq":1`, -1},
+		{"{\"seq\":1,\"a\":\"\xff\"}", -1},
+		{``, -1},
+	} {
+		e, seq := events.LineSeq([]byte(tc.line))
+		if seq != tc.seq || (e != nil) != (tc.seq != -1) {
+			t.Errorf("LineSeq(%q) = %v, %d; want seq %d", tc.line, e, seq, tc.seq)
+		}
+	}
+	// A seq of -1 is read as such, with its entry (no envelope rule is
+	// checked): the entry tells it from no seq.
+	if e, seq := events.LineSeq([]byte(`{"seq":-1}`)); e == nil || seq != -1 {
+		t.Errorf(`LineSeq({"seq":-1}) = %v, %d`, e, seq)
+	}
+}

@@ -1,6 +1,19 @@
 package validate
 
-import "github.com/roompub/roompub/events"
+import (
+	"time"
+
+	"github.com/roompub/roompub/events"
+)
+
+// WithPatternTimeout sets how long one regexp2 match of a pattern outside
+// the linear class may run (defaultPatternTimeout).
+func WithPatternTimeout(d time.Duration) Option {
+	return func(o *options) error {
+		o.patternTimeout = d
+		return nil
+	}
+}
 
 // CheckEntrySchema is CheckEntry without the envelope fast check: the
 // oracle the fast check is held against.
@@ -13,7 +26,7 @@ var EnvelopeValid = envelopeValid
 
 // EnvelopeSchemaProblems validates e's object with jsonschema alone.
 func (v *Validator) EnvelopeSchemaProblems(e *events.Entry) []events.Problem {
-	return schemaProblems(v.schemas.envelope, e.Object(), events.InvalidEntry, events.Location{})
+	return v.schemas.patterns.schemaProblems(v.schemas.envelope, e.Object(), events.InvalidEntry, events.Location{})
 }
 
 // FastEnvelope reports whether the envelope fast check is on.
@@ -80,7 +93,7 @@ var RecordShapeValid = recordShapeValid
 
 // RecordSchemaProblems validates rec's object with jsonschema alone.
 func (v *Validator) RecordSchemaProblems(rec *events.Record) []events.Problem {
-	return schemaProblems(v.schemas.record, rec.Object(), events.SchemaInvalid, events.Location{})
+	return v.schemas.patterns.schemaProblems(v.schemas.record, rec.Object(), events.SchemaInvalid, events.Location{})
 }
 
 // FastRecord reports whether the record fast check is on.

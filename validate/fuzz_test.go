@@ -257,7 +257,7 @@ func FuzzSecretCanaries(f *testing.F) {
 }
 
 // FuzzPatternLinear: whenever compileLinear accepts a pattern, its matcher
-// (seqMatcher or Go's regexp), Go's regexp on the translation, and regexp2 (ECMAScript|Unicode, as compileECMA configures it) give every
+// (seqMatcher or Go's regexp), Go's regexp on the translation, and regexp2 (ECMAScript|Unicode, as ecmaEngine.compile configures it) give every
 // input the same MatchString verdict. Inputs are valid UTF-8, as every JSON
 // string jsonschema sees is. regexp2's budget never makes a verdict here: a
 // match still running after 200 ms (an exponential backtrack the class
@@ -286,7 +286,7 @@ func FuzzPatternLinear(f *testing.F) {
 		lin := regexp.MustCompile(src) // compileLinear compiled it
 		ora, err := regexp2.Compile(pattern, regexp2.ECMAScript|regexp2.Unicode)
 		if err != nil {
-			return // compileECMA refuses it before trying the translation
+			return // ecmaEngine.compile refuses it before trying the translation
 		}
 		ora.MatchTimeout = 200 * time.Millisecond
 		want, err := ora.MatchString(input)

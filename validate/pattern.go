@@ -15,7 +15,7 @@ import (
 // budget (regexp2's MatchTimeout) and so on machine load.
 //
 // The oracle is regexp2 v2.13.0 compiled with ECMAScript|Unicode (how
-// compileECMA configures it), matching by code point, unanchored. The
+// ecmaEngine.compile configures it), matching by code point, unanchored. The
 // accepted class (anything else returns ok == false and stays on regexp2):
 //
 //   - literal code points other than ^ $ \ . * + ? ( ) [ ] { } |

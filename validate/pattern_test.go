@@ -30,7 +30,7 @@ var boundaryRunes = []rune{
 	0xd7ff, 0xe000, 0xfefe, 0xfeff, 0xff00, 0xfffd, 0xffff, 0x10000, 0x1f600, 0x10ffff,
 }
 
-// oracle is regexp2 as compileECMA configures it, without a budget.
+// oracle is regexp2 as ecmaEngine.compile configures it, without a budget.
 func oracle(tb testing.TB, expr string) *regexp2.Regexp {
 	tb.Helper()
 	re, err := regexp2.Compile(expr, regexp2.ECMAScript|regexp2.Unicode)
@@ -340,10 +340,9 @@ func TestLinearTranslation(t *testing.T) {
 // the embedded patterns still validate the reference journal and records:
 // the linear engine does not read the budget.
 func TestLinearIgnoresBudget(t *testing.T) {
-	defer func(d time.Duration) { patternTimeout = d }(patternTimeout)
-	patternTimeout = time.Nanosecond
+	budget := newECMAEngine(time.Nanosecond)
 	for _, expr := range embeddedPatterns(t) {
-		re, err := compileECMA(expr)
+		re, err := budget.compile(expr)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -354,9 +353,12 @@ func TestLinearIgnoresBudget(t *testing.T) {
 			t.Errorf("%q: String() = %q", expr, re)
 		}
 	}
-	v, err := New()
+	v, err := New(WithPatternTimeout(time.Nanosecond))
 	if err != nil {
 		t.Fatal(err)
+	}
+	if got := v.schemas.patterns.timeout; got != time.Nanosecond {
+		t.Fatalf("the validator's pattern budget is %v, want 1ns", got)
 	}
 	data := readRefInternal(t, "capsule-journals", "canonical", "journal.ndjson")
 	n := 0
@@ -375,7 +377,7 @@ func TestLinearIgnoresBudget(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if ps := schemaProblems(v.schemas.record, rec.Object(), events.SchemaInvalid, events.Location{}); len(ps) != 0 {
+		if ps := v.schemas.patterns.schemaProblems(v.schemas.record, rec.Object(), events.SchemaInvalid, events.Location{}); len(ps) != 0 {
 			t.Errorf("%s: %v", name, ps)
 		}
 	}
@@ -385,14 +387,13 @@ func TestLinearIgnoresBudget(t *testing.T) {
 }
 
 // TestBacktrackingBudgetReason: a pattern outside the linear class (from a
-// custom schema directory) still runs on regexp2 with patternTimeout, and a
+// custom schema directory) still runs on regexp2 with its budget, and a
 // value refused because the budget ran out says so instead of "does not
 // match".
 func TestBacktrackingBudgetReason(t *testing.T) {
-	defer func(d time.Duration) { patternTimeout = d }(patternTimeout)
-	patternTimeout = time.Nanosecond
+	eng := newECMAEngine(time.Nanosecond)
 	c := jsonschema.NewCompiler()
-	c.UseRegexpEngine(compileECMA)
+	c.UseRegexpEngine(eng.compile)
 	doc, err := jsonschema.UnmarshalJSON(strings.NewReader(`{"type":"string","pattern":"^(a+)+(?=b)"}`))
 	if err != nil {
 		t.Fatal(err)
@@ -408,13 +409,13 @@ func TestBacktrackingBudgetReason(t *testing.T) {
 		t.Fatalf("^(a+)+(?=b) compiled to %T; want regexp2", sch.Pattern)
 	}
 	// A genuine mismatch keeps jsonschema's reason.
-	ps := schemaProblems(sch, "b", events.InvalidEntry, events.Location{})
+	ps := eng.schemaProblems(sch, "b", events.InvalidEntry, events.Location{})
 	if len(ps) != 1 || ps[0].Reason != "schema: 'b' does not match pattern '^(a+)+(?=b)' (keyword pattern)" {
 		t.Fatalf("got %v", ps)
 	}
 	// 2^40 paths: no budget of 1 ns is met.
 	in := strings.Repeat("a", 40) + "!"
-	ps = schemaProblems(sch, in, events.InvalidEntry, events.Location{})
+	ps = eng.schemaProblems(sch, in, events.InvalidEntry, events.Location{})
 	want := "schema: '" + in + "' could not be matched against pattern '^(a+)+(?=b)' within 1ns (a backtracking pattern outside the linear class); refused (keyword pattern)"
 	if len(ps) != 1 || ps[0].Reason != want || ps[0].Code != events.InvalidEntry {
 		t.Fatalf("got %v\nwant %s", ps, want)
@@ -433,7 +434,7 @@ func readRefInternal(tb testing.TB, parts ...string) []byte {
 }
 
 // BenchmarkPattern matches each embedded pattern against a valid value of
-// the shape the journals and records carry, on regexp2 (as compileECMA
+// the shape the journals and records carry, on regexp2 (as ecmaEngine.compile
 // configured it before the linear engine, with its budget) and on the
 // linear engine.
 func BenchmarkPattern(b *testing.B) {

@@ -78,9 +78,9 @@ const (
 )
 
 // recordPatterns holds each pattern above compiled by compileLinear, the
-// engine compileECMA hands jsonschema for them: the same matcher, so the
-// same verdict. nil when any pattern is outside the linear class (then
-// the fast check is off).
+// engine ecmaEngine.compile hands jsonschema for them: the same matcher,
+// so the same verdict. nil when any pattern is outside the linear class
+// (then the fast check is off).
 var recordPatterns = compileRecordPatterns()
 
 func compileRecordPatterns() map[string]linearMatcher {

@@ -11,7 +11,7 @@ import (
 const MaxRoomIDLength = 512
 
 var roomIDPattern = func() interface{ MatchString(string) bool } {
-	re, err := compileECMA(`^room:[^\s]+$`)
+	re, err := newECMAEngine(0).compile(`^room:[^\s]+$`)
 	if err != nil {
 		panic(err) // a constant pattern
 	}

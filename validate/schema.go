@@ -26,13 +26,32 @@ import (
 // compiled.
 var ErrSchema = errors.New("schema")
 
-// patternTimeout bounds one regexp2 match of a pattern outside the linear
-// class (pattern.go): only a custom schema directory can hold one. A match
-// that runs out of it refuses the value (jsonschema's Regexp can only say
-// "does not match"); schemaProblems then says so in the reason. Patterns in
-// the linear class (all the embedded ones) run on Go's regexp and never
-// read it. A variable so that tests can shrink it.
-var patternTimeout = 250 * time.Millisecond
+// defaultPatternTimeout bounds one regexp2 match of a pattern outside the
+// linear class (pattern.go): only a custom schema directory can hold one.
+// A match that runs out of it refuses the value (jsonschema's Regexp can
+// only say "does not match"); schemaProblems then says so in the reason.
+// Patterns in the linear class (all the embedded ones) run on Go's regexp
+// and have no budget.
+const defaultPatternTimeout = 250 * time.Millisecond
+
+// ecmaEngine is the "pattern" keyword's engine of one schema set
+// (jsonschema.RegexpEngine: compile): patterns of the linear class on Go's
+// regexp, the others on regexp2, timeout per match.
+type ecmaEngine struct {
+	timeout time.Duration
+	// backtracking maps the source of each compiled pattern outside the
+	// linear class to its regexp2 form, for timedOut.
+	backtracking sync.Map // string -> *regexp2.Regexp
+}
+
+// newECMAEngine returns an engine whose regexp2 matches run out after
+// timeout (0: defaultPatternTimeout).
+func newECMAEngine(timeout time.Duration) *ecmaEngine {
+	if timeout <= 0 {
+		timeout = defaultPatternTimeout
+	}
+	return &ecmaEngine{timeout: timeout}
+}
 
 // ecmaRegexp adapts regexp2 to jsonschema.Regexp. JSON Schema patterns are
 // ECMA-262 regular expressions (draft 2020-12 §6.4, draft-07 §4.3): Go's
@@ -59,10 +78,10 @@ func (r linearRegexp) MatchString(s string) bool { return r.re.MatchString(s) }
 
 func (r linearRegexp) String() string { return r.src }
 
-// compileECMA compiles a "pattern" keyword. regexp2 always parses it, so
+// compile compiles a "pattern" keyword. regexp2 always parses it, so
 // that the patterns refused stay those refused before the linear engine;
 // a pattern of the linear class then runs on Go's regexp.
-func compileECMA(expr string) (jsonschema.Regexp, error) {
+func (e *ecmaEngine) compile(expr string) (jsonschema.Regexp, error) {
 	re, err := regexp2.Compile(expr, regexp2.ECMAScript|regexp2.Unicode)
 	if err != nil {
 		return nil, err
@@ -70,14 +89,10 @@ func compileECMA(expr string) (jsonschema.Regexp, error) {
 	if lin, ok := compileLinear(expr); ok {
 		return linearRegexp{re: lin, src: expr}, nil
 	}
-	re.MatchTimeout = patternTimeout
-	backtracking.Store(expr, re)
+	re.MatchTimeout = e.timeout
+	e.backtracking.Store(expr, re)
 	return ecmaRegexp{re: re}, nil
 }
-
-// backtracking maps the source of each compiled pattern outside the linear
-// class to its regexp2 form, for timedOut.
-var backtracking sync.Map // string -> *regexp2.Regexp
 
 // quoteSchema quotes s as jsonschema v6's messages do: Go quoting in
 // single quotes, double quotes bare.
@@ -89,12 +104,12 @@ func quoteSchema(s string) string {
 }
 
 // timedOut reports whether a "pattern" failure of s against expr came from
-// regexp2 running out of patternTimeout rather than from a real mismatch:
+// regexp2 running out of its timeout rather than from a real mismatch:
 // it matches again (a match, or another timeout, proves the failure was a
 // timeout, since a match is otherwise deterministic). Linear patterns never
 // time out.
-func timedOut(expr, s string) bool {
-	v, ok := backtracking.Load(expr)
+func (e *ecmaEngine) timedOut(expr, s string) bool {
+	v, ok := e.backtracking.Load(expr)
 	if !ok {
 		return false
 	}
@@ -153,20 +168,24 @@ type compiledSchemas struct {
 	// fastRecord: the record schema and every file it references are the
 	// embedded ones, so recordShapeValid may stand in front of jsonschema.
 	fastRecord bool
+	// patterns compiled their "pattern" keywords.
+	patterns *ecmaEngine
 }
 
 // compileSchemas compiles the root schemas from fsys, taking any file fsys
-// lacks from the embedded set (nil fsys: the embedded set alone).
-func compileSchemas(fsys fs.FS) (compiledSchemas, error) {
+// lacks from the embedded set (nil fsys: the embedded set alone);
+// patternTimeout is newECMAEngine's.
+func compileSchemas(fsys fs.FS, patternTimeout time.Duration) (compiledSchemas, error) {
 	layers := []fs.FS{schemas.FS()}
 	if fsys != nil {
 		layers = []fs.FS{fsys, schemas.FS()}
 	}
 	c := jsonschema.NewCompiler()
 	c.UseLoader(fileLoader{fsys: layers})
-	c.UseRegexpEngine(compileECMA)
+	patterns := newECMAEngine(patternTimeout)
+	c.UseRegexpEngine(patterns.compile)
 	c.AssertFormat()
-	out := compiledSchemas{fastEnvelope: fastEnvelopeApplies(layers), fastRecord: fastRecordApplies(layers)}
+	out := compiledSchemas{fastEnvelope: fastEnvelopeApplies(layers), fastRecord: fastRecordApplies(layers), patterns: patterns}
 	var err error
 	if out.envelope, err = c.Compile("file:///" + schemas.EnvelopeFile); err != nil {
 		return out, fmt.Errorf("%w: %s: %v", ErrSchema, schemas.EnvelopeFile, err)
@@ -179,9 +198,9 @@ func compileSchemas(fsys fs.FS) (compiledSchemas, error) {
 
 var printer = message.NewPrinter(language.English)
 
-// schemaProblems validates inst and returns one problem per failing leaf
-// keyword, located by JSON pointer.
-func schemaProblems(sch *jsonschema.Schema, inst any, code events.Code, at events.Location) []events.Problem {
+// schemaProblems validates inst against sch, compiled with eng, and returns
+// one problem per failing leaf keyword, located by JSON pointer.
+func (eng *ecmaEngine) schemaProblems(sch *jsonschema.Schema, inst any, code events.Code, at events.Location) []events.Problem {
 	err := sch.Validate(inst)
 	if err == nil {
 		return nil
@@ -205,9 +224,9 @@ func schemaProblems(sch *jsonschema.Schema, inst any, code events.Code, at event
 			sort.Strings(ap.Properties) // found in map order
 		}
 		reason := e.ErrorKind.LocalizedString(printer)
-		if p, ok := e.ErrorKind.(*kind.Pattern); ok && timedOut(p.Want, p.Got) {
+		if p, ok := e.ErrorKind.(*kind.Pattern); ok && eng.timedOut(p.Want, p.Got) {
 			reason = fmt.Sprintf("%s could not be matched against pattern %s within %v (a backtracking pattern outside the linear class); refused",
-				quoteSchema(p.Got), quoteSchema(p.Want), patternTimeout)
+				quoteSchema(p.Got), quoteSchema(p.Want), eng.timeout)
 		}
 		out = append(out, events.Problem{Code: code, At: loc,
 			Reason: "schema: " + reason + " (" + keywordPath(e) + ")"})

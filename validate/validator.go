@@ -6,6 +6,7 @@ import (
 	"io"
 	"io/fs"
 	"sort"
+	"time"
 
 	"github.com/roompub/roompub/events"
 	"github.com/roompub/roompub/schemas"
@@ -27,6 +28,9 @@ type Option func(*options) error
 type options struct {
 	schemaFS fs.FS
 	trust    map[string]bool
+	// patternTimeout bounds one regexp2 match (newECMAEngine); tests set
+	// it (export_test.go).
+	patternTimeout time.Duration
 }
 
 // WithSchemaFS validates against the schema files in fsys (flat, by file
@@ -85,7 +89,7 @@ func New(opts ...Option) (*Validator, error) {
 	if err := errors.Join(errs...); err != nil {
 		return nil, err
 	}
-	s, err := compileSchemas(o.schemaFS)
+	s, err := compileSchemas(o.schemaFS, o.patternTimeout)
 	if err != nil {
 		return nil, err
 	}

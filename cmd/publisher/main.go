@@ -65,20 +65,22 @@ type cli struct {
 	Config kong.ConfigFlag `name:"config" help:"YAML file of flag values (keys are flag names); flags given on the command line win." placeholder:"FILE"`
 }
 
-// streams are the command's stdout and stderr, bound into every Run method.
+// streams are the command's stdin, stdout and stderr, bound into every Run
+// method.
 type streams struct {
+	in       io.Reader
 	out, err io.Writer
 }
 
 func main() {
-	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
+	os.Exit(run(os.Args[1:], os.Stdin, os.Stdout, os.Stderr))
 }
 
 // run parses args, runs the selected command and returns the exit status.
-func run(args []string, stdout, stderr io.Writer) int {
+func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	var grammar cli
 	return config.Run("publisher", "roompub publisher: verify, sign and publish evidence into rooms on NATS JetStream.",
-		buildVersion(), &grammar, args, stdout, stderr, &streams{out: stdout, err: stderr})
+		buildVersion(), &grammar, args, stdout, stderr, &streams{in: stdin, out: stdout, err: stderr})
 }
 
 func buildVersion() string {

@@ -24,11 +24,18 @@ import (
 
 const samples = "../../testdata/samples"
 
-// invoke runs the command line in-process and returns its status and output.
+// invoke runs the command line in-process, with nothing on stdin, and
+// returns its status and output.
 func invoke(t *testing.T, args ...string) (status int, stdout, stderr string) {
 	t.Helper()
+	return invokeIn(t, "", args...)
+}
+
+// invokeIn is invoke with stdin.
+func invokeIn(t *testing.T, stdin string, args ...string) (status int, stdout, stderr string) {
+	t.Helper()
 	var out, errOut bytes.Buffer
-	status = run(args, &out, &errOut)
+	status = run(args, strings.NewReader(stdin), &out, &errOut)
 	return status, out.String(), errOut.String()
 }
 

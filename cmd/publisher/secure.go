@@ -110,9 +110,6 @@ func loadSecure(path, stream, prefix string) (secure.Options, error) {
 	return so, nil
 }
 
-// stdin is where passwd reads a password from (tests replace it).
-var stdin io.Reader = os.Stdin
-
 type passwdCmd struct {
 	Cost  int    `name:"cost" help:"bcrypt cost (10 to 16)." default:"11"`
 	Out   string `name:"out" placeholder:"FILE" help:"Generate a random password and write it to FILE (mode 0600) instead of reading one."`
@@ -131,7 +128,7 @@ func (c *passwdCmd) Validate() error {
 
 // Run prints the bcrypt hash of a password for a secure config. The
 // password is read from the terminal (twice, not echoed) or from the first
-// line of stdin, or generated with --out; it is never an argument.
+// line of stdin (s.in), or generated with --out; it is never an argument.
 func (c *passwdCmd) Run(s *streams) error {
 	var pw []byte
 	switch {
@@ -144,8 +141,8 @@ func (c *passwdCmd) Run(s *streams) error {
 		if err := writeSecretFile(c.Out, append(append([]byte(nil), pw...), '\n'), c.Force); err != nil {
 			return err
 		}
-	case isTerminal(stdin):
-		fd := int(stdin.(*os.File).Fd())
+	case isTerminal(s.in):
+		fd := int(s.in.(*os.File).Fd())
 		fmt.Fprint(s.err, "Password: ")
 		p1, err := term.ReadPassword(fd)
 		fmt.Fprintln(s.err)
@@ -163,7 +160,7 @@ func (c *passwdCmd) Run(s *streams) error {
 		}
 		pw = p1
 	default:
-		line, err := bufio.NewReader(io.LimitReader(stdin, 4096)).ReadString('\n')
+		line, err := bufio.NewReader(io.LimitReader(s.in, 4096)).ReadString('\n')
 		if err != nil && !errors.Is(err, io.EOF) {
 			return err
 		}

@@ -18,8 +18,6 @@ import (
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
-	"github.com/prometheus/client_golang/prometheus"
-	"go.uber.org/zap"
 
 	"github.com/roompub/roompub/checkpoint"
 	"github.com/roompub/roompub/config"
@@ -27,7 +25,6 @@ import (
 	"github.com/roompub/roompub/room"
 	"github.com/roompub/roompub/room/client"
 	"github.com/roompub/roompub/room/embedded"
-	"github.com/roompub/roompub/room/ingest"
 	"github.com/roompub/roompub/room/reader"
 	"github.com/roompub/roompub/validate"
 )
@@ -105,6 +102,9 @@ const (
 	rawPrefix   = "rawjs"
 	readStream  = "READ"
 	readPrefix  = "read"
+	// fillService is the service prefix of the publisher that fills the
+	// read stream, while roompub's on the write stream may be serving.
+	fillService = "roompub-bench.fill"
 	fillKey     = "roompub-bench-fill"
 	// fillPublisherKey is the read stream's metadata naming the node id
 	// of the publisher key that attested it (a public key; the key
@@ -113,14 +113,13 @@ const (
 )
 
 // bench is one run: the embedded server, the raw side's connection, and
-// roompub's publisher, ingest service and client on the write stream.
+// roompub's publisher (node.Serve) and client on the write stream.
 type bench struct {
 	c   *cli
 	out *streams
 	ctx context.Context
 	sz  sizes
 	tmp string // capsule directories
-	log *zap.Logger
 
 	storeDir string
 	emb      *embedded.Server
@@ -130,9 +129,7 @@ type bench struct {
 	subjects     room.Subjects   // the write stream's layout
 	rawSubjects  room.Subjects   // the raw stream's layout
 	key          *events.HostKey // the trusted host key: signs the records
-	pub          *publisher      // roompub's gate and checkpointer on the write stream
-	gateNC       *nats.Conn
-	svc          *ingest.Service
+	pub          *publisher      // roompub's node.Serve on the write stream
 	clientNC     *nats.Conn
 	client       *client.Client
 	pubInflight  string // how roompub's side is capped, for the table
@@ -173,7 +170,7 @@ func (c *cli) Run(s *streams) error {
 		sideTraces = tracer{dir: c.Trace}
 		defer func() { sideTraces.stop(); sideTraces = tracer{} }()
 	}
-	b := &bench{c: c, out: s, ctx: ctx, sz: c.sizes(), rounds: c.Rounds, rawSubjects: room.Subjects{Prefix: rawPrefix}, log: newLogger(s.err)}
+	b := &bench{c: c, out: s, ctx: ctx, sz: c.sizes(), rounds: c.Rounds, rawSubjects: room.Subjects{Prefix: rawPrefix}}
 	if b.rounds == 0 {
 		b.rounds = 3
 		if c.Quick {
@@ -241,7 +238,7 @@ func (b *bench) logf(format string, args ...any) {
 // start makes the temporary directory and starts the embedded server with
 // the durability of `publisher serve` (SyncInterval zero: fsync before
 // every acknowledgement), listening on a port the subscriber subprocess
-// can reach.
+// can reach; and makes the trusted host key.
 func (b *bench) start() error {
 	var err error
 	if b.tmp, err = os.MkdirTemp("", "roompub-bench-"); err != nil {
@@ -273,78 +270,53 @@ func (b *bench) start() error {
 	if b.js, err = jetstream.New(b.nc, jetstream.WithDefaultTimeout(b.c.Timeout)); err != nil {
 		return err
 	}
+	if b.key, err = events.GenerateHostKey(rand.Reader); err != nil {
+		return err
+	}
 	b.logf("embedded nats-server %s at %s, store %s", server.VERSION, b.emb.ClientURL(), b.storeDir)
 	return nil
 }
 
 // startRoompub makes both write streams afresh and starts roompub on its
-// own as `publisher serve --publisher-key` composes it (node.Serve): a gate
-// with the Prometheus observer, a publisher key made for this run and a
-// checkpointer with serve's defaults (startPublisher; with --no-attest the
-// keyless gate alone), and the ingest service on one connection, with
-// serve's defaults; the client has a connection of its own, as a harness
-// does.
+// own as `publisher serve --publisher-key` runs (startPublisher: node.Serve,
+// which creates the room stream as on a first start; with --no-attest
+// `publisher serve` without a key); the client has a connection of its
+// own, as a harness does.
 func (b *bench) startRoompub() error {
 	if b.client != nil {
 		return nil
 	}
 	ctx, cancel := context.WithTimeout(b.ctx, 30*time.Second)
 	defer cancel()
-	for _, st := range []struct {
-		name     string
-		subjects room.Subjects
-	}{{writeStream, b.subjects}, {rawStream, b.rawSubjects}} {
-		if err := b.js.DeleteStream(ctx, st.name); err != nil && !errors.Is(err, jetstream.ErrStreamNotFound) {
-			return fmt.Errorf("delete the stream %s of an earlier run: %w", st.name, err)
-		}
-		if _, err := room.EnsureStream(ctx, b.js, room.StreamConfig(st.name, st.subjects, 1), st.subjects); err != nil {
+	for _, name := range []string{writeStream, rawStream} {
+		if err := b.dropStream(ctx, name); err != nil {
 			return err
 		}
 	}
-	var err error
-	if b.key, err = events.GenerateHostKey(rand.Reader); err != nil {
+	if _, err := room.EnsureStream(ctx, b.js, room.StreamConfig(rawStream, b.rawSubjects, 1), b.rawSubjects); err != nil {
 		return err
 	}
 	v, err := validate.New(validate.WithTrustedHosts(b.key.NodeID()))
 	if err != nil {
 		return err
 	}
-	if b.gateNC, err = nats.Connect(b.emb.ClientURL(), nats.Name("roompub-publisher")); err != nil {
-		return err
-	}
-	reg := prometheus.NewRegistry()
-	metrics, err := ingest.NewMetrics(reg)
-	if err != nil {
-		return err
-	}
-	// The gate batches as the raw side does: up to --batch messages per
-	// atomic batch, at most --inflight batches open at once.
-	if b.pub, err = startPublisher(ctx, b.gateNC, writeStream, b.subjects, v, b.attested(), b.c.Batch, b.c.Inflight, metrics, reg, b.log); err != nil {
-		return err
-	}
-	if b.svc, err = ingest.StartService(b.gateNC, b.pub.gate, ingest.ServiceOptions{}); err != nil {
+	if b.pub, err = b.startPublisher(writeStream, b.subjects, "", v); err != nil {
 		return err
 	}
 	if b.clientNC, err = nats.Connect(b.emb.ClientURL(), nats.Name("roompub-bench-harness")); err != nil {
 		return err
 	}
 	b.client = client.New(b.clientNC, client.Options{Timeout: b.c.Timeout})
-	b.pubInflight = fmt.Sprintf("all shipping at once; the gate's atomic batches: up to %d messages, at most %d in flight (GateOptions.MaxBatch, MaxInflightBatches; the ingest service at serve's default concurrency)",
+	b.pubInflight = fmt.Sprintf("all shipping at once; the gate's atomic batches: up to %d messages, at most %d in flight (serve's --max-batch, --max-inflight-batches; the ingest service at serve's default concurrency)",
 		b.c.Batch, b.c.Inflight)
 	b.inflightNote = fmt.Sprintf("raw: at most %d atomic batches in flight; roompub: %s", b.c.Inflight, b.pubInflight)
 	return nil
 }
 
-// stopRoompub stops the ingest service and then the checkpointer, which
-// writes its final checkpoints, as serve does on SIGTERM. It runs once.
+// stopRoompub stops roompub's publisher as SIGTERM stops serve: the
+// ingest service, then the checkpointer's final checkpoints. It runs once.
 func (b *bench) stopRoompub() error {
-	var errs []error
-	if b.svc != nil {
-		errs = append(errs, b.svc.Stop())
-		b.svc = nil
-	}
-	errs = append(errs, b.pub.stop())
-	return errors.Join(errs...)
+	return b.pub.stop()
 }
 
 // close stops everything started, in reverse order; the write streams are
@@ -353,15 +325,16 @@ func (b *bench) close() {
 	if err := b.stopRoompub(); err != nil {
 		b.logf("stopping roompub: %v", err)
 	}
-	for _, nc := range []*nats.Conn{b.clientNC, b.gateNC} {
-		if nc != nil {
-			nc.Close()
-		}
+	if b.clientNC != nil {
+		b.clientNC.Close()
 	}
 	if b.js != nil && b.client != nil {
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		_ = b.js.DeleteStream(ctx, writeStream)
-		_ = b.js.DeleteStream(ctx, rawStream)
+		for _, name := range []string{writeStream, rawStream} {
+			if err := b.dropStream(ctx, name); err != nil {
+				b.logf("%v", err)
+			}
+		}
 		cancel()
 	}
 	if b.nc != nil {

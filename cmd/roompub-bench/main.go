@@ -12,8 +12,9 @@
 //	               `subscriber audit` of it, and audit's peak memory
 //	verify         `sha256sum` of a journal vs `publisher verify` of it
 //
-// roompub runs as `publisher serve --publisher-key` runs (attested): the
-// gate attests every message with a publisher key made for the run (never
+// roompub runs as `publisher serve --publisher-key` runs (attested), by
+// the same code (node.Serve, on the bench's embedded server): the gate
+// attests every message with a publisher key made for the run (never
 // printed), and a checkpointer with serve's defaults reads the stream and
 // writes signed checkpoints; the read stream is written the same way and
 // audited with --trusted-publisher. --no-attest measures the keyless

@@ -3,106 +3,134 @@ package main
 import (
 	"context"
 	"crypto/rand"
+	"errors"
 	"fmt"
 	"io"
-	"time"
+	"sync/atomic"
 
-	"github.com/nats-io/nats.go"
-	"github.com/prometheus/client_golang/prometheus"
+	"github.com/nats-io/nats.go/jetstream"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
 
 	"github.com/roompub/roompub/events"
 	"github.com/roompub/roompub/room"
-	"github.com/roompub/roompub/room/checkpointer"
 	"github.com/roompub/roompub/room/ingest"
+	"github.com/roompub/roompub/room/node"
 	"github.com/roompub/roompub/validate"
 )
 
-// publisher is roompub's publishing side on one stream, composed as
-// `publisher serve --publisher-key` composes it (node.Serve): a gate and,
-// with a publisher key, a checkpointer with serve's defaults (a checkpoint
-// per room every room.DefaultCheckpointEvery messages or
-// room.DefaultCheckpointInterval, and on stop; the default lease bucket)
-// on a connection of its own, as serve gives it (its read of every message
-// does not queue behind the gate's acks), which the gate tells of its
-// attestations (GateOptions.Attested). Without a key (--no-attest) it is the keyless
-// gate alone, as serve without --publisher-key.
+// publisher is roompub's publishing side on one stream: node.Serve, what
+// `publisher serve` runs, connected to the bench's embedded server
+// (ServerURL) with the stream's replicas at 1. With a publisher key (not
+// --no-attest) it is `publisher serve --publisher-key`: the gate attests,
+// and a checkpointer with serve's defaults, on a connection of its own,
+// writes signed checkpoints. Its gate batches as the raw side does
+// (--batch, --inflight: serve's --max-batch, --max-inflight-batches).
 type publisher struct {
-	gate *ingest.Gate
-	ckp  *checkpointer.Checkpointer // nil without a key
-	ckNC *nats.Conn                 // the checkpointer's connection; nil without a key
+	cancel context.CancelFunc
+	done   chan error // Serve's return; nil once stopped
+	// errorsLogged counts what Serve logged at error level (a failed stream
+	// check, a checkpoint not written, its final checkpoints): any one
+	// fails the run.
+	errorsLogged atomic.Int64
 	// nodeID names the publisher key; "" without one. The key itself
-	// stays in the gate and the checkpointer: it is never printed.
+	// stays in Serve: it is never printed.
 	nodeID string
 }
 
-// publisherStopTimeout bounds the checkpointer's final checkpoints, as
-// serve bounds them.
-const publisherStopTimeout = 30 * time.Second
-
-// startPublisher starts a publisher on nc over the existing stream, with a
-// publisher key made for it when attest is set. metrics, when not nil,
-// observes the gate; reg, when not nil, gets the checkpointer's metrics.
-func startPublisher(ctx context.Context, nc *nats.Conn, stream string, subjects room.Subjects, v *validate.Validator,
-	attest bool, batch, inflight int, metrics *ingest.Metrics, reg prometheus.Registerer, log *zap.Logger) (*publisher, error) {
-	p := &publisher{}
-	gopts := ingest.GateOptions{Stream: stream, Subjects: subjects, Validator: v, Logger: log,
-		MaxBatch: batch, MaxInflightBatches: inflight}
-	if metrics != nil {
-		gopts.Observer = metrics
+// startPublisher runs node.Serve on stream until stop, and returns once
+// its ingest service answers on servicePrefix ("": the default); unless
+// --no-attest, with a publisher key made for it. Two publishers running at
+// once need prefixes of their own: on one prefix they share a queue group,
+// and a request could reach the other one's stream.
+func (b *bench) startPublisher(stream string, subjects room.Subjects, servicePrefix string, v *validate.Validator) (*publisher, error) {
+	p := &publisher{done: make(chan error, 1)}
+	o := node.ServeOptions{
+		ServerURL: b.emb.ClientURL(),
+		Stream:    stream,
+		Subjects:  subjects,
+		Replicas:  1,
+		Validator: v,
+		Service:   ingest.ServiceOptions{Prefix: servicePrefix, Version: buildVersion()},
+		// The gate batches as the raw side does: up to --batch messages
+		// per atomic batch, at most --inflight batches open at once.
+		MaxBatch:           b.c.Batch,
+		MaxInflightBatches: b.c.Inflight,
+		Logger:             newLogger(b.out.err, &p.errorsLogged),
 	}
-	if attest {
+	if b.attested() {
 		key, err := events.GenerateHostKey(rand.Reader)
 		if err != nil {
 			return nil, err
 		}
-		p.nodeID = key.NodeID()
-		if p.ckNC, err = nats.Connect(nc.ConnectedUrl(), nats.Name("roompub-publisher-checkpointer")); err != nil {
-			return nil, err
-		}
-		cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-		p.ckp, err = checkpointer.Start(cctx, p.ckNC, checkpointer.Options{Key: key, Stream: stream, Subjects: subjects,
-			Logger: log, Registerer: reg, Replicas: 1})
-		cancel()
-		if err != nil {
-			p.ckNC.Close()
-			return nil, err
-		}
-		gopts.PublisherKey, gopts.Attested = key, p.ckp
+		o.PublisherKey, p.nodeID = key, key.NodeID()
 	}
-	var err error
-	if p.gate, err = ingest.NewGate(ctx, nc, gopts); err != nil {
-		p.stop()
-		return nil, err
+	ready := make(chan struct{}, 1)
+	o.Ready = func(node.ServeInfo) { ready <- struct{}{} }
+	var ctx context.Context
+	ctx, p.cancel = context.WithCancel(b.ctx)
+	go func() { p.done <- node.Serve(ctx, o) }()
+	select {
+	case <-ready:
+		return p, nil
+	case err := <-p.done:
+		p.cancel()
+		if err == nil {
+			err = errors.New("it stopped before it served")
+		}
+		return nil, fmt.Errorf("publisher serve on stream %s: %w", stream, err)
 	}
-	return p, nil
 }
 
-// stop writes the checkpointer's final checkpoints and releases its
-// leases, as serve does on SIGTERM once every request is decided. It runs
-// once; a nil publisher has nothing to stop.
+// stop stops Serve as SIGTERM stops `publisher serve`: the ingest service
+// stops once every request is decided, then the checkpointer writes its
+// final checkpoints and releases its leases. It fails when Serve did or
+// logged an error. It runs once; a nil publisher has nothing to stop.
 func (p *publisher) stop() error {
-	if p == nil || p.ckp == nil {
+	if p == nil || p.done == nil {
 		return nil
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), publisherStopTimeout)
-	defer cancel()
-	err := p.ckp.Stop(ctx)
-	p.ckNC.Close()
-	p.ckp, p.ckNC = nil, nil
+	p.cancel()
+	err := <-p.done
+	p.done = nil
+	if n := p.errorsLogged.Load(); err == nil && n > 0 {
+		err = fmt.Errorf("the publisher logged %d errors (above)", n)
+	}
+	return err
+}
+
+// dropStream deletes stream, if there is one, and what Serve remembers of
+// it (its mark in room.DefaultStreamsBucket), so that Serve takes the
+// stream made next as a first start does, not as a replaced one.
+func (b *bench) dropStream(ctx context.Context, stream string) error {
+	if err := b.js.DeleteStream(ctx, stream); err != nil && !errors.Is(err, jetstream.ErrStreamNotFound) {
+		return fmt.Errorf("delete the stream %s of an earlier run: %w", stream, err)
+	}
+	kv, err := b.js.KeyValue(ctx, room.DefaultStreamsBucket)
+	if errors.Is(err, jetstream.ErrBucketNotFound) {
+		return nil
+	}
+	if err == nil {
+		err = kv.Delete(ctx, stream)
+	}
 	if err != nil {
-		return fmt.Errorf("final checkpoints: %w", err)
+		return fmt.Errorf("forget the mark of stream %s: %w", stream, err)
 	}
 	return nil
 }
 
-// newLogger logs the gate's and the checkpointer's warnings and errors to
-// w, one line each; they never log a key.
-func newLogger(w io.Writer) *zap.Logger {
+// newLogger logs warnings and errors to w, one line each, and counts the
+// errors in errs; Serve never logs a key.
+func newLogger(w io.Writer, errs *atomic.Int64) *zap.Logger {
 	enc := zap.NewDevelopmentEncoderConfig()
 	enc.TimeKey = ""
-	return zap.New(zapcore.NewCore(zapcore.NewConsoleEncoder(enc), zapcore.Lock(zapcore.AddSync(w)), zap.WarnLevel))
+	return zap.New(zapcore.NewCore(zapcore.NewConsoleEncoder(enc), zapcore.Lock(zapcore.AddSync(w)), zap.WarnLevel),
+		zap.Hooks(func(e zapcore.Entry) error {
+			if e.Level >= zapcore.ErrorLevel {
+				errs.Add(1)
+			}
+			return nil
+		}))
 }
 
 // storePath says how roompub stores what its gate accepted, for the

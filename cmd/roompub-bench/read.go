@@ -25,7 +25,7 @@ import (
 
 	"github.com/roompub/roompub/room"
 	"github.com/roompub/roompub/room/checkpointer"
-	"github.com/roompub/roompub/room/ingest"
+	"github.com/roompub/roompub/room/client"
 	"github.com/roompub/roompub/room/reader"
 	"github.com/roompub/roompub/validate"
 )
@@ -40,7 +40,9 @@ const genVersion = "gen-v1"
 // stores other messages. "fill-v3": through the gate, with a checkpointer
 // that takes the gate's batches from memory and so keeps up (more
 // checkpoints); fill-v2 was through the gate with one that read them back
-// and fell behind; fill-v1 raw batches, unattested.
+// and fell behind; fill-v1 raw batches, unattested. (Filling through
+// node.Serve's ingest service rather than its gate alone stores the same
+// messages: still fill-v3.)
 const fillVersion = "fill-v3"
 
 // readRooms is how many rooms the read stream's chains are spread over.
@@ -157,10 +159,10 @@ func (b *bench) read() (*result, error) {
 
 // fillRead fills the read stream unless the store already holds one of
 // the wanted size, generator and fill: readChains chains of readLength
-// valid entries over readRooms rooms, appended through a gate in atomic
-// batches of --batch entries, as `publisher serve` appends them; with
-// attestation, by a gate with a publisher key made for the fill and a
-// checkpointer with serve's defaults (startPublisher), whose final
+// valid entries over readRooms rooms, sent to `publisher serve`
+// (startPublisher: node.Serve) one request of --batch entries at a time,
+// which its gate appends as one atomic batch; with attestation, with a
+// publisher key made for the fill, and its checkpointer's final
 // checkpoints are written before the fill counts as done. The stream's
 // metadata names the fill only once it is complete, and the publisher
 // key's node id (not the key, which is dropped).
@@ -199,7 +201,7 @@ func (b *bench) fillRead(subjects room.Subjects) (readFill, error) {
 				return fill, nil
 			}
 		}
-		if err := b.js.DeleteStream(ctx, readStream); err != nil {
+		if err := b.dropStream(ctx, readStream); err != nil {
 			return readFill{}, err
 		}
 	} else if !errors.Is(err, jetstream.ErrStreamNotFound) {
@@ -212,21 +214,23 @@ func (b *bench) fillRead(subjects room.Subjects) (readFill, error) {
 	}
 
 	b.logf("read: filling the read stream once (%s)", sig)
+	// No records are filled; the host key is trusted all the same, as
+	// serve wants a trusted host.
+	v, err := validate.New(validate.WithTrustedHosts(b.key.NodeID()))
+	if err != nil {
+		return readFill{}, err
+	}
+	p, err := b.startPublisher(readStream, subjects, fillService, v)
+	if err != nil {
+		return readFill{}, err
+	}
+	defer func() { _ = p.stop() }()
 	nc, err := nats.Connect(b.emb.ClientURL(), nats.Name("roompub-bench-fill"))
 	if err != nil {
 		return readFill{}, err
 	}
 	defer nc.Close()
-	// No records are filled: no host is trusted.
-	v, err := validate.New(validate.WithTrustedHosts())
-	if err != nil {
-		return readFill{}, err
-	}
-	p, err := startPublisher(b.ctx, nc, readStream, subjects, v, b.attested(), b.c.Batch, b.c.Inflight, nil, nil, b.log)
-	if err != nil {
-		return readFill{}, err
-	}
-	defer func() { _ = p.stop() }()
+	cl := client.New(nc, client.Options{Prefix: fillService, Timeout: b.c.Timeout})
 	var bar *progressbar.ProgressBar
 	if f, ok := b.out.err.(*os.File); ok && term.IsTerminal(int(f.Fd())) {
 		bar = progressbar.NewOptions(want, progressbar.OptionSetWriter(f), progressbar.OptionSetDescription("filling"),
@@ -241,7 +245,7 @@ func (b *bench) fillRead(subjects room.Subjects) (readFill, error) {
 		go func() {
 			defer wg.Done()
 			for i := range jobs {
-				if err := b.fillChain(p.gate, i, n, func(m int) {
+				if err := b.fillChain(cl, i, n, func(m int) {
 					if bar != nil {
 						_ = bar.Set64(done.Add(int64(m)))
 					}
@@ -309,10 +313,10 @@ feed:
 	return fill, nil
 }
 
-// fillChain appends chain i of the read stream through gate, generating
-// one batch of --batch entries at a time (one atomic batch each, as serve
+// fillChain sends chain i of the read stream through cl, generating one
+// request of --batch entries at a time (one atomic batch each, as serve
 // appends one request of a shipped capsule).
-func (b *bench) fillChain(gate *ingest.Gate, i, n int, progress func(int)) error {
+func (b *bench) fillChain(cl *client.Client, i, n int, progress func(int)) error {
 	meta := chainMeta(readRunID(i), readCapsuleID(i))
 	roomID := readRoom(i)
 	g := newChainGen(meta, uint64(1000+i))
@@ -324,17 +328,28 @@ func (b *bench) fillChain(gate *ingest.Gate, i, n int, progress func(int)) error
 			line, _ := g.next()
 			body = append(append(body, line...), '\n')
 		}
-		reply, err := gate.AppendJournal(b.ctx, roomID, body, &meta)
+		reply, err := cl.AppendJournal(b.ctx, roomID, &meta, body)
 		if err != nil {
 			return fmt.Errorf("fill chain %d in %s at entry %d: %w", i, roomID, off, err)
 		}
 		if reply.Stored != m {
-			return fmt.Errorf("fill chain %d in %s at entry %d: %d of %d stored (%d duplicates, %d refused, %d failed)",
-				i, roomID, off, reply.Stored, m, reply.Dupes, reply.Refused, reply.Failures)
+			return fmt.Errorf("fill chain %d in %s at entry %d: %d of %d stored (%d duplicates, %d refused, %d failed)%s",
+				i, roomID, off, reply.Stored, m, reply.Dupes, reply.Refused, reply.Failures, firstRefusal(reply.Items))
 		}
 		progress(m)
 	}
 	return nil
+}
+
+// firstRefusal is ": " and the first item that was not stored or a
+// duplicate, or "".
+func firstRefusal(items []room.ItemResult) string {
+	for _, it := range items {
+		if it.Outcome != room.OutcomeStored && it.Outcome != room.OutcomeDuplicate {
+			return fmt.Sprintf(": line %d: %s %s %s", it.Index, it.Outcome, it.Code, it.Reason)
+		}
+	}
+	return ""
 }
 
 // readRunID, readCapsuleID and readRoom name chain i of the read stream.

@@ -492,17 +492,11 @@ func (s *shipper) request(ctx context.Context, body []byte, after int64) (room.J
 }
 
 // lastSeq reads the seq of the last line of body (lines ending in "\n"),
-// or -1.
+// or -1 (events.LineSeq).
 func lastSeq(body []byte) int64 {
 	ln := bytes.TrimSuffix(body, []byte{'\n'})
-	e, _ := events.ParseLineOwned(ln[bytes.LastIndexByte(ln, '\n')+1:], events.Location{})
-	if e == nil {
-		return -1
-	}
-	if seq, ok := e.Seq(); ok {
-		return seq
-	}
-	return -1
+	_, seq := events.LineSeq(ln[bytes.LastIndexByte(ln, '\n')+1:])
+	return seq
 }
 
 // settle takes the reply to the request whose first line is file line

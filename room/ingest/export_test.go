@@ -2,16 +2,13 @@ package ingest
 
 import (
 	"context"
+	"sync/atomic"
 	"time"
 )
 
 // SetAheadWait sets how long a pipelined request waits for the chain to
 // get past the request ahead of it, in g.
 func (g *Gate) SetAheadWait(d time.Duration) { g.aheadWait.Store(int64(d)) }
-
-// PresignedUsed is how many record appends of g carried the attestation
-// AppendRecords signed ahead of their store.
-func (g *Gate) PresignedUsed() uint64 { return g.presignedUsed.Load() }
 
 // ChainStates is how many chains the gate keeps state of.
 func (g *Gate) ChainStates() int {
@@ -23,6 +20,13 @@ func (g *Gate) ChainStates() int {
 // WithGateClock returns o with now as the clock of its ChainIdle.
 func WithGateClock(o GateOptions, now func() time.Time) GateOptions {
 	o.now = now
+	return o
+}
+
+// WithPresignedCount returns o counting in n the record appends that
+// carried the attestation AppendRecords signed ahead of their store.
+func WithPresignedCount(o GateOptions, n *atomic.Uint64) GateOptions {
+	o.presigned = n
 	return o
 }
 

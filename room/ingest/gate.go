@@ -84,6 +84,10 @@ type GateOptions struct {
 	ChainIdle time.Duration
 	// now, when set, is the clock of ChainIdle (tests: WithGateClock).
 	now func() time.Time
+	// presigned, when set, counts the record appends that carried the
+	// attestation AppendRecords's checker signed ahead, stored or not
+	// (tests: WithPresignedCount).
+	presigned *atomic.Uint64
 }
 
 // AttestationSink is told of each message a gate attests, before the
@@ -122,10 +126,6 @@ const (
 // A Gate is safe for concurrent use; several gates, in one process or many,
 // may serve one stream.
 type Gate struct {
-	// presignedUsed counts the appends of records that carried the
-	// attestation AppendRecords's checker signed ahead, stored or not
-	// (tests read it).
-	presignedUsed atomic.Uint64
 	// aheadWait is defaultAheadWait; tests shorten or lengthen it.
 	aheadWait atomic.Int64
 	js        jetstream.JetStream
@@ -150,6 +150,8 @@ type Gate struct {
 	// trust admits entries as chain heads: key's node id and
 	// GateOptions.TrustedPublishers; nil without a key (every entry is).
 	trust *checkpoint.Trust
+	// presigned is GateOptions.presigned; nil: not counted.
+	presigned *atomic.Uint64
 
 	mu     sync.Mutex
 	chains map[events.ChainKey]*chainState
@@ -219,7 +221,7 @@ func NewGate(ctx context.Context, nc *nats.Conn, o GateOptions) (*Gate, error) {
 	}
 	g.maxBatch.Store(int64(o.MaxBatch))
 	g.inflight = make(chan struct{}, o.MaxInflightBatches)
-	g.idle, g.now = o.ChainIdle, o.now
+	g.idle, g.now, g.presigned = o.ChainIdle, o.now, o.presigned
 	if g.idle <= 0 {
 		g.idle = DefaultChainIdle
 	}

@@ -84,10 +84,10 @@ func (t *orderTicket) idle(ctx context.Context, f func() error) error {
 func (t *orderTicket) releases() bool { return t == nil || t.slot == nil || t.holding }
 
 // ticket takes a ticket for the journal request body (the first line's
-// chain and seq); nil when the first line does not parse.
+// chain and seq); nil when the first line does not parse or has no seq.
 func (g *Gate) ticket(body []byte) *orderTicket {
 	first, _, _ := bytes.Cut(body, []byte{'\n'})
-	e, seq := lineSeq(first)
+	e, seq := events.LineSeq(first)
 	if e == nil {
 		return nil
 	}
@@ -101,20 +101,6 @@ func (g *Gate) ticket(body []byte) *orderTicket {
 	}
 	o.held = append(o.held, t)
 	return t
-}
-
-// lineSeq parses one journal line (without its "\n") and returns the
-// entry and its seq; nil and -1 when it does not parse or has no seq.
-func lineSeq(ln []byte) (*events.Entry, int64) {
-	e, _ := events.ParseLineOwned(ln, events.Location{})
-	if e == nil {
-		return nil, -1
-	}
-	seq, ok := e.Seq()
-	if !ok {
-		return nil, -1
-	}
-	return e, seq
 }
 
 // wait returns once no ticket of the chain with a smaller first seq is

@@ -347,8 +347,8 @@ func (g *Gate) storeRecord(ctx context.Context, rec *events.Record, reply room.R
 		att := pre.att
 		if pre.att == "" || pre.position != r.count.Load() {
 			att = g.attest(roomID, subj, checkpoint.RecordPosition(r.count.Load()), content)
-		} else {
-			g.presignedUsed.Add(1)
+		} else if g.presigned != nil {
+			g.presigned.Add(1)
 		}
 		if att != "" {
 			msg.Header.Set(checkpoint.AttestationHeader, att)

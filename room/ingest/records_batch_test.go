@@ -42,8 +42,9 @@ func TestRecordsEquivalence(t *testing.T) {
 			rng := rand.New(rand.NewPCG(seed, 8))
 			fast, oracle := roomtest.NewEnv(t), roomtest.NewEnv(t)
 			pub := roomtest.NewPublisherKey(t)
-			fg := [2]*ingest.Gate{roomtest.AttestingGate(fast, fast.Connect(), pub, nil, ingest.GateOptions{}),
-				roomtest.AttestingGate(fast, fast.Connect(), pub, nil, ingest.GateOptions{})}
+			var presigned [2]atomic.Uint64
+			fg := [2]*ingest.Gate{roomtest.AttestingGate(fast, fast.Connect(), pub, nil, ingest.WithPresignedCount(ingest.GateOptions{}, &presigned[0])),
+				roomtest.AttestingGate(fast, fast.Connect(), pub, nil, ingest.WithPresignedCount(ingest.GateOptions{}, &presigned[1]))}
 			og := oracleGates(t, fast, oracle)
 			pool := recordPool(t, rng, fast)
 			forged := bytes.Replace(pool[0], []byte(`"2026-09-25T12:00:00Z"`), []byte(`"2026-09-25T13:00:00Z"`), 1)
@@ -91,7 +92,7 @@ func TestRecordsEquivalence(t *testing.T) {
 					t.Fatalf("stream seq %d differs", mf[i].Sequence)
 				}
 			}
-			used := fg[0].PresignedUsed() + fg[1].PresignedUsed()
+			used := presigned[0].Load() + presigned[1].Load()
 			t.Logf("%d of %d stored with the attestation signed ahead", used, len(mf))
 			if used == 0 || used >= uint64(len(mf)) {
 				t.Errorf("%d of %d records stored with the attestation signed ahead: want some, not all (another gate's appends move the count)", used, len(mf))
@@ -350,7 +351,8 @@ func TestRecordsClientTooLarge(t *testing.T) {
 // at their store.
 func TestRecordsSignedAheadAfterDuplicate(t *testing.T) {
 	e := roomtest.NewEnv(t)
-	g := roomtest.AttestingGate(e, e.Connect(), roomtest.NewPublisherKey(t), nil, ingest.GateOptions{})
+	var presigned atomic.Uint64
+	g := roomtest.AttestingGate(e, e.Connect(), roomtest.NewPublisherKey(t), nil, ingest.WithPresignedCount(ingest.GateOptions{}, &presigned))
 	named := func(prefix string, n int) [][]byte {
 		out := make([][]byte, n)
 		for i := range out {
@@ -366,10 +368,10 @@ func TestRecordsSignedAheadAfterDuplicate(t *testing.T) {
 	}
 	// Only the records checked after the room was read can be signed
 	// ahead: the checker runs at most a few records ahead of the store.
-	if used := g.PresignedUsed(); used < 15 {
+	if used := presigned.Load(); used < 15 {
 		t.Errorf("a room not read yet: %d of 20 records stored with the signature made ahead", used)
 	}
-	before := g.PresignedUsed()
+	before := presigned.Load()
 	again := append([][]byte{first[3], first[3]}, named("b", 30)...)
 	again = append(again, []byte("{}"))
 	again = append(again, named("c", 10)...)
@@ -390,7 +392,7 @@ func TestRecordsSignedAheadAfterDuplicate(t *testing.T) {
 	// signed as if that one were stored: at most the few checked ahead of
 	// each duplicate are signed again (they were all, before the storer
 	// told the checker where the room stands).
-	if used := g.PresignedUsed() - before; used < 34 {
+	if used := presigned.Load() - before; used < 34 {
 		t.Errorf("after two duplicates and a refusal: %d of 40 stored records used the signature made ahead, want at least 34", used)
 	}
 	rep, err := reader.Audit(t.Context(), e.Js, reader.AuditOptions{Validator: e.V})

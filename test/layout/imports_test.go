@@ -63,7 +63,7 @@ var rules = map[string]rule{
 
 	"cmd/publisher":     {imports: []string{"config", "events", "room", "room/checkpointer", "room/client", "room/embedded", "room/ingest", "room/node", "room/secure", "validate"}, nats: true, server: true},
 	"cmd/subscriber":    {imports: []string{"checkpoint", "config", "events", "room", "room/reader", "validate"}, nats: true},
-	"cmd/roompub-bench": {imports: []string{"checkpoint", "config", "events", "room", "room/checkpointer", "room/client", "room/embedded", "room/ingest", "room/reader", "validate"}, nats: true, server: true},
+	"cmd/roompub-bench": {imports: []string{"checkpoint", "config", "events", "room", "room/checkpointer", "room/client", "room/embedded", "room/ingest", "room/node", "room/reader", "validate"}, nats: true, server: true},
 }
 
 type pkg struct {
