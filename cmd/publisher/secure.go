@@ -1,20 +1,11 @@
 package main
 
 import (
-	"bufio"
-	"crypto/rand"
-	"encoding/base64"
-	"errors"
 	"fmt"
-	"io"
-	"os"
-	"strings"
 
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nkeys"
-	"golang.org/x/crypto/bcrypt"
-	"golang.org/x/term"
 
 	"github.com/roompub/roompub/config"
 	"github.com/roompub/roompub/room"
@@ -108,127 +99,4 @@ func loadSecure(path, stream, prefix string) (secure.Options, error) {
 		return so, fmt.Errorf("%w: --secure-config %s: %w", config.ErrInvalid, path, err)
 	}
 	return so, nil
-}
-
-type passwdCmd struct {
-	Cost  int    `name:"cost" help:"bcrypt cost (10 to 16)." default:"11"`
-	Out   string `name:"out" placeholder:"FILE" help:"Generate a random password and write it to FILE (mode 0600) instead of reading one."`
-	Force bool   `name:"force" help:"Replace FILE if it exists."`
-}
-
-func (c *passwdCmd) Validate() error {
-	if c.Cost < 10 || c.Cost > 16 {
-		return fmt.Errorf("%w: --cost must be 10 to 16", config.ErrInvalid)
-	}
-	if c.Force && c.Out == "" {
-		return fmt.Errorf("%w: --force needs --out", config.ErrInvalid)
-	}
-	return nil
-}
-
-// Run prints the bcrypt hash of a password for a secure config. The
-// password is read from the terminal (twice, not echoed) or from the first
-// line of stdin (s.in), or generated with --out; it is never an argument.
-func (c *passwdCmd) Run(s *streams) error {
-	var pw []byte
-	switch {
-	case c.Out != "":
-		raw := make([]byte, 24)
-		if _, err := rand.Read(raw); err != nil {
-			return err
-		}
-		pw = []byte(base64.RawURLEncoding.EncodeToString(raw))
-		if err := writeSecretFile(c.Out, append(append([]byte(nil), pw...), '\n'), c.Force); err != nil {
-			return err
-		}
-	case isTerminal(s.in):
-		fd := int(s.in.(*os.File).Fd())
-		fmt.Fprint(s.err, "Password: ")
-		p1, err := term.ReadPassword(fd)
-		fmt.Fprintln(s.err)
-		if err != nil {
-			return err
-		}
-		fmt.Fprint(s.err, "Again: ")
-		p2, err := term.ReadPassword(fd)
-		fmt.Fprintln(s.err)
-		if err != nil {
-			return err
-		}
-		if string(p1) != string(p2) {
-			return fmt.Errorf("%w: the passwords differ", config.ErrInvalid)
-		}
-		pw = p1
-	default:
-		line, err := bufio.NewReader(io.LimitReader(s.in, 4096)).ReadString('\n')
-		if err != nil && !errors.Is(err, io.EOF) {
-			return err
-		}
-		pw = []byte(strings.TrimRight(line, "\r\n"))
-	}
-	if len(pw) < 8 {
-		return fmt.Errorf("%w: the password is shorter than 8 bytes", config.ErrInvalid)
-	}
-	hash, err := bcrypt.GenerateFromPassword(pw, c.Cost)
-	if err != nil {
-		// ErrPasswordTooLong names no password.
-		return fmt.Errorf("%w: %v", config.ErrInvalid, err)
-	}
-	_, err = fmt.Fprintln(s.out, string(hash))
-	return err
-}
-
-func isTerminal(r io.Reader) bool {
-	f, ok := r.(*os.File)
-	return ok && term.IsTerminal(int(f.Fd()))
-}
-
-type nkeygenCmd struct {
-	Out   string `name:"out" required:"" placeholder:"FILE" help:"File to write the user nkey seed to (mode 0600)."`
-	Force bool   `name:"force" help:"Replace FILE if it exists."`
-}
-
-// Run writes a new user nkey seed and prints its public key, the value a
-// secure config's nkey names.
-func (c *nkeygenCmd) Run(s *streams) error {
-	kp, err := nkeys.CreateUser()
-	if err != nil {
-		return err
-	}
-	defer kp.Wipe()
-	seed, err := kp.Seed()
-	if err != nil {
-		return err
-	}
-	pub, err := kp.PublicKey()
-	if err != nil {
-		return err
-	}
-	if err := writeSecretFile(c.Out, append(seed, '\n'), c.Force); err != nil {
-		return err
-	}
-	_, err = fmt.Fprintln(s.out, pub)
-	return err
-}
-
-type authconfCmd struct {
-	Account string `name:"account" placeholder:"NAME" help:"Put the users into this account (with JetStream enabled) instead of the default account's authorization block."`
-	Stream  string `name:"stream" help:"Room stream name." default:"ROOMS"`
-	Prefix  string `name:"subject-prefix" help:"First token of every room subject." default:"rooms"`
-	File    string `arg:"" name:"secure-config" help:"The secure config (YAML) serve uses with --secure-config."`
-}
-
-// Run prints the nats-server configuration block that gives an existing
-// server or cluster the same users and permissions as secure mode.
-func (c *authconfCmd) Run(s *streams) error {
-	so, err := loadSecure(c.File, c.Stream, c.Prefix)
-	if err != nil {
-		return err
-	}
-	conf, err := so.AuthorizationConf(c.Account)
-	if err != nil {
-		return fmt.Errorf("%w: %w", config.ErrInvalid, err)
-	}
-	_, err = io.WriteString(s.out, conf)
-	return err
 }
