@@ -2,7 +2,8 @@
 // (docs/checkpoints.md): each
 // admitted message carries a publisher's attestation header (one Ed25519
 // signature per atomic batch, over the digests of its messages' statements;
-// BatchCollector verifies them in stream order), the room's
+// BatchRun reassembles the batches in stream order and BatchCollector
+// verifies them), the room's
 // admitted messages are the leaves of an RFC 6962 Merkle tree, and
 // publishers sign C2SP tlog-checkpoint notes over that tree, so a reader can
 // prove that a message is in the room (inclusion proof) and that a later
