@@ -265,3 +265,49 @@ func TestEntryPosition(t *testing.T) {
 		}
 	}
 }
+
+// TestBatchCollectorNoAllocs: what the checkpointer does for its own
+// appends read from the stream (Vouch of whole batches: records, one by
+// one, and batches of 3) allocates nothing per message, and verifying
+// another publisher's batch of 1,000 allocates a bounded number of times
+// per batch, not per message.
+func TestBatchCollectorNoAllocs(t *testing.T) {
+	if raceEnabled {
+		t.Skip("the race detector allocates")
+	}
+	k := testKey(1)
+	c := NewBatchCollector(mustTrust(t, k.NodeID()))
+	one := stmts(1)
+	h1 := AttestBatch(k, one)
+	id := uint64(0)
+	if n := testing.AllocsPerRun(1000, func() {
+		id++
+		if v := c.Vouch(id, h1[0], one[0], nil, ""); len(v) != 1 || v[0].Err != nil {
+			t.Fatalf("%+v", v)
+		}
+	}); n != 0 {
+		t.Errorf("Vouch of a batch of one: %v allocations", n)
+	}
+	three := stmts(3)
+	h3 := AttestBatch(k, three)
+	if n := testing.AllocsPerRun(1000, func() {
+		for i := range 3 {
+			id++
+			c.Vouch(id, h3[i], three[i], nil, "")
+		}
+	}); n != 0 {
+		t.Errorf("Vouch of a batch of 3: %v allocations", n)
+	}
+	big := stmts(1000)
+	hb := AttestBatch(k, big)
+	if n := testing.AllocsPerRun(20, func() {
+		for i := range big {
+			id++
+			if v := c.Add(id, hb[i], big[i]); i == len(big)-1 && (len(v) != len(big) || v[0].Err != nil) {
+				t.Fatalf("%d verdicts, %+v", len(v), v[0])
+			}
+		}
+	}); n > 10 {
+		t.Errorf("Add of a batch of 1,000: %v allocations", n)
+	}
+}

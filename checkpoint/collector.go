@@ -33,7 +33,8 @@ type BatchCollector struct {
 	run     BatchRun
 	members []member // the open batch's, in index order
 	digests [][32]byte
-	msg     []byte // batchMessage's buffer
+	msg     []byte         // batchMessage's buffer
+	out     []BatchVerdict // the verdicts a call returns
 }
 
 // maxPresize bounds the room made for a batch's messages when it opens:
@@ -56,7 +57,7 @@ func NewBatchCollector(t *Trust) *BatchCollector {
 
 // Add takes the next message in stream order: its id, AttestationHeader
 // value and statement. It returns the verdicts it could reach, in stream
-// order: those of the open batch's messages when this message ends it
+// order, in a slice valid until the next call: those of the open batch's messages when this message ends it
 // incomplete (ErrIncompleteBatch); then this message's at once when its
 // header is malformed, empty or untrusted, its statement holds a newline,
 // it claims a place in a batch without following the place before
@@ -82,9 +83,9 @@ func (c *BatchCollector) Vouch(id uint64, header string, st Statement, entry []b
 
 // Pass tells that the message at id, in stream order, is no attested
 // message (a checkpoint, a message that is no entry): it ends the open
-// batch, whose verdicts it returns (ErrIncompleteBatch).
+// batch, whose verdicts it returns (ErrIncompleteBatch) as Add does.
 func (c *BatchCollector) Pass(id uint64) []BatchVerdict {
-	return c.ended(c.run.Next(id, "", Attestation{}, false).Ended, nil)
+	return c.ended(c.run.Next(id, "", Attestation{}, false).Ended, c.out[:0])
 }
 
 func (c *BatchCollector) add(id uint64, header string, m member) []BatchVerdict {
@@ -99,25 +100,32 @@ func (c *BatchCollector) add(id uint64, header string, m member) []BatchVerdict 
 		}
 	}
 	s := c.run.Next(id, m.st.Room, a, err == nil)
-	done := c.ended(s.Ended, nil)
+	done := c.ended(s.Ended, c.out[:0])
 	switch s.Place {
 	case NotMember:
-		return append(done, BatchVerdict{ID: id, Err: err})
+		return c.keep(append(done, BatchVerdict{ID: id, Err: err}))
 	case Stray:
-		return append(done, BatchVerdict{ID: id, Err: s.Err(a)})
+		return c.keep(append(done, BatchVerdict{ID: id, Err: s.Err(a)}))
 	case Alone:
-		return append(done, c.verify(pub, a, []member{m})...)
+		one := [1]member{m}
+		return c.keep(c.verify(done, pub, a, one[:]))
 	}
 	if s.Place == Opens && cap(c.members) < a.Count {
 		c.members = make([]member, 0, min(a.Count, maxPresize))
 	}
 	c.members = append(c.members, m)
 	if s.Place != Completes {
-		return done
+		return c.keep(done)
 	}
-	done = append(done, c.verify(pub, a, c.members)...)
+	done = c.verify(done, pub, a, c.members)
 	c.reset()
-	return done
+	return c.keep(done)
+}
+
+// keep makes out the buffer of the next call's verdicts, and returns it.
+func (c *BatchCollector) keep(out []BatchVerdict) []BatchVerdict {
+	c.out = out
+	return out
 }
 
 // ended appends the refusals of the messages of b, the batch a message
@@ -132,7 +140,7 @@ func (c *BatchCollector) ended(b BrokenBatch, out []BatchVerdict) []BatchVerdict
 		out = append(out, BatchVerdict{ID: m.id, Err: b.Err(a)})
 	}
 	c.reset()
-	return out
+	return c.keep(out)
 }
 
 func (c *BatchCollector) reset() {
@@ -144,16 +152,17 @@ func (c *BatchCollector) reset() {
 // (ErrIncompleteBatch), in stream order.
 func (c *BatchCollector) Flush() []BatchVerdict {
 	b, _ := c.run.Break("the read ended there")
-	return c.ended(b, nil)
+	return c.ended(b, c.out[:0])
 }
 
 // Pending is the number of messages held, waiting for their batch.
 func (c *BatchCollector) Pending() int { return len(c.members) }
 
-// verify decides a whole batch whose members (indices 0..n-1) are given:
-// admitted without a signature check when every one was vouched for, else
-// by its signature over their statements.
-func (c *BatchCollector) verify(pub ed25519.PublicKey, a Attestation, members []member) []BatchVerdict {
+// verify decides a whole batch whose members (indices 0..n-1) are given,
+// and appends their verdicts to out: admitted without a signature check
+// when every one was vouched for, else by its signature over their
+// statements.
+func (c *BatchCollector) verify(out []BatchVerdict, pub ed25519.PublicKey, a Attestation, members []member) []BatchVerdict {
 	var err error
 	for _, m := range members {
 		if !m.vouched {
@@ -161,12 +170,12 @@ func (c *BatchCollector) verify(pub ed25519.PublicKey, a Attestation, members []
 			break
 		}
 	}
-	out := make([]BatchVerdict, len(members))
-	for i, m := range members {
-		out[i] = BatchVerdict{ID: m.id, Err: err}
-		if err == nil {
-			out[i].Signer = a.Signer
-		}
+	signer := a.Signer
+	if err != nil {
+		signer = ""
+	}
+	for _, m := range members {
+		out = append(out, BatchVerdict{ID: m.id, Signer: signer, Err: err})
 	}
 	return out
 }
