@@ -463,6 +463,14 @@ func (r *Reader) stepCheckpoint(l *ledger, x *prepared) {
 		r.verifyLedger(l)
 		err = l.Check(c)
 	}
+	if err == nil && l.coversCopy(c) {
+		// c cannot tell which of two messages with one leaf hash it
+		// covers; a reader that checked every signature first would have
+		// refused the one whose attestation does not verify, and so does
+		// this one.
+		r.verifyLedger(l)
+		err = l.Check(c)
+	}
 	if errors.Is(err, checkpoint.ErrRolledBack) {
 		l.refused = fmt.Sprintf("the room is refused from stream seq %d on: %v", x.m.Seq, err)
 	}
@@ -520,6 +528,61 @@ func (l *ledger) accept(c *checkpoint.Checkpoint, seq uint64) {
 }
 
 func (l *ledger) hasPending() bool { return len(l.pending) > 0 }
+
+// coversCopy reports whether c, which matches the tree, would admit
+// unchecked a pending leaf whose hash a leaf after c's size has too. A
+// leaf binds room, subject and content, not the message's attestation: a
+// copy of a genuine message under a header naming a trusted key, stored
+// before the genuine one, takes the genuine one's place in the tree, and
+// a checkpoint the publisher signed over the genuine one matches it. The
+// genuine message is then a leaf after c's size, read before c. Only the
+// leaves after c's size are compared with the covered ones: few, as a
+// publisher writes a checkpoint soon after what it covers.
+func (l *ledger) coversCopy(c *checkpoint.Checkpoint) bool {
+	if l.Size() <= c.Size {
+		return false
+	}
+	var after map[[32]byte]bool
+	var few [8][32]byte
+	n := 0
+	for _, d := range l.pending {
+		if d.att.index < c.Size {
+			continue
+		}
+		if n < len(few) {
+			few[n] = d.att.hash
+		} else {
+			if after == nil {
+				after = make(map[[32]byte]bool, 2*len(few))
+				for _, h := range few {
+					after[h] = true
+				}
+			}
+			after[d.att.hash] = true
+		}
+		n++
+	}
+	for _, d := range l.pending {
+		if d.att.index >= c.Size {
+			break
+		}
+		if d.att.state != attPending {
+			continue
+		}
+		if after != nil {
+			if after[d.att.hash] {
+				return true
+			}
+			continue
+		}
+		for _, h := range few[:n] {
+			if h == d.att.hash {
+				return true
+			}
+		}
+	}
+	return false
+}
 
 // trim drops the leading pending leaves whose admission is known.
 func (l *ledger) trim() {
