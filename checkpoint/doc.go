@@ -17,6 +17,13 @@
 // events.HostKey, and a tree that keeps every complete subtree hash so proofs
 // for any earlier size are O(log n) lookups.
 //
+// It is the one trust core of the gate, the checkpointer and the readers:
+// BatchRun is the rule by which all three reassemble atomic batches, and
+// Ledger holds a room's tree and checks its checkpoints against it (size,
+// root, consistency with the previous one and with one an earlier read
+// verified), so that they reach the same verdicts (the conformance suite's
+// trust rows hold them to it).
+//
 // Like events, it imports no NATS: callers pass bytes, subjects and
 // positions in.
 package checkpoint
