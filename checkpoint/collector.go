@@ -3,6 +3,7 @@ package checkpoint
 import (
 	"crypto/ed25519"
 	"fmt"
+	"slices"
 )
 
 // BatchVerdict is a BatchCollector's decision on one message: Err nil means
@@ -31,7 +32,8 @@ type BatchVerdict struct {
 type BatchCollector struct {
 	trust   *Trust
 	run     BatchRun
-	members []member // the open batch's, in index order
+	members []member  // the open batch's, in index order
+	entries []entryOf // what Vouch left to work positions out from
 	digests [][32]byte
 	msg     []byte         // batchMessage's buffer
 	out     []BatchVerdict // the verdicts a call returns
@@ -45,8 +47,14 @@ type member struct {
 	id      uint64
 	st      Statement
 	vouched bool
-	entry   []byte // with vouched and st.Position "": the journal entry to compute it from
-	owner   string
+	entry   int32 // with vouched and st.Position "": 1 + its index in entries; 0: none
+}
+
+// entryOf is a vouched journal message's entry and HeaderOwner, whose
+// position is worked out only if its batch's signature is checked.
+type entryOf struct {
+	entry []byte
+	owner string
 }
 
 // NewBatchCollector returns a collector that admits attestations by the
@@ -66,7 +74,7 @@ func NewBatchCollector(t *Trust) *BatchCollector {
 // if the signature does not verify). Otherwise the message is held and Add
 // returns nothing for it yet.
 func (c *BatchCollector) Add(id uint64, header string, st Statement) []BatchVerdict {
-	return c.add(id, header, member{id: id, st: st})
+	return c.add(id, header, member{id: id, st: st}, entryOf{})
 }
 
 // Vouch is Add for a message whose attestation header the caller's own
@@ -78,7 +86,7 @@ func (c *BatchCollector) Add(id uint64, header string, st Statement) []BatchVerd
 // HeaderOwner: the position (EntryPosition) is then computed only if the
 // signature has to be checked.
 func (c *BatchCollector) Vouch(id uint64, header string, st Statement, entry []byte, owner string) []BatchVerdict {
-	return c.add(id, header, member{id: id, st: st, vouched: true, entry: entry, owner: owner})
+	return c.add(id, header, member{id: id, st: st, vouched: true}, entryOf{entry, owner})
 }
 
 // Pass tells that the message at id, in stream order, is no attested
@@ -88,7 +96,7 @@ func (c *BatchCollector) Pass(id uint64) []BatchVerdict {
 	return c.ended(c.run.Next(id, "", Attestation{}, false).Ended, c.out[:0])
 }
 
-func (c *BatchCollector) add(id uint64, header string, m member) []BatchVerdict {
+func (c *BatchCollector) add(id uint64, header string, m member, e entryOf) []BatchVerdict {
 	a, err := ParseAttestation(header)
 	var pub ed25519.PublicKey
 	if err == nil {
@@ -106,9 +114,16 @@ func (c *BatchCollector) add(id uint64, header string, m member) []BatchVerdict 
 		return c.keep(append(done, BatchVerdict{ID: id, Err: err}))
 	case Stray:
 		return c.keep(append(done, BatchVerdict{ID: id, Err: s.Err(a)}))
-	case Alone:
+	}
+	if m.vouched && m.st.Position == "" && e.entry != nil {
+		c.entries = append(c.entries, e)
+		m.entry = int32(len(c.entries))
+	}
+	if s.Place == Alone {
 		one := [1]member{m}
-		return c.keep(c.verify(done, pub, a, one[:]))
+		done = c.verify(done, pub, a, one[:])
+		c.reset()
+		return c.keep(done)
 	}
 	if s.Place == Opens && cap(c.members) < a.Count {
 		c.members = make([]member, 0, min(a.Count, maxPresize))
@@ -145,7 +160,8 @@ func (c *BatchCollector) ended(b BrokenBatch, out []BatchVerdict) []BatchVerdict
 
 func (c *BatchCollector) reset() {
 	clear(c.members)
-	c.members = c.members[:0]
+	clear(c.entries)
+	c.members, c.entries = c.members[:0], c.entries[:0]
 }
 
 // Flush ends the read: the messages of the batch still open are refused
@@ -174,6 +190,7 @@ func (c *BatchCollector) verify(out []BatchVerdict, pub ed25519.PublicKey, a Att
 	if err != nil {
 		signer = ""
 	}
+	out = slices.Grow(out, len(members))
 	for _, m := range members {
 		out = append(out, BatchVerdict{ID: m.id, Signer: signer, Err: err})
 	}
@@ -183,15 +200,16 @@ func (c *BatchCollector) verify(out []BatchVerdict, pub ed25519.PublicKey, a Att
 // check verifies the signature of a whole batch over its members'
 // statements.
 func (c *BatchCollector) check(pub ed25519.PublicKey, a Attestation, members []member) error {
-	c.digests = c.digests[:0]
+	c.digests = slices.Grow(c.digests[:0], len(members))
 	var first Statement
 	for i := range members {
 		st := members[i].st
 		if st.Position == "" {
-			if members[i].entry == nil {
+			if members[i].entry == 0 {
 				return fmt.Errorf("%w: the position of message %d of a batch of %d by %s is unknown", ErrBadAttestation, i, a.Count, a.Signer)
 			}
-			pos, err := EntryPosition(members[i].entry, members[i].owner)
+			e := c.entries[members[i].entry-1]
+			pos, err := EntryPosition(e.entry, e.owner)
 			if err != nil {
 				return err
 			}
