@@ -50,6 +50,22 @@ func OwnedJournalPosition(seq int64, owner string) string {
 	return JournalPosition(seq) + " owner:" + owner
 }
 
+// EntryPosition is the attested position of a journal message whose data
+// is entry and whose HeaderOwner is owner: OwnedJournalPosition of the
+// entry's seq (events.ParseEntry). Errors: the parse error, or
+// ErrBadAttestation wrapped for an entry without a seq.
+func EntryPosition(entry []byte, owner string) (string, error) {
+	e, err := events.ParseEntry(entry)
+	if err != nil {
+		return "", err
+	}
+	seq, ok := e.Seq()
+	if !ok {
+		return "", fmt.Errorf("%w: the entry has no chain position", ErrBadAttestation)
+	}
+	return OwnedJournalPosition(seq, owner), nil
+}
+
 // RecordPosition is the attested position of an execution record: "index:"
 // + the 0-based ordinal of the message among all messages on the room's
 // exec subject in stream order, in decimal.
@@ -90,8 +106,21 @@ func (s Statement) hasNewline() bool {
 // hashing beyond Ed25519's own:
 //
 //	"roompub-attestation/v1\n" + decimal(n) + "\n" + for each i: hex(digest_i) + "\n"
-func batchMessage(digests [][32]byte) []byte {
-	b := make([]byte, 0, len(attestationTag)+8+len(digests)*65)
+func batchMessage(digests [][32]byte) []byte { return appendBatchMessage(nil, digests) }
+
+// verifyDigests reports whether sig is pub's signature of the batch of
+// statements whose digests are given, building the signed message in buf
+// (reused; returned for the next call): the one signature check of
+// (*Trust).VerifyBatch and BatchCollector.
+func verifyDigests(pub ed25519.PublicKey, sig [64]byte, digests [][32]byte, buf []byte) ([]byte, bool) {
+	buf = appendBatchMessage(buf[:0], digests)
+	return buf, ed25519.Verify(pub, buf, sig[:])
+}
+
+func appendBatchMessage(b []byte, digests [][32]byte) []byte {
+	if n := len(attestationTag) + 8 + len(digests)*65; cap(b) < n {
+		b = make([]byte, 0, n)
+	}
 	b = append(b, attestationTag...)
 	b = strconv.AppendInt(b, int64(len(digests)), 10)
 	b = append(b, '\n')
@@ -366,14 +395,20 @@ func (t *Trust) VerifyBatch(headers []string, stmts []Statement) (signer string,
 		}
 		digests[i] = stmts[i].Digest()
 	}
-	if !ed25519.Verify(pub, batchMessage(digests), first.Sig[:]) {
-		if len(stmts) == 1 {
-			s := stmts[0]
-			return "", fmt.Errorf("%w: signature by %s does not verify for %s %s %s", ErrBadAttestation, first.Signer, clip(s.Subject), clip(s.Position), hex.EncodeToString(s.Content[:]))
-		}
-		return "", fmt.Errorf("%w: signature by %s does not verify for this batch of %d", ErrBadAttestation, first.Signer, len(stmts))
+	if _, ok := verifyDigests(pub, first.Sig, digests, nil); !ok {
+		return "", badSignature(first.Signer, stmts[0], len(stmts))
 	}
 	return first.Signer, nil
+}
+
+// badSignature is the refusal of a batch of n whose signature by signer
+// does not verify; first is its message 0's statement, named when it is
+// the only one.
+func badSignature(signer string, first Statement, n int) error {
+	if n == 1 {
+		return fmt.Errorf("%w: signature by %s does not verify for %s %s %s", ErrBadAttestation, signer, clip(first.Subject), clip(first.Position), hex.EncodeToString(first.Content[:]))
+	}
+	return fmt.Errorf("%w: signature by %s does not verify for this batch of %d", ErrBadAttestation, signer, n)
 }
 
 // VerifyAttestation checks the AttestationHeader value of a batch of one

@@ -201,49 +201,103 @@ func TestBatchCollector(t *testing.T) {
 			t.Fatalf("Flush after a whole batch: %+v", f)
 		}
 	})
+	// isIncomplete reports whether v refuses its message as part of a
+	// batch not read whole, for the reason given.
+	isIncomplete := func(v BatchVerdict, why string) bool {
+		return v.Signer == "" && errors.Is(v.Err, ErrIncompleteBatch) && strings.Contains(v.Err.Error(), why)
+	}
+	stray := func(i int) string {
+		return fmt.Sprintf("the message before it on the stream is not message %d of that batch", i-1)
+	}
 	t.Run("out of order", func(t *testing.T) {
-		// A batch's messages replayed out of order: each message that is
-		// not the one after the previous, at the next id, is refused at
-		// once; the rest can never complete.
+		// A batch's messages replayed out of order, at growing stream
+		// seqs: a message that claims place i > 0 without following
+		// message i-1 is refused at once, and so is the batch message 0
+		// opened when the next message is not its message 1.
 		c := NewBatchCollector(tr)
 		got := collected{}
-		for _, i := range []int{3, 0, 4, 1, 2} {
+		order := []int{3, 0, 4, 1, 2}
+		for j, i := range order {
+			got.take(t, c.Add(uint64(20+j), hs[i], ss[i]))
+		}
+		if c.Pending() != 0 || len(got) != 5 {
+			t.Fatalf("verdicts %+v, pending %d", got, c.Pending())
+		}
+		for j, i := range order {
+			why := stray(i)
+			if i == 0 {
+				why = "only messages 0 to 0 of it were read, at stream seqs 21 to 21, and the next message, stream seq 22, is not message 1 of it"
+			}
+			if v := got[uint64(20+j)]; !isIncomplete(v, why) {
+				t.Fatalf("id %d (message %d): %+v, want %q", 20+j, i, v, why)
+			}
+		}
+		// The same order at the ids of the batch's places (ids that do
+		// not grow): nothing is admitted either.
+		c = NewBatchCollector(tr)
+		got = collected{}
+		for _, i := range order {
 			got.take(t, c.Add(uint64(20+i), hs[i], ss[i]))
 		}
-		for _, id := range []uint64{20, 21, 22} {
-			if v := got[id]; v.Err == nil || !errors.Is(v.Err, ErrBadAttestation) || !strings.Contains(v.Err.Error(), "does not follow message") {
+		got.take(t, c.Flush())
+		for id, v := range got {
+			if !errors.Is(v.Err, ErrIncompleteBatch) {
 				t.Fatalf("id %d: %+v", id, v)
 			}
 		}
-		got.take(t, c.Flush())
-		if len(got) != 5 || !errors.Is(got[23].Err, ErrIncompleteBatch) || !errors.Is(got[24].Err, ErrIncompleteBatch) {
+		if len(got) != 5 {
 			t.Fatalf("verdicts %+v", got)
 		}
 	})
 	t.Run("duplicate index", func(t *testing.T) {
+		// Header 1 copied onto another message between messages 1 and 2
+		// of a genuine batch: the batch is not at consecutive stream seqs
+		// any more, and nothing of it is admitted; the first two are
+		// refused as soon as the copy ends their batch.
 		c := NewBatchCollector(tr)
-		c.Add(10, hs[0], ss[0])
-		c.Add(11, hs[1], ss[1])
-		// Header 1 copied onto another message (ids may repeat: they grow
-		// by at most one per message).
+		got := collected{}
+		got.take(t, c.Add(10, hs[0], ss[0]))
+		got.take(t, c.Add(11, hs[1], ss[1]))
 		v := c.Add(12, hs[1], ss[2])
-		if len(v) != 1 || v[0].ID != 12 || !errors.Is(v[0].Err, ErrBadAttestation) || v[0].Signer != "" {
+		got.take(t, v)
+		if len(v) != 3 || v[0].ID != 10 || v[1].ID != 11 || v[2].ID != 12 || !isIncomplete(v[2], stray(1)) ||
+			!isIncomplete(v[0], "next message, stream seq 12, is not message 2 of it") || !isIncomplete(v[1], "message 1 of a batch of 5") {
 			t.Fatalf("duplicate: %+v", v)
 		}
-		// The first message per index wins: the genuine batch still completes.
-		got := collected{}
 		for i := 2; i < 5; i++ {
-			got.take(t, c.Add(uint64(10+i), hs[i], ss[i]))
+			got.take(t, c.Add(uint64(11+i), hs[i], ss[i]))
 		}
-		if len(got) != 5 || got[11].Err != nil || got[14].Err != nil || got[11].Signer != k.NodeID() {
-			t.Fatalf("verdicts %+v", got)
+		if len(got) != 6 || c.Pending() != 0 {
+			t.Fatalf("verdicts %+v, pending %d", got, c.Pending())
+		}
+		for id, v := range got {
+			if v.Err == nil || v.Signer != "" {
+				t.Fatalf("id %d admitted: %+v", id, v)
+			}
+		}
+		// The same with the genuine message 2 at the copy's id (ids that
+		// do not grow, as no stream has them): refused as well.
+		c = NewBatchCollector(tr)
+		got = collected{}
+		got.take(t, c.Add(10, hs[0], ss[0]))
+		got.take(t, c.Add(11, hs[1], ss[1]))
+		got.take(t, c.Add(12, hs[1], ss[2]))
+		for i := 2; i < 5; i++ {
+			v := c.Add(uint64(10+i), hs[i], ss[i])
+			if len(v) != 1 || !isIncomplete(v[0], stray(i)) {
+				t.Fatalf("message %d after the copy: %+v", i, v)
+			}
 		}
 	})
 	t.Run("duplicate out of order", func(t *testing.T) {
 		c := NewBatchCollector(tr)
-		c.Add(1, hs[2], ss[2])
-		c.Add(2, hs[0], ss[0])
-		if v := c.Add(3, hs[2], ss[2]); len(v) != 1 || !errors.Is(v[0].Err, ErrBadAttestation) {
+		if v := c.Add(1, hs[2], ss[2]); len(v) != 1 || !isIncomplete(v[0], stray(2)) {
+			t.Fatalf("message 2 first: %+v", v)
+		}
+		if v := c.Add(2, hs[0], ss[0]); len(v) != 0 {
+			t.Fatalf("message 0: %+v", v)
+		}
+		if v := c.Add(3, hs[2], ss[2]); len(v) != 2 || v[0].ID != 2 || !errors.Is(v[0].Err, ErrIncompleteBatch) || v[1].ID != 3 || !isIncomplete(v[1], stray(2)) {
 			t.Fatalf("duplicate: %+v", v)
 		}
 	})
@@ -254,50 +308,72 @@ func TestBatchCollector(t *testing.T) {
 				t.Fatalf("verdict %+v", v)
 			}
 		}
-		// Message 2 is missing: 3 and 4 do not follow 1 and are refused
-		// at once; 0 and 1 can never complete.
-		for _, i := range []int{3, 4} {
-			if v := c.Add(uint64(i), hs[i], ss[i]); len(v) != 1 || v[0].ID != uint64(i) || !errors.Is(v[0].Err, ErrBadAttestation) {
-				t.Fatalf("message %d: %+v", i, v)
-			}
-		}
-		f := c.Flush()
-		if len(f) != 2 || c.Pending() != 0 {
-			t.Fatalf("Flush = %+v, pending %d", f, c.Pending())
+		// Message 2 is missing: message 3 ends the batch, whose 0 and 1
+		// can never be whole, and is refused itself; so is 4.
+		v := c.Add(3, hs[3], ss[3])
+		if len(v) != 3 || c.Pending() != 0 {
+			t.Fatalf("message 3: %+v, pending %d", v, c.Pending())
 		}
 		for j, i := range []uint64{0, 1} {
-			if f[j].ID != i || !errors.Is(f[j].Err, ErrIncompleteBatch) || !strings.Contains(f[j].Err.Error(), "2 of 5") {
-				t.Fatalf("Flush[%d] = %+v", j, f[j])
+			if v[j].ID != i || !isIncomplete(v[j], fmt.Sprintf("message %d of a batch of 5 by %s: only messages 0 to 1 of it were read, at stream seqs 0 to 1, and the next message, stream seq 3, is not message 2 of it", i, k.NodeID())) {
+				t.Fatalf("verdict %d = %+v", j, v[j])
 			}
 		}
+		if v[2].ID != 3 || !isIncomplete(v[2], stray(3)) {
+			t.Fatalf("message 3: %+v", v[2])
+		}
+		if v := c.Add(4, hs[4], ss[4]); len(v) != 1 || v[0].ID != 4 || !isIncomplete(v[0], stray(4)) {
+			t.Fatalf("message 4: %+v", v)
+		}
+		if f := c.Flush(); len(f) != 0 {
+			t.Fatalf("Flush = %+v", f)
+		}
 	})
-	t.Run("window", func(t *testing.T) {
-		// An atomic batch is contiguous: once an id past first+n is seen,
-		// an incomplete batch is refused.
+	t.Run("gap", func(t *testing.T) {
+		// An atomic batch is contiguous: a message at any later id ends
+		// the open batch, a batch of one (another subject's record) too.
 		c := NewBatchCollector(tr)
 		c.Add(100, hs[0], ss[0])
 		c.Add(101, hs[1], ss[1])
 		one := Attest(k, tRoom, tSubject, RecordPosition(0), ss[0].Content)
 		v := c.Add(104, one, Statement{tRoom, tSubject, RecordPosition(0), ss[0].Content})
-		if len(v) != 1 || v[0].ID != 104 || v[0].Err != nil {
-			t.Fatalf("inside the window: %+v", v)
-		}
-		v = c.Add(105, one, Statement{tRoom, tSubject, RecordPosition(0), ss[0].Content})
-		if len(v) != 3 || v[0].ID != 100 || v[1].ID != 101 || v[2].ID != 105 ||
-			!errors.Is(v[0].Err, ErrIncompleteBatch) || !errors.Is(v[1].Err, ErrIncompleteBatch) || v[2].Err != nil {
-			t.Fatalf("past the window: %+v", v)
+		if len(v) != 3 || v[0].ID != 100 || v[1].ID != 101 || v[2].ID != 104 ||
+			!isIncomplete(v[0], "next message, stream seq 104, is not message 2") || !errors.Is(v[1].Err, ErrIncompleteBatch) || v[2].Err != nil || v[2].Signer != k.NodeID() {
+			t.Fatalf("after a gap: %+v", v)
 		}
 		if c.Pending() != 0 {
 			t.Fatalf("Pending = %d", c.Pending())
 		}
-		// The rest of that batch arriving late starts a new group that
-		// cannot complete.
+		// The rest of that batch arriving late is refused at once.
 		for i := 2; i < 5; i++ {
-			if v := c.Add(uint64(106+i), hs[i], ss[i]); len(v) != 0 {
+			if v := c.Add(uint64(106+i), hs[i], ss[i]); len(v) != 1 || !isIncomplete(v[0], stray(i)) {
 				t.Fatalf("late member: %+v", v)
 			}
 		}
-		if f := c.Flush(); len(f) != 3 || !errors.Is(f[0].Err, ErrIncompleteBatch) {
+		if f := c.Flush(); len(f) != 0 {
+			t.Fatalf("Flush = %+v", f)
+		}
+	})
+	t.Run("pass", func(t *testing.T) {
+		// A message that is no attested member (a checkpoint) ends the
+		// open batch at once.
+		c := NewBatchCollector(tr)
+		c.Add(1, hs[0], ss[0])
+		if v := c.Pass(2); len(v) != 1 || v[0].ID != 1 || c.Pending() != 0 ||
+			!isIncomplete(v[0], "only messages 0 to 0 of it were read, at stream seqs 1 to 1, and the next message, stream seq 2, is not message 1 of it") {
+			t.Fatalf("Pass: %+v, pending %d", v, c.Pending())
+		}
+		if v := c.Pass(3); len(v) != 0 {
+			t.Fatalf("Pass with no batch open: %+v", v)
+		}
+	})
+	t.Run("flush", func(t *testing.T) {
+		c := NewBatchCollector(tr)
+		c.Add(1, hs[0], ss[0])
+		c.Add(2, hs[1], ss[1])
+		f := c.Flush()
+		if len(f) != 2 || c.Pending() != 0 || f[0].ID != 1 || f[1].ID != 2 ||
+			!isIncomplete(f[1], "message 1 of a batch of 5 by "+k.NodeID()+": only messages 0 to 1 of it were read, at stream seqs 1 to 2, and the read ended there") {
 			t.Fatalf("Flush = %+v", f)
 		}
 	})
@@ -387,10 +463,10 @@ func TestBatchCollector(t *testing.T) {
 		// The same statements signed by the other key are another batch:
 		// its headers do not complete the first one.
 		c.Add(8, hs[0], ss[0])
-		if v := c.Add(9, h2[1], ss[1]); len(v) != 0 {
+		if v := c.Add(9, h2[1], ss[1]); len(v) != 2 || v[0].ID != 8 || !errors.Is(v[0].Err, ErrIncompleteBatch) || v[1].ID != 9 || !errors.Is(v[1].Err, ErrIncompleteBatch) {
 			t.Fatalf("%+v", v)
 		}
-		if f := c.Flush(); len(f) != 2 || !errors.Is(f[0].Err, ErrIncompleteBatch) || !errors.Is(f[1].Err, ErrIncompleteBatch) {
+		if f := c.Flush(); len(f) != 0 {
 			t.Fatalf("Flush = %+v", f)
 		}
 	})
@@ -418,8 +494,8 @@ func TestBatchCollectorManyBatches(t *testing.T) {
 			id++
 		}
 	}
-	if got != 600 || c.Pending() != 0 || len(c.order) > 64 {
-		t.Fatalf("verdicts %d, pending %d, order %d", got, c.Pending(), len(c.order))
+	if got != 600 || c.Pending() != 0 || len(c.members) != 0 || cap(c.members) > 4 {
+		t.Fatalf("verdicts %d, pending %d, members %d (cap %d)", got, c.Pending(), len(c.members), cap(c.members))
 	}
 }
 

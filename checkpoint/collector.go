@@ -17,210 +17,215 @@ type BatchVerdict struct {
 }
 
 // BatchCollector verifies the attestations of messages read in stream
-// order, one signature per atomic batch (docs/checkpoints.md): it holds each message of
-// a batch of more than one until every index of the batch has been seen,
-// then verifies the batch once. It is for readers and the checkpointer; it
-// is not safe for concurrent use.
+// order, one signature per atomic batch (docs/checkpoints.md): it
+// reassembles batches by the readers' rule (BatchRun), holds the messages
+// of the batch still open, and verifies each batch once, when its last
+// message arrives. It is for the gate and the checkpointer, which verify
+// every batch as it becomes whole (the readers hold their messages
+// themselves, verify later and follow the same BatchRun). It is not safe
+// for concurrent use.
 //
-// IDs must be the messages' stream sequences, in stream order. An atomic
-// batch is stored whole, in order and contiguously (ADR-50), so each member
-// of a batch must be the one after the previous at the next id (else it is
-// refused at once: a replay out of order or interleaved, as the readers
-// refuse it), and a batch whose first message seen has id f is complete
-// before any message with id >= f+n arrives; a group still incomplete then
-// is refused, so a forged header cannot hold a reader's messages back for
-// long.
+// IDs must be the messages' stream sequences, growing from call to call.
+// Messages the caller does not pass may lie between them (other subjects);
+// Pass tells of one that is no member (a checkpoint, say), which ends the
+// open batch at once instead of at the next call.
 type BatchCollector struct {
 	trust   *Trust
-	groups  map[batchKey]*batchGroup
-	order   []*batchGroup // open groups by first id (may hold closed ones)
-	pending int
+	run     BatchRun
+	members []member  // the open batch's, in index order
+	entries []entryOf // what Vouch left to work positions out from
+	digests [][32]byte
+	msg     []byte         // batchMessage's buffer
+	out     []BatchVerdict // the verdicts a call returns
 }
 
-// batchKey names a batch: signer, signature and size.
-type batchKey struct {
-	signer string
-	sig    [64]byte
-	count  int
-}
-
-type batchGroup struct {
-	key     batchKey
-	first   uint64
-	members []member // arrival order
-	inOrder bool     // members[i].index == i for all i
-	taken   map[int]bool
-	closed  bool
-}
+// maxPresize bounds the room made for a batch's messages when it opens:
+// its size is the header's word, so a forged one gets no more.
+const maxPresize = 1024
 
 type member struct {
-	id    uint64
-	index int
-	st    Statement
+	id      uint64
+	st      Statement
+	vouched bool
+	entry   int32 // with vouched and st.Position "": 1 + its index in entries; 0: none
+}
+
+// entryOf is a vouched journal message's entry and HeaderOwner, whose
+// position is worked out only if its batch's signature is checked.
+type entryOf struct {
+	entry []byte
+	owner string
 }
 
 // NewBatchCollector returns a collector that admits attestations by the
 // keys of t (a nil or empty t admits none).
 func NewBatchCollector(t *Trust) *BatchCollector {
-	return &BatchCollector{trust: t, groups: make(map[batchKey]*batchGroup)}
+	return &BatchCollector{trust: t}
 }
 
 // Add takes the next message in stream order: its id, AttestationHeader
-// value and statement. It returns the verdicts it could reach: at once for
-// a malformed or untrusted header, for a batch of one, and for a message
-// whose index its batch already has (the first message seen per index
-// wins; a later one is refused as a duplicate, ErrBadAttestation); one per
-// member, in arrival order, when the message completes its batch (all of
-// them refused with ErrBadAttestation if the signature does not verify);
-// and for the members of batches that can no longer complete because id is
-// past their window (ErrIncompleteBatch), oldest first. Otherwise the
-// message is held and Add returns nothing for it yet.
-func (c *BatchCollector) Add(id uint64, header string, st Statement) (done []BatchVerdict) {
-	done = c.expire(id, done)
+// value and statement. It returns the verdicts it could reach, in stream
+// order, in a slice valid until the next call: those of the open batch's messages when this message ends it
+// incomplete (ErrIncompleteBatch); then this message's at once when its
+// header is malformed, empty or untrusted, its statement holds a newline,
+// it claims a place in a batch without following the place before
+// (ErrIncompleteBatch), or it is a batch of one; or, when it completes its
+// batch, one per message of the batch (all refused with ErrBadAttestation
+// if the signature does not verify). Otherwise the message is held and Add
+// returns nothing for it yet.
+func (c *BatchCollector) Add(id uint64, header string, st Statement) []BatchVerdict {
+	return c.add(id, header, member{id: id, st: st}, entryOf{})
+}
+
+// Vouch is Add for a message whose attestation header the caller's own
+// gate made for exactly this message's subject and content (the
+// checkpointer's own appends). Its batch is reassembled as any other; once
+// whole, a batch whose every message was vouched for is admitted without
+// its signature being checked, and any other is verified. st.Position may
+// be left "" with entry the message's journal entry and owner its
+// HeaderOwner: the position (EntryPosition) is then computed only if the
+// signature has to be checked.
+func (c *BatchCollector) Vouch(id uint64, header string, st Statement, entry []byte, owner string) []BatchVerdict {
+	return c.add(id, header, member{id: id, st: st, vouched: true}, entryOf{entry, owner})
+}
+
+// Pass tells that the message at id, in stream order, is no attested
+// message (a checkpoint, a message that is no entry): it ends the open
+// batch, whose verdicts it returns (ErrIncompleteBatch) as Add does.
+func (c *BatchCollector) Pass(id uint64) []BatchVerdict {
+	return c.ended(c.run.Next(id, "", Attestation{}, false).Ended, c.out[:0])
+}
+
+func (c *BatchCollector) add(id uint64, header string, m member, e entryOf) []BatchVerdict {
 	a, err := ParseAttestation(header)
-	if err != nil {
-		return append(done, BatchVerdict{ID: id, Err: err})
-	}
-	pub, ok := c.trust.key(a.Signer)
-	if !ok {
-		return append(done, BatchVerdict{ID: id, Err: fmt.Errorf("%w: attestation by %s", ErrUntrustedPublisher, clip(a.Signer))})
-	}
-	if st.hasNewline() {
-		return append(done, BatchVerdict{ID: id, Err: fmt.Errorf("%w: room, subject or position holds a newline", ErrBadAttestation)})
-	}
-	m := member{id: id, index: a.Index, st: st}
-	if a.Count == 1 {
-		return append(done, verify(pub, a, []member{m})...)
-	}
-	key := batchKey{signer: a.Signer, sig: a.Sig, count: a.Count}
-	g := c.groups[key]
-	if g == nil {
-		g = &batchGroup{key: key, first: id, inOrder: true}
-		c.groups[key] = g
-		c.order = append(c.order, g)
-	}
-	if g.has(a.Index) {
-		return append(done, BatchVerdict{ID: id, Err: fmt.Errorf("%w: a second message %d/%d of one batch by %s", ErrBadAttestation, a.Index, a.Count, a.Signer)})
-	}
-	if n := len(g.members); n > 0 {
-		// An atomic batch is stored whole and in order: each member is
-		// the one after the previous at the next id. The readers apply
-		// the same rule, so a batch's messages replayed out of order or
-		// interleaved with others are refused by both, not admitted here
-		// and refused there (which would make every later checkpoint of
-		// the room unverifiable for them).
-		if last := g.members[n-1]; id != last.id+1 || a.Index != last.index+1 {
-			return append(done, BatchVerdict{ID: id, Err: fmt.Errorf("%w: message %d/%d of a batch by %s at id %d does not follow message %d at id %d", ErrBadAttestation, a.Index, a.Count, a.Signer, id, last.index, last.id)})
+	var pub ed25519.PublicKey
+	if err == nil {
+		var ok bool
+		if pub, ok = c.trust.key(a.Signer); !ok {
+			err = fmt.Errorf("%w: attestation by %s", ErrUntrustedPublisher, clip(a.Signer))
+		} else if m.st.hasNewline() {
+			err = fmt.Errorf("%w: room, subject or position holds a newline", ErrBadAttestation)
 		}
 	}
-	g.add(m)
-	c.pending++
-	if len(g.members) < a.Count {
-		return done
+	s := c.run.Next(id, m.st.Room, a, err == nil)
+	done := c.ended(s.Ended, c.out[:0])
+	switch s.Place {
+	case NotMember:
+		return c.keep(append(done, BatchVerdict{ID: id, Err: err}))
+	case Stray:
+		return c.keep(append(done, BatchVerdict{ID: id, Err: s.Err(a)}))
 	}
-	c.close(g)
-	return append(done, verify(pub, a, g.members)...)
+	if m.vouched && m.st.Position == "" && e.entry != nil {
+		c.entries = append(c.entries, e)
+		m.entry = int32(len(c.entries))
+	}
+	if s.Place == Alone {
+		one := [1]member{m}
+		done = c.verify(done, pub, a, one[:])
+		c.reset()
+		return c.keep(done)
+	}
+	if s.Place == Opens && cap(c.members) < a.Count {
+		c.members = make([]member, 0, min(a.Count, maxPresize))
+	}
+	c.members = append(c.members, m)
+	if s.Place != Completes {
+		return c.keep(done)
+	}
+	done = c.verify(done, pub, a, c.members)
+	c.reset()
+	return c.keep(done)
 }
 
-// Flush ends the read: every message still held is refused
-// (ErrIncompleteBatch, "incomplete batch: k of n"), in id order.
+// keep makes out the buffer of the next call's verdicts, and returns it.
+func (c *BatchCollector) keep(out []BatchVerdict) []BatchVerdict {
+	c.out = out
+	return out
+}
+
+// ended appends the refusals of the messages of b, the batch a message
+// ended, to out.
+func (c *BatchCollector) ended(b BrokenBatch, out []BatchVerdict) []BatchVerdict {
+	if b.Count() == 0 {
+		return out
+	}
+	for i, m := range c.members {
+		a := b.A
+		a.Index = i
+		out = append(out, BatchVerdict{ID: m.id, Err: b.Err(a)})
+	}
+	c.reset()
+	return c.keep(out)
+}
+
+func (c *BatchCollector) reset() {
+	clear(c.members)
+	clear(c.entries)
+	c.members, c.entries = c.members[:0], c.entries[:0]
+}
+
+// Flush ends the read: the messages of the batch still open are refused
+// (ErrIncompleteBatch), in stream order.
 func (c *BatchCollector) Flush() []BatchVerdict {
-	var out []BatchVerdict
-	for _, g := range c.order {
-		if !g.closed {
-			out = g.refuse(out)
-			g.closed = true
-		}
-	}
-	clear(c.groups)
-	c.order = c.order[:0]
-	c.pending = 0
-	slices.SortStableFunc(out, func(a, b BatchVerdict) int {
-		switch {
-		case a.ID < b.ID:
-			return -1
-		case a.ID > b.ID:
-			return 1
-		}
-		return 0
-	})
-	return out
+	b, _ := c.run.Break("the read ended there")
+	return c.ended(b, c.out[:0])
 }
 
-// Pending is the number of messages held, waiting for their batches.
-func (c *BatchCollector) Pending() int { return c.pending }
+// Pending is the number of messages held, waiting for their batch.
+func (c *BatchCollector) Pending() int { return len(c.members) }
 
-// expire refuses the groups whose window ends before id.
-func (c *BatchCollector) expire(id uint64, out []BatchVerdict) []BatchVerdict {
-	for len(c.order) > 0 {
-		g := c.order[0]
-		if !g.closed {
-			if id < g.first || id-g.first < uint64(g.key.count) {
-				break
-			}
-			out = g.refuse(out)
-			c.close(g)
-		}
-		c.order[0] = nil
-		c.order = c.order[1:]
-	}
-	if len(c.order) > 2*len(c.groups)+64 { // ids that do not grow: drop closed groups
-		c.order = slices.DeleteFunc(c.order, func(g *batchGroup) bool { return g.closed })
-	}
-	return out
-}
-
-func (c *BatchCollector) close(g *batchGroup) {
-	g.closed = true
-	c.pending -= len(g.members)
-	delete(c.groups, g.key)
-}
-
-func (g *batchGroup) has(index int) bool {
-	if g.inOrder {
-		return index < len(g.members)
-	}
-	return g.taken[index]
-}
-
-func (g *batchGroup) add(m member) {
-	if g.inOrder && m.index != len(g.members) {
-		g.inOrder = false
-		g.taken = make(map[int]bool, len(g.members)+1)
-		for _, o := range g.members {
-			g.taken[o.index] = true
-		}
-	}
-	if !g.inOrder {
-		g.taken[m.index] = true
-	}
-	g.members = append(g.members, m)
-}
-
-func (g *batchGroup) refuse(out []BatchVerdict) []BatchVerdict {
-	for _, m := range g.members {
-		out = append(out, BatchVerdict{ID: m.id, Err: fmt.Errorf("%w: %d of %d messages of a batch by %s", ErrIncompleteBatch, len(g.members), g.key.count, g.key.signer)})
-	}
-	return out
-}
-
-// verify checks the signature of a complete batch whose members (all
-// indices 0..n-1, in arrival order) are given and returns their verdicts.
-func verify(pub ed25519.PublicKey, a Attestation, members []member) []BatchVerdict {
-	digests := make([][32]byte, a.Count)
-	for _, m := range members {
-		digests[m.index] = m.st.Digest()
-	}
+// verify decides a whole batch whose members (indices 0..n-1) are given,
+// and appends their verdicts to out: admitted without a signature check
+// when every one was vouched for, else by its signature over their
+// statements.
+func (c *BatchCollector) verify(out []BatchVerdict, pub ed25519.PublicKey, a Attestation, members []member) []BatchVerdict {
 	var err error
-	if !ed25519.Verify(pub, batchMessage(digests), a.Sig[:]) {
-		err = fmt.Errorf("%w: signature by %s does not verify for its batch of %d", ErrBadAttestation, a.Signer, a.Count)
-	}
-	out := make([]BatchVerdict, len(members))
-	for i, m := range members {
-		out[i] = BatchVerdict{ID: m.id, Err: err}
-		if err == nil {
-			out[i].Signer = a.Signer
+	for _, m := range members {
+		if !m.vouched {
+			err = c.check(pub, a, members)
+			break
 		}
 	}
+	signer := a.Signer
+	if err != nil {
+		signer = ""
+	}
+	out = slices.Grow(out, len(members))
+	for _, m := range members {
+		out = append(out, BatchVerdict{ID: m.id, Signer: signer, Err: err})
+	}
 	return out
+}
+
+// check verifies the signature of a whole batch over its members'
+// statements.
+func (c *BatchCollector) check(pub ed25519.PublicKey, a Attestation, members []member) error {
+	c.digests = slices.Grow(c.digests[:0], len(members))
+	var first Statement
+	for i := range members {
+		st := members[i].st
+		if st.Position == "" {
+			if members[i].entry == 0 {
+				return fmt.Errorf("%w: the position of message %d of a batch of %d by %s is unknown", ErrBadAttestation, i, a.Count, a.Signer)
+			}
+			e := c.entries[members[i].entry-1]
+			pos, err := EntryPosition(e.entry, e.owner)
+			if err != nil {
+				return err
+			}
+			st.Position = pos
+		}
+		if st.hasNewline() {
+			return fmt.Errorf("%w: room, subject or position of message %d holds a newline", ErrBadAttestation, i)
+		}
+		if i == 0 {
+			first = st
+		}
+		c.digests = append(c.digests, st.Digest())
+	}
+	var ok bool
+	if c.msg, ok = verifyDigests(pub, a.Sig, c.digests, c.msg); !ok {
+		return badSignature(a.Signer, first, a.Count)
+	}
+	return nil
 }

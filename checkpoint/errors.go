@@ -8,8 +8,9 @@ import "errors"
 var ErrNoAttestation = errors.New("no attestation")
 
 // ErrIncompleteBatch is returned (wrapped) by (*Trust).VerifyAttestation for
-// a header of a batch of more than one message, and in BatchCollector
-// verdicts for a message whose batch was not seen whole: its signature
+// a header of a batch of more than one message, and wrapped by
+// IncompleteBatchError (BatchRun, BatchCollector) for a message whose
+// batch was not read whole at consecutive stream sequences: its signature
 // covers messages the caller did not pass, so it cannot be checked.
 var ErrIncompleteBatch = errors.New("incomplete batch")
 

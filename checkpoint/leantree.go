@@ -8,81 +8,98 @@ import (
 )
 
 // LeanTree is a room's RFC 6962 tree as a reader or the checkpointer
-// keeps it once checkpoints have covered its start: the compact range (merkle/compact) of the first
-// Base() leaves, whose root and proof nodes stay available, and the leaf
-// hashes after it. Roots, truncation and consistency proofs are for sizes
-// of at least Base(); Advance moves Base() on once a checkpoint has
-// covered the leaves. Memory: O(log n) hashes plus 32 bytes per leaf after
-// Base().
+// keeps it once checkpoints have covered its start: the compact range
+// (merkle/compact's nodes) of the first Base() leaves, whose root and proof
+// nodes stay available, and the leaf hashes after it. Roots, truncation and
+// consistency proofs are for sizes of at least Base(); Advance moves Base()
+// on once a checkpoint has covered the leaves. Memory: O(log n) hashes plus
+// 32 bytes per leaf after Base(). Roots and Advance fold leaves without
+// allocating (a checkpoint check costs hashing only, whatever it covers).
 type LeanTree struct {
-	base *compact.Range // [0, Base())
-	tail [][32]byte     // leaves Base(), Base()+1, ...
+	baseSize uint64
+	// base holds the hashes of compact.RangeNodes(0, baseSize): the
+	// perfect subtrees of the first baseSize leaves, largest first.
+	base [][32]byte
+	tail [][32]byte // leaves Base(), Base()+1, ...
 }
 
-var leanRanges = &compact.RangeFactory{Hash: HashChildren}
-
 // NewLeanTree returns an empty lean tree.
-func NewLeanTree() *LeanTree { return &LeanTree{base: leanRanges.NewEmptyRange(0)} }
+func NewLeanTree() *LeanTree { return &LeanTree{} }
 
 // Base is the number of leaves folded into the compact range.
-func (t *LeanTree) Base() uint64 { return t.base.End() }
+func (t *LeanTree) Base() uint64 { return t.baseSize }
 
 // Size is the number of leaves.
-func (t *LeanTree) Size() uint64 { return t.base.End() + uint64(len(t.tail)) }
+func (t *LeanTree) Size() uint64 { return t.baseSize + uint64(len(t.tail)) }
 
 // Append adds leaf (a leaf hash) at index Size().
 func (t *LeanTree) Append(leaf [32]byte) { t.tail = append(t.tail, leaf) }
 
-// rangeAt returns a new compact range of the first size leaves (Base() <=
-// size <= Size()).
-func (t *LeanTree) rangeAt(size uint64) (*compact.Range, error) {
-	if size < t.Base() || size > t.Size() {
-		return nil, fmt.Errorf("%w: size %d outside %d..%d", ErrTreeSize, size, t.Base(), t.Size())
-	}
-	hs := t.base.Hashes()
-	cp := make([][]byte, len(hs))
-	copy(cp, hs)
-	r, err := leanRanges.NewRange(0, t.base.End(), cp)
-	if err != nil {
-		return nil, err
-	}
-	for i := range size - t.Base() {
-		if err := r.Append(t.tail[i][:], nil); err != nil {
-			return nil, err
-		}
-	}
-	return r, nil
+// foldRange is the compact range of the leaves [0, end) as it is built
+// leaf by leaf: the hashes of compact.RangeNodes(0, end), largest first
+// (one per bit set in end; 64 at most).
+type foldRange struct {
+	h   [64][32]byte
+	n   int
+	end uint64
 }
 
-func rootOf(r *compact.Range) ([32]byte, error) {
-	if r.End() == 0 {
-		return emptyRoot, nil
+// push appends the leaf hash at index end: it merges with the perfect
+// subtrees to its left that it completes (one per trailing one bit of end).
+func (f *foldRange) push(leaf [32]byte) {
+	h := leaf
+	for i := f.end; i&1 == 1; i >>= 1 {
+		f.n--
+		h = NodeHash(f.h[f.n], h)
 	}
-	h, err := r.GetRootHash(nil)
-	if err != nil {
-		return [32]byte{}, err
+	f.h[f.n] = h
+	f.n++
+	f.end++
+}
+
+// root is the RFC 6962 root of the leaves [0, end): the subtrees folded
+// right to left, as Tree.RootAt does.
+func (f *foldRange) root() [32]byte {
+	if f.n == 0 {
+		return emptyRoot
 	}
-	return [32]byte(h), nil
+	r := f.h[f.n-1]
+	for i := f.n - 2; i >= 0; i-- {
+		r = NodeHash(f.h[i], r)
+	}
+	return r
+}
+
+// rangeAt folds the first size leaves (Base() <= size <= Size()) into f.
+func (t *LeanTree) rangeAt(f *foldRange, size uint64) error {
+	if size < t.baseSize || size > t.Size() {
+		return fmt.Errorf("%w: size %d outside %d..%d", ErrTreeSize, size, t.baseSize, t.Size())
+	}
+	f.n, f.end = copy(f.h[:], t.base), t.baseSize
+	for _, leaf := range t.tail[:size-t.baseSize] {
+		f.push(leaf)
+	}
+	return nil
 }
 
 // RootAt returns the root of the first size leaves (Base() <= size <=
 // Size()); outside that, an error wrapping ErrTreeSize.
 func (t *LeanTree) RootAt(size uint64) ([32]byte, error) {
-	r, err := t.rangeAt(size)
-	if err != nil {
+	var f foldRange
+	if err := t.rangeAt(&f, size); err != nil {
 		return [32]byte{}, err
 	}
-	return rootOf(r)
+	return f.root(), nil
 }
 
 // Truncate drops the leaves from size on (Base() <= size <= Size());
 // outside that, an error wrapping ErrTreeSize.
 func (t *LeanTree) Truncate(size uint64) error {
-	if size < t.Base() || size > t.Size() {
-		return fmt.Errorf("%w: truncate to %d outside %d..%d", ErrTreeSize, size, t.Base(), t.Size())
+	if size < t.baseSize || size > t.Size() {
+		return fmt.Errorf("%w: truncate to %d outside %d..%d", ErrTreeSize, size, t.baseSize, t.Size())
 	}
-	clear(t.tail[size-t.Base():])
-	t.tail = t.tail[:size-t.Base()]
+	clear(t.tail[size-t.baseSize:])
+	t.tail = t.tail[:size-t.baseSize]
 	return nil
 }
 
@@ -95,15 +112,17 @@ func (t *LeanTree) ConsistencyProof(size1, size2 uint64) ([][32]byte, error) {
 	if size2 > t.Size() || size1 > size2 {
 		return nil, fmt.Errorf("%w: consistency from %d to %d in a tree of size %d", ErrTreeSize, size1, size2, t.Size())
 	}
-	r1, err := t.rangeAt(size1)
-	if err != nil {
+	var r1 foldRange
+	if err := t.rangeAt(&r1, size1); err != nil {
 		return nil, err
 	}
 	nodes, err := proof.Consistency(size1, size2)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrTreeSize, err)
 	}
-	ids := compact.RangeNodes(0, size1, nil)
+	var idBuf [64]compact.NodeID
+	ids := compact.RangeNodes(0, size1, idBuf[:0])
+	store := make([][32]byte, len(nodes.IDs))
 	hs := make([][]byte, len(nodes.IDs))
 	for i, id := range nodes.IDs {
 		begin, end := id.Coverage()
@@ -111,25 +130,24 @@ func (t *LeanTree) ConsistencyProof(size1, size2 uint64) ([][32]byte, error) {
 		case end <= size1:
 			for j, rid := range ids {
 				if rid == id {
-					hs[i] = r1.Hashes()[j]
+					store[i] = r1.h[j]
+					hs[i] = store[i][:]
 				}
 			}
 			if hs[i] == nil {
 				return nil, fmt.Errorf("%w: node %d/%d is not in the compact range of %d leaves", ErrTreeSize, id.Level, id.Index, size1)
 			}
 		case begin >= size1 && end <= t.Size():
-			sub := leanRanges.NewEmptyRange(begin)
-			for k := begin; k < end; k++ {
-				if err := sub.Append(t.tail[k-t.Base()][:], nil); err != nil {
-					return nil, err
-				}
-			}
 			// A perfect subtree: its compact range is one node.
-			if h := sub.Hashes(); len(h) == 1 {
-				hs[i] = h[0]
-			} else {
+			var sub foldRange
+			for _, leaf := range t.tail[begin-t.baseSize : end-t.baseSize] {
+				sub.push(leaf)
+			}
+			if sub.n != 1 {
 				return nil, fmt.Errorf("%w: node %d/%d is not a perfect subtree", ErrTreeSize, id.Level, id.Index)
 			}
+			store[i] = sub.h[0]
+			hs[i] = store[i][:]
 		default:
 			return nil, fmt.Errorf("%w: node %d/%d straddles size %d", ErrTreeSize, id.Level, id.Index, size1)
 		}
@@ -148,15 +166,16 @@ func (t *LeanTree) ConsistencyProof(size1, size2 uint64) ([][32]byte, error) {
 // Advance folds the leaves before size (Base() <= size <= Size()) into
 // the compact range; their hashes are dropped.
 func (t *LeanTree) Advance(size uint64) error {
-	if size < t.Base() || size > t.Size() {
-		return fmt.Errorf("%w: advance to %d outside %d..%d", ErrTreeSize, size, t.Base(), t.Size())
+	if size < t.baseSize || size > t.Size() {
+		return fmt.Errorf("%w: advance to %d outside %d..%d", ErrTreeSize, size, t.baseSize, t.Size())
 	}
-	n := size - t.Base()
-	for i := range n {
-		if err := t.base.Append(t.tail[i][:], nil); err != nil {
-			return err
-		}
+	var f foldRange
+	if err := t.rangeAt(&f, size); err != nil {
+		return err
 	}
+	n := size - t.baseSize
+	t.base = append(t.base[:0], f.h[:f.n]...)
+	t.baseSize = size
 	rest := t.tail[n:]
 	if cap(rest) > 2*len(rest)+64 {
 		// Most of the slice is spent: copy what is left, so the spent

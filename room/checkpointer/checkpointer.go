@@ -1,12 +1,10 @@
 package checkpointer
 
 import (
-	"cmp"
 	"context"
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -89,7 +87,11 @@ type Options struct {
 // admitted messages: journal and exec messages with a valid attestation by
 // a trusted publisher, in stream order. The gate of the same process tells
 // it its own attestations (Expect), which are then admitted without their
-// signature being verified again.
+// signature being verified again. Batches are reassembled by the readers'
+// rule (checkpoint.BatchCollector, checkpoint.BatchRun), own ones too, and
+// each room's tree and checkpoints are a checkpoint.Ledger: the rules the
+// readers apply, so a message is a leaf here exactly when it is one for
+// them.
 //
 // For each room whose tree grew it writes a checkpoint every Every leaves
 // or Interval, and on Stop, on the room's checkpoint subject, but only
@@ -154,11 +156,13 @@ type Checkpointer struct {
 
 	mu    sync.Mutex
 	rooms map[string]*ckRoom
-	// batches verifies the attestations of messages the gate of this
-	// process did not make, one signature per atomic batch;
-	// waiting names the room of each message it holds, by stream seq.
+	// batches reassembles the atomic batches of the messages read and
+	// verifies those the gate of this process did not make, one signature
+	// per batch; held are the messages of the batch it holds open, in
+	// stream order (its members: a batch is stored at consecutive stream
+	// sequences, so nothing else can be waiting behind them).
 	batches *checkpoint.BatchCollector
-	waiting map[uint64]*ckRoom
+	held    []ckHeld
 	// lastPending and lastAt: NumPending of the last message handled and
 	// when it was: a batch still incomplete once the reader has handled
 	// all the stream has (an atomic batch is stored whole) never
@@ -191,17 +195,15 @@ const ckSubjectCache = 4096
 // ckRoom is the checkpointer's view of one room. Fields under
 // Checkpointer.mu, but lease: the writer's alone.
 type ckRoom struct {
-	id   string
-	tree *checkpoint.LeanTree
-	// queue holds, in stream order, the room's messages and checkpoints
-	// read after a message whose batch is not verified yet: the tree takes
-	// leaves, and checkpoints are checked, in stream order only.
-	queue     []ckQueued
+	id string
+	// ledger is the room's tree (lean: the compact range of what the
+	// latest checkpoint that matched covers, the leaf hashes after it) and
+	// that checkpoint.
+	ledger    *checkpoint.Ledger
 	execCount uint64 // messages read on the exec subject (the next record's position)
 	// ckptSeq is the checkpoint subject's last stream sequence read or
 	// written: a write expects it.
 	ckptSeq  uint64
-	goodSize uint64 // size of the latest checkpoint that matched the tree
 	written  uint64 // size of this checkpointer's last write
 	bad      string // why the latest checkpoint contradicts the tree; "" if it does not
 	grewAt   time.Time
@@ -213,25 +215,19 @@ type ckRoom struct {
 	lease       lease
 }
 
-// ckQueued is a room's message or checkpoint waiting behind a message
-// whose batch is not verified yet.
-type ckQueued struct {
+// ckHeld is a room's attested message whose batch is not decided yet.
+type ckHeld struct {
+	r       *ckRoom
 	seq     uint64
 	subject string
-	state   ckState
-	leaf    [32]byte // a message's leaf hash
-	what    string   // why a message is no leaf (its log message)
-	err     error    // and the error behind it, if any
-	ckpt    []byte   // a checkpoint's note
+	leaf    [32]byte // its leaf hash
 }
 
-type ckState int
-
+// What a message that is no leaf is logged as.
 const (
-	ckPending    ckState = iota // its batch is not verified yet
-	ckLeaf                      // admitted: a leaf
-	ckNotLeaf                   // refused: no leaf
-	ckCheckpoint                // a checkpoint, checked in its turn
+	notLeafUnattested = "checkpointer: a message without attestation is not a leaf"
+	notLeafNoEntry    = "checkpointer: an attested journal message that is no entry is not a leaf"
+	notLeafRefused    = "checkpointer: a message whose attestation does not verify is not a leaf"
 )
 
 // lease is the writer's hold on one room's lease key.
@@ -257,7 +253,7 @@ func Start(ctx context.Context, nc *nats.Conn, o Options) (*Checkpointer, error)
 	}
 	c := &Checkpointer{log: o.Logger, subjects: o.Subjects, signer: signer, nodeID: o.Key.NodeID(), trust: trust,
 		every: uint64(o.Every), interval: o.Interval, due: make(chan struct{}, 1), wdone: make(chan struct{}),
-		rooms: map[string]*ckRoom{}, parsed: map[string]room.Parsed{}, waiting: map[uint64]*ckRoom{},
+		rooms: map[string]*ckRoom{}, parsed: map[string]room.Parsed{},
 		switched: make(chan struct{}), fdone: make(chan struct{})}
 	c.acked.init()
 	c.gapWait.Store(int64(ckGapWait))
@@ -608,6 +604,10 @@ func (c *Checkpointer) follow(ctx context.Context) {
 			n := uint64(len(b))
 			c.mu.Lock()
 			c.lastPending, c.lastAt = 0, time.Now()
+			// One atomic batch, stored whole at consecutive sequences (the
+			// server's acknowledgement says where): it ends the batch held
+			// open, if any, and needs no reassembly.
+			c.decide(nil, c.batches.Pass(next))
 			for i := range b {
 				c.handleLocked(next+uint64(i), b[i].Subject, nil, b[i].Header, "", &b[i].Content)
 			}
@@ -958,8 +958,9 @@ func (o *ownAttestations) take(content [32]byte, subject, header string) bool {
 
 // handleLocked handles the message at stream sequence seq, in stream
 // order: data, its attestation header and its HeaderOwner as read, or,
-// with own, a message the gate of this process stored (own its content
-// hash; data nil), which is admitted without reading it. c.mu is held.
+// with own, a message of a batch the gate of this process stored (own its
+// content hash; data nil), which is admitted without reading it (the
+// caller has ended the batch held open: follow). c.mu is held.
 func (c *Checkpointer) handleLocked(seq uint64, subject string, data []byte, header, owner string, own *[32]byte) {
 	var err error
 	p, ok := c.parsed[subject]
@@ -974,14 +975,11 @@ func (c *Checkpointer) handleLocked(seq uint64, subject string, data []byte, hea
 	}
 	r := c.rooms[p.RoomID]
 	if r == nil {
-		r = &ckRoom{id: p.RoomID, tree: checkpoint.NewLeanTree()}
+		r = &ckRoom{id: p.RoomID, ledger: checkpoint.NewLedger()}
 		c.rooms[p.RoomID] = r
 	}
 	if p.Kind == room.KindCheckpoint {
-		if len(r.queue) > 0 {
-			r.queue = append(r.queue, ckQueued{seq: seq, subject: subject, state: ckCheckpoint, ckpt: data})
-			return
-		}
+		c.decide(nil, c.batches.Pass(seq))
 		c.readCheckpoint(r, seq, data)
 		return
 	}
@@ -996,80 +994,70 @@ func (c *Checkpointer) handleLocked(seq uint64, subject string, data []byte, hea
 	} else {
 		content = checkpoint.ContentHash(data)
 	}
-	q := ckQueued{seq: seq, subject: subject, leaf: checkpoint.LeafHash(r.id, subject, content)}
+	q := ckHeld{r: r, seq: seq, subject: subject, leaf: checkpoint.LeafHash(r.id, subject, content)}
+	st := checkpoint.Statement{Room: r.id, Subject: subject, Position: position, Content: content}
 	switch {
 	case own != nil:
 		// The gate attested it and the server acknowledged it stored at
-		// seq: a leaf. Its announcement is forgotten.
+		// seq, in a whole batch: a leaf. Its announcement is forgotten.
 		c.own.take(content, subject, header)
-		q.state = ckLeaf
+		c.take(r, q)
 	case header == "":
-		q.state, q.what = ckNotLeaf, "checkpointer: a message without attestation is not a leaf"
+		c.decide(nil, c.batches.Pass(seq))
+		c.notLeaf(r, notLeafUnattested, seq, subject, nil)
 	case c.own.take(content, subject, header):
-		q.state = ckLeaf
+		// The gate's own, read from the stream: admitted without its
+		// signature checked once its batch is read whole (a journal
+		// entry's position is worked out only if the batch turns out to
+		// hold messages the gate did not announce).
+		if p.Kind == room.KindJournal {
+			c.decide(&q, c.batches.Vouch(seq, header, st, data, owner))
+		} else {
+			c.decide(&q, c.batches.Vouch(seq, header, st, nil, ""))
+		}
 	default:
 		// Another publisher's, or this one's before a restart: verified
 		// once its whole batch has been read.
 		if p.Kind == room.KindJournal {
-			e, err := events.ParseEntry(data)
-			seqNo, ok := int64(0), false
-			if err == nil {
-				seqNo, ok = e.Seq()
+			if st.Position, err = checkpoint.EntryPosition(data, owner); err != nil {
+				c.decide(nil, c.batches.Pass(seq))
+				c.notLeaf(r, notLeafNoEntry, seq, subject, err)
+				return
 			}
-			if !ok {
-				q.state, q.what, q.err = ckNotLeaf, "checkpointer: an attested journal message that is no entry is not a leaf", err
-				break
-			}
-			position = checkpoint.OwnedJournalPosition(seqNo, owner)
 		}
-		r.queue = append(r.queue, q)
-		c.waiting[seq] = r
-		c.settle(c.batches.Add(seq, header, checkpoint.Statement{Room: r.id, Subject: subject, Position: position, Content: content}))
-		return
+		c.decide(&q, c.batches.Add(seq, header, st))
 	}
-	if len(r.queue) > 0 {
-		r.queue = append(r.queue, q)
-		return
-	}
-	c.take(r, q)
 }
 
-// settle applies the collector's verdicts and moves the rooms they concern
-// on as far as their queues are decided. c.mu is held.
-func (c *Checkpointer) settle(vs []checkpoint.BatchVerdict) {
-	var touched []*ckRoom
+// decide applies the collector's verdicts vs, which decide, in stream
+// order, the messages held and then q (nil: a message that is no batch's,
+// already told to the collector), all of them or all but the batch it
+// holds open now, and keeps the undecided ones held. c.mu is held.
+func (c *Checkpointer) decide(q *ckHeld, vs []checkpoint.BatchVerdict) {
+	all := c.held
+	if q != nil {
+		all = append(all, *q)
+	}
+	i := 0
 	for _, v := range vs {
-		r := c.waiting[v.ID]
-		if r == nil {
-			continue // cannot happen: every message added waits
+		for i < len(all) && all[i].seq != v.ID {
+			i++ // cannot happen: verdicts come in stream order, one per message
 		}
-		delete(c.waiting, v.ID)
-		// The queue is in stream order.
-		if i, ok := slices.BinarySearchFunc(r.queue, v.ID, func(q ckQueued, id uint64) int { return cmp.Compare(q.seq, id) }); ok && r.queue[i].state == ckPending {
-			q := &r.queue[i]
-			q.state = ckLeaf
-			if v.Err != nil {
-				q.state, q.what, q.err = ckNotLeaf, "checkpointer: a message whose attestation does not verify is not a leaf", v.Err
-			}
+		if i == len(all) {
+			break
 		}
-		if len(touched) == 0 || touched[len(touched)-1] != r {
-			touched = append(touched, r)
+		h := all[i]
+		i++
+		if v.Err != nil {
+			c.notLeaf(h.r, notLeafRefused, h.seq, h.subject, v.Err)
+			continue
 		}
+		c.take(h.r, h)
 	}
-	for _, r := range touched {
-		k := 0
-		for ; k < len(r.queue) && r.queue[k].state != ckPending; k++ {
-			if r.queue[k].state == ckCheckpoint {
-				c.readCheckpoint(r, r.queue[k].seq, r.queue[k].ckpt)
-			} else {
-				c.take(r, r.queue[k])
-			}
-		}
-		r.queue = append(r.queue[:0], r.queue[k:]...)
-		if len(r.queue) == 0 {
-			r.queue = nil
-		}
-	}
+	keep := all[len(all)-c.batches.Pending():]
+	n := copy(all, keep)
+	clear(all[n:])
+	c.held = all[:n]
 }
 
 // settleStuck refuses the batches still incomplete once the reader has
@@ -1095,22 +1083,17 @@ func (c *Checkpointer) settleStuck(ctx context.Context, force bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.batches.Pending() > 0 {
-		c.settle(c.batches.Flush())
+		c.decide(nil, c.batches.Flush())
 	}
 }
 
-// take adds a decided message to r's tree, or counts it as no leaf.
-func (c *Checkpointer) take(r *ckRoom, q ckQueued) {
-	if q.state != ckLeaf {
-		c.m.unadmitted.Inc()
-		c.notLeaf(r, q.what, q.seq, q.subject, q.err)
-		return
-	}
-	r.tree.Append(q.leaf)
+// take adds an admitted message to r's tree.
+func (c *Checkpointer) take(r *ckRoom, q ckHeld) {
+	r.ledger.Append(q.leaf)
 	if r.grewAt.IsZero() {
 		r.grewAt = time.Now()
 	}
-	if r.tree.Size()-max(r.goodSize, r.written) >= c.every {
+	if r.ledger.Size()-max(r.ledger.Covered(), r.written) >= c.every {
 		select {
 		case c.due <- struct{}{}:
 		default:
@@ -1118,10 +1101,12 @@ func (c *Checkpointer) take(r *ckRoom, q ckQueued) {
 	}
 }
 
-// notLeaf logs a message that is no leaf: the room's first at warn level,
-// later ones at debug level, so writing into a room raw cannot flood the
-// log (roompub_checkpoint_unadmitted_messages_total counts them all).
+// notLeaf counts and logs a message that is no leaf: the room's first at
+// warn level, later ones at debug level, so writing into a room raw cannot
+// flood the log (roompub_checkpoint_unadmitted_messages_total counts them
+// all).
 func (c *Checkpointer) notLeaf(r *ckRoom, what string, seq uint64, subject string, err error) {
+	c.m.unadmitted.Inc()
 	log := c.log.Debug
 	if !r.warned {
 		r.warned, log = true, c.log.Warn
@@ -1131,7 +1116,10 @@ func (c *Checkpointer) notLeaf(r *ckRoom, what string, seq uint64, subject strin
 }
 
 // readCheckpoint checks a checkpoint read at seq against the room's tree,
-// which holds every leaf before it in stream order.
+// which holds every leaf before it in stream order, by the readers' rules
+// (checkpoint.(*Ledger).Check: no smaller than the latest that matched, no
+// larger than the tree, consistent with the latest, the tree's root at its
+// size); one that matches becomes the latest.
 func (c *Checkpointer) readCheckpoint(r *ckRoom, seq uint64, data []byte) {
 	r.ckptSeq = max(r.ckptSeq, seq)
 	ck, err := checkpoint.Parse(data, r.id, c.trust)
@@ -1143,40 +1131,25 @@ func (c *Checkpointer) readCheckpoint(r *ckRoom, seq uint64, data []byte) {
 		c.setAside(r, seq, data, err)
 		return
 	}
-	var reason string
-	switch {
-	case ck.Size > r.tree.Size():
-		reason = fmt.Sprintf("it covers %d messages; the room has %d admitted messages before it", ck.Size, r.tree.Size())
-	case ck.Size < r.goodSize:
-		reason = fmt.Sprintf("it covers %d messages, fewer than the checkpoint before it (%d)", ck.Size, r.goodSize)
-	default:
-		// ck.Size >= goodSize, the lean tree's base.
-		root, rerr := r.tree.RootAt(ck.Size)
-		if rerr != nil {
-			reason = rerr.Error()
-		} else if root != ck.Root {
-			reason = fmt.Sprintf("root %s at size %d; the room's tree has %s", hex.EncodeToString(ck.Root[:]), ck.Size, hex.EncodeToString(root[:]))
-		}
-	}
-	wasBad := r.bad != ""
-	if reason != "" {
-		r.bad = reason
-		if !wasBad {
+	if err := r.ledger.Check(ck); err != nil {
+		if r.bad == "" {
 			c.m.blocked.Inc()
 		}
+		r.bad = err.Error()
 		c.log.Error("checkpointer: the room's latest checkpoint contradicts its messages: no checkpoint will be written for the room",
-			zap.String("room", r.id), zap.Uint64("stream_seq", seq), zap.String("signer", ck.Signer), zap.String("reason", reason))
+			zap.String("room", r.id), zap.Uint64("stream_seq", seq), zap.String("signer", ck.Signer), zap.String("reason", r.bad))
 		return
 	}
-	if wasBad {
+	if err := r.ledger.Accept(ck, seq); err != nil { // cannot fail: Check passed
+		c.log.Error("checkpointer: accepting the room's checkpoint", zap.String("room", r.id), zap.Error(err))
+		return
+	}
+	if r.bad != "" {
 		c.m.blocked.Dec()
 		c.log.Info("checkpointer: the room's latest checkpoint matches its messages again", zap.String("room", r.id), zap.Uint64("stream_seq", seq))
 	}
-	r.bad, r.goodSize = "", ck.Size
-	if err := r.tree.Advance(ck.Size); err != nil { // cannot fail: goodSize <= ck.Size <= Size
-		c.log.Error("checkpointer: advancing the room's tree", zap.String("room", r.id), zap.Error(err))
-	}
-	if ck.Size == r.tree.Size() {
+	r.bad = ""
+	if ck.Size == r.ledger.Size() {
 		r.grewAt = time.Time{}
 	}
 }
@@ -1258,7 +1231,7 @@ func (c *Checkpointer) writeDue(ctx context.Context, final bool) error {
 		return nil
 	}
 	for _, r := range c.rooms {
-		size, covered := r.tree.Size(), max(r.goodSize, r.written)
+		size, covered := r.ledger.Size(), max(r.ledger.Covered(), r.written)
 		if size <= covered || r.bad != "" || (!final && now.Before(r.waitTill)) {
 			continue
 		}
@@ -1266,7 +1239,7 @@ func (c *Checkpointer) writeDue(ctx context.Context, final bool) error {
 			continue // another publisher's lease, for now (lease is the writer's: this is it)
 		}
 		if final || size-covered >= c.every || now.Sub(r.grewAt) >= c.interval {
-			root, err := r.tree.RootAt(size)
+			root, err := r.ledger.RootAt(size)
 			if err != nil { // cannot happen: the base is a checkpoint's size, below size
 				c.log.Error("checkpointer: the room's root", zap.String("room", r.id), zap.Error(err))
 				continue
@@ -1316,7 +1289,7 @@ func (c *Checkpointer) write(ctx context.Context, d dueCheckpoint) error {
 	case err == nil:
 		r.written = max(r.written, d.size)
 		r.ckptSeq = max(r.ckptSeq, ack.Sequence)
-		if r.tree.Size() == d.size {
+		if r.ledger.Size() == d.size {
 			r.grewAt = time.Time{}
 		} else {
 			r.grewAt = time.Now()

@@ -708,11 +708,14 @@ func TestServeCheckpoints(t *testing.T) {
 	}
 }
 
-// TestCheckpointerRefusesStuckBatch: a message whose header claims a batch
-// that never completes (a header of a batch of 5 copied onto one message)
-// holds the room's later leaves back only until the checkpointer has read
-// the whole stream for a second (an atomic batch is read whole): then it
-// is refused and the leaves after it are checkpointed without Stop.
+// TestCheckpointerRefusesStuckBatch: a message whose header claims a place
+// in a batch it does not follow (a header of message 2 of a batch of 5
+// copied onto one message) is refused at once, by the readers' rule, and
+// holds nothing back: the gate's record after it is checkpointed. A
+// message that opens a batch that never completes (message 0 of 5 copied
+// onto the stream's last message) is held only until the checkpointer has
+// read the whole stream for a second (an atomic batch is read whole), then
+// refused without Stop.
 func TestCheckpointerRefusesStuckBatch(t *testing.T) {
 	e := roomtest.NewEnv(t)
 	ctx := context.Background()
@@ -727,30 +730,47 @@ func TestCheckpointerRefusesStuckBatch(t *testing.T) {
 	subj := room.Subjects{}
 	ckSubj := subj.Checkpoint(roomID)
 	roomtest.WaitFor(t, 10*time.Second, "the first checkpoint", func() bool { return e.CountOn(ckSubj) == 1 })
-	header := e.OnSubject(subj.Journal(roomID, events.ChainKey{RunID: "run-s", CapsuleID: "cap-s"}))[2].Header.Get(checkpoint.AttestationHeader)
+	headers := e.OnSubject(subj.Journal(roomID, events.ChainKey{RunID: "run-s", CapsuleID: "cap-s"}))
+	header := headers[2].Header.Get(checkpoint.AttestationHeader)
 	if a, err := checkpoint.ParseAttestation(header); err != nil || a.Count != 5 {
 		t.Fatalf("entry 2's header %q: %+v %v", header, a, err)
 	}
-	forged := &nats.Msg{Subject: subj.Records(roomID), Data: []byte(`{"forged":true}`), Header: nats.Header{}}
-	forged.Header.Set(checkpoint.AttestationHeader, header)
-	if _, err := e.Js.PublishMsg(ctx, forged); err != nil {
-		t.Fatal(err)
+	forge := func(header, data string) {
+		t.Helper()
+		forged := &nats.Msg{Subject: subj.Records(roomID), Data: []byte(data), Header: nats.Header{}}
+		forged.Header.Set(checkpoint.AttestationHeader, header)
+		if _, err := e.Js.PublishMsg(ctx, forged); err != nil {
+			t.Fatal(err)
+		}
 	}
-	// The gate's record (exec index 1) is read after the forged message
-	// and waits behind it.
+	notLeaves := func() int { return logs.FilterMessageSnippet("does not verify is not a leaf").Len() }
+	forge(header, `{"forged":true}`)
+	// The gate's record (exec index 1) is read after the forged message,
+	// which is refused then if not before.
 	if r := gate.AppendRecord(ctx, roomtest.RecordNamed(e, roomID, "s0")); r.Item.Outcome != room.OutcomeStored {
 		t.Fatalf("%+v", r)
 	}
-	start := time.Now()
 	roomtest.WaitFor(t, 10*time.Second, "a checkpoint of the record", func() bool { return e.CountOn(ckSubj) == 2 })
-	if took := time.Since(start); took < 900*time.Millisecond {
-		t.Fatalf("the record was checkpointed %s after the append: before the stuck batch was given up", took)
-	}
 	rt := roomtest.Rebuild(e, roomID, roomtest.Trusting(t, key))
 	if sizes := rt.CheckCheckpoints(t); fmt.Sprint(sizes) != "[5 6]" || len(rt.NotLeaves) != 1 {
 		t.Fatalf("sizes %v, not leaves %v; want [5 6] and the forged message", sizes, rt.NotLeaves)
 	}
-	if n := logs.FilterMessageSnippet("does not verify is not a leaf").Len(); n != 1 {
+	if n := notLeaves(); n != 1 {
 		t.Fatalf("%d logs of the forged message, want 1:\n%v", n, logs.All())
+	}
+	if f := logs.FilterMessageSnippet("does not verify is not a leaf").All()[0].ContextMap()["error"]; !strings.Contains(fmt.Sprint(f), "the message before it on the stream is not message 1 of that batch") {
+		t.Errorf("the forged message's error: %v", f)
+	}
+
+	// Message 0 of the batch copied onto the stream's last message: it
+	// opens a batch nothing continues.
+	forge(headers[0].Header.Get(checkpoint.AttestationHeader), `{"forged":2}`)
+	start := time.Now()
+	roomtest.WaitFor(t, 10*time.Second, "the stuck batch given up", func() bool { return notLeaves() == 2 })
+	if took := time.Since(start); took < 900*time.Millisecond {
+		t.Fatalf("the stuck batch was given up %s after it was stored: before the stream was read whole for a second", took)
+	}
+	if f := logs.FilterMessageSnippet("does not verify is not a leaf").All()[1].ContextMap()["error"]; !strings.Contains(fmt.Sprint(f), "only messages 0 to 0 of it were read") {
+		t.Errorf("the stuck message's error: %v", f)
 	}
 }

@@ -24,22 +24,19 @@ import (
 // decided, attested and stored (after the forgery, which readers refuse).
 
 // statementOf is what the attestation of a journal message m states: its
-// room and subject, "seq:" of its entry's seq, its content hash. ok is
-// false for a message that is no entry of a room's journal.
+// room and subject, its position (checkpoint.EntryPosition: its entry's
+// seq and owner), its content hash. ok is false for a message that is no
+// entry of a room's journal.
 func (g *Gate) statementOf(m *jetstream.RawStreamMsg) (checkpoint.Statement, bool) {
 	p, err := g.subjects.Parse(m.Subject)
 	if err != nil || p.Kind != room.KindJournal {
 		return checkpoint.Statement{}, false
 	}
-	e, err := events.ParseEntry(m.Data)
+	pos, err := checkpoint.EntryPosition(m.Data, m.Header.Get(room.HeaderOwner))
 	if err != nil {
 		return checkpoint.Statement{}, false
 	}
-	seq, ok := e.Seq()
-	if !ok {
-		return checkpoint.Statement{}, false
-	}
-	return checkpoint.Statement{Room: p.RoomID, Subject: m.Subject, Position: checkpoint.OwnedJournalPosition(seq, m.Header.Get(room.HeaderOwner)), Content: checkpoint.ContentHash(m.Data)}, true
+	return checkpoint.Statement{Room: p.RoomID, Subject: m.Subject, Position: pos, Content: checkpoint.ContentHash(m.Data)}, true
 }
 
 // admittedHead returns the last admitted entry of the chain up to last, the
@@ -78,41 +75,37 @@ func (g *Gate) admittedHead(ctx context.Context, key events.ChainKey, c *chainSt
 }
 
 // lastAdmitted reports whether m, the last message on the chain's subjects,
-// is an admitted entry: its attestation names a trusted publisher and its
-// batch, which ends at m (an atomic batch is stored contiguously on one
-// chain's subject), verifies.
+// is an admitted entry: its attestation names a trusted publisher as the
+// last message of its batch, and that batch, read from the stream sequence
+// its place puts message 0 at, is whole and verifies (a BatchCollector:
+// the readers' rule).
 func (g *Gate) lastAdmitted(ctx context.Context, key events.ChainKey, m *jetstream.RawStreamMsg) (bool, error) {
-	header := m.Header.Get(checkpoint.AttestationHeader)
-	a, err := checkpoint.ParseAttestation(header)
+	a, err := checkpoint.ParseAttestation(m.Header.Get(checkpoint.AttestationHeader))
 	if err != nil || !g.trust.Trusts(a.Signer) || a.Index != a.Count-1 || uint64(a.Index) >= m.Sequence {
 		return false, nil
 	}
-	st, ok := g.statementOf(m)
-	if !ok {
-		return false, nil
+	bc := checkpoint.NewBatchCollector(g.trust)
+	add := func(mm *jetstream.RawStreamMsg) []checkpoint.BatchVerdict {
+		st, ok := g.statementOf(mm)
+		if !ok {
+			return bc.Pass(mm.Sequence)
+		}
+		return bc.Add(mm.Sequence, mm.Header.Get(checkpoint.AttestationHeader), st)
 	}
-	headers, stmts := []string{header}, []checkpoint.Statement{st}
 	if a.Count > 1 {
-		first := m.Sequence - uint64(a.Index)
-		var msgs []*jetstream.RawStreamMsg
-		if err := g.readRange(ctx, g.subjects.ChainAnyRoom(key), first, m.Sequence-1, func(mm *jetstream.RawStreamMsg) { msgs = append(msgs, mm) }); err != nil {
+		// Messages before m that a verdict is reached for are not of
+		// m's batch (or a lagging replica left one out): m's verdict
+		// tells.
+		if err := g.readRange(ctx, g.subjects.ChainAnyRoom(key), m.Sequence-uint64(a.Index), m.Sequence-1, func(mm *jetstream.RawStreamMsg) { add(mm) }); err != nil {
 			return false, err
 		}
-		if len(msgs) != a.Count-1 {
-			return false, nil // not one batch (or a lagging replica): the scan decides
-		}
-		headers, stmts = headers[:0], stmts[:0]
-		for k, mm := range msgs {
-			st, ok := g.statementOf(mm)
-			if !ok || mm.Sequence != first+uint64(k) {
-				return false, nil // not one batch: the scan decides
-			}
-			headers, stmts = append(headers, mm.Header.Get(checkpoint.AttestationHeader)), append(stmts, st)
-		}
-		headers, stmts = append(headers, header), append(stmts, st)
 	}
-	_, err = g.trust.VerifyBatch(headers, stmts)
-	return err == nil, nil
+	for _, v := range add(m) {
+		if v.ID == m.Sequence {
+			return v.Err == nil, nil
+		}
+	}
+	return false, nil
 }
 
 // readRange calls each with the messages on subj (wildcards allowed) from
@@ -198,6 +191,7 @@ func (g *Gate) scanAdmitted(ctx context.Context, key events.ChainKey, from, to u
 		st, ok := g.statementOf(m)
 		if !ok {
 			refused++
+			take(bc.Pass(m.Sequence))
 			continue
 		}
 		held[m.Sequence] = m
@@ -233,6 +227,8 @@ func (g *Gate) loadAdmittedHashes(ctx context.Context, c *chainState, key events
 		if st, ok := g.statementOf(m); ok {
 			held[m.Sequence] = stored{m.Sequence, m.Header.Get(jetstream.MsgIDHeader)}
 			take(bc.Add(m.Sequence, m.Header.Get(checkpoint.AttestationHeader), st))
+		} else {
+			take(bc.Pass(m.Sequence))
 		}
 	})
 	if err != nil {

@@ -32,12 +32,14 @@ import (
 // covers the statements of all n messages. An atomic batch is stored whole
 // and contiguously, in index order, so a reader meets messages 0..n-1 of a
 // batch at consecutive stream sequences. A reader follows the batch it is
-// in the middle of (batchRun): any message that is not the batch's next
-// one ends it, and a batch ended before its last message can never be
-// whole, so its messages are refused at once ("incomplete batch: message i
-// of n"); so are a message that claims a place in a batch without
-// following its predecessor (a copied header) and, at the end of a read,
-// the batch still open.
+// in the middle of by the rule the gate and the checkpointer follow too
+// (checkpoint.BatchRun): any message that is not the batch's next one
+// ends it, and a batch ended before its last message can never be whole,
+// so its messages are refused at once ("incomplete batch: message i of
+// n"); so are a message that claims a place in a batch without following
+// its predecessor (a copied header) and, at the end of a read, the batch
+// still open. Each room's tree and checkpoints are a checkpoint.Ledger,
+// the checkpointer's rules.
 //
 // Optimistic verification (so that an audit meets its floor in `make bench`): a
 // message whose header is well formed and names a trusted key becomes a
@@ -149,67 +151,41 @@ func (x *prepared) statement() checkpoint.Statement {
 	return checkpoint.Statement{Room: x.p.RoomID, Subject: x.m.Subject, Position: x.att.position, Content: x.att.content}
 }
 
-// batchRun is the atomic batch a trusting reader is in the middle of: its
-// messages 0..next-1, at stream seqs first..last, are the last leaves of
-// room l (l nil: none is open).
-type batchRun struct {
-	l           *ledger
-	a           checkpoint.Attestation // message 0's
-	first, last uint64
-	next        int
-}
-
-// joins reports whether x is the open batch's next message: same room,
-// signer, signature and size, the next index, the next stream seq.
-func (b *batchRun) joins(x *prepared) bool {
-	return b.l != nil && x.att.state == attPending && x.att.ledger == b.l && x.att.a.SameBatch(b.a) &&
-		x.att.a.Index == b.next && x.m.Seq == b.last+1
-}
-
-// holds reports whether the pending leaf d is a message of the open batch.
-func (b *batchRun) holds(d *prepared) bool {
-	return b.l != nil && d.att.ledger == b.l && d.att.state == attPending && d.att.run == b.first
-}
-
-// incompleteBatch is the error of a message whose batch was not read
-// whole.
-func incompleteBatch(a checkpoint.Attestation, why string) error {
-	return fmt.Errorf("%w: message %d of a batch of %d by %s: %s (an atomic batch is stored whole, its messages consecutive)",
-		checkpoint.ErrIncompleteBatch, a.Index, a.Count, a.Signer, why)
+// runHolds reports whether the pending leaf d is a message of the open
+// batch.
+func (r *Reader) runHolds(d *prepared) bool {
+	return r.run.Open() && d.att.ledger == r.runLedger && d.att.state == attPending && d.att.run == r.run.First()
 }
 
 // breakRun refuses the messages of the open batch, which can no longer
 // be whole for the reason why, and closes it.
 func (r *Reader) breakRun(why string) {
-	b := r.run
-	r.run = batchRun{}
-	why = fmt.Sprintf("only messages 0 to %d of it were read, at stream seqs %d to %d, and %s", b.next-1, b.first, b.last, why)
-	for _, d := range b.l.pending {
-		if b.holds(d) {
-			d.att.state, d.att.reason = attRefused, attestationReason(incompleteBatch(d.att.a, why))
-		}
+	if b, ok := r.run.Break(why); ok {
+		r.refuseRun(b)
 	}
-	b.l.settle()
 }
 
-// roomTree is what a ledger needs of a room's RFC 6962 tree:
-// *checkpoint.Tree (every node kept: Prove's inclusion proofs) or
-// *checkpoint.LeanTree (Audit and Follow, whose memory must not grow by a node per
-// message).
-type roomTree interface {
-	Size() uint64
-	Append(leaf [32]byte)
-	RootAt(size uint64) ([32]byte, error)
-	Truncate(size uint64) error
-	ConsistencyProof(size1, size2 uint64) ([][32]byte, error)
+// refuseRun refuses the messages of b, a batch that ended incomplete in
+// r.runLedger's room, and settles the room.
+func (r *Reader) refuseRun(b checkpoint.BrokenBatch) {
+	l := r.runLedger
+	r.runLedger = nil
+	for _, d := range l.pending {
+		if d.att.state == attPending && d.att.run == b.First {
+			d.att.state, d.att.reason = attRefused, attestationReason(b.Err(d.att.a))
+		}
+	}
+	l.settle()
 }
 
 // ledger is a trusting reader's state of one room: its tree of admitted
-// messages, the leaves whose admission is still open, and its checkpoints.
+// messages and its checkpoints (checkpoint.Ledger: the rules), the leaves
+// whose admission is still open, and what the audit report tells.
 type ledger struct {
+	*checkpoint.Ledger // a lean one, or a full one for readers that prove or compare old sizes
+
 	roomID string
-	tree   roomTree // *checkpoint.LeanTree, or a *checkpoint.Tree for readers that prove or compare old sizes
-	execs  uint64   // messages read on the exec subject: the next record's position
+	execs  uint64 // messages read on the exec subject: the next record's position
 	// pending holds the room's leaves from the first one still attPending
 	// on, in stream order (so none of them is decided yet, and a rebuild
 	// can append them again); empty when no leaf is pending.
@@ -219,14 +195,6 @@ type ledger struct {
 	// signature covers them all.
 	lead []leadMsg
 
-	latest    *checkpoint.Checkpoint // the last verified checkpoint
-	latestSeq uint64                 // its stream sequence
-
-	// floor is the checkpoint verified by an earlier read (the state
-	// directory); floorOK once a checkpoint at least as large was found
-	// consistent with it.
-	floor   *checkpoint.Checkpoint
-	floorOK bool
 	// refused, once set, refuses every later message of the room: it is
 	// rolled back or forked.
 	refused string
@@ -251,9 +219,9 @@ type leadMsg struct {
 func (r *Reader) ledgerOf(roomID string) *ledger {
 	l := r.ledgers[roomID]
 	if l == nil {
-		l = &ledger{roomID: roomID, tree: checkpoint.NewLeanTree()}
+		l = &ledger{roomID: roomID, Ledger: checkpoint.NewLedger()}
 		if r.fullTrees {
-			l.tree = checkpoint.NewTree()
+			l.Ledger = checkpoint.NewFullLedger()
 		}
 		r.ledgers[roomID] = l
 	}
@@ -296,10 +264,10 @@ func (r *Reader) feed(x *prepared, full bool, out func(*Event, *SetAside)) {
 	r.drain(full, out)
 	for len(r.queue)-r.qhead > maxDeferred || r.qbytes > maxDeferredBytes {
 		head := r.queue[r.qhead]
-		if r.run.holds(head) {
+		if r.runHolds(head) {
 			// The head waits for the rest of its batch, which is still
 			// being read.
-			if r.run.a.Count <= maxDeferred && r.qbytes <= maxHeldBytes {
+			if r.run.Attestation().Count <= maxDeferred && r.qbytes <= maxHeldBytes {
 				break
 			}
 			r.breakRun(fmt.Sprintf("a reader holds back at most %d messages and %d MiB of a batch", maxDeferred, maxHeldBytes>>20))
@@ -318,7 +286,7 @@ func (r *Reader) finish(full bool, out func(*Event, *SetAside)) {
 	if r.trust == nil {
 		return
 	}
-	if r.run.l != nil {
+	if r.run.Open() {
 		r.breakRun("the read ended there")
 	}
 	r.verifyAllLedgers()
@@ -409,11 +377,16 @@ func (r *Reader) step(x *prepared) {
 		}
 	}
 	if x.att.state == attPending && r.maxRun > 0 && x.att.a.Count > r.maxRun {
-		x.att.state, x.att.reason = attRefused, attestationReason(incompleteBatch(x.att.a,
-			fmt.Sprintf("a batch of more than %d messages cannot be held back until it is whole", r.maxRun)))
+		x.att.state, x.att.reason = attRefused, attestationReason(&checkpoint.IncompleteBatchError{A: x.att.a,
+			Why: fmt.Sprintf("a batch of more than %d messages cannot be held back until it is whole", r.maxRun)})
 	}
-	if r.run.l != nil && !r.run.joins(x) {
-		r.breakRun(fmt.Sprintf("the next message, stream seq %d, is not message %d of it", x.m.Seq, r.run.next))
+	roomID := ""
+	if l != nil {
+		roomID = l.roomID
+	}
+	bs := r.run.Next(x.m.Seq, roomID, x.att.a, x.att.state == attPending)
+	if bs.Ended.Count() > 0 {
+		r.refuseRun(bs.Ended)
 	}
 	if l == nil || l.refused != "" {
 		return
@@ -429,35 +402,18 @@ func (r *Reader) step(x *prepared) {
 	if x.att.state != attPending {
 		return
 	}
-	a := x.att.a
-	switch {
-	case r.run.l != nil: // x is its next message (joins, above)
-		r.run.next++
-		r.run.last = x.m.Seq
-		x.att.run = r.run.first
-	case a.Count == 1:
-		x.att.run = x.m.Seq
-	case a.Index == 0:
-		r.run = batchRun{l: l, a: a, first: x.m.Seq, last: x.m.Seq, next: 1}
-		x.att.run = x.m.Seq
-	default:
-		x.att.state, x.att.reason = attRefused, attestationReason(incompleteBatch(a,
-			fmt.Sprintf("the message before it on the stream is not message %d of that batch: a copied header, or a batch not stored whole", a.Index-1)))
+	switch bs.Place {
+	case checkpoint.Stray:
+		x.att.state, x.att.reason = attRefused, attestationReason(bs.Err(x.att.a))
 		return
+	case checkpoint.Opens:
+		r.runLedger = l
 	}
-	x.att.leaf, x.att.index = true, l.tree.Size()
-	l.tree.Append(x.att.hash)
+	x.att.run = bs.First
+	x.att.leaf, x.att.index = true, l.Append(x.att.hash)
 	l.pending = append(l.pending, x)
-	switch {
-	case r.run.l != nil && r.run.next == r.run.a.Count:
-		r.run = batchRun{}
-		if r.eager {
-			r.verifyLedger(l)
-		}
-	case r.run.l == nil:
-		if r.eager {
-			r.verifyLedger(l)
-		}
+	if r.eager && (bs.Place == checkpoint.Alone || bs.Place == checkpoint.Completes) {
+		r.verifyLedger(l)
 	}
 }
 
@@ -471,12 +427,12 @@ const idleFor = time.Second
 
 // openBatch returns the stream seq of the last message read of the batch
 // still open, if one is.
-func (r *Reader) openBatch() (last uint64, open bool) { return r.run.last, r.run.l != nil }
+func (r *Reader) openBatch() (last uint64, open bool) { return r.run.Last(), r.run.Open() }
 
 // idle tells a live reader that no message came for idleFor: the batch
 // still open is refused, and the verdicts it held handed out.
 func (r *Reader) idle(out func(*Event, *SetAside)) {
-	if r.trust == nil || r.run.l == nil {
+	if r.trust == nil || !r.run.Open() {
 		return
 	}
 	r.breakRun(fmt.Sprintf("no message came for %v after it", idleFor))
@@ -484,14 +440,15 @@ func (r *Reader) idle(out func(*Event, *SetAside)) {
 }
 
 // stepCheckpoint checks the checkpoint message x of l's room against the
-// tree as read so far (the readers' checkpoint rules, in stream order): a trusted
-// signature and the room as origin (prepare), a size no smaller than the
-// previous checkpoint's and no larger than the leaves read, the tree's
-// root at that size, a consistency proof from the previous checkpoint,
-// and from the checkpoint an earlier read verified. A message that is not
-// a checkpoint of the room signed by a trusted publisher is set aside and
-// leaves the room as it was: the next checkpoint is checked against the
-// last verified one (docs/secure-mode.md, "Checkpoints and leases").
+// tree as read so far, by the rules of checkpoint.(*Ledger).Check, in
+// stream order: a trusted signature and the room as origin (prepare), a
+// size no smaller than the previous checkpoint's and no larger than the
+// leaves read, consistent with the previous checkpoint and the tree's root
+// at its size, and consistent with the checkpoint an earlier read verified.
+// A message that is not a checkpoint of the room signed by a trusted
+// publisher is set aside and leaves the room as it was: the next checkpoint
+// is checked against the last verified one (docs/secure-mode.md,
+// "Checkpoints and leases").
 func (r *Reader) stepCheckpoint(l *ledger, x *prepared) {
 	if x.att.ckptErr != nil {
 		l.ckRefused++
@@ -499,25 +456,27 @@ func (r *Reader) stepCheckpoint(l *ledger, x *prepared) {
 		return
 	}
 	c := x.att.ckpt
-	why := l.check(c)
-	if why != "" && c.Size <= l.tree.Size() && (l.latest == nil || c.Size > l.latest.Size) && l.hasPending() {
+	err := l.Check(c)
+	if latest, _ := l.Latest(); errors.Is(err, checkpoint.ErrCheckpointMismatch) && c.Size <= l.Size() && (latest == nil || c.Size > latest.Size) && l.hasPending() {
 		// Perhaps a leaf the publisher did not admit: verify the pending
 		// attestations, rebuild without the bad ones, check again.
 		r.verifyLedger(l)
-		why = l.check(c)
+		err = l.Check(c)
 	}
-	if why == "" && l.floor != nil && !l.floorOK && c.Size >= l.floor.Size {
-		if err := l.consistent(l.floor, c); err != nil {
-			why = fmt.Sprintf("rolled back or forked: this reader verified a checkpoint of size %d (root %s) before, and the checkpoint of size %d is not consistent with it: %v",
-				l.floor.Size, hexRoot(l.floor.Root), c.Size, err)
-			l.refused = fmt.Sprintf("the room is refused from stream seq %d on: %s", x.m.Seq, why)
-		} else {
-			l.floorOK = true
-		}
+	if err == nil && l.coversCopy(c) {
+		// c cannot tell which of two messages with one leaf hash it
+		// covers; a reader that checked every signature first would have
+		// refused the one whose attestation does not verify, and so does
+		// this one.
+		r.verifyLedger(l)
+		err = l.Check(c)
 	}
-	if why != "" {
+	if errors.Is(err, checkpoint.ErrRolledBack) {
+		l.refused = fmt.Sprintf("the room is refused from stream seq %d on: %v", x.m.Seq, err)
+	}
+	if err != nil {
 		l.ckRefused++
-		x.att.state, x.att.reason = attRefused, "the checkpoint does not match the room: "+why
+		x.att.state, x.att.reason = attRefused, "the checkpoint does not match the room: "+err.Error()
 		return
 	}
 	l.accept(c, x.m.Seq)
@@ -532,52 +491,16 @@ func (r *Reader) stepCheckpoint(l *ledger, x *prepared) {
 // a trusted publisher; the error follows.
 const notCheckpointReason = "not a checkpoint of the room signed by a trusted publisher (set aside; the room's checkpoints are checked without it): "
 
-// check returns why c does not cover the room's tree as read, or "".
-func (l *ledger) check(c *checkpoint.Checkpoint) string {
-	if l.latest != nil && c.Size < l.latest.Size {
-		return fmt.Sprintf("size %d is smaller than the previous checkpoint's, %d at stream seq %d", c.Size, l.latest.Size, l.latestSeq)
-	}
-	if c.Size > l.tree.Size() {
-		return fmt.Sprintf("it covers %d messages, but only %d admitted messages of the room precede it", c.Size, l.tree.Size())
-	}
-	root, err := l.tree.RootAt(c.Size)
-	if err != nil {
-		return err.Error()
-	}
-	if root != c.Root {
-		return fmt.Sprintf("root %s at size %d, but the room's admitted messages give %s", hexRoot(c.Root), c.Size, hexRoot(root))
-	}
-	if l.latest != nil {
-		if err := l.consistent(l.latest, c); err != nil {
-			return fmt.Sprintf("not consistent with the previous checkpoint (size %d at stream seq %d): %v", l.latest.Size, l.latestSeq, err)
-		}
-	}
-	return ""
-}
-
-// consistent checks an RFC 6962 consistency proof, built from the tree,
-// from old to c (c.Size >= old.Size, c.Size <= the tree's size).
-func (l *ledger) consistent(old, c *checkpoint.Checkpoint) error {
-	proof, err := l.tree.ConsistencyProof(old.Size, c.Size)
-	if err != nil {
-		return err
-	}
-	return checkpoint.VerifyConsistency(old.Size, c.Size, proof, old.Root, c.Root)
-}
-
-// accept makes c the room's latest verified checkpoint: every pending
-// leaf it covers is admitted. When c ends inside a batch whose later
-// messages still wait, the statements of the messages it covers are kept
-// (lead): that batch's signature covers them too.
+// accept makes c the room's latest verified checkpoint
+// (checkpoint.(*Ledger).Accept): every pending leaf it covers is
+// admitted. When c ends inside a batch whose later messages still wait,
+// the statements of the messages it covers are kept (lead): that batch's
+// signature covers them too.
 func (l *ledger) accept(c *checkpoint.Checkpoint, seq uint64) {
-	l.latest, l.latestSeq = c, seq
-	l.checkpoints++
-	if t, ok := l.tree.(*checkpoint.LeanTree); ok {
-		// Later checks need no root or proof below c's size.
-		if err := t.Advance(c.Size); err != nil {
-			panic("room: advance a room's tree: " + err.Error()) // c.Size <= the tree's size: checked
-		}
+	if err := l.Accept(c, seq); err != nil {
+		panic("room: accept a room's checkpoint: " + err.Error()) // Check passed
 	}
+	l.checkpoints++
 	var cut *prepared // the first leaf c does not cover
 	for _, d := range l.pending {
 		if d.att.index >= c.Size {
@@ -605,6 +528,61 @@ func (l *ledger) accept(c *checkpoint.Checkpoint, seq uint64) {
 }
 
 func (l *ledger) hasPending() bool { return len(l.pending) > 0 }
+
+// coversCopy reports whether c, which matches the tree, would admit
+// unchecked a pending leaf whose hash a leaf after c's size has too. A
+// leaf binds room, subject and content, not the message's attestation: a
+// copy of a genuine message under a header naming a trusted key, stored
+// before the genuine one, takes the genuine one's place in the tree, and
+// a checkpoint the publisher signed over the genuine one matches it. The
+// genuine message is then a leaf after c's size, read before c. Only the
+// leaves after c's size are compared with the covered ones: few, as a
+// publisher writes a checkpoint soon after what it covers.
+func (l *ledger) coversCopy(c *checkpoint.Checkpoint) bool {
+	if l.Size() <= c.Size {
+		return false
+	}
+	var after map[[32]byte]bool
+	var few [8][32]byte
+	n := 0
+	for _, d := range l.pending {
+		if d.att.index < c.Size {
+			continue
+		}
+		if n < len(few) {
+			few[n] = d.att.hash
+		} else {
+			if after == nil {
+				after = make(map[[32]byte]bool, 2*len(few))
+				for _, h := range few {
+					after[h] = true
+				}
+			}
+			after[d.att.hash] = true
+		}
+		n++
+	}
+	for _, d := range l.pending {
+		if d.att.index >= c.Size {
+			break
+		}
+		if d.att.state != attPending {
+			continue
+		}
+		if after != nil {
+			if after[d.att.hash] {
+				return true
+			}
+			continue
+		}
+		for _, h := range few[:n] {
+			if h == d.att.hash {
+				return true
+			}
+		}
+	}
+	return false
+}
 
 // trim drops the leading pending leaves whose admission is known.
 func (l *ledger) trim() {
@@ -644,7 +622,7 @@ func (r *Reader) verifyLedger(l *ledger) {
 		for j < len(l.pending) && l.pending[j].att.state == attPending && l.pending[j].att.run == d.att.run {
 			j++
 		}
-		if !r.run.holds(d) {
+		if !r.runHolds(d) {
 			c := &batchCheck{members: l.pending[i:j]}
 			if len(l.lead) > 0 && l.lead[0].run == d.att.run {
 				c.lead = l.lead
@@ -704,7 +682,7 @@ func (r *Reader) checkBatch(c *batchCheck) {
 	if a := c.members[0].att.a; n != a.Count {
 		// Not reached: a batch is checked once read whole (step ends the
 		// others), with the statements a checkpoint covered in its lead.
-		c.err = incompleteBatch(a, fmt.Sprintf("%d of its messages were read", n))
+		c.err = &checkpoint.IncompleteBatchError{A: a, Why: fmt.Sprintf("%d of its messages were read", n)}
 		return
 	}
 	headers := make([]string, 0, n)
@@ -731,7 +709,7 @@ func (l *ledger) settle() {
 	if first >= 0 {
 		// The tree back to the first refused leaf, and the admitted ones
 		// after it appended again, at their new indexes.
-		if err := l.tree.Truncate(l.pending[first].att.index); err != nil {
+		if err := l.Truncate(l.pending[first].att.index); err != nil {
 			panic("room: truncate a room's tree: " + err.Error()) // index < size by construction
 		}
 		kept := l.pending[:first]
@@ -740,8 +718,7 @@ func (l *ledger) settle() {
 				d.att.leaf = false
 				continue
 			}
-			d.att.index = l.tree.Size()
-			l.tree.Append(d.att.hash)
+			d.att.index = l.Append(d.att.hash)
 			kept = append(kept, d)
 		}
 		clear(l.pending[len(kept):])
@@ -818,11 +795,13 @@ type RoomCheckpoints struct {
 
 // facts summarises l.
 func (l *ledger) facts() RoomCheckpoints {
-	f := RoomCheckpoints{RoomID: l.roomID, Admitted: l.tree.Size(), Checkpoints: l.checkpoints, CheckpointsRefused: l.ckRefused,
-		Latest: factOf(l.latest, l.latestSeq), Tail: l.tree.Size(), AttestationsVerified: l.verified, BatchesVerified: l.batches, AdmittedByCheckpoint: l.covered,
-		Stored: factOf(l.floor, 0), StoredConsistent: l.floor != nil && l.floorOK, External: l.external, Refused: l.refused}
-	if l.latest != nil {
-		f.Covered, f.Tail = l.latest.Size, l.tree.Size()-l.latest.Size
+	latest, seq := l.Latest()
+	kept, extended := l.Kept()
+	f := RoomCheckpoints{RoomID: l.roomID, Admitted: l.Size(), Checkpoints: l.checkpoints, CheckpointsRefused: l.ckRefused,
+		Latest: factOf(latest, seq), Tail: l.Size(), AttestationsVerified: l.verified, BatchesVerified: l.batches, AdmittedByCheckpoint: l.covered,
+		Stored: factOf(kept, 0), StoredConsistent: kept != nil && extended, External: l.external, Refused: l.refused}
+	if latest != nil {
+		f.Covered, f.Tail = latest.Size, l.Size()-latest.Size
 	}
 	return f
 }
@@ -837,17 +816,16 @@ func roomAside(subjects room.Subjects, roomID string, seq uint64, reason string)
 }
 
 // rolledBack returns why l's room is rolled back, when an earlier read
-// verified a larger checkpoint than any this read verified, or "".
+// verified a larger checkpoint than any this read verified
+// (checkpoint.(*Ledger).RolledBack), or "".
 func (l *ledger) rolledBack() string {
-	if l.floor == nil || l.floorOK || l.refused != "" {
+	if l.refused != "" {
 		return ""
 	}
-	newest := "no checkpoint of the room was verified"
-	if l.latest != nil {
-		newest = "the newest verified checkpoint has size " + strconv.FormatUint(l.latest.Size, 10)
+	if err := l.RolledBack(); err != nil {
+		return err.Error()
 	}
-	return fmt.Sprintf("rolled back or forked: this reader verified a checkpoint of size %d (root %s) before; %s",
-		l.floor.Size, hexRoot(l.floor.Root), newest)
+	return ""
 }
 
 // ledgerRooms returns the rooms with a ledger, sorted.
@@ -862,9 +840,10 @@ func (r *Reader) ledgerRooms() []string {
 
 // checkExternal checks a checkpoint obtained elsewhere against its room as
 // read (audit --checkpoint): signed by a trusted key, the room among those
-// read, its size within the room's admitted messages, its root the tree's
-// at that size, consistent with the room's latest verified checkpoint
-// (a consistency proof from the smaller to the larger). It returns the
+// read, then checkpoint.(*Ledger).CheckOther: its size within the room's
+// admitted messages, its root the tree's at that size, consistent with the
+// room's latest verified checkpoint (a consistency proof from the smaller
+// to the larger). It returns the
 // set-aside that refuses it, or nil (and records it in the room's facts).
 func (r *Reader) checkExternal(subjects room.Subjects, rooms []string, e ExternalCheckpoint) *SetAside {
 	u, err := checkpoint.ParseUnverified(e.Note)
@@ -884,24 +863,8 @@ func (r *Reader) checkExternal(subjects room.Subjects, rooms []string, e Externa
 		return refuse("its room is not among the rooms audited")
 	}
 	l := r.ledgerOf(c.Room)
-	if c.Size > l.tree.Size() {
-		return refuse(fmt.Sprintf("the room as read has %d admitted messages: this copy of the room is behind the checkpoint, or forked", l.tree.Size()))
-	}
-	root, err := l.tree.RootAt(c.Size)
-	if err != nil {
+	if err := l.CheckOther(c); err != nil {
 		return refuse(err.Error())
-	}
-	if root != c.Root {
-		return refuse(fmt.Sprintf("forked: the room as read has root %s at size %d, the checkpoint %s", hexRoot(root), c.Size, hexRoot(c.Root)))
-	}
-	if l.latest != nil {
-		old, now := c, l.latest
-		if c.Size > l.latest.Size {
-			old, now = l.latest, c
-		}
-		if err := l.consistent(old, now); err != nil {
-			return refuse(fmt.Sprintf("not consistent with the room's checkpoint of size %d at stream seq %d: %v", l.latest.Size, l.latestSeq, err))
-		}
 	}
 	l.external = append(l.external, *factOf(c, 0))
 	return nil

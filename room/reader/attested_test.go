@@ -142,6 +142,46 @@ func TestAttestedForgedContinuationAudit(t *testing.T) {
 	}
 }
 
+// TestAttestedCopyBeforeGenuine: copies of the chain's next two entries
+// under a header naming the trusted key (another key's signature),
+// stored before the genuine entries, have the genuine entries' leaf
+// hashes, so the publisher's checkpoint over the genuine ones matches a
+// tree that holds the copies in their place. A reader that checked every
+// signature first refuses the copies and serves the genuine entries, as
+// the checkpointer counts them; so must the optimistic one: it verifies
+// before such a checkpoint admits anything (it was: the copies admitted,
+// the genuine entries a fork and the chain broken).
+func TestAttestedCopyBeforeGenuine(t *testing.T) {
+	e := roomtest.NewEnv(t)
+	pub := roomtest.NewHostKey(t)
+	a := roomtest.NewAttestor(t, e.Js, pub, roomtest.AttRoom)
+	es, _ := roomtest.Journal(t, "run-c", "cap-c", 5)
+	served := a.Entries(es[:3]...)
+	ms := []roomtest.AttMsg{a.EntryMsg(es[3]), a.EntryMsg(es[4])}
+	hs := checkpoint.AttestBatch(roomtest.NewHostKey(t), []checkpoint.Statement{a.Statement(ms[0]), a.Statement(ms[1])})
+	for i := range hs {
+		hs[i] = pub.NodeID() + hs[i][strings.IndexByte(hs[i], ' '):]
+	}
+	copies := a.Append(ms, hs)
+	served = append(served, a.Entries(es[3:5]...)...)
+	a.Checkpoint()
+	var evs []uint64
+	rep, err := reader.Audit(t.Context(), e.Js, reader.AuditOptions{Validator: e.V, Trust: roomtest.Trusting(t, pub), OnEvent: func(ev *reader.Event) { evs = append(evs, ev.Seq) }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := roomtest.Mismatches(t, rep.Violations); !slices.Equal(got, copies) || len(rep.Violations) != 2 ||
+		!strings.Contains(rep.Violations[0].Reason, "signature by "+pub.NodeID()+" does not verify for this batch of 2") {
+		t.Errorf("set aside %v, want the copies %v", rep.Violations, copies)
+	}
+	if !slices.Equal(evs, served) || len(rep.Chains) != 1 || rep.Chains[0].Verdict != "ok" || rep.Chains[0].Entries != 5 {
+		t.Errorf("served %v, want %v; chains %+v", evs, served, rep.Chains)
+	}
+	checkFacts(t, rep.Checkpoints[0], reader.RoomCheckpoints{RoomID: roomtest.AttRoom, Admitted: 5, Checkpoints: 1, Covered: 5,
+		AttestationsVerified: 7, BatchesVerified: 3,
+		Latest: &reader.CheckpointFact{Size: 5, Root: fmt.Sprintf("%x", a.Tree.Root()), Signer: pub.NodeID(), Seq: served[4] + 1}})
+}
+
 // TestAttestedForgedContinuationFollow: follow never hands out a forged
 // message, live (every attestation verified) and after a restart (the
 // rebuild relies on checkpoints), and sets it aside as checkpoint_mismatch.

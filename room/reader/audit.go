@@ -376,7 +376,7 @@ func loadFloors(r *Reader, state *CheckpointState, rooms []string) error {
 			return err
 		}
 		if c != nil {
-			r.ledgerOf(id).floor = c
+			r.ledgerOf(id).Keep(c)
 		}
 	}
 	return nil
@@ -391,7 +391,8 @@ func auditCheckpoints(r *Reader, o AuditOptions, rep *AuditReport, out func(*Eve
 		l := r.ledgers[id]
 		if why := l.rolledBack(); why != "" {
 			l.refused = why
-			out(nil, roomAside(o.Subjects, id, l.latestSeq, why))
+			_, seq := l.Latest()
+			out(nil, roomAside(o.Subjects, id, seq, why))
 		}
 	}
 	for _, e := range o.External {
@@ -407,8 +408,10 @@ func auditCheckpoints(r *Reader, o AuditOptions, rep *AuditReport, out func(*Eve
 	}
 	for _, id := range ids {
 		l := r.ledgers[id]
-		if l.latest != nil && l.refused == "" && (l.floor == nil || l.latest.Size > l.floor.Size) {
-			if err := o.State.Save(l.latest); err != nil {
+		latest, _ := l.Latest()
+		kept, _ := l.Kept()
+		if latest != nil && l.refused == "" && (kept == nil || latest.Size > kept.Size) {
+			if err := o.State.Save(latest); err != nil {
 				return fmt.Errorf("checkpoint state: %w", err)
 			}
 		}

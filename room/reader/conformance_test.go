@@ -21,7 +21,9 @@ import (
 
 // The conformance suite: one suite for the chain rules, run against the
 // offline verifier, the publisher's gate and the subscriber, so the three
-// cannot disagree.
+// cannot disagree. Its rows for the trust rules (attestations and
+// checkpoints), which the checkpointer sees too and the offline verifier
+// does not, are in conformance_trust_test.go.
 // Every case is a journal (its lines) or one execution record, with the
 // verdict: ok, or the code of the first refused line and that line. The
 // three must agree; where they differ by design the table says so, case by

@@ -516,10 +516,11 @@ func followFloors(ctx context.Context, nc *nats.Conn, stream string, r *Reader, 
 	saved := map[string]uint64{}
 	for _, id := range r.ledgerRooms() {
 		l := r.ledgers[id]
-		if l.floor == nil {
+		kept, _ := l.Kept()
+		if kept == nil {
 			continue
 		}
-		saved[id] = l.floor.Size
+		saved[id] = kept.Size
 		newest, seq, err := newestCheckpoint(ctx, nc, stream, o.Subjects.Checkpoint(id), id, r.trust, log)
 		switch {
 		case errors.Is(err, errAsideWalk):
@@ -529,12 +530,8 @@ func followFloors(ctx context.Context, nc *nats.Conn, stream string, r *Reader, 
 		case err != nil:
 			return fmt.Errorf("newest checkpoint of %s: %w", id, err)
 		}
-		switch {
-		case newest == nil:
-			l.refused = l.rolledBack()
-		case newest.Size < l.floor.Size || newest.Size == l.floor.Size && newest.Root != l.floor.Root:
-			l.refused = fmt.Sprintf("rolled back or forked: this reader verified a checkpoint of size %d (root %s) before; the newest on the stream has size %d (root %s, stream seq %d)",
-				l.floor.Size, hexRoot(l.floor.Root), newest.Size, hexRoot(newest.Root), seq)
+		if err := l.CheckNewest(newest, seq); err != nil {
+			l.refused = err.Error()
 		}
 		if l.refused != "" {
 			log.Error("room refused", zap.String("room", id), zap.String("reason", l.refused))

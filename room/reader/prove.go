@@ -70,18 +70,19 @@ func Prove(ctx context.Context, js jetstream.JetStream, o ProveOptions) (*checkp
 	if l.refused != "" {
 		return nil, fmt.Errorf("%w: %s: %s", ErrNotCovered, o.Room, l.refused)
 	}
-	if l.latest == nil || found.leaf >= l.latest.Size {
+	latest, _ := l.Latest()
+	if latest == nil || found.leaf >= latest.Size {
 		size := uint64(0)
-		if l.latest != nil {
-			size = l.latest.Size
+		if latest != nil {
+			size = latest.Size
 		}
 		return nil, fmt.Errorf("%w: %s (stream seq %d) is leaf %d of %s; the latest verified checkpoint covers %d", ErrNotCovered, what, found.Seq, found.leaf, o.Room, size)
 	}
-	path, err := l.tree.(*checkpoint.Tree).InclusionProof(found.leaf, l.latest.Size)
+	path, err := l.InclusionProof(found.leaf, latest.Size)
 	if err != nil {
 		return nil, err
 	}
 	return &checkpoint.Proof{Room: o.Room, Subject: found.Subject, StreamSeq: found.Seq, ContentHash: found.content,
-		LeafIndex: found.leaf, LeafHash: checkpoint.LeafHash(o.Room, found.Subject, found.content), TreeSize: l.latest.Size,
-		Path: path, Checkpoint: string(l.latest.Note)}, nil
+		LeafIndex: found.leaf, LeafHash: checkpoint.LeafHash(o.Room, found.Subject, found.content), TreeSize: latest.Size,
+		Path: path, Checkpoint: string(latest.Note)}, nil
 }

@@ -132,8 +132,9 @@ type Reader struct {
 	trust      *checkpoint.Trust
 	eager      bool
 	maxRun     int
-	run        batchRun
-	fullTrees  bool // keep every tree node (Prove, checkpoints from elsewhere)
+	run        checkpoint.BatchRun
+	runLedger  *ledger // the open batch's room
+	fullTrees  bool    // keep every tree node (Prove, checkpoints from elsewhere)
 	ledgers    map[string]*ledger
 	queue      []*prepared // verdicts waiting, in stream order, from qhead
 	qhead      int

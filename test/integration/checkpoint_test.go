@@ -1171,8 +1171,8 @@ func TestCheckpointKeyRotation(t *testing.T) {
 	slices.Sort(contradictions)
 	const blocked = "checkpointer: the room's latest checkpoint contradicts its messages: no checkpoint will be written for the room"
 	wantContradictions := []string{
-		fmt.Sprintf("%s %d %s: %s: it covers 2 messages; the room has 1 admitted messages before it", qmail, qmailCk2[0], key2.id, blocked),
-		fmt.Sprintf("%s %d %s: %s: it covers 16 messages; the room has 6 admitted messages before it", rot, rotCk2[0], key2.id, blocked),
+		fmt.Sprintf("%s %d %s: %s: it covers 2 messages, but only 1 admitted messages of the room precede it", qmail, qmailCk2[0], key2.id, blocked),
+		fmt.Sprintf("%s %d %s: %s: it covers 16 messages, but only 6 admitted messages of the room precede it", rot, rotCk2[0], key2.id, blocked),
 	}
 	slices.Sort(wantContradictions)
 	if !slices.Equal(contradictions, wantContradictions) {
