@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"regexp"
+
 	"runtime"
 	"strconv"
 	"strings"
@@ -19,13 +20,12 @@ import (
 	"github.com/nats-io/nats.go/micro"
 	fastjson "github.com/segmentio/encoding/json"
 	"go.uber.org/zap"
+	"golang.org/x/mod/semver"
 	"golang.org/x/time/rate"
 
 	"github.com/roompub/roompub/events"
 	"github.com/roompub/roompub/room"
 )
-
-var semver = regexp.MustCompile(`^v?(0|[1-9]\d*)\.(0|[1-9]\d*)\.(0|[1-9]\d*)(-[0-9A-Za-z.-]+)?(\+[0-9A-Za-z.-]+)?$`)
 
 // ServiceOptions configures the ingest service.
 type ServiceOptions struct {
@@ -33,7 +33,8 @@ type ServiceOptions struct {
 	// Endpoints: <prefix>.journal, <prefix>.execution, <prefix>.records,
 	// <prefix>.head.
 	Prefix string
-	// Version is reported by `nats micro info`; anything that is not
+	// Version is reported by `nats micro info`, without a leading "v"
+	// (micro takes SemVer 2.0.0 only); anything that is not a full
 	// SemVer (a development build) is reported as "0.0.0-dev".
 	Version string
 	// Concurrency bounds requests decided at once; default 4×GOMAXPROCS.
@@ -128,10 +129,7 @@ func StartService(nc *nats.Conn, gate *Gate, o ServiceOptions) (*Service, error)
 	if o.Prefix == "" {
 		o.Prefix = room.DefaultServicePrefix
 	}
-	if !semver.MatchString(o.Version) {
-		// micro requires SemVer; a development build has none.
-		o.Version = "0.0.0-dev"
-	}
+	o.Version = serviceVersion(o.Version)
 	if o.Concurrency <= 0 {
 		o.Concurrency = 4 * runtime.GOMAXPROCS(0)
 	}
@@ -592,4 +590,17 @@ func (s *Service) handleHead(req micro.Request, _ *orderTicket) {
 		return
 	}
 	s.respond(req, head)
+}
+
+// serviceVersion is v as the micro service reports it: SemVer 2.0.0
+// without Go's leading "v" (micro refuses "v0.1.0", which `git describe`
+// and so `make build` stamps), or "0.0.0-dev" for a version that is not
+// a full SemVer (a commit hash, "(devel)", "v1.2").
+func serviceVersion(v string) string {
+	sv := "v" + strings.TrimPrefix(v, "v")
+	core, _, _ := strings.Cut(sv, "+")
+	if semver.IsValid(sv) && semver.Canonical(sv) == core {
+		return sv[1:]
+	}
+	return "0.0.0-dev"
 }
