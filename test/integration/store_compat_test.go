@@ -20,8 +20,8 @@ const (
 	v010Dir = "testdata/store-v0.1.0"
 	// The keys that wrote the store: the publisher's attests and signs the
 	// checkpoints, the host's signed the records.
-	v010Publisher = "node:did:key:z6MkvNB9hfbFUciRQ2tbDJPnHhMU97uAZQ2hpdohGvC8xegd"
-	v010Host      = "node:did:key:z6MkuDwendpiYnpkorbQ1zvtDymR46vZzxqSdZdEm5DDvqVg"
+	v010Publisher = "node:did:key:z6MkfLAunqD4GFjoHddtZFb3Z81k754sksRd6E3YqcfNKzd5"
+	v010Host      = "node:did:key:z6Mkeiz3T5HxhLSohWVSiiuK5jRj3QvRXKin11Qezi3huHF7"
 	v010Alpha2    = "run-20260910-store-alpha-2/cap-alpha-2"
 )
 
@@ -33,7 +33,7 @@ totals: 45 messages, 42 entries, 1 records, 0 set aside, 2 chains ok, 0 broken, 
 room messages: map[room:store-alpha:45]; records: map[room:store-alpha:1]
 chain room:store-alpha run-20260910-store-alpha-1/cap-alpha-1: 12 entries, head 770694c017173759c771f3dde5081d36436332b7697a365d0a9249b73c3862b7, stream seq 1-12, ok
 chain room:store-alpha run-20260910-store-alpha-2/cap-alpha-2: 30 entries, head a80225ec7c0059adf5d26830656b5b99df3070c6ac8bdf21446e48025558938a, stream seq 13-76, ok
-checkpoints room:store-alpha: 2 verified, 0 refused; 43 admitted, 43 covered, tail 0; latest size 43, root 608c4982c7a80a4e83014c4b04dc71b168364c60ec6c2fa4ca880ce7e73ef122, by ` + v010Publisher + `, stream seq 101
+checkpoints room:store-alpha: 2 verified, 0 refused; 43 admitted, 43 covered, tail 0; latest size 43, root d37c92d99dd12ee8c1368eee9b02381674f697f9f1199e1a5e92e6c38b23eb21, by ` + v010Publisher + `, stream seq 101
 `,
 	"room:store-beta": `stream seq 1-103, attestations checked, trusting [` + v010Publisher + `]
 totals: 49 messages, 47 entries, 0 records, 0 set aside, 1 chains ok, 0 broken, append-only true, 2 checkpoints; 0 violations
@@ -45,7 +45,7 @@ checkpoints room:store-beta: 2 verified, 0 refused; 47 admitted, 47 covered, tai
 totals: 9 messages, 5 entries, 2 records, 0 set aside, 1 chains ok, 0 broken, append-only true, 2 checkpoints; 0 violations
 room messages: map[room:store-gamma:9]; records: map[room:store-gamma:2]
 chain room:store-gamma run-20260910-store-gamma-1/cap-gamma-1: 5 entries, head 6bcf5c5c0533202c4d5a3551cb8c15d7f2fd8e042c3673d12407ef25c01b3c86, stream seq 58-62, ok
-checkpoints room:store-gamma: 2 verified, 0 refused; 7 admitted, 7 covered, tail 0; latest size 7, root a823c2c8c4bfbb33878b30414f465f73ec48166b9a123b770c90664b70f549a6, by ` + v010Publisher + `, stream seq 103
+checkpoints room:store-gamma: 2 verified, 0 refused; 7 admitted, 7 covered, tail 0; latest size 7, root 522de50dd1f20f326b1e72af4557f07789b61c4603e8446690a0887f5a0cd965, by ` + v010Publisher + `, stream seq 103
 `,
 }
 
@@ -253,7 +253,7 @@ func TestStoreV010(t *testing.T) {
 	r = runPub(t, nil, "execution", "--json", "--server", srv.url, filepath.Join(v010Dir, "records", "gamma-verified.json"))
 	if recs := recordLines(t, r.stdout); r.status != 0 || len(recs) != 1 || !recs[0].OK || recs[0].Room != "room:store-gamma" ||
 		recs[0].Item.Outcome != "duplicate" || recs[0].Item.StreamSeq != 63 || recs[0].Item.Subject != "rooms.store-gamma.exec" ||
-		recs[0].Item.Hash != "corpus-task-pack-execution:sha256:dZYsssqXawkzU4_HeJhcfgwBKfQcyf1T0ktI6D5BDuo" {
+		recs[0].Item.Hash != "corpus-task-pack-execution:sha256:G4AJBnnjdWWQzk_Fx72ih5X2A7h8MyKAT8erLhvqGFk" {
 		t.Errorf("the stored record again: exit %d, want 0 and a duplicate at stream seq 63\n%s%s", r.status, r.stdout, r.stderr)
 	}
 
