@@ -415,10 +415,10 @@ type Replay struct {
 }
 
 // ReadMode is the read path Replay names for a reader with credentials c:
-// auto is room.ReadDirect for a named user (docs/secure-mode.md,
+// auto is reader.ReadDirect for a named user (docs/secure-mode.md,
 // "Roles and their permissions": a solver may create no ephemeral consumer, and a request
 // the server refuses for a permission gets no answer, only a timeout),
-// room.ReadAuto for the anonymous one.
+// reader.ReadAuto for the anonymous one.
 func (r Replay) ReadMode(c Credentials) reader.ReadMode {
 	m, err := reader.ParseReadMode(r.Read)
 	if err != nil {
@@ -439,7 +439,7 @@ func autoRead(m reader.ReadMode, c Credentials) reader.ReadMode {
 }
 
 // FollowRead is the read path of a follower's rebuild for credentials c:
-// autoRead of room.ReadAuto.
+// autoRead of reader.ReadAuto.
 func FollowRead(c Credentials) reader.ReadMode { return autoRead(reader.ReadAuto, c) }
 
 // Validate reports every problem, joined.

@@ -159,7 +159,7 @@ func TestParseSize(t *testing.T) {
 
 // TestReplayReadMode: auto reads by direct get for a user named by
 // --user (secure mode lets solvers create no ephemeral consumer), and is
-// room.ReadAuto without one; an explicit mode stays as given.
+// reader.ReadAuto without one; an explicit mode stays as given.
 func TestReplayReadMode(t *testing.T) {
 	for _, tc := range []struct {
 		read string

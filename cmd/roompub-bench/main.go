@@ -55,7 +55,7 @@ type cli struct {
 
 	Quick       bool     `name:"quick" help:"Small sizes, for a test: a 500-entry chain, 10 chains × 100, 100 records, 20,000 read entries, a 5,000-entry verify."`
 	Check       bool     `name:"check" help:"Exit 1 if a ratio is below its floor (long chain 0.5, parallel 0.6, records 0.6, read 0.4 and audit's peak under 256 MiB, verify 0.2)."`
-	AuditWrites bool     `name:"audit-writes" help:"After the write scenarios, audit the write stream (room.Audit) and fail unless both sides' entries and records all verify (on with --quick)."`
+	AuditWrites bool     `name:"audit-writes" help:"After the write scenarios, audit the write stream (reader.Audit) and fail unless both sides' entries and records all verify (on with --quick)."`
 	NoAttest    bool     `name:"no-attest" help:"Measure roompub without the publisher's attestations and checkpoints: a gate with no publisher key, no checkpointer, a read stream without attestations or checkpoints audited without --trusted-publisher (the keyless path, for comparison; the floors are for the attested path)."`
 	Only        []string `name:"only" enum:"long,parallel,records,read,verify" placeholder:"SCENARIO" help:"Run only these scenarios (repeatable): long, parallel, records, read, verify."`
 

@@ -245,7 +245,7 @@ func TestAttestedIncompleteBatch(t *testing.T) {
 	check("follow", asides, []string{run(0, 2, end[0], idle), run(1, 2, end[0], idle), run(2, 2, end[0], idle)})
 }
 
-// TestAttestedLiveWaitsForBatch: Follow's live delivery (room.LiveFeed, the
+// TestAttestedLiveWaitsForBatch: Follow's live delivery (reader.LiveFeed, the
 // same reader) hands out no message of a batch before its last one has
 // arrived and the batch verified, then all of them in stream order; a
 // header opening a batch that the next message does not continue is
