@@ -13,7 +13,7 @@ import (
 	"github.com/roompub/roompub/room"
 )
 
-// replyOf builds a reply of every wire type from fuzzed strings and numbers.
+// repliesOf builds a reply of every wire type from fuzzed strings and numbers.
 func repliesOf(ss [6]string, n int64) []any {
 	seq := n
 	item := room.ItemResult{Index: int(n % 1000), Outcome: room.Outcome(ss[0]), Seq: &seq, Hash: ss[1], StreamSeq: uint64(n), Subject: ss[2],

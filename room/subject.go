@@ -8,7 +8,7 @@ import (
 	"github.com/roompub/roompub/events"
 )
 
-// ErrBadToken is wrapped by DecodeToken and ParseSubject.
+// ErrBadToken is wrapped by DecodeToken and Subjects.Parse.
 var ErrBadToken = errors.New("not a roompub subject token")
 
 // DefaultPrefix is the first token of every room subject.

@@ -143,7 +143,7 @@ func (e *Server) ClientURL() string { return e.srv.ClientURL() }
 // StoreDir is the JetStream store directory the server holds (locked).
 func (e *Server) StoreDir() string { return e.dir }
 
-// Server exposes the underlying server (tests, monitoring).
+// NATSServer exposes the underlying server (tests, monitoring).
 func (e *Server) NATSServer() *server.Server { return e.srv }
 
 // Shutdown stops the server and waits until it has stopped; JetStream

@@ -356,9 +356,6 @@ func (g *Gate) leaderMsg(ctx context.Context, req map[string]any) (*jetstream.Ra
 	return jsapi.LeaderGetRaw(ctx, g.nc, g.stream.CachedInfo().Config.Name, g.timeout, req)
 }
 
-// leaderGet is Gate.leaderMsg on stream over nc, bounded by timeout
-// (jsapi.LeaderGet).
-
 // reload brings c up to the stream's head for key; with leader set, as the
 // stream leader has it (see lastOn). With a publisher key the head is the
 // last entry a trusted publisher attested (admittedHead).

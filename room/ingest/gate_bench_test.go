@@ -171,7 +171,7 @@ func BenchmarkClientJournal1000(b *testing.B) {
 	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*1000), "ns/entry")
 }
 
-// rawBatch is the fastest raw way JetStream stores one chain's entries
+// rawJournalBatch is the fastest raw way JetStream stores one chain's entries
 // with the gate's guarantees: one atomic batch, the expected last subject
 // sequence on the first message and Nats-Msg-Id on each.
 func rawJournalBatch(ctx context.Context, js jetstream.JetStream, subj string, es []*events.Entry, last uint64) (*jetstreamext.BatchAck, error) {

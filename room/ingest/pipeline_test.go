@@ -196,7 +196,7 @@ func sendJournal(t *testing.T, nc *nats.Conn, roomID string, body []byte, after 
 }
 
 // A pipelined request whose first line stays ahead of the chain is not
-// refused: after waiting for the chain (setAheadWait) it is answered
+// refused: after waiting for the chain (SetAheadWait) it is answered
 // ahead, nothing stored, and the reason names the chain's next seq.
 func TestGatePipelinedAheadAnswered(t *testing.T) {
 	e := roomtest.NewEnv(t)

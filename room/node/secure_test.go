@@ -302,7 +302,7 @@ func startSecureServe(t *testing.T, id *identities, url string, changes ...func(
 	return p
 }
 
-// streamState reads the room stream's count, last sequence and config as
+// streamNow reads the room stream's count, last sequence and config as
 // the admin sees them.
 func streamNow(t testing.TB, admin *conn) (uint64, uint64, jetstream.StreamConfig) {
 	t.Helper()

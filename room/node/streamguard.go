@@ -494,7 +494,7 @@ func openStream(ctx context.Context, js jetstream.JetStream, cfg jetstream.Strea
 // setupRetry runs f until it succeeds, fails for good, or ctx ends: a
 // server or cluster that has just started answers the JetStream API with
 // no responders (or a 503) until its meta leader is elected, which serve's
-// start waits out (isRetryable) rather than failing on.
+// start waits out (jsapi.IsRetryable) rather than failing on.
 func setupRetry(ctx context.Context, f func() error) error {
 	for attempt := 0; ; attempt++ {
 		err := f()

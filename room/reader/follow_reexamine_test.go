@@ -35,7 +35,7 @@ type reexamineRun struct {
 
 // followOnce runs Follow with o and list until the message sentinel
 // appends once Follow is live is handed out (left out of the run's events
-// and set-asides); handle as startFollow's.
+// and set-asides); handle as roomtest.StartFollow's.
 func followOnce(t *testing.T, e *roomtest.Env, o reader.FollowOptions, list string, sentinel func() uint64, handle func(*reader.Event) error) reexamineRun {
 	t.Helper()
 	l := &reader.SetAsideList{Path: list}

@@ -148,7 +148,7 @@ func checkParallel(t *testing.T, v *validate.Validator, msgs []reader.StreamMsg,
 	return want
 }
 
-// msgsOf numbers data on subjects as stream messages from seq 1.
+// msgList numbers data on subjects as stream messages from seq 1.
 type msgList struct {
 	msgs []reader.StreamMsg
 	t0   time.Time

@@ -66,7 +66,7 @@ type RoomTree struct {
 	Checkpoints []*checkpoint.Checkpoint
 	CkptSeqs    []uint64
 	SizeAt      []uint64 // the tree's size when each checkpoint was read
-	Aside       []uint64 // rebuildWith: stream seqs of checkpoint-subject messages that are no checkpoint
+	Aside       []uint64 // RebuildWith: stream seqs of checkpoint-subject messages that are no checkpoint
 }
 
 // Rebuild reads every message of e's stream and rebuilds roomID with trust:
@@ -179,7 +179,7 @@ func WaitFor(t *testing.T, d time.Duration, what string, cond func() bool) {
 	}
 }
 
-// recordIn signs a copy of the reference record for roomID with a fresh
+// RecordNamed signs a copy of the reference record for roomID with a fresh
 // idempotency key and run ref named n.
 func RecordNamed(e *Env, roomID, n string) []byte {
 	e.T.Helper()

@@ -58,7 +58,7 @@ func NewEnv(t *testing.T) *Env {
 	return NewEnvWith(t, embedded.Options{})
 }
 
-// NewEnvWith is newEnv with server options (MaxPayload, SyncInterval).
+// NewEnvWith is NewEnv with server options (MaxPayload, SyncInterval).
 func NewEnvWith(t *testing.T, opts embedded.Options) *Env {
 	t.Helper()
 	e := &Env{T: t, Dir: t.TempDir(), Opts: opts}
