@@ -1,6 +1,6 @@
 // Package layout holds the repository's import rules as a test: the
-// package map of docs/design.md, "Packages", checked against what
-// `go list` says the code imports.
+// package map of docs/design.md, "Package map and import rules", checked
+// against what `go list` says the code imports.
 package layout
 
 import (
