@@ -1,7 +1,9 @@
 // Package config holds the settings of roompub's commands: the flag
 // grammar (kong struct tags), the YAML config file that may stand in for
 // flags, validation that reports every problem at once, and the NATS
-// connection options built from them. Only cmd/* imports it.
+// connection options built from them. Only cmd/* imports it; it imports
+// room/reader for the readers' read mode, never the NATS server
+// (test/layout).
 package config
 
 import (

@@ -20,6 +20,7 @@
 // subject in every room, record appends carry Nats-Msg-Id = content digest
 // and an expected last sequence over the room's record subject.
 //
-// room imports events and nats.go only; never the NATS server, never a
-// role (test/layout holds the package map of docs/design.md).
+// room imports events, room/internal/jsapi and nats.go only; never the
+// NATS server, never a role (test/layout holds the package map of
+// docs/design.md, "Package map and import rules").
 package room

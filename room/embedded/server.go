@@ -1,6 +1,6 @@
 // Package embedded runs a real nats-server in process, with JetStream on
 // disk and an fsync before every acknowledgement by default: the server
-// roompub serve starts when no --server is given, and the one tests
+// `publisher serve` starts when no --server is given, and the one tests
 // start. It imports no roompub package (docs/design.md, "Package map and
 // import rules").
 package embedded

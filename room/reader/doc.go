@@ -4,9 +4,9 @@
 // gate ran), keeps each instance's evidence apart (EvidenceIndex), and
 // checks publishers' attestations and signed checkpoints against the
 // RFC 6962 tree it rebuilds. Audit replays a stream to a verdict, Follow
-// serves verified events live to a durable consumer, Prove builds
-// inclusion and consistency proofs (docs/design.md, "The readers";
-// docs/checkpoints.md).
+// serves verified events live to a durable consumer, Prove builds a
+// message's inclusion proof against the latest verified checkpoint
+// (docs/design.md, "The readers"; docs/checkpoints.md).
 //
 // reader never imports the NATS server, the gate (room/ingest), the
 // embedded server or secure mode: a program that only reads a room links

@@ -2,7 +2,7 @@
 // solver, admin), each user's exact NATS permissions, identifying a user
 // by password or nkey, and the nats-server authorization block
 // (docs/secure-mode.md). It names subjects and buckets through package
-// room's vocabulary and imports no other role's package.
+// room's vocabulary and imports no other roompub package (test/layout).
 package secure
 
 import (

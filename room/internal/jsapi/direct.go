@@ -1,7 +1,9 @@
 // Package jsapi holds roompub's reads of the JetStream API that the
 // nats.go jetstream package does not make the way a verifier must: batch
-// direct gets (ADR-31) that take a message's stream sequence, subject and
-// time from the server, never from headers the message was stored with.
+// and single direct gets (ADR-31) and the stream leader's message get,
+// which take a message's stream sequence, subject and time from the
+// server, never from headers the message was stored with; and which
+// errors are worth retrying (IsRetryable).
 // It imports no roompub package and never logs (docs/design.md, "Package
 // map and import rules").
 package jsapi
