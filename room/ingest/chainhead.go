@@ -140,6 +140,28 @@ func (g *Gate) readRange(ctx context.Context, subj string, from, to uint64, each
 	return nil
 }
 
+// readChain reads subj from stream sequence from up to to: start, then
+// each message in stream order, then whole, which says whether the read
+// found all it must. A direct get may be answered by a replica that lags
+// behind the stream (a follower cut off from the leader, say): when the
+// read falls short, it is read again, from start, from the stream leader,
+// whose answer stands.
+func (g *Gate) readChain(ctx context.Context, subj string, from, to uint64, start func(), each func(*jetstream.RawStreamMsg), whole func() bool) error {
+	start()
+	if err := g.readRange(ctx, subj, from, to, each); err != nil {
+		return err
+	}
+	if whole() {
+		return nil
+	}
+	start()
+	if err := g.readRangeLeader(ctx, subj, from, to, each); err != nil {
+		return err
+	}
+	whole()
+	return nil
+}
+
 // readRangeLeader is readRange from the stream leader, one message get
 // at a time (next_by_subj): for a stream that answers no direct get
 // (allow_direct off, or replicas not answering yet), as lastOn falls back.
@@ -211,8 +233,8 @@ func (g *Gate) loadAdmittedHashes(ctx context.Context, c *chainState, key events
 		seq  uint64
 		hash string
 	}
-	bc := checkpoint.NewBatchCollector(g.trust)
-	held := map[uint64]stored{}
+	var bc *checkpoint.BatchCollector
+	var held map[uint64]stored
 	var admitted []stored
 	take := func(vs []checkpoint.BatchVerdict) {
 		for _, v := range vs {
@@ -223,18 +245,22 @@ func (g *Gate) loadAdmittedHashes(ctx context.Context, c *chainState, key events
 		}
 	}
 	subj := g.subjects.Journal(c.roomID, key)
-	err := g.readRange(ctx, subj, 1, c.lastSeq, func(m *jetstream.RawStreamMsg) {
+	err := g.readChain(ctx, subj, 1, c.lastSeq, func() {
+		bc, held, admitted = checkpoint.NewBatchCollector(g.trust), map[uint64]stored{}, nil
+	}, func(m *jetstream.RawStreamMsg) {
 		if st, ok := g.statementOf(m); ok {
 			held[m.Sequence] = stored{m.Sequence, m.Header.Get(jetstream.MsgIDHeader)}
 			take(bc.Add(m.Sequence, m.Header.Get(checkpoint.AttestationHeader), st))
 		} else {
 			take(bc.Pass(m.Sequence))
 		}
+	}, func() bool {
+		take(bc.Flush())
+		return int64(len(admitted)) >= c.next
 	})
 	if err != nil {
 		return fmt.Errorf("read chain %s: %w", subj, err)
 	}
-	take(bc.Flush())
 	// Admitted in stream order: a batch is verified whole, batches do not
 	// interleave.
 	slices.SortFunc(admitted, func(a, b stored) int { return cmp.Compare(a.seq, b.seq) })

@@ -413,13 +413,15 @@ func (g *Gate) reload(ctx context.Context, key events.ChainKey, c *chainState, l
 // consumers").
 func (g *Gate) loadHashes(ctx context.Context, c *chainState, key events.ChainKey) error {
 	subj := g.subjects.Journal(c.roomID, key)
-	hashes := make([]string, 0, c.next)
-	seqs := make([]uint64, 0, c.next)
+	var hashes []string
+	var seqs []uint64
 	// Every entry up to the head is at or below the head's stream sequence.
-	err := g.readRange(ctx, subj, 1, max(c.lastSeq, c.streamSeq), func(m *jetstream.RawStreamMsg) {
+	err := g.readChain(ctx, subj, 1, max(c.lastSeq, c.streamSeq), func() {
+		hashes, seqs = make([]string, 0, c.next), make([]uint64, 0, c.next)
+	}, func(m *jetstream.RawStreamMsg) {
 		hashes = append(hashes, m.Header.Get(jetstream.MsgIDHeader))
 		seqs = append(seqs, m.Sequence)
-	})
+	}, func() bool { return int64(len(hashes)) >= c.next })
 	if err != nil {
 		return fmt.Errorf("read chain %s: %w", subj, err)
 	}
