@@ -19,6 +19,37 @@ const DefaultStream = "ROOMS"
 // or renewed, signature). Secure mode grants it to publishers only.
 const DefaultLeaseBucket = "ROOMPUB_CHECKPOINT_LEASES"
 
+// ErrStoreLost is wrapped by CheckStoreLoss: the room stream shows
+// messages deleted from inside it, which an append-only stream never
+// does, so the store lost messages it had acknowledged (a damaged block
+// file the server dropped on restart, say).
+var ErrStoreLost = errors.New("the store lost acknowledged messages")
+
+// CheckStoreLoss reports what the room stream's state shows the store
+// lost: interior deletions (State.NumDeleted; the stream denies deletes
+// and purges, so a deleted sequence is a lost message). The error wraps
+// ErrStoreLost and names the count and up to 10 of the lost stream
+// sequences when state lists them (jetstream.WithDeletedDetails); nil
+// when nothing is missing.
+func CheckStoreLoss(state jetstream.StreamState) error {
+	if state.NumDeleted == 0 {
+		return nil
+	}
+	seqs := state.Deleted
+	if len(seqs) > 10 {
+		seqs = seqs[:10]
+	}
+	where := ""
+	if len(seqs) > 0 {
+		where = fmt.Sprintf(" (stream seqs %v", seqs)
+		if len(state.Deleted) > len(seqs) {
+			where += " …"
+		}
+		where += ")"
+	}
+	return fmt.Errorf("%w: %d messages between stream seqs %d and %d are gone%s", ErrStoreLost, state.NumDeleted, state.FirstSeq, state.LastSeq, where)
+}
+
 // ErrStreamConfig is wrapped by CheckStreamConfig and EnsureStream when the
 // room stream is configured in a way that could lose, change or delete
 // evidence.

@@ -24,6 +24,7 @@ import (
 //	roompub_replies_refused_total{endpoint}      requests never answered: their reply subject is not the requester's own inbox (reply_not_allowed)
 //	roompub_over_quota_total{endpoint}           requests answered over_quota: their identity, or the service, already held its share (docs/secure-mode.md, "Fair ingest")
 //	roompub_foreign_writers                      other streams that can write into the room subjects, at the last check (Serve)
+//	roompub_store_lost_messages                  messages the room stream shows deleted from inside it, at the last check (Serve)
 type Metrics struct {
 	replies  *prometheus.CounterVec
 	quota    *prometheus.CounterVec
@@ -33,6 +34,7 @@ type Metrics struct {
 	batches  *prometheus.CounterVec
 	sizes    prometheus.Histogram
 	foreign  prometheus.Gauge
+	lost     prometheus.Gauge
 	// series holds the items and latency series of each kind and outcome
 	// once made (itemSeries): WithLabelValues hashes its labels on every
 	// call, and Item is called for every line.
@@ -75,6 +77,10 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 			Namespace: "roompub", Name: "foreign_writers",
 			Help: "Other streams of the account that can write into the room subjects (a RePublish, a push consumer), at serve's last check; appends pause while it is not 0.",
 		}),
+		lost: prometheus.NewGauge(prometheus.GaugeOpts{
+			Namespace: "roompub", Name: "store_lost_messages",
+			Help: "Messages the room stream shows deleted from inside it at serve's last check: the store lost them; /healthz is not ok while it is not 0.",
+		}),
 	}
 	m.replies = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Namespace: "roompub", Name: "replies_refused_total",
@@ -84,7 +90,7 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 		Namespace: "roompub", Name: "over_quota_total",
 		Help: "Ingest requests answered over_quota (status 429) because their identity, or the service, already held its share, by endpoint.",
 	}, []string{"endpoint"})
-	for _, c := range []prometheus.Collector{m.items, m.refusals, m.latency, m.batches, m.sizes, m.replies, m.quota, m.foreign} {
+	for _, c := range []prometheus.Collector{m.items, m.refusals, m.latency, m.batches, m.sizes, m.replies, m.quota, m.foreign, m.lost} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}
@@ -117,6 +123,10 @@ func (m *Metrics) Item(kind room.Kind, outcome room.Outcome, code events.Code, t
 // account can write into the room subjects (docs/secure-mode.md, "Writers
 // into room subjects").
 func (m *Metrics) ForeignWriters(n int) { m.foreign.Set(float64(n)) }
+
+// StoreLost sets roompub_store_lost_messages: the room stream shows n
+// messages deleted from inside it (room.CheckStoreLoss).
+func (m *Metrics) StoreLost(n uint64) { m.lost.Set(float64(n)) }
 
 // Batch implements BatchObserver.
 func (m *Metrics) Batch(messages int, err error, _ time.Duration) {

@@ -203,6 +203,7 @@ func Serve(ctx context.Context, o ServeOptions) error {
 	guard.metrics = metrics
 	guard.checkWriters(ctx)
 	gate.Pause(guard.writers)
+	guard.checkLoss(ctx, st)
 	so := o.Service
 	if so.Logger == nil {
 		so.Logger = log
@@ -221,6 +222,9 @@ func Serve(ctx context.Context, o ServeOptions) error {
 	type checkResult struct{ err error }
 	var healthy atomic.Value
 	healthy.Store(checkResult{guard.writers})
+	// What the store lost does not pause appends; /healthz reports it.
+	var storeLost atomic.Value
+	storeLost.Store(checkResult{guard.lost})
 	var httpSrv *http.Server
 	if o.HTTPAddr != "" {
 		ln, err := net.Listen("tcp", o.HTTPAddr)
@@ -232,7 +236,7 @@ func Serve(ctx context.Context, o ServeOptions) error {
 		mux := http.NewServeMux()
 		mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
 		mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) {
-			herr := healthy.Load().(checkResult).err
+			herr := errors.Join(healthy.Load().(checkResult).err, storeLost.Load().(checkResult).err)
 			if herr == nil && !nc.IsConnected() {
 				herr = errors.New("not connected to NATS")
 			}
@@ -293,6 +297,7 @@ loop:
 				}
 			}
 			healthy.Store(checkResult{err})
+			storeLost.Store(checkResult{guard.lost})
 		}
 	}
 	log.Info("publisher stopping: draining")

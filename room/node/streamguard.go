@@ -339,6 +339,35 @@ type streamGuard struct {
 	// writers is the last verdict on writers into room subjects; it
 	// stands while the account's streams cannot be listed.
 	writers error
+	// lost is the last verdict on what the store lost (wraps
+	// room.ErrStoreLost), nil when the stream shows nothing missing.
+	lost error
+}
+
+// checkLoss updates g.lost from s's state: messages deleted from inside
+// an append-only stream are messages the store lost
+// (room.CheckStoreLoss). A new verdict is logged at error level; the
+// metric follows every check.
+func (g *streamGuard) checkLoss(ctx context.Context, s jetstream.Stream) {
+	info := s.CachedInfo()
+	if info == nil {
+		return
+	}
+	st := info.State
+	if st.NumDeleted > 0 {
+		if full, err := s.Info(ctx, jetstream.WithDeletedDetails(true)); err == nil {
+			st = full.State
+		}
+	}
+	lost := room.CheckStoreLoss(st)
+	if lost != nil && (g.lost == nil || g.lost.Error() != lost.Error()) {
+		g.log.Error("room stream: the store lost acknowledged messages; /healthz reports it", zap.String("stream", g.name),
+			zap.Int("lost", st.NumDeleted), zap.Uint64("first_seq", st.FirstSeq), zap.Uint64("last_seq", st.LastSeq), zap.Error(lost))
+	}
+	if g.metrics != nil {
+		g.metrics.StoreLost(uint64(st.NumDeleted))
+	}
+	g.lost = lost
 }
 
 // check returns the verdict on the stream now, nil when it is sound;
@@ -361,6 +390,7 @@ func (g *streamGuard) check(ctx context.Context) (verdict error, known bool) {
 	switch {
 	case err == nil:
 		info = s.CachedInfo()
+		g.checkLoss(ctx, s)
 	case !errors.Is(err, jetstream.ErrStreamNotFound):
 		g.log.Warn("room stream check: cannot read the stream now; the last verdict stands", zap.Error(err))
 		return nil, false

@@ -283,6 +283,7 @@ func TestStoreV010(t *testing.T) {
 		"roompub_checkpoints_written_total":            "1",
 		"roompub_checkpoint_rooms_blocked":             "0",
 		"roompub_checkpoint_unadmitted_messages_total": "0",
+		"roompub_store_lost_messages":                  "0",
 	}
 	if got := scrapeMetrics(t, srv.log.String(), want); fmt.Sprint(got) != fmt.Sprint(want) {
 		t.Errorf("serve's metrics %v, want %v", got, want)
