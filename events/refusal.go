@@ -113,6 +113,13 @@ const (
 	// request was looked at, and it may be sent again once earlier
 	// requests are answered (docs/secure-mode.md, "Fair ingest").
 	OverQuota Code = "over_quota"
+	// StoreLost: the chain (or room) the item would extend no longer holds
+	// positions the store acknowledged (a damaged block file the server
+	// dropped on restart, say). An append would build on the hole, so the
+	// chain stays closed; the reason names the lost positions and the
+	// stream sequences around them (docs/reliability.md, "When the store
+	// loses what it acknowledged").
+	StoreLost Code = "store_lost"
 )
 
 // Error makes a Code usable as an errors.Is target.

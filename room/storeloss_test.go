@@ -2,6 +2,7 @@ package room_test
 
 import (
 	"errors"
+	"strings"
 	"testing"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -28,9 +29,30 @@ func TestCheckStoreLoss(t *testing.T) {
 	if err == nil || err.Error() != "the store lost acknowledged messages: 51 messages between stream seqs 1 and 103 are gone (stream seqs [53 54 55 56 57 58 59 60 61 62] …)" {
 		t.Fatalf("51 lost: %v", err)
 	}
+	// The first messages gone: the stream starts above 1.
+	err = room.CheckStoreLoss(jetstream.StreamState{FirstSeq: 40, LastSeq: 103, Msgs: 64})
+	if !errors.Is(err, room.ErrStoreLost) || err.Error() != "the store lost acknowledged messages: the stream's first 39 messages are gone (it starts at stream seq 40)" {
+		t.Fatalf("front lost: %v", err)
+	}
 	// Without the details, the count alone.
 	err = room.CheckStoreLoss(jetstream.StreamState{FirstSeq: 1, LastSeq: 103, NumDeleted: 4})
 	if err == nil || err.Error() != "the store lost acknowledged messages: 4 messages between stream seqs 1 and 103 are gone" {
 		t.Fatalf("no details: %v", err)
+	}
+}
+
+// TestChainLossString: runs as positions with the stream seqs around
+// them; past ten runs, how many more.
+func TestChainLossString(t *testing.T) {
+	l := room.ChainLoss{Count: 3, Stored: 5, Missing: []room.LostRun{{From: 1, To: 1, After: 3, Before: 9}, {From: 5, To: 6, After: 31, Before: 70}}}
+	if got, want := l.String(), "positions 1 (between stream seqs 3 and 9), 5-6 (between stream seqs 31 and 70)"; got != want {
+		t.Errorf("%q, want %q", got, want)
+	}
+	l.Missing = nil
+	for i := range int64(12) {
+		l.Missing = append(l.Missing, room.LostRun{From: 2 * i, To: 2 * i, After: uint64(2*i + 1), Before: uint64(2*i + 3)})
+	}
+	if got := l.String(); !strings.HasSuffix(got, "18 (between stream seqs 19 and 21), and 2 more runs") || strings.Contains(got, "20 (") {
+		t.Errorf("%q", got)
 	}
 }

@@ -26,14 +26,19 @@ const DefaultLeaseBucket = "ROOMPUB_CHECKPOINT_LEASES"
 var ErrStoreLost = errors.New("the store lost acknowledged messages")
 
 // CheckStoreLoss reports what the room stream's state shows the store
-// lost: interior deletions (State.NumDeleted; the stream denies deletes
-// and purges, so a deleted sequence is a lost message). The error wraps
+// lost: interior deletions (State.NumDeleted) and a first sequence above 1
+// (the stream denies deletes and purges and sets no limit, so a deleted
+// sequence, or a first one gone, is a lost message). The error wraps
 // ErrStoreLost and names the count and up to 10 of the lost stream
 // sequences when state lists them (jetstream.WithDeletedDetails); nil
 // when nothing is missing.
 func CheckStoreLoss(state jetstream.StreamState) error {
+	var front error
+	if state.FirstSeq > 1 {
+		front = fmt.Errorf("%w: the stream's first %d messages are gone (it starts at stream seq %d)", ErrStoreLost, state.FirstSeq-1, state.FirstSeq)
+	}
 	if state.NumDeleted == 0 {
-		return nil
+		return front
 	}
 	seqs := state.Deleted
 	if len(seqs) > 10 {
@@ -47,7 +52,7 @@ func CheckStoreLoss(state jetstream.StreamState) error {
 		}
 		where += ")"
 	}
-	return fmt.Errorf("%w: %d messages between stream seqs %d and %d are gone%s", ErrStoreLost, state.NumDeleted, state.FirstSeq, state.LastSeq, where)
+	return errors.Join(front, fmt.Errorf("%w: %d messages between stream seqs %d and %d are gone%s", ErrStoreLost, state.NumDeleted, state.FirstSeq, state.LastSeq, where))
 }
 
 // ErrStreamConfig is wrapped by CheckStreamConfig and EnsureStream when the

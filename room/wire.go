@@ -1,6 +1,9 @@
 package room
 
 import (
+	"fmt"
+	"strings"
+
 	"github.com/roompub/roompub/events"
 )
 
@@ -102,6 +105,58 @@ type ChainHead struct {
 	Head string `json:"head"`
 	// StreamSeq is the stream sequence of the last stored entry (0 for none).
 	StreamSeq uint64 `json:"stream_seq"`
+	// Lost, when set, says the store no longer holds chain positions below
+	// Next that it acknowledged: the chain is closed (every append to it is
+	// refused events.StoreLost; docs/reliability.md, "When the store loses
+	// what it acknowledged").
+	Lost *ChainLoss `json:"lost,omitempty"`
+}
+
+// ChainLoss is what the store lost of one chain: positions below the
+// chain's next one that no stored entry holds any more.
+type ChainLoss struct {
+	// Count is how many positions are missing; Stored how many of the
+	// chain's Next positions the stream still holds (Count + Stored = Next).
+	Count  int64 `json:"count"`
+	Stored int64 `json:"stored"`
+	// Missing lists the missing positions as runs, in chain order.
+	Missing []LostRun `json:"missing"`
+}
+
+// LostRun is a run of missing chain positions From..To (inclusive), and
+// where in the stream they were: after stream sequence After and before
+// Before, the sequences of the stored entries around the run (After 0:
+// the run starts the chain).
+type LostRun struct {
+	From   int64  `json:"from"`
+	To     int64  `json:"to"`
+	After  uint64 `json:"after_stream_seq"`
+	Before uint64 `json:"before_stream_seq"`
+}
+
+// String names the runs as chain positions with the stream sequences
+// around them, for reasons and logs: "positions 5-9 (between stream seqs
+// 12 and 18), 40 (between stream seqs 50 and 52)"; at most 10 runs, then
+// how many more.
+func (l ChainLoss) String() string {
+	var b strings.Builder
+	b.WriteString("positions ")
+	for i, r := range l.Missing {
+		if i == 10 {
+			fmt.Fprintf(&b, ", and %d more runs", len(l.Missing)-i)
+			break
+		}
+		if i > 0 {
+			b.WriteString(", ")
+		}
+		if r.From == r.To {
+			fmt.Fprintf(&b, "%d", r.From)
+		} else {
+			fmt.Fprintf(&b, "%d-%d", r.From, r.To)
+		}
+		fmt.Fprintf(&b, " (between stream seqs %d and %d)", r.After, r.Before)
+	}
+	return b.String()
 }
 
 // JournalReply answers a journal request: one result per line, in order.

@@ -147,6 +147,10 @@ func (s *shipper) resume(ctx context.Context) error {
 	}
 	s.res.Head = head
 	s.offset, s.line = 0, 0
+	if head.Lost != nil && head.RoomID == s.res.RoomID {
+		s.res.Refused = storeLost(s.jpath, head)
+		return nil
+	}
 	if head.Next == 0 || (head.RoomID != "" && head.RoomID != s.res.RoomID) {
 		return nil
 	}
@@ -162,6 +166,30 @@ func (s *shipper) resume(ctx context.Context) error {
 		s.offset, s.line = off, int(head.Next)
 	}
 	return nil
+}
+
+// storeLost is the refusal of a journal whose chain the store lost
+// positions of (head.Lost): one problem per run of lost positions, at the
+// file line of its first position. None of those lines is stored, so
+// none is reported as already stored.
+func storeLost(jpath string, head room.ChainHead) *LineRefusal {
+	var ps []events.Problem
+	for _, r := range head.Lost.Missing {
+		what := fmt.Sprintf("position %d", r.From)
+		if r.To > r.From {
+			what = fmt.Sprintf("positions %d-%d (lines %d-%d)", r.From, r.To, r.From+1, r.To+1)
+		}
+		ps = append(ps, events.Problem{Code: events.StoreLost, At: events.Location{File: jpath, Line: int(r.From) + 1},
+			Reason: fmt.Sprintf("the stream acknowledged %s of this chain and no longer holds it (it was between stream seqs %d and %d): the chain is closed (docs/reliability.md)",
+				what, r.After, r.Before)})
+	}
+	if len(ps) == 0 { // a head from a service that named no run
+		ps = append(ps, events.Problem{Code: events.StoreLost, At: events.Location{File: jpath}})
+	}
+	p := ps[0]
+	p.Reason = fmt.Sprintf("the store lost %d of the %d entries of this chain it acknowledged, %s; the chain is closed, nothing more is stored on it (docs/reliability.md)",
+		head.Lost.Count, head.Next, head.Lost)
+	return &LineRefusal{Problem: p, Problems: ps}
 }
 
 // matchStored reads the journal lines from..to-1 from br (at line from)
@@ -206,7 +234,7 @@ func (s *shipper) afterStop(ctx context.Context) error {
 		return err
 	}
 	s.res.Head = head
-	if head.RoomID != s.res.RoomID || head.Next <= int64(s.line) {
+	if head.RoomID != s.res.RoomID || head.Next <= int64(s.line) || head.Lost != nil {
 		return nil
 	}
 	f, err := os.Open(s.jpath)

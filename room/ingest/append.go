@@ -506,6 +506,16 @@ func (r *journalRun) decide(i int, try *lineTry) (decision, room.ItemResult) {
 			}
 			return decFinal, room.RefusedItem(i, []events.Problem{validate.RoomConflict(at, c.roomID, r.roomID)})
 		}
+		if c.lost != nil {
+			if flushFirst {
+				return decFlush, room.ItemResult{}
+			}
+			if !try.fresh {
+				c.loaded, try.wantFresh = false, true // decide on the stream's word, not a cached view
+				continue
+			}
+			return decFinal, storeLostItem(i, c, e)
+		}
 		// The entry rules ran in checkLines; CheckLineChecked adds the rest
 		// in CheckLine's order.
 		problems := r.cv.CheckLineChecked(e, r.lines[i].data, at, p.problems)

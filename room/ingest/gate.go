@@ -164,6 +164,14 @@ type Gate struct {
 	orderMu sync.Mutex
 	orders  map[events.ChainKey]*chainOrder
 	rooms   map[string]*roomState
+
+	// lossGen is the generation of loss verdicts (Recheck moves it on);
+	// damaged holds the chains found damaged (lossMu).
+	lossGen atomic.Uint64
+	lossMu  sync.Mutex
+	damaged map[events.ChainKey]DamagedChain
+	// damagedRooms is what the last Survey found (lossMu).
+	damagedRooms []DamagedRoom
 }
 
 // ErrGate is wrapped by NewGate for unusable options.
@@ -196,7 +204,9 @@ func NewGate(ctx context.Context, nc *nats.Conn, o GateOptions) (*Gate, error) {
 		js: js, nc: nc, stream: st, subjects: o.Subjects, v: o.Validator,
 		log: o.Logger, obs: o.Observer, timeout: o.PublishTimeout, attempts: o.Attempts, key: o.PublisherKey, attested: o.Attested,
 		chains: map[events.ChainKey]*chainState{}, rooms: map[string]*roomState{}, orders: map[events.ChainKey]*chainOrder{},
+		damaged: map[events.ChainKey]DamagedChain{},
 	}
+	g.lossGen.Store(1)
 	g.aheadWait.Store(int64(defaultAheadWait))
 	if g.log == nil {
 		g.log = zap.NewNop()
@@ -272,6 +282,10 @@ type chainState struct {
 	// duplicate, and where it is stored); nil until needed.
 	hashes []string
 	seqs   []uint64
+	// lost is what the store lost of the chain below next (nil: nothing),
+	// as judged at loss generation lossGen (storeloss.go).
+	lost    *room.ChainLoss
+	lossGen uint64
 	// users counts the calls that hold c (chain, until unchain), and
 	// used is when the last of them let go (g.mu guards both): a chain
 	// with users is never dropped.
@@ -364,7 +378,7 @@ func (g *Gate) reload(ctx context.Context, key events.ChainKey, c *chainState, l
 	if err != nil {
 		return err
 	}
-	if last != nil && g.trust != nil && last.Sequence == c.lastSeq {
+	if last != nil && g.trust != nil && last.Sequence == c.lastSeq && c.lossGen == g.lossGen.Load() {
 		c.loaded = true // nothing since c was decided: the stream only grows
 		return nil
 	}
@@ -382,6 +396,7 @@ func (g *Gate) reload(ctx context.Context, key events.ChainKey, c *chainState, l
 		if last != nil {
 			c.lastSeq = last.Sequence
 		}
+		c.lost, c.lossGen = nil, g.lossGen.Load()
 		return nil
 	}
 	p, err := g.subjects.Parse(m.Subject)
@@ -402,6 +417,12 @@ func (g *Gate) reload(ctx context.Context, key events.ChainKey, c *chainState, l
 	c.loaded, c.roomID, c.next, c.head, c.streamSeq, c.meta = true, p.RoomID, seq+1, e.EntryHash(), m.Sequence, e.Metadata()
 	c.owner = m.Header.Get(room.HeaderOwner)
 	c.lastSeq = last.Sequence
+	if c.lossGen != g.lossGen.Load() {
+		if err := g.judgeLoss(ctx, key, c); err != nil {
+			c.loaded = false
+			return err
+		}
+	}
 	return nil
 }
 
@@ -467,7 +488,7 @@ func (g *Gate) Head(ctx context.Context, key events.ChainKey) (room.ChainHead, e
 }
 
 func (c *chainState) view(key events.ChainKey) room.ChainHead {
-	return room.ChainHead{RoomID: c.roomID, Chain: key, Next: c.next, Head: c.head, StreamSeq: c.streamSeq}
+	return room.ChainHead{RoomID: c.roomID, Chain: key, Next: c.next, Head: c.head, StreamSeq: c.streamSeq, Lost: c.lost}
 }
 
 // tally sets r's counts from its items.

@@ -25,6 +25,8 @@ import (
 //	roompub_over_quota_total{endpoint}           requests answered over_quota: their identity, or the service, already held its share (docs/secure-mode.md, "Fair ingest")
 //	roompub_foreign_writers                      other streams that can write into the room subjects, at the last check (Serve)
 //	roompub_store_lost_messages                  messages the room stream shows deleted from inside it, at the last check (Serve)
+//	roompub_store_damaged_chains                 chains the gate found missing acknowledged positions (closed: store_lost)
+//	roompub_store_damaged_rooms                  rooms whose latest checkpoint covers more leaves than the stream holds, at the last survey (Serve)
 type Metrics struct {
 	replies  *prometheus.CounterVec
 	quota    *prometheus.CounterVec
@@ -35,6 +37,8 @@ type Metrics struct {
 	sizes    prometheus.Histogram
 	foreign  prometheus.Gauge
 	lost     prometheus.Gauge
+	chains   prometheus.Gauge
+	rooms    prometheus.Gauge
 	// series holds the items and latency series of each kind and outcome
 	// once made (itemSeries): WithLabelValues hashes its labels on every
 	// call, and Item is called for every line.
@@ -79,9 +83,17 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 		}),
 		lost: prometheus.NewGauge(prometheus.GaugeOpts{
 			Namespace: "roompub", Name: "store_lost_messages",
-			Help: "Messages the room stream shows deleted from inside it at serve's last check: the store lost them; /healthz is not ok while it is not 0.",
+			Help: "Messages the room stream shows deleted from inside it, or gone before its first sequence, at serve's last check: the store lost them; /healthz is not ok while it is not 0.",
 		}),
 	}
+	m.chains = prometheus.NewGauge(prometheus.GaugeOpts{
+		Namespace: "roompub", Name: "store_damaged_chains",
+		Help: "Chains the gate found missing positions the store had acknowledged; each is closed (store_lost) and /healthz is not ok while it is not 0.",
+	})
+	m.rooms = prometheus.NewGauge(prometheus.GaugeOpts{
+		Namespace: "roompub", Name: "store_damaged_rooms",
+		Help: "Rooms whose latest checkpoint covers more leaves than the stream holds, at serve's last survey; /healthz is not ok while it is not 0.",
+	})
 	m.replies = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Namespace: "roompub", Name: "replies_refused_total",
 		Help: "Ingest requests never answered because their reply subject is not under the requester's own inbox prefix (reply_not_allowed), by endpoint.",
@@ -90,7 +102,7 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 		Namespace: "roompub", Name: "over_quota_total",
 		Help: "Ingest requests answered over_quota (status 429) because their identity, or the service, already held its share, by endpoint.",
 	}, []string{"endpoint"})
-	for _, c := range []prometheus.Collector{m.items, m.refusals, m.latency, m.batches, m.sizes, m.replies, m.quota, m.foreign, m.lost} {
+	for _, c := range []prometheus.Collector{m.items, m.refusals, m.latency, m.batches, m.sizes, m.replies, m.quota, m.foreign, m.lost, m.chains, m.rooms} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}
@@ -127,6 +139,15 @@ func (m *Metrics) ForeignWriters(n int) { m.foreign.Set(float64(n)) }
 // StoreLost sets roompub_store_lost_messages: the room stream shows n
 // messages deleted from inside it (room.CheckStoreLoss).
 func (m *Metrics) StoreLost(n uint64) { m.lost.Set(float64(n)) }
+
+// ChainsDamaged implements LossObserver: it sets
+// roompub_store_damaged_chains.
+func (m *Metrics) ChainsDamaged(n int) { m.chains.Set(float64(n)) }
+
+// RoomsDamaged sets roompub_store_damaged_rooms: the last survey found n
+// rooms whose latest checkpoint covers more leaves than the stream holds
+// (Gate.Survey).
+func (m *Metrics) RoomsDamaged(n int) { m.rooms.Set(float64(n)) }
 
 // Batch implements BatchObserver.
 func (m *Metrics) Batch(messages int, err error, _ time.Duration) {

@@ -204,6 +204,14 @@ func Serve(ctx context.Context, o ServeOptions) error {
 	guard.checkWriters(ctx)
 	gate.Pause(guard.writers)
 	guard.checkLoss(ctx, st)
+	// The survey of what the store lost runs beside the service: every
+	// chain an append uses is judged on its first read anyway
+	// (ingest.Gate, "store_lost"); the survey finds the ones nobody uses.
+	surveys := newSurveyor(gate, metrics, log)
+	surveyCtx, stopSurveys := context.WithCancel(ctx)
+	defer surveys.wait()
+	defer stopSurveys()
+	surveys.start(surveyCtx)
 	so := o.Service
 	if so.Logger == nil {
 		so.Logger = log
@@ -236,7 +244,7 @@ func Serve(ctx context.Context, o ServeOptions) error {
 		mux := http.NewServeMux()
 		mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
 		mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) {
-			herr := errors.Join(healthy.Load().(checkResult).err, storeLost.Load().(checkResult).err)
+			herr := errors.Join(healthy.Load().(checkResult).err, storeLost.Load().(checkResult).err, damageErr(gate))
 			if herr == nil && !nc.IsConnected() {
 				herr = errors.New("not connected to NATS")
 			}
@@ -297,6 +305,11 @@ loop:
 				}
 			}
 			healthy.Store(checkResult{err})
+			if prev := storeLost.Load().(checkResult).err; guard.lost != nil && (prev == nil || prev.Error() != guard.lost.Error()) {
+				// The store lost messages since the chains were judged.
+				gate.Recheck()
+				surveys.start(surveyCtx)
+			}
 			storeLost.Store(checkResult{guard.lost})
 		}
 	}

@@ -360,12 +360,16 @@ func (g *streamGuard) checkLoss(ctx context.Context, s jetstream.Stream) {
 		}
 	}
 	lost := room.CheckStoreLoss(st)
+	n := uint64(st.NumDeleted)
+	if st.FirstSeq > 1 {
+		n += st.FirstSeq - 1
+	}
 	if lost != nil && (g.lost == nil || g.lost.Error() != lost.Error()) {
 		g.log.Error("room stream: the store lost acknowledged messages; /healthz reports it", zap.String("stream", g.name),
-			zap.Int("lost", st.NumDeleted), zap.Uint64("first_seq", st.FirstSeq), zap.Uint64("last_seq", st.LastSeq), zap.Error(lost))
+			zap.Uint64("lost", n), zap.Uint64("first_seq", st.FirstSeq), zap.Uint64("last_seq", st.LastSeq), zap.Error(lost))
 	}
 	if g.metrics != nil {
-		g.metrics.StoreLost(uint64(st.NumDeleted))
+		g.metrics.StoreLost(n)
 	}
 	g.lost = lost
 }

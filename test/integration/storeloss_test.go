@@ -1,12 +1,20 @@
 package integration
 
 import (
+	"bytes"
+	"fmt"
 	"io"
+	"maps"
 	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/roompub/roompub/events"
 )
 
 // TestStoreLossReported: a copy of the v0.1.0 store whose block file lost
@@ -67,4 +75,101 @@ func getHealth(t *testing.T, log string) (int, string) {
 		t.Fatal(err)
 	}
 	return resp.StatusCode, string(b)
+}
+
+// TestStoreLostChainClosed: serve (with a publisher key) stores chain A
+// around 8 MB of other messages, so that A's positions 100.. and chain B
+// are in the stream's second block file; a flipped byte in the first
+// block, while serve is stopped, makes the server drop A's positions
+// 50..99 (and the rest of that block) on restart. Serve then says so
+// without any append (its survey): an error line naming room, chain and
+// positions, roompub_store_damaged_chains 1 and roompub_store_damaged_rooms
+// 1 (the room's checkpoint covers 250 leaves, 200 are held), /healthz 503
+// naming the chain. `publisher journal` of A never says "already stored":
+// it is refused store_lost at line 51, exit 1, and stores nothing; B goes
+// on.
+func TestStoreLostChainClosed(t *testing.T) {
+	t.Parallel()
+	key := newPublisherKey(t)
+	store := filepath.Join(t.TempDir(), "store")
+	const roomID = "room:lossy"
+	args := []string{"--checkpoint-interval", "1h", "--http", "127.0.0.1:0"}
+	srv := startKeyed(t, store, key, args...)
+	metaA := events.CapsuleMeta{RunID: "run-20261202-lossy-a", CapsuleID: "cap-lossy-a", HarnessVersion: "ecc-eval-harness/1.4.2", TaskFamily: "slugify"}
+	metaB := events.CapsuleMeta{RunID: "run-20261202-lossy-b", CapsuleID: "cap-lossy-b", HarnessVersion: "ecc-eval-harness/1.4.2", TaskFamily: "slugify"}
+	a, b := entries(t, metaA, 160), entries(t, metaB, 110)
+	shipTo(t, srv.url, roomID, capsuleOf(t, metaA, a[:100]), 0, 100)
+	nc, err := nats.Connect(srv.url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	filler := make([]byte, 950_000)
+	for range 9 {
+		if _, err := nc.Request("rooms.filler.exec", filler, 5*time.Second); err != nil {
+			t.Fatal(err)
+		}
+	}
+	nc.Close()
+	shipTo(t, srv.url, roomID, capsuleOf(t, metaB, b[:100]), 0, 100)
+	at100 := shipTo(t, srv.url, roomID, capsuleOf(t, metaA, a[:150]), 100, 50).Head.StreamSeq - 49
+	srv.stop() // the final checkpoint covers the room's 250 leaves
+
+	blk := filepath.Join(store, "jetstream", "$G", "streams", "ROOMS", "msgs", "1.blk")
+	data, err := os.ReadFile(blk)
+	if err != nil {
+		t.Fatal(err)
+	}
+	i := bytes.Index(data, []byte(entryHash(t, a[50])))
+	if i < 0 {
+		t.Fatal("entry 50 of A is not in the first block file")
+	}
+	data[i+10] ^= 1
+	if err := os.WriteFile(blk, data, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Remove(filepath.Join(filepath.Dir(blk), "index.db")); err != nil {
+		t.Fatal(err)
+	}
+
+	srv = startKeyed(t, store, key, args...)
+	positions := fmt.Sprintf("positions 50-99 (between stream seqs 50 and %d)", at100)
+	want := map[string]string{"roompub_store_damaged_chains": "1", "roompub_store_damaged_rooms": "1"}
+	deadline := time.Now().Add(10 * time.Second)
+	for got := scrapeMetrics(t, srv.log.String(), want); !maps.Equal(got, want); got = scrapeMetrics(t, srv.log.String(), want) {
+		if time.Now().After(deadline) {
+			t.Fatalf("metrics %v, want %v\n%s", got, want, srv.log)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	status, body := getHealth(t, srv.log.String())
+	if status != http.StatusServiceUnavailable || !strings.Contains(body, "the store lost acknowledged entries of 1 chains (closed: store_lost): "+roomID+" "+metaA.RunID+"/"+metaA.CapsuleID+": 50 lost ("+positions+")") ||
+		!strings.Contains(body, "the store lost acknowledged messages of 1 rooms: "+roomID+": checkpoint of 250 leaves, 200 held") {
+		t.Errorf("/healthz: %d %q", status, body)
+	}
+	logged := false
+	for _, l := range logLines(t, srv.log.String()) {
+		if l.Level == "error" && strings.HasPrefix(l.Msg, "the store lost acknowledged entries of a chain") && strings.Contains(srv.log.String(), `"missing":"`+positions+`"`) {
+			logged = true
+		}
+	}
+	if !logged {
+		t.Errorf("no error line naming the chain's lost positions:\n%s", srv.log)
+	}
+
+	r := runPub(t, nil, "journal", "--server", srv.url, "--room", roomID, capsuleOf(t, metaA, a))
+	if r.status != 1 || strings.Contains(r.stdout, "already stored (nothing new)") || !strings.Contains(r.stdout, "0 stored, 0 duplicate, 0 already stored") ||
+		!strings.Contains(r.stdout, "store_lost at ") || !strings.Contains(r.stdout, "journal.ndjson:51: the store lost 50 of the 150 entries of this chain it acknowledged, "+positions) {
+		t.Errorf("journal of A: exit %d\n%s%s", r.status, r.stdout, r.stderr)
+	}
+	shipTo(t, srv.url, roomID, capsuleOf(t, metaB, b), 100, 10)
+}
+
+// entryHash is the entry_hash of one journal line.
+func entryHash(t *testing.T, line []byte) string {
+	t.Helper()
+	e, err := events.ParseEntry(line)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return e.EntryHash()
 }

@@ -1,0 +1,85 @@
+package ingest_test
+
+import (
+	"context"
+	"fmt"
+	"reflect"
+	"strings"
+	"testing"
+
+	"github.com/roompub/roompub/events"
+	"github.com/roompub/roompub/room"
+	"github.com/roompub/roompub/room/internal/roomtest"
+)
+
+// TestStoreLostClosesChain: a flipped byte in a block file makes the
+// server, rebuilding its state on restart, drop the rest of that block:
+// chain A loses positions 50..99 from inside the stream, as in a real
+// store whose later block survives. The gate then refuses every item
+// sent to A (store_lost, naming the positions and the stream sequences
+// around them), resent old lines included, and A's head says what is
+// lost; chain B, stored in the later block, and a new chain C go on. A
+// fresh gate's survey finds A without any append.
+func TestStoreLostClosesChain(t *testing.T) {
+	e := roomtest.NewEnv(t)
+	const roomID = "room:lossy"
+	a, _ := roomtest.Journal(t, "run-a", "cap-a", 160)
+	b, _ := roomtest.Journal(t, "run-b", "cap-b", 110)
+	at100 := e.ChainWithHole(roomID, a, b)
+
+	st, err := e.Stream.Info(context.Background())
+	// Lost: A's positions 50..99 (stream seqs 51..100) and the fillers
+	// in the same block.
+	if err != nil || st.State.LastSeq != at100+49 || st.State.FirstSeq != 1 || st.State.NumDeleted < 50 || st.State.NumDeleted > 59 {
+		t.Fatalf("after the damage: %+v, %v; want stream seqs 51..100 and up to 9 fillers deleted", st.State, err)
+	}
+	keyA := events.ChainKey{RunID: "run-a", CapsuleID: "cap-a"}
+	wantLoss := &room.ChainLoss{Count: 50, Stored: 100, Missing: []room.LostRun{{From: 50, To: 99, After: 50, Before: at100}}}
+	wantReason := fmt.Sprintf("the store lost 50 of the chain's 150 acknowledged entries, positions 50-99 (between stream seqs 50 and %d); the chain is closed, as an append would build on the hole", at100)
+
+	// The next lines of A, and a resent old one: refused, nothing stored.
+	for _, part := range [][]*events.Entry{a[150:155], a[10:11], a[50:51]} {
+		r := e.ShipJournal(roomID, roomtest.Lines(part))
+		if r.Stored != 0 || r.Dupes != 0 || r.Refused != 1 || r.Skipped != len(part)-1 {
+			t.Fatalf("lines %d.. of A: %+v", roomtest.SeqOf(r.Items[0]), r)
+		}
+		it := r.Items[0]
+		if it.Code != events.StoreLost || it.Reason != wantReason || it.At == nil || it.At.Line != 1 {
+			t.Fatalf("refusal: %+v", it)
+		}
+		if !reflect.DeepEqual(r.Head.Lost, wantLoss) || r.Head.Next != 150 {
+			t.Fatalf("head in the reply: %+v (lost %+v)", r.Head, r.Head.Lost)
+		}
+	}
+	head, err := e.Gate.Head(context.Background(), keyA)
+	if err != nil || !reflect.DeepEqual(head.Lost, wantLoss) || head.Next != 150 || head.Head != a[149].EntryHash() {
+		t.Fatalf("head of A: %+v (lost %+v), %v", head, head.Lost, err)
+	}
+	if got := e.State(); got.LastSeq != at100+49 {
+		t.Fatalf("refusals stored something: %+v", got)
+	}
+	if d := e.Gate.Damaged(); len(d) != 1 || d[0].RoomID != roomID || d[0].Chain != keyA || !reflect.DeepEqual(&d[0].Loss, wantLoss) {
+		t.Fatalf("damaged: %+v", d)
+	}
+
+	// B lost nothing (its entries are all stored): it goes on, as does a
+	// new chain in the same room.
+	if r := e.ShipJournal(roomID, roomtest.Lines(b[100:])); r.Stored != 10 || r.Refused != 0 || r.Head.Lost != nil {
+		t.Fatalf("B goes on: %+v", r)
+	}
+	c, body := roomtest.Journal(t, "run-c", "cap-c", 5)
+	if r := e.ShipJournal(roomID, body); r.Stored != len(c) || r.Head.Lost != nil {
+		t.Fatalf("new chain C: %+v", r)
+	}
+
+	// A fresh gate, which no append has used yet: its survey finds A.
+	g := e.NewGate(e.Connect())
+	sv, err := g.Survey(context.Background())
+	if err != nil || sv.ChainsSeen != 3 || sv.RoomsSeen != 2 || len(sv.Damaged) != 1 || sv.Damaged[0].Chain != keyA ||
+		!reflect.DeepEqual(&sv.Damaged[0].Loss, wantLoss) || len(sv.DamagedRooms) != 0 {
+		t.Fatalf("survey: %+v, %v", sv, err)
+	}
+	if !strings.Contains(sv.Damaged[0].Loss.String(), fmt.Sprintf("positions 50-99 (between stream seqs 50 and %d)", at100)) {
+		t.Fatalf("loss named: %s", sv.Damaged[0].Loss.String())
+	}
+}

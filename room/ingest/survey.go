@@ -1,0 +1,186 @@
+package ingest
+
+import (
+	"context"
+	"fmt"
+	"slices"
+
+	"go.uber.org/zap"
+
+	"github.com/roompub/roompub/checkpoint"
+	"github.com/roompub/roompub/events"
+	"github.com/roompub/roompub/room"
+	"github.com/roompub/roompub/room/internal/jsapi"
+)
+
+// DamagedRoom is a room whose latest checkpoint covers more leaves than
+// the stream still holds for it: Size is the checkpoint's tree size, Held
+// the messages on the room's journal and record subjects now (fewer than
+// Size: at least Size - Held admitted leaves are gone).
+type DamagedRoom struct {
+	RoomID string
+	Size   uint64
+	Held   uint64
+}
+
+// Survey is what Survey found: how many chains and rooms it looked at,
+// and which of them the store lost acknowledged messages of.
+type Survey struct {
+	ChainsSeen, RoomsSeen int
+	Damaged               []DamagedChain
+	DamagedRooms          []DamagedRoom
+}
+
+// lastBatch is how many subjects one multi_last direct get asks for.
+const lastBatch = 256
+
+// Survey looks over the whole stream for what the store lost without
+// replaying it (docs/reliability.md, "When the store loses what it
+// acknowledged"): one paged count of the messages on every subject
+// (jsapi.SubjectCounts), the last message of each chain's subject and the
+// latest checkpoint of each room (batched direct gets). Its reads grow
+// with the number of chains and rooms, never with the stream's messages.
+//
+//   - A chain whose subject holds fewer messages than its last entry's
+//     position + 1 is read again as an append would read it (its head,
+//     then the whole chain when still short), which closes it when
+//     positions are missing (events.StoreLost) and names them.
+//   - With a publisher key: a room whose latest checkpoint signed by a
+//     trusted publisher has a larger tree than the messages on its
+//     journal and record subjects is damaged (reported; its chains stay
+//     open unless they show a hole of their own).
+//
+// Damaged rooms are logged at error level and kept for DamagedRooms.
+// Errors: a read that failed (the survey stops; what it found stays).
+func (g *Gate) Survey(ctx context.Context) (Survey, error) {
+	var out Survey
+	counts, err := jsapi.SubjectCounts(ctx, g.nc, g.streamName(), g.subjects.All(), g.timeout)
+	if err != nil {
+		return out, err
+	}
+	held := map[string]uint64{} // room -> messages on its leaf subjects
+	var chains, checkpoints []string
+	for subj, n := range counts {
+		p, err := g.subjects.Parse(subj)
+		if err != nil {
+			continue // not a room subject: the readers' bad_subject
+		}
+		switch p.Kind {
+		case room.KindJournal:
+			chains = append(chains, subj)
+			held[p.RoomID] += n
+		case room.KindExecution:
+			held[p.RoomID] += n
+		case room.KindCheckpoint:
+			checkpoints = append(checkpoints, subj)
+		}
+	}
+	slices.Sort(chains)
+	slices.Sort(checkpoints)
+	out.ChainsSeen, out.RoomsSeen = len(chains), len(held)
+	err = g.lastEach(ctx, chains, func(subj string, m jsapi.Msg) error {
+		e, err := events.ParseEntry(m.Data)
+		if err != nil {
+			return nil // not an entry: not the chain's head (the readers refuse it)
+		}
+		if seq, ok := e.Seq(); !ok || seq < 0 || counts[subj] >= uint64(seq)+1 {
+			return nil
+		}
+		p, _ := g.subjects.Parse(subj)
+		_, err = g.Head(ctx, p.Chain) // judges the chain (noteLoss)
+		return err
+	})
+	if err != nil {
+		return out, err
+	}
+	if g.trust != nil {
+		var rooms []DamagedRoom
+		err = g.lastEach(ctx, checkpoints, func(subj string, m jsapi.Msg) error {
+			p, _ := g.subjects.Parse(subj)
+			ck, err := checkpoint.Parse(m.Data, p.RoomID, g.trust)
+			if err != nil {
+				return nil // not a trusted checkpoint: says nothing of what was acknowledged
+			}
+			if ck.Size > held[p.RoomID] {
+				rooms = append(rooms, DamagedRoom{RoomID: p.RoomID, Size: ck.Size, Held: held[p.RoomID]})
+			}
+			return nil
+		})
+		if err != nil {
+			return out, err
+		}
+		g.noteRooms(rooms)
+		out.DamagedRooms = rooms
+	}
+	out.Damaged = g.Damaged()
+	return out, nil
+}
+
+// lastEach calls each with the last message of every subject of subjs
+// that has one, lastBatch subjects a multi_last direct get; a subject the
+// reply left out (the reply's byte bound) is read alone.
+func (g *Gate) lastEach(ctx context.Context, subjs []string, each func(subj string, m jsapi.Msg) error) error {
+	for len(subjs) > 0 {
+		part := subjs[:min(lastBatch, len(subjs))]
+		subjs = subjs[len(part):]
+		msgs, err := g.lastOf(ctx, part)
+		if err != nil {
+			return err
+		}
+		for _, subj := range part {
+			m, ok := msgs[subj]
+			if !ok {
+				raw, err := g.lastOn(ctx, subj, false)
+				if err != nil {
+					return fmt.Errorf("last message on %s: %w", subj, err)
+				}
+				if raw == nil {
+					continue
+				}
+				m = jsapi.Msg{Seq: raw.Sequence, Subject: raw.Subject, Header: raw.Header, Data: raw.Data}
+			}
+			if err := each(subj, m); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// lastOf is one multi_last direct get of subjs, by subject; nil (and no
+// error) when no server answers direct gets (lastEach reads each alone).
+func (g *Gate) lastOf(ctx context.Context, subjs []string) (map[string]jsapi.Msg, error) {
+	msgs, err := jsapi.DirectBatch(ctx, g.nc, g.streamName(), jsapi.BatchRequest{MultiLast: subjs, Batch: len(subjs), MaxBytes: 16 << 20}, g.timeout)
+	if err != nil && !jsapi.IsRetryable(err) {
+		return nil, err
+	}
+	out := make(map[string]jsapi.Msg, len(msgs))
+	for _, m := range msgs {
+		out[m.Subject] = m
+	}
+	return out, nil
+}
+
+// DamagedRooms returns the rooms the last Survey found damaged, sorted by
+// room id; empty when none.
+func (g *Gate) DamagedRooms() []DamagedRoom {
+	g.lossMu.Lock()
+	defer g.lossMu.Unlock()
+	return slices.Clone(g.damagedRooms)
+}
+
+// noteRooms keeps rooms as the damaged rooms, logging each newly found at
+// error level.
+func (g *Gate) noteRooms(rooms []DamagedRoom) {
+	g.lossMu.Lock()
+	old := g.damagedRooms
+	g.damagedRooms = rooms
+	g.lossMu.Unlock()
+	for _, r := range rooms {
+		if slices.Contains(old, r) {
+			continue
+		}
+		g.log.Error("the store lost acknowledged messages of a room: its latest checkpoint covers more leaves than the stream holds",
+			zap.String("room", r.RoomID), zap.Uint64("checkpoint_size", r.Size), zap.Uint64("held", r.Held), zap.Uint64("lost_at_least", r.Size-r.Held))
+	}
+}

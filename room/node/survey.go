@@ -1,0 +1,100 @@
+package node
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/roompub/roompub/room/ingest"
+)
+
+// surveyor runs the gate's survey of what the store lost
+// (ingest.Gate.Survey) in the background, one at a time: at start, and
+// again whenever the stream guard sees the stream lose messages.
+type surveyor struct {
+	gate    *ingest.Gate
+	metrics *ingest.Metrics
+	log     *zap.Logger
+	mu      sync.Mutex
+	running bool
+	again   bool
+	wg      sync.WaitGroup
+}
+
+func newSurveyor(gate *ingest.Gate, metrics *ingest.Metrics, log *zap.Logger) *surveyor {
+	return &surveyor{gate: gate, metrics: metrics, log: log}
+}
+
+// start runs a survey unless one is running, in which case another runs
+// once it ends.
+func (s *surveyor) start(ctx context.Context) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.running {
+		s.again = true
+		return
+	}
+	s.running = true
+	s.wg.Add(1)
+	go s.run(ctx)
+}
+
+func (s *surveyor) run(ctx context.Context) {
+	defer s.wg.Done()
+	for {
+		began := time.Now()
+		sv, err := s.gate.Survey(ctx)
+		took := time.Since(began)
+		switch {
+		case err != nil && ctx.Err() != nil:
+		case err != nil:
+			s.log.Warn("store survey: could not finish; chains are still judged on their first use", zap.Error(err), zap.Duration("took", took))
+		case len(sv.Damaged) == 0 && len(sv.DamagedRooms) == 0:
+			s.log.Info("store survey: no acknowledged message missing", zap.Int("chains", sv.ChainsSeen), zap.Int("rooms", sv.RoomsSeen), zap.Duration("took", took))
+		default:
+			s.log.Error("store survey: the store lost acknowledged messages; /healthz reports it", zap.Int("chains", sv.ChainsSeen), zap.Int("rooms", sv.RoomsSeen),
+				zap.Int("damaged_chains", len(sv.Damaged)), zap.Int("damaged_rooms", len(sv.DamagedRooms)), zap.Duration("took", took))
+		}
+		if err == nil && s.metrics != nil {
+			s.metrics.RoomsDamaged(len(sv.DamagedRooms))
+		}
+		s.mu.Lock()
+		if !s.again || ctx.Err() != nil {
+			s.running = false
+			s.mu.Unlock()
+			return
+		}
+		s.again = false
+		s.mu.Unlock()
+	}
+}
+
+// wait waits for a running survey to end (its context ended first).
+func (s *surveyor) wait() { s.wg.Wait() }
+
+// damageErr is what /healthz says of the chains and rooms the gate found
+// damaged: nil when none, else the count and the first three of each.
+func damageErr(g *ingest.Gate) error {
+	chains, rooms := g.Damaged(), g.DamagedRooms()
+	var errs []error
+	if len(chains) > 0 {
+		var names []string
+		for _, c := range chains[:min(3, len(chains))] {
+			names = append(names, fmt.Sprintf("%s %s/%s: %d lost (%s)", c.RoomID, c.Chain.RunID, c.Chain.CapsuleID, c.Loss.Count, c.Loss))
+		}
+		errs = append(errs, fmt.Errorf("the store lost acknowledged entries of %d chains (closed: store_lost): %s", len(chains), strings.Join(names, "; ")))
+	}
+	if len(rooms) > 0 {
+		var names []string
+		for _, r := range rooms[:min(3, len(rooms))] {
+			names = append(names, fmt.Sprintf("%s: checkpoint of %d leaves, %d held", r.RoomID, r.Size, r.Held))
+		}
+		errs = append(errs, fmt.Errorf("the store lost acknowledged messages of %d rooms: %s", len(rooms), strings.Join(names, "; ")))
+	}
+	return errors.Join(errs...)
+}
