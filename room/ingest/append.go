@@ -548,6 +548,21 @@ func (r *journalRun) decide(i int, try *lineTry) (decision, room.ItemResult) {
 			return decFinal, room.ItemResult{Index: i, Outcome: room.OutcomeAhead, Seq: &seq, Hash: e.EntryHash(),
 				Reason: fmt.Sprintf("seq %d is ahead of the chain, whose next seq is %d: the request ahead of this one has not landed; send this one again once it is answered", seq, c.next)}
 		}
+		if len(problems) > 0 && seq > c.next && onlyPosition(problems) {
+			// A refusal that rests on what the stream does not hold (the
+			// chain has not reached seq) stands only on a leader that
+			// heard from a quorum after the read: a leader cut off from
+			// its replicas answers from a copy another leader may have
+			// moved past, where seq is stored (docs/reliability.md, "A
+			// stream leader cut off").
+			if err := jsapi.LeaderFresh(r.ctx, g.nc, g.streamName(), g.timeout); err != nil {
+				if !g.waitRead(r.ctx, err, &try.attempt, try.until) {
+					return decFinal, failed(i, err)
+				}
+				c.loaded = false
+				continue
+			}
+		}
 		if len(problems) > 0 {
 			rf := room.RefusedItem(i, problems)
 			rf.Seq, rf.Hash = res.Seq, res.Hash

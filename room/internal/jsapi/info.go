@@ -3,7 +3,9 @@ package jsapi
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -54,4 +56,73 @@ func SubjectCounts(ctx context.Context, nc *nats.Conn, stream, filter string, ti
 			return out, nil
 		}
 	}
+}
+
+// LeaseWindow is how recently a stream leader must have heard from a
+// quorum of the stream's replicas for a read it answered to be final
+// (LeaderFresh): twice NATS's Raft heartbeat interval (1 s), half its
+// shortest election timeout (4 s). A leader cut off from its replicas
+// stops hearing from them at the cut, and no other leader can be elected
+// and commit until an election timeout after it, so a read the leader
+// answered before a check that finds a quorum within the window misses
+// nothing the stream acknowledged.
+const LeaseWindow = 2 * time.Second
+
+// ErrStaleLeader is wrapped by LeaderFresh when the stream leader has not
+// heard from a quorum of its replicas within LeaseWindow: it may be cut
+// off, answering from a copy another leader has moved past.
+var ErrStaleLeader = errors.New("the stream leader has not heard from a quorum of its replicas lately")
+
+// LeaderFresh asks the stream leader ($JS.API.STREAM.INFO, waiting at most
+// timeout) whether it heard from a quorum of the stream's replicas within
+// LeaseWindow: nil when it did, or the stream has one replica; an error
+// wrapping ErrStaleLeader (naming each replica's last contact) when it did
+// not; the request's or the API's error otherwise. NATS gives clients no
+// read confirmed by a quorum; this is the leader lease a Raft leader's
+// read rests on, from the replicas' activity the leader reports.
+func LeaderFresh(ctx context.Context, nc *nats.Conn, stream string, timeout time.Duration) error {
+	rctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	m, err := nc.RequestWithContext(rctx, "$JS.API.STREAM.INFO."+stream, nil)
+	if err != nil {
+		return fmt.Errorf("stream info %s: %w", stream, err)
+	}
+	var resp struct {
+		Error  *jetstream.APIError `json:"error"`
+		Config struct {
+			Replicas int `json:"num_replicas"`
+		} `json:"config"`
+		Cluster *struct {
+			Leader   string `json:"leader"`
+			Replicas []struct {
+				Name    string        `json:"name"`
+				Offline bool          `json:"offline"`
+				Active  time.Duration `json:"active"`
+			} `json:"replicas"`
+		} `json:"cluster"`
+	}
+	if err := json.Unmarshal(m.Data, &resp); err != nil {
+		return fmt.Errorf("stream info %s: %w", stream, err)
+	}
+	if resp.Error != nil {
+		return fmt.Errorf("stream info %s: %w", stream, resp.Error)
+	}
+	if resp.Config.Replicas <= 1 || resp.Cluster == nil {
+		return nil
+	}
+	need := resp.Config.Replicas/2 + 1 - 1 // a quorum, less the leader
+	var seen []string
+	for _, r := range resp.Cluster.Replicas {
+		// Contact, not lag: a replica that lags still answers the leader,
+		// and a busy stream's replicas often lag by a few messages.
+		if !r.Offline && r.Active <= LeaseWindow {
+			need--
+		}
+		seen = append(seen, fmt.Sprintf("%s %s ago", r.Name, r.Active.Round(time.Millisecond)))
+	}
+	if need > 0 {
+		return fmt.Errorf("%w: leader %s of stream %s last heard from its replicas %s; a quorum must be within %s",
+			ErrStaleLeader, resp.Cluster.Leader, stream, strings.Join(seen, ", "), LeaseWindow)
+	}
+	return nil
 }

@@ -47,8 +47,8 @@ func IsStoreFull(err error) bool {
 // be tried again after a while: no responder or no stream response (no
 // leader for now), a stream not ready to check an expected sequence, an
 // append with the same id still in process, an atomic batch refused for
-// too many in flight or lost by the server, or any other 503 but a full
-// store.
+// too many in flight or lost by the server, any other 503 but a full
+// store, or a leader that may be cut off (ErrStaleLeader).
 func IsRetryable(err error) bool {
 	var apiErr *jetstream.APIError
 	if errors.As(err, &apiErr) {
@@ -59,7 +59,7 @@ func IsRetryable(err error) bool {
 		}
 		return apiErr.Code == 503 && apiErr.ErrorCode != ErrCodeInsufficientResources
 	}
-	return errors.Is(err, jetstream.ErrNoStreamResponse) || errors.Is(err, nats.ErrNoResponders)
+	return errors.Is(err, jetstream.ErrNoStreamResponse) || errors.Is(err, nats.ErrNoResponders) || errors.Is(err, ErrStaleLeader)
 }
 
 // Backoff is how long to wait before attempt (from 0) of a retried call:

@@ -1,0 +1,61 @@
+package jsapi_test
+
+import (
+	"context"
+	"errors"
+	"maps"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/roompub/roompub/room/embedded"
+	"github.com/roompub/roompub/room/internal/jsapi"
+)
+
+// TestSubjectCountsAndLeaderFresh: the leader's per-subject counts for a
+// filter, exactly; a stream of one replica is always fresh; a missing
+// stream is the API's error, not a stale leader.
+func TestSubjectCountsAndLeaderFresh(t *testing.T) {
+	srv, err := embedded.Start(embedded.Options{Listen: "127.0.0.1:-1", StoreDir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Shutdown()
+	nc, err := nats.Connect(srv.ClientURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	js, _ := jetstream.New(nc)
+	ctx := context.Background()
+	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "S", Subjects: []string{"s.>"}, Storage: jetstream.FileStorage}); err != nil {
+		t.Fatal(err)
+	}
+	for subj, n := range map[string]int{"s.a.x": 3, "s.a.y": 1, "s.b.x": 2} {
+		for range n {
+			if _, err := js.Publish(ctx, subj, []byte("m")); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	got, err := jsapi.SubjectCounts(ctx, nc, "S", "s.a.>", time.Second)
+	if want := map[string]uint64{"s.a.x": 3, "s.a.y": 1}; err != nil || !maps.Equal(got, want) {
+		t.Errorf("s.a.>: %v, %v; want %v", got, err, want)
+	}
+	got, err = jsapi.SubjectCounts(ctx, nc, "S", "s.c.>", time.Second)
+	if err != nil || len(got) != 0 {
+		t.Errorf("s.c.>: %v, %v; want none", got, err)
+	}
+	if err := jsapi.LeaderFresh(ctx, nc, "S", time.Second); err != nil {
+		t.Errorf("one replica: %v", err)
+	}
+	var apiErr *jetstream.APIError
+	if err := jsapi.LeaderFresh(ctx, nc, "NOPE", time.Second); !errors.As(err, &apiErr) || apiErr.ErrorCode != jetstream.JSErrCodeStreamNotFound || errors.Is(err, jsapi.ErrStaleLeader) {
+		t.Errorf("missing stream: %v", err)
+	}
+	if _, err := jsapi.SubjectCounts(ctx, nc, "NOPE", ">", time.Second); !errors.As(err, &apiErr) {
+		t.Errorf("missing stream counts: %v", err)
+	}
+}
