@@ -26,6 +26,16 @@
 //     every earlier name change in it).
 //   - Modes, owners and times take effect at once and are not modelled.
 //
+// That is the model POSIX, the default (Options.Model). The model
+// Journaled keeps the data rule and relaxes the name rule to what a
+// journaling filesystem does: an fsync of any file or directory, or a
+// write through an O_SYNC or O_DSYNC descriptor, also makes durable every
+// name change made before it anywhere in the filesystem, as a commit of
+// ext4's (data=ordered) or xfs's journal does when an fsync finds the
+// file's size or blocks changed (an append always does). A program that
+// loses data only under POSIX relies on its filesystem's journal for the
+// names it never fsyncs.
+//
 // Crash is what a power loss leaves: the caller SIGKILLs every process
 // that uses the filesystem first; Crash then unmounts it, reverts every
 // directory to its durable entries and every file to its durable bytes
@@ -44,6 +54,7 @@ import (
 	"os"
 	"slices"
 	"sort"
+	"strconv"
 	"sync"
 	"syscall"
 	"testing"
@@ -95,15 +106,45 @@ type OpStats struct {
 	Crashes    int   // calls of Crash that completed
 }
 
+// Model is a rule for when names become durable.
+type Model int
+
+const (
+	// POSIX: a name change becomes durable when its directory is fsynced.
+	POSIX Model = iota
+	// Journaled: a name change becomes durable when its directory is
+	// fsynced, or when any file or directory is fsynced or written through
+	// an O_SYNC or O_DSYNC descriptor after it.
+	Journaled
+)
+
+func (m Model) String() string {
+	switch m {
+	case POSIX:
+		return "POSIX"
+	case Journaled:
+		return "journaled"
+	}
+	return "Model(" + strconv.Itoa(int(m)) + ")"
+}
+
+// Options configures Mount. The zero value is the POSIX model.
+type Options struct {
+	// Model says when names become durable.
+	Model Model
+}
+
 // FS is a mounted crash filesystem. Its methods are safe for concurrent
 // use; Crash and Unmount must not be called while processes use it.
 type FS struct {
-	dir string
+	dir   string
+	model Model
 
 	mu      sync.Mutex // guards everything below and every node
 	root    *node
 	nextIno uint64
 	server  *fuse.Server
+	dirty   map[*node]bool // directories whose entries changed since the last commit (Journaled)
 	last    CrashStats
 	ops     OpStats
 }
@@ -130,8 +171,11 @@ func (n *node) isDir() bool { return n.mode&syscall.S_IFMT == syscall.S_IFDIR }
 // should be empty (what is in it is hidden while mounted). The root
 // directory exists durably; nothing else does. Errors wrap ErrUnavailable
 // when FUSE cannot be mounted.
-func Mount(dir string) (*FS, error) {
-	f := &FS{dir: dir, nextIno: 2}
+func Mount(dir string, o Options) (*FS, error) {
+	if o.Model != POSIX && o.Model != Journaled {
+		return nil, fmt.Errorf("crashfs: unknown model %v", o.Model)
+	}
+	f := &FS{dir: dir, model: o.Model, nextIno: 2, dirty: map[*node]bool{}}
 	now := time.Now()
 	f.root = &node{ino: 1, mode: syscall.S_IFDIR | 0o755, mtime: now, ctime: now,
 		entries: map[string]*node{}, durableEntries: map[string]*node{}}
@@ -144,9 +188,9 @@ func Mount(dir string) (*FS, error) {
 // MountForTest mounts a crash filesystem over a new temporary directory
 // of t and unmounts it when t ends. It skips t, saying why, when FUSE
 // cannot be mounted here, and fails it on any other error.
-func MountForTest(t testing.TB) *FS {
+func MountForTest(t testing.TB, o Options) *FS {
 	t.Helper()
-	f, err := Mount(t.TempDir())
+	f, err := Mount(t.TempDir(), o)
 	if errors.Is(err, ErrUnavailable) {
 		t.Skipf("crash filesystem not available (needs Linux, /dev/fuse and the right to mount, e.g. root): %v", err)
 	}
@@ -164,6 +208,25 @@ func MountForTest(t testing.TB) *FS {
 
 // Dir is the mount point.
 func (f *FS) Dir() string { return f.dir }
+
+// Model is the rule the filesystem follows for names.
+func (f *FS) Model() Model { return f.model }
+
+// changed notes that directory d's entries changed. f.mu is held.
+func (f *FS) changed(d *node) {
+	if f.model == Journaled {
+		f.dirty[d] = true
+	}
+}
+
+// commit makes every name change so far durable under Journaled: a
+// journal commit. f.mu is held.
+func (f *FS) commit() {
+	for d := range f.dirty {
+		d.durableEntries = cloneEntries(d.entries)
+	}
+	clear(f.dirty)
+}
 
 func (f *FS) mount() error {
 	if _, err := os.Stat("/dev/fuse"); err != nil {
@@ -266,6 +329,7 @@ func (f *FS) revert() CrashStats {
 		n.data = slices.Clone(n.durable)
 	}
 	reset(f.root)
+	clear(f.dirty)
 	after := map[string]*node{}
 	walk(f.root, "", false, after)
 
@@ -476,6 +540,7 @@ func (fn *fnode) Create(ctx context.Context, name string, flags uint32, mode uin
 	c := fn.newNode(syscall.S_IFREG|mode&0o7777, ctx)
 	fn.n.entries[name] = c
 	fn.n.mtime = c.mtime
+	fn.fs.changed(fn.n)
 	fillAttr(c, &out.Attr)
 	return fn.child(ctx, c), openHandle(c, flags), 0, 0
 }
@@ -501,6 +566,7 @@ func (fn *fnode) Mkdir(ctx context.Context, name string, mode uint32, out *fuse.
 	c := fn.newNode(syscall.S_IFDIR|mode&0o7777, ctx)
 	fn.n.entries[name] = c
 	fn.n.mtime = c.mtime
+	fn.fs.changed(fn.n)
 	fillAttr(c, &out.Attr)
 	return fn.child(ctx, c), 0
 }
@@ -517,6 +583,7 @@ func (fn *fnode) Unlink(_ context.Context, name string) syscall.Errno {
 	}
 	delete(fn.n.entries, name)
 	fn.n.mtime = time.Now()
+	fn.fs.changed(fn.n)
 	return 0
 }
 
@@ -535,6 +602,7 @@ func (fn *fnode) Rmdir(_ context.Context, name string) syscall.Errno {
 	}
 	delete(fn.n.entries, name)
 	fn.n.mtime = time.Now()
+	fn.fs.changed(fn.n)
 	return 0
 }
 
@@ -571,6 +639,8 @@ func (fn *fnode) Rename(_ context.Context, name string, newParent fs.InodeEmbedd
 	}
 	delete(fn.n.entries, name)
 	np.n.entries[newName] = c
+	fn.fs.changed(fn.n)
+	fn.fs.changed(np.n)
 	now := time.Now()
 	fn.n.mtime, np.n.mtime, c.ctime = now, now, now
 	return 0
@@ -621,6 +691,7 @@ func (fn *fnode) Write(_ context.Context, fh fs.FileHandle, data []byte, off int
 	if h, _ := fh.(*handle); h != nil && h.sync {
 		n.durable = writeAt(n.durable, data, off)
 		fn.fs.ops.SyncWrites++
+		fn.fs.commit()
 	}
 	n.mtime = time.Now()
 	return uint32(len(data)), 0
@@ -644,11 +715,13 @@ func writeAt(b, p []byte, off int64) []byte {
 	return b
 }
 
-// Fsync makes a file's contents, or a directory's entries, durable.
+// Fsync makes a file's contents, or a directory's entries, durable (and
+// under Journaled every name change so far).
 func (fn *fnode) Fsync(_ context.Context, _ fs.FileHandle, _ uint32) syscall.Errno {
 	fn.fs.mu.Lock()
 	defer fn.fs.mu.Unlock()
 	n := fn.n
+	fn.fs.commit()
 	if n.isDir() {
 		n.durableEntries = cloneEntries(n.entries)
 		fn.fs.ops.DirFsyncs++

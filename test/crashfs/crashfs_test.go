@@ -86,7 +86,7 @@ func wantStats(t *testing.T, st crashfs.CrashStats, bytes int64, dropped, restor
 // TestWriteWithoutFsyncIsLost: bytes written after the last fsync are
 // gone after a crash; those before it stay.
 func TestWriteWithoutFsyncIsLost(t *testing.T) {
-	c := crashfs.MountForTest(t)
+	c := crashfs.MountForTest(t, crashfs.Options{})
 	p := writeDurable(t, c, "f", "abc")
 	appendFile(t, p, 0, "defg")
 	if got := content(t, p); got != "abcdefg" {
@@ -105,7 +105,7 @@ func TestWriteWithoutFsyncIsLost(t *testing.T) {
 // TestFsyncKeeps: what was fsynced, file and directory, survives, and a
 // crash that finds nothing to drop says so.
 func TestFsyncKeeps(t *testing.T) {
-	c := crashfs.MountForTest(t)
+	c := crashfs.MountForTest(t, crashfs.Options{})
 	p := writeDurable(t, c, "f", "abc")
 	appendFile(t, p, 0, "defg")
 	fsyncPath(t, p)
@@ -128,7 +128,7 @@ func TestSyncWriteKept(t *testing.T) {
 		flag int
 	}{{"O_SYNC", syscall.O_SYNC}, {"O_DSYNC", syscall.O_DSYNC}} {
 		t.Run(tc.name, func(t *testing.T) {
-			c := crashfs.MountForTest(t)
+			c := crashfs.MountForTest(t, crashfs.Options{})
 			p := writeDurable(t, c, "f", "abc")
 			appendFile(t, p, tc.flag, "def")
 			appendFile(t, p, 0, "XY")
@@ -148,7 +148,7 @@ func TestSyncWriteKept(t *testing.T) {
 // gone after a crash, with its bytes; so is a directory whose parent was
 // not fsynced, with everything under it.
 func TestNewNameNeedsDirFsync(t *testing.T) {
-	c := crashfs.MountForTest(t)
+	c := crashfs.MountForTest(t, crashfs.Options{})
 	p := filepath.Join(c.Dir(), "f")
 	if err := os.WriteFile(p, []byte("hello"), 0o644); err != nil {
 		t.Fatal(err)
@@ -174,7 +174,7 @@ func TestNewNameNeedsDirFsync(t *testing.T) {
 // TestRemoveNeedsDirFsync: a durable file unlinked without a directory
 // fsync is back after a crash, with its durable bytes.
 func TestRemoveNeedsDirFsync(t *testing.T) {
-	c := crashfs.MountForTest(t)
+	c := crashfs.MountForTest(t, crashfs.Options{})
 	p := writeDurable(t, c, "f", "abc")
 	if err := os.Remove(p); err != nil {
 		t.Fatal(err)
@@ -199,7 +199,7 @@ func TestRemoveNeedsDirFsync(t *testing.T) {
 // rename over an existing file is undone by a crash unless the directory
 // was fsynced after it; then it stays.
 func TestRenameNeedsDirFsync(t *testing.T) {
-	c := crashfs.MountForTest(t)
+	c := crashfs.MountForTest(t, crashfs.Options{})
 	target := writeDurable(t, c, "mark", "old")
 	tmp := filepath.Join(c.Dir(), "mark.tmp")
 	put := func() {
@@ -236,7 +236,7 @@ func TestRenameNeedsDirFsync(t *testing.T) {
 // TestTruncateFollowsData: a truncation is a data change: undone by a
 // crash unless the file was fsynced after it.
 func TestTruncateFollowsData(t *testing.T) {
-	c := crashfs.MountForTest(t)
+	c := crashfs.MountForTest(t, crashfs.Options{})
 	p := writeDurable(t, c, "f", "0123456789")
 	if err := os.Truncate(p, 4); err != nil {
 		t.Fatal(err)
@@ -280,7 +280,7 @@ func TestTruncateFollowsData(t *testing.T) {
 // and drops nothing: the process using the filesystem must be killed
 // first.
 func TestCrashWhileOpen(t *testing.T) {
-	c := crashfs.MountForTest(t)
+	c := crashfs.MountForTest(t, crashfs.Options{})
 	p := writeDurable(t, c, "f", "abc")
 	f, err := os.OpenFile(p, os.O_WRONLY|os.O_APPEND, 0)
 	if err != nil {
@@ -298,4 +298,39 @@ func TestCrashWhileOpen(t *testing.T) {
 	f.Close()
 	st := crash(t, c)
 	wantStats(t, st, 3, nil, nil)
+}
+
+// TestJournaledNames: under the Journaled model an fsync of any file
+// makes every earlier name change durable, not the data of other files;
+// a name change after the last fsync is still lost.
+func TestJournaledNames(t *testing.T) {
+	c := crashfs.MountForTest(t, crashfs.Options{Model: crashfs.Journaled})
+	if c.Model() != crashfs.Journaled || c.Model().String() != "journaled" {
+		t.Fatalf("model %v", c.Model())
+	}
+	d := filepath.Join(c.Dir(), "d")
+	if err := os.Mkdir(d, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	f := filepath.Join(d, "f")
+	if err := os.WriteFile(f, []byte("unsynced"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	g := filepath.Join(c.Dir(), "g")
+	if err := os.WriteFile(g, []byte("synced"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	fsyncPath(t, g) // commits d, d/f and g, and g's data
+	late := filepath.Join(c.Dir(), "late")
+	if err := os.WriteFile(late, []byte("xy"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	st := crash(t, c)
+	for p, want := range map[string]string{f: "", g: "synced", late: "<absent>"} {
+		if got := content(t, p); got != want {
+			t.Errorf("%s after the crash: %q, want %q", p, got, want)
+		}
+	}
+	// d/f's 8 bytes (kept name, lost data) and late's 2 (lost name).
+	wantStats(t, st, 10, []string{"late"}, nil)
 }
