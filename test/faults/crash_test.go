@@ -148,13 +148,14 @@ func TestCrash(t *testing.T) {
 	trials := crashTrials(t)
 	for i := range trials {
 		t.Run(fmt.Sprintf("trial%d", i+1), func(t *testing.T) {
+			ownAuditState(t)
 			cfs := crashfs.MountForTest(t, crashfs.Options{Model: crashfs.Journaled})
 			srv := startEmbeddedServe(t, cfs.Dir(), key, "--max-batch", "25", "--checkpoint-every", "500")
 			roomID := fmt.Sprintf("room:crash-%d", i+1)
 			dir := t.TempDir()
 			c := newCapsule(t, filepath.Join(dir, "capsule"), fmt.Sprintf("run-crash-%d", i+1), 6000)
 			rs := newRecords(t, filepath.Join(dir, "records"), key, roomID, fmt.Sprintf("crash%d", i+1), 200)
-			at := uint64(200 + mrand.IntN(4300))
+			at := uint64(1200 + mrand.IntN(3300))
 			f, rr := crashMidShipment(t, tl, srv, cfs, roomID, c, rs, at)
 			if refused, status := srv.tryRestart(t); refused {
 				t.Fatalf("FINDING: publisher serve refuses to start after the crash (exit %d); %s\n%s", status, f, tail(srv.stderr.String(), 3000))
@@ -318,6 +319,7 @@ func TestCrashSyncInterval(t *testing.T) {
 }
 
 func crashSyncInterval(t *testing.T, tl *tally, key *events.HostKey, name string, durable int, refusal string) {
+	ownAuditState(t)
 	cfs := crashfs.MountForTest(t, crashfs.Options{Model: crashfs.Journaled})
 	roomID := "room:crash-interval-" + name
 	dir := t.TempDir()
