@@ -29,7 +29,7 @@ test: unit integration test-faults fuzz-short
 
 ## unit: fast tests of the libraries and commands, with the race detector; then the allocation tests without it
 unit:
-	$(GO) test -race -count=1 ./events/... ./validate/... ./schemas/... ./config/... ./checkpoint/... ./cmd/... ./test/layout/...
+	$(GO) test -race -count=1 ./events/... ./validate/... ./schemas/... ./config/... ./checkpoint/... ./cmd/... ./test/layout/... ./test/crashfs/...
 	$(GO) test -count=1 -run 'NoAllocs' ./events/... ./validate/... ./checkpoint/...
 
 ## integration: against real embedded nats-servers (JetStream on disk), the upstream verifier's rules, then the built binaries (and the v0.1.0 store, TestStoreV010)
@@ -42,6 +42,13 @@ integration:
 .PHONY: test-faults
 test-faults:
 	$(GO) test -count=1 -v ./test/faults/...
+
+## test-crash: the crash tests alone (test/crashfs, then TestCrash* of test/faults on a FUSE filesystem that drops what was not fsynced) with CRASH_TRIALS trials of TestCrash (default 20; needs /dev/fuse and root, else they skip)
+CRASH_TRIALS ?= 20
+.PHONY: test-crash
+test-crash:
+	$(GO) test -count=1 -v ./test/crashfs/...
+	ROOMPUB_CRASH_TRIALS=$(CRASH_TRIALS) $(GO) test -count=1 -v -run '^TestCrash' ./test/faults/...
 
 fuzz-short:
 	@GO=$(GO) .ci/fuzz -fuzztime 5s $(FUZZ_PKGS)

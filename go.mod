@@ -6,6 +6,7 @@ require (
 	github.com/alecthomas/kong v1.17.0
 	github.com/dlclark/regexp2/v2 v2.13.0
 	github.com/gowebpki/jcs v1.0.2
+	github.com/hanwen/go-fuse/v2 v2.12.1
 	github.com/mr-tron/base58 v1.3.0
 	github.com/nats-io/jwt/v2 v2.8.2
 	github.com/nats-io/nats-server/v2 v2.15.2

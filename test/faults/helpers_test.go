@@ -924,8 +924,9 @@ type auditReport struct {
 	Stream     string `json:"stream"`
 	LastSeq    uint64 `json:"last_seq"`
 	Violations []struct {
-		Seq  uint64 `json:"stream_seq"`
-		Code string `json:"code"`
+		Seq    uint64 `json:"stream_seq"`
+		Code   string `json:"code"`
+		Reason string `json:"reason"`
 	} `json:"violations"`
 	Chains []struct {
 		Room    string `json:"room"`
@@ -992,9 +993,9 @@ func auditClean(t *testing.T, tl *tally, url string, trusted []string, entries, 
 	if r.status != 0 || tot.SetAside != 0 || tot.ChainsBroken != 0 || !tot.Sound || len(rep.Violations) != 0 || forks != 0 ||
 		tot.Entries != entries || tot.Records != records || tot.Messages != all || tot.ChainsOK != chains || rep.LastSeq != all {
 		t.Errorf("oracle (audit clean, no fork): subscriber audit exit %d: %d messages (%d entries, %d records, %d checkpoints), last seq %d, %d set aside %v, %d forks, chains %d ok %d broken, append-only %v\n"+
-			"want exit 0: %d entries, %d records, last seq = messages, 0 set aside, 0 forks, chains %d ok 0 broken, append-only true\n%s",
+			"want exit 0: %d entries, %d records, last seq = messages, 0 set aside, 0 forks, chains %d ok 0 broken, append-only true\nviolations: %+v\n%s",
 			r.status, tot.Messages, tot.Entries, tot.Records, tot.Checkpoints, rep.LastSeq, tot.SetAside, tot.ByCode, forks, tot.ChainsOK, tot.ChainsBroken, tot.Sound,
-			entries, records, chains, tail(r.stderr, 2000))
+			entries, records, chains, rep.Violations, tail(r.stderr, 2000))
 	}
 	// Every message attested by the suite's publisher key and admitted,
 	// no checkpoint refused (a checkpoint never contradicts the room or an
@@ -1045,7 +1046,19 @@ func auditReadsAll(t *testing.T, url string) {
 	}
 }
 
-var auditStates sync.Map // top-level test name → state dir
+var auditStates sync.Map // top-level test name (or subtest name, ownAuditState) → state dir
+
+// ownAuditState gives subtest t audits with a state directory of its own,
+// for subtests that each serve another store: a reader that keeps state
+// across stores would rightly refuse the rooms of one store as rolled
+// back when it reads the next.
+func ownAuditState(t *testing.T) {
+	d, err := os.MkdirTemp("", "roompub-faults-state-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	auditStates.Store(t.Name(), d)
+}
 
 // keylessTests names the top-level tests whose serve runs without a
 // publisher key and whose audits trust none (keyless).
@@ -1065,6 +1078,9 @@ func topName(t *testing.T) string {
 // consistent with the ones the test's earlier audits verified, across
 // the faults in between.
 func auditStateDir(t *testing.T) string {
+	if d, ok := auditStates.Load(t.Name()); ok { // ownAuditState
+		return d.(string)
+	}
 	name := topName(t)
 	if d, ok := auditStates.Load(name); ok {
 		return d.(string)
