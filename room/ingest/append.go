@@ -140,6 +140,18 @@ func (g *Gate) appendJournal(ctx context.Context, roomID, owner string, body []b
 	r := &journalRun{g: g, ctx: ctx, roomID: roomID, owner: owner, key: key, subj: g.subjects.Journal(roomID, key), anyRoom: g.subjects.ChainAnyRoom(key),
 		c: c, capsule: capsule, lines: lines, pre: pre, items: reply.Items, after: after}
 	r.run()
+	durable := room.OutcomeFailed
+	for _, it := range reply.Items {
+		if it.Outcome == room.OutcomeStored || it.Outcome == room.OutcomeDuplicate {
+			durable = it.Outcome
+			break
+		}
+	}
+	g.makeDurable(durable, func(err error) {
+		for i, it := range reply.Items {
+			reply.Items[i] = notDurable(it, err)
+		}
+	})
 	if c.loaded {
 		reply.Head = c.view(key)
 	}

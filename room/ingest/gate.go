@@ -82,6 +82,13 @@ type GateOptions struct {
 	// on its next use, as after a restart (docs/secure-mode.md, "Fair
 	// ingest").
 	ChainIdle time.Duration
+	// Durable, when set, is called before the gate reports any item
+	// stored or duplicate, after the server acknowledged it: it makes
+	// durable what the server's acknowledgement does not (the embedded
+	// server's new file names: embedded.Server.NameSyncer). An error
+	// turns those items failed (not decided; sent again, they are
+	// duplicates). Nil: the server's acknowledgement is the word.
+	Durable func() error
 	// now, when set, is the clock of ChainIdle (tests: WithGateClock).
 	now func() time.Time
 	// presigned, when set, counts the record appends that carried the
@@ -152,6 +159,8 @@ type Gate struct {
 	trust *checkpoint.Trust
 	// presigned is GateOptions.presigned; nil: not counted.
 	presigned *atomic.Uint64
+	// durable is GateOptions.Durable; nil: none.
+	durable func() error
 
 	mu     sync.Mutex
 	chains map[events.ChainKey]*chainState
@@ -231,7 +240,7 @@ func NewGate(ctx context.Context, nc *nats.Conn, o GateOptions) (*Gate, error) {
 	}
 	g.maxBatch.Store(int64(o.MaxBatch))
 	g.inflight = make(chan struct{}, o.MaxInflightBatches)
-	g.idle, g.now, g.presigned = o.ChainIdle, o.now, o.presigned
+	g.idle, g.now, g.presigned, g.durable = o.ChainIdle, o.now, o.presigned, o.Durable
 	if g.idle <= 0 {
 		g.idle = DefaultChainIdle
 	}
@@ -728,4 +737,28 @@ func (g *Gate) observe(kind room.Kind, res room.ItemResult, start time.Time) {
 	if g.obs != nil {
 		g.obs.Item(kind, res.Outcome, res.Code, time.Since(start))
 	}
+}
+
+// makeDurable runs GateOptions.Durable before an item of outcome is
+// reported stored or duplicate; when it fails, it logs the error and
+// calls undo with it, which turns those items failed (notDurable).
+func (g *Gate) makeDurable(outcome room.Outcome, undo func(error)) {
+	if g.durable == nil || (outcome != room.OutcomeStored && outcome != room.OutcomeDuplicate) {
+		return
+	}
+	if err := g.durable(); err != nil {
+		g.log.Error("the store acknowledged appends that could not be made durable: reported failed, to be sent again", zap.Error(err))
+		undo(err)
+	}
+}
+
+// notDurable is it failed when it was stored or a duplicate: the server
+// holds it, but the gate could not make it durable (makeDurable). Sent
+// again, it is a duplicate.
+func notDurable(it room.ItemResult, err error) room.ItemResult {
+	if it.Outcome != room.OutcomeStored && it.Outcome != room.OutcomeDuplicate {
+		return it
+	}
+	return room.ItemResult{Index: it.Index, Outcome: room.OutcomeFailed, Seq: it.Seq, Hash: it.Hash,
+		Reason: fmt.Sprintf("the server stored it, but it could not be made durable (%v): send it again", err)}
 }

@@ -107,6 +107,7 @@ func (g *Gate) catchUp(ctx context.Context, roomID string, r *roomState) error {
 func (g *Gate) AppendRecord(ctx context.Context, raw []byte) room.RecordReply {
 	start := time.Now()
 	res := g.appendRecord(ctx, raw)
+	g.makeDurable(res.Item.Outcome, func(err error) { res.Item = notDurable(res.Item, err) })
 	g.observe(room.KindExecution, res.Item, start)
 	return res
 }
@@ -206,6 +207,7 @@ func (g *Gate) AppendRecords(ctx context.Context, raws [][]byte) []room.RecordRe
 			f.mu.Unlock()
 		}
 		reply.Item.Index = i
+		g.makeDurable(reply.Item.Outcome, func(err error) { reply.Item = notDurable(reply.Item, err) })
 		g.observe(room.KindExecution, reply.Item, c.start)
 		out[i] = reply
 		i++

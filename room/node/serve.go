@@ -170,6 +170,11 @@ func Serve(ctx context.Context, o ServeOptions) error {
 	gopts := ingest.GateOptions{Stream: cfg.Name, Subjects: o.Subjects, Validator: o.Validator, Logger: log, Observer: metrics,
 		MaxBatch: o.MaxBatch, MaxInflightBatches: o.MaxInflightBatches, PublisherKey: o.PublisherKey,
 		TrustedPublishers: o.Checkpoint.TrustedPublishers}
+	if emb != nil && o.Embedded.SyncInterval <= 0 {
+		// Acknowledged means on disk: the new file names too, which the
+		// server does not fsync (docs/reliability.md).
+		gopts.Durable = emb.NameSyncer(cfg.Name)
+	}
 	var ckp *checkpointer.Checkpointer
 	if o.PublisherKey != nil {
 		co := o.Checkpoint
