@@ -162,6 +162,21 @@ func TestStoreLostChainClosed(t *testing.T) {
 		t.Errorf("journal of A: exit %d\n%s%s", r.status, r.stdout, r.stderr)
 	}
 	shipTo(t, srv.url, roomID, capsuleOf(t, metaB, b), 100, 10)
+
+	// The reader: the room refused, chain A broken where its entries
+	// resume after the hole (gap), B whole; exit 1.
+	rep, res := ckAudit(t, ckArgs(srv.url, key.id, "audit", "--json", "--state-dir", t.TempDir(), "--room", roomID)...)
+	verdicts := map[string]string{}
+	gapAt := uint64(0)
+	for _, c := range rep.Chains {
+		verdicts[c.Chain.RunID] = c.Verdict
+		if c.Chain.RunID == metaA.RunID && c.Broken != nil && c.Broken.Code == "gap" {
+			gapAt = c.Broken.Seq
+		}
+	}
+	if res.status != 1 || verdicts[metaB.RunID] != "ok" || verdicts[metaA.RunID] == "ok" || gapAt != at100 {
+		t.Errorf("audit: exit %d, chains %v, A broken by gap at stream seq %d (want %d)\n%s%s", res.status, verdicts, gapAt, at100, res.stdout, res.stderr)
+	}
 }
 
 // entryHash is the entry_hash of one journal line.
