@@ -66,6 +66,10 @@ func EntryPosition(entry []byte, owner string) (string, error) {
 	return OwnedJournalPosition(seq, owner), nil
 }
 
+// NoticePosition is the attested position of a loss notice: it is no
+// leaf of the room's tree, and its content names what it acknowledges.
+const NoticePosition = "notice"
+
 // RecordPosition is the attested position of an execution record: "index:"
 // + the 0-based ordinal of the message among all messages on the room's
 // exec subject in stream order, in decimal.

@@ -164,7 +164,8 @@ type Serve struct {
 	HTTP         string        `name:"http" help:"Serve /metrics and /healthz on this address." placeholder:"ADDR" yaml:"http"`
 	// AcceptStream is node.ServeOptions.AcceptStream: an operator's act
 	// for one start (docs/secure-mode.md, "The stream").
-	AcceptStream bool `name:"accept-stream" help:"Start on a room stream other than the one serve remembers (it is gone, restored or made anew): create it if missing or take the one there, log what was remembered, and remember it from now on. For one start; without it serve refuses with stream_replaced." yaml:"accept-stream"`
+	AcceptLoss   []string `name:"acknowledge-loss" help:"Write a loss notice for ROOM (repeatable) once serve's survey has found what the store lost of it: an operator's recorded act, attested with --publisher-key, after which the room's other and new chains go on (its damaged chains stay closed). See docs/reliability.md." placeholder:"ROOM" yaml:"acknowledge-loss"`
+	AcceptStream bool     `name:"accept-stream" help:"Start on a room stream other than the one serve remembers (it is gone, restored or made anew): create it if missing or take the one there, log what was remembered, and remember it from now on. For one start; without it serve refuses with stream_replaced." yaml:"accept-stream"`
 	// MaxBatch and MaxInflightBatches bound the gate's atomic batches
 	// (ingest.GateOptions); 0 is the default.
 	MaxBatch           int `name:"max-batch" help:"Journal entries per atomic batch; 0 is 1000, the server's default max_batch_size; no more than the server allows." yaml:"max-batch"`

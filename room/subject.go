@@ -156,6 +156,14 @@ func (s Subjects) Checkpoint(roomID string) string {
 	return s.prefix() + "." + RoomToken(roomID) + ".checkpoint"
 }
 
+// Notice is the subject of one room's loss notices: what an operator
+// acknowledged the store lost of the room, signed by a publisher
+// (LossNotice; docs/reliability.md, "Loss notices"). Like Checkpoint, it
+// is under Room's filter but never a leaf of the tree.
+func (s Subjects) Notice(roomID string) string {
+	return s.prefix() + "." + RoomToken(roomID) + ".notice"
+}
+
 // Kind is what a room subject carries: one of the Kind constants
 // (docs/design.md, "Subjects and room ids").
 type Kind string
@@ -165,11 +173,17 @@ const (
 	KindJournal    Kind = "journal"
 	KindExecution  Kind = "execution"
 	KindCheckpoint Kind = "checkpoint"
+	KindNotice     Kind = "notice"
 )
+
+// Leaf reports whether messages of kind k are leaves of the room's tree
+// (journal entries and execution records), as checkpoints and loss
+// notices are not.
+func (k Kind) Leaf() bool { return k == KindJournal || k == KindExecution }
 
 // Parsed is a subject taken apart.
 type Parsed struct {
-	Kind   Kind // KindJournal, KindExecution or KindCheckpoint
+	Kind   Kind // KindJournal, KindExecution, KindCheckpoint or KindNotice
 	RoomID string
 	Chain  events.ChainKey // journal subjects only
 }
@@ -190,6 +204,8 @@ func (s Subjects) Parse(subject string) (Parsed, error) {
 		p.Kind = KindExecution
 	case len(toks) == 3 && toks[2] == "checkpoint":
 		p.Kind = KindCheckpoint
+	case len(toks) == 3 && toks[2] == "notice":
+		p.Kind = KindNotice
 	case len(toks) == 5 && toks[2] == "journal":
 		p.Kind = KindJournal
 		if p.Chain.RunID, err = DecodeToken(toks[3]); err != nil {

@@ -1,6 +1,8 @@
 package room
 
 import (
+	"bytes"
+	"encoding/json"
 	"fmt"
 	"strings"
 
@@ -239,3 +241,68 @@ func RefusedItem(idx int, problems []events.Problem) ItemResult {
 // items (the counts and brackets around them): a client sizes its
 // requests so that the reply fits the server's max payload.
 const RecordsReplyOverhead = 256
+
+// LossNoticeSchema is the schema of a LossNotice.
+const LossNoticeSchema = "roompub-loss-notice/v1"
+
+// LossNotice is an operator's recorded acknowledgement that the store lost
+// acknowledged messages of one room: published on the room's Notice
+// subject by `publisher serve --acknowledge-loss`, attested by its
+// publisher key at checkpoint.NoticePosition (docs/reliability.md, "Loss
+// notices"). Once a notice covers a room's damage, the room's other and
+// new chains go on; the damaged chains stay closed.
+type LossNotice struct {
+	Schema string `json:"schema"` // LossNoticeSchema
+	RoomID string `json:"room"`
+	// NotedAt is when the notice was written (RFC 3339, UTC).
+	NotedAt string `json:"noted_at"`
+	// Publisher is the node id of the publisher that wrote and attested it.
+	Publisher string `json:"publisher"`
+	// Chains are the room's damaged chains and what each lost.
+	Chains []NoticedChain `json:"chains,omitempty"`
+	// Checkpoint, when set, is the room's damage its latest checkpoint
+	// shows: it covers Size leaves, the stream holds Held.
+	Checkpoint *NoticedCheckpoint `json:"checkpoint,omitempty"`
+}
+
+// NoticedChain is one damaged chain a LossNotice acknowledges.
+type NoticedChain struct {
+	Chain events.ChainKey `json:"chain"`
+	Loss  ChainLoss       `json:"loss"`
+}
+
+// NoticedCheckpoint is a room's checkpoint damage a LossNotice
+// acknowledges: the latest checkpoint covers Size leaves, the stream held
+// Held of them.
+type NoticedCheckpoint struct {
+	Size uint64 `json:"size"`
+	Held uint64 `json:"held"`
+}
+
+// ParseLossNotice parses a loss notice of roomID (LossNotice): strict
+// JSON in its RFC 8785 form, schema LossNoticeSchema, the room named
+// the room of its subject. Errors say which rule failed.
+func ParseLossNotice(data []byte, roomID string) (*LossNotice, error) {
+	canon, err := events.Canonicalize(data)
+	if err != nil {
+		return nil, fmt.Errorf("not JSON: %w", err)
+	}
+	if !bytes.Equal(canon, data) {
+		return nil, fmt.Errorf("not in its canonical form (RFC 8785)")
+	}
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.DisallowUnknownFields()
+	var n LossNotice
+	if err := dec.Decode(&n); err != nil {
+		return nil, fmt.Errorf("not a loss notice: %w", err)
+	}
+	switch {
+	case n.Schema != LossNoticeSchema:
+		return nil, fmt.Errorf("schema %q, want %q", n.Schema, LossNoticeSchema)
+	case n.RoomID != roomID:
+		return nil, fmt.Errorf("names room %q on the subject of %q", n.RoomID, roomID)
+	case len(n.Chains) == 0 && n.Checkpoint == nil:
+		return nil, fmt.Errorf("acknowledges nothing")
+	}
+	return &n, nil
+}

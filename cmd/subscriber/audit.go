@@ -188,6 +188,7 @@ func printAudit(s *streams, rep *reader.AuditReport, allowEmpty bool) {
 		}
 	}
 	printCheckpoints(w, rep)
+	printNotices(w, rep.Notices)
 	t := rep.Totals
 	verdict, empty := "CLEAN", ""
 	switch {
@@ -235,6 +236,24 @@ func printCheckpoints(w io.Writer, rep *reader.AuditReport) {
 		}
 		if f.Refused != "" {
 			fmt.Fprintf(w, "  room refused: %s\n", f.Refused)
+		}
+	}
+}
+
+// printNotices prints the loss notices read: room, who acknowledged what,
+// when, and where in the stream.
+func printNotices(w io.Writer, notices []reader.Notice) {
+	for _, n := range notices {
+		by := "not verified (no --trusted-publisher)"
+		if n.Verified {
+			by = "attested by " + n.Signer
+		}
+		fmt.Fprintf(w, "loss notice for %s at stream seq %d, noted %s, %s:\n", n.Notice.RoomID, n.Seq, n.Notice.NotedAt, by)
+		for _, c := range n.Notice.Chains {
+			fmt.Fprintf(w, "  chain %s/%s lost %d of %d entries: %s\n", c.Chain.RunID, c.Chain.CapsuleID, c.Loss.Count, c.Loss.Count+c.Loss.Stored, c.Loss)
+		}
+		if ck := n.Notice.Checkpoint; ck != nil {
+			fmt.Fprintf(w, "  the room's checkpoint covers %d leaves; the stream held %d\n", ck.Size, ck.Held)
 		}
 	}
 }

@@ -47,6 +47,10 @@ func (c *Checkpointer) handleLocked(seq uint64, subject string, data []byte, hea
 		c.readCheckpoint(r, seq, data)
 		return
 	}
+	if !p.Kind.Leaf() { // a loss notice: no leaf of the room's tree
+		c.decide(nil, c.batches.Pass(seq))
+		return
+	}
 	position := ""
 	if p.Kind == room.KindExecution {
 		position = checkpoint.RecordPosition(r.execCount)

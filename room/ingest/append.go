@@ -518,6 +518,20 @@ func (r *journalRun) decide(i int, try *lineTry) (decision, room.ItemResult) {
 			}
 			return decFinal, room.RefusedItem(i, []events.Problem{validate.RoomConflict(at, c.roomID, r.roomID)})
 		}
+		if reason, err := g.roomBlocked(r.ctx, r.roomID); err != nil || reason != "" {
+			if flushFirst {
+				return decFlush, room.ItemResult{}
+			}
+			if err != nil {
+				if !g.waitRead(r.ctx, err, &try.attempt, try.until) {
+					return decFinal, failed(i, err)
+				}
+				continue
+			}
+			rf := room.RefusedItem(i, []events.Problem{{Code: events.StoreLost, At: at, Reason: reason}})
+			rf.Seq, rf.Hash = &seq, e.EntryHash()
+			return decFinal, rf
+		}
 		if c.lost != nil {
 			if flushFirst {
 				return decFlush, room.ItemResult{}

@@ -179,8 +179,12 @@ type Gate struct {
 	lossGen atomic.Uint64
 	lossMu  sync.Mutex
 	damaged map[events.ChainKey]DamagedChain
-	// damagedRooms is what the last Survey found (lossMu).
-	damagedRooms []DamagedRoom
+	// damagedRooms is what the last Survey found, damagedIn counts the
+	// damaged chains of each room, and noticesByRoom the loss notices
+	// read of each room (lossMu).
+	damagedRooms  []DamagedRoom
+	damagedIn     map[string]int
+	noticesByRoom map[string]*roomNotices
 }
 
 // ErrGate is wrapped by NewGate for unusable options.
@@ -213,7 +217,7 @@ func NewGate(ctx context.Context, nc *nats.Conn, o GateOptions) (*Gate, error) {
 		js: js, nc: nc, stream: st, subjects: o.Subjects, v: o.Validator,
 		log: o.Logger, obs: o.Observer, timeout: o.PublishTimeout, attempts: o.Attempts, key: o.PublisherKey, attested: o.Attested,
 		chains: map[events.ChainKey]*chainState{}, rooms: map[string]*roomState{}, orders: map[events.ChainKey]*chainOrder{},
-		damaged: map[events.ChainKey]DamagedChain{},
+		damaged: map[events.ChainKey]DamagedChain{}, damagedIn: map[string]int{}, noticesByRoom: map[string]*roomNotices{},
 	}
 	g.lossGen.Store(1)
 	g.aheadWait.Store(int64(defaultAheadWait))

@@ -323,6 +323,18 @@ func (g *Gate) storeRecord(ctx context.Context, rec *events.Record, reply room.R
 			stale, fresh = false, true
 			r.loaded.Store(true)
 		}
+		if reason, err := g.roomBlocked(ctx, roomID); err != nil || reason != "" {
+			if err != nil {
+				if !g.waitRead(ctx, err, &attempt, retryUntil) {
+					reply.Item = failed(0, err)
+					return reply
+				}
+				continue
+			}
+			reply.Item = room.RefusedItem(0, []events.Problem{{Code: events.StoreLost, At: at, Reason: reason}})
+			reply.Item.Hash = rec.ComputedRef()
+			return reply
+		}
 		// The index only grows, in stream order: a record found in it is
 		// stored there whatever came later.
 		if seq, ok := r.Stored(digest); ok {

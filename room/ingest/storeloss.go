@@ -3,13 +3,21 @@ package ingest
 import (
 	"cmp"
 	"context"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
 	"fmt"
 	"maps"
+	"math"
 	"slices"
+	"strings"
+	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"go.uber.org/zap"
 
+	"github.com/roompub/roompub/checkpoint"
 	"github.com/roompub/roompub/events"
 	"github.com/roompub/roompub/room"
 	"github.com/roompub/roompub/room/internal/jsapi"
@@ -149,11 +157,16 @@ func (g *Gate) noteLoss(key events.ChainKey, roomID string, lost *room.ChainLoss
 		return
 	case lost == nil:
 		delete(g.damaged, key)
+		g.damagedIn[old.RoomID]--
 	case had && old.RoomID == roomID && old.Loss.String() == lost.String():
 		g.lossMu.Unlock()
 		return
 	default:
+		if had {
+			g.damagedIn[old.RoomID]--
+		}
 		g.damaged[key] = DamagedChain{RoomID: roomID, Chain: key, Loss: *lost}
+		g.damagedIn[roomID]++
 	}
 	n := len(g.damaged)
 	g.lossMu.Unlock()
@@ -183,3 +196,235 @@ func storeLostItem(i int, c *chainState, e *events.Entry) room.ItemResult {
 
 // streamName is the room stream's name.
 func (g *Gate) streamName() string { return g.stream.CachedInfo().Config.Name }
+
+// Loss notices (docs/reliability.md, "Loss notices"). With a publisher
+// key, a room the store lost acknowledged messages of takes no append at
+// all, of any chain or record, until a loss notice covers what it lost:
+// a new leaf would build on the room's hole. The notice is an operator's
+// recorded act (`publisher serve --acknowledge-loss ROOM`), attested by a
+// trusted publisher; once it covers the damage, the room's other and new
+// chains and its records go on, and its damaged chains stay closed.
+// Without a publisher key nothing can attest a notice: only the damaged
+// chains are closed.
+
+// roomNotices is what the gate read of one room's notice subject.
+type roomNotices struct {
+	readTo  uint64 // the last stream seq read on the subject
+	notices []room.LossNotice
+}
+
+// roomDamage returns what the gate knows the store lost of roomID: its
+// damaged chains and its checkpoint damage (nil: none).
+func (g *Gate) roomDamage(roomID string) ([]DamagedChain, *DamagedRoom) {
+	g.lossMu.Lock()
+	defer g.lossMu.Unlock()
+	if g.damagedIn[roomID] == 0 && len(g.damagedRooms) == 0 {
+		return nil, nil
+	}
+	var chains []DamagedChain
+	for _, d := range g.damaged {
+		if d.RoomID == roomID {
+			chains = append(chains, d)
+		}
+	}
+	slices.SortFunc(chains, func(a, b DamagedChain) int {
+		return cmp.Or(cmp.Compare(a.Chain.RunID, b.Chain.RunID), cmp.Compare(a.Chain.CapsuleID, b.Chain.CapsuleID))
+	})
+	for _, r := range g.damagedRooms {
+		if r.RoomID == roomID {
+			return chains, &r
+		}
+	}
+	return chains, nil
+}
+
+// roomBlocked returns the reason appends to roomID are refused
+// events.StoreLost ("" when they are not): with a publisher key, the
+// store lost messages of the room that no loss notice covers. Reading the
+// room's notices may fail (a read error).
+func (g *Gate) roomBlocked(ctx context.Context, roomID string) (string, error) {
+	if g.trust == nil {
+		return "", nil
+	}
+	chains, ck := g.roomDamage(roomID)
+	if len(chains) == 0 && ck == nil {
+		return "", nil
+	}
+	g.lossMu.Lock()
+	var notices []room.LossNotice
+	if rn := g.noticesByRoom[roomID]; rn != nil {
+		notices = slices.Clone(rn.notices)
+	}
+	g.lossMu.Unlock()
+	if covered(notices, chains, ck) {
+		return "", nil // notices are only ever added: no read needed
+	}
+	notices, err := g.notices(ctx, roomID)
+	if err != nil {
+		return "", err
+	}
+	var open []string
+	for _, d := range chains {
+		if !noticed(notices, d) {
+			open = append(open, fmt.Sprintf("chain %s/%s lost %d entries, %s", d.Chain.RunID, d.Chain.CapsuleID, d.Loss.Count, d.Loss.String()))
+		}
+	}
+	if ck != nil && !noticedCheckpoint(notices, *ck) {
+		open = append(open, fmt.Sprintf("its latest checkpoint covers %d leaves, the stream holds %d", ck.Size, ck.Held))
+	}
+	if len(open) == 0 {
+		return "", nil
+	}
+	return fmt.Sprintf("the store lost acknowledged messages of room %s (%s), and no loss notice covers it: no append to the room until an operator acknowledges the loss (publisher serve --acknowledge-loss %s) or restores the store",
+		roomID, strings.Join(open, "; "), roomID), nil
+}
+
+// covered reports whether notices cover every damaged chain and the
+// checkpoint damage (nil: none).
+func covered(notices []room.LossNotice, chains []DamagedChain, ck *DamagedRoom) bool {
+	for _, d := range chains {
+		if !noticed(notices, d) {
+			return false
+		}
+	}
+	return ck == nil || noticedCheckpoint(notices, *ck)
+}
+
+// noticed reports whether a notice covers d: it names the chain with at
+// least d's lost positions.
+func noticed(notices []room.LossNotice, d DamagedChain) bool {
+	for _, n := range notices {
+		for _, c := range n.Chains {
+			if c.Chain == d.Chain && c.Loss.Count >= d.Loss.Count {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// noticedCheckpoint reports whether a notice covers a room's checkpoint
+// damage d: as many leaves lost or more.
+func noticedCheckpoint(notices []room.LossNotice, d DamagedRoom) bool {
+	for _, n := range notices {
+		if c := n.Checkpoint; c != nil && c.Size >= d.Size && c.Size-c.Held >= d.Size-d.Held {
+			return true
+		}
+	}
+	return false
+}
+
+// notices returns roomID's loss notices attested by a trusted publisher,
+// read from the stream leader up to now (each read once).
+func (g *Gate) notices(ctx context.Context, roomID string) ([]room.LossNotice, error) {
+	g.lossMu.Lock()
+	rn := g.noticesByRoom[roomID]
+	if rn == nil {
+		rn = &roomNotices{}
+		g.noticesByRoom[roomID] = rn
+	}
+	from := rn.readTo + 1
+	g.lossMu.Unlock()
+	subj := g.subjects.Notice(roomID)
+	var found []room.LossNotice
+	last := from - 1
+	err := g.readRangeLeader(ctx, subj, from, math.MaxUint64, func(m *jetstream.RawStreamMsg) {
+		last = m.Sequence
+		n, err := room.ParseLossNotice(m.Data, roomID)
+		if err != nil {
+			return
+		}
+		if _, err := g.trust.VerifyAttestation(m.Header.Get(checkpoint.AttestationHeader), roomID, subj, checkpoint.NoticePosition, checkpoint.ContentHash(m.Data)); err != nil {
+			return
+		}
+		found = append(found, *n)
+	})
+	g.lossMu.Lock()
+	defer g.lossMu.Unlock()
+	if last > rn.readTo {
+		rn.readTo = last
+		rn.notices = append(rn.notices, found...)
+	}
+	return slices.Clone(rn.notices), err
+}
+
+// ErrNothingLost is wrapped by AcknowledgeLoss for a room the gate knows
+// no loss of.
+var ErrNothingLost = errors.New("no loss known")
+
+// AcknowledgeLoss writes a loss notice for roomID into the stream: the
+// room's damaged chains and its checkpoint damage as the gate knows them
+// now (after Survey), attested with the publisher key at
+// checkpoint.NoticePosition on the room's Notice subject. It returns the
+// notice and its stream seq. Errors: ErrGate without a publisher key,
+// ErrNothingLost (wrapped) when the gate knows no loss of the room, or the
+// append's.
+func (g *Gate) AcknowledgeLoss(ctx context.Context, roomID string, now time.Time) (room.LossNotice, uint64, error) {
+	if g.key == nil {
+		return room.LossNotice{}, 0, fmt.Errorf("%w: a loss notice is attested with the publisher key, and this gate has none", ErrGate)
+	}
+	chains, ck := g.roomDamage(roomID)
+	if len(chains) == 0 && ck == nil {
+		return room.LossNotice{}, 0, fmt.Errorf("%w in %s", ErrNothingLost, roomID)
+	}
+	n := room.LossNotice{Schema: room.LossNoticeSchema, RoomID: roomID, NotedAt: now.UTC().Format(time.RFC3339), Publisher: g.nodeID}
+	for _, d := range chains {
+		n.Chains = append(n.Chains, room.NoticedChain{Chain: d.Chain, Loss: d.Loss})
+	}
+	if ck != nil {
+		n.Checkpoint = &room.NoticedCheckpoint{Size: ck.Size, Held: ck.Held}
+	}
+	raw, err := json.Marshal(n)
+	if err != nil {
+		return n, 0, err
+	}
+	data, err := events.Canonicalize(raw)
+	if err != nil {
+		return n, 0, err
+	}
+	subj := g.subjects.Notice(roomID)
+	content := checkpoint.ContentHash(data)
+	msg := nats.NewMsg(subj)
+	msg.Data = data
+	msg.Header.Set(checkpoint.AttestationHeader, checkpoint.Attest(g.key, roomID, subj, checkpoint.NoticePosition, content))
+	msg.Header.Set(jetstream.MsgIDHeader, hex.EncodeToString(content[:]))
+	ack, err := g.publish(ctx, msg)
+	if err != nil {
+		return n, 0, fmt.Errorf("write the loss notice of %s: %w", roomID, err)
+	}
+	g.lossMu.Lock()
+	if g.noticesByRoom[roomID] == nil {
+		g.noticesByRoom[roomID] = &roomNotices{}
+	}
+	g.noticesByRoom[roomID].notices = append(g.noticesByRoom[roomID].notices, n)
+	g.lossMu.Unlock()
+	g.log.Warn("loss notice written: an operator acknowledged what the store lost of the room; its damaged chains stay closed, the rest goes on",
+		zap.String("room", roomID), zap.Uint64("stream_seq", ack.Sequence), zap.Int("chains", len(n.Chains)), zap.Bool("checkpoint", n.Checkpoint != nil))
+	return n, ack.Sequence, nil
+}
+
+// Unacknowledged returns the damaged chains and rooms no loss notice the
+// gate has read covers (without a publisher key, all of them: nothing
+// can attest a notice), sorted by room. It reads nothing: Survey reads
+// the notices of the rooms it finds damaged.
+func (g *Gate) Unacknowledged() ([]DamagedChain, []DamagedRoom) {
+	chains, rooms := g.Damaged(), g.DamagedRooms()
+	if g.trust == nil {
+		return chains, rooms
+	}
+	g.lossMu.Lock()
+	defer g.lossMu.Unlock()
+	var oc []DamagedChain
+	for _, d := range chains {
+		if rn := g.noticesByRoom[d.RoomID]; rn == nil || !noticed(rn.notices, d) {
+			oc = append(oc, d)
+		}
+	}
+	var or []DamagedRoom
+	for _, d := range rooms {
+		if rn := g.noticesByRoom[d.RoomID]; rn == nil || !noticedCheckpoint(rn.notices, d) {
+			or = append(or, d)
+		}
+	}
+	return oc, or
+}

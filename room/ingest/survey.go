@@ -3,6 +3,7 @@ package ingest
 import (
 	"context"
 	"fmt"
+	"maps"
 	"slices"
 
 	"go.uber.org/zap"
@@ -113,6 +114,22 @@ func (g *Gate) Survey(ctx context.Context) (Survey, error) {
 		out.DamagedRooms = rooms
 	}
 	out.Damaged = g.Damaged()
+	if g.trust != nil {
+		// What operators acknowledged of the damaged rooms
+		// (Unacknowledged).
+		seen := map[string]bool{}
+		for _, d := range out.Damaged {
+			seen[d.RoomID] = true
+		}
+		for _, d := range out.DamagedRooms {
+			seen[d.RoomID] = true
+		}
+		for _, id := range slices.Sorted(maps.Keys(seen)) {
+			if _, err := g.notices(ctx, id); err != nil {
+				return out, err
+			}
+		}
+	}
 	return out, nil
 }
 

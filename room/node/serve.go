@@ -61,6 +61,11 @@ type ServeOptions struct {
 	// on. An operator's act for one start (--accept-stream); left on, it
 	// only logs a warning when there is nothing to accept.
 	AcceptStream bool
+	// AcknowledgeLoss names rooms to write a loss notice for once the
+	// first survey has found what the store lost of them
+	// (ingest.Gate.AcknowledgeLoss; needs PublisherKey): an operator's
+	// recorded act, for one start (docs/reliability.md, "Loss notices").
+	AcknowledgeLoss []string
 	// PublisherKey, when set, attests every appended message and signs
 	// the rooms' checkpoints (ingest.GateOptions.PublisherKey, a
 	// checkpointer.Checkpointer). Nil: nothing is attested or checkpointed, and Serve
@@ -102,6 +107,9 @@ func Serve(ctx context.Context, o ServeOptions) error {
 	}
 	if o.Validator == nil || !o.Validator.ChecksTrust() {
 		return fmt.Errorf("%w: serve needs a validator that checks host trust", ingest.ErrGate)
+	}
+	if len(o.AcknowledgeLoss) > 0 && o.PublisherKey == nil {
+		return fmt.Errorf("%w: a loss notice (acknowledge-loss) is attested with the publisher key: give one", ingest.ErrGate)
 	}
 	url := o.ServerURL
 	replicas := o.Replicas
@@ -212,7 +220,7 @@ func Serve(ctx context.Context, o ServeOptions) error {
 	// The survey of what the store lost runs beside the service: every
 	// chain an append uses is judged on its first read anyway
 	// (ingest.Gate, "store_lost"); the survey finds the ones nobody uses.
-	surveys := newSurveyor(gate, metrics, log)
+	surveys := newSurveyor(gate, metrics, log, o.AcknowledgeLoss)
 	surveyCtx, stopSurveys := context.WithCancel(ctx)
 	defer surveys.wait()
 	defer stopSurveys()

@@ -20,14 +20,16 @@ type surveyor struct {
 	gate    *ingest.Gate
 	metrics *ingest.Metrics
 	log     *zap.Logger
+	// ack names the rooms whose loss the first survey's end acknowledges.
+	ack     []string
 	mu      sync.Mutex
 	running bool
 	again   bool
 	wg      sync.WaitGroup
 }
 
-func newSurveyor(gate *ingest.Gate, metrics *ingest.Metrics, log *zap.Logger) *surveyor {
-	return &surveyor{gate: gate, metrics: metrics, log: log}
+func newSurveyor(gate *ingest.Gate, metrics *ingest.Metrics, log *zap.Logger, ack []string) *surveyor {
+	return &surveyor{gate: gate, metrics: metrics, log: log, ack: ack}
 }
 
 // start runs a survey unless one is running, in which case another runs
@@ -63,6 +65,9 @@ func (s *surveyor) run(ctx context.Context) {
 		if err == nil && s.metrics != nil {
 			s.metrics.RoomsDamaged(len(sv.DamagedRooms))
 		}
+		if err == nil {
+			s.acknowledge(ctx)
+		}
 		s.mu.Lock()
 		if !s.again || ctx.Err() != nil {
 			s.running = false
@@ -74,13 +79,30 @@ func (s *surveyor) run(ctx context.Context) {
 	}
 }
 
+// acknowledge writes the loss notices asked for (once).
+func (s *surveyor) acknowledge(ctx context.Context) {
+	for _, id := range s.ack {
+		_, seq, err := s.gate.AcknowledgeLoss(ctx, id, time.Now())
+		switch {
+		case errors.Is(err, ingest.ErrNothingLost):
+			s.log.Warn("acknowledge-loss: the store lost nothing known of the room: no notice written", zap.String("room", id))
+		case err != nil:
+			s.log.Error("acknowledge-loss: could not write the loss notice", zap.String("room", id), zap.Error(err))
+		default:
+			s.log.Info("acknowledge-loss: loss notice written", zap.String("room", id), zap.Uint64("stream_seq", seq))
+		}
+	}
+	s.ack = nil
+}
+
 // wait waits for a running survey to end (its context ended first).
 func (s *surveyor) wait() { s.wg.Wait() }
 
 // damageErr is what /healthz says of the chains and rooms the gate found
-// damaged: nil when none, else the count and the first three of each.
+// damaged that no loss notice covers: nil when none, else the count and
+// the first three of each.
 func damageErr(g *ingest.Gate) error {
-	chains, rooms := g.Damaged(), g.DamagedRooms()
+	chains, rooms := g.Unacknowledged()
 	var errs []error
 	if len(chains) > 0 {
 		var names []string

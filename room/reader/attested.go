@@ -113,6 +113,11 @@ func (r *Reader) prepareAttestation(x *prepared) {
 		x.att.ckpt, x.att.ckptErr = checkpoint.Parse(m.Data, x.p.RoomID, r.trust)
 		return
 	}
+	if x.p.Kind == room.KindNotice {
+		// No leaf, no batch: its one attestation is checked here.
+		x.signer, x.sigErr = r.trust.VerifyAttestation(m.Attestation, x.p.RoomID, m.Subject, checkpoint.NoticePosition, checkpoint.ContentHash(m.Data))
+		return
+	}
 	x.att.content = checkpoint.ContentHash(m.Data)
 	x.att.hash = checkpoint.LeafHash(x.p.RoomID, m.Subject, x.att.content)
 	a, err := checkpoint.ParseAttestation(m.Attestation)
@@ -394,6 +399,8 @@ func (r *Reader) step(x *prepared) {
 	switch x.p.Kind {
 	case room.KindCheckpoint:
 		r.stepCheckpoint(l, x)
+		return
+	case room.KindNotice:
 		return
 	case room.KindExecution:
 		x.att.position = checkpoint.RecordPosition(l.execs)

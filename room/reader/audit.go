@@ -122,6 +122,10 @@ type AuditReport struct {
 	// none); every room of AuditOptions.Rooms is there, 0 when none of its
 	// messages was read.
 	RoomMessages map[string]uint64 `json:"room_messages"`
+	// Notices are the loss notices read, in stream order: what operators
+	// acknowledged the store lost (docs/reliability.md, "Loss notices").
+	// They explain a damaged room; they do not make it clean.
+	Notices []Notice `json:"notices,omitempty"`
 	// Empty says the audit read nothing of what it was asked to audit: no
 	// message at all, or none of a room named in AuditOptions.Rooms
 	// (EmptyRooms, in the order given). Clean says nothing was found
@@ -403,6 +407,7 @@ func auditCheckpoints(r *Reader, o AuditOptions, rep *AuditReport, out func(*Eve
 	for _, id := range r.ledgerRooms() {
 		rep.Checkpoints = append(rep.Checkpoints, r.ledgers[id].facts())
 	}
+	rep.Notices = r.Notices()
 	if o.State == nil {
 		return nil
 	}

@@ -141,6 +141,9 @@ type Reader struct {
 	qbytes     int                          // message data in the queue
 	free       []*prepared                  // spent queue elements, for reuse
 	onVerified func(*checkpoint.Checkpoint) // called on every checkpoint verified
+
+	// notices are the loss notices read, in stream order (notice.go).
+	notices []Notice
 }
 
 // trustPublishers makes r check attestations and checkpoints with t (no
@@ -191,6 +194,13 @@ type prepared struct {
 	rec    *events.Record
 	recErr error
 
+	// Loss notices: the notice, or why it is none; signer and sigErr are
+	// a trusting reader's verdict on its attestation.
+	notice    *room.LossNotice
+	noticeErr error
+	signer    string
+	sigErr    error
+
 	// A trusting reader's (attestations and checkpoints).
 	att attestation
 
@@ -216,6 +226,8 @@ func (r *Reader) prepare(x *prepared, m StreamMsg, subjects subjectCache) {
 	switch x.p.Kind {
 	case room.KindExecution:
 		x.rec, x.recErr = r.v.Record(m.Data, at)
+	case room.KindNotice:
+		x.notice, x.noticeErr = room.ParseLossNotice(m.Data, x.p.RoomID)
 	case room.KindJournal:
 		x.e, x.parse = events.ParseLine(m.Data, at)
 		if x.e == nil {
@@ -274,6 +286,8 @@ func (r *Reader) decide(x *prepared, full bool) (*Event, *SetAside) {
 	switch x.p.Kind {
 	case room.KindCheckpoint:
 		return nil, nil
+	case room.KindNotice:
+		return nil, r.takeNotice(x)
 	case room.KindJournal:
 		return r.verifyEntry(x, full)
 	}

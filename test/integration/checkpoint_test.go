@@ -124,6 +124,20 @@ type ckFact struct {
 // ckReport is `subscriber audit --json` with its attestation and checkpoint facts.
 type ckReport struct {
 	subAuditReport
+	Notices []struct {
+		Verified bool   `json:"verified"`
+		Signer   string `json:"signer"`
+		Notice   struct {
+			Chains []struct {
+				Loss struct {
+					Count int64 `json:"count"`
+				} `json:"loss"`
+			} `json:"chains"`
+			Checkpoint *struct {
+				Size uint64 `json:"size"`
+			} `json:"checkpoint"`
+		} `json:"notice"`
+	} `json:"notices"`
 	Attestation struct {
 		Checked           bool     `json:"checked"`
 		Why               string   `json:"why"`

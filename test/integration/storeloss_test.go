@@ -161,11 +161,47 @@ func TestStoreLostChainClosed(t *testing.T) {
 		!strings.Contains(r.stdout, "store_lost at ") || !strings.Contains(r.stdout, "journal.ndjson:51: the store lost 50 of the 150 entries of this chain it acknowledged, "+positions) {
 		t.Errorf("journal of A: exit %d\n%s%s", r.status, r.stdout, r.stderr)
 	}
-	shipTo(t, srv.url, roomID, capsuleOf(t, metaB, b), 100, 10)
+	// B lost nothing, but the room did: no append to it until an operator
+	// acknowledges the loss.
+	dirB := capsuleOf(t, metaB, b)
+	r = runPub(t, nil, "journal", "--server", srv.url, "--room", roomID, dirB)
+	if r.status != 1 || !strings.Contains(r.stdout, "store_lost at ") || !strings.Contains(r.stdout, "no loss notice covers it: no append to the room until an operator acknowledges the loss (publisher serve --acknowledge-loss "+roomID+")") {
+		t.Errorf("journal of B before the notice: exit %d\n%s%s", r.status, r.stdout, r.stderr)
+	}
+	// The operator acknowledges it: serve restarted with --acknowledge-loss
+	// writes the notice; B goes on, A stays closed, /healthz is ok but for
+	// the stream's deleted messages, which only a restore clears.
+	srv.stop()
+	srv = startKeyed(t, store, key, append(args, "--acknowledge-loss", roomID)...)
+	deadline = time.Now().Add(10 * time.Second)
+	for !strings.Contains(srv.log.String(), "acknowledge-loss: loss notice written") {
+		if time.Now().After(deadline) {
+			t.Fatalf("no loss notice written:\n%s", srv.log)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	shipTo(t, srv.url, roomID, dirB, 100, 10)
+	status, body = getHealth(t, srv.log.String())
+	if status != http.StatusServiceUnavailable || strings.Contains(body, "chains (closed") || !strings.Contains(body, "the store lost acknowledged messages: ") {
+		t.Errorf("/healthz after the notice: %d %q; want only the stream's lost messages", status, body)
+	}
+	r = runPub(t, nil, "journal", "--server", srv.url, "--room", roomID, capsuleOf(t, metaA, a))
+	if r.status != 1 || !strings.Contains(r.stdout, "journal.ndjson:51: the store lost 50 of the 150 entries") {
+		t.Errorf("journal of A after the notice: exit %d\n%s%s", r.status, r.stdout, r.stderr)
+	}
 
 	// The reader: the room refused, chain A broken where its entries
-	// resume after the hole (gap), B whole; exit 1.
+	// resume after the hole (gap), B whole; exit 1; the notice shown,
+	// attested by the publisher.
 	rep, res := ckAudit(t, ckArgs(srv.url, key.id, "audit", "--json", "--state-dir", t.TempDir(), "--room", roomID)...)
+	if len(rep.Notices) != 1 || !rep.Notices[0].Verified || rep.Notices[0].Signer != key.id || len(rep.Notices[0].Notice.Chains) != 1 ||
+		rep.Notices[0].Notice.Chains[0].Loss.Count != 50 || rep.Notices[0].Notice.Checkpoint == nil || rep.Notices[0].Notice.Checkpoint.Size != 250 {
+		t.Errorf("audit's notices: %+v", rep.Notices)
+	}
+	text := subRun(t, ckArgs(srv.url, key.id, "audit", "--state-dir", t.TempDir(), "--room", roomID)...)
+	if !strings.Contains(text.stdout, "loss notice for "+roomID+" at stream seq ") || !strings.Contains(text.stdout, "chain "+metaA.RunID+"/"+metaA.CapsuleID+" lost 50 of 150 entries: "+positions) {
+		t.Errorf("audit text: %s", text.stdout)
+	}
 	verdicts := map[string]string{}
 	gapAt := uint64(0)
 	for _, c := range rep.Chains {

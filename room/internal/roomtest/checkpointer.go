@@ -96,7 +96,7 @@ func RebuildWith(e *Env, roomID string, trust *checkpoint.Trust, aside bool) *Ro
 	}
 	for _, m := range e.Stored() {
 		p, err := subjects.Parse(m.Subject)
-		if err != nil || p.RoomID != roomID || p.Kind == room.KindCheckpoint {
+		if err != nil || p.RoomID != roomID || !p.Kind.Leaf() {
 			continue
 		}
 		var position string

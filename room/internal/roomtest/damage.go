@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 
 	"github.com/roompub/roompub/events"
+	"github.com/roompub/roompub/room"
 )
 
 // Damage flips one byte in the middle of the first place marker occurs in
@@ -61,12 +62,18 @@ func (e *Env) streamName() string {
 // stops e, damages a[50] (Damage) and starts e again. The server drops
 // the rest of the first block: a loses positions 50..99 from inside the
 // stream, b loses nothing. It returns the stream seq of a[100], which
-// the hole is before. a needs 150 entries, b 100.
-func (e *Env) ChainWithHole(roomID string, a, b []*events.Entry) (at100 uint64) {
+// the hole is before. a needs 150 entries, b 100. It ships through e's
+// ingest service, or through via when given (an attesting gate, say:
+// its connection is closed by the restart).
+func (e *Env) ChainWithHole(roomID string, a, b []*events.Entry, via ...func(body []byte) room.JournalReply) (at100 uint64) {
 	t := e.T
 	t.Helper()
+	send := func(body []byte) room.JournalReply { return e.ShipJournal(roomID, body) }
+	if len(via) > 0 {
+		send = via[0]
+	}
 	ship := func(part []*events.Entry) uint64 {
-		r := e.ShipJournal(roomID, Lines(part))
+		r := send(Lines(part))
 		if r.Stored != len(part) {
 			t.Fatalf("ship: %+v", r)
 		}
