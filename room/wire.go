@@ -263,6 +263,16 @@ type LossNotice struct {
 	// Checkpoint, when set, is the room's damage its latest checkpoint
 	// shows: it covers Size leaves, the stream holds Held.
 	Checkpoint *NoticedCheckpoint `json:"checkpoint,omitempty"`
+	// Records, when set, says the room's record subject lost records.
+	Records *NoticedRecords `json:"records,omitempty"`
+}
+
+// NoticedRecords is a room's record loss a LossNotice acknowledges: Lost
+// records before the record at stream seq Before (its attested ordinal is
+// Lost above the one the stream gives it).
+type NoticedRecords struct {
+	Lost   uint64 `json:"lost"`
+	Before uint64 `json:"before_stream_seq"`
 }
 
 // NoticedChain is one damaged chain a LossNotice acknowledges.
@@ -301,7 +311,7 @@ func ParseLossNotice(data []byte, roomID string) (*LossNotice, error) {
 		return nil, fmt.Errorf("schema %q, want %q", n.Schema, LossNoticeSchema)
 	case n.RoomID != roomID:
 		return nil, fmt.Errorf("names room %q on the subject of %q", n.RoomID, roomID)
-	case len(n.Chains) == 0 && n.Checkpoint == nil:
+	case len(n.Chains) == 0 && n.Checkpoint == nil && n.Records == nil:
 		return nil, fmt.Errorf("acknowledges nothing")
 	}
 	return &n, nil

@@ -255,5 +255,8 @@ func printNotices(w io.Writer, notices []reader.Notice) {
 		if ck := n.Notice.Checkpoint; ck != nil {
 			fmt.Fprintf(w, "  the room's checkpoint covers %d leaves; the stream held %d\n", ck.Size, ck.Held)
 		}
+		if r := n.Notice.Records; r != nil {
+			fmt.Fprintf(w, "  %d records lost before the record at stream seq %d\n", r.Lost, r.Before)
+		}
 	}
 }

@@ -3,6 +3,7 @@ package ingest_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -99,5 +100,63 @@ func TestLossNoticeOpensRoom(t *testing.T) {
 	}
 	if ch, rooms := g2.Unacknowledged(); len(ch) != 0 || len(rooms) != 0 || len(g2.Damaged()) != 1 {
 		t.Errorf("a later gate: unacknowledged %+v %+v, damaged %+v", ch, rooms, g2.Damaged())
+	}
+}
+
+// TestRecordLossFoundAndNoticed: with a publisher key, the server drops
+// records a05..a09 of a room from inside the stream (a flipped byte in
+// the first block file, whose records a10..a14 are in the second). The
+// survey finds it from the last record's attestation (its ordinal is 5
+// above the count the stream holds), the room takes no record until a
+// loss notice acknowledges the 5 records, then it does.
+func TestRecordLossFoundAndNoticed(t *testing.T) {
+	e := roomtest.NewEnv(t)
+	key := roomtest.NewPublisherKey(t)
+	const roomID = "room:records-lost"
+	ctx := context.Background()
+	g := roomtest.AttestingGate(e, e.Nc, key, nil, ingest.GateOptions{})
+	recs := make([][]byte, 16)
+	for i := range recs {
+		recs[i] = roomtest.RecordNamed(e, roomID, fmt.Sprintf("a%02d", i))
+	}
+	store := func(from, to int) uint64 {
+		var seq uint64
+		for i := from; i < to; i++ {
+			it := g.AppendRecord(ctx, recs[i]).Item
+			if it.Outcome != room.OutcomeStored {
+				t.Fatalf("record a%02d: %+v", i, it)
+			}
+			seq = it.StreamSeq
+		}
+		return seq
+	}
+	store(0, 10)
+	filler := make([]byte, 950_000)
+	for range 9 {
+		if _, err := e.Js.Publish(ctx, "rooms.filler.exec", filler); err != nil {
+			t.Fatal(err)
+		}
+	}
+	last := store(10, 15)
+	e.Stop()
+	e.Damage([]byte("key-a05"))
+	e.Start()
+
+	g = roomtest.AttestingGate(e, e.Nc, key, nil, ingest.GateOptions{})
+	sv, err := g.Survey(ctx)
+	want := ingest.DamagedRoom{RoomID: roomID, RecordsLost: 5, RecordsBefore: last}
+	if err != nil || len(sv.DamagedRooms) != 1 || sv.DamagedRooms[0] != want {
+		t.Fatalf("survey: %+v, %v; want %+v", sv.DamagedRooms, err, want)
+	}
+	it := g.AppendRecord(ctx, recs[15]).Item
+	if it.Code != events.StoreLost || !strings.Contains(it.Reason, fmt.Sprintf("(5 records lost before the record at stream seq %d)", last)) {
+		t.Fatalf("record before the notice: %+v", it)
+	}
+	n, _, err := g.AcknowledgeLoss(ctx, roomID, time.Now())
+	if err != nil || n.Records == nil || *n.Records != (room.NoticedRecords{Lost: 5, Before: last}) || len(n.Chains) != 0 || n.Checkpoint != nil {
+		t.Fatalf("notice: %+v, %v", n, err)
+	}
+	if it := g.AppendRecord(ctx, recs[15]).Item; it.Outcome != room.OutcomeStored {
+		t.Fatalf("record after the notice: %+v", it)
 	}
 }

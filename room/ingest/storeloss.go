@@ -269,8 +269,8 @@ func (g *Gate) roomBlocked(ctx context.Context, roomID string) (string, error) {
 			open = append(open, fmt.Sprintf("chain %s/%s lost %d entries, %s", d.Chain.RunID, d.Chain.CapsuleID, d.Loss.Count, d.Loss.String()))
 		}
 	}
-	if ck != nil && !noticedCheckpoint(notices, *ck) {
-		open = append(open, fmt.Sprintf("its latest checkpoint covers %d leaves, the stream holds %d", ck.Size, ck.Held))
+	if ck != nil && !noticedRoom(notices, *ck) {
+		open = append(open, ck.What())
 	}
 	if len(open) == 0 {
 		return "", nil
@@ -287,7 +287,7 @@ func covered(notices []room.LossNotice, chains []DamagedChain, ck *DamagedRoom) 
 			return false
 		}
 	}
-	return ck == nil || noticedCheckpoint(notices, *ck)
+	return ck == nil || noticedRoom(notices, *ck)
 }
 
 // noticed reports whether a notice covers d: it names the chain with at
@@ -303,15 +303,34 @@ func noticed(notices []room.LossNotice, d DamagedChain) bool {
 	return false
 }
 
-// noticedCheckpoint reports whether a notice covers a room's checkpoint
-// damage d: as many leaves lost or more.
-func noticedCheckpoint(notices []room.LossNotice, d DamagedRoom) bool {
+// noticedRoom reports whether notices cover a room's damage d beyond its
+// chains: its checkpoint damage with as many leaves lost or more, its
+// record loss with as many records or more.
+func noticedRoom(notices []room.LossNotice, d DamagedRoom) bool {
+	ck, recs := d.Size == 0, d.RecordsLost == 0
 	for _, n := range notices {
 		if c := n.Checkpoint; c != nil && c.Size >= d.Size && c.Size-c.Held >= d.Size-d.Held {
-			return true
+			ck = true
+		}
+		if r := n.Records; r != nil && r.Lost >= d.RecordsLost {
+			recs = true
 		}
 	}
-	return false
+	return ck && recs
+}
+
+// What words d's damage for reasons and logs: "its latest checkpoint
+// covers 250 leaves, the stream holds 200; 3 records lost before the
+// record at stream seq 90".
+func (d DamagedRoom) What() string {
+	var parts []string
+	if d.Size > 0 {
+		parts = append(parts, fmt.Sprintf("its latest checkpoint covers %d leaves, the stream holds %d", d.Size, d.Held))
+	}
+	if d.RecordsLost > 0 {
+		parts = append(parts, fmt.Sprintf("%d records lost before the record at stream seq %d", d.RecordsLost, d.RecordsBefore))
+	}
+	return strings.Join(parts, "; ")
 }
 
 // notices returns roomID's loss notices attested by a trusted publisher,
@@ -371,8 +390,11 @@ func (g *Gate) AcknowledgeLoss(ctx context.Context, roomID string, now time.Time
 	for _, d := range chains {
 		n.Chains = append(n.Chains, room.NoticedChain{Chain: d.Chain, Loss: d.Loss})
 	}
-	if ck != nil {
+	if ck != nil && ck.Size > 0 {
 		n.Checkpoint = &room.NoticedCheckpoint{Size: ck.Size, Held: ck.Held}
+	}
+	if ck != nil && ck.RecordsLost > 0 {
+		n.Records = &room.NoticedRecords{Lost: ck.RecordsLost, Before: ck.RecordsBefore}
 	}
 	raw, err := json.Marshal(n)
 	if err != nil {
@@ -422,7 +444,7 @@ func (g *Gate) Unacknowledged() ([]DamagedChain, []DamagedRoom) {
 	}
 	var or []DamagedRoom
 	for _, d := range rooms {
-		if rn := g.noticesByRoom[d.RoomID]; rn == nil || !noticedCheckpoint(rn.notices, d) {
+		if rn := g.noticesByRoom[d.RoomID]; rn == nil || !noticedRoom(rn.notices, d) {
 			or = append(or, d)
 		}
 	}

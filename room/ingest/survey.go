@@ -1,6 +1,7 @@
 package ingest
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"maps"
@@ -14,14 +15,20 @@ import (
 	"github.com/roompub/roompub/room/internal/jsapi"
 )
 
-// DamagedRoom is a room whose latest checkpoint covers more leaves than
-// the stream still holds for it: Size is the checkpoint's tree size, Held
-// the messages on the room's journal and record subjects now (fewer than
-// Size: at least Size - Held admitted leaves are gone).
+// DamagedRoom is a room the survey found damaged beyond its chains. Its
+// latest checkpoint covers more leaves than the stream still holds for
+// it: Size is the checkpoint's tree size, Held the messages on the room's
+// journal and record subjects now (fewer than Size: at least Size - Held
+// admitted leaves are gone; Size 0: no such damage). Or its record
+// subject lost records: the last record, at stream seq RecordsBefore, is
+// attested at an ordinal RecordsLost above the one the stream gives it
+// (0: none).
 type DamagedRoom struct {
-	RoomID string
-	Size   uint64
-	Held   uint64
+	RoomID        string
+	Size          uint64
+	Held          uint64
+	RecordsLost   uint64
+	RecordsBefore uint64
 }
 
 // Survey is what Survey found: how many chains and rooms it looked at,
@@ -60,7 +67,7 @@ func (g *Gate) Survey(ctx context.Context) (Survey, error) {
 		return out, err
 	}
 	held := map[string]uint64{} // room -> messages on its leaf subjects
-	var chains, checkpoints []string
+	var chains, checkpoints, execs []string
 	for subj, n := range counts {
 		p, err := g.subjects.Parse(subj)
 		if err != nil {
@@ -72,12 +79,14 @@ func (g *Gate) Survey(ctx context.Context) (Survey, error) {
 			held[p.RoomID] += n
 		case room.KindExecution:
 			held[p.RoomID] += n
+			execs = append(execs, subj)
 		case room.KindCheckpoint:
 			checkpoints = append(checkpoints, subj)
 		}
 	}
 	slices.Sort(chains)
 	slices.Sort(checkpoints)
+	slices.Sort(execs)
 	out.ChainsSeen, out.RoomsSeen = len(chains), len(held)
 	err = g.lastEach(ctx, chains, func(subj string, m jsapi.Msg) error {
 		e, err := events.ParseEntry(m.Data)
@@ -108,6 +117,9 @@ func (g *Gate) Survey(ctx context.Context) (Survey, error) {
 			return nil
 		})
 		if err != nil {
+			return out, err
+		}
+		if rooms, err = g.surveyRecords(ctx, execs, counts, rooms); err != nil {
 			return out, err
 		}
 		g.noteRooms(rooms)
@@ -197,7 +209,52 @@ func (g *Gate) noteRooms(rooms []DamagedRoom) {
 		if slices.Contains(old, r) {
 			continue
 		}
-		g.log.Error("the store lost acknowledged messages of a room: its latest checkpoint covers more leaves than the stream holds",
-			zap.String("room", r.RoomID), zap.Uint64("checkpoint_size", r.Size), zap.Uint64("held", r.Held), zap.Uint64("lost_at_least", r.Size-r.Held))
+		g.log.Error("the store lost acknowledged messages of a room: "+r.What(),
+			zap.String("room", r.RoomID), zap.Uint64("checkpoint_size", r.Size), zap.Uint64("held", r.Held),
+			zap.Uint64("records_lost", r.RecordsLost), zap.Uint64("records_before_stream_seq", r.RecordsBefore))
 	}
+}
+
+// surveyRecords adds to rooms (merged by room, sorted) the rooms whose
+// record subject lost records: a record's attested position is its
+// ordinal on the subject (checkpoint.RecordPosition), so when the last
+// record is attested at an ordinal above the count the stream holds
+// before it, records before it are gone. The search for its ordinal is
+// bounded by the messages the stream shows deleted (none deleted: an
+// attestation that does not verify is a message no publisher admitted,
+// which the readers refuse, not a loss).
+func (g *Gate) surveyRecords(ctx context.Context, execs []string, counts map[string]uint64, rooms []DamagedRoom) ([]DamagedRoom, error) {
+	var deleted uint64
+	s, err := g.js.Stream(ctx, g.streamName())
+	if err != nil {
+		return rooms, err
+	}
+	if st := s.CachedInfo().State; st.NumDeleted > 0 || st.FirstSeq > 1 {
+		deleted = uint64(st.NumDeleted) + max(st.FirstSeq, 1) - 1
+	}
+	err = g.lastEach(ctx, execs, func(subj string, m jsapi.Msg) error {
+		p, _ := g.subjects.Parse(subj)
+		header, content := m.Header.Get(checkpoint.AttestationHeader), checkpoint.ContentHash(m.Data)
+		held := counts[subj]
+		if held == 0 || deleted == 0 {
+			return nil
+		}
+		if _, err := g.trust.VerifyAttestation(header, p.RoomID, subj, checkpoint.RecordPosition(held-1), content); err == nil {
+			return nil
+		}
+		for lost := uint64(1); lost <= deleted; lost++ {
+			if _, err := g.trust.VerifyAttestation(header, p.RoomID, subj, checkpoint.RecordPosition(held-1+lost), content); err == nil {
+				i := slices.IndexFunc(rooms, func(r DamagedRoom) bool { return r.RoomID == p.RoomID })
+				if i < 0 {
+					rooms = append(rooms, DamagedRoom{RoomID: p.RoomID})
+					i = len(rooms) - 1
+				}
+				rooms[i].RecordsLost, rooms[i].RecordsBefore = lost, m.Seq
+				return nil
+			}
+		}
+		return nil
+	})
+	slices.SortFunc(rooms, func(a, b DamagedRoom) int { return cmp.Compare(a.RoomID, b.RoomID) })
+	return rooms, err
 }

@@ -114,7 +114,7 @@ func damageErr(g *ingest.Gate) error {
 	if len(rooms) > 0 {
 		var names []string
 		for _, r := range rooms[:min(3, len(rooms))] {
-			names = append(names, fmt.Sprintf("%s: checkpoint of %d leaves, %d held", r.RoomID, r.Size, r.Held))
+			names = append(names, fmt.Sprintf("%s: %s", r.RoomID, r.What()))
 		}
 		errs = append(errs, fmt.Errorf("the store lost acknowledged messages of %d rooms: %s", len(rooms), strings.Join(names, "; ")))
 	}

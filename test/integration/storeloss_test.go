@@ -143,7 +143,7 @@ func TestStoreLostChainClosed(t *testing.T) {
 	}
 	status, body := getHealth(t, srv.log.String())
 	if status != http.StatusServiceUnavailable || !strings.Contains(body, "the store lost acknowledged entries of 1 chains (closed: store_lost): "+roomID+" "+metaA.RunID+"/"+metaA.CapsuleID+": 50 lost ("+positions+")") ||
-		!strings.Contains(body, "the store lost acknowledged messages of 1 rooms: "+roomID+": checkpoint of 250 leaves, 200 held") {
+		!strings.Contains(body, "the store lost acknowledged messages of 1 rooms: "+roomID+": its latest checkpoint covers 250 leaves, the stream holds 200") {
 		t.Errorf("/healthz: %d %q", status, body)
 	}
 	logged := false
