@@ -43,12 +43,12 @@ integration:
 test-faults:
 	$(GO) test -count=1 -v ./test/faults/...
 
-## test-crash: the crash tests alone (test/crashfs, then TestCrash* of test/faults on a FUSE filesystem that drops what was not fsynced) with CRASH_TRIALS trials of TestCrash (default 20; needs /dev/fuse and root, else they skip)
+## test-crash: the crash tests alone (test/crashfs, then TestCrash* and TestClusterCrash* of test/faults on a FUSE filesystem that drops what was not fsynced, TestClusterCrashAll only here) with CRASH_TRIALS trials of TestCrash (default 20; needs /dev/fuse and root, else they skip)
 CRASH_TRIALS ?= 20
 .PHONY: test-crash
 test-crash:
 	$(GO) test -count=1 -v ./test/crashfs/...
-	ROOMPUB_CRASH_TRIALS=$(CRASH_TRIALS) $(GO) test -count=1 -v -run '^TestCrash' ./test/faults/...
+	ROOMPUB_CRASH_TRIALS=$(CRASH_TRIALS) ROOMPUB_CLUSTER_CRASH=1 $(GO) test -count=1 -v -run '^(TestCrash|TestClusterCrash)' ./test/faults/...
 
 fuzz-short:
 	@GO=$(GO) .ci/fuzz -fuzztime 5s $(FUZZ_PKGS)

@@ -16,6 +16,7 @@ import (
 
 	"github.com/roompub/roompub/events"
 	"github.com/roompub/roompub/room/client"
+	"github.com/roompub/roompub/test/crashfs"
 )
 
 // natsNode is one nats-server process of the test cluster.
@@ -29,6 +30,7 @@ type natsNode struct {
 	conf       string
 	proc       *proc
 	proxy      *routeProxy // in front of routePort
+	cfs        *crashfs.FS // the crash filesystem storeDir is, or nil (clusterOptions.Crash)
 }
 
 func (n *natsNode) url() string { return fmt.Sprintf("nats://127.0.0.1:%d", n.clientPort) }
@@ -41,7 +43,26 @@ type cluster struct {
 	nodes []*natsNode
 }
 
+// clusterOptions are the cluster's settings beyond the fault suite's
+// defaults.
+type clusterOptions struct {
+	// SyncInterval is each server's jetstream sync_interval: "" for
+	// NATS's default (2 minutes), "always" for an fsync before every
+	// acknowledgement, or a duration.
+	SyncInterval string
+	// Crash puts each server's store directory on a crash filesystem of
+	// its own (test/crashfs, with Model), so that crash can drop what the
+	// server did not make durable. The test skips without FUSE.
+	Crash bool
+	Model crashfs.Model
+}
+
 func startCluster(t *testing.T, size int) *cluster {
+	t.Helper()
+	return startClusterWith(t, size, clusterOptions{})
+}
+
+func startClusterWith(t *testing.T, size int, o clusterOptions) *cluster {
 	t.Helper()
 	c := &cluster{t: t, root: t}
 	dir := t.TempDir()
@@ -52,6 +73,13 @@ func startCluster(t *testing.T, size int) *cluster {
 	for i := range size {
 		n := &natsNode{idx: i, name: fmt.Sprintf("n%d", i+1), clientPort: freePort(t), routePort: freePort(t), httpPort: freePort(t),
 			storeDir: filepath.Join(dir, fmt.Sprintf("n%d", i+1))}
+		if o.Crash {
+			// The store directory is the mount's root, which exists
+			// durably, as a volume mounted for the server would; the
+			// server creates jetstream/ and everything under it.
+			n.cfs = crashfs.MountForTest(t, crashfs.Options{Model: o.Model})
+			n.storeDir = n.cfs.Dir()
+		}
 		var others []int
 		for _, p := range peers {
 			if p != i {
@@ -68,6 +96,10 @@ func startCluster(t *testing.T, size int) *cluster {
 				routes = append(routes, fmt.Sprintf("%q", "nats-route://"+m.proxy.addr(n.idx)))
 			}
 		}
+		sync := ""
+		if o.SyncInterval != "" {
+			sync = fmt.Sprintf("\n  sync_interval: %s", o.SyncInterval)
+		}
 		// advertise names a closed port: the cluster never learns a route
 		// address that bypasses the proxies (every route is explicit).
 		conf := fmt.Sprintf(`server_name: %s
@@ -77,7 +109,7 @@ http: "127.0.0.1:%d"
 jetstream {
   store_dir: %q
   max_memory_store: 64MB
-  max_file_store: 4GB
+  max_file_store: 4GB%s
 }
 cluster {
   name: roompub-faults
@@ -86,7 +118,7 @@ cluster {
   advertise: "127.0.0.1:1"
   routes: [%s]
 }
-`, n.name, n.clientPort, n.httpPort, n.storeDir, n.routePort, strings.Join(routes, ", "))
+`, n.name, n.clientPort, n.httpPort, n.storeDir, sync, n.routePort, strings.Join(routes, ", "))
 		n.conf = filepath.Join(dir, n.name+".conf")
 		if err := os.WriteFile(n.conf, []byte(conf), 0o644); err != nil {
 			t.Fatal(err)
