@@ -164,6 +164,7 @@ type Serve struct {
 	HTTP         string        `name:"http" help:"Serve /metrics and /healthz on this address." placeholder:"ADDR" yaml:"http"`
 	// AcceptStream is node.ServeOptions.AcceptStream: an operator's act
 	// for one start (docs/secure-mode.md, "The stream").
+	StreamMark   string   `name:"stream-mark" help:"With --server: also keep the room stream's mark (its creation time and last sequence) in FILE on this machine, besides the streams bucket on the cluster, so that a cluster that lost the stream and the bucket with it is still refused (stream_replaced). Recommended on a cluster; see docs/reliability.md." placeholder:"FILE" type:"path" yaml:"stream-mark"`
 	AcceptLoss   []string `name:"acknowledge-loss" help:"Write a loss notice for ROOM (repeatable) once serve's survey has found what the store lost of it: an operator's recorded act, attested with --publisher-key, after which the room's other and new chains go on (its damaged chains stay closed). See docs/reliability.md." placeholder:"ROOM" yaml:"acknowledge-loss"`
 	AcceptStream bool     `name:"accept-stream" help:"Start on a room stream other than the one serve remembers (it is gone, restored or made anew): create it if missing or take the one there, log what was remembered, and remember it from now on. For one start; without it serve refuses with stream_replaced." yaml:"accept-stream"`
 	// MaxBatch and MaxInflightBatches bound the gate's atomic batches

@@ -76,6 +76,8 @@ func (c *serveCmd) Run(s *streams) error {
 		Replicas: c.Replicas,
 		// docs/secure-mode.md, "The stream".
 		AcceptStream: c.AcceptStream,
+		// docs/reliability.md, "Crashes on the cluster".
+		StreamMark: c.StreamMark,
 		// docs/reliability.md, "Loss notices".
 		AcknowledgeLoss: c.AcceptLoss,
 		// The gate's atomic batches.

@@ -61,6 +61,13 @@ type ServeOptions struct {
 	// on. An operator's act for one start (--accept-stream); left on, it
 	// only logs a warning when there is nothing to accept.
 	AcceptStream bool
+	// StreamMark, on a cluster (ServerURL set), is a file on serve's own
+	// disk that keeps the stream mark too, besides the streams bucket on
+	// the cluster: a cluster that loses the room stream may lose the bucket
+	// with it, and then only the file remembers (docs/reliability.md,
+	// "Crashes on the cluster"). Empty: the bucket alone. The embedded
+	// server's mark is a file in its store directory already.
+	StreamMark string
 	// AcknowledgeLoss names rooms to write a loss notice for once the
 	// first survey has found what the store lost of them
 	// (ingest.Gate.AcknowledgeLoss; needs PublisherKey): an operator's

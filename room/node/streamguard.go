@@ -153,6 +153,38 @@ func (k kvMemory) save(ctx context.Context, m room.StreamMark, force bool) error
 	return fmt.Errorf("stream mark (%s): updated by others five times in a row", k.where())
 }
 
+// pairMemory keeps the mark in two places: serve's own file and the
+// streams bucket. Load takes the one further along (the later stream
+// creation, then the higher last sequence), so the stream is remembered
+// as long as either place is.
+type pairMemory struct{ a, b streamMemory }
+
+func (p pairMemory) where() string { return p.a.where() + " and " + p.b.where() }
+
+func (p pairMemory) load(ctx context.Context) (*room.StreamMark, error) {
+	ma, err := p.a.load(ctx)
+	if err != nil {
+		return nil, err
+	}
+	mb, err := p.b.load(ctx)
+	if err != nil {
+		return nil, err
+	}
+	switch {
+	case ma == nil:
+		return mb, nil
+	case mb == nil:
+		return ma, nil
+	case mb.Created.After(ma.Created) || (mb.Created.Equal(ma.Created) && mb.LastSeq > ma.LastSeq):
+		return mb, nil
+	}
+	return ma, nil
+}
+
+func (p pairMemory) save(ctx context.Context, m room.StreamMark, force bool) error {
+	return errors.Join(p.a.save(ctx, m, force), p.b.save(ctx, m, force))
+}
+
 // streamsBucket binds the streams bucket, creating it (file storage,
 // history 1, replicas as the room stream's) when it does not exist.
 func streamsBucket(ctx context.Context, js jetstream.JetStream, replicas int) (jetstream.KeyValue, error) {
@@ -492,6 +524,11 @@ func openStream(ctx context.Context, js jetstream.JetStream, cfg jetstream.Strea
 			return nil, nil, err
 		}
 		mem = kvMemory{kv: kv, key: cfg.Name}
+		if o.StreamMark != "" {
+			// The bucket lives on the cluster it remembers; a cluster that
+			// lost the stream may have lost the bucket with it.
+			mem = pairMemory{fileMemory{path: o.StreamMark}, mem}
+		}
 	}
 	var mark *room.StreamMark
 	if err := setupRetry(ctx, func() (err error) { mark, err = mem.load(ctx); return err }); err != nil {

@@ -550,3 +550,60 @@ func TestSecureForeignWriter(t *testing.T) {
 	r.waitHealth(t, 200, "ok\n")
 	r.stop(t)
 }
+
+// TestStreamMarkFileOutlivesTheBucket: on an external server, serve with
+// a StreamMark file keeps the mark there too. When the server loses the
+// room stream and the streams bucket with it (a cluster whose stores were
+// lost), the bucket remembers nothing, but the file does: serve refuses
+// the start (stream_replaced, naming both places) instead of making a new,
+// empty stream without a word; without the file it would start.
+func TestStreamMarkFileOutlivesTheBucket(t *testing.T) {
+	srv, err := server.NewServer(&server.Options{Host: "127.0.0.1", Port: -1, JetStream: true, StoreDir: t.TempDir(), NoSigs: true, NoLog: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv.Start()
+	t.Cleanup(func() { srv.Shutdown(); srv.WaitForShutdown() })
+	if !srv.ReadyForConnections(10 * time.Second) {
+		t.Fatal("server not ready")
+	}
+	file := t.TempDir() + "/rooms.mark"
+	so := node.ServeOptions{ServerURL: srv.ClientURL(), Replicas: 1, Validator: guardValidator(t), CheckInterval: time.Hour, StreamMark: file}
+	r, err := tryServe(t, so)
+	if err != nil {
+		t.Fatal(err)
+	}
+	shipEntries(t, r.info.ClientURL, 3, 3)
+	r.stop(t)
+	var m room.StreamMark
+	if data, err := os.ReadFile(file); err != nil || json.Unmarshal(data, &m) != nil || m.LastSeq != 3 || m.Stream != "ROOMS" {
+		t.Fatalf("mark file: %s, %v", data, err)
+	}
+
+	nc, err := nats.Connect(srv.ClientURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	js, _ := jetstream.New(nc)
+	ctx := context.Background()
+	for _, s := range []string{room.DefaultStream, "KV_" + room.DefaultStreamsBucket} {
+		if err := js.DeleteStream(ctx, s); err != nil {
+			t.Fatal(err)
+		}
+	}
+	_, err = tryServe(t, so)
+	want := "stream_replaced: stream ROOMS is gone: serve remembers it created " + rfc(m.Created) +
+		", last sequence 3 (" + file + " and key ROOMS of bucket ROOMPUB_STREAMS); serve creates no new stream on its own: " + acceptHint
+	if !errors.Is(err, room.ErrStreamReplaced) || err.Error() != want {
+		t.Fatalf("after the loss: %v\nwant %s", err, want)
+	}
+	// Without the file, nothing remembers the stream.
+	plain := so
+	plain.StreamMark = ""
+	r, err = tryServe(t, plain)
+	if err != nil {
+		t.Fatalf("without the mark file: %v", err)
+	}
+	r.stop(t)
+}
