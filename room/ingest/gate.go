@@ -183,6 +183,7 @@ type Gate struct {
 	// damaged chains of each room, and noticesByRoom the loss notices
 	// read of each room (lossMu).
 	damagedRooms  []DamagedRoom
+	anyDamage     atomic.Bool // damaged or damagedRooms is not empty
 	damagedIn     map[string]int
 	noticesByRoom map[string]*roomNotices
 }

@@ -169,6 +169,7 @@ func (g *Gate) noteLoss(key events.ChainKey, roomID string, lost *room.ChainLoss
 		g.damagedIn[roomID]++
 	}
 	n := len(g.damaged)
+	g.anyDamage.Store(n > 0 || len(g.damagedRooms) > 0)
 	g.lossMu.Unlock()
 	if lost != nil {
 		g.log.Error("the store lost acknowledged entries of a chain: the chain is closed (store_lost)",
@@ -216,6 +217,9 @@ type roomNotices struct {
 // roomDamage returns what the gate knows the store lost of roomID: its
 // damaged chains and its checkpoint damage (nil: none).
 func (g *Gate) roomDamage(roomID string) ([]DamagedChain, *DamagedRoom) {
+	if !g.anyDamage.Load() {
+		return nil, nil // the common case, without the lock: every line asks
+	}
 	g.lossMu.Lock()
 	defer g.lossMu.Unlock()
 	if g.damagedIn[roomID] == 0 && len(g.damagedRooms) == 0 {

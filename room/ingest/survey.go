@@ -204,6 +204,7 @@ func (g *Gate) noteRooms(rooms []DamagedRoom) {
 	g.lossMu.Lock()
 	old := g.damagedRooms
 	g.damagedRooms = rooms
+	g.anyDamage.Store(len(g.damaged) > 0 || len(rooms) > 0)
 	g.lossMu.Unlock()
 	for _, r := range rooms {
 		if slices.Contains(old, r) {
