@@ -18,7 +18,7 @@ func TestCheckStoreLoss(t *testing.T) {
 		t.Fatalf("a whole stream: %v", err)
 	}
 	err := room.CheckStoreLoss(jetstream.StreamState{FirstSeq: 1, LastSeq: 103, Msgs: 101, NumDeleted: 2, Deleted: []uint64{7, 9}})
-	if !errors.Is(err, room.ErrStoreLost) || err.Error() != "the store lost acknowledged messages: 2 messages between stream seqs 1 and 103 are gone (stream seqs [7 9])" {
+	if !errors.Is(err, room.ErrStoreLost) || err.Error() != "the store lost acknowledged messages: 2 messages are gone, between stream seqs 7 and 9 (stream seqs [7 9])" {
 		t.Fatalf("two lost: %v", err)
 	}
 	var many []uint64
@@ -26,7 +26,7 @@ func TestCheckStoreLoss(t *testing.T) {
 		many = append(many, s)
 	}
 	err = room.CheckStoreLoss(jetstream.StreamState{FirstSeq: 1, LastSeq: 103, Msgs: 52, NumDeleted: 51, Deleted: many})
-	if err == nil || err.Error() != "the store lost acknowledged messages: 51 messages between stream seqs 1 and 103 are gone (stream seqs [53 54 55 56 57 58 59 60 61 62] …)" {
+	if err == nil || err.Error() != "the store lost acknowledged messages: 51 messages are gone, between stream seqs 53 and 103 (stream seqs [53 54 55 56 57 58 59 60 61 62] …)" {
 		t.Fatalf("51 lost: %v", err)
 	}
 	// The first messages gone: the stream starts above 1.
@@ -36,7 +36,7 @@ func TestCheckStoreLoss(t *testing.T) {
 	}
 	// Without the details, the count alone.
 	err = room.CheckStoreLoss(jetstream.StreamState{FirstSeq: 1, LastSeq: 103, NumDeleted: 4})
-	if err == nil || err.Error() != "the store lost acknowledged messages: 4 messages between stream seqs 1 and 103 are gone" {
+	if err == nil || err.Error() != "the store lost acknowledged messages: 4 messages are gone from inside the stream (stream seqs 1 to 103)" {
 		t.Fatalf("no details: %v", err)
 	}
 }

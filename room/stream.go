@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -41,18 +42,18 @@ func CheckStoreLoss(state jetstream.StreamState) error {
 		return front
 	}
 	seqs := state.Deleted
+	if len(seqs) == 0 {
+		return errors.Join(front, fmt.Errorf("%w: %d messages are gone from inside the stream (stream seqs %d to %d)", ErrStoreLost, state.NumDeleted, state.FirstSeq, state.LastSeq))
+	}
+	first, last := slices.Min(seqs), slices.Max(seqs)
 	if len(seqs) > 10 {
 		seqs = seqs[:10]
 	}
-	where := ""
-	if len(seqs) > 0 {
-		where = fmt.Sprintf(" (stream seqs %v", seqs)
-		if len(state.Deleted) > len(seqs) {
-			where += " …"
-		}
-		where += ")"
+	more := ""
+	if len(state.Deleted) > len(seqs) {
+		more = " …"
 	}
-	return errors.Join(front, fmt.Errorf("%w: %d messages between stream seqs %d and %d are gone%s", ErrStoreLost, state.NumDeleted, state.FirstSeq, state.LastSeq, where))
+	return errors.Join(front, fmt.Errorf("%w: %d messages are gone, between stream seqs %d and %d (stream seqs %v%s)", ErrStoreLost, state.NumDeleted, first, last, seqs, more))
 }
 
 // ErrStreamConfig is wrapped by CheckStreamConfig and EnsureStream when the

@@ -287,6 +287,10 @@ type NoticedChain struct {
 type NoticedCheckpoint struct {
 	Size uint64 `json:"size"`
 	Held uint64 `json:"held"`
+	// Contradiction, when set, is how the room's latest checkpoint
+	// contradicts the messages the stream holds (a message the server
+	// can no longer read, or one changed), as the checkpointer found it.
+	Contradiction string `json:"contradiction,omitempty"`
 }
 
 // ParseLossNotice parses a loss notice of roomID (LossNotice): strict

@@ -199,7 +199,11 @@ func connectionLossOptions(ctx context.Context) []nats.Option {
 	cancel, _ := ctx.Value(lossKey{}).(context.CancelCauseFunc)
 	lost := func(_ *nats.Conn, err error) {
 		if cancel != nil {
-			cancel(fmt.Errorf("%w: connection to NATS lost: %v", client.ErrUnavailable, err))
+			why := "the server closed it" // a clean close carries no error
+			if err != nil {
+				why = err.Error()
+			}
+			cancel(fmt.Errorf("%w: connection to NATS lost (%s): the requests in flight may have landed; run again to find out", client.ErrUnavailable, why))
 		}
 	}
 	return []nats.Option{nats.NoReconnect(), nats.DisconnectErrHandler(lost)}

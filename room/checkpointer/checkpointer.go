@@ -65,6 +65,13 @@ type Options struct {
 	// Registerer, when set, gets the checkpointer's metrics
 	// (roompub_checkpoint*).
 	Registerer prometheus.Registerer
+	// OnContradiction, when set, is told when a room's latest checkpoint
+	// signed by a trusted publisher contradicts the messages the stream
+	// holds (reason set: the store lost or changed messages it
+	// acknowledged; no checkpoint is written for the room), and when it
+	// matches them again (reason ""). Called with the checkpointer's lock
+	// held: it must not block or call the checkpointer.
+	OnContradiction func(roomID, reason string)
 }
 
 // Checkpointer writes the signed checkpoints of every room of one stream
@@ -170,6 +177,8 @@ type Checkpointer struct {
 	startSeq    uint64                 // the stream's last sequence at start
 	caughtUp    bool                   // handled up to startSeq: writes may begin
 	consErr     error                  // the last error reading the stream, for Stop
+	// onContradiction is Options.OnContradiction; nil: none.
+	onContradiction func(roomID, reason string)
 }
 
 // ckSubjectCache bounds the checkpointer's cache of parsed subjects (one
@@ -229,6 +238,7 @@ func Start(ctx context.Context, nc *nats.Conn, o Options) (*Checkpointer, error)
 	c.gapWait.Store(int64(ckGapWait))
 	c.leaseSkew.Store(int64(DefaultLeaseSkew))
 	c.key = o.Key
+	c.onContradiction = o.OnContradiction
 	c.batches = checkpoint.NewBatchCollector(trust)
 	if c.log == nil {
 		c.log = zap.NewNop()

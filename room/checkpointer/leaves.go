@@ -3,6 +3,7 @@ package checkpointer
 import (
 	"context"
 	"errors"
+	"fmt"
 	"time"
 
 	"go.uber.org/zap"
@@ -206,6 +207,9 @@ func (c *Checkpointer) readCheckpoint(r *ckRoom, seq uint64, data []byte) {
 		r.bad = err.Error()
 		c.log.Error("checkpointer: the room's latest checkpoint contradicts its messages: no checkpoint will be written for the room",
 			zap.String("room", r.id), zap.Uint64("stream_seq", seq), zap.String("signer", ck.Signer), zap.String("reason", r.bad))
+		if c.onContradiction != nil {
+			c.onContradiction(r.id, fmt.Sprintf("its checkpoint at stream seq %d (size %d) contradicts the messages the stream holds: %s", seq, ck.Size, r.bad))
+		}
 		return
 	}
 	if err := r.ledger.Accept(ck, seq); err != nil { // cannot fail: Check passed
@@ -215,6 +219,9 @@ func (c *Checkpointer) readCheckpoint(r *ckRoom, seq uint64, data []byte) {
 	if r.bad != "" {
 		c.m.blocked.Dec()
 		c.log.Info("checkpointer: the room's latest checkpoint matches its messages again", zap.String("room", r.id), zap.Uint64("stream_seq", seq))
+		if c.onContradiction != nil {
+			c.onContradiction(r.id, "")
+		}
 	}
 	r.bad = ""
 	if ck.Size == r.ledger.Size() {

@@ -188,7 +188,7 @@ func storeLost(jpath string, head room.ChainHead) *LineRefusal {
 	}
 	p := ps[0]
 	p.Reason = fmt.Sprintf("the store lost %d of the %d entries of this chain it acknowledged, %s; the chain is closed, nothing more is stored on it (docs/reliability.md)",
-		head.Lost.Count, head.Next, head.Lost)
+		head.Lost.Count, head.Lost.Count+head.Lost.Stored, head.Lost)
 	return &LineRefusal{Problem: p, Problems: ps}
 }
 

@@ -551,6 +551,9 @@ func (r *journalRun) decide(i int, try *lineTry) (decision, room.ItemResult) {
 		}
 		if seq < c.next && onlyPosition(problems) {
 			if err := g.needHashes(r.ctx, c, r.key); err != nil {
+				if g.lossFromRead(r.ctx, r.key, c, err) {
+					continue // closed: refused store_lost
+				}
 				if !g.waitRead(r.ctx, err, &try.attempt, try.until) {
 					return decFinal, failed(i, err)
 				}

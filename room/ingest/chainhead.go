@@ -265,7 +265,7 @@ func (g *Gate) loadAdmittedHashes(ctx context.Context, c *chainState, key events
 	// interleave.
 	slices.SortFunc(admitted, func(a, b stored) int { return cmp.Compare(a.seq, b.seq) })
 	if int64(len(admitted)) < c.next {
-		return fmt.Errorf("read chain %s: %d of %d admitted entries found", subj, len(admitted), c.next)
+		return fmt.Errorf("read chain %s: %d of %d admitted entries found: %w", subj, len(admitted), c.next, errShortChain)
 	}
 	c.hashes, c.seqs = make([]string, c.next), make([]uint64, c.next)
 	for i := range c.hashes {

@@ -182,10 +182,11 @@ type Gate struct {
 	// damagedRooms is what the last Survey found, damagedIn counts the
 	// damaged chains of each room, and noticesByRoom the loss notices
 	// read of each room (lossMu).
-	damagedRooms  []DamagedRoom
-	anyDamage     atomic.Bool // damaged or damagedRooms is not empty
-	damagedIn     map[string]int
-	noticesByRoom map[string]*roomNotices
+	damagedRooms   []DamagedRoom
+	anyDamage      atomic.Bool // damaged or damagedRooms is not empty
+	damagedIn      map[string]int
+	contradictions map[string]string // room -> NoteContradiction's reason
+	noticesByRoom  map[string]*roomNotices
 }
 
 // ErrGate is wrapped by NewGate for unusable options.
@@ -219,6 +220,7 @@ func NewGate(ctx context.Context, nc *nats.Conn, o GateOptions) (*Gate, error) {
 		log: o.Logger, obs: o.Observer, timeout: o.PublishTimeout, attempts: o.Attempts, key: o.PublisherKey, attested: o.Attested,
 		chains: map[events.ChainKey]*chainState{}, rooms: map[string]*roomState{}, orders: map[events.ChainKey]*chainOrder{},
 		damaged: map[events.ChainKey]DamagedChain{}, damagedIn: map[string]int{}, noticesByRoom: map[string]*roomNotices{},
+		contradictions: map[string]string{},
 	}
 	g.lossGen.Store(1)
 	g.aheadWait.Store(int64(defaultAheadWait))
@@ -411,6 +413,11 @@ func (g *Gate) reload(ctx context.Context, key events.ChainKey, c *chainState, l
 			c.lastSeq = last.Sequence
 		}
 		c.lost, c.lossGen = nil, g.lossGen.Load()
+		if last != nil {
+			// Entries on the subject, none admitted: a batch of them may
+			// have lost a message (its attestation covers it whole).
+			return g.judgeUnadmitted(ctx, key, c, last)
+		}
 		return nil
 	}
 	p, err := g.subjects.Parse(m.Subject)
@@ -432,7 +439,17 @@ func (g *Gate) reload(ctx context.Context, key events.ChainKey, c *chainState, l
 	c.owner = m.Header.Get(room.HeaderOwner)
 	c.lastSeq = last.Sequence
 	if c.lossGen != g.lossGen.Load() {
-		if err := g.judgeLoss(ctx, key, c); err != nil {
+		rawNext := int64(0)
+		if last != m { // the last message is not the head: what position does it claim?
+			if le, err := events.ParseEntry(last.Data); err == nil {
+				if s, ok := le.Seq(); ok && s >= 0 {
+					// No more positions after the head than stream
+					// seqs after it: a claim beyond is no entry of ours.
+					rawNext = min(s+1, c.next+int64(last.Sequence-c.streamSeq))
+				}
+			}
+		}
+		if err := g.judgeLoss(ctx, key, c, rawNext); err != nil {
 			c.loaded = false
 			return err
 		}
@@ -461,7 +478,7 @@ func (g *Gate) loadHashes(ctx context.Context, c *chainState, key events.ChainKe
 		return fmt.Errorf("read chain %s: %w", subj, err)
 	}
 	if int64(len(hashes)) < c.next {
-		return fmt.Errorf("read chain %s: %d of %d entries found", subj, len(hashes), c.next)
+		return fmt.Errorf("read chain %s: %d of %d entries found: %w", subj, len(hashes), c.next, errShortChain)
 	}
 	c.hashes, c.seqs = hashes[:c.next], seqs[:c.next]
 	return nil

@@ -37,6 +37,28 @@ import (
 // Recheck (Serve calls it when its stream guard sees the stream lose
 // messages): the gate's own appends keep a judged chain whole.
 
+// errShortChain is wrapped by the reads of a chain's entries that find
+// fewer than its head's position + 1, read from the stream leader: the
+// server's state counts a message it can no longer read (a damaged block
+// whose state file was kept), or a batch was cut. decide then reads the
+// chain's positions (lossFromRead).
+var errShortChain = errors.New("the chain holds fewer entries than its head's position says")
+
+// lossFromRead closes c when a read found it short (errShortChain) and
+// its positions show a hole; it reports whether it did.
+func (g *Gate) lossFromRead(ctx context.Context, key events.ChainKey, c *chainState, err error) bool {
+	if !errors.Is(err, errShortChain) {
+		return false
+	}
+	lost, lerr := g.readLoss(ctx, g.subjects.Journal(c.roomID, key), c.next, max(c.lastSeq, c.streamSeq))
+	if lerr != nil || lost == nil {
+		return false
+	}
+	c.lost = lost
+	g.noteLoss(key, c.roomID, lost)
+	return true
+}
+
 // LossObserver is told how many chains the gate knows to be damaged each
 // time that number changes. An Observer that implements it (Metrics does)
 // is told; implementations must not block.
@@ -73,9 +95,15 @@ func (g *Gate) Recheck() { g.lossGen.Add(1) }
 // judgeLoss sets c.lost for the chain c holds (loaded, with key's head):
 // the stream leader's count of messages on its subject against c.next,
 // and, when fewer, the chain read whole to name the missing positions.
-func (g *Gate) judgeLoss(ctx context.Context, key events.ChainKey, c *chainState) error {
+//
+// The positions judged are those below the larger of c.next and rawNext,
+// the position after the last entry on the subject whoever attested it:
+// with a publisher key, a batch cut by the loss is not admitted, so the
+// admitted head can stand before later entries the store still holds.
+func (g *Gate) judgeLoss(ctx context.Context, key events.ChainKey, c *chainState, rawNext int64) error {
 	gen := g.lossGen.Load()
-	if c.next == 0 {
+	next := max(c.next, rawNext)
+	if next == 0 {
 		c.lost, c.lossGen = nil, gen
 		return nil
 	}
@@ -85,13 +113,44 @@ func (g *Gate) judgeLoss(ctx context.Context, key events.ChainKey, c *chainState
 		return err
 	}
 	var lost *room.ChainLoss
-	if int64(counts[subj]) < c.next {
-		if lost, err = g.readLoss(ctx, subj, c.next, max(c.lastSeq, c.streamSeq)); err != nil {
+	// In a room the checkpointer found contradicting its checkpoint, the
+	// server may count messages it can no longer read: read the chain.
+	if int64(counts[subj]) < next || g.contradicted(c.roomID) {
+		if lost, err = g.readLoss(ctx, subj, next, max(c.lastSeq, c.streamSeq)); err != nil {
 			return err
 		}
 	}
 	c.lost, c.lossGen = lost, gen
 	g.noteLoss(key, c.roomID, lost)
+	return nil
+}
+
+// judgeUnadmitted judges a chain whose subject holds messages, none of
+// them an admitted entry (with a publisher key): up to the position the
+// last one claims, bounded by its stream seq. When positions below it are
+// gone, the chain is closed in the room of that subject (c.roomID, c.lost
+// set); otherwise it stays a chain with no entry.
+func (g *Gate) judgeUnadmitted(ctx context.Context, key events.ChainKey, c *chainState, last *jetstream.RawStreamMsg) error {
+	p, err := g.subjects.Parse(last.Subject)
+	if err != nil || p.Kind != room.KindJournal {
+		return nil
+	}
+	le, err := events.ParseEntry(last.Data)
+	if err != nil {
+		return nil
+	}
+	s, ok := le.Seq()
+	if !ok || s < 0 {
+		return nil
+	}
+	c.roomID = p.RoomID
+	if err := g.judgeLoss(ctx, key, c, min(s+1, int64(last.Sequence))); err != nil {
+		c.roomID, c.loaded = "", false
+		return err
+	}
+	if c.lost == nil {
+		c.roomID = ""
+	}
 	return nil
 }
 
@@ -169,7 +228,7 @@ func (g *Gate) noteLoss(key events.ChainKey, roomID string, lost *room.ChainLoss
 		g.damagedIn[roomID]++
 	}
 	n := len(g.damaged)
-	g.anyDamage.Store(n > 0 || len(g.damagedRooms) > 0)
+	g.anyDamage.Store(n > 0 || len(g.damagedRooms) > 0 || len(g.contradictions) > 0)
 	g.lossMu.Unlock()
 	if lost != nil {
 		g.log.Error("the store lost acknowledged entries of a chain: the chain is closed (store_lost)",
@@ -190,7 +249,7 @@ func storeLostItem(i int, c *chainState, e *events.Entry) room.ItemResult {
 	seq, _ := e.Seq()
 	rf := room.RefusedItem(i, []events.Problem{{Code: events.StoreLost, At: events.Location{Line: i + 1},
 		Reason: fmt.Sprintf("the store lost %d of the chain's %d acknowledged entries, %s; the chain is closed, as an append would build on the hole",
-			c.lost.Count, c.next, c.lost.String())}})
+			c.lost.Count, c.lost.Count+c.lost.Stored, c.lost.String())}})
 	rf.Seq, rf.Hash = &seq, e.EntryHash()
 	return rf
 }
@@ -234,7 +293,7 @@ func (g *Gate) roomDamage(roomID string) ([]DamagedChain, *DamagedRoom) {
 	slices.SortFunc(chains, func(a, b DamagedChain) int {
 		return cmp.Or(cmp.Compare(a.Chain.RunID, b.Chain.RunID), cmp.Compare(a.Chain.CapsuleID, b.Chain.CapsuleID))
 	})
-	for _, r := range g.damagedRooms {
+	for _, r := range g.damagedRooms { // a contradiction alone blocks nothing (NoteContradiction)
 		if r.RoomID == roomID {
 			return chains, &r
 		}
@@ -311,16 +370,19 @@ func noticed(notices []room.LossNotice, d DamagedChain) bool {
 // chains: its checkpoint damage with as many leaves lost or more, its
 // record loss with as many records or more.
 func noticedRoom(notices []room.LossNotice, d DamagedRoom) bool {
-	ck, recs := d.Size == 0, d.RecordsLost == 0
+	ck, recs, contra := d.Size == 0, d.RecordsLost == 0, d.Contradiction == ""
 	for _, n := range notices {
 		if c := n.Checkpoint; c != nil && c.Size >= d.Size && c.Size-c.Held >= d.Size-d.Held {
 			ck = true
+		}
+		if c := n.Checkpoint; c != nil && c.Contradiction != "" {
+			contra = true
 		}
 		if r := n.Records; r != nil && r.Lost >= d.RecordsLost {
 			recs = true
 		}
 	}
-	return ck && recs
+	return ck && recs && contra
 }
 
 // What words d's damage for reasons and logs: "its latest checkpoint
@@ -333,6 +395,9 @@ func (d DamagedRoom) What() string {
 	}
 	if d.RecordsLost > 0 {
 		parts = append(parts, fmt.Sprintf("%d records lost before the record at stream seq %d", d.RecordsLost, d.RecordsBefore))
+	}
+	if d.Contradiction != "" {
+		parts = append(parts, d.Contradiction)
 	}
 	return strings.Join(parts, "; ")
 }
@@ -387,6 +452,14 @@ func (g *Gate) AcknowledgeLoss(ctx context.Context, roomID string, now time.Time
 		return room.LossNotice{}, 0, fmt.Errorf("%w: a loss notice is attested with the publisher key, and this gate has none", ErrGate)
 	}
 	chains, ck := g.roomDamage(roomID)
+	g.lossMu.Lock()
+	if why := g.contradictions[roomID]; why != "" {
+		if ck == nil {
+			ck = &DamagedRoom{RoomID: roomID}
+		}
+		ck.Contradiction = why
+	}
+	g.lossMu.Unlock()
 	if len(chains) == 0 && ck == nil {
 		return room.LossNotice{}, 0, fmt.Errorf("%w in %s", ErrNothingLost, roomID)
 	}
@@ -394,8 +467,8 @@ func (g *Gate) AcknowledgeLoss(ctx context.Context, roomID string, now time.Time
 	for _, d := range chains {
 		n.Chains = append(n.Chains, room.NoticedChain{Chain: d.Chain, Loss: d.Loss})
 	}
-	if ck != nil && ck.Size > 0 {
-		n.Checkpoint = &room.NoticedCheckpoint{Size: ck.Size, Held: ck.Held}
+	if ck != nil && (ck.Size > 0 || ck.Contradiction != "") {
+		n.Checkpoint = &room.NoticedCheckpoint{Size: ck.Size, Held: ck.Held, Contradiction: ck.Contradiction}
 	}
 	if ck != nil && ck.RecordsLost > 0 {
 		n.Records = &room.NoticedRecords{Lost: ck.RecordsLost, Before: ck.RecordsBefore}

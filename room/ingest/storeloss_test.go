@@ -83,3 +83,32 @@ func TestStoreLostClosesChain(t *testing.T) {
 		t.Fatalf("loss named: %s", sv.Damaged[0].Loss.String())
 	}
 }
+
+// TestStoreLostStateFileKept: the block is damaged but the server's state
+// file is kept, so the server still counts the message (no deletion, the
+// subject's count unchanged) and nothing but a read finds it. A resent
+// old line makes the gate read the chain: it finds position 50 missing
+// and closes the chain (store_lost naming it), where it used to fail the
+// line as not decided ("run again") on every try.
+func TestStoreLostStateFileKept(t *testing.T) {
+	e := roomtest.NewEnv(t)
+	const roomID = "room:kept"
+	a, _ := roomtest.Journal(t, "run-a", "cap-a", 100)
+	if r := e.ShipJournal(roomID, roomtest.Lines(a)); r.Stored != 100 {
+		t.Fatalf("ship: %+v", r)
+	}
+	e.Stop()
+	e.DamageKeepingState([]byte(a[50].EntryHash()))
+	e.Start()
+	if st, _ := e.Stream.Info(context.Background()); st.State.Msgs != 100 || st.State.NumDeleted != 0 {
+		t.Fatalf("the server's view: %+v; want all 100 counted", st.State)
+	}
+	r := e.ShipJournal(roomID, roomtest.Lines(a[10:11]))
+	it := r.Items[0]
+	if it.Outcome != room.OutcomeRefused || it.Code != events.StoreLost || !strings.Contains(it.Reason, "the store lost 1 of the chain's 100 acknowledged entries, positions 50 (between stream seqs 50 and 52)") {
+		t.Fatalf("resent line: %+v", it)
+	}
+	if d := e.Gate.Damaged(); len(d) != 1 || d[0].Loss.Count != 1 {
+		t.Fatalf("damaged: %+v", d)
+	}
+}

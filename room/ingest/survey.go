@@ -23,12 +23,18 @@ import (
 // subject lost records: the last record, at stream seq RecordsBefore, is
 // attested at an ordinal RecordsLost above the one the stream gives it
 // (0: none).
+//
+// Or, from the checkpointer (NoteContradiction), Contradiction says how
+// the room's latest checkpoint contradicts the messages the stream holds:
+// a message the server can no longer read (its state file kept a damaged
+// block's count), or one changed.
 type DamagedRoom struct {
 	RoomID        string
 	Size          uint64
 	Held          uint64
 	RecordsLost   uint64
 	RecordsBefore uint64
+	Contradiction string
 }
 
 // Survey is what Survey found: how many chains and rooms it looked at,
@@ -190,12 +196,61 @@ func (g *Gate) lastOf(ctx context.Context, subjs []string) (map[string]jsapi.Msg
 	return out, nil
 }
 
-// DamagedRooms returns the rooms the last Survey found damaged, sorted by
-// room id; empty when none.
+// DamagedRooms returns the rooms the last Survey found damaged and those
+// the checkpointer said contradict their checkpoint (NoteContradiction),
+// one entry per room, sorted by room id; empty when none.
 func (g *Gate) DamagedRooms() []DamagedRoom {
 	g.lossMu.Lock()
 	defer g.lossMu.Unlock()
-	return slices.Clone(g.damagedRooms)
+	return g.damagedRoomsLocked()
+}
+
+func (g *Gate) damagedRoomsLocked() []DamagedRoom {
+	out := slices.Clone(g.damagedRooms)
+	for id, why := range g.contradictions {
+		i := slices.IndexFunc(out, func(r DamagedRoom) bool { return r.RoomID == id })
+		if i < 0 {
+			out = append(out, DamagedRoom{RoomID: id})
+			i = len(out) - 1
+		}
+		out[i].Contradiction = why
+	}
+	slices.SortFunc(out, func(a, b DamagedRoom) int { return cmp.Compare(a.RoomID, b.RoomID) })
+	return out
+}
+
+// NoteContradiction records what the checkpointer found of roomID: its
+// latest checkpoint contradicts the messages the stream holds as trusted
+// here (reason), or matches them again (""). That is a store that lost or
+// changed messages (a damaged block the server's kept state file still
+// counts), or messages attested by a key no longer trusted: the gate
+// reports the room (DamagedRooms, /healthz) and reads the chains of the
+// room whole when it judges them (judgeLoss), but does not refuse the
+// room for it. checkpointer.Options.OnContradiction calls it in serve;
+// the checkpointer logs it.
+func (g *Gate) NoteContradiction(roomID, reason string) {
+	g.lossMu.Lock()
+	if reason == "" {
+		delete(g.contradictions, roomID)
+	} else {
+		g.contradictions[roomID] = reason
+	}
+	g.anyDamage.Store(len(g.damaged) > 0 || len(g.damagedRooms) > 0 || len(g.contradictions) > 0)
+	g.lossMu.Unlock()
+	if reason != "" {
+		g.Recheck() // chains judged before: judged again, read whole
+	}
+}
+
+// contradicted reports whether the checkpointer said roomID's checkpoint
+// contradicts its messages.
+func (g *Gate) contradicted(roomID string) bool {
+	if !g.anyDamage.Load() {
+		return false
+	}
+	g.lossMu.Lock()
+	defer g.lossMu.Unlock()
+	return g.contradictions[roomID] != ""
 }
 
 // noteRooms keeps rooms as the damaged rooms, logging each newly found at
@@ -204,7 +259,7 @@ func (g *Gate) noteRooms(rooms []DamagedRoom) {
 	g.lossMu.Lock()
 	old := g.damagedRooms
 	g.damagedRooms = rooms
-	g.anyDamage.Store(len(g.damaged) > 0 || len(rooms) > 0)
+	g.anyDamage.Store(len(g.damaged) > 0 || len(rooms) > 0 || len(g.contradictions) > 0)
 	g.lossMu.Unlock()
 	for _, r := range rooms {
 		if slices.Contains(old, r) {

@@ -61,12 +61,12 @@ type ServeOptions struct {
 	// on. An operator's act for one start (--accept-stream); left on, it
 	// only logs a warning when there is nothing to accept.
 	AcceptStream bool
-	// StreamMark, on a cluster (ServerURL set), is a file on serve's own
-	// disk that keeps the stream mark too, besides the streams bucket on
-	// the cluster: a cluster that loses the room stream may lose the bucket
-	// with it, and then only the file remembers (docs/reliability.md,
-	// "Crashes on the cluster"). Empty: the bucket alone. The embedded
-	// server's mark is a file in its store directory already.
+	// StreamMark is a file on serve's own disk that keeps the stream mark
+	// too: on a cluster (ServerURL set), besides the streams bucket, which
+	// a cluster that loses the room stream may lose with it; on the
+	// embedded server, besides the mark in its store directory, which a
+	// restored backup of the store brings back old (docs/reliability.md,
+	// "Crashes on the cluster"). Its directory must exist. Empty: none.
 	StreamMark string
 	// AcknowledgeLoss names rooms to write a loss notice for once the
 	// first survey has found what the store lost of them
@@ -116,7 +116,12 @@ func Serve(ctx context.Context, o ServeOptions) error {
 		return fmt.Errorf("%w: serve needs a validator that checks host trust", ingest.ErrGate)
 	}
 	if len(o.AcknowledgeLoss) > 0 && o.PublisherKey == nil {
-		return fmt.Errorf("%w: a loss notice (acknowledge-loss) is attested with the publisher key: give one", ingest.ErrGate)
+		return fmt.Errorf("%w: a loss notice (--acknowledge-loss) is attested with the publisher key: give --publisher-key", ingest.ErrGate)
+	}
+	for _, id := range o.AcknowledgeLoss {
+		if err := validate.CheckRoomID(id); err != nil {
+			return fmt.Errorf("%w: --acknowledge-loss %q: %v", ingest.ErrGate, id, err)
+		}
 	}
 	url := o.ServerURL
 	replicas := o.Replicas
@@ -191,8 +196,10 @@ func Serve(ctx context.Context, o ServeOptions) error {
 		gopts.Durable = emb.NameSyncer(cfg.Name)
 	}
 	var ckp *checkpointer.Checkpointer
+	contradictions := &contradictionRelay{pending: map[string]string{}}
 	if o.PublisherKey != nil {
 		co := o.Checkpoint
+		co.OnContradiction = contradictions.note
 		co.Key, co.Stream, co.Subjects, co.Logger, co.Registerer, co.Replicas = o.PublisherKey, cfg.Name, o.Subjects, log, reg, replicas
 		// A connection of its own: the checkpointer reads every message
 		// of the stream, which on the gate's connection would queue the
@@ -219,6 +226,7 @@ func Serve(ctx context.Context, o ServeOptions) error {
 	if err != nil {
 		return err
 	}
+	contradictions.attach(gate)
 	// Writers into room subjects pause appends from the start.
 	guard.metrics = metrics
 	guard.checkWriters(ctx)
@@ -232,6 +240,11 @@ func Serve(ctx context.Context, o ServeOptions) error {
 	defer surveys.wait()
 	defer stopSurveys()
 	surveys.start(surveyCtx)
+	if guard.lost != nil {
+		// The store shows lost messages: no request is served before the
+		// survey has found which rooms and chains they were.
+		surveys.waitFirst(surveyCtx)
+	}
 	so := o.Service
 	if so.Logger == nil {
 		so.Logger = log

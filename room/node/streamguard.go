@@ -175,6 +175,9 @@ func (p pairMemory) load(ctx context.Context) (*room.StreamMark, error) {
 		return mb, nil
 	case mb == nil:
 		return ma, nil
+	case ma.Stream != mb.Stream:
+		return nil, fmt.Errorf("%w: the stream marks disagree: %s is of stream %s, %s of stream %s: give each stream its own mark file",
+			room.ErrStreamReplaced, p.a.where(), ma.Stream, p.b.where(), mb.Stream)
 	case mb.Created.After(ma.Created) || (mb.Created.Equal(ma.Created) && mb.LastSeq > ma.LastSeq):
 		return mb, nil
 	}
@@ -511,9 +514,21 @@ func openStream(ctx context.Context, js jetstream.JetStream, cfg jetstream.Strea
 	case !errors.Is(err, jetstream.ErrStreamNotFound):
 		return nil, nil, fmt.Errorf("look up stream %s: %w", cfg.Name, err)
 	}
+	if o.StreamMark != "" {
+		// Before anything is created: a mark that cannot be written would
+		// stop serve only after the stream and the bucket key exist.
+		if fi, err := os.Stat(filepath.Dir(o.StreamMark)); err != nil || !fi.IsDir() {
+			return nil, nil, fmt.Errorf("stream mark %s: its directory %s does not exist", o.StreamMark, filepath.Dir(o.StreamMark))
+		}
+	}
 	var mem streamMemory
 	if emb != nil {
 		mem = fileMemory{path: room.StreamMarkFile(emb.StoreDir(), cfg.Name)}
+		if o.StreamMark != "" {
+			// A backup of the store restores its mark too; this one,
+			// outside the store, remembers further.
+			mem = pairMemory{mem, fileMemory{path: o.StreamMark}}
+		}
 	} else {
 		replicas := cfg.Replicas
 		if now != nil {
@@ -533,6 +548,10 @@ func openStream(ctx context.Context, js jetstream.JetStream, cfg jetstream.Strea
 	var mark *room.StreamMark
 	if err := setupRetry(ctx, func() (err error) { mark, err = mem.load(ctx); return err }); err != nil {
 		return nil, nil, err
+	}
+	if mark != nil && mark.Stream != cfg.Name {
+		return nil, nil, fmt.Errorf("%w: the stream mark (%s) is of stream %s, and serve's stream is %s: give each stream its own mark file",
+			room.ErrStreamReplaced, mem.where(), mark.Stream, cfg.Name)
 	}
 	accepted := false
 	switch {

@@ -8,6 +8,8 @@ import (
 	"io"
 	"net/http"
 	"os"
+	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -606,4 +608,65 @@ func TestStreamMarkFileOutlivesTheBucket(t *testing.T) {
 		t.Fatalf("without the mark file: %v", err)
 	}
 	r.stop(t)
+}
+
+// TestStreamMarkOutsideTheStore: on the embedded server, StreamMark keeps
+// a second mark outside the store directory. A store directory restored
+// from an older copy brings its own older mark back; the outside mark
+// still refuses it (stream_replaced: fewer messages than remembered).
+// Wrong settings stop serve before anything is created: a mark file
+// whose directory does not exist, a mark of another stream, a room id
+// that is none for AcknowledgeLoss, and AcknowledgeLoss without a key.
+func TestStreamMarkOutsideTheStore(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "store")
+	old := filepath.Join(t.TempDir(), "store-old")
+	outside := filepath.Join(t.TempDir(), "rooms.mark")
+	so := node.ServeOptions{Embedded: embedded.Options{Listen: "127.0.0.1:-1", StoreDir: dir}, Validator: guardValidator(t), CheckInterval: time.Hour, StreamMark: outside}
+	r, err := tryServe(t, so)
+	if err != nil {
+		t.Fatal(err)
+	}
+	shipEntries(t, r.info.ClientURL, 2, 2)
+	r.stop(t)
+	if out, err := exec.Command("cp", "-a", dir, old).CombinedOutput(); err != nil {
+		t.Fatalf("cp: %v %s", err, out)
+	}
+	r, err = tryServe(t, so)
+	if err != nil {
+		t.Fatal(err)
+	}
+	shipEntries(t, r.info.ClientURL, 3, 1)
+	r.stop(t)
+	if err := os.RemoveAll(dir); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(old, dir); err != nil {
+		t.Fatal(err)
+	}
+	_, err = tryServe(t, so)
+	if !errors.Is(err, room.ErrStreamReplaced) || !strings.Contains(err.Error(), "stream ROOMS lost messages") || !strings.Contains(err.Error(), "and "+outside+")") {
+		t.Fatalf("the older store: %v", err)
+	}
+
+	for name, bad := range map[string]node.ServeOptions{
+		"no directory": {StreamMark: filepath.Join(t.TempDir(), "nodir", "m.json")},
+		"bad room id":  {AcknowledgeLoss: []string{"big"}, PublisherKey: roomtest.NewPublisherKey(t)},
+		"no key":       {AcknowledgeLoss: []string{"room:big"}},
+	} {
+		fresh := filepath.Join(t.TempDir(), "fresh")
+		bad.Embedded, bad.Validator, bad.CheckInterval = embedded.Options{Listen: "127.0.0.1:-1", StoreDir: fresh}, guardValidator(t), time.Hour
+		if _, err := tryServe(t, bad); err == nil {
+			t.Errorf("%s: served", name)
+		} else if _, serr := os.Stat(filepath.Join(fresh, "jetstream", "$G", "streams", "ROOMS")); serr == nil {
+			t.Errorf("%s: refused (%v) only after it made the stream", name, err)
+		}
+	}
+	other := filepath.Join(t.TempDir(), "other.mark")
+	if err := os.WriteFile(other, []byte(`{"stream":"R2","created":"2026-12-01T00:00:00Z","first_seq":1,"last_seq":5}`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	so.StreamMark = other
+	if _, err := tryServe(t, so); !errors.Is(err, room.ErrStreamReplaced) || !strings.Contains(err.Error(), other+" of stream R2") {
+		t.Errorf("a mark of another stream: %v", err)
+	}
 }

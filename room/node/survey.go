@@ -23,13 +23,14 @@ type surveyor struct {
 	// ack names the rooms whose loss the first survey's end acknowledges.
 	ack     []string
 	mu      sync.Mutex
+	first   chan struct{} // closed once the first survey ended
 	running bool
 	again   bool
 	wg      sync.WaitGroup
 }
 
 func newSurveyor(gate *ingest.Gate, metrics *ingest.Metrics, log *zap.Logger, ack []string) *surveyor {
-	return &surveyor{gate: gate, metrics: metrics, log: log, ack: ack}
+	return &surveyor{gate: gate, metrics: metrics, log: log, ack: ack, first: make(chan struct{})}
 }
 
 // start runs a survey unless one is running, in which case another runs
@@ -68,6 +69,11 @@ func (s *surveyor) run(ctx context.Context) {
 		if err == nil {
 			s.acknowledge(ctx)
 		}
+		select {
+		case <-s.first:
+		default:
+			close(s.first)
+		}
 		s.mu.Lock()
 		if !s.again || ctx.Err() != nil {
 			s.running = false
@@ -85,7 +91,7 @@ func (s *surveyor) acknowledge(ctx context.Context) {
 		_, seq, err := s.gate.AcknowledgeLoss(ctx, id, time.Now())
 		switch {
 		case errors.Is(err, ingest.ErrNothingLost):
-			s.log.Warn("acknowledge-loss: the store lost nothing known of the room: no notice written", zap.String("room", id))
+			s.log.Warn("acknowledge-loss: the survey found no damaged chain, checkpoint or record of the room (is the room id right?): no notice written", zap.String("room", id))
 		case err != nil:
 			s.log.Error("acknowledge-loss: could not write the loss notice", zap.String("room", id), zap.Error(err))
 		default:
@@ -93,6 +99,46 @@ func (s *surveyor) acknowledge(ctx context.Context) {
 		}
 	}
 	s.ack = nil
+}
+
+// waitFirst waits until the first survey has ended, or ctx has.
+func (s *surveyor) waitFirst(ctx context.Context) {
+	select {
+	case <-s.first:
+	case <-ctx.Done():
+	}
+}
+
+// contradictionRelay hands the checkpointer's word on rooms whose latest
+// checkpoint contradicts their messages to the gate
+// (ingest.Gate.NoteContradiction); what comes before the gate exists (the
+// checkpointer starts first) is kept and handed over by attach.
+type contradictionRelay struct {
+	mu      sync.Mutex
+	gate    *ingest.Gate
+	pending map[string]string
+}
+
+func (r *contradictionRelay) note(roomID, reason string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.gate != nil {
+		r.gate.NoteContradiction(roomID, reason)
+		return
+	}
+	r.pending[roomID] = reason
+}
+
+func (r *contradictionRelay) attach(g *ingest.Gate) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.gate = g
+	for id, why := range r.pending {
+		if why != "" {
+			g.NoteContradiction(id, why)
+		}
+	}
+	r.pending = nil
 }
 
 // wait waits for a running survey to end (its context ended first).

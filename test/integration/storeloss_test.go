@@ -37,7 +37,7 @@ func TestStoreLossReported(t *testing.T) {
 		t.Errorf("roompub_store_lost_messages = %q, want %s\n%s", got["roompub_store_lost_messages"], wantLost, srv.log)
 	}
 	status, body := getHealth(t, srv.log.String())
-	if status != http.StatusServiceUnavailable || !strings.Contains(body, "the store lost acknowledged messages: "+wantLost+" messages between stream seqs") {
+	if status != http.StatusServiceUnavailable || !strings.Contains(body, "the store lost acknowledged messages: "+wantLost+" messages are gone, between stream seqs") {
 		t.Errorf("/healthz: %d %q, want 503 naming %s lost messages", status, body, wantLost)
 	}
 	found := false
@@ -223,4 +223,63 @@ func entryHash(t *testing.T, line []byte) string {
 		t.Fatal(err)
 	}
 	return e.EntryHash()
+}
+
+// TestStoreLostStateFileKept: with a publisher key, a flipped byte in the
+// block while the server's state file (index.db) is kept: the server
+// counts the damaged entry as stored and shows no deletion, but the
+// checkpointer, reading the room, finds its checkpoint contradicting the
+// messages. Serve then treats the room as damaged: an error line,
+// /healthz 503 naming the room, and a new chain into it refused
+// store_lost (exit 1) until a notice or a restore.
+func TestStoreLostStateFileKept(t *testing.T) {
+	t.Parallel()
+	key := newPublisherKey(t)
+	store := filepath.Join(t.TempDir(), "store")
+	const roomID = "room:kept"
+	args := []string{"--checkpoint-interval", "1h", "--http", "127.0.0.1:0"}
+	srv := startKeyed(t, store, key, args...)
+	metaA := events.CapsuleMeta{RunID: "run-20261202-kept-a", CapsuleID: "cap-kept-a", HarnessVersion: "ecc-eval-harness/1.4.2", TaskFamily: "slugify"}
+	metaC := events.CapsuleMeta{RunID: "run-20261202-kept-c", CapsuleID: "cap-kept-c", HarnessVersion: "ecc-eval-harness/1.4.2", TaskFamily: "slugify"}
+	a := entries(t, metaA, 100)
+	shipTo(t, srv.url, roomID, capsuleOf(t, metaA, a), 0, 100)
+	srv.stop() // the final checkpoint covers the 100 entries
+	blk := filepath.Join(store, "jetstream", "$G", "streams", "ROOMS", "msgs", "1.blk")
+	data, err := os.ReadFile(blk)
+	if err != nil {
+		t.Fatal(err)
+	}
+	i := bytes.Index(data, []byte(entryHash(t, a[50])))
+	if i < 0 {
+		t.Fatal("entry 50 is not in the block file")
+	}
+	data[i+10] ^= 1
+	if err := os.WriteFile(blk, data, 0o600); err != nil {
+		t.Fatal(err)
+	}
+
+	srv = startKeyed(t, store, key, args...)
+	deadline := time.Now().Add(15 * time.Second)
+	for !strings.Contains(srv.log.String(), "the room's latest checkpoint contradicts its messages") {
+		if time.Now().After(deadline) {
+			t.Fatalf("no error about the room:\n%s", srv.log)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	status, body := getHealth(t, srv.log.String())
+	if status != http.StatusServiceUnavailable || !strings.Contains(body, "the store lost acknowledged messages of 1 rooms: "+roomID+": its checkpoint at stream seq 101 (size 100) contradicts the messages the stream holds") {
+		t.Errorf("/healthz: %d %q", status, body)
+	}
+	// The shipper of A: the gate reads the contradicted room's chain
+	// whole, finds position 50 gone, and closes it.
+	r := runPub(t, nil, "journal", "--server", srv.url, "--room", roomID, capsuleOf(t, metaA, a))
+	if r.status != 1 || !strings.Contains(r.stdout, "journal.ndjson:51: the store lost 1 of the 100 entries of this chain it acknowledged, positions 50 (between stream seqs 50 and 52)") {
+		t.Errorf("journal of A: exit %d\n%s%s", r.status, r.stdout, r.stderr)
+	}
+	// A's hole is in the room: with a publisher key, the room waits for a
+	// loss notice.
+	r = runPub(t, nil, "journal", "--server", srv.url, "--room", roomID, capsuleOf(t, metaC, entries(t, metaC, 5)))
+	if r.status != 1 || !strings.Contains(r.stdout, "no loss notice covers it") {
+		t.Errorf("a new chain into the room: exit %d\n%s%s", r.status, r.stdout, r.stderr)
+	}
 }

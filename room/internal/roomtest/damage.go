@@ -17,7 +17,15 @@ import (
 // when it starts again, drops the message that holds it. (With its state
 // file whole, the server finds the flip only when the message is read.)
 // Use a marker only one message holds (an entry_hash, say).
-func (e *Env) Damage(marker []byte) {
+func (e *Env) Damage(marker []byte) { e.damage(marker, false) }
+
+// DamageKeepingState is Damage with the stream's state file kept, as a
+// clean stop leaves it: the server trusts it on start, counts the damaged
+// message as stored, and finds the damage only when the message is read
+// (a direct get answers 404, a batch read skips it).
+func (e *Env) DamageKeepingState(marker []byte) { e.damage(marker, true) }
+
+func (e *Env) damage(marker []byte, keepState bool) {
 	t := e.T
 	t.Helper()
 	if e.Srv != nil {
@@ -39,6 +47,9 @@ func (e *Env) Damage(marker []byte) {
 		data[i+len(marker)/2] ^= 0x01
 		if err := os.WriteFile(path, data, 0o600); err != nil {
 			t.Fatal(err)
+		}
+		if keepState {
+			return
 		}
 		if err := os.Remove(filepath.Join(filepath.Dir(path), "index.db")); err != nil && !os.IsNotExist(err) {
 			t.Fatal(err)
