@@ -43,6 +43,13 @@ integration:
 test-faults:
 	$(GO) test -count=1 -v ./test/faults/...
 
+## soak: SOAK (default 30m) on the 3-server cluster: shippers, records, followers, audits, a serve or nats-server restart every SOAK/12; bounded memory and goroutines; not part of make test
+SOAK ?= 30m
+SOAK_TIMEOUT ?= 50m
+.PHONY: soak
+soak:
+	ROOMPUB_SOAK=$(SOAK) nice $(GO) test -count=1 -run '^TestSoak$$' -timeout $(SOAK_TIMEOUT) -v ./test/faults/
+
 fuzz-short:
 	@GO=$(GO) .ci/fuzz -fuzztime 5s $(FUZZ_PKGS)
 
