@@ -54,6 +54,7 @@ type soakSample struct {
 	serve      int
 	rssKB      uint64
 	goroutines int
+	heapKB     int // go_memstats_heap_inuse_bytes / 1024
 }
 
 type soakRun struct {
@@ -262,12 +263,12 @@ func (s *soakRun) sampler(stop <-chan struct{}) {
 			if err != nil {
 				continue
 			}
-			g, err := goroutines(s.http[i])
+			g, heap, err := goMetrics(s.http[i])
 			if err != nil {
 				continue
 			}
 			s.mu.Lock()
-			s.samples = append(s.samples, soakSample{at: time.Since(s.start), serve: i, rssKB: rss, goroutines: g})
+			s.samples = append(s.samples, soakSample{at: time.Since(s.start), serve: i, rssKB: rss, goroutines: g, heapKB: heap})
 			s.mu.Unlock()
 		}
 		s.serveMu.Unlock()
@@ -288,23 +289,28 @@ func vmRSS(pid int) (uint64, error) {
 	return 0, fmt.Errorf("no VmRSS for pid %d", pid)
 }
 
-// goroutines is serve's go_goroutines.
-func goroutines(addr string) (int, error) {
+// goMetrics is serve's go_goroutines and go_memstats_heap_inuse_bytes
+// (in kB): the heap tells live data from memory the runtime keeps.
+func goMetrics(addr string) (goroutines, heapKB int, err error) {
 	c := http.Client{Timeout: 5 * time.Second}
 	resp, err := c.Get("http://" + addr + "/metrics")
 	if err != nil {
-		return 0, err
+		return 0, 0, err
 	}
 	defer resp.Body.Close()
 	var b bytes.Buffer
 	if _, err := b.ReadFrom(resp.Body); err != nil {
-		return 0, err
+		return 0, 0, err
 	}
-	v := metric(b.String(), "go_goroutines")
-	if v == "" {
-		return 0, errors.New("no go_goroutines")
+	g, h := metric(b.String(), "go_goroutines"), metric(b.String(), "go_memstats_heap_inuse_bytes")
+	if g == "" || h == "" {
+		return 0, 0, errors.New("no go_goroutines or go_memstats_heap_inuse_bytes")
 	}
-	return strconv.Atoi(v)
+	if goroutines, err = strconv.Atoi(g); err != nil {
+		return 0, 0, err
+	}
+	heap, err := strconv.ParseFloat(h, 64)
+	return goroutines, int(heap / 1024), err
 }
 
 // audit runs `subscriber audit --json` mid-soak: it must be clean (no
@@ -779,13 +785,13 @@ func (s *soakRun) report(ran time.Duration, sum *soakSum, tl *tally) {
 		if i == 1 {
 			what = "restarted"
 		}
-		fmt.Fprintf(&b, "  serve %d (%s): per third      RSS MB min-max        goroutines min-max   samples\n", i, what)
+		fmt.Fprintf(&b, "  serve %d (%s): per third      RSS MB min-max        heap in use MB min-max   goroutines min-max   samples\n", i, what)
 		var firstRSS, lastRSS, firstG, lastG int
 		for k := range 3 {
-			var rs, gs []int
+			var rs, gs, hs []int
 			for _, x := range s.samples {
 				if x.serve == i && x.at >= time.Duration(k)*third && (x.at < time.Duration(k+1)*third || k == 2) {
-					rs, gs = append(rs, int(x.rssKB)), append(gs, x.goroutines)
+					rs, gs, hs = append(rs, int(x.rssKB)), append(gs, x.goroutines), append(hs, x.heapKB)
 				}
 			}
 			if len(rs) == 0 {
@@ -793,8 +799,8 @@ func (s *soakRun) report(ran time.Duration, sum *soakSum, tl *tally) {
 				t.Errorf("serve %d: no samples in third %d", i, k+1)
 				continue
 			}
-			fmt.Fprintf(&b, "    third %d                      %6.1f - %6.1f         %5d - %5d       %d\n", k+1,
-				float64(slices.Min(rs))/1024, float64(slices.Max(rs))/1024, slices.Min(gs), slices.Max(gs), len(rs))
+			fmt.Fprintf(&b, "    third %d                      %6.1f - %6.1f         %6.1f - %6.1f            %5d - %5d       %d\n", k+1,
+				float64(slices.Min(rs))/1024, float64(slices.Max(rs))/1024, float64(slices.Min(hs))/1024, float64(slices.Max(hs))/1024, slices.Min(gs), slices.Max(gs), len(rs))
 			switch k {
 			case 0:
 				firstRSS, firstG = slices.Max(rs), slices.Max(gs)
