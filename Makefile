@@ -50,6 +50,13 @@ test-crash:
 	$(GO) test -count=1 -v ./test/crashfs/...
 	ROOMPUB_CRASH_TRIALS=$(CRASH_TRIALS) ROOMPUB_CLUSTER_CRASH=1 $(GO) test -count=1 -v -run '^(TestCrash|TestClusterCrash)' ./test/faults/...
 
+## soak: SOAK (default 30m) on the 3-server cluster: shippers, records, followers, audits, a serve or nats-server restart every SOAK/12; bounded memory and goroutines; not part of make test
+SOAK ?= 30m
+SOAK_TIMEOUT ?= 50m
+.PHONY: soak
+soak:
+	ROOMPUB_SOAK=$(SOAK) nice $(GO) test -count=1 -run '^TestSoak$$' -timeout $(SOAK_TIMEOUT) -v ./test/faults/
+
 fuzz-short:
 	@GO=$(GO) .ci/fuzz -fuzztime 5s $(FUZZ_PKGS)
 

@@ -156,10 +156,14 @@ func (g *Gate) judgeUnadmitted(ctx context.Context, key events.ChainKey, c *chai
 
 // readLoss reads subj's messages up to stream sequence to and returns the
 // positions below next that no entry holds (nil when none): the first
-// message at each position counts, whatever else is on the subject.
+// message at each position counts, whatever else is on the subject. It
+// reads from the stream leader, one get at a time: the leader's copy is
+// what appends build on, and a replica's whole copy must not hide the
+// leader's hole (a damaged replica that leads). Only a chain already
+// found short is read so.
 func (g *Gate) readLoss(ctx context.Context, subj string, next int64, to uint64) (*room.ChainLoss, error) {
-	var at map[int64]uint64
-	err := g.readChain(ctx, subj, 1, to, func() { at = map[int64]uint64{} }, func(m *jetstream.RawStreamMsg) {
+	at := map[int64]uint64{}
+	err := g.readRangeLeader(ctx, subj, 1, to, func(m *jetstream.RawStreamMsg) {
 		e, err := events.ParseEntry(m.Data)
 		if err != nil {
 			return
@@ -169,7 +173,7 @@ func (g *Gate) readLoss(ctx context.Context, subj string, next int64, to uint64)
 				at[seq] = m.Sequence
 			}
 		}
-	}, func() bool { return int64(len(at)) >= next })
+	})
 	if err != nil {
 		return nil, fmt.Errorf("read chain %s: %w", subj, err)
 	}
