@@ -88,7 +88,7 @@ type ServeOptions struct {
 }
 
 // streamSetupTimeout bounds creating or looking up the room stream at start.
-const streamSetupTimeout = 30 * time.Second
+const streamSetupTimeout = 60 * time.Second
 
 // ServeInfo describes a serving publisher.
 type ServeInfo struct {

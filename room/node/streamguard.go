@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
@@ -535,7 +536,12 @@ func openStream(ctx context.Context, js jetstream.JetStream, cfg jetstream.Strea
 			replicas = now.Config.Replicas
 		}
 		var kv jetstream.KeyValue
-		if err := setupRetry(ctx, func() (err error) { kv, err = streamsBucket(ctx, js, replicas); return err }); err != nil {
+		if err := setupRetry(ctx, func() (err error) {
+			actx, cancel := context.WithTimeout(ctx, setupTry)
+			defer cancel()
+			kv, err = streamsBucket(actx, js, replicas)
+			return err
+		}); err != nil {
 			return nil, nil, err
 		}
 		mem = kvMemory{kv: kv, key: cfg.Name}
@@ -546,7 +552,12 @@ func openStream(ctx context.Context, js jetstream.JetStream, cfg jetstream.Strea
 		}
 	}
 	var mark *room.StreamMark
-	if err := setupRetry(ctx, func() (err error) { mark, err = mem.load(ctx); return err }); err != nil {
+	if err := setupRetry(ctx, func() (err error) {
+		actx, cancel := context.WithTimeout(ctx, setupTry)
+		defer cancel()
+		mark, err = mem.load(actx)
+		return err
+	}); err != nil {
 		return nil, nil, err
 	}
 	if mark != nil && mark.Stream != cfg.Name {
@@ -570,7 +581,15 @@ func openStream(ctx context.Context, js jetstream.JetStream, cfg jetstream.Strea
 		log.Warn("room stream: accept-stream is set, but the stream is the one serve remembers: nothing to accept; remove the setting",
 			zap.String("stream", cfg.Name), zap.String("mark", mem.where()))
 	}
-	st, err := room.EnsureStream(ctx, js, cfg, o.Subjects)
+	var st jetstream.Stream
+	err = setupRetry(ctx, func() (err error) {
+		// One try may not take the whole budget: a request lost while
+		// the cluster forms is asked again.
+		actx, cancel := context.WithTimeout(ctx, setupTry)
+		defer cancel()
+		st, err = room.EnsureStream(actx, js, cfg, o.Subjects)
+		return err
+	})
 	if err != nil {
 		return nil, nil, err
 	}
@@ -588,8 +607,22 @@ func openStream(ctx context.Context, js jetstream.JetStream, cfg jetstream.Strea
 func setupRetry(ctx context.Context, f func() error) error {
 	for attempt := 0; ; attempt++ {
 		err := f()
-		if err == nil || !jsapi.IsRetryable(err) || !jsapi.Sleep(ctx, jsapi.Backoff(attempt)) {
+		again := jsapi.IsRetryable(err) || noPeersYet(err) || (errors.Is(err, context.DeadlineExceeded) && ctx.Err() == nil)
+		if err == nil || !again || !jsapi.Sleep(ctx, jsapi.Backoff(attempt)) {
 			return err
 		}
 	}
+}
+
+// setupTry bounds one try of a setup step (setupRetry), within the
+// start's budget (streamSetupTimeout).
+const setupTry = 10 * time.Second
+
+// noPeersYet reports whether err is the meta leader's "no suitable peers
+// for placement" (a 400, JSClusterNoPeersErr, 10005): on a cluster that
+// has just formed, the meta leader may not know every server yet, so
+// serve's start waits it out like an election.
+func noPeersYet(err error) bool {
+	var apiErr *jetstream.APIError
+	return errors.As(err, &apiErr) && apiErr.ErrorCode == 10005
 }
