@@ -114,11 +114,14 @@ type IncompleteBatchError struct {
 	Why string      // what was read instead
 }
 
+// Error names the message's place in its batch, its signer and what was
+// read instead.
 func (e *IncompleteBatchError) Error() string {
 	return fmt.Sprintf("%v: message %d of a batch of %d by %s: %s (an atomic batch is stored whole, its messages consecutive)",
 		ErrIncompleteBatch, e.A.Index, e.A.Count, e.A.Signer, e.Why)
 }
 
+// Unwrap returns ErrIncompleteBatch, for errors.Is.
 func (e *IncompleteBatchError) Unwrap() error { return ErrIncompleteBatch }
 
 // Open reports whether a batch is open.

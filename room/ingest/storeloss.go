@@ -63,6 +63,8 @@ func (g *Gate) lossFromRead(ctx context.Context, key events.ChainKey, c *chainSt
 // time that number changes. An Observer that implements it (Metrics does)
 // is told; implementations must not block.
 type LossObserver interface {
+	// ChainsDamaged is called with how many chains the gate knows to be
+	// damaged, each time that number changes.
 	ChainsDamaged(n int)
 }
 
