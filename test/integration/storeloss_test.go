@@ -114,22 +114,7 @@ func TestStoreLostChainClosed(t *testing.T) {
 	at100 := shipTo(t, srv.url, roomID, capsuleOf(t, metaA, a[:150]), 100, 50).Head.StreamSeq - 49
 	srv.stop() // the final checkpoint covers the room's 250 leaves
 
-	blk := filepath.Join(store, "jetstream", "$G", "streams", "ROOMS", "msgs", "1.blk")
-	data, err := os.ReadFile(blk)
-	if err != nil {
-		t.Fatal(err)
-	}
-	i := bytes.Index(data, []byte(entryHash(t, a[50])))
-	if i < 0 {
-		t.Fatal("entry 50 of A is not in the first block file")
-	}
-	data[i+10] ^= 1
-	if err := os.WriteFile(blk, data, 0o600); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.Remove(filepath.Join(filepath.Dir(blk), "index.db")); err != nil {
-		t.Fatal(err)
-	}
+	flipInBlock(t, store, a[50], false)
 
 	srv = startKeyed(t, store, key, args...)
 	positions := fmt.Sprintf("positions 50-99 (between stream seqs 50 and %d)", at100)
@@ -244,19 +229,7 @@ func TestStoreLostStateFileKept(t *testing.T) {
 	a := entries(t, metaA, 100)
 	shipTo(t, srv.url, roomID, capsuleOf(t, metaA, a), 0, 100)
 	srv.stop() // the final checkpoint covers the 100 entries
-	blk := filepath.Join(store, "jetstream", "$G", "streams", "ROOMS", "msgs", "1.blk")
-	data, err := os.ReadFile(blk)
-	if err != nil {
-		t.Fatal(err)
-	}
-	i := bytes.Index(data, []byte(entryHash(t, a[50])))
-	if i < 0 {
-		t.Fatal("entry 50 is not in the block file")
-	}
-	data[i+10] ^= 1
-	if err := os.WriteFile(blk, data, 0o600); err != nil {
-		t.Fatal(err)
-	}
+	flipInBlock(t, store, a[50], true)
 
 	srv = startKeyed(t, store, key, args...)
 	deadline := time.Now().Add(15 * time.Second)
@@ -281,5 +254,32 @@ func TestStoreLostStateFileKept(t *testing.T) {
 	r = runPub(t, nil, "journal", "--server", srv.url, "--room", roomID, capsuleOf(t, metaC, entries(t, metaC, 5)))
 	if r.status != 1 || !strings.Contains(r.stdout, "no loss notice covers it") {
 		t.Errorf("a new chain into the room: exit %d\n%s%s", r.status, r.stdout, r.stderr)
+	}
+}
+
+// flipInBlock flips one byte of line's entry_hash in the room stream's
+// first block file of the stopped serve's store, as a bit flip on disk
+// would, and removes the stream's state file (index.db) unless keepState:
+// a server that rebuilds its state drops the rest of the block, one that
+// kept it finds the damage only when the message is read.
+func flipInBlock(t *testing.T, store string, line []byte, keepState bool) {
+	t.Helper()
+	blk := filepath.Join(store, "jetstream", "$G", "streams", "ROOMS", "msgs", "1.blk")
+	data, err := os.ReadFile(blk)
+	if err != nil {
+		t.Fatal(err)
+	}
+	i := bytes.Index(data, []byte(entryHash(t, line)))
+	if i < 0 {
+		t.Fatal("the entry is not in the first block file")
+	}
+	data[i+10] ^= 1
+	if err := os.WriteFile(blk, data, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if !keepState {
+		if err := os.Remove(filepath.Join(filepath.Dir(blk), "index.db")); err != nil {
+			t.Fatal(err)
+		}
 	}
 }
