@@ -115,7 +115,7 @@ func (g *Gate) lastAdmitted(ctx context.Context, key events.ChainKey, m *jetstre
 func (g *Gate) readRange(ctx context.Context, subj string, from, to uint64, each func(*jetstream.RawStreamMsg)) error {
 	for from <= to {
 		gctx, cancel := context.WithTimeout(ctx, g.timeout)
-		msgs, err := jsapi.DirectBatch(gctx, g.nc, g.stream.CachedInfo().Config.Name,
+		msgs, err := jsapi.DirectBatch(gctx, g.nc, g.streamName(),
 			jsapi.BatchRequest{Seq: from, NextBySubj: subj, Batch: int(min(to-from+1, 1000))}, g.timeout)
 		cancel()
 		if errors.Is(err, nats.ErrNoResponders) {

@@ -366,7 +366,7 @@ func (g *Gate) lastOn(ctx context.Context, subject string, leader bool) (*jetstr
 	// jsapi takes the sequence and subject the server gives, never the
 	// headers a message was stored with (anyone who can write onto a room
 	// subject chooses those).
-	m, err := jsapi.DirectGet(dctx, g.nc, g.stream.CachedInfo().Config.Name, map[string]string{"last_by_subj": subject})
+	m, err := jsapi.DirectGet(dctx, g.nc, g.streamName(), map[string]string{"last_by_subj": subject})
 	if errors.Is(err, nats.ErrNoResponders) {
 		return g.leaderMsg(ctx, map[string]any{"last_by_subj": subject})
 	}
@@ -383,7 +383,7 @@ func (g *Gate) lastOn(ctx context.Context, subject string, leader bool) (*jetstr
 // allows direct gets) from its own copy, which can lag behind the stream:
 // what a refusal or a record decision rests on is read here instead.
 func (g *Gate) leaderMsg(ctx context.Context, req map[string]any) (*jetstream.RawStreamMsg, error) {
-	return jsapi.LeaderGetRaw(ctx, g.nc, g.stream.CachedInfo().Config.Name, g.timeout, req)
+	return jsapi.LeaderGetRaw(ctx, g.nc, g.streamName(), g.timeout, req)
 }
 
 // reload brings c up to the stream's head for key; with leader set, as the

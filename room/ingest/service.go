@@ -152,7 +152,7 @@ func StartService(nc *nats.Conn, gate *Gate, o ServiceOptions) (*Service, error)
 		Name:        room.ServiceName,
 		Version:     o.Version,
 		Description: "roompub ingest: validates journal entries and execution records and appends them to their rooms",
-		Metadata:    map[string]string{"stream": gate.stream.CachedInfo().Config.Name, "subjects": gate.subjects.All()},
+		Metadata:    map[string]string{"stream": gate.streamName(), "subjects": gate.subjects.All()},
 	})
 	if err != nil {
 		return nil, fmt.Errorf("add service: %w", err)
