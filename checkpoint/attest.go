@@ -285,6 +285,30 @@ type Trust struct {
 	keys      map[string]ed25519.PublicKey
 	ids       []string // sorted
 	verifiers note.Verifiers
+	origin    string // the deployment origin room checkpoints must carry; "" for any
+}
+
+// WithOrigin returns a copy of t whose room checkpoints must name the
+// deployment origin o (RoomOrigin; checkpoints in the room-id form stay
+// valid). Errors are CheckOrigin's.
+func (t *Trust) WithOrigin(o string) (*Trust, error) {
+	if err := CheckOrigin(o); err != nil {
+		return nil, err
+	}
+	if t == nil {
+		t = &Trust{verifiers: note.VerifierList()}
+	}
+	c := *t
+	c.origin = o
+	return &c, nil
+}
+
+// Origin is the deployment origin set by WithOrigin, or "".
+func (t *Trust) Origin() string {
+	if t == nil {
+		return ""
+	}
+	return t.origin
 }
 
 // NewTrust returns the set of the given node ids; duplicates collapse. It

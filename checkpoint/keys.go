@@ -86,11 +86,22 @@ func NewNoteSigner(k *events.HostKey) (note.Signer, error) {
 	if k == nil {
 		return nil, errors.New("nil host key")
 	}
+	return NewNamedNoteSigner(k, k.NodeID())
+}
+
+// NewNamedNoteSigner is NewNoteSigner with the key named name instead of
+// the node id: C2SP tlog-checkpoint wants a log's key name to match its
+// origin, so a room's checkpoints are signed under RoomOrigin and the
+// deployment log's under the deployment origin. Errors are x/mod's for a
+// name a signed note cannot carry (empty, white space, '+').
+func NewNamedNoteSigner(k *events.HostKey, name string) (note.Signer, error) {
+	if k == nil {
+		return nil, errors.New("nil host key")
+	}
 	priv, err := privateKey(k)
 	if err != nil {
 		return nil, err
 	}
-	name := k.NodeID()
 	vkey, err := note.NewEd25519VerifierKey(name, priv.Public().(ed25519.PublicKey))
 	if err != nil {
 		return nil, fmt.Errorf("note key for %s: %w", name, err)

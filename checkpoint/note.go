@@ -12,11 +12,16 @@ import (
 
 // Checkpoint is a parsed, signed C2SP tlog-checkpoint of one room: the
 // room's tree had Size leaves with root hash Root when Signer signed it.
+// Two forms verify (docs/checkpoints.md, "Origins"): the C2SP form, whose
+// origin line is RoomOrigin(deployment, room) and whose key name is that
+// origin, and the form written before deployments had origins, whose
+// origin line is the room id and whose key name is the node id.
 type Checkpoint struct {
-	Room   string   // the note's origin line: the room id exactly
+	Room   string   // the room id the origin names (ParseUnverified: the origin line when it names no room)
+	Origin string   // the note's origin line
 	Size   uint64   // number of leaves covered
 	Root   [32]byte // RFC 6962 root hash at Size
-	Signer string   // node id of the (first) trusted key that signed it; ParseUnverified: of the first signature
+	Signer string   // node id of the (first) trusted key that signed it; ParseUnverified: the name on the first signature
 	Note   []byte   // the signed note as received
 }
 
@@ -36,31 +41,38 @@ func validOrigin(s string) bool {
 	return true
 }
 
-// Sign returns the signed note of the checkpoint (origin roomID, size, root)
-// by s: the C2SP tlog-checkpoint body of formats/log.Checkpoint.Marshal,
-// signed as a C2SP signed note by x/mod/sumdb/note. No extension lines.
-// Errors wrap ErrBadCheckpoint for a room id that cannot be an origin line,
-// or are the signer's.
-func Sign(s note.Signer, roomID string, size uint64, root [32]byte) ([]byte, error) {
-	if !validOrigin(roomID) {
-		return nil, fmt.Errorf("%w: room id %q cannot be an origin line", ErrBadCheckpoint, clip(roomID))
+// Sign returns the signed note of the checkpoint (origin line origin,
+// size, root) by s: the C2SP tlog-checkpoint body of
+// formats/log.Checkpoint.Marshal, signed as a C2SP signed note by
+// x/mod/sumdb/note. No extension lines. The origin is RoomOrigin for a
+// deployment with an origin (and s is named by it: NewNamedNoteSigner),
+// else the room id. Errors wrap ErrBadCheckpoint for an origin that cannot
+// be an origin line, or are the signer's.
+func Sign(s note.Signer, origin string, size uint64, root [32]byte) ([]byte, error) {
+	if !validOrigin(origin) {
+		return nil, fmt.Errorf("%w: %q cannot be an origin line", ErrBadCheckpoint, clip(origin))
 	}
-	body := log.Checkpoint{Origin: roomID, Size: size, Hash: root[:]}.Marshal()
+	body := log.Checkpoint{Origin: origin, Size: size, Hash: root[:]}.Marshal()
 	signed, err := note.Sign(&note.Note{Text: string(body)}, s)
 	if err != nil {
-		return nil, fmt.Errorf("sign checkpoint of %s at size %d: %w", roomID, size, err)
+		return nil, fmt.Errorf("sign checkpoint of %s at size %d: %w", origin, size, err)
 	}
 	return signed, nil
 }
 
 // Parse verifies a signed checkpoint note of roomID under t and returns it.
 // It requires a valid signature by a trusted key (and no invalid signature
-// by one: note.Open), origin == roomID, a 32-byte root, and the body in the
-// exact form Sign writes (no extension lines, no leading zeros). Errors wrap
+// by one: note.Open), a 32-byte root, the body in the exact form Sign
+// writes (no extension lines, no leading zeros), and one of the two forms
+// of origin: RoomOrigin(d, roomID) signed under a key named by that
+// origin, where d is t's origin when it has one (Trust.WithOrigin) and
+// any deployment origin otherwise; or roomID itself signed under a key
+// named by its node id (checkpoints written before origins). Errors wrap
 // ErrUntrustedPublisher (well-formed, but no trusted key signed it) or
 // ErrBadCheckpoint (anything else).
 func Parse(signed []byte, roomID string, t *Trust) (*Checkpoint, error) {
-	n, err := note.Open(signed, t.Verifiers())
+	vs := &roomVerifiers{t: t, roomID: roomID}
+	n, err := note.Open(signed, vs)
 	if err != nil {
 		var unverified *note.UnverifiedNoteError
 		if errors.As(err, &unverified) {
@@ -72,12 +84,69 @@ func Parse(signed []byte, roomID string, t *Trust) (*Checkpoint, error) {
 	if err != nil {
 		return nil, err
 	}
-	if c.Room != roomID {
-		return nil, fmt.Errorf("%w: origin %q is not room %q", ErrBadCheckpoint, clip(c.Room), clip(roomID))
+	sig := n.Sigs[0]
+	if c.Origin == roomID {
+		if !t.Trusts(sig.Name) {
+			return nil, fmt.Errorf("%w: origin %q is the room id, so the key must be named by its node id, not %q", ErrBadCheckpoint, clip(c.Origin), clip(sig.Name))
+		}
+		c.Signer = sig.Name
+	} else {
+		id, d, ok := RoomOfOrigin(c.Origin)
+		switch {
+		case !ok || id != roomID:
+			return nil, fmt.Errorf("%w: origin %q is not room %q", ErrBadCheckpoint, clip(c.Origin), clip(roomID))
+		case t.origin != "" && d != t.origin:
+			return nil, fmt.Errorf("%w: origin %q is of deployment %q, not %q", ErrBadCheckpoint, clip(c.Origin), clip(d), clip(t.origin))
+		case sig.Name != c.Origin:
+			return nil, fmt.Errorf("%w: key name %q does not match origin %q", ErrBadCheckpoint, clip(sig.Name), clip(c.Origin))
+		}
+		c.Signer = vs.signer[sig.Hash]
 	}
-	c.Signer = n.Sigs[0].Name
+	c.Room = roomID
 	c.Note = signed
 	return c, nil
+}
+
+// roomVerifiers are the trusted keys under the names a checkpoint of one
+// room may carry: each key's node id, and the room's origin (RoomOrigin;
+// of t's deployment, or of any deployment when t has none). The key hash
+// of C2SP signed-note covers the name, so each name gives each key its
+// own hash; signer maps those of origin names back to node ids.
+type roomVerifiers struct {
+	t      *Trust
+	roomID string
+	signer map[uint32]string
+}
+
+// Verifier implements note.Verifiers.
+func (vs *roomVerifiers) Verifier(name string, hash uint32) (note.Verifier, error) {
+	t := vs.t
+	if t == nil {
+		return nil, &note.UnknownVerifierError{Name: name, KeyHash: hash}
+	}
+	if t.Trusts(name) {
+		return t.verifiers.Verifier(name, hash)
+	}
+	id, d, ok := RoomOfOrigin(name)
+	if !ok || id != vs.roomID || (t.origin != "" && d != t.origin) {
+		return nil, &note.UnknownVerifierError{Name: name, KeyHash: hash}
+	}
+	for _, nodeID := range t.ids {
+		vkey, err := note.NewEd25519VerifierKey(name, t.keys[nodeID])
+		if err != nil {
+			break // a name x/mod refuses: no key of this name verifies
+		}
+		v, err := note.NewVerifier(vkey)
+		if err != nil || v.KeyHash() != hash {
+			continue
+		}
+		if vs.signer == nil {
+			vs.signer = map[uint32]string{}
+		}
+		vs.signer[hash] = nodeID
+		return v, nil
+	}
+	return nil, &note.UnknownVerifierError{Name: name, KeyHash: hash}
 }
 
 // ParseUnverified parses a checkpoint note without checking any signature,
@@ -97,6 +166,9 @@ func ParseUnverified(signed []byte) (*Checkpoint, error) {
 	}
 	c.Signer = n.UnverifiedSigs[0].Name
 	c.Note = signed
+	if id, _, ok := RoomOfOrigin(c.Origin); ok {
+		c.Room = id
+	}
 	return c, nil
 }
 
@@ -118,7 +190,7 @@ func parseBody(text string) (*Checkpoint, error) {
 	if !bytes.Equal(lc.Marshal(), []byte(text)) {
 		return nil, fmt.Errorf("%w: body is not in canonical form", ErrBadCheckpoint)
 	}
-	return &Checkpoint{Room: lc.Origin, Size: lc.Size, Root: to32(lc.Hash)}, nil
+	return &Checkpoint{Room: lc.Origin, Origin: lc.Origin, Size: lc.Size, Root: to32(lc.Hash)}, nil
 }
 
 func sigNames(sigs []note.Signature) string {

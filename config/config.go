@@ -20,6 +20,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"go.yaml.in/yaml/v3"
 
+	"github.com/roompub/roompub/checkpoint"
 	"github.com/roompub/roompub/events"
 	"github.com/roompub/roompub/room"
 	"github.com/roompub/roompub/room/reader"
@@ -174,6 +175,7 @@ type Serve struct {
 	// Attestations and signed room checkpoints.
 	PublisherKey       string        `name:"publisher-key" help:"Attest every appended message and sign room checkpoints with this key (made by 'publisher keygen'; its node id names it). Without it nothing is attested or checkpointed." placeholder:"FILE" yaml:"publisher-key"`
 	TrustedPublishers  []string      `name:"trusted-publisher" help:"Node id of another publisher whose attestations and checkpoints count (repeatable); the own key always does." placeholder:"NODE_ID" yaml:"trusted-publisher"`
+	Origin             string        `name:"origin" help:"The deployment's origin, a schema-less URL naming it uniquely (e.g. evidence.example.org/roompub): room checkpoints then carry <origin>/room/<room> as origin and key name (C2SP tlog-checkpoint). Without it they carry the room id, as before. See docs/checkpoints.md." placeholder:"ORIGIN" yaml:"origin"`
 	CheckpointEvery    int           `name:"checkpoint-every" help:"Write a room's checkpoint once its tree has grown by this many messages (0: 10000)." default:"10000" yaml:"checkpoint-every"`
 	CheckpointInterval time.Duration `name:"checkpoint-interval" help:"Write a checkpoint of every room whose tree grew at least this often (0: 10s)." default:"10s" yaml:"checkpoint-interval"`
 	Logging
@@ -243,6 +245,14 @@ func (s *Serve) Validate() error {
 	for _, id := range s.TrustedPublishers {
 		if _, err := events.ParseNodeID(id); err != nil {
 			bad("--trusted-publisher %q: %v", id, err)
+		}
+	}
+	if s.Origin != "" {
+		if err := checkpoint.CheckOrigin(s.Origin); err != nil {
+			bad("--origin: %v", err)
+		}
+		if s.PublisherKey == "" {
+			bad("--origin names the checkpoints' log: it needs --publisher-key")
 		}
 	}
 	// 0 is the default (checkpointer.Options), as for --max-batch.

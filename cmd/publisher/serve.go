@@ -88,6 +88,7 @@ func (c *serveCmd) Run(s *streams) error {
 		PublisherKey: publisherKey,
 		Checkpoint: checkpointer.Options{
 			TrustedPublishers: c.TrustedPublishers,
+			Origin:            c.Origin,
 			Every:             c.CheckpointEvery,
 			Interval:          c.CheckpointInterval,
 		},

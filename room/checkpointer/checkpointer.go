@@ -42,8 +42,14 @@ var ErrCheckpointer = errors.New("checkpointer")
 type Options struct {
 	Stream   string        // room stream, default DefaultStream
 	Subjects room.Subjects // its layout
-	// Key signs the checkpoints (C2SP signed note named by its node id).
+	// Key signs the checkpoints: C2SP signed notes named by the room's
+	// origin (checkpoint.RoomOrigin) when Origin is set, else by Key's
+	// node id with the room id as origin (the form written before
+	// deployments had origins; docs/checkpoints.md, "Origins").
 	Key *events.HostKey
+	// Origin is the deployment's origin (checkpoint.CheckOrigin), e.g.
+	// "evidence.example.org/roompub"; "" writes the room-id form.
+	Origin string
 	// TrustedPublishers are the node ids of the other publishers whose
 	// attestations admit messages into the rooms' trees and whose
 	// checkpoints count; Key's own node id is always trusted.
@@ -189,6 +195,10 @@ const ckSubjectCache = 4096
 // Checkpointer.mu, but lease: the writer's alone.
 type ckRoom struct {
 	id string
+	// signer signs the room's checkpoints under its origin; nil until the
+	// first write, and always nil without a deployment origin (the
+	// checkpointer's signer, named by the node id, signs then).
+	signer note.Signer
 	// ledger is the room's tree (lean: the compact range of what the
 	// latest checkpoint that matched covers, the leaf hashes after it) and
 	// that checkpoint.
@@ -225,6 +235,11 @@ func Start(ctx context.Context, nc *nats.Conn, o Options) (*Checkpointer, error)
 	trust, err := checkpoint.NewTrust(append([]string{o.Key.NodeID()}, o.TrustedPublishers...)...)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrCheckpointer, err)
+	}
+	if o.Origin != "" {
+		if trust, err = trust.WithOrigin(o.Origin); err != nil {
+			return nil, fmt.Errorf("%w: %w", ErrCheckpointer, err)
+		}
 	}
 	signer, err := checkpoint.NewNoteSigner(o.Key)
 	if err != nil {

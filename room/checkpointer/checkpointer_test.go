@@ -1,6 +1,7 @@
 package checkpointer_test
 
 import (
+	"bytes"
 	"context"
 	"encoding/hex"
 	"encoding/json"
@@ -772,5 +773,63 @@ func TestCheckpointerRefusesStuckBatch(t *testing.T) {
 	}
 	if f := logs.FilterMessageSnippet("does not verify is not a leaf").All()[1].ContextMap()["error"]; !strings.Contains(fmt.Sprint(f), "only messages 0 to 0 of it were read") {
 		t.Errorf("the stuck message's error: %v", f)
+	}
+}
+
+// TestCheckpointerOrigin: with a deployment origin, checkpoints carry the
+// room's origin as origin line and key name (C2SP tlog-checkpoint); they
+// extend a room's checkpoints written before (room-id form), and a reader
+// pinned to another deployment refuses them.
+func TestCheckpointerOrigin(t *testing.T) {
+	e := roomtest.NewEnv(t)
+	ctx := context.Background()
+	key := roomtest.NewPublisherKey(t)
+	const roomID = "room:a+b/c"
+	const origin = "evidence.example.org/roompub"
+	ckSubj := room.Subjects{}.Checkpoint(roomID)
+	es, _ := roomtest.Journal(t, "run-o", "cap-o", 20)
+
+	old, _ := roomtest.StartCheckpointer(t, e.Connect(), checkpointer.Options{Key: key, Every: 10, Interval: time.Hour})
+	gate := roomtest.AttestingGate(e, e.Nc, key, old, ingest.GateOptions{})
+	if r, err := gate.AppendJournal(ctx, roomID, roomtest.Lines(es[:10]), nil); err != nil || r.Stored != 10 {
+		t.Fatalf("%+v %v", r, err)
+	}
+	roomtest.WaitFor(t, 10*time.Second, "the room-id form checkpoint", func() bool { return e.CountOn(ckSubj) == 1 })
+	if err := old.Stop(ctx); err != nil {
+		t.Fatal(err)
+	}
+
+	ckp, _ := roomtest.StartCheckpointer(t, e.Connect(), checkpointer.Options{Key: key, Origin: origin, Every: 10, Interval: time.Hour})
+	gate = roomtest.AttestingGate(e, e.Connect(), key, ckp, ingest.GateOptions{})
+	if r, err := gate.AppendJournal(ctx, roomID, roomtest.Lines(es[10:]), nil); err != nil || r.Stored != 10 {
+		t.Fatalf("%+v %v", r, err)
+	}
+	roomtest.WaitFor(t, 10*time.Second, "the origin form checkpoint", func() bool { return e.CountOn(ckSubj) == 2 })
+
+	trust := roomtest.Trusting(t, key)
+	pinned, err := trust.WithOrigin(origin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tr := range []*checkpoint.Trust{trust, pinned} {
+		rt := roomtest.Rebuild(e, roomID, tr)
+		if sizes := rt.CheckCheckpoints(t); fmt.Sprint(sizes) != "[10 20]" {
+			t.Fatalf("sizes %v, want [10 20]", sizes)
+		}
+		wantOrigins := []string{roomID, origin + "/room/a%2Bb%2Fc"}
+		for i, ck := range rt.Checkpoints {
+			if ck.Origin != wantOrigins[i] || ck.Room != roomID || ck.Signer != key.NodeID() {
+				t.Fatalf("checkpoint %d: origin %q room %q signer %q", i, ck.Origin, ck.Room, ck.Signer)
+			}
+		}
+		last := rt.Checkpoints[1].Note
+		if !bytes.Contains(last, []byte("\n\n— "+wantOrigins[1]+" ")) {
+			t.Fatalf("key name is not the origin:\n%s", last)
+		}
+	}
+	other, _ := trust.WithOrigin("other.example.org/roompub")
+	msgs := e.OnSubject(ckSubj)
+	if _, err := checkpoint.Parse(msgs[1].Data, roomID, other); !errors.Is(err, checkpoint.ErrUntrustedPublisher) {
+		t.Fatalf("another deployment's reader: %v", err)
 	}
 }

@@ -86,10 +86,28 @@ func (c *Checkpointer) writeDue(ctx context.Context, final bool) error {
 	return errors.Join(errs...)
 }
 
+// sign signs the due checkpoint of r: under the room's origin and a key
+// named by it with a deployment origin, else the room-id form.
+func (c *Checkpointer) sign(r *ckRoom, d dueCheckpoint) ([]byte, error) {
+	origin := c.trust.Origin()
+	if origin == "" {
+		return checkpoint.Sign(c.signer, r.id, d.size, d.root)
+	}
+	origin = checkpoint.RoomOrigin(origin, r.id)
+	if r.signer == nil {
+		s, err := checkpoint.NewNamedNoteSigner(c.key, origin)
+		if err != nil {
+			return nil, err
+		}
+		r.signer = s
+	}
+	return checkpoint.Sign(r.signer, origin, d.size, d.root)
+}
+
 // write appends one checkpoint.
 func (c *Checkpointer) write(ctx context.Context, d dueCheckpoint) error {
 	r := d.r
-	signed, err := checkpoint.Sign(c.signer, r.id, d.size, d.root)
+	signed, err := c.sign(r, d)
 	if err != nil {
 		c.log.Error("checkpointer: cannot sign the room's checkpoint", zap.String("room", r.id), zap.Error(err))
 		c.mu.Lock()

@@ -34,7 +34,7 @@ var rules = map[string]rule{
 	"checkpoint": {imports: []string{"events"}},
 	// config names the room package's roles and defaults (a departure
 	// docs/design.md records).
-	"config": {imports: []string{"events", "room", "room/reader"}, nats: true},
+	"config": {imports: []string{"checkpoint", "events", "room", "room/reader"}, nats: true},
 	// The shared vocabulary: subjects, stream configuration, wire types,
 	// headers, names and defaults. No server, no role.
 	"room": {imports: []string{"events", "room/internal/jsapi"}, nats: true},
