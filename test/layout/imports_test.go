@@ -32,6 +32,12 @@ var rules = map[string]rule{
 	"schemas":    {},
 	"validate":   {imports: []string{"events", "schemas"}},
 	"checkpoint": {imports: []string{"events"}},
+	// Witness cosignatures: the add-checkpoint client, cosigning rounds
+	// and the witness policy. No roompub package, no NATS.
+	"witness": {},
+	// Real litewitness processes for tests: no roompub package, no NATS;
+	// no package imports it but tests, as no rule here lists it.
+	"internal/witnesstest": {},
 	// config names the room package's roles and defaults (a departure
 	// docs/design.md records).
 	"config": {imports: []string{"checkpoint", "events", "room", "room/reader"}, nats: true},
@@ -136,7 +142,7 @@ func TestImportsFollowThePackageMap(t *testing.T) {
 // keeps the map itself pointing down.
 var layers = [][]string{
 	{"events", "schemas"},
-	{"validate", "checkpoint"},
+	{"validate", "checkpoint", "witness", "internal/witnesstest"},
 	{"room/internal/jsapi", "room"},
 	{"room/ingest", "room/client", "room/reader", "room/checkpointer", "room/embedded", "room/secure", "room/internal/roomtest"},
 	{"room/node", "config"},
