@@ -71,7 +71,7 @@ func Sign(s note.Signer, origin string, size uint64, root [32]byte) ([]byte, err
 // ErrUntrustedPublisher (well-formed, but no trusted key signed it) or
 // ErrBadCheckpoint (anything else).
 func Parse(signed []byte, roomID string, t *Trust) (*Checkpoint, error) {
-	vs := &roomVerifiers{t: t, roomID: roomID}
+	vs := roomVerifiers(t, roomID)
 	n, err := note.Open(signed, vs)
 	if err != nil {
 		var unverified *note.UnverifiedNoteError
@@ -107,28 +107,41 @@ func Parse(signed []byte, roomID string, t *Trust) (*Checkpoint, error) {
 	return c, nil
 }
 
-// roomVerifiers are the trusted keys under the names a checkpoint of one
-// room may carry: each key's node id, and the room's origin (RoomOrigin;
-// of t's deployment, or of any deployment when t has none). The key hash
-// of C2SP signed-note covers the name, so each name gives each key its
-// own hash; signer maps those of origin names back to node ids.
-type roomVerifiers struct {
-	t      *Trust
-	roomID string
-	signer map[uint32]string
+// namedVerifiers are the trusted keys under the names a checkpoint may
+// carry: each key's node id when nodeIDs is set (the room-id form), and
+// every name fits accepts (an origin). The key hash of C2SP signed-note
+// covers the name, so each name gives each key its own hash; signer maps
+// those of origin names back to node ids.
+type namedVerifiers struct {
+	t       *Trust
+	nodeIDs bool
+	fits    func(name string) bool
+	signer  map[uint32]string
+}
+
+// roomVerifiers are the names of roomID's checkpoints: node ids, and the
+// room's origin (RoomOrigin; of t's deployment, or of any deployment when
+// t has none).
+func roomVerifiers(t *Trust, roomID string) *namedVerifiers {
+	return &namedVerifiers{t: t, nodeIDs: true, fits: func(name string) bool {
+		id, d, ok := RoomOfOrigin(name)
+		return ok && id == roomID && (t.Origin() == "" || d == t.Origin())
+	}}
 }
 
 // Verifier implements note.Verifiers.
-func (vs *roomVerifiers) Verifier(name string, hash uint32) (note.Verifier, error) {
+func (vs *namedVerifiers) Verifier(name string, hash uint32) (note.Verifier, error) {
 	t := vs.t
 	if t == nil {
 		return nil, &note.UnknownVerifierError{Name: name, KeyHash: hash}
 	}
 	if t.Trusts(name) {
+		if !vs.nodeIDs {
+			return nil, &note.UnknownVerifierError{Name: name, KeyHash: hash}
+		}
 		return t.verifiers.Verifier(name, hash)
 	}
-	id, d, ok := RoomOfOrigin(name)
-	if !ok || id != vs.roomID || (t.origin != "" && d != t.origin) {
+	if !vs.fits(name) {
 		return nil, &note.UnknownVerifierError{Name: name, KeyHash: hash}
 	}
 	for _, nodeID := range t.ids {

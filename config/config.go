@@ -24,6 +24,7 @@ import (
 	"github.com/roompub/roompub/events"
 	"github.com/roompub/roompub/room"
 	"github.com/roompub/roompub/room/reader"
+	"github.com/roompub/roompub/witness"
 )
 
 // ErrInvalid is wrapped by every Validate error.
@@ -176,6 +177,7 @@ type Serve struct {
 	PublisherKey       string        `name:"publisher-key" help:"Attest every appended message and sign room checkpoints with this key (made by 'publisher keygen'; its node id names it). Without it nothing is attested or checkpointed." placeholder:"FILE" yaml:"publisher-key"`
 	TrustedPublishers  []string      `name:"trusted-publisher" help:"Node id of another publisher whose attestations and checkpoints count (repeatable); the own key always does." placeholder:"NODE_ID" yaml:"trusted-publisher"`
 	Origin             string        `name:"origin" help:"The deployment's origin, a schema-less URL naming it uniquely (e.g. evidence.example.org/roompub): room checkpoints then carry <origin>/room/<room> as origin and key name (C2SP tlog-checkpoint). Without it they carry the room id, as before. See docs/checkpoints.md." placeholder:"ORIGIN" yaml:"origin"`
+	WitnessPolicy      string        `name:"witness-policy" help:"Submit each checkpoint of the deployment log to the witnesses of FILE, a C2SP tlog-policy file whose witness lines carry URLs (c2sp.org/tlog-witness), and store their cosignatures beside it. Needs --origin. See docs/witnesses.md." placeholder:"FILE" type:"path" yaml:"witness-policy"`
 	CheckpointEvery    int           `name:"checkpoint-every" help:"Write a room's checkpoint once its tree has grown by this many messages (0: 10000)." default:"10000" yaml:"checkpoint-every"`
 	CheckpointInterval time.Duration `name:"checkpoint-interval" help:"Write a checkpoint of every room whose tree grew at least this often (0: 10s)." default:"10s" yaml:"checkpoint-interval"`
 	Logging
@@ -253,6 +255,16 @@ func (s *Serve) Validate() error {
 		}
 		if s.PublisherKey == "" {
 			bad("--origin names the checkpoints' log: it needs --publisher-key")
+		}
+	}
+	if s.WitnessPolicy != "" {
+		if s.Origin == "" {
+			bad("--witness-policy cosigns the deployment log, which needs --origin")
+		}
+		if ws, err := LoadWitnesses(s.WitnessPolicy); err != nil {
+			bad("--witness-policy: %v", err)
+		} else if len(ws) == 0 {
+			bad("--witness-policy %s: no witness has a URL to submit to", s.WitnessPolicy)
 		}
 	}
 	// 0 is the default (checkpointer.Options), as for --max-batch.
@@ -476,4 +488,26 @@ func (r *Reader) Validate() error {
 		errs = append(errs, fmt.Errorf("%w: --subject-prefix %q must be one subject token", ErrInvalid, r.Prefix))
 	}
 	return errors.Join(errs...)
+}
+
+// LoadWitnesses reads a C2SP tlog-policy file (witness.ParsePolicy) and
+// returns its witnesses that have a submission URL, the ones serve asks to
+// cosign the deployment log. Errors name the file and, for a bad line,
+// its number.
+func LoadWitnesses(file string) ([]witness.Witness, error) {
+	data, err := os.ReadFile(file)
+	if err != nil {
+		return nil, err
+	}
+	p, err := witness.ParsePolicy(data)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", file, err)
+	}
+	var out []witness.Witness
+	for _, w := range p.Witnesses() {
+		if w.URL != "" {
+			out = append(out, w)
+		}
+	}
+	return out, nil
 }

@@ -18,6 +18,7 @@ import (
 	"github.com/roompub/roompub/room/ingest"
 	"github.com/roompub/roompub/room/node"
 	"github.com/roompub/roompub/validate"
+	"github.com/roompub/roompub/witness"
 )
 
 type serveCmd struct {
@@ -46,6 +47,12 @@ func (c *serveCmd) Run(s *streams) error {
 	maxStore, _ := config.ParseSize(c.MaxStore)     // checked by Validate
 	if maxPayload > 1<<31-1 {
 		return fmt.Errorf("%w: --max-payload too large", config.ErrInvalid)
+	}
+	var witnesses []witness.Witness
+	if c.WitnessPolicy != "" {
+		if witnesses, err = config.LoadWitnesses(c.WitnessPolicy); err != nil { // checked by Validate
+			return fmt.Errorf("%w: --witness-policy: %w", config.ErrInvalid, err)
+		}
 	}
 	var publisherKey *events.HostKey
 	if c.PublisherKey != "" {
@@ -89,6 +96,7 @@ func (c *serveCmd) Run(s *streams) error {
 		Checkpoint: checkpointer.Options{
 			TrustedPublishers: c.TrustedPublishers,
 			Origin:            c.Origin,
+			Deployment:        checkpointer.DeploymentOptions{Witnesses: witnesses},
 			Every:             c.CheckpointEvery,
 			Interval:          c.CheckpointInterval,
 		},

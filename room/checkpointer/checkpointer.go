@@ -48,8 +48,11 @@ type Options struct {
 	// deployments had origins; docs/checkpoints.md, "Origins").
 	Key *events.HostKey
 	// Origin is the deployment's origin (checkpoint.CheckOrigin), e.g.
-	// "evidence.example.org/roompub"; "" writes the room-id form.
+	// "evidence.example.org/roompub"; "" writes the room-id form and keeps
+	// no deployment log.
 	Origin string
+	// Deployment configures the deployment log, kept with an Origin.
+	Deployment DeploymentOptions
 	// TrustedPublishers are the node ids of the other publishers whose
 	// attestations admit messages into the rooms' trees and whose
 	// checkpoints count; Key's own node id is always trusted.
@@ -132,6 +135,7 @@ type Checkpointer struct {
 	streamName string
 	kv         jetstream.KeyValue
 	signer     note.Signer
+	dep        *deployment     // the deployment log; nil without an origin
 	key        *events.HostKey // signs the leases
 	nodeID     string
 	trust      *checkpoint.Trust
@@ -283,6 +287,11 @@ func Start(ctx context.Context, nc *nats.Conn, o Options) (*Checkpointer, error)
 		return nil, fmt.Errorf("%w: %w", ErrCheckpointer, err)
 	}
 	c.streamName = name
+	if o.Origin != "" {
+		if err := c.startDeployment(cctx, o); err != nil {
+			return nil, fmt.Errorf("%w: %w", ErrCheckpointer, err)
+		}
+	}
 	info, err := c.stream.Info(cctx)
 	if err != nil {
 		return nil, fmt.Errorf("%w: stream %s: %w", ErrCheckpointer, name, err)
@@ -301,6 +310,9 @@ func Start(ctx context.Context, nc *nats.Conn, o Options) (*Checkpointer, error)
 	wctx, stopW := context.WithCancel(context.Background())
 	c.stopW = stopW
 	go c.writer(wctx)
+	if c.dep != nil {
+		go c.deploymentLoop(wctx)
+	}
 	c.log.Info("checkpointer started", zap.String("publisher", c.nodeID), zap.Strings("trusted_publishers", trust.NodeIDs()),
 		zap.Uint64("every", c.every), zap.Duration("interval", c.interval), zap.String("lease_bucket", leaseBucketName(o)), zap.Duration("lease_ttl", c.ttl))
 	return c, nil
@@ -329,6 +341,21 @@ func (c *Checkpointer) stop(ctx context.Context) error {
 	c.settleStuck(ctx, true)
 	if len(errs) == 0 {
 		errs = append(errs, c.writeDue(ctx, true))
+	}
+	if d := c.dep; d != nil {
+		<-d.done
+		if len(errs) == 0 || errs[0] == nil {
+			if err := c.deploymentStep(ctx, d, true); err != nil {
+				errs = append(errs, fmt.Errorf("the deployment log: %w", err))
+			}
+		}
+		if d.lease.rev != 0 {
+			lctx, cancel := jsapi.WithDefaultTimeout(ctx, room.DefaultTimeout)
+			c.release(lctx, &d.lease, DeploymentLeaseKey, "the deployment log")
+			cancel()
+			d.lease.rev = 0
+			c.m.leases.Dec()
+		}
 	}
 	// Release the leases, so another publisher need not wait for the TTL.
 	c.mu.Lock()

@@ -113,9 +113,13 @@ func (c *Checkpointer) judgeLease(key string, value []byte, now time.Time) (why,
 // its value is not honoured (judgeLease): then by revision, so a lease
 // another publisher took meanwhile is left alone.
 func (c *Checkpointer) holdLease(ctx context.Context, r *ckRoom) bool {
-	l := &r.lease
+	return c.hold(ctx, &r.lease, LeaseKey(r.id), r.id)
+}
+
+// hold is holdLease for any lease l of key; what names it in logs (a room
+// id, or the deployment log).
+func (c *Checkpointer) hold(ctx context.Context, l *lease, key, what string) bool {
 	now := time.Now()
-	key := LeaseKey(r.id)
 	lctx, cancel := jsapi.WithDefaultTimeout(ctx, room.DefaultTimeout)
 	defer cancel()
 	if l.rev != 0 && now.Sub(l.renewedAt) < c.ttl/3 {
@@ -123,7 +127,7 @@ func (c *Checkpointer) holdLease(ctx context.Context, r *ckRoom) bool {
 	}
 	value, err := checkpoint.SignLease(c.key, key, now)
 	if err != nil { // cannot happen: LeaseKey holds no space or control character
-		c.log.Error("checkpointer: cannot sign the room's lease", zap.String("room", r.id), zap.Error(err))
+		c.log.Error("checkpointer: cannot sign the room's lease", zap.String("room", what), zap.Error(err))
 		return false
 	}
 	if l.rev != 0 {
@@ -135,26 +139,26 @@ func (c *Checkpointer) holdLease(ctx context.Context, r *ckRoom) bool {
 		if !errors.Is(err, jetstream.ErrKeyExists) && !jsapi.IsWrongLastSequence(err) {
 			// No answer: the lease may still be ours; do not write on it.
 			if ctx.Err() == nil {
-				c.log.Warn("checkpointer: renewing a lease failed", zap.String("room", r.id), zap.Error(err))
+				c.log.Warn("checkpointer: renewing a lease failed", zap.String("room", what), zap.Error(err))
 			}
 			return false
 		}
 		// Lapsed, or taken by another publisher: take it again if free.
 		l.rev = 0
 		c.m.leases.Dec()
-		c.log.Info("checkpointer: lease lapsed", zap.String("room", r.id))
+		c.log.Info("checkpointer: lease lapsed", zap.String("room", what))
 	}
 	if now.Before(l.retryAt) {
 		return false
 	}
 	rev, err := c.kv.Create(lctx, key, []byte(value))
 	if errors.Is(err, jetstream.ErrKeyExists) {
-		rev, err = c.overrideLease(lctx, r, key, value, now)
+		rev, err = c.overrideLease(lctx, what, key, value, now)
 	}
 	if err != nil {
 		l.retryAt = now.Add(c.ttl / 3)
 		if !errors.Is(err, jetstream.ErrKeyExists) && ctx.Err() == nil {
-			c.log.Warn("checkpointer: taking a lease failed", zap.String("room", r.id), zap.Error(err))
+			c.log.Warn("checkpointer: taking a lease failed", zap.String("room", what), zap.Error(err))
 		}
 		return false
 	}
@@ -165,7 +169,7 @@ func (c *Checkpointer) holdLease(ctx context.Context, r *ckRoom) bool {
 	}
 	l.rev, l.renewedAt = rev, now
 	c.m.leases.Inc()
-	c.log.Info("checkpointer: lease taken", zap.String("room", r.id), zap.String("key", key))
+	c.log.Info("checkpointer: lease taken", zap.String("room", what), zap.String("key", key))
 	return true
 }
 
@@ -174,7 +178,7 @@ func (c *Checkpointer) holdLease(ctx context.Context, r *ckRoom) bool {
 // the new revision; 0 and no error when the key changed before the update
 // (decided again at the next write); ErrKeyExists when the lease is
 // honoured.
-func (c *Checkpointer) overrideLease(ctx context.Context, r *ckRoom, key, value string, now time.Time) (uint64, error) {
+func (c *Checkpointer) overrideLease(ctx context.Context, what, key, value string, now time.Time) (uint64, error) {
 	en, err := c.kv.Get(ctx, key)
 	if errors.Is(err, jetstream.ErrKeyNotFound) {
 		return 0, nil // lapsed or released since Create
@@ -195,7 +199,7 @@ func (c *Checkpointer) overrideLease(ctx context.Context, r *ckRoom, key, value 
 	}
 	c.m.overridden.WithLabelValues(why).Inc()
 	c.log.Warn("checkpointer: the room's lease was not held by a trusted publisher: taken over",
-		zap.String("room", r.id), zap.String("key", key), zap.Uint64("revision", en.Revision()), zap.String("why", why),
+		zap.String("room", what), zap.String("key", key), zap.Uint64("revision", en.Revision()), zap.String("why", why),
 		zap.String("holder", holder), zap.Error(verr))
 	return rev, nil
 }
@@ -207,15 +211,20 @@ func (c *Checkpointer) overrideLease(ctx context.Context, r *ckRoom, key, value 
 // nothing of ours to release, which is normal at shutdown and logged at
 // debug. Any other failure is a warning: the lease lingers until its TTL.
 func (c *Checkpointer) releaseLease(ctx context.Context, r *ckRoom) {
-	err := c.kv.Delete(ctx, LeaseKey(r.id), jetstream.LastRevision(r.lease.rev))
+	c.release(ctx, &r.lease, LeaseKey(r.id), r.id)
+}
+
+// release is releaseLease for any lease l of key.
+func (c *Checkpointer) release(ctx context.Context, l *lease, key, what string) {
+	err := c.kv.Delete(ctx, key, jetstream.LastRevision(l.rev))
 	switch {
 	case err == nil:
-		c.log.Debug("checkpointer: lease released", zap.String("room", r.id))
+		c.log.Debug("checkpointer: lease released", zap.String("room", what))
 	case errors.Is(err, jetstream.ErrKeyExists) || jsapi.IsWrongLastSequence(err):
 		c.log.Debug("checkpointer: lease not released: it lapsed or another publisher took it over",
-			zap.String("room", r.id), zap.Uint64("revision", r.lease.rev))
+			zap.String("room", what), zap.Uint64("revision", l.rev))
 	default:
 		c.log.Warn("checkpointer: releasing a lease failed: it lingers until its TTL",
-			zap.String("room", r.id), zap.Error(err))
+			zap.String("room", what), zap.Error(err))
 	}
 }

@@ -224,6 +224,9 @@ func (c *Checkpointer) readCheckpoint(r *ckRoom, seq uint64, data []byte) {
 		}
 	}
 	r.bad = ""
+	if c.dep != nil {
+		c.dep.offer(seq, data)
+	}
 	if ck.Size == r.ledger.Size() {
 		r.grewAt = time.Time{}
 	}

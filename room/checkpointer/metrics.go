@@ -12,6 +12,9 @@ type checkpointMetrics struct {
 	unadmitted prometheus.Counter
 	setAside   *prometheus.CounterVec
 	overridden *prometheus.CounterVec
+	// The deployment log (docs/witnesses.md).
+	deploymentCheckpoints prometheus.Counter
+	witnessAnswers        *prometheus.CounterVec
 }
 
 func newCheckpointMetrics(reg prometheus.Registerer) (*checkpointMetrics, error) {
@@ -41,6 +44,18 @@ func newCheckpointMetrics(reg prometheus.Registerer) (*checkpointMetrics, error)
 		Help: "Room checkpoint leases this publisher took over because their value was not honoured, by reason " +
 			"(unsigned, untrusted, stale, future).",
 	}, []string{"reason"})
+	m.deploymentCheckpoints = prometheus.NewCounter(prometheus.CounterOpts{
+		Namespace: "roompub", Name: "deployment_checkpoints_written_total",
+		Help: "Signed checkpoints of the deployment log this publisher wrote.",
+	})
+	m.witnessAnswers = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Namespace: "roompub", Name: "witness_answers_total",
+		Help: "Witnesses' answers to the deployment log's checkpoints, by answer (cosigned; conflict: the witness saw another history; " +
+			"inconsistent: the consistency proof failed; failed: anything else, the witness unreachable included).",
+	}, []string{"answer"})
+	for _, a := range []string{"cosigned", "conflict", "inconsistent", "failed"} {
+		m.witnessAnswers.WithLabelValues(a)
+	}
 	for _, why := range []string{asideMalformed, asideOtherRoom, asideUntrusted, asideBadSignature} {
 		m.setAside.WithLabelValues(why)
 	}
@@ -50,7 +65,7 @@ func newCheckpointMetrics(reg prometheus.Registerer) (*checkpointMetrics, error)
 	if reg == nil {
 		return m, nil
 	}
-	for _, col := range []prometheus.Collector{m.written, m.leases, m.blocked, m.unadmitted, m.setAside, m.overridden} {
+	for _, col := range []prometheus.Collector{m.written, m.leases, m.blocked, m.unadmitted, m.setAside, m.overridden, m.deploymentCheckpoints, m.witnessAnswers} {
 		if err := reg.Register(col); err != nil {
 			return nil, err
 		}

@@ -40,12 +40,12 @@ var rules = map[string]rule{
 	"internal/witnesstest": {},
 	// config names the room package's roles and defaults (a departure
 	// docs/design.md records).
-	"config": {imports: []string{"checkpoint", "events", "room", "room/reader"}, nats: true},
+	"config": {imports: []string{"checkpoint", "events", "room", "room/reader", "witness"}, nats: true},
 	// The shared vocabulary: subjects, stream configuration, wire types,
 	// headers, names and defaults. No server, no role.
 	"room": {imports: []string{"events", "room/internal/jsapi"}, nats: true},
 	// The checkpointer: signed checkpoints of every room, under a lease.
-	"room/checkpointer": {imports: []string{"checkpoint", "events", "room", "room/internal/jsapi"}, nats: true},
+	"room/checkpointer": {imports: []string{"checkpoint", "events", "room", "room/internal/jsapi", "witness"}, nats: true},
 	// The readers: Reader, Audit, Follow, Prove, EvidenceIndex and the
 	// readers' checkpoint state. Never the server, never the gate.
 	"room/reader": {imports: []string{"checkpoint", "events", "room", "room/internal/jsapi", "validate"}, nats: true},
@@ -67,7 +67,7 @@ var rules = map[string]rule{
 	// ingest service and checkpointer.
 	"room/node": {imports: []string{"events", "room", "room/checkpointer", "room/embedded", "room/ingest", "room/internal/jsapi", "validate"}, nats: true, server: true},
 
-	"cmd/publisher":     {imports: []string{"config", "events", "room", "room/checkpointer", "room/client", "room/embedded", "room/ingest", "room/node", "room/secure", "validate"}, nats: true, server: true},
+	"cmd/publisher":     {imports: []string{"config", "events", "room", "room/checkpointer", "room/client", "room/embedded", "room/ingest", "room/node", "room/secure", "validate", "witness"}, nats: true, server: true},
 	"cmd/subscriber":    {imports: []string{"checkpoint", "config", "events", "room", "room/reader", "validate"}, nats: true},
 	"cmd/roompub-bench": {imports: []string{"checkpoint", "config", "events", "room", "room/checkpointer", "room/client", "room/embedded", "room/ingest", "room/node", "room/reader", "validate"}, nats: true, server: true},
 }
