@@ -3,6 +3,7 @@ module github.com/roompub/roompub
 go 1.26.8
 
 require (
+	filippo.io/torchwood v0.6.1
 	github.com/alecthomas/kong v1.17.0
 	github.com/dlclark/regexp2/v2 v2.13.0
 	github.com/gowebpki/jcs v1.0.2
@@ -45,6 +46,7 @@ require (
 	github.com/segmentio/asm v1.1.3 // indirect
 	github.com/synadia-io/orbit.go/natsext v0.1.3 // indirect
 	go.uber.org/multierr v1.10.0 // indirect
+	golang.org/x/sync v0.24.0 // indirect
 	golang.org/x/sys v0.50.0 // indirect
 	google.golang.org/protobuf v1.36.12 // indirect
 )

@@ -32,6 +32,9 @@ var rules = map[string]rule{
 	"schemas":    {},
 	"validate":   {imports: []string{"events", "schemas"}},
 	"checkpoint": {imports: []string{"events"}},
+	// The C2SP tlog-tiles server over an entry source: no NATS, no
+	// roompub package.
+	"tiles": {},
 	// config names the room package's roles and defaults (a departure
 	// docs/design.md records).
 	"config": {imports: []string{"events", "room", "room/reader"}, nats: true},
@@ -136,7 +139,7 @@ func TestImportsFollowThePackageMap(t *testing.T) {
 // keeps the map itself pointing down.
 var layers = [][]string{
 	{"events", "schemas"},
-	{"validate", "checkpoint"},
+	{"validate", "checkpoint", "tiles"},
 	{"room/internal/jsapi", "room"},
 	{"room/ingest", "room/client", "room/reader", "room/checkpointer", "room/embedded", "room/secure", "room/internal/roomtest"},
 	{"room/node", "config"},
