@@ -12,7 +12,7 @@ GO ?= go
 BIN := bin
 VERSION := $(shell git describe --tags --always --dirty 2>/dev/null)
 # Packages whose Fuzz targets `make test` (5s each) and `make fuzz` (60s each) run.
-FUZZ_PKGS := ./events ./validate ./checkpoint ./room ./room/ingest ./room/reader ./witness
+FUZZ_PKGS := ./events ./validate ./checkpoint ./room ./room/ingest ./room/reader ./witness ./tiles
 
 .PHONY: build run test unit integration fuzz-short fuzz bench fmt vet lint samples clean
 

@@ -3,6 +3,7 @@ module github.com/roompub/roompub
 go 1.26.8
 
 require (
+	filippo.io/torchwood v0.6.1
 	github.com/alecthomas/kong v1.17.0
 	github.com/dlclark/regexp2/v2 v2.13.0
 	github.com/gowebpki/jcs v1.0.2
@@ -29,7 +30,6 @@ require (
 )
 
 require (
-	filippo.io/torchwood v0.6.1 // indirect
 	github.com/antithesishq/antithesis-sdk-go v0.8.0-default-no-op // indirect
 	github.com/beorn7/perks v1.0.1 // indirect
 	github.com/cespare/xxhash/v2 v2.3.0 // indirect

@@ -38,6 +38,9 @@ var rules = map[string]rule{
 	// Real litewitness processes for tests: no roompub package, no NATS;
 	// no package imports it but tests, as no rule here lists it.
 	"internal/witnesstest": {},
+	// The C2SP tlog-tiles server over an entry source: no NATS, no
+	// roompub package.
+	"tiles": {},
 	// config names the room package's roles and defaults (a departure
 	// docs/design.md records).
 	"config": {imports: []string{"checkpoint", "events", "room", "room/reader", "witness"}, nats: true},
@@ -142,7 +145,7 @@ func TestImportsFollowThePackageMap(t *testing.T) {
 // keeps the map itself pointing down.
 var layers = [][]string{
 	{"events", "schemas"},
-	{"validate", "checkpoint", "witness", "internal/witnesstest"},
+	{"validate", "checkpoint", "witness", "internal/witnesstest", "tiles"},
 	{"room/internal/jsapi", "room"},
 	{"room/ingest", "room/client", "room/reader", "room/checkpointer", "room/embedded", "room/secure", "room/internal/roomtest"},
 	{"room/node", "config"},
