@@ -52,3 +52,12 @@ func ParseDeployment(signed []byte, t *Trust) (*Checkpoint, error) {
 	c.Note = signed
 	return c, nil
 }
+
+// OriginVerifiers are t's trusted keys named by its deployment origin: the
+// keys that sign the deployment log's checkpoints (C2SP signed-note), for
+// a witness policy's check of the log's signature. With no origin they
+// verify nothing.
+func (t *Trust) OriginVerifiers() note.Verifiers {
+	origin := t.Origin()
+	return &namedVerifiers{t: t, fits: func(name string) bool { return origin != "" && name == origin }}
+}

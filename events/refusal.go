@@ -120,6 +120,13 @@ const (
 	// stream sequences around them (docs/reliability.md, "When the store
 	// loses what it acknowledged").
 	StoreLost Code = "store_lost"
+	// WitnessQuorum: a reader with a witness policy finds a checkpoint
+	// that does not count as verified because fewer witnesses than the
+	// policy's quorum validly cosigned it: the deployment log's latest
+	// checkpoint, a room none of whose checkpoints a witnessed deployment
+	// checkpoint covers, or a deployment without a deployment log
+	// (docs/witnesses.md, "What readers check"; C2SP tlog-witness).
+	WitnessQuorum Code = "witness_quorum"
 )
 
 // Error makes a Code usable as an errors.Is target.

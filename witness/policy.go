@@ -130,7 +130,18 @@ func (p *Policy) Check(signedNote []byte, log note.Verifier) ([]string, error) {
 	default:
 		return nil, errors.New("witness: no log key to check the checkpoint with")
 	}
-	n, err := note.Open(signedNote, known)
+	return p.CheckWith(signedNote, known)
+}
+
+// QuorumName names the policy's quorum for messages: "K-of-N" for
+// NewPolicy, the quorum line's group name for a policy file.
+func (p *Policy) QuorumName() string { return p.quorum.name }
+
+// CheckWith is Check with the log's keys given as note.Verifiers, for a
+// log signed by one of several keys (a publisher key being rotated):
+// the note must carry a valid signature by one of logs.
+func (p *Policy) CheckWith(signedNote []byte, logs note.Verifiers) ([]string, error) {
+	n, err := note.Open(signedNote, logs)
 	if err != nil {
 		return nil, fmt.Errorf("witness: log signature: %w", err)
 	}

@@ -25,6 +25,7 @@ type auditCmd struct {
 	config.Reader
 	config.Replay
 	publisherTrust
+	witnessPolicy
 	Rooms       []string  `name:"room" placeholder:"ROOM" help:"Room to audit (repeatable); default every room."`
 	FromSeq     uint64    `name:"from-seq" placeholder:"N" help:"Start at stream sequence N (chains are anchored at their first entry seen; attestations and checkpoints are not checked)."`
 	Since       time.Time `name:"since" placeholder:"TIME" help:"Start at the first message stored at or after TIME (RFC 3339; attestations and checkpoints are not checked)." format:"2006-01-02T15:04:05Z07:00"`
@@ -42,12 +43,19 @@ func (c *auditCmd) Validate() error {
 	if len(c.Checkpoints) > 0 && (len(c.TrustedPublishers) == 0 || c.FromSeq > 1 || !c.Since.IsZero()) {
 		errs = append(errs, fmt.Errorf("%w: --checkpoint needs --trusted-publisher and a replay from the start", config.ErrInvalid))
 	}
-	errs = append(errs, checkRooms(c.Rooms), c.publisherTrust.validate())
+	if c.witnessPolicy.set() && (c.FromSeq > 1 || !c.Since.IsZero()) {
+		errs = append(errs, fmt.Errorf("%w: a witness policy needs a replay from the start", config.ErrInvalid))
+	}
+	errs = append(errs, checkRooms(c.Rooms), c.publisherTrust.validate(), c.witnessPolicy.validate(len(c.TrustedPublishers)))
 	return errors.Join(errs...)
 }
 
 func (c *auditCmd) Run(s *streams) error {
 	t, err := c.trust()
+	if err != nil {
+		return err
+	}
+	witnessing, t, err := c.policy(t)
 	if err != nil {
 		return err
 	}
@@ -75,7 +83,7 @@ func (c *auditCmd) Run(s *streams) error {
 	}
 	rep, err := reader.Audit(ctx, js, reader.AuditOptions{
 		Stream: c.Stream, Subjects: room.Subjects{Prefix: c.Prefix}, Rooms: c.Rooms, FromSeq: c.FromSeq, Since: c.Since, Validator: v,
-		Trust: t, State: state, External: external, Read: c.ReadMode(c.Credentials),
+		Trust: t, State: state, External: external, Witnessing: witnessing, Read: c.ReadMode(c.Credentials),
 		Progress: func(read, last uint64) {
 			if bar != nil {
 				bar.ChangeMax64(int64(last))
@@ -212,6 +220,18 @@ func printCheckpoints(w io.Writer, rep *reader.AuditReport) {
 		return
 	}
 	fmt.Fprintf(w, "attestations and checkpoints: checked; trusted publishers %s\n", strings.Join(a.TrustedPublishers, ", "))
+	if wf := rep.Witness; wf != nil {
+		fmt.Fprintf(w, "deployment log %s (stream %s): %d entries, %d checkpoints verified, %d refused; quorum %s\n",
+			wf.Origin, wf.Stream, wf.Entries, wf.Checkpoints, wf.Refused, wf.Quorum)
+		if c := wf.Witnessed; c != nil {
+			fmt.Fprintf(w, "  witnessed: size %d, root %s, stream seq %d, cosigned by %s\n", c.Size, c.Root, c.Seq, strings.Join(c.Cosigners, ", "))
+		} else {
+			fmt.Fprintf(w, "  witnessed: none\n")
+		}
+		if c := wf.Latest; c != nil && (wf.Witnessed == nil || c.Size > wf.Witnessed.Size) {
+			fmt.Fprintf(w, "  latest (not witnessed): size %d, stream seq %d, cosigned by %d: %s\n", c.Size, c.Seq, len(c.Cosigners), strings.Join(c.Cosigners, ", "))
+		}
+	}
 	for _, f := range rep.Checkpoints {
 		tail := ""
 		if f.Tail > 0 {
@@ -233,6 +253,9 @@ func printCheckpoints(w io.Writer, rep *reader.AuditReport) {
 		}
 		for _, e := range f.External {
 			fmt.Fprintf(w, "  checkpoint from elsewhere: size %d, root %s, signed by %s: consistent\n", e.Size, e.Root, e.Signer)
+		}
+		if rw := f.Witnessed; rw != nil {
+			fmt.Fprintf(w, "  witnessed: the checkpoint of size %d, deployment log entry %d\n", rw.Size, rw.Entry)
 		}
 		if f.Refused != "" {
 			fmt.Fprintf(w, "  room refused: %s\n", f.Refused)

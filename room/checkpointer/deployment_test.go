@@ -12,8 +12,6 @@ import (
 	"golang.org/x/mod/sumdb/note"
 
 	"github.com/roompub/roompub/checkpoint"
-	"github.com/roompub/roompub/events"
-	"github.com/roompub/roompub/internal/witnesstest"
 	"github.com/roompub/roompub/room"
 	"github.com/roompub/roompub/room/checkpointer"
 	"github.com/roompub/roompub/room/ingest"
@@ -21,32 +19,7 @@ import (
 	"github.com/roompub/roompub/witness"
 )
 
-const tDeployment = "evidence.example.org/roompub"
-
-// deploymentVKey is the log key witnesses know the deployment log by: the
-// publisher key named by the deployment origin (C2SP signed-note).
-func deploymentVKey(t *testing.T, key *events.HostKey) string {
-	t.Helper()
-	vkey, err := note.NewEd25519VerifierKey(tDeployment, key.Public())
-	if err != nil {
-		t.Fatal(err)
-	}
-	return vkey
-}
-
-// witnessesOf turns the harness's witnesses into the checkpointer's.
-func witnessesOf(t *testing.T, ws []*witnesstest.Witness) []witness.Witness {
-	t.Helper()
-	var out []witness.Witness
-	for _, w := range ws {
-		v, err := witness.ParseVerifierKey(w.VKey)
-		if err != nil {
-			t.Fatal(err)
-		}
-		out = append(out, witness.Witness{Name: w.Name, Verifier: v, URL: w.URL})
-	}
-	return out
-}
+const tDeployment = roomtest.Deployment
 
 // deploymentLog reads the deployment log's stream: its entries and its
 // checkpoints, in stream order.
@@ -88,26 +61,20 @@ func TestDeploymentLogWitnessed(t *testing.T) {
 	e := roomtest.NewEnv(t)
 	ctx := context.Background()
 	key := roomtest.NewPublisherKey(t)
-	ws := witnesstest.Start(t, 3, witnesstest.Log{Origin: tDeployment, VKey: deploymentVKey(t, key)})
+	ws, wws := roomtest.StartWitnesses(t, 3, key)
 	opts := checkpointer.Options{Key: key, Origin: tDeployment, Every: 5, Interval: time.Hour,
-		Deployment: checkpointer.DeploymentOptions{Interval: 100 * time.Millisecond, Witnesses: witnessesOf(t, ws)}}
+		Deployment: checkpointer.DeploymentOptions{Interval: 100 * time.Millisecond, Witnesses: wws}}
 	ckp, _ := roomtest.StartCheckpointer(t, e.Connect(), opts)
 	gate := roomtest.AttestingGate(e, e.Nc, key, ckp, ingest.GateOptions{})
 	trust, err := roomtest.Trusting(t, key).WithOrigin(tDeployment)
 	if err != nil {
 		t.Fatal(err)
 	}
-	logV, err := note.NewVerifier(deploymentVKey(t, key))
+	logV, err := note.NewVerifier(roomtest.DeploymentVKey(t, key))
 	if err != nil {
 		t.Fatal(err)
 	}
-	policy := func(k int) *witness.Policy {
-		p, err := witness.NewPolicy(witnessesOf(t, ws), k)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return p
-	}
+	policy := func(k int) *witness.Policy { return roomtest.Policy(t, wws, k) }
 	rooms := []string{"room:dl-a", "room:dl+b"}
 	esA, _ := roomtest.Journal(t, "run-d", "cap-a", 10)
 	esB, _ := roomtest.Journal(t, "run-d", "cap-b", 10)

@@ -798,6 +798,9 @@ type RoomCheckpoints struct {
 	External []CheckpointFact `json:"external,omitempty"`
 	// Refused says why the room is refused (rolled back or forked).
 	Refused string `json:"refused,omitempty"`
+	// Witnessed is the room's largest checkpoint that a deployment log
+	// checkpoint with the witness quorum covers (AuditOptions.Witnessing).
+	Witnessed *RoomWitness `json:"witnessed,omitempty"`
 }
 
 // facts summarises l.

@@ -63,6 +63,12 @@ type AuditOptions struct {
 	// read. They need Trust and a full replay.
 	External []ExternalCheckpoint
 
+	// Witnessing, when set (with Trust naming the deployment origin and a
+	// replay from the start), checks the deployment log: a witness
+	// policy's quorum (witness_quorum) and every room checkpoint it holds
+	// against the room as read (docs/witnesses.md).
+	Witnessing *Witnessing
+
 	// Read chooses how the stream is read: ReadAuto (the default), an
 	// ordered consumer, falling back to direct gets when the stream's
 	// consumer limit is reached; ReadConsumer; or ReadDirect, which
@@ -111,6 +117,9 @@ type AuditReport struct {
 	// Checkpoints is then what was verified per room, sorted by room.
 	Attestation AttestationFacts  `json:"attestation"`
 	Checkpoints []RoomCheckpoints `json:"checkpoints,omitempty"`
+	// Witness is what was verified of the deployment log (with
+	// AuditOptions.Witnessing).
+	Witness *WitnessFacts `json:"witness,omitempty"`
 	// ReadBy is how the stream was read, ReadByConsumer or ReadByDirect
 	// (empty when there was nothing to read), and ReadWhy why the direct
 	// read was used.
@@ -189,6 +198,9 @@ func audit(ctx context.Context, js jetstream.JetStream, o AuditOptions, tune aud
 	if len(o.External) > 0 && (o.Trust.Len() == 0 || partial) {
 		return nil, nil, fmt.Errorf("%w: a checkpoint from elsewhere needs trusted publishers and a replay from the start", ErrReader)
 	}
+	if o.Witnessing != nil && (o.Trust.Len() == 0 || o.Trust.Origin() == "" || partial || o.Witnessing.Policy == nil) {
+		return nil, nil, fmt.Errorf("%w: a witness policy needs trusted publishers, the deployment origin and a replay from the start", ErrReader)
+	}
 	name := o.Stream
 	if name == "" {
 		name = room.DefaultStream
@@ -238,7 +250,7 @@ func audit(ctx context.Context, js jetstream.JetStream, o AuditOptions, tune aud
 		r.trustPublishers(o.Trust)
 		// A checkpoint from elsewhere may be older than the ones read:
 		// its root and proof need the whole tree.
-		r.fullTrees = tune.fullTrees || len(o.External) > 0
+		r.fullTrees = tune.fullTrees || len(o.External) > 0 || o.Witnessing != nil
 		rep.Attestation = AttestationFacts{Checked: true, TrustedPublishers: o.Trust.NodeIDs()}
 		if err := loadFloors(r, o.State, o.Rooms); err != nil {
 			return nil, nil, err
@@ -294,7 +306,7 @@ func audit(ctx context.Context, js jetstream.JetStream, o AuditOptions, tune aud
 		o.Progress(info.State.LastSeq, info.State.LastSeq)
 	}
 	if r.trust != nil {
-		if err := auditCheckpoints(r, o, rep, out); err != nil {
+		if err := auditCheckpoints(ctx, js, r, o, rep, out); err != nil {
 			return rep, r, err
 		}
 	}
@@ -389,7 +401,7 @@ func loadFloors(r *Reader, state *CheckpointState, rooms []string) error {
 // auditCheckpoints ends a trusting audit: rooms whose newest checkpoint
 // is smaller than the one verified before (rolled back), the checkpoints
 // from elsewhere, the per-room facts, and the state saved.
-func auditCheckpoints(r *Reader, o AuditOptions, rep *AuditReport, out func(*Event, *SetAside)) error {
+func auditCheckpoints(ctx context.Context, js jetstream.JetStream, r *Reader, o AuditOptions, rep *AuditReport, out func(*Event, *SetAside)) error {
 	ids := r.ledgerRooms()
 	for _, id := range ids {
 		l := r.ledgers[id]
@@ -404,8 +416,17 @@ func auditCheckpoints(r *Reader, o AuditOptions, rep *AuditReport, out func(*Eve
 			out(nil, a)
 		}
 	}
+	var witnessed map[string]*RoomWitness
+	if o.Witnessing != nil {
+		var err error
+		if witnessed, err = checkWitnessed(ctx, js, r, o, rep, out); err != nil {
+			return err
+		}
+	}
 	for _, id := range r.ledgerRooms() {
-		rep.Checkpoints = append(rep.Checkpoints, r.ledgers[id].facts())
+		f := r.ledgers[id].facts()
+		f.Witnessed = witnessed[id]
+		rep.Checkpoints = append(rep.Checkpoints, f)
 	}
 	rep.Notices = r.Notices()
 	if o.State == nil {

@@ -82,9 +82,17 @@ func readStored(b []byte) (*checkpoint.Checkpoint, error) {
 	if err != nil {
 		return nil, err
 	}
-	if c.Room != sc.Room || c.Size != sc.Size || hexRoot(c.Root) != sc.Root || c.Signer != sc.Signer {
+	// A checkpoint in the origin form is signed under its origin's name:
+	// the node id that signed it is the file's word (it was verified when
+	// saved, as the rest of the file).
+	signer := c.Signer
+	if c.Origin != c.Room && signer == c.Origin {
+		signer = sc.Signer
+	}
+	if c.Room != sc.Room || c.Size != sc.Size || hexRoot(c.Root) != sc.Root || signer != sc.Signer {
 		return nil, errors.New("the note does not say what the file says")
 	}
+	c.Signer = signer
 	return c, nil
 }
 

@@ -116,3 +116,39 @@ func quoteJSON(s string) string {
 	}
 	return string(append(b, '"'))
 }
+
+// TestCheckpointStateOrigin: a checkpoint in the origin form (signed
+// under the room's origin, Signer the node id Parse mapped it to) is kept
+// and loaded back with its node id.
+func TestCheckpointStateOrigin(t *testing.T) {
+	k, err := events.GenerateHostKey(rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const roomID, deployment = "room:a+b", "evidence.example.org/roompub"
+	origin := checkpoint.RoomOrigin(deployment, roomID)
+	s, err := checkpoint.NewNamedNoteSigner(k, origin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n, err := checkpoint.Sign(s, origin, 7, [32]byte{7})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tr, err := checkpoint.NewTrust(k.NodeID())
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := checkpoint.Parse(n, roomID, tr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st := &CheckpointState{Dir: t.TempDir()}
+	if err := st.Save(c); err != nil {
+		t.Fatal(err)
+	}
+	got, err := st.Load(roomID)
+	if err != nil || got.Room != roomID || got.Origin != origin || got.Signer != k.NodeID() || got.Size != 7 {
+		t.Fatalf("load: %+v, %v", got, err)
+	}
+}

@@ -51,7 +51,7 @@ var rules = map[string]rule{
 	"room/checkpointer": {imports: []string{"checkpoint", "events", "room", "room/internal/jsapi", "witness"}, nats: true},
 	// The readers: Reader, Audit, Follow, Prove, EvidenceIndex and the
 	// readers' checkpoint state. Never the server, never the gate.
-	"room/reader": {imports: []string{"checkpoint", "events", "room", "room/internal/jsapi", "validate"}, nats: true},
+	"room/reader": {imports: []string{"checkpoint", "events", "room", "room/internal/jsapi", "validate", "witness"}, nats: true},
 	// The gate, the ingest service, its quotas and metrics: no server.
 	"room/ingest": {imports: []string{"checkpoint", "events", "room", "room/internal/jsapi", "validate"}, nats: true},
 	// The JetStream API reads a verifier needs: no roompub package.
@@ -61,7 +61,7 @@ var rules = map[string]rule{
 	// What the room packages' tests share (an embedded server with a
 	// gate and the ingest service): no package imports it but tests, as
 	// no rule here lists it.
-	"room/internal/roomtest": {imports: []string{"checkpoint", "events", "room", "room/checkpointer", "room/embedded", "room/ingest", "room/internal/jsapi", "room/reader", "validate"}, nats: true, server: true},
+	"room/internal/roomtest": {imports: []string{"checkpoint", "events", "internal/witnesstest", "room", "room/checkpointer", "room/embedded", "room/ingest", "room/internal/jsapi", "room/reader", "validate", "witness"}, nats: true, server: true},
 	// The in-process nats-server and its store lock: no roompub package.
 	"room/embedded": {nats: true, server: true},
 	// Secure mode's roles and permissions, on room's vocabulary.
@@ -71,7 +71,7 @@ var rules = map[string]rule{
 	"room/node": {imports: []string{"events", "room", "room/checkpointer", "room/embedded", "room/ingest", "room/internal/jsapi", "validate"}, nats: true, server: true},
 
 	"cmd/publisher":     {imports: []string{"config", "events", "room", "room/checkpointer", "room/client", "room/embedded", "room/ingest", "room/node", "room/secure", "validate", "witness"}, nats: true, server: true},
-	"cmd/subscriber":    {imports: []string{"checkpoint", "config", "events", "room", "room/reader", "validate"}, nats: true},
+	"cmd/subscriber":    {imports: []string{"checkpoint", "config", "events", "room", "room/reader", "validate", "witness"}, nats: true},
 	"cmd/roompub-bench": {imports: []string{"checkpoint", "config", "events", "room", "room/checkpointer", "room/client", "room/embedded", "room/ingest", "room/node", "room/reader", "validate"}, nats: true, server: true},
 }
 

@@ -375,14 +375,45 @@ func (e *Env) RequestError(subject string, hdr nats.Header, body []byte) (string
 // OnSubject returns the messages stored on subject, in stream order.
 func (e *Env) OnSubject(subject string) []*jetstream.RawStreamMsg {
 	e.T.Helper()
+	return OnSubject(e.T, e.Stream, subject)
+}
+
+// OnStreamSubject is OnSubject of another stream of the env's server (the
+// deployment log's, say).
+func (e *Env) OnStreamSubject(stream, subject string) []*jetstream.RawStreamMsg {
+	e.T.Helper()
+	st, err := e.Js.Stream(context.Background(), stream)
+	if err != nil {
+		e.T.Fatal(err)
+	}
+	return OnSubject(e.T, st, subject)
+}
+
+// CountOnStream is CountOn of another stream of the env's server; 0 when
+// the stream does not exist yet.
+func (e *Env) CountOnStream(stream, filter string) uint64 {
+	e.T.Helper()
+	st, err := e.Js.Stream(context.Background(), stream)
+	if errors.Is(err, jetstream.ErrStreamNotFound) {
+		return 0
+	}
+	if err != nil {
+		e.T.Fatal(err)
+	}
+	return CountOn(e.T, st, filter)
+}
+
+// OnSubject returns the messages st holds on subject, in stream order.
+func OnSubject(t testing.TB, st jetstream.Stream, subject string) []*jetstream.RawStreamMsg {
+	t.Helper()
 	var out []*jetstream.RawStreamMsg
 	for seq := uint64(1); ; {
-		m, err := e.Stream.GetMsg(context.Background(), seq, jetstream.WithGetMsgSubject(subject))
+		m, err := st.GetMsg(context.Background(), seq, jetstream.WithGetMsgSubject(subject))
 		if errors.Is(err, jetstream.ErrMsgNotFound) {
 			return out
 		}
 		if err != nil {
-			e.T.Fatal(err)
+			t.Fatal(err)
 		}
 		out = append(out, m)
 		seq = m.Sequence + 1
