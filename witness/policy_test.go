@@ -249,3 +249,44 @@ quorum both
 		}
 	}
 }
+
+// TestPolicyWitnessKeyRotation: a witness rotating its key is one member
+// of the quorum while both keys are trusted (a tlog-policy group "any" of
+// the two), so a cosignature by either counts once and both together
+// still once; once the rotation ends the old key is revoked and its
+// cosignatures no longer count.
+func TestPolicyWitnessKeyRotation(t *testing.T) {
+	f := newPolicyFixture(t)
+	now := time.Now().Unix()
+	w2new := newCosigner(t, "w2.roompub.test")
+	file := fmt.Sprintf("log %s\nwitness W1 %s\nwitness W2old %s\nwitness W2new %s\nwitness W3 %s\ngroup W2 any W2old W2new\ngroup q 2 W1 W2 W3\nquorum q\n",
+		f.lg.vkey, f.cs[0].vkey, f.cs[1].vkey, w2new.vkey, f.cs[2].vkey)
+	p, err := witness.ParsePolicy([]byte(file))
+	if err != nil {
+		t.Fatal(err)
+	}
+	check := func(lines ...string) ([]string, error) {
+		t.Helper()
+		return p.Check([]byte(f.note+strings.Join(lines, "")), nil)
+	}
+	// W1 and W2's old key, or W1 and its new key: 2 members of 3.
+	for _, l := range []string{f.cs[1].line(f.text, now), w2new.line(f.text, now)} {
+		if _, err := check(f.cs[0].line(f.text, now), l); err != nil {
+			t.Fatalf("W1 and one of W2's keys: %v", err)
+		}
+	}
+	// Both of W2's keys are one member: with nobody else, no quorum.
+	if got, err := check(f.cs[1].line(f.text, now), w2new.line(f.text, now)); !errors.As(err, new(*witness.QuorumError)) || len(got) != 2 {
+		t.Fatalf("W2's two keys alone: %v %v", got, err)
+	}
+	// The rotation ends: the old key is revoked.
+	if err := p.Revoke(f.cs[1].vkey); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := check(f.cs[0].line(f.text, now), f.cs[1].line(f.text, now)); !errors.As(err, new(*witness.QuorumError)) || !slices.Equal(got, []string{"W1"}) {
+		t.Fatalf("W1 and W2's revoked key: %v %v", got, err)
+	}
+	if _, err := check(f.cs[0].line(f.text, now), w2new.line(f.text, now)); err != nil {
+		t.Fatalf("W1 and W2's new key: %v", err)
+	}
+}

@@ -94,6 +94,7 @@ type witnessPolicy struct {
 	Origin        string   `name:"origin" help:"The deployment's origin (serve --origin): room checkpoints must carry it, and the deployment log is checked against it. Taken from the policy file's log line when that names one." placeholder:"ORIGIN" yaml:"origin"`
 	Witnesses     []string `name:"witness" help:"A witness's cosignature verifier key, name+hash+key (C2SP tlog-cosignature; repeatable): with --witness-quorum, a checkpoint counts only when enough of them cosigned it, else witness_quorum." placeholder:"VKEY" yaml:"witness"`
 	WitnessQuorum int      `name:"witness-quorum" help:"How many of the --witness keys must have cosigned a checkpoint of the deployment log (default: all of them)." placeholder:"K" yaml:"witness-quorum"`
+	Revoked       []string `name:"revoked-witness" help:"A witness cosignature key whose cosignatures never count, whatever the policy says (repeatable): a key that was lost, or the old key of a witness's rotation." placeholder:"VKEY" yaml:"revoked-witness"`
 	WitnessPolicy string   `name:"witness-policy" type:"existingfile" help:"A C2SP tlog-policy file (log, witness, group and quorum lines) instead of --witness and --witness-quorum." placeholder:"FILE" yaml:"witness-policy"`
 }
 
@@ -171,7 +172,15 @@ func (w *witnessPolicy) policy(t *checkpoint.Trust) (*reader.Witnessing, *checkp
 		}
 	}
 	if p == nil {
+		if len(w.Revoked) > 0 {
+			return nil, nil, fmt.Errorf("%w: --revoked-witness needs a witness policy", config.ErrInvalid)
+		}
 		return nil, t, nil
+	}
+	for _, vkey := range w.Revoked {
+		if err := p.Revoke(vkey); err != nil {
+			return nil, nil, fmt.Errorf("%w: --revoked-witness %q: %v", config.ErrInvalid, vkey, err)
+		}
 	}
 	if origin == "" {
 		return nil, nil, fmt.Errorf("%w: a witness policy needs the deployment's --origin (or a policy file whose log line names it)", config.ErrInvalid)

@@ -355,6 +355,14 @@ func (w *Witness) AddKey(origin, vkey string) {
 	w.whileStopped(func() { w.witnessctl("add-key", "-db", w.DB, "-origin", origin, "-key", vkey) })
 }
 
+// DelKey removes a verifier key of a registered log (witnessctl del-key):
+// the end of a log key's rotation. A running witness is stopped around it
+// as AddLog does.
+func (w *Witness) DelKey(origin, vkey string) {
+	w.t.Helper()
+	w.whileStopped(func() { w.witnessctl("del-key", "-db", w.DB, "-origin", origin, "-key", vkey) })
+}
+
 func (w *Witness) whileStopped(f func()) {
 	w.t.Helper()
 	running := w.Running()

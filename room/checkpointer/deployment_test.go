@@ -16,6 +16,7 @@ import (
 	"github.com/roompub/roompub/room/checkpointer"
 	"github.com/roompub/roompub/room/ingest"
 	"github.com/roompub/roompub/room/internal/roomtest"
+	"github.com/roompub/roompub/room/reader"
 	"github.com/roompub/roompub/witness"
 )
 
@@ -154,4 +155,91 @@ func TestDeploymentLogWitnessed(t *testing.T) {
 	gate = roomtest.AttestingGate(e, e.Connect(), key, ckp2, ingest.GateOptions{})
 	appendTo(rooms[1], 5, 10)
 	waitLog(4, 3)
+}
+
+// TestDeploymentKeyRotation rotates the publisher key, which signs the
+// deployment log under its origin too: the witnesses are told the new
+// key first (witnessctl add-key), a serve with the new key trusting the
+// old one goes on with the log, whose next checkpoint the witnesses
+// cosign as an extension of the old key's; readers trusting both keys
+// find everything witnessed. Once the witnesses drop the old key
+// (del-key), a checkpoint it signs is refused (403).
+func TestDeploymentKeyRotation(t *testing.T) {
+	e := roomtest.NewEnv(t)
+	ctx := context.Background()
+	oldKey, newKey := roomtest.NewPublisherKey(t), roomtest.NewPublisherKey(t)
+	ws, wws := roomtest.StartWitnesses(t, 3, oldKey)
+	dopts := checkpointer.DeploymentOptions{Interval: 50 * time.Millisecond, Witnesses: wws}
+	ckp, _ := roomtest.StartCheckpointer(t, e.Connect(), checkpointer.Options{Key: oldKey, Origin: tDeployment, Every: 5, Interval: time.Hour, Deployment: dopts})
+	gate := roomtest.AttestingGate(e, e.Nc, oldKey, ckp, ingest.GateOptions{})
+	esA, _ := roomtest.Journal(t, "run-r", "cap-a", 10)
+	if r, err := gate.AppendJournal(ctx, "room:rot-a", roomtest.Lines(esA[:5]), nil); err != nil || r.Stored != 5 {
+		t.Fatalf("%+v %v", r, err)
+	}
+	trust, err := roomtest.Trusting(t, oldKey, newKey).WithOrigin(tDeployment)
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitWitnessed := func(size uint64, signer string) {
+		t.Helper()
+		roomtest.WaitFor(t, 20*time.Second, fmt.Sprintf("a deployment checkpoint of %d", size), func() bool {
+			_, ckpts := deploymentLog(t, e)
+			if len(ckpts) == 0 {
+				return false
+			}
+			c, err := checkpoint.ParseDeployment(ckpts[len(ckpts)-1].Data, trust)
+			return err == nil && c.Size == size && c.Signer == signer
+		})
+		rep, err := reader.Audit(ctx, e.Js, reader.AuditOptions{Validator: e.V, Trust: trust, Witnessing: &reader.Witnessing{Policy: roomtest.Policy(t, wws, 3)}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !rep.Clean() || rep.Witness.Witnessed == nil || rep.Witness.Witnessed.Size != size || len(rep.Witness.Witnessed.Cosigners) != 3 {
+			t.Fatalf("audit at %d: clean %v %v, %+v", size, rep.Clean(), rep.Violations, rep.Witness)
+		}
+	}
+	waitWitnessed(1, oldKey.NodeID())
+	if err := ckp.Stop(ctx); err != nil {
+		t.Fatal(err)
+	}
+
+	for _, w := range ws {
+		w.AddKey(tDeployment, roomtest.DeploymentVKey(t, newKey))
+	}
+	ckp2, _ := roomtest.StartCheckpointer(t, e.Connect(), checkpointer.Options{Key: newKey, TrustedPublishers: []string{oldKey.NodeID()},
+		Origin: tDeployment, Every: 5, Interval: time.Hour, Deployment: dopts})
+	gate = roomtest.AttestingGate(e, e.Connect(), newKey, ckp2, ingest.GateOptions{TrustedPublishers: []string{oldKey.NodeID()}})
+	if r, err := gate.AppendJournal(ctx, "room:rot-a", roomtest.Lines(esA[5:]), nil); err != nil || r.Stored != 5 {
+		t.Fatalf("%+v %v", r, err)
+	}
+	waitWitnessed(2, newKey.NodeID())
+
+	// The rotation ends: the witnesses forget the old key.
+	for _, w := range ws {
+		w.DelKey(tDeployment, roomtest.DeploymentVKey(t, oldKey))
+	}
+	oldSigner, err := checkpoint.NewNamedNoteSigner(oldKey, tDeployment)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, ckpts := deploymentLog(t, e)
+	c, _ := checkpoint.ParseDeployment(ckpts[len(ckpts)-1].Data, trust)
+	replay, err := checkpoint.Sign(oldSigner, tDeployment, c.Size, c.Root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, w := range wws {
+		cl, err := witness.NewClient(w.URL)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := cl.AddCheckpoint(ctx, c.Size, nil, replay); !errors.Is(err, witness.ErrForbidden) {
+			t.Fatalf("witness %s on the old key after del-key: %v, want 403", w.Name, err)
+		}
+	}
+	esB, _ := roomtest.Journal(t, "run-r", "cap-b", 5)
+	if r, err := gate.AppendJournal(ctx, "room:rot-b", roomtest.Lines(esB), nil); err != nil || r.Stored != 5 {
+		t.Fatalf("%+v %v", r, err)
+	}
+	waitWitnessed(3, newKey.NodeID())
 }

@@ -86,6 +86,12 @@ func TestWitnessedAudit(t *testing.T) {
 	if r.status != 0 || !strings.Contains(r.stdout, "cosigned by "+names[0]+", "+names[2]) {
 		t.Fatalf("audit with 2 of 3 and a witness stopped: exit %d\n%s%s", r.status, r.stdout, r.stderr)
 	}
+	// A revoked key never counts: 2 of 3 with one witness stopped and
+	// another's key revoked is short.
+	r = subRun(t, ckArgs(srv.url, key.id, "audit", append([]string{"--state-dir", stateDir, "--origin", tOrigin, "--witness-quorum", "2", "--revoked-witness", vkeys[2]}, all...)...)...)
+	if r.status != 1 || !strings.Contains(r.stdout, "witness_quorum") || !strings.Contains(r.stdout, "1 valid cosignature(s) ["+names[0]+"]") {
+		t.Fatalf("audit with a revoked key: exit %d\n%s%s", r.status, r.stdout, r.stderr)
+	}
 	if !strings.Contains(srv.log.String(), "a witness did not cosign the deployment checkpoint") {
 		t.Errorf("serve did not report the stopped witness:\n%s", srv.log.String())
 	}
