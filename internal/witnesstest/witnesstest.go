@@ -33,6 +33,74 @@ import (
 
 const torchwood = "filippo.io/torchwood"
 
+// tb is what the harness needs of a testing.TB; Launch gives it one that
+// turns a failure into an error, for the tools that run witnesses outside
+// tests (make run).
+type tb interface {
+	Helper()
+	Fatal(args ...any)
+	Fatalf(format string, args ...any)
+	Skipf(format string, args ...any)
+	Cleanup(func())
+}
+
+// Group is witnesses started by Launch, outside a test.
+type Group struct {
+	Witnesses []*Witness
+	r         *runner
+}
+
+// Launch is Start outside a test: it returns the running witnesses, or
+// the first failure as an error (and stops what it started). Close stops
+// them and removes their directories. A failure of a Witness method
+// afterwards (Start, Stop, AddKey) panics with that error.
+func Launch(n int, logs ...Log) (g *Group, err error) {
+	r := &runner{}
+	defer func() {
+		if v := recover(); v != nil {
+			le, ok := v.(launchError)
+			if !ok {
+				panic(v)
+			}
+			r.close()
+			g, err = nil, le.err
+		}
+	}()
+	return &Group{Witnesses: start(r, n, logs), r: r}, nil
+}
+
+// Close stops the witnesses and removes their directories.
+func (g *Group) Close() { g.r.close() }
+
+type launchError struct{ err error }
+
+// runner is the tb of Launch: a failure panics with a launchError, and
+// cleanups run on close, last added first.
+type runner struct {
+	mu       sync.Mutex
+	cleanups []func()
+}
+
+func (r *runner) Helper()                        {}
+func (r *runner) Fatal(args ...any)              { panic(launchError{errors.New(fmt.Sprint(args...))}) }
+func (r *runner) Fatalf(format string, a ...any) { panic(launchError{fmt.Errorf(format, a...)}) }
+func (r *runner) Skipf(format string, a ...any)  { panic(launchError{fmt.Errorf(format, a...)}) }
+func (r *runner) Cleanup(f func()) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.cleanups = append(r.cleanups, f)
+}
+
+func (r *runner) close() {
+	r.mu.Lock()
+	cs := r.cleanups
+	r.cleanups = nil
+	r.mu.Unlock()
+	for i := len(cs) - 1; i >= 0; i-- {
+		cs[i]()
+	}
+}
+
 // Log is a log the witnesses accept: its origin and its Ed25519 note
 // verifier key (type 0x01), whose name should be the origin.
 type Log struct {
@@ -56,7 +124,7 @@ type Witness struct {
 	// DB is the path of its sqlite database.
 	DB string
 
-	t           testing.TB
+	t           tb
 	bins        binaries
 	addr        string
 	sock        string
@@ -79,7 +147,7 @@ var (
 // build builds litewitness and witnessctl once per test binary, into a
 // directory under the user cache keyed by the torchwood and Go versions,
 // written by rename so concurrent test binaries never see half a file.
-func build(t testing.TB) binaries {
+func build(t tb) binaries {
 	t.Helper()
 	goCmd, err := exec.LookPath("go")
 	if err != nil {
@@ -153,6 +221,11 @@ func errOutput(err error) error {
 // directories removed when the test ends.
 func Start(t testing.TB, n int, logs ...Log) []*Witness {
 	t.Helper()
+	return start(t, n, logs)
+}
+
+func start(t tb, n int, logs []Log) []*Witness {
+	t.Helper()
 	bins := build(t)
 	ws := make([]*Witness, n)
 	for i := range ws {
@@ -165,7 +238,7 @@ func Start(t testing.TB, n int, logs ...Log) []*Witness {
 	return ws
 }
 
-func newWitness(t testing.TB, bins binaries, name string) *Witness {
+func newWitness(t tb, bins binaries, name string) *Witness {
 	t.Helper()
 	// A short directory of its own: a unix socket path must stay under
 	// 108 bytes, which t.TempDir's test-named paths may not.

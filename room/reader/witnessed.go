@@ -176,6 +176,7 @@ func checkWitnessed(ctx context.Context, js jetstream.JetStream, r *Reader, o Au
 		if err := l.CheckOther(c); err != nil {
 			why := fmt.Sprintf("split view: the deployment log's entry %d (stream seq %d) is a checkpoint of the room of size %d that the room as read does not match: %v", e.index, e.seq, c.Size, err)
 			l.refused = why
+			delete(out2, c.Room) // a refused room is witnessed no more
 			_, seq := l.Latest()
 			out(nil, roomAside(o.Subjects, c.Room, seq, why))
 			continue

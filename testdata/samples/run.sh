@@ -17,7 +17,12 @@
 #  6. an auditor replays the rooms from a restarted server, trusting only
 #     that publisher key, checks every attestation and checkpoint, and
 #     obtains an inclusion proof of one entry, which is checked offline
-#     (and refused once tampered with).
+#     (and refused once tampered with);
+#  7. witnessed rooms: three real litewitness processes (torchwood's, built
+#     from go.mod's tool directives; no agent or server to install) cosign
+#     the deployment log of a serve restarted with --origin and
+#     --witness-policy; the audit requires a quorum of two; a forged room
+#     checkpoint that the witnesses cosign is refused as a split view.
 #
 # Every step's verdict is checked; the script exits 0 only if all are as
 # expected.
@@ -31,7 +36,9 @@ subscriber=${2:-$(dirname "$publisher")/subscriber}
 s=testdata/samples
 tmp=$(mktemp -d)
 server_pid=
+witness_pid=
 fail=0
+GO=${GO:-go}
 
 stop_server() {
 	if [[ -n $server_pid ]] && kill -0 "$server_pid" 2>/dev/null; then
@@ -40,7 +47,14 @@ stop_server() {
 	fi
 	server_pid=
 }
-trap 'stop_server; rm -rf "$tmp"' EXIT
+stop_witnesses() {
+	if [[ -n $witness_pid ]] && kill -0 "$witness_pid" 2>/dev/null; then
+		kill -TERM "$witness_pid"
+		wait "$witness_pid" || true
+	fi
+	witness_pid=
+}
+trap 'stop_server; stop_witnesses; rm -rf "$tmp"' EXIT
 
 # expect STATUS WANT WHAT: record a verdict.
 expect() {
@@ -101,11 +115,12 @@ if [[ $publisher_id != node:did:key:z6Mk* ]]; then
 	exit 1
 fi
 
-# start_server: publisher serve on $tmp/data, attesting with the key; sets url.
+# start_server [FLAG]...: publisher serve on $tmp/data, attesting with the
+# key, with the flags given; sets url.
 start_server() {
 	: >"$tmp/serve.log"
 	"$publisher" --config "$s/roompub.yaml" serve --listen 127.0.0.1:-1 --store-dir "$tmp/data" \
-		--publisher-key "$tmp/publisher-key.pem" 2>>"$tmp/serve.log" &
+		--publisher-key "$tmp/publisher-key.pem" "$@" 2>>"$tmp/serve.log" &
 	server_pid=$!
 	for _ in $(seq 300); do
 		grep -q 'serving on' "$tmp/serve.log" 2>/dev/null && break
@@ -199,8 +214,77 @@ sstep "6d. the same proof claiming another leaf is refused" 1 \
 	verify-proof --trusted-publisher "$publisher_id" "$tmp/tampered.json"
 
 echo
+echo "== 7. witnessed rooms: three litewitness processes cosign the deployment log"
+origin=evidence.example.org/roompub
+echo "\$ go run ./test/tools/witnesses --n 3 --quorum 2 --origin $origin --publisher-id $publisher_id --policy $tmp/witnesses.policy"
+"$GO" run ./test/tools/witnesses --n 3 --quorum 2 --origin "$origin" --publisher-id "$publisher_id" \
+	--policy "$tmp/witnesses.policy" >"$tmp/witnesses.log" 2>&1 &
+witness_pid=$!
+for _ in $(seq 1800); do
+	grep -q 'witnesses: ready' "$tmp/witnesses.log" 2>/dev/null && break
+	kill -0 "$witness_pid" 2>/dev/null || break
+	sleep 0.1
+done
+if ! grep -q 'witnesses: ready' "$tmp/witnesses.log"; then
+	echo "the witnesses did not start:"
+	cat "$tmp/witnesses.log"
+	exit 1
+fi
+cat "$tmp/witnesses.policy"
+echo "\$ publisher serve ... --origin $origin --witness-policy $tmp/witnesses.policy"
+start_server --origin "$origin" --witness-policy "$tmp/witnesses.policy"
+
+# audit_until STATUS PATTERN: run the witnessed audit until it exits with
+# STATUS and its output matches PATTERN (the deployment log is cosigned
+# about a second after it grows), at most 20 s; prints its output.
+audit_until() {
+	local want=$1 pattern=$2 status out
+	for _ in $(seq 100); do
+		status=0
+		out=$("$subscriber" audit --trusted-publisher "$publisher_id" --trusted-host "$trusted_host" --state-dir "$tmp/state7" \
+			--witness-policy "$tmp/witnesses.policy" 2>&1) || status=$?
+		[[ $status -eq $want ]] && grep -qE -- "$pattern" <<<"$out" && break
+		sleep 0.2
+	done
+	echo "$out"
+	return "$status"
+}
+echo
+echo "== 7a. the audit requires 2 of the 3 witnesses' cosignatures on the deployment log"
+echo "\$ subscriber audit --trusted-publisher $publisher_id --witness-policy $tmp/witnesses.policy"
+status=0
+out=$(audit_until 0 'witnessed: size 4,') || status=$?
+grep -E '^(CLEAN|REFUSED|deployment log|  witnessed)' <<<"$out" || true
+expect "$status" 0 "7a. every room witnessed by a quorum of 2"
+if grep -qE 'witnessed: size [0-9]+, .*cosigned by witness-1.roompub.test, witness-2.roompub.test, witness-3.roompub.test' <<<"$out"; then
+	echo "  as expected  all three witnesses cosigned"
+else
+	printf '  UNEXPECTED   not cosigned by all three witnesses:\n%s\n' "$out"
+	fail=1
+fi
+
+echo
+echo "== 7b. a split view: the publisher key signs another history of room:eval-csv into the deployment log"
+echo "\$ go run ./test/breakers/splitview \$NATS_URL publisher-key.pem $origin room:eval-csv"
+"$GO" run ./test/breakers/splitview "$url" "$tmp/publisher-key.pem" "$origin" room:eval-csv
+echo "\$ subscriber audit --trusted-publisher $publisher_id --witness-policy $tmp/witnesses.policy"
+status=0
+out=$(audit_until 1 'witnessed: size 5,') || status=$?
+grep -E '^(CLEAN|REFUSED|deployment log|  witnessed)|split view' <<<"$out" || true
+expect "$status" 1 "7b. the witnesses cosigned the consistent log; the audit refuses the room"
+if grep -q 'room refused: split view' <<<"$out" && grep -qE '^REFUSED' <<<"$out" && grep -q 'witnessed: size 5,' <<<"$out"; then
+	echo "  as expected  room:eval-csv refused as a split view, the other rooms still witnessed"
+else
+	printf '  UNEXPECTED   no split view refused:\n%s\n' "$out"
+	fail=1
+fi
+stop_server
+check_stopped
+stop_witnesses
+
+echo
 if [[ $fail -ne 0 ]]; then
 	echo "make run: FAILED: the verdicts above are not the expected ones"
 	exit 1
 fi
-echo "make run: OK: capsules and records landed in their rooms, duplicates stored nothing, refusals named their code and line, every message was attested and every checkpoint verified, the proof checked offline, the server stopped cleanly"
+echo "make run: OK: capsules and records landed in their rooms, duplicates stored nothing, refusals named their code and line, every message was attested and every checkpoint verified, the proof checked offline, three witnesses cosigned the deployment log and a split view was refused, the server stopped cleanly"
