@@ -48,22 +48,22 @@ func TestWitnessedAudit(t *testing.T) {
 	srv := startKeyed(t, t.TempDir(), key, "--origin", tOrigin, "--witness-policy", policyFile, "--checkpoint-interval", "200ms")
 	shipTo(t, srv.url, "room:eval-csv", filepath.Join(root, csvDir), 0, 14)
 
-	// auditUntil runs the audit until it exits with status (the deployment
-	// log is cosigned about a second after the room's checkpoint).
+	// auditUntil runs the audit until it exits with status and prints
+	// want (the deployment log is cosigned about a second after it grows).
 	stateDir := t.TempDir()
-	auditUntil := func(status int, args ...string) result {
+	auditUntil := func(status int, want string, args ...string) result {
 		t.Helper()
 		var r result
 		deadline := time.Now().Add(15 * time.Second)
 		for {
 			r = subRun(t, ckArgs(srv.url, key.id, "audit", append([]string{"--state-dir", stateDir}, args...)...)...)
-			if r.status == status || time.Now().After(deadline) {
+			if r.status == status && strings.Contains(r.stdout, want) || time.Now().After(deadline) {
 				return r
 			}
 			time.Sleep(200 * time.Millisecond)
 		}
 	}
-	r := auditUntil(0, "--witness-policy", policyFile)
+	r := auditUntil(0, "witnessed: the checkpoint of size 14", "--witness-policy", policyFile)
 	if r.status != 0 || !strings.Contains(r.stdout, "deployment log "+tOrigin+" (stream ROOMPUB_DEPLOYMENT): 1 entries") ||
 		!strings.Contains(r.stdout, "cosigned by "+strings.Join(names, ", ")) ||
 		!strings.Contains(r.stdout, "witnessed: the checkpoint of size 14, deployment log entry 0") {
@@ -78,11 +78,11 @@ func TestWitnessedAudit(t *testing.T) {
 	for _, v := range vkeys {
 		all = append(all, "--witness", v)
 	}
-	r = auditUntil(1, append(all, "--origin", tOrigin)...)
+	r = auditUntil(1, "short of quorum 3-of-3", append(all, "--origin", tOrigin)...)
 	if r.status != 1 || !strings.Contains(r.stdout, "witness_quorum") || !strings.Contains(r.stdout, "short of quorum 3-of-3") {
 		t.Fatalf("audit with 3 of 3 and a witness stopped: exit %d\n%s%s", r.status, r.stdout, r.stderr)
 	}
-	r = auditUntil(0, append(all, "--origin", tOrigin, "--witness-quorum", "2")...)
+	r = auditUntil(0, "cosigned by "+names[0]+", "+names[2], append(all, "--origin", tOrigin, "--witness-quorum", "2")...)
 	if r.status != 0 || !strings.Contains(r.stdout, "cosigned by "+names[0]+", "+names[2]) {
 		t.Fatalf("audit with 2 of 3 and a witness stopped: exit %d\n%s%s", r.status, r.stdout, r.stderr)
 	}
@@ -105,4 +105,71 @@ func TestWitnessedAudit(t *testing.T) {
 		}
 	}
 	key.noKeyMaterial(t, "outputs", srv.log.String())
+}
+
+// TestStoreV010Witnessed serves the store v0.1.0 wrote (room checkpoints
+// in the room-id form) with --origin and three witnesses: the deployment
+// log takes every stored room checkpoint, the witnesses cosign it, and a
+// witnessed audit of the old rooms is clean; a new entry's checkpoint, in
+// the origin form, extends alpha's old one and is witnessed in turn.
+func TestStoreV010Witnessed(t *testing.T) {
+	t.Parallel()
+	store := filepath.Join(t.TempDir(), "store")
+	copyTree(t, filepath.Join(root, v010Dir, "store"), store)
+	keyData, err := os.ReadFile(filepath.Join(root, v010Dir, "keys", "publisher-key.pem"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	key := filepath.Join(t.TempDir(), "publisher-key.pem")
+	if err := os.WriteFile(key, keyData, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	pub, err := events.ParseNodeID(v010Publisher)
+	if err != nil {
+		t.Fatal(err)
+	}
+	logKey, err := note.NewEd25519VerifierKey(tOrigin, pub)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ws := witnesstest.Start(t, 3, witnesstest.Log{Origin: tOrigin, VKey: logKey})
+	policy := "log " + logKey + "\n"
+	var names []string
+	for _, w := range ws {
+		policy += fmt.Sprintf("witness %s %s %s\n", w.Name, w.VKey, w.URL)
+		names = append(names, w.Name)
+	}
+	policy += "group two 2 " + strings.Join(names, " ") + "\nquorum two\n"
+	policyFile := filepath.Join(t.TempDir(), "witnesses.policy")
+	if err := os.WriteFile(policyFile, []byte(policy), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	srv := startServe(t, store, true, "--listen", "127.0.0.1:-1", "--store-dir", store, "--trusted-host", v010Host,
+		"--publisher-key", key, "--checkpoint-interval", "200ms", "--origin", tOrigin, "--witness-policy", policyFile)
+	audit := func(want string) result {
+		t.Helper()
+		var r result
+		deadline := time.Now().Add(20 * time.Second)
+		for {
+			r = subRun(t, "audit", "--server", srv.url, "--trusted-publisher", v010Publisher, "--trusted-host", v010Host,
+				"--state-dir", t.TempDir(), "--witness-policy", policyFile)
+			if r.status == 0 && strings.Contains(r.stdout, want) || time.Now().After(deadline) {
+				return r
+			}
+			time.Sleep(200 * time.Millisecond)
+		}
+	}
+	// v0.1.0 wrote 6 room checkpoints (alpha 2, beta 2, gamma 2).
+	const clean = "\nCLEAN: 103 messages, 94 entries and 3 records verified, 0 set aside; 4 chains ok, 0 broken; stream append-only: true\n"
+	r := audit("witnessed: size 6,")
+	if r.status != 0 || !strings.HasSuffix(r.stdout, clean) || strings.Count(r.stdout, "  witnessed: the checkpoint of size") != 3 {
+		t.Fatalf("witnessed audit of the v0.1.0 store: exit %d\n%s%s\nserve:\n%s", r.status, r.stdout, r.stderr, srv.log.String())
+	}
+	if rr := runPub(t, nil, "journal", "--json", "--server", srv.url, "--room", "room:store-alpha", storeCapsule(t, 30, "alpha-2-next.ndjson")); rr.status != 0 {
+		t.Fatalf("the continuation: exit %d\n%s%s", rr.status, rr.stdout, rr.stderr)
+	}
+	r = audit("witnessed: the checkpoint of size 44, deployment log entry 6")
+	if r.status != 0 || !strings.Contains(r.stdout, "witnessed: the checkpoint of size 44, deployment log entry 6") {
+		t.Fatalf("witnessed audit after a new entry: exit %d\n%s%s\nserve:\n%s", r.status, r.stdout, r.stderr, srv.log.String())
+	}
 }

@@ -216,8 +216,12 @@ sstep "6d. the same proof claiming another leaf is refused" 1 \
 echo
 echo "== 7. witnessed rooms: three litewitness processes cosign the deployment log"
 origin=evidence.example.org/roompub
+# Built, not run with go run: a signal must reach the tool itself, which
+# stops the witnesses and removes their directories.
+"$GO" build -o "$tmp/witnesses" ./test/tools/witnesses
+"$GO" build -o "$tmp/splitview" ./test/breakers/splitview
 echo "\$ go run ./test/tools/witnesses --n 3 --quorum 2 --origin $origin --publisher-id $publisher_id --policy $tmp/witnesses.policy"
-"$GO" run ./test/tools/witnesses --n 3 --quorum 2 --origin "$origin" --publisher-id "$publisher_id" \
+"$tmp/witnesses" --n 3 --quorum 2 --origin "$origin" --publisher-id "$publisher_id" \
 	--policy "$tmp/witnesses.policy" >"$tmp/witnesses.log" 2>&1 &
 witness_pid=$!
 for _ in $(seq 1800); do
@@ -266,7 +270,7 @@ fi
 echo
 echo "== 7b. a split view: the publisher key signs another history of room:eval-csv into the deployment log"
 echo "\$ go run ./test/breakers/splitview \$NATS_URL publisher-key.pem $origin room:eval-csv"
-"$GO" run ./test/breakers/splitview "$url" "$tmp/publisher-key.pem" "$origin" room:eval-csv
+"$tmp/splitview" "$url" "$tmp/publisher-key.pem" "$origin" room:eval-csv
 echo "\$ subscriber audit --trusted-publisher $publisher_id --witness-policy $tmp/witnesses.policy"
 status=0
 out=$(audit_until 1 'witnessed: size 5,') || status=$?
