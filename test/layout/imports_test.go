@@ -71,7 +71,7 @@ var rules = map[string]rule{
 	"room/secure": {imports: []string{"room"}, nats: true, server: true},
 	// The process: serve's assembly of server, stream guard, gate,
 	// ingest service and checkpointer.
-	"room/node": {imports: []string{"events", "room", "room/checkpointer", "room/embedded", "room/ingest", "room/internal/jsapi", "validate"}, nats: true, server: true},
+	"room/node": {imports: []string{"checkpoint", "events", "room", "room/checkpointer", "room/embedded", "room/ingest", "room/internal/jsapi", "room/tilesource", "tiles", "validate"}, nats: true, server: true},
 
 	"cmd/publisher":     {imports: []string{"config", "events", "room", "room/checkpointer", "room/client", "room/embedded", "room/ingest", "room/node", "room/secure", "validate", "witness"}, nats: true, server: true},
 	"cmd/subscriber":    {imports: []string{"checkpoint", "config", "events", "room", "room/reader", "validate"}, nats: true},
