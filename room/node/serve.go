@@ -100,6 +100,7 @@ type ServeOptions struct {
 // and Checkpoint.TrustedPublishers) and origin (Checkpoint.Origin), which
 // Enabled requires, with HTTPAddr.
 type TilesOptions struct {
+	// Enabled turns the endpoint on; off, nothing is served under /tiles/.
 	Enabled bool
 	// CacheBytes bounds the cache of full tiles all the logs share, in
 	// bytes; 0 is tiles.DefaultCacheBytes (64 MiB).
@@ -167,8 +168,19 @@ func tilesHandlers(url string, opts []nats.Option, o *ServeOptions, stream strin
 	topts := &tiles.Options{Cache: tiles.NewCache(size), OnError: func(r *http.Request, err error) {
 		log.Warn("tiles: a request failed", zap.String("path", r.URL.EscapedPath()), zap.Error(err))
 	}}
+	depH := tiles.NewHandler(dep, topts)
+	// A deployment log with no checkpoint yet is no log to read (404, as
+	// an unknown room), not a failure (500, which clients retry).
+	depNone := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if _, _, err := dep.Checkpoint(r.Context()); errors.Is(err, tilesource.ErrNoCheckpoint) {
+			w.Header().Set("Cache-Control", tiles.CacheNone)
+			http.NotFound(w, r)
+			return
+		}
+		depH.ServeHTTP(w, r)
+	})
 	return map[string]http.Handler{
-		"/tiles/deployment/": http.StripPrefix("/tiles/deployment", tiles.NewHandler(dep, topts)),
+		"/tiles/deployment/": http.StripPrefix("/tiles/deployment", depNone),
 		"/tiles/room/":       http.StripPrefix("/tiles/room", tiles.NewMux(rooms.Resolve, topts)),
 	}, nc, nil
 }

@@ -91,6 +91,10 @@ func TestServeTiles(t *testing.T) {
 	if want := "http://" + s.info.HTTPAddr + "/tiles/"; s.info.Tiles != want {
 		t.Fatalf("ServeInfo.Tiles %q, want %q", s.info.Tiles, want)
 	}
+	// No room checkpoint yet, so no deployment checkpoint: no log.
+	if code, _ := s.get("/tiles/deployment/checkpoint"); code != http.StatusNotFound {
+		t.Errorf("the deployment log before any checkpoint: %d, want 404", code)
+	}
 	const roomID = "room:served-tiles"
 	_, body := roomtest.Journal(t, "run-s", "cap-s", 3)
 	if r := s.shipJournal(roomID, body); r.Stored != 3 {

@@ -52,7 +52,7 @@ func (d *Deployment) Checkpoint(ctx context.Context) ([]byte, int64, error) {
 // scan reads the log from where the last scan stopped. scanMu is held.
 func (d *Deployment) scan(ctx context.Context) error {
 	dl := d.o.Deployment
-	return d.read(ctx, dl.Subjects().All(), d.next, func(m jsapi.Msg) bool {
+	return d.read(ctx, dl.Subjects().All(), d.next, pullMessages, func(m jsapi.Msg) bool {
 		d.next = m.Seq + 1
 		switch m.Subject {
 		case dl.Entry():
@@ -88,7 +88,7 @@ func (d *Deployment) Entries(ctx context.Context, start, end int64) ([][]byte, e
 		return out, nil
 	}
 	i := int64(mk.leaf)
-	err := d.read(ctx, d.o.Deployment.Entry(), mk.seq, func(m jsapi.Msg) bool {
+	err := d.read(ctx, d.o.Deployment.Entry(), mk.seq, int(min(end-int64(mk.leaf), pullMessages)), func(m jsapi.Msg) bool {
 		if i >= start {
 			out = append(out, m.Data)
 		}

@@ -57,27 +57,28 @@ func (rs *Rooms) Room(ctx context.Context, roomID string) (*Room, error) {
 	rs.mu.Lock()
 	r := rs.rooms[roomID]
 	rs.mu.Unlock()
-	if r != nil {
-		return r, nil
+	if r == nil {
+		if err := rs.o.Subjects.CheckRoom(roomID); err != nil {
+			return nil, fmt.Errorf("%w: %v", tiles.ErrUnknownLog, err)
+		}
+		// One direct get tells a room that never had a checkpoint, so a
+		// request for any name costs no scan and keeps nothing.
+		probe, err := jsapi.DirectBatch(ctx, rs.nc, rs.o.Stream, jsapi.BatchRequest{Seq: 1, NextBySubj: rs.o.Subjects.Checkpoint(roomID), Batch: 1}, rs.o.Timeout)
+		if err != nil {
+			return nil, fmt.Errorf("tilesource: look up room %q: %w", roomID, err)
+		}
+		if len(probe) == 0 {
+			return nil, fmt.Errorf("%w: room %q has no checkpoint", tiles.ErrUnknownLog, roomID)
+		}
+		rs.mu.Lock()
+		if r = rs.rooms[roomID]; r == nil {
+			r = newRoom(rs.nc, &rs.o, roomID)
+			rs.rooms[roomID] = r
+		}
+		rs.mu.Unlock()
 	}
-	if err := rs.o.Subjects.CheckRoom(roomID); err != nil {
-		return nil, fmt.Errorf("%w: %v", tiles.ErrUnknownLog, err)
-	}
-	// One direct get tells a room that never had a checkpoint, so a
-	// request for any name costs no scan and keeps nothing.
-	probe, err := jsapi.DirectBatch(ctx, rs.nc, rs.o.Stream, jsapi.BatchRequest{Seq: 1, NextBySubj: rs.o.Subjects.Checkpoint(roomID), Batch: 1}, rs.o.Timeout)
-	if err != nil {
-		return nil, fmt.Errorf("tilesource: look up room %q: %w", roomID, err)
-	}
-	if len(probe) == 0 {
-		return nil, fmt.Errorf("%w: room %q has no checkpoint", tiles.ErrUnknownLog, roomID)
-	}
-	rs.mu.Lock()
-	if r = rs.rooms[roomID]; r == nil {
-		r = newRoom(rs.nc, &rs.o, roomID)
-		rs.rooms[roomID] = r
-	}
-	rs.mu.Unlock()
+	// Within MaxAge of the last read this reads nothing; a room kept
+	// after a failed first read is read again here.
 	if _, _, err := r.Checkpoint(ctx); err != nil {
 		if errors.Is(err, ErrNoCheckpoint) {
 			rs.mu.Lock()
@@ -132,7 +133,7 @@ func (r *Room) Checkpoint(ctx context.Context) ([]byte, int64, error) {
 
 // scan reads the room from where the last scan stopped. scanMu is held.
 func (r *Room) scan(ctx context.Context) error {
-	return r.read(ctx, r.o.Subjects.Room(r.id), r.next, func(m jsapi.Msg) bool {
+	return r.read(ctx, r.o.Subjects.Room(r.id), r.next, pullMessages, func(m jsapi.Msg) bool {
 		r.next = m.Seq + 1
 		p, ok := r.sc.feed(m, func(i uint64, h held, start mark) {
 			if i%tilesWidth == 0 {
@@ -179,7 +180,10 @@ func (r *Room) Entries(ctx context.Context, start, end int64) ([][]byte, error) 
 	}
 	sc := newScanner(r.o, r.id, mk)
 	done := false
-	err := r.read(ctx, r.o.Subjects.Room(r.id), mk.seq, func(m jsapi.Msg) bool {
+	// At least one message per entry up to end; a few more for what is
+	// no leaf (checkpoints, refused messages) before the next request.
+	batch := int(min(end-int64(mk.leaf)+16, pullMessages))
+	err := r.read(ctx, r.o.Subjects.Room(r.id), mk.seq, batch, func(m jsapi.Msg) bool {
 		sc.feed(m, func(i uint64, h held, _ mark) {
 			if int64(i) >= start && int64(i) < end {
 				out = append(out, checkpoint.LeafData(r.id, h.subject, h.content))

@@ -186,11 +186,11 @@ func (l *logState) start(i int64) (mark, bool) {
 }
 
 // read reads the messages on filter from stream seq from on, in stream
-// order, handing each to each until it returns false or the stream has
-// none left.
-func (l *logState) read(ctx context.Context, filter string, from uint64, each func(m jsapi.Msg) bool) error {
+// order, batch at a time, handing each to each until it returns false or
+// the stream has none left.
+func (l *logState) read(ctx context.Context, filter string, from uint64, batch int, each func(m jsapi.Msg) bool) error {
 	for {
-		msgs, err := jsapi.DirectBatch(ctx, l.nc, l.stream, jsapi.BatchRequest{Seq: from, NextBySubj: filter, Batch: pullMessages,
+		msgs, err := jsapi.DirectBatch(ctx, l.nc, l.stream, jsapi.BatchRequest{Seq: from, NextBySubj: filter, Batch: batch,
 			MaxBytes: max(pullBytes, 2*int(l.nc.MaxPayload()))}, l.o.Timeout)
 		if err != nil {
 			return fmt.Errorf("tilesource: read %s from seq %d: %w", l.stream, from, err)

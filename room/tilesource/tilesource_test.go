@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"filippo.io/torchwood"
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"golang.org/x/mod/sumdb/note"
 	"golang.org/x/mod/sumdb/tlog"
@@ -286,7 +287,21 @@ func TestLogsReadByATlogClient(t *testing.T) {
 	// Around the gate: a sound entry on a chain of its own, with no
 	// attestation.
 	forgedEs, _ := roomtest.Journal(t, "run-x", "cap-x", 1)
-	forged := roomtest.PublishRaw(t, e.Js, (room.Subjects{}).Journal(roomA, events.ChainKey{RunID: "run-x", CapsuleID: "cap-x"}), roomtest.Lines(forgedEs))
+	forgedSubject := (room.Subjects{}).Journal(roomA, events.ChainKey{RunID: "run-x", CapsuleID: "cap-x"})
+	forged := roomtest.PublishRaw(t, e.Js, forgedSubject, roomtest.Lines(forgedEs))
+	// And one under a genuine attestation header copied from message 1
+	// of the first batch: its batch is not read whole, so no leaf.
+	genuine, err := roomtest.LeaderMsg(ctx, e.Nc, room.DefaultStream, 2)
+	if err != nil || genuine.Header.Get(checkpoint.AttestationHeader) == "" {
+		t.Fatalf("stream seq 2: %v", err)
+	}
+	copied := nats.NewMsg(forgedSubject)
+	copied.Data = genuine.Data
+	copied.Header.Set(checkpoint.AttestationHeader, genuine.Header.Get(checkpoint.AttestationHeader))
+	ack, err := e.Js.PublishMsg(ctx, copied)
+	if err != nil {
+		t.Fatal(err)
+	}
 	journal(roomB, esB)
 
 	url := s.srv.URL
@@ -294,8 +309,8 @@ func TestLogsReadByATlogClient(t *testing.T) {
 	b := newLogClient(t, url+"/tiles/room/"+checkpoint.RoomSegment(roomB)+"/", checkpoint.RoomOrigin(tOrigin, roomB), key)
 	treeA1, _ := a.waitTree(t, ctx, 303)
 	wantA, notLeaves := roomEntries(t, e, roomA, trust)
-	if len(wantA) != 303 || len(notLeaves) != 1 || notLeaves[0] != forged {
-		t.Fatalf("the stream holds %d leaves and no-leaves %v of room A; want 303 and the forged seq %d", len(wantA), notLeaves, forged)
+	if len(wantA) != 303 || len(notLeaves) != 2 || notLeaves[0] != forged || notLeaves[1] != ack.Sequence {
+		t.Fatalf("the stream holds %d leaves and no-leaves %v of room A; want 303 and the forged seqs %d, %d", len(wantA), notLeaves, forged, ack.Sequence)
 	}
 	checkEntries(t, "room A", a.entries(t, ctx, treeA1), wantA)
 	a.included(t, ctx, treeA1, 280, wantA[280])
