@@ -164,6 +164,11 @@ type Serve struct {
 	TrustedHosts []string      `name:"trusted-host" help:"Host node id whose execution records are accepted (repeatable)." placeholder:"NODE_ID" yaml:"trusted-host"`
 	SchemaDir    string        `name:"schema-dir" help:"Validate against the schema files in DIR instead of the embedded ones." placeholder:"DIR" yaml:"schema-dir"`
 	HTTP         string        `name:"http" help:"Serve /metrics and /healthz on this address." placeholder:"ADDR" yaml:"http"`
+	// Tiles and TilesCache: node.TilesOptions (docs/tiles.md, "The serve
+	// endpoint"). Off by default: a room's entries name the room and its
+	// subjects.
+	Tiles      bool   `name:"tiles" help:"Also serve, on the --http listener, the deployment log at /tiles/deployment/ and each room's log at /tiles/room/<room>/ as C2SP tlog-tiles, for any tlog client to read and verify. Needs --http, --origin and --publisher-key; refused with --secure-config (anyone who reaches the listener reads every room). See docs/tiles.md." yaml:"tiles"`
+	TilesCache string `name:"tiles-cache" help:"Memory for the full tiles --tiles keeps, all logs together (e.g. 64MB)." default:"64MB" yaml:"tiles-cache"`
 	// AcceptStream is node.ServeOptions.AcceptStream: an operator's act
 	// for one start (docs/secure-mode.md, "The stream").
 	StreamMark   string   `name:"stream-mark" help:"Also keep the room stream's mark (its creation time and last sequence) in FILE, outside the store: with --server besides the streams bucket on the cluster, which a cluster that lost the stream may lose with it; with the embedded server besides the mark in --store-dir, which a restored backup brings back old. A stream lost or rolled back is then still refused (stream_replaced). See docs/reliability.md." placeholder:"FILE" type:"path" yaml:"stream-mark"`
@@ -266,6 +271,25 @@ func (s *Serve) Validate() error {
 		} else if len(ws) == 0 {
 			bad("--witness-policy %s: no witness has a URL to submit to", s.WitnessPolicy)
 		}
+	}
+	if s.Tiles {
+		if s.HTTP == "" {
+			bad("--tiles serves on the --http listener: give --http")
+		}
+		if s.Origin == "" {
+			bad("--tiles needs --origin: a tlog client verifies a checkpoint by its origin, and the deployment log exists only with one")
+		}
+		if s.PublisherKey == "" {
+			bad("--tiles serves the publisher's checkpoints: give --publisher-key")
+		}
+		if s.SecureConfig != "" {
+			bad("--tiles is refused in secure mode (--secure-config): the endpoint knows no users, so anyone who reaches it would read every room, which secure mode lets only the solver, auditor and admin roles read (docs/tiles.md, \"The serve endpoint\")")
+		}
+	}
+	if n, err := ParseSize(s.TilesCache); err != nil {
+		bad("--tiles-cache: %v", err)
+	} else if s.Tiles && n == 0 && strings.TrimSpace(s.TilesCache) != "" {
+		bad("--tiles-cache must not be 0")
 	}
 	// 0 is the default (checkpointer.Options), as for --max-batch.
 	if s.CheckpointEvery < 0 {

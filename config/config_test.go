@@ -44,7 +44,8 @@ func TestServeDefaults(t *testing.T) {
 	s := g.Serve.Serve
 	if s.Server != "" || s.Listen != "127.0.0.1:4222" || s.StoreDir != "./data" || s.SyncInterval != 0 ||
 		s.Stream != "ROOMS" || s.Prefix != "rooms" || len(s.TrustedHosts) != 0 || s.Level != "info" || s.Format != "json" ||
-		s.PublisherKey != "" || len(s.TrustedPublishers) != 0 || s.CheckpointEvery != 10000 || s.CheckpointInterval != 10*time.Second || s.AcceptStream {
+		s.PublisherKey != "" || len(s.TrustedPublishers) != 0 || s.CheckpointEvery != 10000 || s.CheckpointInterval != 10*time.Second || s.AcceptStream ||
+		s.Tiles || s.TilesCache != "64MB" {
 		t.Fatalf("defaults: %+v", s)
 	}
 }
@@ -68,7 +69,8 @@ func TestConfigFileAndFlags(t *testing.T) {
 		t.Fatal(err)
 	}
 	yaml := "store-dir: /var/lib/roompub\nsync-interval: 50ms\ntrusted-host:\n  - " + host + "\nlisten: 127.0.0.1:5222\n" +
-		"publisher-key: " + keyFile + "\ntrusted-publisher: [" + host + "]\ncheckpoint-every: 50\ncheckpoint-interval: 2s\naccept-stream: true\n"
+		"publisher-key: " + keyFile + "\ntrusted-publisher: [" + host + "]\ncheckpoint-every: 50\ncheckpoint-interval: 2s\naccept-stream: true\n" +
+		"http: 127.0.0.1:9090\norigin: example.org/log\ntiles: true\ntiles-cache: 8MB\n"
 	if err := os.WriteFile(file, []byte(yaml), 0o600); err != nil {
 		t.Fatal(err)
 	}
@@ -86,6 +88,9 @@ func TestConfigFileAndFlags(t *testing.T) {
 	}
 	if !s.AcceptStream {
 		t.Fatalf("accept-stream from file: %+v", s)
+	}
+	if !s.Tiles || s.TilesCache != "8MB" || s.HTTP != "127.0.0.1:9090" || s.Origin != "example.org/log" {
+		t.Fatalf("tiles keys from file: %+v", s)
 	}
 	if s.Listen != "127.0.0.1:6222" {
 		t.Fatalf("the flag must win over the file: %q", s.Listen)
@@ -122,14 +127,15 @@ func TestServeValidateReportsEveryProblem(t *testing.T) {
 	s := config.Serve{Listen: "nope", StoreDir: "", SyncInterval: -1, MaxPayload: "lots", Replicas: 9, Stream: "a.b", MaxBatch: 1001, MaxInflightBatches: -1,
 		Prefix: "x>", TrustedHosts: []string{"node:did:key:zBad"}, SchemaDir: "/does/not/exist",
 		PublisherKey: "/does/not/exist.pem", TrustedPublishers: []string{"node:did:key:zAlsoBad"}, CheckpointEvery: -1, CheckpointInterval: -time.Second,
-		Credentials: config.Credentials{Password: "pw", TLSCert: "c.pem"}}
+		Credentials: config.Credentials{Password: "pw", TLSCert: "c.pem"}, Tiles: true, TilesCache: "lots"}
 	err := s.Validate()
 	if !errors.Is(err, config.ErrInvalid) {
 		t.Fatalf("got %v", err)
 	}
 	for _, want := range []string{"--listen", "--store-dir", "--sync-interval", "--max-payload", "--replicas", "--stream",
 		"--subject-prefix", "--trusted-host", "--schema-dir", "--password needs --user", "--tlscert and --tlskey", "--max-batch", "--max-inflight-batches",
-		"--publisher-key", "--trusted-publisher", "--checkpoint-every", "--checkpoint-interval"} {
+		"--publisher-key", "--trusted-publisher", "--checkpoint-every", "--checkpoint-interval",
+		"--tiles serves on the --http listener", "--tiles needs --origin", "--tiles-cache"} {
 		if !strings.Contains(err.Error(), want) {
 			t.Errorf("%q missing from %v", want, err)
 		}

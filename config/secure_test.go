@@ -83,6 +83,10 @@ func TestSecureServeFlags(t *testing.T) {
 		"with --server":  {func(s *Serve) { s.Server, s.User, s.PasswordFile = "nats://x:4222", "publisher", pw }, "configures the embedded server"},
 		"creds":          {func(s *Serve) { s.Creds = pw }, "no JWT accounts"},
 		"both passwords": {func(s *Serve) { s.User, s.Password, s.PasswordFile = "publisher", "secret-value", pw }, "exclude each other"},
+		// The endpoint would give anyone what secure mode gives readers.
+		"tiles": {func(s *Serve) {
+			s.User, s.PasswordFile, s.Tiles, s.HTTP, s.Origin, s.PublisherKey = "publisher", pw, true, "127.0.0.1:9090", "example.org/log", pw
+		}, "--tiles is refused in secure mode"},
 	} {
 		err := serve(c.mod)
 		if err == nil || !strings.Contains(err.Error(), c.want) {

@@ -45,6 +45,7 @@ func (c *serveCmd) Run(s *streams) error {
 	}
 	maxPayload, _ := config.ParseSize(c.MaxPayload) // checked by Validate
 	maxStore, _ := config.ParseSize(c.MaxStore)     // checked by Validate
+	tilesCache, _ := config.ParseSize(c.TilesCache) // checked by Validate
 	if maxPayload > 1<<31-1 {
 		return fmt.Errorf("%w: --max-payload too large", config.ErrInvalid)
 	}
@@ -102,9 +103,14 @@ func (c *serveCmd) Run(s *streams) error {
 		},
 		Service:  ingest.ServiceOptions{Version: buildVersion()},
 		HTTPAddr: c.HTTP,
-		Logger:   log,
+		// docs/tiles.md, "The serve endpoint".
+		Tiles:  node.TilesOptions{Enabled: c.Tiles, CacheBytes: tilesCache},
+		Logger: log,
 		Ready: func(info node.ServeInfo) {
 			fmt.Fprintf(s.err, "publisher: serving on %s (stream %s, service %s)\n", info.ClientURL, info.Stream, room.ServiceName)
+			if info.Tiles != "" {
+				fmt.Fprintf(s.err, "publisher: serving tlog-tiles at %s\n", info.Tiles)
+			}
 		},
 	})
 }

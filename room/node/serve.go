@@ -17,11 +17,14 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"go.uber.org/zap"
 
+	"github.com/roompub/roompub/checkpoint"
 	"github.com/roompub/roompub/events"
 	"github.com/roompub/roompub/room"
 	"github.com/roompub/roompub/room/checkpointer"
 	"github.com/roompub/roompub/room/embedded"
 	"github.com/roompub/roompub/room/ingest"
+	"github.com/roompub/roompub/room/tilesource"
+	"github.com/roompub/roompub/tiles"
 	"github.com/roompub/roompub/validate"
 )
 
@@ -48,6 +51,9 @@ type ServeOptions struct {
 	MaxBatch, MaxInflightBatches int
 	// HTTPAddr, when set, serves /metrics (Prometheus) and /healthz.
 	HTTPAddr string
+	// Tiles serves the logs as C2SP tlog-tiles on HTTPAddr too; off by
+	// default, as a room's entries name the room and its subjects.
+	Tiles TilesOptions
 	// CheckInterval is how often the stream is checked again while
 	// serving; default 30s. A weakened stream, a stream that is gone or
 	// replaced, and another stream that can write into the room subjects
@@ -87,6 +93,98 @@ type ServeOptions struct {
 	Ready func(ServeInfo)
 }
 
+// TilesOptions configure the tlog-tiles endpoint (docs/tiles.md, "The
+// serve endpoint"): the deployment log at /tiles/deployment/ and each
+// room's log at /tiles/room/<checkpoint.RoomSegment>/, read from the
+// streams by room/tilesource under the checkpointer's trust (PublisherKey
+// and Checkpoint.TrustedPublishers) and origin (Checkpoint.Origin), which
+// Enabled requires, with HTTPAddr.
+type TilesOptions struct {
+	// Enabled turns the endpoint on; off, nothing is served under /tiles/.
+	Enabled bool
+	// CacheBytes bounds the cache of full tiles all the logs share, in
+	// bytes; 0 is tiles.DefaultCacheBytes (64 MiB).
+	CacheBytes int64
+}
+
+// ErrTiles is wrapped by Serve's refusal of Tiles without what it needs.
+var ErrTiles = errors.New("the tiles endpoint needs an HTTP address, a publisher key and an origin")
+
+// checkTiles reports what o.Tiles lacks, or nil.
+func (o *ServeOptions) checkTiles() error {
+	if !o.Tiles.Enabled {
+		return nil
+	}
+	var missing []string
+	if o.HTTPAddr == "" {
+		missing = append(missing, "an HTTP address (--http)")
+	}
+	if o.PublisherKey == nil {
+		missing = append(missing, "a publisher key (--publisher-key): the checkpoints it serves are the publisher's")
+	}
+	if o.Checkpoint.Origin == "" {
+		missing = append(missing, "an origin (--origin): a tlog client verifies a checkpoint by its origin, and the deployment log exists only with one")
+	}
+	if o.Tiles.CacheBytes < 0 {
+		missing = append(missing, "a cache bound that is not negative")
+	}
+	if len(missing) > 0 {
+		return fmt.Errorf("%w: missing %s", ErrTiles, strings.Join(missing, "; "))
+	}
+	return nil
+}
+
+// tilesHandlers returns the tiles endpoint's handlers by path, reading
+// the streams through a connection of its own (nc's options), so tile
+// reads never queue behind the gate's acknowledgements.
+func tilesHandlers(url string, opts []nats.Option, o *ServeOptions, stream string, log *zap.Logger) (map[string]http.Handler, *nats.Conn, error) {
+	ids := append([]string{o.PublisherKey.NodeID()}, o.Checkpoint.TrustedPublishers...)
+	trust, err := checkpoint.NewTrust(ids...)
+	if err == nil {
+		trust, err = trust.WithOrigin(o.Checkpoint.Origin)
+	}
+	if err != nil {
+		return nil, nil, fmt.Errorf("%w: %v", ErrTiles, err)
+	}
+	nc, err := nats.Connect(url, append(opts, nats.Name("roompub-publisher-tiles"))...)
+	if err != nil {
+		return nil, nil, fmt.Errorf("connect %s: %w", redact(url), err)
+	}
+	so := tilesource.Options{Stream: stream, Subjects: o.Subjects, Deployment: o.Checkpoint.Deployment.Log, Trust: trust}
+	dep, err := tilesource.NewDeployment(nc, so)
+	if err != nil {
+		nc.Close()
+		return nil, nil, err
+	}
+	rooms, err := tilesource.NewRooms(nc, so)
+	if err != nil {
+		nc.Close()
+		return nil, nil, err
+	}
+	size := o.Tiles.CacheBytes
+	if size == 0 {
+		size = tiles.DefaultCacheBytes
+	}
+	topts := &tiles.Options{Cache: tiles.NewCache(size), OnError: func(r *http.Request, err error) {
+		log.Warn("tiles: a request failed", zap.String("path", r.URL.EscapedPath()), zap.Error(err))
+	}}
+	depH := tiles.NewHandler(dep, topts)
+	// A deployment log with no checkpoint yet is no log to read (404, as
+	// an unknown room), not a failure (500, which clients retry).
+	depNone := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if _, _, err := dep.Checkpoint(r.Context()); errors.Is(err, tilesource.ErrNoCheckpoint) {
+			w.Header().Set("Cache-Control", tiles.CacheNone)
+			http.NotFound(w, r)
+			return
+		}
+		depH.ServeHTTP(w, r)
+	})
+	return map[string]http.Handler{
+		"/tiles/deployment/": http.StripPrefix("/tiles/deployment", depNone),
+		"/tiles/room/":       http.StripPrefix("/tiles/room", tiles.NewMux(rooms.Resolve, topts)),
+	}, nc, nil
+}
+
 // streamSetupTimeout bounds creating or looking up the room stream at start.
 const streamSetupTimeout = 60 * time.Second
 
@@ -95,6 +193,7 @@ type ServeInfo struct {
 	ClientURL string // where clients connect
 	Stream    string
 	HTTPAddr  string // the bound metrics/health address, "" if none
+	Tiles     string // the tiles endpoint's URL, ending in "/tiles/"; "" if off
 	ServiceID string
 }
 
@@ -122,6 +221,9 @@ func Serve(ctx context.Context, o ServeOptions) error {
 		if err := validate.CheckRoomID(id); err != nil {
 			return fmt.Errorf("%w: --acknowledge-loss %q: %v", ingest.ErrGate, id, err)
 		}
+	}
+	if err := o.checkTiles(); err != nil {
+		return err
 	}
 	url := o.ServerURL
 	replicas := o.Replicas
@@ -287,6 +389,19 @@ func Serve(ctx context.Context, o ServeOptions) error {
 			}
 			_, _ = w.Write([]byte("ok\n"))
 		})
+		if o.Tiles.Enabled {
+			hs, tnc, err := tilesHandlers(url, opts, &o, cfg.Name, log)
+			if err != nil {
+				_ = ln.Close()
+				_ = svc.Stop()
+				return err
+			}
+			defer tnc.Close()
+			for path, h := range hs {
+				mux.Handle(path, h)
+			}
+			info.Tiles = "http://" + info.HTTPAddr + "/tiles/"
+		}
 		httpSrv = &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
 		go func() { _ = httpSrv.Serve(ln) }()
 	}
@@ -295,7 +410,7 @@ func Serve(ctx context.Context, o ServeOptions) error {
 		publisher = o.PublisherKey.NodeID()
 	}
 	log.Info("publisher serving", zap.String("url", redact(url)), zap.String("stream", cfg.Name), zap.Int("replicas", replicas),
-		zap.Strings("trusted_hosts", o.Validator.TrustedHosts()), zap.String("http", info.HTTPAddr), zap.String("publisher", publisher))
+		zap.Strings("trusted_hosts", o.Validator.TrustedHosts()), zap.String("http", info.HTTPAddr), zap.String("tiles", info.Tiles), zap.String("publisher", publisher))
 	if len(o.Validator.TrustedHosts()) == 0 {
 		log.Warn("no trusted host: every execution record will be refused with untrusted_host")
 	}

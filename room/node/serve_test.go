@@ -34,6 +34,13 @@ type served struct {
 // startServe runs node.Serve in a goroutine until s.stop.
 func startServe(t *testing.T, checkInterval time.Duration) *served {
 	t.Helper()
+	return startServeWith(t, checkInterval, nil)
+}
+
+// startServeWith is startServe with more options set by with (nil: none),
+// given the host key its validator trusts.
+func startServeWith(t *testing.T, checkInterval time.Duration, with func(*node.ServeOptions, *events.HostKey)) *served {
+	t.Helper()
 	key, err := events.GenerateHostKey(rand.Reader)
 	if err != nil {
 		t.Fatal(err)
@@ -45,15 +52,17 @@ func startServe(t *testing.T, checkInterval time.Duration) *served {
 	ctx, cancel := context.WithCancel(context.Background())
 	s := &served{t: t, key: key, cancel: cancel, done: make(chan error, 1)}
 	ready := make(chan node.ServeInfo, 1)
-	go func() {
-		s.done <- node.Serve(ctx, node.ServeOptions{
-			Embedded:      embedded.Options{Listen: "127.0.0.1:-1", StoreDir: t.TempDir()},
-			Validator:     v,
-			HTTPAddr:      "127.0.0.1:0",
-			CheckInterval: checkInterval,
-			Ready:         func(i node.ServeInfo) { ready <- i },
-		})
-	}()
+	so := node.ServeOptions{
+		Embedded:      embedded.Options{Listen: "127.0.0.1:-1", StoreDir: t.TempDir()},
+		Validator:     v,
+		HTTPAddr:      "127.0.0.1:0",
+		CheckInterval: checkInterval,
+		Ready:         func(i node.ServeInfo) { ready <- i },
+	}
+	if with != nil {
+		with(&so, key)
+	}
+	go func() { s.done <- node.Serve(ctx, so) }()
 	select {
 	case s.info = <-ready:
 	case err := <-s.done:

@@ -22,6 +22,7 @@ import (
 
 	"github.com/roompub/roompub/events"
 	"github.com/roompub/roompub/room"
+	"github.com/roompub/roompub/room/checkpointer"
 	"github.com/roompub/roompub/room/embedded"
 	"github.com/roompub/roompub/room/internal/roomtest"
 	"github.com/roompub/roompub/room/node"
@@ -649,14 +650,19 @@ func TestStreamMarkOutsideTheStore(t *testing.T) {
 	}
 
 	for name, bad := range map[string]node.ServeOptions{
-		"no directory": {StreamMark: filepath.Join(t.TempDir(), "nodir", "m.json")},
-		"bad room id":  {AcknowledgeLoss: []string{"big"}, PublisherKey: roomtest.NewPublisherKey(t)},
-		"no key":       {AcknowledgeLoss: []string{"room:big"}},
+		"no directory":            {StreamMark: filepath.Join(t.TempDir(), "nodir", "m.json")},
+		"bad room id":             {AcknowledgeLoss: []string{"big"}, PublisherKey: roomtest.NewPublisherKey(t)},
+		"no key":                  {AcknowledgeLoss: []string{"room:big"}},
+		"tiles without an origin": {Tiles: node.TilesOptions{Enabled: true}, HTTPAddr: "127.0.0.1:0", PublisherKey: roomtest.NewPublisherKey(t)},
+		"tiles without a key":     {Tiles: node.TilesOptions{Enabled: true}, HTTPAddr: "127.0.0.1:0", Checkpoint: checkpointer.Options{Origin: "example.org/log"}},
+		"tiles without http":      {Tiles: node.TilesOptions{Enabled: true}, PublisherKey: roomtest.NewPublisherKey(t), Checkpoint: checkpointer.Options{Origin: "example.org/log"}},
 	} {
 		fresh := filepath.Join(t.TempDir(), "fresh")
 		bad.Embedded, bad.Validator, bad.CheckInterval = embedded.Options{Listen: "127.0.0.1:-1", StoreDir: fresh}, guardValidator(t), time.Hour
 		if _, err := tryServe(t, bad); err == nil {
 			t.Errorf("%s: served", name)
+		} else if strings.HasPrefix(name, "tiles") && !errors.Is(err, node.ErrTiles) {
+			t.Errorf("%s: %v, want node.ErrTiles", name, err)
 		} else if _, serr := os.Stat(filepath.Join(fresh, "jetstream", "$G", "streams", "ROOMS")); serr == nil {
 			t.Errorf("%s: refused (%v) only after it made the stream", name, err)
 		}

@@ -62,13 +62,16 @@ var rules = map[string]rule{
 	// gate and the ingest service): no package imports it but tests, as
 	// no rule here lists it.
 	"room/internal/roomtest": {imports: []string{"checkpoint", "events", "internal/witnesstest", "room", "room/checkpointer", "room/embedded", "room/ingest", "room/internal/jsapi", "room/reader", "validate", "witness"}, nats: true, server: true},
+	// The logs read from JetStream as tiles sources: the checkpoint
+	// package's rules over batch direct gets. No server, no role.
+	"room/tilesource": {imports: []string{"checkpoint", "room", "room/internal/jsapi", "tiles"}, nats: true},
 	// The in-process nats-server and its store lock: no roompub package.
 	"room/embedded": {nats: true, server: true},
 	// Secure mode's roles and permissions, on room's vocabulary.
 	"room/secure": {imports: []string{"room"}, nats: true, server: true},
 	// The process: serve's assembly of server, stream guard, gate,
 	// ingest service and checkpointer.
-	"room/node": {imports: []string{"events", "room", "room/checkpointer", "room/embedded", "room/ingest", "room/internal/jsapi", "validate"}, nats: true, server: true},
+	"room/node": {imports: []string{"checkpoint", "events", "room", "room/checkpointer", "room/embedded", "room/ingest", "room/internal/jsapi", "room/tilesource", "tiles", "validate"}, nats: true, server: true},
 
 	"cmd/publisher":     {imports: []string{"config", "events", "room", "room/checkpointer", "room/client", "room/embedded", "room/ingest", "room/node", "room/secure", "validate", "witness"}, nats: true, server: true},
 	"cmd/subscriber":    {imports: []string{"checkpoint", "config", "events", "room", "room/reader", "validate", "witness"}, nats: true},
@@ -147,7 +150,7 @@ var layers = [][]string{
 	{"events", "schemas"},
 	{"validate", "checkpoint", "witness", "internal/witnesstest", "tiles"},
 	{"room/internal/jsapi", "room"},
-	{"room/ingest", "room/client", "room/reader", "room/checkpointer", "room/embedded", "room/secure", "room/internal/roomtest"},
+	{"room/ingest", "room/client", "room/reader", "room/checkpointer", "room/embedded", "room/secure", "room/tilesource", "room/internal/roomtest"},
 	{"room/node", "config"},
 	{"cmd/publisher", "cmd/subscriber", "cmd/roompub-bench"},
 }
