@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"os/signal"
@@ -18,6 +19,7 @@ import (
 type followCmd struct {
 	config.Reader
 	publisherTrust
+	witnessPolicy
 	Rooms     []string `name:"room" required:"" placeholder:"ROOM" help:"Room to follow (repeatable)."`
 	Durable   string   `name:"durable" required:"" placeholder:"NAME" help:"Durable consumer name: where this subscriber resumes after a restart."`
 	JSON      bool     `name:"json" help:"Print events as JSON lines (the default; kept for symmetry with the other commands)." default:"true" negatable:""`
@@ -32,11 +34,15 @@ func (c *followCmd) Validate() error {
 	if strings.ContainsAny(c.Durable, " \t.*>/\\") {
 		return fmt.Errorf("%w: --durable %q is not a valid consumer name", config.ErrInvalid, c.Durable)
 	}
-	return c.publisherTrust.validate()
+	return errors.Join(c.publisherTrust.validate(), c.witnessPolicy.validate(len(c.TrustedPublishers)))
 }
 
 func (c *followCmd) Run(s *streams) error {
 	t, err := c.trust()
+	if err != nil {
+		return err
+	}
+	witnessing, t, err := c.policy(t)
 	if err != nil {
 		return err
 	}
@@ -60,6 +66,14 @@ func (c *followCmd) Run(s *streams) error {
 	return reader.Follow(ctx, js, reader.FollowOptions{
 		Stream: c.Stream, Subjects: room.Subjects{Prefix: c.Prefix}, Rooms: c.Rooms, Durable: c.Durable, Validator: v,
 		Trust: t, State: state, Read: config.FollowRead(c.Credentials), SetAsideList: list, Reexamine: c.Reexamine,
+		Witnessing: witnessing,
+		OnWitnessQuorum: func(why string) {
+			if why == "" {
+				fmt.Fprintf(s.err, "subscriber: the deployment log is witnessed again\n")
+				return
+			}
+			fmt.Fprintf(s.err, "subscriber: witness_quorum: %s\n", why)
+		},
 		OnSetAside: func(a reader.SetAside) {
 			if a.Reexamined {
 				fmt.Fprintf(s.err, "still set aside (re-examined): %s\n", a.Error())

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"slices"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -73,6 +74,19 @@ type FollowOptions struct {
 	// Read chooses how the rebuild reads the stream (see
 	// AuditOptions.Read); live delivery always uses the durable.
 	Read ReadMode
+	// Witnessing, when set (with Trust naming the deployment origin),
+	// reads the deployment log after the rebuild and then every
+	// WitnessEvery as it grows: a room checkpoint it holds that the room
+	// as followed does not match refuses the room (a split view,
+	// checkpoint_mismatch), and a latest deployment checkpoint short of the
+	// policy's quorum is logged (witness_quorum). The rooms' trees are then
+	// kept whole (about 64 bytes per admitted message) to check any size.
+	Witnessing   *Witnessing
+	WitnessEvery time.Duration // default 1s
+	// OnWitnessQuorum, when set, is told why the deployment log's latest
+	// checkpoint is short of the policy's quorum each time that changes,
+	// and "" once it is witnessed again. It must not block long.
+	OnWitnessQuorum func(reason string)
 }
 
 // Handler receives verified events in stream order. Returning nil
@@ -114,6 +128,12 @@ func Follow(ctx context.Context, js jetstream.JetStream, o FollowOptions, handle
 	}
 	if o.AckWait <= 0 {
 		o.AckWait = 30 * time.Second
+	}
+	if o.Witnessing != nil && (o.Trust.Len() == 0 || o.Trust.Origin() == "" || o.Witnessing.Policy == nil) {
+		return fmt.Errorf("%w: a witness policy needs trusted publishers and the deployment origin", ErrReader)
+	}
+	if o.WitnessEvery <= 0 {
+		o.WitnessEvery = time.Second
 	}
 	o.Rooms = uniqueRooms(o.Rooms)
 	cctx, cancel := jsapi.WithDefaultTimeout(ctx, room.DefaultTimeout)
@@ -177,6 +197,16 @@ func Follow(ctx context.Context, js jetstream.JetStream, o FollowOptions, handle
 		if err := followFloors(ctx, js.Conn(), name, r, o, setAside, log); err != nil {
 			return err
 		}
+	}
+	var watch *followWitness
+	if o.Witnessing != nil {
+		r.fullTrees = true
+		watch = &followWitness{every: o.WitnessEvery, log: log, tell: o.OnWitnessQuorum}
+		watch.view = newDeploymentView(o.Witnessing, o.Trust, o.Rooms, func(_ *Event, a *SetAside) {
+			if a != nil && watch.err == nil {
+				watch.err = setAside(a, true)
+			}
+		})
 	}
 	// The rebuild's verdicts are not handed out, except those of listed
 	// messages re-examined (rebuilt). rebuilding holds, in stream order,
@@ -276,6 +306,11 @@ func Follow(ctx context.Context, js jetstream.JetStream, o FollowOptions, handle
 		}
 	case list != nil:
 		list.listed = nil // the rebuild's, done
+	}
+	if watch != nil {
+		if err := watch.step(ctx, js, r, o.Subjects); err != nil {
+			return err
+		}
 	}
 	log.Info("subscriber rebuilt", zap.String("durable", o.Durable), zap.Uint64("ack_floor", floor))
 	if o.Ready != nil {
@@ -397,6 +432,11 @@ func Follow(ctx context.Context, js jetstream.JetStream, o FollowOptions, handle
 		last = w.seq
 	}
 	err = runOrdered(ctx, r, produce, func(b *batch) error {
+		if watch != nil && time.Since(watch.at) >= watch.every {
+			if err := watch.step(ctx, js, r, o.Subjects); err != nil {
+				return err
+			}
+		}
 		if len(b.xs) == 0 {
 			// The server had nothing more for a whole fetch: a batch
 			// still open cannot be whole, unless the stream leader holds
@@ -586,4 +626,51 @@ func addFetched(b *batch, msg jetstream.Msg) error {
 	}
 	b.add(StreamMsg{Subject: msg.Subject(), Seq: meta.Sequence.Stream, Data: msg.Data(), Time: meta.Timestamp, Attestation: attestationOf(msg.Headers()), Owner: msg.Headers().Get(room.HeaderOwner)}, msg)
 	return nil
+}
+
+// maxWitnessPending bounds the deployment log entries Follow keeps waiting
+// for their rooms (a room not followed yet, or behind): past it the oldest
+// are dropped, with a warning.
+const maxWitnessPending = 1 << 16
+
+// followWitness is Follow's view of the deployment log, read after the
+// rebuild and then every interval, in Follow's decision goroutine (the
+// rooms' ledgers are not shared).
+type followWitness struct {
+	view  *deploymentView
+	every time.Duration
+	at    time.Time
+	log   *zap.Logger
+	why   string // the quorum shortfall last logged
+	tell  func(string)
+	err   error // the first failure to set a message aside
+}
+
+// step reads what is new in the log and judges the entries it can; a read
+// that fails is logged and tried again at the next step.
+func (w *followWitness) step(ctx context.Context, js jetstream.JetStream, r *Reader, subjects room.Subjects) error {
+	w.at = time.Now()
+	if err := w.view.read(ctx, js); err != nil {
+		if ctx.Err() == nil {
+			w.log.Warn("follow: reading the deployment log", zap.Error(err))
+		}
+		return nil
+	}
+	w.view.judge(r, subjects, false)
+	if n := len(w.view.pending); n > maxWitnessPending {
+		w.log.Warn("follow: deployment log entries waiting for their rooms dropped", zap.Int("dropped", n-maxWitnessPending))
+		w.view.pending = slices.Delete(w.view.pending, 0, n-maxWitnessPending)
+	}
+	if why := w.view.shortOfQuorum(); why != w.why {
+		w.why = why
+		if w.tell != nil {
+			w.tell(why)
+		}
+		if why != "" {
+			w.log.Warn("follow: witness_quorum", zap.String("reason", why))
+		} else if c := w.view.facts.Witnessed; c != nil {
+			w.log.Info("follow: the deployment log is witnessed", zap.Uint64("size", c.Size), zap.Strings("cosigners", c.Cosigners))
+		}
+	}
+	return w.err
 }

@@ -69,141 +69,208 @@ type dlEntry struct {
 	data  []byte
 }
 
-// checkWitnessed reads the deployment log and checks it against the rooms
-// the reader read (whose ledgers keep full trees), reporting through out.
-// It fills rep.Witness and each room's witnessed size.
-func checkWitnessed(ctx context.Context, js jetstream.JetStream, r *Reader, o AuditOptions, rep *AuditReport, out func(*Event, *SetAside)) (map[string]*RoomWitness, error) {
-	w := o.Witnessing
-	origin := o.Trust.Origin()
-	name := w.Log.StreamName()
-	facts := &WitnessFacts{Stream: name, Origin: origin, Quorum: w.Policy.QuorumName()}
-	rep.Witness = facts
-	logAside := func(seq uint64, subject string, code events.Code, reason string) {
-		p := events.Problem{Code: code, At: events.Location{Seq: seq}, Reason: reason}
-		ref := events.NewRefusal([]events.Problem{p})
-		out(nil, &SetAside{Seq: seq, Subject: subject, Code: ref.Code, Reason: ref.Reason, Problems: ref.Problems})
-	}
-	logV := o.Trust.OriginVerifiers()
-	var entries []dlEntry
-	var err error
-	tree := checkpoint.NewTree()
-	var latest, witnessed *checkpoint.Checkpoint
-	var latestW, witnessedW *WitnessedCheckpoint
-	err = readAll(ctx, js, name, w.Log.Subjects().All(), func(m jsapi.Msg) {
+// deploymentView is a reader's view of the deployment log, read
+// incrementally: its tree, its checkpoints as judged, the entries not yet
+// judged against their rooms, and each room's witnessed checkpoint. Audit
+// reads it once; Follow reads it again as it grows.
+type deploymentView struct {
+	w     *Witnessing
+	trust *checkpoint.Trust
+	rooms []string // the rooms read; empty: every room
+	facts WitnessFacts
+	out   func(*Event, *SetAside)
+
+	next      uint64 // next stream seq to read
+	tree      *checkpoint.Tree
+	latest    *checkpoint.Checkpoint
+	witnessed *checkpoint.Checkpoint
+	pending   []dlEntry               // entries not judged against their rooms yet, in log order
+	byRoom    map[string]*RoomWitness // each room's witnessed checkpoint
+}
+
+func newDeploymentView(w *Witnessing, trust *checkpoint.Trust, rooms []string, out func(*Event, *SetAside)) *deploymentView {
+	return &deploymentView{w: w, trust: trust, rooms: rooms, out: out, next: 1, tree: checkpoint.NewTree(),
+		byRoom: map[string]*RoomWitness{},
+		facts:  WitnessFacts{Stream: w.Log.StreamName(), Origin: trust.Origin(), Quorum: w.Policy.QuorumName()}}
+}
+
+// aside reports a message of the deployment log (or, seq 0, the log).
+func (d *deploymentView) aside(seq uint64, subject string, code events.Code, reason string) {
+	p := events.Problem{Code: code, At: events.Location{Seq: seq}, Reason: reason}
+	ref := events.NewRefusal([]events.Problem{p})
+	d.out(nil, &SetAside{Seq: seq, Subject: subject, Code: ref.Code, Reason: ref.Reason, Problems: ref.Problems})
+}
+
+// read reads the log from where it stands to its end: entries grow the
+// tree and wait to be judged; each checkpoint is judged against the tree
+// (signed by a trusted publisher under the origin, covering the entries as
+// read, no smaller than the one before: else checkpoint_mismatch) and
+// counts as witnessed with the policy's quorum. jetstream.ErrStreamNotFound
+// when there is no deployment log.
+func (d *deploymentView) read(ctx context.Context, js jetstream.JetStream) error {
+	log := d.w.Log
+	return readFrom(ctx, js, log.StreamName(), log.Subjects().All(), d.next, func(m jsapi.Msg) {
+		d.next = m.Seq + 1
 		switch m.Subject {
-		case w.Log.Entry():
-			entries = append(entries, dlEntry{index: tree.Size(), seq: m.Seq, data: m.Data})
-			tree.Append(checkpoint.EntryLeaf(m.Data))
-		case w.Log.Checkpoint():
-			ck, err := checkpoint.ParseDeployment(m.Data, o.Trust)
-			if err != nil {
-				facts.Refused++
-				logAside(m.Seq, m.Subject, events.CheckpointMismatch, "deployment log checkpoint: "+err.Error())
-				return
-			}
-			root, rerr := tree.RootAt(ck.Size)
-			switch {
-			case rerr != nil:
-				facts.Refused++
-				logAside(m.Seq, m.Subject, events.CheckpointMismatch, fmt.Sprintf("deployment log checkpoint of size %d: the log as read has %d entries: it is behind the checkpoint, or forked", ck.Size, tree.Size()))
-				return
-			case root != ck.Root:
-				facts.Refused++
-				logAside(m.Seq, m.Subject, events.CheckpointMismatch, fmt.Sprintf("deployment log checkpoint of size %d: forked: the log as read has root %s at that size, the checkpoint %s", ck.Size, hexRoot(root), hexRoot(ck.Root)))
-				return
-			case latest != nil && ck.Size < latest.Size:
-				facts.Refused++
-				logAside(m.Seq, m.Subject, events.CheckpointMismatch, fmt.Sprintf("deployment log checkpoint of size %d is smaller than the one of size %d before it", ck.Size, latest.Size))
-				return
-			}
-			facts.Checkpoints++
-			cosigners, qerr := w.Policy.CheckWith(m.Data, logV)
-			wc := &WitnessedCheckpoint{Size: ck.Size, Root: hexRoot(ck.Root), Seq: m.Seq, Cosigners: cosigners}
-			latest, latestW = ck, wc
-			if qerr == nil {
-				witnessed, witnessedW = ck, wc
-			}
+		case log.Entry():
+			d.pending = append(d.pending, dlEntry{index: d.tree.Size(), seq: m.Seq, data: m.Data})
+			d.tree.Append(checkpoint.EntryLeaf(m.Data))
+			d.facts.Entries = d.tree.Size()
+		case log.Checkpoint():
+			d.checkpoint(m)
 		}
 	})
+}
+
+func (d *deploymentView) checkpoint(m jsapi.Msg) {
+	refuse := func(format string, args ...any) {
+		d.facts.Refused++
+		d.aside(m.Seq, m.Subject, events.CheckpointMismatch, "deployment log checkpoint"+fmt.Sprintf(format, args...))
+	}
+	ck, err := checkpoint.ParseDeployment(m.Data, d.trust)
+	if err != nil {
+		refuse(": %v", err)
+		return
+	}
+	root, rerr := d.tree.RootAt(ck.Size)
+	switch {
+	case rerr != nil:
+		refuse(" of size %d: the log as read has %d entries: it is behind the checkpoint, or forked", ck.Size, d.tree.Size())
+		return
+	case root != ck.Root:
+		refuse(" of size %d: forked: the log as read has root %s at that size, the checkpoint %s", ck.Size, hexRoot(root), hexRoot(ck.Root))
+		return
+	case d.latest != nil && ck.Size < d.latest.Size:
+		refuse(" of size %d is smaller than the one of size %d before it", ck.Size, d.latest.Size)
+		return
+	}
+	d.facts.Checkpoints++
+	cosigners, qerr := d.w.Policy.CheckWith(m.Data, d.trust.OriginVerifiers())
+	wc := &WitnessedCheckpoint{Size: ck.Size, Root: hexRoot(ck.Root), Seq: m.Seq, Cosigners: cosigners}
+	d.latest, d.facts.Latest = ck, wc
+	if qerr == nil {
+		d.witnessed, d.facts.Witnessed = ck, wc
+	}
+}
+
+// shortOfQuorum says why the log's latest checkpoint is not witnessed, or
+// "" when it is.
+func (d *deploymentView) shortOfQuorum() string {
+	switch {
+	case d.latest == nil:
+		return "the deployment log has no checkpoint that covers its entries: nothing is witnessed"
+	case d.witnessed != nil && d.witnessed.Size >= d.latest.Size:
+		return ""
+	}
+	have := uint64(0)
+	if d.witnessed != nil {
+		have = d.witnessed.Size
+	}
+	l := d.facts.Latest
+	return fmt.Sprintf("the deployment log's latest checkpoint (size %d) has %d valid cosignature(s) %v, short of quorum %s: entries after %d are not witnessed",
+		d.latest.Size, len(l.Cosigners), l.Cosigners, d.facts.Quorum, have)
+}
+
+// judge checks the pending entries, in log order, against the rooms read:
+// an entry of a room read must be a room checkpoint a trusted publisher
+// signed and match the room as read (checkpoint.Ledger.CheckOther), else
+// the room is refused as a split view. An entry larger than its room as
+// read so far waits, unless final (Audit: the room as read is all there
+// is). The ledgers must keep full trees.
+func (d *deploymentView) judge(r *Reader, subjects room.Subjects, final bool) {
+	keep := d.pending[:0]
+	for _, e := range d.pending {
+		if !d.judgeEntry(r, subjects, e, final) {
+			keep = append(keep, e)
+		}
+	}
+	clear(d.pending[len(keep):])
+	d.pending = keep
+}
+
+// judgeEntry judges one entry; false when it must wait for its room.
+func (d *deploymentView) judgeEntry(r *Reader, subjects room.Subjects, e dlEntry, final bool) bool {
+	entry := d.w.Log.Entry()
+	u, err := checkpoint.ParseUnverified(e.data)
+	if err != nil {
+		d.aside(e.seq, entry, events.CheckpointMismatch, fmt.Sprintf("deployment log entry %d is not a room checkpoint: %v", e.index, err))
+		return true
+	}
+	if len(d.rooms) > 0 && !slices.Contains(d.rooms, u.Room) {
+		return true
+	}
+	c, err := checkpoint.Parse(e.data, u.Room, d.trust)
+	if err != nil {
+		d.aside(e.seq, entry, events.CheckpointMismatch, fmt.Sprintf("deployment log entry %d: %v", e.index, err))
+		return true
+	}
+	l := r.ledgers[c.Room]
+	switch {
+	case l != nil && l.refused != "":
+		return true
+	case l == nil && !final:
+		return false
+	case l == nil:
+		// A room the log holds a checkpoint of that the stream shows
+		// nothing of: withheld from this reader.
+		l = r.ledgerOf(c.Room)
+	case c.Size > l.Size() && !final:
+		return false
+	}
+	if err := l.CheckOther(c); err != nil {
+		why := fmt.Sprintf("split view: the deployment log's entry %d (stream seq %d) is a checkpoint of the room of size %d that the room as read does not match: %v", e.index, e.seq, c.Size, err)
+		l.refused = why
+		delete(d.byRoom, c.Room) // a refused room is witnessed no more
+		_, seq := l.Latest()
+		d.out(nil, roomAside(subjects, c.Room, seq, why))
+		return true
+	}
+	if d.witnessed != nil && e.index < d.witnessed.Size {
+		if rw := d.byRoom[c.Room]; rw == nil || c.Size >= rw.Size {
+			d.byRoom[c.Room] = &RoomWitness{Size: c.Size, Entry: e.index}
+		}
+	}
+	return true
+}
+
+// checkWitnessed reads the deployment log and checks it against the rooms
+// the reader read (whose ledgers keep full trees), reporting through out.
+// It fills rep.Witness and returns each room's witnessed checkpoint.
+func checkWitnessed(ctx context.Context, js jetstream.JetStream, r *Reader, o AuditOptions, rep *AuditReport, out func(*Event, *SetAside)) (map[string]*RoomWitness, error) {
+	d := newDeploymentView(o.Witnessing, o.Trust, o.Rooms, out)
+	err := d.read(ctx, js)
+	rep.Witness = &d.facts
 	if errors.Is(err, jetstream.ErrStreamNotFound) {
-		logAside(0, name, events.WitnessQuorum, fmt.Sprintf("no deployment log (stream %s): nothing is witnessed", name))
+		d.aside(0, d.facts.Stream, events.WitnessQuorum, fmt.Sprintf("no deployment log (stream %s): nothing is witnessed", d.facts.Stream))
 		return nil, nil
 	}
 	if err != nil {
-		return nil, fmt.Errorf("deployment log %s: %w", name, err)
+		return nil, fmt.Errorf("deployment log %s: %w", d.facts.Stream, err)
 	}
-	facts.Entries, facts.Latest, facts.Witnessed = tree.Size(), latestW, witnessedW
-	switch {
-	case latest == nil:
-		logAside(0, w.Log.Checkpoint(), events.WitnessQuorum, "the deployment log has no checkpoint that covers its entries: nothing is witnessed")
-	case witnessed == nil || witnessed.Size < latest.Size:
-		have := uint64(0)
-		if witnessed != nil {
-			have = witnessed.Size
+	if why := d.shortOfQuorum(); why != "" {
+		seq := uint64(0)
+		if d.facts.Latest != nil {
+			seq = d.facts.Latest.Seq
 		}
-		logAside(latestW.Seq, w.Log.Checkpoint(), events.WitnessQuorum, fmt.Sprintf(
-			"the deployment log's latest checkpoint (size %d) has %d valid cosignature(s) %v, short of quorum %s: entries after %d are not witnessed",
-			latest.Size, len(latestW.Cosigners), latestW.Cosigners, facts.Quorum, have))
+		d.aside(seq, o.Witnessing.Log.Checkpoint(), events.WitnessQuorum, why)
 	}
-
-	// The rooms: every checkpoint of a room read that the log holds must
-	// match the room as read; the largest within the witnessed size is
-	// the room's witnessed checkpoint.
-	out2 := map[string]*RoomWitness{}
-	for _, e := range entries {
-		u, err := checkpoint.ParseUnverified(e.data)
-		if err != nil || (len(o.Rooms) > 0 && !slices.Contains(o.Rooms, u.Room)) {
-			if err != nil {
-				logAside(e.seq, w.Log.Entry(), events.CheckpointMismatch, fmt.Sprintf("deployment log entry %d is not a room checkpoint: %v", e.index, err))
-			}
-			continue
-		}
-		c, err := checkpoint.Parse(e.data, u.Room, o.Trust)
-		if err != nil {
-			logAside(e.seq, w.Log.Entry(), events.CheckpointMismatch, fmt.Sprintf("deployment log entry %d: %v", e.index, err))
-			continue
-		}
-		l := r.ledgers[c.Room]
-		if l == nil || l.refused != "" {
-			if l == nil {
-				// A room the log holds a checkpoint of that the stream
-				// shows nothing of: withheld from this reader.
-				l = r.ledgerOf(c.Room)
-			} else {
-				continue
-			}
-		}
-		if err := l.CheckOther(c); err != nil {
-			why := fmt.Sprintf("split view: the deployment log's entry %d (stream seq %d) is a checkpoint of the room of size %d that the room as read does not match: %v", e.index, e.seq, c.Size, err)
-			l.refused = why
-			delete(out2, c.Room) // a refused room is witnessed no more
-			_, seq := l.Latest()
-			out(nil, roomAside(o.Subjects, c.Room, seq, why))
-			continue
-		}
-		if witnessed != nil && e.index < witnessed.Size {
-			if rw := out2[c.Room]; rw == nil || c.Size >= rw.Size {
-				out2[c.Room] = &RoomWitness{Size: c.Size, Entry: e.index}
-			}
-		}
-	}
+	d.judge(r, o.Subjects, true)
 	for _, id := range r.ledgerRooms() {
 		l := r.ledgers[id]
 		latestRoom, seq := l.Latest()
-		if latestRoom == nil || l.refused != "" || out2[id] != nil {
+		if latestRoom == nil || l.refused != "" || d.byRoom[id] != nil {
 			continue
 		}
+		why := "no checkpoint of the room is covered by a deployment log checkpoint with the witness quorum " + d.facts.Quorum
 		out(nil, &SetAside{RoomID: id, Kind: room.KindCheckpoint, Seq: seq, Subject: o.Subjects.Checkpoint(id), Code: events.WitnessQuorum,
-			Reason: "no checkpoint of the room is covered by a deployment log checkpoint with the witness quorum " + facts.Quorum,
-			Problems: []events.Problem{{Code: events.WitnessQuorum, At: events.Location{Seq: seq},
-				Reason: "no checkpoint of the room is covered by a deployment log checkpoint with the witness quorum " + facts.Quorum}}})
+			Reason: why, Problems: []events.Problem{{Code: events.WitnessQuorum, At: events.Location{Seq: seq}, Reason: why}}})
 	}
-	return out2, nil
+	return d.byRoom, nil
 }
 
-// readAll reads every message of stream under filter, in stream order,
-// with batch direct gets.
-func readAll(ctx context.Context, js jetstream.JetStream, stream, filter string, f func(jsapi.Msg)) error {
+// readFrom reads the messages of stream under filter from seq next to the
+// stream's last sequence, in stream order, with batch direct gets.
+func readFrom(ctx context.Context, js jetstream.JetStream, stream, filter string, next uint64, f func(jsapi.Msg)) error {
 	cctx, cancel := jsapi.WithDefaultTimeout(ctx, room.DefaultTimeout)
 	st, err := js.Stream(cctx, stream)
 	var info *jetstream.StreamInfo
@@ -215,7 +282,7 @@ func readAll(ctx context.Context, js jetstream.JetStream, stream, filter string,
 		return err
 	}
 	last := info.State.LastSeq
-	for next := uint64(1); next <= last; {
+	for next <= last {
 		msgs, err := jsapi.DirectBatch(ctx, js.Conn(), stream, jsapi.BatchRequest{Seq: next, NextBySubj: filter, Batch: pullMaxMessages, MaxBytes: pullMaxBytes}, room.DefaultTimeout)
 		if err != nil {
 			return err

@@ -172,3 +172,90 @@ func lastDeploymentSize(t *testing.T, e *roomtest.Env, key *events.HostKey) uint
 	}
 	return c.Size
 }
+
+// TestFollowWitnessed: a follower with a witness policy serves both rooms
+// while the deployment log matches them; once a room checkpoint of
+// another history of room A lands in the deployment log, it refuses room
+// A (a split view, set aside) and serves nothing more of it, while room B
+// goes on.
+func TestFollowWitnessed(t *testing.T) {
+	e := roomtest.NewEnv(t)
+	ctx := context.Background()
+	key := roomtest.NewPublisherKey(t)
+	_, wws := roomtest.StartWitnesses(t, 3, key)
+	ckp, _ := roomtest.StartCheckpointer(t, e.Connect(), checkpointer.Options{Key: key, Origin: roomtest.Deployment, Every: 5, Interval: time.Hour,
+		Deployment: checkpointer.DeploymentOptions{Interval: 50 * time.Millisecond, Witnesses: wws}})
+	gate := roomtest.AttestingGate(e, e.Nc, key, ckp, ingest.GateOptions{})
+	trust, err := roomtest.Trusting(t, key).WithOrigin(roomtest.Deployment)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const roomA, roomB = "room:f-a", "room:f-b"
+	esA, _ := roomtest.Journal(t, "run-f", "cap-a", 20)
+	esB, _ := roomtest.Journal(t, "run-f", "cap-b", 20)
+	ship := func(roomID string, es []*events.Entry) {
+		t.Helper()
+		if r, err := gate.AppendJournal(ctx, roomID, roomtest.Lines(es), nil); err != nil || r.Stored != len(es) {
+			t.Fatalf("%+v %v", r, err)
+		}
+	}
+	ship(roomA, esA[:10])
+	ship(roomB, esB[:10])
+	fl := roomtest.StartFollow(t, e.Js, reader.FollowOptions{Durable: "witnessed", Validator: e.V, Trust: trust,
+		Witnessing: &reader.Witnessing{Policy: roomtest.Policy(t, wws, 2)}, WitnessEvery: 50 * time.Millisecond}, nil)
+	fl.WaitSeen(t, 20)
+	dl := room.DeploymentLog{}
+	roomtest.WaitFor(t, 20*time.Second, "both rooms' checkpoints in the deployment log", func() bool {
+		return e.CountOnStream(dl.StreamName(), dl.Entry()) == 2
+	})
+
+	// Room A shown elsewhere: the deployment log holds another checkpoint
+	// of it at size 10.
+	origin := checkpoint.RoomOrigin(roomtest.Deployment, roomA)
+	rs, err := checkpoint.NewNamedNoteSigner(key, origin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	forged, err := checkpoint.Sign(rs, origin, 10, sha256.Sum256([]byte("room A elsewhere")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	entrySeq := roomtest.PublishRaw(t, e.Js, room.DeploymentLog{}.Entry(), forged)
+	roomtest.WaitFor(t, 10*time.Second, "room A refused", func() bool {
+		fl.Mu.Lock()
+		defer fl.Mu.Unlock()
+		for _, a := range fl.Asides {
+			if a.RoomID == roomA && a.Code == events.CheckpointMismatch && strings.Contains(a.Reason, fmt.Sprintf("split view: the deployment log's entry 2 (stream seq %d)", entrySeq)) {
+				return true
+			}
+		}
+		return false
+	})
+	ship(roomA, esA[10:])
+	ship(roomB, esB[10:])
+	// 20 events, the split view, then 10 of B served and 10 of A set
+	// aside, plus the rooms' checkpoint messages of the second round
+	// (checkpoints are no events).
+	roomtest.WaitFor(t, 10*time.Second, "room B's second round served", func() bool {
+		fl.Mu.Lock()
+		defer fl.Mu.Unlock()
+		b := 0
+		for _, ev := range fl.Events {
+			if ev.RoomID == roomB {
+				b++
+			}
+		}
+		return b == 20
+	})
+	fl.Mu.Lock()
+	defer fl.Mu.Unlock()
+	a := 0
+	for _, ev := range fl.Events {
+		if ev.RoomID == roomA {
+			a++
+		}
+	}
+	if a != 10 {
+		t.Fatalf("room A: %d events served, want the 10 before the split view", a)
+	}
+}

@@ -7,8 +7,11 @@ package integration
 // --witness keys with --witness-quorum.
 
 import (
+	"bytes"
+	"context"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -68,6 +71,18 @@ func TestWitnessedAudit(t *testing.T) {
 		!strings.Contains(r.stdout, "cosigned by "+strings.Join(names, ", ")) ||
 		!strings.Contains(r.stdout, "witnessed: the checkpoint of size 14, deployment log entry 0") {
 		t.Fatalf("audit with a 2-of-3 policy: exit %d\n%s%s\nserve:\n%s", r.status, r.stdout, r.stderr, srv.log.String())
+	}
+
+	// follow with the same policy serves the room's 14 entries.
+	fctx, fcancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer fcancel()
+	follow := exec.CommandContext(fctx, subscriberBin(t), ckArgs(srv.url, key.id, "follow", "--room", "room:eval-csv", "--durable", "witnessed",
+		"--state-dir", t.TempDir(), "--witness-policy", policyFile)...)
+	var fout, ferr bytes.Buffer
+	follow.Stdout, follow.Stderr = &fout, &ferr
+	_ = follow.Run() // killed at the deadline
+	if n := strings.Count(fout.String(), "\n"); n != 14 || !strings.Contains(ferr.String(), "subscriber: following room:eval-csv") || strings.Contains(ferr.String(), "set aside") {
+		t.Fatalf("follow with a witness policy: %d events\n%s%s", n, fout.String(), ferr.String())
 	}
 
 	// One witness stops: the next checkpoints have two cosignatures,
