@@ -135,14 +135,18 @@ type Checkpointer struct {
 	streamName string
 	kv         jetstream.KeyValue
 	signer     note.Signer
-	dep        *deployment     // the deployment log; nil without an origin
-	key        *events.HostKey // signs the leases
-	nodeID     string
-	trust      *checkpoint.Trust
-	every      uint64
-	interval   time.Duration
-	ttl        time.Duration
-	m          *checkpointMetrics
+	dep        *deployment // the deployment log; nil without an origin
+	// stopping is set by Stop before the final checkpoints, which
+	// finalWrites keeps for the deployment log (c.mu).
+	stopping    bool
+	finalWrites []srcCheckpoint
+	key         *events.HostKey // signs the leases
+	nodeID      string
+	trust       *checkpoint.Trust
+	every       uint64
+	interval    time.Duration
+	ttl         time.Duration
+	m           *checkpointMetrics
 
 	own ownAttestations
 	// acked holds the gate's batches the server acknowledged, whole, by
@@ -339,11 +343,15 @@ func (c *Checkpointer) stop(ctx context.Context) error {
 	c.stopF()
 	<-c.fdone
 	c.settleStuck(ctx, true)
+	c.mu.Lock()
+	c.stopping = true
+	c.mu.Unlock()
 	if len(errs) == 0 {
 		errs = append(errs, c.writeDue(ctx, true))
 	}
 	if d := c.dep; d != nil {
 		<-d.done
+		c.offerFinal(d)
 		if len(errs) == 0 || errs[0] == nil {
 			if err := c.deploymentStep(ctx, d, true); err != nil {
 				errs = append(errs, fmt.Errorf("the deployment log: %w", err))

@@ -2,9 +2,11 @@ package checkpointer
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"sync"
 	"time"
@@ -376,4 +378,29 @@ func (c *Checkpointer) deploymentMsg(d *deployment, m jsapi.Msg) {
 // holdDeploymentLease is holdLease for the deployment log's key.
 func (c *Checkpointer) holdDeploymentLease(ctx context.Context, d *deployment) bool {
 	return c.hold(ctx, &d.lease, DeploymentLeaseKey, "the deployment log")
+}
+
+// offerFinal offers the room checkpoints Stop wrote, which are not read
+// back, to the deployment log, but only when they are the stream's next
+// messages after the last one read, one after another: then no other
+// publisher's checkpoint lies between them, which the log would skip (a
+// writer resumes after the last room stream seq it holds). Otherwise they
+// enter the log when a serve next reads them.
+func (c *Checkpointer) offerFinal(d *deployment) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	ws := c.finalWrites
+	slices.SortFunc(ws, func(a, b srcCheckpoint) int { return cmp.Compare(a.seq, b.seq) })
+	next := c.handled.Load() + 1
+	for _, w := range ws {
+		if w.seq != next {
+			c.log.Debug("checkpointer: the final room checkpoints enter the deployment log at the next start",
+				zap.Uint64("stream_seq", w.seq), zap.Uint64("expected", next))
+			return
+		}
+		next++
+	}
+	for _, w := range ws {
+		d.offer(w.seq, w.note)
+	}
 }

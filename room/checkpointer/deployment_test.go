@@ -243,3 +243,37 @@ func TestDeploymentKeyRotation(t *testing.T) {
 	}
 	waitWitnessed(3, newKey.NodeID())
 }
+
+// TestDeploymentLogFinal: the room checkpoints Stop writes (not read back)
+// enter the deployment log and its final checkpoint, cosigned.
+func TestDeploymentLogFinal(t *testing.T) {
+	e := roomtest.NewEnv(t)
+	ctx := context.Background()
+	key := roomtest.NewPublisherKey(t)
+	_, wws := roomtest.StartWitnesses(t, 3, key)
+	ckp, _ := roomtest.StartCheckpointer(t, e.Connect(), checkpointer.Options{Key: key, Origin: tDeployment, Every: 100, Interval: time.Hour,
+		Deployment: checkpointer.DeploymentOptions{Interval: time.Hour, Witnesses: wws}})
+	gate := roomtest.AttestingGate(e, e.Nc, key, ckp, ingest.GateOptions{})
+	es, _ := roomtest.Journal(t, "run-final", "cap-final", 3)
+	if r, err := gate.AppendJournal(ctx, "room:final", roomtest.Lines(es), nil); err != nil || r.Stored != 3 {
+		t.Fatalf("%+v %v", r, err)
+	}
+	if entries, _ := deploymentLog(t, e); len(entries) != 0 {
+		t.Fatalf("%d entries before Stop", len(entries))
+	}
+	if err := ckp.Stop(ctx); err != nil {
+		t.Fatal(err)
+	}
+	entries, ckpts := deploymentLog(t, e)
+	roomCkpts := e.OnSubject(room.Subjects{}.Checkpoint("room:final"))
+	if len(roomCkpts) != 1 || len(entries) != 1 || !bytes.Equal(entries[0].Data, roomCkpts[0].Data) || len(ckpts) != 1 {
+		t.Fatalf("after Stop: %d room checkpoints, %d entries, %d deployment checkpoints", len(roomCkpts), len(entries), len(ckpts))
+	}
+	trust, _ := roomtest.Trusting(t, key).WithOrigin(tDeployment)
+	if c, err := checkpoint.ParseDeployment(ckpts[0].Data, trust); err != nil || c.Size != 1 {
+		t.Fatalf("final deployment checkpoint %+v, %v", c, err)
+	}
+	if got, err := roomtest.Policy(t, wws, 3).CheckWith(ckpts[0].Data, trust.OriginVerifiers()); err != nil || len(got) != 3 {
+		t.Fatalf("cosigned by %v: %v", got, err)
+	}
+}

@@ -138,6 +138,10 @@ func (c *Checkpointer) write(ctx context.Context, d dueCheckpoint) error {
 		if !ack.Duplicate {
 			c.m.written.Inc()
 			c.log.Debug("checkpoint written", zap.String("room", r.id), zap.Uint64("size", d.size), zap.Uint64("stream_seq", ack.Sequence))
+			if c.stopping && c.dep != nil {
+				// Not read back: the stream is no longer followed.
+				c.finalWrites = append(c.finalWrites, srcCheckpoint{seq: ack.Sequence, note: signed})
+			}
 		}
 		return nil
 	case jsapi.IsWrongLastSequence(err):
