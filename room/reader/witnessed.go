@@ -69,6 +69,28 @@ type dlEntry struct {
 	data  []byte
 }
 
+// deploymentRead is what checkWitnessed read of the deployment log, kept
+// on the reader for Export: the log's tree and entries, its latest
+// checkpoint and latest witnessed one (notes as stored, cosignatures
+// included), and per room the entries that are checkpoints of the room
+// matching it as read, in log order.
+type deploymentRead struct {
+	facts     *WitnessFacts
+	tree      *checkpoint.Tree
+	entries   []dlEntry
+	latest    *checkpoint.Checkpoint
+	witnessed *checkpoint.Checkpoint
+	rooms     map[string][]roomEntry
+	missing   string // why there is no log to read ("" when there is)
+}
+
+// roomEntry is a deployment log entry that is a checkpoint of size size
+// of a room.
+type roomEntry struct {
+	index uint64
+	size  uint64
+}
+
 // checkWitnessed reads the deployment log and checks it against the rooms
 // the reader read (whose ledgers keep full trees), reporting through out.
 // It fills rep.Witness and each room's witnessed size.
@@ -125,14 +147,18 @@ func checkWitnessed(ctx context.Context, js jetstream.JetStream, r *Reader, o Au
 			}
 		}
 	})
+	dr := &deploymentRead{facts: facts, tree: tree, rooms: map[string][]roomEntry{}}
+	r.deployment = dr
 	if errors.Is(err, jetstream.ErrStreamNotFound) {
-		logAside(0, name, events.WitnessQuorum, fmt.Sprintf("no deployment log (stream %s): nothing is witnessed", name))
+		dr.missing = fmt.Sprintf("no deployment log (stream %s): nothing is witnessed", name)
+		logAside(0, name, events.WitnessQuorum, dr.missing)
 		return nil, nil
 	}
 	if err != nil {
 		return nil, fmt.Errorf("deployment log %s: %w", name, err)
 	}
 	facts.Entries, facts.Latest, facts.Witnessed = tree.Size(), latestW, witnessedW
+	dr.entries, dr.latest, dr.witnessed = entries, latest, witnessed
 	switch {
 	case latest == nil:
 		logAside(0, w.Log.Checkpoint(), events.WitnessQuorum, "the deployment log has no checkpoint that covers its entries: nothing is witnessed")
@@ -180,6 +206,7 @@ func checkWitnessed(ctx context.Context, js jetstream.JetStream, r *Reader, o Au
 			out(nil, roomAside(o.Subjects, c.Room, seq, why))
 			continue
 		}
+		dr.rooms[c.Room] = append(dr.rooms[c.Room], roomEntry{index: e.index, size: c.Size})
 		if witnessed != nil && e.index < witnessed.Size {
 			if rw := out2[c.Room]; rw == nil || c.Size >= rw.Size {
 				out2[c.Room] = &RoomWitness{Size: c.Size, Entry: e.index}
