@@ -99,6 +99,26 @@ func TestWitnessedEvidence(t *testing.T) {
 	if r.status != 0 || strings.Count(r.stdout, "wrote ") != 1 || !strings.Contains(r.stdout, "eval-csv.14.entry.roompub-evidence.json") {
 		t.Fatalf("export --heads: exit %d\n%s%s", r.status, r.stdout, r.stderr)
 	}
+	// prove with a witness policy prints the same bundle; export of an
+	// entry the room does not hold exits 1 naming it.
+	r = keep(subRun(t, append(ckArgs(srv.url, key.id, "prove", "--room", "room:eval-csv", "--entry", e5.EntryHash()), "--witness-policy", policyFile)...))
+	exported, err := os.ReadFile(e5File)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.status != 0 || r.stdout != string(exported) {
+		t.Fatalf("prove with a witness policy: exit %d\n%s%s\nwant\n%s", r.status, r.stdout, r.stderr, exported)
+	}
+	missing := strings.Repeat("ab", 32)
+	r = keep(subRun(t, append(ckArgs(srv.url, key.id, "export", "--room", "room:eval-csv", "--entry", missing, "--out", out), "--witness-policy", policyFile)...))
+	if r.status != 1 || r.stdout != "" || !strings.Contains(r.stderr, "subscriber: export: no such verified message: entry_hash "+missing+" in room:eval-csv\n") {
+		t.Fatalf("export of a missing entry: exit %d\n%s%s", r.status, r.stdout, r.stderr)
+	}
+	r = verify(e5File, "--witness-policy", policyFile, "--json")
+	if r.status != 0 || !strings.HasPrefix(r.stdout, `{"valid":true,"room":"room:eval-csv",`) ||
+		!strings.Contains(r.stdout, `"leaf_index":5,"room_checkpoint_size":14,`) || !strings.Contains(r.stdout, `"quorum":"two","cosigners":["`+strings.Join(names, `","`)+`"]}`) {
+		t.Fatalf("verify-proof --json: exit %d\n%s%s", r.status, r.stdout, r.stderr)
+	}
 	data, err := os.ReadFile(e5File)
 	if err != nil {
 		t.Fatal(err)
