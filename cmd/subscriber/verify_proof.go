@@ -133,14 +133,15 @@ func (c *verifyProofCmd) verifyBundle(s *streams, data []byte, t *checkpoint.Tru
 		if cosigners == "" {
 			cosigners = "no witness"
 		}
-		att := "checked (a batch of one)"
+		att, pos := "checked (a batch of one)", v.Position
 		if !v.AttestationChecked {
 			att = fmt.Sprintf("by %s, not checked alone (a message of a batch of %d: the room checkpoint's signature covers its leaf)", v.AttestedBy, v.BatchSize)
+			pos += " as reported"
 		}
 		fmt.Fprintf(s.out, "valid: %s %s (%s, content %s) is leaf %d of the room's checkpoint of size %d signed by %s;\n"+
 			"  that checkpoint is entry %d of the deployment log %s in its checkpoint of size %d, cosigned by %s (quorum %s);\n"+
 			"  attestation %s; stream seq %d as reported by the exporter, not proven\n",
-			v.Room, v.Subject, v.Position, v.ContentHash, v.LeafIndex, v.RoomSize, v.RoomSigner,
+			v.Room, v.Subject, pos, v.ContentHash, v.LeafIndex, v.RoomSize, v.RoomSigner,
 			v.DeploymentIndex, v.Origin, v.DeploymentSize, cosigners, v.Quorum, att, v.ReportedStreamSeq)
 	} else {
 		fmt.Fprintf(s.out, "invalid: %v\n", err)

@@ -193,8 +193,10 @@ type VerifiedEvidence struct {
 	Room              string `json:"room"`
 	Subject           string `json:"subject"`
 	ReportedStreamSeq uint64 `json:"reported_stream_seq"`
-	Position          string `json:"position"`
-	ContentHash       string `json:"content_hash"` // lowercase hex SHA-256 of the stored bytes
+	// Position is proven only with AttestationChecked (the leaf does not
+	// bind it); a journal entry's data holds its chain seq all the same.
+	Position    string `json:"position"`
+	ContentHash string `json:"content_hash"` // lowercase hex SHA-256 of the stored bytes
 	// AttestedBy is the attestation's signer; AttestationChecked says
 	// whether its signature was verified here: only a batch of one can
 	// be (BatchSize), a message of a larger batch rests on the room

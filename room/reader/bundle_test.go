@@ -226,7 +226,7 @@ func TestExportEvidence(t *testing.T) {
 	four := roomtest.Policy(t, append(slices.Clone(wws), witness.Witness{Name: "absent.example", Verifier: absent}), 4)
 	got, err := export(four, reader.ExportOptions{Entries: []string{es[4].EntryHash(), "0000"}})
 	var nw *reader.NotWitnessedError
-	wantWhy := fmt.Sprintf("the deployment log's entry 0 (the room's checkpoint of size 10) is not covered by a witnessed checkpoint: the deployment log's latest checkpoint (size 2) has 3 valid cosignature(s) %v, short of quorum 4-of-4 (the latest witnessed one has size 0)", names)
+	wantWhy := fmt.Sprintf("the deployment log's entry 0 (the room's checkpoint of size 10) is not covered by a witnessed checkpoint: the deployment log's latest checkpoint (size 2) has 3 valid cosignature(s) (%s), short of quorum 4-of-4 (the latest witnessed one has size 0)", strings.Join(names, ", "))
 	if len(got) != 0 || !errors.As(err, &nw) || !errors.Is(err, reader.ErrNotWitnessed) || nw.Leaf != 4 || nw.Seq != 5 || nw.Reason != wantWhy ||
 		!errors.Is(err, reader.ErrNoSuchMessage) || !strings.Contains(err.Error(), "entry_hash 0000 in "+roomA) {
 		t.Fatalf("not witnessed: %d bundles, %v", len(got), err)

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -232,6 +233,10 @@ func (dr *deploymentRead) quorumState() string {
 	if f.Witnessed != nil {
 		have = f.Witnessed.Size
 	}
-	return fmt.Sprintf("the deployment log's latest checkpoint (size %d) has %d valid cosignature(s) %v, short of quorum %s (the latest witnessed one has size %d)",
-		f.Latest.Size, len(f.Latest.Cosigners), f.Latest.Cosigners, f.Quorum, have)
+	cosigned := "no valid cosignature"
+	if n := len(f.Latest.Cosigners); n > 0 {
+		cosigned = fmt.Sprintf("%d valid cosignature(s) (%s)", n, strings.Join(f.Latest.Cosigners, ", "))
+	}
+	return fmt.Sprintf("the deployment log's latest checkpoint (size %d) has %s, short of quorum %s (the latest witnessed one has size %d)",
+		f.Latest.Size, cosigned, f.Quorum, have)
 }

@@ -62,7 +62,7 @@ func TestWitnessedEvidence(t *testing.T) {
 		return keep(subRun(t, append(append([]string{"verify-proof", "--trusted-publisher", key.id}, extra...), file)...))
 	}
 	r = verify(headFile, "--witness-policy", policyFile)
-	valid := regexp.MustCompile(`^valid: room:eval-csv \S+ \(seq:13, content [0-9a-f]{64}\) is leaf 13 of the room's checkpoint of size 14 signed by ` +
+	valid := regexp.MustCompile(`^valid: room:eval-csv \S+ \(seq:13 as reported, content [0-9a-f]{64}\) is leaf 13 of the room's checkpoint of size 14 signed by ` +
 		regexp.QuoteMeta(key.id) + `;\n  that checkpoint is entry 0 of the deployment log ` + regexp.QuoteMeta(tOrigin) +
 		` in its checkpoint of size 1, cosigned by ` + regexp.QuoteMeta(strings.Join(names, ", ")) + ` \(quorum two\);\n`)
 	if r.status != 0 || !valid.MatchString(r.stdout) {
@@ -151,7 +151,7 @@ func TestWitnessedEvidence(t *testing.T) {
 	if r.status != 1 || !strings.Contains(r.stdout, "299 stored") ||
 		!regexp.MustCompile(`publisher: receipt: entry_hash [0-9a-f]{64} in room:eval-slugify \(stream seq \d+, leaf 298\) is not witnessed yet: `+
 			`the deployment log's entry 2 \(the room's checkpoint of size 299\) is not covered by a witnessed checkpoint: `+
-			`the deployment log's latest checkpoint \(size 3\) has 0 valid cosignature\(s\) \[\], short of quorum two \(the latest witnessed one has size 2\)\n`).MatchString(r.stderr) ||
+			`the deployment log's latest checkpoint \(size 3\) has no valid cosignature, short of quorum two \(the latest witnessed one has size 2\)\n`).MatchString(r.stderr) ||
 		!strings.Contains(r.stderr, "1 of 1 message(s) not witnessed within --receipt-timeout (5s)") {
 		t.Fatalf("journal --receipt with the witnesses stopped: exit %d\n%s%s", r.status, r.stdout, r.stderr)
 	}
