@@ -41,7 +41,7 @@ func (c *exportCmd) Validate() error {
 // writes the evidence bundle of each message asked for that a witnessed
 // deployment checkpoint covers. Exit 1 when one asked for is not there or
 // not witnessed yet (each named on stderr, with why), after writing the
-// others.
+// others, or when --heads or --all find no message at all.
 func (c *exportCmd) Run(s *streams) error {
 	t, err := c.trust()
 	if err != nil {
@@ -69,6 +69,12 @@ func (c *exportCmd) Run(s *streams) error {
 	bundles, missing := reader.Export(ctx, js, o)
 	if missing != nil && !errors.Is(missing, reader.ErrNoSuchMessage) && !errors.Is(missing, reader.ErrNotWitnessed) {
 		return missing // the read failed
+	}
+	if len(bundles) == 0 && missing == nil {
+		// --heads or --all of a room with no admitted message (a mistyped
+		// room id reads nothing, as audit's EMPTY says).
+		fmt.Fprintf(s.err, "subscriber: export: %s has no admitted message to export\n", c.Room)
+		return fmt.Errorf("export: nothing exported: %w", errRefused)
 	}
 	if err := writeBundles(s.out, c.Out, bundles); err != nil {
 		return err

@@ -114,6 +114,10 @@ func TestWitnessedEvidence(t *testing.T) {
 	if r.status != 1 || r.stdout != "" || !strings.Contains(r.stderr, "subscriber: export: no such verified message: entry_hash "+missing+" in room:eval-csv\n") {
 		t.Fatalf("export of a missing entry: exit %d\n%s%s", r.status, r.stdout, r.stderr)
 	}
+	r = keep(subRun(t, append(ckArgs(srv.url, key.id, "export", "--room", "room:eval-nothing", "--all", "--out", out), "--witness-policy", policyFile)...))
+	if r.status != 1 || !strings.Contains(r.stderr, "subscriber: export: room:eval-nothing has no admitted message to export\n") {
+		t.Fatalf("export of an empty room: exit %d\n%s%s", r.status, r.stdout, r.stderr)
+	}
 	r = verify(e5File, "--witness-policy", policyFile, "--json")
 	if r.status != 0 || !strings.HasPrefix(r.stdout, `{"valid":true,"room":"room:eval-csv",`) ||
 		!strings.Contains(r.stdout, `"leaf_index":5,"room_checkpoint_size":14,`) || !strings.Contains(r.stdout, `"quorum":"two","cosigners":["`+strings.Join(names, `","`)+`"]}`) {
