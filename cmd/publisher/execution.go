@@ -9,6 +9,7 @@ import (
 	"math"
 	"os"
 	"os/signal"
+	"slices"
 	"strings"
 	"syscall"
 
@@ -24,9 +25,13 @@ const executionChunk = 1024
 
 type executionCmd struct {
 	config.Client
+	receiptFlags
 	JSON  bool     `name:"json" help:"Print one JSON object per file instead of text."`
 	Files []string `arg:"" name:"file" help:"Execution record file (JSON); its room is its room/id."`
 }
+
+// Validate checks the receipt flags.
+func (c *executionCmd) Validate() error { return c.receiptFlags.validate() }
 
 func (c *executionCmd) Run(s *streams) error {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
@@ -47,6 +52,8 @@ func (c *executionCmd) Run(s *streams) error {
 	}
 	cl := client.New(nc, client.Options{Timeout: c.Timeout, Identity: id})
 	var refused, failed, unreadable int
+	var wants []receiptWant // the records stored, by room, for --receipt
+	var hosts []string      // their hosts, trusted by the receipt's reader
 	// The gate decides the records in the order given, several per
 	// request; the files are read a chunk at a time, so a backlog of any
 	// size takes the memory of one chunk.
@@ -89,6 +96,14 @@ func (c *executionCmd) Run(s *streams) error {
 				reply = replies[sent[i]]
 				switch reply.Item.Outcome {
 				case room.OutcomeStored, room.OutcomeDuplicate:
+					if c.Receipt != "" {
+						if rec, err := events.ParseRecord(raws[sent[i]]); err == nil {
+							wants = addWant(wants, rec.RoomID(), rec.ComputedRef())
+							if h := rec.HostNodeID(); !slices.Contains(hosts, h) {
+								hosts = append(hosts, h)
+							}
+						}
+					}
 				case room.OutcomeRefused:
 					refused++
 				default: // failed, skipped, or one this client does not know: not stored
@@ -133,6 +148,8 @@ func (c *executionCmd) Run(s *streams) error {
 		return fmt.Errorf("of %d records, %s: %w", len(c.Files), strings.Join(parts, ", "), errExecutionIncomplete)
 	case refused > 0:
 		return fmt.Errorf("%d of %d records %w", refused, len(c.Files), errRefused)
+	case c.Receipt != "" && len(wants) > 0:
+		return c.write(ctx, nc, c.Credentials, wants, hosts, s.out, s.err)
 	}
 	return nil
 }

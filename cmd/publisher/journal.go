@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -33,6 +34,7 @@ const runAgainToResume = "run again to resume"
 
 type journalCmd struct {
 	config.Client
+	receiptFlags
 	Room   string   `name:"room" required:"" placeholder:"ROOM" help:"Room to ship into: room: and non-space characters."`
 	Follow bool     `name:"follow" help:"Keep shipping what the harness appends until interrupted."`
 	JSON   bool     `name:"json" help:"Print one JSON object per capsule instead of text."`
@@ -43,6 +45,12 @@ type journalCmd struct {
 // its form, and that its subject token fits once encoded (ids of mostly
 // non-ASCII characters may not; the service would answer bad_request).
 func (c *journalCmd) Validate() error {
+	if c.Receipt != "" && c.Follow {
+		return fmt.Errorf("%w: --receipt and --follow exclude each other (a receipt is of what one run shipped)", config.ErrInvalid)
+	}
+	if err := c.receiptFlags.validate(); err != nil {
+		return err
+	}
 	if err := validate.CheckRoomID(c.Room); err != nil {
 		return fmt.Errorf("%w: --room %q: %v", config.ErrInvalid, c.Room, err)
 	}
@@ -102,10 +110,14 @@ func (c *journalCmd) Run(s *streams) error {
 	cl := client.New(nc, client.Options{Timeout: c.Timeout, Identity: id})
 	var refused, failed int
 	var mu sync.Mutex
+	var heads []string // each capsule's chain head after the run, for --receipt
 	note := func(res client.ShipResult, err error) {
 		mu.Lock()
 		defer mu.Unlock()
 		out.print(res, err)
+		if res.Head.StreamSeq > 0 && res.Head.RoomID == c.Room && !slices.Contains(heads, res.Head.Head) {
+			heads = append(heads, res.Head.Head)
+		}
 		if res.Refused != nil {
 			refused++
 		}
@@ -161,6 +173,8 @@ func (c *journalCmd) Run(s *streams) error {
 		return fmt.Errorf("%d of %d capsules %w", failed, len(c.Dirs), errShipFailed)
 	case refused > 0:
 		return fmt.Errorf("%d of %d capsules %w", refused, len(c.Dirs), errRefused)
+	case c.Receipt != "" && len(heads) > 0:
+		return c.write(ctx, nc, c.Credentials, []receiptWant{{room: c.Room, entries: heads}}, nil, s.out, s.err)
 	}
 	return nil
 }

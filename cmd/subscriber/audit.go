@@ -25,7 +25,7 @@ type auditCmd struct {
 	config.Reader
 	config.Replay
 	publisherTrust
-	witnessPolicy
+	config.WitnessPolicy
 	Rooms       []string  `name:"room" placeholder:"ROOM" help:"Room to audit (repeatable); default every room."`
 	FromSeq     uint64    `name:"from-seq" placeholder:"N" help:"Start at stream sequence N (chains are anchored at their first entry seen; attestations and checkpoints are not checked)."`
 	Since       time.Time `name:"since" placeholder:"TIME" help:"Start at the first message stored at or after TIME (RFC 3339; attestations and checkpoints are not checked)." format:"2006-01-02T15:04:05Z07:00"`
@@ -43,10 +43,10 @@ func (c *auditCmd) Validate() error {
 	if len(c.Checkpoints) > 0 && (len(c.TrustedPublishers) == 0 || c.FromSeq > 1 || !c.Since.IsZero()) {
 		errs = append(errs, fmt.Errorf("%w: --checkpoint needs --trusted-publisher and a replay from the start", config.ErrInvalid))
 	}
-	if c.witnessPolicy.set() && (c.FromSeq > 1 || !c.Since.IsZero()) {
+	if c.WitnessPolicy.Set() && (c.FromSeq > 1 || !c.Since.IsZero()) {
 		errs = append(errs, fmt.Errorf("%w: a witness policy needs a replay from the start", config.ErrInvalid))
 	}
-	errs = append(errs, checkRooms(c.Rooms), c.publisherTrust.validate(), c.witnessPolicy.validate(len(c.TrustedPublishers)))
+	errs = append(errs, checkRooms(c.Rooms), c.publisherTrust.validate(), c.WitnessPolicy.Validate(len(c.TrustedPublishers)))
 	return errors.Join(errs...)
 }
 
@@ -55,7 +55,7 @@ func (c *auditCmd) Run(s *streams) error {
 	if err != nil {
 		return err
 	}
-	witnessing, t, err := c.policy(t)
+	witnessing, t, err := c.Policy(t)
 	if err != nil {
 		return err
 	}

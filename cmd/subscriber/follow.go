@@ -19,7 +19,7 @@ import (
 type followCmd struct {
 	config.Reader
 	publisherTrust
-	witnessPolicy
+	config.WitnessPolicy
 	Rooms     []string `name:"room" required:"" placeholder:"ROOM" help:"Room to follow (repeatable)."`
 	Durable   string   `name:"durable" required:"" placeholder:"NAME" help:"Durable consumer name: where this subscriber resumes after a restart."`
 	JSON      bool     `name:"json" help:"Print events as JSON lines (the default; kept for symmetry with the other commands)." default:"true" negatable:""`
@@ -34,7 +34,7 @@ func (c *followCmd) Validate() error {
 	if strings.ContainsAny(c.Durable, " \t.*>/\\") {
 		return fmt.Errorf("%w: --durable %q is not a valid consumer name", config.ErrInvalid, c.Durable)
 	}
-	return errors.Join(c.publisherTrust.validate(), c.witnessPolicy.validate(len(c.TrustedPublishers)))
+	return errors.Join(c.publisherTrust.validate(), c.WitnessPolicy.Validate(len(c.TrustedPublishers)))
 }
 
 func (c *followCmd) Run(s *streams) error {
@@ -42,7 +42,7 @@ func (c *followCmd) Run(s *streams) error {
 	if err != nil {
 		return err
 	}
-	witnessing, t, err := c.policy(t)
+	witnessing, t, err := c.Policy(t)
 	if err != nil {
 		return err
 	}

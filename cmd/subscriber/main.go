@@ -5,8 +5,9 @@
 //	subscriber follow --room ROOM --durable NAME [--json]
 //	subscriber audit [--room ROOM]... [--from-seq N | --since TIME] [--json]
 //	subscriber evidence --instance ENV_REF [--room ROOM] [--json]
-//	subscriber prove --room ROOM (--ref REF | --entry HASH) --trusted-publisher NODE_ID...
-//	subscriber verify-proof --trusted-publisher NODE_ID... FILE|-
+//	subscriber prove --room ROOM (--ref REF | --entry HASH) --trusted-publisher NODE_ID... [witness flags]
+//	subscriber export --room ROOM (--entry HASH | --ref REF | --heads | --all) --out DIR --trusted-publisher NODE_ID... witness flags
+//	subscriber verify-proof --trusted-publisher NODE_ID... [witness flags] FILE|-
 //
 // With --trusted-publisher (repeatable, config key trusted-publisher),
 // follow, audit and evidence also check the publisher attestations
@@ -15,7 +16,8 @@
 //
 // Exit status: 0 clean, 1 something was refused (audit, or an audit that
 // read no message of a room it was asked for, unless --allow-empty; prove:
-// no proof; verify-proof: invalid), 2 usage, configuration or connection
+// no proof; export: a message asked for not witnessed yet; verify-proof:
+// invalid), 2 usage, configuration or connection
 // errors. evidence is a query: it exits 0 after printing what it found, and
 // says on stderr how many messages of the rooms were set aside.
 package main
@@ -45,8 +47,9 @@ type cli struct {
 	Follow      followCmd      `cmd:"" help:"Follow rooms with a durable consumer and print verified events as JSON lines."`
 	Audit       auditCmd       `cmd:"" help:"Replay rooms from the stream, verify everything and print a verdict."`
 	Evidence    evidenceCmd    `cmd:"" help:"Print one instance's verified execution records and evidence items."`
-	Prove       proveCmd       `cmd:"" help:"Print the inclusion proof of a message against its room's latest verified checkpoint (JSON)."`
-	VerifyProof verifyProofCmd `cmd:"" name:"verify-proof" help:"Check an inclusion proof offline with the trusted publisher keys only."`
+	Prove       proveCmd       `cmd:"" help:"Print the inclusion proof of a message against its room's latest verified checkpoint (JSON); with a witness policy, its evidence bundle."`
+	Export      exportCmd      `cmd:"" help:"Write the witnessed evidence bundle of messages of a room, one file each, for offline verification."`
+	VerifyProof verifyProofCmd `cmd:"" name:"verify-proof" help:"Check an inclusion proof or an evidence bundle offline with the trusted publisher keys (and the witness policy) only."`
 }
 
 type streams struct {

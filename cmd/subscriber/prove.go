@@ -9,22 +9,27 @@ import (
 	"os/signal"
 	"syscall"
 
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/roompub/roompub/checkpoint"
 	"github.com/roompub/roompub/config"
 	"github.com/roompub/roompub/room"
 	"github.com/roompub/roompub/room/reader"
+	"github.com/roompub/roompub/validate"
 )
 
 type proveCmd struct {
 	config.Reader
 	config.Replay
 	publisherTrust
+	config.WitnessPolicy
 	Room  string `name:"room" required:"" placeholder:"ROOM" help:"The room of the message."`
 	Ref   string `name:"ref" placeholder:"REF" help:"The execution/ref of an execution record." xor:"what" required:""`
 	Entry string `name:"entry" placeholder:"HASH" help:"The entry_hash of a journal entry." xor:"what" required:""`
 }
 
 func (c *proveCmd) Validate() error {
-	errs := []error{checkRooms([]string{c.Room}), c.validate()}
+	errs := []error{checkRooms([]string{c.Room}), c.publisherTrust.validate(), c.WitnessPolicy.Validate(len(c.TrustedPublishers))}
 	if len(c.TrustedPublishers) == 0 {
 		errs = append(errs, fmt.Errorf("%w: prove needs --trusted-publisher (the keys whose checkpoints count)", config.ErrInvalid))
 	}
@@ -33,10 +38,15 @@ func (c *proveCmd) Validate() error {
 
 // Run reads the room, verifying everything, and prints the inclusion proof
 // of the message against the room's latest verified checkpoint as one
-// JSON object. A message that is not there or not covered yet is refused
-// (exit 1).
+// JSON object; with a witness policy, the message's evidence bundle
+// instead (as export writes it). A message that is not there or not
+// covered (witnessed) yet is refused (exit 1).
 func (c *proveCmd) Run(s *streams) error {
 	t, err := c.trust()
+	if err != nil {
+		return err
+	}
+	witnessing, t, err := c.Policy(t)
 	if err != nil {
 		return err
 	}
@@ -47,6 +57,9 @@ func (c *proveCmd) Run(s *streams) error {
 	defer nc.Close()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	if witnessing != nil {
+		return c.bundle(ctx, s, js, v, t, witnessing)
+	}
 	p, err := reader.Prove(ctx, js, reader.ProveOptions{Stream: c.Stream, Subjects: room.Subjects{Prefix: c.Prefix}, Room: c.Room, Read: c.ReadMode(c.Credentials),
 		Entry: c.Entry, Ref: c.Ref, Validator: v, Trust: t})
 	if errors.Is(err, reader.ErrNoSuchMessage) || errors.Is(err, reader.ErrNotCovered) {
@@ -56,6 +69,29 @@ func (c *proveCmd) Run(s *streams) error {
 		return err
 	}
 	b, err := json.Marshal(p)
+	if err != nil {
+		return err
+	}
+	_, err = fmt.Fprintf(s.out, "%s\n", b)
+	return err
+}
+
+// bundle prints the message's evidence bundle (reader.Export).
+func (c *proveCmd) bundle(ctx context.Context, s *streams, js jetstream.JetStream, v *validate.Validator, t *checkpoint.Trust, w *reader.Witnessing) error {
+	o := reader.ExportOptions{Stream: c.Stream, Subjects: room.Subjects{Prefix: c.Prefix}, Room: c.Room, Validator: v, Trust: t, Witnessing: w, Read: c.ReadMode(c.Credentials)}
+	if c.Entry != "" {
+		o.Entries = []string{c.Entry}
+	} else {
+		o.Refs = []string{c.Ref}
+	}
+	bundles, err := reader.Export(ctx, js, o)
+	if err != nil && !errors.Is(err, reader.ErrNoSuchMessage) && !errors.Is(err, reader.ErrNotWitnessed) {
+		return err
+	}
+	if err != nil {
+		return reportMissing(s.err, "prove", err)
+	}
+	b, err := bundles[0].MarshalJSON()
 	if err != nil {
 		return err
 	}

@@ -2,17 +2,21 @@ package main
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"os"
+	"strings"
 
 	"github.com/roompub/roompub/checkpoint"
 	"github.com/roompub/roompub/config"
+	"github.com/roompub/roompub/room/reader"
 )
 
 type verifyProofCmd struct {
 	publisherTrust
-	File string `arg:"" name:"file" placeholder:"FILE|-" help:"The proof (JSON, as 'subscriber prove' prints it); - reads standard input."`
+	config.WitnessPolicy
+	File string `arg:"" name:"file" placeholder:"FILE|-" help:"The proof (JSON, as 'subscriber prove' prints it) or evidence bundle (as 'subscriber export' writes it; needs the witness flags); - reads standard input."`
 	JSON bool   `name:"json" help:"Print the verdict as one JSON object."`
 }
 
@@ -20,16 +24,17 @@ func (c *verifyProofCmd) Validate() error {
 	if len(c.TrustedPublishers) == 0 {
 		return fmt.Errorf("%w: verify-proof needs --trusted-publisher", config.ErrInvalid)
 	}
-	return c.validate()
+	return errors.Join(c.publisherTrust.validate(), c.WitnessPolicy.Validate(len(c.TrustedPublishers)))
 }
 
-// maxProofBytes bounds what verify-proof reads: a proof is a few KB (at
-// most 64 hashes and a signed note).
+// maxProofBytes bounds a single-level proof: a few KB (at most 64
+// hashes and a signed note).
 const maxProofBytes = 1 << 20
 
-// Run checks the proof offline: no server, only the proof, its checkpoint
-// and the trusted keys. Exit 0 valid, 1 invalid, 2 usage (a file that
-// cannot be read).
+// Run checks the proof or bundle offline: no server, only the file and
+// the trusted keys (and, for a bundle, the origin and the witness
+// policy). Exit 0 valid, 1 invalid, 2 usage (a file that cannot be read,
+// a bundle without a witness policy).
 func (c *verifyProofCmd) Run(s *streams) error {
 	t, err := c.trust()
 	if err != nil {
@@ -44,9 +49,12 @@ func (c *verifyProofCmd) Run(s *streams) error {
 		defer f.Close()
 		r = f
 	}
-	data, err := io.ReadAll(io.LimitReader(r, maxProofBytes+1))
+	data, err := io.ReadAll(io.LimitReader(r, reader.MaxEvidenceBytes+1))
 	if err != nil {
 		return err
+	}
+	if reader.IsEvidence(data) {
+		return c.verifyBundle(s, data, t)
 	}
 	var p checkpoint.Proof
 	var ck *checkpoint.Checkpoint
@@ -83,6 +91,59 @@ func (c *verifyProofCmd) Run(s *streams) error {
 		fmt.Fprintf(s.out, "valid: %s (%s) is leaf %d of the checkpoint of size %d signed by %s (stream seq %d as reported by the prover, not proven)\n",
 			p.Room, p.Subject, p.LeafIndex, ck.Size, ck.Signer, p.StreamSeq)
 	default:
+		fmt.Fprintf(s.out, "invalid: %v\n", err)
+	}
+	if err != nil {
+		return fmt.Errorf("verify-proof: %w", errRefused)
+	}
+	return nil
+}
+
+// verifyBundle checks an evidence bundle (reader.VerifyEvidence) and
+// prints the verdict: what was proven, or the code and the check that
+// failed.
+func (c *verifyProofCmd) verifyBundle(s *streams, data []byte, t *checkpoint.Trust) error {
+	witnessing, t, err := c.Policy(t)
+	if err != nil {
+		return err
+	}
+	if witnessing == nil {
+		return fmt.Errorf("%w: an evidence bundle needs the witness policy (--witness or --witness-policy) and the deployment's --origin", config.ErrInvalid)
+	}
+	v, err := reader.VerifyEvidence(data, t, witnessing.Policy)
+	var ee *reader.EvidenceError
+	if err != nil && !errors.As(err, &ee) {
+		return err
+	}
+	if c.JSON {
+		out := struct {
+			Valid  bool                `json:"valid"`
+			Code   string              `json:"code,omitempty"`
+			Failed reader.EvidencePart `json:"failed,omitempty"`
+			Reason string              `json:"reason,omitempty"`
+			*reader.VerifiedEvidence
+		}{Valid: err == nil, VerifiedEvidence: v}
+		if ee != nil {
+			out.Code, out.Failed, out.Reason = string(ee.Code), ee.Part, ee.Err.Error()
+		}
+		b, _ := json.Marshal(out)
+		fmt.Fprintf(s.out, "%s\n", b)
+	} else if err == nil {
+		cosigners := strings.Join(v.Cosigners, ", ")
+		if cosigners == "" {
+			cosigners = "no witness"
+		}
+		att, pos := "checked (a batch of one)", v.Position
+		if !v.AttestationChecked {
+			att = fmt.Sprintf("by %s, not checked alone (a message of a batch of %d: the room checkpoint's signature covers its leaf)", v.AttestedBy, v.BatchSize)
+			pos += " as reported"
+		}
+		fmt.Fprintf(s.out, "valid: %s %s (%s, content %s) is leaf %d of the room's checkpoint of size %d signed by %s;\n"+
+			"  that checkpoint is entry %d of the deployment log %s in its checkpoint of size %d, cosigned by %s (quorum %s);\n"+
+			"  attestation %s; stream seq %d as reported by the exporter, not proven\n",
+			v.Room, v.Subject, pos, v.ContentHash, v.LeafIndex, v.RoomSize, v.RoomSigner,
+			v.DeploymentIndex, v.Origin, v.DeploymentSize, cosigners, v.Quorum, att, v.ReportedStreamSeq)
+	} else {
 		fmt.Fprintf(s.out, "invalid: %v\n", err)
 	}
 	if err != nil {

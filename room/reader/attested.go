@@ -327,6 +327,7 @@ func (r *Reader) emit(x *prepared, full bool, out func(*Event, *SetAside)) {
 	ev, aside := r.decide(x, full)
 	if ev != nil && x.att.leaf {
 		ev.leafOK, ev.leaf, ev.content = true, x.att.index, x.att.content
+		ev.data, ev.attestation, ev.position = x.m.Data, x.m.Attestation, x.att.position
 	}
 	out(ev, aside)
 }

@@ -68,6 +68,12 @@ type Event struct {
 	leafOK  bool
 	leaf    uint64
 	content [32]byte
+	// The stored bytes, attestation header and attested position of a
+	// trusting reader's leaf (Export's bundles; data is the read's
+	// buffer: copy it to keep it).
+	data        []byte
+	attestation string
+	position    string
 }
 
 // SetAside is a message that failed verification: it is not served, and
@@ -141,6 +147,7 @@ type Reader struct {
 	qbytes     int                          // message data in the queue
 	free       []*prepared                  // spent queue elements, for reuse
 	onVerified func(*checkpoint.Checkpoint) // called on every checkpoint verified
+	deployment *deploymentView              // the deployment log as an audit with Witnessing read it
 
 	// notices are the loss notices read, in stream order (notice.go).
 	notices []Notice

@@ -76,7 +76,7 @@ type dlEntry struct {
 type deploymentView struct {
 	w     *Witnessing
 	trust *checkpoint.Trust
-	rooms []string // the rooms read; empty: every room
+	only  []string // the rooms read; empty: every room
 	facts WitnessFacts
 	out   func(*Event, *SetAside)
 
@@ -86,12 +86,27 @@ type deploymentView struct {
 	witnessed *checkpoint.Checkpoint
 	pending   []dlEntry               // entries not judged against their rooms yet, in log order
 	byRoom    map[string]*RoomWitness // each room's witnessed checkpoint
+
+	// For Export (keep): every entry, and per room the entries that are
+	// checkpoints of the room matching it as read, in log order; missing
+	// says why there is no log to read ("" when there is).
+	keep    bool
+	entries []dlEntry
+	rooms   map[string][]roomEntry
+	missing string
+}
+
+// roomEntry is a deployment log entry that is a checkpoint of size size
+// of a room.
+type roomEntry struct {
+	index uint64
+	size  uint64
 }
 
 func newDeploymentView(w *Witnessing, trust *checkpoint.Trust, rooms []string, out func(*Event, *SetAside)) *deploymentView {
-	return &deploymentView{w: w, trust: trust, rooms: rooms, out: out, next: 1, tree: checkpoint.NewTree(),
-		byRoom: map[string]*RoomWitness{},
-		facts:  WitnessFacts{Stream: w.Log.StreamName(), Origin: trust.Origin(), Quorum: w.Policy.QuorumName()}}
+	return &deploymentView{w: w, trust: trust, only: rooms, out: out, next: 1, tree: checkpoint.NewTree(),
+		byRoom: map[string]*RoomWitness{}, rooms: map[string][]roomEntry{},
+		facts: WitnessFacts{Stream: w.Log.StreamName(), Origin: trust.Origin(), Quorum: w.Policy.QuorumName()}}
 }
 
 // aside reports a message of the deployment log (or, seq 0, the log).
@@ -113,7 +128,11 @@ func (d *deploymentView) read(ctx context.Context, js jetstream.JetStream) error
 		d.next = m.Seq + 1
 		switch m.Subject {
 		case log.Entry():
-			d.pending = append(d.pending, dlEntry{index: d.tree.Size(), seq: m.Seq, data: m.Data})
+			e := dlEntry{index: d.tree.Size(), seq: m.Seq, data: m.Data}
+			d.pending = append(d.pending, e)
+			if d.keep {
+				d.entries = append(d.entries, e)
+			}
 			d.tree.Append(checkpoint.EntryLeaf(m.Data))
 			d.facts.Entries = d.tree.Size()
 		case log.Checkpoint():
@@ -196,7 +215,7 @@ func (d *deploymentView) judgeEntry(r *Reader, subjects room.Subjects, e dlEntry
 		d.aside(e.seq, entry, events.CheckpointMismatch, fmt.Sprintf("deployment log entry %d is not a room checkpoint: %v", e.index, err))
 		return true
 	}
-	if len(d.rooms) > 0 && !slices.Contains(d.rooms, u.Room) {
+	if len(d.only) > 0 && !slices.Contains(d.only, u.Room) {
 		return true
 	}
 	c, err := checkpoint.Parse(e.data, u.Room, d.trust)
@@ -225,6 +244,9 @@ func (d *deploymentView) judgeEntry(r *Reader, subjects room.Subjects, e dlEntry
 		d.out(nil, roomAside(subjects, c.Room, seq, why))
 		return true
 	}
+	if d.keep {
+		d.rooms[c.Room] = append(d.rooms[c.Room], roomEntry{index: e.index, size: c.Size})
+	}
 	if d.witnessed != nil && e.index < d.witnessed.Size {
 		if rw := d.byRoom[c.Room]; rw == nil || c.Size >= rw.Size {
 			d.byRoom[c.Room] = &RoomWitness{Size: c.Size, Entry: e.index}
@@ -238,10 +260,13 @@ func (d *deploymentView) judgeEntry(r *Reader, subjects room.Subjects, e dlEntry
 // It fills rep.Witness and returns each room's witnessed checkpoint.
 func checkWitnessed(ctx context.Context, js jetstream.JetStream, r *Reader, o AuditOptions, rep *AuditReport, out func(*Event, *SetAside)) (map[string]*RoomWitness, error) {
 	d := newDeploymentView(o.Witnessing, o.Trust, o.Rooms, out)
+	d.keep = true
+	r.deployment = d
 	err := d.read(ctx, js)
 	rep.Witness = &d.facts
 	if errors.Is(err, jetstream.ErrStreamNotFound) {
-		d.aside(0, d.facts.Stream, events.WitnessQuorum, fmt.Sprintf("no deployment log (stream %s): nothing is witnessed", d.facts.Stream))
+		d.missing = fmt.Sprintf("no deployment log (stream %s): nothing is witnessed", d.facts.Stream)
+		d.aside(0, d.facts.Stream, events.WitnessQuorum, d.missing)
 		return nil, nil
 	}
 	if err != nil {

@@ -21,8 +21,9 @@
 #  7. witnessed rooms: three real litewitness processes (torchwood's, built
 #     from go.mod's tool directives; no agent or server to install) cosign
 #     the deployment log of a serve restarted with --origin and
-#     --witness-policy; the audit requires a quorum of two; a forged room
-#     checkpoint that the witnesses cosign is refused as a split view.
+#     --witness-policy; the audit requires a quorum of two; one entry's
+#     evidence is exported and checked offline; a forged room checkpoint
+#     that the witnesses cosign is refused as a split view.
 #
 # Every step's verdict is checked; the script exits 0 only if all are as
 # expected.
@@ -268,14 +269,31 @@ else
 fi
 
 echo
-echo "== 7b. a split view: the publisher key signs another history of room:eval-csv into the deployment log"
+echo "== 7b. portable evidence: entry 4 of room:eval-csv with its two tlog-proofs and the cosignatures"
+sstep "7b. export the witnessed evidence of the entry" 0 \
+	export --room room:eval-csv --entry "$entry" --out "$tmp/evidence" --trusted-publisher "$publisher_id" \
+	--witness-policy "$tmp/witnesses.policy"
+evidence=$(ls "$tmp"/evidence/*.roompub-evidence.json | head -1)
+sstep "7b. check it offline: the file, the publisher's node id and the witness policy" 0 \
+	verify-proof --trusted-publisher "$publisher_id" --witness-policy "$tmp/witnesses.policy" "$evidence"
+# One byte of the stored entry changed: "eyJ" ({") becomes "fyJ".
+sed 's/\("data": *"\)e/\1f/' "$evidence" >"$tmp/evidence-tampered.json"
+if cmp -s "$evidence" "$tmp/evidence-tampered.json"; then
+	echo "  UNEXPECTED   the evidence's data does not start as expected"
+	fail=1
+fi
+sstep "7b. the same evidence with one byte of the entry changed is refused" 1 \
+	verify-proof --trusted-publisher "$publisher_id" --witness-policy "$tmp/witnesses.policy" "$tmp/evidence-tampered.json"
+
+echo
+echo "== 7c. a split view: the publisher key signs another history of room:eval-csv into the deployment log"
 echo "\$ go run ./test/breakers/splitview \$NATS_URL publisher-key.pem $origin room:eval-csv"
 "$tmp/splitview" "$url" "$tmp/publisher-key.pem" "$origin" room:eval-csv
 echo "\$ subscriber audit --trusted-publisher $publisher_id --witness-policy $tmp/witnesses.policy"
 status=0
 out=$(audit_until 1 'witnessed: size 5,') || status=$?
 grep -E '^(CLEAN|REFUSED|deployment log|  witnessed)|split view' <<<"$out" || true
-expect "$status" 1 "7b. the witnesses cosigned the consistent log; the audit refuses the room"
+expect "$status" 1 "7c. the witnesses cosigned the consistent log; the audit refuses the room"
 if grep -q 'room refused: split view' <<<"$out" && grep -qE '^REFUSED' <<<"$out" && grep -q 'witnessed: size 5,' <<<"$out"; then
 	echo "  as expected  room:eval-csv refused as a split view, the other rooms still witnessed"
 else
@@ -291,4 +309,4 @@ if [[ $fail -ne 0 ]]; then
 	echo "make run: FAILED: the verdicts above are not the expected ones"
 	exit 1
 fi
-echo "make run: OK: capsules and records landed in their rooms, duplicates stored nothing, refusals named their code and line, every message was attested and every checkpoint verified, the proof checked offline, three witnesses cosigned the deployment log and a split view was refused, the server stopped cleanly"
+echo "make run: OK: capsules and records landed in their rooms, duplicates stored nothing, refusals named their code and line, every message was attested and every checkpoint verified, the proof checked offline, three witnesses cosigned the deployment log, the witnessed evidence checked offline and a split view was refused, the server stopped cleanly"
