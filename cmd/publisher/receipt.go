@@ -5,8 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"os"
-	"path/filepath"
 	"slices"
 	"time"
 
@@ -137,46 +135,17 @@ func unjoin(err error) []error {
 // writeReceipts writes each bundle into dir (made if missing) by atomic
 // rename, named as subscriber export names them, and says so on out.
 func writeReceipts(out io.Writer, dir string, bundles []*reader.Evidence) error {
-	if err := os.MkdirAll(dir, 0o755); err != nil {
+	paths, err := reader.WriteEvidence(dir, bundles)
+	if err != nil {
 		return err
 	}
-	for _, b := range bundles {
-		data, err := b.MarshalJSON()
-		if err != nil {
-			return err
-		}
-		path := filepath.Join(dir, b.FileName())
-		if err := writeAtomic(path, append(data, '\n')); err != nil {
-			return err
-		}
+	for i, path := range paths {
+		b := bundles[i]
 		fmt.Fprintf(out, "receipt  %s: %s %s, leaf %d, deployment log entry %d\n", path, b.Room, b.Position, b.RoomProof.Index, b.DeploymentProof.Index)
 	}
 	return nil
 }
 
-// writeAtomic writes data to path through a temporary file in the same
-// directory and a rename.
-func writeAtomic(path string, data []byte) error {
-	f, err := os.CreateTemp(filepath.Dir(path), ".receipt-*")
-	if err != nil {
-		return err
-	}
-	tmp := f.Name()
-	_, err = f.Write(data)
-	if err == nil {
-		err = f.Chmod(0o644)
-	}
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		err = os.Rename(tmp, path)
-	}
-	if err != nil {
-		os.Remove(tmp)
-	}
-	return err
-}
 
 // addWant adds a record's ref to its room's want, rooms in first-seen
 // order.

@@ -7,7 +7,6 @@ import (
 	"io"
 	"os"
 	"os/signal"
-	"path/filepath"
 	"syscall"
 
 	"github.com/roompub/roompub/checkpoint"
@@ -88,18 +87,12 @@ func writeBundles(out io.Writer, dir string, bundles []*reader.Evidence) error {
 	if len(bundles) == 0 {
 		return nil
 	}
-	if err := os.MkdirAll(dir, 0o755); err != nil {
+	paths, err := reader.WriteEvidence(dir, bundles)
+	if err != nil {
 		return err
 	}
-	for _, b := range bundles {
-		data, err := b.MarshalJSON()
-		if err != nil {
-			return err
-		}
-		path := filepath.Join(dir, b.FileName())
-		if err := writeFileAtomic(path, append(data, '\n')); err != nil {
-			return err
-		}
+	for i, path := range paths {
+		b := bundles[i]
 		fmt.Fprintf(out, "wrote %s: %s %s leaf %d of the room's checkpoint of size %d, deployment log entry %d of the witnessed checkpoint of size %d\n",
 			path, b.Room, b.Position, b.RoomProof.Index, roomSize(b), b.DeploymentProof.Index, deploymentSize(b))
 	}
@@ -143,26 +136,3 @@ func deploymentSize(b *reader.Evidence) uint64 {
 	return 0
 }
 
-// writeFileAtomic writes data to path through a temporary file in the
-// same directory and a rename, so a reader never sees half a bundle.
-func writeFileAtomic(path string, data []byte) error {
-	f, err := os.CreateTemp(filepath.Dir(path), ".export-*")
-	if err != nil {
-		return err
-	}
-	tmp := f.Name()
-	_, err = f.Write(data)
-	if err == nil {
-		err = f.Chmod(0o644)
-	}
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		err = os.Rename(tmp, path)
-	}
-	if err != nil {
-		os.Remove(tmp)
-	}
-	return err
-}

@@ -7,6 +7,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 
@@ -327,4 +329,55 @@ func (e *Evidence) FileName() string {
 		kind = "record"
 	}
 	return seg + "." + strconv.FormatUint(e.StreamSeq, 10) + "." + kind + EvidenceExt
+}
+
+// WriteEvidence writes each bundle into dir (created if missing, mode
+// 0755) as FileName(), one JSON object and a newline, through a
+// temporary file in dir, fsync and a rename, so a reader never sees half a
+// bundle and a crash leaves the old file or the new one. It returns the
+// paths written, in order; errors are the file system's.
+func WriteEvidence(dir string, bundles []*Evidence) ([]string, error) {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, err
+	}
+	var paths []string
+	for _, b := range bundles {
+		data, err := b.MarshalJSON()
+		if err != nil {
+			return paths, err
+		}
+		path := filepath.Join(dir, b.FileName())
+		if err := writeFileAtomic(path, append(data, '\n')); err != nil {
+			return paths, err
+		}
+		paths = append(paths, path)
+	}
+	return paths, nil
+}
+
+// writeFileAtomic writes data to path through a temporary file in the
+// same directory, fsync and a rename.
+func writeFileAtomic(path string, data []byte) error {
+	f, err := os.CreateTemp(filepath.Dir(path), ".evidence-*")
+	if err != nil {
+		return err
+	}
+	tmp := f.Name()
+	_, err = f.Write(data)
+	if err == nil {
+		err = f.Chmod(0o644)
+	}
+	if err == nil {
+		err = f.Sync()
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = os.Rename(tmp, path)
+	}
+	if err != nil {
+		os.Remove(tmp)
+	}
+	return err
 }

@@ -8,42 +8,21 @@ package integration
 // times out naming what is not witnessed and why.
 
 import (
-	"fmt"
 	"os"
 	"path/filepath"
 	"regexp"
 	"strings"
 	"testing"
 
-	"golang.org/x/mod/sumdb/note"
-
 	"github.com/roompub/roompub/events"
-	"github.com/roompub/roompub/internal/witnesstest"
 )
 
 func TestWitnessedEvidence(t *testing.T) {
 	t.Parallel()
 	key := newPublisherKey(t)
-	pub, err := events.ParseNodeID(key.id)
-	if err != nil {
-		t.Fatal(err)
-	}
-	logKey, err := note.NewEd25519VerifierKey(tOrigin, pub)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ws := witnesstest.Start(t, 3, witnesstest.Log{Origin: tOrigin, VKey: logKey})
-	policy := "log " + logKey + "\n"
-	var names []string
-	for _, w := range ws {
-		policy += fmt.Sprintf("witness %s %s %s\n", w.Name, w.VKey, w.URL)
-		names = append(names, w.Name)
-	}
-	policy += "group two 2 " + strings.Join(names, " ") + "\nquorum two\n"
-	policyFile := filepath.Join(t.TempDir(), "witnesses.policy")
-	if err := os.WriteFile(policyFile, []byte(policy), 0o644); err != nil {
-		t.Fatal(err)
-	}
+	wd := startWitnessed(t, key.id)
+	ws, names, _ := wd.ws, wd.names, wd.vkeys
+	policyFile := wd.policy
 	srv := startKeyed(t, t.TempDir(), key, "--origin", tOrigin, "--witness-policy", policyFile, "--checkpoint-interval", "200ms")
 	witnessFlags := []string{"--trusted-publisher", key.id, "--witness-policy", policyFile}
 	var outputs []string

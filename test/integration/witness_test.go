@@ -28,26 +28,9 @@ const tOrigin = "evidence.example.org/roompub"
 func TestWitnessedAudit(t *testing.T) {
 	t.Parallel()
 	key := newPublisherKey(t)
-	pub, err := events.ParseNodeID(key.id)
-	if err != nil {
-		t.Fatal(err)
-	}
-	logKey, err := note.NewEd25519VerifierKey(tOrigin, pub)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ws := witnesstest.Start(t, 3, witnesstest.Log{Origin: tOrigin, VKey: logKey})
-	policy := "log " + logKey + "\n"
-	var names, vkeys []string
-	for _, w := range ws {
-		policy += fmt.Sprintf("witness %s %s %s\n", w.Name, w.VKey, w.URL)
-		names, vkeys = append(names, w.Name), append(vkeys, w.VKey)
-	}
-	policy += "group two 2 " + strings.Join(names, " ") + "\nquorum two\n"
-	policyFile := filepath.Join(t.TempDir(), "witnesses.policy")
-	if err := os.WriteFile(policyFile, []byte(policy), 0o644); err != nil {
-		t.Fatal(err)
-	}
+	wd := startWitnessed(t, key.id)
+	ws, names, vkeys := wd.ws, wd.names, wd.vkeys
+	policyFile := wd.policy
 	srv := startKeyed(t, t.TempDir(), key, "--origin", tOrigin, "--witness-policy", policyFile, "--checkpoint-interval", "200ms")
 	shipTo(t, srv.url, "room:eval-csv", filepath.Join(root, csvDir), 0, 14)
 
@@ -139,26 +122,8 @@ func TestStoreV010Witnessed(t *testing.T) {
 	if err := os.WriteFile(key, keyData, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	pub, err := events.ParseNodeID(v010Publisher)
-	if err != nil {
-		t.Fatal(err)
-	}
-	logKey, err := note.NewEd25519VerifierKey(tOrigin, pub)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ws := witnesstest.Start(t, 3, witnesstest.Log{Origin: tOrigin, VKey: logKey})
-	policy := "log " + logKey + "\n"
-	var names []string
-	for _, w := range ws {
-		policy += fmt.Sprintf("witness %s %s %s\n", w.Name, w.VKey, w.URL)
-		names = append(names, w.Name)
-	}
-	policy += "group two 2 " + strings.Join(names, " ") + "\nquorum two\n"
-	policyFile := filepath.Join(t.TempDir(), "witnesses.policy")
-	if err := os.WriteFile(policyFile, []byte(policy), 0o644); err != nil {
-		t.Fatal(err)
-	}
+	wd := startWitnessed(t, v010Publisher)
+	policyFile := wd.policy
 	srv := startServe(t, store, true, "--listen", "127.0.0.1:-1", "--store-dir", store, "--trusted-host", v010Host,
 		"--publisher-key", key, "--checkpoint-interval", "200ms", "--origin", tOrigin, "--witness-policy", policyFile)
 	audit := func(want string) result {
@@ -187,4 +152,40 @@ func TestStoreV010Witnessed(t *testing.T) {
 	if r.status != 0 || !strings.Contains(r.stdout, "witnessed: the checkpoint of size 44, deployment log entry 6") {
 		t.Fatalf("witnessed audit after a new entry: exit %d\n%s%s\nserve:\n%s", r.status, r.stdout, r.stderr, srv.log.String())
 	}
+}
+
+// witnessed is a deployment's witnesses for the integration tests: three
+// litewitness processes that know the log of the publisher node id, and
+// a C2SP tlog-policy file naming them with a quorum of 2.
+type witnessed struct {
+	ws     []*witnesstest.Witness
+	names  []string
+	vkeys  []string
+	policy string // the policy file
+}
+
+// startWitnessed starts the witnesses of the deployment tOrigin whose
+// log key is publisherID named by the origin, and writes their policy.
+func startWitnessed(t *testing.T, publisherID string) witnessed {
+	t.Helper()
+	pub, err := events.ParseNodeID(publisherID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	logKey, err := note.NewEd25519VerifierKey(tOrigin, pub)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w := witnessed{ws: witnesstest.Start(t, 3, witnesstest.Log{Origin: tOrigin, VKey: logKey})}
+	text := "log " + logKey + "\n"
+	for _, x := range w.ws {
+		text += fmt.Sprintf("witness %s %s %s\n", x.Name, x.VKey, x.URL)
+		w.names, w.vkeys = append(w.names, x.Name), append(w.vkeys, x.VKey)
+	}
+	text += "group two 2 " + strings.Join(w.names, " ") + "\nquorum two\n"
+	w.policy = filepath.Join(t.TempDir(), "witnesses.policy")
+	if err := os.WriteFile(w.policy, []byte(text), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return w
 }
