@@ -33,6 +33,7 @@ import (
 	"github.com/roompub/roompub/room/reader"
 	"github.com/roompub/roompub/room/secure"
 	"github.com/roompub/roompub/validate"
+	"github.com/roompub/roompub/witness"
 )
 
 // identities are the secure mode users of the tests, with their secrets.
@@ -1037,6 +1038,65 @@ func TestSecureCheckpoints(t *testing.T) {
 	}
 	p.stop()
 	if strings.Contains(p.logs.String(), "Permissions Violation") || strings.Contains(p.logs.String(), "checkpointer: writing") {
+		t.Fatalf("serve hit a permission:\n%s", p.logs)
+	}
+}
+
+// TestSecureDeploymentLog: in secure mode serve keeps the deployment log
+// (its stream, entries, checkpoints) under the publisher's permissions,
+// a solver audits it with a witness policy, and no identity but the
+// publisher writes its subjects or deletes its stream.
+func TestSecureDeploymentLog(t *testing.T) {
+	id := newIdentities(t, false)
+	p := startSecureServe(t, id, "", func(so *node.ServeOptions) {
+		so.Checkpoint = checkpointer.Options{Every: 5, Interval: 100 * time.Millisecond, Origin: roomtest.Deployment,
+			Deployment: checkpointer.DeploymentOptions{Interval: 50 * time.Millisecond}}
+	})
+	ctx := context.Background()
+	harness := dial(t, p.url, userHarness, id.as(userHarness))
+	solver := dial(t, p.url, "solver", id.asSolver(t))
+	auditor := dial(t, p.url, userAuditor, id.as(userAuditor))
+	res, err := client.ShipCapsule(ctx, clientAs(harness, userHarness), roomtest.Testdata("samples/capsules/csv-dedupe"), "room:secure", client.ShipOptions{})
+	if err != nil || res.Stored != 14 {
+		t.Fatalf("ship: %+v %v", res, err)
+	}
+	trust, err := checkpoint.NewTrust(p.pubKey.NodeID())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if trust, err = trust.WithOrigin(roomtest.Deployment); err != nil {
+		t.Fatal(err)
+	}
+	v, err := validate.New(validate.WithTrustedHosts(p.key.NodeID()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	none, err := witness.NewPolicy(nil, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rep *reader.AuditReport
+	roomtest.WaitFor(t, 10*time.Second, "the solver's audit of the deployment log", func() bool {
+		rep, err = reader.Audit(ctx, solver.js, reader.AuditOptions{Validator: v, Trust: trust, Read: reader.ReadDirect,
+			Witnessing: &reader.Witnessing{Policy: none}})
+		return err == nil && rep.Clean() && rep.Witness != nil && rep.Witness.Witnessed != nil && rep.Witness.Witnessed.Size == 1
+	})
+	if len(rep.Checkpoints) != 1 || rep.Checkpoints[0].Witnessed == nil || rep.Checkpoints[0].Witnessed.Size != 14 {
+		t.Fatalf("audit: %v %+v %+v", err, rep.Witness, rep.Checkpoints)
+	}
+	dl := room.DeploymentLog{}
+	for _, c := range []*conn{harness, solver, auditor} {
+		cctx, cancel := short(ctx)
+		if _, err := c.js.Publish(cctx, dl.Entry(), []byte("junk")); err == nil {
+			t.Errorf("%s wrote a deployment log entry", c.name)
+		}
+		if err := c.js.DeleteStream(cctx, dl.StreamName()); err == nil {
+			t.Errorf("%s deleted the deployment log", c.name)
+		}
+		cancel()
+	}
+	p.stop()
+	if strings.Contains(p.logs.String(), "Permissions Violation for Publish to \"roompub_deployment") || strings.Contains(p.logs.String(), "checkpointer: the deployment log") {
 		t.Fatalf("serve hit a permission:\n%s", p.logs)
 	}
 }

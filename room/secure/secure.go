@@ -153,6 +153,10 @@ type Options struct {
 	// LeaseBucket is the checkpoint lease bucket, which only
 	// the publisher (and the admin) may write; default room.DefaultLeaseBucket.
 	LeaseBucket string
+	// Deployment is the deployment log's stream and subjects (docs/
+	// witnesses.md): only the publisher writes them; every role that reads
+	// rooms reads them too. Zero: the defaults.
+	Deployment room.DeploymentLog
 	// TLS, when Cert is set, turns TLS on (and off plain connections).
 	TLS TLS
 }
@@ -311,12 +315,20 @@ func (o Options) perms(u User) permSet {
 	for _, e := range room.Endpoints {
 		anonymous = append(anonymous, room.ServiceSubject(svc, room.Anonymous, e))
 	}
+	// The deployment log: its own stream, read as the room stream is;
+	// its subjects written by the publisher alone.
+	dst, dlog := o.Deployment.StreamName(), o.Deployment.Subjects().All()
+	dapi := func(op string) string { return "$JS.API." + op + "." + dst }
 	// What no identity but the admin may ever ask JetStream for.
-	streamAdmin := []string{api("STREAM.UPDATE"), api("STREAM.DELETE"), api("STREAM.PURGE"), api("STREAM.MSG.DELETE")}
+	streamAdmin := []string{api("STREAM.UPDATE"), api("STREAM.DELETE"), api("STREAM.PURGE"), api("STREAM.MSG.DELETE"),
+		dapi("STREAM.UPDATE"), dapi("STREAM.DELETE"), dapi("STREAM.PURGE"), dapi("STREAM.MSG.DELETE")}
 	read := []string{
 		api("STREAM.INFO"),
 		api("STREAM.MSG.GET"),
 		api("DIRECT.GET"), api("DIRECT.GET") + ".>",
+		dapi("STREAM.INFO"),
+		dapi("STREAM.MSG.GET"),
+		dapi("DIRECT.GET"), dapi("DIRECT.GET") + ".>",
 	}
 	switch role {
 	case RolePublisher:
@@ -358,14 +370,14 @@ func (o Options) perms(u User) permSet {
 		return permSet{
 			// No consumer API: serve reads with direct gets alone, so a
 			// stream whose consumers are exhausted stops none of it.
-			pubAllow: append(append(append([]string{rooms, api("STREAM.CREATE")}, read...), leases...), replies...),
+			pubAllow: append(append(append([]string{rooms, api("STREAM.CREATE"), dlog, dapi("STREAM.CREATE")}, read...), leases...), replies...),
 			pubDeny:  streamAdmin,
 			subAllow: []string{svc + ".>", "$SRV.>", inbox},
 		}
 	case RoleHarness:
 		return permSet{
 			pubAllow: []string{own + ".>"},
-			pubDeny:  []string{rooms, "$JS.>", "$KV.>", "$SRV.>"},
+			pubDeny:  []string{rooms, dlog, "$JS.>", "$KV.>", "$SRV.>"},
 			subAllow: []string{inbox},
 			subDeny:  []string{svc + ".>", rooms},
 		}
@@ -387,7 +399,7 @@ func (o Options) perms(u User) permSet {
 				"$JS.FC."+st+"."+d+".>", "$JS.FC.*.*."+st+"."+d+".>", // flow control of push consumers
 			)
 		}
-		deny := append([]string{rooms}, streamAdmin...)
+		deny := append([]string{rooms, dlog}, streamAdmin...)
 		if o.SolverHead {
 			allow = append(allow, room.ServiceSubject(svc, u.Token(), room.EndpointHead))
 			for _, e := range []string{room.EndpointJournal, room.EndpointExecution, room.EndpointRecords} {
@@ -403,7 +415,7 @@ func (o Options) perms(u User) permSet {
 		// service: a permission cannot allow its own token while denying
 		// every other, configured or not (a made-up or a removed user's),
 		// so the admin calls the service as no one; harnesses ship.
-		return permSet{pubAllow: []string{">"}, pubDeny: []string{rooms, svc + ".>"}, subAllow: []string{">"}}
+		return permSet{pubAllow: []string{">"}, pubDeny: []string{rooms, dlog, svc + ".>"}, subAllow: []string{">"}}
 	}
 	// An unknown role may do nothing at all.
 	return permSet{pubAllow: []string{}, subAllow: []string{}}
