@@ -24,7 +24,8 @@ const MaxOriginBytes = 255
 // tlog-checkpoint recommends one; it is also the deployment log's key
 // name, so C2SP signed-note's key name rules apply): 1 to MaxOriginBytes
 // bytes of printable ASCII without space and '+', no scheme ("://"), and
-// no leading or trailing '/'. Errors say which rule failed.
+// no leading or trailing '/', and no "/room/" (so no deployment origin
+// is another's room origin). Errors say which rule failed.
 func CheckOrigin(o string) error {
 	switch {
 	case o == "":
@@ -35,6 +36,9 @@ func CheckOrigin(o string) error {
 		return fmt.Errorf("origin %q has a scheme: write it without one (evidence.example.org/roompub)", clip(o))
 	case strings.HasPrefix(o, "/") || strings.HasSuffix(o, "/"):
 		return fmt.Errorf("origin %q begins or ends with '/'", clip(o))
+	case strings.Contains(o, roomSegment):
+		// a/room/b would be the origin of deployment a's room:b.
+		return fmt.Errorf("origin %q holds %q, which room origins are made of", clip(o), roomSegment)
 	}
 	for i := 0; i < len(o); i++ {
 		if c := o[i]; c <= ' ' || c >= 0x7f || c == '+' {

@@ -73,6 +73,7 @@ func TestCheckOrigin(t *testing.T) {
 		strings.Repeat("a", 256):     "256 bytes",
 		"example.org/\x7f":           "printable ASCII",
 		"example.org/roompub\nother": "printable ASCII",
+		"example.org/room/b":         "which room origins are made of",
 	} {
 		err := CheckOrigin(o)
 		if err == nil || !strings.Contains(err.Error(), want) {

@@ -7,11 +7,14 @@
 package config
 
 import (
+	"crypto/ed25519"
 	"errors"
 	"fmt"
 	"io"
 	"net"
+	"net/url"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -19,6 +22,8 @@ import (
 	"github.com/alecthomas/kong"
 	"github.com/nats-io/nats.go"
 	"go.yaml.in/yaml/v3"
+
+	"golang.org/x/mod/sumdb/note"
 
 	"github.com/roompub/roompub/checkpoint"
 	"github.com/roompub/roompub/events"
@@ -266,7 +271,7 @@ func (s *Serve) Validate() error {
 		if s.Origin == "" {
 			bad("--witness-policy cosigns the deployment log, which needs --origin")
 		}
-		if ws, err := LoadWitnesses(s.WitnessPolicy); err != nil {
+		if ws, err := LoadWitnesses(s.WitnessPolicy, s.Origin, nil); err != nil {
 			bad("--witness-policy: %v", err)
 		} else if len(ws) == 0 {
 			bad("--witness-policy %s: no witness has a URL to submit to", s.WitnessPolicy)
@@ -516,9 +521,12 @@ func (r *Reader) Validate() error {
 
 // LoadWitnesses reads a C2SP tlog-policy file (witness.ParsePolicy) and
 // returns its witnesses that have a submission URL, the ones serve asks to
-// cosign the deployment log. Errors name the file and, for a bad line,
-// its number.
-func LoadWitnesses(file string) ([]witness.Witness, error) {
+// cosign the deployment log. The file must be about this deployment: its
+// log lines, if any, must be named origin, and when pub is given, one of
+// them must be that key (the log key witnesses know the deployment log
+// by: the publisher key named by the origin). Submission URLs must be
+// http or https. Errors name the file and what is wrong.
+func LoadWitnesses(file, origin string, pub ed25519.PublicKey) ([]witness.Witness, error) {
 	data, err := os.ReadFile(file)
 	if err != nil {
 		return nil, err
@@ -527,11 +535,34 @@ func LoadWitnesses(file string) ([]witness.Witness, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", file, err)
 	}
+	logs := p.Logs()
+	for _, l := range logs {
+		if l.Name() != origin {
+			return nil, fmt.Errorf("%s names log %q, not --origin %q", file, l.Name(), origin)
+		}
+	}
+	if pub != nil && len(logs) > 0 {
+		vkey, err := note.NewEd25519VerifierKey(origin, pub)
+		if err != nil {
+			return nil, err
+		}
+		own, err := note.NewVerifier(vkey)
+		if err != nil {
+			return nil, err
+		}
+		if !slices.ContainsFunc(logs, func(l note.Verifier) bool { return l.KeyHash() == own.KeyHash() }) {
+			return nil, fmt.Errorf("%s: no log line has the publisher key (%s): witnesses and readers would refuse the log it signs", file, vkey)
+		}
+	}
 	var out []witness.Witness
 	for _, w := range p.Witnesses() {
-		if w.URL != "" {
-			out = append(out, w)
+		if w.URL == "" {
+			continue
 		}
+		if u, err := url.Parse(w.URL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			return nil, fmt.Errorf("%s: witness %s: submission URL %q is not an http or https URL", file, w.Name, w.URL)
+		}
+		out = append(out, w)
 	}
 	return out, nil
 }

@@ -49,12 +49,6 @@ func (c *serveCmd) Run(s *streams) error {
 	if maxPayload > 1<<31-1 {
 		return fmt.Errorf("%w: --max-payload too large", config.ErrInvalid)
 	}
-	var witnesses []witness.Witness
-	if c.WitnessPolicy != "" {
-		if witnesses, err = config.LoadWitnesses(c.WitnessPolicy); err != nil { // checked by Validate
-			return fmt.Errorf("%w: --witness-policy: %w", config.ErrInvalid, err)
-		}
-	}
 	var publisherKey *events.HostKey
 	if c.PublisherKey != "" {
 		data, err := config.ReadKeyFile(c.PublisherKey, c.AllowOpenKeyFile)
@@ -64,6 +58,12 @@ func (c *serveCmd) Run(s *streams) error {
 		// The error names the file, never its content.
 		if publisherKey, err = events.ParseHostKey(data); err != nil {
 			return fmt.Errorf("%w: --publisher-key %s: not a key made by 'publisher keygen'", config.ErrInvalid, c.PublisherKey)
+		}
+	}
+	var witnesses []witness.Witness
+	if c.WitnessPolicy != "" && publisherKey != nil {
+		if witnesses, err = config.LoadWitnesses(c.WitnessPolicy, c.Origin, publisherKey.Public()); err != nil {
+			return fmt.Errorf("%w: --witness-policy: %w", config.ErrInvalid, err)
 		}
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)

@@ -26,6 +26,10 @@ import (
 // writer. A room's key (LeaseKey) never holds '.', so none is this one.
 const DeploymentLeaseKey = "deployment.log"
 
+// retryRounds is how many intervals pass before a witness round that
+// missed a witness is run again for the same checkpoint.
+const retryRounds = 5
+
 // DefaultDeploymentInterval is how often the deployment log's writer signs
 // a checkpoint of the log when it grew: each is one witness round.
 const DefaultDeploymentInterval = time.Second
@@ -80,6 +84,13 @@ type deployment struct {
 	pending    []srcCheckpoint  // accepted, not yet in the log, in stream order
 	latest     *checkpoint.Checkpoint
 	bad        string // why the log's latest checkpoint contradicts its entries
+	// otherOrigin is the origin of a checkpoint of the log a trusted
+	// publisher signed under another deployment origin.
+	otherOrigin string
+	// incomplete: the latest witness round missed a witness, which a
+	// later round of the same checkpoint may still reach.
+	incomplete bool
+	warnedJunk bool // an entry no trusted publisher signed was logged
 	signedAt   time.Time
 	lease      lease
 	lastResult []witness.Result // the latest witness round's
@@ -126,6 +137,9 @@ func (c *Checkpointer) startDeployment(ctx context.Context, o Options) error {
 			return err
 		}
 	}
+	if err := c.deploymentLost(ctx, d, o.Origin); err != nil {
+		return err
+	}
 	cfg := d.log.StreamConfig(o.Replicas)
 	if _, err := room.EnsureStream(ctx, c.js, cfg, d.log.Subjects()); err != nil {
 		return fmt.Errorf("deployment log: %w", err)
@@ -133,7 +147,49 @@ func (c *Checkpointer) startDeployment(ctx context.Context, o Options) error {
 	if err := c.readDeployment(ctx, d); err != nil {
 		return fmt.Errorf("deployment log: %w", err)
 	}
+	if d.otherOrigin != "" {
+		return fmt.Errorf("%w: the deployment log %s holds checkpoints a trusted publisher signed for origin %q, not %q: "+
+			"a deployment keeps its origin (its witnesses and readers know the log by it); start serve with --origin %s",
+			ErrDeployment, d.log.StreamName(), d.otherOrigin, o.Origin, d.otherOrigin)
+	}
 	c.dep = d
+	return nil
+}
+
+// ErrDeployment is wrapped by Start when the deployment log cannot be
+// kept as it is: it holds another origin's checkpoints, or it is gone
+// while the rooms show it existed.
+var ErrDeployment = errors.New("deployment log")
+
+// deploymentLost refuses to make the deployment log anew when it is gone
+// but the room stream holds room checkpoints in this origin's form, which
+// only a deployment that kept the log writes: the log was deleted or
+// lost, and its witnesses would refuse a new one (it does not extend
+// what they cosigned). The check reads the latest checkpoint of up to
+// 1,024 rooms (batch direct get, multi_last).
+func (c *Checkpointer) deploymentLost(ctx context.Context, d *deployment, origin string) error {
+	_, err := c.js.Stream(ctx, d.log.StreamName())
+	if !errors.Is(err, jetstream.ErrStreamNotFound) {
+		return nil // there, or not known to be gone: EnsureStream decides
+	}
+	msgs, err := jsapi.DirectBatch(ctx, c.js.Conn(), c.streamName, jsapi.BatchRequest{
+		MultiLast: []string{c.subjects.Root() + ".*.checkpoint"}, Batch: 1024, MaxBytes: ckPullBytes}, room.DefaultTimeout)
+	if err != nil {
+		return fmt.Errorf("deployment log: the rooms' checkpoints: %w", err)
+	}
+	for _, m := range msgs {
+		u, err := checkpoint.ParseUnverified(m.Data)
+		if err != nil {
+			continue
+		}
+		if _, dep, ok := checkpoint.RoomOfOrigin(u.Origin); ok && dep == origin {
+			if _, err := checkpoint.Parse(m.Data, u.Room, c.trust); err == nil {
+				return fmt.Errorf("%w: the deployment log %s is gone, but %s's checkpoint at stream seq %d has origin %s: "+
+					"the log was deleted or lost, and its witnesses will refuse a new one; restore the stream, or start a new log with another --origin",
+					ErrDeployment, d.log.StreamName(), u.Room, m.Seq, u.Origin)
+			}
+		}
+	}
 	return nil
 }
 
@@ -166,7 +222,12 @@ func (c *Checkpointer) deploymentStep(ctx context.Context, d *deployment, final 
 		return err
 	}
 	d.mu.Lock()
-	work := len(d.pending) > 0 || d.latest == nil && d.tree.Size() > 0 || d.latest != nil && d.tree.Size() > d.latest.Size
+	grown := d.latest == nil && d.tree.Size() > 0 || d.latest != nil && d.tree.Size() > d.latest.Size
+	// A round that missed a witness is run again for the same checkpoint
+	// now and then, so a witness back from an outage cosigns it without
+	// waiting for the log to grow.
+	again := !grown && d.incomplete && d.latest != nil && d.latest.Size == d.tree.Size() && time.Since(d.signedAt) >= retryRounds*d.interval
+	work := len(d.pending) > 0 || grown || again
 	d.mu.Unlock()
 	if !work || !c.holdDeploymentLease(ctx, d) {
 		return nil
@@ -179,7 +240,7 @@ func (c *Checkpointer) deploymentStep(ctx context.Context, d *deployment, final 
 	}
 	d.mu.Lock()
 	due := d.bad == "" && (d.latest == nil || d.tree.Size() > d.latest.Size) && d.tree.Size() > 0 &&
-		(final || time.Since(d.signedAt) >= d.interval)
+		(final || time.Since(d.signedAt) >= d.interval) || d.bad == "" && again
 	d.mu.Unlock()
 	if !due {
 		return nil
@@ -294,6 +355,7 @@ func (c *Checkpointer) cosign(ctx context.Context, d *deployment, signed []byte,
 	}
 	d.mu.Lock()
 	d.lastResult = results
+	d.incomplete = got < len(results)
 	d.mu.Unlock()
 	c.log.Debug("checkpointer: deployment checkpoint cosigned", zap.Uint64("size", size), zap.Int("cosignatures", got), zap.Int("witnesses", len(results)))
 	return out
@@ -338,6 +400,13 @@ func (c *Checkpointer) deploymentMsg(d *deployment, m jsapi.Msg) {
 	case d.log.Entry():
 		d.tree.Append(checkpoint.EntryLeaf(m.Data))
 		d.entrySeq = m.Seq
+		u, err := checkpoint.ParseUnverified(m.Data)
+		if err == nil {
+			_, err = checkpoint.Parse(m.Data, u.Room, c.trust)
+		}
+		if err != nil {
+			c.junkEntry(d, m.Seq, err)
+		}
 		if stream, seq, ok := room.ParseSource(m.Header.Get(room.SourceHeader)); ok && stream == d.stream && seq > d.source {
 			d.source = seq
 			i := 0
@@ -350,6 +419,13 @@ func (c *Checkpointer) deploymentMsg(d *deployment, m jsapi.Msg) {
 		d.ckptSeq = m.Seq
 		ck, err := checkpoint.ParseDeployment(m.Data, c.trust)
 		if err != nil {
+			if u, uerr := checkpoint.ParseUnverified(m.Data); uerr == nil && u.Origin != c.trust.Origin() {
+				if other, terr := c.trust.WithOrigin(u.Origin); terr == nil {
+					if _, perr := checkpoint.ParseDeployment(m.Data, other); perr == nil {
+						d.otherOrigin = u.Origin
+					}
+				}
+			}
 			c.log.Warn("checkpointer: a message on the deployment log's checkpoint subject is not a checkpoint signed by a trusted publisher: set aside",
 				zap.Uint64("stream_seq", m.Seq), zap.Error(err))
 			return
@@ -403,4 +479,17 @@ func (c *Checkpointer) offerFinal(d *deployment) {
 	for _, w := range ws {
 		d.offer(w.seq, w.note)
 	}
+}
+
+// junkEntry logs an entry of the log that is no room checkpoint a
+// trusted publisher signed: someone wrote it around serve (secure mode
+// leaves no one the right to). It stays in the log, append-only; readers
+// report it. The first is an error log, later ones debug. d.mu is held.
+func (c *Checkpointer) junkEntry(d *deployment, seq uint64, err error) {
+	log := c.log.Debug
+	if !d.warnedJunk {
+		d.warnedJunk, log = true, c.log.Error
+	}
+	log("checkpointer: an entry of the deployment log is no room checkpoint a trusted publisher signed: written around serve; readers will report it",
+		zap.Uint64("stream_seq", seq), zap.Error(err))
 }

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -56,8 +57,9 @@ func deploymentLog(t *testing.T, e *roomtest.Env) (entries, ckpts []*jetstream.R
 // litewitness processes: its entries are the rooms' checkpoints as
 // stored, in order; each of its checkpoints covers them and carries the
 // cosignatures of the witnesses that answered; a stopped witness leaves a
-// quorum of two; a new checkpointer, which knows no witness's size,
-// learns it from their 409 and is cosigned again.
+// quorum of two, and once back it cosigns the same checkpoint in a later
+// round; a new checkpointer, which knows no witness's size, learns it
+// from their 409 and is cosigned again.
 func TestDeploymentLogWitnessed(t *testing.T) {
 	e := roomtest.NewEnv(t)
 	ctx := context.Background()
@@ -101,7 +103,11 @@ func TestDeploymentLogWitnessed(t *testing.T) {
 			}
 			last = ckpts[len(ckpts)-1]
 			c, err := checkpoint.ParseDeployment(last.Data, trust)
-			return err == nil && c.Size == uint64(want)
+			if err != nil || c.Size != uint64(want) {
+				return false
+			}
+			got, _ := policy(cosigners).Check(last.Data, logV)
+			return len(got) == cosigners
 		})
 		entries, _ := deploymentLog(t, e)
 		// The entries are the rooms' checkpoints, byte for byte, in the
@@ -145,12 +151,16 @@ func TestDeploymentLogWitnessed(t *testing.T) {
 		t.Fatalf("3 of 3 with a witness stopped: %v", err)
 	}
 
+	// The witness is back: the round is run again for the same
+	// checkpoint, without the log growing, and all three cosign it.
+	ws[1].Start()
+	waitLog(3, 3)
+
 	// A new checkpointer knows no witness's size: the witnesses' 409
 	// tell it.
 	if err := ckp.Stop(ctx); err != nil {
 		t.Fatal(err)
 	}
-	ws[1].Start()
 	ckp2, _ := roomtest.StartCheckpointer(t, e.Connect(), opts)
 	gate = roomtest.AttestingGate(e, e.Connect(), key, ckp2, ingest.GateOptions{})
 	appendTo(rooms[1], 5, 10)
@@ -275,5 +285,54 @@ func TestDeploymentLogFinal(t *testing.T) {
 	}
 	if got, err := roomtest.Policy(t, wws, 3).CheckWith(ckpts[0].Data, trust.OriginVerifiers()); err != nil || len(got) != 3 {
 		t.Fatalf("cosigned by %v: %v", got, err)
+	}
+}
+
+// TestDeploymentLogGuards: serve keeps one origin per deployment log and
+// never makes a lost log anew: a start with another origin, and a start
+// after the log's stream was deleted while the rooms hold checkpoints of
+// its origin, are refused with ErrDeployment; an entry written around
+// serve is logged.
+func TestDeploymentLogGuards(t *testing.T) {
+	e := roomtest.NewEnv(t)
+	ctx := context.Background()
+	key := roomtest.NewPublisherKey(t)
+	opts := checkpointer.Options{Key: key, Origin: tDeployment, Every: 5, Interval: time.Hour,
+		Deployment: checkpointer.DeploymentOptions{Interval: 50 * time.Millisecond}}
+	ckp, logs := roomtest.StartCheckpointer(t, e.Connect(), opts)
+	gate := roomtest.AttestingGate(e, e.Nc, key, ckp, ingest.GateOptions{})
+	es, _ := roomtest.Journal(t, "run-g", "cap-g", 5)
+	if r, err := gate.AppendJournal(ctx, "room:guard", roomtest.Lines(es), nil); err != nil || r.Stored != 5 {
+		t.Fatalf("%+v %v", r, err)
+	}
+	roomtest.WaitFor(t, 10*time.Second, "the deployment log's checkpoint", func() bool {
+		_, ckpts := deploymentLog(t, e)
+		return len(ckpts) > 0
+	})
+	junk := roomtest.PublishRaw(t, e.Js, room.DeploymentLog{}.Entry(), []byte("junk"))
+	roomtest.WaitFor(t, 10*time.Second, "the junk entry logged", func() bool {
+		for _, l := range logs.FilterMessageSnippet("no room checkpoint a trusted publisher signed").All() {
+			if l.ContextMap()["stream_seq"] == junk {
+				return true
+			}
+		}
+		return false
+	})
+	if err := ckp.Stop(ctx); err != nil {
+		t.Fatal(err)
+	}
+
+	other := opts
+	other.Origin = "other.example.org/roompub"
+	if _, err := checkpointer.Start(ctx, e.Connect(), other); !errors.Is(err, checkpointer.ErrDeployment) ||
+		!strings.Contains(err.Error(), `signed for origin "`+tDeployment+`", not "other.example.org/roompub"`) {
+		t.Fatalf("another origin: %v", err)
+	}
+	if err := e.Js.DeleteStream(ctx, room.DeploymentLog{}.StreamName()); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := checkpointer.Start(ctx, e.Connect(), opts); !errors.Is(err, checkpointer.ErrDeployment) ||
+		!strings.Contains(err.Error(), "is gone, but room:guard's checkpoint") {
+		t.Fatalf("the log deleted: %v", err)
 	}
 }
