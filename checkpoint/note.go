@@ -76,6 +76,11 @@ func Parse(signed []byte, roomID string, t *Trust) (*Checkpoint, error) {
 	if err != nil {
 		var unverified *note.UnverifiedNoteError
 		if errors.As(err, &unverified) {
+			if c, perr := parseBody(unverified.Note.Text); perr == nil {
+				if id, d, ok := RoomOfOrigin(c.Origin); ok && id == roomID && t.Origin() != "" && d != t.Origin() {
+					return nil, fmt.Errorf("%w: origin %q is of deployment %q, not %q", ErrBadCheckpoint, clip(c.Origin), clip(d), clip(t.Origin()))
+				}
+			}
 			return nil, fmt.Errorf("%w: checkpoint signed only by %s", ErrUntrustedPublisher, sigNames(unverified.Note.UnverifiedSigs))
 		}
 		return nil, fmt.Errorf("%w: %w", ErrBadCheckpoint, err)

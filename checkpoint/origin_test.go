@@ -139,7 +139,7 @@ func TestCheckpointWithOrigin(t *testing.T) {
 	}
 
 	other, _ := trust.WithOrigin("other.example.org/roompub")
-	if _, err := Parse(signed, tRoom, other); !errors.Is(err, ErrUntrustedPublisher) {
+	if _, err := Parse(signed, tRoom, other); !errors.Is(err, ErrBadCheckpoint) || !strings.Contains(err.Error(), `is of deployment "`+tOrigin+`", not "other.example.org/roompub"`) {
 		t.Fatalf("another deployment's trust: %v", err)
 	}
 	if _, err := Parse(signed, "room:other", trust); !errors.Is(err, ErrUntrustedPublisher) {

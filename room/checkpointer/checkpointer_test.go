@@ -829,7 +829,7 @@ func TestCheckpointerOrigin(t *testing.T) {
 	}
 	other, _ := trust.WithOrigin("other.example.org/roompub")
 	msgs := e.OnSubject(ckSubj)
-	if _, err := checkpoint.Parse(msgs[1].Data, roomID, other); !errors.Is(err, checkpoint.ErrUntrustedPublisher) {
+	if _, err := checkpoint.Parse(msgs[1].Data, roomID, other); !errors.Is(err, checkpoint.ErrBadCheckpoint) || !strings.Contains(err.Error(), "is of deployment") {
 		t.Fatalf("another deployment's reader: %v", err)
 	}
 }

@@ -75,15 +75,15 @@ type deployment struct {
 	kick     chan struct{}
 	done     chan struct{}
 
-	mu         sync.Mutex
-	tree       *checkpoint.Tree // every entry read, in stream order
-	next       uint64           // next stream seq of the log to read
-	entrySeq   uint64           // the entry subject's last stream seq
-	ckptSeq    uint64           // the checkpoint subject's last stream seq
-	source     uint64           // room stream seq of the last room checkpoint in the log
-	pending    []srcCheckpoint  // accepted, not yet in the log, in stream order
-	latest     *checkpoint.Checkpoint
-	bad        string // why the log's latest checkpoint contradicts its entries
+	mu       sync.Mutex
+	tree     *checkpoint.Tree // every entry read, in stream order
+	next     uint64           // next stream seq of the log to read
+	entrySeq uint64           // the entry subject's last stream seq
+	ckptSeq  uint64           // the checkpoint subject's last stream seq
+	source   uint64           // room stream seq of the last room checkpoint in the log
+	pending  []srcCheckpoint  // accepted, not yet in the log, in stream order
+	latest   *checkpoint.Checkpoint
+	bad      string // why the log's latest checkpoint contradicts its entries
 	// otherOrigin is the origin of a checkpoint of the log a trusted
 	// publisher signed under another deployment origin.
 	otherOrigin string
@@ -200,6 +200,7 @@ func (c *Checkpointer) deploymentLoop(ctx context.Context) {
 	defer close(d.done)
 	t := time.NewTicker(d.interval)
 	defer t.Stop()
+	failing := "" // the error last logged
 	for ctx.Err() == nil {
 		select {
 		case <-ctx.Done():
@@ -207,8 +208,21 @@ func (c *Checkpointer) deploymentLoop(ctx context.Context) {
 		case <-t.C:
 		case <-d.kick:
 		}
-		if err := c.deploymentStep(ctx, d, false); err != nil && ctx.Err() == nil {
-			c.log.Warn("checkpointer: the deployment log", zap.Error(err))
+		err := c.deploymentStep(ctx, d, false)
+		switch {
+		case ctx.Err() != nil:
+		case err == nil:
+			if failing != "" {
+				c.log.Info("checkpointer: the deployment log is written again")
+			}
+			failing = ""
+		case err.Error() != failing:
+			// Once per failure, not every second: a log that cannot be
+			// read or written is an error (a deleted stream, say).
+			failing = err.Error()
+			c.log.Error("checkpointer: the deployment log cannot be kept: witnessing stops until it can", zap.Error(err))
+		default:
+			c.log.Debug("checkpointer: the deployment log", zap.Error(err))
 		}
 	}
 }
