@@ -165,7 +165,7 @@ func (b *bench) printModes(byMode map[string][]*result) {
 		return
 	}
 	fmt.Fprintf(w, "\nmodes, the same sizes as above (run in the order %s; each mode's pass: its own roompub, started afresh, against a raw side measured in the same pass, raw first in odd rounds; the %s column is the table above):\n",
-		strings.Join(b.all, ", "), b.primary)
+		strings.Join(b.c.Modes, ", "), b.primary)
 	fmt.Fprintf(w, "  keyless: no publisher key; attested: serve --publisher-key, audit --trusted-publisher; witnessed: and --origin, a deployment log cosigned by %d litewitness processes, audit --witness-quorum %d\n",
 		b.c.witnessCount(), b.c.quorum())
 	nameW := len("scenario")
