@@ -79,7 +79,7 @@ func (b *bench) startWitnesses() error {
 	b.logf("witnessed: starting %d litewitness processes (built once into the user cache dir), quorum %d", n, b.c.quorum())
 	start := time.Now()
 	if w.group, err = witnesstest.Launch(n, witnesstest.Log{Origin: w.write.origin, VKey: w.write.vkey}, witnesstest.Log{Origin: w.read.origin, VKey: w.read.vkey}); err != nil {
-		return fmt.Errorf("witnesses: %w", err)
+		return fmt.Errorf("witnesses (built with the go command from this module's go.mod: run the bench in the checkout, as make bench does): %w", err)
 	}
 	b.wit = w
 	for _, g := range w.group.Witnesses {
