@@ -65,7 +65,7 @@ FUZZTIME ?= 60s
 fuzz:
 	@GO=$(GO) .ci/fuzz -fuzztime $(FUZZTIME) $(FUZZ_PKGS)
 
-## bench: per-entry Go benchmarks with allocations, one identity's request under another's flood, then cmd/roompub-bench: roompub against raw JetStream on one embedded server, same bytes, and the long chain, parallel and read rows again keyless and witnessed (3 litewitness processes) beside the attested ones (about 4 min; BENCH_FLAGS adds flags)
+## bench: per-entry Go benchmarks with allocations, one identity's request under another's flood, then cmd/roompub-bench: roompub against raw JetStream on one embedded server, same bytes, and the long chain, parallel and read rows again keyless and witnessed (3 litewitness processes) beside the attested ones (about 4 to 5 min on a quiet 2-core machine; BENCH_MODES=attested: about 2; BENCH_FLAGS adds flags)
 BENCH_FLAGS ?=
 BENCH_MODES ?= keyless,attested,witnessed
 bench:
