@@ -126,6 +126,10 @@ func (b *bench) inRounds(r *result, raw, pub func(round int) (side, error)) erro
 		}
 		for _, o := range order {
 			sideTraces.name = fmt.Sprintf("%s-r%d-%s", r.key, round+1, o.name)
+			if b.mode != b.primary {
+				// The other modes' passes trace into files of their own.
+				sideTraces.name = fmt.Sprintf("%s-%s-r%d-%s", r.key, b.mode, round+1, o.name)
+			}
 			s, err := o.fn(round)
 			sideTraces.name = ""
 			if err == nil {
