@@ -65,13 +65,14 @@ FUZZTIME ?= 60s
 fuzz:
 	@GO=$(GO) .ci/fuzz -fuzztime $(FUZZTIME) $(FUZZ_PKGS)
 
-## bench: per-entry Go benchmarks with allocations, one identity's request under another's flood, then cmd/roompub-bench: roompub against raw JetStream on one embedded server, same bytes (about 2 min; BENCH_FLAGS adds flags)
+## bench: per-entry Go benchmarks with allocations, one identity's request under another's flood, then cmd/roompub-bench: roompub against raw JetStream on one embedded server, same bytes, and the long chain, parallel and read rows again keyless and witnessed (3 litewitness processes) beside the attested ones (about 4 to 5 min on a quiet 2-core machine; BENCH_MODES=attested: about 2; BENCH_FLAGS adds flags)
 BENCH_FLAGS ?=
+BENCH_MODES ?= keyless,attested,witnessed
 bench:
 	$(GO) test -run='^$$' -bench=. -benchmem ./events ./validate
 	$(GO) test -run='^$$' -bench=BenchmarkJournalUnderFlood -benchtime=300x ./room/ingest
 	@$(MAKE) --no-print-directory build
-	$(BIN)/roompub-bench --publisher $(BIN)/publisher --subscriber $(BIN)/subscriber $(BENCH_FLAGS)
+	$(BIN)/roompub-bench --publisher $(BIN)/publisher --subscriber $(BIN)/subscriber --modes $(BENCH_MODES) $(BENCH_FLAGS)
 
 ## bench-check: the side-by-side run only; exit 1 when a ratio is below its floor
 .PHONY: bench-check bench-quick

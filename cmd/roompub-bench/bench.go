@@ -12,6 +12,7 @@ import (
 	"runtime"
 	"runtime/pprof"
 	"slices"
+	"strings"
 	"syscall"
 	"time"
 
@@ -83,7 +84,82 @@ func (c *cli) Validate() error {
 	if c.Timeout <= 0 {
 		bad("--timeout must be positive")
 	}
+	for i, m := range c.Modes {
+		if slices.Contains(c.Modes[:i], m) {
+			bad("--modes names %s twice", m)
+		}
+	}
+	if c.NoAttest && (len(c.Modes) > 0 || c.Witnesses > 0) {
+		bad("--no-attest excludes --modes and --witnesses (--modes keyless runs the keyless path)")
+	}
+	if c.Witnesses < 0 {
+		bad("--witnesses must not be negative")
+	}
+	if c.Witnesses > 0 && len(c.Modes) > 0 && !slices.Contains(c.Modes, modeWitnessed) {
+		bad("--witnesses is for the witnessed mode, which --modes does not name")
+	}
+	if c.Quorum < 0 || c.Quorum > c.witnessCount() {
+		bad("--witness-quorum %d of %d witnesses", c.Quorum, c.witnessCount())
+	}
 	return errors.Join(errs...)
+}
+
+// The modes roompub's side runs in: what `publisher serve` is given.
+const (
+	// modeKeyless is serve without --publisher-key: no attestation, no
+	// checkpoint; audit trusts no publisher.
+	modeKeyless = "keyless"
+	// modeAttested is serve --publisher-key: attestations and signed room
+	// checkpoints; audit --trusted-publisher.
+	modeAttested = "attested"
+	// modeWitnessed adds --origin and --witness-policy: the checkpointer
+	// keeps the deployment log, cosigned by real witnesses; audit checks
+	// it under the witness policy.
+	modeWitnessed = "witnessed"
+)
+
+// modeRows are the rows --modes runs once per mode.
+var modeRows = []string{"long", "parallel", "read"}
+
+// modes returns the main mode, whose pass runs every selected row and
+// fills the main table (the floors), and the other modes of --modes in
+// their order, whose passes run the selected rows of modeRows.
+func (c *cli) modes() (main string, others []string) {
+	switch {
+	case len(c.Modes) > 0 && slices.Contains(c.Modes, modeAttested):
+		main = modeAttested
+	case len(c.Modes) > 0:
+		main = c.Modes[0]
+	case c.NoAttest:
+		main = modeKeyless
+	case c.Witnesses > 0:
+		main = modeWitnessed
+	default:
+		main = modeAttested
+	}
+	for _, m := range c.Modes {
+		if m != main {
+			others = append(others, m)
+		}
+	}
+	return main, others
+}
+
+// witnessCount is how many witnesses the witnessed mode runs.
+func (c *cli) witnessCount() int {
+	if c.Witnesses > 0 {
+		return c.Witnesses
+	}
+	return 3
+}
+
+// quorum is how many cosignatures audit needs on a deployment
+// checkpoint: --witness-quorum, or a majority of the witnesses.
+func (c *cli) quorum() int {
+	if c.Quorum > 0 {
+		return c.Quorum
+	}
+	return c.witnessCount()/2 + 1
 }
 
 func (c *cli) selected(name string) bool { return len(c.Only) == 0 || slices.Contains(c.Only, name) }
@@ -135,11 +211,29 @@ type bench struct {
 	pubInflight  string // how roompub's side is capped, for the table
 	inflightNote string
 	rounds       int
+	wrote        bool // the write streams were made: close deletes them
+
+	// mode is the mode of the pass running; primary the main pass's
+	// (--modes); all every mode of the run.
+	mode, primary string
+	all           []string
+	wit           *witnessed // the witnesses and keys, once a witnessed pass started
 }
 
 // attested reports whether roompub runs with a publisher key and a
-// checkpointer, and readers trust it (not --no-attest).
-func (b *bench) attested() bool { return !b.c.NoAttest }
+// checkpointer, and readers trust it (not keyless).
+func (b *bench) attested() bool { return b.mode != modeKeyless }
+
+// witnessing reports whether roompub's checkpointer keeps a deployment
+// log cosigned by witnesses, and audit checks it.
+func (b *bench) witnessing() bool { return b.mode == modeWitnessed }
+
+// fillAttested reports whether the read stream is filled attested: when
+// any mode of the run trusts a publisher (a keyless pass audits it
+// without trusting one, so the stream in the cache serves every mode).
+func (b *bench) fillAttested() bool {
+	return slices.ContainsFunc(b.all, func(m string) bool { return m != modeKeyless })
+}
 
 // Run runs the selected scenarios, prints the table and the JSON line.
 func (c *cli) Run(s *streams) error {
@@ -171,6 +265,9 @@ func (c *cli) Run(s *streams) error {
 		defer func() { sideTraces.stop(); sideTraces = tracer{} }()
 	}
 	b := &bench{c: c, out: s, ctx: ctx, sz: c.sizes(), rounds: c.Rounds, rawSubjects: room.Subjects{Prefix: rawPrefix}}
+	var others []string
+	b.primary, others = c.modes()
+	b.all = append([]string{b.primary}, others...)
 	if b.rounds == 0 {
 		b.rounds = 3
 		if c.Quick {
@@ -181,40 +278,35 @@ func (c *cli) Run(s *streams) error {
 	if err := b.start(); err != nil {
 		return err
 	}
-	var results []*result
-	for _, sc := range []struct {
-		name string
-		run  func() (*result, error)
-	}{
-		{"long", b.longChain},
-		{"parallel", b.parallel},
-		{"records", b.records},
-		{"read", b.read},
-		{"verify", b.verify},
-	} {
-		if !c.selected(sc.name) {
-			continue
-		}
-		r, err := sc.run()
+	// The passes run in the order --modes names them (a run's first pass
+	// starts on a cold process and store: reorder to see what that
+	// weighs).
+	order := c.Modes
+	if len(order) == 0 {
+		order = b.all
+	}
+	byMode := map[string][]*result{}
+	audit := map[string]any{}
+	for _, m := range order {
+		rs, a, err := b.pass(m)
 		if err != nil {
-			return fmt.Errorf("%s: %w", sc.name, err)
+			return fmt.Errorf("%s mode: %w", m, err)
 		}
-		if sideTraces.err != nil {
-			return sideTraces.err
-		}
-		r.finish()
-		b.logf("%s: raw %s, roompub %s, ratio %.3f (floor %.2f) %s", r.name, r.raw, r.pub, r.ratio, r.floor, r.verdict())
-		results = append(results, r)
-	}
-	var audit map[string]any
-	if (c.Quick || c.AuditWrites) && b.client != nil {
-		var err error
-		if audit, err = b.auditWrites(results); err != nil {
-			return err
+		byMode[m] = rs
+		for k, v := range a {
+			if m != b.primary {
+				k = strings.Replace(k, "write_audit_", "write_audit_"+m+"_", 1)
+			}
+			audit[k] = v
 		}
 	}
+	results := byMode[b.primary]
+	b.mode = b.primary
 	b.printTable(results)
-	if err := b.printJSON(results, audit); err != nil {
+	if len(c.Modes) > 0 {
+		b.printModes(byMode)
+	}
+	if err := b.printJSON(results, audit, byMode); err != nil {
 		return err
 	}
 	if c.Check {
@@ -229,6 +321,67 @@ func (c *cli) Run(s *streams) error {
 		}
 	}
 	return nil
+}
+
+// pass runs the rows of one mode: the write rows on a roompub of that
+// mode (records only in the main pass), which is stopped (and the write
+// streams audited, with --quick or --audit-writes) before the read row;
+// verify only in the main pass, as it runs no publisher. It returns the
+// rows and the write audit's facts.
+func (b *bench) pass(mode string) ([]*result, map[string]any, error) {
+	b.mode = mode
+	main := mode == b.primary
+	if b.witnessing() {
+		if err := b.startWitnesses(); err != nil {
+			return nil, nil, err
+		}
+	}
+	b.logf("mode %s: %s", mode, b.storePath())
+	var results []*result
+	run := func(rows []string) error {
+		for _, sc := range []struct {
+			name string
+			run  func() (*result, error)
+		}{
+			{"long", b.longChain},
+			{"parallel", b.parallel},
+			{"records", b.records},
+			{"read", b.read},
+			{"verify", b.verify},
+		} {
+			if !slices.Contains(rows, sc.name) || !b.c.selected(sc.name) || (!main && !slices.Contains(modeRows, sc.name)) {
+				continue
+			}
+			r, err := sc.run()
+			if err != nil {
+				return fmt.Errorf("%s: %w", sc.name, err)
+			}
+			if sideTraces.err != nil {
+				return sideTraces.err
+			}
+			r.finish()
+			b.logf("%s (%s): raw %s, roompub %s, ratio %.3f (floor %.2f) %s", r.name, mode, r.raw, r.pub, r.ratio, r.floor, r.verdict())
+			results = append(results, r)
+		}
+		return nil
+	}
+	if err := run([]string{"long", "parallel", "records"}); err != nil {
+		return nil, nil, err
+	}
+	audit := map[string]any{}
+	if (b.c.Quick || b.c.AuditWrites) && b.client != nil {
+		var err error
+		if audit, err = b.auditWrites(results); err != nil {
+			return nil, nil, err
+		}
+	}
+	if err := b.endRoompub(); err != nil {
+		return nil, nil, err
+	}
+	if err := run([]string{"read", "verify"}); err != nil {
+		return nil, nil, err
+	}
+	return results, audit, nil
 }
 
 func (b *bench) logf(format string, args ...any) {
@@ -288,10 +441,14 @@ func (b *bench) startRoompub() error {
 	}
 	ctx, cancel := context.WithTimeout(b.ctx, 30*time.Second)
 	defer cancel()
+	b.wrote = true
 	for _, name := range []string{writeStream, rawStream} {
 		if err := b.dropStream(ctx, name); err != nil {
 			return err
 		}
+	}
+	if err := b.dropDeploymentLog(ctx); err != nil {
+		return err
 	}
 	if _, err := room.EnsureStream(ctx, b.js, room.StreamConfig(rawStream, b.rawSubjects, 1), b.rawSubjects); err != nil {
 		return err
@@ -300,7 +457,7 @@ func (b *bench) startRoompub() error {
 	if err != nil {
 		return err
 	}
-	if b.pub, err = b.startPublisher(writeStream, b.subjects, "", v); err != nil {
+	if b.pub, err = b.startPublisher(writeStream, b.subjects, "", v, b.writeOptions()); err != nil {
 		return err
 	}
 	if b.clientNC, err = nats.Connect(b.emb.ClientURL(), nats.Name("roompub-bench-harness")); err != nil {
@@ -319,6 +476,17 @@ func (b *bench) stopRoompub() error {
 	return b.pub.stop()
 }
 
+// endRoompub stops roompub's publisher and closes the client, so that the
+// next pass starts a roompub of its own mode on fresh write streams.
+func (b *bench) endRoompub() error {
+	err := b.stopRoompub()
+	if b.clientNC != nil {
+		b.clientNC.Close()
+	}
+	b.pub, b.client, b.clientNC = nil, nil, nil
+	return err
+}
+
 // close stops everything started, in reverse order; the write streams are
 // deleted (the read stream stays for the next run).
 func (b *bench) close() {
@@ -328,14 +496,20 @@ func (b *bench) close() {
 	if b.clientNC != nil {
 		b.clientNC.Close()
 	}
-	if b.js != nil && b.client != nil {
+	if b.js != nil && (b.wrote || b.wit != nil) {
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		for _, name := range []string{writeStream, rawStream} {
 			if err := b.dropStream(ctx, name); err != nil {
 				b.logf("%v", err)
 			}
 		}
+		if err := b.dropDeploymentLog(ctx); err != nil {
+			b.logf("%v", err)
+		}
 		cancel()
+	}
+	if b.wit != nil {
+		b.wit.group.Close()
 	}
 	if b.nc != nil {
 		b.nc.Close()
@@ -375,7 +549,7 @@ func (b *bench) storedOn(stream string, subjects room.Subjects, filter string) (
 // environment describes the machine and the server for the table header
 // and the JSON line.
 func (b *bench) environment() map[string]any {
-	return map[string]any{
+	env := map[string]any{
 		"go_version":          runtime.Version(),
 		"gomaxprocs":          runtime.GOMAXPROCS(0),
 		"nats_server_version": server.VERSION,
@@ -384,8 +558,16 @@ func (b *bench) environment() map[string]any {
 		"batch":               b.c.Batch,
 		"quick":               b.c.Quick,
 		"rounds":              b.rounds,
-		"attested":            b.attested(),
+		"attested":            b.primary != modeKeyless,
+		"witnessed":           b.primary == modeWitnessed,
 	}
+	if len(b.c.Modes) > 0 {
+		env["modes"] = b.c.Modes
+	}
+	if slices.Contains(b.all, modeWitnessed) {
+		env["witnesses"], env["witness_quorum"] = b.c.witnessCount(), b.c.quorum()
+	}
+	return env
 }
 
 // auditWrites stops roompub (its checkpointer writes the final
@@ -425,7 +607,15 @@ func (b *bench) auditWrites(results []*result) (map[string]any, error) {
 		return nil, err
 	}
 	out := map[string]any{}
-	b.logf("auditing roompub's stream: %d entries, %d records expected (attestations and checkpoints checked: %v)", entries, records, b.attested())
+	if b.witnessing() {
+		// The room checkpoints written as serve stopped enter the
+		// deployment log when serve next reads them: a checkpointer of
+		// the deployment reads them, as a restarted serve would.
+		if _, err := b.serveDeploymentLog(writeStream, b.subjects, b.wit.write, nil); err != nil {
+			return nil, fmt.Errorf("the write stream's deployment log: %w", err)
+		}
+	}
+	b.logf("auditing roompub's stream: %d entries, %d records expected (attestations and checkpoints checked: %v, witnessed: %v)", entries, records, b.attested(), b.witnessing())
 	start := time.Now()
 	o := reader.AuditOptions{Stream: writeStream, Subjects: b.subjects, Validator: v}
 	if b.attested() {
@@ -433,12 +623,27 @@ func (b *bench) auditWrites(results []*result) (map[string]any, error) {
 			return nil, err
 		}
 	}
+	if b.witnessing() {
+		if o.Trust, err = o.Trust.WithOrigin(b.wit.write.origin); err != nil {
+			return nil, err
+		}
+		o.Witnessing = &reader.Witnessing{Policy: b.wit.policy}
+	}
 	rep, err := reader.Audit(b.ctx, b.js, o)
 	if err != nil {
 		return nil, fmt.Errorf("audit of roompub's stream: %w", err)
 	}
 	if err := checkAudit(rep, entries, records, chains); err != nil {
 		return nil, fmt.Errorf("audit of roompub's stream: %w", err)
+	}
+	if b.witnessing() {
+		wf, err := b.checkWitnessed(rep)
+		if err != nil {
+			return nil, fmt.Errorf("audit of roompub's stream: %w", err)
+		}
+		for k, v := range wf {
+			out["write_audit_"+k] = v
+		}
 	}
 	out["write_audit_attestation_checked"] = rep.Attestation.Checked
 	if b.attested() {

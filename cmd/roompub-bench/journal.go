@@ -126,6 +126,10 @@ func (b *bench) inRounds(r *result, raw, pub func(round int) (side, error)) erro
 		}
 		for _, o := range order {
 			sideTraces.name = fmt.Sprintf("%s-r%d-%s", r.key, round+1, o.name)
+			if b.mode != b.primary {
+				// The other modes' passes trace into files of their own.
+				sideTraces.name = fmt.Sprintf("%s-%s-r%d-%s", r.key, b.mode, round+1, o.name)
+			}
 			s, err := o.fn(round)
 			sideTraces.name = ""
 			if err == nil {
@@ -180,6 +184,9 @@ func (b *bench) longChain() (*result, error) {
 	}
 	if err := b.countStored(r, rawRoom, pubRoom); err != nil {
 		return nil, err
+	}
+	if b.mode != b.primary {
+		return r, nil // the reference below is the main pass's
 	}
 	// For reference, not a ratio: one synchronous publish per entry with
 	// the same headers each, the way the gate appended before it batched

@@ -18,8 +18,13 @@
 // printed), and a checkpointer with serve's defaults reads the stream and
 // writes signed checkpoints; the read stream is written the same way and
 // audited with --trusted-publisher. --no-attest measures the keyless
-// path instead. The raw side writes to a stream of its own (same
-// configuration), which no checkpointer reads.
+// path instead, and --witnesses N the witnessed path: N real litewitness
+// processes (internal/witnesstest) cosign the deployment log the
+// checkpointer keeps, and audit checks it under a witness policy
+// (docs/witnesses.md). --modes runs the long chain, parallel and read rows
+// once per mode (keyless, attested, witnessed) and prints them side by
+// side. The raw side writes to a stream of its own (same configuration),
+// which no checkpointer reads.
 //
 // The write scenarios run in rounds, raw first in odd rounds and roompub
 // first in even ones; only the work is timed, never the setup. It prints a
@@ -27,7 +32,8 @@
 // every ratio (roompub / raw). With --check it exits 1 when a ratio is
 // below its floor.
 //
-//	roompub-bench [--quick] [--check] [--no-attest] [--only SCENARIO]...
+//	roompub-bench [--quick] [--check] [--no-attest | --witnesses N]
+//	    [--modes keyless,attested,witnessed] [--only SCENARIO]...
 //
 // Exit status: 0 done, 1 below a floor (--check), 2 usage or a failed run.
 package main
@@ -57,6 +63,9 @@ type cli struct {
 	Check       bool     `name:"check" help:"Exit 1 if a ratio is below its floor (long chain 0.5, parallel 0.6, records 0.6, read 0.4 and audit's peak under 256 MiB, verify 0.2)."`
 	AuditWrites bool     `name:"audit-writes" help:"After the write scenarios, audit the write stream (reader.Audit) and fail unless both sides' entries and records all verify (on with --quick)."`
 	NoAttest    bool     `name:"no-attest" help:"Measure roompub without the publisher's attestations and checkpoints: a gate with no publisher key, no checkpointer, a read stream without attestations or checkpoints audited without --trusted-publisher (the keyless path, for comparison; the floors are for the attested path)."`
+	Modes       []string `name:"modes" enum:"keyless,attested,witnessed" placeholder:"MODE,..." help:"Run the long chain, parallel and read rows once per mode (keyless, attested, witnessed; comma-separated, run in that order), each mode's roompub side against a raw side measured next to it, and print a table with a column per mode. The main table (every row, the floors) is the attested mode's when listed, else the first's."`
+	Witnesses   int      `name:"witnesses" placeholder:"N" help:"Run N real litewitness processes that cosign the deployment log (the witnessed mode): alone, the whole run is witnessed; with --modes, the witnessed mode's witnesses (default 3)."`
+	Quorum      int      `name:"witness-quorum" placeholder:"K" help:"Cosignatures audit needs on a deployment checkpoint (default a majority of --witnesses: 2 of 3)."`
 	Only        []string `name:"only" enum:"long,parallel,records,read,verify" placeholder:"SCENARIO" help:"Run only these scenarios (repeatable): long, parallel, records, read, verify."`
 
 	ChainEntries  int `name:"chain-entries" placeholder:"N" help:"Entries of the long chain (default 10000; --quick 500)."`
@@ -77,7 +86,7 @@ type cli struct {
 	Refill     bool          `name:"refill" help:"Fill the read stream again even if the store holds one of the right size."`
 	Publisher  string        `name:"publisher" default:"bin/publisher" placeholder:"FILE" help:"The publisher binary (verify); default bin/publisher."`
 	Subscriber string        `name:"subscriber" default:"bin/subscriber" placeholder:"FILE" help:"The subscriber binary (audit); default bin/subscriber."`
-	Trace      string        `name:"trace" placeholder:"DIR" help:"Write an execution trace (runtime/trace) of each side's timed work in each round of the write rows to DIR/<row>-r<round>-<side>.trace (go tool trace FILE; its goroutine analysis shows the stream's goroutine running, in system calls, waiting for a core or for messages). Tracing slows the run: its ratios are not the bench's."`
+	Trace      string        `name:"trace" placeholder:"DIR" help:"Write an execution trace (runtime/trace) of each side's timed work in each round of the write rows to DIR/<row>-r<round>-<side>.trace (<row>-<mode>-r<round>-<side>.trace for the other modes of --modes; go tool trace FILE; its goroutine analysis shows the stream's goroutine running, in system calls, waiting for a core or for messages). Tracing slows the run: its ratios are not the bench's."`
 	CPUProfile string        `name:"cpuprofile" placeholder:"FILE" help:"Write a CPU profile (runtime/pprof) of the whole run to FILE: the embedded server, roompub and the raw side share the process, so it shows where both sides spend their time (go tool pprof FILE)."`
 	Timeout    time.Duration `name:"timeout" default:"10m" placeholder:"DURATION" help:"How long one ingest request may wait for its reply (requests queue at the service while others are decided)."`
 }

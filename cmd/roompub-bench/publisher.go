@@ -14,9 +14,11 @@ import (
 
 	"github.com/roompub/roompub/events"
 	"github.com/roompub/roompub/room"
+	"github.com/roompub/roompub/room/checkpointer"
 	"github.com/roompub/roompub/room/ingest"
 	"github.com/roompub/roompub/room/node"
 	"github.com/roompub/roompub/validate"
+	"github.com/roompub/roompub/witness"
 )
 
 // publisher is roompub's publishing side on one stream: node.Serve, what
@@ -38,12 +40,32 @@ type publisher struct {
 	nodeID string
 }
 
+// publisherOptions is how a publisher attests: not at all (keyless), with
+// a key made for it, or with the key and origin of a witnessed deployment,
+// whose checkpointer keeps the deployment log cosigned by witnesses.
+type publisherOptions struct {
+	attest    bool
+	deploy    *deploymentKey // nil: no origin, no deployment log
+	witnesses []witness.Witness
+}
+
+// writeOptions is how the write rows' publisher attests in the mode
+// running.
+func (b *bench) writeOptions() publisherOptions {
+	o := publisherOptions{attest: b.attested()}
+	if b.witnessing() {
+		o.deploy, o.witnesses = b.wit.write, b.wit.ws
+	}
+	return o
+}
+
 // startPublisher runs node.Serve on stream until stop, and returns once
-// its ingest service answers on servicePrefix ("": the default); unless
-// --no-attest, with a publisher key made for it. Two publishers running at
-// once need prefixes of their own: on one prefix they share a queue group,
-// and a request could reach the other one's stream.
-func (b *bench) startPublisher(stream string, subjects room.Subjects, servicePrefix string, v *validate.Validator) (*publisher, error) {
+// its ingest service answers on servicePrefix ("": the default); with
+// po.attest, with a publisher key made for it, or po.deploy's key and
+// origin. Two publishers running at once need prefixes of their own: on
+// one prefix they share a queue group, and a request could reach the other
+// one's stream.
+func (b *bench) startPublisher(stream string, subjects room.Subjects, servicePrefix string, v *validate.Validator, po publisherOptions) (*publisher, error) {
 	p := &publisher{done: make(chan error, 1)}
 	o := node.ServeOptions{
 		ServerURL: b.emb.ClientURL(),
@@ -58,7 +80,11 @@ func (b *bench) startPublisher(stream string, subjects room.Subjects, servicePre
 		MaxInflightBatches: b.c.Inflight,
 		Logger:             newLogger(b.out.err, &p.errorsLogged),
 	}
-	if b.attested() {
+	switch {
+	case po.deploy != nil:
+		o.PublisherKey, p.nodeID = po.deploy.key, po.deploy.key.NodeID()
+		o.Checkpoint = checkpointer.Options{Origin: po.deploy.origin, Deployment: checkpointer.DeploymentOptions{Witnesses: po.witnesses}}
+	case po.attest:
 		key, err := events.GenerateHostKey(rand.Reader)
 		if err != nil {
 			return nil, err
@@ -136,8 +162,11 @@ func newLogger(w io.Writer, errs *atomic.Int64) *zap.Logger {
 // storePath says how roompub stores what its gate accepted, for the
 // table's notes.
 func (b *bench) storePath() string {
-	if b.attested() {
+	switch {
+	case b.witnessing():
+		return fmt.Sprintf("attestation with the publisher key, store; a checkpointer reads the stream, writes signed checkpoints and appends them to the deployment log, which %d litewitness processes cosign every second it grew (witnessed)", len(b.wit.ws))
+	case b.attested():
 		return "attestation with the publisher key, store; a checkpointer reads the stream and writes signed checkpoints"
 	}
-	return "store (--no-attest: no publisher key, no checkpointer)"
+	return "store (keyless: no publisher key, no checkpointer)"
 }

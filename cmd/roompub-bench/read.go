@@ -84,9 +84,20 @@ func (b *bench) read() (*result, error) {
 		// A state directory of this run's own: a first read, and the
 		// user's state is left alone.
 		"--state-dir", filepath.Join(b.tmp, "subscriber-state")}
-	if fill.nodeID != "" {
+	trust := fill.nodeID != "" && b.attested()
+	switch {
+	case trust && b.witnessing():
+		if err := b.buildReadDeployment(subjects, fill); err != nil {
+			return nil, err
+		}
+		args = append(append(args, "--trusted-publisher", fill.nodeID), b.readWitnessArgs()...)
+		r.pubHow = fmt.Sprintf("`subscriber audit --json --trusted-publisher <the fill's key> --trusted-publisher <the deployment's key> --origin %s --witness <vkey> ×%d --witness-quorum %d` of the stream, a subprocess (as attested, then it reads the deployment log, %s, and checks its checkpoints, their cosignatures and every room checkpoint it holds against the room as read)",
+			readOrigin, len(b.wit.ws), b.c.quorum(), room.DeploymentLog{}.StreamName())
+	case trust:
 		args = append(args, "--trusted-publisher", fill.nodeID)
 		r.pubHow = "`subscriber audit --json --trusted-publisher <the publisher's key>` of the stream, a subprocess (connect, replay, verify every entry, every attestation (optimistically: a verified checkpoint covering a message admits it) and every checkpoint, report)"
+	case fill.nodeID != "":
+		r.pubHow += "; keyless: no --trusted-publisher, so the attestations and checkpoints the stream holds are not checked"
 	}
 	if fill.checkpoints > 0 {
 		r.rawHow += fmt.Sprintf("; it reads the checkpoints too (%d messages), as audit does", fill.checkpoints)
@@ -133,7 +144,7 @@ func (b *bench) read() (*result, error) {
 	}
 	r.extra = map[string]any{"audit_exit_code": cmd.ProcessState.ExitCode(), "audit_chains_ok": t.ChainsOK,
 		"audit_attestation_checked": rep.Attestation.Checked, "checkpoints": fill.checkpoints}
-	if fill.nodeID != "" {
+	if trust {
 		ck, err := checkCovered(&rep, uint64(want))
 		if err != nil {
 			return nil, fmt.Errorf("audit: %w", err)
@@ -145,6 +156,15 @@ func (b *bench) read() (*result, error) {
 		r.extra["audit_admitted_by_checkpoint"], r.extra["audit_attestations_verified"] = ck.byCheckpoint, ck.verified
 		b.logf("read: audit admitted %d entries (%d by a covering checkpoint, %d attestations verified one by one) and verified %d checkpoints, none after the last",
 			ck.admitted, ck.byCheckpoint, ck.verified, ck.checkpoints)
+		if b.witnessing() {
+			wf, err := b.checkWitnessed(&rep)
+			if err != nil {
+				return nil, fmt.Errorf("audit: %w", err)
+			}
+			for k, v := range wf {
+				r.extra["audit_"+k] = v
+			}
+		}
 	} else if rep.Attestation.Checked {
 		return nil, fmt.Errorf("audit checked attestations without --trusted-publisher")
 	}
@@ -173,7 +193,7 @@ func (b *bench) fillRead(subjects room.Subjects) (readFill, error) {
 	// stream filled under another layout is filled again.
 	first := chainMeta(readRunID(0), readCapsuleID(0))
 	how := "unattested"
-	if b.attested() {
+	if b.fillAttested() {
 		how = fmt.Sprintf("attested, checkpoints every %d entries or %s", checkpointer.DefaultCheckpointEvery, checkpointer.DefaultCheckpointInterval)
 	}
 	// As many requests at once as serve's ingest service decides
@@ -190,13 +210,13 @@ func (b *bench) fillRead(subjects room.Subjects) (readFill, error) {
 			return readFill{}, err
 		}
 		md := info.Config.Metadata
-		if !b.c.Refill && md[fillKey] == sig && (md[fillPublisherKey] != "") == b.attested() {
+		if !b.c.Refill && md[fillKey] == sig && (md[fillPublisherKey] != "") == b.fillAttested() {
 			fill := readFill{nodeID: md[fillPublisherKey]}
 			var entries int
 			if entries, fill.checkpoints, err = b.storedOn(readStream, subjects, subjects.All()); err != nil {
 				return readFill{}, err
 			}
-			if entries == want && (fill.checkpoints > 0) == b.attested() {
+			if entries == want && (fill.checkpoints > 0) == b.fillAttested() {
 				b.logf("read: reusing the read stream in the store (%s; %d checkpoints)", sig, fill.checkpoints)
 				return fill, nil
 			}
@@ -220,7 +240,7 @@ func (b *bench) fillRead(subjects room.Subjects) (readFill, error) {
 	if err != nil {
 		return readFill{}, err
 	}
-	p, err := b.startPublisher(readStream, subjects, fillService, v)
+	p, err := b.startPublisher(readStream, subjects, fillService, v, publisherOptions{attest: b.fillAttested()})
 	if err != nil {
 		return readFill{}, err
 	}
@@ -290,8 +310,8 @@ feed:
 	if err != nil {
 		return readFill{}, err
 	}
-	if got != want || (ckpts > 0) != b.attested() {
-		return readFill{}, fmt.Errorf("the read stream holds %d entries and %d checkpoints after the fill, want %d entries (attested: %v)", got, ckpts, want, b.attested())
+	if got != want || (ckpts > 0) != b.fillAttested() {
+		return readFill{}, fmt.Errorf("the read stream holds %d entries and %d checkpoints after the fill, want %d entries (attested: %v)", got, ckpts, want, b.fillAttested())
 	}
 	fill.checkpoints = ckpts
 	// Complete: name the fill in the stream's metadata.

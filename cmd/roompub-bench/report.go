@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"math"
+	"slices"
 	"strings"
 	"time"
 	"unicode/utf8"
@@ -105,7 +106,12 @@ func (b *bench) printTable(results []*result) {
 	if b.attested() {
 		fmt.Fprintf(w, "attestation: on, as publisher serve --publisher-key (a key made for the run; a checkpointer every %d messages or %s and on stop); audit --trusted-publisher\n",
 			checkpointer.DefaultCheckpointEvery, checkpointer.DefaultCheckpointInterval)
-	} else {
+	}
+	if b.witnessing() {
+		fmt.Fprintf(w, "witnessed: on, as serve --origin --witness-policy (the deployment log cosigned by %d litewitness processes at most every %s while it grew); audit --witness-quorum %d of them\n",
+			b.c.witnessCount(), checkpointer.DefaultDeploymentInterval, b.c.quorum())
+	}
+	if !b.attested() {
 		fmt.Fprintf(w, "attestation: off (--no-attest: no publisher key, no checkpointer; audit without --trusted-publisher)\n")
 	}
 	if b.inflightNote != "" {
@@ -136,6 +142,74 @@ func (b *bench) printTable(results []*result) {
 	}
 }
 
+// printModes prints the table of --modes: for each row of modeRows, a
+// column per mode with roompub's throughput and its ratio to the raw side
+// measured in the same pass, then the raw sides' throughputs.
+func (b *bench) printModes(byMode map[string][]*result) {
+	w := b.out.out
+	find := func(mode, key string) *result {
+		for _, r := range byMode[mode] {
+			if r.key == key {
+				return r
+			}
+		}
+		return nil
+	}
+	var rows []*result // the main pass's, for names and sizes
+	for _, r := range byMode[b.primary] {
+		if slices.Contains(modeRows, strings.TrimSuffix(r.key, "_chain")) {
+			rows = append(rows, r)
+		}
+	}
+	if len(rows) == 0 {
+		return
+	}
+	fmt.Fprintf(w, "\nmodes, the same sizes as above (run in the order %s; each mode's pass: its own roompub, started afresh, against a raw side measured in the same pass, raw first in odd rounds; the %s column is the table above):\n",
+		strings.Join(b.c.Modes, ", "), b.primary)
+	fmt.Fprintf(w, "  keyless: no publisher key; attested: serve --publisher-key, audit --trusted-publisher; witnessed: and --origin, a deployment log cosigned by %d litewitness processes, audit --witness-quorum %d\n",
+		b.c.witnessCount(), b.c.quorum())
+	nameW := len("scenario")
+	for _, r := range rows {
+		nameW = max(nameW, utf8.RuneCountInString(r.name))
+	}
+	fmt.Fprintf(w, "%-*s", nameW, "scenario")
+	for _, m := range b.c.Modes {
+		fmt.Fprintf(w, "  %*s  %6s", 12, m+" /s", "ratio")
+	}
+	for _, m := range b.c.Modes {
+		fmt.Fprintf(w, "  %*s", 12, "raw ("+m[:1]+") /s")
+	}
+	fmt.Fprintln(w)
+	for _, row := range rows {
+		fmt.Fprintf(w, "%-*s", nameW, row.name)
+		for _, m := range b.c.Modes {
+			if r := find(m, row.key); r != nil {
+				fmt.Fprintf(w, "  %12.0f  %6.3f", r.pub.rate(), r.ratio)
+			} else {
+				fmt.Fprintf(w, "  %12s  %6s", "-", "-")
+			}
+		}
+		for _, m := range b.c.Modes {
+			if r := find(m, row.key); r != nil {
+				fmt.Fprintf(w, "  %12.0f", r.raw.rate())
+			} else {
+				fmt.Fprintf(w, "  %12s", "-")
+			}
+		}
+		fmt.Fprintln(w)
+	}
+	if slices.Contains(b.all, modeAttested) && slices.Contains(b.all, modeWitnessed) {
+		var parts []string
+		for _, row := range rows {
+			a, wi := find(modeAttested, row.key), find(modeWitnessed, row.key)
+			if a != nil && wi != nil {
+				parts = append(parts, fmt.Sprintf("%s %.3f", row.key, wi.ratio/a.ratio))
+			}
+		}
+		fmt.Fprintf(w, "witnessed / attested (ratio over ratio): %s\n", strings.Join(parts, ", "))
+	}
+}
+
 // round keeps d decimals.
 func round(x float64, d int) float64 {
 	p := math.Pow(10, float64(d))
@@ -144,10 +218,36 @@ func round(x float64, d int) float64 {
 
 // printJSON writes the last line: every throughput and ratio, the counts
 // both sides reached and the environment, in one flat object.
-func (b *bench) printJSON(results []*result, more map[string]any) error {
+func (b *bench) printJSON(results []*result, more map[string]any, byMode map[string][]*result) error {
 	obj := b.environment()
 	for k, v := range more {
 		obj[k] = v
+	}
+	if len(b.c.Modes) > 0 {
+		// <row>_<mode>_…: each mode's throughputs and ratio, the main
+		// mode's too (the same figures as <row>_…).
+		for m, rs := range byMode {
+			for _, r := range rs {
+				if !slices.Contains(modeRows, strings.TrimSuffix(r.key, "_chain")) {
+					continue
+				}
+				p := r.key + "_" + m + "_"
+				obj[p+"ratio"] = round(r.ratio, 4)
+				for name, s := range map[string]side{"raw": r.raw, "roompub": r.pub} {
+					obj[p+name+"_count"] = s.n
+					obj[p+name+"_per_s"] = round(s.rate(), 1)
+					obj[p+name+"_cpu_us_each"] = round(s.cpuPerItem(), 1)
+				}
+				if r.peakCapMiB > 0 {
+					obj[p+"peak_rss_mib"] = round(r.peakMiB, 1)
+				}
+				if m != b.primary {
+					for k, v := range r.extra {
+						obj[p+k] = v
+					}
+				}
+			}
+		}
 	}
 	allOK := true
 	for _, r := range results {

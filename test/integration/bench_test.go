@@ -21,9 +21,15 @@ import (
 	"testing"
 )
 
-// runBench builds cmd/roompub-bench and runs it with args, returning its
-// JSON line.
+// runBench builds cmd/roompub-bench and runs it with args in a directory
+// of its own, returning its JSON line.
 func runBench(t *testing.T, args ...string) map[string]any {
+	t.Helper()
+	return runBenchIn(t, t.TempDir(), args...)
+}
+
+// runBenchIn is runBench in dir.
+func runBenchIn(t *testing.T, dir string, args ...string) map[string]any {
 	t.Helper()
 	bench := filepath.Join(filepath.Dir(publisher), "roompub-bench")
 	build := exec.Command("go", "build", "-o", bench, "./cmd/roompub-bench")
@@ -32,7 +38,7 @@ func runBench(t *testing.T, args ...string) map[string]any {
 		t.Fatalf("go build ./cmd/roompub-bench: %v\n%s", err, out)
 	}
 	cmd := exec.Command(bench, append(args, "--publisher", publisher, "--subscriber", subscriberBin(t))...)
-	cmd.Dir = t.TempDir()
+	cmd.Dir = dir
 	var out, errOut bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errOut
 	if err := cmd.Run(); err != nil {
@@ -205,5 +211,61 @@ func TestBenchTrace(t *testing.T) {
 	out, err := exec.Command("go", "tool", "trace", "-pprof=sched", filepath.Join(dir, want[1])).Output()
 	if err != nil || len(out) == 0 {
 		t.Fatalf("go tool trace -pprof=sched %s: %v (%d bytes)", want[1], err, len(out))
+	}
+}
+
+// TestBenchModes: --modes keyless,attested,witnessed runs the long chain,
+// parallel and read rows once per mode, the witnessed one with real
+// litewitness processes cosigning both deployment logs (the write rows'
+// and the read stream's), and reports each mode's throughputs and ratio;
+// the witnessed audits verified every room's latest checkpoint as
+// witnessed by the quorum. It runs in the checkout, as make bench does:
+// the witnesses are built with the go command from go.mod's tool
+// directives.
+func TestBenchModes(t *testing.T) {
+	got := runBenchIn(t, root, "--quick", "--modes", "keyless,attested,witnessed", "--only", "long", "--only", "parallel", "--only", "read")
+	if got["attested"] != true || got["witnessed"] != false {
+		t.Errorf("attested = %v, witnessed = %v: the main table is the attested mode's", got["attested"], got["witnessed"])
+	}
+	if m, _ := got["modes"].([]any); len(m) != 3 || m[0] != "keyless" || m[1] != "attested" || m[2] != "witnessed" {
+		t.Errorf("modes = %v, want keyless, attested, witnessed", got["modes"])
+	}
+	for _, row := range []string{"long_chain", "parallel", "read"} {
+		for _, mode := range []string{"keyless", "attested", "witnessed"} {
+			for _, k := range []string{"ratio", "raw_per_s", "roompub_per_s", "raw_count", "roompub_count"} {
+				key := row + "_" + mode + "_" + k
+				if v, ok := got[key].(float64); !ok || !(v > 0) {
+					t.Errorf("%s = %v, want a number > 0", key, got[key])
+				}
+			}
+		}
+		if got[row+"_attested_ratio"] != got[row+"_ratio"] {
+			t.Errorf("%s_attested_ratio = %v, %s_ratio = %v: the attested column is the main table", row, got[row+"_attested_ratio"], row, got[row+"_ratio"])
+		}
+	}
+	// The keyless read does not trust the publisher; the witnessed one
+	// checks the deployment log: 10 rooms, each witnessed, by at least
+	// the quorum (2 of 3).
+	if got["read_keyless_audit_attestation_checked"] != false || got["read_witnessed_audit_attestation_checked"] != true {
+		t.Errorf("attestations checked: keyless %v, witnessed %v", got["read_keyless_audit_attestation_checked"], got["read_witnessed_audit_attestation_checked"])
+	}
+	for k, v := range map[string]float64{"witnesses": 3, "witness_quorum": 2, "read_witnessed_audit_witness_rooms_witnessed": 10, "write_audit_witnessed_witness_rooms_witnessed": 2,
+		"read_witnessed_audit_admitted": 20000, "write_audit_witnessed_admitted": 2 * (500 + 1000)} {
+		if got[k] != v {
+			t.Errorf("%s = %v, want %v", k, got[k], v)
+		}
+	}
+	for _, p := range []string{"read_witnessed_audit_", "write_audit_witnessed_"} {
+		for _, k := range []string{"witness_entries", "witness_checkpoints"} {
+			if v, ok := got[p+k].(float64); !ok || !(v > 0) {
+				t.Errorf("%s%s = %v, want a number > 0", p, k, got[p+k])
+			}
+		}
+		if v, ok := got[p+"witness_cosigners"].(float64); !ok || v < 2 {
+			t.Errorf("%switness_cosigners = %v, want at least the quorum, 2", p, got[p+"witness_cosigners"])
+		}
+	}
+	if got["write_audit_keyless_clean"] != true || got["write_audit_witnessed_clean"] != true {
+		t.Errorf("write audits: keyless %v, witnessed %v, want clean", got["write_audit_keyless_clean"], got["write_audit_witnessed_clean"])
 	}
 }

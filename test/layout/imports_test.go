@@ -36,7 +36,8 @@ var rules = map[string]rule{
 	// and the witness policy. No roompub package, no NATS.
 	"witness": {},
 	// Real litewitness processes for tests: no roompub package, no NATS;
-	// no package imports it but tests, as no rule here lists it.
+	// no package imports it but tests and cmd/roompub-bench, whose rule
+	// lists it.
 	"internal/witnesstest": {},
 	// The C2SP tlog-tiles server over an entry source: no NATS, no
 	// roompub package.
@@ -73,10 +74,13 @@ var rules = map[string]rule{
 	// ingest service and checkpointer.
 	"room/node": {imports: []string{"checkpoint", "events", "room", "room/checkpointer", "room/embedded", "room/ingest", "room/internal/jsapi", "room/tilesource", "tiles", "validate"}, nats: true, server: true},
 
+	// The commands. cmd/roompub-bench is a measurement command: its
+	// witnessed mode runs real witnesses as the tests do
+	// (internal/witnesstest), the one command that may.
 	// The publisher's receipts (--receipt) read rooms as a subscriber does.
 	"cmd/publisher":     {imports: []string{"checkpoint", "config", "events", "room", "room/checkpointer", "room/client", "room/embedded", "room/ingest", "room/node", "room/reader", "room/secure", "validate", "witness"}, nats: true, server: true},
 	"cmd/subscriber":    {imports: []string{"checkpoint", "config", "events", "room", "room/reader", "validate"}, nats: true},
-	"cmd/roompub-bench": {imports: []string{"checkpoint", "config", "events", "room", "room/checkpointer", "room/client", "room/embedded", "room/ingest", "room/node", "room/reader", "validate"}, nats: true, server: true},
+	"cmd/roompub-bench": {imports: []string{"checkpoint", "config", "events", "internal/witnesstest", "room", "room/checkpointer", "room/client", "room/embedded", "room/ingest", "room/node", "room/reader", "validate", "witness"}, nats: true, server: true},
 }
 
 type pkg struct {
