@@ -146,7 +146,6 @@ func writeReceipts(out io.Writer, dir string, bundles []*reader.Evidence) error 
 	return nil
 }
 
-
 // addWant adds a record's ref to its room's want, rooms in first-seen
 // order.
 func addWant(wants []receiptWant, roomID, ref string) []receiptWant {

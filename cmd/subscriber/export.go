@@ -135,4 +135,3 @@ func deploymentSize(b *reader.Evidence) uint64 {
 	}
 	return 0
 }
-
