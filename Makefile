@@ -11,7 +11,7 @@ GO ?= go
 # from the environment, where a VERSION of something else may linger.
 BIN := bin
 VERSION := $(shell git describe --tags --always --dirty 2>/dev/null)
-# Packages whose Fuzz targets `make test` (5s each) and `make fuzz` (60s each) run.
+# Packages whose Fuzz targets `make test` (3s each, two at a time) and `make fuzz` (60s each) run.
 FUZZ_PKGS := ./events ./validate ./checkpoint ./room ./room/ingest ./room/reader ./witness ./tiles
 
 .PHONY: build run test unit integration fuzz-short fuzz bench fmt vet lint samples clean
@@ -24,7 +24,7 @@ build:
 run: build
 	testdata/samples/run.sh $(BIN)/publisher
 
-## test: unit tests (race detector), integration tests, the fault suite, then 5s per fuzz target
+## test: unit tests (race detector), integration tests, the fault suite, then 3s per fuzz target
 test: unit integration test-faults fuzz-short
 
 ## unit: fast tests of the libraries and commands, with the race detector; then the allocation tests without it
@@ -58,7 +58,7 @@ soak:
 	ROOMPUB_SOAK=$(SOAK) nice $(GO) test -count=1 -run '^TestSoak$$' -timeout $(SOAK_TIMEOUT) -v ./test/faults/
 
 fuzz-short:
-	@GO=$(GO) .ci/fuzz -fuzztime 5s $(FUZZ_PKGS)
+	@GO=$(GO) .ci/fuzz -fuzztime 3s $(FUZZ_PKGS)
 
 ## fuzz: every Fuzz target in $(FUZZ_PKGS), FUZZTIME each (default 60s)
 FUZZTIME ?= 60s
