@@ -400,7 +400,7 @@ func TestReplicaDamage(t *testing.T) {
 			auditReport
 			StreamProblems []string `json:"stream_problems"`
 		}
-		r := run(t, 2*time.Minute, subscriberBin, "audit", "--json", "--server", cl.urls(), "--trusted-publisher", publisherID)
+		r := run(t, 2*time.Minute, subscriberBin, "audit", "--json", "--server", cl.urls(), "--trusted-publisher", publisherID, "--state-dir", t.TempDir())
 		if err := json.Unmarshal([]byte(r.stdout), &rep); err != nil {
 			t.Fatalf("subscriber audit: exit %d, %v\n%s", r.status, err, tail(r.stderr, 2000))
 		}
