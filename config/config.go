@@ -166,9 +166,12 @@ type Serve struct {
 	Replicas     int           `name:"replicas" help:"Room stream replicas when it is created: default 1 embedded, 3 with --server." yaml:"replicas"`
 	Stream       string        `name:"stream" help:"Room stream name." default:"ROOMS" yaml:"stream"`
 	Prefix       string        `name:"subject-prefix" help:"First token of every room subject." default:"rooms" yaml:"subject-prefix"`
-	TrustedHosts []string      `name:"trusted-host" help:"Host node id whose execution records are accepted (repeatable)." placeholder:"NODE_ID" yaml:"trusted-host"`
-	SchemaDir    string        `name:"schema-dir" help:"Validate against the schema files in DIR instead of the embedded ones." placeholder:"DIR" yaml:"schema-dir"`
-	HTTP         string        `name:"http" help:"Serve /metrics and /healthz on this address." placeholder:"ADDR" yaml:"http"`
+	// Partitions is node.ServeOptions.Partitions (docs/design.md,
+	// "Partitions").
+	Partitions   int      `name:"partitions" help:"Place rooms over N room streams (--stream, then --stream-1 …, each with its own leader): recorded in the placement bucket, so a room never moves and partitions can be added later, never removed. 1 (default) is one stream, unless the bucket records more. See docs/operations.md, \"Partitions\"." default:"1" placeholder:"N" yaml:"partitions"`
+	TrustedHosts []string `name:"trusted-host" help:"Host node id whose execution records are accepted (repeatable)." placeholder:"NODE_ID" yaml:"trusted-host"`
+	SchemaDir    string   `name:"schema-dir" help:"Validate against the schema files in DIR instead of the embedded ones." placeholder:"DIR" yaml:"schema-dir"`
+	HTTP         string   `name:"http" help:"Serve /metrics and /healthz on this address." placeholder:"ADDR" yaml:"http"`
 	// Tiles and TilesCache: node.TilesOptions (docs/tiles.md, "The serve
 	// endpoint"). Off by default: a room's entries name the room and its
 	// subjects.
@@ -232,6 +235,9 @@ func (s *Serve) Validate() error {
 	}
 	if s.MaxInflightBatches < 0 {
 		bad("--max-inflight-batches must not be negative")
+	}
+	if s.Partitions < 0 || s.Partitions > room.MaxPartitions {
+		bad("--partitions %d: want 1 to %d", s.Partitions, room.MaxPartitions)
 	}
 	if s.Stream == "" || strings.ContainsAny(s.Stream, " \t.*>/\\") {
 		bad("--stream %q is not a valid stream name", s.Stream)

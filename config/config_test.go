@@ -45,7 +45,7 @@ func TestServeDefaults(t *testing.T) {
 	if s.Server != "" || s.Listen != "127.0.0.1:4222" || s.StoreDir != "./data" || s.SyncInterval != 0 ||
 		s.Stream != "ROOMS" || s.Prefix != "rooms" || len(s.TrustedHosts) != 0 || s.Level != "info" || s.Format != "json" ||
 		s.PublisherKey != "" || len(s.TrustedPublishers) != 0 || s.CheckpointEvery != 10000 || s.CheckpointInterval != 10*time.Second || s.AcceptStream ||
-		s.Tiles || s.TilesCache != "64MB" {
+		s.Tiles || s.TilesCache != "64MB" || s.Partitions != 1 {
 		t.Fatalf("defaults: %+v", s)
 	}
 }
@@ -127,7 +127,7 @@ func TestServeValidateReportsEveryProblem(t *testing.T) {
 	s := config.Serve{Listen: "nope", StoreDir: "", SyncInterval: -1, MaxPayload: "lots", Replicas: 9, Stream: "a.b", MaxBatch: 1001, MaxInflightBatches: -1,
 		Prefix: "x>", TrustedHosts: []string{"node:did:key:zBad"}, SchemaDir: "/does/not/exist",
 		PublisherKey: "/does/not/exist.pem", TrustedPublishers: []string{"node:did:key:zAlsoBad"}, CheckpointEvery: -1, CheckpointInterval: -time.Second,
-		Credentials: config.Credentials{Password: "pw", TLSCert: "c.pem"}, Tiles: true, TilesCache: "lots"}
+		Credentials: config.Credentials{Password: "pw", TLSCert: "c.pem"}, Tiles: true, TilesCache: "lots", Partitions: 65}
 	err := s.Validate()
 	if !errors.Is(err, config.ErrInvalid) {
 		t.Fatalf("got %v", err)
@@ -135,7 +135,7 @@ func TestServeValidateReportsEveryProblem(t *testing.T) {
 	for _, want := range []string{"--listen", "--store-dir", "--sync-interval", "--max-payload", "--replicas", "--stream",
 		"--subject-prefix", "--trusted-host", "--schema-dir", "--password needs --user", "--tlscert and --tlskey", "--max-batch", "--max-inflight-batches",
 		"--publisher-key", "--trusted-publisher", "--checkpoint-every", "--checkpoint-interval",
-		"--tiles serves on the --http listener", "--tiles needs --origin", "--tiles-cache"} {
+		"--tiles serves on the --http listener", "--tiles needs --origin", "--tiles-cache", "--partitions 65: want 1 to 64"} {
 		if !strings.Contains(err.Error(), want) {
 			t.Errorf("%q missing from %v", want, err)
 		}

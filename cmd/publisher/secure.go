@@ -22,7 +22,7 @@ func secureConnect(s *config.Serve) ([]nats.Option, func(*server.Options), error
 		opts, err := s.Credentials.Options()
 		return opts, nil, err
 	}
-	so, err := loadSecure(s.SecureConfig, s.Stream, s.Prefix)
+	so, err := loadSecure(s.SecureConfig, s.Stream, s.Prefix, s.Partitions)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -83,12 +83,12 @@ func secureConnect(s *config.Serve) ([]nats.Option, func(*server.Options), error
 
 // loadSecure reads a secure config file into secure.Options for the
 // given stream and subject prefix.
-func loadSecure(path, stream, prefix string) (secure.Options, error) {
+func loadSecure(path, stream, prefix string, partitions int) (secure.Options, error) {
 	f, err := config.LoadSecureFile(path)
 	if err != nil {
 		return secure.Options{}, err
 	}
-	so := secure.Options{Stream: stream, Subjects: room.Subjects{Prefix: prefix}, SolverHead: f.SolverHead}
+	so := secure.Options{Stream: stream, Subjects: room.Subjects{Prefix: prefix}, Partitions: partitions, SolverHead: f.SolverHead}
 	for _, u := range f.Users {
 		so.Users = append(so.Users, secure.User{Role: secure.Role(u.Role), Name: u.User, PasswordHash: u.Password, NKey: u.NKey, InboxPrefix: u.InboxPrefix, Durables: u.Durables})
 	}

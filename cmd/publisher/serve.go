@@ -78,10 +78,11 @@ func (c *serveCmd) Run(s *streams) error {
 			MaxFileStore: maxStore,
 			Configure:    secure,
 		},
-		Connect:  connect,
-		Stream:   c.Stream,
-		Subjects: room.Subjects{Prefix: c.Prefix},
-		Replicas: c.Replicas,
+		Connect:    connect,
+		Stream:     c.Stream,
+		Partitions: c.Partitions,
+		Subjects:   room.Subjects{Prefix: c.Prefix},
+		Replicas:   c.Replicas,
 		// docs/secure-mode.md, "The stream".
 		AcceptStream: c.AcceptStream,
 		// docs/reliability.md, "Crashes on the cluster".

@@ -81,7 +81,11 @@ func (c *auditCmd) Run(s *streams) error {
 		bar = progressbar.NewOptions64(-1, progressbar.OptionSetWriter(s.err), progressbar.OptionSetDescription("auditing"),
 			progressbar.OptionShowCount(), progressbar.OptionClearOnFinish())
 	}
-	rep, err := reader.Audit(ctx, js, reader.AuditOptions{
+	place, err := reader.OpenLayout(ctx, js, room.Layout{Stream: c.Stream, Subjects: room.Subjects{Prefix: c.Prefix}})
+	if err != nil {
+		return err
+	}
+	rep, err := reader.AuditDeployment(ctx, js, reader.AuditOptions{
 		Stream: c.Stream, Subjects: room.Subjects{Prefix: c.Prefix}, Rooms: c.Rooms, FromSeq: c.FromSeq, Since: c.Since, Validator: v,
 		Trust: t, State: state, External: external, Witnessing: witnessing, Read: c.ReadMode(c.Credentials),
 		Progress: func(read, last uint64) {
@@ -90,7 +94,7 @@ func (c *auditCmd) Run(s *streams) error {
 				_ = bar.Set64(int64(read))
 			}
 		},
-	})
+	}, place)
 	if bar != nil {
 		_ = bar.Finish()
 	}
@@ -145,7 +149,14 @@ func emptyWhat(rep *reader.AuditReport) string {
 
 func printAudit(s *streams, rep *reader.AuditReport, allowEmpty bool) {
 	w := s.out
-	fmt.Fprintf(w, "audit of stream %s, stream seq %d to %d\n", rep.Stream, rep.FromSeq, rep.LastSeq)
+	if len(rep.Partitions) > 1 {
+		fmt.Fprintf(w, "audit of %d partitions:\n", len(rep.Partitions))
+		for _, p := range rep.Partitions {
+			fmt.Fprintf(w, "  stream %s, stream seq %d to %d\n", p.Stream, p.FromSeq, p.LastSeq)
+		}
+	} else {
+		fmt.Fprintf(w, "audit of stream %s, stream seq %d to %d\n", rep.Stream, rep.FromSeq, rep.LastSeq)
+	}
 	switch {
 	case rep.ReadWhy != "":
 		fmt.Fprintf(w, "  read by %s: %s\n", rep.ReadBy, rep.ReadWhy)

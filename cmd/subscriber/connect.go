@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"fmt"
 	"io"
 	"os"
@@ -9,6 +10,8 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/roompub/roompub/config"
+	"github.com/roompub/roompub/room"
+	"github.com/roompub/roompub/room/reader"
 	"github.com/roompub/roompub/validate"
 )
 
@@ -48,4 +51,36 @@ func checkRooms(rooms []string) error {
 		}
 	}
 	return nil
+}
+
+// partitionOf is the room stream and subjects that hold rooms, all on one
+// partition of the deployment (room.Placement.Locate; a deployment
+// without a placement bucket is --stream alone). With no room, the
+// deployment must have one partition. For the commands that read one
+// room stream (follow, prove, export).
+func partitionOf(ctx context.Context, js jetstream.JetStream, c *config.Reader, rooms ...string) (string, room.Subjects, error) {
+	place, err := reader.OpenLayout(ctx, js, room.Layout{Stream: c.Stream, Subjects: room.Subjects{Prefix: c.Prefix}})
+	if err != nil {
+		return "", room.Subjects{}, err
+	}
+	parts := place.Partitions()
+	if len(rooms) == 0 {
+		if len(parts) > 1 {
+			return "", room.Subjects{}, fmt.Errorf("%w: the deployment places rooms over %d room streams: name the rooms (--room) to read, all on one of them", config.ErrInvalid, len(parts))
+		}
+		return parts[0].Stream, parts[0].Subjects, nil
+	}
+	var first room.Partition
+	for i, id := range rooms {
+		q, err := place.Locate(ctx, id)
+		if err != nil {
+			return "", room.Subjects{}, err
+		}
+		if i == 0 {
+			first = q
+		} else if q.Stream != first.Stream {
+			return "", room.Subjects{}, fmt.Errorf("%w: %s is on room stream %s and %s on %s: one reader reads one room stream, so run one per stream", config.ErrInvalid, rooms[0], first.Stream, id, q.Stream)
+		}
+	}
+	return first.Stream, first.Subjects, nil
 }

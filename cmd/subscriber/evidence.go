@@ -43,14 +43,18 @@ func (c *evidenceCmd) Run(s *streams) error {
 		rooms = []string{c.Room}
 	}
 	idx := reader.NewEvidenceIndex()
-	rep, err := reader.Audit(context.Background(), js, reader.AuditOptions{
+	place, err := reader.OpenLayout(context.Background(), js, room.Layout{Stream: c.Stream, Subjects: room.Subjects{Prefix: c.Prefix}})
+	if err != nil {
+		return err
+	}
+	rep, err := reader.AuditDeployment(context.Background(), js, reader.AuditOptions{
 		Stream: c.Stream, Subjects: room.Subjects{Prefix: c.Prefix}, Rooms: rooms, Validator: v, Trust: t, Read: c.ReadMode(c.Credentials),
 		OnEvent: func(ev *reader.Event) {
 			if ev.Record != nil {
 				idx.Add(ev.RoomID, ev.Record, ev.Seq)
 			}
 		},
-	})
+	}, place)
 	if err != nil {
 		return err
 	}

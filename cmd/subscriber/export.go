@@ -11,7 +11,6 @@ import (
 
 	"github.com/roompub/roompub/checkpoint"
 	"github.com/roompub/roompub/config"
-	"github.com/roompub/roompub/room"
 	"github.com/roompub/roompub/room/reader"
 )
 
@@ -57,7 +56,11 @@ func (c *exportCmd) Run(s *streams) error {
 	defer nc.Close()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	o := reader.ExportOptions{Stream: c.Stream, Subjects: room.Subjects{Prefix: c.Prefix}, Room: c.Room, Heads: c.Heads, All: c.All,
+	stream, subjects, err := partitionOf(ctx, js, &c.Reader, c.Room)
+	if err != nil {
+		return err
+	}
+	o := reader.ExportOptions{Stream: stream, Subjects: subjects, Room: c.Room, Heads: c.Heads, All: c.All,
 		Validator: v, Trust: t, Witnessing: witnessing, Read: c.ReadMode(c.Credentials)}
 	if c.Entry != "" {
 		o.Entries = []string{c.Entry}

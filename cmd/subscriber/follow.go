@@ -12,7 +12,6 @@ import (
 	"syscall"
 
 	"github.com/roompub/roompub/config"
-	"github.com/roompub/roompub/room"
 	"github.com/roompub/roompub/room/reader"
 )
 
@@ -63,8 +62,12 @@ func (c *followCmd) Run(s *streams) error {
 	defer stop()
 	list := &reader.SetAsideList{Path: filepath.Join(dir, c.Durable+".set-aside.ndjson")}
 	enc := json.NewEncoder(s.out)
+	stream, subjects, err := partitionOf(ctx, js, &c.Reader, c.Rooms...)
+	if err != nil {
+		return err
+	}
 	return reader.Follow(ctx, js, reader.FollowOptions{
-		Stream: c.Stream, Subjects: room.Subjects{Prefix: c.Prefix}, Rooms: c.Rooms, Durable: c.Durable, Validator: v,
+		Stream: stream, Subjects: subjects, Rooms: c.Rooms, Durable: c.Durable, Validator: v,
 		Trust: t, State: state, Read: config.FollowRead(c.Credentials), SetAsideList: list, Reexamine: c.Reexamine,
 		Witnessing: witnessing,
 		OnWitnessQuorum: func(why string) {

@@ -13,7 +13,6 @@ import (
 
 	"github.com/roompub/roompub/checkpoint"
 	"github.com/roompub/roompub/config"
-	"github.com/roompub/roompub/room"
 	"github.com/roompub/roompub/room/reader"
 	"github.com/roompub/roompub/validate"
 )
@@ -60,7 +59,11 @@ func (c *proveCmd) Run(s *streams) error {
 	if witnessing != nil {
 		return c.bundle(ctx, s, js, v, t, witnessing)
 	}
-	p, err := reader.Prove(ctx, js, reader.ProveOptions{Stream: c.Stream, Subjects: room.Subjects{Prefix: c.Prefix}, Room: c.Room, Read: c.ReadMode(c.Credentials),
+	stream, subjects, err := partitionOf(ctx, js, &c.Reader, c.Room)
+	if err != nil {
+		return err
+	}
+	p, err := reader.Prove(ctx, js, reader.ProveOptions{Stream: stream, Subjects: subjects, Room: c.Room, Read: c.ReadMode(c.Credentials),
 		Entry: c.Entry, Ref: c.Ref, Validator: v, Trust: t})
 	if errors.Is(err, reader.ErrNoSuchMessage) || errors.Is(err, reader.ErrNotCovered) {
 		return fmt.Errorf("prove: %w: %w", err, errRefused)
@@ -78,7 +81,11 @@ func (c *proveCmd) Run(s *streams) error {
 
 // bundle prints the message's evidence bundle (reader.Export).
 func (c *proveCmd) bundle(ctx context.Context, s *streams, js jetstream.JetStream, v *validate.Validator, t *checkpoint.Trust, w *reader.Witnessing) error {
-	o := reader.ExportOptions{Stream: c.Stream, Subjects: room.Subjects{Prefix: c.Prefix}, Room: c.Room, Validator: v, Trust: t, Witnessing: w, Read: c.ReadMode(c.Credentials)}
+	stream, subjects, err := partitionOf(ctx, js, &c.Reader, c.Room)
+	if err != nil {
+		return err
+	}
+	o := reader.ExportOptions{Stream: stream, Subjects: subjects, Room: c.Room, Validator: v, Trust: t, Witnessing: w, Read: c.ReadMode(c.Credentials)}
 	if c.Entry != "" {
 		o.Entries = []string{c.Entry}
 	} else {

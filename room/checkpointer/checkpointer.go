@@ -53,6 +53,12 @@ type Options struct {
 	Origin string
 	// Deployment configures the deployment log, kept with an Origin.
 	Deployment DeploymentOptions
+	// LogKeeper, on a deployment of several partitions (docs/design.md,
+	// "Partitions"), is the checkpointer of another room stream of the
+	// same deployment that keeps the deployment log: this one offers it
+	// its room checkpoints, and keeps no log of its own. It must be
+	// stopped after this one. Nil: this one keeps the log (with Origin).
+	LogKeeper *Checkpointer
 	// TrustedPublishers are the node ids of the other publishers whose
 	// attestations admit messages into the rooms' trees and whose
 	// checkpoints count; Key's own node id is always trusted.
@@ -136,6 +142,7 @@ type Checkpointer struct {
 	kv         jetstream.KeyValue
 	signer     note.Signer
 	dep        *deployment // the deployment log; nil without an origin
+	depShared  bool        // dep is another partition's checkpointer's (LogKeeper)
 	// stopping is set by Stop before the final checkpoints, which
 	// finalWrites keeps for the deployment log (c.mu).
 	stopping    bool
@@ -291,7 +298,12 @@ func Start(ctx context.Context, nc *nats.Conn, o Options) (*Checkpointer, error)
 		return nil, fmt.Errorf("%w: %w", ErrCheckpointer, err)
 	}
 	c.streamName = name
-	if o.Origin != "" {
+	if o.LogKeeper != nil {
+		if o.LogKeeper.dep == nil {
+			return nil, fmt.Errorf("%w: the log keeper keeps no deployment log", ErrCheckpointer)
+		}
+		c.dep, c.depShared = o.LogKeeper.dep, true
+	} else if o.Origin != "" {
 		if err := c.startDeployment(cctx, o); err != nil {
 			return nil, fmt.Errorf("%w: %w", ErrCheckpointer, err)
 		}
@@ -314,7 +326,7 @@ func Start(ctx context.Context, nc *nats.Conn, o Options) (*Checkpointer, error)
 	wctx, stopW := context.WithCancel(context.Background())
 	c.stopW = stopW
 	go c.writer(wctx)
-	if c.dep != nil {
+	if c.dep != nil && !c.depShared {
 		go c.deploymentLoop(wctx)
 	}
 	c.log.Info("checkpointer started", zap.String("publisher", c.nodeID), zap.Strings("trusted_publishers", trust.NodeIDs()),
@@ -349,7 +361,9 @@ func (c *Checkpointer) stop(ctx context.Context) error {
 	if len(errs) == 0 {
 		errs = append(errs, c.writeDue(ctx, true))
 	}
-	if d := c.dep; d != nil {
+	if d := c.dep; d != nil && c.depShared {
+		c.offerFinal(d)
+	} else if d != nil {
 		<-d.done
 		c.offerFinal(d)
 		if len(errs) == 0 || errs[0] == nil {

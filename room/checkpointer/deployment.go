@@ -58,8 +58,9 @@ type DeploymentOptions struct {
 // srcCheckpoint is a room checkpoint the checkpointer accepted, at seq of
 // the room stream.
 type srcCheckpoint struct {
-	seq  uint64
-	note []byte
+	stream string // "" in finalWrites: the checkpointer's own stream
+	seq    uint64
+	note   []byte
 }
 
 // deployment is the checkpointer's part of the deployment log: what it
@@ -67,7 +68,6 @@ type srcCheckpoint struct {
 // yet in it, and, while it holds the log's lease, the writing.
 type deployment struct {
 	log      room.DeploymentLog
-	stream   string // the room stream whose checkpoints it takes
 	interval time.Duration
 	signer   note.Signer
 	cosigner *witness.Cosigner
@@ -80,10 +80,13 @@ type deployment struct {
 	next     uint64           // next stream seq of the log to read
 	entrySeq uint64           // the entry subject's last stream seq
 	ckptSeq  uint64           // the checkpoint subject's last stream seq
-	source   uint64           // room stream seq of the last room checkpoint in the log
-	pending  []srcCheckpoint  // accepted, not yet in the log, in stream order
-	latest   *checkpoint.Checkpoint
-	bad      string // why the log's latest checkpoint contradicts its entries
+	// sources is, by room stream, the stream seq of the last room
+	// checkpoint of that stream in the log (SourceHeader): each partition's
+	// checkpointer offers its stream's, in that stream's order.
+	sources map[string]uint64
+	pending []srcCheckpoint // accepted, not yet in the log, in stream order
+	latest  *checkpoint.Checkpoint
+	bad     string // why the log's latest checkpoint contradicts its entries
 	// otherOrigin is the origin of a checkpoint of the log a trusted
 	// publisher signed under another deployment origin.
 	otherOrigin string
@@ -96,16 +99,16 @@ type deployment struct {
 	lastResult []witness.Result // the latest witness round's
 }
 
-// offer queues a room checkpoint the checkpointer accepted (read at seq of
-// the room stream) for the log. c.mu is held (the deployment's own lock is
+// offer queues a room checkpoint a checkpointer accepted (read at seq of
+// room stream) for the log. c.mu is held (the deployment's own lock is
 // taken inside).
-func (d *deployment) offer(seq uint64, data []byte) {
+func (d *deployment) offer(stream string, seq uint64, data []byte) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	if seq <= d.source {
+	if seq <= d.sources[stream] {
 		return
 	}
-	d.pending = append(d.pending, srcCheckpoint{seq: seq, note: bytes.Clone(data)})
+	d.pending = append(d.pending, srcCheckpoint{stream: stream, seq: seq, note: bytes.Clone(data)})
 	if len(d.pending) > maxDeploymentPending {
 		d.pending = d.pending[len(d.pending)-maxDeploymentPending:]
 	}
@@ -123,7 +126,7 @@ func (c *Checkpointer) startDeployment(ctx context.Context, o Options) error {
 	if err != nil {
 		return err
 	}
-	d := &deployment{log: do.Log, stream: c.streamName, interval: do.Interval, signer: signer,
+	d := &deployment{log: do.Log, sources: map[string]uint64{}, interval: do.Interval, signer: signer,
 		wtimeout: do.WitnessTimeout, kick: make(chan struct{}, 1), done: make(chan struct{}),
 		tree: checkpoint.NewTree(), next: 1}
 	if d.interval <= 0 {
@@ -271,8 +274,8 @@ func (c *Checkpointer) appendEntries(ctx context.Context, d *deployment) error {
 	d.mu.Unlock()
 	for _, p := range pending {
 		msg := &nats.Msg{Subject: d.log.Entry(), Data: p.note, Header: nats.Header{}}
-		msg.Header.Set(room.SourceHeader, room.FormatSource(d.stream, p.seq))
-		msg.Header.Set(jetstream.MsgIDHeader, "dl:"+room.FormatSource(d.stream, p.seq))
+		msg.Header.Set(room.SourceHeader, room.FormatSource(p.stream, p.seq))
+		msg.Header.Set(jetstream.MsgIDHeader, "dl:"+room.FormatSource(p.stream, p.seq))
 		msg.Header.Set(jetstream.ExpectedLastSubjSeqHeader, strconv.FormatUint(expect, 10))
 		pctx, cancel := jsapi.WithDefaultTimeout(ctx, room.DefaultTimeout)
 		ack, err := c.js.PublishMsg(pctx, msg, jetstream.WithRetryAttempts(0))
@@ -421,13 +424,11 @@ func (c *Checkpointer) deploymentMsg(d *deployment, m jsapi.Msg) {
 		if err != nil {
 			c.junkEntry(d, m.Seq, err)
 		}
-		if stream, seq, ok := room.ParseSource(m.Header.Get(room.SourceHeader)); ok && stream == d.stream && seq > d.source {
-			d.source = seq
-			i := 0
-			for i < len(d.pending) && d.pending[i].seq <= seq {
-				i++
+		if stream, seq, ok := room.ParseSource(m.Header.Get(room.SourceHeader)); ok && seq > d.sources[stream] {
+			d.sources[stream] = seq
+			if len(d.pending) > 0 {
+				d.pending = slices.DeleteFunc(d.pending, func(p srcCheckpoint) bool { return p.stream == stream && p.seq <= seq })
 			}
-			d.pending = d.pending[i:]
 		}
 	case d.log.Checkpoint():
 		d.ckptSeq = m.Seq
@@ -491,7 +492,7 @@ func (c *Checkpointer) offerFinal(d *deployment) {
 		next++
 	}
 	for _, w := range ws {
-		d.offer(w.seq, w.note)
+		d.offer(c.streamName, w.seq, w.note)
 	}
 }
 

@@ -225,7 +225,7 @@ func (c *Checkpointer) readCheckpoint(r *ckRoom, seq uint64, data []byte) {
 	}
 	r.bad = ""
 	if c.dep != nil {
-		c.dep.offer(seq, data)
+		c.dep.offer(c.streamName, seq, data)
 	}
 	if ck.Size == r.ledger.Size() {
 		r.grewAt = time.Time{}

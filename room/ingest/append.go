@@ -597,6 +597,21 @@ func (r *journalRun) decide(i int, try *lineTry) (decision, room.ItemResult) {
 			rf.Seq, rf.Hash = res.Seq, res.Hash
 			return decFinal, rf
 		}
+		if c.next == 0 && g.claim != nil && c.claimed != r.roomID {
+			// A chain's first entry: across partitions, the placement
+			// bucket says which room holds the chain.
+			owner, err := g.claim(r.ctx, r.key, r.roomID)
+			if err != nil {
+				if !g.waitRead(r.ctx, err, &try.attempt, try.until) {
+					return decFinal, failed(i, err)
+				}
+				continue
+			}
+			if owner != r.roomID {
+				return decFinal, room.RefusedItem(i, []events.Problem{validate.RoomConflict(at, owner, r.roomID)})
+			}
+			c.claimed = owner
+		}
 		// The size of the message one append of this line alone would send
 		// (flush checks the exact one again).
 		if tl := g.tooLargeSize(r.messageSize(e, true, c.lastSeq+uint64(len(r.pending))), at); tl != nil {

@@ -150,6 +150,10 @@ type Gate struct {
 	noAtomic atomic.Bool   // the stream refused atomic batches: one publish per entry
 
 	paused atomic.Pointer[error] // non-nil: the stream failed its check; no appends
+	// claim, set by NewGates on a deployment of several partitions, is
+	// asked which room holds a chain before its first entry is appended
+	// (Gates.claimChain): the room it returns is the chain's.
+	claim func(ctx context.Context, key events.ChainKey, roomID string) (string, error)
 
 	key      *events.HostKey // attests appends; nil: none
 	nodeID   string          // key's (base58 costs a microsecond a call)
@@ -279,9 +283,12 @@ func (g *Gate) pausedErr() error {
 // chainState is this process's view of one chain. The stream is the
 // authority: the view is reloaded whenever the server says it is stale.
 type chainState struct {
-	mu        sync.Mutex
-	loaded    bool
-	roomID    string // room the chain lives in, "" while it has no entry
+	mu     sync.Mutex
+	loaded bool
+	roomID string // room the chain lives in, "" while it has no entry
+	// claimed is the room the placement bucket gave the chain (Gate.claim),
+	// "" before the gate asked.
+	claimed   string
 	next      int64
 	head      string
 	streamSeq uint64 // the head entry's stream sequence

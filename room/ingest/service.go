@@ -83,9 +83,10 @@ const DefaultPendingBytes = 256 << 20
 // endpoints call a Gate. Several processes may run it on one server; the
 // micro queue group spreads requests over them.
 type Service struct {
-	svc  micro.Service
-	gate *Gate
-	log  *zap.Logger
+	svc   micro.Service
+	gate  *Gate  // the first partition's: it orders journal requests (ticket)
+	gates *Gates // every partition's: they decide
+	log   *zap.Logger
 	// slots is the concurrency limit, shared fairly by identities.
 	slots *fairSlots
 	// mu guards stopping and orders wg.Add before Stop's wg.Wait.
@@ -124,8 +125,16 @@ type ServiceObserver interface {
 	OverQuota(endpoint string)
 }
 
-// StartService registers the ingest service on nc.
+// StartService registers the ingest service on nc, deciding with gate
+// (a deployment of one partition).
 func StartService(nc *nats.Conn, gate *Gate, o ServiceOptions) (*Service, error) {
+	return StartServiceOver(nc, SingleGate(gate), o)
+}
+
+// StartServiceOver registers the ingest service on nc, deciding each
+// request with the gate of its room's partition (Gates).
+func StartServiceOver(nc *nats.Conn, gates *Gates, o ServiceOptions) (*Service, error) {
+	gate := gates.Gate(0)
 	if o.Prefix == "" {
 		o.Prefix = room.DefaultServicePrefix
 	}
@@ -142,7 +151,7 @@ func StartService(nc *nats.Conn, gate *Gate, o ServiceOptions) (*Service, error)
 	if o.IdentityPendingBytes <= 0 {
 		o.IdentityPendingBytes = o.PendingBytes / 4
 	}
-	s := &Service{gate: gate, log: o.Logger, slots: newFairSlots(o.Concurrency), replyLog: rate.NewLimiter(replyLogRate, replyLogBurst), maxPayload: int(nc.MaxPayload()), prefix: o.Prefix, obs: o.Observer,
+	s := &Service{gate: gate, gates: gates, log: o.Logger, slots: newFairSlots(o.Concurrency), replyLog: rate.NewLimiter(replyLogRate, replyLogBurst), maxPayload: int(nc.MaxPayload()), prefix: o.Prefix, obs: o.Observer,
 		quota: newQuotas(o.IdentityConcurrency, o.IdentityPendingBytes, o.PendingBytes)}
 	if s.log == nil {
 		s.log = zap.NewNop()
@@ -152,7 +161,7 @@ func StartService(nc *nats.Conn, gate *Gate, o ServiceOptions) (*Service, error)
 		Name:        room.ServiceName,
 		Version:     o.Version,
 		Description: "roompub ingest: validates journal entries and execution records and appends them to their rooms",
-		Metadata:    map[string]string{"stream": gate.streamName(), "subjects": gate.subjects.All()},
+		Metadata:    map[string]string{"stream": gate.streamName(), "subjects": gate.subjects.All(), "partitions": strconv.Itoa(gates.Len())},
 	})
 	if err != nil {
 		return nil, fmt.Errorf("add service: %w", err)
@@ -445,7 +454,7 @@ func (s *Service) handleJournal(req micro.Request, t *orderTicket) {
 	}
 	// The subject was parsed before the request was taken (replyAllowed).
 	owner, _, _ := room.ParseServiceSubject(s.prefix, req.Subject())
-	reply, err := s.gate.appendJournal(s.ctx, roomID, owner, req.Data(), capsule, t, after)
+	reply, err := s.gates.appendJournal(s.ctx, roomID, owner, req.Data(), capsule, t, after)
 	if err != nil {
 		s.refusalOrError(req, err)
 		return
@@ -475,7 +484,7 @@ func briefItems(items []room.ItemResult) []room.ItemResult {
 }
 
 func (s *Service) handleExecution(req micro.Request, _ *orderTicket) {
-	reply := s.gate.AppendRecord(s.ctx, req.Data())
+	reply := s.gates.AppendRecord(s.ctx, req.Data())
 	if reply.Item.Outcome == room.OutcomeRefused {
 		s.log.Info("refused", zap.String("kind", string(room.KindExecution)), zap.String("room", reply.RoomID), zap.String("code", string(reply.Item.Code)), zap.String("reason", reply.Item.Reason))
 	}
@@ -500,7 +509,7 @@ func (s *Service) handleRecords(req micro.Request, _ *orderTicket) {
 		s.respondError(req, "400", events.BadRequest, fmt.Sprintf("%d records: this server's max payload (%d bytes) answers at most %d per request", n, s.maxPayload, most))
 		return
 	}
-	replies := s.gate.AppendRecords(s.ctx, bytes.Split(body, []byte("\n")))
+	replies := s.gates.AppendRecords(s.ctx, bytes.Split(body, []byte("\n")))
 	reply := room.RecordsReply{Records: replies}
 	counts := outcomeCounts{&reply.Stored, &reply.Dupes, &reply.Refused, &reply.Skipped, &reply.Failures, nil}
 	for _, r := range replies {
@@ -584,7 +593,7 @@ func (s *Service) handleHead(req micro.Request, _ *orderTicket) {
 		return
 	}
 	hr := room.HeadRequest{RunID: run, CapsuleID: capsule}
-	head, err := s.gate.Head(s.ctx, events.ChainKey{RunID: hr.RunID, CapsuleID: hr.CapsuleID})
+	head, err := s.gates.Head(s.ctx, events.ChainKey{RunID: hr.RunID, CapsuleID: hr.CapsuleID})
 	if err != nil {
 		s.refusalOrError(req, err)
 		return

@@ -987,9 +987,30 @@ func TestSecureOptionsCheck(t *testing.T) {
 		t.Errorf("publisher permissions with another bucket: %s", p)
 	}
 	for _, role := range []secure.Role{secure.RoleHarness, secure.RoleSolver} {
-		if p := leases(secure.Options{}, role); strings.Contains(p, "KV") || strings.Contains(p, "$JS.API.INFO") {
+		if p := leases(secure.Options{}, role); strings.Contains(p, "LEASES") || strings.Contains(p, "$KV.") || strings.Contains(p, "$JS.API.INFO") {
 			t.Errorf("%s may touch the lease bucket: %s", role, p)
 		}
+	}
+	// Partitions: every room stream's permissions, the placement bucket
+	// written by the publisher alone.
+	three := secure.Options{Partitions: 3}
+	perms := func(role secure.Role) (allow, deny string) {
+		p := three.Permissions(secure.User{Role: role, Name: "u"}).Publish
+		a, _ := json.Marshal(p.Allow)
+		d, _ := json.Marshal(p.Deny)
+		return string(a), string(d)
+	}
+	if a, _ := perms(secure.RolePublisher); !strings.Contains(a, `"rooms-2.\u003e"`) || !strings.Contains(a, `"$JS.API.STREAM.CREATE.ROOMS-2"`) ||
+		!strings.Contains(a, `"$KV.ROOMPUB_PLACEMENT.\u003e"`) || !strings.Contains(a, `"$KV.ROOMPUB_STREAMS.ROOMS-1"`) {
+		t.Errorf("publisher permissions over 3 partitions: %s", a)
+	}
+	if a, d := perms(secure.RoleHarness); strings.Contains(a, "rooms") || !strings.Contains(d, `"rooms-1.\u003e"`) || !strings.Contains(d, `"rooms-2.\u003e"`) {
+		t.Errorf("harness permissions over 3 partitions: allow %s deny %s", a, d)
+	}
+	if a, d := perms(secure.RoleSolver); !strings.Contains(a, `"$JS.API.DIRECT.GET.ROOMS-2.\u003e"`) || !strings.Contains(a, `"$JS.API.CONSUMER.CREATE.ROOMS-1.u"`) ||
+		!strings.Contains(a, `"$JS.API.DIRECT.GET.KV_ROOMPUB_PLACEMENT.\u003e"`) || strings.Contains(a, "$KV.") || !strings.Contains(d, `"rooms-2.\u003e"`) ||
+		!strings.Contains(d, `"$JS.API.STREAM.PURGE.ROOMS-2"`) {
+		t.Errorf("solver permissions over 3 partitions: allow %s deny %s", a, d)
 	}
 }
 
@@ -1099,4 +1120,72 @@ func TestSecureDeploymentLog(t *testing.T) {
 	if strings.Contains(p.logs.String(), "Permissions Violation for Publish to \"roompub_deployment") || strings.Contains(p.logs.String(), "checkpointer: the deployment log") {
 		t.Fatalf("serve hit a permission:\n%s", p.logs)
 	}
+}
+
+// Secure mode over three partitions: the harness ships into rooms of each
+// through the service only, and the solver audits every room stream and
+// reads the placement bucket; neither writes a room stream or a placement.
+func TestSecurePartitions(t *testing.T) {
+	id := newIdentities(t, false)
+	id.opts.Partitions = 3
+	p := startSecureServe(t, id, "", func(so *node.ServeOptions) {
+		so.Partitions = 3
+		so.Checkpoint = checkpointer.Options{Every: 5, Interval: 100 * time.Millisecond}
+	})
+	ctx := context.Background()
+	harness := dial(t, p.url, userHarness, id.as(userHarness))
+	solver := dial(t, p.url, "solver", id.asSolver(t))
+	// Rooms until two partitions hold one each.
+	streams := map[string]string{}
+	var shipped []string
+	for i := 0; len(streams) < 2 || len(shipped) < 3; i++ {
+		id := fmt.Sprintf("room:secure-part-%d", i)
+		_, body := roomtest.Journal(t, "run-secure-part", id, 2)
+		r := roomtest.ShipJournalAs(t, harness.nc, room.IdentityToken(userHarness), id, body)
+		if r.Stored != 2 {
+			t.Fatalf("%s: %+v", id, r)
+		}
+		shipped = append(shipped, id)
+		q := placed(t, solver.js, id)
+		streams[q] = id
+	}
+	trust, err := checkpoint.NewTrust(p.pubKey.NodeID())
+	if err != nil {
+		t.Fatal(err)
+	}
+	v, err := validate.New(validate.WithTrustedHosts(p.key.NodeID()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	place, err := reader.OpenLayout(ctx, solver.js, room.Layout{})
+	if err != nil || len(place.Partitions()) != 3 {
+		t.Fatalf("the solver's layout: %v %v", place, err)
+	}
+	var rep *reader.AuditReport
+	roomtest.WaitFor(t, 10*time.Second, "the solver's audit of every partition", func() bool {
+		rep, err = reader.AuditDeployment(ctx, solver.js, reader.AuditOptions{Validator: v, Trust: trust, Read: reader.ReadDirect}, place)
+		return err == nil && rep.Clean() && len(rep.Checkpoints) == len(shipped)
+	})
+	if len(rep.Partitions) != 3 || rep.Totals.Entries != uint64(2*len(shipped)) || rep.Totals.ChainsOK != len(shipped) {
+		t.Fatalf("audit: %v %+v", err, rep.Totals)
+	}
+	for _, c := range []*conn{harness, solver} {
+		cctx, cancel := short(ctx)
+		if _, err := c.js.Publish(cctx, "rooms-1.secure-part-0.exec", []byte("{}")); err == nil {
+			t.Errorf("%s wrote onto a room subject of partition 1", c.name)
+		}
+		// A placement written around serve: the server drops it.
+		_ = c.nc.Publish("$KV."+room.DefaultPlacementBucket+"."+room.RoomPlacementKey("room:x"), []byte(`{"stream":"ROOMS-2","prefix":"rooms-2"}`))
+		_ = c.nc.Flush()
+		if err := c.js.DeleteStream(cctx, "ROOMS-2"); err == nil {
+			t.Errorf("%s deleted room stream ROOMS-2", c.name)
+		}
+		cancel()
+	}
+	if q := placed(t, solver.js, "room:x"); q != "" {
+		t.Errorf("a reader or harness placed room:x on %s", q)
+	}
+	// The publisher's own permissions are shown by what it did: it placed
+	// rooms on two partitions and wrote every room's checkpoint there.
+	p.stop()
 }

@@ -7,7 +7,6 @@ import (
 	"net"
 	"net/http"
 	"strings"
-	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -42,6 +41,12 @@ type ServeOptions struct {
 	Stream   string
 	Subjects room.Subjects
 	Replicas int
+	// Partitions is how many room streams rooms are placed over
+	// (room.Layout; docs/design.md, "Partitions"): Stream and Subjects are
+	// the first. 0 or 1 is one, unless the placement bucket records more,
+	// which Serve then serves. A deployment's partitions are added, never
+	// removed.
+	Partitions int
 	// Validator checks every item; it must check host trust.
 	Validator *validate.Validator
 	// Service configures the ingest service.
@@ -137,7 +142,7 @@ func (o *ServeOptions) checkTiles() error {
 // tilesHandlers returns the tiles endpoint's handlers by path, reading
 // the streams through a connection of its own (nc's options), so tile
 // reads never queue behind the gate's acknowledgements.
-func tilesHandlers(url string, opts []nats.Option, o *ServeOptions, stream string, log *zap.Logger) (map[string]http.Handler, *nats.Conn, error) {
+func tilesHandlers(url string, opts []nats.Option, o *ServeOptions, place *room.Placement, log *zap.Logger) (map[string]http.Handler, *nats.Conn, error) {
 	ids := append([]string{o.PublisherKey.NodeID()}, o.Checkpoint.TrustedPublishers...)
 	trust, err := checkpoint.NewTrust(ids...)
 	if err == nil {
@@ -150,7 +155,11 @@ func tilesHandlers(url string, opts []nats.Option, o *ServeOptions, stream strin
 	if err != nil {
 		return nil, nil, fmt.Errorf("connect %s: %w", redact(url), err)
 	}
-	so := tilesource.Options{Stream: stream, Subjects: o.Subjects, Deployment: o.Checkpoint.Deployment.Log, Trust: trust}
+	first := place.Partitions()[0]
+	so := tilesource.Options{Stream: first.Stream, Subjects: first.Subjects, Deployment: o.Checkpoint.Deployment.Log, Trust: trust}
+	if len(place.Partitions()) > 1 {
+		so.Placement = place
+	}
 	dep, err := tilesource.NewDeployment(nc, so)
 	if err != nil {
 		nc.Close()
@@ -190,10 +199,11 @@ const streamSetupTimeout = 60 * time.Second
 
 // ServeInfo describes a serving publisher.
 type ServeInfo struct {
-	ClientURL string // where clients connect
-	Stream    string
-	HTTPAddr  string // the bound metrics/health address, "" if none
-	Tiles     string // the tiles endpoint's URL, ending in "/tiles/"; "" if off
+	ClientURL string   // where clients connect
+	Stream    string   // the first partition's room stream
+	Streams   []string // every partition's room stream, the first one first
+	HTTPAddr  string   // the bound metrics/health address, "" if none
+	Tiles     string   // the tiles endpoint's URL, ending in "/tiles/"; "" if off
 	ServiceID string
 }
 
@@ -273,79 +283,112 @@ func Serve(ctx context.Context, o ServeOptions) error {
 	if err != nil {
 		return err
 	}
-	cfg := room.StreamConfig(o.Stream, o.Subjects, replicas)
 	// Creating a replicated stream elects its leader first: on a cluster
 	// that has just formed that can take longer than room.DefaultTimeout.
 	ectx, cancel := context.WithTimeout(ctx, streamSetupTimeout)
-	guard, st, err := openStream(ectx, js, cfg, o, emb, log)
-	cancel()
+	place, err := openPlacement(ectx, js, room.Layout{Stream: o.Stream, Subjects: o.Subjects, Partitions: o.Partitions}, replicas)
 	if err != nil {
+		cancel()
 		return err
 	}
-	replicas = st.CachedInfo().Config.Replicas // an existing stream keeps its own
+	var parts []*partition
+	for i, q := range place.Partitions() {
+		p := &partition{cfg: room.StreamConfig(q.Stream, q.Subjects, replicas), subjects: q.Subjects,
+			contradictions: &contradictionRelay{pending: map[string]string{}}}
+		po := o
+		po.Stream, po.Subjects, po.StreamMark = q.Stream, q.Subjects, partitionMark(o.StreamMark, i, q.Stream)
+		if p.guard, p.st, err = openStream(ectx, js, p.cfg, po, emb, log); err != nil {
+			cancel()
+			return err
+		}
+		parts = append(parts, p)
+	}
+	cancel()
+	cfg := parts[0].cfg
+	replicas = parts[0].st.CachedInfo().Config.Replicas // an existing stream keeps its own
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	metrics, err := ingest.NewMetrics(reg)
 	if err != nil {
 		return err
 	}
-	gopts := ingest.GateOptions{Stream: cfg.Name, Subjects: o.Subjects, Validator: o.Validator, Logger: log, Observer: metrics,
-		MaxBatch: o.MaxBatch, MaxInflightBatches: o.MaxInflightBatches, PublisherKey: o.PublisherKey,
-		TrustedPublishers: o.Checkpoint.TrustedPublishers}
-	if emb != nil && o.Embedded.SyncInterval <= 0 {
-		// Acknowledged means on disk: the new file names too, which the
-		// server does not fsync (docs/reliability.md).
-		gopts.Durable = emb.NameSyncer(cfg.Name)
-	}
-	var ckp *checkpointer.Checkpointer
-	contradictions := &contradictionRelay{pending: map[string]string{}}
-	if o.PublisherKey != nil {
-		co := o.Checkpoint
-		co.OnContradiction = contradictions.note
-		co.Key, co.Stream, co.Subjects, co.Logger, co.Registerer, co.Replicas = o.PublisherKey, cfg.Name, o.Subjects, log, reg, replicas
-		// A connection of its own: the checkpointer reads every message
-		// of the stream, which on the gate's connection would queue the
-		// gate's acks and the service's requests behind it. Losing it for
-		// good ends Serve, as losing nc does.
-		ckNC, err := nats.Connect(url, append(opts, nats.Name("roompub-publisher-checkpointer"))...)
-		if err != nil {
-			return fmt.Errorf("connect %s: %w", redact(url), err)
+	// Stopped in reverse: every partition's checkpointer before the first
+	// one's, which keeps the deployment log the others offer to.
+	defer func() {
+		for i := len(parts) - 1; i >= 0; i-- {
+			stopCheckpointer(parts[i].ckp, log)
 		}
-		defer ckNC.Close() // after stopCheckpointer (deferred below)
-		cctx, cancel := context.WithTimeout(ctx, streamSetupTimeout)
-		ckp, err = checkpointer.Start(cctx, ckNC, co)
-		cancel()
-		if err != nil {
+	}()
+	for i, p := range parts {
+		gopts := ingest.GateOptions{Stream: p.cfg.Name, Subjects: p.subjects, Validator: o.Validator, Logger: log, Observer: metrics,
+			MaxBatch: o.MaxBatch, MaxInflightBatches: o.MaxInflightBatches, PublisherKey: o.PublisherKey,
+			TrustedPublishers: o.Checkpoint.TrustedPublishers}
+		if emb != nil && o.Embedded.SyncInterval <= 0 {
+			// Acknowledged means on disk: the new file names too, which the
+			// server does not fsync (docs/reliability.md).
+			gopts.Durable = emb.NameSyncer(p.cfg.Name)
+		}
+		if o.PublisherKey != nil {
+			co := o.Checkpoint
+			co.OnContradiction = p.contradictions.note
+			co.Key, co.Stream, co.Subjects, co.Logger, co.Registerer, co.Replicas = o.PublisherKey, p.cfg.Name, p.subjects, log, reg, replicas
+			if len(parts) > 1 {
+				// One set of series per room stream.
+				co.Registerer = prometheus.WrapRegistererWith(prometheus.Labels{"stream": p.cfg.Name}, reg)
+				if i > 0 && o.Checkpoint.Origin != "" {
+					co.LogKeeper = parts[0].ckp
+				}
+			}
+			// A connection of its own: the checkpointer reads every message
+			// of the stream, which on the gate's connection would queue the
+			// gate's acks and the service's requests behind it. Losing it for
+			// good ends Serve, as losing nc does.
+			ckNC, err := nats.Connect(url, append(opts, nats.Name("roompub-publisher-checkpointer"))...)
+			if err != nil {
+				return fmt.Errorf("connect %s: %w", redact(url), err)
+			}
+			defer ckNC.Close() // after the checkpointers stop (deferred above)
+			cctx, cancel := context.WithTimeout(ctx, streamSetupTimeout)
+			p.ckp, err = checkpointer.Start(cctx, ckNC, co)
+			cancel()
+			if err != nil {
+				return err
+			}
+			gopts.Attested = p.ckp
+		} else if i == 0 {
+			log.Warn("no publisher key (--publisher-key): appended messages carry no attestation and no room checkpoint is written; subscribers that trust publishers will refuse them")
+		}
+		if p.gate, err = ingest.NewGate(ctx, nc, gopts); err != nil {
 			return err
 		}
-		// Also on a failed start of what follows: its final checkpoints.
-		defer func() { stopCheckpointer(ckp, log) }()
-		gopts.Attested = ckp
-	} else {
-		log.Warn("no publisher key (--publisher-key): appended messages carry no attestation and no room checkpoint is written; subscribers that trust publishers will refuse them")
+		p.contradictions.attach(p.gate)
 	}
-	gate, err := ingest.NewGate(ctx, nc, gopts)
-	if err != nil {
-		return err
-	}
-	contradictions.attach(gate)
-	// Writers into room subjects pause appends from the start.
-	guard.metrics = metrics
-	guard.checkWriters(ctx)
-	gate.Pause(guard.writers)
-	guard.checkLoss(ctx, st)
 	// The survey of what the store lost runs beside the service: every
 	// chain an append uses is judged on its first read anyway
 	// (ingest.Gate, "store_lost"); the survey finds the ones nobody uses.
-	surveys := newSurveyor(gate, metrics, log, o.AcknowledgeLoss)
 	surveyCtx, stopSurveys := context.WithCancel(ctx)
-	defer surveys.wait()
 	defer stopSurveys()
-	surveys.start(surveyCtx)
-	if guard.lost != nil {
-		// The store shows lost messages: no request is served before the
-		// survey has found which rooms and chains they were.
-		surveys.waitFirst(surveyCtx)
+	ackLoss, err := lossByPartition(ctx, place, o.AcknowledgeLoss)
+	if err != nil {
+		return err
+	}
+	for i, p := range parts {
+		// Writers into room subjects pause appends from the start.
+		p.guard.metrics = metrics
+		p.guard.checkWriters(ctx)
+		p.gate.Pause(p.guard.writers)
+		p.guard.checkLoss(ctx, p.st)
+		p.surveys = newSurveyor(p.gate, metrics, log, ackLoss[i])
+		defer p.surveys.wait()
+		p.surveys.start(surveyCtx)
+		if p.guard.lost != nil {
+			// The store shows lost messages: no request is served before the
+			// survey has found which rooms and chains they were.
+			p.surveys.waitFirst(surveyCtx)
+		}
+		p.healthy.Store(checkResult{p.guard.writers})
+		// What the store lost does not pause appends; /healthz reports it.
+		p.storeLost.Store(checkResult{p.guard.lost})
 	}
 	so := o.Service
 	if so.Logger == nil {
@@ -354,20 +397,21 @@ func Serve(ctx context.Context, o ServeOptions) error {
 	if so.Observer == nil {
 		so.Observer = metrics
 	}
-	svc, err := ingest.StartService(nc, gate, so)
+	gates := make([]*ingest.Gate, len(parts))
+	streams := make([]string, len(parts))
+	for i, p := range parts {
+		gates[i], streams[i] = p.gate, p.cfg.Name
+	}
+	gs, err := ingest.NewGates(place, gates...)
 	if err != nil {
 		return err
 	}
-	info := ServeInfo{ClientURL: url, Stream: cfg.Name, ServiceID: svc.Info().ID}
+	svc, err := ingest.StartServiceOver(nc, gs, so)
+	if err != nil {
+		return err
+	}
+	info := ServeInfo{ClientURL: url, Stream: cfg.Name, Streams: streams, ServiceID: svc.Info().ID}
 
-	// healthy holds the last stream check's error, wrapped: atomic.Value
-	// panics on a nil interface, and nil is the healthy case.
-	type checkResult struct{ err error }
-	var healthy atomic.Value
-	healthy.Store(checkResult{guard.writers})
-	// What the store lost does not pause appends; /healthz reports it.
-	var storeLost atomic.Value
-	storeLost.Store(checkResult{guard.lost})
 	var httpSrv *http.Server
 	if o.HTTPAddr != "" {
 		ln, err := net.Listen("tcp", o.HTTPAddr)
@@ -379,7 +423,11 @@ func Serve(ctx context.Context, o ServeOptions) error {
 		mux := http.NewServeMux()
 		mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
 		mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) {
-			herr := errors.Join(healthy.Load().(checkResult).err, storeLost.Load().(checkResult).err, damageErr(gate))
+			var errs []error
+			for _, p := range parts {
+				errs = append(errs, p.healthy.Load().(checkResult).err, p.storeLost.Load().(checkResult).err, damageErr(p.gate))
+			}
+			herr := errors.Join(errs...)
 			if herr == nil && !nc.IsConnected() {
 				herr = errors.New("not connected to NATS")
 			}
@@ -390,7 +438,7 @@ func Serve(ctx context.Context, o ServeOptions) error {
 			_, _ = w.Write([]byte("ok\n"))
 		})
 		if o.Tiles.Enabled {
-			hs, tnc, err := tilesHandlers(url, opts, &o, cfg.Name, log)
+			hs, tnc, err := tilesHandlers(url, opts, &o, place, log)
 			if err != nil {
 				_ = ln.Close()
 				_ = svc.Stop()
@@ -409,7 +457,7 @@ func Serve(ctx context.Context, o ServeOptions) error {
 	if o.PublisherKey != nil {
 		publisher = o.PublisherKey.NodeID()
 	}
-	log.Info("publisher serving", zap.String("url", redact(url)), zap.String("stream", cfg.Name), zap.Int("replicas", replicas),
+	log.Info("publisher serving", zap.String("url", redact(url)), zap.String("stream", cfg.Name), zap.Strings("streams", streams), zap.Int("replicas", replicas),
 		zap.Strings("trusted_hosts", o.Validator.TrustedHosts()), zap.String("http", info.HTTPAddr), zap.String("tiles", info.Tiles), zap.String("publisher", publisher))
 	if len(o.Validator.TrustedHosts()) == 0 {
 		log.Warn("no trusted host: every execution record will be refused with untrusted_host")
@@ -435,30 +483,9 @@ loop:
 			}
 			break loop
 		case <-tick.C:
-			// A stream that cannot be read now (no leader during an
-			// election, a partition) says nothing about its configuration:
-			// the last verdict stands rather than appends pausing until
-			// the next check. A stream that is gone stays gone: nothing
-			// here, in the gate or in the checkpointer creates it.
-			err, known := guard.check(ctx)
-			if !known {
-				continue
+			for _, p := range parts {
+				p.check(ctx, surveyCtx, log)
 			}
-			gate.Pause(err)
-			if prev := healthy.Load().(checkResult).err; (prev == nil) != (err == nil) {
-				if err != nil {
-					log.Error("room stream check failed: appends paused", zap.Error(err))
-				} else {
-					log.Info("room stream check passed: appends resumed")
-				}
-			}
-			healthy.Store(checkResult{err})
-			if prev := storeLost.Load().(checkResult).err; guard.lost != nil && (prev == nil || prev.Error() != guard.lost.Error()) {
-				// The store lost messages since the chains were judged.
-				gate.Recheck()
-				surveys.start(surveyCtx)
-			}
-			storeLost.Store(checkResult{guard.lost})
 		}
 	}
 	log.Info("publisher stopping: draining")
@@ -469,8 +496,12 @@ loop:
 	}
 	serr := svc.Stop()
 	// Every request is decided: the last checkpoints cover them.
-	stopCheckpointer(ckp, log)
-	guard.record(context.Background())
+	for i := len(parts) - 1; i >= 0; i-- {
+		stopCheckpointer(parts[i].ckp, log)
+	}
+	for _, p := range parts {
+		p.guard.record(context.Background())
+	}
 	if err := nc.Drain(); err != nil {
 		log.Warn("drain", zap.Error(err))
 	}

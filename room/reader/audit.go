@@ -83,6 +83,15 @@ type auditTuning struct {
 	fullTrees bool
 	// direct tunes a direct read.
 	direct directRead
+	// ofPartition, in an audit of one partition of several
+	// (AuditDeployment), says which rooms are on it: the checkpoint state's,
+	// external checkpoints' and deployment log's rooms that are not belong
+	// to another partition's audit. Nil: every room.
+	ofPartition func(roomID string) bool
+	// quietDeployment leaves the deployment log's own problems (no log, no
+	// quorum, an entry that is no checkpoint) to another partition's
+	// audit, which reports them once.
+	quietDeployment bool
 }
 
 // ExternalCheckpoint is a signed checkpoint note from outside the stream.
@@ -143,6 +152,10 @@ type AuditReport struct {
 	// nothing).
 	Empty      bool     `json:"empty"`
 	EmptyRooms []string `json:"empty_rooms,omitempty"`
+	// Partitions, in an audit of a deployment of several partitions
+	// (AuditDeployment), is what was read of each room stream; empty
+	// otherwise.
+	Partitions []PartitionSpan `json:"partitions,omitempty"`
 }
 
 // AuditTotals counts what the audit read.
@@ -252,7 +265,7 @@ func audit(ctx context.Context, js jetstream.JetStream, o AuditOptions, tune aud
 		// its root and proof need the whole tree.
 		r.fullTrees = tune.fullTrees || len(o.External) > 0 || o.Witnessing != nil
 		rep.Attestation = AttestationFacts{Checked: true, TrustedPublishers: o.Trust.NodeIDs()}
-		if err := loadFloors(r, o.State, o.Rooms); err != nil {
+		if err := loadFloors(r, o.State, o.Rooms, tune.ofPartition); err != nil {
 			return nil, nil, err
 		}
 	}
@@ -306,21 +319,12 @@ func audit(ctx context.Context, js jetstream.JetStream, o AuditOptions, tune aud
 		o.Progress(info.State.LastSeq, info.State.LastSeq)
 	}
 	if r.trust != nil {
-		if err := auditCheckpoints(ctx, js, r, o, rep, out); err != nil {
+		if err := auditCheckpoints(ctx, js, r, o, tune, rep, out); err != nil {
 			return rep, r, err
 		}
 	}
 	rep.Chains = r.Chains()
-	sort.Slice(rep.Chains, func(i, j int) bool {
-		a, b := rep.Chains[i], rep.Chains[j]
-		if a.RoomID != b.RoomID {
-			return a.RoomID < b.RoomID
-		}
-		if a.Chain.RunID != b.Chain.RunID {
-			return a.Chain.RunID < b.Chain.RunID
-		}
-		return a.Chain.CapsuleID < b.Chain.CapsuleID
-	})
+	sortChains(rep.Chains)
 	for _, c := range rep.Chains {
 		if c.Verdict == "ok" {
 			rep.Totals.ChainsOK++
@@ -335,6 +339,20 @@ func audit(ctx context.Context, js jetstream.JetStream, o AuditOptions, tune aud
 	}
 	rep.Empty = rep.Totals.Messages == 0 || len(rep.EmptyRooms) > 0
 	return rep, r, nil
+}
+
+// sortChains sorts an audit's chains by room, run and capsule.
+func sortChains(cs []ChainSummary) {
+	sort.Slice(cs, func(i, j int) bool {
+		a, b := cs[i], cs[j]
+		if a.RoomID != b.RoomID {
+			return a.RoomID < b.RoomID
+		}
+		if a.Chain.RunID != b.Chain.RunID {
+			return a.Chain.RunID < b.Chain.RunID
+		}
+		return a.Chain.CapsuleID < b.Chain.CapsuleID
+	})
 }
 
 // roomCounter counts an audit's messages per room (AuditReport.RoomMessages).
@@ -376,7 +394,7 @@ func roomOfSubject(subjects room.Subjects, subject string) string {
 
 // loadFloors gives each room's ledger the checkpoint state holds for it:
 // rooms, or every room of state.
-func loadFloors(r *Reader, state *CheckpointState, rooms []string) error {
+func loadFloors(r *Reader, state *CheckpointState, rooms []string, of func(string) bool) error {
 	if state == nil {
 		return nil
 	}
@@ -387,6 +405,9 @@ func loadFloors(r *Reader, state *CheckpointState, rooms []string) error {
 		}
 	}
 	for _, id := range rooms {
+		if of != nil && !of(id) {
+			continue
+		}
 		c, err := state.Load(id)
 		if err != nil {
 			return err
@@ -401,7 +422,7 @@ func loadFloors(r *Reader, state *CheckpointState, rooms []string) error {
 // auditCheckpoints ends a trusting audit: rooms whose newest checkpoint
 // is smaller than the one verified before (rolled back), the checkpoints
 // from elsewhere, the per-room facts, and the state saved.
-func auditCheckpoints(ctx context.Context, js jetstream.JetStream, r *Reader, o AuditOptions, rep *AuditReport, out func(*Event, *SetAside)) error {
+func auditCheckpoints(ctx context.Context, js jetstream.JetStream, r *Reader, o AuditOptions, tune auditTuning, rep *AuditReport, out func(*Event, *SetAside)) error {
 	ids := r.ledgerRooms()
 	for _, id := range ids {
 		l := r.ledgers[id]
@@ -412,6 +433,11 @@ func auditCheckpoints(ctx context.Context, js jetstream.JetStream, r *Reader, o 
 		}
 	}
 	for _, e := range o.External {
+		if u, err := checkpoint.ParseUnverified(e.Note); err == nil && tune.ofPartition != nil && !tune.ofPartition(u.Room) {
+			continue
+		} else if err != nil && tune.quietDeployment {
+			continue // refused once, by the first partition's audit
+		}
 		if a := r.checkExternal(o.Subjects, o.Rooms, e); a != nil {
 			out(nil, a)
 		}
@@ -419,7 +445,7 @@ func auditCheckpoints(ctx context.Context, js jetstream.JetStream, r *Reader, o 
 	var witnessed map[string]*RoomWitness
 	if o.Witnessing != nil {
 		var err error
-		if witnessed, err = checkWitnessed(ctx, js, r, o, rep, out); err != nil {
+		if witnessed, err = checkWitnessed(ctx, js, r, o, tune, rep, out); err != nil {
 			return err
 		}
 	}

@@ -550,7 +550,7 @@ func followFloors(ctx context.Context, nc *nats.Conn, stream string, r *Reader, 
 	if o.State == nil {
 		return nil
 	}
-	if err := loadFloors(r, o.State, o.Rooms); err != nil {
+	if err := loadFloors(r, o.State, o.Rooms, nil); err != nil {
 		return err
 	}
 	saved := map[string]uint64{}

@@ -77,6 +77,11 @@ type deploymentView struct {
 	w     *Witnessing
 	trust *checkpoint.Trust
 	only  []string // the rooms read; empty: every room
+	// of, when set, says which rooms are this partition's (auditTuning.
+	// ofPartition); quiet leaves the log's own problems to another
+	// partition's audit.
+	of    func(string) bool
+	quiet bool
 	facts WitnessFacts
 	out   func(*Event, *SetAside)
 
@@ -111,6 +116,9 @@ func newDeploymentView(w *Witnessing, trust *checkpoint.Trust, rooms []string, o
 
 // aside reports a message of the deployment log (or, seq 0, the log).
 func (d *deploymentView) aside(seq uint64, subject string, code events.Code, reason string) {
+	if d.quiet {
+		return
+	}
 	p := events.Problem{Code: code, At: events.Location{Seq: seq}, Reason: reason}
 	ref := events.NewRefusal([]events.Problem{p})
 	d.out(nil, &SetAside{Seq: seq, Subject: subject, Code: ref.Code, Reason: ref.Reason, Problems: ref.Problems})
@@ -215,7 +223,7 @@ func (d *deploymentView) judgeEntry(r *Reader, subjects room.Subjects, e dlEntry
 		d.aside(e.seq, entry, events.CheckpointMismatch, fmt.Sprintf("deployment log entry %d is not a room checkpoint: %v", e.index, err))
 		return true
 	}
-	if len(d.only) > 0 && !slices.Contains(d.only, u.Room) {
+	if len(d.only) > 0 && !slices.Contains(d.only, u.Room) || d.of != nil && !d.of(u.Room) {
 		return true
 	}
 	c, err := checkpoint.Parse(e.data, u.Room, d.trust)
@@ -258,9 +266,9 @@ func (d *deploymentView) judgeEntry(r *Reader, subjects room.Subjects, e dlEntry
 // checkWitnessed reads the deployment log and checks it against the rooms
 // the reader read (whose ledgers keep full trees), reporting through out.
 // It fills rep.Witness and returns each room's witnessed checkpoint.
-func checkWitnessed(ctx context.Context, js jetstream.JetStream, r *Reader, o AuditOptions, rep *AuditReport, out func(*Event, *SetAside)) (map[string]*RoomWitness, error) {
+func checkWitnessed(ctx context.Context, js jetstream.JetStream, r *Reader, o AuditOptions, tune auditTuning, rep *AuditReport, out func(*Event, *SetAside)) (map[string]*RoomWitness, error) {
 	d := newDeploymentView(o.Witnessing, o.Trust, o.Rooms, out)
-	d.keep = true
+	d.keep, d.of, d.quiet = true, tune.ofPartition, tune.quietDeployment
 	r.deployment = d
 	err := d.read(ctx, js)
 	rep.Witness = &d.facts

@@ -10,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"regexp"
+	"slices"
 	"sort"
 	"strings"
 
@@ -143,6 +144,10 @@ type Options struct {
 	// Stream is the room stream's name; default room.DefaultStream.
 	Stream   string
 	Subjects room.Subjects
+	// Partitions is how many room streams the deployment places rooms on
+	// (room.Layout): Stream and Subjects are the first, and every
+	// permission on them is given on each. 0 or 1: one.
+	Partitions int
 	// ServicePrefix is the ingest service's subject prefix; default
 	// room.DefaultServicePrefix.
 	ServicePrefix string
@@ -306,8 +311,27 @@ func (o Options) perms(u User) permSet {
 	if r, err := ParseRole(string(role)); err == nil {
 		role = r
 	}
-	st, rooms, svc := o.stream(), o.Subjects.All(), o.service()
-	api := func(op string) string { return "$JS.API." + op + "." + st }
+	svc := o.service()
+	parts := room.Layout{Stream: o.stream(), Subjects: o.Subjects, Partitions: o.Partitions}.All()
+	// Every room stream's API subject of op, and every room subject.
+	apis := func(op string, suffixes ...string) []string {
+		var out []string
+		for _, p := range parts {
+			for _, s := range append([]string{""}, suffixes...) {
+				out = append(out, "$JS.API."+op+"."+p.Stream+s)
+			}
+		}
+		return out
+	}
+	var rooms []string
+	for _, p := range parts {
+		rooms = append(rooms, p.Subjects.All())
+	}
+	// The placement bucket (docs/design.md, "Partitions"): the publisher
+	// records, every reader reads where rooms are.
+	kvPlace := "KV_" + room.DefaultPlacementBucket
+	placeRead := []string{"$JS.API.STREAM.INFO." + kvPlace, "$JS.API.STREAM.MSG.GET." + kvPlace,
+		"$JS.API.DIRECT.GET." + kvPlace, "$JS.API.DIRECT.GET." + kvPlace + ".>"}
 	inbox := u.Inbox() + ".>"
 	own := svc + "." + u.Token()
 	// The anonymous identity's endpoints: no one's in secure mode.
@@ -320,16 +344,19 @@ func (o Options) perms(u User) permSet {
 	dst, dlog := o.Deployment.StreamName(), o.Deployment.Subjects().All()
 	dapi := func(op string) string { return "$JS.API." + op + "." + dst }
 	// What no identity but the admin may ever ask JetStream for.
-	streamAdmin := []string{api("STREAM.UPDATE"), api("STREAM.DELETE"), api("STREAM.PURGE"), api("STREAM.MSG.DELETE"),
-		dapi("STREAM.UPDATE"), dapi("STREAM.DELETE"), dapi("STREAM.PURGE"), dapi("STREAM.MSG.DELETE")}
-	read := []string{
-		api("STREAM.INFO"),
-		api("STREAM.MSG.GET"),
-		api("DIRECT.GET"), api("DIRECT.GET") + ".>",
-		dapi("STREAM.INFO"),
-		dapi("STREAM.MSG.GET"),
-		dapi("DIRECT.GET"), dapi("DIRECT.GET") + ".>",
-	}
+	streamAdmin := slices.Concat(apis("STREAM.UPDATE"), apis("STREAM.DELETE"), apis("STREAM.PURGE"), apis("STREAM.MSG.DELETE"),
+		[]string{dapi("STREAM.UPDATE"), dapi("STREAM.DELETE"), dapi("STREAM.PURGE"), dapi("STREAM.MSG.DELETE"),
+			"$JS.API.STREAM.UPDATE." + kvPlace, "$JS.API.STREAM.DELETE." + kvPlace, "$JS.API.STREAM.PURGE." + kvPlace, "$JS.API.STREAM.MSG.DELETE." + kvPlace})
+	read := slices.Concat(
+		apis("STREAM.INFO"),
+		apis("STREAM.MSG.GET"),
+		apis("DIRECT.GET", ".>"),
+		[]string{
+			dapi("STREAM.INFO"),
+			dapi("STREAM.MSG.GET"),
+			dapi("DIRECT.GET"), dapi("DIRECT.GET") + ".>",
+		},
+		placeRead)
 	switch role {
 	case RolePublisher:
 		// The checkpoint lease bucket: a key-value bucket is the stream
@@ -351,8 +378,11 @@ func (o Options) perms(u User) permSet {
 		// stream and consumer lists (read-only), to find other streams
 		// that write into room subjects.
 		kvStreams := "KV_" + room.DefaultStreamsBucket
+		for _, p := range parts {
+			leases = append(leases, "$KV."+room.DefaultStreamsBucket+"."+p.Stream)
+		}
 		leases = append(leases,
-			"$KV."+room.DefaultStreamsBucket+"."+st,
+			"$KV."+room.DefaultPlacementBucket+".>", "$JS.API.STREAM.CREATE."+kvPlace,
 			"$JS.API.STREAM.INFO."+kvStreams,
 			"$JS.API.STREAM.CREATE."+kvStreams,
 			"$JS.API.STREAM.MSG.GET."+kvStreams,
@@ -370,16 +400,16 @@ func (o Options) perms(u User) permSet {
 		return permSet{
 			// No consumer API: serve reads with direct gets alone, so a
 			// stream whose consumers are exhausted stops none of it.
-			pubAllow: append(append(append([]string{rooms, api("STREAM.CREATE"), dlog, dapi("STREAM.CREATE")}, read...), leases...), replies...),
+			pubAllow: slices.Concat(rooms, apis("STREAM.CREATE"), []string{dlog, dapi("STREAM.CREATE")}, read, leases, replies),
 			pubDeny:  streamAdmin,
 			subAllow: []string{svc + ".>", "$SRV.>", inbox},
 		}
 	case RoleHarness:
 		return permSet{
 			pubAllow: []string{own + ".>"},
-			pubDeny:  []string{rooms, dlog, "$JS.>", "$KV.>", "$SRV.>"},
+			pubDeny:  slices.Concat(rooms, []string{dlog, "$JS.>", "$KV.>", "$SRV.>"}),
 			subAllow: []string{inbox},
-			subDeny:  []string{svc + ".>", rooms},
+			subDeny:  slices.Concat([]string{svc + ".>"}, rooms),
 		}
 	case RoleSolver:
 		// Reads by direct get, and its own durables, by name: no
@@ -387,19 +417,23 @@ func (o Options) perms(u User) permSet {
 		// bound), so a solver holds at most its durables and touches
 		// no other's (docs/secure-mode.md, "Roles and their permissions").
 		allow := append([]string(nil), read...)
-		for _, d := range u.durables() {
-			allow = append(allow,
-				api("CONSUMER.CREATE")+"."+d, api("CONSUMER.CREATE")+"."+d+".>",
-				api("CONSUMER.DURABLE.CREATE")+"."+d,
-				api("CONSUMER.INFO")+"."+d,
-				api("CONSUMER.MSG.NEXT")+"."+d,
-				api("CONSUMER.DELETE")+"."+d,
-				api("CONSUMER.RESET")+"."+d,
-				"$JS.ACK."+st+"."+d+".>", "$JS.ACK.*.*."+st+"."+d+".>", // v1 and v2 ack subjects
-				"$JS.FC."+st+"."+d+".>", "$JS.FC.*.*."+st+"."+d+".>", // flow control of push consumers
-			)
+		for _, p := range parts {
+			st := p.Stream
+			api := func(op string) string { return "$JS.API." + op + "." + st }
+			for _, d := range u.durables() {
+				allow = append(allow,
+					api("CONSUMER.CREATE")+"."+d, api("CONSUMER.CREATE")+"."+d+".>",
+					api("CONSUMER.DURABLE.CREATE")+"."+d,
+					api("CONSUMER.INFO")+"."+d,
+					api("CONSUMER.MSG.NEXT")+"."+d,
+					api("CONSUMER.DELETE")+"."+d,
+					api("CONSUMER.RESET")+"."+d,
+					"$JS.ACK."+st+"."+d+".>", "$JS.ACK.*.*."+st+"."+d+".>", // v1 and v2 ack subjects
+					"$JS.FC."+st+"."+d+".>", "$JS.FC.*.*."+st+"."+d+".>", // flow control of push consumers
+				)
+			}
 		}
-		deny := append([]string{rooms, dlog}, streamAdmin...)
+		deny := slices.Concat(rooms, []string{dlog}, streamAdmin)
 		if o.SolverHead {
 			allow = append(allow, room.ServiceSubject(svc, u.Token(), room.EndpointHead))
 			for _, e := range []string{room.EndpointJournal, room.EndpointExecution, room.EndpointRecords} {
@@ -415,7 +449,7 @@ func (o Options) perms(u User) permSet {
 		// service: a permission cannot allow its own token while denying
 		// every other, configured or not (a made-up or a removed user's),
 		// so the admin calls the service as no one; harnesses ship.
-		return permSet{pubAllow: []string{">"}, pubDeny: []string{rooms, dlog, svc + ".>"}, subAllow: []string{">"}}
+		return permSet{pubAllow: []string{">"}, pubDeny: slices.Concat(rooms, []string{dlog, svc + ".>"}), subAllow: []string{">"}}
 	}
 	// An unknown role may do nothing at all.
 	return permSet{pubAllow: []string{}, subAllow: []string{}}

@@ -61,9 +61,20 @@ func (rs *Rooms) Room(ctx context.Context, roomID string) (*Room, error) {
 		if err := rs.o.Subjects.CheckRoom(roomID); err != nil {
 			return nil, fmt.Errorf("%w: %v", tiles.ErrUnknownLog, err)
 		}
+		ro := rs.o // the room's partition
+		if ro.Placement != nil {
+			q, ok, err := ro.Placement.Room(ctx, roomID)
+			if err != nil {
+				return nil, fmt.Errorf("tilesource: look up room %q: %w", roomID, err)
+			}
+			if !ok {
+				return nil, fmt.Errorf("%w: room %q is placed on no partition", tiles.ErrUnknownLog, roomID)
+			}
+			ro.Stream, ro.Subjects = q.Stream, q.Subjects
+		}
 		// One direct get tells a room that never had a checkpoint, so a
 		// request for any name costs no scan and keeps nothing.
-		probe, err := jsapi.DirectBatch(ctx, rs.nc, rs.o.Stream, jsapi.BatchRequest{Seq: 1, NextBySubj: rs.o.Subjects.Checkpoint(roomID), Batch: 1}, rs.o.Timeout)
+		probe, err := jsapi.DirectBatch(ctx, rs.nc, ro.Stream, jsapi.BatchRequest{Seq: 1, NextBySubj: ro.Subjects.Checkpoint(roomID), Batch: 1}, ro.Timeout)
 		if err != nil {
 			return nil, fmt.Errorf("tilesource: look up room %q: %w", roomID, err)
 		}
@@ -72,7 +83,7 @@ func (rs *Rooms) Room(ctx context.Context, roomID string) (*Room, error) {
 		}
 		rs.mu.Lock()
 		if r = rs.rooms[roomID]; r == nil {
-			r = newRoom(rs.nc, &rs.o, roomID)
+			r = newRoom(rs.nc, &ro, roomID)
 			rs.rooms[roomID] = r
 		}
 		rs.mu.Unlock()

@@ -60,6 +60,10 @@ type Options struct {
 	Stream     string
 	Subjects   room.Subjects
 	Deployment room.DeploymentLog
+	// Placement, on a deployment of several partitions, says which room
+	// stream holds a room (docs/design.md, "Partitions"); nil: every room
+	// is on Stream.
+	Placement *room.Placement
 	// Trust names the publishers whose attestations admit a room's
 	// messages and whose checkpoints count (checkpoint.NewTrust of serve's
 	// key and --trusted-publisher). The deployment log needs its origin

@@ -1,0 +1,216 @@
+package ingest
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/roompub/roompub/events"
+	"github.com/roompub/roompub/room"
+)
+
+// Gates decides appends over a deployment's partitions (docs/design.md,
+// "Partitions"): one Gate per room stream, each deciding its own rooms
+// exactly as the one gate of a deployment without partitions does. A
+// request goes to the gate of its room's partition, placing the room
+// first when it is new (room.Placement.Place). A chain's first entry is
+// claimed in the placement bucket before it is appended, so a capsule
+// lands in one room across partitions as the room stream's own expected
+// sequence keeps it in one room within a partition.
+type Gates struct {
+	place *room.Placement
+	gates []*Gate // by partition, as place lists them
+}
+
+// NewGates returns the gates of place's partitions: gates[i] must be the
+// gate of place.Partitions()[i]. It sets each gate's chain claim. With one
+// partition it is that gate alone.
+func NewGates(place *room.Placement, gates ...*Gate) (*Gates, error) {
+	parts := place.Partitions()
+	if len(gates) != len(parts) {
+		return nil, fmt.Errorf("%w: %d gates for %d partitions", ErrGate, len(gates), len(parts))
+	}
+	gs := &Gates{place: place, gates: gates}
+	for i, g := range gates {
+		if g.streamName() != parts[i].Stream || g.subjects.Root() != parts[i].Subjects.Root() {
+			return nil, fmt.Errorf("%w: gate %d serves %s, partition %d is %s", ErrGate, i, g.streamName(), i, parts[i].Stream)
+		}
+		if len(gates) > 1 {
+			self := g
+			g.claim = func(ctx context.Context, key events.ChainKey, roomID string) (string, error) {
+				return gs.claimChain(ctx, self, key, roomID)
+			}
+		}
+	}
+	return gs, nil
+}
+
+// SingleGate is the Gates of a deployment of one partition.
+func SingleGate(g *Gate) *Gates {
+	return &Gates{gates: []*Gate{g}}
+}
+
+// Gate returns partition i's gate.
+func (gs *Gates) Gate(i int) *Gate { return gs.gates[i] }
+
+// Len is how many partitions the gates serve.
+func (gs *Gates) Len() int { return len(gs.gates) }
+
+// forRoom returns the gate of roomID's partition, placing the room when
+// it is new.
+func (gs *Gates) forRoom(ctx context.Context, roomID string) (*Gate, error) {
+	if len(gs.gates) == 1 {
+		return gs.gates[0], nil
+	}
+	q, err := gs.place.Place(ctx, roomID, gs.holds)
+	if err != nil {
+		return nil, err
+	}
+	for _, g := range gs.gates {
+		if g.streamName() == q.Stream {
+			return g, nil
+		}
+	}
+	return nil, fmt.Errorf("%w: %s is placed on %s, which this serve does not serve", room.ErrPlacement, roomID, q.Stream)
+}
+
+// holds reports whether partition q holds a message of roomID: a room
+// written before placements were recorded stays where it is.
+func (gs *Gates) holds(ctx context.Context, q room.Partition, roomID string) (bool, error) {
+	for _, g := range gs.gates {
+		if g.streamName() == q.Stream {
+			m, err := g.lastOn(ctx, q.Subjects.Room(roomID), true)
+			return m != nil, err
+		}
+	}
+	return false, nil
+}
+
+// claimChain claims key for roomID (room.Placement.ClaimChain), on behalf
+// of self, the gate of roomID's partition, about to append the chain's
+// first entry. A chain on another partition written before claims were
+// recorded (no claim, in a deployment that had one partition then) is
+// found by its subjects there and wins.
+func (gs *Gates) claimChain(ctx context.Context, self *Gate, key events.ChainKey, roomID string) (string, error) {
+	owner, err := gs.place.ClaimChain(ctx, key, roomID)
+	if err != nil || owner != roomID {
+		return owner, err
+	}
+	for _, g := range gs.gates {
+		if g == self {
+			continue
+		}
+		m, err := g.lastOn(ctx, g.subjects.ChainAnyRoom(key), true)
+		if err != nil {
+			return "", err
+		}
+		if m == nil {
+			continue
+		}
+		p, err := g.subjects.Parse(m.Subject)
+		if err != nil {
+			return "", err
+		}
+		return p.RoomID, nil
+	}
+	return roomID, nil
+}
+
+// appendJournal is Gate.appendJournal on roomID's partition.
+func (gs *Gates) appendJournal(ctx context.Context, roomID, owner string, body []byte, capsule *events.CapsuleMeta, t *orderTicket, after int64) (room.JournalReply, error) {
+	if err := gs.gates[0].subjects.CheckRoom(roomID); err != nil || len(gs.gates) == 1 {
+		// A room id too long for a subject is refused by the gate alone.
+		return gs.gates[0].appendJournal(ctx, roomID, owner, body, capsule, t, after)
+	}
+	g, err := gs.forRoom(ctx, roomID)
+	if err != nil {
+		return room.JournalReply{}, err
+	}
+	return g.appendJournal(ctx, roomID, owner, body, capsule, t, after)
+}
+
+// recordRoom is the room a record names (its "room/id" member), or "" when its bytes
+// are not a JSON object naming one: the first partition's gate then
+// refuses it.
+func recordRoom(raw []byte) string {
+	obj, _, err := events.DecodeObject(raw)
+	if err != nil {
+		return ""
+	}
+	id, _ := obj["room/id"].(string)
+	return id
+}
+
+// recordGate is the gate that decides a record: its room's partition's, or
+// the first one's for a record that names no room it could be placed by.
+func (gs *Gates) recordGate(ctx context.Context, raw []byte) (*Gate, error) {
+	if len(gs.gates) == 1 {
+		return gs.gates[0], nil
+	}
+	id := recordRoom(raw)
+	if id == "" || gs.gates[0].subjects.CheckRoom(id) != nil {
+		return gs.gates[0], nil
+	}
+	return gs.forRoom(ctx, id)
+}
+
+// AppendRecord is Gate.AppendRecord on the record's room's partition.
+func (gs *Gates) AppendRecord(ctx context.Context, raw []byte) room.RecordReply {
+	g, err := gs.recordGate(ctx, raw)
+	if err != nil {
+		return room.RecordReply{RoomID: recordRoom(raw), Item: failed(0, err)}
+	}
+	return g.AppendRecord(ctx, raw)
+}
+
+// AppendRecords is Gate.AppendRecords with each record decided by its
+// room's partition's gate: the records of one partition in their order,
+// the partitions one after the other (no rule spans two rooms, so none
+// spans two partitions).
+func (gs *Gates) AppendRecords(ctx context.Context, raws [][]byte) []room.RecordReply {
+	if len(gs.gates) == 1 {
+		return gs.gates[0].AppendRecords(ctx, raws)
+	}
+	out := make([]room.RecordReply, len(raws))
+	byGate := map[*Gate][]int{}
+	var order []*Gate
+	for i, raw := range raws {
+		g, err := gs.recordGate(ctx, raw)
+		if err != nil {
+			out[i] = room.RecordReply{RoomID: recordRoom(raw), Item: failed(i, err)}
+			continue
+		}
+		if _, ok := byGate[g]; !ok {
+			order = append(order, g)
+		}
+		byGate[g] = append(byGate[g], i)
+	}
+	for _, g := range order {
+		idx := byGate[g]
+		sub := make([][]byte, len(idx))
+		for j, i := range idx {
+			sub[j] = raws[i]
+		}
+		for j, r := range g.AppendRecords(ctx, sub) {
+			r.Item.Index = idx[j]
+			out[idx[j]] = r
+		}
+	}
+	return out
+}
+
+// Head is Gate.Head on the partition that holds the chain: each
+// partition's gate is asked in turn until one knows the chain.
+func (gs *Gates) Head(ctx context.Context, key events.ChainKey) (room.ChainHead, error) {
+	var head room.ChainHead
+	for _, g := range gs.gates {
+		h, err := g.Head(ctx, key)
+		if err != nil {
+			return room.ChainHead{}, err
+		}
+		if h.Next > 0 || h.RoomID != "" {
+			return h, nil
+		}
+		head = h
+	}
+	return head, nil
+}
