@@ -342,7 +342,7 @@ func clusterCrashAll(t *testing.T, tl *tally, key *events.HostKey, tc clusterCra
 	ownAuditState(t)
 	started := time.Now()
 	cl := startClusterWith(t, 3, clusterOptions{SyncInterval: tc.interval, Crash: true, Model: tc.model})
-	srv := &serve{args: []string{"--server", cl.urls(), "--replicas", "3", "--trusted-host", key.NodeID(), "--log-level", "warn",
+	srv := &serve{bin: publisherBin, args: []string{"--server", cl.urls(), "--replicas", "3", "--trusted-host", key.NodeID(), "--log-level", "warn",
 		"--max-batch", strconv.Itoa(clusterBatch), "--checkpoint-interval", "1s", "--publisher-key", publisherKeyFile, "--allow-open-key-file",
 		// The stream mark on serve's own disk too: the streams bucket is
 		// lost with the cluster's stores.
