@@ -43,6 +43,11 @@ integration:
 test-faults:
 	$(GO) test -count=1 -v ./test/faults/...
 
+## test-upgrade: the rolling upgrade from v0.1.0 alone (TestRollingUpgradeV010 of test/faults: serve of v0.1.0, built from git, beside this build's on one stream; both builds' audits); make test-faults runs it too (about 15 s, 30 s the first time)
+.PHONY: test-upgrade
+test-upgrade:
+	$(GO) test -count=1 -v -run '^TestRollingUpgradeV010$$' ./test/faults/
+
 ## test-crash: the crash tests alone (test/crashfs, then TestCrash* and TestClusterCrash* of test/faults on a FUSE filesystem that drops what was not fsynced, TestClusterCrashAll only here) with CRASH_TRIALS trials of TestCrash (default 20; needs /dev/fuse and root, else they skip)
 CRASH_TRIALS ?= 20
 .PHONY: test-crash

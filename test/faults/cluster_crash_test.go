@@ -210,7 +210,7 @@ func TestClusterCrashOne(t *testing.T) {
 	cr.cl = startClusterWith(t, 3, clusterOptions{Crash: true, Model: crashfs.POSIX})
 	cr.srv = startServe(t, "--server", cr.cl.urls(), "--replicas", "3", "--trusted-host", cr.key.NodeID(), "--log-level", "warn",
 		"--max-batch", strconv.Itoa(clusterBatch))
-	cr.cl.waitService(t)
+	cr.cl.waitService(t, "")
 	cr.in = inspect(t, cr.cl.urls())
 	t.Logf("cluster of 3 on crash filesystems and publisher serve up in %s", time.Since(start).Round(time.Millisecond))
 
@@ -342,7 +342,7 @@ func clusterCrashAll(t *testing.T, tl *tally, key *events.HostKey, tc clusterCra
 	ownAuditState(t)
 	started := time.Now()
 	cl := startClusterWith(t, 3, clusterOptions{SyncInterval: tc.interval, Crash: true, Model: tc.model})
-	srv := &serve{args: []string{"--server", cl.urls(), "--replicas", "3", "--trusted-host", key.NodeID(), "--log-level", "warn",
+	srv := &serve{bin: publisherBin, args: []string{"--server", cl.urls(), "--replicas", "3", "--trusted-host", key.NodeID(), "--log-level", "warn",
 		"--max-batch", strconv.Itoa(clusterBatch), "--checkpoint-interval", "1s", "--publisher-key", publisherKeyFile, "--allow-open-key-file",
 		// The stream mark on serve's own disk too: the streams bucket is
 		// lost with the cluster's stores.
@@ -351,7 +351,7 @@ func clusterCrashAll(t *testing.T, tl *tally, key *events.HostKey, tc clusterCra
 	if refused, status := srv.upOrRetry(t); refused {
 		t.Fatalf("publisher serve on the new cluster: exit %d\n%s", status, tail(srv.stderr.String(), 3000))
 	}
-	cl.waitService(t)
+	cl.waitService(t, "")
 	in := inspect(t, cl.urls())
 	roomID := "room:cluster-crash-" + tc.name
 	dir := t.TempDir()
@@ -466,7 +466,7 @@ func clusterCrashAll(t *testing.T, tl *tally, key *events.HostKey, tc clusterCra
 			t.Fatalf("publisher serve --accept-stream: exit %d\n%s", status, tail(srv.stderr.String(), 3000))
 		}
 	}
-	cl.waitService(t)
+	cl.waitService(t, "")
 
 	// The reader holding the checkpoint from before the crash.
 	f.auditExit, f.audit, r = auditState(t, cl.urls(), state, key)

@@ -184,7 +184,7 @@ func TestCluster(t *testing.T) {
 	// 1,000 a phase was three batches and could end before its second fault.
 	cr.srv = startServe(t, "--server", cr.cl.urls(), "--replicas", "3", "--trusted-host", cr.key.NodeID(), "--log-level", "warn",
 		"--max-batch", strconv.Itoa(clusterBatch))
-	cr.cl.waitService(t)
+	cr.cl.waitService(t, "")
 	cr.in = inspect(t, cr.cl.urls())
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	info, err := cr.in.stream.Info(ctx)

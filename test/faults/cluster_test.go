@@ -15,6 +15,7 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/roompub/roompub/events"
+	"github.com/roompub/roompub/room"
 	"github.com/roompub/roompub/room/client"
 	"github.com/roompub/roompub/test/crashfs"
 )
@@ -409,15 +410,21 @@ func (c *cluster) cutBetween(a, b *natsNode, cut bool) {
 // every server of the cluster: serve's subscriptions reach the servers it
 // is not connected to a moment after it says it serves, and a shipper
 // connected to one of those meanwhile gets "no responders" (exit 2, run
-// again), which a phase would take for the fault's doing.
-func (c *cluster) waitService(t *testing.T) {
+// again), which a phase would take for the fault's doing. In secure mode,
+// user names the identity that asks, with opts its credentials.
+func (c *cluster) waitService(t *testing.T, user string, opts ...nats.Option) {
 	t.Helper()
+	identity := room.Anonymous
+	if user != "" {
+		identity = room.IdentityToken(user)
+		opts = append(opts, nats.CustomInboxPrefix(room.InboxPrefix(identity)))
+	}
 	for _, n := range c.nodes {
-		nc, err := nats.Connect(n.url())
+		nc, err := nats.Connect(n.url(), opts...)
 		if err != nil {
 			t.Fatal(err)
 		}
-		cl := client.New(nc, client.Options{Timeout: 2 * time.Second})
+		cl := client.New(nc, client.Options{Timeout: 2 * time.Second, Identity: identity})
 		deadline := time.Now().Add(30 * time.Second)
 		for {
 			_, err := cl.Head(context.Background(), events.ChainKey{RunID: "run-probe", CapsuleID: "cap-probe"})

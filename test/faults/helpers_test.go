@@ -218,6 +218,7 @@ var (
 type serve struct {
 	*proc
 	args []string
+	bin  string // the publisher binary
 	url  string // the client URL it reports (embedded) or was given
 }
 
@@ -231,8 +232,15 @@ func startServe(t *testing.T, args ...string) *serve {
 		// The key file is world-readable on purpose (TestMain).
 		args = append(args, "--publisher-key", publisherKeyFile, "--allow-open-key-file")
 	}
-	s := &serve{args: args}
-	s.proc = startProc(t, "publisher serve", publisherBin, append([]string{"serve"}, args...)...)
+	return startServeBin(t, publisherBin, args...)
+}
+
+// startServeBin starts `serve` of the publisher binary bin with args as
+// they are (no key added) and waits until it says it serves.
+func startServeBin(t *testing.T, bin string, args ...string) *serve {
+	t.Helper()
+	s := &serve{args: args, bin: bin}
+	s.proc = startProc(t, "publisher serve", bin, append([]string{"serve"}, args...)...)
 	s.waitServing(t)
 	return s
 }
@@ -264,7 +272,7 @@ func (s *serve) restart(t *testing.T) {
 		t.Fatal("restart of a running publisher serve")
 	}
 	old := s.proc
-	s.proc = startProc(old.t, old.name, publisherBin, append([]string{"serve"}, s.args...)...)
+	s.proc = startProc(old.t, old.name, s.bin, append([]string{"serve"}, s.args...)...)
 	s.waitServing(t)
 }
 

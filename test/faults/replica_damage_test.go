@@ -201,7 +201,7 @@ func TestReplicaDamage(t *testing.T) {
 	// stream holds only the two chains until serve stops.
 	serveArgs := []string{"--server", cl.urls(), "--replicas", "3", "--log-level", "warn", "--http", httpAddr, "--checkpoint-interval", "1h"}
 	srv := startServe(t, serveArgs...)
-	cl.waitService(t)
+	cl.waitService(t, "")
 	in := inspect(t, cl.urls())
 	const roomID = "room:replica-damage"
 	a := newCapsule(t, filepath.Join(dir, "a"), "run-replica-a", 150)

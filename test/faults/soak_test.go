@@ -407,7 +407,7 @@ func TestSoak(t *testing.T) {
 		s.http[i] = fmt.Sprintf("127.0.0.1:%d", freePort(t))
 		s.serves[i] = startServe(t, "--server", s.url, "--replicas", "3", "--trusted-host", s.key.NodeID(), "--log-level", "warn", "--http", s.http[i])
 	}
-	s.cl.waitService(t)
+	s.cl.waitService(t, "")
 	rooms := []string{"room:soak-records"}
 	for w := range soakShippers {
 		rooms = append(rooms, fmt.Sprintf("room:soak-%d", w))
