@@ -71,7 +71,8 @@ var (
 // Errors of Build and WriteLayout.
 var (
 	// ErrInvalidOptions: Options.Validate found a problem (joined with
-	// the others it found).
+	// the others it found), or Build found the two binaries built for
+	// different architectures.
 	ErrInvalidOptions = errors.New("ociimage: invalid options")
 	// ErrNotStatic: a binary is not a statically linked Linux ELF
 	// executable of a known architecture; the image has no libc and no
@@ -145,7 +146,7 @@ func Build(ctx context.Context, o Options) (v1.Image, error) {
 	if subArch, err := staticArch(o.Subscriber); err != nil {
 		return nil, err
 	} else if subArch != arch {
-		return nil, fmt.Errorf("%w: %s is %s, %s is %s", ErrNotStatic, o.Publisher, arch, o.Subscriber, subArch)
+		return nil, fmt.Errorf("%w: %s is for %s, %s for %s: an image has one architecture", ErrInvalidOptions, o.Publisher, arch, o.Subscriber, subArch)
 	}
 	certs, err := os.ReadFile(o.CACerts)
 	if err != nil {

@@ -34,8 +34,11 @@ func runMain(m *testing.M) int {
 		return 2
 	}
 	tiny = filepath.Join(dir, "tiny")
+	// Built in dir, outside the module: a program of the standard
+	// library alone.
 	cmd := exec.Command("go", "build", "-o", tiny, src)
-	cmd.Env = append(os.Environ(), "CGO_ENABLED=0", "GOOS=linux", "GOARCH="+runtime.GOARCH, "GO111MODULE=off")
+	cmd.Dir = dir
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0", "GOOS=linux", "GOARCH="+runtime.GOARCH)
 	if msg, err := cmd.CombinedOutput(); err != nil {
 		fmt.Fprintf(os.Stderr, "go build: %v\n%s", err, msg)
 		return 2

@@ -296,8 +296,9 @@ func runDefaultCommand(t *testing.T, fs string, cf *v1.ConfigFile, uid, gid int)
 	if os.Geteuid() == 0 {
 		// As the image's user: its working directory must be its own.
 		cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid)}}
-		for d := fs; d != filepath.Dir(d) && d != os.TempDir(); d = filepath.Dir(d) {
-			// t.TempDir's directories are 0700: let the user reach fs.
+		// fs is a t.TempDir(): it and the test's directory above it are
+		// 0700; let the user reach fs (nothing above them is changed).
+		for _, d := range []string{fs, filepath.Dir(fs)} {
 			if err := os.Chmod(d, 0o755); err != nil {
 				t.Fatal(err)
 			}
