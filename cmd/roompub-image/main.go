@@ -32,11 +32,19 @@ type cli struct {
 
 func main() {
 	var c cli
-	kong.Parse(&c,
+	parser, err := kong.New(&c,
 		kong.Name("roompub-image"),
 		kong.Description("Write roompub's OCI image (static publisher and subscriber, CA certificates, non-root user) as an OCI image layout, offline, and print its digest."),
 		kong.Vars{"cacerts": ociimage.CACertsPath, "source": ociimage.DefaultSource},
 	)
+	if err != nil {
+		fail(err)
+	}
+	if _, err := parser.Parse(os.Args[1:]); err != nil {
+		// Bad flags are exit 2, as for the other commands (kong's own is 80).
+		parser.Errorf("%s", err)
+		os.Exit(2)
+	}
 	img, err := ociimage.Build(context.Background(), ociimage.Options{
 		Publisher:  c.Publisher,
 		Subscriber: c.Subscriber,

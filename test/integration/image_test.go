@@ -389,8 +389,13 @@ func runDefaultCommand(t *testing.T, fs string, cf *v1.ConfigFile, uid, gid int)
 	}
 	// The store is where the command said, inside the working directory.
 	store := filepath.Join(fs, cfg.WorkingDir, flagValue(args, "--store-dir"))
-	if _, err := os.Stat(filepath.Join(store, "roompub-stream-ROOMS.json")); err != nil {
-		t.Errorf("no stream mark in the store %s: %v", store, err)
+	fi, err := os.Stat(filepath.Join(store, "roompub-stream-ROOMS.json"))
+	if err != nil {
+		t.Fatalf("no stream mark in the store %s: %v", store, err)
+	}
+	// As root the command ran as the image's user: what it wrote is its.
+	if st, ok := fi.Sys().(*syscall.Stat_t); ok && os.Geteuid() == 0 && (int(st.Uid) != uid || int(st.Gid) != gid) {
+		t.Errorf("the stream mark is owned by %d:%d; want the image's user %d:%d", st.Uid, st.Gid, uid, gid)
 	}
 }
 
