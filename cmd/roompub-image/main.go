@@ -1,5 +1,5 @@
 // Command roompub-image writes roompub's OCI image as an OCI image layout
-// directory, offline (internal/ociimage), and prints its digest. `make
+// directory, offline (ociimage.Write), and prints its digest. `make
 // image` builds the static commands and runs it:
 //
 //	roompub-image --out bin/image --publisher P --subscriber S \
@@ -19,7 +19,8 @@ import (
 	"github.com/roompub/roompub/internal/ociimage"
 )
 
-// cli is the command line grammar: one flag per ociimage.Options field.
+// cli is the command line grammar: the layout directory and one flag per
+// ociimage.Options field.
 type cli struct {
 	Out          string `required:"" placeholder:"DIR" help:"OCI image layout directory to write (must be missing or empty)."`
 	Publisher    string `required:"" type:"existingfile" placeholder:"FILE" help:"The publisher binary: linux, CGO_ENABLED=0."`
@@ -45,7 +46,7 @@ func main() {
 		parser.Errorf("%s", err)
 		os.Exit(2)
 	}
-	img, err := ociimage.Build(context.Background(), ociimage.Options{
+	digest, err := ociimage.Write(context.Background(), c.Out, ociimage.Options{
 		Publisher:  c.Publisher,
 		Subscriber: c.Subscriber,
 		CACerts:    c.CACerts,
@@ -53,10 +54,6 @@ func main() {
 		Source:     c.Source,
 		Created:    time.Unix(c.CreatedUnix, 0),
 	})
-	if err != nil {
-		fail(err)
-	}
-	digest, err := ociimage.WriteLayout(c.Out, img, c.ImageVersion)
 	if err != nil {
 		fail(err)
 	}

@@ -237,6 +237,17 @@ func Build(ctx context.Context, o Options) (v1.Image, error) {
 	return img, nil
 }
 
+// Write builds the image of o (Build) and writes it as an OCI image
+// layout into dir (WriteLayout), its index naming it by o.Version; it
+// returns the image's digest. It is what `make image` runs.
+func Write(ctx context.Context, dir string, o Options) (v1.Hash, error) {
+	img, err := Build(ctx, o)
+	if err != nil {
+		return v1.Hash{}, err
+	}
+	return WriteLayout(dir, img, o.Version)
+}
+
 // WriteLayout writes img as an OCI image layout into dir (created if
 // missing; ErrNotEmpty if it holds anything), its index naming it
 // org.opencontainers.image.ref.name=refName when refName is not empty,

@@ -82,9 +82,12 @@ func TestBuildIsReproducible(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		d, err := WriteLayout(filepath.Join(t.TempDir(), "image"), img, opts.Version)
+		d, err := Write(context.Background(), filepath.Join(t.TempDir(), "image"), opts)
 		if err != nil {
 			t.Fatal(err)
+		}
+		if built, _ := img.Digest(); built != d {
+			t.Errorf("Write: digest %s; Build's image has %s", d, built)
 		}
 		digests = append(digests, d.String())
 		cf, err := img.ConfigFile()
