@@ -14,7 +14,7 @@ VERSION := $(shell git describe --tags --always --dirty 2>/dev/null)
 # Packages whose Fuzz targets `make test` (3s each, two at a time) and `make fuzz` (60s each) run.
 FUZZ_PKGS := ./events ./validate ./checkpoint ./room ./room/ingest ./room/reader ./witness ./tiles
 
-.PHONY: build run test unit integration fuzz-short fuzz bench fmt vet lint samples clean
+.PHONY: build run image test unit integration fuzz-short fuzz bench fmt vet lint samples clean
 
 ## build: compile the commands into $(BIN)/, their --version stamped with $(VERSION)
 build:
@@ -23,6 +23,17 @@ build:
 ## run: build, then verify the bundled samples and check every verdict
 run: build
 	testdata/samples/run.sh $(BIN)/publisher
+
+## image: the OCI image, offline, as an OCI image layout in $(BIN)/image/ (static publisher and subscriber stamped with $(VERSION), CA certificates, user 65532; default command publisher serve on 0.0.0.0); prints its digest
+# SOURCE_DATE_EPOCH (default: the last commit's time) is the image's
+# created time and every file's, so the same commit builds the same digest.
+SOURCE_DATE_EPOCH ?= $(shell git log -1 --format=%ct 2>/dev/null || echo 0)
+image:
+	CGO_ENABLED=0 GOOS=linux $(GO) build -trimpath -ldflags '-X main.version=$(VERSION)' -o $(BIN)/image-bin/ ./cmd/publisher ./cmd/subscriber
+	$(GO) build -o $(BIN)/ ./cmd/roompub-image
+	rm -rf $(BIN)/image
+	$(BIN)/roompub-image --out $(BIN)/image --publisher $(BIN)/image-bin/publisher --subscriber $(BIN)/image-bin/subscriber \
+	    --image-version '$(or $(VERSION),devel)' --created-unix '$(SOURCE_DATE_EPOCH)'
 
 ## test: unit tests (race detector), integration tests, the fault suite, then 3s per fuzz target
 test: unit integration test-faults fuzz-short
@@ -36,7 +47,7 @@ unit:
 integration:
 	$(GO) test -race -count=1 ./room/...
 	$(GO) test -race -count=1 ./test/upstream/...
-	$(GO) test -count=1 ./test/integration/...
+	$(GO) test -count=1 -timeout 20m ./test/integration/...
 
 ## test-faults: injected faults (killed servers, step-downs, cut routes, full and read-only stores) on a real 3-server cluster and the embedded server; prints the counts (about 3 min)
 .PHONY: test-faults

@@ -42,6 +42,9 @@ var rules = map[string]rule{
 	// The C2SP tlog-tiles server over an entry source: no NATS, no
 	// roompub package.
 	"tiles": {},
+	// roompub's OCI image, built offline from the binaries it is given
+	// (go-containerregistry): no roompub package, no NATS.
+	"internal/ociimage": {},
 	// config names the room package's roles and defaults (a departure
 	// docs/design.md records).
 	"config": {imports: []string{"checkpoint", "events", "room", "room/reader", "witness"}, nats: true},
@@ -81,6 +84,9 @@ var rules = map[string]rule{
 	"cmd/publisher":     {imports: []string{"checkpoint", "config", "events", "room", "room/checkpointer", "room/client", "room/embedded", "room/ingest", "room/node", "room/reader", "room/secure", "validate", "witness"}, nats: true, server: true},
 	"cmd/subscriber":    {imports: []string{"checkpoint", "config", "events", "room", "room/reader", "validate"}, nats: true},
 	"cmd/roompub-bench": {imports: []string{"checkpoint", "config", "events", "internal/witnesstest", "room", "room/checkpointer", "room/client", "room/embedded", "room/ingest", "room/node", "room/reader", "validate", "witness"}, nats: true, server: true},
+
+	// make image: its flags wired to one internal/ociimage call.
+	"cmd/roompub-image": {imports: []string{"internal/ociimage"}},
 }
 
 type pkg struct {
@@ -153,11 +159,11 @@ func TestImportsFollowThePackageMap(t *testing.T) {
 // keeps the map itself pointing down.
 var layers = [][]string{
 	{"events", "schemas"},
-	{"validate", "checkpoint", "witness", "internal/witnesstest", "tiles"},
+	{"validate", "checkpoint", "witness", "internal/witnesstest", "tiles", "internal/ociimage"},
 	{"room/internal/jsapi", "room"},
 	{"room/ingest", "room/client", "room/reader", "room/checkpointer", "room/embedded", "room/secure", "room/tilesource", "room/internal/roomtest"},
 	{"room/node", "config"},
-	{"cmd/publisher", "cmd/subscriber", "cmd/roompub-bench"},
+	{"cmd/publisher", "cmd/subscriber", "cmd/roompub-bench", "cmd/roompub-image"},
 }
 
 // sameLayer are the arrows allowed within a layer.
