@@ -1001,7 +1001,8 @@ func TestSecureOptionsCheck(t *testing.T) {
 		return string(a), string(d)
 	}
 	if a, _ := perms(secure.RolePublisher); !strings.Contains(a, `"rooms-2.\u003e"`) || !strings.Contains(a, `"$JS.API.STREAM.CREATE.ROOMS-2"`) ||
-		!strings.Contains(a, `"$KV.ROOMPUB_PLACEMENT.\u003e"`) || !strings.Contains(a, `"$KV.ROOMPUB_STREAMS.ROOMS-1"`) {
+		!strings.Contains(a, `"$KV.ROOMPUB_PLACEMENT.\u003e"`) || !strings.Contains(a, `"$KV.ROOMPUB_STREAMS.ROOMS-1"`) ||
+		!strings.Contains(a, `"$JS.API.STREAM.LEADER.STEPDOWN.ROOMS-2"`) {
 		t.Errorf("publisher permissions over 3 partitions: %s", a)
 	}
 	if a, d := perms(secure.RoleHarness); strings.Contains(a, "rooms") || !strings.Contains(d, `"rooms-1.\u003e"`) || !strings.Contains(d, `"rooms-2.\u003e"`) {

@@ -406,6 +406,9 @@ func Serve(ctx context.Context, o ServeOptions) error {
 	if err != nil {
 		return err
 	}
+	// Each partition's own leader, spread over the servers before the
+	// first request: a leader moved later stalls its rooms for a moment.
+	spreadLeaders(ctx, nc, js, streams, len(streams), log)
 	svc, err := ingest.StartServiceOver(nc, gs, so)
 	if err != nil {
 		return err
@@ -486,6 +489,8 @@ loop:
 			for _, p := range parts {
 				p.check(ctx, surveyCtx, log)
 			}
+			// A server that restarted leads nothing until leaders move back.
+			spreadLeaders(ctx, nc, js, streams, 1, log)
 		}
 	}
 	log.Info("publisher stopping: draining")

@@ -400,7 +400,9 @@ func (o Options) perms(u User) permSet {
 		return permSet{
 			// No consumer API: serve reads with direct gets alone, so a
 			// stream whose consumers are exhausted stops none of it.
-			pubAllow: slices.Concat(rooms, apis("STREAM.CREATE"), []string{dlog, dapi("STREAM.CREATE")}, read, leases, replies),
+			// Leader step-downs spread the partitions' leaders over the
+			// servers (docs/operations.md, "Partitions").
+			pubAllow: slices.Concat(rooms, apis("STREAM.CREATE"), apis("STREAM.LEADER.STEPDOWN"), []string{dlog, dapi("STREAM.CREATE")}, read, leases, replies),
 			pubDeny:  streamAdmin,
 			subAllow: []string{svc + ".>", "$SRV.>", inbox},
 		}
