@@ -105,6 +105,13 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 		Namespace: "roompub", Name: "over_quota_total",
 		Help: "Ingest requests answered over_quota (status 429) because their identity, or the service, already held its share, by endpoint.",
 	}, []string{"endpoint"})
+	// Every endpoint's series exist from the start, at 0: a rate over a
+	// series that appears with its first increment misses that increment,
+	// and a dashboard shows "no data" rather than none refused.
+	for _, ep := range []string{room.EndpointJournal, room.EndpointExecution, room.EndpointRecords, room.EndpointHead} {
+		m.replies.WithLabelValues(ep)
+		m.quota.WithLabelValues(ep)
+	}
 	// A boolean as 0 or 1, so an alert is "== 1" and a panel can sum it
 	// over the publishers of a stream.
 	m.paused = prometheus.NewGauge(prometheus.GaugeOpts{

@@ -6,57 +6,12 @@ import (
 	"testing"
 
 	"github.com/prometheus/client_golang/prometheus"
-	dto "github.com/prometheus/client_model/go"
 
 	"github.com/roompub/roompub/events"
 	"github.com/roompub/roompub/room"
 	"github.com/roompub/roompub/room/ingest"
 	"github.com/roompub/roompub/room/internal/roomtest"
 )
-
-// metricValue gathers reg and returns the value of the series name with
-// exactly the labels given (name, value pairs), and whether it exists.
-func metricValue(t *testing.T, reg prometheus.Gatherer, name string, labels ...string) (float64, bool) {
-	t.Helper()
-	mfs, err := reg.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, mf := range mfs {
-		if mf.GetName() != name {
-			continue
-		}
-		want := map[string]string{}
-		for i := 0; i+1 < len(labels); i += 2 {
-			want[labels[i]] = labels[i+1]
-		}
-	series:
-		for _, m := range mf.GetMetric() {
-			if len(m.GetLabel()) != len(want) {
-				continue
-			}
-			for _, l := range m.GetLabel() {
-				if v, ok := want[l.GetName()]; !ok || v != l.GetValue() {
-					continue series
-				}
-			}
-			return value(m), true
-		}
-	}
-	return 0, false
-}
-
-func value(m *dto.Metric) float64 {
-	switch {
-	case m.Counter != nil:
-		return m.Counter.GetValue()
-	case m.Gauge != nil:
-		return m.Gauge.GetValue()
-	case m.Histogram != nil:
-		return float64(m.Histogram.GetSampleCount())
-	}
-	return 0
-}
 
 // TestMetricsAfterRealItems: a gate with ingest.Metrics as its observer
 // counts a stored chain, a refused line by its code, and reports its
@@ -73,7 +28,12 @@ func TestMetricsAfterRealItems(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if v, ok := metricValue(t, reg, "roompub_gate_paused"); !ok || v != 0 {
+	for _, name := range []string{"roompub_over_quota_total", "roompub_replies_refused_total"} {
+		if v, ok := roomtest.MetricValue(t, reg, name, "endpoint", room.EndpointJournal); !ok || v != 0 {
+			t.Fatalf("%s{endpoint=journal} before any request: %v (present %v), want 0", name, v, ok)
+		}
+	}
+	if v, ok := roomtest.MetricValue(t, reg, "roompub_gate_paused"); !ok || v != 0 {
 		t.Fatalf("roompub_gate_paused before any pause: %v (present %v), want 0", v, ok)
 	}
 
@@ -82,7 +42,7 @@ func TestMetricsAfterRealItems(t *testing.T) {
 	if err != nil || r.Stored != 3 {
 		t.Fatalf("append: %+v, %v", r, err)
 	}
-	if v, _ := metricValue(t, reg, "roompub_items_total", "kind", "journal", "outcome", "stored"); v != 3 {
+	if v, _ := roomtest.MetricValue(t, reg, "roompub_items_total", "kind", "journal", "outcome", "stored"); v != 3 {
 		t.Fatalf("stored items: %v, want 3", v)
 	}
 
@@ -94,26 +54,26 @@ func TestMetricsAfterRealItems(t *testing.T) {
 	if err != nil || r.Refused != 1 {
 		t.Fatalf("tampered append: %+v, %v", r, err)
 	}
-	if v, _ := metricValue(t, reg, "roompub_refusals_total", "kind", "journal", "code", string(events.InvalidEntry)); v != 1 {
+	if v, _ := roomtest.MetricValue(t, reg, "roompub_refusals_total", "kind", "journal", "code", string(events.InvalidEntry)); v != 1 {
 		t.Fatalf("refusals {journal, invalid_entry}: %v, want 1", v)
 	}
-	if v, _ := metricValue(t, reg, "roompub_item_duration_seconds", "kind", "journal", "outcome", "refused"); v != 1 {
+	if v, _ := roomtest.MetricValue(t, reg, "roompub_item_duration_seconds", "kind", "journal", "outcome", "refused"); v != 1 {
 		t.Fatalf("refused latency observations: %v, want 1", v)
 	}
 
 	g.Pause(errors.New("the stream is weak"))
-	if v, _ := metricValue(t, reg, "roompub_gate_paused"); v != 1 {
+	if v, _ := roomtest.MetricValue(t, reg, "roompub_gate_paused"); v != 1 {
 		t.Fatalf("roompub_gate_paused while paused: %v, want 1", v)
 	}
 	_, next := roomtest.Journal(t, "run-metrics", "cap-2", 1)
 	if r, _ := g.AppendJournal(ctx, "room:metrics", next, nil); r.Failures != 1 {
 		t.Fatalf("append while paused: %+v, want 1 failed", r)
 	}
-	if v, _ := metricValue(t, reg, "roompub_items_total", "kind", "journal", "outcome", string(room.OutcomeFailed)); v != 1 {
+	if v, _ := roomtest.MetricValue(t, reg, "roompub_items_total", "kind", "journal", "outcome", string(room.OutcomeFailed)); v != 1 {
 		t.Fatalf("failed items while paused: %v, want 1", v)
 	}
 	g.Pause(nil)
-	if v, _ := metricValue(t, reg, "roompub_gate_paused"); v != 0 {
+	if v, _ := roomtest.MetricValue(t, reg, "roompub_gate_paused"); v != 0 {
 		t.Fatalf("roompub_gate_paused after resume: %v, want 0", v)
 	}
 }
