@@ -368,6 +368,16 @@ func Serve(ctx context.Context, o ServeOptions) error {
 	// What the store lost does not pause appends; /healthz reports it.
 	var storeLost atomic.Value
 	storeLost.Store(checkResult{guard.lost})
+	sc := &serveCollector{nc: nc, js: js, stream: cfg.Name, guardOK: func() bool { return healthy.Load().(checkResult).err == nil }}
+	if emb != nil {
+		if jc := emb.NATSServer().JetStreamConfig(); jc != nil {
+			sc.serverMaxStore = jc.MaxStore
+		}
+	}
+	if err := reg.Register(sc); err != nil {
+		_ = svc.Stop()
+		return err
+	}
 	var httpSrv *http.Server
 	if o.HTTPAddr != "" {
 		ln, err := net.Listen("tcp", o.HTTPAddr)
