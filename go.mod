@@ -75,3 +75,10 @@ tool (
 	filippo.io/torchwood/cmd/litewitness
 	filippo.io/torchwood/cmd/witnessctl
 )
+
+// nats-server v2.15.2 requires the Antithesis SDK's default-no-op build, so
+// the assertions in its store, stream and raft code cost nothing; jsm.go
+// v0.5.1 lists the full v0.8.0 (indirectly, it calls none), which would
+// make every one of them a locked map lookup in the embedded server. Keep
+// the server's choice.
+replace github.com/antithesishq/antithesis-sdk-go => github.com/antithesishq/antithesis-sdk-go v0.8.0-default-no-op
