@@ -99,7 +99,11 @@ func printBackup(w io.Writer, verb string, r backup.Result, asJSON bool) error {
 	if !r.Taken.IsZero() {
 		last = "last message at " + r.Taken.UTC().Format(time.RFC3339)
 	}
-	_, err := fmt.Fprintf(w, "%-10s stream %s: %d messages, seqs %d to %d, %d bytes, %s; %s\n",
-		verb, r.Stream, r.Messages, r.FirstSeq, r.LastSeq, r.Bytes, last, r.Dir)
+	beyond := ""
+	if r.Beyond > 0 {
+		beyond = fmt.Sprintf(" (%d appended while the backup was taken, beyond what it recorded)", r.Beyond)
+	}
+	_, err := fmt.Fprintf(w, "%-10s stream %s: %d messages%s, seqs %d to %d, %d bytes, %s; %s\n",
+		verb, r.Stream, r.Messages, beyond, r.FirstSeq, r.LastSeq, r.Bytes, last, r.Dir)
 	return err
 }
