@@ -2,6 +2,7 @@ package backup_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"os"
 	"path/filepath"
@@ -255,6 +256,82 @@ func TestBackupRestoreDetectsRollback(t *testing.T) {
 		// The reader's state keeps C2: a rollback never lowers it.
 		if kept(state, roomA) != 12 {
 			t.Fatalf("state after the rolled-back audit: %d, want 12", kept(state, roomA))
+		}
+	})
+}
+
+// editedBackup copies the backup in src and rewrites its backup.json with
+// edit, which gets the decoded record.
+func editedBackup(t *testing.T, src string, edit func(map[string]any)) string {
+	t.Helper()
+	dst := copyDir(t, src)
+	p := filepath.Join(dst, "backup.json")
+	b, err := os.ReadFile(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var m map[string]any
+	if err := json.Unmarshal(b, &m); err != nil {
+		t.Fatal(err)
+	}
+	edit(m)
+	if b, err = json.Marshal(m); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(p, b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return dst
+}
+
+// TestRestoreChecksWhatItRestored: a backup whose record claims a message
+// the archive lacks fails the restore (ErrRestoreMismatch); a backup whose
+// configuration allows an age limit restores a stream that fails
+// roompub's append-only check (room.ErrStreamConfig); a directory without
+// a backup is ErrBackup.
+func TestRestoreChecksWhatItRestored(t *testing.T) {
+	ctx := context.Background()
+	e := roomtest.NewEnv(t)
+	_, body := roomtest.Journal(t, "run-check", "cap-check", 4)
+	if r := e.ShipJournal("room:check", body); r.Stored != 4 {
+		t.Fatalf("%+v", r)
+	}
+	dir := filepath.Join(t.TempDir(), "b")
+	if r, err := backup.Backup(ctx, e.Nc, room.DefaultStream, dir); err != nil || r.Messages != 4 {
+		t.Fatalf("backup: %+v, %v", r, err)
+	}
+
+	t.Run("a recorded message missing", func(t *testing.T) {
+		bad := editedBackup(t, dir, func(m map[string]any) {
+			st := m["state"].(map[string]any)
+			st["messages"], st["last_seq"] = 5, 5
+		})
+		srv, nc, _ := freshServer(t)
+		defer srv.Shutdown()
+		defer nc.Close()
+		got, err := backup.Restore(ctx, nc, bad, backup.RestoreOptions{})
+		if !errors.Is(err, backup.ErrRestoreMismatch) || got.Messages != 4 {
+			t.Fatalf("restore of a record claiming 5 messages: %+v, %v", got, err)
+		}
+	})
+	t.Run("a configuration that is not append-only", func(t *testing.T) {
+		weak := editedBackup(t, dir, func(m map[string]any) {
+			m["config"].(map[string]any)["max_age"] = int64(time.Hour)
+		})
+		srv, nc, _ := freshServer(t)
+		defer srv.Shutdown()
+		defer nc.Close()
+		_, err := backup.Restore(ctx, nc, weak, backup.RestoreOptions{})
+		if !errors.Is(err, room.ErrStreamConfig) || !strings.Contains(err.Error(), "max_age is 1h0m0s") {
+			t.Fatalf("restore of a stream with max_age: %v", err)
+		}
+	})
+	t.Run("no backup", func(t *testing.T) {
+		srv, nc, _ := freshServer(t)
+		defer srv.Shutdown()
+		defer nc.Close()
+		if _, err := backup.Restore(ctx, nc, t.TempDir(), backup.RestoreOptions{}); !errors.Is(err, backup.ErrBackup) {
+			t.Fatalf("restore of an empty directory: %v", err)
 		}
 	})
 }
