@@ -8,7 +8,9 @@
 //	publisher keygen --out FILE [--force]
 //	publisher sign --key FILE RECORD.json
 //
-// and `publisher serve` runs the validating publisher (see serve.go).
+// and `publisher serve` runs the validating publisher (see serve.go);
+// `publisher backup` and `publisher restore` back a stream up and restore
+// it (backup.go).
 //
 // Exit status: 0 on success, 1 when verify refused an input, 2 for anything
 // that kept a command from doing its job (bad flags, a missing or unreadable
@@ -61,6 +63,9 @@ type cli struct {
 	Passwd   passwdCmd   `cmd:"" help:"Print the bcrypt hash of a password (read from the terminal or stdin, or generated with --out) for a secure config."`
 	Nkeygen  nkeygenCmd  `cmd:"" help:"Write a new user nkey seed (mode 0600) and print its public key for a secure config."`
 	Authconf authconfCmd `cmd:"" help:"Print the nats-server authorization block that gives an existing server the secure config's users and permissions."`
+
+	Backup  backupCmd  `cmd:"" help:"Back up a stream (the room stream, or the deployment log) into a directory with JetStream's snapshot API."`
+	Restore restoreCmd `cmd:"" help:"Restore a backup directory under its stream's name; refuses to replace an existing stream, checks the restored stream is append-only."`
 
 	Config kong.ConfigFlag `name:"config" help:"YAML file of flag values (keys are flag names); flags given on the command line win." placeholder:"FILE"`
 }

@@ -374,6 +374,11 @@ func (c *Checkpointer) cosign(ctx context.Context, d *deployment, signed []byte,
 	d.lastResult = results
 	d.incomplete = got < len(results)
 	d.mu.Unlock()
+	c.m.witnessRoundCosigs.Set(float64(got))
+	if got > 0 {
+		c.m.witnessCosignedSize.Set(float64(size))
+		c.m.witnessCosignedTime.Set(float64(time.Now().UnixNano()) / 1e9)
+	}
 	c.log.Debug("checkpointer: deployment checkpoint cosigned", zap.Uint64("size", size), zap.Int("cosignatures", got), zap.Int("witnesses", len(results)))
 	return out
 }

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus"
 	"golang.org/x/mod/sumdb/note"
 
 	"github.com/roompub/roompub/checkpoint"
@@ -67,8 +68,22 @@ func TestDeploymentLogWitnessed(t *testing.T) {
 	ws, wws := roomtest.StartWitnesses(t, 3, key)
 	opts := checkpointer.Options{Key: key, Origin: tDeployment, Every: 5, Interval: time.Hour,
 		Deployment: checkpointer.DeploymentOptions{Interval: 100 * time.Millisecond, Witnesses: wws}}
-	ckp, _ := roomtest.StartCheckpointer(t, e.Connect(), opts)
+	reg := prometheus.NewRegistry()
+	first := opts
+	first.Registerer = reg
+	ckp, _ := roomtest.StartCheckpointer(t, e.Connect(), first)
 	gate := roomtest.AttestingGate(e, e.Nc, key, ckp, ingest.GateOptions{})
+	// witnessed checks the witness gauges after a round of the log at
+	// size: cosigs cosignatures, cosigned within the last minute.
+	witnessed := func(size, cosigs float64) {
+		t.Helper()
+		got, _ := roomtest.MetricValue(t, reg, "roompub_witness_cosigned_size_entries")
+		n, _ := roomtest.MetricValue(t, reg, "roompub_witness_round_cosignatures")
+		at, _ := roomtest.MetricValue(t, reg, "roompub_witness_cosigned_timestamp_seconds")
+		if age := float64(time.Now().UnixNano())/1e9 - at; got != size || n != cosigs || age < 0 || age > 60 {
+			t.Fatalf("witness gauges: cosigned size %v, round cosignatures %v, age %v s; want %v, %v, under a minute", got, n, age, size, cosigs)
+		}
+	}
 	trust, err := roomtest.Trusting(t, key).WithOrigin(tDeployment)
 	if err != nil {
 		t.Fatal(err)
@@ -142,10 +157,15 @@ func TestDeploymentLogWitnessed(t *testing.T) {
 	appendTo(rooms[0], 0, 5)
 	appendTo(rooms[1], 0, 5)
 	waitLog(2, 3)
+	witnessed(2, 3)
 
 	ws[1].Stop()
 	appendTo(rooms[0], 5, 10)
 	last := waitLog(3, 2)
+	witnessed(3, 2)
+	if v, _ := roomtest.MetricValue(t, reg, "roompub_witness_answers_total", "answer", "failed"); v < 1 {
+		t.Fatalf("failed witness answers: %v, want at least the stopped witness's", v)
+	}
 	var qe *witness.QuorumError
 	if _, err := policy(3).Check(last.Data, logV); !errors.As(err, &qe) || len(qe.Cosigned) != 2 {
 		t.Fatalf("3 of 3 with a witness stopped: %v", err)
@@ -155,6 +175,7 @@ func TestDeploymentLogWitnessed(t *testing.T) {
 	// checkpoint, without the log growing, and all three cosign it.
 	ws[1].Start()
 	waitLog(3, 3)
+	witnessed(3, 3)
 
 	// A new checkpointer knows no witness's size: the witnesses' 409
 	// tell it.

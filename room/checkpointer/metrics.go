@@ -1,6 +1,8 @@
 package checkpointer
 
 import (
+	"time"
+
 	"github.com/prometheus/client_golang/prometheus"
 )
 
@@ -15,9 +17,79 @@ type checkpointMetrics struct {
 	// The deployment log (docs/witnesses.md).
 	deploymentCheckpoints prometheus.Counter
 	witnessAnswers        *prometheus.CounterVec
+	// The latest witness round that got a cosignature: the deployment
+	// log's size it cosigned and when (unix seconds); the cosignatures of
+	// the latest round, whatever they were.
+	witnessCosignedSize prometheus.Gauge
+	witnessCosignedTime prometheus.Gauge
+	witnessRoundCosigs  prometheus.Gauge
 }
 
-func newCheckpointMetrics(reg prometheus.Registerer) (*checkpointMetrics, error) {
+// The checkpoint lag series. They are aggregates over the rooms, never a
+// series per room: rooms come and go by the thousand (docs/design.md,
+// "Departures from the brief"), and a room label would make the
+// series unbounded; the log names a room whose checkpoint fails.
+var (
+	lagMessagesDesc = prometheus.NewDesc("roompub_checkpoint_lag_max_messages",
+		"Largest number of a room's leaves (attested messages) that no signed checkpoint covers yet, over the rooms this publisher reads; 0 when every room's latest checkpoint covers its whole tree.",
+		nil, nil)
+	lagSecondsDesc = prometheus.NewDesc("roompub_checkpoint_lag_max_seconds",
+		"Longest time a room has held leaves that no signed checkpoint covers, over the rooms this publisher reads, in seconds; 0 when every room's latest checkpoint covers its whole tree.",
+		nil, nil)
+	lagRoomsDesc = prometheus.NewDesc("roompub_checkpoint_lagging_rooms",
+		"Rooms whose tree holds leaves that no signed checkpoint covers yet.",
+		nil, nil)
+)
+
+// checkpointLag is what the lag series report at one moment.
+type checkpointLag struct {
+	maxMessages uint64
+	maxAge      time.Duration
+	rooms       int
+}
+
+// lagCollector reads the checkpointer's rooms at each scrape, so the lag
+// is the current one, not the one at the last write.
+type lagCollector struct{ lag func() checkpointLag }
+
+// Describe implements prometheus.Collector.
+func (l lagCollector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- lagMessagesDesc
+	ch <- lagSecondsDesc
+	ch <- lagRoomsDesc
+}
+
+// Collect implements prometheus.Collector.
+func (l lagCollector) Collect(ch chan<- prometheus.Metric) {
+	v := l.lag()
+	ch <- prometheus.MustNewConstMetric(lagMessagesDesc, prometheus.GaugeValue, float64(v.maxMessages))
+	ch <- prometheus.MustNewConstMetric(lagSecondsDesc, prometheus.GaugeValue, v.maxAge.Seconds())
+	ch <- prometheus.MustNewConstMetric(lagRoomsDesc, prometheus.GaugeValue, float64(v.rooms))
+}
+
+// lag is the checkpoint lag over c's rooms now: a room lags by the
+// leaves of its tree beyond its latest checkpoint (read from the stream,
+// or written by c), since its tree first grew past it.
+func (c *Checkpointer) lag() checkpointLag {
+	now := time.Now()
+	var l checkpointLag
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, r := range c.rooms {
+		size, covered := r.ledger.Size(), max(r.ledger.Covered(), r.written)
+		if size <= covered {
+			continue
+		}
+		l.rooms++
+		l.maxMessages = max(l.maxMessages, size-covered)
+		if !r.grewAt.IsZero() {
+			l.maxAge = max(l.maxAge, now.Sub(r.grewAt))
+		}
+	}
+	return l
+}
+
+func newCheckpointMetrics(reg prometheus.Registerer, lag func() checkpointLag) (*checkpointMetrics, error) {
 	m := &checkpointMetrics{
 		written: prometheus.NewCounter(prometheus.CounterOpts{
 			Namespace: "roompub", Name: "checkpoints_written_total", Help: "Signed room checkpoints this publisher wrote.",
@@ -53,6 +125,18 @@ func newCheckpointMetrics(reg prometheus.Registerer) (*checkpointMetrics, error)
 		Help: "Witnesses' answers to the deployment log's checkpoints, by answer (cosigned; conflict: the witness saw another history; " +
 			"inconsistent: the consistency proof failed; failed: anything else, the witness unreachable included).",
 	}, []string{"answer"})
+	m.witnessCosignedSize = prometheus.NewGauge(prometheus.GaugeOpts{
+		Namespace: "roompub", Subsystem: "witness", Name: "cosigned_size_entries",
+		Help: "Size, in entries, of the latest deployment log checkpoint a witness round of this publisher got at least one cosignature for; 0 before any.",
+	})
+	m.witnessCosignedTime = prometheus.NewGauge(prometheus.GaugeOpts{
+		Namespace: "roompub", Subsystem: "witness", Name: "cosigned_timestamp_seconds",
+		Help: "Unix time of the latest witness round of this publisher that got at least one cosignature; 0 before any (its age: time() minus it).",
+	})
+	m.witnessRoundCosigs = prometheus.NewGauge(prometheus.GaugeOpts{
+		Namespace: "roompub", Subsystem: "witness", Name: "round_cosignatures",
+		Help: "Cosignatures the latest witness round of this publisher got: below the witness policy's quorum, readers refuse the checkpoint (witness_quorum).",
+	})
 	for _, a := range []string{"cosigned", "conflict", "inconsistent", "failed"} {
 		m.witnessAnswers.WithLabelValues(a)
 	}
@@ -65,7 +149,8 @@ func newCheckpointMetrics(reg prometheus.Registerer) (*checkpointMetrics, error)
 	if reg == nil {
 		return m, nil
 	}
-	for _, col := range []prometheus.Collector{m.written, m.leases, m.blocked, m.unadmitted, m.setAside, m.overridden, m.deploymentCheckpoints, m.witnessAnswers} {
+	for _, col := range []prometheus.Collector{m.written, m.leases, m.blocked, m.unadmitted, m.setAside, m.overridden, m.deploymentCheckpoints, m.witnessAnswers,
+		m.witnessCosignedSize, m.witnessCosignedTime, m.witnessRoundCosigs, lagCollector{lag}} {
 		if err := reg.Register(col); err != nil {
 			return nil, err
 		}

@@ -265,12 +265,27 @@ func NewGate(ctx context.Context, nc *nats.Conn, o GateOptions) (*Gate, error) {
 // Pause stops (err != nil) or resumes (nil) appends: while the stream is
 // not append-only, nothing is appended and items fail with err (Serve
 // pauses the gate when its stream guard finds the stream weakened).
+//
+// An Observer that is also a PauseObserver is told the new state.
 func (g *Gate) Pause(err error) {
+	if po, ok := g.obs.(PauseObserver); ok {
+		po.Paused(err != nil)
+	}
 	if err == nil {
 		g.paused.Store(nil)
 		return
 	}
 	g.paused.Store(&err)
+}
+
+// PauseObserver may be implemented by an Observer that also wants to know
+// whether appends are paused (Gate.Pause): Serve pauses them while the
+// stream guard finds the stream weak, replaced or written into by another
+// stream (docs/secure-mode.md, "The stream").
+type PauseObserver interface {
+	// Paused is called on every Gate.Pause with whether appends are now
+	// paused.
+	Paused(paused bool)
 }
 
 func (g *Gate) pausedErr() error {

@@ -13,7 +13,8 @@ import (
 	"github.com/roompub/roompub/room"
 )
 
-// Metrics is an Observer (and BatchObserver) that exports Prometheus
+// Metrics is an Observer (and BatchObserver, LossObserver and
+// PauseObserver) that exports Prometheus
 // metrics:
 //
 //	roompub_items_total{kind,outcome}            items decided (stored, duplicate, refused, failed)
@@ -27,6 +28,7 @@ import (
 //	roompub_store_lost_messages                  messages the room stream shows deleted from inside it, at the last check (Serve)
 //	roompub_store_damaged_chains                 chains the gate found missing acknowledged positions (closed: store_lost)
 //	roompub_store_damaged_rooms                  rooms whose latest checkpoint covers more leaves than the stream holds, at the last survey (Serve)
+//	roompub_gate_paused                          1 while appends are paused (Gate.Pause), else 0
 type Metrics struct {
 	replies  *prometheus.CounterVec
 	quota    *prometheus.CounterVec
@@ -39,6 +41,7 @@ type Metrics struct {
 	lost     prometheus.Gauge
 	chains   prometheus.Gauge
 	rooms    prometheus.Gauge
+	paused   prometheus.Gauge
 	// series holds the items and latency series of each kind and outcome
 	// once made (itemSeries): WithLabelValues hashes its labels on every
 	// call, and Item is called for every line.
@@ -102,7 +105,20 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 		Namespace: "roompub", Name: "over_quota_total",
 		Help: "Ingest requests answered over_quota (status 429) because their identity, or the service, already held its share, by endpoint.",
 	}, []string{"endpoint"})
-	for _, c := range []prometheus.Collector{m.items, m.refusals, m.latency, m.batches, m.sizes, m.replies, m.quota, m.foreign, m.lost, m.chains, m.rooms} {
+	// Every endpoint's series exist from the start, at 0: a rate over a
+	// series that appears with its first increment misses that increment,
+	// and a dashboard shows "no data" rather than none refused.
+	for _, ep := range []string{room.EndpointJournal, room.EndpointExecution, room.EndpointRecords, room.EndpointHead} {
+		m.replies.WithLabelValues(ep)
+		m.quota.WithLabelValues(ep)
+	}
+	// A boolean as 0 or 1, so an alert is "== 1" and a panel can sum it
+	// over the publishers of a stream.
+	m.paused = prometheus.NewGauge(prometheus.GaugeOpts{
+		Namespace: "roompub", Subsystem: "gate", Name: "paused",
+		Help: "1 while the gate appends nothing because the stream guard found the room stream weak, replaced or written into by another stream (items come back failed), else 0.",
+	})
+	for _, c := range []prometheus.Collector{m.items, m.refusals, m.latency, m.batches, m.sizes, m.replies, m.quota, m.foreign, m.lost, m.chains, m.rooms, m.paused} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}
@@ -148,6 +164,16 @@ func (m *Metrics) ChainsDamaged(n int) { m.chains.Set(float64(n)) }
 // rooms whose latest checkpoint covers more leaves than the stream holds
 // (Gate.Survey).
 func (m *Metrics) RoomsDamaged(n int) { m.rooms.Set(float64(n)) }
+
+// Paused implements PauseObserver: it sets roompub_gate_paused to 1 while
+// appends are paused, else 0.
+func (m *Metrics) Paused(paused bool) {
+	v := 0.0
+	if paused {
+		v = 1
+	}
+	m.paused.Set(v)
+}
 
 // Batch implements BatchObserver.
 func (m *Metrics) Batch(messages int, err error, _ time.Duration) {

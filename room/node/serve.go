@@ -415,6 +415,23 @@ func Serve(ctx context.Context, o ServeOptions) error {
 	}
 	info := ServeInfo{ClientURL: url, Stream: cfg.Name, Streams: streams, ServiceID: svc.Info().ID}
 
+	sc := &serveCollector{nc: nc, js: js, streams: streams, guardOK: func() bool {
+		for _, p := range parts {
+			if p.healthy.Load().(checkResult).err != nil {
+				return false
+			}
+		}
+		return true
+	}}
+	if emb != nil {
+		if jc := emb.NATSServer().JetStreamConfig(); jc != nil {
+			sc.serverMaxStore = jc.MaxStore
+		}
+	}
+	if err := reg.Register(sc); err != nil {
+		_ = svc.Stop()
+		return err
+	}
 	var httpSrv *http.Server
 	if o.HTTPAddr != "" {
 		ln, err := net.Listen("tcp", o.HTTPAddr)

@@ -186,6 +186,14 @@ func TestStreamMaxAgeStopsServe(t *testing.T) {
 	if after := s.count(); after != before {
 		t.Fatalf("%d messages appended while paused", after-before)
 	}
+	// The metrics say the same: the guard's check failed, the gate is
+	// paused, the journal line and the record failed.
+	for name, want := range map[string]float64{"roompub_stream_guard_ok": 0, "roompub_gate_paused": 1, "roompub_items_total{kind=\"journal\",outcome=\"failed\"}": 1,
+		"roompub_items_total{kind=\"execution\",outcome=\"failed\"}": 1} {
+		if got := metricSum(t, s.info.HTTPAddr, name); got != want {
+			t.Errorf("paused: %s = %v, want %v", name, got, want)
+		}
+	}
 
 	// An administrator restores the stream: appends resume.
 	cfg.MaxAge = 0
@@ -195,6 +203,9 @@ func TestStreamMaxAgeStopsServe(t *testing.T) {
 	s.waitHealth(200, "ok\n")
 	if r := s.shipJournal("room:alpha", body); r.Dupes != 2 || r.Stored != 2 || r.Items[3].StreamSeq != 4 {
 		t.Fatalf("resumed: %+v", r)
+	}
+	if ok, paused := metricSum(t, s.info.HTTPAddr, "roompub_stream_guard_ok"), metricSum(t, s.info.HTTPAddr, "roompub_gate_paused"); ok != 1 || paused != 0 {
+		t.Errorf("resumed: roompub_stream_guard_ok %v, roompub_gate_paused %v; want 1 and 0", ok, paused)
 	}
 	s.stop()
 }

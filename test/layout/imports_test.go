@@ -71,6 +71,11 @@ var rules = map[string]rule{
 	"room/tilesource": {imports: []string{"checkpoint", "room", "room/internal/jsapi", "tiles"}, nats: true},
 	// The in-process nats-server and its store lock: no roompub package.
 	"room/embedded": {nats: true, server: true},
+	// Stream backup and restore through jsm.go's snapshot API, held to
+	// room's stream rules. jsm.go imports the nats-server package itself,
+	// so the server is among its dependencies: no reader or client may
+	// import it.
+	"room/backup": {imports: []string{"room"}, nats: true, server: true},
 	// Secure mode's roles and permissions, on room's vocabulary.
 	"room/secure": {imports: []string{"room"}, nats: true, server: true},
 	// The process: serve's assembly of server, stream guard, gate,
@@ -81,7 +86,7 @@ var rules = map[string]rule{
 	// witnessed mode runs real witnesses as the tests do
 	// (internal/witnesstest), the one command that may.
 	// The publisher's receipts (--receipt) read rooms as a subscriber does.
-	"cmd/publisher":     {imports: []string{"checkpoint", "config", "events", "room", "room/checkpointer", "room/client", "room/embedded", "room/ingest", "room/node", "room/reader", "room/secure", "validate", "witness"}, nats: true, server: true},
+	"cmd/publisher":     {imports: []string{"checkpoint", "config", "events", "room", "room/backup", "room/checkpointer", "room/client", "room/embedded", "room/ingest", "room/node", "room/reader", "room/secure", "validate", "witness"}, nats: true, server: true},
 	"cmd/subscriber":    {imports: []string{"checkpoint", "config", "events", "room", "room/reader", "validate"}, nats: true},
 	"cmd/roompub-bench": {imports: []string{"checkpoint", "config", "events", "internal/witnesstest", "room", "room/checkpointer", "room/client", "room/embedded", "room/ingest", "room/node", "room/reader", "validate", "witness"}, nats: true, server: true},
 
@@ -161,7 +166,7 @@ var layers = [][]string{
 	{"events", "schemas"},
 	{"validate", "checkpoint", "witness", "internal/witnesstest", "tiles", "internal/ociimage"},
 	{"room/internal/jsapi", "room"},
-	{"room/ingest", "room/client", "room/reader", "room/checkpointer", "room/embedded", "room/secure", "room/tilesource", "room/internal/roomtest"},
+	{"room/ingest", "room/client", "room/reader", "room/checkpointer", "room/embedded", "room/secure", "room/tilesource", "room/backup", "room/internal/roomtest"},
 	{"room/node", "config"},
 	{"cmd/publisher", "cmd/subscriber", "cmd/roompub-bench", "cmd/roompub-image"},
 }

@@ -1,0 +1,202 @@
+// Package backup backs up and restores roompub's streams (the room stream,
+// the deployment log ROOMPUB_DEPLOYMENT) with JetStream's stream snapshot
+// API, through github.com/nats-io/jsm.go: a backup directory holds the
+// server's snapshot archive and backup.json (the stream's configuration
+// and state at the snapshot), the layout `nats stream backup` writes and
+// `nats stream restore` reads (docs/operations.md, "Backup and restore").
+//
+// A restore never replaces a stream: the server has none of that name, or
+// Restore refuses. The restored stream keeps the configuration it was
+// backed up with, and Restore holds it to roompub's append-only rules
+// (room.CheckStreamConfig) and to the backup's own state before it calls
+// it restored.
+package backup
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/nats-io/jsm.go"
+	"github.com/nats-io/jsm.go/api"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/roompub/roompub/room"
+)
+
+// ErrStreamExists is wrapped by Restore when the server already has a
+// stream of the backup's name: a restore never replaces a stream, which
+// on an append-only room stream would drop whatever was appended since
+// the backup.
+var ErrStreamExists = errors.New("the stream exists: a restore never replaces a stream")
+
+// ErrBackup is wrapped by Backup and Restore when a directory cannot hold
+// a new backup or does not hold a readable one.
+var ErrBackup = errors.New("backup")
+
+// ErrRestoreMismatch is wrapped by Restore when the restored stream is not
+// what the backup says it held (its messages, first or last sequence).
+var ErrRestoreMismatch = errors.New("the restored stream does not hold what the backup says")
+
+// apiTimeout bounds each JetStream API request of a backup or restore (not
+// the transfer, which ctx bounds).
+const apiTimeout = 10 * time.Second
+
+// Result describes one backup or restore: the stream and what it held at
+// the snapshot, from the backup's own record (backup.json).
+type Result struct {
+	Dir      string `json:"dir"`
+	Stream   string `json:"stream"`
+	Messages uint64 `json:"messages"`
+	Bytes    uint64 `json:"bytes"`
+	FirstSeq uint64 `json:"first_seq"`
+	LastSeq  uint64 `json:"last_seq"`
+	// Subjects are the stream's subject filters.
+	Subjects []string `json:"subjects"`
+	// Taken is the time of the stream's last message when the snapshot
+	// began (zero for an empty stream).
+	Taken time.Time `json:"last_message_time"`
+	// Beyond counts, after a restore, the messages the restored stream
+	// holds past the backup's recorded state: appended while a backup of
+	// a stream in use was taken (nats-server reads the stream's blocks
+	// one by one while appends go on).
+	Beyond uint64 `json:"beyond_recorded,omitempty"`
+}
+
+// Backup writes a snapshot of stream into dir, which must not hold a
+// backup already (an unfinished one, without backup.json, is
+// overwritten); the directory is created (mode 0700) when missing. The
+// server checks every message's checksum as it reads them (jsm.go's
+// SnapshotHealthCheck), so a damaged store fails the backup instead of
+// making a damaged copy. The Result is the stream's state when the
+// snapshot began, which the backup holds whole. A stream nobody appends
+// to meanwhile (serve stopped) is backed up exactly; with serve running,
+// messages appended during the snapshot may be in it too, an atomic batch
+// possibly only in part (docs/operations.md, "Backup and restore").
+func Backup(ctx context.Context, nc *nats.Conn, stream, dir string) (Result, error) {
+	if stream == "" || dir == "" {
+		return Result{}, fmt.Errorf("%w: a stream name and a directory are required", ErrBackup)
+	}
+	mgr, err := jsm.New(nc, jsm.WithTimeout(apiTimeout))
+	if err != nil {
+		return Result{}, err
+	}
+	st, err := mgr.LoadStream(stream)
+	if err != nil {
+		return Result{}, fmt.Errorf("stream %s: %w", stream, err)
+	}
+	if _, err := st.SnapshotToDirectory(ctx, dir, jsm.SnapshotHealthCheck()); err != nil {
+		return Result{}, fmt.Errorf("%w: snapshot of %s into %s: %w", ErrBackup, stream, dir, err)
+	}
+	_ = os.Chmod(filepath.Join(dir, jsm.SnapshotMetaFile), 0o600)
+	return Read(dir)
+}
+
+// Read returns what the backup in dir holds, from its backup.json, and
+// checks that its archive is there. Errors wrap ErrBackup.
+func Read(dir string) (Result, error) {
+	req, err := readMeta(dir)
+	if err != nil {
+		return Result{}, err
+	}
+	if _, err := jsm.SnapshotDataPath(dir); err != nil {
+		return Result{}, fmt.Errorf("%w: %s holds no snapshot archive: %w", ErrBackup, dir, err)
+	}
+	s := req.State
+	return Result{Dir: dir, Stream: req.Config.Name, Messages: s.Msgs, Bytes: s.Bytes, FirstSeq: s.FirstSeq, LastSeq: s.LastSeq,
+		Subjects: req.Config.Subjects, Taken: s.LastTime}, nil
+}
+
+// readMeta reads dir's backup.json.
+func readMeta(dir string) (*api.JSApiStreamRestoreRequest, error) {
+	b, err := os.ReadFile(filepath.Join(dir, jsm.SnapshotMetaFile))
+	if err != nil {
+		return nil, fmt.Errorf("%w: %s holds no finished backup: %w", ErrBackup, dir, err)
+	}
+	var req api.JSApiStreamRestoreRequest
+	if err := json.Unmarshal(b, &req); err != nil || req.Config.Name == "" {
+		return nil, fmt.Errorf("%w: %s: %s is not a stream backup's record: %v", ErrBackup, dir, jsm.SnapshotMetaFile, err)
+	}
+	return &req, nil
+}
+
+// RestoreOptions say which roompub stream a restored stream is held to.
+// The zero value is the defaults: room stream subjects under "rooms", the
+// deployment log ROOMPUB_DEPLOYMENT.
+type RestoreOptions struct {
+	// Subjects is the room stream's subject layout (--subject-prefix).
+	Subjects room.Subjects
+	// Deployment names the deployment log: a backup of that stream is
+	// held to its subjects instead.
+	Deployment room.DeploymentLog
+}
+
+// Restore restores the backup in dir under the stream name it was taken
+// from, with the configuration it was taken with. It refuses, before
+// sending anything, when the server has a stream of that name
+// (ErrStreamExists). Once restored, the stream must hold every message of
+// the backup's recorded state, from its first sequence with none missing,
+// and nothing but messages after them (Result.Beyond;
+// ErrRestoreMismatch otherwise), and be an append-only roompub stream (an
+// error wrapping room.ErrStreamConfig, as serve's own check; the stream
+// then stays, for an administrator to fix or delete, and serve refuses it
+// meanwhile).
+func Restore(ctx context.Context, nc *nats.Conn, dir string, o RestoreOptions) (Result, error) {
+	want, err := Read(dir)
+	if err != nil {
+		return Result{}, err
+	}
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return Result{}, err
+	}
+	lctx, cancel := context.WithTimeout(ctx, apiTimeout)
+	_, err = js.Stream(lctx, want.Stream)
+	cancel()
+	switch {
+	case err == nil:
+		return Result{}, fmt.Errorf("%w: %s (delete it first, or restore into a server without it)", ErrStreamExists, want.Stream)
+	case !errors.Is(err, jetstream.ErrStreamNotFound):
+		return Result{}, fmt.Errorf("stream %s: %w", want.Stream, err)
+	}
+	mgr, err := jsm.New(nc, jsm.WithTimeout(apiTimeout))
+	if err != nil {
+		return Result{}, err
+	}
+	if _, _, err := mgr.RestoreSnapshotFromDirectory(ctx, want.Stream, dir); err != nil {
+		return Result{}, fmt.Errorf("restore %s from %s: %w", want.Stream, dir, err)
+	}
+	ictx, cancel := context.WithTimeout(ctx, apiTimeout)
+	defer cancel()
+	st, err := js.Stream(ictx, want.Stream)
+	if err != nil {
+		return Result{}, fmt.Errorf("the restored stream %s: %w", want.Stream, err)
+	}
+	info := st.CachedInfo()
+	got := want
+	got.Messages, got.Bytes, got.FirstSeq, got.LastSeq = info.State.Msgs, info.State.Bytes, info.State.FirstSeq, info.State.LastSeq
+	// Messages appended during the snapshot follow the recorded ones;
+	// nothing recorded may be missing.
+	if got.LastSeq < want.LastSeq || got.Messages < want.Messages || got.Messages-want.Messages != got.LastSeq-want.LastSeq ||
+		(want.Messages > 0 && got.FirstSeq != want.FirstSeq) {
+		return got, fmt.Errorf("%w: %s holds %d messages, seqs %d to %d; the backup recorded %d, seqs %d to %d",
+			ErrRestoreMismatch, want.Stream, got.Messages, got.FirstSeq, got.LastSeq, want.Messages, want.FirstSeq, want.LastSeq)
+	}
+	got.Beyond = got.LastSeq - want.LastSeq
+	subjects := o.Subjects
+	if want.Stream == o.Deployment.StreamName() {
+		subjects = o.Deployment.Subjects()
+	}
+	if err := room.CheckStreamConfig(info.Config, subjects); err != nil {
+		return got, fmt.Errorf("the restored stream %s: %w", want.Stream, err)
+	}
+	if err := room.CheckStoreLoss(info.State); err != nil {
+		return got, fmt.Errorf("the restored stream %s: %w", want.Stream, err)
+	}
+	return got, nil
+}
