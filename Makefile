@@ -66,6 +66,12 @@ test-crash:
 	$(GO) test -count=1 -v ./test/crashfs/...
 	ROOMPUB_CRASH_TRIALS=$(CRASH_TRIALS) ROOMPUB_CLUSTER_CRASH=1 $(GO) test -count=1 -v -run '^(TestCrash|TestClusterCrash)' ./test/faults/...
 
+## capacity: what docs/operations.md's capacity model rests on: entries per second and CPU per 1,000 entries of each process, one partition then three, on the 3-server cluster (CAPACITY_LINES per room, default 20000; about 2 min; a quiet machine)
+CAPACITY_LINES ?= 20000
+.PHONY: capacity
+capacity:
+	ROOMPUB_CAPACITY=1 ROOMPUB_CAPACITY_LINES=$(CAPACITY_LINES) $(GO) test -count=1 -run '^TestCapacity$$' -timeout 20m -v ./test/faults/
+
 ## soak: SOAK (default 30m) on the 3-server cluster: shippers, records, followers, audits, a serve or nats-server restart every SOAK/12; bounded memory and goroutines; not part of make test
 SOAK ?= 30m
 SOAK_TIMEOUT ?= 50m

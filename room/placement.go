@@ -309,40 +309,47 @@ func (p *Placement) cache(roomID string, v []byte) (Partition, bool, error) {
 }
 
 // Holds reports whether partition q's stream holds any message of a room
-// (the room's subject filter), for Place.
+// (the room's subject filter), for Propose.
 type Holds func(ctx context.Context, q Partition, roomID string) (bool, error)
 
-// Place returns roomID's partition, placing the room when it is placed
-// nowhere yet: on the partition that already holds a message of it (a
-// room written before placements were recorded; holds asks), else on the
-// partition the room id's FNV-1a hash picks. The placement is created
-// with a compare-and-set, so two gates placing one room at once agree:
-// the one that loses reads the winner's.
-func (p *Placement) Place(ctx context.Context, roomID string, holds Holds) (Partition, error) {
-	q, ok, err := p.Room(ctx, roomID)
-	if err != nil || ok {
-		return q, err
+// Propose returns roomID's partition when it is placed (placed true). A
+// room placed nowhere that a partition already holds messages of (written
+// before placements were recorded; holds asks) is placed there now, a
+// fact rather than a choice. Otherwise it returns the partition the room
+// id's FNV-1a hash picks, recording nothing: the gate records it (Record)
+// only when it is about to append the room's first message, so a refused
+// request places nothing.
+func (p *Placement) Propose(ctx context.Context, roomID string, holds Holds) (q Partition, placed bool, err error) {
+	if q, ok, err := p.Room(ctx, roomID); err != nil || ok {
+		return q, ok, err
 	}
-	pick := -1
-	for i, c := range p.parts {
+	for _, c := range p.parts {
 		has, err := holds(ctx, c, roomID)
 		if err != nil {
-			return Partition{}, fmt.Errorf("placement of %s: %w", roomID, err)
+			return Partition{}, false, fmt.Errorf("placement of %s: %w", roomID, err)
 		}
 		if has {
-			pick = i
-			break
+			q, err := p.Record(ctx, roomID, c)
+			return q, err == nil, err
 		}
 	}
-	if pick < 0 {
-		h := fnv.New32a()
-		h.Write([]byte(roomID))
-		pick = int(h.Sum32() % uint32(len(p.parts)))
+	h := fnv.New32a()
+	h.Write([]byte(roomID))
+	return p.parts[h.Sum32()%uint32(len(p.parts))], false, nil
+}
+
+// Record places roomID on q unless it is placed already, and returns
+// where it is placed: q, or the partition another gate recorded first.
+// The placement is created with a compare-and-set, so gates placing one
+// room at once agree; a caller whose q lost must not append there.
+func (p *Placement) Record(ctx context.Context, roomID string, q Partition) (Partition, error) {
+	if have, ok, err := p.Room(ctx, roomID); err != nil || ok {
+		return have, err
 	}
 	ctx, cancel := jsapi.WithDefaultTimeout(ctx, DefaultTimeout)
 	defer cancel()
-	key := roomKeyPrefix + kvToken(roomID)
-	v := mustJSON(p.parts[pick])
+	key := RoomPlacementKey(roomID)
+	v := mustJSON(q)
 	if _, err := p.kv.Create(ctx, key, v); err != nil {
 		if !errors.Is(err, jetstream.ErrKeyExists) {
 			return Partition{}, fmt.Errorf("placement of %s: %w", roomID, err)
@@ -353,8 +360,8 @@ func (p *Placement) Place(ctx context.Context, roomID string, holds Holds) (Part
 		}
 		v = e.Value()
 	}
-	q, _, err = p.cache(roomID, v)
-	return q, err
+	have, _, err := p.cache(roomID, v)
+	return have, err
 }
 
 // chainClaim is a chain's record: the room it lives in.

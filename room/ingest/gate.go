@@ -154,6 +154,10 @@ type Gate struct {
 	// asked which room holds a chain before its first entry is appended
 	// (Gates.claimChain): the room it returns is the chain's.
 	claim func(ctx context.Context, key events.ChainKey, roomID string) (string, error)
+	// placeRoom, set with claim, records the room on this gate's partition
+	// before its first message is appended; an error when another gate
+	// placed it elsewhere first (nothing is appended then).
+	placeRoom func(ctx context.Context, roomID string) error
 
 	key      *events.HostKey // attests appends; nil: none
 	nodeID   string          // key's (base58 costs a microsecond a call)

@@ -2,6 +2,7 @@ package ingest
 
 import (
 	"context"
+	"errors"
 	"fmt"
 
 	"github.com/roompub/roompub/events"
@@ -11,8 +12,9 @@ import (
 // Gates decides appends over a deployment's partitions (docs/design.md,
 // "Partitions"): one Gate per room stream, each deciding its own rooms
 // exactly as the one gate of a deployment without partitions does. A
-// request goes to the gate of its room's partition, placing the room
-// first when it is new (room.Placement.Place). A chain's first entry is
+// request goes to the gate of its room's partition (room.Placement.Propose);
+// a new room is placed by that gate just before its first message is
+// appended (room.Placement.Record), so a refused request places nothing. A chain's first entry is
 // claimed in the placement bucket before it is appended, so a capsule
 // lands in one room across partitions as the room stream's own expected
 // sequence keeps it in one room within a partition.
@@ -35,9 +37,16 @@ func NewGates(place *room.Placement, gates ...*Gate) (*Gates, error) {
 			return nil, fmt.Errorf("%w: gate %d serves %s, partition %d is %s", ErrGate, i, g.streamName(), i, parts[i].Stream)
 		}
 		if len(gates) > 1 {
-			self := g
+			self, part := g, parts[i]
 			g.claim = func(ctx context.Context, key events.ChainKey, roomID string) (string, error) {
 				return gs.claimChain(ctx, self, key, roomID)
+			}
+			g.placeRoom = func(ctx context.Context, roomID string) error {
+				q, err := place.Record(ctx, roomID, part)
+				if err == nil && q.Stream != part.Stream {
+					err = fmt.Errorf("%w: %s is placed on %s by another gate meanwhile; send again", errMisrouted, roomID, q.Stream)
+				}
+				return err
 			}
 		}
 	}
@@ -55,13 +64,19 @@ func (gs *Gates) Gate(i int) *Gate { return gs.gates[i] }
 // Len is how many partitions the gates serve.
 func (gs *Gates) Len() int { return len(gs.gates) }
 
-// forRoom returns the gate of roomID's partition, placing the room when
-// it is new.
+// errMisrouted: a room was placed by another gate on another partition
+// between Propose and the first append; nothing was stored, and the
+// request, sent again, goes to the recorded partition.
+var errMisrouted = errors.New("room placed elsewhere")
+
+// forRoom returns the gate of roomID's partition, or of the partition it
+// would be placed on when it is new: that gate records the placement just
+// before it appends the room's first message (Gate.placeRoom).
 func (gs *Gates) forRoom(ctx context.Context, roomID string) (*Gate, error) {
 	if len(gs.gates) == 1 {
 		return gs.gates[0], nil
 	}
-	q, err := gs.place.Place(ctx, roomID, gs.holds)
+	q, _, err := gs.place.Propose(ctx, roomID, gs.holds)
 	if err != nil {
 		return nil, err
 	}

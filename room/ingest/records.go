@@ -376,6 +376,14 @@ func (g *Gate) storeRecord(ctx context.Context, rec *events.Record, reply room.R
 			reply.Item = failed(0, perr)
 			return reply
 		}
+		if g.placeRoom != nil {
+			// Across partitions: the room is placed here before its first
+			// message (a cache hit after that).
+			if err := g.placeRoom(ctx, roomID); err != nil {
+				reply.Item = failed(0, err)
+				return reply
+			}
+		}
 		g.expect(msg, content)
 		ack, err := g.publish(ctx, msg)
 		g.unstored(msg, ack, err)

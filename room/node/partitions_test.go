@@ -97,6 +97,15 @@ func TestPartitionsPlaceRoomsOnce(t *testing.T) {
 	if len(on) < 2 {
 		t.Fatalf("12 rooms all on one partition: %v", on)
 	}
+	// A refused request places nothing: a room exists once it holds a
+	// message.
+	es, _ := roomtest.Journal(t, "run-refused", "cap-refused", 2)
+	if r := s.shipJournal("room:refused-only", roomtest.Lines(es[1:])); r.Refused != 1 || r.Stored != 0 {
+		t.Fatalf("a chain starting at seq 1: %+v", r)
+	}
+	if p := placed(t, s.js, "room:refused-only"); p != "" {
+		t.Fatalf("a room whose only request was refused is placed on %s", p)
+	}
 	// A record goes to its room's partition too.
 	raw := roomtest.ReferenceBytes(t, "verified.json")
 	var rec struct {

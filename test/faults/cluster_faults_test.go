@@ -41,6 +41,7 @@ type shipment struct {
 	journal *proc // one-shot `publisher journal --json`
 	exec    *proc // one-shot `publisher execution --json`
 	started time.Time
+	stream  string // the room's partition: the stream the phase's fault hits
 }
 
 const (
@@ -57,6 +58,8 @@ func (cr *clusterRun) startShipment(name string) *shipment {
 	s.recs = newRecords(t, filepath.Join(cr.dir, name, "records"), cr.key, s.roomID, name, clusterRecords)
 	s.journal = startProc(t, "publisher journal", publisherBin, "journal", "--json", "--server", cr.cl.urls(), "--room", s.roomID, s.cap.dir)
 	s.exec = startProc(t, "publisher execution", publisherBin, append([]string{"execution", "--json", "--server", cr.cl.urls()}, s.recs.files...)...)
+	s.stream = cr.in.useRoom(s.roomID)
+	t.Logf("%s is placed on %s", s.roomID, s.stream)
 	return s
 }
 
@@ -166,7 +169,8 @@ func ifErr(s string) string {
 
 // TestCluster injects faults into a three-server cluster while the real
 // shipper binaries ship a 3,000-entry journal and 60 records per phase
-// through `publisher serve --replicas 3`. Each phase names its fault; the
+// through `publisher serve --replicas 3 --partitions 3`, the fault hitting
+// the stream of the partition the phase's room is placed on. Each phase names its fault; the
 // oracles, after every phase: no acknowledged entry or record lost (what
 // the interrupted run reported is in the stream), exactly one stored copy
 // of each (byte-equal, in journal order), no fork, audit clean
@@ -182,7 +186,10 @@ func TestCluster(t *testing.T) {
 	// then take 120 batches, so each fault lands while the shipment is still
 	// running, between and during batches, as in a long shipment. With
 	// 1,000 a phase was three batches and could end before its second fault.
-	cr.srv = startServe(t, "--server", cr.cl.urls(), "--replicas", "3", "--trusted-host", cr.key.NodeID(), "--log-level", "warn",
+	// Three partitions: each phase's room lands on one of them
+	// (placement), and its fault hits that room's stream, while the rooms
+	// of the phases before stay on theirs.
+	cr.srv = startServe(t, "--server", cr.cl.urls(), "--replicas", "3", "--partitions", "3", "--trusted-host", cr.key.NodeID(), "--log-level", "warn",
 		"--max-batch", strconv.Itoa(clusterBatch))
 	cr.cl.waitService(t, "")
 	cr.in = inspect(t, cr.cl.urls())
@@ -371,6 +378,7 @@ func (cr *clusterRun) startFollowShipment(name string, written int) *shipment {
 	s.recs = newRecords(t, filepath.Join(cr.dir, name, "records"), cr.key, s.roomID, name, clusterRecords)
 	s.journal = startProc(t, "publisher journal --follow", publisherBin, "journal", "--follow", "--json", "--timeout", "10s", "--server", cr.cl.urls(), "--room", s.roomID, s.cap.dir)
 	s.exec = startProc(t, "publisher execution", publisherBin, append([]string{"execution", "--json", "--server", cr.cl.urls()}, s.recs.files...)...)
+	s.stream = cr.in.useRoom(s.roomID)
 	return s
 }
 

@@ -333,7 +333,7 @@ func (in *inspector) streamLeader(within time.Duration) string {
 func (in *inspector) stepDown(old string) string {
 	in.t.Helper()
 	for i := 0; i < 20; i++ {
-		m, err := in.nc.Request("$JS.API.STREAM.LEADER.STEPDOWN.ROOMS", nil, 5*time.Second)
+		m, err := in.nc.Request("$JS.API.STREAM.LEADER.STEPDOWN."+in.stream.CachedInfo().Config.Name, nil, 5*time.Second)
 		if err == nil {
 			var r struct {
 				Success bool `json:"success"`

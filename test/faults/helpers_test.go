@@ -705,6 +705,54 @@ func inspect(t *testing.T, url string) *inspector {
 	return in
 }
 
+// use points the inspector at the room stream of partition q (a room
+// placed there, docs/design.md "Partitions"): counts, reads, leaders and
+// step-downs are then that stream's.
+func (in *inspector) use(stream, prefix string) {
+	in.t.Helper()
+	var err error
+	for i := 0; i < 100; i++ {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		var st jetstream.Stream
+		st, err = in.js.Stream(ctx, stream)
+		cancel()
+		if err == nil {
+			in.stream, in.subj = st, room.Subjects{Prefix: prefix}
+			return
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	in.t.Fatalf("stream %s: %v", stream, err)
+}
+
+// useRoom waits until roomID is placed (its first request did it) and
+// points the inspector at its partition.
+func (in *inspector) useRoom(roomID string) string {
+	in.t.Helper()
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		kv, err := in.js.KeyValue(ctx, room.DefaultPlacementBucket)
+		var e jetstream.KeyValueEntry
+		if err == nil {
+			e, err = kv.Get(ctx, room.RoomPlacementKey(roomID))
+		}
+		cancel()
+		if err == nil {
+			var p room.Partition
+			if err := json.Unmarshal(e.Value(), &p); err != nil {
+				in.t.Fatal(err)
+			}
+			in.use(p.Stream, p.Subjects.Root())
+			return p.Stream
+		}
+		if time.Now().After(deadline) {
+			in.t.Fatalf("%s placed on no partition after 60s: %v", roomID, err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
 func (in *inspector) open() {
 	in.t.Helper()
 	var err error
