@@ -164,7 +164,7 @@ type Serve struct {
 	MaxPayload   string        `name:"max-payload" help:"Embedded server: largest message accepted (e.g. 1MB); empty keeps the server default." yaml:"max-payload"`
 	MaxStore     string        `name:"max-store" help:"Embedded server: cap on the JetStream file store (e.g. 10GB); empty means the disk is the limit." yaml:"max-store"`
 	Replicas     int           `name:"replicas" help:"Room stream replicas when it is created: default 1 embedded, 3 with --server." yaml:"replicas"`
-	Stream       string        `name:"stream" help:"Room stream name." default:"ROOMS" yaml:"stream"`
+	Stream       string        `name:"stream" help:"Room stream name: the first partition's with --partitions (the others are <stream>-1 …)." default:"ROOMS" yaml:"stream"`
 	Prefix       string        `name:"subject-prefix" help:"First token of every room subject." default:"rooms" yaml:"subject-prefix"`
 	// Partitions is node.ServeOptions.Partitions (docs/design.md,
 	// "Partitions").
@@ -465,7 +465,7 @@ type Reader struct {
 	Client
 	TrustedHosts []string `name:"trusted-host" help:"Host node id whose execution records are accepted (repeatable)." placeholder:"NODE_ID" yaml:"trusted-host"`
 	SchemaDir    string   `name:"schema-dir" help:"Validate against the schema files in DIR instead of the embedded ones." placeholder:"DIR" yaml:"schema-dir"`
-	Stream       string   `name:"stream" help:"Room stream name." default:"ROOMS" yaml:"stream"`
+	Stream       string   `name:"stream" help:"Room stream name: the first partition's, on a deployment of several (the others are read from the placement bucket)." default:"ROOMS" yaml:"stream"`
 	Prefix       string   `name:"subject-prefix" help:"First token of every room subject." default:"rooms" yaml:"subject-prefix"`
 }
 

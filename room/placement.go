@@ -168,6 +168,17 @@ func OpenPlacement(ctx context.Context, js jetstream.JetStream, l Layout, replic
 	name := l.BucketName()
 	kv, err := js.KeyValue(ctx, name)
 	if errors.Is(err, jetstream.ErrBucketNotFound) {
+		// Partition 1's stream exists only in a deployment that recorded
+		// its partitions: the bucket is lost, and a layout made anew
+		// would read one partition, or place rooms and chains anew
+		// (a capsule in two rooms).
+		// A lookup that fails otherwise (an identity of an older
+		// authconf may not ask) says nothing either way.
+		second := l.Partition(1).Stream
+		if _, serr := js.Stream(ctx, second); serr == nil {
+			return nil, fmt.Errorf("%w: the placement bucket %s is gone while room stream %s exists: the deployment has partitions, "+
+				"and without the bucket no room can be found or placed: restore the bucket (docs/operations.md, \"Backup and restore\")", ErrPlacement, name, second)
+		}
 		if !create {
 			return &Placement{parts: []Partition{l.Partition(0)}, rooms: map[string]Partition{}}, nil
 		}
@@ -418,4 +429,26 @@ func (p *Placement) Locate(ctx context.Context, roomID string) (Partition, error
 		return p.parts[0], err
 	}
 	return q, nil
+}
+
+// ChainRoom returns the room the chain key is claimed for; false when it
+// is claimed for none (or there is no bucket).
+func (p *Placement) ChainRoom(ctx context.Context, key events.ChainKey) (string, bool, error) {
+	if p.kv == nil {
+		return "", false, nil
+	}
+	ctx, cancel := jsapi.WithDefaultTimeout(ctx, DefaultTimeout)
+	defer cancel()
+	e, err := p.kv.Get(ctx, ChainClaimKey(key))
+	if errors.Is(err, jetstream.ErrKeyNotFound) {
+		return "", false, nil
+	}
+	if err != nil {
+		return "", false, fmt.Errorf("claim of chain %s/%s: %w", key.RunID, key.CapsuleID, err)
+	}
+	var c chainClaim
+	if err := json.Unmarshal(e.Value(), &c); err != nil || c.Room == "" {
+		return "", false, fmt.Errorf("%w: the claim of chain %s/%s is not roompub's", ErrPlacement, key.RunID, key.CapsuleID)
+	}
+	return c.Room, true, nil
 }

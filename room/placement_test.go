@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"testing"
 
@@ -118,5 +119,23 @@ func TestPlacementBucket(t *testing.T) {
 	}
 	if o, err := fresh.ClaimChain(ctx, key, "room:late"); err != nil || o != owners[0] {
 		t.Fatalf("a late claim: %q %v", o, err)
+	}
+}
+
+// A partition's stream without the bucket is a lost bucket: neither a
+// reader nor a serve goes on as if the deployment had one partition.
+func TestPlacementBucketLost(t *testing.T) {
+	e := roomtest.NewEnv(t)
+	ctx := context.Background()
+	l := room.Layout{Partitions: 2}
+	q := l.Partition(1)
+	if _, err := e.Js.CreateStream(ctx, room.StreamConfig(q.Stream, q.Subjects, 1)); err != nil {
+		t.Fatal(err)
+	}
+	for _, create := range []bool{false, true} {
+		_, err := room.OpenPlacement(ctx, e.Js, l, 1, create)
+		if !errors.Is(err, room.ErrPlacement) || !strings.Contains(err.Error(), "the placement bucket ROOMPUB_PLACEMENT is gone while room stream ROOMS-1 exists") {
+			t.Fatalf("create %v: %v", create, err)
+		}
 	}
 }

@@ -92,12 +92,22 @@ func (r *receiptFlags) write(ctx context.Context, nc *nats.Conn, creds config.Cr
 		return err
 	}
 	read := config.Replay{Read: "auto"}.ReadMode(creds)
+	// Each room on its partition (docs/design.md, "Partitions"); without
+	// a placement bucket, --stream alone.
+	place, err := reader.OpenLayout(ctx, js, room.Layout{Stream: r.Stream, Subjects: room.Subjects{Prefix: r.Prefix}})
+	if err != nil {
+		return err
+	}
 	deadline := time.Now().Add(r.ReceiptTimeout)
 	for {
 		var bundles []*reader.Evidence
 		var missing []error
 		for _, w := range wants {
-			bs, err := reader.Export(ctx, js, reader.ExportOptions{Stream: r.Stream, Subjects: room.Subjects{Prefix: r.Prefix}, Room: w.room,
+			q, err := place.Locate(ctx, w.room)
+			if err != nil {
+				return fmt.Errorf("receipt: locating %s: %w", w.room, err)
+			}
+			bs, err := reader.Export(ctx, js, reader.ExportOptions{Stream: q.Stream, Subjects: q.Subjects, Room: w.room,
 				Entries: w.entries, Refs: w.refs, Validator: v, Trust: t, Witnessing: witnessing, Read: read})
 			if err != nil && !errors.Is(err, reader.ErrNoSuchMessage) && !errors.Is(err, reader.ErrNotWitnessed) {
 				return fmt.Errorf("receipt: reading %s: %w", w.room, err)

@@ -599,14 +599,8 @@ func (r *journalRun) decide(i int, try *lineTry) (decision, room.ItemResult) {
 		}
 		if c.next == 0 && g.claim != nil && c.claimed != r.roomID {
 			// A chain's first entry: across partitions, the placement
-			// bucket places the room (it may be new) and says which room
-			// holds the chain.
-			if err := g.placeRoom(r.ctx, r.roomID); err != nil {
-				if errors.Is(err, errMisrouted) || !g.waitRead(r.ctx, err, &try.attempt, try.until) {
-					return decFinal, failed(i, err)
-				}
-				continue
-			}
+			// bucket says which room holds the chain, then places the
+			// room (it may be new) here: a refused entry places nothing.
 			owner, err := g.claim(r.ctx, r.key, r.roomID)
 			if err != nil {
 				if !g.waitRead(r.ctx, err, &try.attempt, try.until) {
@@ -616,6 +610,12 @@ func (r *journalRun) decide(i int, try *lineTry) (decision, room.ItemResult) {
 			}
 			if owner != r.roomID {
 				return decFinal, room.RefusedItem(i, []events.Problem{validate.RoomConflict(at, owner, r.roomID)})
+			}
+			if err := g.placeRoom(r.ctx, r.roomID); err != nil {
+				if errors.Is(err, errMisrouted) || !g.waitRead(r.ctx, err, &try.attempt, try.until) {
+					return decFinal, failed(i, err)
+				}
+				continue
 			}
 			c.claimed = owner
 		}

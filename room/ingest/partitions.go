@@ -106,10 +106,8 @@ func (gs *Gates) holds(ctx context.Context, q room.Partition, roomID string) (bo
 // recorded (no claim, in a deployment that had one partition then) is
 // found by its subjects there and wins.
 func (gs *Gates) claimChain(ctx context.Context, self *Gate, key events.ChainKey, roomID string) (string, error) {
-	owner, err := gs.place.ClaimChain(ctx, key, roomID)
-	if err != nil || owner != roomID {
-		return owner, err
-	}
+	// First the other partitions: a chain written there before claims
+	// existed is recorded as theirs, so every later claim names it.
 	for _, g := range gs.gates {
 		if g == self {
 			continue
@@ -125,9 +123,9 @@ func (gs *Gates) claimChain(ctx context.Context, self *Gate, key events.ChainKey
 		if err != nil {
 			return "", err
 		}
-		return p.RoomID, nil
+		return gs.place.ClaimChain(ctx, key, p.RoomID)
 	}
-	return roomID, nil
+	return gs.place.ClaimChain(ctx, key, roomID)
 }
 
 // appendJournal is Gate.appendJournal on roomID's partition.

@@ -259,6 +259,18 @@ func TestPartitionsAddedLaterKeepOldRooms(t *testing.T) {
 	if r.Refused != 1 || r.Items[0].Code != events.RoomConflict || !strings.Contains(r.Items[0].Reason, `"room:old-0"`) {
 		t.Fatalf("old capsule into %s: %+v", other, r)
 	}
+	// Every later try names the room that holds it, and a refused first
+	// entry places no new room.
+	for i := range 4 {
+		id := fmt.Sprintf("room:never-%d", i)
+		r := s.shipJournal(id, body)
+		if r.Refused != 1 || r.Items[0].Code != events.RoomConflict || !strings.Contains(r.Items[0].Reason, `"room:old-0"`) {
+			t.Fatalf("old capsule into %s: %+v", id, r)
+		}
+		if p := placed(t, s.js, id); p != "" {
+			t.Fatalf("%s, refused room_conflict, is placed on %s", id, p)
+		}
+	}
 }
 
 // The deployment log of a deployment of three partitions holds every
@@ -323,4 +335,48 @@ func TestPartitionsDeploymentLog(t *testing.T) {
 		t.Fatalf("audit: %+v %+v", rep.Witness, rep.Totals)
 	}
 	s.stop()
+}
+
+// A capsule written into a room of another partition around the gate (a
+// lost placement bucket, a raw publish) is in two rooms: no partition's
+// audit sees both, the joined audit does and sets the copy aside.
+func TestPartitionsAuditFindsChainInTwoRooms(t *testing.T) {
+	s := startServeWith(t, time.Hour, func(so *node.ServeOptions, key *events.HostKey) { so.Partitions = 3 })
+	es, body := roomtest.Journal(t, "run-two", "cap-two", 4)
+	if r := s.shipJournal("room:home", body); r.Stored != 4 {
+		t.Fatalf("ship: %+v", r)
+	}
+	home := placed(t, s.js, "room:home")
+	var other room.Partition
+	for i := range 3 {
+		if q := (room.Layout{Partitions: 3}).Partition(i); q.Stream != home {
+			other = q
+			break
+		}
+	}
+	ctx := context.Background()
+	for _, e := range es {
+		if _, err := s.js.Publish(ctx, other.Subjects.Journal("room:copy", e.Metadata().Key()), e.Canonical()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	v, err := validate.New(validate.WithTrustedHosts(s.key.NodeID()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	place, err := reader.OpenLayout(ctx, s.js, room.Layout{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rep, err := reader.AuditDeployment(ctx, s.js, reader.AuditOptions{Validator: v}, place)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep.Clean() || rep.Totals.ChainsOK != 1 || rep.Totals.ChainsBroken != 1 || rep.Totals.ByCode[events.RoomConflict] != 4 || len(rep.Violations) != 1 {
+		t.Fatalf("audit: %+v %+v", rep.Totals, rep.Violations)
+	}
+	if a := rep.Violations[0]; a.RoomID != "room:copy" || a.Code != events.RoomConflict || !strings.Contains(a.Reason, `"room:home" (claimed in the placement bucket)`) ||
+		a.Subject != other.Subjects.Journal("room:copy", es[0].Metadata().Key()) {
+		t.Fatalf("violation: %+v", a)
+	}
 }

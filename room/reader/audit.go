@@ -156,6 +156,9 @@ type AuditReport struct {
 	// (AuditDeployment), is what was read of each room stream; empty
 	// otherwise.
 	Partitions []PartitionSpan `json:"partitions,omitempty"`
+	// chainParts is, in a joined report before it is sorted, the
+	// partition each of Chains was read from.
+	chainParts []int
 }
 
 // AuditTotals counts what the audit read.

@@ -3,6 +3,7 @@ package reader
 import (
 	"context"
 	"errors"
+	"fmt"
 	"maps"
 	"slices"
 
@@ -10,6 +11,7 @@ import (
 
 	"github.com/roompub/roompub/events"
 	"github.com/roompub/roompub/room"
+	"github.com/roompub/roompub/validate"
 )
 
 // PartitionSpan is what an audit of a deployment of several partitions
@@ -92,21 +94,92 @@ func AuditDeployment(ctx context.Context, js jetstream.JetStream, o AuditOptions
 			err = lookupErr
 		}
 		if err != nil {
-			return joinAudit(out, rep), err
+			return joinAudit(out, rep, i), err
 		}
-		out = joinAudit(out, rep)
+		out = joinAudit(out, rep, i)
+	}
+	if err := chainsInOneRoom(ctx, out, parts, place); err != nil {
+		return out, err
 	}
 	finishJoined(out, o.Rooms)
 	return out, nil
 }
 
+// chainsInOneRoom finds the chains of a joined report that more than one
+// room holds: each partition's audit refuses a second room of a chain
+// within its stream (room_conflict), but no audit sees two streams. The
+// room the placement bucket claims the chain for keeps it, or, with no
+// claim, the room on the first partition that holds it (a chain written
+// before claims existed); every other room's copy is set aside
+// room_conflict, its entries counted set aside and the chain broken.
+func chainsInOneRoom(ctx context.Context, out *AuditReport, parts []room.Partition, place *room.Placement) error {
+	if out == nil {
+		return nil
+	}
+	// The partition each chain was read from (joinAudit kept it).
+	partOf := func(i int) int { return out.chainParts[i] }
+	byKey := map[events.ChainKey][]int{}
+	for i, c := range out.Chains {
+		byKey[c.Chain] = append(byKey[c.Chain], i)
+	}
+	for key, idx := range byKey {
+		if len(idx) < 2 {
+			continue
+		}
+		owner, claimed, err := place.ChainRoom(ctx, key)
+		if err != nil {
+			return err
+		}
+		if !claimed {
+			best := idx[0]
+			for _, i := range idx[1:] {
+				if partOf(i) < partOf(best) {
+					best = i
+				}
+			}
+			owner = out.Chains[best].RoomID
+		}
+		for _, i := range idx {
+			c := &out.Chains[i]
+			if c.RoomID == owner {
+				continue
+			}
+			q := parts[partOf(i)]
+			why := fmt.Sprintf("the capsule's chain lives in %q (%s), and this copy of it is in %q on room stream %s",
+				owner, map[bool]string{true: "claimed in the placement bucket", false: "the first partition that holds it"}[claimed], c.RoomID, q.Stream)
+			a := SetAside{RoomID: c.RoomID, Kind: room.KindJournal, Seq: c.FirstSeq, Subject: q.Subjects.Journal(c.RoomID, key), Chain: &key,
+				Code: events.RoomConflict, Reason: why, Problems: []events.Problem{validate.RoomConflict(events.Location{Seq: c.FirstSeq}, owner, c.RoomID)}}
+			if c.Verdict == "ok" {
+				out.Totals.ChainsOK--
+				out.Totals.ChainsBroken++
+			}
+			c.Verdict, c.Broken = "broken", &a
+			out.Totals.SetAside += uint64(c.Entries)
+			if out.Totals.ByCode == nil {
+				out.Totals.ByCode = map[events.Code]int{}
+			}
+			out.Totals.ByCode[events.RoomConflict] += int(c.Entries)
+			out.Violations = append(out.Violations, a)
+		}
+	}
+	return nil
+}
+
 var errFromSeqPartitions = errors.New("a start sequence (--from-seq) names a position in one room stream; a deployment of several partitions is replayed from a time (--since), or whole")
 
-// joinAudit adds rep, one partition's report, to out (nil: rep starts it).
-func joinAudit(out, rep *AuditReport) *AuditReport {
+// joinAudit adds rep, partition i's report, to out (nil: rep starts it).
+func joinAudit(out, rep *AuditReport, i int) *AuditReport {
 	if rep == nil {
 		return out
 	}
+	out = joinReport(out, rep)
+	for len(out.chainParts) < len(out.Chains) {
+		out.chainParts = append(out.chainParts, i)
+	}
+	return out
+}
+
+func joinReport(out, rep *AuditReport) *AuditReport {
 	span := PartitionSpan{Stream: rep.Stream, FromSeq: rep.FromSeq, LastSeq: rep.LastSeq, StreamProblems: rep.StreamProblems, ReadBy: rep.ReadBy}
 	if out == nil {
 		cp := *rep

@@ -332,6 +332,11 @@ func (o Options) perms(u User) permSet {
 	kvPlace := "KV_" + room.DefaultPlacementBucket
 	placeRead := []string{"$JS.API.STREAM.INFO." + kvPlace, "$JS.API.STREAM.MSG.GET." + kvPlace,
 		"$JS.API.DIRECT.GET." + kvPlace, "$JS.API.DIRECT.GET." + kvPlace + ".>"}
+	if len(parts) == 1 {
+		// Whether a second partition's stream exists tells a lost
+		// placement bucket (room.OpenPlacement).
+		placeRead = append(placeRead, "$JS.API.STREAM.INFO."+room.Layout{Stream: o.stream(), Partitions: 2}.Partition(1).Stream)
+	}
 	inbox := u.Inbox() + ".>"
 	own := svc + "." + u.Token()
 	// The anonymous identity's endpoints: no one's in secure mode.

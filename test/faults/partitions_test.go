@@ -27,6 +27,7 @@ type partitionShipper struct {
 	acked  int         // lines acknowledged (stored or duplicate), in order
 	times  []time.Time // times[i]: when line i was acknowledged
 	failed int         // requests that came back with an error or a failed item
+	why    []string    // the first failures' errors or reasons
 }
 
 // ackedBetween counts the lines acknowledged in (from, to].
@@ -57,9 +58,22 @@ func (p *partitionShipper) run(ctx context.Context, cl *client.Client) {
 		to := min(from+per, len(p.cap.lines))
 		r, err := cl.AppendJournal(ctx, p.roomID, &p.cap.meta, joinLines(p.cap.lines[from:to]))
 		now := time.Now()
+		if ctx.Err() != nil {
+			return // the test's own stop, not a failure
+		}
 		p.mu.Lock()
 		if err != nil || r.Failures > 0 || r.Refused > 0 {
 			p.failed++
+			if len(p.why) < 3 {
+				why := fmt.Sprint(err)
+				for _, it := range r.Items {
+					if it.Outcome == room.OutcomeFailed || it.Outcome == room.OutcomeRefused {
+						why = fmt.Sprintf("%s %s: %s", it.Outcome, it.Code, it.Reason)
+						break
+					}
+				}
+				p.why = append(p.why, now.Format("15:04:05.000")+" "+why)
+			}
 			p.mu.Unlock()
 			continue
 		}
@@ -158,7 +172,7 @@ func TestClusterPartitions(t *testing.T) {
 	for i := 0; len(ships) < 3; i++ {
 		placing++
 		id := fmt.Sprintf("room:partition-%d", i)
-		c := newCapsule(t, filepath.Join(dir, id[len("room:"):]), fmt.Sprintf("run-partition-%d", i), 12000)
+		c := newCapsule(t, filepath.Join(dir, id[len("room:"):]), fmt.Sprintf("run-partition-%d", i), 30000)
 		p := &partitionShipper{roomID: id, cap: c}
 		r, err := cl1.AppendJournal(ctx, id, &c.meta, joinLines(c.lines[:1]))
 		if err != nil || r.Stored != 1 {
@@ -242,7 +256,7 @@ func TestClusterPartitions(t *testing.T) {
 			t.Errorf("oracle (other partitions keep acknowledging): %s acknowledged %v lines in the thirds of %s's stall, want at least 10 in each", p.roomID, during, victim.stream)
 		}
 		if p.failed != 0 {
-			t.Errorf("%s: %d requests failed while another partition's leader was killed", p.roomID, p.failed)
+			t.Errorf("%s: %d requests failed while another partition's leader was killed (kill at %s): %v", p.roomID, p.failed, killed.Format("15:04:05.000"), p.why)
 		}
 	}
 	// Nothing acknowledged is lost: each room holds exactly its lines as
