@@ -452,3 +452,23 @@ func (p *Placement) ChainRoom(ctx context.Context, key events.ChainKey) (string,
 	}
 	return c.Room, true, nil
 }
+
+// RecordedPartitions reads the partitions the bucket records now: more than
+// Partitions() when another serve added some since this one opened the
+// bucket. Without a bucket, Partitions().
+func (p *Placement) RecordedPartitions(ctx context.Context) ([]Partition, error) {
+	if p.kv == nil {
+		return p.Partitions(), nil
+	}
+	ctx, cancel := jsapi.WithDefaultTimeout(ctx, DefaultTimeout)
+	defer cancel()
+	e, err := p.kv.Get(ctx, partitionsKey)
+	if err != nil {
+		return nil, fmt.Errorf("placement bucket: %w", err)
+	}
+	var have []Partition
+	if err := json.Unmarshal(e.Value(), &have); err != nil || len(have) == 0 {
+		return nil, fmt.Errorf("%w: key %s is not a list of partitions", ErrPlacement, partitionsKey)
+	}
+	return have, nil
+}

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -57,13 +58,38 @@ func checkRooms(rooms []string) error {
 // partition of the deployment (room.Placement.Locate; a deployment
 // without a placement bucket is --stream alone). With no room, the
 // deployment must have one partition. For the commands that read one
-// room stream (follow, prove, export).
-func partitionOf(ctx context.Context, js jetstream.JetStream, c *config.Reader, rooms ...string) (string, room.Subjects, error) {
+// room stream (follow, prove, export). With waiting (follow), a room not
+// placed yet on a deployment of several partitions is waited for, saying
+// so once on warn: a follower started before the room's first message
+// would otherwise read the first partition, where the room may never be.
+func partitionOf(ctx context.Context, js jetstream.JetStream, c *config.Reader, warn io.Writer, rooms ...string) (string, room.Subjects, error) {
 	place, err := reader.OpenLayout(ctx, js, room.Layout{Stream: c.Stream, Subjects: room.Subjects{Prefix: c.Prefix}})
 	if err != nil {
 		return "", room.Subjects{}, err
 	}
 	parts := place.Partitions()
+	if warn != nil && len(parts) > 1 {
+		for _, id := range rooms {
+			for said := false; ; {
+				_, ok, err := place.Room(ctx, id)
+				if err != nil {
+					return "", room.Subjects{}, err
+				}
+				if ok {
+					break
+				}
+				if !said {
+					fmt.Fprintf(warn, "subscriber: %s is placed on no partition yet (it holds no message): waiting for it\n", id)
+					said = true
+				}
+				select {
+				case <-ctx.Done():
+					return "", room.Subjects{}, ctx.Err()
+				case <-time.After(time.Second):
+				}
+			}
+		}
+	}
 	if len(rooms) == 0 {
 		if len(parts) > 1 {
 			return "", room.Subjects{}, fmt.Errorf("%w: the deployment places rooms over %d room streams: name the rooms (--room) to read, all on one of them", config.ErrInvalid, len(parts))

@@ -56,7 +56,7 @@ func (c *exportCmd) Run(s *streams) error {
 	defer nc.Close()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	stream, subjects, err := partitionOf(ctx, js, &c.Reader, c.Room)
+	stream, subjects, err := partitionOf(ctx, js, &c.Reader, nil, c.Room)
 	if err != nil {
 		return err
 	}

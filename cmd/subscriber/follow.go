@@ -62,7 +62,7 @@ func (c *followCmd) Run(s *streams) error {
 	defer stop()
 	list := &reader.SetAsideList{Path: filepath.Join(dir, c.Durable+".set-aside.ndjson")}
 	enc := json.NewEncoder(s.out)
-	stream, subjects, err := partitionOf(ctx, js, &c.Reader, c.Rooms...)
+	stream, subjects, err := partitionOf(ctx, js, &c.Reader, s.err, c.Rooms...)
 	if err != nil {
 		return err
 	}

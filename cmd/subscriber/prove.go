@@ -59,7 +59,7 @@ func (c *proveCmd) Run(s *streams) error {
 	if witnessing != nil {
 		return c.bundle(ctx, s, js, v, t, witnessing)
 	}
-	stream, subjects, err := partitionOf(ctx, js, &c.Reader, c.Room)
+	stream, subjects, err := partitionOf(ctx, js, &c.Reader, nil, c.Room)
 	if err != nil {
 		return err
 	}
@@ -81,7 +81,7 @@ func (c *proveCmd) Run(s *streams) error {
 
 // bundle prints the message's evidence bundle (reader.Export).
 func (c *proveCmd) bundle(ctx context.Context, s *streams, js jetstream.JetStream, v *validate.Validator, t *checkpoint.Trust, w *reader.Witnessing) error {
-	stream, subjects, err := partitionOf(ctx, js, &c.Reader, c.Room)
+	stream, subjects, err := partitionOf(ctx, js, &c.Reader, nil, c.Room)
 	if err != nil {
 		return err
 	}

@@ -125,11 +125,29 @@ func readMeta(dir string) (*api.JSApiStreamRestoreRequest, error) {
 	return &req, nil
 }
 
+// partitionPrefix is the layout of partition i > 0 of subjects' deployment
+// when filters are exactly that partition's ("<prefix>-<i>.>").
+func partitionPrefix(subjects room.Subjects, filters []string) (room.Subjects, bool) {
+	if len(filters) != 1 {
+		return room.Subjects{}, false
+	}
+	for i := 1; i < room.MaxPartitions; i++ {
+		q := room.Layout{Subjects: subjects, Partitions: i + 1}.Partition(i)
+		if filters[0] == q.Subjects.All() {
+			return q.Subjects, true
+		}
+	}
+	return room.Subjects{}, false
+}
+
 // RestoreOptions say which roompub stream a restored stream is held to.
 // The zero value is the defaults: room stream subjects under "rooms", the
 // deployment log ROOMPUB_DEPLOYMENT.
 type RestoreOptions struct {
-	// Subjects is the room stream's subject layout (--subject-prefix).
+	// Subjects is the room stream's subject layout (--subject-prefix): the
+	// first partition's; a backup of another partition's stream
+	// (<prefix>-<i>.>) is held to its own, and one of the placement bucket
+	// (KV_ROOMPUB_PLACEMENT) to none.
 	Subjects room.Subjects
 	// Deployment names the deployment log: a backup of that stream is
 	// held to its subjects instead.
@@ -188,9 +206,17 @@ func Restore(ctx context.Context, nc *nats.Conn, dir string, o RestoreOptions) (
 			ErrRestoreMismatch, want.Stream, got.Messages, got.FirstSeq, got.LastSeq, want.Messages, want.FirstSeq, want.LastSeq)
 	}
 	got.Beyond = got.LastSeq - want.LastSeq
+	if want.Stream == "KV_"+room.DefaultPlacementBucket {
+		// The placement bucket is a key-value stream, not append-only:
+		// each key is written once, and a placement or claim it lacks is
+		// recorded again from the room streams (docs/operations.md).
+		return got, nil
+	}
 	subjects := o.Subjects
 	if want.Stream == o.Deployment.StreamName() {
 		subjects = o.Deployment.Subjects()
+	} else if p, ok := partitionPrefix(o.Subjects, want.Subjects); ok {
+		subjects = p // another partition's room stream (docs/design.md, "Partitions")
 	}
 	if err := room.CheckStreamConfig(info.Config, subjects); err != nil {
 		return got, fmt.Errorf("the restored stream %s: %w", want.Stream, err)

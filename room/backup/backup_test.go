@@ -335,3 +335,46 @@ func TestRestoreChecksWhatItRestored(t *testing.T) {
 		}
 	})
 }
+
+// A partition's room stream is held to its own subjects, and the
+// placement bucket, a key-value stream, is restored as it is: a
+// deployment of several partitions restores whole.
+func TestRestorePartitions(t *testing.T) {
+	ctx := context.Background()
+	e := roomtest.NewEnv(t)
+	q := room.Layout{Partitions: 2}.Partition(1)
+	place, err := room.OpenPlacement(ctx, e.Js, room.Layout{Partitions: 2}, 1, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.Js.CreateStream(ctx, room.StreamConfig(q.Stream, q.Subjects, 1)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.Js.Publish(ctx, q.Subjects.Records("room:p1"), []byte(`{}`)); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := place.Record(ctx, "room:p1", q); err != nil || got != q {
+		t.Fatalf("record: %+v %v", got, err)
+	}
+	dir := t.TempDir()
+	for _, name := range []string{q.Stream, "KV_" + room.DefaultPlacementBucket} {
+		if _, err := backup.Backup(ctx, e.Nc, name, filepath.Join(dir, name)); err != nil {
+			t.Fatalf("backup %s: %v", name, err)
+		}
+	}
+	srv, nc, js := freshServer(t)
+	defer srv.Shutdown()
+	defer nc.Close()
+	for _, name := range []string{q.Stream, "KV_" + room.DefaultPlacementBucket} {
+		if r, err := backup.Restore(ctx, nc, filepath.Join(dir, name), backup.RestoreOptions{}); err != nil || r.Messages == 0 {
+			t.Fatalf("restore %s: %+v %v", name, r, err)
+		}
+	}
+	restored, err := room.OpenPlacement(ctx, js, room.Layout{}, 1, false)
+	if err != nil || len(restored.Partitions()) != 2 {
+		t.Fatalf("the restored bucket: %v", err)
+	}
+	if got, err := restored.Locate(ctx, "room:p1"); err != nil || got.Stream != q.Stream {
+		t.Fatalf("room:p1 after the restore: %+v %v", got, err)
+	}
+}

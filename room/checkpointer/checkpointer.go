@@ -279,7 +279,7 @@ func Start(ctx context.Context, nc *nats.Conn, o Options) (*Checkpointer, error)
 	if c.interval <= 0 {
 		c.interval = DefaultCheckpointInterval
 	}
-	if c.m, err = newCheckpointMetrics(o.Registerer, c.lag); err != nil {
+	if c.m, err = newCheckpointMetrics(o.Registerer, c.lag, o.LogKeeper == nil); err != nil {
 		return nil, fmt.Errorf("%w: metrics: %w", ErrCheckpointer, err)
 	}
 	if c.js, err = jetstream.New(nc); err != nil {

@@ -89,7 +89,11 @@ func (c *Checkpointer) lag() checkpointLag {
 	return l
 }
 
-func newCheckpointMetrics(reg prometheus.Registerer, lag func() checkpointLag) (*checkpointMetrics, error) {
+// newCheckpointMetrics makes the checkpointer's series and registers
+// them on reg (nil: none); the deployment log's and the witnesses' only
+// with keepsLog: another partition's checkpointer keeps the log, and a
+// series of its own would stay 0 beside the keeper's.
+func newCheckpointMetrics(reg prometheus.Registerer, lag func() checkpointLag, keepsLog bool) (*checkpointMetrics, error) {
 	m := &checkpointMetrics{
 		written: prometheus.NewCounter(prometheus.CounterOpts{
 			Namespace: "roompub", Name: "checkpoints_written_total", Help: "Signed room checkpoints this publisher wrote.",
@@ -149,8 +153,11 @@ func newCheckpointMetrics(reg prometheus.Registerer, lag func() checkpointLag) (
 	if reg == nil {
 		return m, nil
 	}
-	for _, col := range []prometheus.Collector{m.written, m.leases, m.blocked, m.unadmitted, m.setAside, m.overridden, m.deploymentCheckpoints, m.witnessAnswers,
-		m.witnessCosignedSize, m.witnessCosignedTime, m.witnessRoundCosigs, lagCollector{lag}} {
+	cols := []prometheus.Collector{m.written, m.leases, m.blocked, m.unadmitted, m.setAside, m.overridden, lagCollector{lag}}
+	if keepsLog {
+		cols = append(cols, m.deploymentCheckpoints, m.witnessAnswers, m.witnessCosignedSize, m.witnessCosignedTime, m.witnessRoundCosigs)
+	}
+	for _, col := range cols {
 		if err := reg.Register(col); err != nil {
 			return nil, err
 		}

@@ -3,12 +3,14 @@ package node_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/roompub/roompub/checkpoint"
@@ -334,6 +336,22 @@ func TestPartitionsDeploymentLog(t *testing.T) {
 	if rep.Witness == nil || rep.Witness.Entries < uint64(rooms) || rep.Totals.Entries != uint64(3*rooms) {
 		t.Fatalf("audit: %+v %+v", rep.Witness, rep.Totals)
 	}
+	// One set of checkpoint series per partition, the deployment log's
+	// and the witnesses' once: the keeper's.
+	code, body := s.get("/metrics")
+	series := func(name string) []string {
+		var out []string
+		for _, l := range strings.Split(body, "\n") {
+			if strings.HasPrefix(l, name+"{") {
+				out = append(out, l)
+			}
+		}
+		return out
+	}
+	if w, l := series("roompub_witness_round_cosignatures"), series("roompub_checkpoint_leases_held"); code != 200 || len(w) != 1 ||
+		!strings.Contains(w[0], `stream="ROOMS"`) || len(l) != 3 {
+		t.Fatalf("metrics (%d): witness %v, leases %v", code, w, l)
+	}
 	s.stop()
 }
 
@@ -379,4 +397,39 @@ func TestPartitionsAuditFindsChainInTwoRooms(t *testing.T) {
 		a.Subject != other.Subjects.Journal("room:copy", es[0].Metadata().Key()) {
 		t.Fatalf("violation: %+v", a)
 	}
+}
+
+// A serve whose deployment gains partitions from another serve stops with
+// ErrPartitionsAdded at its next check, so its supervisor's restart
+// serves them all.
+func TestPartitionsAddedByAnotherServe(t *testing.T) {
+	srv, err := server.NewServer(&server.Options{Host: "127.0.0.1", Port: -1, JetStream: true, StoreDir: t.TempDir(), NoSigs: true, NoLog: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv.Start()
+	t.Cleanup(func() { srv.Shutdown(); srv.WaitForShutdown() })
+	if !srv.ReadyForConnections(10 * time.Second) {
+		t.Fatal("server not ready")
+	}
+	on := func(partitions int) func(*node.ServeOptions, *events.HostKey) {
+		return func(so *node.ServeOptions, key *events.HostKey) {
+			so.ServerURL, so.Replicas, so.Embedded, so.Partitions = srv.ClientURL(), 1, embedded.Options{}, partitions
+		}
+	}
+	a := startServeWith(t, 100*time.Millisecond, on(2))
+	b := startServeWith(t, time.Hour, on(3))
+	if len(b.info.Streams) != 3 {
+		t.Fatalf("b serves %v", b.info.Streams)
+	}
+	select {
+	case err := <-a.done:
+		a.cancel = nil
+		if !errors.Is(err, node.ErrPartitionsAdded) || !strings.Contains(err.Error(), "records 3, this serve serves 2") {
+			t.Fatalf("a returned %v", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("a serve of 2 partitions went on after another added a third")
+	}
+	b.stop()
 }

@@ -194,6 +194,11 @@ func tilesHandlers(url string, opts []nats.Option, o *ServeOptions, place *room.
 	}, nc, nil
 }
 
+// ErrPartitionsAdded is returned by Serve when another serve added
+// partitions to the deployment while it served (docs/operations.md,
+// "Partitions"): a restart serves them all.
+var ErrPartitionsAdded = errors.New("partitions added")
+
 // streamSetupTimeout bounds creating or looking up the room stream at start.
 const streamSetupTimeout = 60 * time.Second
 
@@ -508,6 +513,14 @@ loop:
 			}
 			// A server that restarted leads nothing until leaders move back.
 			spreadLeaders(ctx, nc, js, streams, 1, log)
+			if now, err := place.RecordedPartitions(ctx); err == nil && len(now) > len(parts) {
+				// Another serve added partitions: requests for their rooms
+				// fail here until a start opens them.
+				lost = fmt.Errorf("%w: another serve added partitions (the placement bucket records %d, this serve serves %d): "+
+					"stopping, so that a restart serves them all", ErrPartitionsAdded, len(now), len(parts))
+				log.Error("partitions added: stopping", zap.Error(lost))
+				break loop
+			}
 		}
 	}
 	log.Info("publisher stopping: draining")
