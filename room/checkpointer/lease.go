@@ -39,14 +39,25 @@ func leaseBucket(ctx context.Context, js jetstream.JetStream, o Options) (jetstr
 		if ttl <= 0 {
 			ttl = DefaultLeaseTTL
 		}
-		kv, err = js.CreateKeyValue(ctx, jetstream.KeyValueConfig{
-			Bucket:      bucket,
-			Description: "roompub checkpoint leases: one key per room, the writer's signed lease statement",
-			History:     1,
-			TTL:         ttl,
-			Storage:     jetstream.FileStorage,
-			Replicas:    max(o.Replicas, 1),
-		})
+		for attempt := 0; ; attempt++ {
+			kv, err = js.CreateKeyValue(ctx, jetstream.KeyValueConfig{
+				Bucket:      bucket,
+				Description: "roompub checkpoint leases: one key per room, the writer's signed lease statement",
+				History:     1,
+				TTL:         ttl,
+				Storage:     jetstream.FileStorage,
+				Replicas:    max(o.Replicas, 1),
+			})
+			// A cluster still forming may not place a replicated bucket
+			// yet ("no suitable peers for placement", 10005, or no
+			// answer): waited out within ctx, as serve waits for the
+			// room stream.
+			var apiErr *jetstream.APIError
+			again := jsapi.IsRetryable(err) || errors.As(err, &apiErr) && apiErr.ErrorCode == 10005
+			if !again || !jsapi.Sleep(ctx, jsapi.Backoff(attempt)) {
+				break
+			}
+		}
 		if errors.Is(err, jetstream.ErrBucketExists) {
 			kv, err = js.KeyValue(ctx, bucket) // another publisher made it first
 		}
