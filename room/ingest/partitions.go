@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/roompub/roompub/events"
 	"github.com/roompub/roompub/room"
@@ -76,9 +77,18 @@ func (gs *Gates) forRoom(ctx context.Context, roomID string) (*Gate, error) {
 	if len(gs.gates) == 1 {
 		return gs.gates[0], nil
 	}
-	q, _, err := gs.place.Propose(ctx, roomID, gs.holds)
-	if err != nil {
-		return nil, err
+	// A read that may be tried again (no responder, no answer in time)
+	// is, as the gate's own reads are, for up to retryWindow.
+	var q room.Partition
+	var err error
+	until := time.Now().Add(retryWindow)
+	for attempt := 0; ; attempt++ {
+		if q, _, err = gs.place.Propose(ctx, roomID, gs.holds); err == nil {
+			break
+		}
+		if !gs.gates[0].waitRead(ctx, err, &attempt, until) {
+			return nil, err
+		}
 	}
 	for _, g := range gs.gates {
 		if g.streamName() == q.Stream {
@@ -89,41 +99,43 @@ func (gs *Gates) forRoom(ctx context.Context, roomID string) (*Gate, error) {
 }
 
 // holds reports whether partition q holds a message of roomID: a room
-// written before placements were recorded stays where it is.
+// written before placements were recorded stays where it is. Only the
+// first partition can hold one (every other was made with the bucket,
+// and a room is placed before its first message), so the others are not
+// asked: a partition without a leader for now then holds up no other
+// partition's new rooms. The first one is read from any replica, which
+// has such an old room whatever it lags.
 func (gs *Gates) holds(ctx context.Context, q room.Partition, roomID string) (bool, error) {
-	for _, g := range gs.gates {
-		if g.streamName() == q.Stream {
-			m, err := g.lastOn(ctx, q.Subjects.Room(roomID), true)
-			return m != nil, err
-		}
+	g := gs.gates[0]
+	if g.streamName() != q.Stream {
+		return false, nil
 	}
-	return false, nil
+	m, err := g.lastOn(ctx, q.Subjects.Room(roomID), false)
+	return m != nil, err
 }
 
 // claimChain claims key for roomID (room.Placement.ClaimChain), on behalf
 // of self, the gate of roomID's partition, about to append the chain's
-// first entry. A chain on another partition written before claims were
+// first entry. A chain on the first partition written before claims were
 // recorded (no claim, in a deployment that had one partition then) is
 // found by its subjects there and wins.
 func (gs *Gates) claimChain(ctx context.Context, self *Gate, key events.ChainKey, roomID string) (string, error) {
-	// First the other partitions: a chain written there before claims
-	// existed is recorded as theirs, so every later claim names it.
-	for _, g := range gs.gates {
-		if g == self {
-			continue
-		}
-		m, err := g.lastOn(ctx, g.subjects.ChainAnyRoom(key), true)
+	// First the first partition: a chain written there before claims
+	// existed (the others were made with the bucket, and claim every
+	// chain) is recorded as its room's, so every later claim names it.
+	// Any replica has such an old chain.
+	if g := gs.gates[0]; g != self {
+		m, err := g.lastOn(ctx, g.subjects.ChainAnyRoom(key), false)
 		if err != nil {
 			return "", err
 		}
-		if m == nil {
-			continue
+		if m != nil {
+			p, err := g.subjects.Parse(m.Subject)
+			if err != nil {
+				return "", err
+			}
+			return gs.place.ClaimChain(ctx, key, p.RoomID)
 		}
-		p, err := g.subjects.Parse(m.Subject)
-		if err != nil {
-			return "", err
-		}
-		return gs.place.ClaimChain(ctx, key, p.RoomID)
 	}
 	return gs.place.ClaimChain(ctx, key, roomID)
 }

@@ -380,8 +380,14 @@ func (g *Gate) storeRecord(ctx context.Context, rec *events.Record, reply room.R
 			// Across partitions: the room is placed here before its first
 			// message (a cache hit after that).
 			if err := g.placeRoom(ctx, roomID); err != nil {
-				reply.Item = failed(0, err)
-				return reply
+				// The bucket's leader out of reach for now is waited out as
+				// the stream's is; a room another gate placed elsewhere is
+				// sent again by the client.
+				if errors.Is(err, errMisrouted) || !g.waitRead(ctx, err, &attempt, retryUntil) {
+					reply.Item = failed(0, err)
+					return reply
+				}
+				continue
 			}
 		}
 		g.expect(msg, content)

@@ -296,6 +296,13 @@ func Serve(ctx context.Context, o ServeOptions) error {
 		cancel()
 		return err
 	}
+	if n := len(place.Partitions()); n > max(o.Partitions, 1) {
+		// Partitions are never removed: all are served. In secure mode
+		// the publisher's permissions must name them all (authconf
+		// --partitions), or the lookups below wait out their timeout.
+		log.Warn("the placement bucket records more partitions than --partitions asks: serving them all",
+			zap.Int("recorded", n), zap.Int("asked", max(o.Partitions, 1)))
+	}
 	var parts []*partition
 	for i, q := range place.Partitions() {
 		p := &partition{cfg: room.StreamConfig(q.Stream, q.Subjects, replicas), subjects: q.Subjects,

@@ -306,11 +306,14 @@ func TestCluster(t *testing.T) {
 		if n == nil {
 			t.Fatal("publisher serve is connected to no server")
 		}
+		// The phase's room is placed by its first line: its stream's
+		// leader is known once the shipment starts (a step-down then, if
+		// serve's server leads it, is an election the gate rides out).
+		s := cr.startShipment("lagging-replica")
 		leader := cr.in.streamLeader(10 * time.Second)
 		for leader == n.name {
 			leader = cr.in.stepDown(leader)
 		}
-		s := cr.startShipment("lagging-replica")
 		at := cr.waitProgress(s, 1300)
 		l := cr.cl.node(leader)
 		cr.cl.cutBetween(n, l, true)
