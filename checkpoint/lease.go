@@ -83,7 +83,7 @@ func (t *Trust) VerifyLease(key string, value []byte) (Lease, error) {
 	if err != nil || strconv.FormatInt(ms, 10) != msText {
 		return Lease{}, fmt.Errorf("%w: time %q is not a decimal number of milliseconds", ErrBadLease, clip(msText))
 	}
-	sig, err := base64.RawURLEncoding.DecodeString(sigText)
+	sig, err := base64.RawURLEncoding.Strict().DecodeString(sigText)
 	if err != nil || len(sig) != ed25519.SignatureSize {
 		return Lease{}, fmt.Errorf("%w: the signature is not %d bytes of unpadded base64url", ErrBadLease, ed25519.SignatureSize)
 	}
