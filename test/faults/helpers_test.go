@@ -1103,15 +1103,18 @@ func (r *auditReport) lastSeqs() uint64 {
 func auditReadsAll(t *testing.T, url string) {
 	t.Helper()
 	var r result
-	for i := 0; i < 5; i++ {
+	// Exit 2: the audit could not run (the server just healed: no answer
+	// from the leader in time, or 503 "JetStream system temporarily
+	// unavailable" while its meta state catches up); it says so, no
+	// verdict. A heal can take tens of seconds on 2 cores with three
+	// streams to catch up, so the budget is time, not tries.
+	for deadline := time.Now().Add(90 * time.Second); ; {
 		r = run(t, 2*time.Minute, subscriberBin, "audit", "--json", "--server", url)
-		if r.status == 0 || r.status == 1 {
+		if r.status == 0 || r.status == 1 || time.Now().After(deadline) {
 			break
 		}
-		// Exit 2: the audit could not run (the server just healed: no
-		// answer from the leader in time); it says so, no verdict.
-		t.Logf("subscriber audit through %s: exit %d (%s); again", url, r.status, firstLine(r.stderr))
-		time.Sleep(time.Second)
+		t.Logf("subscriber audit through %s: exit %d (%s); again", url, r.status, lastLine(r.stderr))
+		time.Sleep(2 * time.Second)
 	}
 	var rep auditReport
 	if err := json.Unmarshal([]byte(r.stdout), &rep); err != nil {
@@ -1173,4 +1176,14 @@ func auditStateDir(t *testing.T) string {
 		_ = os.Remove(d)
 	}
 	return d2.(string)
+}
+
+// lastLine is stderr's last non-empty line: a reader prints its warnings
+// first and the error that ended it last.
+func lastLine(s string) string {
+	s = strings.TrimSpace(s)
+	if i := strings.LastIndexByte(s, '\n'); i >= 0 {
+		return s[i+1:]
+	}
+	return s
 }
