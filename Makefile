@@ -38,10 +38,10 @@ image:
 ## test: unit tests (race detector), integration tests, the fault suite, then 3s per fuzz target
 test: unit integration test-faults fuzz-short
 
-## unit: fast tests of the libraries and commands, with the race detector; then the allocation tests without it
+## unit: fast tests of the libraries and commands, with the race detector; then the allocation and big-file tests without it
 unit:
 	$(GO) test -race -count=1 ./events/... ./validate/... ./schemas/... ./config/... ./checkpoint/... ./witness/... ./tiles/... ./internal/... ./cmd/... ./test/layout/... ./test/crashfs/...
-	$(GO) test -count=1 -run 'NoAllocs' ./events/... ./validate/... ./checkpoint/...
+	$(GO) test -count=1 -run 'NoAllocs|BigFiles' ./events/... ./validate/... ./checkpoint/...
 
 ## integration: against real embedded nats-servers (JetStream on disk), the upstream verifier's rules, then the built binaries (and the v0.1.0 store, TestStoreV010)
 integration:
