@@ -3,7 +3,8 @@ package room
 // StoredMsg is one attested message the gate appended, as it told the
 // checkpointer of it (the gate's AttestationSink): enough to check the
 // message's attestation once the server has stored it, without reading
-// it back (docs/checkpoints.md).
+// it back (docs/checkpoints.md). A record marker stored in the batch of
+// its record has only its Subject: no leaf.
 type StoredMsg struct {
 	Subject string   // the subject it is stored on
 	Header  string   // its checkpoint.AttestationHeader value

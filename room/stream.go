@@ -66,7 +66,8 @@ var ErrStreamConfig = errors.New("room stream is not append-only")
 // Discard New, no delete, purge or rollup, no TTLs, delete markers,
 // counters or schedules, no mirror, source or transform writing into it,
 // direct get on for readers, and atomic batch publish (ADR-50) allowed for
-// journal backfill. replicas is 1 on one server, 3 on a cluster.
+// journal backfill and records with their markers. Record markers are off
+// (RecordMarkers): an administrator turns them on. replicas is 1 on one server, 3 on a cluster.
 // MaxConsumers -1 sets no limit of the stream's own; nats-server then
 // applies its default_max_consumers (server.JSDefaultMaxConsumersPerStream,
 // 1,000 per stream) unless the account sets one, so consumers can run out:

@@ -1,6 +1,8 @@
 package room
 
 import (
+	"crypto/sha256"
+	"encoding/base64"
 	"errors"
 	"fmt"
 	"strings"
@@ -164,6 +166,57 @@ func (s Subjects) Notice(roomID string) string {
 	return s.prefix() + "." + RoomToken(roomID) + ".notice"
 }
 
+// MarkerKind names the rule a record marker serves (docs/design.md,
+// "Record markers"): one of the Marker constants.
+type MarkerKind string
+
+// Record marker kinds. A marker of MarkKey, MarkRun or MarkDecision is
+// stored in one atomic batch with the record it names; MarkFormat once per
+// room, with the room's first record.
+const (
+	// MarkKey: the record holding an idempotency/key (one per key: the
+	// marker is appended with an expected last subject sequence of 0).
+	MarkKey MarkerKind = "key"
+	// MarkRun: the record concluding a run/ref (one per run/ref).
+	MarkRun MarkerKind = "run"
+	// MarkDecision: the latest record of a decision/ref, with its
+	// outcome (an unknown outcome ends the decision).
+	MarkDecision MarkerKind = "decision"
+	// MarkInstance: a record observed on an environment/ref, so a reader
+	// finds one instance's records without reading the room's.
+	MarkInstance MarkerKind = "instance"
+	// MarkFormat: every record of the room has its markers.
+	MarkFormat MarkerKind = "format"
+)
+
+// MarkerToken is the subject token of a marked value: the unpadded
+// base64url SHA-256 of its bytes (43 characters), so a marker subject is
+// short and safe whatever the value holds.
+func MarkerToken(value string) string {
+	h := sha256.Sum256([]byte(value))
+	return base64.RawURLEncoding.EncodeToString(h[:])
+}
+
+// Marker is the subject of the record marker of kind k for value in a
+// room: rooms.<room>.mark.<kind>.<MarkerToken(value)>. For MarkFormat,
+// value is ignored: rooms.<room>.mark.format.
+func (s Subjects) Marker(roomID string, k MarkerKind, value string) string {
+	if k == MarkFormat {
+		return s.prefix() + "." + RoomToken(roomID) + ".mark.format"
+	}
+	return s.prefix() + "." + RoomToken(roomID) + ".mark." + string(k) + "." + MarkerToken(value)
+}
+
+// InstanceMarkers is the filter for the instance markers of one
+// environment/ref: in one room, or in every room when roomID is "".
+func (s Subjects) InstanceMarkers(roomID, instance string) string {
+	tok := "*"
+	if roomID != "" {
+		tok = RoomToken(roomID)
+	}
+	return s.prefix() + "." + tok + ".mark." + string(MarkInstance) + "." + MarkerToken(instance)
+}
+
 // Kind is what a room subject carries: one of the Kind constants
 // (docs/design.md, "Subjects and room ids").
 type Kind string
@@ -174,18 +227,25 @@ const (
 	KindExecution  Kind = "execution"
 	KindCheckpoint Kind = "checkpoint"
 	KindNotice     Kind = "notice"
+	// KindMarker is a record marker: an index of the room's records kept
+	// by the server, never a leaf (docs/design.md, "Record markers").
+	KindMarker Kind = "marker"
 )
 
 // Leaf reports whether messages of kind k are leaves of the room's tree
-// (journal entries and execution records), as checkpoints and loss
-// notices are not.
+// (journal entries and execution records), as checkpoints, loss notices
+// and record markers are not.
 func (k Kind) Leaf() bool { return k == KindJournal || k == KindExecution }
 
 // Parsed is a subject taken apart.
 type Parsed struct {
-	Kind   Kind // KindJournal, KindExecution, KindCheckpoint or KindNotice
+	Kind   Kind // KindJournal, KindExecution, KindCheckpoint, KindNotice or KindMarker
 	RoomID string
 	Chain  events.ChainKey // journal subjects only
+	// Marker and MarkerToken: marker subjects only (MarkerToken is "" for
+	// MarkFormat).
+	Marker      MarkerKind
+	MarkerToken string
 }
 
 // Parse takes a room subject apart. Errors wrap ErrBadToken.
@@ -214,8 +274,26 @@ func (s Subjects) Parse(subject string) (Parsed, error) {
 		if p.Chain.CapsuleID, err = DecodeToken(toks[4]); err != nil {
 			return Parsed{}, err
 		}
+	case len(toks) == 4 && toks[2] == "mark" && toks[3] == string(MarkFormat):
+		p.Kind, p.Marker = KindMarker, MarkFormat
+	case len(toks) == 5 && toks[2] == "mark" && knownMarker(MarkerKind(toks[3])) && validMarkerToken(toks[4]):
+		p.Kind, p.Marker, p.MarkerToken = KindMarker, MarkerKind(toks[3]), toks[4]
 	default:
 		return Parsed{}, fmt.Errorf("%w: %q has no known layout", ErrBadToken, subject)
 	}
 	return p, nil
+}
+
+func knownMarker(k MarkerKind) bool {
+	return k == MarkKey || k == MarkRun || k == MarkDecision || k == MarkInstance
+}
+
+// validMarkerToken reports whether tok is a MarkerToken: 43 base64url
+// characters whose last one carries no stray bits (one spelling per hash).
+func validMarkerToken(tok string) bool {
+	if len(tok) != 43 {
+		return false
+	}
+	b, err := base64.RawURLEncoding.Strict().DecodeString(tok)
+	return err == nil && len(b) == sha256.Size
 }

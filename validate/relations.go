@@ -60,25 +60,57 @@ func (x *RecordIndex) Add(rec *events.Record, seq uint64) {
 }
 
 // Problems applies the relation rules to rec, a record not yet in the
-// index, in the order of docs/design.md, "Refusal codes and their order":
-// idempotency_conflict, run_conflict, unknown_not_consent, each at its
-// member's JSON pointer under at. None: rec may be stored.
+// index (RelationProblems).
 func (x *RecordIndex) Problems(rec *events.Record, at events.Location) []events.Problem {
-	var ps []events.Problem
-	ptr := func(p string) events.Location { l := at; l.Pointer = p; return l }
+	var held Held
 	if d, ok := x.keys[rec.IdempotencyKey()]; ok {
-		ps = append(ps, events.Problem{Code: events.IdempotencyConflict, At: ptr("/idempotency~1key"),
-			Reason:   "idempotency/key already names another record in this room (stream seq " + strconv.FormatUint(x.digests[d], 10) + ")",
-			Expected: d, Actual: rec.ContentDigest()})
+		held.Key = &HeldBy{Digest: d, Seq: x.digests[d]}
 	}
 	if d, ok := x.runs[rec.RunRef()]; ok {
-		ps = append(ps, events.Problem{Code: events.RunConflict, At: ptr("/run~1ref"),
-			Reason:   "run/ref already concluded in this room (stream seq " + strconv.FormatUint(x.digests[d], 10) + ")",
-			Expected: d, Actual: rec.ContentDigest()})
+		held.Run = &HeldBy{Digest: d, Seq: x.digests[d]}
 	}
-	if seq, ok := x.unknown[rec.DecisionRef()]; ok {
+	held.Unknown = x.unknown[rec.DecisionRef()]
+	return RelationProblems(rec, at, held)
+}
+
+// HeldBy names the stored record that holds a value: its content digest
+// and stream sequence.
+type HeldBy struct {
+	Digest string
+	Seq    uint64
+}
+
+// Held is what a room already holds against a new record: the record
+// holding its idempotency/key and the one concluding its run/ref (nil:
+// none), and the stream sequence of the first record of its decision/ref
+// with an unknown outcome (0: none). A RecordIndex or the room's record
+// markers (docs/design.md, "Record markers") say it.
+type Held struct {
+	Key, Run *HeldBy
+	Unknown  uint64
+}
+
+// RelationProblems applies seed 004's relation rules to rec against what
+// the room holds, in the order of docs/design.md, "Refusal codes and their
+// order": idempotency_conflict, run_conflict, unknown_not_consent, each at
+// its member's JSON pointer under at. None: rec may be stored. The gate and
+// every reader word them through here, so they cannot disagree.
+func RelationProblems(rec *events.Record, at events.Location, held Held) []events.Problem {
+	var ps []events.Problem
+	ptr := func(p string) events.Location { l := at; l.Pointer = p; return l }
+	if h := held.Key; h != nil {
+		ps = append(ps, events.Problem{Code: events.IdempotencyConflict, At: ptr("/idempotency~1key"),
+			Reason:   "idempotency/key already names another record in this room (stream seq " + strconv.FormatUint(h.Seq, 10) + ")",
+			Expected: h.Digest, Actual: rec.ContentDigest()})
+	}
+	if h := held.Run; h != nil {
+		ps = append(ps, events.Problem{Code: events.RunConflict, At: ptr("/run~1ref"),
+			Reason:   "run/ref already concluded in this room (stream seq " + strconv.FormatUint(h.Seq, 10) + ")",
+			Expected: h.Digest, Actual: rec.ContentDigest()})
+	}
+	if held.Unknown != 0 {
 		ps = append(ps, events.Problem{Code: events.UnknownNotConsent, At: ptr("/decision~1ref"),
-			Reason: "the decision already has an execution with outcome unknown (stream seq " + strconv.FormatUint(seq, 10) +
+			Reason: "the decision already has an execution with outcome unknown (stream seq " + strconv.FormatUint(held.Unknown, 10) +
 				"); an unknown outcome is never consent to run it again"})
 	}
 	return ps

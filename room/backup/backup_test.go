@@ -87,7 +87,7 @@ func freshServer(t *testing.T) (*embedded.Server, *nats.Conn, jetstream.JetStrea
 // kept C2 refuses the room as rolled back (checkpoint_mismatch).
 func TestBackupRestoreDetectsRollback(t *testing.T) {
 	ctx := context.Background()
-	e := roomtest.NewEnv(t)
+	e := roomtest.NewEnvUnmarked(t, embedded.Options{}) // exact message counts: no record markers
 	pub := roomtest.NewPublisherKey(t)
 	trust := roomtest.Trusting(t, pub)
 	ckp, _ := roomtest.StartCheckpointer(t, e.Connect(), checkpointer.Options{Key: pub, Every: 6, Interval: time.Hour})

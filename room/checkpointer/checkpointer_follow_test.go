@@ -3,6 +3,7 @@ package checkpointer_test
 import (
 	"context"
 	"fmt"
+	"github.com/roompub/roompub/room/embedded"
 	"slices"
 	"sync"
 	"testing"
@@ -80,10 +81,10 @@ func checkRoom(t *testing.T, e *roomtest.Env, ckp *checkpointer.Checkpointer, ro
 }
 
 // TestCheckpointerFollowOutOfOrderAcks: the gate's batches acknowledged in
-// reverse order are all taken from memory, none read, and the tree keeps
-// stream order.
+// reverse order are all taken from memory, none read (a record's markers
+// too), and the tree keeps stream order.
 func TestCheckpointerFollowOutOfOrderAcks(t *testing.T) {
-	e := roomtest.NewEnv(t)
+	e := roomtest.NewEnvMarked(t, embedded.Options{})
 	ctx := context.Background()
 	key := roomtest.NewPublisherKey(t)
 	const roomID = "room:acks"
@@ -109,8 +110,10 @@ func TestCheckpointerFollowOutOfOrderAcks(t *testing.T) {
 	}
 	sink.mu.Unlock()
 	sink.release()
-	roomtest.WaitFor(t, 10*time.Second, "all messages taken", func() bool { mem, _ := ckp.FollowCounts(); return mem == 11 })
-	checkRoom(t, e, ckp, roomID, roomtest.Trusting(t, key), 11, 11, 0)
+	// 11 leaves and the record's 5 markers (key, run, decision, instance,
+	// the room's format), which its batch carries: no leaves.
+	roomtest.WaitFor(t, 10*time.Second, "all messages taken", func() bool { mem, _ := ckp.FollowCounts(); return mem == 16 })
+	checkRoom(t, e, ckp, roomID, roomtest.Trusting(t, key), 11, 16, 0)
 }
 
 // TestCheckpointerFollowGaps: another publisher's batch and a checkpoint
@@ -187,7 +190,7 @@ func TestCheckpointerFollowLostAck(t *testing.T) {
 // messages reads them (its catch-up), then takes the gate's new ones from
 // memory; its checkpoints extend the first checkpointer's.
 func TestCheckpointerFollowRestart(t *testing.T) {
-	e := roomtest.NewEnv(t)
+	e := roomtest.NewEnvUnmarked(t, embedded.Options{})
 	ctx := context.Background()
 	key := roomtest.NewPublisherKey(t)
 	const roomID = "room:restart"
@@ -257,7 +260,7 @@ func checkCovered(t *testing.T, e *roomtest.Env, roomID string, trust *checkpoin
 func TestCheckpointerFollowConcurrentFillsTinyCap(t *testing.T) {
 	for _, announce := range []bool{true, false} {
 		t.Run(fmt.Sprintf("announce=%v", announce), func(t *testing.T) {
-			e := roomtest.NewEnv(t)
+			e := roomtest.NewEnvUnmarked(t, embedded.Options{})
 			ctx := context.Background()
 			key := roomtest.NewPublisherKey(t)
 			trust := roomtest.Trusting(t, key)

@@ -37,7 +37,7 @@ import (
 // all messages on the room's exec subject, counted across another gate's
 // appends and a raw message there.
 func TestGateAttestsEveryAppend(t *testing.T) {
-	e := roomtest.NewEnv(t)
+	e := roomtest.NewEnvUnmarked(t, embedded.Options{})
 	ctx := context.Background()
 	key, other := roomtest.NewPublisherKey(t), roomtest.NewPublisherKey(t)
 	batched := roomtest.AttestingGate(e, e.Nc, key, nil, ingest.GateOptions{})
@@ -244,7 +244,7 @@ func TestGateCountsAttestationSize(t *testing.T) {
 // leaves, after T, and on Stop; each verifies, sizes grow, and every root
 // is the independently rebuilt tree's at that size.
 func TestCheckpointerWritesEveryNAfterTAndOnStop(t *testing.T) {
-	e := roomtest.NewEnv(t)
+	e := roomtest.NewEnvUnmarked(t, embedded.Options{})
 	ctx := context.Background()
 	key := roomtest.NewPublisherKey(t)
 	const roomID, quiet = "room:ckpt", "room:quiet"

@@ -3,9 +3,15 @@ package ingest_test
 import (
 	"bytes"
 	"context"
+	"crypto/sha256"
+	"encoding/base64"
 	"encoding/json"
 	"fmt"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/roompub/roompub/room/embedded"
 	"math/rand/v2"
+	"regexp"
+	"strconv"
 	"testing"
 
 	"github.com/roompub/roompub/events"
@@ -164,19 +170,19 @@ func TestRecordEquivalence(t *testing.T) {
 	for seed := range uint64(3) {
 		t.Run(fmt.Sprint("seed ", seed), func(t *testing.T) {
 			rng := rand.New(rand.NewPCG(seed, 3))
-			fast, oracle := roomtest.NewEnv(t), roomtest.NewEnv(t)
+			fast, oracle := roomtest.NewEnvMarked(t, embedded.Options{}), roomtest.NewEnvUnmarked(t, embedded.Options{})
 			fg := racers(fast)
 			og := oracleGates(t, fast, oracle)
 			pool := recordPool(t, rng, fast)
 			outcomes := map[room.Outcome]int{}
 			codes := map[events.Code]int{}
+			of, oo := recordOrdinals{}, recordOrdinals{}
 			for range 150 {
 				raw := pool[rng.IntN(len(pool))]
 				i := rng.IntN(2)
 				rf := fg[i].AppendRecord(t.Context(), raw)
 				ro := og[i].AppendRecordCatchingUp(t.Context(), raw)
-				jf, _ := json.Marshal(rf)
-				jo, _ := json.Marshal(ro)
+				jf, jo := of.json(rf), oo.json(ro)
 				if !bytes.Equal(jf, jo) {
 					t.Fatalf("record %s through gate %d:\nnew:    %s\noracle: %s", raw, i, jf, jo)
 				}
@@ -188,16 +194,75 @@ func TestRecordEquivalence(t *testing.T) {
 				codes[events.RunConflict] == 0 || codes[events.UnknownNotConsent] == 0 {
 				t.Fatalf("the mix is too one-sided: %v %v", outcomes, codes)
 			}
-			mf, mo := fast.Stored(), oracle.Stored()
-			if len(mf) != len(mo) {
-				t.Fatalf("streams hold %d and %d messages", len(mf), len(mo))
-			}
-			for i := range mf {
-				if mf[i].Subject != mo[i].Subject || !bytes.Equal(mf[i].Data, mo[i].Data) {
-					t.Fatalf("stream seq %d differs", mf[i].Sequence)
-				}
-			}
+			sameRecords(t, fast, oracle, outcomes[room.OutcomeStored])
 		})
+	}
+}
+
+// recordOrdinals names a stream's records by their place on the room's
+// records subjects (first stored 1, …) instead of their stream sequence,
+// which a marked stream's markers move on: the replies of a marked and an
+// unmarked stream then compare byte for byte.
+type recordOrdinals map[uint64]int
+
+var streamSeqs = regexp.MustCompile(`("stream_seq":|stream seq )([0-9]+)`)
+
+// json is reply's JSON with every stream sequence replaced by its ordinal
+// (a stored reply names a new one).
+func (o recordOrdinals) json(reply room.RecordReply) []byte {
+	if reply.Item.Outcome == room.OutcomeStored {
+		o[reply.Item.StreamSeq] = len(o) + 1
+	}
+	b, _ := json.Marshal(reply)
+	return streamSeqs.ReplaceAllFunc(b, func(m []byte) []byte {
+		sub := streamSeqs.FindSubmatch(m)
+		seq, _ := strconv.ParseUint(string(sub[2]), 10, 64)
+		return []byte(string(sub[1]) + "#" + strconv.Itoa(o[seq]))
+	})
+}
+
+// sameRecords fails t unless marked's stream holds, besides its markers,
+// the messages unmarked's holds, stored of them, in the same order; and
+// every marker names a stored record (the one at its offset, by content
+// digest).
+func sameRecords(t *testing.T, marked, unmarked *roomtest.Env, stored int) {
+	t.Helper()
+	mf, mo := marked.StoredUnmarked(), unmarked.Stored()
+	if len(mf) != len(mo) || len(mf) != stored {
+		t.Fatalf("streams hold %d and %d messages, %d stored", len(mf), len(mo), stored)
+	}
+	for i := range mf {
+		if mf[i].Subject != mo[i].Subject || !bytes.Equal(mf[i].Data, mo[i].Data) {
+			t.Fatalf("record %d differs: stream seq %d and %d", i, mf[i].Sequence, mo[i].Sequence)
+		}
+	}
+	all := marked.Stored()
+	bySeq := map[uint64]*jetstream.RawStreamMsg{}
+	for _, m := range all {
+		bySeq[m.Sequence] = m
+	}
+	markers := 0
+	for _, m := range all {
+		p, err := (room.Subjects{}).Parse(m.Subject)
+		if err != nil || p.Kind != room.KindMarker {
+			continue
+		}
+		markers++
+		mk, err := room.ParseMarker(m.Data)
+		if err != nil {
+			t.Fatalf("marker at stream seq %d: %v", m.Sequence, err)
+		}
+		rm := bySeq[mk.RecordSeq(m.Sequence)]
+		if rm == nil {
+			t.Fatalf("marker %s at stream seq %d names no message", m.Subject, m.Sequence)
+		}
+		sum := sha256.Sum256(rm.Data)
+		if rm.Subject != (room.Subjects{}).Records(p.RoomID) || mk.Record != events.DigestPrefix+base64.RawURLEncoding.EncodeToString(sum[:]) {
+			t.Fatalf("marker %s at stream seq %d names %s, not the record at its offset", m.Subject, m.Sequence, mk.Record)
+		}
+	}
+	if markers < 3*stored {
+		t.Fatalf("%d markers for %d records: want at least key, run and decision for each", markers, stored)
 	}
 }
 

@@ -60,3 +60,7 @@ func (f *FairSlots) Waiting() int {
 	}
 	return n
 }
+
+// RecordsRead is how many records g read to bring a room's index up to
+// the stream head (none for a room whose records are marked).
+func (g *Gate) RecordsRead() uint64 { return g.recordsRead.Load() }

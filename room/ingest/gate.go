@@ -148,6 +148,12 @@ type Gate struct {
 	maxBatch atomic.Int64  // messages per atomic batch (halved if the server says too large)
 	inflight chan struct{} // one token per atomic batch open
 	noAtomic atomic.Bool   // the stream refused atomic batches: one publish per entry
+	// markers: the stream turns record markers on (room.RecordMarkers);
+	// rooms whose records are marked keep no index (markers.go).
+	markers bool
+	// recordsRead counts the records catchUp read (export_test.go's
+	// RecordsRead): a marked room reads none.
+	recordsRead atomic.Uint64
 
 	paused atomic.Pointer[error] // non-nil: the stream failed its check; no appends
 	// claim, set by NewGates on a deployment of several partitions, is
@@ -263,6 +269,9 @@ func NewGate(ctx context.Context, nc *nats.Conn, o GateOptions) (*Gate, error) {
 		g.now = time.Now
 	}
 	g.swept = g.now()
+	if info := st.CachedInfo(); info != nil {
+		g.markers = room.RecordMarkers(info.Config)
+	}
 	return g, nil
 }
 

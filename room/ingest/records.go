@@ -39,6 +39,11 @@ type roomState struct {
 	// Written under mu, read without it as a hint by AppendRecords's
 	// checker.
 	count atomic.Uint64
+	// marked: the room's records have markers (markers.go), and the
+	// relation rules are the server's; RecordIndex is then nil.
+	marked *markedRoom
+	// RecordIndex: the relation rules of a room without markers, read
+	// whole from the stream (catchUp).
 	*validate.RecordIndex
 }
 
@@ -53,14 +58,30 @@ func (g *Gate) room(roomID string) *roomState {
 	return r
 }
 
-func newRoomState() *roomState {
-	return &roomState{RecordIndex: validate.NewRecordIndex()}
+func newRoomState() *roomState { return &roomState{} }
+
+// loadRoom brings r up to the stream head: on markers when the stream has
+// them on and the room's records are marked (loadMarked), else by reading
+// every record after r.streamSeq into the index (catchUp).
+func (g *Gate) loadRoom(ctx context.Context, roomID string, r *roomState) error {
+	if g.markers && r.RecordIndex == nil {
+		ok, err := g.loadMarked(ctx, roomID, r)
+		if err != nil || ok {
+			return err
+		}
+		r.marked, r.streamSeq = nil, 0
+		r.count.Store(0)
+	}
+	return g.catchUp(ctx, roomID, r)
 }
 
 // catchUp reads every record stored on the room's record subject after
 // r.streamSeq, in stream order, into the index, as the stream leader has
 // them (see leaderMsg).
 func (g *Gate) catchUp(ctx context.Context, roomID string, r *roomState) error {
+	if r.RecordIndex == nil {
+		r.RecordIndex = validate.NewRecordIndex()
+	}
 	subj := g.subjects.Records(roomID)
 	// One warning per catch-up, not per message: a raw writer flooding the
 	// subject must not flood the log too.
@@ -83,6 +104,7 @@ func (g *Gate) catchUp(ctx context.Context, roomID string, r *roomState) error {
 		}
 		r.streamSeq = m.Sequence
 		r.count.Add(1)
+		g.recordsRead.Add(1)
 		// Only records that pass every rule count for the relation rules:
 		// a record a compromised writer put straight into the stream must
 		// not block a genuine one (idempotency_conflict, run_conflict).
@@ -313,7 +335,7 @@ func (g *Gate) storeRecord(ctx context.Context, rec *events.Record, reply room.R
 			return reply
 		}
 		if stale {
-			if err := g.catchUp(ctx, roomID, r); err != nil {
+			if err := g.loadRoom(ctx, roomID, r); err != nil {
 				if !g.waitRead(ctx, err, &attempt, retryUntil) {
 					reply.Item = failed(0, err)
 					return reply
@@ -334,6 +356,28 @@ func (g *Gate) storeRecord(ctx context.Context, rec *events.Record, reply room.R
 			reply.Item = room.RefusedItem(0, []events.Problem{{Code: events.StoreLost, At: at, Reason: reason}})
 			reply.Item.Hash = rec.ComputedRef()
 			return reply
+		}
+		if r.marked != nil {
+			out, again, err := g.storeMarkedIn(ctx, rec, r, reply, pre, content, fresh)
+			switch {
+			case err == nil && !again:
+				return out
+			case err == nil:
+				// Decide again on the room and markers as they are now;
+				// a batch in flight ahead may hold its subjects a moment.
+				stale = true
+				if attempt > 0 && !jsapi.Sleep(ctx, jsapi.Backoff(attempt)) {
+					reply.Item = failed(0, ctx.Err())
+					return reply
+				}
+				continue
+			}
+			if !g.waitRead(ctx, err, &attempt, retryUntil) {
+				reply.Item = failed(0, err)
+				return reply
+			}
+			stale = true
+			continue
 		}
 		// The index only grows, in stream order: a record found in it is
 		// stored there whatever came later.

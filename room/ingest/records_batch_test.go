@@ -40,7 +40,7 @@ func TestRecordsEquivalence(t *testing.T) {
 	for seed := range uint64(3) {
 		t.Run(fmt.Sprint("seed ", seed), func(t *testing.T) {
 			rng := rand.New(rand.NewPCG(seed, 8))
-			fast, oracle := roomtest.NewEnv(t), roomtest.NewEnv(t)
+			fast, oracle := roomtest.NewEnvMarked(t, embedded.Options{}), roomtest.NewEnvUnmarked(t, embedded.Options{})
 			pub := roomtest.NewPublisherKey(t)
 			var presigned [2]atomic.Uint64
 			fg := [2]*ingest.Gate{roomtest.AttestingGate(fast, fast.Connect(), pub, nil, ingest.WithPresignedCount(ingest.GateOptions{}, &presigned[0])),
@@ -51,6 +51,7 @@ func TestRecordsEquivalence(t *testing.T) {
 			pool = append(pool, []byte(`{"room/id": "room:rd",`), forged)
 			outcomes := map[room.Outcome]int{}
 			codes := map[events.Code]int{}
+			of, oo := recordOrdinals{}, recordOrdinals{}
 			for sent := 0; sent < 150; {
 				group := make([][]byte, 1+rng.IntN(12))
 				for j := range group {
@@ -67,8 +68,7 @@ func TestRecordsEquivalence(t *testing.T) {
 						t.Fatalf("reply %d has index %d", j, got[j].Item.Index)
 					}
 					got[j].Item.Index = 0
-					jf, _ := json.Marshal(got[j])
-					jo, _ := json.Marshal(ro)
+					jf, jo := of.json(got[j]), oo.json(ro)
 					if !bytes.Equal(jf, jo) {
 						t.Fatalf("record %d of %d (%s) through gate %d:\nbatch:  %s\noracle: %s", j, len(group), raw, i, jf, jo)
 					}
@@ -83,15 +83,8 @@ func TestRecordsEquivalence(t *testing.T) {
 				codes[events.RefMismatch] == 0 {
 				t.Fatalf("the mix is too one-sided: %v %v", outcomes, codes)
 			}
-			mf, mo := fast.Stored(), oracle.Stored()
-			if len(mf) != len(mo) || len(mf) != outcomes[room.OutcomeStored] {
-				t.Fatalf("streams hold %d and %d messages, %d stored", len(mf), len(mo), outcomes[room.OutcomeStored])
-			}
-			for i := range mf {
-				if mf[i].Subject != mo[i].Subject || !bytes.Equal(mf[i].Data, mo[i].Data) {
-					t.Fatalf("stream seq %d differs", mf[i].Sequence)
-				}
-			}
+			sameRecords(t, fast, oracle, outcomes[room.OutcomeStored])
+			mf := fast.StoredUnmarked()
 			used := presigned[0].Load() + presigned[1].Load()
 			t.Logf("%d of %d stored with the attestation signed ahead", used, len(mf))
 			if used == 0 || used >= uint64(len(mf)) {
@@ -122,7 +115,7 @@ func TestRecordsEquivalence(t *testing.T) {
 // pretty-printed record (compacted onto one line) is stored in its
 // canonical form, and a repeat is a duplicate of the first copy.
 func TestRecordsStoredInOrderAcrossRequests(t *testing.T) {
-	e := roomtest.NewEnv(t)
+	e := roomtest.NewEnvUnmarked(t, embedded.Options{})
 	cl := client.New(e.Nc, client.Options{})
 	const roomID = "room:batch"
 	pretty := roomtest.ReferenceBytes(t, "verified.json")
@@ -321,7 +314,7 @@ func TestRecordsReplyTrimmed(t *testing.T) {
 // be sent; AppendRecords answers it refused too_large without a request
 // and ships the records around it.
 func TestRecordsClientTooLarge(t *testing.T) {
-	e := roomtest.NewEnvWith(t, embedded.Options{MaxPayload: 64 << 10})
+	e := roomtest.NewEnvUnmarked(t, embedded.Options{MaxPayload: 64 << 10})
 	cl := client.New(e.Nc, client.Options{})
 	huge := []byte(`{"room/id":"room:big","x":"` + strings.Repeat("a", 70<<10) + `"}`)
 	raws := [][]byte{roomtest.RecordNamed(e, "room:big", "a"), huge, roomtest.RecordNamed(e, "room:big", "b")}

@@ -3,6 +3,7 @@ package ingest_test
 import (
 	"bytes"
 	"crypto/rand"
+	"github.com/roompub/roompub/room/embedded"
 	"testing"
 
 	"github.com/roompub/roompub/events"
@@ -45,7 +46,7 @@ func checkRefused(t *testing.T, r room.RecordReply, codes ...events.Code) {
 }
 
 func TestRecordStoreAndDuplicate(t *testing.T) {
-	e := roomtest.NewEnv(t)
+	e := roomtest.NewEnvUnmarked(t, embedded.Options{})
 	pretty := roomtest.ReferenceBytes(t, "verified.json")
 	rec, err := events.ParseRecord(pretty)
 	if err != nil {
@@ -82,7 +83,7 @@ func TestRecordStoreAndDuplicate(t *testing.T) {
 }
 
 func TestRecordStreamRules(t *testing.T) {
-	e := roomtest.NewEnv(t)
+	e := roomtest.NewEnvUnmarked(t, embedded.Options{})
 	base := roomtest.ReferenceRecord(t, "verified.json")
 	// A record of our own host in a room of its own.
 	first := e.Sign(base, map[string]any{"room/id": "room:rules"})
@@ -203,7 +204,7 @@ func TestRecordValidatorRefusals(t *testing.T) {
 // no gate wrote (not a record) does not stop the room: the gate reads past
 // it, and its rules still see every record around it.
 func TestRecordSkipsForeignMessages(t *testing.T) {
-	e := roomtest.NewEnv(t)
+	e := roomtest.NewEnvUnmarked(t, embedded.Options{})
 	base := roomtest.ReferenceRecord(t, "verified.json")
 	a := e.Sign(base, map[string]any{"room/id": "room:mixed"})
 	checkRecordStored(t, e.ShipRecord(a.Canonical()), a, room.OutcomeStored, 1)

@@ -68,9 +68,18 @@ const lastBatch = 256
 // Errors: a read that failed (the survey stops; what it found stays).
 func (g *Gate) Survey(ctx context.Context) (Survey, error) {
 	var out Survey
-	counts, err := jsapi.SubjectCounts(ctx, g.nc, g.streamName(), g.subjects.All(), g.timeout)
-	if err != nil {
-		return out, err
+	// Chains, records and checkpoints only: a room's record markers (one
+	// subject per idempotency key, run, decision and instance) are never
+	// listed.
+	counts := map[string]uint64{}
+	var err error
+	root := g.subjects.Root()
+	for _, filter := range []string{root + ".*.journal.*.*", root + ".*.exec", root + ".*.checkpoint"} {
+		var c map[string]uint64
+		if c, err = jsapi.SubjectCounts(ctx, g.nc, g.streamName(), filter, g.timeout); err != nil {
+			return out, err
+		}
+		maps.Copy(counts, c)
 	}
 	held := map[string]uint64{} // room -> messages on its leaf subjects
 	var chains, checkpoints, execs []string

@@ -113,6 +113,9 @@ func (r *Reader) prepareAttestation(x *prepared) {
 		x.att.ckpt, x.att.ckptErr = checkpoint.Parse(m.Data, x.p.RoomID, r.trust)
 		return
 	}
+	if x.p.Kind == room.KindMarker {
+		return // no leaf, no attestation: an index of the room's records
+	}
 	if x.p.Kind == room.KindNotice {
 		// No leaf, no batch: its one attestation is checked here.
 		x.signer, x.sigErr = r.trust.VerifyAttestation(m.Attestation, x.p.RoomID, m.Subject, checkpoint.NoticePosition, checkpoint.ContentHash(m.Data))
@@ -401,7 +404,7 @@ func (r *Reader) step(x *prepared) {
 	case room.KindCheckpoint:
 		r.stepCheckpoint(l, x)
 		return
-	case room.KindNotice:
+	case room.KindNotice, room.KindMarker:
 		return
 	case room.KindExecution:
 		x.att.position = checkpoint.RecordPosition(l.execs)

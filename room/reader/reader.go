@@ -291,7 +291,9 @@ func (r *Reader) decide(x *prepared, full bool) (*Event, *SetAside) {
 		return nil, r.refusedAttestation(x)
 	}
 	switch x.p.Kind {
-	case room.KindCheckpoint:
+	case room.KindCheckpoint, room.KindMarker:
+		// A marker is the server's index of the room's records, no
+		// leaf: the record rules are judged on the records themselves.
 		return nil, nil
 	case room.KindNotice:
 		return nil, r.takeNotice(x)

@@ -43,6 +43,9 @@ type Env struct {
 	Key    *events.HostKey
 	V      *validate.Validator
 	onGate []func(*ingest.Gate) // EachGate's
+	// marked: the stream is made with record markers on
+	// (room.MetadataRecordMarkers).
+	marked bool
 }
 
 // EachGate runs f on e's gate and on every gate e makes after: a test
@@ -58,10 +61,30 @@ func NewEnv(t *testing.T) *Env {
 	return NewEnvWith(t, embedded.Options{})
 }
 
+// NewEnvMarked is NewEnvWith on a stream with record markers on
+// (room.RecordMarkers): the relation rules are the server's.
+func NewEnvMarked(t *testing.T, opts embedded.Options) *Env {
+	t.Helper()
+	return newEnv(t, opts, true)
+}
+
+// NewEnvUnmarked is NewEnvWith on a stream with record markers off, as
+// StreamConfig makes it: the relation rules in the gate's index. Tests
+// that count a stream's messages name it so.
+func NewEnvUnmarked(t *testing.T, opts embedded.Options) *Env {
+	t.Helper()
+	return newEnv(t, opts, false)
+}
+
 // NewEnvWith is NewEnv with server options (MaxPayload, SyncInterval).
 func NewEnvWith(t *testing.T, opts embedded.Options) *Env {
 	t.Helper()
-	e := &Env{T: t, Dir: t.TempDir(), Opts: opts}
+	return newEnv(t, opts, false)
+}
+
+func newEnv(t *testing.T, opts embedded.Options, marked bool) *Env {
+	t.Helper()
+	e := &Env{T: t, Dir: t.TempDir(), Opts: opts, marked: marked}
 	var err error
 	e.Key, err = events.GenerateHostKey(rand.Reader)
 	if err != nil {
@@ -102,7 +125,11 @@ func (e *Env) Start() {
 	e.Js, _ = jetstream.New(e.Nc)
 	ctx := context.Background()
 	var subj room.Subjects
-	e.Stream, err = room.EnsureStream(ctx, e.Js, room.StreamConfig("", subj, 1), subj)
+	cfg := room.StreamConfig("", subj, 1)
+	if e.marked {
+		cfg.Metadata[room.MetadataRecordMarkers] = room.MarkersV1
+	}
+	e.Stream, err = room.EnsureStream(ctx, e.Js, cfg, subj)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -310,6 +337,20 @@ func (e *Env) Stored() []*jetstream.RawStreamMsg {
 		m, err := LeaderMsg(ctx, e.Nc, room.DefaultStream, seq)
 		if err != nil || m == nil {
 			e.T.Fatalf("stream seq %d: %v %v", seq, m, err)
+		}
+		out = append(out, m)
+	}
+	return out
+}
+
+// StoredUnmarked is Stored without the record markers (room.KindMarker),
+// so a marked stream compares with an unmarked one.
+func (e *Env) StoredUnmarked() []*jetstream.RawStreamMsg {
+	e.T.Helper()
+	var out []*jetstream.RawStreamMsg
+	for _, m := range e.Stored() {
+		if p, err := (room.Subjects{}).Parse(m.Subject); err == nil && p.Kind == room.KindMarker {
+			continue
 		}
 		out = append(out, m)
 	}

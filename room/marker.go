@@ -1,0 +1,78 @@
+package room
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// MetadataRecordMarkers is the room stream's metadata key that turns
+// record markers on; MarkersV1 its value (docs/design.md, "Record
+// markers"). A stream without it keeps the relation rules in the gate's
+// memory: readers of v0.2.0 and before would set a marker aside as
+// bad_subject, so StreamConfig does not set it; an administrator adds it
+// once every serve and reader knows markers (docs/operations.md, "Record
+// markers").
+const (
+	MetadataRecordMarkers = "roompub-record-markers"
+	MarkersV1             = "v1"
+)
+
+// RecordMarkers reports whether cfg turns record markers on.
+func RecordMarkers(cfg jetstream.StreamConfig) bool {
+	return cfg.Metadata[MetadataRecordMarkers] == MarkersV1
+}
+
+// Marker is the body of a record marker: which record of the room it
+// stands for. Markers are stored in one atomic batch (ADR-50) after their
+// record, so the record's stream sequence is the marker's minus Offset.
+// Its JSON is one line with the members in this order.
+type Marker struct {
+	// Record is the record's content digest (events.Record.ContentDigest).
+	Record string `json:"record"`
+	// Offset is how many messages after its record the marker was
+	// stored: at least 1.
+	Offset uint64 `json:"offset"`
+	// Outcome is the record's outcome, on MarkDecision markers only.
+	Outcome string `json:"outcome,omitempty"`
+}
+
+// maxMarkerBytes bounds a marker's body: a digest, a number and an
+// outcome fit in far less.
+const maxMarkerBytes = 512
+
+// Encode is m's JSON.
+func (m Marker) Encode() []byte {
+	b, _ := json.Marshal(m) // strings and a number: cannot fail
+	return b
+}
+
+// ParseMarker reads a marker body, in the one form Encode writes: anything
+// else (another spelling, unknown members, an offset of 0) is an error, so
+// a marker read back is one the gate wrote or a forgery that says so.
+func ParseMarker(data []byte) (Marker, error) {
+	var m Marker
+	if len(data) > maxMarkerBytes {
+		return m, fmt.Errorf("marker of %d bytes, at most %d", len(data), maxMarkerBytes)
+	}
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&m); err != nil {
+		return Marker{}, fmt.Errorf("marker: %w", err)
+	}
+	if m.Offset == 0 || m.Record == "" || !bytes.Equal(m.Encode(), data) {
+		return Marker{}, fmt.Errorf("marker %q is not in its one form (record, offset >= 1, outcome)", data)
+	}
+	return m, nil
+}
+
+// RecordSeq is the stream sequence of the record a marker stored at seq
+// names; 0 when the offset points before the stream's start.
+func (m Marker) RecordSeq(seq uint64) uint64 {
+	if m.Offset >= seq {
+		return 0
+	}
+	return seq - m.Offset
+}
