@@ -71,7 +71,8 @@ var ErrStreamConfig = errors.New("room stream is not append-only")
 // MaxConsumers -1 sets no limit of the stream's own; nats-server then
 // applies its default_max_consumers (server.JSDefaultMaxConsumersPerStream,
 // 1,000 per stream) unless the account sets one, so consumers can run out:
-// the checkpointer reads with direct gets and needs none.
+// the checkpointer reads with direct gets and needs none. Duplicates is
+// DuplicateWindow, not the server's 2 minutes.
 func StreamConfig(name string, subjects Subjects, replicas int) jetstream.StreamConfig {
 	if name == "" {
 		name = DefaultStream
@@ -93,6 +94,7 @@ func StreamConfig(name string, subjects Subjects, replicas int) jetstream.Stream
 		Discard:            jetstream.DiscardNew,
 		Storage:            jetstream.FileStorage,
 		Replicas:           replicas,
+		Duplicates:         DuplicateWindow,
 		DenyDelete:         true,
 		DenyPurge:          true,
 		AllowRollup:        false,
@@ -102,9 +104,23 @@ func StreamConfig(name string, subjects Subjects, replicas int) jetstream.Stream
 	}
 }
 
+// DuplicateWindow is the room stream's duplicate window (Duplicates): how
+// long the server remembers a Nats-Msg-Id. It only has to cover a gate's
+// resend after an ambiguous acknowledgement: a publish timeout (5s), the
+// read from the stream leader before deciding (5s) and a backoff (at most
+// 2s) make 12s, and 30s leaves a margin of more than twice that.
+// Exactly-once does not rest on it: every append expects a last subject
+// sequence, and ids come from content (docs/design.md, "The duplicate
+// window"). The server keeps an entry per message stored within the
+// window, so the window bounds that memory: a bulk fill holds 4 times fewer
+// ids than with the server's default of 2 minutes.
+const DuplicateWindow = 30 * time.Second
+
 // CheckStreamConfig reports every way cfg departs from an append-only room
 // stream, joined, each wrapping ErrStreamConfig; nil when it is sound.
-// Replicas and description may differ; subjects must include want.
+// Replicas and description may differ; subjects must include want. The
+// duplicate window may differ too (DuplicateWindow says why no window
+// makes a stream weak); DuplicateWindowAdvice says when it is not ours.
 func CheckStreamConfig(cfg jetstream.StreamConfig, subjects Subjects) error {
 	var errs []error
 	bad := func(format string, args ...any) {
@@ -212,6 +228,23 @@ func EnsureStream(ctx context.Context, js jetstream.JetStream, cfg jetstream.Str
 		return nil, fmt.Errorf("stream %s: %w", cfg.Name, err)
 	}
 	return s, nil
+}
+
+// DuplicateWindowAdvice returns, for a stream whose duplicate window is
+// not DuplicateWindow (an existing stream keeps the window it was created
+// with: EnsureStream never updates a stream), what an operator can run to
+// set it; "" when it is DuplicateWindow. A window of 0 is the server's
+// default, 2 minutes.
+func DuplicateWindowAdvice(cfg jetstream.StreamConfig) string {
+	if cfg.Duplicates == DuplicateWindow {
+		return ""
+	}
+	have := "the server's default (2m0s)"
+	if cfg.Duplicates > 0 {
+		have = cfg.Duplicates.String()
+	}
+	return fmt.Sprintf("stream %s keeps message ids for %s, not %s: the server's memory for them grows with the window (docs/operations.md, \"The duplicate window\"); to set it: nats stream edit %s --dupe-window %s",
+		cfg.Name, have, DuplicateWindow, cfg.Name, DuplicateWindow)
 }
 
 // DefaultTimeout bounds a server call when the caller's context has no

@@ -25,7 +25,20 @@ func (c *Checkpointer) Unstored(header string) { c.acked.unstored(header) }
 // Stored implements AttestationSink: the gate's messages Expect announced
 // are stored from stream sequence first on.
 func (c *Checkpointer) Stored(first uint64, msgs []room.StoredMsg) {
+	if len(msgs) > 0 {
+		c.sawUpTo(first + uint64(len(msgs)) - 1)
+	}
 	c.acked.stored(first, msgs)
+}
+
+// sawUpTo notes that the stream holds messages up to seq.
+func (c *Checkpointer) sawUpTo(seq uint64) {
+	for {
+		old := c.seen.Load()
+		if seq <= old || c.seen.CompareAndSwap(old, seq) {
+			return
+		}
+	}
 }
 
 // ackedOwn is what the gate told of its own messages: the batches the

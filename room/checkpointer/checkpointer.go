@@ -174,10 +174,14 @@ type Checkpointer struct {
 	gapWait    atomic.Int64  // ckGapWait; tests shorten or lengthen it
 	leaseSkew  atomic.Int64  // DefaultLeaseSkew; tests shorten it
 	handled    atomic.Uint64 // stream seq of the last message handled
-	due        chan struct{} // a room reached Every: write now
-	stopW      context.CancelFunc
-	wdone      chan struct{}
-	stopOnce   sync.Once
+	// seen is the last stream sequence known stored: the stream's at
+	// start, raised by the reads (a message's sequence and what the
+	// server said follows it) and the gate's acknowledgements.
+	seen     atomic.Uint64
+	due      chan struct{} // a room reached Every: write now
+	stopW    context.CancelFunc
+	wdone    chan struct{}
+	stopOnce sync.Once
 
 	mu    sync.Mutex
 	rooms map[string]*ckRoom
@@ -313,6 +317,7 @@ func Start(ctx context.Context, nc *nats.Conn, o Options) (*Checkpointer, error)
 		return nil, fmt.Errorf("%w: stream %s: %w", ErrCheckpointer, name, err)
 	}
 	c.startSeq = info.State.LastSeq
+	c.seen.Store(c.startSeq)
 	c.caughtUp = c.startSeq == 0
 	fctx, stopF := context.WithCancel(context.Background())
 	c.stopF = stopF

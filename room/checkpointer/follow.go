@@ -163,6 +163,7 @@ func (c *Checkpointer) follow(ctx context.Context) {
 		c.next = last + 1
 		c.handled.Store(last)
 		c.mu.Unlock()
+		c.sawUpTo(last + msgs[len(msgs)-1].pending)
 		c.readGaps.Add(uint64(len(msgs)))
 		run += len(msgs)
 		// A kept batch this read passed, or landed in, is read on from
@@ -273,6 +274,10 @@ func (c *Checkpointer) handleRun(msgs []gapMsg) {
 		c.lastPending, c.lastAt = m.pending, time.Now()
 		c.handleLocked(m.seq, m.subject, m.data, m.header, m.owner, nil)
 		c.handled.Store(m.seq)
+	}
+	if len(msgs) > 0 {
+		m := msgs[len(msgs)-1]
+		c.sawUpTo(m.seq + m.pending)
 	}
 }
 

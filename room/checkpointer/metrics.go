@@ -39,6 +39,9 @@ var (
 	lagRoomsDesc = prometheus.NewDesc("roompub_checkpoint_lagging_rooms",
 		"Rooms whose tree holds leaves that no signed checkpoint covers yet.",
 		nil, nil)
+	unreadDesc = prometheus.NewDesc("roompub_checkpoint_unread_messages",
+		"Messages the room stream holds that this publisher's checkpointer has not read yet, as it last learned the stream's end (its reads, the gate's acknowledgements): no checkpoint of it covers them; 0 when it keeps up.",
+		nil, nil)
 )
 
 // checkpointLag is what the lag series report at one moment.
@@ -46,6 +49,7 @@ type checkpointLag struct {
 	maxMessages uint64
 	maxAge      time.Duration
 	rooms       int
+	unread      uint64 // messages stored after the last one handled
 }
 
 // lagCollector reads the checkpointer's rooms at each scrape, so the lag
@@ -57,6 +61,7 @@ func (l lagCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- lagMessagesDesc
 	ch <- lagSecondsDesc
 	ch <- lagRoomsDesc
+	ch <- unreadDesc
 }
 
 // Collect implements prometheus.Collector.
@@ -65,14 +70,19 @@ func (l lagCollector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(lagMessagesDesc, prometheus.GaugeValue, float64(v.maxMessages))
 	ch <- prometheus.MustNewConstMetric(lagSecondsDesc, prometheus.GaugeValue, v.maxAge.Seconds())
 	ch <- prometheus.MustNewConstMetric(lagRoomsDesc, prometheus.GaugeValue, float64(v.rooms))
+	ch <- prometheus.MustNewConstMetric(unreadDesc, prometheus.GaugeValue, float64(v.unread))
 }
 
 // lag is the checkpoint lag over c's rooms now: a room lags by the
 // leaves of its tree beyond its latest checkpoint (read from the stream,
-// or written by c), since its tree first grew past it.
+// or written by c), since its tree first grew past it; and the stream by
+// the messages after the last one handled, which no room's tree holds yet.
 func (c *Checkpointer) lag() checkpointLag {
 	now := time.Now()
 	var l checkpointLag
+	if seen, handled := c.seen.Load(), c.handled.Load(); seen > handled {
+		l.unread = seen - handled
+	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	for _, r := range c.rooms {

@@ -31,8 +31,8 @@ func TestCheckpointLagMetrics(t *testing.T) {
 		}
 		return v
 	}
-	if m, s, n := gauge("roompub_checkpoint_lag_max_messages"), gauge("roompub_checkpoint_lag_max_seconds"), gauge("roompub_checkpoint_lagging_rooms"); m != 0 || s != 0 || n != 0 {
-		t.Fatalf("an empty stream lags %v messages, %v s, %v rooms; want 0", m, s, n)
+	if m, s, n, u := gauge("roompub_checkpoint_lag_max_messages"), gauge("roompub_checkpoint_lag_max_seconds"), gauge("roompub_checkpoint_lagging_rooms"), gauge("roompub_checkpoint_unread_messages"); m != 0 || s != 0 || n != 0 || u != 0 {
+		t.Fatalf("an empty stream lags %v messages, %v s, %v rooms, %v unread; want 0", m, s, n, u)
 	}
 
 	esA, _ := roomtest.Journal(t, "run-lag", "cap-a", 4)
@@ -66,8 +66,8 @@ func TestCheckpointLagMetrics(t *testing.T) {
 	if err := ckp.Stop(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if m, s, n := gauge("roompub_checkpoint_lag_max_messages"), gauge("roompub_checkpoint_lag_max_seconds"), gauge("roompub_checkpoint_lagging_rooms"); m != 0 || s != 0 || n != 0 {
-		t.Fatalf("after the final checkpoints: lag %v messages, %v s, %v rooms; want 0", m, s, n)
+	if m, s, n, u := gauge("roompub_checkpoint_lag_max_messages"), gauge("roompub_checkpoint_lag_max_seconds"), gauge("roompub_checkpoint_lagging_rooms"), gauge("roompub_checkpoint_unread_messages"); m != 0 || s != 0 || n != 0 || u != 0 {
+		t.Fatalf("after the final checkpoints: lag %v messages, %v s, %v rooms, %v unread; want 0", m, s, n, u)
 	}
 	if v, _ := roomtest.MetricValue(t, reg, "roompub_checkpoints_written_total"); v != 2 {
 		t.Fatalf("checkpoints written: %v, want 2", v)

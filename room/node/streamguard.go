@@ -593,6 +593,11 @@ func openStream(ctx context.Context, js jetstream.JetStream, cfg jetstream.Strea
 	if err != nil {
 		return nil, nil, err
 	}
+	// An existing stream keeps its duplicate window: setting it is the
+	// administrator's act, as every change of an existing stream is.
+	if advice := room.DuplicateWindowAdvice(st.CachedInfo().Config); advice != "" {
+		log.Warn("room stream: "+advice, zap.String("stream", cfg.Name), zap.Duration("duplicate_window", st.CachedInfo().Config.Duplicates))
+	}
 	m := markOf(st.CachedInfo())
 	if err := setupRetry(ctx, func() error { return mem.save(ctx, m, accepted) }); err != nil {
 		return nil, nil, err

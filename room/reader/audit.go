@@ -617,7 +617,17 @@ func replay(ctx context.Context, nc *nats.Conn, st jetstream.Stream, maxPayload 
 	if err != nil {
 		return fmt.Errorf("replay: %w", err)
 	}
-	defer cc.Stop()
+	defer func() {
+		cc.Stop()
+		// A stopped ordered consumer stays on the server for its inactive
+		// threshold (nats.go sets 5 minutes), and the server matches
+		// every new message against it: a reader that replays a room
+		// every second would leave hundreds behind. Deleting it is not
+		// an error when it fails (the threshold still ends it).
+		dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), leaderGetTimeout)
+		_ = st.DeleteConsumer(dctx, cons.CachedInfo().Name)
+		cancel()
+	}()
 	idle := time.NewTicker(replayIdle)
 	defer idle.Stop()
 	before, recreating := uint64(0), 0

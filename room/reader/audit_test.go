@@ -174,6 +174,24 @@ func TestAuditClean(t *testing.T) {
 	}
 }
 
+// TestReplayLeavesNoConsumer: audits read by ordered consumers, one after
+// another as a receipt's polls are, leave no consumer on the stream.
+func TestReplayLeavesNoConsumer(t *testing.T) {
+	e := roomtest.NewEnv(t)
+	_, body := roomtest.Journal(t, "run-1", "cap-1", 5)
+	e.ShipJournal("room:alpha", body)
+	for range 3 {
+		rep, err := reader.Audit(t.Context(), e.Js, reader.AuditOptions{Validator: e.V, Read: reader.ReadConsumer, Rooms: []string{"room:alpha"}})
+		if err != nil || rep.ReadBy != reader.ReadByConsumer || rep.Totals.Entries != 5 {
+			t.Fatalf("audit: %v %+v", err, rep)
+		}
+	}
+	info, err := e.Stream.Info(t.Context())
+	if err != nil || info.State.Consumers != 0 {
+		t.Fatalf("%d consumers left after three audits (%v)", info.State.Consumers, err)
+	}
+}
+
 // TestAuditTrustsOnlyItsOwnHosts: the publisher trusted the record's host;
 // an auditor that does not refuses it (untrusted_host), whatever the gate
 // accepted.

@@ -1,0 +1,54 @@
+package room_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/roompub/roompub/room"
+	"github.com/roompub/roompub/room/internal/roomtest"
+)
+
+// The room stream is created with roompub's duplicate window, as the
+// server reports it back; an existing stream with another window (the
+// server's default of 2 minutes, as streams created before had) is still
+// sound, and the advice names the command that sets it.
+func TestStreamDuplicateWindow(t *testing.T) {
+	e := roomtest.NewEnv(t)
+	got := e.Stream.CachedInfo().Config
+	if got.Duplicates != 30*time.Second || room.DuplicateWindowAdvice(got) != "" {
+		t.Fatalf("created with duplicate window %s; advice %q", got.Duplicates, room.DuplicateWindowAdvice(got))
+	}
+	ctx := context.Background()
+	cfg := room.StreamConfig("OLD", room.Subjects{Prefix: "old"}, 1)
+	cfg.Duplicates = 0
+	st, err := e.Js.CreateStream(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	old := st.CachedInfo().Config
+	if old.Duplicates != 2*time.Minute {
+		t.Fatalf("the server's default window is %s", old.Duplicates)
+	}
+	if err := room.CheckStreamConfig(old, room.Subjects{Prefix: "old"}); err != nil {
+		t.Fatalf("a stream with the server's window is append-only all the same: %v", err)
+	}
+	want := "stream OLD keeps message ids for 2m0s, not 30s: the server's memory for them grows with the window " +
+		"(docs/operations.md, \"The duplicate window\"); to set it: nats stream edit OLD --dupe-window 30s"
+	if a := room.DuplicateWindowAdvice(old); a != want {
+		t.Fatalf("advice %q", a)
+	}
+	if a := room.DuplicateWindowAdvice(jetstream.StreamConfig{Name: "X"}); a != "stream X keeps message ids for the server's default (2m0s), not 30s: the server's memory for them grows with the window "+
+		"(docs/operations.md, \"The duplicate window\"); to set it: nats stream edit X --dupe-window 30s" {
+		t.Fatalf("advice for an unset window %q", a)
+	}
+	// The window alone can be set on the existing stream by an update:
+	// the server takes it, and the stream stays append-only.
+	old.Duplicates = room.DuplicateWindow
+	st, err = e.Js.UpdateStream(ctx, old)
+	if err != nil || st.CachedInfo().Config.Duplicates != room.DuplicateWindow || room.CheckStreamConfig(st.CachedInfo().Config, room.Subjects{Prefix: "old"}) != nil {
+		t.Fatalf("update: %v", err)
+	}
+}
