@@ -37,6 +37,11 @@ type Marker struct {
 	Offset uint64 `json:"offset"`
 	// Outcome is the record's outcome, on MarkDecision markers only.
 	Outcome string `json:"outcome,omitempty"`
+	// Position is the record's place among the messages on its record
+	// subject (0 for the first; checkpoint.RecordPosition), on
+	// MarkInstance markers only: a reader that finds the record through
+	// the marker checks its attestation there without counting the room.
+	Position *uint64 `json:"position,omitempty"`
 }
 
 // maxMarkerBytes bounds a marker's body: a digest, a number and an

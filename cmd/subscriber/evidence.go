@@ -38,27 +38,16 @@ func (c *evidenceCmd) Run(s *streams) error {
 		return err
 	}
 	defer nc.Close()
-	var rooms []string
-	if c.Room != "" {
-		rooms = []string{c.Room}
-	}
-	idx := reader.NewEvidenceIndex()
 	place, err := reader.OpenLayout(context.Background(), js, room.Layout{Stream: c.Stream, Subjects: room.Subjects{Prefix: c.Prefix}})
 	if err != nil {
 		return err
 	}
-	rep, err := reader.AuditDeployment(context.Background(), js, reader.AuditOptions{
-		Stream: c.Stream, Subjects: room.Subjects{Prefix: c.Prefix}, Rooms: rooms, Validator: v, Trust: t, Read: c.ReadMode(c.Credentials),
-		OnEvent: func(ev *reader.Event) {
-			if ev.Record != nil {
-				idx.Add(ev.RoomID, ev.Record, ev.Seq)
-			}
-		},
-	}, place)
+	rep, err := reader.InstanceEvidence(context.Background(), nc, js, reader.EvidenceOptions{Instance: c.Instance, Room: c.Room,
+		Audit: reader.AuditOptions{Validator: v, Trust: t, Read: c.ReadMode(c.Credentials)}}, place)
 	if err != nil {
 		return err
 	}
-	recs := idx.Instance(c.Instance, c.Room)
+	recs := rep.Records
 	for _, r := range recs {
 		if c.JSON {
 			b, _ := json.Marshal(r)
@@ -71,7 +60,7 @@ func (c *evidenceCmd) Run(s *streams) error {
 		}
 	}
 	if !c.JSON {
-		fmt.Fprintf(s.err, "subscriber: %d verified record(s) observed on %s; %d message(s) of the room(s) set aside\n", len(recs), c.Instance, rep.Totals.SetAside)
+		fmt.Fprintf(s.err, "subscriber: %d verified record(s) observed on %s; %d message(s) of the room(s) set aside\n", len(recs), c.Instance, rep.SetAside)
 	}
 	return nil
 }

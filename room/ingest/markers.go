@@ -310,8 +310,12 @@ func (g *Gate) storeMarked(ctx context.Context, rec *events.Record, r *roomState
 	decision := ""
 	for i, s := range specs {
 		mk := room.Marker{Record: digest, Offset: uint64(i + 1)}
-		if s.kind == room.MarkDecision {
+		switch s.kind {
+		case room.MarkDecision:
 			mk.Outcome, decision = rec.Outcome(), s.subj
+		case room.MarkInstance:
+			pos := r.count.Load() // the expected last sequence puts the record there
+			mk.Position = &pos
 		}
 		m := &nats.Msg{Subject: s.subj, Data: mk.Encode(), Header: nats.Header{}}
 		if s.kind != room.MarkInstance {

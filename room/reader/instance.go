@@ -1,0 +1,415 @@
+package reader
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"sort"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/roompub/roompub/checkpoint"
+	"github.com/roompub/roompub/events"
+	"github.com/roompub/roompub/room"
+	"github.com/roompub/roompub/room/internal/jsapi"
+	"github.com/roompub/roompub/validate"
+)
+
+// InstanceOptions says whose records InstanceRecords reads, and where.
+type InstanceOptions struct {
+	Stream   string        // default room.DefaultStream
+	Subjects room.Subjects // the stream's subjects
+	// Room limits the read to one room; "" reads every room of the stream.
+	Room string
+	// Instance is the environment/ref whose records are read.
+	Instance string
+	// Validator checks each record's own rules, host trust included
+	// (validate.WithTrustedHosts). Required.
+	Validator *validate.Validator
+	// Trust, when not nil, admits a record only with a valid attestation
+	// by one of its publisher keys, at the record's place on its subject.
+	Trust *checkpoint.Trust
+	// Timeout bounds each request; default room.DefaultTimeout.
+	Timeout time.Duration
+}
+
+// InstanceReport is what InstanceRecords found: the verified records of
+// the instance in the rooms whose records are marked, in stream order;
+// the records its instance markers name that failed a rule (set aside,
+// with the code); and the rooms whose records are not marked (written
+// before markers, or on a stream without them), which only a read of the
+// whole room can answer for.
+type InstanceReport struct {
+	Records  []VerifiedRecord `json:"records"`
+	SetAside []SetAside       `json:"set_aside,omitempty"`
+	Unmarked []string         `json:"unmarked_rooms,omitempty"`
+}
+
+// instanceWorkers is how many record reads InstanceRecords has in flight:
+// each is a round trip of a few tens of microseconds on a local server.
+const instanceWorkers = 16
+
+// InstanceRecords reads the records of one instance (environment/ref)
+// through the room's instance markers (docs/design.md, "Record markers"),
+// without reading the room: its cost follows the instance's records, not
+// the room's. Each record a marker names is read by stream sequence and
+// kept when it passes every rule of its own (the Validator's: schema,
+// canonical form, signature, host trust, its evidence's instance), is the
+// marker's room's record with the marker's digest and instance, is named
+// by its room's key and run markers as their holder and follows no
+// unknown outcome of its decision on the decision's markers, and, with
+// Trust, has a valid attestation at its place on the subject. Records of
+// rooms without markers are not read: their rooms are listed in Unmarked.
+// Errors: the stream's (a request failed), never a record's.
+func InstanceRecords(ctx context.Context, nc *nats.Conn, o InstanceOptions) (*InstanceReport, error) {
+	if o.Validator == nil {
+		return nil, errors.New("reader: InstanceRecords needs a validator")
+	}
+	if o.Stream == "" {
+		o.Stream = room.DefaultStream
+	}
+	if o.Timeout <= 0 {
+		o.Timeout = room.DefaultTimeout
+	}
+	out := &InstanceReport{}
+	unmarked, err := unmarkedRooms(ctx, nc, o)
+	if err != nil {
+		return nil, err
+	}
+	out.Unmarked = unmarked
+	markers, err := instanceMarkers(ctx, nc, o)
+	if err != nil {
+		return nil, err
+	}
+	type result struct {
+		rec   *VerifiedRecord
+		aside *SetAside
+		err   error
+	}
+	results := make([]result, len(markers))
+	var wg sync.WaitGroup
+	next := make(chan int)
+	for range instanceWorkers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range next {
+				r := &results[i]
+				r.rec, r.aside, r.err = instanceRecord(ctx, nc, o, markers[i])
+			}
+		}()
+	}
+	for i := range markers {
+		next <- i
+	}
+	close(next)
+	wg.Wait()
+	seen := map[uint64]bool{}
+	for _, r := range results {
+		switch {
+		case r.err != nil:
+			return nil, r.err
+		case r.aside != nil:
+			out.SetAside = append(out.SetAside, *r.aside)
+		case r.rec != nil && !seen[r.rec.StreamSeq]:
+			seen[r.rec.StreamSeq] = true
+			out.Records = append(out.Records, *r.rec)
+		}
+	}
+	sort.Slice(out.Records, func(i, j int) bool { return out.Records[i].StreamSeq < out.Records[j].StreamSeq })
+	return out, nil
+}
+
+// unmarkedRooms lists the rooms (o.Room, or every room) that hold records
+// and no format marker.
+func unmarkedRooms(ctx context.Context, nc *nats.Conn, o InstanceOptions) ([]string, error) {
+	tok := "*"
+	if o.Room != "" {
+		tok = room.RoomToken(o.Room)
+	}
+	root := o.Subjects.Root()
+	count := func(filter string) (map[string]uint64, error) {
+		return jsapi.SubjectCounts(ctx, nc, o.Stream, filter, o.Timeout)
+	}
+	execs, err := count(root + "." + tok + ".exec")
+	if err != nil {
+		return nil, err
+	}
+	formats, err := count(root + "." + tok + ".mark.format")
+	if err != nil {
+		return nil, err
+	}
+	var out []string
+	for subj := range execs {
+		p, err := o.Subjects.Parse(subj)
+		if err != nil {
+			continue
+		}
+		if formats[o.Subjects.Marker(p.RoomID, room.MarkFormat, "")] == 0 {
+			out = append(out, p.RoomID)
+		}
+	}
+	sort.Strings(out)
+	return out, nil
+}
+
+// instanceMarkers reads the instance's markers, in stream order, in
+// batches of direct gets.
+func instanceMarkers(ctx context.Context, nc *nats.Conn, o InstanceOptions) ([]jsapi.Msg, error) {
+	filter := o.Subjects.InstanceMarkers(o.Room, o.Instance)
+	var out []jsapi.Msg
+	for seq := uint64(1); ; {
+		ms, err := jsapi.DirectBatch(ctx, nc, o.Stream, jsapi.BatchRequest{Seq: seq, NextBySubj: filter, Batch: 1000}, o.Timeout)
+		if err != nil {
+			return nil, fmt.Errorf("read the instance markers of %s: %w", o.Instance, err)
+		}
+		out = append(out, ms...)
+		if len(ms) == 0 || ms[len(ms)-1].Pending == 0 {
+			return out, nil
+		}
+		seq = ms[len(ms)-1].Seq + 1
+	}
+}
+
+// instanceRecord reads and judges the record instance marker m names: the
+// record, or why it is set aside (nil, nil when m is no marker of a record
+// at all), or the stream's error.
+func instanceRecord(ctx context.Context, nc *nats.Conn, o InstanceOptions, m jsapi.Msg) (*VerifiedRecord, *SetAside, error) {
+	p, err := o.Subjects.Parse(m.Subject)
+	if err != nil || p.Kind != room.KindMarker || p.Marker != room.MarkInstance {
+		return nil, nil, nil
+	}
+	mk, err := room.ParseMarker(m.Data)
+	seq := mk.RecordSeq(m.Seq)
+	if err != nil || seq == 0 || mk.Position == nil {
+		return nil, nil, nil // no record's marker: nothing it names is read
+	}
+	subj := o.Subjects.Records(p.RoomID)
+	rm, err := get(ctx, nc, o, map[string]any{"seq": seq})
+	if err != nil {
+		return nil, nil, err
+	}
+	aside := func(code events.Code, reason string) (*VerifiedRecord, *SetAside, error) {
+		return nil, &SetAside{RoomID: p.RoomID, Kind: room.KindExecution, Seq: seq, Subject: subj, Code: code, Reason: reason}, nil
+	}
+	if rm == nil || rm.Subject != subj {
+		return nil, nil, nil // the marker names no record of its room
+	}
+	rec, err := o.Validator.Record(rm.Data, events.Location{Seq: seq})
+	if err != nil {
+		var ref *events.Refusal
+		if errors.As(err, &ref) {
+			r, a, _ := aside(ref.Code, ref.Reason)
+			a.Problems = ref.Problems
+			return r, a, nil
+		}
+		return aside(events.CorruptEntry, err.Error())
+	}
+	env, _ := rec.EnvironmentRef()
+	if rec.RoomID() != p.RoomID || !bytes.Equal(rm.Data, rec.Canonical()) || rec.ContentDigest() != mk.Record || env != o.Instance {
+		return nil, nil, nil // not the record the marker says: the marker is no record's
+	}
+	if problems, err := heldBy(ctx, nc, o, rec, seq); err != nil || len(problems) > 0 {
+		if err != nil {
+			return nil, nil, err
+		}
+		ref := events.NewRefusal(problems)
+		r, a, _ := aside(ref.Code, ref.Reason)
+		a.Problems = ref.Problems
+		return r, a, nil
+	}
+	if o.Trust != nil {
+		att := rm.Header.Get(checkpoint.AttestationHeader)
+		if _, err := o.Trust.VerifyAttestation(att, p.RoomID, subj, checkpoint.RecordPosition(*mk.Position), checkpoint.ContentHash(rm.Data)); err != nil {
+			return aside(events.CheckpointMismatch, "not admitted: "+err.Error())
+		}
+	}
+	return &VerifiedRecord{RoomID: p.RoomID, Ref: rec.ComputedRef(), Digest: rec.ContentDigest(), StreamSeq: seq,
+		Instance: env, Outcome: rec.Outcome(), RunRef: rec.RunRef(), Evidence: rec.Evidence()}, nil, nil
+}
+
+// heldBy applies the relation rules to rec, stored at seq, on its room's
+// markers (validate.RelationProblems), as the gate keeps them: the first
+// genuine key and run markers must name rec, and no genuine marker of its
+// decision before it may name a record with an unknown outcome. A marker
+// is genuine when the record at its offset is the room's, passes its own
+// rules, has the marker's digest and holds the marked value (a marker
+// written around the gate names none). A record stored around the gate,
+// with no markers, is not seen here; `subscriber audit` judges the room
+// whole.
+func heldBy(ctx context.Context, nc *nats.Conn, o InstanceOptions, rec *events.Record, seq uint64) ([]events.Problem, error) {
+	roomID := rec.RoomID()
+	var held validate.Held
+	for _, k := range []room.MarkerKind{room.MarkKey, room.MarkRun, room.MarkDecision} {
+		var v string
+		switch k {
+		case room.MarkKey:
+			v = rec.IdempotencyKey()
+		case room.MarkRun:
+			v = rec.RunRef()
+		default:
+			if v = rec.DecisionRef(); v == "" {
+				continue
+			}
+		}
+		subj := o.Subjects.Marker(roomID, k, v)
+		for from := uint64(1); ; {
+			m, err := get(ctx, nc, o, map[string]any{"seq": from, "next_by_subj": subj})
+			if err != nil {
+				return nil, err
+			}
+			if m == nil {
+				break
+			}
+			from = m.Seq + 1
+			mk, err := room.ParseMarker(m.Data)
+			at := mk.RecordSeq(m.Seq)
+			if err != nil || at == 0 {
+				continue
+			}
+			if at == seq {
+				break // rec's own marker: nothing before it holds the value
+			}
+			h, outcome, err := genuine(ctx, nc, o, roomID, k, v, mk, at)
+			if err != nil {
+				return nil, err
+			}
+			if h == nil {
+				continue
+			}
+			if k == room.MarkKey {
+				held.Key = h
+				break
+			}
+			if k == room.MarkRun {
+				held.Run = h
+				break
+			}
+			if outcome == "unknown" && at < seq {
+				held.Unknown = at
+				break
+			}
+			if at > seq {
+				break
+			}
+		}
+	}
+	return validate.RelationProblems(rec, events.Location{Seq: seq}, held), nil
+}
+
+// genuine reads the record at seq a marker of kind k for value names, and
+// returns it as the holder when it is the room's, passes its own rules,
+// has the marker's digest and holds value; nil otherwise.
+func genuine(ctx context.Context, nc *nats.Conn, o InstanceOptions, roomID string, k room.MarkerKind, value string, mk room.Marker, seq uint64) (*validate.HeldBy, string, error) {
+	rm, err := get(ctx, nc, o, map[string]any{"seq": seq})
+	if err != nil || rm == nil || rm.Subject != o.Subjects.Records(roomID) {
+		return nil, "", err
+	}
+	rec, err := o.Validator.Record(rm.Data, events.Location{Seq: seq})
+	if err != nil || rec.RoomID() != roomID || !bytes.Equal(rm.Data, rec.Canonical()) || rec.ContentDigest() != mk.Record {
+		return nil, "", nil
+	}
+	v := rec.IdempotencyKey()
+	switch k {
+	case room.MarkRun:
+		v = rec.RunRef()
+	case room.MarkDecision:
+		v = rec.DecisionRef()
+	}
+	if v != value {
+		return nil, "", nil
+	}
+	return &validate.HeldBy{Digest: mk.Record, Seq: seq}, rec.Outcome(), nil
+}
+
+// get sends one direct get, bounded by o.Timeout; nil when there is no
+// such message.
+func get(ctx context.Context, nc *nats.Conn, o InstanceOptions, req map[string]any) (*jsapi.Msg, error) {
+	ctx, cancel := context.WithTimeout(ctx, o.Timeout)
+	defer cancel()
+	return jsapi.DirectGet(ctx, nc, o.Stream, req)
+}
+
+// EvidenceOptions says whose verified records InstanceEvidence gathers.
+type EvidenceOptions struct {
+	// Audit carries the read's settings (Validator, Trust, Read,
+	// Subjects and Stream of partition 0); its Rooms, if any, limits the
+	// rooms (at most one is used: EvidenceOptions.Room wins).
+	Audit AuditOptions
+	// Instance is the environment/ref whose records are gathered.
+	Instance string
+	// Room limits them to one room; "" for every room.
+	Room string
+}
+
+// EvidenceReport is what InstanceEvidence gathered: the instance's verified
+// records of every partition (each partition's in stream order), and how
+// many messages of what was read were set aside.
+type EvidenceReport struct {
+	Records  []VerifiedRecord
+	SetAside uint64
+	// Marked and Audited count the partitions read through instance
+	// markers and the rooms read whole.
+	Marked, Audited int
+}
+
+// InstanceEvidence gathers the verified records of one instance over a
+// deployment's partitions (place): on a stream with record markers
+// through its instance markers (InstanceRecords), and, for the rooms of
+// such a stream that hold records without markers and for every room of
+// a stream without markers, by an audit of those rooms
+// (EvidenceIndex.Instance). Errors: the stream's or the audit's.
+func InstanceEvidence(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, o EvidenceOptions, place *room.Placement) (*EvidenceReport, error) {
+	parts := place.Partitions()
+	if o.Room != "" {
+		q, _, err := place.Room(ctx, o.Room)
+		if err != nil {
+			return nil, err
+		}
+		parts = []room.Partition{q}
+	}
+	out := &EvidenceReport{}
+	for _, p := range parts {
+		st, err := js.Stream(ctx, p.Stream)
+		if err != nil {
+			return nil, fmt.Errorf("stream %s: %w", p.Stream, err)
+		}
+		audit := o.Audit
+		audit.Stream, audit.Subjects, audit.Rooms = p.Stream, p.Subjects, nil
+		if o.Room != "" {
+			audit.Rooms = []string{o.Room}
+		}
+		if room.RecordMarkers(st.CachedInfo().Config) {
+			rep, err := InstanceRecords(ctx, nc, InstanceOptions{Stream: p.Stream, Subjects: p.Subjects, Room: o.Room, Instance: o.Instance,
+				Validator: o.Audit.Validator, Trust: o.Audit.Trust})
+			if err != nil {
+				return nil, err
+			}
+			out.Marked++
+			out.Records = append(out.Records, rep.Records...)
+			out.SetAside += uint64(len(rep.SetAside))
+			if len(rep.Unmarked) == 0 {
+				continue
+			}
+			audit.Rooms = rep.Unmarked
+		}
+		idx := NewEvidenceIndex()
+		audit.OnEvent = func(ev *Event) {
+			if ev.Record != nil {
+				idx.Add(ev.RoomID, ev.Record, ev.Seq)
+			}
+		}
+		rep, err := Audit(ctx, js, audit)
+		if err != nil {
+			return nil, err
+		}
+		out.Audited += max(len(audit.Rooms), 1)
+		out.SetAside += rep.Totals.SetAside
+		out.Records = append(out.Records, idx.Instance(o.Instance, o.Room)...)
+	}
+	return out, nil
+}

@@ -1,0 +1,135 @@
+package reader_test
+
+import (
+	"encoding/json"
+	"strconv"
+	"testing"
+
+	"github.com/roompub/roompub/room"
+	"github.com/roompub/roompub/room/embedded"
+	"github.com/roompub/roompub/room/ingest"
+	"github.com/roompub/roompub/room/internal/roomtest"
+	"github.com/roompub/roompub/room/reader"
+)
+
+// TestInstanceRecordsMatchTheAudit: on a stream with record markers, the
+// records InstanceRecords finds through one instance's markers are the
+// ones the evidence index of a whole audit files under it, in every room
+// and in one, attested or not; the records of the other instance, the
+// refused ones and a record written around the gate with forged markers
+// (its key already held) are not among them, and that record is set aside
+// idempotency_conflict. A room whose records have no markers is listed as
+// unmarked, and InstanceEvidence reads it whole: the same records again.
+func TestInstanceRecordsMatchTheAudit(t *testing.T) {
+	e := roomtest.NewEnvMarked(t, embedded.Options{})
+	pub := roomtest.NewPublisherKey(t)
+	g := roomtest.AttestingGate(e, e.Connect(), pub, nil, ingest.GateOptions{})
+	const lab, lab2, old = "room:lab", "room:lab-2", "room:old"
+	const instA, instB = "environment:a", "environment:b"
+	on := func(inst string, n int) map[string]any {
+		return map[string]any{"environment/ref": inst, "evidence": roomtest.EvidenceOn(inst, n)}
+	}
+	// The old room's record goes straight into the stream, as a build
+	// before markers stored it: its room has no format marker.
+	oldRec := roomtest.RecordIn(t, e.Key, old, "a-old", on(instA, 1))
+	roomtest.PublishRaw(t, e.Js, "rooms.old.exec", oldRec.Canonical())
+	var raws [][]byte
+	for i := range 30 {
+		inst, roomID := instA, lab
+		if i%3 == 0 {
+			inst = instB
+		}
+		if i%5 == 0 {
+			roomID = lab2
+		}
+		raws = append(raws, roomtest.RecordIn(t, e.Key, roomID, "r-"+strconv.Itoa(i), on(inst, 1+i%3)).Canonical())
+	}
+	// Refused: the key of r-1 again, another record.
+	raws = append(raws, roomtest.RecordIn(t, e.Key, lab, "r-1", map[string]any{"environment/ref": instA, "evidence": roomtest.EvidenceOn(instA, 2), "recorded-at": "2026-09-25T12:59:00Z"}).Canonical())
+	stored := 0
+	for _, r := range g.AppendRecords(t.Context(), raws) {
+		if r.Item.Outcome == room.OutcomeStored {
+			stored++
+		}
+	}
+	if stored != 30 {
+		t.Fatalf("%d of 31 stored, want 30", stored)
+	}
+	// Around the gate: a record holding r-2's key, in a batch with its own
+	// (forged) markers, as a writer with the stream's rights could.
+	forged := roomtest.RecordIn(t, e.Key, lab, "r-2", map[string]any{"environment/ref": instA, "evidence": roomtest.EvidenceOn(instA, 1), "recorded-at": "2026-09-25T12:58:00Z"})
+	seq := roomtest.PublishRaw(t, e.Js, "rooms.lab.exec", forged.Canonical())
+	// Its markers follow it at once (nothing else appends here): key at
+	// +1, instance at +2, both naming it.
+	var s room.Subjects
+	pos := uint64(0)
+	if at := roomtest.PublishRaw(t, e.Js, s.Marker(lab, room.MarkKey, forged.IdempotencyKey()), room.Marker{Record: forged.ContentDigest(), Offset: 1}.Encode()); at != seq+1 {
+		t.Fatalf("key marker at %d", at)
+	}
+	if at := roomtest.PublishRaw(t, e.Js, s.Marker(lab, room.MarkInstance, instA), room.Marker{Record: forged.ContentDigest(), Offset: 2, Position: &pos}.Encode()); at != seq+2 {
+		t.Fatalf("instance marker at %d", at)
+	}
+
+	trust := roomtest.Trusting(t, pub)
+	for _, tc := range []struct {
+		name   string
+		roomID string
+		inst   string
+	}{{"a everywhere", "", instA}, {"b everywhere", "", instB}, {"a in lab-2", lab2, instA}} {
+		byAudit := reader.NewEvidenceIndex()
+		var rooms []string
+		if tc.roomID != "" {
+			rooms = []string{tc.roomID}
+		}
+		if _, err := reader.Audit(t.Context(), e.Js, reader.AuditOptions{Validator: e.V, Rooms: rooms, OnEvent: func(ev *reader.Event) {
+			if ev.Record != nil {
+				byAudit.Add(ev.RoomID, ev.Record, ev.Seq)
+			}
+		}}); err != nil {
+			t.Fatal(err)
+		}
+		var want []reader.VerifiedRecord
+		for _, r := range byAudit.Instance(tc.inst, tc.roomID) {
+			if r.RoomID != old {
+				want = append(want, r)
+			}
+		}
+		for _, tr := range []bool{false, true} {
+			o := reader.InstanceOptions{Room: tc.roomID, Instance: tc.inst, Validator: e.V}
+			if tr {
+				o.Trust = trust
+			}
+			rep, err := reader.InstanceRecords(t.Context(), e.Nc, o)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got, _ := json.Marshal(rep.Records)
+			exp, _ := json.Marshal(want)
+			if string(got) != string(exp) || len(want) == 0 {
+				t.Fatalf("%s (trust %v): markers found\n%s\nthe audit files\n%s", tc.name, tr, got, exp)
+			}
+			wantUnmarked := tc.roomID == ""
+			if (len(rep.Unmarked) == 1 && rep.Unmarked[0] == old) != wantUnmarked {
+				t.Fatalf("%s: unmarked rooms %v", tc.name, rep.Unmarked)
+			}
+			if tc.inst == instA && tc.roomID == "" {
+				if len(rep.SetAside) != 1 || rep.SetAside[0].Seq != seq || rep.SetAside[0].Code != "idempotency_conflict" {
+					t.Fatalf("set aside %+v, want the forged record at %d, idempotency_conflict", rep.SetAside, seq)
+				}
+			}
+		}
+		// InstanceEvidence: the marked rooms by markers, the old one whole.
+		place, err := reader.OpenLayout(t.Context(), e.Js, room.Layout{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ev, err := reader.InstanceEvidence(t.Context(), e.Nc, e.Js, reader.EvidenceOptions{Instance: tc.inst, Room: tc.roomID, Audit: reader.AuditOptions{Validator: e.V}}, place)
+		if err != nil {
+			t.Fatal(err)
+		}
+		all := byAudit.Instance(tc.inst, tc.roomID)
+		if len(ev.Records) != len(all) || ev.Marked != 1 {
+			t.Fatalf("%s: InstanceEvidence found %d records (%d partitions by markers), the audit %d", tc.name, len(ev.Records), ev.Marked, len(all))
+		}
+	}
+}
