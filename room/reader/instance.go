@@ -189,9 +189,16 @@ func instanceRecord(ctx context.Context, nc *nats.Conn, o InstanceOptions, m jsa
 		return nil, nil, nil // no record's marker: nothing it names is read
 	}
 	subj := o.Subjects.Records(p.RoomID)
-	rm, err := get(ctx, nc, o, map[string]any{"seq": seq})
+	// The record and the batch it was stored in (its markers follow it
+	// at consecutive sequences): one request.
+	batch, err := jsapi.DirectBatch(ctx, nc, o.Stream, jsapi.BatchRequest{Seq: seq, Batch: 8}, o.Timeout)
 	if err != nil {
 		return nil, nil, err
+	}
+	var rm *jsapi.Msg
+	if len(batch) > 0 && batch[0].Seq == seq {
+		rm = &batch[0]
+		batch = ofBatch(batch)
 	}
 	aside := func(code events.Code, reason string) (*VerifiedRecord, *SetAside, error) {
 		return nil, &SetAside{RoomID: p.RoomID, Kind: room.KindExecution, Seq: seq, Subject: subj, Code: code, Reason: reason}, nil
@@ -213,7 +220,7 @@ func instanceRecord(ctx context.Context, nc *nats.Conn, o InstanceOptions, m jsa
 	if rec.RoomID() != p.RoomID || !bytes.Equal(rm.Data, rec.Canonical()) || rec.ContentDigest() != mk.Record || env != o.Instance {
 		return nil, nil, nil // not the record the marker says: the marker is no record's
 	}
-	if problems, err := heldBy(ctx, nc, o, rec, seq); err != nil || len(problems) > 0 {
+	if problems, err := heldBy(ctx, nc, o, rec, seq, batch); err != nil || len(problems) > 0 {
 		if err != nil {
 			return nil, nil, err
 		}
@@ -241,7 +248,12 @@ func instanceRecord(ctx context.Context, nc *nats.Conn, o InstanceOptions, m jsa
 // written around the gate names none). A record stored around the gate,
 // with no markers, is not seen here; `subscriber audit` judges the room
 // whole.
-func heldBy(ctx context.Context, nc *nats.Conn, o InstanceOptions, rec *events.Record, seq uint64) ([]events.Problem, error) {
+//
+// Most records need no read for it: the marker stored in rec's own atomic
+// batch with an expected last subject sequence of 0 (a header the server
+// keeps, and enforced when it stored the batch) proves no marker was on
+// its subject before. Otherwise the subject's markers are read in order.
+func heldBy(ctx context.Context, nc *nats.Conn, o InstanceOptions, rec *events.Record, seq uint64, batch []jsapi.Msg) ([]events.Problem, error) {
 	roomID := rec.RoomID()
 	var held validate.Held
 	for _, k := range []room.MarkerKind{room.MarkKey, room.MarkRun, room.MarkDecision} {
@@ -257,6 +269,9 @@ func heldBy(ctx context.Context, nc *nats.Conn, o InstanceOptions, rec *events.R
 			}
 		}
 		subj := o.Subjects.Marker(roomID, k, v)
+		if firstOnSubject(batch, subj, rec.ContentDigest(), seq) {
+			continue
+		}
 		for from := uint64(1); ; {
 			m, err := get(ctx, nc, o, map[string]any{"seq": from, "next_by_subj": subj})
 			if err != nil {
@@ -412,4 +427,38 @@ func InstanceEvidence(ctx context.Context, nc *nats.Conn, js jetstream.JetStream
 		out.Records = append(out.Records, idx.Instance(o.Instance, o.Room)...)
 	}
 	return out, nil
+}
+
+// ofBatch returns the leading messages of ms that belong to the atomic
+// batch of ms[0] (the same Nats-Batch-Id at consecutive sequences).
+func ofBatch(ms []jsapi.Msg) []jsapi.Msg {
+	id := ms[0].Header.Get(batchIDHeader)
+	if id == "" {
+		return ms[:1]
+	}
+	n := 1
+	for n < len(ms) && ms[n].Seq == ms[n-1].Seq+1 && ms[n].Header.Get(batchIDHeader) == id {
+		n++
+	}
+	return ms[:n]
+}
+
+// batchIDHeader is ADR-50's batch id header, which the server keeps on
+// every stored message of an atomic batch.
+const batchIDHeader = "Nats-Batch-Id"
+
+// firstOnSubject reports whether batch (a record at seq and the messages
+// of its atomic batch) holds a marker on subj naming the record (digest,
+// offset) that the server stored expecting its subject empty: no marker
+// of the subject came before it.
+func firstOnSubject(batch []jsapi.Msg, subj, digest string, seq uint64) bool {
+	for _, m := range batch[min(1, len(batch)):] {
+		if m.Subject != subj {
+			continue
+		}
+		mk, err := room.ParseMarker(m.Data)
+		return err == nil && mk.Record == digest && mk.RecordSeq(m.Seq) == seq &&
+			m.Header.Get(jetstream.ExpectedLastSubjSeqHeader) == "0"
+	}
+	return false
 }

@@ -1,0 +1,224 @@
+package ingest_test
+
+import (
+	"context"
+	crand "crypto/rand"
+	"crypto/sha256"
+	"encoding/base64"
+	"os"
+	"runtime"
+	"runtime/metrics"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/roompub/roompub/events"
+	"github.com/roompub/roompub/room"
+	"github.com/roompub/roompub/room/embedded"
+	"github.com/roompub/roompub/room/ingest"
+	"github.com/roompub/roompub/room/internal/roomtest"
+	"github.com/roompub/roompub/room/reader"
+	"github.com/roompub/roompub/validate"
+)
+
+// BenchmarkMarkedRoom measures what a room's records cost serve once the
+// rules are the server's (docs/performance.md, "Records in a room"). It
+// fills one marked room with ROOMPUB_BENCH_RECORDS records (default
+// 20,000; `make bench-records`) straight onto the stream, each followed by
+// its markers as the gate stores them, a tenth of them on one instance,
+// on an embedded server that fsyncs once a minute, and then reports:
+//   - restart-ms: a new gate's first record in that room (what a
+//     restarted serve pays);
+//   - gate-KiB: the live heap the gate adds after 1,000 more records (the
+//     embedded server's share of those records included);
+//   - server-B/record: the live heap the fill added, per record (the
+//     server's per-subject index holds the markers' subjects);
+//   - evidence-ms: InstanceRecords of the instance's records.
+func BenchmarkMarkedRoom(b *testing.B) {
+	n := 20000
+	if v := os.Getenv("ROOMPUB_BENCH_RECORDS"); v != "" {
+		var err error
+		if n, err = strconv.Atoi(v); err != nil || n < 100 {
+			b.Fatalf("ROOMPUB_BENCH_RECORDS=%q: want a number >= 100", v)
+		}
+	}
+	// fsync once a minute, not per acknowledgement: the fill is millions
+	// of messages; what is measured is reads and memory.
+	srv, err := embedded.Start(embedded.Options{StoreDir: b.TempDir(), Listen: "127.0.0.1:-1", SyncInterval: time.Minute})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer srv.Shutdown()
+	connect := func() *nats.Conn {
+		nc, err := nats.Connect(srv.ClientURL())
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.Cleanup(nc.Close)
+		return nc
+	}
+	nc := connect()
+	js, _ := jetstream.New(nc, jetstream.WithPublishAsyncMaxPending(4096))
+	ctx := context.Background()
+	var subj room.Subjects
+	cfg := room.StreamConfig("", subj, 1)
+	cfg.Metadata[room.MetadataRecordMarkers] = room.MarkersV1
+	if _, err := room.EnsureStream(ctx, js, cfg, subj); err != nil {
+		b.Fatal(err)
+	}
+	host, err := events.GenerateHostKey(crand.Reader)
+	if err != nil {
+		b.Fatal(err)
+	}
+	v, err := validate.New(validate.WithTrustedHosts(host.NodeID()))
+	if err != nil {
+		b.Fatal(err)
+	}
+	const roomID, hot = "room:big", "environment:hot"
+	empty := liveHeap()
+	start := time.Now()
+	markedRoomFill(b, js, host, roomID, hot, n)
+	fill := time.Since(start)
+	filled := liveHeap()
+	b.Logf("%d records and their markers appended in %s", n, fill.Round(time.Millisecond))
+	base := roomtest.ReferenceRecord(b, "verified.json")
+	next := 0
+	record := func() []byte {
+		next++
+		m := map[string]any{}
+		for k, v := range base {
+			m[k] = v
+		}
+		m["room/id"], m["idempotency/key"], m["run/ref"] = roomID, "key-more-"+strconv.Itoa(next), "operator-task-run:more-"+strconv.Itoa(next)
+		m["decision/ref"], m["decision/digest"] = decision("more-" + strconv.Itoa(next))
+		rec, err := events.SignRecord(m, host)
+		if err != nil {
+			b.Fatal(err)
+		}
+		return rec.Canonical()
+	}
+	var restart, evidence time.Duration
+	var gateHeap int64
+	b.ResetTimer()
+	for range b.N {
+		raw := record()
+		before := liveHeap()
+		t0 := time.Now()
+		g, err := ingest.NewGate(ctx, connect(), ingest.GateOptions{Validator: v})
+		if err != nil {
+			b.Fatal(err)
+		}
+		if r := g.AppendRecord(ctx, raw); r.Item.Outcome != room.OutcomeStored {
+			b.Fatalf("the restarted gate's first record: %+v", r.Item)
+		}
+		restart += time.Since(t0)
+		more := make([][]byte, 1000)
+		for i := range more {
+			more[i] = record()
+		}
+		for i, r := range g.AppendRecords(ctx, more) {
+			if r.Item.Outcome != room.OutcomeStored {
+				b.Fatalf("record %d: %+v", i, r.Item)
+			}
+		}
+		gateHeap += int64(liveHeap()) - int64(before)
+		runtime.KeepAlive(g)
+		t0 = time.Now()
+		rep, err := reader.InstanceRecords(ctx, nc, reader.InstanceOptions{Room: roomID, Instance: hot, Validator: v})
+		if err != nil {
+			b.Fatal(err)
+		}
+		evidence += time.Since(t0)
+		if len(rep.Records) != (n+9)/10 || len(rep.SetAside) != 0 {
+			b.Fatalf("evidence: %d records, %d set aside; want %d", len(rep.Records), len(rep.SetAside), (n+9)/10)
+		}
+	}
+	b.StopTimer()
+	b.ReportMetric(float64(restart.Microseconds())/1000/float64(b.N), "restart-ms")
+	b.ReportMetric(float64(gateHeap)/1024/float64(b.N), "gate-KiB")
+	b.ReportMetric(float64(int64(filled)-int64(empty))/float64(n), "server-B/record")
+	b.ReportMetric(float64(evidence.Microseconds())/1000/float64(b.N), "evidence-ms")
+}
+
+// markedRoomFill appends n signed records of roomID with their markers,
+// as the gate would, with asynchronous publishes in order on one
+// connection; every tenth is observed on hot.
+func markedRoomFill(b *testing.B, js jetstream.JetStream, key *events.HostKey, roomID, hot string, n int) {
+	b.Helper()
+	base := roomtest.ReferenceRecord(b, "verified.json")
+	recs := make([]*events.Record, n)
+	var wg sync.WaitGroup
+	workers := runtime.GOMAXPROCS(0)
+	for w := range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := w; i < n; i += workers {
+				env := "environment:cold"
+				if i%10 == 0 {
+					env = hot
+				}
+				m := map[string]any{}
+				for k, v := range base {
+					m[k] = v
+				}
+				m["room/id"], m["idempotency/key"], m["run/ref"] = roomID, "key-"+strconv.Itoa(i), "operator-task-run:"+strconv.Itoa(i)
+				m["environment/ref"], m["evidence"] = env, roomtest.EvidenceOn(env, 1)
+				m["decision/ref"], m["decision/digest"] = decision("d" + strconv.Itoa(i))
+				rec, err := events.SignRecord(m, key)
+				if err != nil {
+					panic(err)
+				}
+				recs[i] = rec
+			}
+		}()
+	}
+	wg.Wait()
+	var s room.Subjects
+	for i, rec := range recs {
+		pos := uint64(i)
+		env, _ := rec.EnvironmentRef()
+		msgs := []*nats.Msg{{Subject: s.Records(roomID), Data: rec.Canonical()}}
+		add := func(k room.MarkerKind, v string, mk room.Marker) {
+			mk.Record, mk.Offset = rec.ContentDigest(), uint64(len(msgs))
+			msgs = append(msgs, &nats.Msg{Subject: s.Marker(roomID, k, v), Data: mk.Encode()})
+		}
+		add(room.MarkKey, rec.IdempotencyKey(), room.Marker{})
+		add(room.MarkRun, rec.RunRef(), room.Marker{})
+		add(room.MarkDecision, rec.DecisionRef(), room.Marker{Outcome: rec.Outcome()})
+		add(room.MarkInstance, env, room.Marker{Position: &pos})
+		if i == 0 {
+			add(room.MarkFormat, "", room.Marker{})
+		}
+		for _, m := range msgs {
+			if _, err := js.PublishMsgAsync(m, jetstream.WithStallWait(time.Minute)); err != nil {
+				b.Fatal(err)
+			}
+		}
+	}
+	select {
+	case <-js.PublishAsyncComplete():
+	case <-time.After(10 * time.Minute):
+		b.Fatal("the fill was not acknowledged in 10 minutes")
+	}
+}
+
+// liveHeap is the live heap after a full collection, in bytes.
+func liveHeap() uint64 {
+	runtime.GC()
+	s := []metrics.Sample{{Name: "/gc/heap/live:bytes"}}
+	metrics.Read(s)
+	return s[0].Value.Uint64()
+}
+
+// decision returns a decision/ref and its decision/digest of its own for
+// name.
+func decision(name string) (ref, digest string) {
+	sum := sha256.Sum256([]byte(name))
+	digest = events.DigestPrefix + base64.RawURLEncoding.EncodeToString(sum[:])
+	return "corpus-experiment-chair-decision:" + digest, digest
+}
