@@ -72,6 +72,12 @@ CAPACITY_LINES ?= 20000
 capacity:
 	ROOMPUB_CAPACITY=1 ROOMPUB_CAPACITY_LINES=$(CAPACITY_LINES) $(GO) test -count=1 -run '^TestCapacity$$' -timeout 20m -v ./test/faults/
 
+## bench-records: BenchmarkMarkedRoom: one room of RECORDS records with markers (default 100000): a restarted gate's first record, its heap, the server's heap per record, one instance's evidence
+RECORDS ?= 100000
+.PHONY: bench-records
+bench-records:
+	ROOMPUB_BENCH_RECORDS=$(RECORDS) $(GO) test -run '^$$' -bench '^BenchmarkMarkedRoom$$' -benchtime 1x -timeout 60m ./room/ingest/
+
 ## soak: SOAK (default 30m) on the 3-server cluster: shippers, records, followers, audits, a serve or nats-server restart every SOAK/12; bounded memory and goroutines; not part of make test
 SOAK ?= 30m
 SOAK_TIMEOUT ?= 50m
