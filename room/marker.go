@@ -6,6 +6,8 @@ import (
 	"fmt"
 
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/roompub/roompub/events"
 )
 
 // MetadataRecordMarkers is the room stream's metadata key that turns
@@ -80,4 +82,34 @@ func (m Marker) RecordSeq(seq uint64) uint64 {
 		return 0
 	}
 	return seq - m.Offset
+}
+
+// MarkedValue is the value of rec a marker of kind k stands for: its
+// idempotency/key, run/ref, decision/ref or environment/ref; "" for
+// MarkFormat or a value rec lacks.
+func MarkedValue(rec *events.Record, k MarkerKind) string {
+	switch k {
+	case MarkKey:
+		return rec.IdempotencyKey()
+	case MarkRun:
+		return rec.RunRef()
+	case MarkDecision:
+		return rec.DecisionRef()
+	case MarkInstance:
+		env, _ := rec.EnvironmentRef()
+		return env
+	}
+	return ""
+}
+
+// Names reports whether rec, the record at m's offset, is the one m, a
+// marker of kind k for value, stands for: it has m's content digest and
+// holds value, and for a decision the outcome m says. With a record that
+// passed its own rules in its room, that makes m genuine (docs/design.md,
+// "Record markers"); a marker written around the gate names none.
+func (m Marker) Names(rec *events.Record, k MarkerKind, value string) bool {
+	if rec.ContentDigest() != m.Record || MarkedValue(rec, k) != value {
+		return false
+	}
+	return k != MarkDecision || rec.Outcome() == m.Outcome
 }

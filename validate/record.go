@@ -39,6 +39,27 @@ func (v *Validator) Record(raw []byte, at events.Location) (*events.Record, erro
 	return rec, nil
 }
 
+// ErrNotStoredForm is returned by StoredRecord for a record that passes its
+// own rules but is not stored as a room's records are.
+var ErrNotStoredForm = errors.New("not this room's record in its canonical form")
+
+// StoredRecord judges data, a message on roomID's record subject (at its
+// stream sequence), as the gate and the readers count stored records for
+// the relation rules: every rule of Record (its *events.Refusal when one
+// fails), then roomID's record stored in its RFC 8785 form (else
+// ErrNotStoredForm). A record written around the gate in another form
+// must not block a genuine one.
+func (v *Validator) StoredRecord(data []byte, at events.Location, roomID string) (*events.Record, error) {
+	rec, err := v.Record(data, at)
+	if err != nil {
+		return rec, err
+	}
+	if rec.RoomID() != roomID || !bytes.Equal(data, rec.Canonical()) {
+		return rec, ErrNotStoredForm
+	}
+	return rec, nil
+}
+
 // CheckRecord applies every record rule but malformed_json to a parsed
 // record and returns the problems in check order.
 //

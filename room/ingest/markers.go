@@ -1,7 +1,6 @@
 package ingest
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -202,23 +201,8 @@ func (g *Gate) genuine(ctx context.Context, roomID string, s markerSpec, m *jets
 	if err != nil || rm == nil || rm.Subject != g.subjects.Records(roomID) {
 		return nil, "", false, err
 	}
-	rec, err := g.v.Record(rm.Data, events.Location{Seq: seq})
-	if err != nil || rec.RoomID() != roomID || !bytes.Equal(rm.Data, rec.Canonical()) || rec.ContentDigest() != mk.Record {
-		return nil, "", false, nil
-	}
-	var v string
-	switch s.kind {
-	case room.MarkKey:
-		v = rec.IdempotencyKey()
-	case room.MarkRun:
-		v = rec.RunRef()
-	case room.MarkDecision:
-		v = rec.DecisionRef()
-		if rec.Outcome() != mk.Outcome {
-			return nil, "", false, nil
-		}
-	}
-	if v != s.value {
+	rec, err := g.v.StoredRecord(rm.Data, events.Location{Seq: seq}, roomID)
+	if err != nil || !mk.Names(rec, s.kind, s.value) {
 		return nil, "", false, nil
 	}
 	return &validate.HeldBy{Digest: mk.Record, Seq: seq}, rec.Outcome(), true, nil
@@ -307,12 +291,12 @@ func (g *Gate) storeMarked(ctx context.Context, rec *events.Record, r *roomState
 		return reply, false, nil
 	}
 	msgs = append(msgs, rm)
-	decision := ""
+	decision, decisionAt := "", uint64(0) // the decision marker's subject and offset
 	for i, s := range specs {
 		mk := room.Marker{Record: digest, Offset: uint64(i + 1)}
 		switch s.kind {
 		case room.MarkDecision:
-			mk.Outcome, decision = rec.Outcome(), s.subj
+			mk.Outcome, decision, decisionAt = rec.Outcome(), s.subj, mk.Offset
 		case room.MarkInstance:
 			pos := r.count.Load() // the expected last sequence puts the record there
 			mk.Position = &pos
@@ -354,15 +338,11 @@ func (g *Gate) storeMarked(ctx context.Context, rec *events.Record, r *roomState
 		r.count.Add(1)
 		r.marked.format = true
 		if decision != "" {
-			for i, s := range specs {
-				if s.subj == decision {
-					lm := lastMarker{seq: first + uint64(i+1)}
-					if rec.Outcome() == "unknown" {
-						lm.unknown = first
-					}
-					r.marked.setExpect(decision, lm)
-				}
+			lm := lastMarker{seq: first + decisionAt}
+			if rec.Outcome() == "unknown" {
+				lm.unknown = first
 			}
+			r.marked.setExpect(decision, lm)
 		}
 		reply.Item = room.ItemResult{Outcome: room.OutcomeStored, Hash: rec.ComputedRef(), StreamSeq: first, Subject: subj}
 		return reply, false, nil

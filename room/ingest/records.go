@@ -1,7 +1,6 @@
 package ingest
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -109,13 +108,10 @@ func (g *Gate) catchUp(ctx context.Context, roomID string, r *roomState) error {
 		// a record a compromised writer put straight into the stream must
 		// not block a genuine one (idempotency_conflict, run_conflict).
 		// Subscribers and audits report such records.
-		rec, err := g.v.Record(m.Data, events.Location{Seq: m.Sequence})
-		if err != nil || rec.RoomID() != roomID || !bytes.Equal(m.Data, rec.Canonical()) {
+		rec, err := g.v.StoredRecord(m.Data, events.Location{Seq: m.Sequence}, roomID)
+		if err != nil {
 			if ignored == 0 {
 				firstSeq, firstErr = m.Sequence, err
-				if err == nil {
-					firstErr = errors.New("not this room's record in its canonical form")
-				}
 			}
 			ignored, lastSeq = ignored+1, m.Sequence
 			continue

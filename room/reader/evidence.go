@@ -38,13 +38,20 @@ func NewEvidenceIndex() *EvidenceIndex {
 // Add files a record that has passed every rule (a Reader's event) under
 // its instance. Callers must not add unverified records.
 func (x *EvidenceIndex) Add(roomID string, rec *events.Record, seq uint64) {
-	env, ok := rec.EnvironmentRef()
-	vr := &VerifiedRecord{RoomID: roomID, Ref: rec.ComputedRef(), Digest: rec.ContentDigest(), StreamSeq: seq,
-		Instance: env, Outcome: rec.Outcome(), RunRef: rec.RunRef(), Evidence: rec.Evidence()}
+	_, ok := rec.EnvironmentRef()
+	vr := new(verifiedRecord(roomID, rec, seq))
 	x.byRef[[2]string{vr.Ref, vr.Digest}] = vr
 	if ok {
-		x.byInstance[env] = append(x.byInstance[env], vr)
+		x.byInstance[vr.Instance] = append(x.byInstance[vr.Instance], vr)
 	}
+}
+
+// verifiedRecord is rec, stored in roomID at stream sequence seq, as the
+// evidence index and InstanceRecords name it.
+func verifiedRecord(roomID string, rec *events.Record, seq uint64) VerifiedRecord {
+	env, _ := rec.EnvironmentRef()
+	return VerifiedRecord{RoomID: roomID, Ref: rec.ComputedRef(), Digest: rec.ContentDigest(), StreamSeq: seq,
+		Instance: env, Outcome: rec.Outcome(), RunRef: rec.RunRef(), Evidence: rec.Evidence()}
 }
 
 // Instance returns the verified records observed on instance, in stream

@@ -1,7 +1,6 @@
 package reader
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -200,43 +199,35 @@ func instanceRecord(ctx context.Context, nc *nats.Conn, o InstanceOptions, m jsa
 		rm = &batch[0]
 		batch = ofBatch(batch)
 	}
-	aside := func(code events.Code, reason string) (*VerifiedRecord, *SetAside, error) {
-		return nil, &SetAside{RoomID: p.RoomID, Kind: room.KindExecution, Seq: seq, Subject: subj, Code: code, Reason: reason}, nil
+	aside := func(problems []events.Problem) (*VerifiedRecord, *SetAside, error) {
+		ref := events.NewRefusal(problems)
+		return nil, &SetAside{RoomID: p.RoomID, Kind: room.KindExecution, Seq: seq, Subject: subj, Code: ref.Code, Reason: ref.Reason, Problems: ref.Problems}, nil
 	}
 	if rm == nil || rm.Subject != subj {
 		return nil, nil, nil // the marker names no record of its room
 	}
-	rec, err := o.Validator.Record(rm.Data, events.Location{Seq: seq})
-	if err != nil {
-		var ref *events.Refusal
-		if errors.As(err, &ref) {
-			r, a, _ := aside(ref.Code, ref.Reason)
-			a.Problems = ref.Problems
-			return r, a, nil
-		}
-		return aside(events.CorruptEntry, err.Error())
-	}
-	env, _ := rec.EnvironmentRef()
-	if rec.RoomID() != p.RoomID || !bytes.Equal(rm.Data, rec.Canonical()) || rec.ContentDigest() != mk.Record || env != o.Instance {
+	rec, err := o.Validator.StoredRecord(rm.Data, events.Location{Seq: seq}, p.RoomID)
+	var ref *events.Refusal
+	switch {
+	case errors.As(err, &ref):
+		return aside(ref.Problems)
+	case err != nil || !mk.Names(rec, room.MarkInstance, o.Instance):
 		return nil, nil, nil // not the record the marker says: the marker is no record's
 	}
 	if problems, err := heldBy(ctx, nc, o, rec, seq, batch); err != nil || len(problems) > 0 {
 		if err != nil {
 			return nil, nil, err
 		}
-		ref := events.NewRefusal(problems)
-		r, a, _ := aside(ref.Code, ref.Reason)
-		a.Problems = ref.Problems
-		return r, a, nil
+		return aside(problems)
 	}
 	if o.Trust != nil {
 		att := rm.Header.Get(checkpoint.AttestationHeader)
 		if _, err := o.Trust.VerifyAttestation(att, p.RoomID, subj, checkpoint.RecordPosition(*mk.Position), checkpoint.ContentHash(rm.Data)); err != nil {
-			return aside(events.CheckpointMismatch, "not admitted: "+err.Error())
+			return aside([]events.Problem{{Code: events.CheckpointMismatch, At: events.Location{Seq: seq}, Reason: "not admitted: " + err.Error()}})
 		}
 	}
-	return &VerifiedRecord{RoomID: p.RoomID, Ref: rec.ComputedRef(), Digest: rec.ContentDigest(), StreamSeq: seq,
-		Instance: env, Outcome: rec.Outcome(), RunRef: rec.RunRef(), Evidence: rec.Evidence()}, nil, nil
+	vr := verifiedRecord(p.RoomID, rec, seq)
+	return &vr, nil, nil
 }
 
 // heldBy applies the relation rules to rec, stored at seq, on its room's
@@ -257,16 +248,9 @@ func heldBy(ctx context.Context, nc *nats.Conn, o InstanceOptions, rec *events.R
 	roomID := rec.RoomID()
 	var held validate.Held
 	for _, k := range []room.MarkerKind{room.MarkKey, room.MarkRun, room.MarkDecision} {
-		var v string
-		switch k {
-		case room.MarkKey:
-			v = rec.IdempotencyKey()
-		case room.MarkRun:
-			v = rec.RunRef()
-		default:
-			if v = rec.DecisionRef(); v == "" {
-				continue
-			}
+		v := room.MarkedValue(rec, k)
+		if v == "" {
+			continue // a record without a decision (every record has a key and a run)
 		}
 		subj := o.Subjects.Marker(roomID, k, v)
 		if firstOnSubject(batch, subj, rec.ContentDigest(), seq) {
@@ -317,25 +301,16 @@ func heldBy(ctx context.Context, nc *nats.Conn, o InstanceOptions, rec *events.R
 }
 
 // genuine reads the record at seq a marker of kind k for value names, and
-// returns it as the holder when it is the room's, passes its own rules,
-// has the marker's digest and holds value; nil otherwise.
+// returns it as the holder when it is the room's stored record, passes its
+// own rules and is the one the marker names (room.Marker.Names); nil
+// otherwise.
 func genuine(ctx context.Context, nc *nats.Conn, o InstanceOptions, roomID string, k room.MarkerKind, value string, mk room.Marker, seq uint64) (*validate.HeldBy, string, error) {
 	rm, err := get(ctx, nc, o, map[string]any{"seq": seq})
 	if err != nil || rm == nil || rm.Subject != o.Subjects.Records(roomID) {
 		return nil, "", err
 	}
-	rec, err := o.Validator.Record(rm.Data, events.Location{Seq: seq})
-	if err != nil || rec.RoomID() != roomID || !bytes.Equal(rm.Data, rec.Canonical()) || rec.ContentDigest() != mk.Record {
-		return nil, "", nil
-	}
-	v := rec.IdempotencyKey()
-	switch k {
-	case room.MarkRun:
-		v = rec.RunRef()
-	case room.MarkDecision:
-		v = rec.DecisionRef()
-	}
-	if v != value {
+	rec, err := o.Validator.StoredRecord(rm.Data, events.Location{Seq: seq}, roomID)
+	if err != nil || !mk.Names(rec, k, value) {
 		return nil, "", nil
 	}
 	return &validate.HeldBy{Digest: mk.Record, Seq: seq}, rec.Outcome(), nil
@@ -351,9 +326,9 @@ func get(ctx context.Context, nc *nats.Conn, o InstanceOptions, req map[string]a
 
 // EvidenceOptions says whose verified records InstanceEvidence gathers.
 type EvidenceOptions struct {
-	// Audit carries the read's settings (Validator, Trust, Read,
-	// Subjects and Stream of partition 0); its Rooms, if any, limits the
-	// rooms (at most one is used: EvidenceOptions.Room wins).
+	// Audit carries the read's settings (Validator, Trust, Read); its
+	// Stream, Subjects and Rooms are each partition's, set by
+	// InstanceEvidence from place and Room.
 	Audit AuditOptions
 	// Instance is the environment/ref whose records are gathered.
 	Instance string
@@ -367,8 +342,8 @@ type EvidenceOptions struct {
 type EvidenceReport struct {
 	Records  []VerifiedRecord
 	SetAside uint64
-	// Marked and Audited count the partitions read through instance
-	// markers and the rooms read whole.
+	// Marked counts the partitions read through instance markers,
+	// Audited those some rooms of which (or all) were audited whole.
 	Marked, Audited int
 }
 
@@ -422,7 +397,7 @@ func InstanceEvidence(ctx context.Context, nc *nats.Conn, js jetstream.JetStream
 		if err != nil {
 			return nil, err
 		}
-		out.Audited += max(len(audit.Rooms), 1)
+		out.Audited++
 		out.SetAside += rep.Totals.SetAside
 		out.Records = append(out.Records, idx.Instance(o.Instance, o.Room)...)
 	}
