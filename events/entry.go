@@ -69,7 +69,7 @@ func ParseEntry(line []byte) (*Entry, error) {
 
 // parseValidUTF8 is ParseEntry for a line known to be valid UTF-8.
 func parseValidUTF8(line []byte) (*Entry, error) {
-	if e := parseCanonical(line, false); e != nil {
+	if e := parseCanonical(line, string(line), false, nil); e != nil {
 		return e, nil
 	}
 	return parseGeneral(line)
@@ -78,7 +78,14 @@ func parseValidUTF8(line []byte) (*Entry, error) {
 // parseOwned is parseValidUTF8 for a line the caller hands over: the
 // entry may keep it as its canonical bytes, and no one may change it.
 func parseOwned(line []byte) (*Entry, error) {
-	if e := parseCanonical(line, true); e != nil {
+	return parseOwnedText(line, string(line), nil)
+}
+
+// parseOwnedText is parseOwned for a line whose bytes the caller also has
+// as text (a journal batch's, converted once for all its lines), whose
+// fast-path members are taken from arena when it is not nil.
+func parseOwnedText(line []byte, text string, arena *fieldArena) (*Entry, error) {
+	if e := parseCanonical(line, text, true, arena); e != nil {
 		return e, nil
 	}
 	return parseGeneral(line)
@@ -86,11 +93,12 @@ func parseOwned(line []byte) (*Entry, error) {
 
 // parseCanonical is the fast path: it returns nil unless line is canonical
 // and of the simple shape, and then an entry equal to what the general
-// path builds (FuzzEntryFastPath holds the two side by side). With owned,
-// the entry keeps line itself as its canonical bytes.
-func parseCanonical(line []byte, owned bool) *Entry {
-	src := string(line)
-	s, fields, ok := scanCanonicalEntry(src)
+// path builds (FuzzEntryFastPath holds the two side by side). src is line
+// as a string; the entry's strings point into it. With owned, the entry
+// keeps line itself as its canonical bytes; with arena, its members are
+// taken from there.
+func parseCanonical(line []byte, src string, owned bool, arena *fieldArena) *Entry {
+	s, fields, ok := scanCanonicalEntry(src, arena)
 	if !ok {
 		return nil
 	}
@@ -282,13 +290,33 @@ func (e *Entry) indexKnown() {
 		e.known[k] = -1
 	}
 	for i, f := range e.fields {
-		for k, key := range knownKeys {
-			if f.Key == key {
-				e.known[k] = int32(i)
-				break
-			}
+		if k := knownIndex(f.Key); k >= 0 {
+			e.known[k] = int32(i)
 		}
 	}
+}
+
+// knownIndex is the index of key in knownKeys, -1 if it is not there: a
+// switch, so that the other members cost one comparison or two, not
+// seven (TestKnownIndex holds it to knownKeys).
+func knownIndex(key string) int {
+	switch key {
+	case "entry_hash":
+		return knownEntryHash
+	case "parent_hash":
+		return knownParentHash
+	case "run_id":
+		return knownRunID
+	case "capsule_id":
+		return knownCapsuleID
+	case "harness_version":
+		return knownHarnessVersion
+	case "task_family":
+		return knownTaskFamily
+	case "seq":
+		return knownSeq
+	}
+	return -1
 }
 
 // knownField returns known member k of an indexed entry.
