@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"hash"
 	"slices"
 	"strconv"
 	"strings"
@@ -84,7 +85,7 @@ func parseOwned(line []byte) (*Entry, error) {
 // parseOwnedText is parseOwned for a line whose bytes the caller also has
 // as text (a journal batch's, converted once for all its lines), whose
 // fast-path members are taken from arena when it is not nil.
-func parseOwnedText(line []byte, text string, arena *fieldArena) (*Entry, error) {
+func parseOwnedText(line []byte, text string, arena *entryArena) (*Entry, error) {
 	if e := parseCanonical(line, text, true, arena); e != nil {
 		return e, nil
 	}
@@ -95,22 +96,28 @@ func parseOwnedText(line []byte, text string, arena *fieldArena) (*Entry, error)
 // and of the simple shape, and then an entry equal to what the general
 // path builds (FuzzEntryFastPath holds the two side by side). src is line
 // as a string; the entry's strings point into it. With owned, the entry
-// keeps line itself as its canonical bytes; with arena, its members are
-// taken from there.
-func parseCanonical(line []byte, src string, owned bool, arena *fieldArena) *Entry {
+// keeps line itself as its canonical bytes; with arena, the entry, its
+// members and its hash are taken from there.
+func parseCanonical(line []byte, src string, owned bool, arena *entryArena) *Entry {
 	s, fields, ok := scanCanonicalEntry(src, arena)
 	if !ok {
 		return nil
 	}
 	cut, end := s.hashCut()
-	h := sha256.New()
+	var h hash.Hash
+	var e *Entry
+	if arena != nil {
+		h, e = arena.sha256(), arena.entry()
+	} else {
+		h, e = sha256.New(), &Entry{}
+	}
 	h.Write(line[:cut])
 	h.Write(line[end:])
 	canonical := line[:len(line):len(line)] // an append to it must not write into the caller's next bytes
 	if !owned {
 		canonical = []byte(src)
 	}
-	e := &Entry{canonical: canonical, fast: true, indexed: true, fields: fields}
+	e.canonical, e.fast, e.indexed, e.fields = canonical, true, true, fields
 	h.Sum(e.computed[:0])
 	e.indexKnown()
 	return e

@@ -343,7 +343,7 @@ func verifyJournal(r io.Reader, file string, of journalOf, check EntryCheck, wor
 	first := rd.batch()
 	if first.last || workers < 2 {
 		// Small or single-core: no goroutines.
-		var arena fieldArena
+		var arena entryArena
 		for b := first; ; b = rd.batch() {
 			b.prepare(check, &arena)
 			if err := j.link(b); err != nil || b.last {
@@ -358,7 +358,7 @@ func verifyJournal(r io.Reader, file string, of journalOf, check EntryCheck, wor
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			var arena fieldArena
+			var arena entryArena
 			for b := range work {
 				b.prepare(check, &arena)
 				close(b.done)
@@ -414,7 +414,7 @@ type journalLine struct {
 
 // prepare runs the checks of the lines of b that do not depend on the
 // chain, the fast path's members taken from arena.
-func (b *journalBatch) prepare(check EntryCheck, arena *fieldArena) {
+func (b *journalBatch) prepare(check EntryCheck, arena *entryArena) {
 	text := string(b.data) // once for every line: their strings point into it
 	for i := range b.lines {
 		l := &b.lines[i]
@@ -424,7 +424,7 @@ func (b *journalBatch) prepare(check EntryCheck, arena *fieldArena) {
 
 // prepare runs the checks of one line that do not depend on the chain;
 // text is the line as a string.
-func (l *journalLine) prepare(check EntryCheck, text string, arena *fieldArena) {
+func (l *journalLine) prepare(check EntryCheck, text string, arena *entryArena) {
 	if l.truncated || l.tooLong {
 		return
 	}
@@ -465,7 +465,10 @@ type journalReader struct {
 // batch reads the next batch; its lines are copied into one buffer (sized
 // after the last batch's), not one allocation each.
 func (rd *journalReader) batch() *journalBatch {
-	b := &journalBatch{data: make([]byte, 0, min(rd.size+rd.size/8+4<<10, journalBatchBytes+64<<10))}
+	b := &journalBatch{
+		data:  make([]byte, 0, min(rd.size+rd.size/8+4<<10, journalBatchBytes+64<<10)),
+		lines: make([]journalLine, 0, min(rd.maxLines, journalBatchLines)),
+	}
 	defer func() { rd.size = len(b.data) }()
 	for len(b.lines) < rd.maxLines && len(b.data) < journalBatchBytes {
 		off := len(b.data)

@@ -1,7 +1,9 @@
 package events
 
 import (
+	"crypto/sha256"
 	"encoding/json"
+	"hash"
 	"math"
 	"slices"
 	"strconv"
@@ -54,16 +56,16 @@ type scanner struct {
 	// The span of the top-level "entry_hash" member, key to end of value;
 	// hashStart is -1 when there is none.
 	hashStart, hashEnd int
-	// arena, when not nil, receives the members in place (fieldArena);
+	// arena, when not nil, receives the members in place (entryArena);
 	// without one each object's members get an allocation of their own.
-	arena *fieldArena
+	arena *entryArena
 }
 
 // scanCanonicalEntry returns the fields of line when line is the RFC 8785
 // form of an object of the simple shape; ok is false otherwise (the line
 // may still be canonical, or not JSON at all: the general path decides).
 // The fields are taken from arena when it is not nil.
-func scanCanonicalEntry(src string, arena *fieldArena) (s scanner, fields []Field, ok bool) {
+func scanCanonicalEntry(src string, arena *entryArena) (s scanner, fields []Field, ok bool) {
 	s = scanner{src: src, hashStart: -1, arena: arena}
 	if len(src) < 2 || src[0] != '{' {
 		return s, nil, false
@@ -141,7 +143,7 @@ func (s *scanner) arenaObject(depth int) ([]Field, bool) {
 func (s *scanner) member(f *Field, depth int, first bool, prev *string) (last, ok bool) {
 	start := s.i
 	key, ok := s.key()
-	if !ok || !first && key <= *prev {
+	if !ok || !first && !after(key, *prev) {
 		// Not ASCII, escaped, out of RFC 8785 order or duplicated.
 		return false, false
 	}
@@ -171,8 +173,17 @@ func (s *scanner) member(f *Field, depth int, first bool, prev *string) (last, o
 	return false, false
 }
 
-// fieldArena holds the members the fast path scans for many entries, in
-// chunks of arenaChunk: each member is scanned into place, instead of
+// after reports whether key sorts after prev in byte order, deciding
+// most pairs of an object's keys by their first bytes without a call.
+func after(key, prev string) bool {
+	if len(key) > 0 && len(prev) > 0 && key[0] != prev[0] {
+		return key[0] > prev[0]
+	}
+	return key > prev
+}
+
+// entryArena holds the entries the fast path parses from many lines, and
+// their members, in chunks: each member is scanned into place, instead of
 // gathered and copied into an allocation per object. One object is open
 // at each depth at a time (the entry, its payload), so each depth has a
 // chunk of its own. Slots are taken once and never cleared (those of a
@@ -180,18 +191,41 @@ func (s *scanner) member(f *Field, depth int, first bool, prev *string) (last, o
 // An entry keeps its chunks alive, so an arena is for entries that live
 // briefly (a journal's, until they are linked). It is not safe for
 // concurrent use.
-type fieldArena struct {
-	open [maxFastDepth][]Field // per depth, the chunk being filled: its length is taken
+type entryArena struct {
+	open    [maxFastDepth][]Field // per depth, the chunk being filled: its length is taken
+	entries []Entry               // the chunk of entries being filled
+	hash    hash.Hash             // the preimage's SHA-256, reset for each entry
 }
 
-// arenaChunk is the fields in one chunk of a fieldArena (128 KiB): about a
-// hundred entries' members.
-const arenaChunk = 2048
+// Chunk sizes of an entryArena: 2,048 members (128 KiB, about a hundred
+// entries' members) and 256 entries.
+const (
+	arenaChunk        = 2048
+	arenaEntriesChunk = 256
+)
+
+// entry returns a zero Entry.
+func (a *entryArena) entry() *Entry {
+	if len(a.entries) == cap(a.entries) {
+		a.entries = make([]Entry, 0, arenaEntriesChunk)
+	}
+	a.entries = a.entries[:len(a.entries)+1]
+	return &a.entries[len(a.entries)-1]
+}
+
+// sha256 returns the arena's SHA-256, reset.
+func (a *entryArena) sha256() hash.Hash {
+	if a.hash == nil {
+		a.hash = sha256.New()
+	}
+	a.hash.Reset()
+	return a.hash
+}
 
 // next returns a zero slot for the next member of the object open at
 // depth, whose members so far start at start in its chunk, and where they
 // start now: in a new chunk when the old one is full.
-func (a *fieldArena) next(depth, start int) (*Field, int) {
+func (a *entryArena) next(depth, start int) (*Field, int) {
 	c := &a.open[depth-1]
 	if len(*c) == cap(*c) {
 		members := (*c)[start:]
