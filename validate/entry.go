@@ -64,7 +64,8 @@ func (v *Validator) checkEntrySchema(e *events.Entry, at events.Location) []even
 // RFC 8785 order is sort.Strings order).
 func canaryProblems(payload []events.Field, at events.Location) []events.Problem {
 	var problems []events.Problem
-	for _, f := range payload {
+	for i := range payload {
+		f := &payload[i]
 		if f.Kind != events.KindString {
 			continue
 		}
