@@ -326,13 +326,14 @@ func knownIndex(key string) int {
 	return -1
 }
 
-// knownField returns known member k of an indexed entry.
-func (e *Entry) knownField(k int) (Field, bool) {
+// knownField returns known member k of an indexed entry, nil if it has
+// none.
+func (e *Entry) knownField(k int) *Field {
 	i := e.known[k]
 	if i < 0 {
-		return Field{}, false
+		return nil
 	}
-	return e.fields[i], true
+	return &e.fields[i]
 }
 
 // Seq is the entry's claimed chain position; ok is false when seq is
@@ -340,8 +341,8 @@ func (e *Entry) knownField(k int) (Field, bool) {
 func (e *Entry) Seq() (seq int64, ok bool) {
 	var text string
 	if e.indexed {
-		f, found := e.knownField(knownSeq)
-		if !found || f.Kind != KindNumber {
+		f := e.knownField(knownSeq)
+		if f == nil || f.Kind != KindNumber {
 			return 0, false
 		}
 		text = f.Text
@@ -352,9 +353,30 @@ func (e *Entry) Seq() (seq int64, ok bool) {
 		}
 		text = string(n)
 	}
+	if v, ok := smallNatural(text); ok {
+		return v, true
+	}
 	v, err := strconv.ParseInt(text, 10, 64) // json.Number.Int64
 	if err != nil {
 		return 0, false
+	}
+	return v, true
+}
+
+// smallNatural reads text when it is 1 to 18 decimal digits, which
+// strconv.ParseInt reads as the same int64 (18 digits cannot overflow),
+// without its generality: the seq of every entry.
+func smallNatural(text string) (int64, bool) {
+	if len(text) == 0 || len(text) > 18 {
+		return 0, false
+	}
+	var v int64
+	for i := 0; i < len(text); i++ {
+		c := text[i]
+		if c < '0' || c > '9' {
+			return 0, false
+		}
+		v = v*10 + int64(c-'0')
 	}
 	return v, true
 }
@@ -377,8 +399,8 @@ func (e *Entry) str(k int) string {
 // strOK returns known member k and whether it is a string.
 func (e *Entry) strOK(k int) (string, bool) {
 	if e.indexed {
-		f, found := e.knownField(k)
-		if !found || f.Kind != KindString {
+		f := e.knownField(k)
+		if f == nil || f.Kind != KindString {
 			return "", false
 		}
 		return f.Text, true

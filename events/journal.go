@@ -542,7 +542,6 @@ func (j *journalLinker) link(b *journalBatch) error {
 					j.res.Valid++
 					j.res.Head = j.v.Head()
 				}
-				b.lines[i] = journalLine{}
 				continue
 			}
 			for _, p := range problems {
@@ -555,8 +554,10 @@ func (j *journalLinker) link(b *journalBatch) error {
 		}
 		j.v.skip(l.e)
 		j.broken = true
-		b.lines[i] = journalLine{}
 	}
+	// Linked: let the lines and their entries go at once, all together
+	// (the reader's goroutine still holds the first batch).
+	b.lines, b.data = nil, nil
 	return b.err
 }
 
