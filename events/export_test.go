@@ -160,3 +160,11 @@ var (
 	KnownKeys  = knownKeys
 	KnownIndex = knownIndex
 )
+
+// Arena is a journal worker's arena; ParseInArena parses a line as a
+// journal batch does (its bytes also as text, the members from a).
+type Arena = entryArena
+
+func ParseInArena(line []byte, a *Arena) (*Entry, error) {
+	return parseOwnedText(line, string(line), a)
+}

@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"testing"
 
 	"github.com/gowebpki/jcs"
@@ -219,5 +220,48 @@ func TestCanonicalNumber(t *testing.T) {
 		if got := events.CanonicalNumber(s); got != want {
 			t.Errorf("CanonicalNumber(%q) = %v, jcs says %v (%q, %v)", s, got, want, canon, err)
 		}
+	}
+}
+
+// TestArenaEntries: entries parsed through one arena, as a journal
+// worker parses a batch, equal those ParseEntry makes alone, across the
+// arena's chunk borders (in the entry and its payload) and after lines
+// the fast path gave up on part-way, whose members stay in the arena
+// unused; and an entry stays what it was when later lines fill the arena.
+func TestArenaEntries(t *testing.T) {
+	var lines [][]byte
+	for _, l := range append(sampleLines(t), chainLines(t, 600, nil)...) {
+		lines = append(lines, l)
+		// Canonical up to a member after the last of the entry or of its
+		// payload (the first object to close): the scan fails there.
+		switch len(lines) % 7 {
+		case 3:
+			lines = append(lines, append(bytes.Clone(l[:len(l)-1]), `,"zz":01}`...))
+		case 5:
+			if end := bytes.IndexByte(l, '}'); end < len(l)-1 {
+				lines = append(lines, slices.Concat(l[:end], []byte(`,"zz":01`), l[end:]))
+			}
+		}
+	}
+	var a events.Arena
+	type parsed struct {
+		line []byte
+		e    *events.Entry
+	}
+	var all []parsed
+	for _, line := range lines {
+		got, gotErr := events.ParseInArena(line, &a)
+		want, wantErr := events.ParseEntry(line)
+		if (gotErr == nil) != (wantErr == nil) || gotErr != nil && gotErr.Error() != wantErr.Error() {
+			t.Fatalf("%q: error %v, ParseEntry's %v", line, gotErr, wantErr)
+		}
+		if got != nil {
+			sameEntry(t, line, got, want)
+			all = append(all, parsed{line, got})
+		}
+	}
+	for _, p := range all {
+		want, _ := events.ParseEntry(p.line)
+		sameEntry(t, p.line, p.e, want)
 	}
 }
