@@ -31,7 +31,7 @@ func (v *Validator) CheckEntry(e *events.Entry, at events.Location) []events.Pro
 // checkEntrySchema is CheckEntry by jsonschema and the decoded map.
 func (v *Validator) checkEntrySchema(e *events.Entry, at events.Location) []events.Problem {
 	obj := e.Object()
-	problems := v.schemas.patterns.schemaProblems(v.schemas.envelope, obj, events.InvalidEntry, at)
+	problems := v.schemas.check(false, obj, events.InvalidEntry, at)
 	payload, ok := obj["payload"].(map[string]any)
 	if !ok {
 		return problems
