@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"hash"
 	"slices"
 	"strconv"
 	"strings"
@@ -69,7 +70,7 @@ func ParseEntry(line []byte) (*Entry, error) {
 
 // parseValidUTF8 is ParseEntry for a line known to be valid UTF-8.
 func parseValidUTF8(line []byte) (*Entry, error) {
-	if e := parseCanonical(line, false); e != nil {
+	if e := parseCanonical(line, string(line), false, nil); e != nil {
 		return e, nil
 	}
 	return parseGeneral(line)
@@ -78,7 +79,14 @@ func parseValidUTF8(line []byte) (*Entry, error) {
 // parseOwned is parseValidUTF8 for a line the caller hands over: the
 // entry may keep it as its canonical bytes, and no one may change it.
 func parseOwned(line []byte) (*Entry, error) {
-	if e := parseCanonical(line, true); e != nil {
+	return parseOwnedText(line, string(line), nil)
+}
+
+// parseOwnedText is parseOwned for a line whose bytes the caller also has
+// as text (a journal batch's, converted once for all its lines), whose
+// fast-path members are taken from arena when it is not nil.
+func parseOwnedText(line []byte, text string, arena *entryArena) (*Entry, error) {
+	if e := parseCanonical(line, text, true, arena); e != nil {
 		return e, nil
 	}
 	return parseGeneral(line)
@@ -86,23 +94,30 @@ func parseOwned(line []byte) (*Entry, error) {
 
 // parseCanonical is the fast path: it returns nil unless line is canonical
 // and of the simple shape, and then an entry equal to what the general
-// path builds (FuzzEntryFastPath holds the two side by side). With owned,
-// the entry keeps line itself as its canonical bytes.
-func parseCanonical(line []byte, owned bool) *Entry {
-	src := string(line)
-	s, fields, ok := scanCanonicalEntry(src)
+// path builds (FuzzEntryFastPath holds the two side by side). src is line
+// as a string; the entry's strings point into it. With owned, the entry
+// keeps line itself as its canonical bytes; with arena, the entry, its
+// members and its hash are taken from there.
+func parseCanonical(line []byte, src string, owned bool, arena *entryArena) *Entry {
+	s, fields, ok := scanCanonicalEntry(src, arena)
 	if !ok {
 		return nil
 	}
 	cut, end := s.hashCut()
-	h := sha256.New()
+	var h hash.Hash
+	var e *Entry
+	if arena != nil {
+		h, e = arena.sha256(), arena.entry()
+	} else {
+		h, e = sha256.New(), &Entry{}
+	}
 	h.Write(line[:cut])
 	h.Write(line[end:])
 	canonical := line[:len(line):len(line)] // an append to it must not write into the caller's next bytes
 	if !owned {
 		canonical = []byte(src)
 	}
-	e := &Entry{canonical: canonical, fast: true, indexed: true, fields: fields}
+	e.canonical, e.fast, e.indexed, e.fields = canonical, true, true, fields
 	h.Sum(e.computed[:0])
 	e.indexKnown()
 	return e
@@ -282,22 +297,43 @@ func (e *Entry) indexKnown() {
 		e.known[k] = -1
 	}
 	for i, f := range e.fields {
-		for k, key := range knownKeys {
-			if f.Key == key {
-				e.known[k] = int32(i)
-				break
-			}
+		if k := knownIndex(f.Key); k >= 0 {
+			e.known[k] = int32(i)
 		}
 	}
 }
 
-// knownField returns known member k of an indexed entry.
-func (e *Entry) knownField(k int) (Field, bool) {
+// knownIndex is the index of key in knownKeys, -1 if it is not there: a
+// switch, so that the other members cost one comparison or two, not
+// seven (TestKnownIndex holds it to knownKeys).
+func knownIndex(key string) int {
+	switch key {
+	case "entry_hash":
+		return knownEntryHash
+	case "parent_hash":
+		return knownParentHash
+	case "run_id":
+		return knownRunID
+	case "capsule_id":
+		return knownCapsuleID
+	case "harness_version":
+		return knownHarnessVersion
+	case "task_family":
+		return knownTaskFamily
+	case "seq":
+		return knownSeq
+	}
+	return -1
+}
+
+// knownField returns known member k of an indexed entry, nil if it has
+// none.
+func (e *Entry) knownField(k int) *Field {
 	i := e.known[k]
 	if i < 0 {
-		return Field{}, false
+		return nil
 	}
-	return e.fields[i], true
+	return &e.fields[i]
 }
 
 // Seq is the entry's claimed chain position; ok is false when seq is
@@ -305,8 +341,8 @@ func (e *Entry) knownField(k int) (Field, bool) {
 func (e *Entry) Seq() (seq int64, ok bool) {
 	var text string
 	if e.indexed {
-		f, found := e.knownField(knownSeq)
-		if !found || f.Kind != KindNumber {
+		f := e.knownField(knownSeq)
+		if f == nil || f.Kind != KindNumber {
 			return 0, false
 		}
 		text = f.Text
@@ -317,9 +353,30 @@ func (e *Entry) Seq() (seq int64, ok bool) {
 		}
 		text = string(n)
 	}
+	if v, ok := smallNatural(text); ok {
+		return v, true
+	}
 	v, err := strconv.ParseInt(text, 10, 64) // json.Number.Int64
 	if err != nil {
 		return 0, false
+	}
+	return v, true
+}
+
+// smallNatural reads text when it is 1 to 18 decimal digits, which
+// strconv.ParseInt reads as the same int64 (18 digits cannot overflow),
+// without its generality: the seq of every entry.
+func smallNatural(text string) (int64, bool) {
+	if len(text) == 0 || len(text) > 18 {
+		return 0, false
+	}
+	var v int64
+	for i := 0; i < len(text); i++ {
+		c := text[i]
+		if c < '0' || c > '9' {
+			return 0, false
+		}
+		v = v*10 + int64(c-'0')
 	}
 	return v, true
 }
@@ -342,8 +399,8 @@ func (e *Entry) str(k int) string {
 // strOK returns known member k and whether it is a string.
 func (e *Entry) strOK(k int) (string, bool) {
 	if e.indexed {
-		f, found := e.knownField(k)
-		if !found || f.Kind != KindString {
+		f := e.knownField(k)
+		if f == nil || f.Kind != KindString {
 			return "", false
 		}
 		return f.Text, true

@@ -206,3 +206,18 @@ func TestParseCapsule(t *testing.T) {
 		})
 	}
 }
+
+// TestKnownIndex: the switch finds each indexed member where knownKeys
+// lists it, and no other key.
+func TestKnownIndex(t *testing.T) {
+	for k, key := range events.KnownKeys {
+		if got := events.KnownIndex(key); got != k {
+			t.Errorf("KnownIndex(%q) = %d, want %d", key, got, k)
+		}
+	}
+	for _, key := range []string{"", "payload", "schema", "ts", "entry_hashes", "Seq", "seq "} {
+		if got := events.KnownIndex(key); got != -1 {
+			t.Errorf("KnownIndex(%q) = %d, want -1", key, got)
+		}
+	}
+}

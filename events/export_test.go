@@ -23,7 +23,7 @@ func ParseEntryFast(line []byte) *Entry {
 	if !utf8.Valid(line) {
 		return nil
 	}
-	return parseCanonical(line, false)
+	return parseCanonical(line, string(line), false, nil)
 }
 
 // CanonicalNumber is the fast path's number rule.
@@ -46,7 +46,7 @@ func VerifyJournalSequential(r io.Reader, file string, meta *CapsuleMeta, check 
 	res := JournalResult{Head: ZeroHash}
 	broken := false
 	for lineNo := 1; ; lineNo++ {
-		line, complete, tooLong, n, err := readLine(br)
+		_, line, complete, tooLong, n, err := readLine(br, nil)
 		if err != nil {
 			return res, err
 		}
@@ -154,3 +154,17 @@ func ParseEntryJCS(line []byte) (*Entry, error) {
 
 // MayHoldSurrogateEscape is the test that sends a line to ParseEntrySurrogates.
 func MayHoldSurrogateEscape(line []byte) bool { return mayHoldSurrogateEscape(line) }
+
+// KnownKeys and KnownIndex are the members Entry indexes at parse.
+var (
+	KnownKeys  = knownKeys
+	KnownIndex = knownIndex
+)
+
+// Arena is a journal worker's arena; ParseInArena parses a line as a
+// journal batch does (its bytes also as text, the members from a).
+type Arena = entryArena
+
+func ParseInArena(line []byte, a *Arena) (*Entry, error) {
+	return parseOwnedText(line, string(line), a)
+}

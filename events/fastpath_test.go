@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"testing"
 
 	"github.com/gowebpki/jcs"
@@ -209,11 +210,58 @@ func TestCanonicalNumber(t *testing.T) {
 	for _, s := range []string{"0", "-0", "1", "-1", "10", "1e21", "1e+21", "1e+20", "100000000000000000000", "123456789012345",
 		"1234567890123456", "0.1", "1.5", "1.50", "1e-7", "1e-6", "0.000001", "5e-324", "1.7976931348623157e+308", "1e309", "01", "1.", "-", "",
 		"-0.5", "0.50", "123.456", "-123.456", "0.0000009999", "9.999e-7", "0.000001000", "999999999999999900000", "999999999999999999999",
-		"1e20", "0.30000000000000004", "0.3000000000000000444", "1.0", "-0.0", "12.34e1", "00.5", ".5", "+1.5", "1.5e0"} {
+		"1e20", "0.30000000000000004", "0.3000000000000000444", "1.0", "-0.0", "12.34e1", "00.5", ".5", "+1.5", "1.5e0",
+		// fractions of up to 15 significant digits, decided without a float, and their neighbours
+		"0.0000015", "0.00000015", "-0.000001", "123456789012.345", "1234567890123.456", "0.100000000000001",
+		"0.1000000000000001", "9.99999999999999", "99999999999999.9", "999999999999999.9", "0.000012345678901234",
+		"5.", "5.-1", "1.2.3", "0.", "-.5", "1.5a", "0.05", "10.25", "2.5000000000000001"} {
 		canon, err := jcs.Transform([]byte(s))
 		want := err == nil && string(canon) == s
 		if got := events.CanonicalNumber(s); got != want {
 			t.Errorf("CanonicalNumber(%q) = %v, jcs says %v (%q, %v)", s, got, want, canon, err)
 		}
+	}
+}
+
+// TestArenaEntries: entries parsed through one arena, as a journal
+// worker parses a batch, equal those ParseEntry makes alone, across the
+// arena's chunk borders (in the entry and its payload) and after lines
+// the fast path gave up on part-way, whose members stay in the arena
+// unused; and an entry stays what it was when later lines fill the arena.
+func TestArenaEntries(t *testing.T) {
+	var lines [][]byte
+	for _, l := range append(sampleLines(t), chainLines(t, 600, nil)...) {
+		lines = append(lines, l)
+		// Canonical up to a member after the last of the entry or of its
+		// payload (the first object to close): the scan fails there.
+		switch len(lines) % 7 {
+		case 3:
+			lines = append(lines, append(bytes.Clone(l[:len(l)-1]), `,"zz":01}`...))
+		case 5:
+			if end := bytes.IndexByte(l, '}'); end < len(l)-1 {
+				lines = append(lines, slices.Concat(l[:end], []byte(`,"zz":01`), l[end:]))
+			}
+		}
+	}
+	var a events.Arena
+	type parsed struct {
+		line []byte
+		e    *events.Entry
+	}
+	var all []parsed
+	for _, line := range lines {
+		got, gotErr := events.ParseInArena(line, &a)
+		want, wantErr := events.ParseEntry(line)
+		if (gotErr == nil) != (wantErr == nil) || gotErr != nil && gotErr.Error() != wantErr.Error() {
+			t.Fatalf("%q: error %v, ParseEntry's %v", line, gotErr, wantErr)
+		}
+		if got != nil {
+			sameEntry(t, line, got, want)
+			all = append(all, parsed{line, got})
+		}
+	}
+	for _, p := range all {
+		want, _ := events.ParseEntry(p.line)
+		sameEntry(t, p.line, p.e, want)
 	}
 }

@@ -208,11 +208,11 @@ func (v *ChainVerifier) chainProblems(e *Entry, at Location, problems []Problem)
 		problems = append(problems, Problem{Code: BrokenLink, At: withPointer(at, "/parent_hash"),
 			Reason: "parent_hash is not the previous entry's entry_hash", Expected: v.head, Actual: e.ParentHash()})
 	}
-	ref := e.Metadata()
+	got := e.Metadata()
+	ref := got // the first entry's, when there is no reference yet
 	if v.meta != nil {
 		ref = *v.meta
 	}
-	got := e.Metadata()
 	for _, f := range [...]struct{ key, want, have string }{
 		{"run_id", ref.RunID, got.RunID},
 		{"capsule_id", ref.CapsuleID, got.CapsuleID},
@@ -343,10 +343,9 @@ func verifyJournal(r io.Reader, file string, of journalOf, check EntryCheck, wor
 	first := rd.batch()
 	if first.last || workers < 2 {
 		// Small or single-core: no goroutines.
+		var arena entryArena
 		for b := first; ; b = rd.batch() {
-			for i := range b.lines {
-				b.lines[i].prepare(check)
-			}
+			b.prepare(check, &arena)
 			if err := j.link(b); err != nil || b.last {
 				return j.finish(file, err)
 			}
@@ -359,10 +358,9 @@ func verifyJournal(r io.Reader, file string, of journalOf, check EntryCheck, wor
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
+			var arena entryArena
 			for b := range work {
-				for i := range b.lines {
-					b.lines[i].prepare(check)
-				}
+				b.prepare(check, &arena)
 				close(b.done)
 			}
 		}()
@@ -400,7 +398,8 @@ const (
 // journalLine is one line read from a journal and, once prepared, what the
 // checks that depend on it alone found.
 type journalLine struct {
-	line      []byte // without its newline; owned by this line
+	line      []byte // without its newline, in its batch's data
+	off       int    // where line starts in its batch's data
 	at        Location
 	n         int  // the line's length in bytes (a truncated tail's)
 	truncated bool // the last line, without a newline
@@ -413,8 +412,19 @@ type journalLine struct {
 	hasNonCanon bool
 }
 
-// prepare runs the checks of one line that do not depend on the chain.
-func (l *journalLine) prepare(check EntryCheck) {
+// prepare runs the checks of the lines of b that do not depend on the
+// chain, the fast path's members taken from arena.
+func (b *journalBatch) prepare(check EntryCheck, arena *entryArena) {
+	text := string(b.data) // once for every line: their strings point into it
+	for i := range b.lines {
+		l := &b.lines[i]
+		l.prepare(check, text[l.off:l.off+len(l.line)], arena)
+	}
+}
+
+// prepare runs the checks of one line that do not depend on the chain;
+// text is the line as a string.
+func (l *journalLine) prepare(check EntryCheck, text string, arena *entryArena) {
 	if l.truncated || l.tooLong {
 		return
 	}
@@ -422,7 +432,7 @@ func (l *journalLine) prepare(check EntryCheck) {
 		l.notUTF8 = true
 		return
 	}
-	e, err := parseOwned(l.line)
+	e, err := parseOwnedText(l.line, text, arena)
 	if err != nil {
 		l.problems = []Problem{parseProblem(err, l.at)}
 		return
@@ -436,6 +446,7 @@ func (l *journalLine) prepare(check EntryCheck) {
 // journalBatch is a run of consecutive lines; last is set on the batch
 // that ends the journal (end of input, truncated tail or read error err).
 type journalBatch struct {
+	data  []byte // the lines' bytes, read into one buffer
 	lines []journalLine
 	last  bool
 	err   error
@@ -448,13 +459,20 @@ type journalReader struct {
 	file     string
 	next     int // the next line's number
 	maxLines int
+	size     int // the data of the last batch, in bytes
 }
 
+// batch reads the next batch; its lines are copied into one buffer (sized
+// after the last batch's), not one allocation each.
 func (rd *journalReader) batch() *journalBatch {
-	b := &journalBatch{}
-	size := 0
-	for len(b.lines) < rd.maxLines && size < journalBatchBytes {
-		line, complete, tooLong, n, err := readLine(rd.br)
+	b := &journalBatch{
+		data:  make([]byte, 0, min(rd.size+rd.size/8+4<<10, journalBatchBytes+64<<10)),
+		lines: make([]journalLine, 0, min(rd.maxLines, journalBatchLines)),
+	}
+	defer func() { rd.size = len(b.data) }()
+	for len(b.lines) < rd.maxLines && len(b.data) < journalBatchBytes {
+		off := len(b.data)
+		data, line, complete, tooLong, n, err := readLine(rd.br, b.data)
 		if err != nil {
 			b.last, b.err = true, err
 			return b
@@ -463,14 +481,14 @@ func (rd *journalReader) batch() *journalBatch {
 			b.last = true
 			return b
 		}
-		l := journalLine{line: line, at: Location{File: rd.file, Line: rd.next}, n: n, truncated: !complete, tooLong: tooLong}
+		b.data = data
+		l := journalLine{line: line, off: off, at: Location{File: rd.file, Line: rd.next}, n: n, truncated: !complete, tooLong: tooLong}
 		rd.next++
 		b.lines = append(b.lines, l)
 		if !complete {
 			b.last = true
 			return b
 		}
-		size += len(line)
 	}
 	return b
 }
@@ -524,7 +542,6 @@ func (j *journalLinker) link(b *journalBatch) error {
 					j.res.Valid++
 					j.res.Head = j.v.Head()
 				}
-				b.lines[i] = journalLine{}
 				continue
 			}
 			for _, p := range problems {
@@ -537,8 +554,10 @@ func (j *journalLinker) link(b *journalBatch) error {
 		}
 		j.v.skip(l.e)
 		j.broken = true
-		b.lines[i] = journalLine{}
 	}
+	// Linked: let the lines and their entries go at once, all together
+	// (the reader's goroutine still holds the first batch).
+	b.lines, b.data = nil, nil
 	return b.err
 }
 
@@ -568,18 +587,21 @@ func (j *journalLinker) finish(file string, ioErr error) (JournalResult, error) 
 	return j.res, nil
 }
 
-// readLine returns the next line without its "\n". complete is false for a
-// final line with no newline; line is nil at the end of input. A line over
-// MaxLineBytes is consumed to its end and returned empty with tooLong set;
-// n is the line's length in bytes in every case.
-func readLine(br *bufio.Reader) (line []byte, complete, tooLong bool, n int, err error) {
-	var buf []byte
+// readLine returns the next line without its "\n", appended to dst with
+// its newline: data is dst and what was appended, line the line in it.
+// complete is false for a final line with no newline; line is nil at the
+// end of input. A line over MaxLineBytes is consumed to its end, not
+// appended, and returned empty with tooLong set; n is the line's length
+// in bytes in every case.
+func readLine(br *bufio.Reader, dst []byte) (data, line []byte, complete, tooLong bool, n int, err error) {
+	start := len(dst)
+	buf := dst
 	for {
 		chunk, err := br.ReadSlice('\n')
 		n += len(chunk)
-		if len(buf)+len(chunk) > MaxLineBytes {
+		if len(buf)-start+len(chunk) > MaxLineBytes {
 			tooLong = true
-			buf = buf[:0]
+			buf = buf[:start]
 		} else if !tooLong {
 			buf = append(buf, chunk...)
 		}
@@ -587,18 +609,21 @@ func readLine(br *bufio.Reader) (line []byte, complete, tooLong bool, n int, err
 		case err == nil:
 			n-- // the newline
 			if tooLong {
-				return []byte{}, true, true, n, nil
+				return buf, []byte{}, true, true, n, nil
 			}
-			return buf[:len(buf)-1], true, false, n, nil
+			return buf, buf[start : len(buf)-1], true, false, n, nil
 		case errors.Is(err, bufio.ErrBufferFull):
 			continue
 		case errors.Is(err, io.EOF):
-			if len(buf) == 0 && !tooLong {
-				return nil, false, false, n, nil
+			if len(buf) == start && !tooLong {
+				return buf, nil, false, false, n, nil
 			}
-			return buf, false, tooLong, n, nil
+			if tooLong {
+				return buf, []byte{}, false, true, n, nil
+			}
+			return buf, buf[start:], false, false, n, nil
 		default:
-			return nil, false, false, n, err
+			return buf, nil, false, false, n, err
 		}
 	}
 }

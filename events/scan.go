@@ -1,10 +1,13 @@
 package events
 
 import (
+	"crypto/sha256"
 	"encoding/json"
+	"hash"
 	"math"
 	"slices"
 	"strconv"
+	"strings"
 
 	"github.com/gowebpki/jcs"
 )
@@ -53,13 +56,17 @@ type scanner struct {
 	// The span of the top-level "entry_hash" member, key to end of value;
 	// hashStart is -1 when there is none.
 	hashStart, hashEnd int
+	// arena, when not nil, receives the members in place (entryArena);
+	// without one each object's members get an allocation of their own.
+	arena *entryArena
 }
 
 // scanCanonicalEntry returns the fields of line when line is the RFC 8785
 // form of an object of the simple shape; ok is false otherwise (the line
 // may still be canonical, or not JSON at all: the general path decides).
-func scanCanonicalEntry(src string) (s scanner, fields []Field, ok bool) {
-	s = scanner{src: src, hashStart: -1}
+// The fields are taken from arena when it is not nil.
+func scanCanonicalEntry(src string, arena *entryArena) (s scanner, fields []Field, ok bool) {
+	s = scanner{src: src, hashStart: -1, arena: arena}
 	if len(src) < 2 || src[0] != '{' {
 		return s, nil, false
 	}
@@ -71,29 +78,21 @@ func scanCanonicalEntry(src string) (s scanner, fields []Field, ok bool) {
 }
 
 // object scans an object starting at s.i ('{'); depth is 1 for the entry.
-// Members are gathered on the stack and returned in one exact allocation.
+// Members are gathered on the stack and returned in one exact allocation,
+// or scanned into s.arena.
 func (s *scanner) object(depth int) ([]Field, bool) {
 	s.i++ // '{'
 	if s.i < len(s.src) && s.src[s.i] == '}' {
 		s.i++
 		return []Field{}, true
 	}
+	if s.arena != nil {
+		return s.arenaObject(depth)
+	}
 	var buf [24]Field
 	var more []Field // all the members, once there are more than buf holds
-	n := 0
 	prev := ""
-	for {
-		start := s.i
-		key, ok := s.key()
-		if !ok || n > 0 && key <= prev {
-			// Not ASCII, escaped, out of RFC 8785 order or duplicated.
-			return nil, false
-		}
-		prev = key
-		if s.i >= len(s.src) || s.src[s.i] != ':' {
-			return nil, false
-		}
-		s.i++
+	for n := 0; ; n++ {
 		// The member is scanned into its slot, not copied there.
 		var f *Field
 		switch {
@@ -106,30 +105,136 @@ func (s *scanner) object(depth int) ([]Field, bool) {
 			more = append(append(make([]Field, 0, 2*len(buf)), buf[:]...), Field{})
 			f = &more[n]
 		}
-		f.Key = key
-		if !s.value(f, depth) {
+		last, ok := s.member(f, depth, n == 0, &prev)
+		switch {
+		case !ok:
 			return nil, false
-		}
-		if depth == 1 && key == "entry_hash" {
-			s.hashStart, s.hashEnd = start, s.i
-		}
-		n++
-		if s.i >= len(s.src) {
-			return nil, false
-		}
-		c := s.src[s.i]
-		s.i++
-		switch c {
-		case '}':
-			if more != nil {
-				return more, true
-			}
-			return append([]Field(nil), buf[:n]...), true
-		case ',':
+		case !last:
+		case more != nil:
+			return more, true
 		default:
-			return nil, false
+			return append([]Field(nil), buf[:n+1]...), true
 		}
 	}
+}
+
+// arenaObject is object's loop over the members, scanning each into
+// s.arena.
+func (s *scanner) arenaObject(depth int) ([]Field, bool) {
+	open := &s.arena.open[depth-1]
+	start := len(*open)
+	prev := ""
+	for first := true; ; first = false {
+		var f *Field
+		f, start = s.arena.next(depth, start)
+		last, ok := s.member(f, depth, first, &prev)
+		switch {
+		case !ok:
+			return nil, false
+		case last:
+			return (*open)[start:len(*open):len(*open)], true
+		}
+	}
+}
+
+// member scans one member of an object at depth into f, and the ',' or
+// '}' after it; last is true after '}'. prev is the previous member's key,
+// which this one's must follow.
+func (s *scanner) member(f *Field, depth int, first bool, prev *string) (last, ok bool) {
+	start := s.i
+	key, ok := s.key()
+	if !ok || !first && !after(key, *prev) {
+		// Not ASCII, escaped, out of RFC 8785 order or duplicated.
+		return false, false
+	}
+	*prev = key
+	if s.i >= len(s.src) || s.src[s.i] != ':' {
+		return false, false
+	}
+	s.i++
+	f.Key = key
+	if !s.value(f, depth) {
+		return false, false
+	}
+	if depth == 1 && key == "entry_hash" {
+		s.hashStart, s.hashEnd = start, s.i
+	}
+	if s.i >= len(s.src) {
+		return false, false
+	}
+	c := s.src[s.i]
+	s.i++
+	switch c {
+	case '}':
+		return true, true
+	case ',':
+		return false, true
+	}
+	return false, false
+}
+
+// after reports whether key sorts after prev in byte order, deciding
+// most pairs of an object's keys by their first bytes without a call.
+func after(key, prev string) bool {
+	if len(key) > 0 && len(prev) > 0 && key[0] != prev[0] {
+		return key[0] > prev[0]
+	}
+	return key > prev
+}
+
+// entryArena holds the entries the fast path parses from many lines, and
+// their members, in chunks: each member is scanned into place, instead of
+// gathered and copied into an allocation per object. One object is open
+// at each depth at a time (the entry, its payload), so each depth has a
+// chunk of its own. Slots are taken once and never cleared (those of a
+// line that failed stay unused), so each is still zero when scanned into.
+// An entry keeps its chunks alive, so an arena is for entries that live
+// briefly (a journal's, until they are linked). It is not safe for
+// concurrent use.
+type entryArena struct {
+	open    [maxFastDepth][]Field // per depth, the chunk being filled: its length is taken
+	entries []Entry               // the chunk of entries being filled
+	hash    hash.Hash             // the preimage's SHA-256, reset for each entry
+}
+
+// Chunk sizes of an entryArena: 2,048 members (128 KiB, about a hundred
+// entries' members) and 256 entries.
+const (
+	arenaChunk        = 2048
+	arenaEntriesChunk = 256
+)
+
+// entry returns a zero Entry.
+func (a *entryArena) entry() *Entry {
+	if len(a.entries) == cap(a.entries) {
+		a.entries = make([]Entry, 0, arenaEntriesChunk)
+	}
+	a.entries = a.entries[:len(a.entries)+1]
+	return &a.entries[len(a.entries)-1]
+}
+
+// sha256 returns the arena's SHA-256, reset.
+func (a *entryArena) sha256() hash.Hash {
+	if a.hash == nil {
+		a.hash = sha256.New()
+	}
+	a.hash.Reset()
+	return a.hash
+}
+
+// next returns a zero slot for the next member of the object open at
+// depth, whose members so far start at start in its chunk, and where they
+// start now: in a new chunk when the old one is full.
+func (a *entryArena) next(depth, start int) (*Field, int) {
+	c := &a.open[depth-1]
+	if len(*c) == cap(*c) {
+		members := (*c)[start:]
+		fresh := make([]Field, len(members), max(arenaChunk, 2*len(members)))
+		copy(fresh, members)
+		*c, start = fresh, 0
+	}
+	*c = (*c)[:len(*c)+1]
+	return &(*c)[len(*c)-1], start
 }
 
 // key scans a member name: printable ASCII other than '"' and '\', so
@@ -140,18 +245,25 @@ func (s *scanner) key() (string, bool) {
 		return "", false
 	}
 	start := s.i + 1
-	for i := start; i < len(s.src); i++ {
-		c := s.src[i]
-		if c == '"' {
-			s.i = i + 1
-			return s.src[start:i], true
-		}
-		if c < 0x20 || c > 0x7e || c == '\\' {
-			return "", false
-		}
+	i := start
+	for i < len(s.src) && keyByte[s.src[i]] {
+		i++
 	}
-	return "", false
+	if i >= len(s.src) || s.src[i] != '"' {
+		return "", false
+	}
+	s.i = i + 1
+	return s.src[start:i], true
 }
+
+// keyByte is true for the bytes key takes in a name: printable ASCII but
+// '"' and '\\'.
+var keyByte = func() (t [256]bool) {
+	for c := 0x20; c <= 0x7e; c++ {
+		t[c] = c != '"' && c != '\\'
+	}
+	return t
+}()
 
 // value scans the value at s.i into f (whose Key is set).
 func (s *scanner) value(f *Field, depth int) bool {
@@ -195,7 +307,8 @@ func (s *scanner) literal(lit string) bool {
 // case) and returns its decoded value.
 func (s *scanner) str() (string, bool) {
 	start := s.i + 1
-	for i := start; i < len(s.src); i++ {
+	i := start + plainRun(s.src[start:])
+	for ; i < len(s.src); i++ {
 		switch c := s.src[i]; {
 		case c == '"':
 			s.i = i + 1
@@ -207,6 +320,28 @@ func (s *scanner) str() (string, bool) {
 		}
 	}
 	return "", false
+}
+
+// plainRun returns how many bytes at the start of s need no look in a
+// string: none is '"', '\\' or a control. It tests eight bytes at a time
+// (the string members are most of an entry's bytes) and stops at the
+// first word holding one of them, which str then reads byte by byte.
+func plainRun(s string) int {
+	const ones, highs = 0x0101010101010101, 0x8080808080808080
+	i := 0
+	for ; len(s)-i >= 8; i += 8 {
+		w := s[i : i+8]
+		x := uint64(w[0]) | uint64(w[1])<<8 | uint64(w[2])<<16 | uint64(w[3])<<24 |
+			uint64(w[4])<<32 | uint64(w[5])<<40 | uint64(w[6])<<48 | uint64(w[7])<<56
+		q, b := x^(ones*'"'), x^(ones*'\\')
+		// A byte below 0x20, or zero after the xor: the high bit of its
+		// lane is set (the lowest such lane exactly; higher ones may be
+		// set by a borrow, which only stops the run early).
+		if ((x-ones*0x20)&^x|(q-ones)&^q|(b-ones)&^b)&highs != 0 {
+			break
+		}
+	}
+	return i
 }
 
 // escapedStr continues str from the first backslash at i, decoding.
@@ -317,6 +452,9 @@ func canonicalNumber(tok string) bool {
 			return true
 		}
 	}
+	if plainDecimal(digits) {
+		return true
+	}
 	f, err := strconv.ParseFloat(tok, 64)
 	if err != nil {
 		return false
@@ -327,6 +465,38 @@ func canonicalNumber(tok string) bool {
 	}
 	out, err := jcs.NumberToJSON(f)
 	return err == nil && out == tok
+}
+
+// plainDecimal reports whether digits (a number without its sign) is a
+// fraction written as RFC 8785 writes it, decided without a float: an
+// integer part without a leading zero, a fraction without a trailing one,
+// at most 15 significant digits, at least 1e-6. A double keeps 15 decimal
+// digits (DBL_DIG), so no other decimal of at most 15 digits, shorter or
+// not, parses to the same double: these digits are the shortest that
+// round-trip, which ECMAScript prints in plain notation from 1e-6 to 1e21.
+func plainDecimal(digits string) bool {
+	dot := strings.IndexByte(digits, '.')
+	if dot < 1 || dot == len(digits)-1 || digits[len(digits)-1] == '0' {
+		return false
+	}
+	whole, frac := digits[:dot], digits[dot+1:]
+	if len(whole) > 1 && whole[0] == '0' {
+		return false
+	}
+	for i := 0; i < len(digits); i++ {
+		if i != dot && (digits[i] < '0' || digits[i] > '9') {
+			return false
+		}
+	}
+	significant := len(whole) + len(frac)
+	if whole == "0" {
+		zeros := len(frac) - len(strings.TrimLeft(frac, "0"))
+		if zeros > 5 { // below 1e-6: exponent notation
+			return false
+		}
+		significant = len(frac) - zeros
+	}
+	return significant <= 15
 }
 
 // hashCut returns the bytes to cut from the line for the entry_hash

@@ -31,7 +31,7 @@ func (v *Validator) CheckEntry(e *events.Entry, at events.Location) []events.Pro
 // checkEntrySchema is CheckEntry by jsonschema and the decoded map.
 func (v *Validator) checkEntrySchema(e *events.Entry, at events.Location) []events.Problem {
 	obj := e.Object()
-	problems := v.schemas.patterns.schemaProblems(v.schemas.envelope, obj, events.InvalidEntry, at)
+	problems := v.schemas.check(false, obj, events.InvalidEntry, at)
 	payload, ok := obj["payload"].(map[string]any)
 	if !ok {
 		return problems
@@ -64,7 +64,8 @@ func (v *Validator) checkEntrySchema(e *events.Entry, at events.Location) []even
 // RFC 8785 order is sort.Strings order).
 func canaryProblems(payload []events.Field, at events.Location) []events.Problem {
 	var problems []events.Problem
-	for _, f := range payload {
+	for i := range payload {
+		f := &payload[i]
 		if f.Kind != events.KindString {
 			continue
 		}

@@ -35,21 +35,21 @@ func fastEnvelopeApplies(layers []fs.FS) bool {
 // answers only "certainly valid under the schema's rules for it".
 type envelopeMember struct {
 	key string
-	ok  func(f events.Field) bool
+	ok  func(f *events.Field) bool // by pointer: a Field is 64 bytes
 }
 
 // envelopeMembers are the envelope's 13 required members, and with
 // additionalProperties false its only ones, in RFC 8785 (byte) order, the
 // order Entry.Fields lists them in.
 var envelopeMembers = [...]envelopeMember{
-	{"capsule_id", func(f events.Field) bool { return isString(f) && isID(f.Text) }},
-	{"effect_class", func(f events.Field) bool {
+	{"capsule_id", func(f *events.Field) bool { return isString(f) && isID(f.Text) }},
+	{"effect_class", func(f *events.Field) bool {
 		return isString(f) && len(f.Text) == 3 && f.Text[:2] == "SE" && '0' <= f.Text[2] && f.Text[2] <= '4'
 	}},
-	{"entry_hash", func(f events.Field) bool { return isString(f) && isHex64(f.Text) }},
-	{"harness_version", func(f events.Field) bool { return isString(f) && f.Text != "" }}, // minLength 1
-	{"kind", func(f events.Field) bool { return isString(f) && isKind(f.Text) }},
-	{"lineage", func(f events.Field) bool {
+	{"entry_hash", func(f *events.Field) bool { return isString(f) && isHex64(f.Text) }},
+	{"harness_version", func(f *events.Field) bool { return isString(f) && f.Text != "" }}, // minLength 1
+	{"kind", func(f *events.Field) bool { return isString(f) && isKind(f.Text) }},
+	{"lineage", func(f *events.Field) bool {
 		if !isString(f) {
 			return false
 		}
@@ -59,13 +59,13 @@ var envelopeMembers = [...]envelopeMember{
 		}
 		return false
 	}},
-	{"parent_hash", func(f events.Field) bool { return isString(f) && isHex64(f.Text) }},
-	{"payload", func(f events.Field) bool { return f.Kind == events.KindObject && payloadValid(f.Members) }},
-	{"run_id", func(f events.Field) bool { return isString(f) && isID(f.Text) }},
-	{"schema", func(f events.Field) bool { return isString(f) && f.Text == events.EntrySchema }}, // const
-	{"seq", func(f events.Field) bool { return isNonNegativeInteger(f) }},                        // integer, minimum 0
-	{"task_family", func(f events.Field) bool { return isString(f) && f.Text != "" }},            // minLength 1
-	{"ts", func(f events.Field) bool { return isString(f) && isDateTime(f.Text) }},
+	{"parent_hash", func(f *events.Field) bool { return isString(f) && isHex64(f.Text) }},
+	{"payload", func(f *events.Field) bool { return f.Kind == events.KindObject && payloadValid(f.Members) }},
+	{"run_id", func(f *events.Field) bool { return isString(f) && isID(f.Text) }},
+	{"schema", func(f *events.Field) bool { return isString(f) && f.Text == events.EntrySchema }}, // const
+	{"seq", func(f *events.Field) bool { return isNonNegativeInteger(f) }},                        // integer, minimum 0
+	{"task_family", func(f *events.Field) bool { return isString(f) && f.Text != "" }},            // minLength 1
+	{"ts", func(f *events.Field) bool { return isString(f) && isDateTime(f.Text) }},
 }
 
 // payloadType is the type the envelope's payload allowlist gives a key.
@@ -78,18 +78,23 @@ const (
 	payloadIntegerOrNull
 )
 
-// payloadTypes is the envelope's payload allowlist (additionalProperties
-// false) with each key's type.
-var payloadTypes = map[string]payloadType{
-	"task_id": payloadString, "task_family": payloadString, "tool": payloadString, "tool_call_id": payloadString,
-	"args_hash": payloadString, "response_hash": payloadString, "status": payloadString,
-	"exit_code": payloadIntegerOrNull, "duration_ms": payloadNumber, "tokens_in": payloadInteger,
-	"tokens_out": payloadInteger, "cost_usd": payloadNumber, "model": payloadString, "message": payloadString,
-	"note": payloadString, "decision": payloadString, "reason": payloadString, "score": payloadNumber,
-	"passed": payloadInteger, "failed": payloadInteger, "total": payloadInteger, "variant": payloadString,
-	"digest": payloadString, "path": payloadString, "fixture_key": payloadString, "stage": payloadString,
-	"verdict": payloadString, "hits": payloadInteger, "branch_id": payloadString,
-	"parent_branch_id": payloadString, "summary": payloadString,
+// payloadTypeOf is the envelope's payload allowlist (additionalProperties
+// false): the type it gives key, 0 for a key it does not list. A switch,
+// not a map: no hashing for every member of every payload.
+func payloadTypeOf(key string) payloadType {
+	switch key {
+	case "task_id", "task_family", "tool", "tool_call_id", "args_hash", "response_hash", "status",
+		"model", "message", "note", "decision", "reason", "variant", "digest", "path", "fixture_key",
+		"stage", "verdict", "branch_id", "parent_branch_id", "summary":
+		return payloadString
+	case "duration_ms", "cost_usd", "score":
+		return payloadNumber
+	case "tokens_in", "tokens_out", "passed", "failed", "total", "hits":
+		return payloadInteger
+	case "exit_code":
+		return payloadIntegerOrNull
+	}
+	return 0
 }
 
 // envelopeValid reports whether fields certainly satisfy the embedded
@@ -101,8 +106,8 @@ func envelopeValid(fields []events.Field) bool {
 	if len(fields) != len(envelopeMembers) {
 		return false
 	}
-	for i, f := range fields {
-		if m := &envelopeMembers[i]; f.Key != m.key || !m.ok(f) {
+	for i := range fields {
+		if f, m := &fields[i], &envelopeMembers[i]; f.Key != m.key || !m.ok(f) {
 			return false
 		}
 	}
@@ -113,8 +118,9 @@ func envelopeValid(fields []events.Field) bool {
 func payloadField(fields []events.Field) []events.Field { return fields[7].Members }
 
 func payloadValid(members []events.Field) bool {
-	for _, f := range members {
-		switch payloadTypes[f.Key] {
+	for i := range members {
+		f := &members[i]
+		switch payloadTypeOf(f.Key) {
 		case payloadString:
 			if !isString(f) {
 				return false
@@ -138,12 +144,12 @@ func payloadValid(members []events.Field) bool {
 	return true
 }
 
-func isString(f events.Field) bool { return f.Kind == events.KindString }
+func isString(f *events.Field) bool { return f.Kind == events.KindString }
 
 // isInteger: a number written with digits only (and a sign) is an
 // integer for JSON Schema; canonical numbers with a fraction or an
 // exponent go to jsonschema, which decides with big.Rat.
-func isInteger(f events.Field) bool {
+func isInteger(f *events.Field) bool {
 	if f.Kind != events.KindNumber {
 		return false
 	}
@@ -159,7 +165,7 @@ func isInteger(f events.Field) bool {
 	return s != ""
 }
 
-func isNonNegativeInteger(f events.Field) bool {
+func isNonNegativeInteger(f *events.Field) bool {
 	return isInteger(f) && f.Text[0] != '-'
 }
 

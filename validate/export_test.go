@@ -26,7 +26,7 @@ var EnvelopeValid = envelopeValid
 
 // EnvelopeSchemaProblems validates e's object with jsonschema alone.
 func (v *Validator) EnvelopeSchemaProblems(e *events.Entry) []events.Problem {
-	return v.schemas.patterns.schemaProblems(v.schemas.envelope, e.Object(), events.InvalidEntry, events.Location{})
+	return v.schemas.check(false, e.Object(), events.InvalidEntry, events.Location{})
 }
 
 // FastEnvelope reports whether the envelope fast check is on.
@@ -93,8 +93,11 @@ var RecordShapeValid = recordShapeValid
 
 // RecordSchemaProblems validates rec's object with jsonschema alone.
 func (v *Validator) RecordSchemaProblems(rec *events.Record) []events.Problem {
-	return v.schemas.patterns.schemaProblems(v.schemas.record, rec.Object(), events.SchemaInvalid, events.Location{})
+	return v.schemas.check(true, rec.Object(), events.SchemaInvalid, events.Location{})
 }
 
 // FastRecord reports whether the record fast check is on.
 func (v *Validator) FastRecord() bool { return v.schemas.fastRecord }
+
+// CompileSchemas compiles the root schemas now, as their first use would.
+func (v *Validator) CompileSchemas() error { return v.schemas.compile() }

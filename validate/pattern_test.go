@@ -377,7 +377,7 @@ func TestLinearIgnoresBudget(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if ps := v.schemas.patterns.schemaProblems(v.schemas.record, rec.Object(), events.SchemaInvalid, events.Location{}); len(ps) != 0 {
+		if ps := v.schemas.check(true, rec.Object(), events.SchemaInvalid, events.Location{}); len(ps) != 0 {
 			t.Errorf("%s: %v", name, ps)
 		}
 	}

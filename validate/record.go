@@ -81,7 +81,7 @@ func (v *Validator) checkRecord(rec *events.Record, at events.Location, fast boo
 	sig := rec.Signature()
 	var problems []events.Problem
 	if !fast || !recordShapeValid(rec.Object()) {
-		problems = v.schemas.patterns.schemaProblems(v.schemas.record, rec.Object(), events.SchemaInvalid, at)
+		problems = v.schemas.check(true, rec.Object(), events.SchemaInvalid, at)
 	}
 
 	if claimed := rec.ExecutionRef(); claimed != rec.ComputedRef() {

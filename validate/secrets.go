@@ -38,6 +38,7 @@ type secretCanary struct {
 	name string         // the upstream's name, as its refusals give it
 	what string         // what it finds, for people
 	need string         // a literal every match holds
+	at   int            // the byte of need looked for first: one rare in text
 	re   *regexp.Regexp // the pattern over codeUnitView
 }
 
@@ -53,15 +54,15 @@ func (c *secretCanary) reason() string {
 // match, so the pattern is not run on it (most payload strings hold none of
 // them). FuzzSecretCanaries holds this against the patterns alone.
 var secretCanaries = []secretCanary{
-	{"private_key_block", "a PEM private key block", "-----BEGIN ", regexp.MustCompile(`-----BEGIN [A-Z ]*PRIVATE KEY-----`)},
-	{"aws_access_key", "an AWS access key id", "AKIA", regexp.MustCompile(`\bAKIA[0-9A-Z]{16}\b`)},
-	{"openai_style_key", "an sk- API key", "sk-", regexp.MustCompile(`\bsk-[A-Za-z0-9_-]{20,}\b`)},
-	{"github_token", "a GitHub token", "gh", regexp.MustCompile(`\bgh[pousr]_[A-Za-z0-9]{30,}\b`)},
-	{"slack_token", "a Slack token", "xox", regexp.MustCompile(`\bxox[abpr]-[A-Za-z0-9-]{10,}\b`)},
-	{"stripe_key", "a Stripe key", "k_", regexp.MustCompile(`\b[sr]k_(?:live|test)_[A-Za-z0-9]{16,}\b`)},
-	{"bearer_header", "a Bearer header", "Bearer", regexp.MustCompile(`\bBearer[` + jsSpace + `]+[A-Za-z0-9._~+/=-]{20,}`)},
-	{"jwt", "a JWT", "eyJ", regexp.MustCompile(`\beyJ[A-Za-z0-9_-]{10,}\.[A-Za-z0-9_-]{10,}\.[A-Za-z0-9_-]{10,}\b`)},
-	{"env_assignment", "a credential assignment", "=", regexp.MustCompile(`\b(?:` + asciiCaseless("API_KEY|SECRET|TOKEN|PASSWORD|PASSWD") +
+	{"private_key_block", "a PEM private key block", "-----BEGIN ", 7, regexp.MustCompile(`-----BEGIN [A-Z ]*PRIVATE KEY-----`)},
+	{"aws_access_key", "an AWS access key id", "AKIA", 1, regexp.MustCompile(`\bAKIA[0-9A-Z]{16}\b`)},
+	{"openai_style_key", "an sk- API key", "sk-", 1, regexp.MustCompile(`\bsk-[A-Za-z0-9_-]{20,}\b`)},
+	{"github_token", "a GitHub token", "gh", 0, regexp.MustCompile(`\bgh[pousr]_[A-Za-z0-9]{30,}\b`)},
+	{"slack_token", "a Slack token", "xox", 0, regexp.MustCompile(`\bxox[abpr]-[A-Za-z0-9-]{10,}\b`)},
+	{"stripe_key", "a Stripe key", "k_", 1, regexp.MustCompile(`\b[sr]k_(?:live|test)_[A-Za-z0-9]{16,}\b`)},
+	{"bearer_header", "a Bearer header", "Bearer", 0, regexp.MustCompile(`\bBearer[` + jsSpace + `]+[A-Za-z0-9._~+/=-]{20,}`)},
+	{"jwt", "a JWT", "eyJ", 2, regexp.MustCompile(`\beyJ[A-Za-z0-9_-]{10,}\.[A-Za-z0-9_-]{10,}\.[A-Za-z0-9_-]{10,}\b`)},
+	{"env_assignment", "a credential assignment", "=", 0, regexp.MustCompile(`\b(?:` + asciiCaseless("API_KEY|SECRET|TOKEN|PASSWORD|PASSWD") +
 		`)[` + jsSpace + `]*=[` + jsSpace + `]*[^` + jsSpace + `]{8,}`)},
 }
 
@@ -83,15 +84,17 @@ func asciiCaseless(expr string) string {
 }
 
 // needsAt maps a byte to the canaries (bit k: secretCanaries[k]) whose
-// need starts with it, so that one pass over a string finds every need it
-// holds instead of one strings.Contains per canary (the canaries were half
-// of the entry rules' time).
+// need holds it at its at, so that one pass over a string finds every need
+// it holds instead of one strings.Contains per canary (the canaries were
+// half of the entry rules' time). The byte is a rare one ("eyJ" is looked
+// for at its 'J', not its 'e'), so that few bytes of a string make a
+// comparison.
 var needsAt = func() (t [256]uint16) {
 	if len(secretCanaries) > 16 {
 		panic("validate: more secret canaries than needsAt's bits")
 	}
 	for k, c := range secretCanaries {
-		t[c.need[0]] |= 1 << k
+		t[c.need[c.at]] |= 1 << k
 	}
 	return t
 }()
@@ -105,7 +108,7 @@ func matchSecret(s string) *secretCanary {
 		for m != 0 {
 			k := bits.TrailingZeros16(m)
 			m &^= 1 << k
-			if strings.HasPrefix(s[i:], secretCanaries[k].need) {
+			if c := &secretCanaries[k]; i >= c.at && strings.HasPrefix(s[i-c.at:], c.need) {
 				found |= 1 << k
 			}
 		}

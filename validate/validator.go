@@ -18,7 +18,7 @@ var ErrInvalidOption = errors.New("invalid option")
 // Validator checks entries, journals and records. It is immutable once
 // built and safe for concurrent use.
 type Validator struct {
-	schemas compiledSchemas
+	schemas *compiledSchemas
 	trust   map[string]bool // nil: host trust is not checked
 }
 
@@ -77,7 +77,9 @@ func WithTrustedHosts(nodeIDs ...string) Option {
 }
 
 // New compiles the schemas and returns a Validator. Errors wrap ErrSchema
-// or ErrInvalidOption, all problems joined.
+// or ErrInvalidOption, all problems joined. The embedded schemas, known to
+// compile, are compiled when first needed instead: the fast checks accept
+// most inputs without them.
 func New(opts ...Option) (*Validator, error) {
 	var o options
 	var errs []error

@@ -44,3 +44,16 @@ func TestValidatorConcurrentUse(t *testing.T) {
 		t.Error(e)
 	}
 }
+
+// TestEmbeddedSchemasCompile: New leaves the embedded schemas to their
+// first use, where a compile error could only be a problem's reason; they
+// compile.
+func TestEmbeddedSchemasCompile(t *testing.T) {
+	v, err := validate.New()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := v.CompileSchemas(); err != nil {
+		t.Fatalf("the embedded schemas: %v", err)
+	}
+}

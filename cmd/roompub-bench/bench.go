@@ -359,9 +359,11 @@ func (b *bench) pass(mode string) ([]*result, map[string]any, error) {
 			if sideTraces.err != nil {
 				return sideTraces.err
 			}
-			r.finish()
-			b.logf("%s (%s): raw %s, roompub %s, ratio %.3f (floor %.2f) %s", r.name, mode, r.raw, r.pub, r.ratio, r.floor, r.verdict())
-			results = append(results, r)
+			for _, r := range append([]*result{r}, r.also...) {
+				r.finish()
+				b.logf("%s (%s): raw %s, roompub %s, ratio %.3f (floor %.2f) %s", r.name, mode, r.raw, r.pub, r.ratio, r.floor, r.verdict())
+				results = append(results, r)
+			}
 		}
 		return nil
 	}

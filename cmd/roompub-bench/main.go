@@ -10,7 +10,9 @@
 //	               each vs the ingest service
 //	read           a raw ordered-consumer read of a filled stream vs
 //	               `subscriber audit` of it, and audit's peak memory
-//	verify         `sha256sum` of a journal vs `publisher verify` of it
+//	verify         a Go pass that reads a journal and hashes each line
+//	               (the floor of any verifier) vs `publisher verify` of
+//	               it; and `sha256sum` of it, the yardstick of before
 //
 // roompub runs as `publisher serve --publisher-key` runs (attested), by
 // the same code (node.Serve, on the bench's embedded server): the gate
@@ -60,7 +62,7 @@ type cli struct {
 	Config  kong.ConfigFlag  `name:"config" help:"YAML file of flag values (keys are flag names); flags given on the command line win." placeholder:"FILE"`
 
 	Quick       bool     `name:"quick" help:"Small sizes, for a test: a 500-entry chain, 10 chains × 100, 100 records, 20,000 read entries, a 5,000-entry verify."`
-	Check       bool     `name:"check" help:"Exit 1 if a ratio is below its floor (long chain 0.5, parallel 0.6, records 0.6, read 0.4 and audit's peak under 256 MiB, verify 0.2)."`
+	Check       bool     `name:"check" help:"Exit 1 if a ratio is below its floor (long chain 0.5, parallel 0.6, records 0.6, read 0.4 and audit's peak under 256 MiB, verify 0.1 against its floor and 0.2 against sha256sum)."`
 	AuditWrites bool     `name:"audit-writes" help:"After the write scenarios, audit the write stream (reader.Audit) and fail unless both sides' entries and records all verify (on with --quick)."`
 	NoAttest    bool     `name:"no-attest" help:"Measure roompub without the publisher's attestations and checkpoints: a gate with no publisher key, no checkpointer, a read stream without attestations or checkpoints audited without --trusted-publisher (the keyless path, for comparison; the floors are for the attested path)."`
 	Modes       []string `name:"modes" enum:"keyless,attested,witnessed" placeholder:"MODE,..." help:"Run the long chain, parallel and read rows once per mode (keyless, attested, witnessed; comma-separated, run in that order), each mode's roompub side against a raw side measured next to it, and print a table with a column per mode. The main table (every row, the floors) is the attested mode's when listed, else the first's."`
@@ -80,7 +82,7 @@ type cli struct {
 	Pipeline int `name:"pipeline" placeholder:"N" help:"Journal requests of one capsule in flight at once on roompub's side (client.ShipOptions.Pipeline; default its default, 2; 1 sends one after another)."`
 	Batch    int `name:"batch" default:"1000" help:"Messages per raw atomic batch (the server allows 1000)."`
 	Rounds   int `name:"rounds" placeholder:"N" help:"Rounds of the long chain, parallel and records scenarios, raw first in odd rounds, roompub first in even ones; each side's work is added up (default 3; --quick 2)."`
-	Repeat   int `name:"repeat" default:"3" help:"Runs of verify and sha256sum, alternating; the medians count."`
+	Repeat   int `name:"repeat" default:"3" help:"Runs of verify, its floor and sha256sum, alternating; the medians count."`
 
 	StoreDir   string        `name:"store-dir" placeholder:"DIR" help:"JetStream store of the embedded server; the read stream is filled once and kept there (default: the user cache dir, roompub-bench; --quick: a temporary directory, removed)."`
 	Refill     bool          `name:"refill" help:"Fill the read stream again even if the store holds one of the right size."`

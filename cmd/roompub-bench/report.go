@@ -55,6 +55,9 @@ type result struct {
 	rawHow, pubHow string
 	extra          map[string]any // more JSON members, keyed without the prefix
 	notes          []string       // more lines under the table
+	// also are more rows the scenario measured, after this one in the
+	// table (verify against sha256sum beside verify against its floor).
+	also []*result
 	// syncEntries were stored in one more chain for reference (long chain).
 	syncEntries int
 
