@@ -96,20 +96,8 @@ func shipChains(b *testing.B, g *ingest.Gate, run string, n int) {
 // twoEntries is a journal of two entries of chain run/capsule.
 func twoEntries(b *testing.B, run, capsule string) []byte {
 	var out []byte
-	parent := events.ZeroHash
-	for seq := range 2 {
-		e, err := events.NewEntry(map[string]any{
-			"schema": events.EntrySchema, "run_id": run, "capsule_id": capsule, "seq": json.Number(strconv.Itoa(seq)),
-			"ts": "2026-09-02T00:00:00.000Z", "lineage": "attempt", "kind": "tool.call", "effect_class": "SE0",
-			"harness_version": "bench/1", "task_family": "slugify", "parent_hash": parent,
-			"payload": map[string]any{"tool": "bash", "duration_ms": json.Number("12.5"), "status": "ok",
-				"note": strings.Repeat("a note ", 50)},
-		})
-		if err != nil {
-			b.Fatal(err)
-		}
-		out = append(append(out, e.Canonical()...), '\n')
-		parent = e.EntryHash()
+	for _, ln := range benchLines(b, run, capsule, 2) {
+		out = append(append(out, ln...), '\n')
 	}
 	return out
 }
@@ -148,7 +136,7 @@ func BenchmarkResentOldLine(b *testing.B) {
 		}
 		return g
 	}
-	lines := longJournal(b, length)
+	lines := benchLines(b, "run-long", "capsule-long", length)
 	g := newGate()
 	for i := 0; i < len(lines); i += 1000 {
 		var body []byte
@@ -178,13 +166,14 @@ func BenchmarkResentOldLine(b *testing.B) {
 	b.ReportMetric(float64(after)-float64(before), "retained-B")
 }
 
-// longJournal is n entries of one chain, as lines without their newline.
-func longJournal(b *testing.B, n int) [][]byte {
+// benchLines is n entries of chain run/capsule, about 700 bytes each, as
+// lines without their newline.
+func benchLines(b *testing.B, run, capsule string, n int) [][]byte {
 	out := make([][]byte, n)
 	parent := events.ZeroHash
 	for seq := range n {
 		e, err := events.NewEntry(map[string]any{
-			"schema": events.EntrySchema, "run_id": "run-long", "capsule_id": "capsule-long", "seq": json.Number(strconv.Itoa(seq)),
+			"schema": events.EntrySchema, "run_id": run, "capsule_id": capsule, "seq": json.Number(strconv.Itoa(seq)),
 			"ts": "2026-09-02T00:00:00.000Z", "lineage": "attempt", "kind": "tool.call", "effect_class": "SE0",
 			"harness_version": "bench/1", "task_family": "slugify", "parent_hash": parent,
 			"payload": map[string]any{"tool": "bash", "duration_ms": json.Number("12.5"), "status": "ok",
