@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"runtime"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -550,7 +551,8 @@ func (r *journalRun) decide(i int, try *lineTry) (decision, room.ItemResult) {
 			return decFlush, room.ItemResult{}
 		}
 		if seq < c.next && onlyPosition(problems) {
-			if err := g.needHashes(r.ctx, c, r.key); err != nil {
+			stored, err := g.entryAt(r.ctx, c, r.key, seq)
+			if err != nil {
 				if g.lossFromRead(r.ctx, r.key, c, err) {
 					continue // closed: refused store_lost
 				}
@@ -560,7 +562,7 @@ func (r *journalRun) decide(i int, try *lineTry) (decision, room.ItemResult) {
 				c.loaded = false
 				continue
 			}
-			return decFinal, g.resent(r.key, c, e, seq, res)
+			return decFinal, g.resent(r.key, c, e, seq, stored, res)
 		}
 		if len(problems) > 0 && !try.fresh {
 			// The view may be stale: a refusal is final, so it is decided
@@ -678,15 +680,13 @@ func (r *journalRun) messageSize(e *events.Entry, expect bool, last uint64) int6
 // by this run, and moves c past it.
 func (r *journalRun) stored(p pend, seq uint64) {
 	c := r.c
+	// Copies: the request's lines go, the chain state stays.
 	if c.next == 0 {
-		c.meta = p.e.Metadata()
+		c.meta = cloneMeta(p.e.Metadata())
 	}
-	c.next, c.head, c.streamSeq, c.lastSeq, c.roomID = p.seq+1, p.e.EntryHash(), seq, seq, r.roomID
-	c.owner = r.owner // the owner's own append: a chain it started, or one it owns
-	if c.hashes != nil {
-		c.hashes = append(c.hashes, p.e.EntryHash())
-		c.seqs = append(c.seqs, seq)
-	}
+	c.next, c.head, c.streamSeq, c.lastSeq = p.seq+1, strings.Clone(p.e.EntryHash()), seq, seq
+	c.roomID = keep(c.roomID, r.roomID)
+	c.owner = keep(c.owner, r.owner) // the owner's own append: a chain it started, or one it owns
 	s := p.seq
 	r.items[p.idx] = room.ItemResult{Index: p.idx, Outcome: room.OutcomeStored, Seq: &s, Hash: p.e.EntryHash(), StreamSeq: seq, Subject: r.subj}
 }

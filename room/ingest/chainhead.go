@@ -1,11 +1,10 @@
 package ingest
 
 import (
-	"cmp"
 	"context"
 	"errors"
 	"fmt"
-	"slices"
+	"strings"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -223,53 +222,204 @@ func (g *Gate) scanAdmitted(ctx context.Context, key events.ChainKey, from, to u
 	return head, refused, nil
 }
 
-// loadAdmittedHashes is loadHashes with a publisher key: only admitted
+// Resent lines: a line for a position below the chain's head is decided
+// on the entry the stream holds there (Gate.resent). The gate keeps no
+// list of a chain's entries: it finds that one entry in the stream
+// (docs/design.md, "Resent lines").
+
+// storedEntry is what the stream holds at one chain position: the
+// Nats-Msg-Id of its message (the gate sets it to entry_hash), a copy,
+// and its stream sequence.
+type storedEntry struct {
+	hash string
+	seq  uint64
+}
+
+// maxSeekProbes bounds the gets of seekEntry's search, which takes about
+// log2 of the head's stream sequence on a chain the gate stored.
+const maxSeekProbes = 64
+
+// entryAt returns what the chain holds at position pos, below c.next: the
+// pos-th message on its subject in stream order (with a publisher key,
+// the pos-th admitted entry). It reads a few messages, not the chain
+// (seekEntry); a chain the search cannot vouch for is read through
+// (scanEntry, scanAdmittedEntry), keeping that position alone.
+func (g *Gate) entryAt(ctx context.Context, c *chainState, key events.ChainKey, pos int64) (storedEntry, error) {
+	subj := g.subjects.Journal(c.roomID, key)
+	if at, ok, err := g.seekEntry(ctx, c, subj, pos); err != nil || ok {
+		return at, err
+	}
+	if g.trust != nil {
+		return g.scanAdmittedEntry(ctx, c, key, pos)
+	}
+	return g.scanEntry(ctx, c, subj, pos)
+}
+
+// seekEntry finds the chain's entry at pos without reading the chain: a
+// binary search, by direct gets, over the stream sequences up to the
+// head's for the message on subj that claims seq pos (the gate stores the
+// chain's n-th message with seq n), then the server's counts of the
+// messages on subj (a batch direct get's Nats-Num-Pending) place it: pos
+// messages before it, c.next-1 before the head, none added to subj
+// between the two counts from it. ok is false when any of that fails (a
+// message written around the gate, a replica that lags or answers no
+// direct get): the chain is read instead. With a publisher key only a
+// chain whose subject holds no message after its head is searched: then
+// its c.next messages are its admitted entries (a trusted publisher
+// attests seq n only after n admitted entries).
+func (g *Gate) seekEntry(ctx context.Context, c *chainState, subj string, pos int64) (storedEntry, bool, error) {
+	if g.trust != nil && c.lastSeq != c.streamSeq {
+		return storedEntry{}, false, nil
+	}
+	var found *jsapi.Msg
+	lo, hi := uint64(1), c.streamSeq
+	for probe := 0; found == nil; probe++ {
+		if lo > hi || probe == maxSeekProbes {
+			return storedEntry{}, false, nil
+		}
+		mid := lo + (hi-lo)/2
+		m, err := g.directGet(ctx, map[string]any{"seq": mid, "next_by_subj": subj})
+		if err != nil || m == nil {
+			return storedEntry{}, false, err // nil: not even the head (a replica that lags)
+		}
+		if m.Seq > hi { // nothing on subj from mid to hi
+			hi = mid - 1
+			continue
+		}
+		switch _, s := events.LineSeq(m.Data); {
+		case s < 0:
+			return storedEntry{}, false, nil
+		case s == pos:
+			found = m
+		case s < pos:
+			lo = m.Seq + 1
+		default: // nothing on subj between mid and m
+			hi = mid - 1
+		}
+	}
+	var from, head, all, again uint64
+	var err error
+	for _, q := range []struct {
+		n   *uint64
+		seq uint64
+	}{{&from, found.Seq}, {&head, c.streamSeq}, {&all, 1}, {&again, found.Seq}} {
+		if *q.n, err = g.countFrom(ctx, subj, q.seq); err != nil || *q.n == 0 {
+			return storedEntry{}, false, err
+		}
+	}
+	if from != again || all-from != uint64(pos) || all-head != uint64(c.next-1) {
+		return storedEntry{}, false, nil
+	}
+	return storedEntry{hash: strings.Clone(found.Header.Get(jetstream.MsgIDHeader)), seq: found.Seq}, true, nil
+}
+
+// directGet is one direct get (jsapi.DirectGet) bounded by the gate's
+// timeout, counted in entryReads; a stream no replica answers direct gets
+// for is nil, nil (the caller reads from the leader).
+func (g *Gate) directGet(ctx context.Context, req any) (*jsapi.Msg, error) {
+	g.countReads(1)
+	dctx, cancel := context.WithTimeout(ctx, g.timeout)
+	defer cancel()
+	m, err := jsapi.DirectGet(dctx, g.nc, g.streamName(), req)
+	if errors.Is(err, nats.ErrNoResponders) {
+		return nil, nil
+	}
+	return m, err
+}
+
+// countFrom returns how many messages subj holds at or after stream
+// sequence seq, as the replica that answers a batch direct get of one
+// message counts them, when its first one is at seq itself (seq 1: any);
+// 0 otherwise, or when no replica answers direct gets.
+func (g *Gate) countFrom(ctx context.Context, subj string, seq uint64) (uint64, error) {
+	g.countReads(1)
+	msgs, err := jsapi.DirectBatch(ctx, g.nc, g.streamName(), jsapi.BatchRequest{Seq: seq, NextBySubj: subj, Batch: 1}, g.timeout)
+	switch {
+	case errors.Is(err, nats.ErrNoResponders):
+		return 0, nil
+	case err != nil:
+		return 0, err
+	case len(msgs) != 1 || (seq > 1 && msgs[0].Seq != seq):
+		return 0, nil
+	}
+	return msgs[0].Pending + 1, nil
+}
+
+// countReads adds n to GateOptions.entryReads, when set.
+func (g *Gate) countReads(n uint64) {
+	if g.entryReads != nil {
+		g.entryReads.Add(n)
+	}
+}
+
+// scanEntry is entryAt without a publisher key, by reading the chain's
+// messages up to its head, as the gate did before seekEntry: the pos-th
+// message on subj (it reads from the stream leader when a replica's copy
+// falls short: readChain).
+func (g *Gate) scanEntry(ctx context.Context, c *chainState, subj string, pos int64) (storedEntry, error) {
+	var n int64
+	var at storedEntry
+	// Every entry up to the head is at or below the head's stream sequence.
+	err := g.readChain(ctx, subj, 1, max(c.lastSeq, c.streamSeq), func() {
+		n, at = 0, storedEntry{}
+	}, func(m *jetstream.RawStreamMsg) {
+		g.countReads(1)
+		if n == pos {
+			at = storedEntry{hash: strings.Clone(m.Header.Get(jetstream.MsgIDHeader)), seq: m.Sequence}
+		}
+		n++
+	}, func() bool { return n >= c.next })
+	if err != nil {
+		return storedEntry{}, fmt.Errorf("read chain %s: %w", subj, err)
+	}
+	if n < c.next {
+		return storedEntry{}, fmt.Errorf("read chain %s: %d of %d entries found: %w", subj, n, c.next, errShortChain)
+	}
+	return at, nil
+}
+
+// scanAdmittedEntry is scanEntry with a publisher key: only admitted
 // entries take a chain position, so a message no trusted publisher
 // attested (a forged copy of an entry, say) does not shift them. It reads
 // the chain's messages whole (their attestations sign their content) up to
-// c.lastSeq.
-func (g *Gate) loadAdmittedHashes(ctx context.Context, c *chainState, key events.ChainKey) error {
-	type stored struct {
-		seq  uint64
-		hash string
-	}
+// c.lastSeq; the verdicts come in stream order (a batch is verified whole,
+// batches do not interleave).
+func (g *Gate) scanAdmittedEntry(ctx context.Context, c *chainState, key events.ChainKey, pos int64) (storedEntry, error) {
 	var bc *checkpoint.BatchCollector
-	var held map[uint64]stored
-	var admitted []stored
+	var held map[uint64]storedEntry
+	var admitted int64
+	var at storedEntry
 	take := func(vs []checkpoint.BatchVerdict) {
 		for _, v := range vs {
 			if s, ok := held[v.ID]; ok && v.Err == nil {
-				admitted = append(admitted, s)
+				if admitted == pos {
+					at = s
+				}
+				admitted++
 			}
 			delete(held, v.ID)
 		}
 	}
 	subj := g.subjects.Journal(c.roomID, key)
 	err := g.readChain(ctx, subj, 1, c.lastSeq, func() {
-		bc, held, admitted = checkpoint.NewBatchCollector(g.trust), map[uint64]stored{}, nil
+		bc, held, admitted, at = checkpoint.NewBatchCollector(g.trust), map[uint64]storedEntry{}, 0, storedEntry{}
 	}, func(m *jetstream.RawStreamMsg) {
+		g.countReads(1)
 		if st, ok := g.statementOf(m); ok {
-			held[m.Sequence] = stored{m.Sequence, m.Header.Get(jetstream.MsgIDHeader)}
+			held[m.Sequence] = storedEntry{strings.Clone(m.Header.Get(jetstream.MsgIDHeader)), m.Sequence}
 			take(bc.Add(m.Sequence, m.Header.Get(checkpoint.AttestationHeader), st))
 		} else {
 			take(bc.Pass(m.Sequence))
 		}
 	}, func() bool {
 		take(bc.Flush())
-		return int64(len(admitted)) >= c.next
+		return admitted >= c.next
 	})
 	if err != nil {
-		return fmt.Errorf("read chain %s: %w", subj, err)
+		return storedEntry{}, fmt.Errorf("read chain %s: %w", subj, err)
 	}
-	// Admitted in stream order: a batch is verified whole, batches do not
-	// interleave.
-	slices.SortFunc(admitted, func(a, b stored) int { return cmp.Compare(a.seq, b.seq) })
-	if int64(len(admitted)) < c.next {
-		return fmt.Errorf("read chain %s: %d of %d admitted entries found: %w", subj, len(admitted), c.next, errShortChain)
+	if admitted < c.next {
+		return storedEntry{}, fmt.Errorf("read chain %s: %d of %d admitted entries found: %w", subj, admitted, c.next, errShortChain)
 	}
-	c.hashes, c.seqs = make([]string, c.next), make([]uint64, c.next)
-	for i := range c.hashes {
-		c.hashes[i], c.seqs[i] = admitted[i].hash, admitted[i].seq
-	}
-	return nil
+	return at, nil
 }

@@ -30,6 +30,13 @@ func WithPresignedCount(o GateOptions, n *atomic.Uint64) GateOptions {
 	return o
 }
 
+// WithEntryReads returns o counting in n the messages the gate reads to
+// find the stored entry a resent line is decided on.
+func WithEntryReads(o GateOptions, n *atomic.Uint64) GateOptions {
+	o.entryReads = n
+	return o
+}
+
 // SweepChains drops the chains idle for ChainIdle now, as the gate does
 // on a chain's use once ChainIdle / 2 passed since the last sweep.
 func (g *Gate) SweepChains() {

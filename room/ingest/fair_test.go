@@ -259,6 +259,44 @@ func TestGateEvictsIdleChains(t *testing.T) {
 	}
 }
 
+// TestGateBoundsIdleChains: past IdleChains chains held by no call, the
+// ones used least recently are dropped at once, whatever ChainIdle says,
+// and a dropped chain is read again from the stream: its next line is
+// stored at its position, an old one is a duplicate at its stream seq.
+func TestGateBoundsIdleChains(t *testing.T) {
+	e := roomtest.NewEnv(t)
+	const most, chains = 10, 50
+	g, err := ingest.NewGate(t.Context(), e.Nc, ingest.GateOptions{Validator: e.V, IdleChains: most})
+	if err != nil {
+		t.Fatal(err)
+	}
+	es := make([][]*events.Entry, chains)
+	firstSeq := make([]uint64, chains)
+	for i := range es {
+		es[i], _ = roomtest.Journal(t, "run-bound", fmt.Sprint("cap-", i), 3)
+		r, err := g.AppendJournal(t.Context(), "room:bound", roomtest.Lines(es[i][:2]), nil)
+		if err != nil || r.Stored != 2 {
+			t.Fatalf("chain %d: %+v %v", i, r, err)
+		}
+		firstSeq[i] = r.Items[0].StreamSeq
+		if got, want := g.ChainStates(), min(i+1, most); got != want {
+			t.Fatalf("%d chain states after %d chains, want %d", got, i+1, want)
+		}
+	}
+	r, err := g.AppendJournal(t.Context(), "room:bound", roomtest.Lines(es[0][2:]), nil)
+	if err != nil || r.Stored != 1 || r.Head.Next != 3 {
+		t.Fatalf("next line of a dropped chain: %+v %v", r, err)
+	}
+	r, err = g.AppendJournal(t.Context(), "room:bound", roomtest.Lines(es[1][:1]), nil)
+	if err != nil || r.Dupes != 1 || r.Items[0].StreamSeq != firstSeq[1] {
+		t.Fatalf("old line of a dropped chain: %+v %v, want a duplicate at %d", r, err, firstSeq[1])
+	}
+	if got := g.ChainStates(); got != most {
+		t.Fatalf("%d chain states, want %d", got, most)
+	}
+	roomtest.ChainInStream(t, e, "room:bound", es[0])
+}
+
 // TestServiceWaitingBodiesCount: pipelined requests of one chain waiting
 // for the request ahead of them hold their bodies, which count against
 // their identity's IdentityPendingBytes: with room for 4 of them, the 5

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -75,13 +76,18 @@ type GateOptions struct {
 	// entry, and its next entry is stored after such messages.
 	TrustedPublishers []string
 	// ChainIdle is how long the gate keeps what it knows of a chain (its
-	// head, and the entry hashes it loaded) after the chain was last
-	// used; default DefaultChainIdle. A chain no request uses or waits
-	// for is dropped once idle that long (a sweep at most every ChainIdle
-	// / 2, on the next use of any chain), and read again from the stream
-	// on its next use, as after a restart (docs/secure-mode.md, "Fair
-	// ingest").
+	// head) after the chain was last used; default DefaultChainIdle. A
+	// chain no request uses or waits for is dropped once idle that long (a
+	// sweep at most every ChainIdle / 2, on the next use of any chain), and
+	// read again from the stream on its next use, as after a restart
+	// (docs/secure-mode.md, "Fair ingest").
 	ChainIdle time.Duration
+	// IdleChains bounds the chains the gate keeps state of that no call
+	// holds, however recently they were used; default DefaultIdleChains.
+	// Past it the one used least recently is dropped, so the gate's memory
+	// does not grow with the chains shipped within ChainIdle
+	// (docs/design.md, "Chain state").
+	IdleChains int
 	// Durable, when set, is called before the gate reports any item
 	// stored or duplicate, after the server acknowledged it: it makes
 	// durable what the server's acknowledgement does not (the embedded
@@ -95,6 +101,9 @@ type GateOptions struct {
 	// attestation AppendRecords's checker signed ahead, stored or not
 	// (tests: WithPresignedCount).
 	presigned *atomic.Uint64
+	// entryReads, when set, counts the messages the gate read to find the
+	// stored entry a resent line is decided on (tests: WithEntryReads).
+	entryReads *atomic.Uint64
 }
 
 // AttestationSink is told of each message a gate attests, before the
@@ -124,6 +133,7 @@ const (
 	DefaultMaxBatch           = 1000
 	DefaultMaxInflightBatches = 32
 	DefaultChainIdle          = 2 * time.Minute
+	DefaultIdleChains         = 4096
 )
 
 // Gate decides every append to the room stream: each item is checked with
@@ -183,6 +193,12 @@ type Gate struct {
 	idle  time.Duration
 	now   func() time.Time
 	swept time.Time
+	// unheld lists the chains no call holds, least recently used first,
+	// at most maxUnheld of them (GateOptions.IdleChains; g.mu).
+	unheld    chainList
+	maxUnheld int
+	// entryReads is GateOptions.entryReads; nil: not counted.
+	entryReads *atomic.Uint64
 	// orders orders each chain's journal requests in flight (order.go).
 	orderMu sync.Mutex
 	orders  map[events.ChainKey]*chainOrder
@@ -265,6 +281,10 @@ func NewGate(ctx context.Context, nc *nats.Conn, o GateOptions) (*Gate, error) {
 	if g.idle <= 0 {
 		g.idle = DefaultChainIdle
 	}
+	g.maxUnheld, g.entryReads = o.IdleChains, o.entryReads
+	if g.maxUnheld <= 0 {
+		g.maxUnheld = DefaultIdleChains
+	}
 	if g.now == nil {
 		g.now = time.Now
 	}
@@ -310,10 +330,15 @@ func (g *Gate) pausedErr() error {
 
 // chainState is this process's view of one chain. The stream is the
 // authority: the view is reloaded whenever the server says it is stale.
+//
+// Its strings are copies, never parts of a request line or a stored
+// message: a chain state outlives both, and a part would keep the whole
+// line alive.
 type chainState struct {
 	mu     sync.Mutex
 	loaded bool
-	roomID string // room the chain lives in, "" while it has no entry
+	key    events.ChainKey // its key in Gate.chains
+	roomID string          // room the chain lives in, "" while it has no entry
 	// claimed is the room the placement bucket gave the chain (Gate.claim),
 	// "" before the gate asked.
 	claimed   string
@@ -328,20 +353,52 @@ type chainState struct {
 	// (Anonymous for none, or while the chain has no entry).
 	owner string
 	meta  events.CapsuleMeta
-	// hashes and seqs hold entry_hash and stream sequence by chain
-	// position once loaded (only to decide whether a resent old entry is a
-	// duplicate, and where it is stored); nil until needed.
-	hashes []string
-	seqs   []uint64
 	// lost is what the store lost of the chain below next (nil: nothing),
 	// as judged at loss generation lossGen (storeloss.go).
 	lost    *room.ChainLoss
 	lossGen uint64
 	// users counts the calls that hold c (chain, until unchain), and
 	// used is when the last of them let go (g.mu guards both): a chain
-	// with users is never dropped.
-	users int
-	used  time.Time
+	// with users is never dropped. A chain without users is on
+	// Gate.unheld (prev, after).
+	users       int
+	used        time.Time
+	listed      bool // on Gate.unheld
+	prev, after *chainState
+}
+
+// chainList is a list of chain states, least recently used first.
+type chainList struct {
+	first, last *chainState
+	n           int
+}
+
+// push puts c last.
+func (l *chainList) push(c *chainState) {
+	c.prev, c.after, c.listed = l.last, nil, true
+	if l.last != nil {
+		l.last.after = c
+	} else {
+		l.first = c
+	}
+	l.last = c
+	l.n++
+}
+
+// remove takes c, which is on l, off it.
+func (l *chainList) remove(c *chainState) {
+	if c.prev != nil {
+		c.prev.after = c.after
+	} else {
+		l.first = c.after
+	}
+	if c.after != nil {
+		c.after.prev = c.prev
+	} else {
+		l.last = c.prev
+	}
+	c.prev, c.after, c.listed = nil, nil, false
+	l.n--
 }
 
 // chain returns the gate's state of chain key, made (not loaded) if the
@@ -356,34 +413,88 @@ func (g *Gate) chain(key events.ChainKey) *chainState {
 	}
 	c := g.chains[key]
 	if c == nil {
-		c = &chainState{}
-		g.chains[key] = c
+		// The key is a part of a request line: the map keeps a copy.
+		c = &chainState{key: cloneKey(key)}
+		g.chains[c.key] = c
 	}
-	c.users++
+	g.holdLocked(c)
 	return c
 }
 
-// unchain lets go of c, which chain returned.
+// holdLocked counts one more call holding c, which is in g.chains (g.mu).
+func (g *Gate) holdLocked(c *chainState) {
+	if c.listed {
+		g.unheld.remove(c)
+	}
+	c.users++
+}
+
+// unchain lets go of c, which chain returned. When no call holds it any
+// more and more than IdleChains chains are held by none, the one used
+// least recently is dropped.
 func (g *Gate) unchain(c *chainState) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	c.users--
 	c.used = g.now()
+	if c.users > 0 || g.chains[c.key] != c {
+		return
+	}
+	g.unheld.push(c)
+	for g.unheld.n > g.maxUnheld {
+		g.dropLocked(g.unheld.first)
+	}
+}
+
+// dropLocked forgets c, which no call holds (g.mu): its next use reads the
+// chain from the stream, as after a restart.
+func (g *Gate) dropLocked(c *chainState) {
+	g.unheld.remove(c)
+	delete(g.chains, c.key)
 }
 
 // sweepLocked drops the chains idle for ChainIdle at now: no call holds
 // them (chain), and no journal request of this gate holds an order ticket
 // of them (order.go). g.mu is held; it takes g.orderMu (never the other
-// way round).
+// way round). It walks only the chains it drops and those with tickets:
+// unheld is in the order of their last use.
 func (g *Gate) sweepLocked(now time.Time) {
 	g.swept = now
 	g.orderMu.Lock()
 	defer g.orderMu.Unlock()
-	for key, c := range g.chains {
-		if c.users == 0 && now.Sub(c.used) >= g.idle && g.orders[key] == nil {
-			delete(g.chains, key)
+	for c := g.unheld.first; c != nil && now.Sub(c.used) >= g.idle; {
+		after := c.after
+		if g.orders[c.key] == nil {
+			g.dropLocked(c)
 		}
+		c = after
 	}
+}
+
+// cloneKey returns a copy of k in one allocation, sharing no memory with
+// the line it was read from.
+func cloneKey(k events.ChainKey) events.ChainKey {
+	s := k.RunID + k.CapsuleID
+	return events.ChainKey{RunID: s[:len(k.RunID)], CapsuleID: s[len(k.RunID):]}
+}
+
+// cloneMeta returns a copy of m in one allocation, sharing no memory with
+// the line it was read from.
+func cloneMeta(m events.CapsuleMeta) events.CapsuleMeta {
+	s := m.RunID + m.CapsuleID + m.HarnessVersion + m.TaskFamily
+	a, b := len(m.RunID), len(m.RunID)+len(m.CapsuleID)
+	c := b + len(m.HarnessVersion)
+	return events.CapsuleMeta{RunID: s[:a], CapsuleID: s[a:b], HarnessVersion: s[b:c], TaskFamily: s[c:]}
+}
+
+// keep returns old when it equals s, else a copy of s: the chain state
+// holds no part of a line or message, and copies a value only when it
+// changes.
+func keep(old, s string) string {
+	if old == s {
+		return old
+	}
+	return strings.Clone(s)
 }
 
 // lastOn returns the last message on subject (wildcards allowed), or nil
@@ -441,7 +552,7 @@ func (g *Gate) reload(ctx context.Context, key events.ChainKey, c *chainState, l
 	}
 	if m == nil {
 		// Field by field: c.mu is held by the caller.
-		c.loaded, c.roomID, c.next, c.head, c.streamSeq, c.meta, c.hashes, c.seqs = true, "", 0, events.ZeroHash, 0, events.CapsuleMeta{}, nil, nil
+		c.loaded, c.roomID, c.next, c.head, c.streamSeq, c.meta = true, "", 0, events.ZeroHash, 0, events.CapsuleMeta{}
 		c.owner = room.Anonymous
 		c.lastSeq = 0
 		if last != nil {
@@ -467,11 +578,12 @@ func (g *Gate) reload(ctx context.Context, key events.ChainKey, c *chainState, l
 	if !ok {
 		return fmt.Errorf("chain head at stream seq %d has no seq", m.Sequence)
 	}
-	if c.hashes != nil && (int64(len(c.hashes)) > seq+1 || c.roomID != p.RoomID) {
-		c.hashes, c.seqs = nil, nil // cannot happen on an append-only stream; start over
+	// Copies: the message goes, the chain state stays.
+	c.loaded, c.roomID, c.next, c.head, c.streamSeq = true, keep(c.roomID, p.RoomID), seq+1, keep(c.head, e.EntryHash()), m.Sequence
+	if meta := e.Metadata(); meta != c.meta {
+		c.meta = cloneMeta(meta)
 	}
-	c.loaded, c.roomID, c.next, c.head, c.streamSeq, c.meta = true, p.RoomID, seq+1, e.EntryHash(), m.Sequence, e.Metadata()
-	c.owner = m.Header.Get(room.HeaderOwner)
+	c.owner = keep(c.owner, m.Header.Get(room.HeaderOwner))
 	c.lastSeq = last.Sequence
 	if c.lossGen != g.lossGen.Load() {
 		rawNext := int64(0)
@@ -492,33 +604,6 @@ func (g *Gate) reload(ctx context.Context, key events.ChainKey, c *chainState, l
 	return nil
 }
 
-// loadHashes reads the entry_hash and stream sequence of every stored entry
-// of the chain, in order, from the Nats-Msg-Id headers (the gate sets them
-// to entry_hash), by batch direct gets up to the head: no consumer, so a
-// stream whose consumers are exhausted (the server's per-stream limit)
-// cannot stop the gate (docs/secure-mode.md, "Readers without
-// consumers").
-func (g *Gate) loadHashes(ctx context.Context, c *chainState, key events.ChainKey) error {
-	subj := g.subjects.Journal(c.roomID, key)
-	var hashes []string
-	var seqs []uint64
-	// Every entry up to the head is at or below the head's stream sequence.
-	err := g.readChain(ctx, subj, 1, max(c.lastSeq, c.streamSeq), func() {
-		hashes, seqs = make([]string, 0, c.next), make([]uint64, 0, c.next)
-	}, func(m *jetstream.RawStreamMsg) {
-		hashes = append(hashes, m.Header.Get(jetstream.MsgIDHeader))
-		seqs = append(seqs, m.Sequence)
-	}, func() bool { return int64(len(hashes)) >= c.next })
-	if err != nil {
-		return fmt.Errorf("read chain %s: %w", subj, err)
-	}
-	if int64(len(hashes)) < c.next {
-		return fmt.Errorf("read chain %s: %d of %d entries found: %w", subj, len(hashes), c.next, errShortChain)
-	}
-	c.hashes, c.seqs = hashes[:c.next], seqs[:c.next]
-	return nil
-}
-
 // Head reports where a chain stands in the stream, read fresh, including
 // the room it lives in ("" when it has no entry yet).
 // A read that may be tried again (no responder, no answer in time) is,
@@ -531,7 +616,7 @@ func (g *Gate) Head(ctx context.Context, key events.ChainKey) (room.ChainHead, e
 	g.mu.Lock()
 	c := g.chains[key]
 	if c != nil {
-		c.users++
+		g.holdLocked(c)
 	}
 	g.mu.Unlock()
 	if c != nil {
@@ -631,28 +716,17 @@ func failed(idx int, err error) room.ItemResult {
 	return room.ItemResult{Index: idx, Outcome: room.OutcomeFailed, Reason: err.Error()}
 }
 
-// needHashes loads c.hashes unless they cover c.next already.
-func (g *Gate) needHashes(ctx context.Context, c *chainState, key events.ChainKey) error {
-	if c.hashes == nil || int64(len(c.hashes)) < c.next {
-		if g.trust != nil {
-			return g.loadAdmittedHashes(ctx, c, key)
-		}
-		return g.loadHashes(ctx, c, key)
-	}
-	return nil
-}
-
 // resent decides an entry for a position that is already taken: the same
-// entry is a duplicate, another is a fork attempt and is refused.
-// c.hashes must cover c.next (needHashes).
-func (g *Gate) resent(key events.ChainKey, c *chainState, e *events.Entry, seq int64, res room.ItemResult) room.ItemResult {
-	if c.hashes[seq] == e.EntryHash() {
-		res.Outcome, res.StreamSeq = room.OutcomeDuplicate, c.seqs[seq]
+// entry is a duplicate, another is a fork attempt and is refused. stored
+// is what the stream holds at seq (entryAt).
+func (g *Gate) resent(key events.ChainKey, c *chainState, e *events.Entry, seq int64, stored storedEntry, res room.ItemResult) room.ItemResult {
+	if stored.hash == e.EntryHash() {
+		res.Outcome, res.StreamSeq = room.OutcomeDuplicate, stored.seq
 		res.Subject = g.subjects.Journal(c.roomID, key)
 		return res
 	}
 	r := room.RefusedItem(res.Index, []events.Problem{{Code: events.Fork, At: events.Location{Line: res.Index + 1, Pointer: "/seq"},
-		Reason: "chain position " + strconv.FormatInt(seq, 10) + " already holds a different entry", Expected: c.hashes[seq], Actual: e.EntryHash()}})
+		Reason: "chain position " + strconv.FormatInt(seq, 10) + " already holds a different entry", Expected: stored.hash, Actual: e.EntryHash()}})
 	r.Seq, r.Hash = res.Seq, res.Hash
 	return r
 }

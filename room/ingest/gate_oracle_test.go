@@ -130,14 +130,15 @@ func (g *Gate) oldAppendLine(ctx context.Context, roomID string, key events.Chai
 		problems := cv.CheckLine(e, ln.data, at)
 		res := room.ItemResult{Index: idx, Seq: &seq, Hash: e.EntryHash()}
 		if seq < c.next && onlyPosition(problems) {
-			if err := g.needHashes(ctx, c, key); err != nil {
+			stored, err := g.entryAt(ctx, c, key, seq)
+			if err != nil {
 				if !g.waitRead(ctx, err, &attempt, retryUntil) {
 					return failed(idx, err)
 				}
 				c.loaded = false
 				continue
 			}
-			return g.resent(key, c, e, seq, res)
+			return g.resent(key, c, e, seq, stored, res)
 		}
 		if len(problems) > 0 && !fresh {
 			// The view may be stale: a refusal is final, so it is decided
@@ -169,10 +170,6 @@ func (g *Gate) oldAppendLine(ctx context.Context, roomID string, key events.Chai
 			c.next, c.head, c.streamSeq, c.roomID = seq+1, e.EntryHash(), ack.Sequence, roomID
 			if c.next == 1 {
 				c.meta = e.Metadata()
-			}
-			if c.hashes != nil {
-				c.hashes = append(c.hashes, e.EntryHash())
-				c.seqs = append(c.seqs, ack.Sequence)
 			}
 			res.Outcome, res.StreamSeq, res.Subject = room.OutcomeStored, ack.Sequence, subj
 			return res

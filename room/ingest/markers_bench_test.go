@@ -7,7 +7,6 @@ import (
 	"encoding/base64"
 	"os"
 	"runtime"
-	"runtime/metrics"
 	"strconv"
 	"sync"
 	"testing"
@@ -205,14 +204,6 @@ func markedRoomFill(b *testing.B, js jetstream.JetStream, key *events.HostKey, r
 	case <-time.After(10 * time.Minute):
 		b.Fatal("the fill was not acknowledged in 10 minutes")
 	}
-}
-
-// liveHeap is the live heap after a full collection, in bytes.
-func liveHeap() uint64 {
-	runtime.GC()
-	s := []metrics.Sample{{Name: "/gc/heap/live:bytes"}}
-	metrics.Read(s)
-	return s[0].Value.Uint64()
 }
 
 // decision returns a decision/ref and its decision/digest of its own for

@@ -87,9 +87,11 @@ func TestStoreLostClosesChain(t *testing.T) {
 // TestStoreLostStateFileKept: the block is damaged but the server's state
 // file is kept, so the server still counts the message (no deletion, the
 // subject's count unchanged) and nothing but a read finds it. A resent
-// old line makes the gate read the chain: it finds position 50 missing
-// and closes the chain (store_lost naming it), where it used to fail the
-// line as not decided ("run again") on every try.
+// line of a position the store still holds is decided on that entry alone
+// (a duplicate); one of the lost position makes the gate read the chain:
+// it finds position 50 missing and closes the chain (store_lost naming
+// it), where it used to fail the line as not decided ("run again") on
+// every try.
 func TestStoreLostStateFileKept(t *testing.T) {
 	e := roomtest.NewEnv(t)
 	const roomID = "room:kept"
@@ -103,7 +105,10 @@ func TestStoreLostStateFileKept(t *testing.T) {
 	if st, _ := e.Stream.Info(context.Background()); st.State.Msgs != 100 || st.State.NumDeleted != 0 {
 		t.Fatalf("the server's view: %+v; want all 100 counted", st.State)
 	}
-	r := e.ShipJournal(roomID, roomtest.Lines(a[10:11]))
+	if it := e.ShipJournal(roomID, roomtest.Lines(a[10:11])).Items[0]; it.Outcome != room.OutcomeDuplicate || it.StreamSeq != 11 {
+		t.Fatalf("resent line of a position still held: %+v", it)
+	}
+	r := e.ShipJournal(roomID, roomtest.Lines(a[50:51]))
 	it := r.Items[0]
 	if it.Outcome != room.OutcomeRefused || it.Code != events.StoreLost || !strings.Contains(it.Reason, "the store lost 1 of the chain's 100 acknowledged entries, positions 50 (between stream seqs 50 and 52)") {
 		t.Fatalf("resent line: %+v", it)
