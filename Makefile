@@ -102,6 +102,12 @@ bench:
 	@$(MAKE) --no-print-directory build
 	$(BIN)/roompub-bench --publisher $(BIN)/publisher --subscriber $(BIN)/subscriber --modes $(BENCH_MODES) $(BENCH_FLAGS)
 
+## bench-curves: the cost curves of docs/performance.md: roompub against raw JetStream by chain length (10 to 1,000,000 entries), concurrent chains (1 to 10,000) and rooms (1 to 10,000), CURVE_ROUNDS rounds per point (default 2; about 15 min on a quiet 2-core machine)
+CURVE_ROUNDS ?= 2
+.PHONY: bench-curves
+bench-curves: build
+	for c in chain-length chains rooms; do $(BIN)/roompub-bench --curve $$c --rounds $(CURVE_ROUNDS) --publisher $(BIN)/publisher --subscriber $(BIN)/subscriber $(BENCH_FLAGS); done
+
 ## bench-check: the side-by-side run only; exit 1 when a ratio is below its floor
 .PHONY: bench-check bench-quick
 bench-check: build

@@ -33,11 +33,12 @@ import (
 // sizes are the amounts of work of one run.
 type sizes struct {
 	chainEntries, chains, chainLength, records, readChains, readLength, verifyEntries int
+	rooms                                                                             int // the parallel row's
 }
 
 var (
-	fullSizes  = sizes{chainEntries: 10000, chains: 100, chainLength: 1000, records: 2000, readChains: 100, readLength: 10000, verifyEntries: 200000}
-	quickSizes = sizes{chainEntries: 500, chains: 10, chainLength: 100, records: 100, readChains: 10, readLength: 2000, verifyEntries: 5000}
+	fullSizes  = sizes{chainEntries: 10000, chains: 100, chainLength: 1000, records: 2000, readChains: 100, readLength: 10000, verifyEntries: 200000, rooms: 1}
+	quickSizes = sizes{chainEntries: 500, chains: 10, chainLength: 100, records: 100, readChains: 10, readLength: 2000, verifyEntries: 5000, rooms: 1}
 )
 
 func (c *cli) sizes() sizes {
@@ -49,7 +50,7 @@ func (c *cli) sizes() sizes {
 		flag int
 		dst  *int
 	}{{c.ChainEntries, &sz.chainEntries}, {c.Chains, &sz.chains}, {c.ChainLength, &sz.chainLength}, {c.Records, &sz.records},
-		{c.ReadChains, &sz.readChains}, {c.ReadLength, &sz.readLength}, {c.VerifyEntries, &sz.verifyEntries}} {
+		{c.ReadChains, &sz.readChains}, {c.ReadLength, &sz.readLength}, {c.VerifyEntries, &sz.verifyEntries}, {c.Rooms, &sz.rooms}} {
 		if f.flag > 0 {
 			*f.dst = f.flag
 		}
@@ -64,7 +65,7 @@ func (c *cli) Validate() error {
 		errs = append(errs, fmt.Errorf("%w: "+format, append([]any{config.ErrInvalid}, args...)...))
 	}
 	for name, v := range map[string]int{"--chain-entries": c.ChainEntries, "--chains": c.Chains, "--chain-length": c.ChainLength,
-		"--records": c.Records, "--read-chains": c.ReadChains, "--read-length": c.ReadLength, "--verify-entries": c.VerifyEntries} {
+		"--records": c.Records, "--read-chains": c.ReadChains, "--read-length": c.ReadLength, "--verify-entries": c.VerifyEntries, "--rooms": c.Rooms} {
 		if v < 0 {
 			bad("%s must not be negative", name)
 		}
@@ -74,6 +75,20 @@ func (c *cli) Validate() error {
 	}
 	if c.Batch < 1 || c.Batch > room.MaxBatchLines {
 		bad("--batch must be between 1 and %d", room.MaxBatchLines)
+	}
+	for _, p := range c.Points {
+		if p < 1 {
+			bad("--points must be at least 1, not %d", p)
+		}
+	}
+	if len(c.Points) > 0 && c.Curve == "" {
+		bad("--points needs --curve")
+	}
+	if c.Curve != "" && (c.CurveEntries < 1 || c.CurveChains < 1) {
+		bad("--curve-entries and --curve-chains must be at least 1")
+	}
+	if c.Curve != "" && (len(c.Modes) > 0 || c.Check) {
+		bad("--curve excludes --modes and --check")
 	}
 	if c.Rounds < 0 {
 		bad("--rounds must not be negative")
@@ -277,6 +292,10 @@ func (c *cli) Run(s *streams) error {
 	defer b.close()
 	if err := b.start(); err != nil {
 		return err
+	}
+	if c.Curve != "" {
+		b.mode = b.primary
+		return b.curve()
 	}
 	// The passes run in the order --modes names them (a run's first pass
 	// starts on a cold process and store: reorder to see what that

@@ -182,7 +182,7 @@ func (b *bench) longChain() (*result, error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := b.countStored(r, rawRoom, pubRoom); err != nil {
+	if err := b.countStored(r, []string{rawRoom}, []string{pubRoom}); err != nil {
 		return nil, err
 	}
 	if b.mode != b.primary {
@@ -229,35 +229,44 @@ func syncPublishes(ctx context.Context, js jetstream.JetStream, subjects room.Su
 }
 
 // countStored checks that each side's stream holds r.items messages in
-// the side's room (roompub's checkpoints aside), so neither side's count
+// the side's rooms (roompub's checkpoints aside), so neither side's count
 // rests on its own word alone.
-func (b *bench) countStored(r *result, rawRoom, pubRoom string) error {
+func (b *bench) countStored(r *result, rawRooms, pubRooms []string) error {
 	for _, s := range []struct {
-		name, stream, room string
-		subjects           room.Subjects
-	}{{"raw", rawStream, rawRoom, b.rawSubjects}, {"roompub", writeStream, pubRoom, b.subjects}} {
-		n, _, err := b.storedOn(s.stream, s.subjects, s.subjects.Room(s.room))
-		if err != nil {
-			return err
+		name, stream string
+		rooms        []string
+		subjects     room.Subjects
+	}{{"raw", rawStream, rawRooms, b.rawSubjects}, {"roompub", writeStream, pubRooms, b.subjects}} {
+		total := 0
+		for _, roomID := range s.rooms {
+			n, _, err := b.storedOn(s.stream, s.subjects, s.subjects.Room(roomID))
+			if err != nil {
+				return err
+			}
+			total += n
 		}
-		if n != r.items {
-			return fmt.Errorf("the stream %s holds %d messages in %s's room %s, want %d", s.stream, n, s.name, s.room, r.items)
+		if total != r.items {
+			return fmt.Errorf("the stream %s holds %d messages in %s's %d room(s) (%s, …), want %d", s.stream, total, s.name, len(s.rooms), s.rooms[0], r.items)
 		}
 	}
 	return nil
 }
 
 // parallel: chains × chainLength entries shipped at once, the batches in
-// flight capped alike on both sides.
+// flight capped alike on both sides; chain i in room i mod rooms.
 func (b *bench) parallel() (*result, error) {
 	if err := b.startRoompub(); err != nil {
 		return nil, err
 	}
-	k, n := b.sz.chains, b.sz.chainLength
-	r := &result{key: "parallel", name: fmt.Sprintf("parallel (%d × %d)", k, n), unit: "entries", items: k * n * b.rounds, floor: 0.6,
+	k, n, rooms := b.sz.chains, b.sz.chainLength, max(1, b.sz.rooms)
+	name := fmt.Sprintf("parallel (%d × %d)", k, n)
+	if rooms > 1 {
+		name = fmt.Sprintf("parallel (%d × %d, %d rooms)", k, n, rooms)
+	}
+	r := &result{key: "parallel", name: name, unit: "entries", items: k * n * b.rounds, floor: 0.6,
 		rawHow: fmt.Sprintf("%d goroutines, atomic batches of up to %d, at most %d in flight", k, b.c.Batch, b.c.Inflight),
 		pubHow: fmt.Sprintf("%d client.ShipCapsule goroutines, %s", k, b.pubInflight)}
-	_, _, rawRoom, pubRoom := sides("par", 0, 0)
+	roomOf := func(side string, i int) string { return parallelRoom(side, i, rooms) }
 	err := b.inRounds(r, func(round int) (side, error) {
 		chains := make([]*chain, k)
 		var s side
@@ -269,7 +278,7 @@ func (b *bench) parallel() (*result, error) {
 		sem := make(chan struct{}, b.c.Inflight)
 		var err error
 		s.n, err = runAll(k, func(i int) (int, error) {
-			return rawBatches(b.ctx, b.js, b.rawSubjects, rawRoom, chains[i].meta.Key(), chains[i].lines, chains[i].hashes, b.c.Batch, sem)
+			return rawBatches(b.ctx, b.js, b.rawSubjects, roomOf("raw", i), chains[i].meta.Key(), chains[i].lines, chains[i].hashes, b.c.Batch, sem)
 		}, &s)
 		return s, err
 	}, func(round int) (side, error) {
@@ -286,14 +295,31 @@ func (b *bench) parallel() (*result, error) {
 		}
 		var err error
 		s.n, err = runAll(k, func(i int) (int, error) {
-			return b.ship(dirs[i], pubRoom, n)
+			return b.ship(dirs[i], roomOf("pub", i), n)
 		}, &s)
 		return s, err
 	})
 	if err != nil {
 		return nil, err
 	}
-	return r, b.countStored(r, rawRoom, pubRoom)
+	if rooms > 1 {
+		r.extra = map[string]any{"rooms": rooms}
+	}
+	var rawRooms, pubRooms []string
+	for j := range min(rooms, k) {
+		rawRooms, pubRooms = append(rawRooms, roomOf("raw", j)), append(pubRooms, roomOf("pub", j))
+	}
+	return r, b.countStored(r, rawRooms, pubRooms)
+}
+
+// parallelRoom is the room of the parallel row's chain i on side (raw or
+// pub) when its chains are spread over rooms: the scenario's one room
+// when rooms is 1.
+func parallelRoom(side string, i, rooms int) string {
+	if rooms <= 1 {
+		return fmt.Sprintf("room:bench-%s-par", side)
+	}
+	return fmt.Sprintf("room:bench-%s-par-%05d", side, i%rooms)
 }
 
 // timer is a started measurement: wall time and the CPU time of this

@@ -78,6 +78,13 @@ type cli struct {
 	ReadLength    int `name:"read-length" placeholder:"N" help:"Entries of each chain of the read stream (default 10000; --quick 2000)."`
 	VerifyEntries int `name:"verify-entries" placeholder:"N" help:"Entries of the verified journal (default 200000; --quick 5000)."`
 
+	Rooms int `name:"rooms" placeholder:"N" help:"Rooms the parallel row's chains are spread over, chain i in room i mod N, on both sides (default 1)."`
+
+	Curve        string `name:"curve" enum:",chain-length,chains,rooms" default:"" placeholder:"NAME" help:"Measure one cost curve instead of the rows: chain-length (the long chain row at each point's entries), chains (the parallel row, each point's chains sharing --curve-entries), rooms (the parallel row of --curve-chains chains spread over each point's rooms); raw and roompub afresh at each point (docs/performance.md, \"Cost curves\")."`
+	Points       []int  `name:"points" placeholder:"N,..." help:"The curve's points (default chain-length 10,100,1000,10000,100000,1000000; chains 1,10,100,1000,10000; rooms 1,10,100,1000,10000)."`
+	CurveEntries int    `name:"curve-entries" default:"100000" placeholder:"N" help:"Entries per round of each point of the chains curve, shared by its chains."`
+	CurveChains  int    `name:"curve-chains" default:"10000" placeholder:"N" help:"Chains of the rooms curve, at each point (--curve-entries shared by them)."`
+
 	Inflight int `name:"inflight" default:"50" help:"Atomic batches in flight at once, on both sides (the server allows 50 per stream by default)."`
 	Pipeline int `name:"pipeline" placeholder:"N" help:"Journal requests of one capsule in flight at once on roompub's side (client.ShipOptions.Pipeline; default its default, 2; 1 sends one after another)."`
 	Batch    int `name:"batch" default:"1000" help:"Messages per raw atomic batch (the server allows 1000)."`

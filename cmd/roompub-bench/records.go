@@ -90,5 +90,5 @@ func (b *bench) records() (*result, error) {
 	if err != nil {
 		return nil, err
 	}
-	return r, b.countStored(r, rawRoom, pubRoom)
+	return r, b.countStored(r, []string{rawRoom}, []string{pubRoom})
 }
