@@ -64,10 +64,11 @@ func (b *bench) printCurve(pts []curvePoint) error {
 	env := b.environment()
 	fmt.Fprintf(w, "roompub-bench --curve %s: roompub against raw JetStream at each point, rounds per point: %d (raw first in odd rounds)\n", b.c.Curve, b.rounds)
 	fmt.Fprintf(w, "%s, GOMAXPROCS %d, nats-server %s (embedded, in process), sync: %s\n", env["go_version"], env["gomaxprocs"], env["nats_server_version"], env["sync"])
-	fmt.Fprintf(w, "%9s  %-36s  %10s  %10s  %6s  %12s  %12s\n", b.c.Curve, "row", "raw /s", "roompub /s", "ratio", "raw µs/each", "pub µs/each")
+	xw := max(9, len(b.c.Curve))
+	fmt.Fprintf(w, "%*s  %-36s  %10s  %10s  %6s  %12s  %12s\n", xw, b.c.Curve, "row", "raw /s", "roompub /s", "ratio", "raw µs/each", "pub µs/each")
 	var js []map[string]any
 	for _, p := range pts {
-		fmt.Fprintf(w, "%9d  %-36s  %10.0f  %10.0f  %6.3f  %12.1f  %12.1f\n", p.x, p.r.name, p.r.raw.rate(), p.r.pub.rate(), p.r.ratio, p.r.raw.cpuPerItem(), p.r.pub.cpuPerItem())
+		fmt.Fprintf(w, "%*d  %-36s  %10.0f  %10.0f  %6.3f  %12.1f  %12.1f\n", xw, p.x, p.r.name, p.r.raw.rate(), p.r.pub.rate(), p.r.ratio, p.r.raw.cpuPerItem(), p.r.pub.cpuPerItem())
 		js = append(js, map[string]any{
 			"x": p.x, "row": p.r.key, "items": p.r.items, "ratio": round(p.r.ratio, 4),
 			"raw_per_s": round(p.r.raw.rate(), 1), "roompub_per_s": round(p.r.pub.rate(), 1),
