@@ -268,7 +268,8 @@ type ckRoom struct {
 	asideWarned bool
 	lease       lease
 	// from and resumedAt: the room was resumed (resume) from its
-	// checkpoint at stream seq resumedAt, whose last leaf is at from-1;
+	// checkpoint at stream seq resumedAt and is read from from on (its
+	// first message after the checkpoint's last leaf, checkpoints aside);
 	// messages before from, checkpoints before resumedAt, are passed over.
 	// Zero: the room is read from its first message.
 	from, resumedAt uint64

@@ -51,15 +51,23 @@ func resumeChains(t *testing.T, n int) map[string][]*events.Entry {
 }
 
 // resumeFrom is where a checkpointer resuming from each room's latest
-// checkpoint starts reading, from an independent rebuild: after the
-// stream seq of the leaf that ends the latest checkpoint, lowest over the
-// rooms.
+// checkpoint starts reading, from an independent rebuild: the room's
+// first message after the leaf that ends its latest checkpoint, other than
+// a checkpoint, lowest over the rooms (the stream's last seq + 1 when
+// there is none).
 func resumeFrom(e *roomtest.Env, trust *checkpoint.Trust) uint64 {
-	from := ^uint64(0)
+	stored := e.Stored()
+	from := stored[len(stored)-1].Sequence + 1
 	for _, id := range resumeRooms {
 		rt := roomtest.Rebuild(e, id, trust)
 		last := rt.Checkpoints[len(rt.Checkpoints)-1]
-		from = min(from, rt.LeafSeqs[last.Size-1]+1)
+		leaf := rt.LeafSeqs[last.Size-1]
+		for _, m := range stored {
+			if p, err := (room.Subjects{}).Parse(m.Subject); err == nil && p.RoomID == id && m.Sequence > leaf && p.Kind != room.KindCheckpoint {
+				from = min(from, m.Sequence)
+				break
+			}
+		}
 	}
 	return from
 }
@@ -153,13 +161,20 @@ func TestCheckpointerResumesFromItsCheckpoints(t *testing.T) {
 	chains := resumeChains(t, 60)
 
 	first, _ := roomtest.StartCheckpointer(t, e.Connect(), o)
-	resumeFill(t, e, roomtest.AttestingGate(e, e.Connect(), key, first, ingest.GateOptions{MaxBatch: 7}), chains, 0, 30, "a")
+	gate := roomtest.AttestingGate(e, e.Connect(), key, first, ingest.GateOptions{MaxBatch: 7})
+	// A quiet room, first on the stream and checkpointed, with nothing
+	// after: it costs the resumed read nothing (resumeFrom leaves it out).
+	quiet, _ := roomtest.Journal(t, "run-quiet", "cap-quiet", 5)
+	if r, err := gate.AppendJournal(context.Background(), "room:resume-quiet", roomtest.Lines(quiet), nil); err != nil || r.Stored != 5 {
+		t.Fatalf("%+v %v", r, err)
+	}
+	resumeFill(t, e, gate, chains, 0, 30, "a")
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	if err := first.Stop(ctx); err != nil {
 		t.Fatal(err)
 	}
-	for _, id := range resumeRooms {
+	for _, id := range append([]string{"room:resume-quiet"}, resumeRooms...) {
 		m := e.OnSubject(room.Subjects{}.Checkpoint(id))
 		if len(m) != 1 || !strings.HasPrefix(m[0].Header.Get(checkpoint.ResumeHeader), "1 ") {
 			t.Fatalf("%s: %d checkpoints, resume header %q", id, len(m), m[0].Header.Get(checkpoint.ResumeHeader))
@@ -169,7 +184,7 @@ func TestCheckpointerResumesFromItsCheckpoints(t *testing.T) {
 	resumeFill(t, e, roomtest.AttestingGate(e, e.Connect(), key, nil, ingest.GateOptions{MaxBatch: 7}), chains, 30, 45, "b")
 
 	resumed, full, logs, contra := startBoth(t, e, o, trust, resumeFrom(e, trust))
-	if l := logs.FilterMessage("checkpointer: resuming").All(); len(l) != 1 || l[0].ContextMap()["rooms_resumed"] != int64(2) || l[0].ContextMap()["rooms_read_whole"] != int64(0) {
+	if l := logs.FilterMessage("checkpointer: resuming").All(); len(l) != 1 || l[0].ContextMap()["rooms_resumed"] != int64(3) || l[0].ContextMap()["rooms_read_whole"] != int64(0) {
 		t.Fatalf("resume log %v", l)
 	}
 	sizes := stopBoth(t, e, resumed, full, trust, contra)

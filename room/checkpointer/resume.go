@@ -29,8 +29,9 @@ const (
 // resume rebuilds, before the catch-up read, each room whose latest
 // checkpoint this checkpointer's key signed with a checkpoint.ResumeHeader
 // that verifies (resumeRoom), and returns the stream seq the catch-up read
-// starts at: the lowest of those rooms' resume points (their last leaf's
-// seq + 1), of the first messages of the rooms that have leaf subjects but
+// starts at: the lowest of those rooms' resume points (their first
+// message after their last leaf but their checkpoints: roomFrom), of the
+// first messages of the rooms that have leaf subjects but
 // were not resumed (read from their first message, as before), and, with
 // a deployment log, of the seq after the last room checkpoint of this
 // stream in it. Rooms are listed as Survey lists them: the stream's
@@ -100,7 +101,7 @@ func (c *Checkpointer) resume(ctx context.Context) uint64 {
 }
 
 // resumeRoom returns roomID's state as of its latest checkpoint (the last
-// message on subj), from the checkpoint's resume header, verified rather
+// message on subj) and where it is read from (roomFrom), from the checkpoint's resume header, verified rather
 // than trusted: the note is a checkpoint of the room signed by this
 // checkpointer's key; the header parses and names a leaf before the
 // checkpoint; the message at that seq is a leaf subject of the room whose
@@ -145,13 +146,45 @@ func (c *Checkpointer) resumeRoom(ctx context.Context, roomID, subj string, reco
 	if err != nil {
 		return nil, resumeBadRange, err
 	}
-	return &ckRoom{id: roomID, ledger: l, execCount: rs.Records, from: rs.LeafSeq + 1, resumedAt: m.Sequence,
+	from, err := c.roomFrom(ctx, roomID, rs.LeafSeq)
+	if err != nil {
+		return nil, resumeUnreadable, err
+	}
+	return &ckRoom{id: roomID, ledger: l, execCount: rs.Records, from: from, resumedAt: m.Sequence, ckptSeq: m.Sequence,
 		leafSeq: rs.LeafSeq, leafExec: rs.Records}, resumeOK, nil
+}
+
+// roomFromSteps bounds how many checkpoints after a room's last leaf
+// roomFrom steps over: one, the resume checkpoint, as a rule.
+const roomFromSteps = 16
+
+// roomFrom returns the stream seq from which roomID must be read, its
+// last leaf being at leafSeq: its first message after leafSeq that is not
+// on its checkpoint subject (those up to the resume checkpoint are its
+// predecessor's, the resume checkpoint the subject's last), or, when
+// there is none, the seq after the stream's last at start: a quiet room
+// costs the catch-up read nothing.
+func (c *Checkpointer) roomFrom(ctx context.Context, roomID string, leafSeq uint64) (uint64, error) {
+	next, ck := leafSeq+1, c.subjects.Checkpoint(roomID)
+	for range roomFromSteps {
+		m, err := jsapi.LeaderGetRaw(ctx, c.js.Conn(), c.streamName, room.DefaultTimeout, map[string]any{"seq": next, "next_by_subj": c.subjects.Room(roomID)})
+		switch {
+		case err != nil:
+			return 0, err
+		case m == nil:
+			return max(next, c.startSeq+1), nil
+		case m.Subject != ck:
+			return m.Sequence, nil
+		}
+		next = m.Sequence + 1
+	}
+	return next, nil
 }
 
 // passedOver handles a message of r before where r resumed (r.from, for a
 // checkpoint r.resumedAt): the checkpointer that wrote r's resume
-// checkpoint handled it, and it is passed over. A checkpoint among them is
+// checkpoint handled it (roomFrom found none of r's messages between r's
+// last leaf and r.from but checkpoints), and it is passed over. A checkpoint among them is
 // still the subject's last read (a write expects it) and, signed by a
 // trusted publisher, offered to the deployment log, which skips what it
 // holds. c.mu is held.
