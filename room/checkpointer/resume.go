@@ -59,7 +59,7 @@ func (c *Checkpointer) resume(ctx context.Context) uint64 {
 			}
 		}
 	}
-	resumed := 0
+	done := map[string]bool{} // the rooms resumed
 	for _, subj := range slices.Sorted(maps.Keys(counts[root+".*.checkpoint"])) {
 		p, err := c.subjects.Parse(subj)
 		if err != nil || p.Kind != room.KindCheckpoint {
@@ -73,12 +73,14 @@ func (c *Checkpointer) resume(ctx context.Context) uint64 {
 				zap.String("room", p.RoomID), zap.String("why", why), zap.Error(err))
 			continue
 		}
+		c.mu.Lock() // the lag metric reads the rooms
 		c.rooms[r.id] = r
+		c.mu.Unlock()
+		done[r.id] = true
 		from = min(from, r.from)
-		resumed++
 	}
 	for _, id := range slices.Sorted(maps.Keys(leafRooms)) {
-		if c.rooms[id] != nil {
+		if done[id] {
 			continue
 		}
 		m, err := jsapi.LeaderGetRaw(ctx, nc, c.streamName, room.DefaultTimeout, map[string]any{"seq": 1, "next_by_subj": c.subjects.Room(id)})
@@ -95,7 +97,7 @@ func (c *Checkpointer) resume(ctx context.Context) uint64 {
 		from = min(from, d.sources[c.streamName]+1)
 		d.mu.Unlock()
 	}
-	c.log.Info("checkpointer: resuming", zap.Int("rooms_resumed", resumed), zap.Int("rooms_read_whole", len(leafRooms)-resumed),
+	c.log.Info("checkpointer: resuming", zap.Int("rooms_resumed", len(done)), zap.Int("rooms_read_whole", len(leafRooms)-len(done)),
 		zap.Uint64("from_stream_seq", from), zap.Uint64("last_stream_seq", c.startSeq))
 	return from
 }
