@@ -346,3 +346,58 @@ func TestCheckpointerStopDuringCatchUp(t *testing.T) {
 		t.Fatalf("read %d from %d; want %d from 15", n, from, e.State().LastSeq-14)
 	}
 }
+
+// TestCheckpointerResumesWithDeploymentLog: with a deployment origin (room
+// checkpoints signed under the room's origin, the deployment log kept),
+// a restarted checkpointer resumes from the rooms' checkpoints all the
+// same, and the log's entries are then every room checkpoint on the
+// stream, in stream order, none twice.
+func TestCheckpointerResumesWithDeploymentLog(t *testing.T) {
+	e := roomtest.NewEnvUnmarked(t, embedded.Options{})
+	key := roomtest.NewPublisherKey(t)
+	trust := roomtest.Trusting(t, key)
+	o := checkpointer.Options{Key: key, Origin: tDeployment, Every: 1000, Interval: time.Hour,
+		Deployment: checkpointer.DeploymentOptions{Interval: 50 * time.Millisecond}}
+	chains := resumeChains(t, 40)
+	first, _ := roomtest.StartCheckpointer(t, e.Connect(), o)
+	resumeFill(t, e, roomtest.AttestingGate(e, e.Connect(), key, first, ingest.GateOptions{MaxBatch: 7}), chains, 0, 20, "a")
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := first.Stop(ctx); err != nil {
+		t.Fatal(err)
+	}
+	resumeFill(t, e, roomtest.AttestingGate(e, e.Connect(), key, nil, ingest.GateOptions{MaxBatch: 7}), chains, 20, 40, "b")
+	want := resumeFrom(e, trust)
+	last := e.State().LastSeq
+	second, logs := roomtest.StartCheckpointer(t, e.Connect(), o)
+	roomtest.WaitFor(t, 10*time.Second, "caught up", second.CaughtUp)
+	if n, from := second.CatchUpRead(); from != want || n != last-want+1 {
+		t.Fatalf("read %d from %d; want %d from %d", n, from, last-want+1, want)
+	}
+	if l := logs.FilterMessage("checkpointer: resuming").All(); len(l) != 1 || l[0].ContextMap()["rooms_resumed"] != int64(2) {
+		t.Fatalf("resume log %v", l)
+	}
+	if err := second.Stop(ctx); err != nil {
+		t.Fatal(err)
+	}
+	var notes [][]byte
+	for _, m := range e.Stored() {
+		if p, err := (room.Subjects{}).Parse(m.Subject); err == nil && p.Kind == room.KindCheckpoint {
+			notes = append(notes, m.Data)
+		}
+	}
+	entries, _ := deploymentLog(t, e)
+	if len(notes) != 4 || len(entries) != len(notes) {
+		t.Fatalf("%d room checkpoints, %d log entries; want 4 of each", len(notes), len(entries))
+	}
+	for i, m := range entries {
+		if string(m.Data) != string(notes[i]) {
+			t.Fatalf("log entry %d is not the room checkpoint %d", i, i)
+		}
+	}
+	for _, id := range resumeRooms {
+		if sizes := roomtest.Rebuild(e, id, trust).CheckCheckpoints(t); !slices.Equal(sizes, []uint64{22, 44}) {
+			t.Fatalf("%s: sizes %v, want [22 44]", id, sizes)
+		}
+	}
+}
