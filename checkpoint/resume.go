@@ -1,7 +1,9 @@
 package checkpoint
 
 import (
+	"crypto/sha256"
 	"encoding/base64"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"math/bits"
@@ -35,16 +37,28 @@ var ErrBadResume = errors.New("bad resume state")
 //     successor checks that message's leaf hash and reads the room on
 //     from LeafSeq+1;
 //   - Records, the number of messages on the room's exec subject up to
-//     LeafSeq (the next record's position, RecordPosition).
+//     LeafSeq (the next record's position, RecordPosition);
+//   - Trust, the TrustDigest of the publishers whose attestations built
+//     the tree: a successor that trusts others would build another tree,
+//     and does not resume.
 type Resume struct {
 	LeafSeq uint64
 	Records uint64
+	Trust   string
 	Last    [32]byte
 	Prefix  [][32]byte
 }
 
-// String is the header value: "1 <LeafSeq> <Records> <Last>" and the
-// Prefix hashes, space separated, hashes in standard base64.
+// TrustDigest names the rules a room's tree was built under: the first
+// 8 bytes, in hex, of the SHA-256 of t's origin and its trusted node ids,
+// sorted, one a line.
+func TrustDigest(t *Trust) string {
+	h := sha256.Sum256([]byte(t.Origin() + "\n" + strings.Join(t.NodeIDs(), "\n")))
+	return hex.EncodeToString(h[:8])
+}
+
+// String is the header value: "1 <LeafSeq> <Records> <Trust> <Last>" and
+// the Prefix hashes, space separated, hashes in standard base64.
 func (r Resume) String() string {
 	var b strings.Builder
 	b.WriteString(resumeVersion)
@@ -52,6 +66,8 @@ func (r Resume) String() string {
 	b.WriteString(strconv.FormatUint(r.LeafSeq, 10))
 	b.WriteByte(' ')
 	b.WriteString(strconv.FormatUint(r.Records, 10))
+	b.WriteByte(' ')
+	b.WriteString(r.Trust)
 	for _, h := range append([][32]byte{r.Last}, r.Prefix...) {
 		b.WriteByte(' ')
 		b.WriteString(base64.StdEncoding.EncodeToString(h[:]))
@@ -64,7 +80,7 @@ func (r Resume) String() string {
 func ParseResume(s string) (Resume, error) {
 	var r Resume
 	f := strings.Split(s, " ")
-	if len(f) < 4 || len(f) > 4+64 {
+	if len(f) < 5 || len(f) > 5+64 {
 		return r, fmt.Errorf("%w: %d fields", ErrBadResume, len(f))
 	}
 	if f[0] != resumeVersion {
@@ -77,8 +93,12 @@ func ParseResume(s string) (Resume, error) {
 	if r.Records, err = strconv.ParseUint(f[2], 10, 64); err != nil {
 		return r, fmt.Errorf("%w: records %.24q", ErrBadResume, f[2])
 	}
-	hs := make([][32]byte, len(f)-3)
-	for i, v := range f[3:] {
+	if d, err := hex.DecodeString(f[3]); err != nil || len(d) != 8 {
+		return r, fmt.Errorf("%w: trust digest %.24q", ErrBadResume, f[3])
+	}
+	r.Trust = f[3]
+	hs := make([][32]byte, len(f)-4)
+	for i, v := range f[4:] {
 		d, err := base64.StdEncoding.DecodeString(v)
 		if err != nil || len(d) != 32 {
 			return r, fmt.Errorf("%w: hash %d is not 32 bytes of base64", ErrBadResume, i)

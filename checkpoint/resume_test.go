@@ -28,9 +28,9 @@ func TestResumeRoundTrip(t *testing.T) {
 			if err != nil {
 				t.Fatalf("size %d base %d: %v", size, base, err)
 			}
-			r.LeafSeq, r.Records = 1000+size, 7
+			r.LeafSeq, r.Records, r.Trust = 1000+size, 7, "0123456789abcdef"
 			got, err := ParseResume(r.String())
-			if err != nil || got.LeafSeq != r.LeafSeq || got.Records != 7 || got.Last != leafN(room, int(size-1)) {
+			if err != nil || got.LeafSeq != r.LeafSeq || got.Records != 7 || got.Trust != r.Trust || got.Last != leafN(room, int(size-1)) {
 				t.Fatalf("size %d: parsed %+v, %v", size, got, err)
 			}
 			root, _ := full.RootAt(size)
@@ -103,16 +103,30 @@ func TestResumeLedgerRefuses(t *testing.T) {
 	}
 }
 
+// TestTrustDigest: the digest changes with the trusted keys and the
+// origin, not with the order keys are given in.
+func TestTrustDigest(t *testing.T) {
+	a, b := testKey(1).NodeID(), testKey(2).NodeID()
+	ab, ba, onlyA := TrustDigest(mustTrust(t, a, b)), TrustDigest(mustTrust(t, b, a)), TrustDigest(mustTrust(t, a))
+	withOrigin, err := mustTrust(t, a, b).WithOrigin("evidence.example.org/roompub")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ab != ba || ab == onlyA || ab == TrustDigest(withOrigin) || len(ab) != 16 {
+		t.Errorf("digests %s %s %s %s", ab, ba, onlyA, TrustDigest(withOrigin))
+	}
+}
+
 // TestParseResumeRefuses: malformed header values wrap ErrBadResume.
 func TestParseResumeRefuses(t *testing.T) {
-	h := "AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA="
-	for _, v := range []string{"", "1", "1 5 0", "2 5 0 " + h, "1 0 0 " + h, "1 x 0 " + h, "1 5 -1 " + h,
-		"1 5 0 AAAA", "1 5 0 " + h + " !!", "1 5 0  " + h} {
+	h, d := "AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA=", " 0123456789abcdef "
+	for _, v := range []string{"", "1", "1 5 0", "1 5 0" + d, "2 5 0" + d + h, "1 0 0" + d + h, "1 x 0" + d + h, "1 5 -1" + d + h,
+		"1 5 0" + d + "AAAA", "1 5 0" + d + h + " !!", "1 5 0" + d + " " + h, "1 5 0 0123 " + h, "1 5 0 " + h} {
 		if _, err := ParseResume(v); !errors.Is(err, ErrBadResume) {
 			t.Errorf("%q: %v", v, err)
 		}
 	}
-	if r, err := ParseResume("1 5 3 " + h); err != nil || r.LeafSeq != 5 || r.Records != 3 || len(r.Prefix) != 0 {
+	if r, err := ParseResume("1 5 3" + d + h); err != nil || r.LeafSeq != 5 || r.Records != 3 || r.Trust != "0123456789abcdef" || len(r.Prefix) != 0 {
 		t.Errorf("a valid one: %+v %v", r, err)
 	}
 }

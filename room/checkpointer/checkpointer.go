@@ -163,6 +163,7 @@ type Checkpointer struct {
 	key         *events.HostKey // signs the leases
 	nodeID      string
 	trust       *checkpoint.Trust
+	trustDigest string // checkpoint.TrustDigest(trust), for the resume headers
 	every       uint64
 	interval    time.Duration
 	ttl         time.Duration
@@ -317,6 +318,7 @@ func Start(ctx context.Context, nc *nats.Conn, o Options) (*Checkpointer, error)
 	c.key = o.Key
 	c.onContradiction = o.OnContradiction
 	c.batches = checkpoint.NewBatchCollector(trust)
+	c.trustDigest = checkpoint.TrustDigest(trust)
 	if c.log == nil {
 		c.log = zap.NewNop()
 	}

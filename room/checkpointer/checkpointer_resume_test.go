@@ -289,6 +289,38 @@ func TestCheckpointerResumeFallsBack(t *testing.T) {
 	}
 }
 
+// TestCheckpointerResumeTrustChanged: a checkpointer that trusts other
+// publishers than the one that wrote the rooms' checkpoints would build
+// other trees (another's attestations admit or no longer admit messages):
+// it reads every room from its first message, saying so, and its trees
+// are the full read's.
+func TestCheckpointerResumeTrustChanged(t *testing.T) {
+	e := roomtest.NewEnvUnmarked(t, embedded.Options{})
+	key, other := roomtest.NewPublisherKey(t), roomtest.NewPublisherKey(t)
+	trust := roomtest.Trusting(t, key)
+	chains := resumeChains(t, 20)
+	o := checkpointer.Options{Key: key, TrustedPublishers: []string{other.NodeID()}, Every: 1000, Interval: time.Hour}
+	first, _ := roomtest.StartCheckpointer(t, e.Connect(), o)
+	resumeFill(t, e, roomtest.AttestingGate(e, e.Connect(), key, first, ingest.GateOptions{MaxBatch: 7}), chains, 0, 10, "a")
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := first.Stop(ctx); err != nil {
+		t.Fatal(err)
+	}
+	resumeFill(t, e, roomtest.AttestingGate(e, e.Connect(), key, nil, ingest.GateOptions{MaxBatch: 7}), chains, 10, 20, "b")
+	o.TrustedPublishers = nil
+	resumed, full, logs, contra := startBoth(t, e, o, trust, 1)
+	warns := logs.FilterMessage("checkpointer: cannot resume the room from its latest checkpoint: reading it from its first message").All()
+	var why []string
+	for _, w := range warns {
+		why = append(why, fmt.Sprint(w.ContextMap()["room"], " ", w.ContextMap()["why"]))
+	}
+	if want := []string{resumeRooms[0] + " trust_changed", resumeRooms[1] + " trust_changed"}; !slices.Equal(why, want) {
+		t.Fatalf("warnings %v, want %v", why, want)
+	}
+	stopBoth(t, e, resumed, full, trust, contra)
+}
+
 // TestCheckpointerStopDuringCatchUp: a checkpointer stopped while its
 // catch-up read is in the middle of the stream writes, within the stop
 // limit, the checkpoint of each room's tree as read so far, on whole

@@ -130,7 +130,7 @@ func newCheckpointMetrics(reg prometheus.Registerer, lag func() checkpointLag, k
 		Namespace: "roompub", Name: "checkpoint_resumed_rooms_total",
 		Help: "Rooms with a checkpoint at the checkpointer's start, by outcome: resumed (from the resume header of its latest checkpoint, " +
 			"verified), or why that checkpoint could not be resumed from and the room was read from its first message " +
-			"(no_header, malformed, bad_note, other_key, leaf_mismatch, bad_range, unreadable).",
+			"(no_header, malformed, bad_note, other_key, leaf_mismatch, bad_range, trust_changed, unreadable).",
 	}, []string{"outcome"})
 	m.overridden = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Namespace: "roompub", Name: "checkpoint_leases_overridden_total",
@@ -164,7 +164,7 @@ func newCheckpointMetrics(reg prometheus.Registerer, lag func() checkpointLag, k
 	for _, why := range []string{asideMalformed, asideOtherRoom, asideUntrusted, asideBadSignature} {
 		m.setAside.WithLabelValues(why)
 	}
-	for _, why := range []string{resumeOK, resumeNoHeader, resumeMalformed, resumeBadNote, resumeOtherKey, resumeLeafMismatch, resumeBadRange, resumeUnreadable} {
+	for _, why := range []string{resumeOK, resumeNoHeader, resumeMalformed, resumeBadNote, resumeOtherKey, resumeLeafMismatch, resumeBadRange, resumeTrustChanged, resumeUnreadable} {
 		m.resumed.WithLabelValues(why)
 	}
 	for _, why := range []string{leaseUnsigned, leaseUntrusted, leaseStale, leaseFuture} {

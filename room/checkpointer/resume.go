@@ -23,6 +23,7 @@ const (
 	resumeOtherKey     = "other_key"     // signed by another trusted publisher than this one
 	resumeLeafMismatch = "leaf_mismatch" // the message at the leaf's seq is not that leaf
 	resumeBadRange     = "bad_range"     // the compact range does not hash to the checkpoint's root
+	resumeTrustChanged = "trust_changed" // the tree was built trusting other publishers (or another origin)
 	resumeUnreadable   = "unreadable"    // a read failed
 )
 
@@ -105,8 +106,10 @@ func (c *Checkpointer) resume(ctx context.Context) uint64 {
 // resumeRoom returns roomID's state as of its latest checkpoint (the last
 // message on subj) and where it is read from (roomFrom), from the checkpoint's resume header, verified rather
 // than trusted: the note is a checkpoint of the room signed by this
-// checkpointer's key; the header parses and names a leaf before the
-// checkpoint; the message at that seq is a leaf subject of the room whose
+// checkpointer's key; the header parses, names a leaf before the
+// checkpoint and the publishers this checkpointer trusts
+// (checkpoint.TrustDigest: trusting others, the tree would be another);
+// the message at that seq is a leaf subject of the room whose
 // leaf hash is the header's last leaf; the compact range with that leaf
 // hashes to the signed root at its size (checkpoint.ResumeLedger); the
 // record count is no larger than the messages on the room's exec subject
@@ -134,6 +137,9 @@ func (c *Checkpointer) resumeRoom(ctx context.Context, roomID, subj string, reco
 	}
 	if rs.LeafSeq >= m.Sequence || rs.Records > records {
 		return nil, resumeMalformed, nil
+	}
+	if rs.Trust != c.trustDigest {
+		return nil, resumeTrustChanged, nil
 	}
 	lm, err := jsapi.LeaderGetRaw(ctx, nc, c.streamName, room.DefaultTimeout, map[string]any{"seq": rs.LeafSeq})
 	if err != nil || lm == nil {

@@ -70,7 +70,7 @@ func (c *Checkpointer) writeDue(ctx context.Context, final bool) error {
 			}
 			d := dueCheckpoint{r: r, size: size, root: root, expect: r.ckptSeq}
 			if rs, err := r.ledger.ResumeAt(size); err == nil {
-				rs.LeafSeq, rs.Records = r.leafSeq, r.leafExec
+				rs.LeafSeq, rs.Records, rs.Trust = r.leafSeq, r.leafExec, c.trustDigest
 				d.resume = rs.String()
 			}
 			due = append(due, d)
