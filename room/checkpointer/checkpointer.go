@@ -88,12 +88,15 @@ type Options struct {
 	// matches them again (reason ""). Called with the checkpointer's lock
 	// held: it must not block or call the checkpointer.
 	OnContradiction func(roomID, reason string)
+	// FullRead reads every room from its first message at start instead of
+	// resuming it from its latest checkpoint (docs/checkpoints.md,
+	// "Resuming at start"): the whole stream is read again, and a store
+	// that lost or changed acknowledged messages before the rooms' latest
+	// checkpoints is found (OnContradiction), as a reader's audit finds it.
+	FullRead bool
 
-	// Test seams, set from export_test.go: noResume reads every room from
-	// its first message (the full read, the oracle of resume);
-	// catchUpBatch sizes the catch-up read's gets (0: ckCatchUpMessages),
+	// Test seams, set from export_test.go: catchUpBatch sizes the catch-up read's gets (0: ckCatchUpMessages),
 	// and with catchUpPause the catch-up read waits on it after each.
-	noResume     bool
 	catchUpBatch int
 	catchUpPause <-chan struct{}
 }
@@ -366,7 +369,7 @@ func Start(ctx context.Context, nc *nats.Conn, o Options) (*Checkpointer, error)
 	c.caughtUp = c.startSeq == 0
 	c.readFrom = 1
 	c.catchUpBatch, c.catchUpPause = cmp.Or(o.catchUpBatch, ckCatchUpMessages), o.catchUpPause
-	if c.startSeq > 0 && !o.noResume {
+	if c.startSeq > 0 && !o.FullRead {
 		c.readFrom = c.resume(ctx)
 	}
 	fctx, stopF := context.WithCancel(context.Background())

@@ -83,7 +83,8 @@ func startBoth(t *testing.T, e *roomtest.Env, o checkpointer.Options, trust *che
 	resumed, logs = roomtest.StartCheckpointer(t, e.Connect(), o)
 	var got []string
 	contradictions = &got
-	fo := checkpointer.WithoutResume(o)
+	fo := o
+	fo.FullRead = true
 	fo.OnContradiction = func(roomID, reason string) { got = append(got, roomID+": "+reason) }
 	full, _ = roomtest.StartCheckpointer(t, e.Connect(), fo)
 	roomtest.WaitFor(t, 20*time.Second, "both checkpointers caught up", func() bool { return resumed.CaughtUp() && full.CaughtUp() })

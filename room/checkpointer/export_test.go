@@ -36,13 +36,6 @@ func (c *Checkpointer) AckedSkipped() uint64 { return c.acked.skipped.Load() }
 // and the stream seq it started at.
 func (c *Checkpointer) CatchUpRead() (msgs, from uint64) { return c.catchUpMsgs.Load(), c.readFrom }
 
-// WithoutResume returns o for a checkpointer that reads every room from
-// its first message at start: the full read resume is held against.
-func WithoutResume(o Options) Options {
-	o.noResume = true
-	return o
-}
-
 // WithCatchUpPause returns o for a checkpointer whose catch-up read gets
 // batch messages at a time and waits on pause after each.
 func WithCatchUpPause(o Options, batch int, pause <-chan struct{}) Options {

@@ -100,9 +100,7 @@ func BenchmarkCheckpointerStart(b *testing.B) {
 	fill(chains, chains+1)
 	for _, mode := range []string{"full", "resume"} {
 		mo := o
-		if mode == "full" {
-			mo = checkpointer.WithoutResume(o)
-		}
+		mo.FullRead = mode == "full"
 		b.Run(fmt.Sprintf("entries=%d/%s", entries, mode), func(b *testing.B) {
 			var read uint64
 			var total time.Duration
