@@ -95,8 +95,9 @@ type Options struct {
 	// checkpoints is found (OnContradiction), as a reader's audit finds it.
 	FullRead bool
 
-	// Test seams, set from export_test.go: catchUpBatch sizes the catch-up read's gets (0: ckCatchUpMessages),
-	// and with catchUpPause the catch-up read waits on it after each.
+	// Test seams, set from export_test.go: catchUpBatch sizes the
+	// catch-up read's gets (0: ckCatchUpMessages), and with catchUpPause
+	// the catch-up read waits on it after each.
 	catchUpBatch int
 	catchUpPause <-chan struct{}
 }
@@ -104,7 +105,7 @@ type Options struct {
 // Checkpointer writes the signed checkpoints of every room of one stream
 // (docs/checkpoints.md). At start it takes each room whose latest
 // checkpoint it signed with a resume header (checkpoint.ResumeHeader)
-// from that checkpoint, verified (resume), and reads the rest from its
+// from that checkpoint, verified (resume), and every other room from its
 // first message. It reads the stream in stream order, from the lowest
 // sequence a room still needs, with batch direct gets up to the stream's
 // end at start (catchUpRead),
@@ -292,8 +293,11 @@ type ckHeld struct {
 	exec    uint64   // r.execCount once it was read
 }
 
-// Start creates the lease bucket if needed, starts reading the
-// room stream from its first message and starts the writer. Stop ends it.
+// Start creates the lease bucket if needed, resumes the rooms from their
+// latest checkpoints where it can (resume; all of them are read from
+// their first message with Options.FullRead), starts reading the room
+// stream from the lowest sequence a room needs and starts the writer. Stop
+// ends it.
 func Start(ctx context.Context, nc *nats.Conn, o Options) (*Checkpointer, error) {
 	if o.Key == nil {
 		return nil, fmt.Errorf("%w: a publisher key is required", ErrCheckpointer)
@@ -425,7 +429,8 @@ func (c *Checkpointer) stop(ctx context.Context) error {
 	<-c.fdone
 	<-c.cdone
 	if !prefix {
-		// A batch the read is in the middle of is dropped, not refused: it
+		// A batch still open at the stream's end never completes. After a
+		// prefix the batch the read is in the middle of is left alone: it
 		// was not read whole, and no checkpoint covers it.
 		c.settleStuck(ctx, true)
 	}

@@ -183,8 +183,9 @@ type gapMsg struct {
 }
 
 // catchUpRead is the read at start: the stream's room messages from
-// readFrom on (resume), in stream order, with batch direct gets (catchUpFetch, which
-// fetches the next batch while this one is handled), up to the stream's
+// readFrom on (resume), in stream order, with batch direct gets
+// (catchUpFetch, which fetches the next batch while this one is
+// handled), up to the stream's
 // last sequence at start; then follow goes on from there. It creates no
 // consumer. It returns when it is over or ctx is done.
 func (c *Checkpointer) catchUpRead(ctx context.Context) {
