@@ -155,6 +155,7 @@ func auditClean(t *testing.T, e *roomtest.Env, trust *checkpoint.Trust) *reader.
 // resume point count from the resumed record count (they are leaves), and
 // a third start resumes from the resumed checkpointer's checkpoints.
 func TestCheckpointerResumesFromItsCheckpoints(t *testing.T) {
+	t.Parallel()
 	e := roomtest.NewEnvUnmarked(t, embedded.Options{})
 	key := roomtest.NewPublisherKey(t)
 	trust := roomtest.Trusting(t, key)
@@ -215,6 +216,7 @@ func TestCheckpointerResumesFromItsCheckpoints(t *testing.T) {
 // while the other room resumes; the trees and final checkpoints are the
 // full read's all the same, and the audit stays clean.
 func TestCheckpointerResumeFallsBack(t *testing.T) {
+	t.Parallel()
 	e := roomtest.NewEnvUnmarked(t, embedded.Options{})
 	key, other := roomtest.NewPublisherKey(t), roomtest.NewPublisherKey(t)
 	trust := roomtest.Trusting(t, key, other)
@@ -296,6 +298,7 @@ func TestCheckpointerResumeFallsBack(t *testing.T) {
 // it reads every room from its first message, saying so, and its trees
 // are the full read's.
 func TestCheckpointerResumeTrustChanged(t *testing.T) {
+	t.Parallel()
 	e := roomtest.NewEnvUnmarked(t, embedded.Options{})
 	key, other := roomtest.NewPublisherKey(t), roomtest.NewPublisherKey(t)
 	trust := roomtest.Trusting(t, key)
@@ -329,6 +332,7 @@ func TestCheckpointerResumeTrustChanged(t *testing.T) {
 // out), and says how far it read; the checkpoints verify and the audit is
 // clean; the next checkpointer resumes from them.
 func TestCheckpointerStopDuringCatchUp(t *testing.T) {
+	t.Parallel()
 	e := roomtest.NewEnvUnmarked(t, embedded.Options{})
 	key := roomtest.NewPublisherKey(t)
 	trust := roomtest.Trusting(t, key)
@@ -342,7 +346,7 @@ func TestCheckpointerStopDuringCatchUp(t *testing.T) {
 	ckp, logs := roomtest.StartCheckpointer(t, e.Connect(), checkpointer.WithCatchUpPause(o, 10, pause))
 	pause <- struct{}{} // the first read handled: seqs 1-10; then 11-20
 	roomtest.WaitFor(t, 5*time.Second, "the second read", func() bool { n, _ := ckp.CatchUpRead(); return n == 20 })
-	const limit = 3 * time.Second
+	const limit = 6 * time.Second
 	ctx, cancel := context.WithTimeout(context.Background(), limit)
 	defer cancel()
 	start := time.Now()
@@ -386,6 +390,7 @@ func TestCheckpointerStopDuringCatchUp(t *testing.T) {
 // same, and the log's entries are then every room checkpoint on the
 // stream, in stream order, none twice.
 func TestCheckpointerResumesWithDeploymentLog(t *testing.T) {
+	t.Parallel()
 	e := roomtest.NewEnvUnmarked(t, embedded.Options{})
 	key := roomtest.NewPublisherKey(t)
 	trust := roomtest.Trusting(t, key)
