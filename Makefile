@@ -78,6 +78,12 @@ RECORDS ?= 100000
 bench-records:
 	ROOMPUB_BENCH_RECORDS=$(RECORDS) $(GO) test -run '^$$' -bench '^BenchmarkMarkedRoom$$' -benchtime 1x -timeout 60m ./room/ingest/
 
+## bench-checkpointer-start: BenchmarkCheckpointerStart: a checkpointer's start on CKPT_ENTRIES entries in 10 rooms (default 100000; 1000000 takes about 10 min, most of it filling the stream), reading every room vs resuming from the rooms' checkpoints: seconds to the end of the catch-up read, messages read
+CKPT_ENTRIES ?= 100000
+.PHONY: bench-checkpointer-start
+bench-checkpointer-start:
+	ROOMPUB_BENCH_ENTRIES=$(CKPT_ENTRIES) $(GO) test -run '^$$' -bench '^BenchmarkCheckpointerStart$$' -benchtime 3x -timeout 60m ./room/checkpointer/
+
 ## soak: SOAK (default 30m) on the 3-server cluster: shippers, records, followers, audits, a serve or nats-server restart every SOAK/12; bounded memory and goroutines; not part of make test
 SOAK ?= 30m
 SOAK_TIMEOUT ?= 50m

@@ -327,3 +327,25 @@ func FuzzVerifyLease(f *testing.F) {
 		}
 	})
 }
+
+// FuzzParseResume: any header value either parses to a Resume whose
+// String parses to the same, or is refused with ErrBadResume; never a
+// panic.
+func FuzzParseResume(f *testing.F) {
+	f.Add("1 5 3 0123456789abcdef AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA=")
+	f.Add("1 9 0 0123456789abcdef AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA= AQAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA=")
+	f.Add("")
+	f.Fuzz(func(t *testing.T, s string) {
+		r, err := ParseResume(s)
+		if err != nil {
+			if !errors.Is(err, ErrBadResume) {
+				t.Fatalf("%q: %v", s, err)
+			}
+			return
+		}
+		again, err := ParseResume(r.String())
+		if err != nil || again.String() != r.String() {
+			t.Fatalf("%q: again %+v %v", s, again, err)
+		}
+	})
+}

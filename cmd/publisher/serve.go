@@ -101,6 +101,7 @@ func (c *serveCmd) Run(s *streams) error {
 			Deployment:        checkpointer.DeploymentOptions{Witnesses: witnesses},
 			Every:             c.CheckpointEvery,
 			Interval:          c.CheckpointInterval,
+			FullRead:          c.CheckpointFullRead,
 		},
 		Service:  ingest.ServiceOptions{Version: buildVersion()},
 		HTTPAddr: c.HTTP,

@@ -1,6 +1,7 @@
 package checkpointer
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -87,11 +88,27 @@ type Options struct {
 	// matches them again (reason ""). Called with the checkpointer's lock
 	// held: it must not block or call the checkpointer.
 	OnContradiction func(roomID, reason string)
+	// FullRead reads every room from its first message at start instead of
+	// resuming it from its latest checkpoint (docs/checkpoints.md,
+	// "Resuming at start"): the whole stream is read again, and a store
+	// that lost or changed acknowledged messages before the rooms' latest
+	// checkpoints is found (OnContradiction), as a reader's audit finds it.
+	FullRead bool
+
+	// Test seams, set from export_test.go: catchUpBatch sizes the
+	// catch-up read's gets (0: ckCatchUpMessages), and with catchUpPause
+	// the catch-up read waits on it after each.
+	catchUpBatch int
+	catchUpPause <-chan struct{}
 }
 
 // Checkpointer writes the signed checkpoints of every room of one stream
-// (docs/checkpoints.md). It reads the stream in stream order, from its first message
-// with batch direct gets up to the stream's end at start (catchUpRead),
+// (docs/checkpoints.md). At start it takes each room whose latest
+// checkpoint it signed with a resume header (checkpoint.ResumeHeader)
+// from that checkpoint, verified (resume), and every other room from its
+// first message. It reads the stream in stream order, from the lowest
+// sequence a room still needs, with batch direct gets up to the stream's
+// end at start (catchUpRead),
 // then by stream sequence (follow), creating no consumer, so a stream
 // whose consumers are at their limit is read all the same: the gate of the same process tells it where the
 // server stored its attested batches (Stored), which it takes from memory
@@ -150,6 +167,7 @@ type Checkpointer struct {
 	key         *events.HostKey // signs the leases
 	nodeID      string
 	trust       *checkpoint.Trust
+	trustDigest string // checkpoint.TrustDigest(trust), for the resume headers
 	every       uint64
 	interval    time.Duration
 	ttl         time.Duration
@@ -163,8 +181,17 @@ type Checkpointer struct {
 	acked ackedOwn
 
 	switched chan struct{} // closed when the catch-up read ends and follow begins
-	stopF    context.CancelFunc
-	fdone    chan struct{}
+	// readFrom is the stream seq the catch-up read starts at (resume);
+	// catchUpMsgs counts the messages it read; cdone is closed when it
+	// returns.
+	readFrom    uint64
+	catchUpMsgs atomic.Uint64
+	cdone       chan struct{}
+	// catchUpBatch and catchUpPause: Options'.
+	catchUpBatch int
+	catchUpPause <-chan struct{}
+	stopF        context.CancelFunc
+	fdone        chan struct{}
 	// next is the stream sequence follow handles next (c.mu); fromMemory
 	// and readGaps count follow's messages taken from acked (whole
 	// batches) and read.
@@ -206,6 +233,16 @@ type Checkpointer struct {
 	onContradiction func(roomID, reason string)
 }
 
+// readBudget is ctx for Stop's read of the stream: two thirds of the time
+// ctx has left, the rest kept for the final writes.
+func readBudget(ctx context.Context) (context.Context, context.CancelFunc) {
+	dl, ok := ctx.Deadline()
+	if !ok {
+		return context.WithCancel(ctx)
+	}
+	return context.WithDeadline(ctx, dl.Add(-time.Until(dl)/3))
+}
+
 // ckSubjectCache bounds the checkpointer's cache of parsed subjects (one
 // per chain and two per room); it is cleared when full.
 const ckSubjectCache = 4096
@@ -235,6 +272,16 @@ type ckRoom struct {
 	// logged at warn level.
 	asideWarned bool
 	lease       lease
+	// from and resumedAt: the room was resumed (resume) from its
+	// checkpoint at stream seq resumedAt and is read from from on (its
+	// first message after the checkpoint's last leaf, checkpoints aside);
+	// messages before from, checkpoints before resumedAt, are passed over.
+	// Zero: the room is read from its first message.
+	from, resumedAt uint64
+	// leafSeq and leafExec: the stream seq of the tree's last leaf and
+	// execCount as it was read (the resume header of a checkpoint of the
+	// whole tree).
+	leafSeq, leafExec uint64
 }
 
 // ckHeld is a room's attested message whose batch is not decided yet.
@@ -243,10 +290,14 @@ type ckHeld struct {
 	seq     uint64
 	subject string
 	leaf    [32]byte // its leaf hash
+	exec    uint64   // r.execCount once it was read
 }
 
-// Start creates the lease bucket if needed, starts reading the
-// room stream from its first message and starts the writer. Stop ends it.
+// Start creates the lease bucket if needed, resumes the rooms from their
+// latest checkpoints where it can (resume; all of them are read from
+// their first message with Options.FullRead), starts reading the room
+// stream from the lowest sequence a room needs and starts the writer. Stop
+// ends it.
 func Start(ctx context.Context, nc *nats.Conn, o Options) (*Checkpointer, error) {
 	if o.Key == nil {
 		return nil, fmt.Errorf("%w: a publisher key is required", ErrCheckpointer)
@@ -267,13 +318,14 @@ func Start(ctx context.Context, nc *nats.Conn, o Options) (*Checkpointer, error)
 	c := &Checkpointer{log: o.Logger, subjects: o.Subjects, signer: signer, nodeID: o.Key.NodeID(), trust: trust,
 		every: uint64(o.Every), interval: o.Interval, due: make(chan struct{}, 1), wdone: make(chan struct{}),
 		rooms: map[string]*ckRoom{}, parsed: map[string]room.Parsed{},
-		switched: make(chan struct{}), fdone: make(chan struct{})}
+		switched: make(chan struct{}), fdone: make(chan struct{}), cdone: make(chan struct{})}
 	c.acked.init()
 	c.gapWait.Store(int64(ckGapWait))
 	c.leaseSkew.Store(int64(DefaultLeaseSkew))
 	c.key = o.Key
 	c.onContradiction = o.OnContradiction
 	c.batches = checkpoint.NewBatchCollector(trust)
+	c.trustDigest = checkpoint.TrustDigest(trust)
 	if c.log == nil {
 		c.log = zap.NewNop()
 	}
@@ -319,12 +371,18 @@ func Start(ctx context.Context, nc *nats.Conn, o Options) (*Checkpointer, error)
 	c.startSeq = info.State.LastSeq
 	c.seen.Store(c.startSeq)
 	c.caughtUp = c.startSeq == 0
+	c.readFrom = 1
+	c.catchUpBatch, c.catchUpPause = cmp.Or(o.catchUpBatch, ckCatchUpMessages), o.catchUpPause
+	if c.startSeq > 0 && !o.FullRead {
+		c.readFrom = c.resume(ctx)
+	}
 	fctx, stopF := context.WithCancel(context.Background())
 	c.stopF = stopF
 	go c.follow(fctx)
 	if c.startSeq == 0 {
 		c.next = 1
 		close(c.switched)
+		close(c.cdone)
 	} else {
 		go c.catchUpRead(fctx)
 	}
@@ -343,7 +401,11 @@ func Start(ctx context.Context, nc *nats.Conn, o Options) (*Checkpointer, error)
 // the writer, reads the stream up to its last sequence (the gate should be
 // stopped first), writes the checkpoint of every room whose tree grew and
 // whose lease it holds or takes, and releases its leases. ctx bounds all
-// of it. It returns the errors of what could not be done.
+// of it. When ctx has a deadline, the read gets two thirds of the time
+// left: if it has not reached the stream's end by then (a stop during the
+// catch-up read at start), the checkpoints written are those of what was
+// read, each room's tree on whole atomic batches, and the error says how
+// far the read got. It returns the errors of what could not be done.
 func (c *Checkpointer) Stop(ctx context.Context) error {
 	var err error
 	c.stopOnce.Do(func() { err = c.stop(ctx) })
@@ -354,17 +416,39 @@ func (c *Checkpointer) stop(ctx context.Context) error {
 	c.stopW()
 	<-c.wdone
 	var errs []error
-	if err := c.catchUp(ctx); err != nil {
+	rctx, cancel := readBudget(ctx)
+	err := c.catchUp(rctx)
+	cancel()
+	// prefix: the read fell short of the stream's end, but there is time
+	// and a connection left to write what was read.
+	prefix := err != nil && ctx.Err() == nil && !c.js.Conn().IsClosed()
+	if err != nil {
 		errs = append(errs, fmt.Errorf("final checkpoints: %w", err))
 	}
 	c.stopF()
 	<-c.fdone
-	c.settleStuck(ctx, true)
+	<-c.cdone
+	if !prefix {
+		// A batch still open at the stream's end never completes. After a
+		// prefix the batch the read is in the middle of is left alone: it
+		// was not read whole, and no checkpoint covers it.
+		c.settleStuck(ctx, true)
+	}
 	c.mu.Lock()
 	c.stopping = true
+	if prefix {
+		c.caughtUp = true
+	}
 	c.mu.Unlock()
-	if len(errs) == 0 {
+	switch {
+	case len(errs) == 0:
 		errs = append(errs, c.writeDue(ctx, true))
+	case prefix:
+		c.log.Warn("checkpointer: stopped before reading the stream to its end: writing the checkpoints of what was read",
+			zap.Uint64("stream_seq", c.handled.Load()), zap.Error(err))
+		if werr := c.writeDue(ctx, true); werr != nil {
+			errs = append(errs, werr)
+		}
 	}
 	if d := c.dep; d != nil && c.depShared {
 		c.offerFinal(d)

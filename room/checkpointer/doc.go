@@ -5,7 +5,9 @@
 // checkpoint.LeanTree) and appends a C2SP signed-note checkpoint to the
 // room's checkpoint subject every Every leaves or Interval, under a
 // per-room lease in a JetStream key-value bucket so that one writer signs
-// a room at a time (docs/checkpoints.md).
+// a room at a time (docs/checkpoints.md). Each checkpoint carries what
+// the next checkpointer needs to resume the room from it without reading
+// its leaves again (checkpoint.ResumeHeader), verified at its start.
 //
 // checkpointer never imports the NATS server, the gate or the readers
 // (test/layout); the gate tells it what it stored through the methods of

@@ -31,3 +31,38 @@ func (c *Checkpointer) SetAckedMax(n int) {
 // that follow did not take from memory (no room for them, or read from the
 // stream first).
 func (c *Checkpointer) AckedSkipped() uint64 { return c.acked.skipped.Load() }
+
+// CatchUpRead returns how many messages the catch-up read at start read
+// and the stream seq it started at.
+func (c *Checkpointer) CatchUpRead() (msgs, from uint64) { return c.catchUpMsgs.Load(), c.readFrom }
+
+// WithCatchUpPause returns o for a checkpointer whose catch-up read gets
+// batch messages at a time and waits on pause after each.
+func WithCatchUpPause(o Options, batch int, pause <-chan struct{}) Options {
+	o.catchUpBatch, o.catchUpPause = batch, pause
+	return o
+}
+
+// RoomTree returns the size and root of the checkpointer's tree of
+// roomID, and whether it has the room.
+func (c *Checkpointer) RoomTree(roomID string) (size uint64, root [32]byte, ok bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	r := c.rooms[roomID]
+	if r == nil {
+		return 0, [32]byte{}, false
+	}
+	size = r.ledger.Size()
+	root, err := r.ledger.RootAt(size)
+	return size, root, err == nil
+}
+
+// CaughtUp reports whether the catch-up read at start is over.
+func (c *Checkpointer) CaughtUp() bool {
+	select {
+	case <-c.switched:
+		return true
+	default:
+		return false
+	}
+}

@@ -182,12 +182,14 @@ type gapMsg struct {
 	pending uint64 // messages of the room subjects after it, as the read was served
 }
 
-// catchUpRead is the read at start: the stream's room messages from the
-// first on, in stream order, with batch direct gets (catchUpFetch, which
-// fetches the next batch while this one is handled), up to the stream's
+// catchUpRead is the read at start: the stream's room messages from
+// readFrom on (resume), in stream order, with batch direct gets
+// (catchUpFetch, which fetches the next batch while this one is
+// handled), up to the stream's
 // last sequence at start; then follow goes on from there. It creates no
 // consumer. It returns when it is over or ctx is done.
 func (c *Checkpointer) catchUpRead(ctx context.Context) {
+	defer close(c.cdone)
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	batches, end := make(chan []gapMsg, 2), make(chan uint64, 1)
@@ -196,6 +198,14 @@ func (c *Checkpointer) catchUpRead(ctx context.Context) {
 		c.mu.Lock()
 		c.handleRun(msgs)
 		c.mu.Unlock()
+		c.catchUpMsgs.Add(uint64(len(msgs)))
+		if c.catchUpPause != nil {
+			select {
+			case <-c.catchUpPause:
+			case <-ctx.Done():
+				return
+			}
+		}
 	}
 	select {
 	case seq := <-end:
@@ -206,8 +216,8 @@ func (c *Checkpointer) catchUpRead(ctx context.Context) {
 	}
 }
 
-// catchUpFetch reads batches for catchUpRead, in stream order, from the
-// first message to the stream's last sequence at start, then sends the
+// catchUpFetch reads batches for catchUpRead, in stream order, from
+// readFrom to the stream's last sequence at start, then sends the
 // last sequence read on end and closes batches (without end when ctx is
 // done). If the replica that served a read has nothing more short of the
 // last sequence, the leader is asked whether anything is left: a replica
@@ -216,7 +226,7 @@ func (c *Checkpointer) catchUpRead(ctx context.Context) {
 func (c *Checkpointer) catchUpFetch(ctx context.Context, batches chan<- []gapMsg, end chan<- uint64) {
 	defer close(batches)
 	nc, name, all := c.js.Conn(), c.stream.CachedInfo().Config.Name, c.subjects.All()
-	next := uint64(1)
+	next := c.readFrom
 	fail := func(err error) {
 		if ctx.Err() == nil {
 			c.log.Warn("checkpointer: reading the room stream", zap.Uint64("stream_seq", next), zap.Error(err))
@@ -235,7 +245,7 @@ func (c *Checkpointer) catchUpFetch(ctx context.Context, batches chan<- []gapMsg
 		}
 	}
 	for ctx.Err() == nil {
-		msgs, err := c.readBatch(ctx, next, ckCatchUpMessages)
+		msgs, err := c.readBatch(ctx, next, c.catchUpBatch)
 		if err != nil {
 			fail(err)
 			continue
@@ -289,6 +299,9 @@ func (c *Checkpointer) switchLocked(seq uint64) {
 		c.log.Info("checkpointer caught up with the stream", zap.Uint64("stream_seq", seq), zap.Int("rooms", len(c.rooms)))
 	}
 	c.next = seq + 1
+	if c.handled.Load() < seq { // nothing of the room subjects after the last message read
+		c.handled.Store(seq)
+	}
 	close(c.switched)
 }
 

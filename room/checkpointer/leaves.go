@@ -43,6 +43,9 @@ func (c *Checkpointer) handleLocked(seq uint64, subject string, data []byte, hea
 		r = &ckRoom{id: p.RoomID, ledger: checkpoint.NewLedger()}
 		c.rooms[p.RoomID] = r
 	}
+	if r.from != 0 && c.passedOver(r, seq, p.Kind, data) {
+		return
+	}
 	if p.Kind == room.KindCheckpoint {
 		c.decide(nil, c.batches.Pass(seq))
 		c.readCheckpoint(r, seq, data)
@@ -63,7 +66,7 @@ func (c *Checkpointer) handleLocked(seq uint64, subject string, data []byte, hea
 	} else {
 		content = checkpoint.ContentHash(data)
 	}
-	q := ckHeld{r: r, seq: seq, subject: subject, leaf: checkpoint.LeafHash(r.id, subject, content)}
+	q := ckHeld{r: r, seq: seq, subject: subject, leaf: checkpoint.LeafHash(r.id, subject, content), exec: r.execCount}
 	st := checkpoint.Statement{Room: r.id, Subject: subject, Position: position, Content: content}
 	switch {
 	case own != nil:
@@ -159,6 +162,7 @@ func (c *Checkpointer) settleStuck(ctx context.Context, force bool) {
 // take adds an admitted message to r's tree.
 func (c *Checkpointer) take(r *ckRoom, q ckHeld) {
 	r.ledger.Append(q.leaf)
+	r.leafSeq, r.leafExec = q.seq, q.exec
 	if r.grewAt.IsZero() {
 		r.grewAt = time.Now()
 	}

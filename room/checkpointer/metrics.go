@@ -14,6 +14,7 @@ type checkpointMetrics struct {
 	unadmitted prometheus.Counter
 	setAside   *prometheus.CounterVec
 	overridden *prometheus.CounterVec
+	resumed    *prometheus.CounterVec // rooms at start, by how they were rebuilt
 	// The deployment log (docs/witnesses.md).
 	deploymentCheckpoints prometheus.Counter
 	witnessAnswers        *prometheus.CounterVec
@@ -125,6 +126,12 @@ func newCheckpointMetrics(reg prometheus.Registerer, lag func() checkpointLag, k
 				"(malformed, other_room, untrusted, bad_signature): set aside, they neither count as the room's latest checkpoint nor stop its checkpoints.",
 		}, []string{"reason"}),
 	}
+	m.resumed = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Namespace: "roompub", Name: "checkpoint_resumed_rooms_total",
+		Help: "Rooms with a checkpoint at the checkpointer's start, by outcome: resumed (from the resume header of its latest checkpoint, " +
+			"verified), or why that checkpoint could not be resumed from and the room was read from its first message " +
+			"(no_header, malformed, bad_note, other_key, leaf_mismatch, bad_range, trust_changed, unreadable).",
+	}, []string{"outcome"})
 	m.overridden = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Namespace: "roompub", Name: "checkpoint_leases_overridden_total",
 		Help: "Room checkpoint leases this publisher took over because their value was not honoured, by reason " +
@@ -157,13 +164,16 @@ func newCheckpointMetrics(reg prometheus.Registerer, lag func() checkpointLag, k
 	for _, why := range []string{asideMalformed, asideOtherRoom, asideUntrusted, asideBadSignature} {
 		m.setAside.WithLabelValues(why)
 	}
+	for _, why := range []string{resumeOK, resumeNoHeader, resumeMalformed, resumeBadNote, resumeOtherKey, resumeLeafMismatch, resumeBadRange, resumeTrustChanged, resumeUnreadable} {
+		m.resumed.WithLabelValues(why)
+	}
 	for _, why := range []string{leaseUnsigned, leaseUntrusted, leaseStale, leaseFuture} {
 		m.overridden.WithLabelValues(why)
 	}
 	if reg == nil {
 		return m, nil
 	}
-	cols := []prometheus.Collector{m.written, m.leases, m.blocked, m.unadmitted, m.setAside, m.overridden, lagCollector{lag}}
+	cols := []prometheus.Collector{m.written, m.leases, m.blocked, m.unadmitted, m.setAside, m.overridden, m.resumed, lagCollector{lag}}
 	if keepsLog {
 		cols = append(cols, m.deploymentCheckpoints, m.witnessAnswers, m.witnessCosignedSize, m.witnessCosignedTime, m.witnessRoundCosigs)
 	}

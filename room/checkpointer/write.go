@@ -40,6 +40,7 @@ type dueCheckpoint struct {
 	size   uint64
 	root   [32]byte
 	expect uint64
+	resume string // its checkpoint.ResumeHeader value; "" when none could be made
 }
 
 // writeDue writes the checkpoint of every room that is due (every room
@@ -67,7 +68,12 @@ func (c *Checkpointer) writeDue(ctx context.Context, final bool) error {
 				c.log.Error("checkpointer: the room's root", zap.String("room", r.id), zap.Error(err))
 				continue
 			}
-			due = append(due, dueCheckpoint{r: r, size: size, root: root, expect: r.ckptSeq})
+			d := dueCheckpoint{r: r, size: size, root: root, expect: r.ckptSeq}
+			if rs, err := r.ledger.ResumeAt(size); err == nil {
+				rs.LeafSeq, rs.Records, rs.Trust = r.leafSeq, r.leafExec, c.trustDigest
+				d.resume = rs.String()
+			}
+			due = append(due, d)
 		}
 	}
 	c.mu.Unlock()
@@ -121,6 +127,12 @@ func (c *Checkpointer) write(ctx context.Context, d dueCheckpoint) error {
 	// checkpoint written twice is stored once.
 	msg.Header.Set(jetstream.MsgIDHeader, "ckpt:"+hex.EncodeToString(d.root[:])+":"+strconv.FormatUint(d.size, 10)+":"+room.RoomToken(r.id))
 	msg.Header.Set(jetstream.ExpectedLastSubjSeqHeader, strconv.FormatUint(d.expect, 10))
+	if d.resume != "" {
+		// What a successor needs to go on from this checkpoint without
+		// reading the room's leaves again (resume); beside the note, which
+		// it leaves as readers know it.
+		msg.Header.Set(checkpoint.ResumeHeader, d.resume)
+	}
 	pctx, cancel := jsapi.WithDefaultTimeout(ctx, room.DefaultTimeout)
 	ack, err := c.js.PublishMsg(pctx, msg, jetstream.WithRetryAttempts(0))
 	cancel()
