@@ -171,3 +171,7 @@ func (a *Arena) Reset() { a.reset() }
 func ParseInArena(line []byte, a *Arena) (*Entry, error) {
 	return parseOwnedText(line, string(line), a)
 }
+
+// HashIs reports whether claimed is e's ComputedHash, as the entry_hash
+// rule compares them.
+func (e *Entry) HashIs(claimed string) bool { return e.hashIs(claimed) }
