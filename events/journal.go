@@ -388,9 +388,10 @@ func verifyJournal(r io.Reader, file string, of journalOf, check EntryCheck, wor
 		defer close(ordered)
 		for b := first; ; b = rd.batch() {
 			b.done = make(chan struct{})
+			last := b.last // once sent, b is the linker's, then read into again
 			work <- b
 			ordered <- b
-			if b.last {
+			if last {
 				return
 			}
 		}
@@ -507,6 +508,7 @@ func (rd *journalReader) recycle(b *journalBatch) {
 	}
 	b.arena.reset()
 	b.lines, b.data = b.lines[:0], b.data[:0]
+	b.last, b.err, b.done = false, nil, nil
 	select {
 	case rd.free <- b:
 	default:
