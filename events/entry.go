@@ -256,12 +256,30 @@ func (e *Entry) Fields() ([]Field, bool) {
 // entry_hash: what entry_hash must be (seed 000).
 func (e *Entry) ComputedHash() string { return hex.EncodeToString(e.computed[:]) }
 
-// hashIs reports whether claimed is ComputedHash, without making it.
+// hashIs reports whether claimed is ComputedHash, without making it:
+// each byte's two hex digits compared at once, stopping at the first
+// that differs.
 func (e *Entry) hashIs(claimed string) bool {
-	var text [2 * sha256.Size]byte
-	hex.Encode(text[:], e.computed[:])
-	return string(text[:]) == claimed
+	if len(claimed) != 2*sha256.Size {
+		return false
+	}
+	for i, b := range e.computed {
+		if hexPair[b] != uint16(claimed[2*i])<<8|uint16(claimed[2*i+1]) {
+			return false
+		}
+	}
+	return true
 }
+
+// hexPair is each byte's two lower-case hex digits, the first in the
+// high byte.
+var hexPair = func() (t [256]uint16) {
+	const digits = "0123456789abcdef"
+	for b := range t {
+		t[b] = uint16(digits[b>>4])<<8 | uint16(digits[b&15])
+	}
+	return t
+}()
 
 // EntryHash is the entry_hash the entry claims ("" if absent or not a string).
 func (e *Entry) EntryHash() string { return e.str(knownEntryHash) }

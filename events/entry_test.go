@@ -221,3 +221,34 @@ func TestKnownIndex(t *testing.T) {
 		}
 	}
 }
+
+// TestHashIs: the entry_hash comparison accepts ComputedHash alone: any
+// other byte at any position (an upper-case digit included), and every
+// other length, differ.
+func TestHashIs(t *testing.T) {
+	e, err := events.ParseEntry(chainLines(t, 1, nil)[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := e.ComputedHash()
+	if !e.HashIs(want) {
+		t.Fatalf("HashIs(ComputedHash()) = false for %s", want)
+	}
+	for pos := range len(want) {
+		for c := range 256 {
+			if byte(c) == want[pos] {
+				continue
+			}
+			b := []byte(want)
+			b[pos] = byte(c)
+			if e.HashIs(string(b)) {
+				t.Fatalf("HashIs(%q) = true, ComputedHash is %s", b, want)
+			}
+		}
+	}
+	for _, s := range []string{"", want[:63], want + "0", want[1:] + "0"} {
+		if e.HashIs(s) {
+			t.Errorf("HashIs(%q) = true, ComputedHash is %s", s, want)
+		}
+	}
+}

@@ -165,6 +165,13 @@ var (
 // journal batch does (its bytes also as text, the members from a).
 type Arena = entryArena
 
+// Reset is what linking a batch does to its arena: every chunk is reused.
+func (a *Arena) Reset() { a.reset() }
+
 func ParseInArena(line []byte, a *Arena) (*Entry, error) {
 	return parseOwnedText(line, string(line), a)
 }
+
+// HashIs reports whether claimed is e's ComputedHash, as the entry_hash
+// rule compares them.
+func (e *Entry) HashIs(claimed string) bool { return e.hashIs(claimed) }

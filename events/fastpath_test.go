@@ -227,7 +227,8 @@ func TestCanonicalNumber(t *testing.T) {
 // worker parses a batch, equal those ParseEntry makes alone, across the
 // arena's chunk borders (in the entry and its payload) and after lines
 // the fast path gave up on part-way, whose members stay in the arena
-// unused; and an entry stays what it was when later lines fill the arena.
+// unused; an entry stays what it was when later lines fill the arena; and
+// after a reset, the reused slots hold nothing of what they held.
 func TestArenaEntries(t *testing.T) {
 	var lines [][]byte
 	for _, l := range append(sampleLines(t), chainLines(t, 600, nil)...) {
@@ -263,5 +264,20 @@ func TestArenaEntries(t *testing.T) {
 	for _, p := range all {
 		want, _ := events.ParseEntry(p.line)
 		sameEntry(t, p.line, p.e, want)
+	}
+	// Reset, as a linked batch's arena is: the same lines in the reverse
+	// order parse into slots old members and entries filled, and come
+	// out as ParseEntry makes them, none of the old values left over.
+	a.Reset()
+	for i := len(lines) - 1; i >= 0; i-- {
+		got, _ := events.ParseInArena(lines[i], &a)
+		if want, _ := events.ParseEntry(lines[i]); got != nil {
+			sameEntry(t, lines[i], got, want)
+			gotFields, _ := got.Fields()
+			wantFields, _ := want.Fields()
+			if !reflect.DeepEqual(gotFields, wantFields) {
+				t.Fatalf("%q: fields after a reset\n%+v\nParseEntry's\n%+v", lines[i], gotFields, wantFields)
+			}
+		}
 	}
 }

@@ -9,8 +9,10 @@ import (
 	"runtime"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"unicode/utf8"
+	"unsafe"
 )
 
 // EntryCheck applies the entry-level rules (schema, payload allowlist and
@@ -27,10 +29,11 @@ type EntryCheck func(e *Entry, at Location) []Problem
 // It advances only past an entry that passed every check. It is not safe
 // for concurrent use.
 type ChainVerifier struct {
-	check EntryCheck
-	meta  *CapsuleMeta
-	next  int64
-	head  string
+	check     EntryCheck
+	meta      *CapsuleMeta
+	metaOwned bool // meta refers to no entry's bytes (own)
+	next      int64
+	head      string
 }
 
 // NewChainVerifier returns a verifier for a chain starting at seq 0. meta is
@@ -50,7 +53,7 @@ func NewChainVerifier(meta *CapsuleMeta, check EntryCheck) *ChainVerifier {
 // entry_hash is head and whose metadata is meta: how the gate and a
 // subscriber continue a chain already stored in the stream.
 func (v *ChainVerifier) Resume(next int64, head string, meta CapsuleMeta) {
-	v.next, v.head, v.meta = next, head, &meta
+	v.next, v.head, v.meta, v.metaOwned = next, head, &meta, false
 }
 
 // Next is the chain position the next entry must have.
@@ -240,6 +243,20 @@ func (v *ChainVerifier) accept(e *Entry) {
 	v.head = e.EntryHash()
 }
 
+// own copies the head and metadata taken from entries, so that the
+// verifier no longer refers to their bytes: journal verification reads
+// into a batch's buffer again once it is linked.
+func (v *ChainVerifier) own() {
+	if v.head != ZeroHash {
+		v.head = strings.Clone(v.head)
+	}
+	if v.meta != nil && !v.metaOwned {
+		m := CapsuleMeta{RunID: strings.Clone(v.meta.RunID), CapsuleID: strings.Clone(v.meta.CapsuleID),
+			HarnessVersion: strings.Clone(v.meta.HarnessVersion), TaskFamily: strings.Clone(v.meta.TaskFamily)}
+		v.meta, v.metaOwned = &m, true
+	}
+}
+
 // skip moves past a failed line so later lines are checked against what is
 // really there; e is nil for a line that was not JSON, whose hash is unknown.
 func (v *ChainVerifier) skip(e *Entry) {
@@ -339,16 +356,18 @@ type journalOf struct {
 // most batchLines lines.
 func verifyJournal(r io.Reader, file string, of journalOf, check EntryCheck, workers, batchLines int) (JournalResult, error) {
 	j := &journalLinker{v: NewChainVerifier(of.meta, check), res: JournalResult{Head: ZeroHash}, of: of}
-	rd := &journalReader{br: bufio.NewReaderSize(r, 64<<10), file: file, next: 1, maxLines: batchLines}
+	rd := &journalReader{br: bufio.NewReaderSize(r, 64<<10), file: file, next: 1, maxLines: batchLines,
+		free: make(chan *journalBatch, journalFreeBatches)}
 	first := rd.batch()
 	if first.last || workers < 2 {
-		// Small or single-core: no goroutines.
-		var arena entryArena
+		// Small or single-core: no goroutines, one batch reused.
 		for b := first; ; b = rd.batch() {
-			b.prepare(check, &arena)
-			if err := j.link(b); err != nil || b.last {
+			b.prepare(check)
+			err := j.link(b)
+			if err != nil || b.last {
 				return j.finish(file, err)
 			}
+			rd.recycle(b)
 		}
 	}
 	work := make(chan *journalBatch, workers)
@@ -358,9 +377,8 @@ func verifyJournal(r io.Reader, file string, of journalOf, check EntryCheck, wor
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			var arena entryArena
 			for b := range work {
-				b.prepare(check, &arena)
+				b.prepare(check)
 				close(b.done)
 			}
 		}()
@@ -370,9 +388,10 @@ func verifyJournal(r io.Reader, file string, of journalOf, check EntryCheck, wor
 		defer close(ordered)
 		for b := first; ; b = rd.batch() {
 			b.done = make(chan struct{})
+			last := b.last // once sent, b is the linker's, then read into again
 			work <- b
 			ordered <- b
-			if b.last {
+			if last {
 				return
 			}
 		}
@@ -383,6 +402,7 @@ func verifyJournal(r io.Reader, file string, of journalOf, check EntryCheck, wor
 		if lerr := j.link(b); lerr != nil && err == nil {
 			err = lerr
 		}
+		rd.recycle(b)
 	}
 	wg.Wait()
 	return j.finish(file, err)
@@ -413,12 +433,15 @@ type journalLine struct {
 }
 
 // prepare runs the checks of the lines of b that do not depend on the
-// chain, the fast path's members taken from arena.
-func (b *journalBatch) prepare(check EntryCheck, arena *entryArena) {
-	text := string(b.data) // once for every line: their strings point into it
+// chain, the fast path's entries and members taken from b's arena.
+func (b *journalBatch) prepare(check EntryCheck) {
+	// The lines' text, without a copy: b.data is not written again until
+	// the batch is recycled, which link allows only when nothing made from
+	// it outlives the batch (see kept).
+	text := unsafe.String(unsafe.SliceData(b.data), len(b.data))
 	for i := range b.lines {
 		l := &b.lines[i]
-		l.prepare(check, text[l.off:l.off+len(l.line)], arena)
+		l.prepare(check, text[l.off:l.off+len(l.line)], &b.arena)
 	}
 }
 
@@ -445,12 +468,18 @@ func (l *journalLine) prepare(check EntryCheck, text string, arena *entryArena) 
 
 // journalBatch is a run of consecutive lines; last is set on the batch
 // that ends the journal (end of input, truncated tail or read error err).
+// Once linked, a batch is read into again (journalReader.recycle) unless
+// kept.
 type journalBatch struct {
 	data  []byte // the lines' bytes, read into one buffer
 	lines []journalLine
+	arena entryArena // the lines' entries and their members
 	last  bool
 	err   error
 	done  chan struct{} // closed when every line is prepared
+	// kept: something made from the batch outlives it (a problem's
+	// evidence, an entry of the general path), so it is never reused.
+	kept bool
 }
 
 // journalReader cuts a journal into batches of lines.
@@ -460,14 +489,44 @@ type journalReader struct {
 	next     int // the next line's number
 	maxLines int
 	size     int // the data of the last batch, in bytes
+	// free holds linked batches to read into again: with it a long
+	// journal is read into the same few buffers, arenas included, and
+	// leaves the collector next to nothing to do.
+	free chan *journalBatch
+}
+
+// journalFreeBatches bounds the linked batches kept for reuse: as many as
+// can be in flight (the workers' queue, the linker's and one being read)
+// come back.
+const journalFreeBatches = 8
+
+// recycle hands a linked batch back to be read into again, unless it is
+// kept (or enough are waiting already).
+func (rd *journalReader) recycle(b *journalBatch) {
+	if b.kept || b.data == nil {
+		return
+	}
+	b.arena.reset()
+	b.lines, b.data = b.lines[:0], b.data[:0]
+	b.last, b.err, b.done = false, nil, nil
+	select {
+	case rd.free <- b:
+	default:
+	}
 }
 
 // batch reads the next batch; its lines are copied into one buffer (sized
-// after the last batch's), not one allocation each.
+// after the last batch's, or a linked batch's again), not one allocation
+// each.
 func (rd *journalReader) batch() *journalBatch {
-	b := &journalBatch{
-		data:  make([]byte, 0, min(rd.size+rd.size/8+4<<10, journalBatchBytes+64<<10)),
-		lines: make([]journalLine, 0, min(rd.maxLines, journalBatchLines)),
+	var b *journalBatch
+	select {
+	case b = <-rd.free:
+	default:
+		b = &journalBatch{
+			data:  make([]byte, 0, min(rd.size+rd.size/8+4<<10, journalBatchBytes+64<<10)),
+			lines: make([]journalLine, 0, min(rd.maxLines, journalBatchLines)),
+		}
 	}
 	defer func() { rd.size = len(b.data) }()
 	for len(b.lines) < rd.maxLines && len(b.data) < journalBatchBytes {
@@ -537,6 +596,9 @@ func (j *journalLinker) link(b *journalBatch) error {
 				problems = insertBefore(problems, MetadataMismatch, l.nonCanon)
 			}
 			if len(problems) == 0 {
+				if !l.e.fast {
+					b.kept = true // not from the arena: left to the collector
+				}
 				j.v.accept(l.e)
 				if !j.broken {
 					j.res.Valid++
@@ -552,12 +614,19 @@ func (j *journalLinker) link(b *journalBatch) error {
 				}
 			}
 		}
+		// The problems hold the batch's strings: it is not reused.
+		b.kept = true
 		j.v.skip(l.e)
 		j.broken = true
 	}
-	// Linked: let the lines and their entries go at once, all together
-	// (the reader's goroutine still holds the first batch).
-	b.lines, b.data = nil, nil
+	if !b.kept {
+		// The batch is read into again: what the chain keeps of its last
+		// entry becomes the linker's own.
+		j.v.own()
+		if j.res.Head != ZeroHash {
+			j.res.Head = strings.Clone(j.res.Head)
+		}
+	}
 	return b.err
 }
 

@@ -186,15 +186,20 @@ func after(key, prev string) bool {
 // their members, in chunks: each member is scanned into place, instead of
 // gathered and copied into an allocation per object. One object is open
 // at each depth at a time (the entry, its payload), so each depth has a
-// chunk of its own. Slots are taken once and never cleared (those of a
-// line that failed stay unused), so each is still zero when scanned into.
-// An entry keeps its chunks alive, so an arena is for entries that live
-// briefly (a journal's, until they are linked). It is not safe for
-// concurrent use.
+// chunk of its own. Slots are cleared as they are taken (those of a line
+// that failed stay unused). An entry keeps its chunks alive, so an arena
+// is for entries that live briefly: a journal batch's, until they are
+// linked; reset then hands every chunk back for the next batch, so that
+// a long journal allocates none after its first batches. It is not safe
+// for concurrent use.
 type entryArena struct {
-	open    [maxFastDepth][]Field // per depth, the chunk being filled: its length is taken
-	entries []Entry               // the chunk of entries being filled
-	hash    hash.Hash             // the preimage's SHA-256, reset for each entry
+	open    [maxFastDepth][]Field   // per depth, the chunk being filled: its length is taken
+	full    [maxFastDepth][][]Field // per depth, the chunks filled since reset
+	spare   [maxFastDepth][][]Field // per depth, chunks to fill again
+	entries []Entry                 // the chunk of entries being filled
+	fullE   [][]Entry               // entry chunks filled since reset
+	spareE  [][]Entry               // entry chunks to fill again
+	hash    hash.Hash               // the preimage's SHA-256, reset for each entry
 }
 
 // Chunk sizes of an entryArena: 2,048 members (128 KiB, about a hundred
@@ -207,10 +212,44 @@ const (
 // entry returns a zero Entry.
 func (a *entryArena) entry() *Entry {
 	if len(a.entries) == cap(a.entries) {
-		a.entries = make([]Entry, 0, arenaEntriesChunk)
+		if a.entries != nil {
+			a.fullE = append(a.fullE, a.entries)
+		}
+		if n := len(a.spareE); n > 0 {
+			a.entries, a.spareE = a.spareE[n-1][:0], a.spareE[:n-1]
+		} else {
+			a.entries = make([]Entry, 0, arenaEntriesChunk)
+		}
 	}
 	a.entries = a.entries[:len(a.entries)+1]
-	return &a.entries[len(a.entries)-1]
+	e := &a.entries[len(a.entries)-1]
+	*e = Entry{} // a chunk filled before reset holds an old entry
+	return e
+}
+
+// reset makes every chunk spare: no entry or member taken from the arena
+// may be used after it.
+func (a *entryArena) reset() {
+	for d := range a.open {
+		if a.open[d] != nil {
+			a.full[d] = append(a.full[d], a.open[d])
+			a.open[d] = nil
+		}
+		for _, c := range a.full[d] {
+			a.spare[d] = append(a.spare[d], c[:0])
+		}
+		clear(a.full[d])
+		a.full[d] = a.full[d][:0]
+	}
+	if a.entries != nil {
+		a.fullE = append(a.fullE, a.entries)
+		a.entries = nil
+	}
+	for _, c := range a.fullE {
+		a.spareE = append(a.spareE, c[:0])
+	}
+	clear(a.fullE)
+	a.fullE = a.fullE[:0]
 }
 
 // sha256 returns the arena's SHA-256, reset.
@@ -224,17 +263,28 @@ func (a *entryArena) sha256() hash.Hash {
 
 // next returns a zero slot for the next member of the object open at
 // depth, whose members so far start at start in its chunk, and where they
-// start now: in a new chunk when the old one is full.
+// start now: in another chunk when this one is full (the object's members
+// so far are copied there, so that they stay contiguous).
 func (a *entryArena) next(depth, start int) (*Field, int) {
 	c := &a.open[depth-1]
 	if len(*c) == cap(*c) {
 		members := (*c)[start:]
-		fresh := make([]Field, len(members), max(arenaChunk, 2*len(members)))
+		var fresh []Field
+		if n := len(a.spare[depth-1]); n > 0 && cap(a.spare[depth-1][n-1]) >= 2*len(members) {
+			fresh, a.spare[depth-1] = a.spare[depth-1][n-1][:len(members)], a.spare[depth-1][:n-1]
+		} else {
+			fresh = make([]Field, len(members), max(arenaChunk, 2*len(members)))
+		}
 		copy(fresh, members)
+		if *c != nil {
+			a.full[depth-1] = append(a.full[depth-1], *c)
+		}
 		*c, start = fresh, 0
 	}
 	*c = (*c)[:len(*c)+1]
-	return &(*c)[len(*c)-1], start
+	f := &(*c)[len(*c)-1]
+	*f = Field{} // a chunk filled before reset holds an old member
+	return f, start
 }
 
 // key scans a member name: printable ASCII other than '"' and '\', so

@@ -139,6 +139,26 @@ func TestEnvelopeFastCheckEdges(t *testing.T) {
 	}
 }
 
+// TestIsHex64: every byte at every position, and the lengths
+// around 64, as ^[0-9a-f]{64}$ reads them byte by byte.
+func TestIsHex64(t *testing.T) {
+	isHex := func(c byte) bool { return '0' <= c && c <= '9' || 'a' <= c && c <= 'f' }
+	for pos := range 64 {
+		for c := range 256 {
+			b := []byte(events.ZeroHash)
+			b[pos] = byte(c)
+			if got, want := validate.IsHex64(string(b)), isHex(byte(c)); got != want {
+				t.Errorf("IsHex64 with %#x at %d = %v, want %v", c, pos, got, want)
+			}
+		}
+	}
+	for _, s := range []string{"", events.ZeroHash[:63], events.ZeroHash + "0", "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef"} {
+		if got, want := validate.IsHex64(s), len(s) == 64; got != want {
+			t.Errorf("IsHex64(%q) = %v, want %v", s, got, want)
+		}
+	}
+}
+
 // TestEnvelopeFastCheckOnlyForTheEmbeddedSchema: another envelope schema
 // in a schema directory turns the fast check off; an identical copy, or a
 // directory without an envelope, leaves it on.

@@ -101,3 +101,6 @@ func (v *Validator) FastRecord() bool { return v.schemas.fastRecord }
 
 // CompileSchemas compiles the root schemas now, as their first use would.
 func (v *Validator) CompileSchemas() error { return v.schemas.compile() }
+
+// IsHex64 is the envelope's check of entry_hash and parent_hash.
+var IsHex64 = isHex64

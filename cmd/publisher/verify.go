@@ -48,11 +48,12 @@ func (c *verifyCmd) Run(s *streams) error {
 }
 
 // verifyGCPercent is verify's GOGC unless the environment sets one. A
-// journal is verified through a few batches of lines in flight, so the live
-// heap is small (a few MB) while every line allocates its entry: with the
-// default 100 the collector ran about every 4 MB, and a 200,000-entry
-// capsule spent about a third of its CPU time in it. At 400 the peak heap
-// stays bounded (about 80 MB on two cores, whatever the journal's length).
+// journal is verified through a few batches of lines in flight, reused
+// once linked, so a valid one allocates little after its first batches;
+// a journal with problems keeps its faulty batches and the general path
+// allocates per line, and there the collector ran about every 4 MB at the
+// default 100. At 400 the peak heap stays bounded (about 80 MB on two
+// cores, whatever the journal's length).
 const verifyGCPercent = 400
 
 // reportWriter prints the outcome of one path; err is VerifyPath's error
