@@ -59,7 +59,10 @@ type streams struct {
 
 func main() {
 	tuneGC()
-	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
+	w := startMemWatch()
+	code := run(os.Args[1:], os.Stdout, os.Stderr)
+	w.report(os.Stderr)
+	os.Exit(code)
 }
 
 // tuneGC trades a little memory for less collector work, unless GOGC or
