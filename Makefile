@@ -102,7 +102,7 @@ bench:
 	@$(MAKE) --no-print-directory build
 	$(BIN)/roompub-bench --publisher $(BIN)/publisher --subscriber $(BIN)/subscriber --modes $(BENCH_MODES) $(BENCH_FLAGS)
 
-## bench-check: the side-by-side run only; exit 1 when a ratio is below its floor
+## bench-check: the side-by-side run only; exit 1 when a ratio is below its floor or audit's memory is over its caps (128 MiB RSS, 64 MiB live heap)
 .PHONY: bench-check bench-quick
 bench-check: build
 	$(BIN)/roompub-bench --check --publisher $(BIN)/publisher --subscriber $(BIN)/subscriber $(BENCH_FLAGS)
