@@ -114,7 +114,7 @@ CURVE_ROUNDS ?= 2
 bench-curves: build
 	for c in chain-length chains rooms; do $(BIN)/roompub-bench --curve $$c --rounds $(CURVE_ROUNDS) --publisher $(BIN)/publisher --subscriber $(BIN)/subscriber $(BENCH_FLAGS); done
 
-## bench-check: the side-by-side run only; exit 1 when a ratio is below its floor
+## bench-check: the side-by-side run only; exit 1 when a ratio is below its floor or audit's memory is over its caps (128 MiB RSS, 64 MiB live heap)
 .PHONY: bench-check bench-quick
 bench-check: build
 	$(BIN)/roompub-bench --check --publisher $(BIN)/publisher --subscriber $(BIN)/subscriber $(BENCH_FLAGS)

@@ -29,11 +29,17 @@ type EntryCheck func(e *Entry, at Location) []Problem
 // It advances only past an entry that passed every check. It is not safe
 // for concurrent use.
 type ChainVerifier struct {
-	check     EntryCheck
-	meta      *CapsuleMeta
-	metaOwned bool // meta refers to no entry's bytes (own)
+	check EntryCheck
+	meta  *CapsuleMeta
+	// metaOwned says meta refers to no entry's bytes: journal
+	// verification reads into a batch's buffer again once it is linked.
+	metaOwned bool
 	next      int64
-	head      string
+	// head is the last entry's entry_hash ("" once unknown), in bytes of
+	// the verifier's own, reused: not a part of the entry's line, which a
+	// verifier that outlives the entry (a reader keeps one per chain)
+	// would keep alive, and no allocation per entry.
+	head []byte
 }
 
 // NewChainVerifier returns a verifier for a chain starting at seq 0. meta is
@@ -41,7 +47,7 @@ type ChainVerifier struct {
 // entry's metadata is taken as the reference (seed 000). check may be nil
 // only in tests of the chain rules alone.
 func NewChainVerifier(meta *CapsuleMeta, check EntryCheck) *ChainVerifier {
-	v := &ChainVerifier{check: check, head: ZeroHash}
+	v := &ChainVerifier{check: check, head: []byte(ZeroHash)}
 	if meta != nil {
 		m := *meta
 		v.meta = &m
@@ -53,14 +59,14 @@ func NewChainVerifier(meta *CapsuleMeta, check EntryCheck) *ChainVerifier {
 // entry_hash is head and whose metadata is meta: how the gate and a
 // subscriber continue a chain already stored in the stream.
 func (v *ChainVerifier) Resume(next int64, head string, meta CapsuleMeta) {
-	v.next, v.head, v.meta, v.metaOwned = next, head, &meta, false
+	v.next, v.head, v.meta, v.metaOwned = next, append(v.head[:0], head...), &meta, false
 }
 
 // Next is the chain position the next entry must have.
 func (v *ChainVerifier) Next() int64 { return v.next }
 
 // Head is the entry_hash of the last accepted entry (ZeroHash before any).
-func (v *ChainVerifier) Head() string { return v.head }
+func (v *ChainVerifier) Head() string { return string(v.head) }
 
 // Check verifies line (one journal line without its newline) as the next
 // entry of the chain. It returns the parsed entry (nil when the line is not
@@ -207,9 +213,9 @@ func (v *ChainVerifier) chainProblems(e *Entry, at Location, problems []Problem)
 		problems = append(problems, Problem{Code: Reordered, At: withPointer(at, "/seq"),
 			Reason: "seq is not the entry's position in the chain", Expected: strconv.FormatInt(v.next, 10), Actual: actual})
 	}
-	if v.head != "" && e.ParentHash() != v.head {
+	if len(v.head) > 0 && e.ParentHash() != string(v.head) {
 		problems = append(problems, Problem{Code: BrokenLink, At: withPointer(at, "/parent_hash"),
-			Reason: "parent_hash is not the previous entry's entry_hash", Expected: v.head, Actual: e.ParentHash()})
+			Reason: "parent_hash is not the previous entry's entry_hash", Expected: string(v.head), Actual: e.ParentHash()})
 	}
 	got := e.Metadata()
 	ref := got // the first entry's, when there is no reference yet
@@ -236,20 +242,27 @@ func (v *ChainVerifier) Accept(e *Entry) { v.accept(e) }
 
 func (v *ChainVerifier) accept(e *Entry) {
 	if v.meta == nil {
-		m := e.Metadata()
-		v.meta = &m
+		v.meta, v.metaOwned = detachedMeta(e), true
 	}
 	v.next++
-	v.head = e.EntryHash()
+	v.head = append(v.head[:0], e.EntryHash()...)
 }
 
-// own copies the head and metadata taken from entries, so that the
-// verifier no longer refers to their bytes: journal verification reads
-// into a batch's buffer again once it is linked.
+// detachedMeta is e's metadata in strings of their own: e's strings are
+// parts of its whole line, which a verifier that outlives e (a reader
+// keeps one per chain) would otherwise keep alive.
+func detachedMeta(e *Entry) *CapsuleMeta {
+	m := e.Metadata()
+	m.RunID, m.CapsuleID = strings.Clone(m.RunID), strings.Clone(m.CapsuleID)
+	m.HarnessVersion, m.TaskFamily = strings.Clone(m.HarnessVersion), strings.Clone(m.TaskFamily)
+	return &m
+}
+
+// own copies the metadata taken from entries, so that the verifier no
+// longer refers to their bytes: journal verification reads into a
+// batch's buffer again once it is linked. The head is always the
+// verifier's own bytes.
 func (v *ChainVerifier) own() {
-	if v.head != ZeroHash {
-		v.head = strings.Clone(v.head)
-	}
 	if v.meta != nil && !v.metaOwned {
 		m := CapsuleMeta{RunID: strings.Clone(v.meta.RunID), CapsuleID: strings.Clone(v.meta.CapsuleID),
 			HarnessVersion: strings.Clone(v.meta.HarnessVersion), TaskFamily: strings.Clone(v.meta.TaskFamily)}
@@ -262,15 +275,14 @@ func (v *ChainVerifier) own() {
 func (v *ChainVerifier) skip(e *Entry) {
 	if e == nil {
 		v.next++
-		v.head = ""
+		v.head = v.head[:0]
 		return
 	}
 	if v.meta == nil {
-		m := e.Metadata()
-		v.meta = &m
+		v.meta, v.metaOwned = detachedMeta(e), true
 	}
 	v.next++
-	v.head = e.EntryHash()
+	v.head = append(v.head[:0], e.EntryHash()...)
 }
 
 func insertBefore(ps []Problem, before Code, p Problem) []Problem {

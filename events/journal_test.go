@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 	"testing/iotest"
+	"unsafe"
 
 	"github.com/roompub/roompub/events"
 )
@@ -292,6 +293,27 @@ func TestChainVerifierCheck(t *testing.T) {
 	}
 	if _, ps := v.Check(bad, events.Location{Line: 4}); len(ps) != 0 {
 		t.Errorf("the same entry in canonical form: %s", list(ps))
+	}
+}
+
+// TestChainVerifierKeepsNoLine: a verifier's head is a string of its own,
+// not a part of the last entry's line: a reader keeps a verifier per chain
+// for the whole read, and a part would keep that line alive with it.
+func TestChainVerifierKeepsNoLine(t *testing.T) {
+	lines := chainLines(t, 2, nil)
+	v := events.NewChainVerifier(nil, nil)
+	for i, line := range lines {
+		e, ps := v.Check(line, events.Location{Line: i + 1})
+		if len(ps) != 0 {
+			t.Fatalf("line %d: %s", i+1, list(ps))
+		}
+		h := e.EntryHash()
+		if v.Head() != h {
+			t.Fatalf("line %d: head %s, want %s", i+1, v.Head(), h)
+		}
+		if unsafe.StringData(v.Head()) == unsafe.StringData(h) {
+			t.Errorf("line %d: the head shares the entry's bytes", i+1)
+		}
 	}
 }
 

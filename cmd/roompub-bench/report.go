@@ -49,8 +49,11 @@ type result struct {
 	raw    side
 	pub    side
 	floor  float64 // the bench's floor for ratio
-	// peakMiB and peakCapMiB: audit's peak memory and its cap (0: none).
+	// memory: the row reports audit's peak RSS (peakMiB) and peak live
+	// heap (liveMiB), each under its cap unless that is 0.
+	memory              bool
 	peakMiB, peakCapMiB float64
+	liveMiB, liveCapMiB float64
 	// how says what each side did, for the notes under the table.
 	rawHow, pubHow string
 	extra          map[string]any // more JSON members, keyed without the prefix
@@ -75,7 +78,19 @@ func (r *result) count() string {
 
 func (r *result) finish() {
 	r.ratio = r.pub.rate() / r.raw.rate()
-	r.ok = r.ratio >= r.floor && (r.peakCapMiB == 0 || r.peakMiB < r.peakCapMiB)
+	r.ok = r.ratio >= r.floor && (r.peakCapMiB == 0 || r.peakMiB < r.peakCapMiB) && (r.liveCapMiB == 0 || r.liveMiB < r.liveCapMiB)
+}
+
+// memoryNote is the verdict's note on audit's memory: peak RSS and peak
+// live heap, each with its cap.
+func (r *result) memoryNote() string {
+	capOf := func(c float64) string {
+		if c == 0 {
+			return "uncapped"
+		}
+		return fmt.Sprintf("cap %.0f", c)
+	}
+	return fmt.Sprintf("audit peak RSS %.0f MiB, %s; peak live heap %.1f MiB, %s", r.peakMiB, capOf(r.peakCapMiB), r.liveMiB, capOf(r.liveCapMiB))
 }
 
 func (r *result) verdict() string {
@@ -92,6 +107,9 @@ func (r *result) verdictReason() string {
 	}
 	if r.peakCapMiB > 0 && r.peakMiB >= r.peakCapMiB {
 		why = append(why, fmt.Sprintf("peak %.0f MiB >= %.0f MiB", r.peakMiB, r.peakCapMiB))
+	}
+	if r.liveCapMiB > 0 && r.liveMiB >= r.liveCapMiB {
+		why = append(why, fmt.Sprintf("peak live heap %.0f MiB >= %.0f MiB", r.liveMiB, r.liveCapMiB))
 	}
 	return strings.Join(why, ", ")
 }
@@ -130,8 +148,8 @@ func (b *bench) printTable(results []*result) {
 	fmt.Fprintf(w, "%-*s  %*s  %10s  %8s  %10s  %12s  %6s  %5s  %s\n", nameW, "scenario", nW, "n", "raw /s", "raw MB/s", "roompub /s", "roompub MB/s", "ratio", "floor", "verdict")
 	for _, r := range results {
 		verdict := r.verdict()
-		if r.peakCapMiB > 0 {
-			verdict += fmt.Sprintf(" (audit peak %.0f MiB, cap %.0f)", r.peakMiB, r.peakCapMiB)
+		if r.memory {
+			verdict += " (" + r.memoryNote() + ")"
 		}
 		fmt.Fprintf(w, "%-*s  %*s  %10.0f  %8.1f  %10.0f  %12.1f  %6.3f  %5.2f  %s\n", nameW, r.name, nW, r.count(),
 			r.raw.rate(), r.raw.mbps(), r.pub.rate(), r.pub.mbps(), r.ratio, r.floor, verdict)
@@ -241,8 +259,9 @@ func (b *bench) printJSON(results []*result, more map[string]any, byMode map[str
 					obj[p+name+"_per_s"] = round(s.rate(), 1)
 					obj[p+name+"_cpu_us_each"] = round(s.cpuPerItem(), 1)
 				}
-				if r.peakCapMiB > 0 {
+				if r.memory {
 					obj[p+"peak_rss_mib"] = round(r.peakMiB, 1)
+					obj[p+"peak_live_heap_mib"] = round(r.liveMiB, 1)
 				}
 				if m != b.primary {
 					for k, v := range r.extra {
@@ -270,9 +289,15 @@ func (b *bench) printJSON(results []*result, more map[string]any, byMode map[str
 		obj[p+"ratio"] = round(r.ratio, 4)
 		obj[p+"floor"] = r.floor
 		obj[p+"ok"] = r.ok
-		if r.peakCapMiB > 0 {
+		if r.memory {
 			obj[p+"peak_rss_mib"] = round(r.peakMiB, 1)
+			obj[p+"peak_live_heap_mib"] = round(r.liveMiB, 1)
+		}
+		if r.peakCapMiB > 0 {
 			obj[p+"peak_rss_cap_mib"] = r.peakCapMiB
+		}
+		if r.liveCapMiB > 0 {
+			obj[p+"peak_live_heap_cap_mib"] = r.liveCapMiB
 		}
 		for k, v := range r.extra {
 			obj[p+k] = v

@@ -59,17 +59,23 @@ type streams struct {
 
 func main() {
 	tuneGC()
-	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
+	w := startMemWatch()
+	code := run(os.Args[1:], os.Stdout, os.Stderr)
+	w.report(os.Stderr)
+	os.Exit(code)
 }
 
 // tuneGC trades a little memory for less collector work, unless GOGC or
 // GOMEMLIMIT say otherwise. A replay allocates about 5 KB per message and
-// keeps only a few MB alive (the messages in flight and per-chain state),
-// so at the default GOGC=100 the collector runs about a thousand times per
-// million messages; at 200 it takes about a fifth less CPU per message
-// (measured on `subscriber audit` of 1,000,000 entries: peak RSS 45 -> 60
-// MiB). The soft limit keeps the heap well under 256 MiB whatever the
-// messages (records up to the server's max payload each).
+// keeps about 20 MiB alive (the messages in flight, the verdicts waiting
+// for a checkpoint, per-chain state), so the collector runs about 470
+// times per million messages at the default GOGC=100 and 240 at 200
+// (`subscriber audit` of 1,000,000 attested entries: peak RSS 60 -> 76
+// MiB; 400 with a 112 MiB limit: 111 cycles, 112 MiB, too near the bench's
+// 128 MiB cap for a gain the shared machine cannot tell from noise). The
+// soft limit only binds where the live heap is large (many chains, records
+// up to the server's max payload each): it keeps the heap well under 256
+// MiB (docs/performance.md, "Audit memory").
 func tuneGC() {
 	if os.Getenv("GOGC") == "" {
 		debug.SetGCPercent(200)

@@ -240,13 +240,23 @@ func (r *Reader) ledgerOf(roomID string) *ledger {
 // either, the oldest waiting room's pending attestations are verified
 // batch by batch (a publisher that writes checkpoints rarely, or none,
 // costs speed, not memory). The batch still being read may hold the queue
-// past them, up to maxHeldBytes of data, if it has at most maxDeferred
+// past them, up to maxHeldBytes of data, if it has at most maxHeldMsgs
 // messages (nats-server's atomic batches hold at most 1,000 by default);
-// a larger one is refused as incomplete.
+// a larger one is refused as incomplete once the queue holds more than
+// maxHeldMsgs messages or heldBytes of data (where it was refused when
+// the queue's own bounds were those: the same verdict and reason).
+//
+// A waiting verdict holds its message and its parsed entry (about 5 KB
+// for a 600-byte entry), so the queue is most of an audit's live heap:
+// 1,024 keeps it at a few MiB. A batch's signature costs one Ed25519
+// check whether or not a checkpoint covers it first, so a shorter queue
+// costs little speed (bench read row, docs/performance.md).
 const (
-	maxDeferred      = 8192
-	maxDeferredBytes = 32 << 20
-	maxHeldBytes     = 8 * maxDeferredBytes
+	maxDeferred      = 1024
+	maxDeferredBytes = 4 << 20
+	maxHeldMsgs      = 8192
+	heldBytes        = 32 << 20
+	maxHeldBytes     = 8 * heldBytes
 )
 
 // feed decides x, which must come after every message fed before it in
@@ -275,10 +285,11 @@ func (r *Reader) feed(x *prepared, full bool, out func(*Event, *SetAside)) {
 		if r.runHolds(head) {
 			// The head waits for the rest of its batch, which is still
 			// being read.
-			if r.run.Attestation().Count <= maxDeferred && r.qbytes <= maxHeldBytes {
+			n := len(r.queue) - r.qhead
+			if r.run.Attestation().Count <= maxHeldMsgs && r.qbytes <= maxHeldBytes || n <= maxHeldMsgs && r.qbytes <= heldBytes {
 				break
 			}
-			r.breakRun(fmt.Sprintf("a reader holds back at most %d messages and %d MiB of a batch", maxDeferred, maxHeldBytes>>20))
+			r.breakRun(fmt.Sprintf("a reader holds back at most %d messages and %d MiB of a batch", maxHeldMsgs, maxHeldBytes>>20))
 		} else {
 			r.verifyLedger(head.att.ledger)
 		}

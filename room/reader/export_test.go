@@ -111,3 +111,40 @@ func AuditDirect(ctx context.Context, js jetstream.JetStream, o AuditOptions, ba
 	rep, _, err := audit(ctx, js, o, auditTuning{direct: directRead{batch: batch, inFlight: inFlight, mergeMax: mergeMax}})
 	return rep, err
 }
+
+// Retained is what a reader holds that could grow with a read: verdicts
+// waiting (Queued, and the queue's capacity), spent queue elements kept
+// for reuse (Free), leaves whose admission is open (Pending), statements
+// of partly covered batches (Lead), leaf hashes past each room's compact
+// range (Leaves), chains and rooms.
+type Retained struct {
+	Queued, QueueCap, Free, Pending, Lead, Leaves, Chains, Rooms int
+}
+
+// Max is the larger of r and o, field by field.
+func (r Retained) Max(o Retained) Retained {
+	return Retained{max(r.Queued, o.Queued), max(r.QueueCap, o.QueueCap), max(r.Free, o.Free), max(r.Pending, o.Pending),
+		max(r.Lead, o.Lead), max(r.Leaves, o.Leaves), max(r.Chains, o.Chains), max(r.Rooms, o.Rooms)}
+}
+
+func (r *Reader) retained() Retained {
+	m := Retained{Queued: len(r.queue) - r.qhead, QueueCap: cap(r.queue), Free: len(r.free), Chains: len(r.chains), Rooms: len(r.ledgers)}
+	for _, l := range r.ledgers {
+		m.Pending += len(l.pending)
+		m.Lead += len(l.lead)
+		m.Leaves += int(l.Size() - l.Covered())
+	}
+	return m
+}
+
+// AuditFeedRetained is AuditFeed with a function that measures what the
+// reader retains.
+func AuditFeedRetained(v *validate.Validator, s room.Subjects, t *checkpoint.Trust) (feed func(StreamMsg) []Verdict, end func() []Verdict, retained func() Retained) {
+	r := NewReader(v, s)
+	r.trustPublishers(t)
+	feed, step := feedVerdicts(r)
+	end = func() []Verdict {
+		return step(func(collect func(*Event, *SetAside)) { r.finish(true, collect) })
+	}
+	return feed, end, r.retained
+}

@@ -146,13 +146,17 @@ func TestBenchQuick(t *testing.T) {
 	if v, ok := got["read_checkpoints"].(float64); !ok || v < 10 || got["read_audit_checkpoints_verified"] != v {
 		t.Errorf("read_checkpoints = %v, read_audit_checkpoints_verified = %v: want the same, at least 10", got["read_checkpoints"], got["read_audit_checkpoints_verified"])
 	}
-	for k, v := range map[string]float64{"read_audit_exit_code": 0, "read_audit_chains_ok": 10, "verify_exit_code": 0, "read_peak_rss_cap_mib": 256} {
+	for k, v := range map[string]float64{"read_audit_exit_code": 0, "read_audit_chains_ok": 10, "verify_exit_code": 0, "read_peak_rss_cap_mib": 128,
+		"read_peak_live_heap_cap_mib": 64, "read_audit_gogc": 200, "read_audit_memory_limit_mib": 192} {
 		if got[k] != v {
 			t.Errorf("%s = %v, want %v", k, got[k], v)
 		}
 	}
-	if v, ok := got["read_peak_rss_mib"].(float64); !ok || !(v > 0) {
-		t.Errorf("read_peak_rss_mib = %v, want a number > 0", got["read_peak_rss_mib"])
+	// The audit reports its live heap: more than nothing, less than the
+	// process's RSS.
+	rss, _ := got["read_peak_rss_mib"].(float64)
+	if live, ok := got["read_peak_live_heap_mib"].(float64); !ok || !(live > 0) || !(live < rss) {
+		t.Errorf("read_peak_live_heap_mib = %v, read_peak_rss_mib = %v: want 0 < live heap < RSS", got["read_peak_live_heap_mib"], got["read_peak_rss_mib"])
 	}
 	for _, k := range []string{"go_version", "gomaxprocs", "nats_server_version", "sync", "all_ok"} {
 		if _, ok := got[k]; !ok {
