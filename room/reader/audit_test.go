@@ -296,3 +296,32 @@ func TestAuditEmpty(t *testing.T) {
 		t.Errorf("from stream seq 5: %v: empty %v, totals %+v", err, rep.Empty, rep.Totals)
 	}
 }
+
+// On a stream with record markers (as serve makes them), an audit skips
+// the markers and counts them apart: not as checkpoints, not as leaves;
+// on a stream without, it counts none.
+func TestAuditCountsMarkersApart(t *testing.T) {
+	for _, marked := range []bool{true, false} {
+		t.Run(fmt.Sprintf("marked=%v", marked), func(t *testing.T) {
+			e := roomtest.NewEnvUnmarked(t, embedded.Options{})
+			if marked {
+				e = roomtest.NewEnvMarked(t, embedded.Options{})
+			}
+			_, body := roomtest.Journal(t, "run-1", "cap-1", 3)
+			e.ShipJournal("room:alpha", body)
+			e.ShipRecord(roomtest.ReferenceBytes(t, "verified.json"))
+			all, leaves := len(e.Stored()), len(e.StoredUnmarked())
+			if leaves != 4 || (all > leaves) != marked {
+				t.Fatalf("stream of %d messages, %d leaves", all, leaves)
+			}
+			rep, err := reader.Audit(t.Context(), e.Js, reader.AuditOptions{Validator: e.V})
+			if err != nil {
+				t.Fatal(err)
+			}
+			tot := rep.Totals
+			if tot.Messages != uint64(all) || tot.Entries != 3 || tot.Records != 1 || tot.Markers != uint64(all-leaves) || tot.Checkpoints != 0 || !rep.Clean() {
+				t.Fatalf("totals %+v of %d messages, %d leaves", tot, all, leaves)
+			}
+		})
+	}
+}
