@@ -234,7 +234,13 @@ func (g *Gate) genuine(ctx context.Context, roomID string, s markerSpec, m *jets
 // its markers, and notes in m what the next markers must follow.
 func (g *Gate) markedHeld(ctx context.Context, rec *events.Record, m *markedRoom, specs []markerSpec) (validate.Held, error) {
 	var held validate.Held
-	for _, s := range specs {
+	// In reverse batch order: another gate's batch stored meanwhile becomes
+	// visible message by message, in its order, so a marker read held has
+	// every marker before it in its batch held when read after it. The
+	// first rule the record breaks (its key's) is then the one seen, as a
+	// decision one record after the other would give.
+	for i := len(specs) - 1; i >= 0; i-- {
+		s := specs[i]
 		if s.kind != room.MarkKey && s.kind != room.MarkRun && s.kind != room.MarkDecision {
 			continue
 		}
