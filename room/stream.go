@@ -66,8 +66,10 @@ var ErrStreamConfig = errors.New("room stream is not append-only")
 // Discard New, no delete, purge or rollup, no TTLs, delete markers,
 // counters or schedules, no mirror, source or transform writing into it,
 // direct get on for readers, and atomic batch publish (ADR-50) allowed for
-// journal backfill and records with their markers. Record markers are off
-// (RecordMarkers): an administrator turns them on. replicas is 1 on one server, 3 on a cluster.
+// journal backfill and records with their markers. Record markers are on
+// (MetadataRecordMarkers): only a stream this makes has them; an existing
+// stream keeps its metadata (RecordMarkersAdvice). replicas is 1 on one
+// server, 3 on a cluster.
 // MaxConsumers -1 sets no limit of the stream's own; nats-server then
 // applies its default_max_consumers (server.JSDefaultMaxConsumersPerStream,
 // 1,000 per stream) unless the account sets one, so consumers can run out:
@@ -100,7 +102,7 @@ func StreamConfig(name string, subjects Subjects, replicas int) jetstream.Stream
 		AllowRollup:        false,
 		AllowDirect:        true,
 		AllowAtomicPublish: true,
-		Metadata:           map[string]string{"roompub": "rooms/v1"},
+		Metadata:           map[string]string{"roompub": "rooms/v1", MetadataRecordMarkers: MarkersV1},
 	}
 }
 
@@ -245,6 +247,18 @@ func DuplicateWindowAdvice(cfg jetstream.StreamConfig) string {
 	}
 	return fmt.Sprintf("stream %s keeps message ids for %s, not %s: the server's memory for them grows with the window (docs/operations.md, \"The duplicate window\"); to set it: nats stream edit %s --dupe-window %s",
 		cfg.Name, have, DuplicateWindow, cfg.Name, DuplicateWindow)
+}
+
+// RecordMarkersAdvice returns, for a room stream without record markers
+// (one made before v0.3.0: EnsureStream never updates a stream), what an
+// operator can run to turn them on once every serve and reader is at this
+// release; "" when cfg has them (docs/operations.md, "Record markers").
+func RecordMarkersAdvice(cfg jetstream.StreamConfig) string {
+	if RecordMarkers(cfg) {
+		return ""
+	}
+	return fmt.Sprintf("stream %s has no record markers: serve keeps the record rules of each room in memory, read whole from the stream (docs/operations.md, \"Record markers\"); once every serve and reader is at this release: nats stream edit %s --metadata %s=%s, then restart the serves",
+		cfg.Name, cfg.Name, MetadataRecordMarkers, MarkersV1)
 }
 
 // DefaultTimeout bounds a server call when the caller's context has no

@@ -544,8 +544,8 @@ func (b *bench) close() {
 }
 
 // storedOn counts the messages the stream (of layout subjects) holds on
-// subjects matching filter: checkpoints apart from the rest (journal
-// entries and records).
+// subjects matching filter: the leaves (journal entries and records) and
+// the checkpoints; record markers are neither.
 func (b *bench) storedOn(stream string, subjects room.Subjects, filter string) (msgs, checkpoints int, err error) {
 	ctx, cancel := context.WithTimeout(b.ctx, 30*time.Second)
 	defer cancel()
@@ -558,9 +558,11 @@ func (b *bench) storedOn(stream string, subjects room.Subjects, filter string) (
 		return 0, 0, err
 	}
 	for subj, c := range info.State.Subjects {
-		if p, err := subjects.Parse(subj); err == nil && p.Kind == room.KindCheckpoint {
+		switch p, err := subjects.Parse(subj); {
+		case err == nil && p.Kind == room.KindCheckpoint:
 			checkpoints += int(c)
-		} else {
+		case err == nil && p.Kind == room.KindMarker:
+		default:
 			msgs += int(c)
 		}
 	}

@@ -4,6 +4,11 @@ import (
 	"context"
 	"sync/atomic"
 	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/roompub/roompub/events"
+	"github.com/roompub/roompub/room"
 )
 
 // SetAheadWait sets how long a pipelined request waits for the chain to
@@ -71,3 +76,11 @@ func (f *FairSlots) Waiting() int {
 // RecordsRead is how many records g read to bring a room's index up to
 // the stream head (none for a room whose records are marked).
 func (g *Gate) RecordsRead() uint64 { return g.recordsRead.Load() }
+
+// MarkerBatch is rec's markers as the gate appends them after it in one
+// atomic batch (storeMarked), in order and with their offsets, without
+// their expected last subject sequences: first adds the room's format
+// marker, pos is the record's position on its record subject.
+func MarkerBatch(s room.Subjects, rec *events.Record, first bool, pos uint64) []*nats.Msg {
+	return markerMsgs(rec, recordMarkers(s, rec, first), pos)
+}

@@ -126,12 +126,13 @@ type markerSpec struct {
 }
 
 // recordMarkers lists rec's markers in batch order: key, run, decision,
-// then instance, and the format marker for a room's first record. The
-// first two or three are the ones a rule reads (markedHeld).
-func (g *Gate) recordMarkers(rec *events.Record, m *markedRoom) []markerSpec {
+// then instance, and the format marker for a room's first record (format:
+// the room's is not stored yet). The first two or three are the ones a
+// rule reads (markedHeld).
+func recordMarkers(subjects room.Subjects, rec *events.Record, format bool) []markerSpec {
 	roomID := rec.RoomID()
 	spec := func(k room.MarkerKind, v string) markerSpec {
-		return markerSpec{kind: k, value: v, subj: g.subjects.Marker(roomID, k, v)}
+		return markerSpec{kind: k, value: v, subj: subjects.Marker(roomID, k, v)}
 	}
 	out := []markerSpec{spec(room.MarkKey, rec.IdempotencyKey()), spec(room.MarkRun, rec.RunRef())}
 	if d := rec.DecisionRef(); d != "" {
@@ -140,8 +141,29 @@ func (g *Gate) recordMarkers(rec *events.Record, m *markedRoom) []markerSpec {
 	if env, ok := rec.EnvironmentRef(); ok {
 		out = append(out, spec(room.MarkInstance, env))
 	}
-	if !m.format {
+	if format {
 		out = append(out, spec(room.MarkFormat, ""))
+	}
+	return out
+}
+
+// markerMsgs is the markers of specs (recordMarkers) as they follow rec in
+// its batch: the i-th names the record i+1 messages before it, a
+// decision's carries the outcome, an instance's the record's position pos
+// on its record subject. Each has an empty header for the caller's
+// expected last subject sequence.
+func markerMsgs(rec *events.Record, specs []markerSpec, pos uint64) []*nats.Msg {
+	digest := rec.ContentDigest()
+	out := make([]*nats.Msg, len(specs))
+	for i, s := range specs {
+		mk := room.Marker{Record: digest, Offset: uint64(i + 1)}
+		switch s.kind {
+		case room.MarkDecision:
+			mk.Outcome = rec.Outcome()
+		case room.MarkInstance:
+			mk.Position = &pos
+		}
+		out[i] = &nats.Msg{Subject: s.subj, Data: mk.Encode(), Header: nats.Header{}}
 	}
 	return out
 }
@@ -212,7 +234,13 @@ func (g *Gate) genuine(ctx context.Context, roomID string, s markerSpec, m *jets
 // its markers, and notes in m what the next markers must follow.
 func (g *Gate) markedHeld(ctx context.Context, rec *events.Record, m *markedRoom, specs []markerSpec) (validate.Held, error) {
 	var held validate.Held
-	for _, s := range specs {
+	// In reverse batch order: another gate's batch stored meanwhile becomes
+	// visible message by message, in its order, so a marker read held has
+	// every marker before it in its batch held when read after it. The
+	// first rule the record breaks (its key's) is then the one seen, as a
+	// decision one record after the other would give.
+	for i := len(specs) - 1; i >= 0; i-- {
+		s := specs[i]
 		if s.kind != room.MarkKey && s.kind != room.MarkRun && s.kind != room.MarkDecision {
 			continue
 		}
@@ -252,7 +280,7 @@ func (g *Gate) storeMarked(ctx context.Context, rec *events.Record, r *roomState
 	roomID := rec.RoomID()
 	subj := g.subjects.Records(roomID)
 	digest := rec.ContentDigest()
-	specs := g.recordMarkers(rec, r.marked)
+	specs := recordMarkers(g.subjects, rec, !r.marked.format)
 	if d := rec.DecisionRef(); !check && d != "" && r.marked.expect[g.subjects.Marker(roomID, room.MarkDecision, d)].unknown != 0 {
 		// The decision is closed as this gate last saw it; the server
 		// would take the batch (it expects only that nothing came after),
@@ -291,20 +319,17 @@ func (g *Gate) storeMarked(ctx context.Context, rec *events.Record, r *roomState
 		return reply, false, nil
 	}
 	msgs = append(msgs, rm)
+	// The expected last sequence puts the record at position count.
 	decision, decisionAt := "", uint64(0) // the decision marker's subject and offset
-	for i, s := range specs {
-		mk := room.Marker{Record: digest, Offset: uint64(i + 1)}
-		switch s.kind {
-		case room.MarkDecision:
-			mk.Outcome, decision, decisionAt = rec.Outcome(), s.subj, mk.Offset
+	for i, m := range markerMsgs(rec, specs, r.count.Load()) {
+		switch s := specs[i]; s.kind {
 		case room.MarkInstance:
-			pos := r.count.Load() // the expected last sequence puts the record there
-			mk.Position = &pos
-		}
-		m := &nats.Msg{Subject: s.subj, Data: mk.Encode(), Header: nats.Header{}}
-		if s.kind != room.MarkInstance {
 			// Instance markers only index; the others hold a rule: each
 			// follows what the gate last saw on its subject (0: nothing).
+		case room.MarkDecision:
+			decision, decisionAt = s.subj, uint64(i+1)
+			fallthrough
+		default:
 			m.Header.Set(jetstream.ExpectedLastSubjSeqHeader, strconv.FormatUint(r.marked.expect[s.subj].seq, 10))
 		}
 		msgs = append(msgs, m)
@@ -370,22 +395,15 @@ func (g *Gate) storeMarked(ctx context.Context, rec *events.Record, r *roomState
 }
 
 // storeMarkedIn is storeRecord's step on a marked room: what any append
-// checks first (the stream paused, the room's partition), the record's
-// attestation at its position, then storeMarked.
+// checks first (readyToAppend), the record's attestation at its position,
+// then storeMarked.
 func (g *Gate) storeMarkedIn(ctx context.Context, rec *events.Record, r *roomState, reply room.RecordReply, pre presigned, content [32]byte, check bool) (room.RecordReply, bool, error) {
-	if perr := g.pausedErr(); perr != nil {
-		reply.Item = failed(0, perr)
-		return reply, false, nil
-	}
 	roomID := rec.RoomID()
-	if g.placeRoom != nil {
-		if err := g.placeRoom(ctx, roomID); err != nil {
-			if errors.Is(err, errMisrouted) {
-				reply.Item = failed(0, err)
-				return reply, false, nil
-			}
-			return reply, false, err
+	if item, err := g.readyToAppend(ctx, roomID); item != nil || err != nil {
+		if item != nil {
+			reply.Item = *item
 		}
+		return reply, false, err
 	}
 	att, ahead := pre.att, pre.att != "" && pre.position == r.count.Load()
 	if !ahead {

@@ -179,20 +179,9 @@ func markedRoomFill(b *testing.B, js jetstream.JetStream, key *events.HostKey, r
 	wg.Wait()
 	var s room.Subjects
 	for i, rec := range recs {
-		pos := uint64(i)
-		env, _ := rec.EnvironmentRef()
-		msgs := []*nats.Msg{{Subject: s.Records(roomID), Data: rec.Canonical()}}
-		add := func(k room.MarkerKind, v string, mk room.Marker) {
-			mk.Record, mk.Offset = rec.ContentDigest(), uint64(len(msgs))
-			msgs = append(msgs, &nats.Msg{Subject: s.Marker(roomID, k, v), Data: mk.Encode()})
-		}
-		add(room.MarkKey, rec.IdempotencyKey(), room.Marker{})
-		add(room.MarkRun, rec.RunRef(), room.Marker{})
-		add(room.MarkDecision, rec.DecisionRef(), room.Marker{Outcome: rec.Outcome()})
-		add(room.MarkInstance, env, room.Marker{Position: &pos})
-		if i == 0 {
-			add(room.MarkFormat, "", room.Marker{})
-		}
+		// The gate's batch (ingest.MarkerBatch), published one by one: the
+		// fill has no competitor, so no expected sequences are needed.
+		msgs := append([]*nats.Msg{{Subject: s.Records(roomID), Data: rec.Canonical()}}, ingest.MarkerBatch(s, rec, i == 0, uint64(i))...)
 		for _, m := range msgs {
 			if _, err := js.PublishMsgAsync(m, jetstream.WithStallWait(time.Minute)); err != nil {
 				b.Fatal(err)

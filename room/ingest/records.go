@@ -306,6 +306,30 @@ type presigned struct {
 	att      string // "": none
 }
 
+// readyToAppend is what a record's append checks first, on either path:
+// appends not paused (Pause), and across partitions the room placed here
+// before its first message (a cache hit after that). A refusal to append
+// now is the failed item to answer (a room another gate placed elsewhere
+// is sent again by the client); err is a read to wait out, as the stream's
+// (the placement bucket's leader out of reach for now).
+func (g *Gate) readyToAppend(ctx context.Context, roomID string) (*room.ItemResult, error) {
+	if perr := g.pausedErr(); perr != nil {
+		item := failed(0, perr)
+		return &item, nil
+	}
+	if g.placeRoom == nil {
+		return nil, nil
+	}
+	if err := g.placeRoom(ctx, roomID); err != nil {
+		if errors.Is(err, errMisrouted) {
+			item := failed(0, err)
+			return &item, nil
+		}
+		return nil, err
+	}
+	return nil, nil
+}
+
 // storeRecord decides a record checkRecord passed against its room's
 // stored records (duplicate, then the stream-side rules) and stores it.
 // reply is checkRecord's.
@@ -412,23 +436,16 @@ func (g *Gate) storeRecord(ctx context.Context, rec *events.Record, reply room.R
 			reply.Item.Hash = rec.ComputedRef()
 			return reply
 		}
-		if perr := g.pausedErr(); perr != nil {
-			reply.Item = failed(0, perr)
-			return reply
-		}
-		if g.placeRoom != nil {
-			// Across partitions: the room is placed here before its first
-			// message (a cache hit after that).
-			if err := g.placeRoom(ctx, roomID); err != nil {
-				// The bucket's leader out of reach for now is waited out as
-				// the stream's is; a room another gate placed elsewhere is
-				// sent again by the client.
-				if errors.Is(err, errMisrouted) || !g.waitRead(ctx, err, &attempt, retryUntil) {
-					reply.Item = failed(0, err)
-					return reply
-				}
-				continue
+		if item, err := g.readyToAppend(ctx, roomID); item != nil || err != nil {
+			if item != nil {
+				reply.Item = *item
+				return reply
 			}
+			if !g.waitRead(ctx, err, &attempt, retryUntil) {
+				reply.Item = failed(0, err)
+				return reply
+			}
+			continue
 		}
 		g.expect(msg, content)
 		ack, err := g.publish(ctx, msg)

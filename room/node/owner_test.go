@@ -91,8 +91,8 @@ func chainOwnerSecure(t *testing.T, place string) {
 			t.Fatalf("stream seq %d: owner %q, want %q", seq, got, userHarness)
 		}
 	}
-	if n, _, _ := streamNow(t, admin); n != 14 {
-		t.Fatalf("the stream holds %d messages, want 14", n)
+	if n := leavesNow(t, admin); n != 14 {
+		t.Fatalf("the stream holds %d leaves, want 14", n)
 	}
 
 	trust, err := checkpoint.NewTrust(p.pubKey.NodeID())

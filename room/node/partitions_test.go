@@ -119,7 +119,9 @@ func TestPartitionsPlaceRoomsOnce(t *testing.T) {
 	if r := s.shipRecord(raw); r.Item.Outcome != room.OutcomeStored {
 		t.Fatalf("record: %+v", r)
 	}
-	if got := roomMessages(t, s.js, want, rec.RoomID); len(got) != 1 || got[placed(t, s.js, rec.RoomID)] != 1 {
+	// The record and its five markers (key, run, decision, instance and
+	// the room's format), all on one partition.
+	if got := roomMessages(t, s.js, want, rec.RoomID); len(got) != 1 || got[placed(t, s.js, rec.RoomID)] != 6 {
 		t.Fatalf("%s after its record: %v", rec.RoomID, got)
 	}
 	s.stop()

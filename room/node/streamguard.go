@@ -598,6 +598,11 @@ func openStream(ctx context.Context, js jetstream.JetStream, cfg jetstream.Strea
 	if advice := room.DuplicateWindowAdvice(st.CachedInfo().Config); advice != "" {
 		log.Warn("room stream: "+advice, zap.String("stream", cfg.Name), zap.Duration("duplicate_window", st.CachedInfo().Config.Duplicates))
 	}
+	// So does a stream made before record markers: turning them on is the
+	// administrator's act once no older serve or reader uses the stream.
+	if advice := room.RecordMarkersAdvice(st.CachedInfo().Config); advice != "" {
+		log.Warn("room stream: "+advice, zap.String("stream", cfg.Name), zap.Bool("record_markers", false))
+	}
 	m := markOf(st.CachedInfo())
 	if err := setupRetry(ctx, func() error { return mem.save(ctx, m, accepted) }); err != nil {
 		return nil, nil, err

@@ -42,7 +42,9 @@ func checkChains(t *testing.T, got []reader.ChainSummary, want []chainWant) {
 // every bad message with its code and stream sequence, reports each
 // chain's verdict (broken from its first failure) and counts the rest.
 func TestAuditCompromisedWriter(t *testing.T) {
-	e := roomtest.NewEnv(t)
+	// The scenario's stream seqs are fixed by hand: a stream without
+	// record markers (the reader judges records alike with them).
+	e := roomtest.NewEnvUnmarked(t, embedded.Options{})
 	sc := compromisedStream(t, e)
 	var evs []uint64
 	rep, err := reader.Audit(t.Context(), e.Js, reader.AuditOptions{Validator: e.V, OnEvent: func(ev *reader.Event) { evs = append(evs, ev.Seq) }})
@@ -121,7 +123,9 @@ func TestAuditCompromisedWriter(t *testing.T) {
 // TestAuditFromSeq: an audit that starts mid-stream anchors a chain at its
 // first entry seen (its start is unchecked) and still finds what follows.
 func TestAuditFromSeq(t *testing.T) {
-	e := roomtest.NewEnv(t)
+	// The scenario's stream seqs are fixed by hand: a stream without
+	// record markers (the reader judges records alike with them).
+	e := roomtest.NewEnvUnmarked(t, embedded.Options{})
 	sc := compromisedStream(t, e)
 	rep, err := reader.Audit(t.Context(), e.Js, reader.AuditOptions{Validator: e.V, FromSeq: 3})
 	if err != nil {
@@ -157,8 +161,10 @@ func TestAuditClean(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := reader.AuditTotals{Messages: 7, Entries: 5, Records: 2, ByCode: map[events.Code]int{}, ChainsOK: 1, StreamIsSound: true}
-	if !rep.Clean() || fmt.Sprint(rep.Totals) != fmt.Sprint(want) || len(rep.Violations) != 0 || rep.LastSeq != 7 {
+	// Seven leaves, and the records' markers.
+	all := uint64(len(e.Stored()))
+	want := reader.AuditTotals{Messages: all, Entries: 5, Records: 2, ByCode: map[events.Code]int{}, ChainsOK: 1, StreamIsSound: true, Markers: all - 7}
+	if !rep.Clean() || fmt.Sprint(rep.Totals) != fmt.Sprint(want) || len(rep.Violations) != 0 || rep.LastSeq != all || all <= 7 {
 		t.Errorf("clean stream: clean %v totals %+v violations %v", rep.Clean(), rep.Totals, rep.Violations)
 	}
 	checkChains(t, rep.Chains, []chainWant{{room: "room:alpha", chain: "run-1/cap-1", entries: 5, head: es[4].EntryHash(), first: 1, last: 5, verdict: "ok"}})
@@ -294,5 +300,34 @@ func TestAuditEmpty(t *testing.T) {
 	rep, err = reader.Audit(t.Context(), e.Js, reader.AuditOptions{Validator: e.V, FromSeq: 5})
 	if err != nil || !rep.Empty || rep.Totals.Messages != 0 || !rep.Clean() {
 		t.Errorf("from stream seq 5: %v: empty %v, totals %+v", err, rep.Empty, rep.Totals)
+	}
+}
+
+// On a stream with record markers (as serve makes them), an audit skips
+// the markers and counts them apart: not as checkpoints, not as leaves;
+// on a stream without, it counts none.
+func TestAuditCountsMarkersApart(t *testing.T) {
+	for _, marked := range []bool{true, false} {
+		t.Run(fmt.Sprintf("marked=%v", marked), func(t *testing.T) {
+			e := roomtest.NewEnvUnmarked(t, embedded.Options{})
+			if marked {
+				e = roomtest.NewEnvMarked(t, embedded.Options{})
+			}
+			_, body := roomtest.Journal(t, "run-1", "cap-1", 3)
+			e.ShipJournal("room:alpha", body)
+			e.ShipRecord(roomtest.ReferenceBytes(t, "verified.json"))
+			all, leaves := len(e.Stored()), len(e.StoredUnmarked())
+			if leaves != 4 || (all > leaves) != marked {
+				t.Fatalf("stream of %d messages, %d leaves", all, leaves)
+			}
+			rep, err := reader.Audit(t.Context(), e.Js, reader.AuditOptions{Validator: e.V})
+			if err != nil {
+				t.Fatal(err)
+			}
+			tot := rep.Totals
+			if tot.Messages != uint64(all) || tot.Entries != 3 || tot.Records != 1 || tot.Markers != uint64(all-leaves) || tot.Checkpoints != 0 || !rep.Clean() {
+				t.Fatalf("totals %+v of %d messages, %d leaves", tot, all, leaves)
+			}
+		})
 	}
 }

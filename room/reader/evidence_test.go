@@ -7,6 +7,7 @@ import (
 
 	"github.com/roompub/roompub/events"
 	"github.com/roompub/roompub/room"
+	"github.com/roompub/roompub/room/embedded"
 	"github.com/roompub/roompub/room/internal/roomtest"
 	"github.com/roompub/roompub/room/reader"
 )
@@ -17,7 +18,9 @@ import (
 // only by its exact ref and digest, and files a record whose evidence
 // names another instance (foreign_evidence) nowhere.
 func TestEvidenceByInstance(t *testing.T) {
-	e := roomtest.NewEnv(t)
+	// The whole-room path: a stream without record markers (the marked
+	// path: TestInstanceRecordsMatchTheAudit), stream seqs fixed by hand.
+	e := roomtest.NewEnvUnmarked(t, embedded.Options{})
 	const lab, lab2 = "room:lab", "room:lab-2"
 	const instA, instB = "environment:a", "environment:b"
 	on := func(inst string, n int) map[string]any {

@@ -207,6 +207,7 @@ func joinReport(out, rep *AuditReport) *AuditReport {
 	t.ChainsOK += u.ChainsOK
 	t.ChainsBroken += u.ChainsBroken
 	t.Checkpoints += u.Checkpoints
+	t.Markers += u.Markers
 	t.StreamIsSound = t.StreamIsSound && u.StreamIsSound
 	for code, n := range u.ByCode {
 		if t.ByCode == nil {

@@ -126,6 +126,9 @@ type Reader struct {
 	rooms    map[string]*validate.RecordIndex
 	evidence *EvidenceIndex // nil: not kept (Audit)
 	scratch  Event          // decide's event when not full
+	// markers counts the record markers decide skipped (Audit's
+	// AuditTotals.Markers).
+	markers uint64
 	// Anchor, when set, starts a chain at the first entry seen for it
 	// instead of at position 0: for audits that start mid-stream.
 	Anchor bool
@@ -291,9 +294,12 @@ func (r *Reader) decide(x *prepared, full bool) (*Event, *SetAside) {
 		return nil, r.refusedAttestation(x)
 	}
 	switch x.p.Kind {
-	case room.KindCheckpoint, room.KindMarker:
+	case room.KindCheckpoint:
+		return nil, nil
+	case room.KindMarker:
 		// A marker is the server's index of the room's records, no
 		// leaf: the record rules are judged on the records themselves.
+		r.markers++
 		return nil, nil
 	case room.KindNotice:
 		return nil, r.takeNotice(x)

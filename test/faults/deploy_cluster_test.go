@@ -265,7 +265,7 @@ func TestDeployedClusterSecure(t *testing.T) {
 
 	// Both readers audit clean: 40 entries, 3 records, the checkpoints,
 	// every message admitted by the publisher key, through each server.
-	var checkpoints uint64
+	var checkpoints, markers uint64
 	for i, reader := range []string{"auditor", "solver"} {
 		n := c.nodes[i+1]
 		args := append([]string{"audit", "--json", "--server", n.url(), "--state-dir", filepath.Join(dir, "state-"+reader),
@@ -276,7 +276,7 @@ func TestDeployedClusterSecure(t *testing.T) {
 			t.Fatalf("%s audit: exit %d: %v\n%s%s", reader, r.status, err, r.stdout, r.stderr)
 		}
 		tot := rep.Totals
-		if r.status != 0 || tot.Entries != 40 || tot.Records != 3 || tot.Checkpoints < 1 || tot.Messages != 43+tot.Checkpoints ||
+		if r.status != 0 || tot.Entries != 40 || tot.Records != 3 || tot.Checkpoints < 1 || tot.Markers == 0 || tot.Messages != 43+tot.Markers+tot.Checkpoints ||
 			tot.SetAside != 0 || tot.ChainsOK != 1 || tot.ChainsBroken != 0 || !tot.Sound || len(rep.Violations) != 0 ||
 			len(rep.Checkpoints) != 1 || rep.Checkpoints[0].Admitted != 43 || rep.Checkpoints[0].Refused != 0 {
 			t.Fatalf("%s audit through %s: exit %d, totals %+v, checkpoints %+v, violations %+v; want exit 0, 40 entries, 3 records, 43 admitted, nothing set aside\n%s",
@@ -288,8 +288,8 @@ func TestDeployedClusterSecure(t *testing.T) {
 		if checkpoints != 0 && tot.Checkpoints != checkpoints {
 			t.Errorf("%s audit: %d checkpoints, the auditor's found %d", reader, tot.Checkpoints, checkpoints)
 		}
-		checkpoints = tot.Checkpoints
-		t.Logf("%s audits through %s: exit 0, %d messages: 40 entries, 3 records, %d checkpoints, 43 admitted", reader, n.name, tot.Messages, tot.Checkpoints)
+		checkpoints, markers = tot.Checkpoints, tot.Markers
+		t.Logf("%s audits through %s: exit 0, %d messages: 40 entries, 3 records, %d record markers, %d checkpoints, 43 admitted", reader, n.name, tot.Messages, tot.Markers, tot.Checkpoints)
 	}
 
 	// What the servers refuse: a reader's and the harness's publish on
@@ -313,8 +313,8 @@ func TestDeployedClusterSecure(t *testing.T) {
 		t.Fatal("the auditor deleted the room stream")
 	}
 	t.Logf("auditor deletes the stream: %s", errs.expect(t, `Permissions Violation for Publish to "$JS.API.STREAM.DELETE.ROOMS"`))
-	if after := streamInfo(t, adminJS).State.Msgs; after != before || after != 43+checkpoints {
-		t.Fatalf("the room stream holds %d messages after the refused acts, %d before; want %d", after, before, 43+checkpoints)
+	if after := streamInfo(t, adminJS).State.Msgs; after != before || after != 43+markers+checkpoints {
+		t.Fatalf("the room stream holds %d messages after the refused acts, %d before; want %d", after, before, 43+markers+checkpoints)
 	}
 	t.Logf("deployed cluster: %d messages in the R3 stream, refusals as configured (%s)", before, time.Since(start).Round(time.Millisecond))
 }

@@ -1010,6 +1010,7 @@ type auditReport struct {
 	} `json:"checkpoints"`
 	Totals struct {
 		Checkpoints  uint64         `json:"checkpoints"`
+		Markers      uint64         `json:"markers"`
 		Messages     uint64         `json:"messages"`
 		Entries      uint64         `json:"entries"`
 		Records      uint64         `json:"records"`
@@ -1051,9 +1052,10 @@ func auditClean(t *testing.T, tl *tally, url string, trusted []string, entries, 
 	tot := rep.Totals
 	forks := rep.Totals.ByCode["fork"]
 	tl.Forks += forks
-	// The stream holds the entries, the records and the rooms' signed
+	// The stream holds the entries, the records, their markers (the
+	// stream serve made has record markers on) and the rooms' signed
 	// checkpoints, each checkpoint verified.
-	all := entries + records + tot.Checkpoints
+	all := entries + records + tot.Markers + tot.Checkpoints
 	rep.LastSeq = rep.lastSeqs()
 	if r.status != 0 || tot.SetAside != 0 || tot.ChainsBroken != 0 || !tot.Sound || len(rep.Violations) != 0 || forks != 0 ||
 		tot.Entries != entries || tot.Records != records || tot.Messages != all || tot.ChainsOK != chains || rep.LastSeq != all {

@@ -8,6 +8,7 @@ package faults
 
 import (
 	"bufio"
+	"context"
 	"encoding/json"
 	"fmt"
 	"net/http"
@@ -330,6 +331,12 @@ func TestRollingUpgradeV010(t *testing.T) {
 	// 2. This build beside it: either may take a request or a lease.
 	cur := start("this build")
 	ship(publisherBin)
+	// The stream v0.1.0 made has no record markers, and this build keeps
+	// it so (a v0.1.0 gate beside it writes records without markers): it
+	// says once how to turn them on, for when no v0.1.0 is left.
+	if n := strings.Count(cur.stderr.String(), "has no record markers"); n != 1 {
+		t.Fatalf("this build's serve on v0.1.0's stream logged the record markers advice %d times, want once\n%s", n, tail(cur.stderr.String(), 3000))
+	}
 	// 3. v0.1.0 stops; this build alone takes v0.1.0's shipper and
 	// checkpoints over v0.1.0's checkpoints.
 	stop(old, 0)
@@ -349,6 +356,11 @@ func TestRollingUpgradeV010(t *testing.T) {
 	checkpointBy(newID)
 	stop(cur, 0)
 
+	if info, err := in.stream.Info(context.Background()); err != nil {
+		t.Fatal(err)
+	} else if room.RecordMarkers(info.Config) {
+		t.Fatalf("v0.1.0's stream after this build served it: metadata %v; want no record markers", info.Config.Metadata)
+	}
 	// Who wrote the checkpoints: both keys, and nothing else.
 	by := map[string]int{}
 	cks := in.read(ckSubj)

@@ -107,6 +107,27 @@ func startKeyed(t *testing.T, store string, key publisherKey, extra ...string) *
 		"--publisher-key", key.file}, extra...)...)
 }
 
+// unmarkStream has serve make the room stream in store, then takes its
+// record markers off, as a stream made before them: records are then
+// stored one message each.
+func unmarkStream(t *testing.T, store string) {
+	t.Helper()
+	srv := startServer(t, store)
+	in := inspect(t, srv.url)
+	js, err := jetstream.New(in.nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := in.stream.CachedInfo().Config
+	delete(cfg.Metadata, room.MetadataRecordMarkers)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if st, err := js.UpdateStream(ctx, cfg); err != nil || room.RecordMarkers(st.CachedInfo().Config) {
+		t.Fatalf("take the record markers off the stream: %v", err)
+	}
+	srv.stop()
+}
+
 // ckArgs are a subscriber command's connection and trust flags: the
 // reference host (for the sample records) and the publisher key.
 func ckArgs(url, publisherID, cmd string, more ...string) []string {
@@ -751,7 +772,9 @@ func TestCheckpointProve(t *testing.T) {
 	}
 	p, recordProof := prove(qmail, "--ref", rec.ComputedRef())
 	content = sha256.Sum256(rec.Canonical())
-	if p.Room != qmail || p.Subject != execSubject || p.StreamSeq != 301 || p.ContentHash != hex.EncodeToString(content[:]) ||
+	// Stream seq 306: 299 entries, the verified record at 300 and its five
+	// markers, then this one (leaf 1 of the room).
+	if p.Room != qmail || p.Subject != execSubject || p.StreamSeq != 306 || p.ContentHash != hex.EncodeToString(content[:]) ||
 		p.LeafIndex != 1 || p.TreeSize != 2 || len(p.Proof) != 1 || p.Checkpoint != string(qmailNote) {
 		t.Errorf("record proof %+v", p)
 	}
@@ -796,7 +819,7 @@ func TestCheckpointProve(t *testing.T) {
 		{"entry", "", []string{entryFile}, 0, valid},
 		{"entry from stdin", entryProof, []string{"-"}, 0, valid},
 		{"record", "", []string{recordFile}, 0,
-			fmt.Sprintf("valid: %s (%s) is leaf 1 of the checkpoint of size 2 signed by %s (stream seq 301 as reported by the prover, not proven)\n", qmail, execSubject, key.id)},
+			fmt.Sprintf("valid: %s (%s) is leaf 1 of the checkpoint of size 2 signed by %s (stream seq 306 as reported by the prover, not proven)\n", qmail, execSubject, key.id)},
 		{"entry, JSON", "", []string{"--json", entryFile}, 0,
 			fmt.Sprintf(`{"valid":true,"room":%q,"subject":%q,"reported_stream_seq":138,"leaf_index":137,"tree_size":299,"signer":%q}`+"\n", slug, slugSubj, key.id)},
 		{"a proof hash flipped", "", []string{file("path.json", edit(entryProof, func(p *proofDoc) { p.Proof[4] = flip(p.Proof[4]) }))}, 1, "invalid: …"},
@@ -940,6 +963,9 @@ func TestCheckpointKeyRotation(t *testing.T) {
 	// the order of the two rooms' checkpoints.
 	quiet := []string{"--checkpoint-interval", "1h"}
 
+	// A stream made before record markers, as a deployment upgraded to
+	// this release has: one message per leaf, at the stream seqs below.
+	unmarkStream(t, store)
 	// key1: stream seqs 1-10 entries 0-9, 11 the verified record, then the
 	// final checkpoints (rotate 10, qmail 1) at 12 and 13.
 	srv := startKeyed(t, store, key1, quiet...)

@@ -117,8 +117,8 @@ func RebuildWith(e *Env, roomID string, trust *checkpoint.Trust, aside bool) *Ro
 	take(bc.Flush())
 	for _, m := range e.Stored() {
 		p, err := subjects.Parse(m.Subject)
-		if err != nil || p.RoomID != roomID {
-			continue
+		if err != nil || p.RoomID != roomID || p.Kind == room.KindMarker {
+			continue // a record marker is no leaf by kind, as a checkpoint
 		}
 		if p.Kind == room.KindCheckpoint {
 			ck, err := checkpoint.Parse(m.Data, roomID, trust)

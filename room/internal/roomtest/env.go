@@ -44,7 +44,8 @@ type Env struct {
 	V      *validate.Validator
 	onGate []func(*ingest.Gate) // EachGate's
 	// marked: the stream is made with record markers on
-	// (room.MetadataRecordMarkers).
+	// (room.MetadataRecordMarkers), as StreamConfig makes it; else without,
+	// as a stream made before them.
 	marked bool
 }
 
@@ -61,25 +62,27 @@ func NewEnv(t *testing.T) *Env {
 	return NewEnvWith(t, embedded.Options{})
 }
 
-// NewEnvMarked is NewEnvWith on a stream with record markers on
-// (room.RecordMarkers): the relation rules are the server's.
+// NewEnvMarked is NewEnvWith, named for tests about the marked path: the
+// stream has record markers on (room.RecordMarkers), as StreamConfig makes
+// it, and the relation rules are the server's.
 func NewEnvMarked(t *testing.T, opts embedded.Options) *Env {
 	t.Helper()
 	return newEnv(t, opts, true)
 }
 
 // NewEnvUnmarked is NewEnvWith on a stream with record markers off, as
-// StreamConfig makes it: the relation rules in the gate's index. Tests
-// that count a stream's messages name it so.
+// streams made before them are: the relation rules in the gate's index.
+// Tests of that path name it so.
 func NewEnvUnmarked(t *testing.T, opts embedded.Options) *Env {
 	t.Helper()
 	return newEnv(t, opts, false)
 }
 
-// NewEnvWith is NewEnv with server options (MaxPayload, SyncInterval).
+// NewEnvWith is NewEnv with server options (MaxPayload, SyncInterval):
+// the stream is room.StreamConfig's, record markers on.
 func NewEnvWith(t *testing.T, opts embedded.Options) *Env {
 	t.Helper()
-	return newEnv(t, opts, false)
+	return newEnv(t, opts, true)
 }
 
 func newEnv(t *testing.T, opts embedded.Options, marked bool) *Env {
@@ -126,8 +129,8 @@ func (e *Env) Start() {
 	ctx := context.Background()
 	var subj room.Subjects
 	cfg := room.StreamConfig("", subj, 1)
-	if e.marked {
-		cfg.Metadata[room.MetadataRecordMarkers] = room.MarkersV1
+	if !e.marked {
+		delete(cfg.Metadata, room.MetadataRecordMarkers)
 	}
 	e.Stream, err = room.EnsureStream(ctx, e.Js, cfg, subj)
 	if err != nil {
