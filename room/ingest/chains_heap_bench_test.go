@@ -24,14 +24,18 @@ import (
 	"github.com/roompub/roompub/validate"
 )
 
-// BenchmarkGateChainsHeap ships chains of two entries each through one
-// gate (AppendJournal, 32 at once, on the embedded server; fsync once a
+// BenchmarkGateChainsHeap ships chains of two entries each
+// (ROOMPUB_BENCH_CHAIN_ENTRIES sets it) through one gate (AppendJournal, 32 at once, on the embedded server; fsync once a
 // minute, which the heap does not depend on) and reports, after a forced GC, the live heap per chain shipped: of the
 // whole process (the embedded server's own index of subjects included) and
 // of what the gate alone keeps (the live heap with the gate less the live
 // heap once it is dropped), with the chain states it holds. Each size is
 // one run: -benchtime=1x. ROOMPUB_BENCH_CHAINS sets the sizes
-// (comma-separated; default 10000,100000).
+// (comma-separated; default 10000,100000). Chains of one entry are stored
+// by one plain publish each, where two or more take an atomic batch, which
+// a file-backed R1 stream stages in a file store of its own (several
+// milliseconds of system calls each): one entry per chain makes a million
+// chains a run of minutes rather than hours, and keeps the same chain state.
 func BenchmarkGateChainsHeap(b *testing.B) {
 	sizes := []int{10_000, 100_000}
 	if s := os.Getenv("ROOMPUB_BENCH_CHAINS"); s != "" {
@@ -44,6 +48,13 @@ func BenchmarkGateChainsHeap(b *testing.B) {
 			sizes = append(sizes, n)
 		}
 	}
+	entries := 2
+	if s := os.Getenv("ROOMPUB_BENCH_CHAIN_ENTRIES"); s != "" {
+		var err error
+		if entries, err = strconv.Atoi(s); err != nil || entries < 1 {
+			b.Fatalf("ROOMPUB_BENCH_CHAIN_ENTRIES=%q: want a count of at least 1", s)
+		}
+	}
 	for _, n := range sizes {
 		b.Run(fmt.Sprint("chains=", n), func(b *testing.B) {
 			nc, v := heapBenchServer(b)
@@ -53,7 +64,7 @@ func BenchmarkGateChainsHeap(b *testing.B) {
 			}
 			before := liveHeap()
 			for i := 0; b.Loop(); i++ {
-				shipChains(b, g, fmt.Sprint("run-", i), n)
+				shipChains(b, g, fmt.Sprint("run-", i), n, entries)
 			}
 			withGate, states := liveHeap(), g.ChainStates()
 			runtime.KeepAlive(g)
@@ -68,8 +79,9 @@ func BenchmarkGateChainsHeap(b *testing.B) {
 	}
 }
 
-// shipChains stores n chains of two entries of run in room:heap through g.
-func shipChains(b *testing.B, g *ingest.Gate, run string, n int) {
+// shipChains stores n chains of entries entries of run in room:heap
+// through g.
+func shipChains(b *testing.B, g *ingest.Gate, run string, n, entries int) {
 	var next atomic.Int64
 	var wg sync.WaitGroup
 	for range 32 {
@@ -79,11 +91,11 @@ func shipChains(b *testing.B, g *ingest.Gate, run string, n int) {
 				if i >= n {
 					return
 				}
-				body := twoEntries(b, run, fmt.Sprint("capsule-", i))
+				body := journalOf(b, run, fmt.Sprint("capsule-", i), entries)
 				r, err := g.AppendJournal(context.Background(), "room:heap", body, nil)
 				// A duplicate is this request's own append, decided again
 				// after a batch that got no answer in time (a loaded machine).
-				if err != nil || r.Stored+r.Dupes != 2 {
+				if err != nil || r.Stored+r.Dupes != entries {
 					b.Errorf("chain %d: %+v %v", i, r, err)
 					return
 				}
@@ -93,10 +105,10 @@ func shipChains(b *testing.B, g *ingest.Gate, run string, n int) {
 	wg.Wait()
 }
 
-// twoEntries is a journal of two entries of chain run/capsule.
-func twoEntries(b *testing.B, run, capsule string) []byte {
+// journalOf is a journal of n entries of chain run/capsule.
+func journalOf(b *testing.B, run, capsule string, n int) []byte {
 	var out []byte
-	for _, ln := range benchLines(b, run, capsule, 2) {
+	for _, ln := range benchLines(b, run, capsule, n) {
 		out = append(append(out, ln...), '\n')
 	}
 	return out
