@@ -78,6 +78,8 @@ type cli struct {
 	ReadLength    int `name:"read-length" placeholder:"N" help:"Entries of each chain of the read stream (default 10000; --quick 2000)."`
 	VerifyEntries int `name:"verify-entries" placeholder:"N" help:"Entries of the verified journal (default 200000; --quick 5000)."`
 
+	Replicas int `name:"replicas" default:"1" placeholder:"N" help:"1: one embedded nats-server. 3: the long chain and parallel rows only, on a cluster of 3 embedded nats-servers in this process, routed on loopback, each with its JetStream store on disk in a temporary directory (removed) and an fsync before every acknowledgement; both write streams (roompub's and the raw side's) at 3 replicas, their leaders on the server every client connects to."`
+
 	Rooms int `name:"rooms" placeholder:"N" help:"Rooms the parallel row's chains are spread over, chain i in room i mod N, on both sides (default 1)."`
 
 	Curve        string `name:"curve" enum:",chain-length,chains,rooms" default:"" placeholder:"NAME" help:"Measure one cost curve instead of the rows: chain-length (the long chain row at each point's entries), chains (the parallel row, each point's chains sharing --curve-entries), rooms (the parallel row of --curve-chains chains spread over each point's rooms); raw and roompub afresh at each point (docs/performance.md, \"Cost curves\")."`
