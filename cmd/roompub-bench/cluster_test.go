@@ -1,11 +1,9 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"slices"
-	"strings"
 	"testing"
 	"time"
 
@@ -19,21 +17,13 @@ import (
 // the long chain and parallel rows alone, without floors, on temporary
 // stores.
 func TestReplicasFlags(t *testing.T) {
-	for _, tc := range []struct {
-		args []string
-		want string
-	}{
+	checkUsage(t, []usageCase{
 		{[]string{"--replicas", "2"}, "--replicas must be 1 or 3, not 2"},
 		{[]string{"--replicas", "0"}, "--replicas must be 1 or 3, not 0"},
 		{[]string{"--replicas", "3", "--check"}, "--replicas 3 excludes --check"},
 		{[]string{"--replicas", "3", "--store-dir", t.TempDir()}, "excludes --check (the floors are one server's) and --store-dir"},
 		{[]string{"--replicas", "3", "--only", "long", "--only", "read"}, "--replicas 3 runs the long chain and parallel rows only"},
-	} {
-		var out, errOut bytes.Buffer
-		if code := run(tc.args, &out, &errOut); code != 2 || !strings.Contains(errOut.String(), tc.want) {
-			t.Errorf("%v: exit %d, stderr %q; want exit 2 and %q", tc.args, code, errOut.String(), tc.want)
-		}
-	}
+	})
 	one, three := cli{Replicas: 1}, cli{Replicas: 3}
 	for _, row := range []string{"long", "parallel", "records", "read", "verify"} {
 		if !one.selected(row) {

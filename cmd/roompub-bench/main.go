@@ -26,7 +26,10 @@
 // (docs/witnesses.md). --modes runs the long chain, parallel and read rows
 // once per mode (keyless, attested, witnessed) and prints them side by
 // side. The raw side writes to a stream of its own (same configuration),
-// which no checkpointer reads.
+// which no checkpointer reads. --replicas 3 runs the long chain and
+// parallel rows on three embedded nats-servers clustered by routes on
+// loopback in this process, both write streams at 3 replicas and led by
+// the server every client connects to (cluster.go).
 //
 // The write scenarios run in rounds, raw first in odd rounds and roompub
 // first in even ones; only the work is timed, never the setup. It prints a
@@ -35,7 +38,7 @@
 // below its floor.
 //
 //	roompub-bench [--quick] [--check] [--no-attest | --witnesses N]
-//	    [--modes keyless,attested,witnessed] [--only SCENARIO]...
+//	    [--modes keyless,attested,witnessed] [--only SCENARIO]... [--replicas 3]
 //
 // Exit status: 0 done, 1 below a floor (--check), 2 usage or a failed run.
 package main
