@@ -114,6 +114,14 @@ CURVE_ROUNDS ?= 2
 bench-curves: build
 	for c in chain-length chains rooms; do $(BIN)/roompub-bench --curve $$c --rounds $(CURVE_ROUNDS) --publisher $(BIN)/publisher --subscriber $(BIN)/subscriber $(BENCH_FLAGS); done
 
+## bench-r3: the cost of the R3 cluster (docs/performance.md, "The R3 cluster on loopback"): the long chain and parallel rows on one embedded server (R1), then on 3 embedded nats-servers clustered on loopback, both write streams at 3 replicas (--replicas 3); roompub against raw JetStream on the same bytes in each run, stores in temporary directories (R3_FLAGS adds flags to both runs; about 3 min on a quiet 2-core machine)
+R3_FLAGS ?=
+.PHONY: bench-r3
+bench-r3: build
+	d=$$(mktemp -d); trap 'rm -rf "$$d"' EXIT; \
+	$(BIN)/roompub-bench --only long --only parallel --store-dir "$$d" $(R3_FLAGS); \
+	$(BIN)/roompub-bench --replicas 3 $(R3_FLAGS)
+
 ## bench-check: the side-by-side run only; exit 1 when a ratio is below its floor or audit's memory is over its caps (128 MiB RSS, 64 MiB live heap)
 .PHONY: bench-check bench-quick
 bench-check: build

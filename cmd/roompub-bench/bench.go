@@ -90,6 +90,14 @@ func (c *cli) Validate() error {
 	if c.Curve != "" && (len(c.Modes) > 0 || c.Check) {
 		bad("--curve excludes --modes and --check")
 	}
+	switch {
+	case c.Replicas != 1 && c.Replicas != 3:
+		bad("--replicas must be 1 or 3, not %d", c.Replicas)
+	case c.Replicas > 1 && (c.Check || c.StoreDir != ""):
+		bad("--replicas %d excludes --check (the floors are one server's) and --store-dir (the cluster's stores are temporary)", c.Replicas)
+	case c.Replicas > 1 && slices.ContainsFunc(c.Only, func(o string) bool { return !slices.Contains(clusterRows, o) }):
+		bad("--replicas %d runs the long chain and parallel rows only (--only long, --only parallel)", c.Replicas)
+	}
 	if c.Rounds < 0 {
 		bad("--rounds must not be negative")
 	}
@@ -177,7 +185,14 @@ func (c *cli) quorum() int {
 	return c.witnessCount()/2 + 1
 }
 
-func (c *cli) selected(name string) bool { return len(c.Only) == 0 || slices.Contains(c.Only, name) }
+// selected reports whether the row name runs: every row, or those --only
+// names; on a cluster (--replicas 3) only clusterRows.
+func (c *cli) selected(name string) bool {
+	if c.Replicas > 1 && !slices.Contains(clusterRows, name) {
+		return false
+	}
+	return len(c.Only) == 0 || slices.Contains(c.Only, name)
+}
 
 // Stream layout. Each side of the write scenarios has its own stream, made
 // afresh each run so every chain starts empty, with the same configuration
@@ -213,8 +228,9 @@ type bench struct {
 	tmp string // capsule directories
 
 	storeDir string
-	emb      *embedded.Server
-	nc       *nats.Conn // the raw side's connection
+	emb      *embedded.Server // the server every client connects to
+	cluster  *cluster         // with --replicas 3: every server, emb the first
+	nc       *nats.Conn       // the raw side's connection
 	js       jetstream.JetStream
 
 	subjects     room.Subjects   // the write stream's layout
@@ -379,6 +395,9 @@ func (b *bench) pass(mode string) ([]*result, map[string]any, error) {
 				return sideTraces.err
 			}
 			for _, r := range append([]*result{r}, r.also...) {
+				if b.cluster != nil {
+					r.floor = 0 // the floors are one server's
+				}
 				r.finish()
 				b.logf("%s (%s): raw %s, roompub %s, ratio %.3f (floor %.2f) %s", r.name, mode, r.raw, r.pub, r.ratio, r.floor, r.verdict())
 				results = append(results, r)
@@ -393,6 +412,11 @@ func (b *bench) pass(mode string) ([]*result, map[string]any, error) {
 	if (b.c.Quick || b.c.AuditWrites) && b.client != nil {
 		var err error
 		if audit, err = b.auditWrites(results); err != nil {
+			return nil, nil, err
+		}
+	}
+	if main && b.client != nil {
+		if err := b.streamFacts(audit); err != nil {
 			return nil, nil, err
 		}
 	}
@@ -419,7 +443,7 @@ func (b *bench) start() error {
 		return err
 	}
 	b.storeDir = b.c.StoreDir
-	if b.storeDir == "" && b.c.Quick {
+	if b.storeDir == "" && (b.c.Quick || b.c.Replicas > 1) {
 		b.storeDir = filepath.Join(b.tmp, "store") // removed with b.tmp
 	}
 	if b.storeDir == "" {
@@ -432,8 +456,12 @@ func (b *bench) start() error {
 	if err := os.MkdirAll(b.storeDir, 0o755); err != nil {
 		return err
 	}
-	b.emb, err = embedded.Start(embedded.Options{Listen: "127.0.0.1:-1", StoreDir: b.storeDir, ServerName: "roompub-bench"})
-	if err != nil {
+	if b.c.Replicas > 1 {
+		if b.cluster, err = startCluster(b.storeDir, b.c.Replicas); err != nil {
+			return err
+		}
+		b.emb = b.cluster.servers[0]
+	} else if b.emb, err = embedded.Start(embedded.Options{Listen: "127.0.0.1:-1", StoreDir: b.storeDir, ServerName: "roompub-bench"}); err != nil {
 		return err
 	}
 	if b.nc, err = nats.Connect(b.emb.ClientURL(), nats.Name("roompub-bench-raw")); err != nil {
@@ -447,7 +475,7 @@ func (b *bench) start() error {
 	if b.key, err = events.GenerateHostKey(rand.Reader); err != nil {
 		return err
 	}
-	b.logf("embedded nats-server %s at %s, store %s", server.VERSION, b.emb.ClientURL(), b.storeDir)
+	b.logf("%s at %s, store %s", b.serverNote(), b.emb.ClientURL(), b.storeDir)
 	return nil
 }
 
@@ -471,7 +499,7 @@ func (b *bench) startRoompub() error {
 	if err := b.dropDeploymentLog(ctx); err != nil {
 		return err
 	}
-	if _, err := room.EnsureStream(ctx, b.js, room.StreamConfig(rawStream, b.rawSubjects, 1), b.rawSubjects); err != nil {
+	if _, err := room.EnsureStream(ctx, b.js, room.StreamConfig(rawStream, b.rawSubjects, b.c.Replicas), b.rawSubjects); err != nil {
 		return err
 	}
 	v, err := validate.New(validate.WithTrustedHosts(b.key.NodeID()))
@@ -480,6 +508,15 @@ func (b *bench) startRoompub() error {
 	}
 	if b.pub, err = b.startPublisher(writeStream, b.subjects, "", v, b.writeOptions()); err != nil {
 		return err
+	}
+	if b.cluster != nil {
+		// Both streams led by the server every client connects to: each
+		// append takes the same hops on both sides.
+		for _, name := range []string{writeStream, rawStream} {
+			if err := placeLeader(ctx, b.nc, b.js, name, b.emb.NATSServer().Name()); err != nil {
+				return err
+			}
+		}
 	}
 	if b.clientNC, err = nats.Connect(b.emb.ClientURL(), nats.Name("roompub-bench-harness")); err != nil {
 		return err
@@ -535,7 +572,10 @@ func (b *bench) close() {
 	if b.nc != nil {
 		b.nc.Close()
 	}
-	if b.emb != nil {
+	switch {
+	case b.cluster != nil:
+		b.cluster.shutdown()
+	case b.emb != nil:
 		b.emb.Shutdown()
 	}
 	if b.tmp != "" {
@@ -583,6 +623,11 @@ func (b *bench) environment() map[string]any {
 		"rounds":              b.rounds,
 		"attested":            b.primary != modeKeyless,
 		"witnessed":           b.primary == modeWitnessed,
+		"replicas":            b.c.Replicas,
+		"servers":             1,
+	}
+	if b.cluster != nil {
+		env["servers"] = len(b.cluster.servers)
 	}
 	if len(b.c.Modes) > 0 {
 		env["modes"] = b.c.Modes
@@ -769,4 +814,14 @@ func (b *bench) syncSetting() string {
 	default:
 		return cfg.SyncInterval.String()
 	}
+}
+
+// serverNote names the servers the run is on, for the log and the
+// tables' headers.
+func (b *bench) serverNote() string {
+	if b.cluster != nil {
+		return fmt.Sprintf("%d nats-servers %s (embedded, in process, clustered by routes on loopback; streams at %d replicas, led by %s, where every client connects)",
+			len(b.cluster.servers), server.VERSION, b.c.Replicas, b.emb.NATSServer().Name())
+	}
+	return fmt.Sprintf("nats-server %s (embedded, in process)", server.VERSION)
 }

@@ -63,7 +63,7 @@ func (b *bench) printCurve(pts []curvePoint) error {
 	w := b.out.out
 	env := b.environment()
 	fmt.Fprintf(w, "roompub-bench --curve %s: roompub against raw JetStream at each point, rounds per point: %d (raw first in odd rounds)\n", b.c.Curve, b.rounds)
-	fmt.Fprintf(w, "%s, GOMAXPROCS %d, nats-server %s (embedded, in process), sync: %s\n", env["go_version"], env["gomaxprocs"], env["nats_server_version"], env["sync"])
+	fmt.Fprintf(w, "%s, GOMAXPROCS %d, %s, sync: %s\n", env["go_version"], env["gomaxprocs"], b.serverNote(), env["sync"])
 	xw := max(9, len(b.c.Curve))
 	fmt.Fprintf(w, "%*s  %-36s  %10s  %10s  %6s  %12s  %12s\n", xw, b.c.Curve, "row", "raw /s", "roompub /s", "ratio", "raw µs/each", "pub µs/each")
 	var js []map[string]any

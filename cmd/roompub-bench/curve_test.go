@@ -9,16 +9,26 @@ import (
 // TestCurveFlags holds the curve flags' rules: points need a curve, are
 // positive, and a curve runs alone (no modes, no floors).
 func TestCurveFlags(t *testing.T) {
-	for _, tc := range []struct {
-		args []string
-		want string
-	}{
+	checkUsage(t, []usageCase{
 		{[]string{"--points", "10"}, "--points needs --curve"},
 		{[]string{"--curve", "rooms", "--points", "0"}, "--points must be at least 1, not 0"},
 		{[]string{"--curve", "chains", "--check"}, "--curve excludes --modes and --check"},
 		{[]string{"--curve", "chains", "--curve-entries", "0"}, "--curve-entries and --curve-chains must be at least 1"},
 		{[]string{"--curve", "sideways"}, "--curve must be one of"},
-	} {
+	})
+}
+
+// usageCase is a command line the bench must refuse, and what its error
+// must say.
+type usageCase struct {
+	args []string
+	want string
+}
+
+// checkUsage runs each case and wants exit 2 with its error on stderr.
+func checkUsage(t *testing.T, cases []usageCase) {
+	t.Helper()
+	for _, tc := range cases {
 		var out, errOut bytes.Buffer
 		if code := run(tc.args, &out, &errOut); code != 2 || !strings.Contains(errOut.String(), tc.want) {
 			t.Errorf("%v: exit %d, stderr %q; want exit 2 and %q", tc.args, code, errOut.String(), tc.want)

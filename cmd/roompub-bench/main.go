@@ -26,7 +26,10 @@
 // (docs/witnesses.md). --modes runs the long chain, parallel and read rows
 // once per mode (keyless, attested, witnessed) and prints them side by
 // side. The raw side writes to a stream of its own (same configuration),
-// which no checkpointer reads.
+// which no checkpointer reads. --replicas 3 runs the long chain and
+// parallel rows on three embedded nats-servers clustered by routes on
+// loopback in this process, both write streams at 3 replicas and led by
+// the server every client connects to (cluster.go).
 //
 // The write scenarios run in rounds, raw first in odd rounds and roompub
 // first in even ones; only the work is timed, never the setup. It prints a
@@ -35,7 +38,7 @@
 // below its floor.
 //
 //	roompub-bench [--quick] [--check] [--no-attest | --witnesses N]
-//	    [--modes keyless,attested,witnessed] [--only SCENARIO]...
+//	    [--modes keyless,attested,witnessed] [--only SCENARIO]... [--replicas 3]
 //
 // Exit status: 0 done, 1 below a floor (--check), 2 usage or a failed run.
 package main
@@ -77,6 +80,8 @@ type cli struct {
 	ReadChains    int `name:"read-chains" placeholder:"N" help:"Chains of the read stream (default 100; --quick 10)."`
 	ReadLength    int `name:"read-length" placeholder:"N" help:"Entries of each chain of the read stream (default 10000; --quick 2000)."`
 	VerifyEntries int `name:"verify-entries" placeholder:"N" help:"Entries of the verified journal (default 200000; --quick 5000)."`
+
+	Replicas int `name:"replicas" default:"1" placeholder:"N" help:"1: one embedded nats-server. 3: the long chain and parallel rows only, on a cluster of 3 embedded nats-servers in this process, routed on loopback, each with its JetStream store on disk in a temporary directory (removed) and an fsync before every acknowledgement; both write streams (roompub's and the raw side's) at 3 replicas, their leaders on the server every client connects to."`
 
 	Rooms int `name:"rooms" placeholder:"N" help:"Rooms the parallel row's chains are spread over, chain i in room i mod N, on both sides (default 1)."`
 

@@ -22,9 +22,9 @@ import (
 )
 
 // publisher is roompub's publishing side on one stream: node.Serve, what
-// `publisher serve` runs, connected to the bench's embedded server
-// (ServerURL) with the stream's replicas at 1. With a publisher key (not
-// --no-attest) it is `publisher serve --publisher-key`: the gate attests,
+// `publisher serve` runs, connected to the bench's embedded server, the
+// first of the cluster with --replicas 3 (ServerURL), with the stream's
+// replicas at --replicas. With a publisher key (not --no-attest) it is `publisher serve --publisher-key`: the gate attests,
 // and a checkpointer with serve's defaults, on a connection of its own,
 // writes signed checkpoints. Its gate batches as the raw side does
 // (--batch, --inflight: serve's --max-batch, --max-inflight-batches).
@@ -71,7 +71,7 @@ func (b *bench) startPublisher(stream string, subjects room.Subjects, servicePre
 		ServerURL: b.emb.ClientURL(),
 		Stream:    stream,
 		Subjects:  subjects,
-		Replicas:  1,
+		Replicas:  b.c.Replicas,
 		Validator: v,
 		Service:   ingest.ServiceOptions{Prefix: servicePrefix, Version: buildVersion()},
 		// The gate batches as the raw side does: up to --batch messages

@@ -122,8 +122,8 @@ func (b *bench) printTable(results []*result) {
 	if sync == "always" {
 		sync = "always (fsync before every ack)"
 	}
-	fmt.Fprintf(w, "%s, GOMAXPROCS %d, nats-server %s (embedded, in process), sync: %s, store %s\n",
-		env["go_version"], env["gomaxprocs"], env["nats_server_version"], sync, b.storeDir)
+	fmt.Fprintf(w, "%s, GOMAXPROCS %d, %s, sync: %s, store %s\n",
+		env["go_version"], env["gomaxprocs"], b.serverNote(), sync, b.storeDir)
 	if b.attested() {
 		fmt.Fprintf(w, "attestation: on, as publisher serve --publisher-key (a key made for the run; a checkpointer every %d messages or %s and on stop); audit --trusted-publisher\n",
 			checkpointer.DefaultCheckpointEvery, checkpointer.DefaultCheckpointInterval)
@@ -134,6 +134,9 @@ func (b *bench) printTable(results []*result) {
 	}
 	if !b.attested() {
 		fmt.Fprintf(w, "attestation: off (--no-attest: no publisher key, no checkpointer; audit without --trusted-publisher)\n")
+	}
+	if b.cluster != nil {
+		fmt.Fprintf(w, "floors: none on a cluster (the floors are one server's; --check runs on one)\n")
 	}
 	if b.inflightNote != "" {
 		fmt.Fprintf(w, "in flight: %s\n", b.inflightNote)

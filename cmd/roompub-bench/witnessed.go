@@ -124,7 +124,7 @@ func (b *bench) serveDeploymentLog(stream string, subjects room.Subjects, dk *de
 	ctx, cancel := context.WithTimeout(b.ctx, 5*time.Minute)
 	defer cancel()
 	ck, err := checkpointer.Start(ctx, nc, checkpointer.Options{Stream: stream, Subjects: subjects, Key: dk.key, Origin: dk.origin,
-		Deployment: checkpointer.DeploymentOptions{Witnesses: b.wit.ws}, TrustedPublishers: trusted, Replicas: 1,
+		Deployment: checkpointer.DeploymentOptions{Witnesses: b.wit.ws}, TrustedPublishers: trusted, Replicas: b.c.Replicas,
 		Logger: newLogger(b.out.err, &errs)})
 	if err != nil {
 		return 0, err

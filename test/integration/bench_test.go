@@ -31,6 +31,12 @@ func runBench(t *testing.T, args ...string) map[string]any {
 // runBenchIn is runBench in dir.
 func runBenchIn(t *testing.T, dir string, args ...string) map[string]any {
 	t.Helper()
+	return runBenchEnv(t, dir, nil, args...)
+}
+
+// runBenchEnv is runBenchIn with env added to the bench's environment.
+func runBenchEnv(t *testing.T, dir string, env []string, args ...string) map[string]any {
+	t.Helper()
 	bench := filepath.Join(filepath.Dir(publisher), "roompub-bench")
 	build := exec.Command("go", "build", "-o", bench, "./cmd/roompub-bench")
 	build.Dir = root
@@ -39,6 +45,9 @@ func runBenchIn(t *testing.T, dir string, args ...string) map[string]any {
 	}
 	cmd := exec.Command(bench, append(args, "--publisher", publisher, "--subscriber", subscriberBin(t))...)
 	cmd.Dir = dir
+	if env != nil {
+		cmd.Env = append(os.Environ(), env...)
+	}
 	var out, errOut bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errOut
 	if err := cmd.Run(); err != nil {
@@ -183,6 +192,43 @@ func TestBenchNoAttest(t *testing.T) {
 		if _, ok := got[k]; ok {
 			t.Errorf("%s = %v, want none", k, got[k])
 		}
+	}
+}
+
+// TestBenchReplicas: --replicas 3 runs the long chain and parallel rows
+// on a cluster of three real nats-servers, both write streams at three
+// replicas, every replica current, led by the server the clients use;
+// both sides stored the same entries (the streams counted, then
+// audited); the cluster's stores were in the temporary directory, and
+// nothing is left there.
+func TestBenchReplicas(t *testing.T) {
+	tmp := t.TempDir()
+	got := runBenchEnv(t, t.TempDir(), []string{"TMPDIR=" + tmp}, "--quick", "--replicas", "3")
+	for k, v := range map[string]any{"replicas": 3.0, "servers": 3.0, "sync": "always",
+		"write_stream_replicas": 3.0, "raw_stream_replicas": 3.0, "write_stream_current": 3.0, "raw_stream_current": 3.0,
+		"write_stream_leader": "n1", "raw_stream_leader": "n1",
+		// 2 rounds of 500 + 10 × 100 entries each side; the raw side's
+		// long chain has its reference chain of 500 besides.
+		"long_chain_raw_count": 1000.0, "long_chain_roompub_count": 1000.0, "parallel_raw_count": 2000.0, "parallel_roompub_count": 2000.0,
+		"write_stream_leaves": 3000.0, "raw_stream_leaves": 3500.0,
+		"write_audit_clean": true, "write_audit_entries": 2*3000.0 + 500, "write_audit_admitted": 3000.0,
+		"long_chain_floor": 0.0, "parallel_floor": 0.0} {
+		if got[k] != v {
+			t.Errorf("%s = %v, want %v", k, got[k], v)
+		}
+	}
+	for _, k := range []string{"long_chain_ratio", "parallel_ratio", "long_chain_roompub_cpu_us_each", "parallel_raw_cpu_us_each"} {
+		if v, ok := got[k].(float64); !ok || !(v > 0) {
+			t.Errorf("%s = %v, want a number > 0", k, got[k])
+		}
+	}
+	for _, k := range []string{"records_items", "read_items", "verify_items"} {
+		if _, ok := got[k]; ok {
+			t.Errorf("%s = %v: only the long chain and parallel rows run on the cluster", k, got[k])
+		}
+	}
+	if left, err := os.ReadDir(tmp); err != nil || len(left) > 0 {
+		t.Errorf("left in the temporary directory: %v %v", left, err)
 	}
 }
 
