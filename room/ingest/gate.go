@@ -2,6 +2,7 @@ package ingest
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -95,6 +96,13 @@ type GateOptions struct {
 	// turns those items failed (not decided; sent again, they are
 	// duplicates). Nil: the server's acknowledgement is the word.
 	Durable func() error
+	// SurveyConn, when set, is the connection Survey reads the stream on;
+	// nil: the gate's own. The server answers one connection's requests
+	// in order, and a survey's first reads after a server start load the
+	// message blocks that hold chain heads (seconds on a stream of
+	// millions of messages), which on the gate's connection would hold
+	// its appends behind them (docs/design.md, "publisher serve").
+	SurveyConn *nats.Conn
 	// now, when set, is the clock of ChainIdle (tests: WithGateClock).
 	now func() time.Time
 	// presigned, when set, counts the record appends that carried the
@@ -147,6 +155,7 @@ type Gate struct {
 	aheadWait atomic.Int64
 	js        jetstream.JetStream
 	nc        *nats.Conn
+	surveyNC  *nats.Conn // Survey's reads: GateOptions.SurveyConn, else nc
 	stream    jetstream.Stream
 	subjects  room.Subjects
 	v         *validate.Validator
@@ -246,7 +255,7 @@ func NewGate(ctx context.Context, nc *nats.Conn, o GateOptions) (*Gate, error) {
 		return nil, fmt.Errorf("%w: stream %s: %v", ErrGate, name, err)
 	}
 	g := &Gate{
-		js: js, nc: nc, stream: st, subjects: o.Subjects, v: o.Validator,
+		js: js, nc: nc, surveyNC: cmp.Or(o.SurveyConn, nc), stream: st, subjects: o.Subjects, v: o.Validator,
 		log: o.Logger, obs: o.Observer, timeout: o.PublishTimeout, attempts: o.Attempts, key: o.PublisherKey, attested: o.Attested,
 		chains: map[events.ChainKey]*chainState{}, rooms: map[string]*roomState{}, orders: map[events.ChainKey]*chainOrder{},
 		damaged: map[events.ChainKey]DamagedChain{}, damagedIn: map[string]int{}, noticesByRoom: map[string]*roomNotices{},

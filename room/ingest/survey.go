@@ -52,8 +52,11 @@ const lastBatch = 256
 // replaying it (docs/reliability.md, "When the store loses what it
 // acknowledged"): one paged count of the messages on every subject
 // (jsapi.SubjectCounts), the last message of each chain's subject and the
-// latest checkpoint of each room (batched direct gets). Its reads grow
-// with the number of chains and rooms, never with the stream's messages.
+// latest checkpoint of each room (batched direct gets), on
+// GateOptions.SurveyConn. Its requests grow with the number of chains and
+// rooms, never with the stream's messages; the server's work for them
+// grows with the message blocks that hold the chains' heads, which it
+// loads on the first read after its start.
 //
 //   - A chain whose subject holds fewer messages than its last entry's
 //     position + 1 is read again as an append would read it (its head,
@@ -76,7 +79,7 @@ func (g *Gate) Survey(ctx context.Context) (Survey, error) {
 	root := g.subjects.Root()
 	for _, filter := range []string{root + ".*.journal.*.*", root + ".*.exec", root + ".*.checkpoint"} {
 		var c map[string]uint64
-		if c, err = jsapi.SubjectCounts(ctx, g.nc, g.streamName(), filter, g.timeout); err != nil {
+		if c, err = jsapi.SubjectCounts(ctx, g.surveyNC, g.streamName(), filter, g.timeout); err != nil {
 			return out, err
 		}
 		maps.Copy(counts, c)
@@ -194,7 +197,7 @@ func (g *Gate) lastEach(ctx context.Context, subjs []string, each func(subj stri
 // lastOf is one multi_last direct get of subjs, by subject; nil (and no
 // error) when no server answers direct gets (lastEach reads each alone).
 func (g *Gate) lastOf(ctx context.Context, subjs []string) (map[string]jsapi.Msg, error) {
-	msgs, err := jsapi.DirectBatch(ctx, g.nc, g.streamName(), jsapi.BatchRequest{MultiLast: subjs, Batch: len(subjs), MaxBytes: 16 << 20}, g.timeout)
+	msgs, err := jsapi.DirectBatch(ctx, g.surveyNC, g.streamName(), jsapi.BatchRequest{MultiLast: subjs, Batch: len(subjs), MaxBytes: 16 << 20}, g.timeout)
 	if err != nil && !jsapi.IsRetryable(err) {
 		return nil, err
 	}

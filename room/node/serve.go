@@ -331,10 +331,20 @@ func Serve(ctx context.Context, o ServeOptions) error {
 			stopCheckpointer(parts[i].ckp, log)
 		}
 	}()
+	// The surveys of what the store lost read on a connection of their
+	// own: after a server start their first reads load the message blocks
+	// that hold the chains' heads (seconds at millions of messages), and
+	// the server answers a connection's requests in order, so on the
+	// gates' connection the first appends would wait behind them.
+	surveyNC, err := nats.Connect(url, append(opts, nats.Name("roompub-publisher-survey"))...)
+	if err != nil {
+		return fmt.Errorf("connect %s: %w", redact(url), err)
+	}
+	defer surveyNC.Close() // after the surveys end (deferred below)
 	for i, p := range parts {
 		gopts := ingest.GateOptions{Stream: p.cfg.Name, Subjects: p.subjects, Validator: o.Validator, Logger: log, Observer: metrics,
 			MaxBatch: o.MaxBatch, MaxInflightBatches: o.MaxInflightBatches, PublisherKey: o.PublisherKey,
-			TrustedPublishers: o.Checkpoint.TrustedPublishers}
+			TrustedPublishers: o.Checkpoint.TrustedPublishers, SurveyConn: surveyNC}
 		if emb != nil && o.Embedded.SyncInterval <= 0 {
 			// Acknowledged means on disk: the new file names too, which the
 			// server does not fsync (docs/reliability.md).
