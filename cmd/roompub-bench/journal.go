@@ -252,6 +252,14 @@ func (b *bench) countStored(r *result, rawRooms, pubRooms []string) error {
 	return nil
 }
 
+// maxShippers bounds the parallel row's chains shipping at once, as a
+// harness keeps one identity's requests under its share of the ingest
+// service (ingest.DefaultIdentityConcurrency, 1,024, counting each
+// shipper's pipelined requests); past it the service answers over_quota,
+// and 10,000 shippers retrying at once gave up. The raw side's batches in
+// flight are bounded by --inflight.
+const maxShippers = 256
+
 // parallel: chains × chainLength entries shipped at once, the batches in
 // flight capped alike on both sides; chain i in room i mod rooms.
 func (b *bench) parallel() (*result, error) {
@@ -266,6 +274,9 @@ func (b *bench) parallel() (*result, error) {
 	r := &result{key: "parallel", name: name, unit: "entries", items: k * n * b.rounds, floor: 0.6,
 		rawHow: fmt.Sprintf("%d goroutines, atomic batches of up to %d, at most %d in flight", k, b.c.Batch, b.c.Inflight),
 		pubHow: fmt.Sprintf("%d client.ShipCapsule goroutines, %s", k, b.pubInflight)}
+	if k > maxShippers {
+		r.pubHow = fmt.Sprintf("%d client.ShipCapsule goroutines, at most %d shipping at once, %s", k, maxShippers, b.pubInflight)
+	}
 	roomOf := func(side string, i int) string { return parallelRoom(side, i, rooms) }
 	err := b.inRounds(r, func(round int) (side, error) {
 		chains := make([]*chain, k)
@@ -294,7 +305,10 @@ func (b *bench) parallel() (*result, error) {
 			s.bytes += c.bytes
 		}
 		var err error
+		shippers := make(chan struct{}, maxShippers)
 		s.n, err = runAll(k, func(i int) (int, error) {
+			shippers <- struct{}{}
+			defer func() { <-shippers }()
 			return b.ship(dirs[i], roomOf("pub", i), n)
 		}, &s)
 		return s, err
