@@ -28,9 +28,9 @@ type LeafBounds struct {
 	// adjacent chunks merge into one of twice the leaves.
 	MaxChunks int
 	// Dir is where the file goes ("": os.TempDir()). It is removed as
-	// soon as it is created (on Unix; elsewhere by Close) and never
-	// holds more than the leaves after Base(), plus as many again before
-	// it is compacted.
+	// soon as it is created (on Unix; elsewhere by Close) and holds the
+	// spilled leaves after Base(), plus at most as many again or 65,536
+	// before Base() (then it is compacted).
 	Dir string
 }
 
@@ -46,6 +46,7 @@ type LeafStats struct {
 	Spilled uint64 // leaves written to the file
 	Reread  uint64 // leaves read back from it
 	Chunk   uint64 // leaves per chunk now (LeafBounds.Chunk, doubled per merge)
+	Held    uint64 // leaves after Base() in memory now
 	// WriteErr is why leaves could not be written: from then on they
 	// stay in memory, as in an unbounded tree. ReadErr is why spilled
 	// leaves could not be read back (ErrLeafSpill).
@@ -60,7 +61,8 @@ const compactMin = 1 << 16
 // spill is a bounded LeanTree's file of leaves and chunk hashes.
 type spill struct {
 	window, maxChunks int
-	level             uint // a chunk is 1<<level leaves
+	level             uint   // a chunk is 1<<level leaves
+	grain             uint64 // leaves leave memory in multiples of LeafBounds.Chunk, however chunks merge
 	dir               string
 
 	f         *os.File
@@ -98,18 +100,18 @@ func (t *LeanTree) Bound(b LeafBounds) error {
 	if b.Chunk&(b.Chunk-1) != 0 {
 		return fmt.Errorf("checkpoint: a chunk of %d leaves is not a power of two", b.Chunk)
 	}
-	t.sp = &spill{window: b.Window, maxChunks: max(b.MaxChunks, 2), level: uint(bits.TrailingZeros(uint(b.Chunk))), dir: b.Dir,
+	t.sp = &spill{window: b.Window, maxChunks: max(b.MaxChunks, 2), level: uint(bits.TrailingZeros(uint(b.Chunk))), grain: uint64(b.Chunk), dir: b.Dir,
 		fileFirst: t.tailStart, fileEnd: t.tailStart}
 	return nil
 }
 
-// LeafStats reports what t did with its leaves (zero unless bounded).
+// LeafStats reports what t did with its leaves (only Held unless bounded).
 func (t *LeanTree) LeafStats() LeafStats {
 	if t.sp == nil {
-		return LeafStats{}
+		return LeafStats{Held: uint64(len(t.tail))}
 	}
 	s := t.sp.stats
-	s.Chunk = t.sp.chunkLen64()
+	s.Chunk, s.Held = t.sp.chunkLen64(), uint64(len(t.tail))
 	return s
 }
 
@@ -135,8 +137,7 @@ func (t *LeanTree) evict() {
 	if sp.stats.WriteErr != nil || sp.stats.ReadErr != nil {
 		return
 	}
-	n := sp.chunkLen64()
-	end := (t.Size() - uint64(sp.window)) / n * n
+	end := (t.Size() - uint64(sp.window)) / sp.grain * sp.grain
 	if end <= t.tailStart {
 		return
 	}
@@ -145,6 +146,7 @@ func (t *LeanTree) evict() {
 		sp.stats.WriteErr = err
 		return
 	}
+	n := sp.chunkLen64()
 	first := (t.baseSize + n - 1) / n
 	if len(sp.chunks) > 0 {
 		first = sp.c0 + uint64(len(sp.chunks))
@@ -167,7 +169,6 @@ func (t *LeanTree) evict() {
 	sp.merge()
 }
 
-func (sp *spill) chunkLen() int      { return 1 << sp.level }
 func (sp *spill) chunkLen64() uint64 { return 1 << sp.level }
 
 // chunkAt returns the hash of the chunk starting at leaf i, if kept.

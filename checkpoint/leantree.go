@@ -41,7 +41,7 @@ func (t *LeanTree) Size() uint64 { return t.tailStart + uint64(len(t.tail)) }
 // Append adds leaf (a leaf hash) at index Size().
 func (t *LeanTree) Append(leaf [32]byte) {
 	t.tail = append(t.tail, leaf)
-	if t.sp != nil && len(t.tail) >= t.sp.window+t.sp.chunkLen() {
+	if t.sp != nil && uint64(len(t.tail)) >= uint64(t.sp.window)+t.sp.grain {
 		t.evict()
 	}
 }
@@ -166,9 +166,9 @@ func (t *LeanTree) Truncate(size uint64) error {
 		t.tail = t.tail[:size-t.tailStart]
 		return nil
 	}
-	// Into the spilled leaves: the window starts again at the chunk
-	// holding size, its leaves read back.
-	start := max(t.baseSize, size/t.sp.chunkLen64()*t.sp.chunkLen64())
+	// Into the spilled leaves: memory starts again at the multiple of
+	// the grain below size, the leaves from there read back.
+	start := max(t.baseSize, size/t.sp.grain*t.sp.grain)
 	clear(t.tail)
 	t.tail = t.tail[:0]
 	if err := t.sp.read(start, size, func(leaf [32]byte) { t.tail = append(t.tail, leaf) }); err != nil {

@@ -97,7 +97,7 @@ func NewBoundedLedger(b LeafBounds) (*Ledger, error) {
 }
 
 // LeafStats is what a bounded ledger's tree did with its leaves
-// (LeanTree.LeafStats); zero for the others.
+// (LeanTree.LeafStats); zero for a full ledger.
 func (l *Ledger) LeafStats() LeafStats {
 	if t, ok := l.tree.(*LeanTree); ok {
 		return t.LeafStats()
