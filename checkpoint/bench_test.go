@@ -194,3 +194,29 @@ func BenchmarkLedgerCheckpoint(b *testing.B) {
 	}
 	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*per), "ns/leaf")
 }
+
+// BenchmarkLeanTreeAppendUncovered is a reader's cost per leaf no
+// checkpoint covers (a checkpointer far behind): unbounded, a slice
+// append; bounded (LeafBounds' defaults), also its share of a chunk's
+// hash and of a 32 KiB write to the file.
+func BenchmarkLeanTreeAppendUncovered(b *testing.B) {
+	for _, bounded := range []bool{false, true} {
+		name := "unbounded"
+		if bounded {
+			name = "bounded"
+		}
+		b.Run(name, func(b *testing.B) {
+			t := NewLeanTree()
+			if bounded {
+				if err := t.Bound(LeafBounds{Dir: b.TempDir()}); err != nil {
+					b.Fatal(err)
+				}
+				defer t.Close()
+			}
+			leaf := leafOf(1)
+			for b.Loop() {
+				t.Append(leaf)
+			}
+		})
+	}
+}

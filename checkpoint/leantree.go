@@ -13,14 +13,20 @@ import (
 // nodes stay available, and the leaf hashes after it. Roots, truncation and
 // consistency proofs are for sizes of at least Base(); Advance moves Base()
 // on once a checkpoint has covered the leaves. Memory: O(log n) hashes plus
-// 32 bytes per leaf after Base(). Roots and Advance fold leaves without
-// allocating (a checkpoint check costs hashing only, whatever it covers).
+// 32 bytes per leaf after Base(), or, bounded (Bound), a window of the
+// latest leaves and one hash per chunk of the others, which go to a file.
+// Roots and Advance fold leaves without allocating (a checkpoint check
+// costs hashing only, whatever it covers).
 type LeanTree struct {
 	baseSize uint64
 	// base holds the hashes of compact.RangeNodes(0, baseSize): the
 	// perfect subtrees of the first baseSize leaves, largest first.
 	base [][32]byte
-	tail [][32]byte // leaves Base(), Base()+1, ...
+	// tail holds the leaves tailStart, tailStart+1, ...; the leaves
+	// Base() to tailStart are spilled (sp), tailStart == Base() without.
+	tail      [][32]byte
+	tailStart uint64
+	sp        *spill
 }
 
 // NewLeanTree returns an empty lean tree.
@@ -30,14 +36,21 @@ func NewLeanTree() *LeanTree { return &LeanTree{} }
 func (t *LeanTree) Base() uint64 { return t.baseSize }
 
 // Size is the number of leaves.
-func (t *LeanTree) Size() uint64 { return t.baseSize + uint64(len(t.tail)) }
+func (t *LeanTree) Size() uint64 { return t.tailStart + uint64(len(t.tail)) }
 
 // Append adds leaf (a leaf hash) at index Size().
-func (t *LeanTree) Append(leaf [32]byte) { t.tail = append(t.tail, leaf) }
+func (t *LeanTree) Append(leaf [32]byte) {
+	t.tail = append(t.tail, leaf)
+	if t.sp != nil && uint64(len(t.tail)) >= uint64(t.sp.window)+t.sp.grain {
+		t.evict()
+	}
+}
 
 // foldRange is the compact range of the leaves [0, end) as it is built
 // leaf by leaf: the hashes of compact.RangeNodes(0, end), largest first
-// (one per bit set in end; 64 at most).
+// (one per bit set in end; 64 at most). It also folds a range that starts
+// at a multiple of its length (a perfect subtree), end then counting from
+// its start.
 type foldRange struct {
 	h   [64][32]byte
 	n   int
@@ -46,15 +59,18 @@ type foldRange struct {
 
 // push appends the leaf hash at index end: it merges with the perfect
 // subtrees to its left that it completes (one per trailing one bit of end).
-func (f *foldRange) push(leaf [32]byte) {
-	h := leaf
-	for i := f.end; i&1 == 1; i >>= 1 {
+func (f *foldRange) push(leaf [32]byte) { f.pushNode(leaf, 0) }
+
+// pushNode appends h, the hash of the perfect subtree of 2^level leaves
+// from end on (end a multiple of 2^level), as push does a leaf.
+func (f *foldRange) pushNode(h [32]byte, level uint) {
+	for i := f.end >> level; i&1 == 1; i >>= 1 {
 		f.n--
 		h = NodeHash(f.h[f.n], h)
 	}
 	f.h[f.n] = h
 	f.n++
-	f.end++
+	f.end += 1 << level
 }
 
 // root is the RFC 6962 root of the leaves [0, end): the subtrees folded
@@ -76,8 +92,55 @@ func (t *LeanTree) rangeAt(f *foldRange, size uint64) error {
 		return fmt.Errorf("%w: size %d outside %d..%d", ErrTreeSize, size, t.baseSize, t.Size())
 	}
 	f.n, f.end = copy(f.h[:], t.base), t.baseSize
-	for _, leaf := range t.tail[:size-t.baseSize] {
-		f.push(leaf)
+	return t.pushRange(f, t.baseSize, size)
+}
+
+// pushRange pushes the leaves [lo, hi) (Base() <= lo <= hi <= Size())
+// into f: a spilled chunk as its hash, the other leaves one by one.
+func (t *LeanTree) pushRange(f *foldRange, lo, hi uint64) error {
+	if t.sp == nil || lo >= t.tailStart {
+		for _, leaf := range t.tail[lo-t.tailStart : hi-t.tailStart] {
+			f.push(leaf)
+		}
+		return nil
+	}
+	sp := t.sp
+	n := sp.chunkLen64()
+	for i := lo; i < hi; {
+		if i >= t.tailStart {
+			for _, leaf := range t.tail[i-t.tailStart : hi-t.tailStart] {
+				f.push(leaf)
+			}
+			return nil
+		}
+		if h, ok := sp.chunkAt(i); ok && i+n <= hi {
+			f.pushNode(h, sp.level)
+			i += n
+			continue
+		}
+		next := min(hi, (i/n+1)*n)
+		if err := t.leaves(i, next, f.push); err != nil {
+			return err
+		}
+		i = next
+	}
+	return nil
+}
+
+// leaves calls fn with each leaf of [lo, hi) (Base() <= lo <= hi <=
+// Size()), in order, reading the spilled ones back.
+func (t *LeanTree) leaves(lo, hi uint64, fn func([32]byte)) error {
+	if lo < t.tailStart {
+		if err := t.sp.read(lo, min(hi, t.tailStart), fn); err != nil {
+			return err
+		}
+		if hi <= t.tailStart {
+			return nil
+		}
+		lo = t.tailStart
+	}
+	for _, leaf := range t.tail[lo-t.tailStart : hi-t.tailStart] {
+		fn(leaf)
 	}
 	return nil
 }
@@ -98,8 +161,21 @@ func (t *LeanTree) Truncate(size uint64) error {
 	if size < t.baseSize || size > t.Size() {
 		return fmt.Errorf("%w: truncate to %d outside %d..%d", ErrTreeSize, size, t.baseSize, t.Size())
 	}
-	clear(t.tail[size-t.baseSize:])
-	t.tail = t.tail[:size-t.baseSize]
+	if size >= t.tailStart {
+		clear(t.tail[size-t.tailStart:])
+		t.tail = t.tail[:size-t.tailStart]
+		return nil
+	}
+	// Into the spilled leaves: memory starts again at the multiple of
+	// the grain below size, the leaves from there read back.
+	start := max(t.baseSize, size/t.sp.grain*t.sp.grain)
+	clear(t.tail)
+	t.tail = t.tail[:0]
+	if err := t.sp.read(start, size, func(leaf [32]byte) { t.tail = append(t.tail, leaf) }); err != nil {
+		return err
+	}
+	t.sp.truncate(start)
+	t.tailStart = start
 	return nil
 }
 
@@ -140,8 +216,8 @@ func (t *LeanTree) ConsistencyProof(size1, size2 uint64) ([][32]byte, error) {
 		case begin >= size1 && end <= t.Size():
 			// A perfect subtree: its compact range is one node.
 			var sub foldRange
-			for _, leaf := range t.tail[begin-t.baseSize : end-t.baseSize] {
-				sub.push(leaf)
+			if err := t.pushRange(&sub, begin, end); err != nil {
+				return nil, err
 			}
 			if sub.n != 1 {
 				return nil, fmt.Errorf("%w: node %d/%d is not a perfect subtree", ErrTreeSize, id.Level, id.Index)
@@ -173,15 +249,19 @@ func (t *LeanTree) Advance(size uint64) error {
 	if err := t.rangeAt(&f, size); err != nil {
 		return err
 	}
-	n := size - t.baseSize
 	t.base = append(t.base[:0], f.h[:f.n]...)
 	t.baseSize = size
-	rest := t.tail[n:]
-	if cap(rest) > 2*len(rest)+64 {
-		// Most of the slice is spent: copy what is left, so the spent
-		// part can be collected.
-		rest = append([][32]byte(nil), rest...)
+	if size > t.tailStart {
+		rest := t.tail[size-t.tailStart:]
+		if cap(rest) > 2*len(rest)+64 {
+			// Most of the slice is spent: copy what is left, so the
+			// spent part can be collected.
+			rest = append([][32]byte(nil), rest...)
+		}
+		t.tail, t.tailStart = rest, size
 	}
-	t.tail = rest
+	if t.sp != nil {
+		t.sp.advance(size, t.tailStart)
+	}
 	return nil
 }

@@ -83,6 +83,37 @@ type Ledger struct {
 // checkpointer).
 func NewLedger() *Ledger { return &Ledger{tree: NewLeanTree()} }
 
+// NewBoundedLedger returns an empty ledger on a LeanTree bounded by b
+// (LeanTree.Bound): O(log n) hashes, at most about b.Window+b.Chunk leaves
+// after the latest checkpoint in memory and a hash per chunk of the
+// others, which go to a file; the same checks and verdicts as NewLedger's.
+// Close removes the file. Errors: b.Chunk not a power of two.
+func NewBoundedLedger(b LeafBounds) (*Ledger, error) {
+	t := NewLeanTree()
+	if err := t.Bound(b); err != nil {
+		return nil, err
+	}
+	return &Ledger{tree: t}, nil
+}
+
+// LeafStats is what a bounded ledger's tree did with its leaves
+// (LeanTree.LeafStats); zero for a full ledger.
+func (l *Ledger) LeafStats() LeafStats {
+	if t, ok := l.tree.(*LeanTree); ok {
+		return t.LeafStats()
+	}
+	return LeafStats{}
+}
+
+// Close removes a bounded ledger's file of leaves (LeanTree.Close); the
+// ledger must not be used after. Other ledgers need no Close.
+func (l *Ledger) Close() error {
+	if t, ok := l.tree.(*LeanTree); ok {
+		return t.Close()
+	}
+	return nil
+}
+
 // NewFullLedger returns an empty ledger on a Tree, which keeps every node:
 // roots and proofs at any size (Prove, checkpoints from elsewhere), about
 // 64 bytes per leaf.

@@ -121,7 +121,11 @@ func (l *Ledger) ResumeAt(size uint64) (Resume, error) {
 	if err := t.rangeAt(&f, size-1); err != nil {
 		return Resume{}, err
 	}
-	return Resume{Last: t.tail[size-1-t.baseSize], Prefix: append([][32]byte(nil), f.h[:f.n]...)}, nil
+	var last [32]byte
+	if err := t.leaves(size-1, size, func(l [32]byte) { last = l }); err != nil {
+		return Resume{}, err
+	}
+	return Resume{Last: last, Prefix: append([][32]byte(nil), f.h[:f.n]...)}, nil
 }
 
 // ResumeLedger returns a lean ledger of c's room as of c, read at stream
@@ -142,6 +146,6 @@ func ResumeLedger(c *Checkpoint, seq uint64, r Resume) (*Ledger, error) {
 	if root := f.root(); root != c.Root {
 		return nil, fmt.Errorf("%w: the compact range hashes to %s at size %d, the checkpoint's root is %s", ErrBadResume, hexRoot(root), c.Size, hexRoot(c.Root))
 	}
-	t := &LeanTree{baseSize: c.Size, base: append([][32]byte(nil), f.h[:f.n]...)}
+	t := &LeanTree{baseSize: c.Size, tailStart: c.Size, base: append([][32]byte(nil), f.h[:f.n]...)}
 	return &Ledger{tree: t, latest: c, latestSeq: seq}, nil
 }

@@ -771,6 +771,9 @@ type covered struct {
 	// their attestations verified one by one (no checkpoint came soon
 	// enough: the reader's queue of waiting verdicts is bounded).
 	byCheckpoint, verified uint64
+	// spilled and reread are the leaf hashes the audit wrote to its
+	// temporary file and read back (checkpoint.LeafBounds).
+	spilled, reread uint64
 }
 
 // checkCovered checks a trusting audit of a stream whose publisher wrote
@@ -788,6 +791,8 @@ func checkCovered(rep *reader.AuditReport, want uint64) (covered, error) {
 		c.checkpoints += r.Checkpoints
 		c.byCheckpoint += r.AdmittedByCheckpoint
 		c.verified += r.AttestationsVerified
+		c.spilled += r.LeavesSpilled
+		c.reread += r.LeavesReread
 		tail += r.Tail
 		refused += r.CheckpointsRefused
 	}

@@ -73,13 +73,17 @@ type cli struct {
 	Quorum      int      `name:"witness-quorum" placeholder:"K" help:"Cosignatures audit needs on a deployment checkpoint (default a majority of --witnesses: 2 of 3)."`
 	Only        []string `name:"only" enum:"long,parallel,records,read,verify" placeholder:"SCENARIO" help:"Run only these scenarios (repeatable): long, parallel, records, read, verify."`
 
-	ChainEntries  int `name:"chain-entries" placeholder:"N" help:"Entries of the long chain (default 10000; --quick 500)."`
-	Chains        int `name:"chains" placeholder:"N" help:"Chains shipped in parallel (default 100; --quick 10)."`
-	ChainLength   int `name:"chain-length" placeholder:"N" help:"Entries of each parallel chain (default 1000; --quick 100)."`
-	Records       int `name:"records" placeholder:"N" help:"Execution records (default 2000; --quick 100)."`
-	ReadChains    int `name:"read-chains" placeholder:"N" help:"Chains of the read stream (default 100; --quick 10)."`
-	ReadLength    int `name:"read-length" placeholder:"N" help:"Entries of each chain of the read stream (default 10000; --quick 2000)."`
-	VerifyEntries int `name:"verify-entries" placeholder:"N" help:"Entries of the verified journal (default 200000; --quick 5000)."`
+	ChainEntries int `name:"chain-entries" placeholder:"N" help:"Entries of the long chain (default 10000; --quick 500)."`
+	Chains       int `name:"chains" placeholder:"N" help:"Chains shipped in parallel (default 100; --quick 10)."`
+	ChainLength  int `name:"chain-length" placeholder:"N" help:"Entries of each parallel chain (default 1000; --quick 100)."`
+	Records      int `name:"records" placeholder:"N" help:"Execution records (default 2000; --quick 100)."`
+	ReadChains   int `name:"read-chains" placeholder:"N" help:"Chains of the read stream (default 100; --quick 10)."`
+	ReadLength   int `name:"read-length" placeholder:"N" help:"Entries of each chain of the read stream (default 10000; --quick 2000)."`
+	// The read stream fill's checkpointer (checkpointer.Options Every and
+	// Interval).
+	ReadCheckpointEvery    int           `name:"read-checkpoint-every" placeholder:"N" help:"Leaves a room of the read stream grows by before the fill's checkpointer writes its checkpoint (default serve's, 10000). With a large one and a long --read-checkpoint-interval the rooms' checkpoints are written at the fill's end only: an audit meets every leaf before any checkpoint, as with a checkpointer far behind. The read stream is filled again for another value."`
+	ReadCheckpointInterval time.Duration `name:"read-checkpoint-interval" placeholder:"DURATION" help:"How long a room of the read stream grows without a checkpoint before the fill's checkpointer writes one (default serve's, 10s)."`
+	VerifyEntries          int           `name:"verify-entries" placeholder:"N" help:"Entries of the verified journal (default 200000; --quick 5000)."`
 
 	Replicas int `name:"replicas" default:"1" placeholder:"N" help:"1: one embedded nats-server. 3: the long chain and parallel rows only, on a cluster of 3 embedded nats-servers in this process, routed on loopback, each with its JetStream store on disk in a temporary directory (removed) and an fsync before every acknowledgement; both write streams (roompub's and the raw side's) at 3 replicas, their leaders on the server every client connects to."`
 

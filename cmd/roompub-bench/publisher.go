@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"sync/atomic"
+	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 	"go.uber.org/zap"
@@ -44,7 +45,11 @@ type publisher struct {
 // a key made for it, or with the key and origin of a witnessed deployment,
 // whose checkpointer keeps the deployment log cosigned by witnesses.
 type publisherOptions struct {
-	attest    bool
+	attest bool
+	// every and interval are the checkpointer's Every and Interval (0:
+	// its defaults), without a deployment.
+	every     int
+	interval  time.Duration
 	deploy    *deploymentKey // nil: no origin, no deployment log
 	witnesses []witness.Witness
 }
@@ -90,6 +95,7 @@ func (b *bench) startPublisher(stream string, subjects room.Subjects, servicePre
 			return nil, err
 		}
 		o.PublisherKey, p.nodeID = key, key.NodeID()
+		o.Checkpoint = checkpointer.Options{Every: po.every, Interval: po.interval}
 	}
 	ready := make(chan struct{}, 1)
 	o.Ready = func(node.ServeInfo) { ready <- struct{}{} }

@@ -202,8 +202,9 @@ func (b *bench) read() (*result, error) {
 		}
 		r.extra["audit_admitted"], r.extra["audit_checkpoints_verified"] = ck.admitted, ck.checkpoints
 		r.extra["audit_admitted_by_checkpoint"], r.extra["audit_attestations_verified"] = ck.byCheckpoint, ck.verified
-		b.logf("read: audit admitted %d entries (%d by a covering checkpoint, %d attestations verified one by one) and verified %d checkpoints, none after the last",
-			ck.admitted, ck.byCheckpoint, ck.verified, ck.checkpoints)
+		r.extra["audit_leaves_spilled"], r.extra["audit_leaves_reread"] = ck.spilled, ck.reread
+		b.logf("read: audit admitted %d entries (%d by a covering checkpoint, %d attestations verified one by one) and verified %d checkpoints, none after the last; %d leaves spilled, %d read back",
+			ck.admitted, ck.byCheckpoint, ck.verified, ck.checkpoints, ck.spilled, ck.reread)
 		if b.witnessing() {
 			wf, err := b.checkWitnessed(&rep)
 			if err != nil {
@@ -242,7 +243,14 @@ func (b *bench) fillRead(subjects room.Subjects) (readFill, error) {
 	first := chainMeta(readRunID(0), readCapsuleID(0))
 	how := "unattested"
 	if b.fillAttested() {
-		how = fmt.Sprintf("attested, checkpoints every %d entries or %s", checkpointer.DefaultCheckpointEvery, checkpointer.DefaultCheckpointInterval)
+		every, interval := checkpointer.DefaultCheckpointEvery, checkpointer.DefaultCheckpointInterval
+		if b.c.ReadCheckpointEvery > 0 {
+			every = b.c.ReadCheckpointEvery
+		}
+		if b.c.ReadCheckpointInterval > 0 {
+			interval = b.c.ReadCheckpointInterval
+		}
+		how = fmt.Sprintf("attested, checkpoints every %d entries or %s", every, interval)
 	}
 	// As many requests at once as serve's ingest service decides
 	// (ServiceOptions.Concurrency's default): the stream interleaves the
@@ -288,7 +296,8 @@ func (b *bench) fillRead(subjects room.Subjects) (readFill, error) {
 	if err != nil {
 		return readFill{}, err
 	}
-	p, err := b.startPublisher(readStream, subjects, fillService, v, publisherOptions{attest: b.fillAttested()})
+	p, err := b.startPublisher(readStream, subjects, fillService, v, publisherOptions{attest: b.fillAttested(),
+		every: b.c.ReadCheckpointEvery, interval: b.c.ReadCheckpointInterval})
 	if err != nil {
 		return readFill{}, err
 	}

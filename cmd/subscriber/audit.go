@@ -255,6 +255,9 @@ func printCheckpoints(w io.Writer, rep *reader.AuditReport) {
 		}
 		fmt.Fprintf(w, "  signatures: %d attestations verified (%d batch signatures), %d messages admitted by a covering checkpoint\n",
 			f.AttestationsVerified, f.BatchesVerified, f.AdmittedByCheckpoint)
+		if f.LeavesSpilled > 0 {
+			fmt.Fprintf(w, "  leaves past the latest checkpoint: %d written to the audit's temporary file, %d read back\n", f.LeavesSpilled, f.LeavesReread)
+		}
 		if st := f.Stored; st != nil {
 			verdict := "consistent"
 			if !f.StoredConsistent {

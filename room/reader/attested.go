@@ -227,9 +227,14 @@ type leadMsg struct {
 func (r *Reader) ledgerOf(roomID string) *ledger {
 	l := r.ledgers[roomID]
 	if l == nil {
-		l = &ledger{roomID: roomID, Ledger: checkpoint.NewLedger()}
+		l = &ledger{roomID: roomID}
 		if r.fullTrees {
 			l.Ledger = checkpoint.NewFullLedger()
+		} else {
+			var err error
+			if l.Ledger, err = checkpoint.NewBoundedLedger(r.leafBounds); err != nil {
+				panic("room: bound a room's leaves: " + err.Error()) // leafBounds is the package's own
+			}
 		}
 		r.ledgers[roomID] = l
 	}
@@ -492,6 +497,11 @@ func (r *Reader) stepCheckpoint(l *ledger, x *prepared) {
 		// this one.
 		r.verifyLedger(l)
 		err = l.Check(c)
+	}
+	if errors.Is(err, checkpoint.ErrLeafSpill) && r.leafFail == nil {
+		// Not a verdict: the leaves to check c against are lost. The
+		// readers stop before handing it out.
+		r.leafFail = fmt.Errorf("%w: room %s: %w", ErrReader, l.roomID, err)
 	}
 	if errors.Is(err, checkpoint.ErrRolledBack) {
 		l.refused = fmt.Sprintf("the room is refused from stream seq %d on: %v", x.m.Seq, err)
@@ -804,6 +814,13 @@ type RoomCheckpoints struct {
 	AttestationsVerified uint64 `json:"attestations_verified"`
 	BatchesVerified      uint64 `json:"batches_verified"`
 	AdmittedByCheckpoint uint64 `json:"admitted_by_checkpoint"`
+	// LeavesSpilled counts the leaf hashes after the latest checkpoint
+	// the reader wrote to its temporary file (more than it keeps in
+	// memory waited for a checkpoint), LeavesReread those it read back
+	// to check checkpoints behind them or to rebuild the tree
+	// (checkpoint.LeafBounds).
+	LeavesSpilled uint64 `json:"leaves_spilled,omitempty"`
+	LeavesReread  uint64 `json:"leaves_reread,omitempty"`
 	// Stored is the checkpoint an earlier read verified (state directory),
 	// if any; StoredConsistent reports whether the room as read extends it.
 	Stored           *CheckpointFact `json:"stored,omitempty"`
@@ -828,7 +845,30 @@ func (l *ledger) facts() RoomCheckpoints {
 	if latest != nil {
 		f.Covered, f.Tail = latest.Size, l.Size()-latest.Size
 	}
+	st := l.LeafStats()
+	f.LeavesSpilled, f.LeavesReread = st.Spilled, st.Reread
 	return f
+}
+
+// leafErr returns why a room's spilled leaves could not be read back, if
+// they could not: its checkpoints' verdicts after that are unknown.
+func (r *Reader) leafErr() error {
+	if r.leafFail != nil {
+		return r.leafFail
+	}
+	for _, id := range r.ledgerRooms() {
+		if err := r.ledgers[id].LeafStats().ReadErr; err != nil {
+			return fmt.Errorf("%w: room %s: %w", ErrReader, id, err)
+		}
+	}
+	return nil
+}
+
+// closeLedgers removes the rooms' files of spilled leaves.
+func (r *Reader) closeLedgers() {
+	for _, l := range r.ledgers {
+		l.Close()
+	}
 }
 
 // roomAside is a set-aside about a room rather than one message: Seq is

@@ -81,6 +81,9 @@ type AuditOptions struct {
 type auditTuning struct {
 	// fullTrees keeps every node of the rooms' trees (Prove).
 	fullTrees bool
+	// leaves bounds the leaves of the rooms' lean trees held in memory
+	// (zero: checkpoint's defaults).
+	leaves checkpoint.LeafBounds
 	// direct tunes a direct read.
 	direct directRead
 	// ofPartition, in an audit of one partition of several
@@ -200,8 +203,11 @@ func (r *AuditReport) Clean() bool {
 // entry. With trusted publishers (o.Trust) it also checks the publishers'
 // attestations and checkpoints (see attested.go: signatures are verified,
 // one per atomic batch, only where no checkpoint covers a message), keeping
-// each room's Merkle tree (about 64 bytes per admitted message) and up to
-// maxDeferred verdicts that wait for a checkpoint.
+// each room's Merkle tree past its latest checkpoint within bounds
+// (checkpoint.LeafBounds: the older leaves go to a temporary file; a full
+// tree, about 64 bytes per admitted message, for checkpoints from
+// elsewhere and witnessing) and up to maxDeferred verdicts that wait for
+// a checkpoint. An error says so when spilled leaves cannot be read back.
 func Audit(ctx context.Context, js jetstream.JetStream, o AuditOptions) (*AuditReport, error) {
 	rep, _, err := audit(ctx, js, o, auditTuning{})
 	return rep, err
@@ -261,6 +267,8 @@ func audit(ctx context.Context, js jetstream.JetStream, o AuditOptions, tune aud
 	r := NewReader(o.Validator, o.Subjects)
 	r.evidence = nil // the report counts records; OnEvent callers keep what they need
 	r.Anchor = partial
+	r.leafBounds = tune.leaves
+	defer r.closeLedgers()
 	switch {
 	case o.Trust.Len() == 0:
 		rep.Attestation.Why = "no trusted publisher keys (--trusted-publisher)"
@@ -323,6 +331,9 @@ func audit(ctx context.Context, js jetstream.JetStream, o AuditOptions, tune aud
 		}
 	}
 	r.finish(full, out)
+	if err := r.leafErr(); err != nil {
+		return rep, r, err
+	}
 	// A marker is handed out as a checkpoint is, with neither an event
 	// nor a set-aside: the reader counted them apart.
 	rep.Totals.Markers = r.markers - markers

@@ -112,11 +112,18 @@ func AuditDirect(ctx context.Context, js jetstream.JetStream, o AuditOptions, ba
 	return rep, err
 }
 
+// AuditLeafBounds is Audit with the rooms' leaves in memory bounded by b
+// (checkpoint.LeafBounds; a Window larger than any room: unbounded).
+func AuditLeafBounds(ctx context.Context, js jetstream.JetStream, o AuditOptions, b checkpoint.LeafBounds) (*AuditReport, error) {
+	rep, _, err := audit(ctx, js, o, auditTuning{leaves: b})
+	return rep, err
+}
+
 // Retained is what a reader holds that could grow with a read: verdicts
 // waiting (Queued, and the queue's capacity), spent queue elements kept
 // for reuse (Free), leaves whose admission is open (Pending), statements
-// of partly covered batches (Lead), leaf hashes past each room's compact
-// range (Leaves), chains and rooms.
+// of partly covered batches (Lead), leaf hashes held in memory past each
+// room's compact range (Leaves), chains and rooms.
 type Retained struct {
 	Queued, QueueCap, Free, Pending, Lead, Leaves, Chains, Rooms int
 }
@@ -132,7 +139,7 @@ func (r *Reader) retained() Retained {
 	for _, l := range r.ledgers {
 		m.Pending += len(l.pending)
 		m.Lead += len(l.lead)
-		m.Leaves += int(l.Size() - l.Covered())
+		m.Leaves += int(l.LeafStats().Held)
 	}
 	return m
 }
@@ -140,8 +147,15 @@ func (r *Reader) retained() Retained {
 // AuditFeedRetained is AuditFeed with a function that measures what the
 // reader retains.
 func AuditFeedRetained(v *validate.Validator, s room.Subjects, t *checkpoint.Trust) (feed func(StreamMsg) []Verdict, end func() []Verdict, retained func() Retained) {
+	return AuditFeedRetainedBounded(v, s, t, checkpoint.LeafBounds{})
+}
+
+// AuditFeedRetainedBounded is AuditFeedRetained with the rooms' leaves in
+// memory bounded by b.
+func AuditFeedRetainedBounded(v *validate.Validator, s room.Subjects, t *checkpoint.Trust, b checkpoint.LeafBounds) (feed func(StreamMsg) []Verdict, end func() []Verdict, retained func() Retained) {
 	r := NewReader(v, s)
 	r.trustPublishers(t)
+	r.leafBounds = b
 	feed, step := feedVerdicts(r)
 	end = func() []Verdict {
 		return step(func(collect func(*Event, *SetAside)) { r.finish(true, collect) })

@@ -192,6 +192,7 @@ func Follow(ctx context.Context, js jetstream.JetStream, o FollowOptions, handle
 	}
 	r := NewReader(o.Validator, o.Subjects)
 	r.evidence = nil // no caller can reach it: per-record memory for nothing
+	defer r.closeLedgers()
 	r.trustPublishers(o.Trust)
 	if r.trust != nil {
 		if err := followFloors(ctx, js.Conn(), name, r, o, setAside, log); err != nil {
@@ -255,6 +256,9 @@ func Follow(ctx context.Context, js jetstream.JetStream, o FollowOptions, handle
 	rebuildOut := func(ev *Event, aside *SetAside) {
 		m := rebuilding[0]
 		rebuilding = rebuilding[1:]
+		if rerr == nil && r.leafFail != nil {
+			rerr = r.leafFail
+		}
 		if rerr == nil {
 			rerr = rebuilt(m, ev, aside)
 		}
@@ -392,6 +396,9 @@ func Follow(ctx context.Context, js jetstream.JetStream, o FollowOptions, handle
 	out := func(ev *Event, aside *SetAside) {
 		w := waiting[0]
 		waiting = waiting[1:]
+		if herr == nil && r.leafFail != nil {
+			herr = r.leafFail // no verdict for what could not be checked
+		}
 		if herr != nil {
 			return
 		}

@@ -138,12 +138,18 @@ type Reader struct {
 	// keeping a ledger, and verdicts go through feed's queue. eager
 	// verifies every batch once whole (Follow's live delivery), maxRun
 	// bounds its batches then (0: no bound); run is the batch being read.
-	trust      *checkpoint.Trust
-	eager      bool
-	maxRun     int
-	run        checkpoint.BatchRun
-	runLedger  *ledger // the open batch's room
-	fullTrees  bool    // keep every tree node (Prove, checkpoints from elsewhere)
+	trust     *checkpoint.Trust
+	eager     bool
+	maxRun    int
+	run       checkpoint.BatchRun
+	runLedger *ledger // the open batch's room
+	fullTrees bool    // keep every tree node (Prove, checkpoints from elsewhere)
+	// leafBounds bounds the leaves after each room's latest checkpoint
+	// kept in memory (the zero value: checkpoint's defaults).
+	leafBounds checkpoint.LeafBounds
+	// leafFail is why a checkpoint could not be checked: the spilled
+	// leaves it needed could not be read back (checkpoint.ErrLeafSpill).
+	leafFail   error
 	ledgers    map[string]*ledger
 	queue      []*prepared // verdicts waiting, in stream order, from qhead
 	qhead      int
