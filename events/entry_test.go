@@ -252,3 +252,24 @@ func TestHashIs(t *testing.T) {
 		}
 	}
 }
+
+// TestHexWord8: every byte value, at each of the four places of a word,
+// is written as hex.EncodeToString writes it.
+func TestHexWord8(t *testing.T) {
+	for b := range 256 {
+		for place := range 4 {
+			var d [4]byte
+			d[place] = byte(b)
+			d[(place+1)%4] = byte(255 - b)
+			want := hex.EncodeToString(d[:])
+			w := events.HexWord8(uint64(d[0]) | uint64(d[1])<<16 | uint64(d[2])<<32 | uint64(d[3])<<48)
+			var got [8]byte
+			for i := range got {
+				got[i] = byte(w >> (8 * i))
+			}
+			if string(got[:]) != want {
+				t.Fatalf("hexWord8 of %x = %q, want %q", d, got, want)
+			}
+		}
+	}
+}

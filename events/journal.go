@@ -91,7 +91,7 @@ func (v *ChainVerifier) Check(line []byte, at Location) (*Entry, []Problem) {
 // must be a plain data object"). Either way the entry is nil and the one
 // problem says why.
 func ParseLine(line []byte, at Location) (*Entry, []Problem) {
-	return parseLine(line, at, parseValidUTF8)
+	return parseLine(line, at, false)
 }
 
 // ParseLineOwned is ParseLine for a line the caller hands over: an entry
@@ -101,7 +101,7 @@ func ParseLine(line []byte, at Location) (*Entry, []Problem) {
 // ParseLine parses them. The gate parses its requests' lines this way
 // (one copy of every entry less).
 func ParseLineOwned(line []byte, at Location) (*Entry, []Problem) {
-	return parseLine(line, at, parseOwned)
+	return parseLine(line, at, true)
 }
 
 // LineSeq parses one journal line (without its newline) as ParseLineOwned
@@ -122,11 +122,11 @@ func LineSeq(line []byte) (*Entry, int64) {
 	return e, seq
 }
 
-func parseLine(line []byte, at Location, parse func([]byte) (*Entry, error)) (*Entry, []Problem) {
-	if !utf8.Valid(line) {
+func parseLine(line []byte, at Location, owned bool) (*Entry, []Problem) {
+	e, valid, err := parseText(line, string(line), owned, nil)
+	if !valid {
 		return nil, []Problem{{Code: NonCanonical, At: at, Reason: "line is not valid UTF-8"}}
 	}
-	e, err := parse(line)
 	if err != nil {
 		return nil, []Problem{parseProblem(err, at)}
 	}
@@ -195,7 +195,7 @@ func entryProblems(check EntryCheck, e *Entry, at Location) []Problem {
 
 // hashProblem appends the entry_hash problem of e, if it has one.
 func hashProblem(problems []Problem, e *Entry, at Location) []Problem {
-	if claimed, ok := e.strOK(knownEntryHash); ok && !e.hashIs(claimed) {
+	if claimed, ok := e.strOK(knownEntryHash); ok && !e.HashMatches() {
 		problems = append(problems, Problem{Code: InvalidEntry, At: withPointer(at, "/entry_hash"),
 			Reason: "entry_hash is not the SHA-256 of the canonical entry without entry_hash", Expected: e.ComputedHash(), Actual: claimed})
 	}
@@ -463,11 +463,11 @@ func (l *journalLine) prepare(check EntryCheck, text string, arena *entryArena) 
 	if l.truncated || l.tooLong {
 		return
 	}
-	if !utf8.Valid(l.line) {
+	e, valid, err := parseText(l.line, text, true, arena)
+	if !valid {
 		l.notUTF8 = true
 		return
 	}
-	e, err := parseOwnedText(l.line, text, arena)
 	if err != nil {
 		l.problems = []Problem{parseProblem(err, l.at)}
 		return

@@ -5,9 +5,11 @@ import (
 	"encoding/json"
 	"hash"
 	"math"
+	"math/bits"
 	"slices"
 	"strconv"
 	"strings"
+	"unicode/utf8"
 
 	"github.com/gowebpki/jcs"
 )
@@ -46,10 +48,10 @@ const maxFastDepth = 2
 // and objects of scalars, with ASCII keys written without escapes. It never
 // says more than "this line is canonical and here are its members"; any
 // line it does not recognise goes to the general path (jcs and
-// encoding/json), which decides what is wrong with it, if anything. The
-// line must be valid UTF-8 (checked by the caller), so bytes of 0x80 and
-// above inside strings need no further look: the canonical form copies
-// them unchanged.
+// encoding/json), which decides what is wrong with it, if anything. It
+// checks UTF-8 as it goes, in strings, the only place a byte of 0x80 and
+// above may be (keys are printable ASCII): a line it takes is valid UTF-8,
+// so the caller checks the encoding only of a line it declines.
 type scanner struct {
 	src string
 	i   int
@@ -59,14 +61,86 @@ type scanner struct {
 	// arena, when not nil, receives the members in place (entryArena);
 	// without one each object's members get an allocation of their own.
 	arena *entryArena
+	// tmpl is how many top-level members so far were EnvelopeKeys in
+	// order, their names matched whole (envelopeTokens); -1 once one was
+	// not, and the names are then read byte by byte.
+	tmpl int
+	// known[k] is the index of top-level member knownKeys[k], -1 for none
+	// (Entry.known), found as the members are scanned.
+	known [numKnown]int32
 }
+
+// envelopeTokens are EnvelopeKeys as a canonical line writes them before
+// their values, quoted and followed by ':'. A line of the envelope's
+// members is read by comparing each name whole with the one expected
+// next (at): its byte class, its order after the previous name and its
+// index in knownKeys are then known (envelopeKnown) instead of read.
+var envelopeTokens = func() (t [len(EnvelopeKeys)]token) {
+	for i, k := range EnvelopeKeys {
+		t[i] = newToken(`"` + k + `":`)
+	}
+	return t
+}()
+
+// token is a string of 5 to 24 bytes compared as words: its first eight
+// bytes (masked when it is shorter), its last eight and, beyond 16 bytes,
+// the eight after the first.
+type token struct {
+	s                     string
+	head, mask, tail, mid uint64
+}
+
+func newToken(t string) token {
+	if len(t) < 5 || len(t) > 24 {
+		panic("events: token length out of range: " + t)
+	}
+	k := token{s: t, head: word(t + "\x00\x00\x00\x00\x00\x00\x00"), mask: ^uint64(0) >> (64 - 8*min(len(t), 8))}
+	k.head &= k.mask
+	if len(t) > 8 {
+		k.tail = word(t[len(t)-8:])
+	}
+	if len(t) > 16 {
+		k.mid = word(t[8:])
+	}
+	return k
+}
+
+// at reports whether src starts with the token.
+func (k *token) at(src string) bool {
+	n := len(k.s)
+	if len(src) < 8 || len(src) < n {
+		return strings.HasPrefix(src, k.s)
+	}
+	if word(src)&k.mask != k.head {
+		return false
+	}
+	if n > 8 && word(src[n-8:]) != k.tail {
+		return false
+	}
+	return n <= 16 || word(src[8:]) == k.mid
+}
+
+// word is the first eight bytes of s (at least eight), little-endian.
+func word(s string) uint64 {
+	s = s[:8]
+	return uint64(s[0]) | uint64(s[1])<<8 | uint64(s[2])<<16 | uint64(s[3])<<24 |
+		uint64(s[4])<<32 | uint64(s[5])<<40 | uint64(s[6])<<48 | uint64(s[7])<<56
+}
+
+// envelopeKnown is knownIndex of each of EnvelopeKeys.
+var envelopeKnown = func() (t [len(EnvelopeKeys)]int8) {
+	for i, k := range EnvelopeKeys {
+		t[i] = int8(knownIndex(k))
+	}
+	return t
+}()
 
 // scanCanonicalEntry returns the fields of line when line is the RFC 8785
 // form of an object of the simple shape; ok is false otherwise (the line
 // may still be canonical, or not JSON at all: the general path decides).
 // The fields are taken from arena when it is not nil.
 func scanCanonicalEntry(src string, arena *entryArena) (s scanner, fields []Field, ok bool) {
-	s = scanner{src: src, hashStart: -1, arena: arena}
+	s = scanner{src: src, hashStart: -1, arena: arena, known: noneKnown}
 	if len(src) < 2 || src[0] != '{' {
 		return s, nil, false
 	}
@@ -105,7 +179,7 @@ func (s *scanner) object(depth int) ([]Field, bool) {
 			more = append(append(make([]Field, 0, 2*len(buf)), buf[:]...), Field{})
 			f = &more[n]
 		}
-		last, ok := s.member(f, depth, n == 0, &prev)
+		last, ok := s.member(f, depth, n, &prev)
 		switch {
 		case !ok:
 			return nil, false
@@ -124,10 +198,10 @@ func (s *scanner) arenaObject(depth int) ([]Field, bool) {
 	open := &s.arena.open[depth-1]
 	start := len(*open)
 	prev := ""
-	for first := true; ; first = false {
+	for n := 0; ; n++ {
 		var f *Field
 		f, start = s.arena.next(depth, start)
-		last, ok := s.member(f, depth, first, &prev)
+		last, ok := s.member(f, depth, n, &prev)
 		switch {
 		case !ok:
 			return nil, false
@@ -137,27 +211,50 @@ func (s *scanner) arenaObject(depth int) ([]Field, bool) {
 	}
 }
 
-// member scans one member of an object at depth into f, and the ',' or
-// '}' after it; last is true after '}'. prev is the previous member's key,
-// which this one's must follow.
-func (s *scanner) member(f *Field, depth int, first bool, prev *string) (last, ok bool) {
+// member scans the member at index n of an object at depth into f, and
+// the ',' or '}' after it; last is true after '}'. prev is the previous
+// member's key, which this one's must follow.
+func (s *scanner) member(f *Field, depth, n int, prev *string) (last, ok bool) {
 	start := s.i
-	key, ok := s.key()
-	if !ok || !first && !after(key, *prev) {
-		// Not ASCII, escaped, out of RFC 8785 order or duplicated.
-		return false, false
+	var key string
+	k := -1 // the key's index in knownKeys
+	if depth == 1 && s.tmpl == n && n < len(envelopeTokens) && envelopeTokens[n].at(s.src[s.i:]) {
+		// The envelope's next member: printable ASCII, after the one
+		// before (EnvelopeKeys are in order), and its ':' read.
+		key, k = EnvelopeKeys[n], int(envelopeKnown[n])
+		s.i += len(envelopeTokens[n].s)
+		s.tmpl++
+	} else {
+		if depth == 1 && s.tmpl == n {
+			// The names so far were matched, not kept in prev.
+			s.tmpl = -1
+			if n > 0 {
+				*prev = EnvelopeKeys[n-1]
+			}
+		}
+		key, ok = s.key()
+		if !ok || n > 0 && !after(key, *prev) {
+			// Not ASCII, escaped, out of RFC 8785 order or duplicated.
+			return false, false
+		}
+		*prev = key
+		if s.i >= len(s.src) || s.src[s.i] != ':' {
+			return false, false
+		}
+		s.i++
+		if depth == 1 {
+			k = knownIndex(key)
+		}
 	}
-	*prev = key
-	if s.i >= len(s.src) || s.src[s.i] != ':' {
-		return false, false
-	}
-	s.i++
 	f.Key = key
 	if !s.value(f, depth) {
 		return false, false
 	}
-	if depth == 1 && key == "entry_hash" {
-		s.hashStart, s.hashEnd = start, s.i
+	if k >= 0 {
+		s.known[k] = int32(n)
+		if k == knownEntryHash {
+			s.hashStart, s.hashEnd = start, s.i
+		}
 	}
 	if s.i >= len(s.src) {
 		return false, false
@@ -354,11 +451,14 @@ func (s *scanner) literal(lit string) bool {
 
 // str scans a string in canonical form (RFC 8785 §3.2.2.2: only '"', '\'
 // and controls escaped, controls as \b \t \n \f \r or \u00xx in lower
-// case) and returns its decoded value.
+// case) and valid UTF-8, and returns its decoded value.
 func (s *scanner) str() (string, bool) {
 	start := s.i + 1
-	i := start + plainRun(s.src[start:])
-	for ; i < len(s.src); i++ {
+	for i := start; ; {
+		i += plainRun(s.src[i:])
+		if i >= len(s.src) {
+			return "", false
+		}
 		switch c := s.src[i]; {
 		case c == '"':
 			s.i = i + 1
@@ -368,31 +468,56 @@ func (s *scanner) str() (string, bool) {
 		case c < 0x20:
 			return "", false
 		}
+		n, ok := utf8Char(s.src[i:])
+		if !ok {
+			return "", false
+		}
+		i += n
 	}
-	return "", false
+}
+
+// utf8Char returns the length of the UTF-8 character s starts with (whose
+// first byte is 0x80 or above), and false when it is not one: what
+// utf8.Valid refuses (a stray continuation byte, an overlong form, a
+// surrogate, beyond U+10FFFF, a cut sequence).
+func utf8Char(s string) (int, bool) {
+	r, n := utf8.DecodeRuneInString(s)
+	return n, r != utf8.RuneError || n > 1
 }
 
 // plainRun returns how many bytes at the start of s need no look in a
-// string: none is '"', '\\' or a control. It tests eight bytes at a time
-// (the string members are most of an entry's bytes) and stops at the
-// first word holding one of them, which str then reads byte by byte.
+// string: the index of the first '"', '\\', control or byte of 0x80 and
+// above (UTF-8, which str checks), len(s) if there is none. It tests eight
+// bytes at a time (the string members are most of an entry's bytes) and
+// finds the byte in the word that holds one from the word's mask.
 func plainRun(s string) int {
 	const ones, highs = 0x0101010101010101, 0x8080808080808080
-	i := 0
-	for ; len(s)-i >= 8; i += 8 {
-		w := s[i : i+8]
-		x := uint64(w[0]) | uint64(w[1])<<8 | uint64(w[2])<<16 | uint64(w[3])<<24 |
-			uint64(w[4])<<32 | uint64(w[5])<<40 | uint64(w[6])<<48 | uint64(w[7])<<56
+	t := s
+	for ; len(t) >= 8; t = t[8:] {
+		x := word(t)
 		q, b := x^(ones*'"'), x^(ones*'\\')
-		// A byte below 0x20, or zero after the xor: the high bit of its
-		// lane is set (the lowest such lane exactly; higher ones may be
-		// set by a borrow, which only stops the run early).
-		if ((x-ones*0x20)&^x|(q-ones)&^q|(b-ones)&^b)&highs != 0 {
-			break
+		// The high bit of a lane is set for a byte of 0x80 and above, a
+		// byte below 0x20 (x-0x20 borrows), and a '"' or '\\' (zero after
+		// the xor). A borrow may set higher lanes too, never a lower one,
+		// so the lowest lane set is exactly the first such byte.
+		if m := (x | (x - ones*0x20) | (q-ones)&^q | (b-ones)&^b) & highs; m != 0 {
+			return len(s) - len(t) + bits.TrailingZeros64(m)>>3
 		}
+	}
+	i := len(s) - len(t)
+	for ; i < len(s) && plainByte[s[i]]; i++ {
 	}
 	return i
 }
+
+// plainByte is true for the bytes plainRun passes: printable ASCII and
+// DEL but '"' and '\\'.
+var plainByte = func() (t [256]bool) {
+	for c := 0x20; c < 0x80; c++ {
+		t[c] = c != '"' && c != '\\'
+	}
+	return t
+}()
 
 // escapedStr continues str from the first backslash at i, decoding.
 func (s *scanner) escapedStr(start, i int) (string, bool) {
@@ -406,6 +531,14 @@ func (s *scanner) escapedStr(start, i int) (string, bool) {
 			return string(buf), true
 		case c < 0x20:
 			return "", false
+		case c >= utf8.RuneSelf:
+			n, ok := utf8Char(s.src[i:])
+			if !ok {
+				return "", false
+			}
+			buf = append(buf, s.src[i:i+n]...)
+			i += n
+			continue
 		case c != '\\':
 			buf = append(buf, c)
 			i++
@@ -585,7 +718,7 @@ type span struct {
 // decodes with UseNumber. It also returns where each top-level member is.
 // ok is false for anything else, which the general path decides.
 func scanCanonicalTree(src string) (obj map[string]any, members []span, ok bool) {
-	s := scanner{src: src, hashStart: -1}
+	s := scanner{src: src, hashStart: -1, tmpl: -1}
 	if len(src) < 2 || src[0] != '{' {
 		return nil, nil, false
 	}

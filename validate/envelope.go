@@ -33,15 +33,16 @@ func fastEnvelopeApplies(layers []fs.FS) bool {
 
 // envelopeKeys are the envelope's 13 required members, and with
 // additionalProperties false its only ones, in RFC 8785 (byte) order, the
-// order Entry.Fields lists them in.
-var envelopeKeys = [...]string{"capsule_id", "effect_class", "entry_hash", "harness_version", "kind", "lineage",
-	"parent_hash", "payload", "run_id", "schema", "seq", "task_family", "ts"}
+// order Entry.Fields lists them in; the fast path matches them as it reads
+// a line (Entry.HasEnvelopeKeys).
+var envelopeKeys = events.EnvelopeKeys
 
 // envelopeMemberValid answers, for the member at position i of
 // envelopeKeys, only "certainly valid under the schema's rules for it":
 // one switch, not a function value per member (13 indirect calls an
-// entry).
-func envelopeMemberValid(i int, f *events.Field) bool {
+// entry). hashMatches says entry_hash is the entry's computed hash
+// (Entry.HashMatches), so certainly its pattern's 64 hex digits.
+func envelopeMemberValid(i int, f *events.Field, hashMatches bool) bool {
 	if i == 7 { // payload
 		return f.Kind == events.KindObject && payloadValid(f.Members)
 	}
@@ -57,7 +58,9 @@ func envelopeMemberValid(i int, f *events.Field) bool {
 		return isID(t)
 	case 1: // effect_class
 		return len(t) == 3 && t[:2] == "SE" && '0' <= t[2] && t[2] <= '4'
-	case 2, 6: // entry_hash, parent_hash
+	case 2: // entry_hash
+		return hashMatches || isHex64(t)
+	case 6: // parent_hash
 		return isHex64(t)
 	case 3, 11: // harness_version, task_family: minLength 1
 		return t != ""
@@ -116,7 +119,19 @@ func envelopeValid(fields []events.Field) bool {
 		return false
 	}
 	for i := range fields {
-		if f := &fields[i]; f.Key != envelopeKeys[i] || !envelopeMemberValid(i, f) {
+		if fields[i].Key != envelopeKeys[i] {
+			return false
+		}
+	}
+	return envelopeValuesValid(fields, false)
+}
+
+// envelopeValuesValid is envelopeValid for fields whose keys are
+// envelopeKeys, known already (Entry.HasEnvelopeKeys): the values alone.
+// hashMatches is Entry.HashMatches.
+func envelopeValuesValid(fields []events.Field, hashMatches bool) bool {
+	for i := range fields {
+		if !envelopeMemberValid(i, &fields[i], hashMatches) {
 			return false
 		}
 	}
