@@ -57,6 +57,9 @@ type Entry struct {
 	known [numKnown]int32
 	// envelope: fast, and the members are EnvelopeKeys in order.
 	envelope bool
+	// hexHashes: fast, and entry_hash and parent_hash were read as 64
+	// hex digits each (IsHex64).
+	hexHashes bool
 	// hashKnown: hashOK says whether entry_hash is a string equal to
 	// ComputedHash (the fast path compares them once, at parse).
 	hashKnown, hashOK bool
@@ -123,7 +126,7 @@ func parseCanonical(line []byte, src string, owned bool, arena *entryArena) *Ent
 		canonical = []byte(src)
 	}
 	e.canonical, e.fast, e.indexed, e.fields = canonical, true, true, fields
-	e.known, e.envelope = s.known, s.tmpl == len(EnvelopeKeys)
+	e.known, e.envelope, e.hexHashes = s.known, s.envelope, s.hexHashes == 2
 	h.Sum(e.computed[:0])
 	claimed, ok := e.strOK(knownEntryHash)
 	e.hashKnown, e.hashOK = true, ok && e.hashIs(claimed)
@@ -268,6 +271,41 @@ func (e *Entry) HasEnvelopeKeys() bool { return e.envelope }
 // ComputedHash is the lowercase hex SHA-256 of the canonical entry without
 // entry_hash: what entry_hash must be (seed 000).
 func (e *Entry) ComputedHash() string { return hex.EncodeToString(e.computed[:]) }
+
+// HashesHex reports whether the fast path read the entry's entry_hash
+// and parent_hash as 64 lower-case hex digits each (IsHex64): as it
+// reads a line of the envelope's members (HasEnvelopeKeys), it checks
+// them for that pattern instead of only for what a string may hold, so
+// that the envelope check need not read them again. false says nothing.
+func (e *Entry) HashesHex() bool { return e.hexHashes }
+
+// IsHex64 reports whether s matches ^[0-9a-f]{64}$, the pattern of
+// entry_hash and parent_hash (seed 000), eight bytes at a time.
+func IsHex64(s string) bool {
+	if len(s) != 64 {
+		return false
+	}
+	for i := 0; i < 64; i += 8 {
+		if !hexWord(wordAt(s, i)) {
+			return false
+		}
+	}
+	return true
+}
+
+// hexWord reports whether each byte of x is in [0-9a-f]. With every byte
+// below 0x80, adding 0x80-c to a byte sets its high bit exactly when it
+// is c or more, and never carries into the next byte.
+func hexWord(x uint64) bool {
+	const ones, highs = 0x0101010101010101, 0x8080808080808080
+	if x&highs != 0 {
+		return false
+	}
+	geq := func(c uint64) uint64 { return (x + ones*(0x80-c)) & highs }
+	digit := geq('0') &^ geq('9'+1)
+	letter := geq('a') &^ geq('f'+1)
+	return digit|letter == highs
+}
 
 // HashMatches reports whether the entry's entry_hash is a string equal
 // to ComputedHash: the entry_hash rule holds, and entry_hash is then 64

@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
+	"strings"
 	"testing"
 
 	"github.com/roompub/roompub/events"
@@ -269,6 +270,32 @@ func TestHexWord8(t *testing.T) {
 			}
 			if string(got[:]) != want {
 				t.Fatalf("hexWord8 of %x = %q, want %q", d, got, want)
+			}
+		}
+	}
+}
+
+// TestTokenAt: a name compared as words is found exactly where
+// strings.HasPrefix finds it: with any one byte changed, cut short, or
+// followed by anything.
+func TestTokenAt(t *testing.T) {
+	for _, tok := range []string{`"ts":`, `"seq":`, `"kind":`, `"run_id":`, `"payload":`, `"parent_hash":`, `"harness_version":`, `"a_name_of_24_bytes_xx":`} {
+		for _, rest := range []string{"", "x", `"2026-09-02T00:00:00Z"}`, strings.Repeat("y", 30)} {
+			src := tok + rest
+			if !events.TokenAt(tok, src) {
+				t.Errorf("TokenAt(%q, %q) = false", tok, src)
+			}
+			for i := range len(tok) {
+				b := []byte(src)
+				b[i] ^= 0x20
+				if got, want := events.TokenAt(tok, string(b)), strings.HasPrefix(string(b), tok); got != want {
+					t.Errorf("TokenAt(%q, %q) = %v, want %v", tok, b, got, want)
+				}
+			}
+			for n := range len(src) {
+				if got, want := events.TokenAt(tok, src[:n]), strings.HasPrefix(src[:n], tok); got != want {
+					t.Errorf("TokenAt(%q, %q) = %v, want %v", tok, src[:n], got, want)
+				}
 			}
 		}
 	}

@@ -180,3 +180,10 @@ func (e *Entry) HashIs(claimed string) bool { return e.hashIs(claimed) }
 
 // HexWord8 is how the entry_hash comparison writes four bytes of a digest.
 var HexWord8 = hexWord8
+
+// TokenAt reports whether src starts with t, compared as the fast path
+// compares the envelope's names.
+func TokenAt(t, src string) bool {
+	k := newToken(t)
+	return k.at(src)
+}

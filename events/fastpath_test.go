@@ -102,6 +102,9 @@ func compareFastPath(t *testing.T, line []byte) {
 	if keys := fieldKeys(fields); fast.HasEnvelopeKeys() != slices.Equal(keys, events.EnvelopeKeys[:]) || got.HasEnvelopeKeys() != fast.HasEnvelopeKeys() {
 		t.Fatalf("%q: HasEnvelopeKeys %v (ParseEntry's %v) for the members %q", line, fast.HasEnvelopeKeys(), got.HasEnvelopeKeys(), keys)
 	}
+	if want := fast.HasEnvelopeKeys() && events.IsHex64(fast.EntryHash()) && events.IsHex64(fast.ParentHash()); fast.HashesHex() != want {
+		t.Fatalf("%q: HashesHex %v, want %v", line, fast.HashesHex(), want)
+	}
 	if !simpleShape(slow.Object(), 1) {
 		t.Fatalf("fast path took %q, which is not of the simple shape", line)
 	}

@@ -61,10 +61,10 @@ type scanner struct {
 	// arena, when not nil, receives the members in place (entryArena);
 	// without one each object's members get an allocation of their own.
 	arena *entryArena
-	// tmpl is how many top-level members so far were EnvelopeKeys in
-	// order, their names matched whole (envelopeTokens); -1 once one was
-	// not, and the names are then read byte by byte.
-	tmpl int
+	// envelope: the members are EnvelopeKeys in order, read by
+	// envelopeObject; hexHashes counts its hashes read by hexString.
+	envelope  bool
+	hexHashes int
 	// known[k] is the index of top-level member knownKeys[k], -1 for none
 	// (Entry.known), found as the members are scanned.
 	known [numKnown]int32
@@ -73,8 +73,9 @@ type scanner struct {
 // envelopeTokens are EnvelopeKeys as a canonical line writes them before
 // their values, quoted and followed by ':'. A line of the envelope's
 // members is read by comparing each name whole with the one expected
-// next (at): its byte class, its order after the previous name and its
-// index in knownKeys are then known (envelopeKnown) instead of read.
+// next (envelopeObject): its byte class, its order after the previous
+// name and its index in knownKeys are then known (envelopeKnown) instead
+// of read.
 var envelopeTokens = func() (t [len(EnvelopeKeys)]token) {
 	for i, k := range EnvelopeKeys {
 		t[i] = newToken(`"` + k + `":`)
@@ -94,13 +95,13 @@ func newToken(t string) token {
 	if len(t) < 5 || len(t) > 24 {
 		panic("events: token length out of range: " + t)
 	}
-	k := token{s: t, head: word(t + "\x00\x00\x00\x00\x00\x00\x00"), mask: ^uint64(0) >> (64 - 8*min(len(t), 8))}
+	k := token{s: t, head: wordAt(t+"\x00\x00\x00\x00\x00\x00\x00", 0), mask: ^uint64(0) >> (64 - 8*min(len(t), 8))}
 	k.head &= k.mask
 	if len(t) > 8 {
-		k.tail = word(t[len(t)-8:])
+		k.tail = wordAt(t, len(t)-8)
 	}
 	if len(t) > 16 {
-		k.mid = word(t[8:])
+		k.mid = wordAt(t, 8)
 	}
 	return k
 }
@@ -111,29 +112,32 @@ func (k *token) at(src string) bool {
 	if len(src) < 8 || len(src) < n {
 		return strings.HasPrefix(src, k.s)
 	}
-	if word(src)&k.mask != k.head {
+	if wordAt(src, 0)&k.mask != k.head {
 		return false
 	}
-	if n > 8 && word(src[n-8:]) != k.tail {
+	if n > 8 && wordAt(src, n-8) != k.tail {
 		return false
 	}
-	return n <= 16 || word(src[8:]) == k.mid
+	return n <= 16 || wordAt(src, 8) == k.mid
 }
 
-// word is the first eight bytes of s (at least eight), little-endian.
-func word(s string) uint64 {
-	s = s[:8]
-	return uint64(s[0]) | uint64(s[1])<<8 | uint64(s[2])<<16 | uint64(s[3])<<24 |
-		uint64(s[4])<<32 | uint64(s[5])<<40 | uint64(s[6])<<48 | uint64(s[7])<<56
-}
-
-// envelopeKnown is knownIndex of each of EnvelopeKeys.
-var envelopeKnown = func() (t [len(EnvelopeKeys)]int8) {
+// envelopeKnown is Entry.known of an entry whose members are
+// EnvelopeKeys, in that order.
+var envelopeKnown = func() (t [numKnown]int32) {
+	t = noneKnown
 	for i, k := range EnvelopeKeys {
-		t[i] = int8(knownIndex(k))
+		if j := knownIndex(k); j >= 0 {
+			t[j] = int32(i)
+		}
 	}
 	return t
 }()
+
+// The index of entry_hash and of parent_hash in EnvelopeKeys.
+var (
+	envelopeHash   = int(envelopeKnown[knownEntryHash])
+	envelopeParent = int(envelopeKnown[knownParentHash])
+)
 
 // scanCanonicalEntry returns the fields of line when line is the RFC 8785
 // form of an object of the simple shape; ok is false otherwise (the line
@@ -144,11 +148,72 @@ func scanCanonicalEntry(src string, arena *entryArena) (s scanner, fields []Fiel
 	if len(src) < 2 || src[0] != '{' {
 		return s, nil, false
 	}
-	fields, ok = s.object(1)
+	fields, ok, decided := s.envelopeObject()
+	if !decided {
+		// Other members: read by name.
+		s = scanner{src: src, hashStart: -1, arena: arena, known: noneKnown}
+		fields, ok = s.object(1)
+	}
 	if !ok || s.i != len(src) {
 		return s, nil, false
 	}
 	return s, fields, true
+}
+
+// envelopeObject scans the entry when its members are EnvelopeKeys, in
+// order: each name compared whole with the one expected next, the members
+// scanned into slots taken at once. decided is false when a name or the
+// number of members differs: the line is then scanned again by name. A
+// value that is not canonical decides (ok false): scanning by name would
+// meet the same names and then the same value.
+func (s *scanner) envelopeObject() (fields []Field, ok, decided bool) {
+	if s.arena != nil {
+		fields = s.arena.take(len(EnvelopeKeys))
+	} else {
+		fields = make([]Field, len(EnvelopeKeys))
+	}
+	s.i = 1 // '{'
+	for n := range fields {
+		tok := &envelopeTokens[n]
+		if !tok.at(s.src[s.i:]) {
+			return nil, false, false
+		}
+		start := s.i
+		s.i += len(tok.s)
+		f := &fields[n]
+		f.Key = EnvelopeKeys[n]
+		if (n == envelopeHash || n == envelopeParent) && s.hexString(f) {
+			s.hexHashes++
+		} else if !s.value(f, 1) {
+			return nil, false, true
+		}
+		if n == envelopeHash {
+			s.hashStart, s.hashEnd = start, s.i
+		}
+		end := byte(',')
+		if n == len(fields)-1 {
+			end = '}'
+		}
+		if s.i >= len(s.src) || s.src[s.i] != end {
+			return nil, false, false
+		}
+		s.i++
+	}
+	s.known, s.envelope = envelopeKnown, true
+	return fields, true, true
+}
+
+// hexString scans the string at s.i into f when it is 64 hex digits
+// (IsHex64), as str would scan it; false, and nothing scanned, when it is
+// anything else.
+func (s *scanner) hexString(f *Field) bool {
+	const n = 64
+	if len(s.src)-s.i < n+2 || s.src[s.i] != '"' || s.src[s.i+n+1] != '"' || !IsHex64(s.src[s.i+1:s.i+n+1]) {
+		return false
+	}
+	f.Kind, f.Text, f.Members = KindString, s.src[s.i+1:s.i+n+1], nil
+	s.i += n + 2
+	return true
 }
 
 // object scans an object starting at s.i ('{'); depth is 1 for the entry.
@@ -216,44 +281,26 @@ func (s *scanner) arenaObject(depth int) ([]Field, bool) {
 // member's key, which this one's must follow.
 func (s *scanner) member(f *Field, depth, n int, prev *string) (last, ok bool) {
 	start := s.i
-	var key string
-	k := -1 // the key's index in knownKeys
-	if depth == 1 && s.tmpl == n && n < len(envelopeTokens) && envelopeTokens[n].at(s.src[s.i:]) {
-		// The envelope's next member: printable ASCII, after the one
-		// before (EnvelopeKeys are in order), and its ':' read.
-		key, k = EnvelopeKeys[n], int(envelopeKnown[n])
-		s.i += len(envelopeTokens[n].s)
-		s.tmpl++
-	} else {
-		if depth == 1 && s.tmpl == n {
-			// The names so far were matched, not kept in prev.
-			s.tmpl = -1
-			if n > 0 {
-				*prev = EnvelopeKeys[n-1]
-			}
-		}
-		key, ok = s.key()
-		if !ok || n > 0 && !after(key, *prev) {
-			// Not ASCII, escaped, out of RFC 8785 order or duplicated.
-			return false, false
-		}
-		*prev = key
-		if s.i >= len(s.src) || s.src[s.i] != ':' {
-			return false, false
-		}
-		s.i++
-		if depth == 1 {
-			k = knownIndex(key)
-		}
+	key, ok := s.key()
+	if !ok || n > 0 && !after(key, *prev) {
+		// Not ASCII, escaped, out of RFC 8785 order or duplicated.
+		return false, false
 	}
+	*prev = key
+	if s.i >= len(s.src) || s.src[s.i] != ':' {
+		return false, false
+	}
+	s.i++
 	f.Key = key
 	if !s.value(f, depth) {
 		return false, false
 	}
-	if k >= 0 {
-		s.known[k] = int32(n)
-		if k == knownEntryHash {
-			s.hashStart, s.hashEnd = start, s.i
+	if depth == 1 {
+		if k := knownIndex(key); k >= 0 {
+			s.known[k] = int32(n)
+			if k == knownEntryHash {
+				s.hashStart, s.hashEnd = start, s.i
+			}
 		}
 	}
 	if s.i >= len(s.src) {
@@ -283,8 +330,9 @@ func after(key, prev string) bool {
 // their members, in chunks: each member is scanned into place, instead of
 // gathered and copied into an allocation per object. One object is open
 // at each depth at a time (the entry, its payload), so each depth has a
-// chunk of its own. Slots are cleared as they are taken (those of a line
-// that failed stay unused). An entry keeps its chunks alive, so an arena
+// chunk of its own. A slot is not cleared when it is taken: the scan
+// writes every part of each member (a slot of a line that failed stays
+// unused, whatever it holds). An entry keeps its chunks alive, so an arena
 // is for entries that live briefly: a journal batch's, until they are
 // linked; reset then hands every chunk back for the next batch, so that
 // a long journal allocates none after its first batches. It is not safe
@@ -358,7 +406,7 @@ func (a *entryArena) sha256() hash.Hash {
 	return a.hash
 }
 
-// next returns a zero slot for the next member of the object open at
+// next returns a slot for the next member of the object open at
 // depth, whose members so far start at start in its chunk, and where they
 // start now: in another chunk when this one is full (the object's members
 // so far are copied there, so that they stay contiguous).
@@ -380,8 +428,30 @@ func (a *entryArena) next(depth, start int) (*Field, int) {
 	}
 	*c = (*c)[:len(*c)+1]
 	f := &(*c)[len(*c)-1]
-	*f = Field{} // a chunk filled before reset holds an old member
+	// Not cleared: member writes every part of it (value).
 	return f, start
+}
+
+// take returns n slots in a row for the members of an entry (depth
+// 1) whose number is known beforehand; those of a line that failed stay
+// unused.
+func (a *entryArena) take(n int) []Field {
+	c := &a.open[0]
+	if cap(*c)-len(*c) < n {
+		if *c != nil {
+			a.full[0] = append(a.full[0], *c)
+		}
+		if k := len(a.spare[0]); k > 0 && cap(a.spare[0][k-1]) >= n {
+			*c, a.spare[0] = a.spare[0][k-1][:0], a.spare[0][:k-1]
+		} else {
+			*c = make([]Field, 0, max(arenaChunk, n))
+		}
+	}
+	m := len(*c)
+	*c = (*c)[:m+n]
+	f := (*c)[m : m+n : m+n]
+	// Not cleared: envelopeObject writes every part of each (value).
+	return f
 }
 
 // key scans a member name: printable ASCII other than '"' and '\', so
@@ -412,11 +482,13 @@ var keyByte = func() (t [256]bool) {
 	return t
 }()
 
-// value scans the value at s.i into f (whose Key is set).
+// value scans the value at s.i into f (whose Key is set), writing its
+// Kind, Text and Members: f may be a slot an old member filled.
 func (s *scanner) value(f *Field, depth int) bool {
 	if s.i >= len(s.src) {
 		return false
 	}
+	f.Text, f.Members = "", nil
 	var ok bool
 	switch c := s.src[s.i]; {
 	case c == '"':
@@ -453,22 +525,41 @@ func (s *scanner) literal(lit string) bool {
 // and controls escaped, controls as \b \t \n \f \r or \u00xx in lower
 // case) and valid UTF-8, and returns its decoded value.
 func (s *scanner) str() (string, bool) {
+	const ones, highs = 0x0101010101010101, 0x8080808080808080
+	src := s.src
 	start := s.i + 1
 	for i := start; ; {
-		i += plainRun(s.src[i:])
-		if i >= len(s.src) {
+		// Eight bytes at a time (the strings are most of an entry's
+		// bytes) to the first that needs a look. The high bit of a lane
+		// is set for a byte of 0x80 and above, a byte below 0x20 (x-0x20
+		// borrows), and a '"' or '\\' (zero after the xor). A borrow may
+		// set higher lanes too, never a lower one, so the lowest lane set
+		// is exactly the first such byte.
+		for len(src)-i >= 8 {
+			x := wordAt(src, i)
+			q, b := x^(ones*'"'), x^(ones*'\\')
+			if m := (x | (x - ones*0x20) | (q-ones)&^q | (b-ones)&^b) & highs; m != 0 {
+				i += bits.TrailingZeros64(m) >> 3
+				break
+			}
+			i += 8
+		}
+		for i < len(src) && plainByte[src[i]] {
+			i++
+		}
+		if i >= len(src) {
 			return "", false
 		}
-		switch c := s.src[i]; {
+		switch c := src[i]; {
 		case c == '"':
 			s.i = i + 1
-			return s.src[start:i], true
+			return src[start:i], true
 		case c == '\\':
 			return s.escapedStr(start, i)
 		case c < 0x20:
 			return "", false
 		}
-		n, ok := utf8Char(s.src[i:])
+		n, ok := utf8Char(src[i:])
 		if !ok {
 			return "", false
 		}
@@ -485,33 +576,8 @@ func utf8Char(s string) (int, bool) {
 	return n, r != utf8.RuneError || n > 1
 }
 
-// plainRun returns how many bytes at the start of s need no look in a
-// string: the index of the first '"', '\\', control or byte of 0x80 and
-// above (UTF-8, which str checks), len(s) if there is none. It tests eight
-// bytes at a time (the string members are most of an entry's bytes) and
-// finds the byte in the word that holds one from the word's mask.
-func plainRun(s string) int {
-	const ones, highs = 0x0101010101010101, 0x8080808080808080
-	t := s
-	for ; len(t) >= 8; t = t[8:] {
-		x := word(t)
-		q, b := x^(ones*'"'), x^(ones*'\\')
-		// The high bit of a lane is set for a byte of 0x80 and above, a
-		// byte below 0x20 (x-0x20 borrows), and a '"' or '\\' (zero after
-		// the xor). A borrow may set higher lanes too, never a lower one,
-		// so the lowest lane set is exactly the first such byte.
-		if m := (x | (x - ones*0x20) | (q-ones)&^q | (b-ones)&^b) & highs; m != 0 {
-			return len(s) - len(t) + bits.TrailingZeros64(m)>>3
-		}
-	}
-	i := len(s) - len(t)
-	for ; i < len(s) && plainByte[s[i]]; i++ {
-	}
-	return i
-}
-
-// plainByte is true for the bytes plainRun passes: printable ASCII and
-// DEL but '"' and '\\'.
+// plainByte is true for the bytes a string holds as they are and str
+// passes: printable ASCII and DEL but '"' and '\\'.
 var plainByte = func() (t [256]bool) {
 	for c := 0x20; c < 0x80; c++ {
 		t[c] = c != '"' && c != '\\'
@@ -718,7 +784,7 @@ type span struct {
 // decodes with UseNumber. It also returns where each top-level member is.
 // ok is false for anything else, which the general path decides.
 func scanCanonicalTree(src string) (obj map[string]any, members []span, ok bool) {
-	s := scanner{src: src, hashStart: -1, tmpl: -1}
+	s := scanner{src: src, hashStart: -1}
 	if len(src) < 2 || src[0] != '{' {
 		return nil, nil, false
 	}

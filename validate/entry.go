@@ -22,7 +22,7 @@ import (
 // jsonschema, which finds and words the problems.
 func (v *Validator) CheckEntry(e *events.Entry, at events.Location) []events.Problem {
 	if v.schemas.fastEnvelope {
-		if fields, ok := e.Fields(); ok && e.HasEnvelopeKeys() && envelopeValuesValid(fields, e.HashMatches()) {
+		if fields, ok := e.Fields(); ok && e.HasEnvelopeKeys() && envelopeValuesValid(fields, e.HashMatches(), e.HashesHex()) {
 			return canaryProblems(payloadField(fields), at)
 		}
 	}
