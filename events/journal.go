@@ -218,10 +218,10 @@ func (v *ChainVerifier) chainProblems(e *Entry, at Location, problems []Problem)
 			Reason: "parent_hash is not the previous entry's entry_hash", Expected: string(v.head), Actual: e.ParentHash()})
 	}
 	got := e.Metadata()
-	ref := got // the first entry's, when there is no reference yet
-	if v.meta != nil {
-		ref = *v.meta
+	if v.meta == nil || got == *v.meta {
+		return problems // the first entry's is the reference, or it agrees
 	}
+	ref := *v.meta
 	for _, f := range [...]struct{ key, want, have string }{
 		{"run_id", ref.RunID, got.RunID},
 		{"capsule_id", ref.CapsuleID, got.CapsuleID},
