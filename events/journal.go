@@ -576,6 +576,17 @@ type journalLinker struct {
 	utf8, truncated, lineProblems, metaProblems Problems
 	res                                         JournalResult
 	broken                                      bool
+	// headPending: res.Head is the verifier's head, not yet read out
+	// (Head makes a string): read once, where the valid prefix ends.
+	headPending bool
+}
+
+// settleHead reads the valid prefix's head out of the verifier, before
+// it moves past a line that is not valid or at the end.
+func (j *journalLinker) settleHead() {
+	if j.headPending {
+		j.res.Head, j.headPending = j.v.Head(), false
+	}
 }
 
 // link takes the lines of b in order; it returns b's read error, if any.
@@ -614,7 +625,7 @@ func (j *journalLinker) link(b *journalBatch) error {
 				j.v.accept(l.e)
 				if !j.broken {
 					j.res.Valid++
-					j.res.Head = j.v.Head()
+					j.headPending = true
 				}
 				continue
 			}
@@ -628,16 +639,14 @@ func (j *journalLinker) link(b *journalBatch) error {
 		}
 		// The problems hold the batch's strings: it is not reused.
 		b.kept = true
+		j.settleHead()
 		j.v.skip(l.e)
 		j.broken = true
 	}
 	if !b.kept {
 		// The batch is read into again: what the chain keeps of its last
-		// entry becomes the linker's own.
+		// entry becomes the linker's own (its head always is).
 		j.v.own()
-		if j.res.Head != ZeroHash {
-			j.res.Head = strings.Clone(j.res.Head)
-		}
 	}
 	return b.err
 }
@@ -645,6 +654,7 @@ func (j *journalLinker) link(b *journalBatch) error {
 // finish returns the result, the I/O error if reading failed, or else the
 // refusal of every problem found.
 func (j *journalLinker) finish(file string, ioErr error) (JournalResult, error) {
+	j.settleHead()
 	if ioErr != nil {
 		return j.res, ioErr
 	}
