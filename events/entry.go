@@ -18,6 +18,12 @@ import (
 // (seed 000).
 const EntrySchema = "capsule-envelope/v1"
 
+// EnvelopeKeys are the members of a capsule envelope v1 entry, in RFC 8785
+// (byte) order: the envelope schema's 13 required members, and with its
+// additionalProperties false its only ones (seed 000).
+var EnvelopeKeys = [...]string{"capsule_id", "effect_class", "entry_hash", "harness_version", "kind", "lineage",
+	"parent_hash", "payload", "run_id", "schema", "seq", "task_family", "ts"}
+
 // ZeroHash is the parent_hash of the first entry of a chain: 64 zeros
 // (seed 000, "parent_hash" description).
 var ZeroHash = strings.Repeat("0", 64)
@@ -49,6 +55,14 @@ type Entry struct {
 	// entry has none (when indexed): the accessors the gate calls many
 	// times per entry look it up once, at parse.
 	known [numKnown]int32
+	// envelope: fast, and the members are EnvelopeKeys in order.
+	envelope bool
+	// hexHashes: fast, and entry_hash and parent_hash were read as 64
+	// hex digits each (IsHex64).
+	hexHashes bool
+	// hashKnown: hashOK says whether entry_hash is a string equal to
+	// ComputedHash (the fast path compares them once, at parse).
+	hashKnown, hashOK bool
 
 	objOnce sync.Once
 	obj     map[string]any
@@ -61,35 +75,29 @@ type Entry struct {
 // writes them (\udxxx). Errors wrap ErrNotJSON, or ErrNotObject for a line
 // that is JSON but not an object.
 func ParseEntry(line []byte) (*Entry, error) {
+	e, valid, err := parseText(line, string(line), false, nil)
+	if !valid {
+		_, err = Canonicalize(line) // the general path's error
+	}
+	return e, err
+}
+
+// parseText parses line, whose bytes the caller also has as text (a
+// journal batch's, converted once for all its lines): by the fast path,
+// which checks the line's UTF-8 as it reads it, or, when that declines
+// the line, by the general path if the line is valid UTF-8 (valid is
+// false, and e nil, when it is not). With owned the entry may keep line
+// as its canonical bytes, and no one may change it; with arena the fast
+// path's entry and members are taken from there.
+func parseText(line []byte, text string, owned bool, arena *entryArena) (e *Entry, valid bool, err error) {
+	if e := parseCanonical(line, text, owned, arena); e != nil {
+		return e, true, nil
+	}
 	if !utf8.Valid(line) {
-		_, err := Canonicalize(line) // the general path's error
-		return nil, err
+		return nil, false, nil
 	}
-	return parseValidUTF8(line)
-}
-
-// parseValidUTF8 is ParseEntry for a line known to be valid UTF-8.
-func parseValidUTF8(line []byte) (*Entry, error) {
-	if e := parseCanonical(line, string(line), false, nil); e != nil {
-		return e, nil
-	}
-	return parseGeneral(line)
-}
-
-// parseOwned is parseValidUTF8 for a line the caller hands over: the
-// entry may keep it as its canonical bytes, and no one may change it.
-func parseOwned(line []byte) (*Entry, error) {
-	return parseOwnedText(line, string(line), nil)
-}
-
-// parseOwnedText is parseOwned for a line whose bytes the caller also has
-// as text (a journal batch's, converted once for all its lines), whose
-// fast-path members are taken from arena when it is not nil.
-func parseOwnedText(line []byte, text string, arena *entryArena) (*Entry, error) {
-	if e := parseCanonical(line, text, true, arena); e != nil {
-		return e, nil
-	}
-	return parseGeneral(line)
+	e, err = parseGeneral(line)
+	return e, true, err
 }
 
 // parseCanonical is the fast path: it returns nil unless line is canonical
@@ -118,8 +126,10 @@ func parseCanonical(line []byte, src string, owned bool, arena *entryArena) *Ent
 		canonical = []byte(src)
 	}
 	e.canonical, e.fast, e.indexed, e.fields = canonical, true, true, fields
+	e.known, e.envelope, e.hexHashes = s.known, s.envelope, s.hexHashes == 2
 	h.Sum(e.computed[:0])
-	e.indexKnown()
+	claimed, ok := e.strOK(knownEntryHash)
+	e.hashKnown, e.hashOK = true, ok && e.hashIs(claimed)
 	return e
 }
 
@@ -252,34 +262,97 @@ func (e *Entry) Fields() ([]Field, bool) {
 	return e.fields, true
 }
 
+// HasEnvelopeKeys reports whether the entry was parsed by the fast path
+// (Fields) and its members are exactly EnvelopeKeys, in that order: their
+// names were matched whole as the line was read, so a check of the
+// envelope's shape need not compare them again.
+func (e *Entry) HasEnvelopeKeys() bool { return e.envelope }
+
 // ComputedHash is the lowercase hex SHA-256 of the canonical entry without
 // entry_hash: what entry_hash must be (seed 000).
 func (e *Entry) ComputedHash() string { return hex.EncodeToString(e.computed[:]) }
 
-// hashIs reports whether claimed is ComputedHash, without making it:
-// each byte's two hex digits compared at once, stopping at the first
-// that differs.
-func (e *Entry) hashIs(claimed string) bool {
-	if len(claimed) != 2*sha256.Size {
+// HashesHex reports whether the fast path read the entry's entry_hash
+// and parent_hash as 64 lower-case hex digits each (IsHex64): as it
+// reads a line of the envelope's members (HasEnvelopeKeys), it checks
+// them for that pattern instead of only for what a string may hold, so
+// that the envelope check need not read them again. false says nothing.
+func (e *Entry) HashesHex() bool { return e.hexHashes }
+
+// IsHex64 reports whether s matches ^[0-9a-f]{64}$, the pattern of
+// entry_hash and parent_hash (seed 000), eight bytes at a time.
+func IsHex64(s string) bool {
+	if len(s) != 64 {
 		return false
 	}
-	for i, b := range e.computed {
-		if hexPair[b] != uint16(claimed[2*i])<<8|uint16(claimed[2*i+1]) {
+	for i := 0; i < 64; i += 8 {
+		if !hexWord(wordAt(s, i)) {
 			return false
 		}
 	}
 	return true
 }
 
-// hexPair is each byte's two lower-case hex digits, the first in the
-// high byte.
-var hexPair = func() (t [256]uint16) {
-	const digits = "0123456789abcdef"
-	for b := range t {
-		t[b] = uint16(digits[b>>4])<<8 | uint16(digits[b&15])
+// hexWord reports whether each byte of x is in [0-9a-f]. With every byte
+// below 0x80, adding 0x80-c to a byte sets its high bit exactly when it
+// is c or more, and never carries into the next byte.
+func hexWord(x uint64) bool {
+	const ones, highs = 0x0101010101010101, 0x8080808080808080
+	if x&highs != 0 {
+		return false
 	}
-	return t
-}()
+	geq := func(c uint64) uint64 { return (x + ones*(0x80-c)) & highs }
+	digit := geq('0') &^ geq('9'+1)
+	letter := geq('a') &^ geq('f'+1)
+	return digit|letter == highs
+}
+
+// HashMatches reports whether the entry's entry_hash is a string equal
+// to ComputedHash: the entry_hash rule holds, and entry_hash is then 64
+// lower-case hex digits.
+func (e *Entry) HashMatches() bool {
+	if e.hashKnown {
+		return e.hashOK
+	}
+	claimed, ok := e.strOK(knownEntryHash)
+	return ok && e.hashIs(claimed)
+}
+
+// hashIs reports whether claimed is ComputedHash, without making it:
+// four bytes of the digest at a time written as eight hex digits in a
+// word (hexWord8) and compared with eight bytes of claimed.
+func (e *Entry) hashIs(claimed string) bool {
+	if len(claimed) != 2*sha256.Size {
+		return false
+	}
+	for i := 0; i < sha256.Size; i += 4 {
+		d := e.computed[i : i+4]
+		if hexWord8(uint64(d[0])|uint64(d[1])<<16|uint64(d[2])<<32|uint64(d[3])<<48) != wordAt(claimed, 2*i) {
+			return false
+		}
+	}
+	return true
+}
+
+// hexWord8 writes four bytes, one in the low byte of each 16-bit lane of
+// v, as their eight lower-case hex digits, the first digit in the low
+// byte (the order of a string read little-endian). Each nibble moves to
+// a byte of its own; a nibble of 10 or more carries into bit 4 when 6 is
+// added, which picks 'a'-10 over '0' for it. No lane carries into the
+// next.
+func hexWord8(v uint64) uint64 {
+	const ones, nib = 0x0101010101010101, 0x000f000f000f000f
+	n := (v>>4)&nib | (v&nib)<<8
+	letter := (n + 6*ones) >> 4 & ones
+	return n + '0'*ones + letter*('a'-'0'-10)
+}
+
+// wordAt is the eight bytes of s from i, little-endian.
+func wordAt(s string, i int) uint64 {
+	w := s[i : i+8]
+	return uint64(w[0]) | uint64(w[1])<<8 | uint64(w[2])<<16 | uint64(w[3])<<24 |
+		uint64(w[4])<<32 | uint64(w[5])<<40 | uint64(w[6])<<48 | uint64(w[7])<<56
+}
 
 // EntryHash is the entry_hash the entry claims ("" if absent or not a string).
 func (e *Entry) EntryHash() string { return e.str(knownEntryHash) }
@@ -309,11 +382,18 @@ const (
 // knownKeys names the members of Entry.known.
 var knownKeys = [numKnown]string{"entry_hash", "parent_hash", "run_id", "capsule_id", "harness_version", "task_family", "seq"}
 
-// indexKnown fills e.known from e.fields, in one pass.
-func (e *Entry) indexKnown() {
-	for k := range e.known {
-		e.known[k] = -1
+// noneKnown is Entry.known before any member is indexed.
+var noneKnown = func() (t [numKnown]int32) {
+	for k := range t {
+		t[k] = -1
 	}
+	return t
+}()
+
+// indexKnown fills e.known from e.fields, in one pass (the fast path
+// fills it as it scans).
+func (e *Entry) indexKnown() {
+	e.known = noneKnown
 	for i, f := range e.fields {
 		if k := knownIndex(f.Key); k >= 0 {
 			e.known[k] = int32(i)

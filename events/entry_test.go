@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
+	"strings"
 	"testing"
 
 	"github.com/roompub/roompub/events"
@@ -249,6 +250,53 @@ func TestHashIs(t *testing.T) {
 	for _, s := range []string{"", want[:63], want + "0", want[1:] + "0"} {
 		if e.HashIs(s) {
 			t.Errorf("HashIs(%q) = true, ComputedHash is %s", s, want)
+		}
+	}
+}
+
+// TestHexWord8: every byte value, at each of the four places of a word,
+// is written as hex.EncodeToString writes it.
+func TestHexWord8(t *testing.T) {
+	for b := range 256 {
+		for place := range 4 {
+			var d [4]byte
+			d[place] = byte(b)
+			d[(place+1)%4] = byte(255 - b)
+			want := hex.EncodeToString(d[:])
+			w := events.HexWord8(uint64(d[0]) | uint64(d[1])<<16 | uint64(d[2])<<32 | uint64(d[3])<<48)
+			var got [8]byte
+			for i := range got {
+				got[i] = byte(w >> (8 * i))
+			}
+			if string(got[:]) != want {
+				t.Fatalf("hexWord8 of %x = %q, want %q", d, got, want)
+			}
+		}
+	}
+}
+
+// TestTokenAt: a name compared as words is found exactly where
+// strings.HasPrefix finds it: with any one byte changed, cut short, or
+// followed by anything.
+func TestTokenAt(t *testing.T) {
+	for _, tok := range []string{`"ts":`, `"seq":`, `"kind":`, `"run_id":`, `"payload":`, `"parent_hash":`, `"harness_version":`, `"a_name_of_24_bytes_xx":`} {
+		for _, rest := range []string{"", "x", `"2026-09-02T00:00:00Z"}`, strings.Repeat("y", 30)} {
+			src := tok + rest
+			if !events.TokenAt(tok, src) {
+				t.Errorf("TokenAt(%q, %q) = false", tok, src)
+			}
+			for i := range len(tok) {
+				b := []byte(src)
+				b[i] ^= 0x20
+				if got, want := events.TokenAt(tok, string(b)), strings.HasPrefix(string(b), tok); got != want {
+					t.Errorf("TokenAt(%q, %q) = %v, want %v", tok, b, got, want)
+				}
+			}
+			for n := range len(src) {
+				if got, want := events.TokenAt(tok, src[:n]), strings.HasPrefix(src[:n], tok); got != want {
+					t.Errorf("TokenAt(%q, %q) = %v, want %v", tok, src[:n], got, want)
+				}
+			}
 		}
 	}
 }

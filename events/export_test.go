@@ -18,11 +18,9 @@ func ParseEntryGeneral(line []byte) (*Entry, error) {
 	return parseGeneral(line)
 }
 
-// ParseEntryFast is the fast path alone: nil when it does not apply.
+// ParseEntryFast is the fast path alone: nil when it does not apply
+// (to any line that is not valid UTF-8, among others).
 func ParseEntryFast(line []byte) *Entry {
-	if !utf8.Valid(line) {
-		return nil
-	}
 	return parseCanonical(line, string(line), false, nil)
 }
 
@@ -169,9 +167,23 @@ type Arena = entryArena
 func (a *Arena) Reset() { a.reset() }
 
 func ParseInArena(line []byte, a *Arena) (*Entry, error) {
-	return parseOwnedText(line, string(line), a)
+	e, valid, err := parseText(line, string(line), true, a)
+	if !valid {
+		_, err = Canonicalize(line) // ParseEntry's error
+	}
+	return e, err
 }
 
 // HashIs reports whether claimed is e's ComputedHash, as the entry_hash
 // rule compares them.
 func (e *Entry) HashIs(claimed string) bool { return e.hashIs(claimed) }
+
+// HexWord8 is how the entry_hash comparison writes four bytes of a digest.
+var HexWord8 = hexWord8
+
+// TokenAt reports whether src starts with t, compared as the fast path
+// compares the envelope's names.
+func TokenAt(t, src string) bool {
+	k := newToken(t)
+	return k.at(src)
+}

@@ -8,6 +8,7 @@ import (
 	"reflect"
 	"slices"
 	"testing"
+	"unicode/utf8"
 
 	"github.com/gowebpki/jcs"
 
@@ -80,7 +81,11 @@ func compareFastPath(t *testing.T, line []byte) {
 		}
 		return
 	}
-	// The fast path took the line: it must be exactly canonical by jcs.
+	// The fast path took the line: it must be valid UTF-8 (which the fast
+	// path checks as it reads) and exactly canonical by jcs.
+	if !utf8.Valid(line) {
+		t.Fatalf("fast path took %q, which is not valid UTF-8", line)
+	}
 	canon, err := jcs.Transform(line)
 	if err != nil || !bytes.Equal(canon, line) {
 		t.Fatalf("fast path took %q, which jcs canonicalises to %q (%v)", line, canon, err)
@@ -94,9 +99,24 @@ func compareFastPath(t *testing.T, line []byte) {
 	if !ok || !reflect.DeepEqual(fieldsObject(fields), slow.Object()) {
 		t.Fatalf("Fields of %q are not the decoded object", line)
 	}
+	if keys := fieldKeys(fields); fast.HasEnvelopeKeys() != slices.Equal(keys, events.EnvelopeKeys[:]) || got.HasEnvelopeKeys() != fast.HasEnvelopeKeys() {
+		t.Fatalf("%q: HasEnvelopeKeys %v (ParseEntry's %v) for the members %q", line, fast.HasEnvelopeKeys(), got.HasEnvelopeKeys(), keys)
+	}
+	if want := fast.HasEnvelopeKeys() && events.IsHex64(fast.EntryHash()) && events.IsHex64(fast.ParentHash()); fast.HashesHex() != want {
+		t.Fatalf("%q: HashesHex %v, want %v", line, fast.HashesHex(), want)
+	}
 	if !simpleShape(slow.Object(), 1) {
 		t.Fatalf("fast path took %q, which is not of the simple shape", line)
 	}
+}
+
+// fieldKeys lists the keys of fields, in order.
+func fieldKeys(fields []events.Field) []string {
+	keys := make([]string, len(fields))
+	for i, f := range fields {
+		keys[i] = f.Key
+	}
+	return keys
 }
 
 // sameEntry compares every observable of two entries.
@@ -106,7 +126,8 @@ func sameEntry(t *testing.T, line []byte, a, b *events.Entry) {
 	seqB, okB := b.Seq()
 	if !bytes.Equal(a.Canonical(), b.Canonical()) || a.ComputedHash() != b.ComputedHash() ||
 		a.EntryHash() != b.EntryHash() || a.ParentHash() != b.ParentHash() || a.Metadata() != b.Metadata() ||
-		seqA != seqB || okA != okB || !reflect.DeepEqual(a.Object(), b.Object()) {
+		seqA != seqB || okA != okB || !reflect.DeepEqual(a.Object(), b.Object()) ||
+		a.HashMatches() != b.HashMatches() || a.HashMatches() != (a.EntryHash() == a.ComputedHash()) {
 		t.Fatalf("entries of %q differ:\n%q %s %s %q %v %v %d %v\n%q %s %s %q %v %v %d %v", line,
 			a.Canonical(), a.ComputedHash(), a.EntryHash(), a.ParentHash(), a.Metadata(), a.Object(), seqA, okA,
 			b.Canonical(), b.ComputedHash(), b.EntryHash(), b.ParentHash(), b.Metadata(), b.Object(), seqB, okB)
@@ -275,7 +296,7 @@ func TestArenaEntries(t *testing.T) {
 			sameEntry(t, lines[i], got, want)
 			gotFields, _ := got.Fields()
 			wantFields, _ := want.Fields()
-			if !reflect.DeepEqual(gotFields, wantFields) {
+			if !reflect.DeepEqual(gotFields, wantFields) || got.HasEnvelopeKeys() != want.HasEnvelopeKeys() {
 				t.Fatalf("%q: fields after a reset\n%+v\nParseEntry's\n%+v", lines[i], gotFields, wantFields)
 			}
 		}

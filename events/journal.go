@@ -91,7 +91,7 @@ func (v *ChainVerifier) Check(line []byte, at Location) (*Entry, []Problem) {
 // must be a plain data object"). Either way the entry is nil and the one
 // problem says why.
 func ParseLine(line []byte, at Location) (*Entry, []Problem) {
-	return parseLine(line, at, parseValidUTF8)
+	return parseLine(line, at, false)
 }
 
 // ParseLineOwned is ParseLine for a line the caller hands over: an entry
@@ -101,7 +101,7 @@ func ParseLine(line []byte, at Location) (*Entry, []Problem) {
 // ParseLine parses them. The gate parses its requests' lines this way
 // (one copy of every entry less).
 func ParseLineOwned(line []byte, at Location) (*Entry, []Problem) {
-	return parseLine(line, at, parseOwned)
+	return parseLine(line, at, true)
 }
 
 // LineSeq parses one journal line (without its newline) as ParseLineOwned
@@ -122,11 +122,11 @@ func LineSeq(line []byte) (*Entry, int64) {
 	return e, seq
 }
 
-func parseLine(line []byte, at Location, parse func([]byte) (*Entry, error)) (*Entry, []Problem) {
-	if !utf8.Valid(line) {
+func parseLine(line []byte, at Location, owned bool) (*Entry, []Problem) {
+	e, valid, err := parseText(line, string(line), owned, nil)
+	if !valid {
 		return nil, []Problem{{Code: NonCanonical, At: at, Reason: "line is not valid UTF-8"}}
 	}
-	e, err := parse(line)
 	if err != nil {
 		return nil, []Problem{parseProblem(err, at)}
 	}
@@ -195,7 +195,7 @@ func entryProblems(check EntryCheck, e *Entry, at Location) []Problem {
 
 // hashProblem appends the entry_hash problem of e, if it has one.
 func hashProblem(problems []Problem, e *Entry, at Location) []Problem {
-	if claimed, ok := e.strOK(knownEntryHash); ok && !e.hashIs(claimed) {
+	if claimed, ok := e.strOK(knownEntryHash); ok && !e.HashMatches() {
 		problems = append(problems, Problem{Code: InvalidEntry, At: withPointer(at, "/entry_hash"),
 			Reason: "entry_hash is not the SHA-256 of the canonical entry without entry_hash", Expected: e.ComputedHash(), Actual: claimed})
 	}
@@ -218,10 +218,10 @@ func (v *ChainVerifier) chainProblems(e *Entry, at Location, problems []Problem)
 			Reason: "parent_hash is not the previous entry's entry_hash", Expected: string(v.head), Actual: e.ParentHash()})
 	}
 	got := e.Metadata()
-	ref := got // the first entry's, when there is no reference yet
-	if v.meta != nil {
-		ref = *v.meta
+	if v.meta == nil || got == *v.meta {
+		return problems // the first entry's is the reference, or it agrees
 	}
+	ref := *v.meta
 	for _, f := range [...]struct{ key, want, have string }{
 		{"run_id", ref.RunID, got.RunID},
 		{"capsule_id", ref.CapsuleID, got.CapsuleID},
@@ -463,11 +463,11 @@ func (l *journalLine) prepare(check EntryCheck, text string, arena *entryArena) 
 	if l.truncated || l.tooLong {
 		return
 	}
-	if !utf8.Valid(l.line) {
+	e, valid, err := parseText(l.line, text, true, arena)
+	if !valid {
 		l.notUTF8 = true
 		return
 	}
-	e, err := parseOwnedText(l.line, text, arena)
 	if err != nil {
 		l.problems = []Problem{parseProblem(err, l.at)}
 		return
@@ -576,6 +576,17 @@ type journalLinker struct {
 	utf8, truncated, lineProblems, metaProblems Problems
 	res                                         JournalResult
 	broken                                      bool
+	// headPending: res.Head is the verifier's head, not yet read out
+	// (Head makes a string): read once, where the valid prefix ends.
+	headPending bool
+}
+
+// settleHead reads the valid prefix's head out of the verifier, before
+// it moves past a line that is not valid or at the end.
+func (j *journalLinker) settleHead() {
+	if j.headPending {
+		j.res.Head, j.headPending = j.v.Head(), false
+	}
 }
 
 // link takes the lines of b in order; it returns b's read error, if any.
@@ -614,7 +625,7 @@ func (j *journalLinker) link(b *journalBatch) error {
 				j.v.accept(l.e)
 				if !j.broken {
 					j.res.Valid++
-					j.res.Head = j.v.Head()
+					j.headPending = true
 				}
 				continue
 			}
@@ -628,16 +639,14 @@ func (j *journalLinker) link(b *journalBatch) error {
 		}
 		// The problems hold the batch's strings: it is not reused.
 		b.kept = true
+		j.settleHead()
 		j.v.skip(l.e)
 		j.broken = true
 	}
 	if !b.kept {
 		// The batch is read into again: what the chain keeps of its last
-		// entry becomes the linker's own.
+		// entry becomes the linker's own (its head always is).
 		j.v.own()
-		if j.res.Head != ZeroHash {
-			j.res.Head = strings.Clone(j.res.Head)
-		}
 	}
 	return b.err
 }
@@ -645,6 +654,7 @@ func (j *journalLinker) link(b *journalBatch) error {
 // finish returns the result, the I/O error if reading failed, or else the
 // refusal of every problem found.
 func (j *journalLinker) finish(file string, ioErr error) (JournalResult, error) {
+	j.settleHead()
 	if ioErr != nil {
 		return j.res, ioErr
 	}

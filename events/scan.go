@@ -5,9 +5,11 @@ import (
 	"encoding/json"
 	"hash"
 	"math"
+	"math/bits"
 	"slices"
 	"strconv"
 	"strings"
+	"unicode/utf8"
 
 	"github.com/gowebpki/jcs"
 )
@@ -46,10 +48,10 @@ const maxFastDepth = 2
 // and objects of scalars, with ASCII keys written without escapes. It never
 // says more than "this line is canonical and here are its members"; any
 // line it does not recognise goes to the general path (jcs and
-// encoding/json), which decides what is wrong with it, if anything. The
-// line must be valid UTF-8 (checked by the caller), so bytes of 0x80 and
-// above inside strings need no further look: the canonical form copies
-// them unchanged.
+// encoding/json), which decides what is wrong with it, if anything. It
+// checks UTF-8 as it goes, in strings, the only place a byte of 0x80 and
+// above may be (keys are printable ASCII): a line it takes is valid UTF-8,
+// so the caller checks the encoding only of a line it declines.
 type scanner struct {
 	src string
 	i   int
@@ -59,22 +61,159 @@ type scanner struct {
 	// arena, when not nil, receives the members in place (entryArena);
 	// without one each object's members get an allocation of their own.
 	arena *entryArena
+	// envelope: the members are EnvelopeKeys in order, read by
+	// envelopeObject; hexHashes counts its hashes read by hexString.
+	envelope  bool
+	hexHashes int
+	// known[k] is the index of top-level member knownKeys[k], -1 for none
+	// (Entry.known), found as the members are scanned.
+	known [numKnown]int32
 }
+
+// envelopeTokens are EnvelopeKeys as a canonical line writes them before
+// their values, quoted and followed by ':'. A line of the envelope's
+// members is read by comparing each name whole with the one expected
+// next (envelopeObject): its byte class, its order after the previous
+// name and its index in knownKeys are then known (envelopeKnown) instead
+// of read.
+var envelopeTokens = func() (t [len(EnvelopeKeys)]token) {
+	for i, k := range EnvelopeKeys {
+		t[i] = newToken(`"` + k + `":`)
+	}
+	return t
+}()
+
+// token is a string of 5 to 24 bytes compared as words: its first eight
+// bytes (masked when it is shorter), its last eight and, beyond 16 bytes,
+// the eight after the first.
+type token struct {
+	s                     string
+	head, mask, tail, mid uint64
+}
+
+func newToken(t string) token {
+	if len(t) < 5 || len(t) > 24 {
+		panic("events: token length out of range: " + t)
+	}
+	k := token{s: t, head: wordAt(t+"\x00\x00\x00\x00\x00\x00\x00", 0), mask: ^uint64(0) >> (64 - 8*min(len(t), 8))}
+	k.head &= k.mask
+	if len(t) > 8 {
+		k.tail = wordAt(t, len(t)-8)
+	}
+	if len(t) > 16 {
+		k.mid = wordAt(t, 8)
+	}
+	return k
+}
+
+// at reports whether src starts with the token.
+func (k *token) at(src string) bool {
+	n := len(k.s)
+	if len(src) < 8 || len(src) < n {
+		return strings.HasPrefix(src, k.s)
+	}
+	if wordAt(src, 0)&k.mask != k.head {
+		return false
+	}
+	if n > 8 && wordAt(src, n-8) != k.tail {
+		return false
+	}
+	return n <= 16 || wordAt(src, 8) == k.mid
+}
+
+// envelopeKnown is Entry.known of an entry whose members are
+// EnvelopeKeys, in that order.
+var envelopeKnown = func() (t [numKnown]int32) {
+	t = noneKnown
+	for i, k := range EnvelopeKeys {
+		if j := knownIndex(k); j >= 0 {
+			t[j] = int32(i)
+		}
+	}
+	return t
+}()
+
+// The index of entry_hash and of parent_hash in EnvelopeKeys.
+var (
+	envelopeHash   = int(envelopeKnown[knownEntryHash])
+	envelopeParent = int(envelopeKnown[knownParentHash])
+)
 
 // scanCanonicalEntry returns the fields of line when line is the RFC 8785
 // form of an object of the simple shape; ok is false otherwise (the line
 // may still be canonical, or not JSON at all: the general path decides).
 // The fields are taken from arena when it is not nil.
 func scanCanonicalEntry(src string, arena *entryArena) (s scanner, fields []Field, ok bool) {
-	s = scanner{src: src, hashStart: -1, arena: arena}
+	s = scanner{src: src, hashStart: -1, arena: arena, known: noneKnown}
 	if len(src) < 2 || src[0] != '{' {
 		return s, nil, false
 	}
-	fields, ok = s.object(1)
+	fields, ok, decided := s.envelopeObject()
+	if !decided {
+		// Other members: read by name.
+		s = scanner{src: src, hashStart: -1, arena: arena, known: noneKnown}
+		fields, ok = s.object(1)
+	}
 	if !ok || s.i != len(src) {
 		return s, nil, false
 	}
 	return s, fields, true
+}
+
+// envelopeObject scans the entry when its members are EnvelopeKeys, in
+// order: each name compared whole with the one expected next, the members
+// scanned into slots taken at once. decided is false when a name or the
+// number of members differs: the line is then scanned again by name. A
+// value that is not canonical decides (ok false): scanning by name would
+// meet the same names and then the same value.
+func (s *scanner) envelopeObject() (fields []Field, ok, decided bool) {
+	if s.arena != nil {
+		fields = s.arena.take(len(EnvelopeKeys))
+	} else {
+		fields = make([]Field, len(EnvelopeKeys))
+	}
+	s.i = 1 // '{'
+	for n := range fields {
+		tok := &envelopeTokens[n]
+		if !tok.at(s.src[s.i:]) {
+			return nil, false, false
+		}
+		start := s.i
+		s.i += len(tok.s)
+		f := &fields[n]
+		f.Key = EnvelopeKeys[n]
+		if (n == envelopeHash || n == envelopeParent) && s.hexString(f) {
+			s.hexHashes++
+		} else if !s.value(f, 1) {
+			return nil, false, true
+		}
+		if n == envelopeHash {
+			s.hashStart, s.hashEnd = start, s.i
+		}
+		end := byte(',')
+		if n == len(fields)-1 {
+			end = '}'
+		}
+		if s.i >= len(s.src) || s.src[s.i] != end {
+			return nil, false, false
+		}
+		s.i++
+	}
+	s.known, s.envelope = envelopeKnown, true
+	return fields, true, true
+}
+
+// hexString scans the string at s.i into f when it is 64 hex digits
+// (IsHex64), as str would scan it; false, and nothing scanned, when it is
+// anything else.
+func (s *scanner) hexString(f *Field) bool {
+	const n = 64
+	if len(s.src)-s.i < n+2 || s.src[s.i] != '"' || s.src[s.i+n+1] != '"' || !IsHex64(s.src[s.i+1:s.i+n+1]) {
+		return false
+	}
+	f.Kind, f.Text, f.Members = KindString, s.src[s.i+1:s.i+n+1], nil
+	s.i += n + 2
+	return true
 }
 
 // object scans an object starting at s.i ('{'); depth is 1 for the entry.
@@ -105,7 +244,7 @@ func (s *scanner) object(depth int) ([]Field, bool) {
 			more = append(append(make([]Field, 0, 2*len(buf)), buf[:]...), Field{})
 			f = &more[n]
 		}
-		last, ok := s.member(f, depth, n == 0, &prev)
+		last, ok := s.member(f, depth, n, &prev)
 		switch {
 		case !ok:
 			return nil, false
@@ -124,10 +263,10 @@ func (s *scanner) arenaObject(depth int) ([]Field, bool) {
 	open := &s.arena.open[depth-1]
 	start := len(*open)
 	prev := ""
-	for first := true; ; first = false {
+	for n := 0; ; n++ {
 		var f *Field
 		f, start = s.arena.next(depth, start)
-		last, ok := s.member(f, depth, first, &prev)
+		last, ok := s.member(f, depth, n, &prev)
 		switch {
 		case !ok:
 			return nil, false
@@ -137,13 +276,13 @@ func (s *scanner) arenaObject(depth int) ([]Field, bool) {
 	}
 }
 
-// member scans one member of an object at depth into f, and the ',' or
-// '}' after it; last is true after '}'. prev is the previous member's key,
-// which this one's must follow.
-func (s *scanner) member(f *Field, depth int, first bool, prev *string) (last, ok bool) {
+// member scans the member at index n of an object at depth into f, and
+// the ',' or '}' after it; last is true after '}'. prev is the previous
+// member's key, which this one's must follow.
+func (s *scanner) member(f *Field, depth, n int, prev *string) (last, ok bool) {
 	start := s.i
 	key, ok := s.key()
-	if !ok || !first && !after(key, *prev) {
+	if !ok || n > 0 && !after(key, *prev) {
 		// Not ASCII, escaped, out of RFC 8785 order or duplicated.
 		return false, false
 	}
@@ -156,8 +295,13 @@ func (s *scanner) member(f *Field, depth int, first bool, prev *string) (last, o
 	if !s.value(f, depth) {
 		return false, false
 	}
-	if depth == 1 && key == "entry_hash" {
-		s.hashStart, s.hashEnd = start, s.i
+	if depth == 1 {
+		if k := knownIndex(key); k >= 0 {
+			s.known[k] = int32(n)
+			if k == knownEntryHash {
+				s.hashStart, s.hashEnd = start, s.i
+			}
+		}
 	}
 	if s.i >= len(s.src) {
 		return false, false
@@ -186,8 +330,9 @@ func after(key, prev string) bool {
 // their members, in chunks: each member is scanned into place, instead of
 // gathered and copied into an allocation per object. One object is open
 // at each depth at a time (the entry, its payload), so each depth has a
-// chunk of its own. Slots are cleared as they are taken (those of a line
-// that failed stay unused). An entry keeps its chunks alive, so an arena
+// chunk of its own. A slot is not cleared when it is taken: the scan
+// writes every part of each member (a slot of a line that failed stays
+// unused, whatever it holds). An entry keeps its chunks alive, so an arena
 // is for entries that live briefly: a journal batch's, until they are
 // linked; reset then hands every chunk back for the next batch, so that
 // a long journal allocates none after its first batches. It is not safe
@@ -261,7 +406,7 @@ func (a *entryArena) sha256() hash.Hash {
 	return a.hash
 }
 
-// next returns a zero slot for the next member of the object open at
+// next returns a slot for the next member of the object open at
 // depth, whose members so far start at start in its chunk, and where they
 // start now: in another chunk when this one is full (the object's members
 // so far are copied there, so that they stay contiguous).
@@ -283,8 +428,30 @@ func (a *entryArena) next(depth, start int) (*Field, int) {
 	}
 	*c = (*c)[:len(*c)+1]
 	f := &(*c)[len(*c)-1]
-	*f = Field{} // a chunk filled before reset holds an old member
+	// Not cleared: member writes every part of it (value).
 	return f, start
+}
+
+// take returns n slots in a row for the members of an entry (depth
+// 1) whose number is known beforehand; those of a line that failed stay
+// unused.
+func (a *entryArena) take(n int) []Field {
+	c := &a.open[0]
+	if cap(*c)-len(*c) < n {
+		if *c != nil {
+			a.full[0] = append(a.full[0], *c)
+		}
+		if k := len(a.spare[0]); k > 0 && cap(a.spare[0][k-1]) >= n {
+			*c, a.spare[0] = a.spare[0][k-1][:0], a.spare[0][:k-1]
+		} else {
+			*c = make([]Field, 0, max(arenaChunk, n))
+		}
+	}
+	m := len(*c)
+	*c = (*c)[:m+n]
+	f := (*c)[m : m+n : m+n]
+	// Not cleared: envelopeObject writes every part of each (value).
+	return f
 }
 
 // key scans a member name: printable ASCII other than '"' and '\', so
@@ -315,11 +482,13 @@ var keyByte = func() (t [256]bool) {
 	return t
 }()
 
-// value scans the value at s.i into f (whose Key is set).
+// value scans the value at s.i into f (whose Key is set), writing its
+// Kind, Text and Members: f may be a slot an old member filled.
 func (s *scanner) value(f *Field, depth int) bool {
 	if s.i >= len(s.src) {
 		return false
 	}
+	f.Text, f.Members = "", nil
 	var ok bool
 	switch c := s.src[s.i]; {
 	case c == '"':
@@ -354,45 +523,67 @@ func (s *scanner) literal(lit string) bool {
 
 // str scans a string in canonical form (RFC 8785 §3.2.2.2: only '"', '\'
 // and controls escaped, controls as \b \t \n \f \r or \u00xx in lower
-// case) and returns its decoded value.
+// case) and valid UTF-8, and returns its decoded value.
 func (s *scanner) str() (string, bool) {
+	const ones, highs = 0x0101010101010101, 0x8080808080808080
+	src := s.src
 	start := s.i + 1
-	i := start + plainRun(s.src[start:])
-	for ; i < len(s.src); i++ {
-		switch c := s.src[i]; {
+	for i := start; ; {
+		// Eight bytes at a time (the strings are most of an entry's
+		// bytes) to the first that needs a look. The high bit of a lane
+		// is set for a byte of 0x80 and above, a byte below 0x20 (x-0x20
+		// borrows), and a '"' or '\\' (zero after the xor). A borrow may
+		// set higher lanes too, never a lower one, so the lowest lane set
+		// is exactly the first such byte.
+		for len(src)-i >= 8 {
+			x := wordAt(src, i)
+			q, b := x^(ones*'"'), x^(ones*'\\')
+			if m := (x | (x - ones*0x20) | (q-ones)&^q | (b-ones)&^b) & highs; m != 0 {
+				i += bits.TrailingZeros64(m) >> 3
+				break
+			}
+			i += 8
+		}
+		for i < len(src) && plainByte[src[i]] {
+			i++
+		}
+		if i >= len(src) {
+			return "", false
+		}
+		switch c := src[i]; {
 		case c == '"':
 			s.i = i + 1
-			return s.src[start:i], true
+			return src[start:i], true
 		case c == '\\':
 			return s.escapedStr(start, i)
 		case c < 0x20:
 			return "", false
 		}
+		n, ok := utf8Char(src[i:])
+		if !ok {
+			return "", false
+		}
+		i += n
 	}
-	return "", false
 }
 
-// plainRun returns how many bytes at the start of s need no look in a
-// string: none is '"', '\\' or a control. It tests eight bytes at a time
-// (the string members are most of an entry's bytes) and stops at the
-// first word holding one of them, which str then reads byte by byte.
-func plainRun(s string) int {
-	const ones, highs = 0x0101010101010101, 0x8080808080808080
-	i := 0
-	for ; len(s)-i >= 8; i += 8 {
-		w := s[i : i+8]
-		x := uint64(w[0]) | uint64(w[1])<<8 | uint64(w[2])<<16 | uint64(w[3])<<24 |
-			uint64(w[4])<<32 | uint64(w[5])<<40 | uint64(w[6])<<48 | uint64(w[7])<<56
-		q, b := x^(ones*'"'), x^(ones*'\\')
-		// A byte below 0x20, or zero after the xor: the high bit of its
-		// lane is set (the lowest such lane exactly; higher ones may be
-		// set by a borrow, which only stops the run early).
-		if ((x-ones*0x20)&^x|(q-ones)&^q|(b-ones)&^b)&highs != 0 {
-			break
-		}
-	}
-	return i
+// utf8Char returns the length of the UTF-8 character s starts with (whose
+// first byte is 0x80 or above), and false when it is not one: what
+// utf8.Valid refuses (a stray continuation byte, an overlong form, a
+// surrogate, beyond U+10FFFF, a cut sequence).
+func utf8Char(s string) (int, bool) {
+	r, n := utf8.DecodeRuneInString(s)
+	return n, r != utf8.RuneError || n > 1
 }
+
+// plainByte is true for the bytes a string holds as they are and str
+// passes: printable ASCII and DEL but '"' and '\\'.
+var plainByte = func() (t [256]bool) {
+	for c := 0x20; c < 0x80; c++ {
+		t[c] = c != '"' && c != '\\'
+	}
+	return t
+}()
 
 // escapedStr continues str from the first backslash at i, decoding.
 func (s *scanner) escapedStr(start, i int) (string, bool) {
@@ -406,6 +597,14 @@ func (s *scanner) escapedStr(start, i int) (string, bool) {
 			return string(buf), true
 		case c < 0x20:
 			return "", false
+		case c >= utf8.RuneSelf:
+			n, ok := utf8Char(s.src[i:])
+			if !ok {
+				return "", false
+			}
+			buf = append(buf, s.src[i:i+n]...)
+			i += n
+			continue
 		case c != '\\':
 			buf = append(buf, c)
 			i++

@@ -15,13 +15,14 @@ import (
 // has the events.EntryCheck signature.
 //
 // With the embedded envelope schema, an entry from events' fast path whose
-// members certainly satisfy it (envelopeValid) skips jsonschema and the map:
+// members are the envelope's (their names matched as the line was read)
+// and certainly satisfy it (envelopeValid) skips jsonschema and the map:
 // its payload then holds only allowlisted strings, numbers and nulls, so
 // only the secret canaries remain to run. Any other entry is checked by
 // jsonschema, which finds and words the problems.
 func (v *Validator) CheckEntry(e *events.Entry, at events.Location) []events.Problem {
 	if v.schemas.fastEnvelope {
-		if fields, ok := e.Fields(); ok && envelopeValid(fields) {
+		if fields, ok := e.Fields(); ok && e.HasEnvelopeKeys() && envelopeValuesValid(fields, e.HashMatches(), e.HashesHex()) {
 			return canaryProblems(payloadField(fields), at)
 		}
 	}

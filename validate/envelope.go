@@ -33,15 +33,17 @@ func fastEnvelopeApplies(layers []fs.FS) bool {
 
 // envelopeKeys are the envelope's 13 required members, and with
 // additionalProperties false its only ones, in RFC 8785 (byte) order, the
-// order Entry.Fields lists them in.
-var envelopeKeys = [...]string{"capsule_id", "effect_class", "entry_hash", "harness_version", "kind", "lineage",
-	"parent_hash", "payload", "run_id", "schema", "seq", "task_family", "ts"}
+// order Entry.Fields lists them in; the fast path matches them as it reads
+// a line (Entry.HasEnvelopeKeys).
+var envelopeKeys = events.EnvelopeKeys
 
 // envelopeMemberValid answers, for the member at position i of
 // envelopeKeys, only "certainly valid under the schema's rules for it":
 // one switch, not a function value per member (13 indirect calls an
-// entry).
-func envelopeMemberValid(i int, f *events.Field) bool {
+// entry). hashMatches says entry_hash is the entry's computed hash
+// (Entry.HashMatches), and hexHashes that both hashes were read as 64 hex
+// digits (Entry.HashesHex): either way certainly their pattern's.
+func envelopeMemberValid(i int, f *events.Field, hashMatches, hexHashes bool) bool {
 	if i == 7 { // payload
 		return f.Kind == events.KindObject && payloadValid(f.Members)
 	}
@@ -57,8 +59,10 @@ func envelopeMemberValid(i int, f *events.Field) bool {
 		return isID(t)
 	case 1: // effect_class
 		return len(t) == 3 && t[:2] == "SE" && '0' <= t[2] && t[2] <= '4'
-	case 2, 6: // entry_hash, parent_hash
-		return isHex64(t)
+	case 2: // entry_hash
+		return hashMatches || hexHashes || isHex64(t)
+	case 6: // parent_hash
+		return hexHashes || isHex64(t)
 	case 3, 11: // harness_version, task_family: minLength 1
 		return t != ""
 	case 4:
@@ -116,7 +120,19 @@ func envelopeValid(fields []events.Field) bool {
 		return false
 	}
 	for i := range fields {
-		if f := &fields[i]; f.Key != envelopeKeys[i] || !envelopeMemberValid(i, f) {
+		if fields[i].Key != envelopeKeys[i] {
+			return false
+		}
+	}
+	return envelopeValuesValid(fields, false, false)
+}
+
+// envelopeValuesValid is envelopeValid for fields whose keys are
+// envelopeKeys, known already (Entry.HasEnvelopeKeys): the values alone.
+// hashMatches is Entry.HashMatches, hexHashes Entry.HashesHex.
+func envelopeValuesValid(fields []events.Field, hashMatches, hexHashes bool) bool {
+	for i := range fields {
+		if !envelopeMemberValid(i, &fields[i], hashMatches, hexHashes) {
 			return false
 		}
 	}
@@ -217,35 +233,9 @@ func isKind(s string) bool {
 	return len(s) >= 1 && len(s) <= 64 && 'a' <= s[0] && s[0] <= 'z' && allIn(s[1:], kindRest)
 }
 
-// isHex64: ^[0-9a-f]{64}$, eight bytes at a time (two of them in every
-// entry, a fifth of the envelope check byte by byte).
-func isHex64(s string) bool {
-	if len(s) != 64 {
-		return false
-	}
-	for i := 0; i < 64; i += 8 {
-		w := s[i : i+8]
-		if !hexWord(uint64(w[0]) | uint64(w[1])<<8 | uint64(w[2])<<16 | uint64(w[3])<<24 |
-			uint64(w[4])<<32 | uint64(w[5])<<40 | uint64(w[6])<<48 | uint64(w[7])<<56) {
-			return false
-		}
-	}
-	return true
-}
-
-// hexWord reports whether each byte of x is in [0-9a-f]. With every byte
-// below 0x80, adding 0x80-c to a byte sets its high bit exactly when it
-// is c or more, and never carries into the next byte.
-func hexWord(x uint64) bool {
-	const ones, highs = 0x0101010101010101, 0x8080808080808080
-	if x&highs != 0 {
-		return false
-	}
-	geq := func(c uint64) uint64 { return (x + ones*(0x80-c)) & highs }
-	digit := geq('0') &^ geq('9'+1)
-	letter := geq('a') &^ geq('f'+1)
-	return digit|letter == highs
-}
+// isHex64: ^[0-9a-f]{64}$ (events.IsHex64, which the fast path also
+// reads the envelope's two hashes with).
+var isHex64 = events.IsHex64
 
 // isDateTime accepts "YYYY-MM-DDTHH:MM:SS[.fraction](Z|+hh:mm|-hh:mm)"
 // with a real calendar date (the same time.Parse call jsonschema v6 makes),

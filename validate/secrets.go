@@ -104,6 +104,19 @@ var needsAt = func() (t [256]uint16) {
 func matchSecret(s string) *secretCanary {
 	var found uint16 // bit k: s holds secretCanaries[k].need
 	for i := 0; i < len(s); i++ {
+		// Eight bytes at a time, while none of them is a canary's byte
+		// not yet found: most payload strings hold few.
+		for len(s)-i >= 8 {
+			w := s[i : i+8]
+			if (needsAt[w[0]]|needsAt[w[1]]|needsAt[w[2]]|needsAt[w[3]]|
+				needsAt[w[4]]|needsAt[w[5]]|needsAt[w[6]]|needsAt[w[7]])&^found != 0 {
+				break
+			}
+			i += 8
+		}
+		if i >= len(s) {
+			break
+		}
 		m := needsAt[s[i]] &^ found
 		for m != 0 {
 			k := bits.TrailingZeros16(m)
