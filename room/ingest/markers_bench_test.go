@@ -7,6 +7,7 @@ import (
 	"encoding/base64"
 	"os"
 	"runtime"
+	"runtime/pprof"
 	"strconv"
 	"sync"
 	"testing"
@@ -100,7 +101,7 @@ func BenchmarkMarkedRoom(b *testing.B) {
 		}
 		return rec.Canonical()
 	}
-	var restart, evidence time.Duration
+	var restart, evidence, evidenceCPU time.Duration
 	var gateHeap int64
 	b.ResetTimer()
 	for range b.N {
@@ -126,12 +127,15 @@ func BenchmarkMarkedRoom(b *testing.B) {
 		}
 		gateHeap += int64(liveHeap()) - int64(before)
 		runtime.KeepAlive(g)
-		t0 = time.Now()
+		stopProfile := evidenceProfile(b)
+		t0, c0 := time.Now(), cpuNow()
 		rep, err := reader.InstanceRecords(ctx, nc, reader.InstanceOptions{Room: roomID, Instance: hot, Validator: v})
 		if err != nil {
 			b.Fatal(err)
 		}
 		evidence += time.Since(t0)
+		evidenceCPU += cpuNow() - c0
+		stopProfile()
 		if len(rep.Records) != (n+9)/10 || len(rep.SetAside) != 0 {
 			b.Fatalf("evidence: %d records, %d set aside; want %d", len(rep.Records), len(rep.SetAside), (n+9)/10)
 		}
@@ -141,6 +145,30 @@ func BenchmarkMarkedRoom(b *testing.B) {
 	b.ReportMetric(float64(gateHeap)/1024/float64(b.N), "gate-KiB")
 	b.ReportMetric(float64(int64(filled)-int64(empty))/float64(n), "server-B/record")
 	b.ReportMetric(float64(evidence.Microseconds())/1000/float64(b.N), "evidence-ms")
+	b.ReportMetric(float64(evidenceCPU.Microseconds())/float64(b.N*((n+9)/10)), "evidence-cpu-µs/record")
+}
+
+// evidenceProfile starts a CPU profile of the evidence read into the file
+// ROOMPUB_BENCH_EVIDENCE_CPUPROFILE names, if set, and returns what stops
+// it: the fill would drown the read in a profile of the whole run.
+func evidenceProfile(b *testing.B) (stop func()) {
+	name := os.Getenv("ROOMPUB_BENCH_EVIDENCE_CPUPROFILE")
+	if name == "" {
+		return func() {}
+	}
+	f, err := os.Create(name)
+	if err != nil {
+		b.Fatal(err)
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		b.Fatal(err)
+	}
+	return func() {
+		pprof.StopCPUProfile()
+		if err := f.Close(); err != nil {
+			b.Fatal(err)
+		}
+	}
 }
 
 // markedRoomFill appends n signed records of roomID with their markers,
@@ -178,10 +206,24 @@ func markedRoomFill(b *testing.B, js jetstream.JetStream, key *events.HostKey, r
 	}
 	wg.Wait()
 	var s room.Subjects
+	var stored, last uint64 // messages so far; the room's last record's stream sequence
 	for i, rec := range recs {
-		// The gate's batch (ingest.MarkerBatch), published one by one: the
-		// fill has no competitor, so no expected sequences are needed.
-		msgs := append([]*nats.Msg{{Subject: s.Records(roomID), Data: rec.Canonical()}}, ingest.MarkerBatch(s, rec, i == 0, uint64(i))...)
+		// The gate's batch (ingest.MarkerBatch) with the expected last
+		// subject sequences it sets, published one by one: the record
+		// after the room's last, each key, run and decision marker first on
+		// its subject (each record has its own), the instance marker
+		// unconstrained. An atomic batch costs the server a store of its
+		// own and a sync (over 10 ms each here): 100,000 would take half
+		// an hour to fill.
+		msgs := append([]*nats.Msg{{Subject: s.Records(roomID), Data: rec.Canonical(), Header: nats.Header{}}}, ingest.MarkerBatch(s, rec, i == 0, uint64(i))...)
+		msgs[0].Header.Set(jetstream.ExpectedLastSubjSeqHeader, strconv.FormatUint(last, 10))
+		for _, m := range msgs[1:] {
+			if p, err := s.Parse(m.Subject); err == nil && p.Marker != room.MarkInstance {
+				m.Header.Set(jetstream.ExpectedLastSubjSeqHeader, "0")
+			}
+		}
+		last = stored + 1
+		stored += uint64(len(msgs))
 		for _, m := range msgs {
 			if _, err := js.PublishMsgAsync(m, jetstream.WithStallWait(time.Minute)); err != nil {
 				b.Fatal(err)

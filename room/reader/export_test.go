@@ -148,3 +148,9 @@ func AuditFeedRetained(v *validate.Validator, s room.Subjects, t *checkpoint.Tru
 	}
 	return feed, end, r.retained
 }
+
+// WithMarkerPage is o reading its instance's markers n per request.
+func WithMarkerPage(o InstanceOptions, n int) InstanceOptions {
+	o.markerPage = n
+	return o
+}
