@@ -29,15 +29,20 @@ import (
 // rules are the server's (docs/performance.md, "Records in a room"). It
 // fills one marked room with ROOMPUB_BENCH_RECORDS records (default
 // 20,000; `make bench-records`) straight onto the stream, each followed by
-// its markers as the gate stores them, a tenth of them on one instance,
-// on an embedded server that fsyncs once a minute, and then reports:
+// its markers as the gate stores them (with ROOMPUB_BENCH_BARE_MARKERS=1
+// without the expected last subject sequences, as markers written around
+// the gate may be, so each record's evidence reads its key, run and
+// decision subjects), a tenth of them on one instance, on an embedded
+// server that fsyncs once a minute, and then reports:
 //   - restart-ms: a new gate's first record in that room (what a
 //     restarted serve pays);
 //   - gate-KiB: the live heap the gate adds after 1,000 more records (the
 //     embedded server's share of those records included);
 //   - server-B/record: the live heap the fill added, per record (the
 //     server's per-subject index holds the markers' subjects);
-//   - evidence-ms: InstanceRecords of the instance's records.
+//   - evidence-ms: InstanceRecords of the instance's records;
+//   - evidence-cpu-µs/record: the CPU time (user and system, the embedded
+//     server's included) that read used, per record read.
 func BenchmarkMarkedRoom(b *testing.B) {
 	n := 20000
 	if v := os.Getenv("ROOMPUB_BENCH_RECORDS"); v != "" {
@@ -81,7 +86,7 @@ func BenchmarkMarkedRoom(b *testing.B) {
 	const roomID, hot = "room:big", "environment:hot"
 	empty := liveHeap()
 	start := time.Now()
-	markedRoomFill(b, js, host, roomID, hot, n)
+	markedRoomFill(b, js, host, roomID, hot, n, os.Getenv("ROOMPUB_BENCH_BARE_MARKERS") != "1")
 	fill := time.Since(start)
 	filled := liveHeap()
 	b.Logf("%d records and their markers appended in %s", n, fill.Round(time.Millisecond))
@@ -172,9 +177,10 @@ func evidenceProfile(b *testing.B) (stop func()) {
 }
 
 // markedRoomFill appends n signed records of roomID with their markers,
-// as the gate would, with asynchronous publishes in order on one
-// connection; every tenth is observed on hot.
-func markedRoomFill(b *testing.B, js jetstream.JetStream, key *events.HostKey, roomID, hot string, n int) {
+// as the gate would (with its expected last subject sequences when
+// expect), with asynchronous publishes in order on one connection; every
+// tenth is observed on hot.
+func markedRoomFill(b *testing.B, js jetstream.JetStream, key *events.HostKey, roomID, hot string, n int, expect bool) {
 	b.Helper()
 	base := roomtest.ReferenceRecord(b, "verified.json")
 	recs := make([]*events.Record, n)
@@ -216,11 +222,13 @@ func markedRoomFill(b *testing.B, js jetstream.JetStream, key *events.HostKey, r
 		// own and a sync (over 10 ms each here): 100,000 would take half
 		// an hour to fill.
 		msgs := append([]*nats.Msg{{Subject: s.Records(roomID), Data: rec.Canonical(), Header: nats.Header{}}}, ingest.MarkerBatch(s, rec, i == 0, uint64(i))...)
-		msgs[0].Header.Set(jetstream.ExpectedLastSubjSeqHeader, strconv.FormatUint(last, 10))
 		for _, m := range msgs[1:] {
-			if p, err := s.Parse(m.Subject); err == nil && p.Marker != room.MarkInstance {
+			if p, err := s.Parse(m.Subject); err == nil && p.Marker != room.MarkInstance && expect {
 				m.Header.Set(jetstream.ExpectedLastSubjSeqHeader, "0")
 			}
+		}
+		if expect {
+			msgs[0].Header.Set(jetstream.ExpectedLastSubjSeqHeader, strconv.FormatUint(last, 10))
 		}
 		last = stored + 1
 		stored += uint64(len(msgs))
