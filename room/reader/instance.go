@@ -55,9 +55,13 @@ type InstanceReport struct {
 // instance marker.
 const maxRecordBatch = 8
 
-// instanceWorkers is how many record reads InstanceRecords has in flight:
-// each is a round trip of a few tens of microseconds on a local server.
-const instanceWorkers = 16
+// instanceWorkers is how many records InstanceRecords reads and judges at
+// once: each read is a round trip of a few tens of microseconds on a
+// quiet local server, far longer on a busy machine, where a worker
+// waiting for its reply leaves the cores to the others (BenchmarkMarkedRoom
+// at load 10, 2,000 records: 1.1 to 2.5 s with 64, 1.2 to 3.7 s with 16).
+// Memory follows: one record and its markers each.
+const instanceWorkers = 64
 
 // InstanceRecords reads the records of one instance (environment/ref)
 // through the room's instance markers (docs/design.md, "Record markers"),
