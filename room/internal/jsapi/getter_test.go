@@ -12,7 +12,6 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/roompub/roompub/room/embedded"
 	"github.com/roompub/roompub/room/internal/jsapi"
 )
 
@@ -22,21 +21,8 @@ import (
 // first on a subject from a sequence, none past the end or on a subject
 // without messages; a stream that does not exist has no responders.
 func TestGetterAnswersEachRequestItsOwn(t *testing.T) {
-	srv, err := embedded.Start(embedded.Options{Listen: "127.0.0.1:-1", StoreDir: t.TempDir()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer srv.Shutdown()
-	nc, err := nats.Connect(srv.ClientURL())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc.Close()
-	js, _ := jetstream.New(nc)
+	nc, js := streamS(t)
 	ctx := context.Background()
-	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "S", Subjects: []string{"s.>"}, Storage: jetstream.FileStorage, AllowDirect: true}); err != nil {
-		t.Fatal(err)
-	}
 	// Sequence i (1 to 200) holds "m<i>" on s.<i mod 3>, with header N: i.
 	const n = 200
 	for i := 1; i <= n; i++ {
