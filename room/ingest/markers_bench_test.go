@@ -7,6 +7,7 @@ import (
 	"encoding/base64"
 	"os"
 	"runtime"
+	"runtime/pprof"
 	"strconv"
 	"sync"
 	"testing"
@@ -28,15 +29,20 @@ import (
 // rules are the server's (docs/performance.md, "Records in a room"). It
 // fills one marked room with ROOMPUB_BENCH_RECORDS records (default
 // 20,000; `make bench-records`) straight onto the stream, each followed by
-// its markers as the gate stores them, a tenth of them on one instance,
-// on an embedded server that fsyncs once a minute, and then reports:
+// its markers as the gate stores them (with ROOMPUB_BENCH_BARE_MARKERS=1
+// without the expected last subject sequences, as markers written around
+// the gate may be, so each record's evidence reads its key, run and
+// decision subjects), a tenth of them on one instance, on an embedded
+// server that fsyncs once a minute, and then reports:
 //   - restart-ms: a new gate's first record in that room (what a
 //     restarted serve pays);
 //   - gate-KiB: the live heap the gate adds after 1,000 more records (the
 //     embedded server's share of those records included);
 //   - server-B/record: the live heap the fill added, per record (the
 //     server's per-subject index holds the markers' subjects);
-//   - evidence-ms: InstanceRecords of the instance's records.
+//   - evidence-ms: InstanceRecords of the instance's records;
+//   - evidence-cpu-µs/record: the CPU time (user and system, the embedded
+//     server's included) that read used, per record read.
 func BenchmarkMarkedRoom(b *testing.B) {
 	n := 20000
 	if v := os.Getenv("ROOMPUB_BENCH_RECORDS"); v != "" {
@@ -80,7 +86,7 @@ func BenchmarkMarkedRoom(b *testing.B) {
 	const roomID, hot = "room:big", "environment:hot"
 	empty := liveHeap()
 	start := time.Now()
-	markedRoomFill(b, js, host, roomID, hot, n)
+	markedRoomFill(b, js, host, roomID, hot, n, os.Getenv("ROOMPUB_BENCH_BARE_MARKERS") != "1")
 	fill := time.Since(start)
 	filled := liveHeap()
 	b.Logf("%d records and their markers appended in %s", n, fill.Round(time.Millisecond))
@@ -100,7 +106,7 @@ func BenchmarkMarkedRoom(b *testing.B) {
 		}
 		return rec.Canonical()
 	}
-	var restart, evidence time.Duration
+	var restart, evidence, evidenceCPU time.Duration
 	var gateHeap int64
 	b.ResetTimer()
 	for range b.N {
@@ -126,12 +132,15 @@ func BenchmarkMarkedRoom(b *testing.B) {
 		}
 		gateHeap += int64(liveHeap()) - int64(before)
 		runtime.KeepAlive(g)
-		t0 = time.Now()
+		stopProfile := evidenceProfile(b)
+		t0, c0 := time.Now(), cpuNow()
 		rep, err := reader.InstanceRecords(ctx, nc, reader.InstanceOptions{Room: roomID, Instance: hot, Validator: v})
 		if err != nil {
 			b.Fatal(err)
 		}
 		evidence += time.Since(t0)
+		evidenceCPU += cpuNow() - c0
+		stopProfile()
 		if len(rep.Records) != (n+9)/10 || len(rep.SetAside) != 0 {
 			b.Fatalf("evidence: %d records, %d set aside; want %d", len(rep.Records), len(rep.SetAside), (n+9)/10)
 		}
@@ -141,12 +150,37 @@ func BenchmarkMarkedRoom(b *testing.B) {
 	b.ReportMetric(float64(gateHeap)/1024/float64(b.N), "gate-KiB")
 	b.ReportMetric(float64(int64(filled)-int64(empty))/float64(n), "server-B/record")
 	b.ReportMetric(float64(evidence.Microseconds())/1000/float64(b.N), "evidence-ms")
+	b.ReportMetric(float64(evidenceCPU.Microseconds())/float64(b.N*((n+9)/10)), "evidence-cpu-µs/record")
+}
+
+// evidenceProfile starts a CPU profile of the evidence read into the file
+// ROOMPUB_BENCH_EVIDENCE_CPUPROFILE names, if set, and returns what stops
+// it: the fill would drown the read in a profile of the whole run.
+func evidenceProfile(b *testing.B) (stop func()) {
+	name := os.Getenv("ROOMPUB_BENCH_EVIDENCE_CPUPROFILE")
+	if name == "" {
+		return func() {}
+	}
+	f, err := os.Create(name)
+	if err != nil {
+		b.Fatal(err)
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		b.Fatal(err)
+	}
+	return func() {
+		pprof.StopCPUProfile()
+		if err := f.Close(); err != nil {
+			b.Fatal(err)
+		}
+	}
 }
 
 // markedRoomFill appends n signed records of roomID with their markers,
-// as the gate would, with asynchronous publishes in order on one
-// connection; every tenth is observed on hot.
-func markedRoomFill(b *testing.B, js jetstream.JetStream, key *events.HostKey, roomID, hot string, n int) {
+// as the gate would (with its expected last subject sequences when
+// expect), with asynchronous publishes in order on one connection; every
+// tenth is observed on hot.
+func markedRoomFill(b *testing.B, js jetstream.JetStream, key *events.HostKey, roomID, hot string, n int, expect bool) {
 	b.Helper()
 	base := roomtest.ReferenceRecord(b, "verified.json")
 	recs := make([]*events.Record, n)
@@ -178,10 +212,26 @@ func markedRoomFill(b *testing.B, js jetstream.JetStream, key *events.HostKey, r
 	}
 	wg.Wait()
 	var s room.Subjects
+	var stored, last uint64 // messages so far; the room's last record's stream sequence
 	for i, rec := range recs {
-		// The gate's batch (ingest.MarkerBatch), published one by one: the
-		// fill has no competitor, so no expected sequences are needed.
-		msgs := append([]*nats.Msg{{Subject: s.Records(roomID), Data: rec.Canonical()}}, ingest.MarkerBatch(s, rec, i == 0, uint64(i))...)
+		// The gate's batch (ingest.MarkerBatch) with the expected last
+		// subject sequences it sets, published one by one: the record
+		// after the room's last, each key, run and decision marker first on
+		// its subject (each record has its own), the instance marker
+		// unconstrained. An atomic batch costs the server a store of its
+		// own and a sync (over 10 ms each here): 100,000 would take half
+		// an hour to fill.
+		msgs := append([]*nats.Msg{{Subject: s.Records(roomID), Data: rec.Canonical(), Header: nats.Header{}}}, ingest.MarkerBatch(s, rec, i == 0, uint64(i))...)
+		for _, m := range msgs[1:] {
+			if p, err := s.Parse(m.Subject); err == nil && p.Marker != room.MarkInstance && expect {
+				m.Header.Set(jetstream.ExpectedLastSubjSeqHeader, "0")
+			}
+		}
+		if expect {
+			msgs[0].Header.Set(jetstream.ExpectedLastSubjSeqHeader, strconv.FormatUint(last, 10))
+		}
+		last = stored + 1
+		stored += uint64(len(msgs))
 		for _, m := range msgs {
 			if _, err := js.PublishMsgAsync(m, jetstream.WithStallWait(time.Minute)); err != nil {
 				b.Fatal(err)

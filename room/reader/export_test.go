@@ -162,3 +162,9 @@ func AuditFeedRetainedBounded(v *validate.Validator, s room.Subjects, t *checkpo
 	}
 	return feed, end, r.retained
 }
+
+// WithMarkerPage is o reading its instance's markers n per request.
+func WithMarkerPage(o InstanceOptions, n int) InstanceOptions {
+	o.markerPage = n
+	return o
+}

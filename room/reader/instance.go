@@ -34,6 +34,8 @@ type InstanceOptions struct {
 	Trust *checkpoint.Trust
 	// Timeout bounds each request; default room.DefaultTimeout.
 	Timeout time.Duration
+
+	markerPage int // instance markers read per request; default 1,000 (tests set fewer)
 }
 
 // InstanceReport is what InstanceRecords found: the verified records of
@@ -48,9 +50,18 @@ type InstanceReport struct {
 	Unmarked []string         `json:"unmarked_rooms,omitempty"`
 }
 
-// instanceWorkers is how many record reads InstanceRecords has in flight:
-// each is a round trip of a few tens of microseconds on a local server.
-const instanceWorkers = 16
+// maxRecordBatch bounds the messages read with a record, from it: the
+// gate stores at most its key, run and decision markers before its
+// instance marker.
+const maxRecordBatch = 8
+
+// instanceWorkers is how many records InstanceRecords reads and judges at
+// once: each read is a round trip of a few tens of microseconds on a
+// quiet local server, far longer on a busy machine, where a worker
+// waiting for its reply leaves the cores to the others (BenchmarkMarkedRoom
+// at load 10, 2,000 records: 1.1 to 2.5 s with 64, 1.2 to 3.7 s with 16).
+// Memory follows: one record and its markers each.
+const instanceWorkers = 64
 
 // InstanceRecords reads the records of one instance (environment/ref)
 // through the room's instance markers (docs/design.md, "Record markers"),
@@ -74,6 +85,9 @@ func InstanceRecords(ctx context.Context, nc *nats.Conn, o InstanceOptions) (*In
 	if o.Timeout <= 0 {
 		o.Timeout = room.DefaultTimeout
 	}
+	if o.markerPage <= 0 {
+		o.markerPage = 1000
+	}
 	out := &InstanceReport{}
 	unmarked, err := unmarkedRooms(ctx, nc, o)
 	if err != nil {
@@ -84,6 +98,11 @@ func InstanceRecords(ctx context.Context, nc *nats.Conn, o InstanceOptions) (*In
 	if err != nil {
 		return nil, err
 	}
+	g, err := jsapi.NewGetter(nc, o.Stream, o.Timeout)
+	if err != nil {
+		return nil, err
+	}
+	defer g.Close()
 	type result struct {
 		rec   *VerifiedRecord
 		aside *SetAside
@@ -98,7 +117,7 @@ func InstanceRecords(ctx context.Context, nc *nats.Conn, o InstanceOptions) (*In
 			defer wg.Done()
 			for i := range next {
 				r := &results[i]
-				r.rec, r.aside, r.err = instanceRecord(ctx, nc, o, markers[i])
+				r.rec, r.aside, r.err = instanceRecord(ctx, g, o, markers[i])
 			}
 		}()
 	}
@@ -162,7 +181,7 @@ func instanceMarkers(ctx context.Context, nc *nats.Conn, o InstanceOptions) ([]j
 	filter := o.Subjects.InstanceMarkers(o.Room, o.Instance)
 	var out []jsapi.Msg
 	for seq := uint64(1); ; {
-		ms, err := jsapi.DirectBatch(ctx, nc, o.Stream, jsapi.BatchRequest{Seq: seq, NextBySubj: filter, Batch: 1000}, o.Timeout)
+		ms, err := jsapi.DirectBatch(ctx, nc, o.Stream, jsapi.BatchRequest{Seq: seq, NextBySubj: filter, Batch: o.markerPage}, o.Timeout)
 		if err != nil {
 			return nil, fmt.Errorf("read the instance markers of %s: %w", o.Instance, err)
 		}
@@ -177,7 +196,7 @@ func instanceMarkers(ctx context.Context, nc *nats.Conn, o InstanceOptions) ([]j
 // instanceRecord reads and judges the record instance marker m names: the
 // record, or why it is set aside (nil, nil when m is no marker of a record
 // at all), or the stream's error.
-func instanceRecord(ctx context.Context, nc *nats.Conn, o InstanceOptions, m jsapi.Msg) (*VerifiedRecord, *SetAside, error) {
+func instanceRecord(ctx context.Context, g *jsapi.Getter, o InstanceOptions, m jsapi.Msg) (*VerifiedRecord, *SetAside, error) {
 	p, err := o.Subjects.Parse(m.Subject)
 	if err != nil || p.Kind != room.KindMarker || p.Marker != room.MarkInstance {
 		return nil, nil, nil
@@ -188,16 +207,16 @@ func instanceRecord(ctx context.Context, nc *nats.Conn, o InstanceOptions, m jsa
 		return nil, nil, nil // no record's marker: nothing it names is read
 	}
 	subj := o.Subjects.Records(p.RoomID)
-	// The record and the batch it was stored in (its markers follow it
-	// at consecutive sequences): one request.
-	batch, err := jsapi.DirectBatch(ctx, nc, o.Stream, jsapi.BatchRequest{Seq: seq, Batch: 8}, o.Timeout)
+	// The record and what follows it up to this marker (the gate stores
+	// a record's markers after it at consecutive sequences, the key, run
+	// and decision markers before the instance's): one request.
+	batch, err := g.Batch(ctx, jsapi.BatchRequest{Seq: seq, Batch: int(min(mk.Offset, maxRecordBatch))})
 	if err != nil {
 		return nil, nil, err
 	}
 	var rm *jsapi.Msg
 	if len(batch) > 0 && batch[0].Seq == seq {
 		rm = &batch[0]
-		batch = ofBatch(batch)
 	}
 	aside := func(problems []events.Problem) (*VerifiedRecord, *SetAside, error) {
 		ref := events.NewRefusal(problems)
@@ -214,7 +233,7 @@ func instanceRecord(ctx context.Context, nc *nats.Conn, o InstanceOptions, m jsa
 	case err != nil || !mk.Names(rec, room.MarkInstance, o.Instance):
 		return nil, nil, nil // not the record the marker says: the marker is no record's
 	}
-	if problems, err := heldBy(ctx, nc, o, rec, seq, batch); err != nil || len(problems) > 0 {
+	if problems, err := heldBy(ctx, g, o, rec, mk.Record, seq, batch); err != nil || len(problems) > 0 {
 		if err != nil {
 			return nil, nil, err
 		}
@@ -238,13 +257,15 @@ func instanceRecord(ctx context.Context, nc *nats.Conn, o InstanceOptions, m jsa
 // rules, has the marker's digest and holds the marked value (a marker
 // written around the gate names none). A record stored around the gate,
 // with no markers, is not seen here; `subscriber audit` judges the room
-// whole.
+// whole. digest is rec's content digest.
 //
-// Most records need no read for it: the marker stored in rec's own atomic
-// batch with an expected last subject sequence of 0 (a header the server
-// keeps, and enforced when it stored the batch) proves no marker was on
-// its subject before. Otherwise the subject's markers are read in order.
-func heldBy(ctx context.Context, nc *nats.Conn, o InstanceOptions, rec *events.Record, seq uint64, batch []jsapi.Msg) ([]events.Problem, error) {
+// Most records need no read for it: a marker of rec read with it (batch)
+// that the server stored with an expected last subject sequence of 0 (a
+// header it keeps, and checked when it stored the marker; the gate sets
+// it on key and run markers, and on a decision's first) proves no marker
+// was on its subject before (firstOnSubject). Otherwise the subject's
+// markers are read in order.
+func heldBy(ctx context.Context, g *jsapi.Getter, o InstanceOptions, rec *events.Record, digest string, seq uint64, batch []jsapi.Msg) ([]events.Problem, error) {
 	roomID := rec.RoomID()
 	var held validate.Held
 	for _, k := range []room.MarkerKind{room.MarkKey, room.MarkRun, room.MarkDecision} {
@@ -253,11 +274,11 @@ func heldBy(ctx context.Context, nc *nats.Conn, o InstanceOptions, rec *events.R
 			continue // a record without a decision (every record has a key and a run)
 		}
 		subj := o.Subjects.Marker(roomID, k, v)
-		if firstOnSubject(batch, subj, rec.ContentDigest(), seq) {
+		if firstOnSubject(batch, subj, digest, seq) {
 			continue
 		}
 		for from := uint64(1); ; {
-			m, err := get(ctx, nc, o, map[string]any{"seq": from, "next_by_subj": subj})
+			m, err := g.NextBySubject(ctx, from, subj)
 			if err != nil {
 				return nil, err
 			}
@@ -273,7 +294,7 @@ func heldBy(ctx context.Context, nc *nats.Conn, o InstanceOptions, rec *events.R
 			if at == seq {
 				break // rec's own marker: nothing before it holds the value
 			}
-			h, outcome, err := genuine(ctx, nc, o, roomID, k, v, mk, at)
+			h, outcome, err := genuine(ctx, g, o, roomID, k, v, mk, at)
 			if err != nil {
 				return nil, err
 			}
@@ -304,8 +325,8 @@ func heldBy(ctx context.Context, nc *nats.Conn, o InstanceOptions, rec *events.R
 // returns it as the holder when it is the room's stored record, passes its
 // own rules and is the one the marker names (room.Marker.Names); nil
 // otherwise.
-func genuine(ctx context.Context, nc *nats.Conn, o InstanceOptions, roomID string, k room.MarkerKind, value string, mk room.Marker, seq uint64) (*validate.HeldBy, string, error) {
-	rm, err := get(ctx, nc, o, map[string]any{"seq": seq})
+func genuine(ctx context.Context, g *jsapi.Getter, o InstanceOptions, roomID string, k room.MarkerKind, value string, mk room.Marker, seq uint64) (*validate.HeldBy, string, error) {
+	rm, err := g.Seq(ctx, seq)
 	if err != nil || rm == nil || rm.Subject != o.Subjects.Records(roomID) {
 		return nil, "", err
 	}
@@ -314,14 +335,6 @@ func genuine(ctx context.Context, nc *nats.Conn, o InstanceOptions, roomID strin
 		return nil, "", nil
 	}
 	return &validate.HeldBy{Digest: mk.Record, Seq: seq}, rec.Outcome(), nil
-}
-
-// get sends one direct get, bounded by o.Timeout; nil when there is no
-// such message.
-func get(ctx context.Context, nc *nats.Conn, o InstanceOptions, req map[string]any) (*jsapi.Msg, error) {
-	ctx, cancel := context.WithTimeout(ctx, o.Timeout)
-	defer cancel()
-	return jsapi.DirectGet(ctx, nc, o.Stream, req)
 }
 
 // EvidenceOptions says whose verified records InstanceEvidence gathers.
@@ -404,28 +417,14 @@ func InstanceEvidence(ctx context.Context, nc *nats.Conn, js jetstream.JetStream
 	return out, nil
 }
 
-// ofBatch returns the leading messages of ms that belong to the atomic
-// batch of ms[0] (the same Nats-Batch-Id at consecutive sequences).
-func ofBatch(ms []jsapi.Msg) []jsapi.Msg {
-	id := ms[0].Header.Get(batchIDHeader)
-	if id == "" {
-		return ms[:1]
-	}
-	n := 1
-	for n < len(ms) && ms[n].Seq == ms[n-1].Seq+1 && ms[n].Header.Get(batchIDHeader) == id {
-		n++
-	}
-	return ms[:n]
-}
-
-// batchIDHeader is ADR-50's batch id header, which the server keeps on
-// every stored message of an atomic batch.
-const batchIDHeader = "Nats-Batch-Id"
-
-// firstOnSubject reports whether batch (a record at seq and the messages
-// of its atomic batch) holds a marker on subj naming the record (digest,
-// offset) that the server stored expecting its subject empty: no marker
-// of the subject came before it.
+// firstOnSubject reports whether batch (a record at seq and messages
+// stored after it) holds a marker on subj naming the record (digest,
+// offset) that the server stored expecting subj empty: no message of
+// the subject came before it, so the subject's first is rec's own
+// marker. The server checks a Nats-Expected-Last-Subject-Sequence it
+// stores, on every publish, single or in a batch (mirrors and sources
+// drop the header); with Nats-Expected-Last-Subject-Sequence-Subject it
+// checked another subject, which proves nothing of subj.
 func firstOnSubject(batch []jsapi.Msg, subj, digest string, seq uint64) bool {
 	for _, m := range batch[min(1, len(batch)):] {
 		if m.Subject != subj {
@@ -433,7 +432,8 @@ func firstOnSubject(batch []jsapi.Msg, subj, digest string, seq uint64) bool {
 		}
 		mk, err := room.ParseMarker(m.Data)
 		return err == nil && mk.Record == digest && mk.RecordSeq(m.Seq) == seq &&
-			m.Header.Get(jetstream.ExpectedLastSubjSeqHeader) == "0"
+			m.Header.Get(jetstream.ExpectedLastSubjSeqHeader) == "0" &&
+			len(m.Header.Values(jetstream.ExpectedLastSubjSeqSubjHeader)) == 0
 	}
 	return false
 }

@@ -18,21 +18,8 @@ import (
 // filter, exactly; a stream of one replica is always fresh; a missing
 // stream is the API's error, not a stale leader.
 func TestSubjectCountsAndLeaderFresh(t *testing.T) {
-	srv, err := embedded.Start(embedded.Options{Listen: "127.0.0.1:-1", StoreDir: t.TempDir()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer srv.Shutdown()
-	nc, err := nats.Connect(srv.ClientURL())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc.Close()
-	js, _ := jetstream.New(nc)
+	nc, js := streamS(t)
 	ctx := context.Background()
-	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "S", Subjects: []string{"s.>"}, Storage: jetstream.FileStorage}); err != nil {
-		t.Fatal(err)
-	}
 	for subj, n := range map[string]int{"s.a.x": 3, "s.a.y": 1, "s.b.x": 2} {
 		for range n {
 			if _, err := js.Publish(ctx, subj, []byte("m")); err != nil {
@@ -58,4 +45,25 @@ func TestSubjectCountsAndLeaderFresh(t *testing.T) {
 	if _, err := jsapi.SubjectCounts(ctx, nc, "NOPE", ">", time.Second); !errors.As(err, &apiErr) {
 		t.Errorf("missing stream counts: %v", err)
 	}
+}
+
+// streamS starts an embedded server with stream S on s.> (file storage,
+// direct gets allowed) and returns a connection to it; both end with t.
+func streamS(t *testing.T) (*nats.Conn, jetstream.JetStream) {
+	t.Helper()
+	srv, err := embedded.Start(embedded.Options{Listen: "127.0.0.1:-1", StoreDir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(srv.Shutdown)
+	nc, err := nats.Connect(srv.ClientURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	js, _ := jetstream.New(nc)
+	if _, err := js.CreateStream(context.Background(), jetstream.StreamConfig{Name: "S", Subjects: []string{"s.>"}, Storage: jetstream.FileStorage, AllowDirect: true}); err != nil {
+		t.Fatal(err)
+	}
+	return nc, js
 }
