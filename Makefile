@@ -11,7 +11,7 @@ GO ?= go
 # from the environment, where a VERSION of something else may linger.
 BIN := bin
 VERSION := $(shell git describe --tags --always --dirty 2>/dev/null)
-# Packages whose Fuzz targets `make test` (3s each, two at a time) and `make fuzz` (60s each) run.
+# Packages whose Fuzz targets `make test` (2s each, two at a time) and `make fuzz` (60s each) run.
 FUZZ_PKGS := ./events ./validate ./checkpoint ./room ./room/ingest ./room/reader ./witness ./tiles
 
 .PHONY: build run image test unit integration fuzz-short fuzz bench fmt vet lint samples clean
@@ -35,7 +35,7 @@ image:
 	$(BIN)/roompub-image --out $(BIN)/image --publisher $(BIN)/image-bin/publisher --subscriber $(BIN)/image-bin/subscriber \
 	    --image-version '$(or $(VERSION),devel)' --created-unix '$(SOURCE_DATE_EPOCH)'
 
-## test: unit tests (race detector), integration tests, the fault suite, then 3s per fuzz target
+## test: unit tests (race detector), integration tests, the fault suite, then 2s per fuzz target
 test: unit integration test-faults fuzz-short
 
 ## unit: fast tests of the libraries and commands, with the race detector; then the allocation and big-file tests without it
@@ -92,7 +92,7 @@ soak:
 	ROOMPUB_SOAK=$(SOAK) nice $(GO) test -count=1 -run '^TestSoak$$' -timeout $(SOAK_TIMEOUT) -v ./test/faults/
 
 fuzz-short:
-	@GO=$(GO) .ci/fuzz -fuzztime 3s $(FUZZ_PKGS)
+	@GO=$(GO) .ci/fuzz -fuzztime 2s $(FUZZ_PKGS)
 
 ## fuzz: every Fuzz target in $(FUZZ_PKGS), FUZZTIME each (default 60s)
 FUZZTIME ?= 60s
