@@ -48,13 +48,7 @@ func BenchmarkGateChainsHeap(b *testing.B) {
 			sizes = append(sizes, n)
 		}
 	}
-	entries := 2
-	if s := os.Getenv("ROOMPUB_BENCH_CHAIN_ENTRIES"); s != "" {
-		var err error
-		if entries, err = strconv.Atoi(s); err != nil || entries < 1 {
-			b.Fatalf("ROOMPUB_BENCH_CHAIN_ENTRIES=%q: want a count of at least 1", s)
-		}
-	}
+	entries := benchCount(b, "ROOMPUB_BENCH_CHAIN_ENTRIES", 2, 1)
 	for _, n := range sizes {
 		b.Run(fmt.Sprint("chains=", n), func(b *testing.B) {
 			nc, v := heapBenchServer(b)
@@ -114,6 +108,20 @@ func journalOf(b *testing.B, run, capsule string, n int) []byte {
 	return out
 }
 
+// benchCount is the count the environment variable name sets, def when
+// it is unset; a value that is no count of at least least fails b.
+func benchCount(b *testing.B, name string, def, least int) int {
+	s := os.Getenv(name)
+	if s == "" {
+		return def
+	}
+	n, err := strconv.Atoi(s)
+	if err != nil || n < least {
+		b.Fatalf("%s=%q: want a count of at least %d", name, s, least)
+	}
+	return n
+}
+
 // liveHeap is the live heap in bytes after a forced GC.
 func liveHeap() uint64 {
 	runtime.GC()
@@ -129,13 +137,7 @@ func liveHeap() uint64 {
 // op, the chain's head read included), and the live heap the gate keeps
 // after it (retained-B, measured once, after a forced GC).
 func BenchmarkResentOldLine(b *testing.B) {
-	length := 100_000
-	if s := os.Getenv("ROOMPUB_BENCH_CHAIN_LENGTH"); s != "" {
-		var err error
-		if length, err = strconv.Atoi(s); err != nil {
-			b.Fatal(err)
-		}
-	}
+	length := benchCount(b, "ROOMPUB_BENCH_CHAIN_LENGTH", 100_000, 8)
 	be := newRawBenchEnv(b)
 	v, err := validate.New(validate.WithTrustedHosts(be.key.NodeID()))
 	if err != nil {

@@ -44,13 +44,7 @@ import (
 //   - evidence-cpu-µs/record: the CPU time (user and system, the embedded
 //     server's included) that read used, per record read.
 func BenchmarkMarkedRoom(b *testing.B) {
-	n := 20000
-	if v := os.Getenv("ROOMPUB_BENCH_RECORDS"); v != "" {
-		var err error
-		if n, err = strconv.Atoi(v); err != nil || n < 100 {
-			b.Fatalf("ROOMPUB_BENCH_RECORDS=%q: want a number >= 100", v)
-		}
-	}
+	n := benchCount(b, "ROOMPUB_BENCH_RECORDS", 20000, 100)
 	// fsync once a minute, not per acknowledgement: the fill is millions
 	// of messages; what is measured is reads and memory.
 	srv, err := embedded.Start(embedded.Options{StoreDir: b.TempDir(), Listen: "127.0.0.1:-1", SyncInterval: time.Minute})
