@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -40,8 +41,10 @@ func rawBatches(ctx context.Context, js jetstream.JetStream, subjects room.Subje
 				return stored, ctx.Err()
 			}
 		}
-		var err error
-		last, err = publishBatch(ctx, js, subj, anyRoom, lines[off:end], hashes[off:end], last)
+		err := retryInProcess(func() (err error) {
+			last, err = publishBatch(ctx, js, subj, anyRoom, lines[off:end], hashes[off:end], last)
+			return err
+		})
 		if sem != nil {
 			<-sem
 		}
@@ -77,6 +80,30 @@ func publishBatch(ctx context.Context, js jetstream.JetStream, subj, anyRoom str
 		return last, fmt.Errorf("atomic batch on %s: %d of %d stored", subj, ack.BatchSize, len(msgs))
 	}
 	return ack.Sequence, nil
+}
+
+// inProcessTries bounds retryInProcess's publishes of one message or batch.
+const inProcessTries = 100
+
+// retryInProcess calls publish again while the server refuses it with
+// 10164 (JSStreamWrongLastSequenceConstantErr), at most inProcessTries
+// times. On a replicated stream the leader acks a message before it
+// forgets the message's subject was in process (nats-server 2.15.2,
+// applyStreamMsgOp), so a publisher that sends its next expected-last-
+// subject-sequence check on the ack can be refused though its expectation
+// holds; a stale expectation is refused with 10071 and the sequence. The
+// gate retries such refusals after reading the chain's head, so the raw
+// side must retry too, or the R3 rows fail at random.
+func retryInProcess(publish func() error) error {
+	var err error
+	for range inProcessTries {
+		err = publish()
+		var apiErr *jetstream.APIError
+		if !errors.As(err, &apiErr) || apiErr.ErrorCode != jetstream.JSErrCodeStreamWrongLastSequenceConstant {
+			return err
+		}
+	}
+	return err
 }
 
 // ship ships one capsule directory through roompub (client.ShipCapsule, what
@@ -219,7 +246,11 @@ func syncPublishes(ctx context.Context, js jetstream.JetStream, subjects room.Su
 		m.Header.Set(jetstream.MsgIDHeader, hashes[i])
 		m.Header.Set(jetstream.ExpectedLastSubjSeqHeader, strconv.FormatUint(last, 10))
 		m.Header.Set(jetstream.ExpectedLastSubjSeqSubjHeader, anyRoom)
-		ack, err := js.PublishMsg(ctx, m)
+		var ack *jetstream.PubAck
+		err := retryInProcess(func() (err error) {
+			ack, err = js.PublishMsg(ctx, m)
+			return err
+		})
 		if err != nil {
 			return i, fmt.Errorf("entry %d on %s: %w", i, subj, err)
 		}
