@@ -2,14 +2,17 @@ package ingest_test
 
 import (
 	"context"
+	"crypto/ed25519"
 	crand "crypto/rand"
 	"crypto/sha256"
 	"encoding/base64"
+	"fmt"
 	"os"
 	"runtime"
 	"runtime/pprof"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -20,6 +23,7 @@ import (
 	"github.com/roompub/roompub/room"
 	"github.com/roompub/roompub/room/embedded"
 	"github.com/roompub/roompub/room/ingest"
+	"github.com/roompub/roompub/room/internal/jsapi"
 	"github.com/roompub/roompub/room/internal/roomtest"
 	"github.com/roompub/roompub/room/reader"
 	"github.com/roompub/roompub/validate"
@@ -42,7 +46,10 @@ import (
 //     server's per-subject index holds the markers' subjects);
 //   - evidence-ms: InstanceRecords of the instance's records;
 //   - evidence-cpu-µs/record: the CPU time (user and system, the embedded
-//     server's included) that read used, per record read.
+//     server's included) that read used, per record read;
+//   - floor-reads-ms and floor-sigs-ms: what any reader of those records
+//     must do, without judging anything (evidenceFloor): the same reads,
+//     and one Ed25519 verification per record.
 func BenchmarkMarkedRoom(b *testing.B) {
 	n := benchCount(b, "ROOMPUB_BENCH_RECORDS", 20000, 100)
 	// fsync once a minute, not per acknowledgement: the fill is millions
@@ -100,7 +107,7 @@ func BenchmarkMarkedRoom(b *testing.B) {
 		}
 		return rec.Canonical()
 	}
-	var restart, evidence, evidenceCPU time.Duration
+	var restart, evidence, evidenceCPU, floorReads, floorSigs time.Duration
 	var gateHeap int64
 	b.ResetTimer()
 	for range b.N {
@@ -138,6 +145,9 @@ func BenchmarkMarkedRoom(b *testing.B) {
 		if len(rep.Records) != (n+9)/10 || len(rep.SetAside) != 0 {
 			b.Fatalf("evidence: %d records, %d set aside; want %d", len(rep.Records), len(rep.SetAside), (n+9)/10)
 		}
+		reads, sigs := evidenceFloor(b, nc, roomID, hot, (n+9)/10)
+		floorReads += reads
+		floorSigs += sigs
 	}
 	b.StopTimer()
 	b.ReportMetric(float64(restart.Microseconds())/1000/float64(b.N), "restart-ms")
@@ -145,6 +155,99 @@ func BenchmarkMarkedRoom(b *testing.B) {
 	b.ReportMetric(float64(int64(filled)-int64(empty))/float64(n), "server-B/record")
 	b.ReportMetric(float64(evidence.Microseconds())/1000/float64(b.N), "evidence-ms")
 	b.ReportMetric(float64(evidenceCPU.Microseconds())/float64(b.N*((n+9)/10)), "evidence-cpu-µs/record")
+	b.ReportMetric(float64(floorReads.Microseconds())/1000/float64(b.N), "floor-reads-ms")
+	b.ReportMetric(float64(floorSigs.Microseconds())/1000/float64(b.N), "floor-sigs-ms")
+}
+
+// evidenceFloor times the least work a reader of instance's want records
+// in roomID does, judging nothing, to set evidence-ms against:
+//   - reads: list the instance's markers in pages of 1,000, then read each
+//     record with the messages up to its marker (at most 8), one direct
+//     get batch each with 64 in flight on one reply subscription: the
+//     requests InstanceRecords sends;
+//   - sigs: one Ed25519 verification per record (crypto/ed25519, over the
+//     first record's canonical bytes) on every core.
+//
+// A reader cannot skip either: the records are scattered over the room,
+// and each carries its host's signature.
+func evidenceFloor(b *testing.B, nc *nats.Conn, roomID, instance string, want int) (reads, sigs time.Duration) {
+	b.Helper()
+	ctx := context.Background()
+	var s room.Subjects
+	t0 := time.Now()
+	var markers []jsapi.Msg
+	for seq := uint64(1); ; {
+		ms, err := jsapi.DirectBatch(ctx, nc, room.DefaultStream, jsapi.BatchRequest{Seq: seq, NextBySubj: s.InstanceMarkers(roomID, instance), Batch: 1000}, room.DefaultTimeout)
+		if err != nil {
+			b.Fatal(err)
+		}
+		markers = append(markers, ms...)
+		if len(ms) == 0 || ms[len(ms)-1].Pending == 0 {
+			break
+		}
+		seq = ms[len(ms)-1].Seq + 1
+	}
+	g, err := jsapi.NewGetter(nc, room.DefaultStream, room.DefaultTimeout)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer g.Close()
+	records := make([][]byte, len(markers))
+	next := make(chan int)
+	var wg sync.WaitGroup
+	for range 64 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range next {
+				mk, err := room.ParseMarker(markers[i].Data)
+				if err != nil {
+					panic(err)
+				}
+				batch, err := g.Batch(ctx, jsapi.BatchRequest{Seq: mk.RecordSeq(markers[i].Seq), Batch: int(min(mk.Offset, 8))})
+				if err != nil || len(batch) == 0 {
+					panic(fmt.Sprintf("record of the marker at %d: %d messages, %v", markers[i].Seq, len(batch), err))
+				}
+				records[i] = batch[0].Data
+			}
+		}()
+	}
+	for i := range markers {
+		next <- i
+	}
+	close(next)
+	wg.Wait()
+	reads = time.Since(t0)
+	if len(records) != want {
+		b.Fatalf("floor: %d records read; want %d", len(records), want)
+	}
+
+	pub, priv, err := ed25519.GenerateKey(crand.Reader)
+	if err != nil {
+		b.Fatal(err)
+	}
+	msg := records[0]
+	sig := ed25519.Sign(priv, msg)
+	t0 = time.Now()
+	var failed atomic.Int64
+	workers := runtime.GOMAXPROCS(0)
+	for w := range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := w; i < want; i += workers {
+				if !ed25519.Verify(pub, msg, sig) {
+					failed.Add(1)
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	sigs = time.Since(t0)
+	if failed.Load() != 0 {
+		b.Fatalf("floor: %d signatures did not verify", failed.Load())
+	}
+	return reads, sigs
 }
 
 // evidenceProfile starts a CPU profile of the evidence read into the file
