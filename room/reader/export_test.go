@@ -2,6 +2,7 @@ package reader
 
 import (
 	"context"
+	"sync/atomic"
 
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -166,5 +167,12 @@ func AuditFeedRetainedBounded(v *validate.Validator, s room.Subjects, t *checkpo
 // WithMarkerPage is o reading its instance's markers n per request.
 func WithMarkerPage(o InstanceOptions, n int) InstanceOptions {
 	o.markerPage = n
+	return o
+}
+
+// WithGenuineCounter is o adding one to n for each marker whose record it
+// reads and judges to decide the relation rules.
+func WithGenuineCounter(o InstanceOptions, n *atomic.Int64) InstanceOptions {
+	o.onGenuine = func() { n.Add(1) }
 	return o
 }

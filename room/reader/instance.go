@@ -29,13 +29,17 @@ type InstanceOptions struct {
 	// Validator checks each record's own rules, host trust included
 	// (validate.WithTrustedHosts). Required.
 	Validator *validate.Validator
-	// Trust, when not nil, admits a record only with a valid attestation
-	// by one of its publisher keys, at the record's place on its subject.
+	// Trust, when it holds keys, admits a record only with a valid
+	// attestation by one of them, at the record's place on its subject;
+	// without keys (nil or empty) nothing is checked, as in Audit.
 	Trust *checkpoint.Trust
 	// Timeout bounds each request; default room.DefaultTimeout.
 	Timeout time.Duration
 
 	markerPage int // instance markers read per request; default 1,000 (tests set fewer)
+	// onGenuine, when set, is called once per marker whose record is read
+	// and judged to decide the relation rules (tests count them).
+	onGenuine func()
 }
 
 // InstanceReport is what InstanceRecords found: the verified records of
@@ -65,8 +69,8 @@ const instanceWorkers = 64
 
 // InstanceRecords reads the records of one instance (environment/ref)
 // through the room's instance markers (docs/design.md, "Record markers"),
-// without reading the room: its cost follows the instance's records, not
-// the room's. Each record a marker names is read by stream sequence and
+// without reading the room: its requests follow the instance's records,
+// not the room's (the server still loads each block that holds one). Each record a marker names is read by stream sequence and
 // kept when it passes every rule of its own (the Validator's: schema,
 // canonical form, signature, host trust, its evidence's instance), is the
 // marker's room's record with the marker's digest and instance, is named
@@ -109,6 +113,7 @@ func InstanceRecords(ctx context.Context, nc *nats.Conn, o InstanceOptions) (*In
 		err   error
 	}
 	results := make([]result, len(markers))
+	decisions := newDecisionMarkers()
 	var wg sync.WaitGroup
 	next := make(chan int)
 	for range instanceWorkers {
@@ -117,7 +122,7 @@ func InstanceRecords(ctx context.Context, nc *nats.Conn, o InstanceOptions) (*In
 			defer wg.Done()
 			for i := range next {
 				r := &results[i]
-				r.rec, r.aside, r.err = instanceRecord(ctx, g, o, markers[i])
+				r.rec, r.aside, r.err = instanceRecord(ctx, g, o, decisions, markers[i])
 			}
 		}()
 	}
@@ -196,7 +201,7 @@ func instanceMarkers(ctx context.Context, nc *nats.Conn, o InstanceOptions) ([]j
 // instanceRecord reads and judges the record instance marker m names: the
 // record, or why it is set aside (nil, nil when m is no marker of a record
 // at all), or the stream's error.
-func instanceRecord(ctx context.Context, g *jsapi.Getter, o InstanceOptions, m jsapi.Msg) (*VerifiedRecord, *SetAside, error) {
+func instanceRecord(ctx context.Context, g *jsapi.Getter, o InstanceOptions, decisions *decisionMarkers, m jsapi.Msg) (*VerifiedRecord, *SetAside, error) {
 	p, err := o.Subjects.Parse(m.Subject)
 	if err != nil || p.Kind != room.KindMarker || p.Marker != room.MarkInstance {
 		return nil, nil, nil
@@ -233,13 +238,13 @@ func instanceRecord(ctx context.Context, g *jsapi.Getter, o InstanceOptions, m j
 	case err != nil || !mk.Names(rec, room.MarkInstance, o.Instance):
 		return nil, nil, nil // not the record the marker says: the marker is no record's
 	}
-	if problems, err := heldBy(ctx, g, o, rec, mk.Record, seq, batch); err != nil || len(problems) > 0 {
+	if problems, err := heldBy(ctx, g, o, decisions, rec, mk.Record, seq, batch); err != nil || len(problems) > 0 {
 		if err != nil {
 			return nil, nil, err
 		}
 		return aside(problems)
 	}
-	if o.Trust != nil {
+	if o.Trust.Len() > 0 {
 		att := rm.Header.Get(checkpoint.AttestationHeader)
 		if _, err := o.Trust.VerifyAttestation(att, p.RoomID, subj, checkpoint.RecordPosition(*mk.Position), checkpoint.ContentHash(rm.Data)); err != nil {
 			return aside([]events.Problem{{Code: events.CheckpointMismatch, At: events.Location{Seq: seq}, Reason: "not admitted: " + err.Error()}})
@@ -264,8 +269,12 @@ func instanceRecord(ctx context.Context, g *jsapi.Getter, o InstanceOptions, m j
 // header it keeps, and checked when it stored the marker; the gate sets
 // it on key and run markers, and on a decision's first) proves no marker
 // was on its subject before (firstOnSubject). Otherwise the subject's
-// markers are read in order.
-func heldBy(ctx context.Context, g *jsapi.Getter, o InstanceOptions, rec *events.Record, digest string, seq uint64, batch []jsapi.Msg) ([]events.Problem, error) {
+// markers are read in order: a key's or run's until the first genuine
+// one; a decision's whole, once per InstanceRecords call for all the
+// records of that decision it judges (decisions), since every record of a
+// decision after its first reads the markers before its own, and a
+// decision of n records would cost n²/2 reads and signature checks.
+func heldBy(ctx context.Context, g *jsapi.Getter, o InstanceOptions, decisions *decisionMarkers, rec *events.Record, digest string, seq uint64, batch []jsapi.Msg) ([]events.Problem, error) {
 	roomID := rec.RoomID()
 	var held validate.Held
 	for _, k := range []room.MarkerKind{room.MarkKey, room.MarkRun, room.MarkDecision} {
@@ -275,6 +284,14 @@ func heldBy(ctx context.Context, g *jsapi.Getter, o InstanceOptions, rec *events
 		}
 		subj := o.Subjects.Marker(roomID, k, v)
 		if firstOnSubject(batch, subj, digest, seq) {
+			continue
+		}
+		if k == room.MarkDecision {
+			marks, err := decisions.read(ctx, g, o, roomID, v, subj)
+			if err != nil {
+				return nil, err
+			}
+			held.Unknown = unknownBefore(marks, seq)
 			continue
 		}
 		for from := uint64(1); ; {
@@ -294,7 +311,7 @@ func heldBy(ctx context.Context, g *jsapi.Getter, o InstanceOptions, rec *events
 			if at == seq {
 				break // rec's own marker: nothing before it holds the value
 			}
-			h, outcome, err := genuine(ctx, g, o, roomID, k, v, mk, at)
+			h, _, err := genuine(ctx, g, o, roomID, k, v, mk, at)
 			if err != nil {
 				return nil, err
 			}
@@ -303,22 +320,106 @@ func heldBy(ctx context.Context, g *jsapi.Getter, o InstanceOptions, rec *events
 			}
 			if k == room.MarkKey {
 				held.Key = h
-				break
-			}
-			if k == room.MarkRun {
+			} else {
 				held.Run = h
-				break
 			}
-			if outcome == "unknown" && at < seq {
-				held.Unknown = at
-				break
-			}
-			if at > seq {
-				break
-			}
+			break
 		}
 	}
 	return validate.RelationProblems(rec, events.Location{Seq: seq}, held), nil
+}
+
+// decisionMarker is one marker of a decision's subject as heldBy judges
+// it: the stream sequence of the record it names (0: it names none) and,
+// when that record is genuine (see genuine), its outcome.
+type decisionMarker struct {
+	at      uint64
+	genuine bool
+	outcome string
+}
+
+// unknownBefore returns the stream sequence of the first genuine record
+// with an unknown outcome that marks (a decision's markers in stream
+// order) name before the record at seq, or 0: marks are walked up to the
+// first that names seq itself or a genuine record after it.
+func unknownBefore(marks []decisionMarker, seq uint64) uint64 {
+	for _, m := range marks {
+		switch {
+		case m.at == 0:
+		case m.at == seq:
+			return 0 // the record's own marker: nothing before it holds the decision
+		case !m.genuine:
+		case m.outcome == "unknown" && m.at < seq:
+			return m.at
+		case m.at > seq:
+			return 0
+		}
+	}
+	return 0
+}
+
+// decisionMarkers holds, for one InstanceRecords call, each decision
+// subject's markers as judged, read once by the first worker that needs
+// them while the others wait. They are read after the instance's markers,
+// so each record judged has its own decision marker among them.
+type decisionMarkers struct {
+	mu   sync.Mutex
+	subj map[string]*decisionRead
+}
+
+// decisionRead is one decision subject's read: marks and err are set
+// before done is closed.
+type decisionRead struct {
+	done  chan struct{}
+	marks []decisionMarker
+	err   error
+}
+
+func newDecisionMarkers() *decisionMarkers {
+	return &decisionMarkers{subj: map[string]*decisionRead{}}
+}
+
+// read returns the markers of subj, the subject of decision value in
+// roomID, in stream order, each judged (genuine); or the stream's error.
+func (d *decisionMarkers) read(ctx context.Context, g *jsapi.Getter, o InstanceOptions, roomID, value, subj string) ([]decisionMarker, error) {
+	d.mu.Lock()
+	r, ok := d.subj[subj]
+	if !ok {
+		r = &decisionRead{done: make(chan struct{})}
+		d.subj[subj] = r
+	}
+	d.mu.Unlock()
+	if ok {
+		select {
+		case <-r.done:
+			return r.marks, r.err
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
+	defer close(r.done)
+	for from := uint64(1); ; {
+		m, err := g.NextBySubject(ctx, from, subj)
+		if err != nil {
+			r.err = err
+			return nil, err
+		}
+		if m == nil {
+			return r.marks, nil
+		}
+		from = m.Seq + 1
+		mk, err := room.ParseMarker(m.Data)
+		at := mk.RecordSeq(m.Seq)
+		if err != nil || at == 0 {
+			continue
+		}
+		h, outcome, err := genuine(ctx, g, o, roomID, room.MarkDecision, value, mk, at)
+		if err != nil {
+			r.err = err
+			return nil, err
+		}
+		r.marks = append(r.marks, decisionMarker{at: at, genuine: h != nil, outcome: outcome})
+	}
 }
 
 // genuine reads the record at seq a marker of kind k for value names, and
@@ -326,6 +427,9 @@ func heldBy(ctx context.Context, g *jsapi.Getter, o InstanceOptions, rec *events
 // own rules and is the one the marker names (room.Marker.Names); nil
 // otherwise.
 func genuine(ctx context.Context, g *jsapi.Getter, o InstanceOptions, roomID string, k room.MarkerKind, value string, mk room.Marker, seq uint64) (*validate.HeldBy, string, error) {
+	if o.onGenuine != nil {
+		o.onGenuine()
+	}
 	rm, err := g.Seq(ctx, seq)
 	if err != nil || rm == nil || rm.Subject != o.Subjects.Records(roomID) {
 		return nil, "", err

@@ -5,6 +5,7 @@ import (
 	"strconv"
 	"testing"
 
+	"github.com/roompub/roompub/checkpoint"
 	"github.com/roompub/roompub/room"
 	"github.com/roompub/roompub/room/embedded"
 	"github.com/roompub/roompub/room/ingest"
@@ -94,11 +95,14 @@ func TestInstanceRecordsMatchTheAudit(t *testing.T) {
 				want = append(want, r)
 			}
 		}
-		for _, tr := range []bool{false, true} {
-			o := reader.InstanceOptions{Room: tc.roomID, Instance: tc.inst, Validator: e.V}
-			if tr {
-				o.Trust = trust
-			}
+		// No keys, nil or empty (the subscriber's flag unset), checks no
+		// attestation, as the audit does.
+		noKeys, err := checkpoint.NewTrust()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, tr := range []*checkpoint.Trust{nil, noKeys, trust} {
+			o := reader.InstanceOptions{Room: tc.roomID, Instance: tc.inst, Validator: e.V, Trust: tr}
 			rep, err := reader.InstanceRecords(t.Context(), e.Nc, o)
 			if err != nil {
 				t.Fatal(err)
@@ -106,7 +110,7 @@ func TestInstanceRecordsMatchTheAudit(t *testing.T) {
 			got, _ := json.Marshal(rep.Records)
 			exp, _ := json.Marshal(want)
 			if string(got) != string(exp) || len(want) == 0 {
-				t.Fatalf("%s (trust %v): markers found\n%s\nthe audit files\n%s", tc.name, tr, got, exp)
+				t.Fatalf("%s (%d trusted keys): markers found\n%s\nthe audit files\n%s", tc.name, tr.Len(), got, exp)
 			}
 			wantUnmarked := tc.roomID == ""
 			if (len(rep.Unmarked) == 1 && rep.Unmarked[0] == old) != wantUnmarked {
