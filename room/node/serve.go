@@ -151,9 +151,9 @@ func tilesHandlers(url string, opts []nats.Option, o *ServeOptions, place *room.
 	if err != nil {
 		return nil, nil, fmt.Errorf("%w: %v", ErrTiles, err)
 	}
-	nc, err := nats.Connect(url, append(opts, nats.Name("roompub-publisher-tiles"))...)
+	nc, err := connectAs(url, "roompub-publisher-tiles", opts)
 	if err != nil {
-		return nil, nil, fmt.Errorf("connect %s: %w", redact(url), err)
+		return nil, nil, err
 	}
 	first := place.Partitions()[0]
 	so := tilesource.Options{Stream: first.Stream, Subjects: first.Subjects, Deployment: o.Checkpoint.Deployment.Log, Trust: trust}
@@ -267,7 +267,6 @@ func Serve(ctx context.Context, o ServeOptions) error {
 	connCtx, connLost := context.WithCancelCause(ctx)
 	defer connLost(nil)
 	opts := append([]nats.Option{
-		nats.Name("roompub-publisher"),
 		nats.ClosedHandler(func(nc *nats.Conn) {
 			connLost(fmt.Errorf("connection to NATS closed: %v", nc.LastError()))
 		}),
@@ -279,9 +278,9 @@ func Serve(ctx context.Context, o ServeOptions) error {
 		}),
 		nats.ReconnectHandler(func(nc *nats.Conn) { log.Info("nats reconnected", zap.String("url", nc.ConnectedUrlRedacted())) }),
 	}, o.Connect...)
-	nc, err := nats.Connect(url, opts...)
+	nc, err := connectAs(url, "roompub-publisher", opts)
 	if err != nil {
-		return fmt.Errorf("connect %s: %w", redact(url), err)
+		return err
 	}
 	defer nc.Close()
 	js, err := jetstream.New(nc)
@@ -336,9 +335,9 @@ func Serve(ctx context.Context, o ServeOptions) error {
 	// that hold the chains' heads (seconds at millions of messages), and
 	// the server answers a connection's requests in order, so on the
 	// gates' connection the first appends would wait behind them.
-	surveyNC, err := nats.Connect(url, append(opts, nats.Name("roompub-publisher-survey"))...)
+	surveyNC, err := connectAs(url, "roompub-publisher-survey", opts)
 	if err != nil {
-		return fmt.Errorf("connect %s: %w", redact(url), err)
+		return err
 	}
 	defer surveyNC.Close() // after the surveys end (deferred below)
 	for i, p := range parts {
@@ -365,9 +364,9 @@ func Serve(ctx context.Context, o ServeOptions) error {
 			// of the stream, which on the gate's connection would queue the
 			// gate's acks and the service's requests behind it. Losing it for
 			// good ends Serve, as losing nc does.
-			ckNC, err := nats.Connect(url, append(opts, nats.Name("roompub-publisher-checkpointer"))...)
+			ckNC, err := connectAs(url, "roompub-publisher-checkpointer", opts)
 			if err != nil {
-				return fmt.Errorf("connect %s: %w", redact(url), err)
+				return err
 			}
 			defer ckNC.Close() // after the checkpointers stop (deferred above)
 			cctx, cancel := context.WithTimeout(ctx, streamSetupTimeout)
@@ -589,4 +588,17 @@ func redact(u string) string {
 		return u[:i+3] + "[REDACTED]" + u[j:]
 	}
 	return u
+}
+
+// connectAs opens one of serve's connections to url, named name (the
+// server's connz and logs show it), and says which in its error: serve
+// opens one for itself, one for its store survey, one per checkpointer
+// (with a publisher key, one per partition) and one for --tiles, so a
+// server or account that limits connections refuses one of them.
+func connectAs(url, name string, opts []nats.Option) (*nats.Conn, error) {
+	nc, err := nats.Connect(url, append(opts, nats.Name(name))...)
+	if err != nil {
+		return nil, fmt.Errorf("connect %s as %s (one of serve's connections: roompub-publisher, -survey, -checkpointer per partition with a publisher key, -tiles with --tiles): %w", redact(url), name, err)
+	}
+	return nc, nil
 }

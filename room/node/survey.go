@@ -11,26 +11,43 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/roompub/roompub/room/ingest"
+	"github.com/roompub/roompub/room/internal/jsapi"
 )
 
 // surveyor runs the gate's survey of what the store lost
 // (ingest.Gate.Survey) in the background, one at a time: at start, and
-// again whenever the stream guard sees the stream lose messages.
+// again whenever the stream guard sees the stream lose messages. A survey
+// that could not finish (the server restarted, a read timed out) is run
+// again after a pause, surveyRetryFirst doubling up to surveyRetryMax,
+// until one finishes: the chains nobody uses and the loss notices asked
+// for wait for it.
 type surveyor struct {
-	gate    *ingest.Gate
-	metrics *ingest.Metrics
-	log     *zap.Logger
-	// ack names the rooms whose loss the first survey's end acknowledges.
-	ack     []string
-	mu      sync.Mutex
-	first   chan struct{} // closed once the first survey ended
-	running bool
-	again   bool
-	wg      sync.WaitGroup
+	survey      func(context.Context) (ingest.Survey, error)
+	acknowledge func(ctx context.Context, roomID string, now time.Time) (uint64, error)
+	metrics     *ingest.Metrics
+	log         *zap.Logger
+	// ack names the rooms whose loss the first finished survey
+	// acknowledges.
+	ack        []string
+	retryFirst time.Duration // the pause after the first failure; doubled after each
+	mu         sync.Mutex
+	first      chan struct{} // closed once the first survey ended, finished or not
+	running    bool
+	again      bool
+	wg         sync.WaitGroup
 }
 
+// The pauses between surveys that could not finish.
+const (
+	surveyRetryFirst = time.Second
+	surveyRetryMax   = 30 * time.Second
+)
+
 func newSurveyor(gate *ingest.Gate, metrics *ingest.Metrics, log *zap.Logger, ack []string) *surveyor {
-	return &surveyor{gate: gate, metrics: metrics, log: log, ack: ack, first: make(chan struct{})}
+	return &surveyor{survey: gate.Survey, acknowledge: func(ctx context.Context, roomID string, now time.Time) (uint64, error) {
+		_, seq, err := gate.AcknowledgeLoss(ctx, roomID, now)
+		return seq, err
+	}, metrics: metrics, log: log, ack: ack, retryFirst: surveyRetryFirst, first: make(chan struct{})}
 }
 
 // start runs a survey unless one is running, in which case another runs
@@ -49,14 +66,19 @@ func (s *surveyor) start(ctx context.Context) {
 
 func (s *surveyor) run(ctx context.Context) {
 	defer s.wg.Done()
+	pause := s.retryFirst
 	for {
 		began := time.Now()
-		sv, err := s.gate.Survey(ctx)
+		sv, err := s.survey(ctx)
 		took := time.Since(began)
 		switch {
 		case err != nil && ctx.Err() != nil:
 		case err != nil:
-			s.log.Warn("store survey: could not finish; chains are still judged on their first use", zap.Error(err), zap.Duration("took", took))
+			fields := []zap.Field{zap.Error(err), zap.Duration("took", took), zap.Duration("again_in", pause)}
+			if len(s.ack) > 0 {
+				fields = append(fields, zap.Strings("loss_notices_waiting", s.ack))
+			}
+			s.log.Warn("store survey: could not finish; chains are still judged on their first use; surveying again", fields...)
 		case len(sv.Damaged) == 0 && len(sv.DamagedRooms) == 0:
 			s.log.Info("store survey: no acknowledged message missing", zap.Int("chains", sv.ChainsSeen), zap.Int("rooms", sv.RoomsSeen), zap.Duration("took", took))
 		default:
@@ -67,13 +89,22 @@ func (s *surveyor) run(ctx context.Context) {
 			s.metrics.RoomsDamaged(len(sv.DamagedRooms))
 		}
 		if err == nil {
-			s.acknowledge(ctx)
+			s.acknowledgeLoss(ctx)
 		}
 		select {
 		case <-s.first:
 		default:
 			close(s.first)
 		}
+		if err != nil && ctx.Err() == nil {
+			if !jsapi.Sleep(ctx, pause) {
+				s.end()
+				return
+			}
+			pause = min(2*pause, surveyRetryMax)
+			continue
+		}
+		pause = s.retryFirst
 		s.mu.Lock()
 		if !s.again || ctx.Err() != nil {
 			s.running = false
@@ -85,10 +116,17 @@ func (s *surveyor) run(ctx context.Context) {
 	}
 }
 
-// acknowledge writes the loss notices asked for (once).
-func (s *surveyor) acknowledge(ctx context.Context) {
+// end marks the surveyor idle, its context ended.
+func (s *surveyor) end() {
+	s.mu.Lock()
+	s.running = false
+	s.mu.Unlock()
+}
+
+// acknowledgeLoss writes the loss notices asked for (once).
+func (s *surveyor) acknowledgeLoss(ctx context.Context) {
 	for _, id := range s.ack {
-		_, seq, err := s.gate.AcknowledgeLoss(ctx, id, time.Now())
+		seq, err := s.acknowledge(ctx, id, time.Now())
 		switch {
 		case errors.Is(err, ingest.ErrNothingLost):
 			s.log.Warn("acknowledge-loss: the survey found no damaged chain, checkpoint or record of the room (is the room id right?): no notice written", zap.String("room", id))
