@@ -4,8 +4,12 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"maps"
+	"slices"
+	"strings"
 
 	"github.com/roompub/roompub/config"
+	"github.com/roompub/roompub/events"
 	"github.com/roompub/roompub/room"
 	"github.com/roompub/roompub/room/reader"
 )
@@ -60,7 +64,21 @@ func (c *evidenceCmd) Run(s *streams) error {
 		}
 	}
 	if !c.JSON {
-		fmt.Fprintf(s.err, "subscriber: %d verified record(s) observed on %s; %d message(s) of the room(s) set aside\n", len(recs), c.Instance, rep.SetAside)
+		fmt.Fprintf(s.err, "subscriber: %d verified record(s) observed on %s; %d message(s) of the room(s) set aside%s\n", len(recs), c.Instance, rep.SetAside, codeCounts(rep.ByCode))
 	}
 	return nil
+}
+
+// codeCounts is " (code n, code n)" for the set-aside counts by code, in
+// code order; "" when there are none.
+func codeCounts(byCode map[events.Code]uint64) string {
+	if len(byCode) == 0 {
+		return ""
+	}
+	codes := slices.Sorted(maps.Keys(byCode))
+	parts := make([]string, len(codes))
+	for i, c := range codes {
+		parts[i] = fmt.Sprintf("%s %d", c, byCode[c])
+	}
+	return " (" + strings.Join(parts, ", ") + ")"
 }

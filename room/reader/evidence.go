@@ -64,7 +64,15 @@ func (x *EvidenceIndex) Instance(instance, roomID string) []VerifiedRecord {
 			out = append(out, *vr)
 		}
 	}
+	// An audit hands out each room's records in stream order, the rooms
+	// side by side.
+	sortByStreamSeq(out)
 	return out
+}
+
+// sortByStreamSeq sorts records of one stream by stream sequence.
+func sortByStreamSeq(recs []VerifiedRecord) {
+	sort.SliceStable(recs, func(i, j int) bool { return recs[i].StreamSeq < recs[j].StreamSeq })
 }
 
 // Get returns the verified record with exactly this execution/ref and

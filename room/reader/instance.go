@@ -459,6 +459,10 @@ type EvidenceOptions struct {
 type EvidenceReport struct {
 	Records  []VerifiedRecord
 	SetAside uint64
+	// ByCode counts SetAside by refusal code (events.Code): of the
+	// instance's records on marked rooms, of every message of the rooms
+	// audited whole.
+	ByCode map[events.Code]uint64
 	// Marked counts the partitions read through instance markers,
 	// Audited those some rooms of which (or all) were audited whole.
 	Marked, Audited int
@@ -479,8 +483,9 @@ func InstanceEvidence(ctx context.Context, nc *nats.Conn, js jetstream.JetStream
 		}
 		parts = []room.Partition{q}
 	}
-	out := &EvidenceReport{}
+	out := &EvidenceReport{ByCode: map[events.Code]uint64{}}
 	for _, p := range parts {
+		from := len(out.Records)
 		st, err := js.Stream(ctx, p.Stream)
 		if err != nil {
 			return nil, fmt.Errorf("stream %s: %w", p.Stream, err)
@@ -499,6 +504,9 @@ func InstanceEvidence(ctx context.Context, nc *nats.Conn, js jetstream.JetStream
 			out.Marked++
 			out.Records = append(out.Records, rep.Records...)
 			out.SetAside += uint64(len(rep.SetAside))
+			for _, a := range rep.SetAside {
+				out.ByCode[a.Code]++
+			}
 			if len(rep.Unmarked) == 0 {
 				continue
 			}
@@ -516,7 +524,11 @@ func InstanceEvidence(ctx context.Context, nc *nats.Conn, js jetstream.JetStream
 		}
 		out.Audited++
 		out.SetAside += rep.Totals.SetAside
+		for code, n := range rep.Totals.ByCode {
+			out.ByCode[code] += uint64(n)
+		}
 		out.Records = append(out.Records, idx.Instance(o.Instance, o.Room)...)
+		sortByStreamSeq(out.Records[from:]) // the marked rooms' records, then the audited ones'
 	}
 	return out, nil
 }

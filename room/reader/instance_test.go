@@ -135,5 +135,14 @@ func TestInstanceRecordsMatchTheAudit(t *testing.T) {
 		if len(ev.Records) != len(all) || ev.Marked != 1 {
 			t.Fatalf("%s: InstanceEvidence found %d records (%d partitions by markers), the audit %d", tc.name, len(ev.Records), ev.Marked, len(all))
 		}
+		// The marked rooms' records and the old room's, in stream order.
+		for i := 1; i < len(ev.Records); i++ {
+			if ev.Records[i].StreamSeq <= ev.Records[i-1].StreamSeq {
+				t.Fatalf("%s: record at %d after %d", tc.name, ev.Records[i].StreamSeq, ev.Records[i-1].StreamSeq)
+			}
+		}
+		if tc.inst == instA && tc.roomID == "" && (ev.SetAside != 1 || len(ev.ByCode) != 1 || ev.ByCode["idempotency_conflict"] != 1) {
+			t.Fatalf("%s: %d set aside, by code %v; want the forged record, idempotency_conflict", tc.name, ev.SetAside, ev.ByCode)
+		}
 	}
 }

@@ -76,6 +76,13 @@ type subRooms struct {
 
 func startRooms(t *testing.T) *subRooms {
 	t.Helper()
+	return startRoomsWith(t, false)
+}
+
+// startRoomsWith is startRooms with the stream's record markers on when
+// marked (what a new serve makes), off otherwise.
+func startRoomsWith(t *testing.T, marked bool) *subRooms {
+	t.Helper()
 	key, err := events.GenerateHostKey(rand.Reader)
 	if err != nil {
 		t.Fatal(err)
@@ -99,7 +106,9 @@ func startRooms(t *testing.T) *subRooms {
 	// stream seqs fixed by hand (a stream made before markers; the
 	// subscriber reads records alike on either).
 	cfg := room.StreamConfig("", room.Subjects{}, 1)
-	delete(cfg.Metadata, room.MetadataRecordMarkers)
+	if !marked {
+		delete(cfg.Metadata, room.MetadataRecordMarkers)
+	}
 	if _, err := room.EnsureStream(ctx, js, cfg, room.Subjects{}); err != nil {
 		t.Fatal(err)
 	}
@@ -893,8 +902,32 @@ func TestSubscriberEvidence(t *testing.T) {
 		}
 	}
 	res = subRun(t, r.args("evidence", "--instance", "environment:qmail-01")...)
-	if res.status != 0 || !strings.Contains(res.stderr, "subscriber: 1 verified record(s) observed on environment:qmail-01; 1 message(s) of the room(s) set aside\n") ||
+	if res.status != 0 || !strings.Contains(res.stderr, "subscriber: 1 verified record(s) observed on environment:qmail-01; 1 message(s) of the room(s) set aside (foreign_evidence 1)\n") ||
 		!strings.Contains(res.stdout, "room:qmail-open-relay "+rec.ComputedRef()+" ("+rec.ContentDigest()+") at stream seq 1: outcome verified, run operator-task-run:run-01\n") {
 		t.Errorf("evidence, text: exit %d\n%s%s", res.status, res.stdout, res.stderr)
+	}
+}
+
+// TestSubscriberEvidenceMarked: on a stream with record markers (what a
+// new serve makes), `subscriber evidence --instance` without
+// --trusted-publisher finds the instance's records through its markers
+// and asks for no attestation, as audit does; a record of another
+// instance is not among them.
+func TestSubscriberEvidenceMarked(t *testing.T) {
+	r := startRoomsWith(t, true)
+	verified := subReference(t, "verified.json")
+	seq := r.shipRecord(verified)
+	onB := map[string]any{"environment/ref": "environment:b", "evidence": []any{map[string]any{
+		"step/id": "inspect", "artifact-ref": "object-store:sha256:" + strings.Repeat("b", 43),
+		"digest": "sha256:" + strings.Repeat("b", 43), "environment/ref": "environment:b"}}}
+	r.shipRecord(subRecord(t, r.key, "room:qmail-open-relay", "on-b", onB).Canonical())
+	rec, err := events.ParseRecord(verified)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res := subRun(t, r.args("evidence", "--instance", "environment:qmail-01")...)
+	if res.status != 0 || !strings.Contains(res.stderr, "subscriber: 1 verified record(s) observed on environment:qmail-01; 0 message(s) of the room(s) set aside\n") ||
+		!strings.Contains(res.stdout, fmt.Sprintf("room:qmail-open-relay %s (%s) at stream seq %d: outcome verified", rec.ComputedRef(), rec.ContentDigest(), seq)) {
+		t.Errorf("evidence on a marked stream: exit %d\n%s%s", res.status, res.stdout, res.stderr)
 	}
 }
