@@ -256,7 +256,10 @@ func printCheckpoints(w io.Writer, rep *reader.AuditReport) {
 		fmt.Fprintf(w, "  signatures: %d attestations verified (%d batch signatures), %d messages admitted by a covering checkpoint\n",
 			f.AttestationsVerified, f.BatchesVerified, f.AdmittedByCheckpoint)
 		if f.LeavesSpilled > 0 {
-			fmt.Fprintf(w, "  leaves past the latest checkpoint: %d written to the audit's temporary file, %d read back\n", f.LeavesSpilled, f.LeavesReread)
+			fmt.Fprintf(w, "  leaves written to the audit's temporary file while they waited for a checkpoint: %d, %d read back\n", f.LeavesSpilled, f.LeavesReread)
+		}
+		if f.LeavesSpillFailed != "" {
+			fmt.Fprintf(w, "  leaves waiting for a checkpoint kept in memory, unbounded: the temporary file could not be written: %s\n", f.LeavesSpillFailed)
 		}
 		if st := f.Stored; st != nil {
 			verdict := "consistent"

@@ -821,6 +821,11 @@ type RoomCheckpoints struct {
 	// (checkpoint.LeafBounds).
 	LeavesSpilled uint64 `json:"leaves_spilled,omitempty"`
 	LeavesReread  uint64 `json:"leaves_reread,omitempty"`
+	// LeavesSpillFailed says why leaves could not be written to that file
+	// (it could not be made, the disk is full): from then on the room's
+	// leaves stay in memory. The verdicts are the same; the bound on the
+	// audit's memory is gone.
+	LeavesSpillFailed string `json:"leaves_spill_failed,omitempty"`
 	// Stored is the checkpoint an earlier read verified (state directory),
 	// if any; StoredConsistent reports whether the room as read extends it.
 	Stored           *CheckpointFact `json:"stored,omitempty"`
@@ -847,6 +852,9 @@ func (l *ledger) facts() RoomCheckpoints {
 	}
 	st := l.LeafStats()
 	f.LeavesSpilled, f.LeavesReread = st.Spilled, st.Reread
+	if st.WriteErr != nil {
+		f.LeavesSpillFailed = st.WriteErr.Error()
+	}
 	return f
 }
 

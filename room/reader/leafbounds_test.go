@@ -3,7 +3,9 @@ package reader_test
 import (
 	"context"
 	"math"
+	"path/filepath"
 	"reflect"
+	"strings"
 	"testing"
 
 	"github.com/roompub/roompub/checkpoint"
@@ -75,6 +77,13 @@ func TestAuditLeafBoundsLagging(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// A temporary directory that does not exist: the leaves stay in
+	// memory, the report says why, the verdicts do not change.
+	noDir := checkpoint.LeafBounds{Window: 2, Chunk: 4, MaxChunks: 8, Dir: filepath.Join(t.TempDir(), "missing")}
+	inMemory, err := reader.AuditLeafBounds(ctx, e.Js, o, noDir)
+	if err != nil {
+		t.Fatal(err)
+	}
 	if wrong == 0 || smaller == 0 || forgedN != len(forged) || len(full.Violations) < wrong+smaller+forgedN {
 		t.Fatalf("%d wrong, %d smaller checkpoints, %d forged entries: %d violations", wrong, smaller, forgedN, len(full.Violations))
 	}
@@ -93,6 +102,17 @@ func TestAuditLeafBoundsLagging(t *testing.T) {
 		if !reflect.DeepEqual(f, l) {
 			t.Errorf("room %s: bounded %+v, unbounded %+v", f.RoomID, l, f)
 		}
+		m := inMemory.Checkpoints[i]
+		if m.LeavesSpilled != 0 || !strings.Contains(m.LeavesSpillFailed, "no such file or directory") {
+			t.Errorf("room %s without its temporary directory: %d spilled, failure %q", m.RoomID, m.LeavesSpilled, m.LeavesSpillFailed)
+		}
+		m.LeavesSpillFailed, m.LeavesReread = "", 0
+		if !reflect.DeepEqual(f, m) {
+			t.Errorf("room %s: in memory %+v, unbounded %+v", f.RoomID, m, f)
+		}
+	}
+	if !reflect.DeepEqual(full.Violations, inMemory.Violations) || !reflect.DeepEqual(full.Totals, inMemory.Totals) {
+		t.Errorf("in memory: %+v %+v; unbounded: %+v %+v", inMemory.Totals, inMemory.Violations, full.Totals, full.Violations)
 	}
 	if !reflect.DeepEqual(full.Violations, lean.Violations) || !reflect.DeepEqual(full.Totals, lean.Totals) ||
 		!reflect.DeepEqual(full.Chains, lean.Chains) {
