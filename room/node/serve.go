@@ -324,10 +324,15 @@ func Serve(ctx context.Context, o ServeOptions) error {
 		return err
 	}
 	// Stopped in reverse: every partition's checkpointer before the first
-	// one's, which keeps the deployment log the others offer to.
+	// one's, which keeps the deployment log the others offer to; then
+	// their connections, which their final checkpoints need.
+	var ckConns []*nats.Conn
 	defer func() {
 		for i := len(parts) - 1; i >= 0; i-- {
 			stopCheckpointer(parts[i].ckp, log)
+		}
+		for _, c := range ckConns {
+			c.Close()
 		}
 	}()
 	// The surveys of what the store lost read on a connection of their
@@ -368,7 +373,7 @@ func Serve(ctx context.Context, o ServeOptions) error {
 			if err != nil {
 				return err
 			}
-			defer ckNC.Close() // after the checkpointers stop (deferred above)
+			ckConns = append(ckConns, ckNC) // closed after the checkpointers stop (deferred above)
 			cctx, cancel := context.WithTimeout(ctx, streamSetupTimeout)
 			p.ckp, err = checkpointer.Start(cctx, ckNC, co)
 			cancel()
