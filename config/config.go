@@ -184,7 +184,7 @@ type Serve struct {
 	AcceptStream bool     `name:"accept-stream" help:"Start on a room stream other than the one serve remembers (it is gone, restored or made anew): create it if missing or take the one there, log what was remembered, and remember it from now on. For one start; without it serve refuses with stream_replaced." yaml:"accept-stream"`
 	// StreamCheckInterval is node.ServeOptions.CheckInterval: the stream
 	// guard's period (docs/design.md, "The room stream").
-	StreamCheckInterval time.Duration `name:"stream-check-interval" help:"Check the room stream again this often while serving (its configuration, writers into room subjects, lost messages) and record its last sequence in the stream mark (0: 30s). Shorter finds a changed or lost stream sooner and keeps the mark closer to the stream, for a few more requests to the server per minute. See docs/reliability.md." default:"30s" yaml:"stream-check-interval"`
+	StreamCheckInterval time.Duration `name:"stream-check-interval" help:"Check the room stream again this often while serving (its configuration, writers into room subjects, lost messages) and record its last sequence in the stream mark (0: 30s). Shorter finds a changed or lost stream sooner and keeps the mark closer to the stream; each check is a few requests to the server. See docs/reliability.md." default:"30s" yaml:"stream-check-interval"`
 	// MaxBatch and MaxInflightBatches bound the gate's atomic batches
 	// (ingest.GateOptions); 0 is the default.
 	MaxBatch           int `name:"max-batch" help:"Journal entries per atomic batch; 0 is 1000, the server's default max_batch_size; no more than the server allows." yaml:"max-batch"`
