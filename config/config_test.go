@@ -126,7 +126,7 @@ func TestConfigFileUnknownKey(t *testing.T) {
 func TestServeValidateReportsEveryProblem(t *testing.T) {
 	s := config.Serve{Listen: "nope", StoreDir: "", SyncInterval: -1, MaxPayload: "lots", Replicas: 9, Stream: "a.b", MaxBatch: 1001, MaxInflightBatches: -1,
 		Prefix: "x>", TrustedHosts: []string{"node:did:key:zBad"}, SchemaDir: "/does/not/exist",
-		PublisherKey: "/does/not/exist.pem", TrustedPublishers: []string{"node:did:key:zAlsoBad"}, CheckpointEvery: -1, CheckpointInterval: -time.Second,
+		PublisherKey: "/does/not/exist.pem", TrustedPublishers: []string{"node:did:key:zAlsoBad"}, CheckpointEvery: -1, CheckpointInterval: -time.Second, StreamCheckInterval: -time.Second,
 		Credentials: config.Credentials{Password: "pw", TLSCert: "c.pem"}, Tiles: true, TilesCache: "lots", Partitions: 65}
 	err := s.Validate()
 	if !errors.Is(err, config.ErrInvalid) {
@@ -134,7 +134,7 @@ func TestServeValidateReportsEveryProblem(t *testing.T) {
 	}
 	for _, want := range []string{"--listen", "--store-dir", "--sync-interval", "--max-payload", "--replicas", "--stream",
 		"--subject-prefix", "--trusted-host", "--schema-dir", "--password needs --user", "--tlscert and --tlskey", "--max-batch", "--max-inflight-batches",
-		"--publisher-key", "--trusted-publisher", "--checkpoint-every", "--checkpoint-interval",
+		"--publisher-key", "--trusted-publisher", "--checkpoint-every", "--checkpoint-interval", "--stream-check-interval",
 		"--tiles serves on the --http listener", "--tiles needs --origin", "--tiles-cache", "--partitions 65: want 1 to 64"} {
 		if !strings.Contains(err.Error(), want) {
 			t.Errorf("%q missing from %v", want, err)

@@ -86,7 +86,8 @@ func (c *serveCmd) Run(s *streams) error {
 		// docs/secure-mode.md, "The stream".
 		AcceptStream: c.AcceptStream,
 		// docs/reliability.md, "Crashes on the cluster".
-		StreamMark: c.StreamMark,
+		StreamMark:    c.StreamMark,
+		CheckInterval: c.StreamCheckInterval,
 		// docs/reliability.md, "Loss notices".
 		AcknowledgeLoss: c.AcceptLoss,
 		// The gate's atomic batches.

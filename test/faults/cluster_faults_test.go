@@ -349,7 +349,9 @@ func (cr *clusterRun) servedBy() string {
 func (cr *clusterRun) killServePhase() {
 	t := cr.t
 	t.Helper()
-	s := cr.startFollowShipment("kill-serve", clusterEntries)
+	// The records' run loses the replies serve took with it and waits
+	// them out (exit 2, run again): 10s rather than the default 30s.
+	s := cr.startFollowShipment("kill-serve", clusterEntries, "--timeout", "10s")
 	f := s.journal
 	subj := cr.in.subj.Journal(s.roomID, s.cap.key())
 	at := cr.in.waitCount(subj, 800, 60*time.Second)
@@ -368,9 +370,10 @@ func (cr *clusterRun) killServePhase() {
 
 // startFollowShipment writes a phase's capsule with only its first written
 // lines (grow adds the rest) and ships it with `publisher journal --follow`,
-// and its records one-shot. --timeout 10s: a batch whose reply is lost
-// (serve killed, leader gone) is asked again after that long.
-func (cr *clusterRun) startFollowShipment(name string, written int) *shipment {
+// and its records one-shot with execFlags. --timeout 10s: a batch whose
+// reply is lost (serve killed, leader gone) is asked again after that
+// long.
+func (cr *clusterRun) startFollowShipment(name string, written int, execFlags ...string) *shipment {
 	t := cr.t
 	t.Helper()
 	s := &shipment{roomID: "room:fault-" + name, started: time.Now()}
@@ -380,7 +383,7 @@ func (cr *clusterRun) startFollowShipment(name string, written int) *shipment {
 	}
 	s.recs = newRecords(t, filepath.Join(cr.dir, name, "records"), cr.key, s.roomID, name, clusterRecords)
 	s.journal = startProc(t, "publisher journal --follow", publisherBin, "journal", "--follow", "--json", "--timeout", "10s", "--server", cr.cl.urls(), "--room", s.roomID, s.cap.dir)
-	s.exec = startProc(t, "publisher execution", publisherBin, append([]string{"execution", "--json", "--server", cr.cl.urls()}, s.recs.files...)...)
+	s.exec = startProc(t, "publisher execution", publisherBin, append(append([]string{"execution", "--json", "--server", cr.cl.urls()}, execFlags...), s.recs.files...)...)
 	s.stream = cr.in.useRoom(s.roomID)
 	return s
 }

@@ -284,6 +284,39 @@ func auditState(t *testing.T, url, state string, key *events.HostKey) (int, cras
 	return r.status, rep, r
 }
 
+// waitStreamMark waits until the stream check of the serve at url has
+// recorded the room stream's last sequence in the mark file of its store
+// directory, and returns that mark; it fails the test at until.
+func waitStreamMark(t *testing.T, url, store string, until time.Time) room.StreamMark {
+	t.Helper()
+	in := inspect(t, url)
+	defer in.nc.Close()
+	file := room.StreamMarkFile(store, room.DefaultStream)
+	for {
+		var m room.StreamMark
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		info, err := in.stream.Info(ctx)
+		cancel()
+		if err == nil {
+			var data []byte
+			if data, err = os.ReadFile(file); err == nil {
+				err = json.Unmarshal(data, &m)
+			}
+		}
+		// The mark read after the stream covers all the stream held.
+		if err == nil && m.Created.Equal(info.Created) && m.LastSeq >= info.State.LastSeq {
+			return m
+		}
+		if time.Now().After(until) {
+			if err == nil {
+				err = fmt.Errorf("the stream was created %s, last sequence %d", info.Created.UTC().Format(time.RFC3339Nano), info.State.LastSeq)
+			}
+			t.Fatalf("serve's stream check did not record the stream's last sequence in %s: mark %s; %v", file, m, err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
 // crashAudit is the part of `subscriber audit --json` TestCrashSyncInterval reads.
 type crashAudit struct {
 	Checkpoints []struct {
@@ -317,9 +350,9 @@ type crashAudit struct {
 //
 // In each, the journal (3,000 entries) and 20 records are shipped and
 // acknowledged, an audit keeps the room's signed checkpoint in its state
-// directory, and serve's stream check records the stream's last sequence
-// in its mark (30s after serve started); then serve is SIGKILLed and the
-// filesystem crashed, before nats-server's first background sync (60 to
+// directory, and serve's stream check (--stream-check-interval 1s) records
+// the stream's last sequence in its mark (the test waits for it); then
+// serve is SIGKILLed and the filesystem crashed, before nats-server's first background sync (60 to
 // 120s after the start). Oracles: the crash loses acknowledged entries
 // (else the filesystem does not drop what it should): in new the whole
 // stream (its meta.inf was never fsynced either), in tail exactly what
@@ -366,7 +399,7 @@ func crashSyncInterval(t *testing.T, tl *tally, key *events.HostKey, name string
 		c.grow(t, len(c.lines))
 	}
 	started := time.Now()
-	srv := startEmbeddedServe(t, cfs.Dir(), key, append(args, "--sync-interval", "2m")...)
+	srv := startEmbeddedServe(t, cfs.Dir(), key, append(args, "--sync-interval", "2m", "--stream-check-interval", "1s")...)
 	jr := shipUntilDone(t, tl, srv.url, roomID, c, 1)
 	rr := shipRecordsUntilDone(t, tl, srv.url, rs, 1)
 	time.Sleep(2 * time.Second) // the checkpoint of the whole room (every 1s)
@@ -376,9 +409,8 @@ func crashSyncInterval(t *testing.T, tl *tally, key *events.HostKey, name string
 		t.Fatalf("audit before the crash: exit %d, %d entries, checkpoints %+v; want exit 0, %d entries, a checkpoint\n%s", st, before.Totals.Entries, before.Checkpoints, len(c.lines), tail(r.stderr, 2000))
 	}
 	kept := before.Checkpoints[0].Latest.Size
-	// serve's stream check records the stream's last sequence in its
-	// mark 30s after the start.
-	time.Sleep(time.Until(started.Add(33 * time.Second)))
+	mark := waitStreamMark(t, srv.url, cfs.Dir(), started.Add(50*time.Second))
+	t.Logf("serve's stream check recorded %s %s after it started", mark, time.Since(started).Round(time.Second))
 	srv.kill()
 	tl.Faults++
 	if el := time.Since(started); el > 55*time.Second {

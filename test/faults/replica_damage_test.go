@@ -198,8 +198,11 @@ func TestReplicaDamage(t *testing.T) {
 	cl := startCluster(t, 3)
 	httpAddr := fmt.Sprintf("127.0.0.1:%d", freePort(t))
 	// No checkpoint while the test runs (interval 1h, every 10,000): the
-	// stream holds only the two chains until serve stops.
-	serveArgs := []string{"--server", cl.urls(), "--replicas", "3", "--log-level", "warn", "--http", httpAddr, "--checkpoint-interval", "1h"}
+	// stream holds only the two chains until serve stops. The stream
+	// guard checks every second, so that it sees the damaged replica lead
+	// at once and has checked often while it followed.
+	serveArgs := []string{"--server", cl.urls(), "--replicas", "3", "--log-level", "warn", "--http", httpAddr, "--checkpoint-interval", "1h",
+		"--stream-check-interval", "1s"}
 	srv := startServe(t, serveArgs...)
 	cl.waitService(t, "")
 	in := inspect(t, cl.urls())
@@ -262,9 +265,24 @@ func TestReplicaDamage(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	holds := func(line []byte) bool {
-		return bytes.Contains(data, []byte(`"entry_hash":"`+entryHash(t, line)+`"`))
+	// The entry hashes the block file holds, gathered in one pass over
+	// its 8 MB rather than one per line asked about.
+	held := map[string]bool{}
+	const tag = `"entry_hash":"`
+	for rest := data; ; {
+		i := bytes.Index(rest, []byte(tag))
+		if i < 0 {
+			break
+		}
+		rest = rest[i+len(tag):]
+		j := bytes.IndexByte(rest, '"')
+		if j < 0 {
+			break
+		}
+		held[string(rest[:j])] = true
+		rest = rest[j+1:]
 	}
+	holds := func(line []byte) bool { return held[entryHash(t, line)] }
 	// F's positions in the first block: those the flip costs besides A's.
 	k := 0
 	for k < len(f.lines) && holds(f.lines[k]) {
@@ -321,7 +339,7 @@ func TestReplicaDamage(t *testing.T) {
 	// d leads: its copy is the stream.
 	in.stepDownTo(cl, d.name)
 	wantViews("the damaged replica leads")
-	// The stream guard (every 30s) sees the deletions.
+	// The stream guard (every 1s) sees the deletions.
 	wantHealth := fmt.Sprintf("unhealthy: the store lost acknowledged messages: %d messages are gone, between stream seqs 51 and %d (stream seqs [51 52 53 54 55 56 57 58 59 60] …)", lost, 50+lost)
 	var metrics string
 	deadline = time.Now().Add(40 * time.Second)
@@ -494,6 +512,11 @@ func readThrough(in *inspector, last uint64) map[uint64]string {
 			seq = meta.Sequence.Stream
 			out[seq] = e.EntryHash()
 			n++
+			if seq >= last {
+				// The stream's last message: the batch would only wait
+				// out FetchMaxWait for more.
+				break
+			}
 		}
 		// An ordered consumer on a damaged copy may stall while it
 		// resets past the hole: three empty fetches in a row end it.
