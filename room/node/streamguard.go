@@ -378,6 +378,17 @@ type streamGuard struct {
 	// lost is the last verdict on what the store lost (wraps
 	// room.ErrStoreLost), nil when the stream shows nothing missing.
 	lost error
+	// fresh reports whether the stream's leader heard from a quorum of
+	// its replicas lately (nil: jsapi.LeaderFresh; tests set their own).
+	fresh func(ctx context.Context) error
+}
+
+// leaderFresh is g.fresh, by default jsapi.LeaderFresh on the stream.
+func (g *streamGuard) leaderFresh(ctx context.Context) error {
+	if g.fresh != nil {
+		return g.fresh(ctx)
+	}
+	return jsapi.LeaderFresh(ctx, g.js.Conn(), g.name, room.DefaultTimeout)
 }
 
 // checkLoss updates g.lost from s's state: messages deleted from inside
@@ -436,6 +447,17 @@ func (g *streamGuard) check(ctx context.Context) (verdict error, known bool) {
 		return nil, false
 	}
 	replaced := compareStream(g.mark, info, g.memory.where())
+	if replaced != nil && info != nil {
+		// A verdict resting on what the stream does not hold stands only
+		// on a leader that heard from a quorum of its replicas after the
+		// read: one cut off from them answers from a copy the others have
+		// moved past, and would pause appends for a check interval.
+		if err := g.leaderFresh(ctx); err != nil {
+			g.log.Warn("room stream check: the stream looks short or replaced, but its leader may answer from a stale copy; the last verdict stands",
+				zap.String("stream", g.name), zap.NamedError("seen", replaced), zap.Error(err))
+			return nil, false
+		}
+	}
 	var weak error
 	if info != nil {
 		weak = room.CheckStreamConfig(info.Config, g.subjects)
@@ -570,6 +592,14 @@ func openStream(ctx context.Context, js jetstream.JetStream, cfg jetstream.Strea
 		log.Info("room stream: no mark yet; serve remembers the stream from now on", zap.String("stream", cfg.Name), zap.String("mark", mem.where()))
 	case compareStream(*mark, now, mem.where()) != nil:
 		diff := compareStream(*mark, now, mem.where())
+		if now != nil {
+			// As in check: a leader cut off from its replicas may answer
+			// from a stale copy, and neither a refusal nor an accepted
+			// (lower) mark may rest on it.
+			if err := jsapi.LeaderFresh(ctx, js.Conn(), cfg.Name, room.DefaultTimeout); err != nil {
+				return nil, nil, fmt.Errorf("room stream %s looks other than serve remembers (%v), but its leader may answer from a stale copy: start serve again once the cluster is whole: %w", cfg.Name, diff, err)
+			}
+		}
 		if !o.AcceptStream {
 			return nil, nil, diff
 		}
