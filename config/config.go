@@ -184,7 +184,7 @@ type Serve struct {
 	AcceptStream bool     `name:"accept-stream" help:"Start on a room stream other than the one serve remembers (it is gone, restored or made anew): create it if missing or take the one there, log what was remembered, and remember it from now on. For one start; without it serve refuses with stream_replaced." yaml:"accept-stream"`
 	// StreamCheckInterval is node.ServeOptions.CheckInterval: the stream
 	// guard's period (docs/design.md, "The room stream").
-	StreamCheckInterval time.Duration `name:"stream-check-interval" help:"Check the room stream again this often while serving (its configuration, writers into room subjects, lost messages) and record its last sequence in the stream mark (0: 30s). Shorter finds a changed or lost stream sooner and keeps the mark closer to the stream; each check is a few requests to the server. See docs/reliability.md." default:"30s" yaml:"stream-check-interval"`
+	StreamCheckInterval time.Duration `name:"stream-check-interval" help:"Check the room stream again this often while serving (its configuration, writers into room subjects, lost messages) and record its last sequence in the stream mark (0: 30s; at least 1s). Shorter finds a changed or lost stream sooner and keeps the mark closer to the stream; each check is a few requests to the server. See docs/reliability.md." default:"30s" yaml:"stream-check-interval"`
 	// MaxBatch and MaxInflightBatches bound the gate's atomic batches
 	// (ingest.GateOptions); 0 is the default.
 	MaxBatch           int `name:"max-batch" help:"Journal entries per atomic batch; 0 is 1000, the server's default max_batch_size; no more than the server allows." yaml:"max-batch"`
@@ -240,8 +240,9 @@ func (s *Serve) Validate() error {
 	if s.MaxInflightBatches < 0 {
 		bad("--max-inflight-batches must not be negative")
 	}
-	if s.StreamCheckInterval < 0 {
-		bad("--stream-check-interval must not be negative")
+	if s.StreamCheckInterval != 0 && s.StreamCheckInterval < time.Second {
+		// Each check is a few requests; at 1ms they kept a core busy.
+		bad("--stream-check-interval %s: want 0 (30s) or at least 1s", s.StreamCheckInterval)
 	}
 	if s.Partitions < 0 || s.Partitions > room.MaxPartitions {
 		bad("--partitions %d: want 1 to %d", s.Partitions, room.MaxPartitions)

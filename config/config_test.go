@@ -134,7 +134,7 @@ func TestServeValidateReportsEveryProblem(t *testing.T) {
 	}
 	for _, want := range []string{"--listen", "--store-dir", "--sync-interval", "--max-payload", "--replicas", "--stream",
 		"--subject-prefix", "--trusted-host", "--schema-dir", "--password needs --user", "--tlscert and --tlskey", "--max-batch", "--max-inflight-batches",
-		"--publisher-key", "--trusted-publisher", "--checkpoint-every", "--checkpoint-interval", "--stream-check-interval",
+		"--publisher-key", "--trusted-publisher", "--checkpoint-every", "--checkpoint-interval", "--stream-check-interval -1s: want 0 (30s) or at least 1s",
 		"--tiles serves on the --http listener", "--tiles needs --origin", "--tiles-cache", "--partitions 65: want 1 to 64"} {
 		if !strings.Contains(err.Error(), want) {
 			t.Errorf("%q missing from %v", want, err)

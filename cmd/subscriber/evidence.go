@@ -24,6 +24,9 @@ type evidenceCmd struct {
 }
 
 func (c *evidenceCmd) Validate() error {
+	if strings.TrimSpace(c.Instance) == "" || strings.TrimSpace(c.Instance) != c.Instance {
+		return fmt.Errorf("%w: --instance %q: want an environment/ref (e.g. environment:qmail-01), without surrounding spaces", config.ErrInvalid, c.Instance)
+	}
 	if c.Room != "" {
 		if err := checkRooms([]string{c.Room}); err != nil {
 			return err
@@ -63,9 +66,8 @@ func (c *evidenceCmd) Run(s *streams) error {
 			fmt.Fprintf(s.out, "  %s %s %s\n", it.StepID, it.ArtifactRef, it.Digest)
 		}
 	}
-	if !c.JSON {
-		fmt.Fprintf(s.err, "subscriber: %d verified record(s) observed on %s; %d message(s) of the room(s) set aside%s\n", len(recs), c.Instance, rep.SetAside, codeCounts(rep.ByCode))
-	}
+	// On stderr, with --json too: stdout stays one record per line.
+	fmt.Fprintf(s.err, "subscriber: %d verified record(s) observed on %s; %d message(s) of the room(s) set aside%s\n", len(recs), c.Instance, rep.SetAside, codeCounts(rep.ByCode))
 	return nil
 }
 

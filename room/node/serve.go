@@ -516,6 +516,7 @@ func Serve(ctx context.Context, o ServeOptions) error {
 	if interval <= 0 {
 		interval = 30 * time.Second
 	}
+	log.Info("room stream check", zap.Duration("every", interval))
 	tick := time.NewTicker(interval)
 	defer tick.Stop()
 	var lost error

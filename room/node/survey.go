@@ -88,8 +88,10 @@ func (s *surveyor) run(ctx context.Context) {
 		if err == nil && s.metrics != nil {
 			s.metrics.RoomsDamaged(len(sv.DamagedRooms))
 		}
-		if err == nil {
-			s.acknowledgeLoss(ctx)
+		if err == nil && !s.acknowledgeLoss(ctx) && ctx.Err() == nil {
+			// A notice asked for could not be written: survey again, and
+			// write it after, as after a survey that could not finish.
+			err = errNoticeUnwritten
 		}
 		select {
 		case <-s.first:
@@ -123,20 +125,29 @@ func (s *surveyor) end() {
 	s.mu.Unlock()
 }
 
-// acknowledgeLoss writes the loss notices asked for (once).
-func (s *surveyor) acknowledgeLoss(ctx context.Context) {
+// errNoticeUnwritten makes the surveyor survey again: a loss notice asked
+// for could not be written.
+var errNoticeUnwritten = errors.New("a loss notice could not be written")
+
+// acknowledgeLoss writes the loss notices asked for, each once, and keeps
+// those it could not write for the next survey; it reports whether none
+// is left.
+func (s *surveyor) acknowledgeLoss(ctx context.Context) bool {
+	var left []string
 	for _, id := range s.ack {
 		seq, err := s.acknowledge(ctx, id, time.Now())
 		switch {
 		case errors.Is(err, ingest.ErrNothingLost):
 			s.log.Warn("acknowledge-loss: the survey found no damaged chain, checkpoint or record of the room (is the room id right?): no notice written", zap.String("room", id))
 		case err != nil:
-			s.log.Error("acknowledge-loss: could not write the loss notice", zap.String("room", id), zap.Error(err))
+			s.log.Error("acknowledge-loss: could not write the loss notice; trying again after the next survey", zap.String("room", id), zap.Error(err))
+			left = append(left, id)
 		default:
 			s.log.Info("acknowledge-loss: loss notice written", zap.String("room", id), zap.Uint64("stream_seq", seq))
 		}
 	}
-	s.ack = nil
+	s.ack = left
+	return len(left) == 0
 }
 
 // waitFirst waits until the first survey has ended, or ctx has.

@@ -92,3 +92,32 @@ func TestSurveyorStopsRetrying(t *testing.T) {
 		t.Error("the surveyor still counts as running")
 	}
 }
+
+// TestSurveyorRetriesANotice: a loss notice that could not be written
+// after a survey finished is kept, and written after the next survey,
+// not dropped.
+func TestSurveyorRetriesANotice(t *testing.T) {
+	core, logs := observer.New(zapcore.InfoLevel)
+	var surveys, tries int
+	s := newSurveyor(nil, nil, zap.New(core), []string{"room:lost"})
+	s.retryFirst = time.Millisecond
+	s.survey = func(context.Context) (ingest.Survey, error) { surveys++; return ingest.Survey{}, nil }
+	s.acknowledge = func(context.Context, string, time.Time) (uint64, error) {
+		tries++
+		if tries == 1 {
+			return 0, errors.New("nats: connection closed")
+		}
+		return 7, nil
+	}
+	s.start(t.Context())
+	s.wait()
+	if surveys != 2 || tries != 2 || len(s.ack) != 0 {
+		t.Fatalf("%d surveys, %d tries, %v left; want 2 surveys, the notice written on the 2nd try", surveys, tries, s.ack)
+	}
+	if n := logs.FilterMessageSnippet("could not write the loss notice").Len(); n != 1 {
+		t.Errorf("%d failed writes logged, want 1", n)
+	}
+	if n := logs.FilterMessageSnippet("loss notice written").Len(); n != 1 {
+		t.Errorf("%d notices logged as written, want 1", n)
+	}
+}

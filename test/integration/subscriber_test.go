@@ -860,6 +860,15 @@ func TestSubscriberEvidence(t *testing.T) {
 	if res.status != 0 {
 		t.Fatalf("evidence: exit %d\n%s%s", res.status, res.stdout, res.stderr)
 	}
+	// The counts go to stderr with --json too: what was set aside, and why.
+	if !strings.Contains(res.stderr, "subscriber: 1 verified record(s) observed on environment:qmail-01; 1 message(s) of the room(s) set aside (foreign_evidence 1)\n") {
+		t.Errorf("evidence --json: stderr %q", res.stderr)
+	}
+	for _, inst := range []string{"", " environment:qmail-01"} {
+		if bad := subRun(t, r.args("evidence", "--instance", inst)...); bad.status != 2 || !strings.Contains(bad.stderr, "--instance") {
+			t.Errorf("evidence --instance %q: exit %d, %s; want exit 2 naming --instance", inst, bad.status, bad.stderr)
+		}
+	}
 	rec, err := events.ParseRecord(verified)
 	if err != nil {
 		t.Fatal(err)
