@@ -24,7 +24,7 @@ type evidenceCmd struct {
 }
 
 func (c *evidenceCmd) Validate() error {
-	if strings.TrimSpace(c.Instance) == "" || strings.TrimSpace(c.Instance) != c.Instance {
+	if c.Instance == "" || strings.TrimSpace(c.Instance) != c.Instance {
 		return fmt.Errorf("%w: --instance %q: want an environment/ref (e.g. environment:qmail-01), without surrounding spaces", config.ErrInvalid, c.Instance)
 	}
 	if c.Room != "" {

@@ -6,13 +6,11 @@ import (
 	"fmt"
 	"testing"
 
-	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
 	"go.uber.org/zap"
 
 	"github.com/roompub/roompub/room"
-	"github.com/roompub/roompub/room/embedded"
 	"github.com/roompub/roompub/room/internal/jsapi"
+	"github.com/roompub/roompub/room/internal/roomtest"
 )
 
 // noMemory is a stream memory that holds no mark: the guard's own stands.
@@ -28,25 +26,9 @@ func (noMemory) where() string                                     { return "the
 // (cut off from the others, which moved past it) leaves the last verdict
 // standing, so a partition does not pause appends with stream_replaced.
 func TestStreamGuardStaleLeader(t *testing.T) {
-	srv, err := embedded.Start(embedded.Options{Listen: "127.0.0.1:-1", StoreDir: t.TempDir()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(srv.Shutdown)
-	nc, err := nats.Connect(srv.ClientURL())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(nc.Close)
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
+	e := roomtest.NewEnv(t)
+	js, st := e.Js, e.Stream
 	var subj room.Subjects
-	st, err := room.EnsureStream(t.Context(), js, room.StreamConfig("", subj, 1), subj)
-	if err != nil {
-		t.Fatal(err)
-	}
 	for i := range 121 {
 		if _, err := js.Publish(t.Context(), fmt.Sprintf("rooms.stale.exec.%d", i), []byte("{}")); err != nil {
 			t.Fatal(err)

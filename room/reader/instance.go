@@ -70,14 +70,15 @@ const instanceWorkers = 64
 // InstanceRecords reads the records of one instance (environment/ref)
 // through the room's instance markers (docs/design.md, "Record markers"),
 // without reading the room: its requests follow the instance's records,
-// not the room's (the server still loads each block that holds one). Each record a marker names is read by stream sequence and
-// kept when it passes every rule of its own (the Validator's: schema,
-// canonical form, signature, host trust, its evidence's instance), is the
-// marker's room's record with the marker's digest and instance, is named
-// by its room's key and run markers as their holder and follows no
-// unknown outcome of its decision on the decision's markers, and, with
-// Trust, has a valid attestation at its place on the subject. Records of
-// rooms without markers are not read: their rooms are listed in Unmarked.
+// not the room's (the server still loads each block that holds one).
+// Each record a marker names is read by stream sequence and kept when it
+// passes every rule of its own (the Validator's: schema, canonical form,
+// signature, host trust, its evidence's instance), is the marker's room's
+// record with the marker's digest and instance, is named by its room's
+// key and run markers as their holder and follows no unknown outcome of
+// its decision on the decision's markers, and, with Trust, has a valid
+// attestation at its place on the subject. Records of rooms without
+// markers are not read: their rooms are listed in Unmarked.
 // Errors: the stream's (a request failed), never a record's.
 func InstanceRecords(ctx context.Context, nc *nats.Conn, o InstanceOptions) (*InstanceReport, error) {
 	if o.Validator == nil {
@@ -294,44 +295,31 @@ func heldBy(ctx context.Context, g *jsapi.Getter, o InstanceOptions, decisions *
 			held.Unknown = unknownBefore(marks, seq)
 			continue
 		}
-		for from := uint64(1); ; {
-			m, err := g.NextBySubject(ctx, from, subj)
-			if err != nil {
-				return nil, err
-			}
-			if m == nil {
-				break
-			}
-			from = m.Seq + 1
-			mk, err := room.ParseMarker(m.Data)
-			at := mk.RecordSeq(m.Seq)
-			if err != nil || at == 0 {
-				continue
-			}
+		err := eachMarker(ctx, g, subj, func(mk room.Marker, at uint64) (bool, error) {
 			if at == seq {
-				break // rec's own marker: nothing before it holds the value
+				return true, nil // rec's own marker: nothing before it holds the value
 			}
 			h, _, err := genuine(ctx, g, o, roomID, k, v, mk, at)
-			if err != nil {
-				return nil, err
-			}
-			if h == nil {
-				continue
+			if err != nil || h == nil {
+				return false, err
 			}
 			if k == room.MarkKey {
 				held.Key = h
 			} else {
 				held.Run = h
 			}
-			break
+			return true, nil
+		})
+		if err != nil {
+			return nil, err
 		}
 	}
 	return validate.RelationProblems(rec, events.Location{Seq: seq}, held), nil
 }
 
 // decisionMarker is one marker of a decision's subject as heldBy judges
-// it: the stream sequence of the record it names (0: it names none) and,
-// when that record is genuine (see genuine), its outcome.
+// it: the stream sequence of the record it names and, when that record is
+// genuine (see genuine), its outcome.
 type decisionMarker struct {
 	at      uint64
 	genuine bool
@@ -345,7 +333,6 @@ type decisionMarker struct {
 func unknownBefore(marks []decisionMarker, seq uint64) uint64 {
 	for _, m := range marks {
 		switch {
-		case m.at == 0:
 		case m.at == seq:
 			return 0 // the record's own marker: nothing before it holds the decision
 		case !m.genuine:
@@ -398,27 +385,32 @@ func (d *decisionMarkers) read(ctx context.Context, g *jsapi.Getter, o InstanceO
 		}
 	}
 	defer close(r.done)
+	r.err = eachMarker(ctx, g, subj, func(mk room.Marker, at uint64) (bool, error) {
+		h, outcome, err := genuine(ctx, g, o, roomID, room.MarkDecision, value, mk, at)
+		r.marks = append(r.marks, decisionMarker{at: at, genuine: h != nil, outcome: outcome})
+		return false, err
+	})
+	return r.marks, r.err
+}
+
+// eachMarker calls fn, in stream order, with each marker on subj that
+// names a record (its body and that record's stream sequence), until fn
+// says stop; errors are the stream's or fn's.
+func eachMarker(ctx context.Context, g *jsapi.Getter, subj string, fn func(mk room.Marker, at uint64) (stop bool, err error)) error {
 	for from := uint64(1); ; {
 		m, err := g.NextBySubject(ctx, from, subj)
-		if err != nil {
-			r.err = err
-			return nil, err
-		}
-		if m == nil {
-			return r.marks, nil
+		if err != nil || m == nil {
+			return err
 		}
 		from = m.Seq + 1
 		mk, err := room.ParseMarker(m.Data)
 		at := mk.RecordSeq(m.Seq)
 		if err != nil || at == 0 {
-			continue
+			continue // no record's marker
 		}
-		h, outcome, err := genuine(ctx, g, o, roomID, room.MarkDecision, value, mk, at)
-		if err != nil {
-			r.err = err
-			return nil, err
+		if stop, err := fn(mk, at); stop || err != nil {
+			return err
 		}
-		r.marks = append(r.marks, decisionMarker{at: at, genuine: h != nil, outcome: outcome})
 	}
 }
 
