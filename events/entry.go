@@ -280,31 +280,27 @@ func (e *Entry) ComputedHash() string { return hex.EncodeToString(e.computed[:])
 func (e *Entry) HashesHex() bool { return e.hexHashes }
 
 // IsHex64 reports whether s matches ^[0-9a-f]{64}$, the pattern of
-// entry_hash and parent_hash (seed 000), eight bytes at a time.
+// entry_hash and parent_hash (seed 000), eight bytes at a time: the
+// words' verdicts are gathered and tested once, not a branch for each.
 func IsHex64(s string) bool {
 	if len(s) != 64 {
 		return false
 	}
-	for i := 0; i < 64; i += 8 {
-		if !hexWord(wordAt(s, i)) {
-			return false
-		}
-	}
-	return true
+	s = s[:64]
+	bad := notHex(wordAt(s, 0)) | notHex(wordAt(s, 8)) | notHex(wordAt(s, 16)) | notHex(wordAt(s, 24)) |
+		notHex(wordAt(s, 32)) | notHex(wordAt(s, 40)) | notHex(wordAt(s, 48)) | notHex(wordAt(s, 56))
+	return bad == 0
 }
 
-// hexWord reports whether each byte of x is in [0-9a-f]. With every byte
-// below 0x80, adding 0x80-c to a byte sets its high bit exactly when it
-// is c or more, and never carries into the next byte.
-func hexWord(x uint64) bool {
+// notHex is zero exactly when each byte of x is in [0-9a-f]. For a word
+// of bytes below 0x80, adding 0x80-c to a byte sets its high bit exactly
+// when it is c or more, and never carries into the next byte; a word
+// with a byte of 0x80 or above is not hex whatever its other lanes say.
+func notHex(x uint64) uint64 {
 	const ones, highs = 0x0101010101010101, 0x8080808080808080
-	if x&highs != 0 {
-		return false
-	}
-	geq := func(c uint64) uint64 { return (x + ones*(0x80-c)) & highs }
-	digit := geq('0') &^ geq('9'+1)
-	letter := geq('a') &^ geq('f'+1)
-	return digit|letter == highs
+	digit := (x + ones*(0x80-'0')) &^ (x + ones*(0x80-'9'-1))
+	letter := (x + ones*(0x80-'a')) &^ (x + ones*(0x80-'f'-1))
+	return (x | ^(digit | letter)) & highs
 }
 
 // HashMatches reports whether the entry's entry_hash is a string equal

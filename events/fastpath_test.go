@@ -302,3 +302,38 @@ func TestArenaEntries(t *testing.T) {
 		}
 	}
 }
+
+// TestEnvelopeOfOtherKinds: a line of the envelope's members in which one
+// holds a value of another kind than the envelope gives it is read by
+// name, and still has the envelope's members (and, its hashes being hex,
+// HashesHex), as a line of the right kinds has.
+func TestEnvelopeOfOtherKinds(t *testing.T) {
+	for _, c := range []struct {
+		key      string
+		value    any
+		hashesOK bool
+	}{
+		{"capsule_id", 7, true}, {"ts", nil, true}, {"seq", "0", true}, {"payload", "p", true},
+		{"run_id", map[string]any{"a": "b"}, true}, {"payload", nil, true}, {"parent_hash", 1, false},
+		{"entry_hash", true, false},
+	} {
+		lines := chainLines(t, 1, func(_ int, m map[string]any) { m[c.key] = c.value })
+		line := lines[0]
+		if c.key == "entry_hash" {
+			// NewEntry sets entry_hash: put the value in its place.
+			e, err := events.ParseEntry(line)
+			if err != nil {
+				t.Fatal(err)
+			}
+			line = bytes.Replace(line, []byte(`"`+e.EntryHash()+`"`), []byte("true"), 1)
+		}
+		e := events.ParseEntryFast(line)
+		if e == nil {
+			t.Fatalf("%s = %v: the fast path declined %s", c.key, c.value, line)
+		}
+		if !e.HasEnvelopeKeys() || e.HashesHex() != c.hashesOK {
+			t.Errorf("%s = %v: HasEnvelopeKeys %v, HashesHex %v, want true, %v", c.key, c.value, e.HasEnvelopeKeys(), e.HashesHex(), c.hashesOK)
+		}
+		compareFastPath(t, line)
+	}
+}

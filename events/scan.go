@@ -70,15 +70,43 @@ type scanner struct {
 	known [numKnown]int32
 }
 
-// envelopeTokens are EnvelopeKeys as a canonical line writes them before
-// their values, quoted and followed by ':'. A line of the envelope's
-// members is read by comparing each name whole with the one expected
-// next (envelopeObject): its byte class, its order after the previous
-// name and its index in knownKeys are then known (envelopeKnown) instead
-// of read.
+// envelopeTokens are EnvelopeKeys as a canonical line of the envelope's
+// members writes them: each preceded by the '{' or ',' before it,
+// quoted, followed by ':' and by the first byte of its value when that
+// is a string ('"') or the payload ('{'). A line of the envelope's members
+// is read by comparing each with the bytes where the member must start
+// (envelopeObject): the name's byte class, its order after the previous
+// name, its index in knownKeys (envelopeKnown), the separator before it
+// and its value's kind are then known instead of read.
 var envelopeTokens = func() (t [len(EnvelopeKeys)]token) {
 	for i, k := range EnvelopeKeys {
-		t[i] = newToken(`"` + k + `":`)
+		sep, open := ",", `"`
+		if i == 0 {
+			sep = "{"
+		}
+		switch envelopeKinds[i] {
+		case KindObject:
+			open = "{"
+		case KindNumber:
+			open = ""
+		}
+		t[i] = newToken(sep + `"` + k + `":` + open)
+	}
+	return t
+}()
+
+// envelopeKinds are the kinds the envelope schema gives EnvelopeKeys:
+// strings but for the payload (an object) and seq (an integer).
+var envelopeKinds = func() (t [len(EnvelopeKeys)]Kind) {
+	for i, k := range EnvelopeKeys {
+		switch k {
+		case "payload":
+			t[i] = KindObject
+		case "seq":
+			t[i] = KindNumber
+		default:
+			t[i] = KindString
+		}
 	}
 	return t
 }()
@@ -150,9 +178,13 @@ func scanCanonicalEntry(src string, arena *entryArena) (s scanner, fields []Fiel
 	}
 	fields, ok, decided := s.envelopeObject()
 	if !decided {
-		// Other members: read by name.
+		// Other members, or the envelope's with a value of another kind:
+		// read by name.
 		s = scanner{src: src, hashStart: -1, arena: arena, known: noneKnown}
 		fields, ok = s.object(1)
+		if ok {
+			s.envelopeByName(fields)
+		}
 	}
 	if !ok || s.i != len(src) {
 		return s, nil, false
@@ -160,45 +192,85 @@ func scanCanonicalEntry(src string, arena *entryArena) (s scanner, fields []Fiel
 	return s, fields, true
 }
 
+// envelopeByName sets s.envelope and s.hexHashes for fields read by name,
+// as envelopeObject sets them: a line whose members are EnvelopeKeys but
+// whose value of one is of another kind than the envelope gives it is
+// read by name, and its members are still the envelope's.
+func (s *scanner) envelopeByName(fields []Field) {
+	if len(fields) != len(EnvelopeKeys) {
+		return
+	}
+	for i := range fields {
+		if fields[i].Key != EnvelopeKeys[i] {
+			return
+		}
+	}
+	s.envelope = true
+	for _, i := range [...]int{envelopeHash, envelopeParent} {
+		if f := &fields[i]; f.Kind == KindString && IsHex64(f.Text) {
+			s.hexHashes++
+		}
+	}
+}
+
 // envelopeObject scans the entry when its members are EnvelopeKeys, in
-// order: each name compared whole with the one expected next, the members
-// scanned into slots taken at once. decided is false when a name or the
-// number of members differs: the line is then scanned again by name. A
-// value that is not canonical decides (ok false): scanning by name would
-// meet the same names and then the same value.
+// order, with values of the kinds the envelope gives them: each member's
+// start compared whole with the one expected next (envelopeTokens), the
+// members scanned into slots taken at once. decided is false when a name,
+// a separator, a value's kind or the number of members differs: the line
+// is then scanned again by name. A value that is not canonical decides (ok
+// false): scanning by name would meet the same names and then the same
+// value.
 func (s *scanner) envelopeObject() (fields []Field, ok, decided bool) {
 	if s.arena != nil {
 		fields = s.arena.take(len(EnvelopeKeys))
 	} else {
 		fields = make([]Field, len(EnvelopeKeys))
 	}
-	s.i = 1 // '{'
-	for n := range fields {
+	fields = fields[:len(EnvelopeKeys)]
+	src := s.src
+	i := 0
+	for n := range len(EnvelopeKeys) {
 		tok := &envelopeTokens[n]
-		if !tok.at(s.src[s.i:]) {
+		if !tok.at(src[i:]) {
 			return nil, false, false
 		}
-		start := s.i
-		s.i += len(tok.s)
+		start := i + 1 // the name's opening quote
+		i += len(tok.s)
 		f := &fields[n]
 		f.Key = EnvelopeKeys[n]
-		if (n == envelopeHash || n == envelopeParent) && s.hexString(f) {
-			s.hexHashes++
-		} else if !s.value(f, 1) {
-			return nil, false, true
+		switch envelopeKinds[n] {
+		case KindString:
+			s.i = i - 1 // the opening quote
+			if (n == envelopeHash || n == envelopeParent) && s.hexString(f) {
+				s.hexHashes++
+				break
+			}
+			f.Kind, f.Members = KindString, nil
+			if f.Text, ok = s.str(); !ok {
+				return nil, false, true
+			}
+		case KindObject:
+			s.i = i - 1 // '{'
+			f.Kind, f.Text = KindObject, ""
+			if f.Members, ok = s.object(2); !ok {
+				return nil, false, true
+			}
+		default:
+			s.i = i
+			if !s.value(f, 1) {
+				return nil, false, true
+			}
 		}
+		i = s.i
 		if n == envelopeHash {
-			s.hashStart, s.hashEnd = start, s.i
+			s.hashStart, s.hashEnd = start, i
 		}
-		end := byte(',')
-		if n == len(fields)-1 {
-			end = '}'
-		}
-		if s.i >= len(s.src) || s.src[s.i] != end {
-			return nil, false, false
-		}
-		s.i++
 	}
+	if i >= len(src) || src[i] != '}' {
+		return nil, false, false
+	}
+	s.i = i + 1
 	s.known, s.envelope = envelopeKnown, true
 	return fields, true, true
 }

@@ -104,3 +104,17 @@ func (v *Validator) CompileSchemas() error { return v.schemas.compile() }
 
 // IsHex64 is the envelope's check of entry_hash and parent_hash.
 var IsHex64 = isHex64
+
+// MayHold is the canaries' prefilter: bit k is clear when s cannot hold
+// the literal of canary k.
+var MayHold = mayHold
+
+// CanaryNeeds are the literals the prefilter looks for, one a canary, in
+// order.
+func CanaryNeeds() []string {
+	needs := make([]string, len(secretCanaries))
+	for i, c := range secretCanaries {
+		needs[i] = c.need
+	}
+	return needs
+}
