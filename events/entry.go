@@ -315,19 +315,23 @@ func (e *Entry) HashMatches() bool {
 }
 
 // hashIs reports whether claimed is ComputedHash, without making it:
-// four bytes of the digest at a time written as eight hex digits in a
-// word (hexWord8) and compared with eight bytes of claimed.
+// four bytes of the digest at a time spread to a 16-bit lane each,
+// written as eight hex digits in a word (hexWord8) and compared with
+// eight bytes of claimed; the differences gathered and tested once.
 func (e *Entry) hashIs(claimed string) bool {
 	if len(claimed) != 2*sha256.Size {
 		return false
 	}
+	claimed = claimed[:2*sha256.Size]
+	d := &e.computed
+	var diff uint64
 	for i := 0; i < sha256.Size; i += 4 {
-		d := e.computed[i : i+4]
-		if hexWord8(uint64(d[0])|uint64(d[1])<<16|uint64(d[2])<<32|uint64(d[3])<<48) != wordAt(claimed, 2*i) {
-			return false
-		}
+		v := uint64(d[i]) | uint64(d[i+1])<<8 | uint64(d[i+2])<<16 | uint64(d[i+3])<<24
+		v = (v | v<<16) & 0x0000ffff0000ffff
+		v = (v | v<<8) & 0x00ff00ff00ff00ff
+		diff |= hexWord8(v) ^ wordAt(claimed, 2*i)
 	}
-	return true
+	return diff == 0
 }
 
 // hexWord8 writes four bytes, one in the low byte of each 16-bit lane of

@@ -213,6 +213,10 @@ func TestFastPathEdges(t *testing.T) {
 		`{"b":1,"a":2}`, `{"a":1,"a":2}`, `{"a":1,"B":2}`, `{"B":1,"a":2}`, `{"a":[1]}`, `{"a":{"b":{"c":1}}}`,
 		`{"é":1}`, `{"a\n":1}`, `{"a":1} `, ` {"a":1}`, `{"a" :1}`, `{"a":1,}`, `{"a":1`, `{"a":"x`, `{"a`, `{`, `"a"`, `[]`, `1`,
 		`{"a":{"b":1,"b":2}}`, `{"a":{"c":1,"b":2}}`, `{"a":{}}`, "{\"a\":\"\x01\"}",
+		// Two-byte UTF-8 at its edges: overlong, a bad or missing
+		// continuation byte, the first and last of the form.
+		"{\"a\":\"\xc0\x80\"}", "{\"a\":\"\xc1\xbf\"}", "{\"a\":\"\xc2\x7f\"}", "{\"a\":\"\xc2\xc0\"}", "{\"a\":\"\xc2\"}",
+		"{\"a\":\"\xc2\x80\xdf\xbf\"}", "{\"a\":\"\xdf\"}", "{\"a\":\"x\xdf",
 	} {
 		compareFastPath(t, []byte(s))
 	}

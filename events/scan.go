@@ -644,6 +644,9 @@ func (s *scanner) str() (string, bool) {
 // utf8.Valid refuses (a stray continuation byte, an overlong form, a
 // surrogate, beyond U+10FFFF, a cut sequence).
 func utf8Char(s string) (int, bool) {
+	if len(s) >= 2 && 0xc2 <= s[0] && s[0] <= 0xdf && s[1]&0xc0 == 0x80 {
+		return 2, true // the two-byte form (U+0080 to U+07FF), decoded by no call
+	}
 	r, n := utf8.DecodeRuneInString(s)
 	return n, r != utf8.RuneError || n > 1
 }
