@@ -1,7 +1,6 @@
 package events
 
 import (
-	"bufio"
 	"bytes"
 	"errors"
 	"fmt"
@@ -368,7 +367,7 @@ type journalOf struct {
 // most batchLines lines.
 func verifyJournal(r io.Reader, file string, of journalOf, check EntryCheck, workers, batchLines int) (JournalResult, error) {
 	j := &journalLinker{v: NewChainVerifier(of.meta, check), res: JournalResult{Head: ZeroHash}, of: of}
-	rd := &journalReader{br: bufio.NewReaderSize(r, 64<<10), file: file, next: 1, maxLines: batchLines,
+	rd := &journalReader{r: r, file: file, next: 1, maxLines: batchLines,
 		free: make(chan *journalBatch, journalFreeBatches)}
 	first := rd.batch()
 	if first.last || workers < 2 {
@@ -494,18 +493,35 @@ type journalBatch struct {
 	kept bool
 }
 
-// journalReader cuts a journal into batches of lines.
+// journalReader cuts a journal into batches of lines. It reads into the
+// batches' buffers themselves, so that a line is not copied there from
+// a reader's buffer: only the bytes read past a batch's last line (part
+// of a line, or lines beyond its limit) are copied, to start the next.
 type journalReader struct {
-	br       *bufio.Reader
+	r        io.Reader
 	file     string
 	next     int // the next line's number
 	maxLines int
 	size     int // the data of the last batch, in bytes
+	// pending: bytes read past the last batch's last line, the start of
+	// the next batch's data.
+	pending []byte
+	// rerr ended the input (io.EOF, or the read error), once met; the
+	// bytes read before it are taken first.
+	rerr error
 	// free holds linked batches to read into again: with it a long
 	// journal is read into the same few buffers, arenas included, and
 	// leaves the collector next to nothing to do.
 	free chan *journalBatch
 }
+
+// journalReadBytes bounds one read into a batch's buffer, as the reader
+// buffer of before did (64 KiB); near the end of a batch a read asks for
+// about what its remaining lines take, so that little is read past it.
+const (
+	journalReadBytes    = 64 << 10
+	journalReadMinBytes = 4 << 10
+)
 
 // journalFreeBatches bounds the linked batches kept for reuse: as many as
 // can be in flight (the workers' queue, the linker's and one being read)
@@ -527,41 +543,146 @@ func (rd *journalReader) recycle(b *journalBatch) {
 	}
 }
 
-// batch reads the next batch; its lines are copied into one buffer (sized
-// after the last batch's, or a linked batch's again), not one allocation
-// each.
+// batch reads the next batch: its lines are read into one buffer (sized
+// after the last batch's, or a linked batch's again), not one
+// allocation each, and are parts of it.
 func (rd *journalReader) batch() *journalBatch {
 	var b *journalBatch
 	select {
 	case b = <-rd.free:
 	default:
 		b = &journalBatch{
-			data:  make([]byte, 0, min(rd.size+rd.size/8+4<<10, journalBatchBytes+64<<10)),
+			data:  make([]byte, 0, min(rd.size+rd.size/8+4<<10, journalBatchBytes+journalReadBytes)),
 			lines: make([]journalLine, 0, min(rd.maxLines, journalBatchLines)),
 		}
 	}
-	defer func() { rd.size = len(b.data) }()
-	for len(b.lines) < rd.maxLines && len(b.data) < journalBatchBytes {
-		off := len(b.data)
-		data, line, complete, tooLong, n, err := readLine(rd.br, b.data)
+	b.data = append(b.data[:0], rd.pending...)
+	rd.pending = rd.pending[:0]
+	pos, scan := 0, 0 // the next line's start; where its newline is looked for from
+	for len(b.lines) < rd.maxLines && pos < journalBatchBytes {
+		if k := bytes.IndexByte(b.data[scan:], '\n'); k >= 0 {
+			end := scan + k
+			if end-pos+1 > MaxLineBytes {
+				// Over the bound, its newline read already (a line read
+				// on past the bound is dropped as it is read, by
+				// discardLine): what follows it takes its place.
+				rd.addLine(b, pos, []byte{}, end-pos, true, true)
+				b.data = append(b.data[:pos], b.data[end+1:]...)
+				scan = pos
+				continue
+			}
+			rd.addLine(b, pos, b.data[pos:end], end-pos, true, false)
+			pos, scan = end+1, end+1
+			continue
+		}
+		scan = len(b.data)
+		if len(b.data)-pos > MaxLineBytes {
+			if !rd.discardLine(b, pos) {
+				break
+			}
+			scan = pos
+			continue
+		}
+		if rd.rerr != nil {
+			pos = rd.end(b, pos)
+			break
+		}
+		rd.fill(b, pos)
+	}
+	if !b.last {
+		rd.pending = append(rd.pending, b.data[pos:]...)
+	}
+	b.data = b.data[:pos]
+	rd.size = pos
+	return b
+}
+
+// addLine appends a line that starts at off in b's data.
+func (rd *journalReader) addLine(b *journalBatch, off int, line []byte, n int, complete, tooLong bool) {
+	b.lines = append(b.lines, journalLine{line: line, off: off, at: Location{File: rd.file, Line: rd.next}, n: n, truncated: !complete, tooLong: tooLong})
+	rd.next++
+	if !complete {
+		b.last = true
+	}
+}
+
+// end ends the batch at the end of the input: the line from pos, if any,
+// is its truncated tail, or, after a read error, dropped with it. It
+// returns where the batch's data ends.
+func (rd *journalReader) end(b *journalBatch, pos int) int {
+	b.last = true
+	if rd.rerr != io.EOF {
+		b.err = rd.rerr
+		return pos
+	}
+	if pos < len(b.data) {
+		rd.addLine(b, pos, b.data[pos:], len(b.data)-pos, false, false)
+	}
+	return len(b.data)
+}
+
+// fill reads more of the input into b's data, growing it when the line
+// from pos leaves too little room (the lines before are moved with it).
+func (rd *journalReader) fill(b *journalBatch, pos int) {
+	want := journalReadBytes
+	if n := len(b.lines); n > 0 {
+		// About what the remaining lines take, at the batch's mean.
+		want = min(max((rd.maxLines-n)*(pos/n)+1, journalReadMinBytes), journalReadBytes)
+	}
+	if cap(b.data)-len(b.data) < want {
+		grown := make([]byte, len(b.data), max(2*cap(b.data), len(b.data)+journalReadBytes))
+		copy(grown, b.data)
+		for i := range b.lines {
+			l := &b.lines[i]
+			if !l.tooLong {
+				l.line = grown[l.off : l.off+len(l.line)]
+			}
+		}
+		b.data = grown
+	}
+	for tries := 0; ; tries++ {
+		n, err := rd.r.Read(b.data[len(b.data):min(cap(b.data), len(b.data)+want)])
+		b.data = b.data[:len(b.data)+n]
 		if err != nil {
-			b.last, b.err = true, err
-			return b
+			rd.rerr = err
+			return
 		}
-		if line == nil && !tooLong {
-			b.last = true
-			return b
+		if n > 0 {
+			return
 		}
-		b.data = data
-		l := journalLine{line: line, off: off, at: Location{File: rd.file, Line: rd.next}, n: n, truncated: !complete, tooLong: tooLong}
-		rd.next++
-		b.lines = append(b.lines, l)
-		if !complete {
-			b.last = true
-			return b
+		if tries == 100 { // as bufio.Reader gives up on a reader that returns nothing
+			rd.rerr = io.ErrNoProgress
+			return
 		}
 	}
-	return b
+}
+
+// discardLine drops the line from pos, longer than MaxLineBytes, reading
+// on to its end without holding it: b's data ends at pos again, followed
+// by what was read past the line. It adds the line (tooLong) and reports
+// whether the batch goes on.
+func (rd *journalReader) discardLine(b *journalBatch, pos int) bool {
+	n := len(b.data) - pos
+	b.data = b.data[:pos]
+	for {
+		if rd.rerr != nil {
+			if rd.rerr != io.EOF {
+				b.last, b.err = true, rd.rerr
+				return false
+			}
+			rd.addLine(b, pos, []byte{}, n, false, true)
+			return false
+		}
+		rd.fill(b, pos)
+		chunk := b.data[pos:]
+		if k := bytes.IndexByte(chunk, '\n'); k >= 0 {
+			rd.addLine(b, pos, []byte{}, n+k, true, true)
+			b.data = b.data[:pos+copy(b.data[pos:], chunk[k+1:])]
+			return true
+		}
+		n += len(chunk)
+		b.data = b.data[:pos]
+	}
 }
 
 // journalLinker applies the chain rules to prepared lines in order and
@@ -676,47 +797,6 @@ func (j *journalLinker) finish(file string, ioErr error) (JournalResult, error) 
 		return j.res, ref
 	}
 	return j.res, nil
-}
-
-// readLine returns the next line without its "\n", appended to dst with
-// its newline: data is dst and what was appended, line the line in it.
-// complete is false for a final line with no newline; line is nil at the
-// end of input. A line over MaxLineBytes is consumed to its end, not
-// appended, and returned empty with tooLong set; n is the line's length
-// in bytes in every case.
-func readLine(br *bufio.Reader, dst []byte) (data, line []byte, complete, tooLong bool, n int, err error) {
-	start := len(dst)
-	buf := dst
-	for {
-		chunk, err := br.ReadSlice('\n')
-		n += len(chunk)
-		if len(buf)-start+len(chunk) > MaxLineBytes {
-			tooLong = true
-			buf = buf[:start]
-		} else if !tooLong {
-			buf = append(buf, chunk...)
-		}
-		switch {
-		case err == nil:
-			n-- // the newline
-			if tooLong {
-				return buf, []byte{}, true, true, n, nil
-			}
-			return buf, buf[start : len(buf)-1], true, false, n, nil
-		case errors.Is(err, bufio.ErrBufferFull):
-			continue
-		case errors.Is(err, io.EOF):
-			if len(buf) == start && !tooLong {
-				return buf, nil, false, false, n, nil
-			}
-			if tooLong {
-				return buf, []byte{}, false, true, n, nil
-			}
-			return buf, buf[start:], false, false, n, nil
-		default:
-			return buf, nil, false, false, n, err
-		}
-	}
 }
 
 // validUTF8ExceptCut reports whether b is valid UTF-8 but for an

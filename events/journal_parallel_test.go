@@ -154,3 +154,41 @@ func TestCheckLineChecked(t *testing.T) {
 		b.Accept(e)
 	}
 }
+
+// TestJournalReaderEdges: the batches are read into directly, however the
+// reader hands out its bytes, with lines around MaxLineBytes (their
+// newline read with their last bytes, or after them) and read errors
+// and readers that return nothing; each as the sequential verifier sees it.
+func TestJournalReaderEdges(t *testing.T) {
+	lines := chainLines(t, 40, nil)
+	long := func(n int) []byte { return bytes.Repeat([]byte("z"), n) }
+	all := journal(lines...)
+	mixed := journal(append(append([][]byte{}, lines[:5]...), append([][]byte{long(events.MaxLineBytes - 1), long(events.MaxLineBytes),
+		long(events.MaxLineBytes + 1), long(events.MaxLineBytes + 3<<20)}, lines[5:]...)...)...)
+	boom := errors.New("disk on fire")
+	for name, data := range map[string]func() io.Reader{
+		"one byte a read":        func() io.Reader { return iotest.OneByteReader(bytes.NewReader(all)) },
+		"half reads":             func() io.Reader { return iotest.HalfReader(bytes.NewReader(all)) },
+		"data with EOF":          func() io.Reader { return iotest.DataErrReader(bytes.NewReader(all)) },
+		"around the bound":       readerOf(mixed),
+		"bound, data w/ EOF":     func() io.Reader { return iotest.DataErrReader(bytes.NewReader(mixed)) },
+		"truncated at the bound": readerOf(append(journal(lines[:3]...), long(events.MaxLineBytes)...)),
+		"truncated over it":      readerOf(append(journal(lines[:3]...), long(events.MaxLineBytes+1)...)),
+		"error in a long line": func() io.Reader {
+			return io.MultiReader(bytes.NewReader(mixed[:len(mixed)-len(all)/2-2<<20]), iotest.ErrReader(boom))
+		},
+		"error in a line": func() io.Reader {
+			return io.MultiReader(bytes.NewReader(all[:len(all)/2+7]), iotest.ErrReader(boom))
+		},
+		"nothing read": func() io.Reader {
+			return io.MultiReader(bytes.NewReader(all[:len(all)/2]), emptyReader{})
+		},
+	} {
+		t.Run(name, func(t *testing.T) { compareJournal(t, data, nil, oddCheck) })
+	}
+}
+
+// emptyReader returns no bytes and no error, for ever.
+type emptyReader struct{}
+
+func (emptyReader) Read([]byte) (int, error) { return 0, nil }
