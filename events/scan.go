@@ -247,6 +247,20 @@ func (s *scanner) envelopeObject() (fields []Field, ok, decided bool) {
 				break
 			}
 			f.Kind, f.Members = KindString, nil
+			if s.arena != nil && envelopeRepeats[n] {
+				// The same bytes, from the opening quote to the closing
+				// one, scan to the same string.
+				r := &s.arena.repeated[n]
+				if q := i - 1; r.raw != "" && len(src)-q >= len(r.raw) && src[q:q+len(r.raw)] == r.raw {
+					f.Text, s.i = r.text, q+len(r.raw)
+					break
+				}
+				if f.Text, ok = s.str(); !ok {
+					return nil, false, true
+				}
+				r.raw, r.text = src[i-1:s.i], f.Text
+				break
+			}
 			if f.Text, ok = s.str(); !ok {
 				return nil, false, true
 			}
@@ -417,7 +431,25 @@ type entryArena struct {
 	fullE   [][]Entry               // entry chunks filled since reset
 	spareE  [][]Entry               // entry chunks to fill again
 	hash    hash.Hash               // the preimage's SHA-256, reset for each entry
+	// repeated: for each member of envelopeRepeats, the last envelope
+	// line's value as written (quotes included) and as decoded: a line
+	// whose bytes there are the same is not scanned there again
+	// (envelopeObject). They are parts of lines of the arena's batch, so
+	// reset forgets them.
+	repeated [len(EnvelopeKeys)]struct{ raw, text string }
 }
+
+// envelopeRepeats marks the members of the envelope whose value every
+// line of a capsule repeats (its metadata, and schema's constant).
+var envelopeRepeats = func() (t [len(EnvelopeKeys)]bool) {
+	for i, k := range EnvelopeKeys {
+		switch k {
+		case "capsule_id", "harness_version", "run_id", "schema", "task_family":
+			t[i] = true
+		}
+	}
+	return t
+}()
 
 // Chunk sizes of an entryArena: 2,048 members (128 KiB, about a hundred
 // entries' members) and 256 entries.
@@ -447,6 +479,7 @@ func (a *entryArena) entry() *Entry {
 // reset makes every chunk spare: no entry or member taken from the arena
 // may be used after it.
 func (a *entryArena) reset() {
+	a.repeated = [len(EnvelopeKeys)]struct{ raw, text string }{}
 	for d := range a.open {
 		if a.open[d] != nil {
 			a.full[d] = append(a.full[d], a.open[d])
@@ -736,13 +769,22 @@ func controlEscape(hex string) (byte, bool) {
 func (s *scanner) number() (string, bool) {
 	start := s.i
 	i := start
-	for i < len(s.src) {
-		c := s.src[i]
-		if '0' <= c && c <= '9' || c == '-' || c == '+' || c == '.' || c == 'e' || c == 'E' {
-			i++
-			continue
-		}
-		break
+	// An integer of 1 to 15 digits without a leading zero (or 0 itself)
+	// is its own RFC 8785 form (canonicalNumber): read in one pass when
+	// nothing of a number follows its digits.
+	if i < len(s.src) && s.src[i] == '-' {
+		i++
+	}
+	digits := i
+	for i < len(s.src) && '0' <= s.src[i] && s.src[i] <= '9' {
+		i++
+	}
+	if n := i - digits; n > 0 && n <= 15 && (s.src[digits] != '0' || n == 1 && digits == start) &&
+		(i == len(s.src) || !numberByte[s.src[i]]) {
+		s.i = i
+		return s.src[start:i], true
+	}
+	for i = start; i < len(s.src) && numberByte[s.src[i]]; i++ {
 	}
 	tok := s.src[start:i]
 	if !canonicalNumber(tok) {
@@ -751,6 +793,14 @@ func (s *scanner) number() (string, bool) {
 	s.i = i
 	return tok, true
 }
+
+// numberByte is true for the bytes number reads as part of a number.
+var numberByte = func() (t [256]bool) {
+	for _, c := range "0123456789+-.eE" {
+		t[c] = true
+	}
+	return t
+}()
 
 // canonicalNumber reports whether tok is the RFC 8785 text of its value.
 // Integers of at most 15 digits without a leading zero are (they are exact
