@@ -94,17 +94,18 @@ func envelopeValid(fields []events.Field) bool {
 			return false
 		}
 	}
-	return envelopeValuesValid(fields, false, false)
+	return envelopeValuesValid(fields, false, false, checkedIDs{})
 }
 
 // envelopeValuesValid is envelopeValid for fields whose keys are
 // envelopeKeys, known already (Entry.HasEnvelopeKeys): the values alone.
 // hashMatches says entry_hash is the entry's computed hash
 // (Entry.HashMatches), hexHashes that both hashes were read as 64 hex
-// digits (Entry.HashesHex): either way certainly their pattern's. The
+// digits (Entry.HashesHex): either way certainly their pattern's; ids
+// are run_id and capsule_id values known to match theirs. The
 // rules are written out member by member, not a loop with a call and a
 // switch for each of the 13.
-func envelopeValuesValid(fields []events.Field, hashMatches, hexHashes bool) bool {
+func envelopeValuesValid(fields []events.Field, hashMatches, hexHashes bool, ids checkedIDs) bool {
 	if len(fields) != len(envelopeKeys) {
 		return false
 	}
@@ -115,10 +116,10 @@ func envelopeValuesValid(fields []events.Field, hashMatches, hexHashes bool) boo
 		f[12].Kind != str || f[7].Kind != events.KindObject {
 		return false
 	}
-	return isID(f[0].Text) && isEffectClass(f[1].Text) &&
+	return (ids.capsuleID != "" && f[0].Text == ids.capsuleID || isID(f[0].Text)) && isEffectClass(f[1].Text) &&
 		(hashMatches || hexHashes || isHex64(f[2].Text)) && f[3].Text != "" &&
 		isKind(f[4].Text) && isLineage(f[5].Text) && (hexHashes || isHex64(f[6].Text)) &&
-		isID(f[8].Text) && f[9].Text == events.EntrySchema && isNonNegativeInteger(&f[10]) &&
+		(ids.runID != "" && f[8].Text == ids.runID || isID(f[8].Text)) && f[9].Text == events.EntrySchema && isNonNegativeInteger(&f[10]) &&
 		f[11].Text != "" && isDateTime(f[12].Text) && payloadValid(f[7].Members)
 }
 

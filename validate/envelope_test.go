@@ -6,6 +6,8 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"regexp"
+	"strings"
 	"testing"
 	"testing/fstest"
 
@@ -155,6 +157,33 @@ func TestIsHex64(t *testing.T) {
 	for _, s := range []string{"", events.ZeroHash[:63], events.ZeroHash + "0", "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef"} {
 		if got, want := validate.IsHex64(s), len(s) == 64; got != want {
 			t.Errorf("IsHex64(%q) = %v, want %v", s, got, want)
+		}
+	}
+}
+
+// TestIsID: every byte at every position of ids from one byte to beyond
+// two words, and the lengths around 128, as
+// ^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$ reads them byte by byte.
+func TestIsID(t *testing.T) {
+	re := regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$`)
+	for n := 1; n <= 19; n++ {
+		for pos := range n {
+			for c := range 256 {
+				b := []byte(strings.Repeat("a", n))
+				b[pos] = byte(c)
+				if got, want := validate.IsID(string(b)), re.Match(b); got != want {
+					t.Errorf("IsID(%q) = %v, want %v", b, got, want)
+				}
+			}
+		}
+	}
+	for _, n := range []int{0, 127, 128, 129, 200} {
+		s := strings.Repeat("Z9._:-", 40)[:n]
+		if n > 0 {
+			s = "r" + s[1:]
+		}
+		if got, want := validate.IsID(s), re.MatchString(s); got != want {
+			t.Errorf("IsID of %d bytes = %v, want %v", n, got, want)
 		}
 	}
 }

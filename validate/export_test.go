@@ -118,3 +118,12 @@ func CanaryNeeds() []string {
 	}
 	return needs
 }
+
+// IsID is the envelope's check of run_id and capsule_id.
+var IsID = isID
+
+// CapsuleCheck is the entry check of a capsule's journal, whose
+// capsule.json holds meta.
+func (v *Validator) CapsuleCheck(meta events.CapsuleMeta) events.EntryCheck {
+	return v.capsuleCheck(meta)
+}
