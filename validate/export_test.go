@@ -127,3 +127,6 @@ var IsID = isID
 func (v *Validator) CapsuleCheck(meta events.CapsuleMeta) events.EntryCheck {
 	return v.capsuleCheck(meta)
 }
+
+// CanaryMinBytes is the length below which no string matches a canary.
+var CanaryMinBytes = canaryMinBytes

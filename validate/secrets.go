@@ -3,6 +3,7 @@ package validate
 import (
 	"math/bits"
 	"regexp"
+	"regexp/syntax"
 	"strings"
 	"unicode/utf8"
 )
@@ -126,9 +127,60 @@ func mayHold(s string) uint16 {
 	return m
 }
 
+// canaryMinBytes is the length of the shortest string any canary can
+// match: each pattern's shortest match in code units (minRunes), the
+// least of them. A code unit of codeUnitView is a rune of at least one
+// byte, and the view has the bytes of s, so a shorter string matches
+// none (most payload strings are such: ids, names, statuses).
+var canaryMinBytes = func() int {
+	least := -1
+	for _, c := range secretCanaries {
+		re, err := syntax.Parse(c.re.String(), syntax.Perl)
+		if err != nil {
+			panic("validate: canary " + c.name + ": " + err.Error())
+		}
+		if n := minRunes(re); least < 0 || n < least {
+			least = n
+		}
+	}
+	return least
+}()
+
+// minRunes is the fewest runes a match of re holds.
+func minRunes(re *syntax.Regexp) int {
+	switch re.Op {
+	case syntax.OpLiteral:
+		return len(re.Rune)
+	case syntax.OpCharClass, syntax.OpAnyChar, syntax.OpAnyCharNotNL:
+		return 1
+	case syntax.OpCapture, syntax.OpPlus:
+		return minRunes(re.Sub[0])
+	case syntax.OpRepeat:
+		return re.Min * minRunes(re.Sub[0])
+	case syntax.OpConcat:
+		n := 0
+		for _, sub := range re.Sub {
+			n += minRunes(sub)
+		}
+		return n
+	case syntax.OpAlternate:
+		n := -1
+		for _, sub := range re.Sub {
+			if m := minRunes(sub); n < 0 || m < n {
+				n = m
+			}
+		}
+		return max(n, 0)
+	}
+	return 0 // empty, assertions, star, quest: none needed
+}
+
 // matchSecret returns the first canary, in the upstream's order, that s
 // matches, or nil.
 func matchSecret(s string) *secretCanary {
+	if len(s) < canaryMinBytes {
+		return nil
+	}
 	may := mayHold(s)
 	if may == 0 {
 		return nil

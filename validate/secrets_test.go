@@ -462,3 +462,19 @@ func TestMayHold(t *testing.T) {
 		}
 	}
 }
+
+// TestCanaryMinBytes: the shortest string a canary matches is as long as
+// canaryMinBytes says (an env_assignment: TOKEN, '=' and eight more), and
+// a string of the patterns' own bytes one shorter matches none.
+func TestCanaryMinBytes(t *testing.T) {
+	if validate.CanaryMinBytes != 14 {
+		t.Fatalf("CanaryMinBytes = %d, want 14", validate.CanaryMinBytes)
+	}
+	s := cat("TO", "KEN=") + "abcdefgh"
+	if got := validate.MatchSecretPatterns(s); got != "env_assignment" {
+		t.Fatalf("MatchSecretPatterns(%q) = %q, want env_assignment", s, got)
+	}
+	if got := validate.MatchSecretPatterns(s[:len(s)-1]); got != "" {
+		t.Fatalf("MatchSecretPatterns(%q) = %q, want none", s[:len(s)-1], got)
+	}
+}
