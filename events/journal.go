@@ -431,16 +431,15 @@ const (
 type journalLine struct {
 	line      []byte // without its newline, in its batch's data
 	off       int    // where line starts in its batch's data
-	at        Location
-	n         int  // the line's length in bytes (a truncated tail's)
-	truncated bool // the last line, without a newline
+	lineNo    int    // its line number in the batch's file (journalBatch.at)
+	n         int    // the line's length in bytes (a truncated tail's)
+	truncated bool   // the last line, without a newline
 	tooLong   bool
 
-	notUTF8     bool
-	e           *Entry    // nil when not parsed
-	problems    []Problem // parseProblem's for a line that did not parse; else entryProblems
-	nonCanon    Problem   // the line's non_canonical problem, when hasNonCanon
-	hasNonCanon bool
+	notUTF8  bool
+	e        *Entry    // nil when not parsed
+	problems []Problem // parseProblem's for a line that did not parse; else entryProblems
+	nonCanon *Problem  // the line's non_canonical problem, if it has one
 }
 
 // prepare runs the checks of the lines of b that do not depend on the
@@ -452,13 +451,18 @@ func (b *journalBatch) prepare(check EntryCheck) {
 	text := unsafe.String(unsafe.SliceData(b.data), len(b.data))
 	for i := range b.lines {
 		l := &b.lines[i]
-		l.prepare(check, text[l.off:l.off+len(l.line)], &b.arena)
+		l.prepare(check, b.at(l), text[l.off:l.off+len(l.line)], &b.arena)
 	}
 }
 
+// at is where line l of b is.
+func (b *journalBatch) at(l *journalLine) Location {
+	return Location{File: b.file, Line: l.lineNo}
+}
+
 // prepare runs the checks of one line that do not depend on the chain;
-// text is the line as a string.
-func (l *journalLine) prepare(check EntryCheck, text string, arena *entryArena) {
+// at is where it is, text the line as a string.
+func (l *journalLine) prepare(check EntryCheck, at Location, text string, arena *entryArena) {
 	if l.truncated || l.tooLong {
 		return
 	}
@@ -468,12 +472,15 @@ func (l *journalLine) prepare(check EntryCheck, text string, arena *entryArena) 
 		return
 	}
 	if err != nil {
-		l.problems = []Problem{parseProblem(err, l.at)}
+		l.problems = []Problem{parseProblem(err, at)}
 		return
 	}
 	l.e = e
-	l.problems = entryProblems(check, e, l.at)
-	l.nonCanon, l.hasNonCanon = nonCanonical(e, l.line, l.at)
+	l.problems = entryProblems(check, e, at)
+	if p, ok := nonCanonical(e, l.line, at); ok {
+		l.nonCanon = new(Problem) // only here: a line that is canonical allocates none
+		*l.nonCanon = p
+	}
 	l.line = nil // e holds what it needs
 }
 
@@ -482,6 +489,7 @@ func (l *journalLine) prepare(check EntryCheck, text string, arena *entryArena) 
 // Once linked, a batch is read into again (journalReader.recycle) unless
 // kept.
 type journalBatch struct {
+	file  string // the journal's name, in the lines' locations
 	data  []byte // the lines' bytes, read into one buffer
 	lines []journalLine
 	arena entryArena // the lines' entries and their members
@@ -556,6 +564,7 @@ func (rd *journalReader) batch() *journalBatch {
 			lines: make([]journalLine, 0, min(rd.maxLines, journalBatchLines)),
 		}
 	}
+	b.file = rd.file
 	b.data = append(b.data[:0], rd.pending...)
 	rd.pending = rd.pending[:0]
 	pos, scan := 0, 0 // the next line's start; where its newline is looked for from
@@ -599,7 +608,7 @@ func (rd *journalReader) batch() *journalBatch {
 
 // addLine appends a line that starts at off in b's data.
 func (rd *journalReader) addLine(b *journalBatch, off int, line []byte, n int, complete, tooLong bool) {
-	b.lines = append(b.lines, journalLine{line: line, off: off, at: Location{File: rd.file, Line: rd.next}, n: n, truncated: !complete, tooLong: tooLong})
+	b.lines = append(b.lines, journalLine{line: line, off: off, lineNo: rd.next, n: n, truncated: !complete, tooLong: tooLong})
 	rd.next++
 	if !complete {
 		b.last = true
@@ -717,17 +726,17 @@ func (j *journalLinker) link(b *journalBatch) error {
 		switch {
 		case l.truncated:
 			if !validUTF8ExceptCut(l.line) {
-				j.utf8.Add(Problem{Code: NonCanonical, At: l.at, Reason: "the journal is not valid UTF-8: the partial last line holds an invalid byte before its end"})
+				j.utf8.Add(Problem{Code: NonCanonical, At: b.at(l), Reason: "the journal is not valid UTF-8: the partial last line holds an invalid byte before its end"})
 			}
-			j.truncated.Add(Problem{Code: TruncatedTail, At: l.at,
+			j.truncated.Add(Problem{Code: TruncatedTail, At: b.at(l),
 				Reason: fmt.Sprintf("the journal does not end in a newline: %d trailing bytes are a partial entry", l.n)})
 			continue
 		case l.tooLong:
 			j.res.Entries++
-			j.lineProblems.Add(Problem{Code: CorruptEntry, At: l.at, Reason: fmt.Sprintf("line longer than %d bytes", MaxLineBytes)})
+			j.lineProblems.Add(Problem{Code: CorruptEntry, At: b.at(l), Reason: fmt.Sprintf("line longer than %d bytes", MaxLineBytes)})
 		case l.notUTF8:
 			j.res.Entries++
-			j.utf8.Add(Problem{Code: NonCanonical, At: l.at, Reason: "the journal is not valid UTF-8: this line holds an invalid byte"})
+			j.utf8.Add(Problem{Code: NonCanonical, At: b.at(l), Reason: "the journal is not valid UTF-8: this line holds an invalid byte"})
 		case l.e == nil:
 			j.res.Entries++
 			for _, p := range l.problems {
@@ -735,9 +744,9 @@ func (j *journalLinker) link(b *journalBatch) error {
 			}
 		default:
 			j.res.Entries++
-			problems := j.v.chainProblems(l.e, l.at, l.problems)
-			if l.hasNonCanon {
-				problems = insertBefore(problems, MetadataMismatch, l.nonCanon)
+			problems := j.v.chainProblems(l.e, b.at(l), l.problems)
+			if l.nonCanon != nil {
+				problems = insertBefore(problems, MetadataMismatch, *l.nonCanon)
 			}
 			if len(problems) == 0 {
 				if !l.e.fast {
