@@ -769,9 +769,10 @@ func controlEscape(hex string) (byte, bool) {
 func (s *scanner) number() (string, bool) {
 	start := s.i
 	i := start
-	// An integer of 1 to 15 digits without a leading zero (or 0 itself)
-	// is its own RFC 8785 form (canonicalNumber): read in one pass when
-	// nothing of a number follows its digits.
+	// An integer of 1 to 15 digits without a leading zero (or 0 itself),
+	// and a fraction plainDecimal takes, are their own RFC 8785 form
+	// (canonicalNumber): read in one pass when nothing of a number
+	// follows their digits.
 	if i < len(s.src) && s.src[i] == '-' {
 		i++
 	}
@@ -779,10 +780,37 @@ func (s *scanner) number() (string, bool) {
 	for i < len(s.src) && '0' <= s.src[i] && s.src[i] <= '9' {
 		i++
 	}
-	if n := i - digits; n > 0 && n <= 15 && (s.src[digits] != '0' || n == 1 && digits == start) &&
-		(i == len(s.src) || !numberByte[s.src[i]]) {
-		s.i = i
-		return s.src[start:i], true
+	if n := i - digits; n > 0 && n <= 15 && (s.src[digits] != '0' || n == 1) {
+		switch {
+		case i == len(s.src) || !numberByte[s.src[i]]:
+			if s.src[digits] != '0' || digits == start { // not -0
+				s.i = i
+				return s.src[start:i], true
+			}
+		case s.src[i] == '.':
+			frac := i + 1
+			j := frac
+			for j < len(s.src) && '0' <= s.src[j] && s.src[j] <= '9' {
+				j++
+			}
+			if j > frac && s.src[j-1] != '0' && (j == len(s.src) || !numberByte[s.src[j]]) {
+				significant := n + j - frac
+				if s.src[digits] == '0' { // 0.x: the fraction's leading zeros are not significant
+					z := frac
+					for s.src[z] == '0' {
+						z++
+					}
+					significant = j - z
+					if z-frac > 5 { // below 1e-6: exponent notation
+						significant = 16
+					}
+				}
+				if significant <= 15 {
+					s.i = j
+					return s.src[start:j], true
+				}
+			}
+		}
 	}
 	for i = start; i < len(s.src) && numberByte[s.src[i]]; i++ {
 	}
