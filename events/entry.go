@@ -481,6 +481,14 @@ func smallNatural(text string) (int64, bool) {
 
 // Metadata returns the four members that must agree across a capsule.
 func (e *Entry) Metadata() CapsuleMeta {
+	if e.envelope {
+		// Where EnvelopeKeys has them, without a look-up each.
+		f := (*[len(EnvelopeKeys)]Field)(e.fields)
+		run, capsule, harness, family := &f[envelopeRunID], &f[envelopeCapsuleID], &f[envelopeHarness], &f[envelopeFamily]
+		if run.Kind == KindString && capsule.Kind == KindString && harness.Kind == KindString && family.Kind == KindString {
+			return CapsuleMeta{RunID: run.Text, CapsuleID: capsule.Text, HarnessVersion: harness.Text, TaskFamily: family.Text}
+		}
+	}
 	return CapsuleMeta{
 		RunID:          e.RunID(),
 		CapsuleID:      e.CapsuleID(),

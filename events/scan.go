@@ -161,10 +161,14 @@ var envelopeKnown = func() (t [numKnown]int32) {
 	return t
 }()
 
-// The index of entry_hash and of parent_hash in EnvelopeKeys.
+// The index of entry_hash, parent_hash and the metadata in EnvelopeKeys.
 var (
-	envelopeHash   = int(envelopeKnown[knownEntryHash])
-	envelopeParent = int(envelopeKnown[knownParentHash])
+	envelopeHash      = int(envelopeKnown[knownEntryHash])
+	envelopeParent    = int(envelopeKnown[knownParentHash])
+	envelopeRunID     = int(envelopeKnown[knownRunID])
+	envelopeCapsuleID = int(envelopeKnown[knownCapsuleID])
+	envelopeHarness   = int(envelopeKnown[knownHarnessVersion])
+	envelopeFamily    = int(envelopeKnown[knownTaskFamily])
 )
 
 // scanCanonicalEntry returns the fields of line when line is the RFC 8785
