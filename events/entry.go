@@ -107,7 +107,14 @@ func parseText(line []byte, text string, owned bool, arena *entryArena) (e *Entr
 // keeps line itself as its canonical bytes; with arena, the entry, its
 // members and its hash are taken from there.
 func parseCanonical(line []byte, src string, owned bool, arena *entryArena) *Entry {
-	s, fields, ok := scanCanonicalEntry(src, arena)
+	return parseCanonicalHash(line, src, owned, arena, true)
+}
+
+// parseCanonicalHash is parseCanonical, with entry_hash taken unread by
+// the scan when lazyHash (scanCanonicalEntry): when it is then neither
+// the digest nor 64 hex digits, the line is parsed again reading it.
+func parseCanonicalHash(line []byte, src string, owned bool, arena *entryArena, lazyHash bool) *Entry {
+	s, fields, ok := scanCanonicalEntry(src, arena, lazyHash)
 	if !ok {
 		return nil
 	}
@@ -130,6 +137,9 @@ func parseCanonical(line []byte, src string, owned bool, arena *entryArena) *Ent
 	h.Sum(e.computed[:0])
 	claimed, ok := e.strOK(knownEntryHash)
 	e.hashKnown, e.hashOK = true, ok && e.hashIs(claimed)
+	if s.hashUnread && !e.hashOK && !IsHex64(claimed) {
+		return parseCanonicalHash(line, src, owned, arena, false)
+	}
 	return e
 }
 

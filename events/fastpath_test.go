@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"reflect"
 	"slices"
+	"strings"
 	"testing"
 	"unicode/utf8"
 
@@ -345,5 +346,35 @@ func TestEnvelopeOfOtherKinds(t *testing.T) {
 			t.Errorf("%s = %v: HasEnvelopeKeys %v, HashesHex %v, want true, %v", c.key, c.value, e.HasEnvelopeKeys(), e.HashesHex(), c.hashesOK)
 		}
 		compareFastPath(t, line)
+	}
+}
+
+// TestEntryHashTakenUnread: the fast path takes an envelope line's
+// entry_hash of 64 bytes between quotes without reading them, and reads
+// the line again when they are not the digest and not 64 hex digits.
+// Each of these lines is compared with the general path: 64 bytes that
+// hide an escaped quote, an invalid byte, upper-case or other letters,
+// wrong hex; and strings of every length around 64, so that some leave a
+// quote 65 bytes after theirs.
+func TestEntryHashTakenUnread(t *testing.T) {
+	line := chainLines(t, 1, nil)[0]
+	e, err := events.ParseEntry(line)
+	if err != nil {
+		t.Fatal(err)
+	}
+	hash := `"` + e.EntryHash() + `"`
+	values := []string{
+		strings.Repeat("a", 31) + `\"` + strings.Repeat("b", 31), "\xff" + strings.Repeat("0", 63),
+		strings.Repeat("z", 64), strings.Repeat("A", 64), strings.Repeat("0", 64), strings.Repeat("\\\\", 32),
+		strings.Repeat("\u00e9", 32), strings.Repeat("0", 63) + "\x01",
+	}
+	for n := range 80 {
+		values = append(values, strings.Repeat("a", n))
+	}
+	for _, v := range values {
+		compareFastPath(t, bytes.Replace(line, []byte(hash), []byte(`"`+v+`"`), 1))
+	}
+	if got := events.ParseEntryFast(line); got == nil || !got.HashMatches() || !got.HashesHex() {
+		t.Fatalf("the entry itself: %v", got)
 	}
 }

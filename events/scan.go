@@ -65,6 +65,10 @@ type scanner struct {
 	// envelopeObject; hexHashes counts its hashes read by hexString.
 	envelope  bool
 	hexHashes int
+	// lazyHash: envelopeObject takes entry_hash's 64 bytes between its
+	// quotes without reading them, and sets hashUnread when it did
+	// (parseCanonical reads them when they are not the digest).
+	lazyHash, hashUnread bool
 	// known[k] is the index of top-level member knownKeys[k], -1 for none
 	// (Entry.known), found as the members are scanned.
 	known [numKnown]int32
@@ -174,9 +178,15 @@ var (
 // scanCanonicalEntry returns the fields of line when line is the RFC 8785
 // form of an object of the simple shape; ok is false otherwise (the line
 // may still be canonical, or not JSON at all: the general path decides).
-// The fields are taken from arena when it is not nil.
-func scanCanonicalEntry(src string, arena *entryArena) (s scanner, fields []Field, ok bool) {
-	s = scanner{src: src, hashStart: -1, arena: arena, known: noneKnown}
+// The fields are taken from arena when it is not nil. With lazyHash, an
+// envelope line's entry_hash of 64 bytes between quotes is taken without
+// being read (scanner.hashUnread; parseCanonical reads it when it is
+// not the digest). A line that fails after such an entry_hash fails
+// read in full too: the quote 65 bytes on ends a string either way, so
+// the bytes after it are read alike, and a member name expected there
+// and not found sends the line to be read by name.
+func scanCanonicalEntry(src string, arena *entryArena, lazyHash bool) (s scanner, fields []Field, ok bool) {
+	s = scanner{src: src, hashStart: -1, arena: arena, known: noneKnown, lazyHash: lazyHash}
 	if len(src) < 2 || src[0] != '{' {
 		return s, nil, false
 	}
@@ -246,6 +256,16 @@ func (s *scanner) envelopeObject() (fields []Field, ok, decided bool) {
 		switch envelopeKinds[n] {
 		case KindString:
 			s.i = i - 1 // the opening quote
+			if n == envelopeHash && s.lazyHash && len(src)-s.i >= 64+2 && src[s.i+64+1] == '"' {
+				// Taken unread: it is compared with the digest, which
+				// it can equal only as 64 hex digits, and read when it
+				// does not (parseCanonical).
+				f.Kind, f.Text, f.Members = KindString, src[s.i+1:s.i+64+1], nil
+				s.i += 64 + 2
+				s.hexHashes++
+				s.hashUnread = true
+				break
+			}
 			if (n == envelopeHash || n == envelopeParent) && s.hexString(f) {
 				s.hexHashes++
 				break
