@@ -378,3 +378,19 @@ func TestEntryHashTakenUnread(t *testing.T) {
 		t.Fatalf("the entry itself: %v", got)
 	}
 }
+
+// TestFastPathKeyBytes: member names of one byte to beyond two words
+// with a byte a name may not hold as it is (a control, '"', '\\', DEL, a
+// byte of 0x80 and above) or one it may, at every position; each line
+// compared with the general path.
+func TestFastPathKeyBytes(t *testing.T) {
+	for n := 1; n <= 18; n++ {
+		for pos := range n {
+			for _, c := range []byte{0x00, 0x1f, ' ', '"', '\\', 0x7f, 0x80, 0xc3, 0xff, 'z', '~'} {
+				name := []byte(strings.Repeat("a", n))
+				name[pos] = c
+				compareFastPath(t, []byte(`{"`+string(name)+`":1,"~~~":{"`+string(name)+`":"x"}}`))
+			}
+		}
+	}
+}
