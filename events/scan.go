@@ -88,10 +88,10 @@ var envelopeTokens = func() (t [len(EnvelopeKeys)]token) {
 		if i == 0 {
 			sep = "{"
 		}
-		switch envelopeKinds[i] {
-		case KindObject:
+		switch envelopeReads[i] {
+		case readObject:
 			open = "{"
-		case KindNumber:
+		case readValue:
 			open = ""
 		}
 		t[i] = newToken(sep + `"` + k + `":` + open)
@@ -99,17 +99,36 @@ var envelopeTokens = func() (t [len(EnvelopeKeys)]token) {
 	return t
 }()
 
-// envelopeKinds are the kinds the envelope schema gives EnvelopeKeys:
-// strings but for the payload (an object) and seq (an integer).
-var envelopeKinds = func() (t [len(EnvelopeKeys)]Kind) {
+// envelopeRead is how envelopeObject reads the value of a member of the
+// envelope, after its token.
+type envelopeRead uint8
+
+const (
+	readString     envelopeRead = iota // a string (str)
+	readRepeated                       // a string every line of a capsule repeats (entryArena.repeated)
+	readEntryHash                      // entry_hash: 64 bytes taken unread (scanner.lazyHash), or as parent_hash
+	readParentHash                     // 64 hex digits (hexString), or a string
+	readObject                         // the payload
+	readValue                          // seq: any value (value), an integer being the envelope's
+)
+
+// envelopeReads says how each of EnvelopeKeys is read: by the kind the
+// envelope schema gives it (strings but for the payload and seq), and for
+// the members every line of a capsule repeats (its metadata, and
+// schema's constant) and the hashes, as those.
+var envelopeReads = func() (t [len(EnvelopeKeys)]envelopeRead) {
 	for i, k := range EnvelopeKeys {
 		switch k {
 		case "payload":
-			t[i] = KindObject
+			t[i] = readObject
 		case "seq":
-			t[i] = KindNumber
-		default:
-			t[i] = KindString
+			t[i] = readValue
+		case "capsule_id", "harness_version", "run_id", "schema", "task_family":
+			t[i] = readRepeated
+		case "entry_hash":
+			t[i] = readEntryHash
+		case "parent_hash":
+			t[i] = readParentHash
 		}
 	}
 	return t
@@ -253,10 +272,33 @@ func (s *scanner) envelopeObject() (fields []Field, ok, decided bool) {
 		i += len(tok.s)
 		f := &fields[n]
 		f.Key = EnvelopeKeys[n]
-		switch envelopeKinds[n] {
-		case KindString:
-			s.i = i - 1 // the opening quote
-			if n == envelopeHash && s.lazyHash && len(src)-s.i >= 64+2 && src[s.i+64+1] == '"' {
+		s.i = i - 1 // the value's first byte
+		switch envelopeReads[n] {
+		case readString:
+			if !s.strField(f) {
+				return nil, false, true
+			}
+		case readRepeated:
+			if s.arena == nil {
+				if !s.strField(f) {
+					return nil, false, true
+				}
+				break
+			}
+			// The same bytes, from the opening quote to the closing one,
+			// scan to the same string.
+			r, q := &s.arena.repeated[n], s.i
+			if r.raw != "" && len(src)-q >= len(r.raw) && src[q:q+len(r.raw)] == r.raw {
+				f.Kind, f.Text, f.Members = KindString, r.text, nil
+				s.i = q + len(r.raw)
+				break
+			}
+			if !s.strField(f) {
+				return nil, false, true
+			}
+			r.raw, r.text = src[q:s.i], f.Text
+		case readEntryHash:
+			if s.lazyHash && len(src)-s.i >= 64+2 && src[s.i+64+1] == '"' {
 				// Taken unread: it is compared with the digest, which
 				// it can equal only as 64 hex digits, and read when it
 				// does not (parseCanonical).
@@ -266,30 +308,14 @@ func (s *scanner) envelopeObject() (fields []Field, ok, decided bool) {
 				s.hashUnread = true
 				break
 			}
-			if (n == envelopeHash || n == envelopeParent) && s.hexString(f) {
+			fallthrough
+		case readParentHash:
+			if s.hexString(f) {
 				s.hexHashes++
-				break
-			}
-			f.Kind, f.Members = KindString, nil
-			if s.arena != nil && envelopeRepeats[n] {
-				// The same bytes, from the opening quote to the closing
-				// one, scan to the same string.
-				r := &s.arena.repeated[n]
-				if q := i - 1; r.raw != "" && len(src)-q >= len(r.raw) && src[q:q+len(r.raw)] == r.raw {
-					f.Text, s.i = r.text, q+len(r.raw)
-					break
-				}
-				if f.Text, ok = s.str(); !ok {
-					return nil, false, true
-				}
-				r.raw, r.text = src[i-1:s.i], f.Text
-				break
-			}
-			if f.Text, ok = s.str(); !ok {
+			} else if !s.strField(f) {
 				return nil, false, true
 			}
-		case KindObject:
-			s.i = i - 1 // '{'
+		case readObject:
 			f.Kind, f.Text = KindObject, ""
 			if f.Members, ok = s.object(2); !ok {
 				return nil, false, true
@@ -324,6 +350,14 @@ func (s *scanner) hexString(f *Field) bool {
 	f.Kind, f.Text, f.Members = KindString, s.src[s.i+1:s.i+n+1], nil
 	s.i += n + 2
 	return true
+}
+
+// strField scans the string at s.i into f.
+func (s *scanner) strField(f *Field) bool {
+	var ok bool
+	f.Kind, f.Members = KindString, nil
+	f.Text, ok = s.str()
+	return ok
 }
 
 // object scans an object starting at s.i ('{'); depth is 1 for the entry.
@@ -455,25 +489,13 @@ type entryArena struct {
 	fullE   [][]Entry               // entry chunks filled since reset
 	spareE  [][]Entry               // entry chunks to fill again
 	hash    hash.Hash               // the preimage's SHA-256, reset for each entry
-	// repeated: for each member of envelopeRepeats, the last envelope
+	// repeated: for each member read as readRepeated, the last envelope
 	// line's value as written (quotes included) and as decoded: a line
 	// whose bytes there are the same is not scanned there again
 	// (envelopeObject). They are parts of lines of the arena's batch, so
 	// reset forgets them.
 	repeated [len(EnvelopeKeys)]struct{ raw, text string }
 }
-
-// envelopeRepeats marks the members of the envelope whose value every
-// line of a capsule repeats (its metadata, and schema's constant).
-var envelopeRepeats = func() (t [len(EnvelopeKeys)]bool) {
-	for i, k := range EnvelopeKeys {
-		switch k {
-		case "capsule_id", "harness_version", "run_id", "schema", "task_family":
-			t[i] = true
-		}
-	}
-	return t
-}()
 
 // Chunk sizes of an entryArena: 2,048 members (128 KiB, about a hundred
 // entries' members) and 256 entries.
