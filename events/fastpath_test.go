@@ -224,6 +224,12 @@ func TestFastPathEdges(t *testing.T) {
 		// continuation byte, the first and last of the form.
 		"{\"a\":\"\xc0\x80\"}", "{\"a\":\"\xc1\xbf\"}", "{\"a\":\"\xc2\x7f\"}", "{\"a\":\"\xc2\xc0\"}", "{\"a\":\"\xc2\"}",
 		"{\"a\":\"\xc2\x80\xdf\xbf\"}", "{\"a\":\"\xdf\"}", "{\"a\":\"x\xdf",
+		// Three-byte UTF-8 around the form taken without a call (E1 to
+		// EC): overlong (E0), surrogates (ED), cut, bad continuations.
+		"{\"a\":\"\xe0\x80\x80\"}", "{\"a\":\"\xe0\xa0\x80\"}", "{\"a\":\"\xe1\x80\x80\xec\xbf\xbf\"}",
+		"{\"a\":\"\xed\x9f\xbf\"}", "{\"a\":\"\xed\xa0\x80\"}", "{\"a\":\"\xee\x80\x80\xef\xbf\xbf\"}",
+		"{\"a\":\"\xe1\x80\"}", "{\"a\":\"\xe1\x80", "{\"a\":\"\xe1\xc0\x80\"}", "{\"a\":\"\xe1\x80\x7f\"}",
+		"{\"a\":\"\xe2\x80\xa8\u2028\"}",
 	} {
 		compareFastPath(t, []byte(s))
 	}

@@ -746,6 +746,9 @@ func utf8Char(s string) (int, bool) {
 	if len(s) >= 2 && 0xc2 <= s[0] && s[0] <= 0xdf && s[1]&0xc0 == 0x80 {
 		return 2, true // the two-byte form (U+0080 to U+07FF), decoded by no call
 	}
+	if len(s) >= 3 && 0xe1 <= s[0] && s[0] <= 0xec && s[1]&0xc0 == 0x80 && s[2]&0xc0 == 0x80 {
+		return 3, true // three bytes from U+1000 to U+CFFF: neither overlong nor a surrogate
+	}
 	r, n := utf8.DecodeRuneInString(s)
 	return n, r != utf8.RuneError || n > 1
 }

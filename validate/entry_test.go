@@ -63,6 +63,13 @@ func TestSecretCanaries(t *testing.T) {
 			}
 		})
 	}
+	t.Run("the shortest a canary matches", func(t *testing.T) {
+		// 14 bytes (canaryMinBytes), read through the fast path.
+		s := strings.Join([]string{"TO", "KEN="}, "") + "abcdefgh"
+		lines := chainLines(t, 1, func(_ int, m map[string]any) { payload(m)["note"] = s })
+		_, err := v.Journal(bytes.NewReader(journalBytes(lines...)), "j", nil)
+		expectRefusal(t, err, want{events.InvalidEntry, 1, "/payload/note"})
+	})
 	t.Run("in any payload key, even one not allowlisted", func(t *testing.T) {
 		lines := chainLines(t, 1, func(_ int, m map[string]any) { payload(m)["zz_extra"] = cs[3].value })
 		_, err := v.Journal(bytes.NewReader(journalBytes(lines...)), "j", nil)
