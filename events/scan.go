@@ -134,42 +134,37 @@ var envelopeReads = func() (t [len(EnvelopeKeys)]envelopeRead) {
 	return t
 }()
 
-// token is a string of 5 to 24 bytes compared as words: its first eight
-// bytes (masked when it is shorter), its last eight and, beyond 16 bytes,
-// the eight after the first.
+// token is a string of 5 to 24 bytes compared as three words, each
+// masked to the token's bytes in it (a word past its end masked whole),
+// without a branch on its length.
 type token struct {
-	s                     string
-	head, mask, tail, mid uint64
+	s    string
+	word [3]uint64 // the token's bytes, eight a word, zero past its end
+	mask [3]uint64 // all ones over the token's bytes in each word
 }
 
 func newToken(t string) token {
 	if len(t) < 5 || len(t) > 24 {
 		panic("events: token length out of range: " + t)
 	}
-	k := token{s: t, head: wordAt(t+"\x00\x00\x00\x00\x00\x00\x00", 0), mask: ^uint64(0) >> (64 - 8*min(len(t), 8))}
-	k.head &= k.mask
-	if len(t) > 8 {
-		k.tail = wordAt(t, len(t)-8)
-	}
-	if len(t) > 16 {
-		k.mid = wordAt(t, 8)
+	k := token{s: t}
+	padded := t + strings.Repeat("\x00", 24-len(t))
+	for w := range k.word {
+		if n := min(max(len(t)-8*w, 0), 8); n > 0 {
+			k.mask[w] = ^uint64(0) >> (64 - 8*n)
+		}
+		k.word[w] = wordAt(padded, 8*w) & k.mask[w]
 	}
 	return k
 }
 
 // at reports whether src starts with the token.
 func (k *token) at(src string) bool {
-	n := len(k.s)
-	if len(src) < 8 || len(src) < n {
+	if len(src) < 24 {
 		return strings.HasPrefix(src, k.s)
 	}
-	if wordAt(src, 0)&k.mask != k.head {
-		return false
-	}
-	if n > 8 && wordAt(src, n-8) != k.tail {
-		return false
-	}
-	return n <= 16 || wordAt(src, 8) == k.mid
+	src = src[:24]
+	return (wordAt(src, 0)^k.word[0])&k.mask[0]|(wordAt(src, 8)^k.word[1])&k.mask[1]|(wordAt(src, 16)^k.word[2])&k.mask[2] == 0
 }
 
 // envelopeKnown is Entry.known of an entry whose members are
