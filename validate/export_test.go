@@ -130,3 +130,6 @@ func (v *Validator) CapsuleCheck(meta events.CapsuleMeta) events.EntryCheck {
 
 // CanaryMinBytes is the length below which no string matches a canary.
 var CanaryMinBytes = canaryMinBytes
+
+// IsDateTime is the envelope's check of ts.
+var IsDateTime = isDateTime
