@@ -107,7 +107,14 @@ func parseText(line []byte, text string, owned bool, arena *entryArena) (e *Entr
 // keeps line itself as its canonical bytes; with arena, the entry, its
 // members and its hash are taken from there.
 func parseCanonical(line []byte, src string, owned bool, arena *entryArena) *Entry {
-	s, fields, ok := scanCanonicalEntry(src, arena)
+	return parseCanonicalHash(line, src, owned, arena, true)
+}
+
+// parseCanonicalHash is parseCanonical, with entry_hash taken unread by
+// the scan when lazyHash (scanCanonicalEntry): when it is then neither
+// the digest nor 64 hex digits, the line is parsed again reading it.
+func parseCanonicalHash(line []byte, src string, owned bool, arena *entryArena, lazyHash bool) *Entry {
+	s, fields, ok := scanCanonicalEntry(src, arena, lazyHash)
 	if !ok {
 		return nil
 	}
@@ -130,6 +137,9 @@ func parseCanonical(line []byte, src string, owned bool, arena *entryArena) *Ent
 	h.Sum(e.computed[:0])
 	claimed, ok := e.strOK(knownEntryHash)
 	e.hashKnown, e.hashOK = true, ok && e.hashIs(claimed)
+	if s.hashUnread && !e.hashOK && !IsHex64(claimed) {
+		return parseCanonicalHash(line, src, owned, arena, false)
+	}
 	return e
 }
 
@@ -280,31 +290,27 @@ func (e *Entry) ComputedHash() string { return hex.EncodeToString(e.computed[:])
 func (e *Entry) HashesHex() bool { return e.hexHashes }
 
 // IsHex64 reports whether s matches ^[0-9a-f]{64}$, the pattern of
-// entry_hash and parent_hash (seed 000), eight bytes at a time.
+// entry_hash and parent_hash (seed 000), eight bytes at a time: the
+// words' verdicts are gathered and tested once, not a branch for each.
 func IsHex64(s string) bool {
 	if len(s) != 64 {
 		return false
 	}
-	for i := 0; i < 64; i += 8 {
-		if !hexWord(wordAt(s, i)) {
-			return false
-		}
-	}
-	return true
+	s = s[:64]
+	bad := notHex(wordAt(s, 0)) | notHex(wordAt(s, 8)) | notHex(wordAt(s, 16)) | notHex(wordAt(s, 24)) |
+		notHex(wordAt(s, 32)) | notHex(wordAt(s, 40)) | notHex(wordAt(s, 48)) | notHex(wordAt(s, 56))
+	return bad == 0
 }
 
-// hexWord reports whether each byte of x is in [0-9a-f]. With every byte
-// below 0x80, adding 0x80-c to a byte sets its high bit exactly when it
-// is c or more, and never carries into the next byte.
-func hexWord(x uint64) bool {
+// notHex is zero exactly when each byte of x is in [0-9a-f]. For a word
+// of bytes below 0x80, adding 0x80-c to a byte sets its high bit exactly
+// when it is c or more, and never carries into the next byte; a word
+// with a byte of 0x80 or above is not hex whatever its other lanes say.
+func notHex(x uint64) uint64 {
 	const ones, highs = 0x0101010101010101, 0x8080808080808080
-	if x&highs != 0 {
-		return false
-	}
-	geq := func(c uint64) uint64 { return (x + ones*(0x80-c)) & highs }
-	digit := geq('0') &^ geq('9'+1)
-	letter := geq('a') &^ geq('f'+1)
-	return digit|letter == highs
+	digit := (x + ones*(0x80-'0')) &^ (x + ones*(0x80-'9'-1))
+	letter := (x + ones*(0x80-'a')) &^ (x + ones*(0x80-'f'-1))
+	return (x | ^(digit | letter)) & highs
 }
 
 // HashMatches reports whether the entry's entry_hash is a string equal
@@ -319,19 +325,23 @@ func (e *Entry) HashMatches() bool {
 }
 
 // hashIs reports whether claimed is ComputedHash, without making it:
-// four bytes of the digest at a time written as eight hex digits in a
-// word (hexWord8) and compared with eight bytes of claimed.
+// four bytes of the digest at a time spread to a 16-bit lane each,
+// written as eight hex digits in a word (hexWord8) and compared with
+// eight bytes of claimed; the differences gathered and tested once.
 func (e *Entry) hashIs(claimed string) bool {
 	if len(claimed) != 2*sha256.Size {
 		return false
 	}
+	claimed = claimed[:2*sha256.Size]
+	d := &e.computed
+	var diff uint64
 	for i := 0; i < sha256.Size; i += 4 {
-		d := e.computed[i : i+4]
-		if hexWord8(uint64(d[0])|uint64(d[1])<<16|uint64(d[2])<<32|uint64(d[3])<<48) != wordAt(claimed, 2*i) {
-			return false
-		}
+		v := uint64(d[i]) | uint64(d[i+1])<<8 | uint64(d[i+2])<<16 | uint64(d[i+3])<<24
+		v = (v | v<<16) & 0x0000ffff0000ffff
+		v = (v | v<<8) & 0x00ff00ff00ff00ff
+		diff |= hexWord8(v) ^ wordAt(claimed, 2*i)
 	}
-	return true
+	return diff == 0
 }
 
 // hexWord8 writes four bytes, one in the low byte of each 16-bit lane of
@@ -481,6 +491,14 @@ func smallNatural(text string) (int64, bool) {
 
 // Metadata returns the four members that must agree across a capsule.
 func (e *Entry) Metadata() CapsuleMeta {
+	if e.envelope {
+		// Where EnvelopeKeys has them, without a look-up each.
+		f := (*[len(EnvelopeKeys)]Field)(e.fields)
+		run, capsule, harness, family := &f[envelopeRunID], &f[envelopeCapsuleID], &f[envelopeHarness], &f[envelopeFamily]
+		if run.Kind == KindString && capsule.Kind == KindString && harness.Kind == KindString && family.Kind == KindString {
+			return CapsuleMeta{RunID: run.Text, CapsuleID: capsule.Text, HarnessVersion: harness.Text, TaskFamily: family.Text}
+		}
+	}
 	return CapsuleMeta{
 		RunID:          e.RunID(),
 		CapsuleID:      e.CapsuleID(),

@@ -3,6 +3,7 @@ package events
 import (
 	"bufio"
 	"bytes"
+	"errors"
 	"fmt"
 	"io"
 	"unicode/utf8"
@@ -186,4 +187,45 @@ var HexWord8 = hexWord8
 func TokenAt(t, src string) bool {
 	k := newToken(t)
 	return k.at(src)
+}
+
+// readLine returns the next line without its "\n", appended to dst with
+// its newline: data is dst and what was appended, line the line in it.
+// complete is false for a final line with no newline; line is nil at the
+// end of input. A line over MaxLineBytes is consumed to its end, not
+// appended, and returned empty with tooLong set; n is the line's length
+// in bytes in every case.
+func readLine(br *bufio.Reader, dst []byte) (data, line []byte, complete, tooLong bool, n int, err error) {
+	start := len(dst)
+	buf := dst
+	for {
+		chunk, err := br.ReadSlice('\n')
+		n += len(chunk)
+		if len(buf)-start+len(chunk) > MaxLineBytes {
+			tooLong = true
+			buf = buf[:start]
+		} else if !tooLong {
+			buf = append(buf, chunk...)
+		}
+		switch {
+		case err == nil:
+			n-- // the newline
+			if tooLong {
+				return buf, []byte{}, true, true, n, nil
+			}
+			return buf, buf[start : len(buf)-1], true, false, n, nil
+		case errors.Is(err, bufio.ErrBufferFull):
+			continue
+		case errors.Is(err, io.EOF):
+			if len(buf) == start && !tooLong {
+				return buf, nil, false, false, n, nil
+			}
+			if tooLong {
+				return buf, []byte{}, false, true, n, nil
+			}
+			return buf, buf[start:], false, false, n, nil
+		default:
+			return buf, nil, false, false, n, err
+		}
+	}
 }

@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"reflect"
 	"slices"
+	"strings"
 	"testing"
 	"unicode/utf8"
 
@@ -209,10 +210,26 @@ func TestFastPathEdges(t *testing.T) {
 		`{"a":1e21}`, `{"a":1e+21}`, `{"a":-0}`, `{"a":0}`, `{"a":-1}`, `{"a":00}`, `{"a":1.0}`, `{"a":0.1}`, `{"a":1E+21}`,
 		`{"a":123456789012345}`, `{"a":1234567890123456}`, `{"a":9007199254740993}`, `{"a":1e-7}`, `{"a":0.000001}`,
 		`{"a":1e400}`, `{"a":-}`, `{"a":1.}`, `{"a":.5}`, `{"a":+1}`, `{"a":0x10}`,
+		// Fractions at plainDecimal's borders, then followed by more of
+		// a number.
+		`{"a":-0.5}`, `{"a":-0}`, `{"a":00.5}`, `{"a":0.50}`, `{"a":0.0000001}`, `{"a":0.0000012}`, `{"a":0.00000123}`,
+		`{"a":123456789012345.6}`, `{"a":12345678901234.5}`, `{"a":0.123456789012345}`, `{"a":0.1234567890123456}`,
+		`{"a":0.000001234567890123}`, `{"a":0.0000012345678901234}`, `{"a":9.99}`, `{"a":10.01}`, `{"a":1.5e3}`,
+		`{"a":1.5.5}`, `{"a":1.5-}`, `{"a":0.0}`, `{"a":1.10}`, `{"a":100}`, `{"a":-100.25}`, `{"a":1.`,
 		`{"a":true,"b":false,"c":null}`, `{"a":tru}`, `{"a":truex}`, `{"a":nul}`,
 		`{"b":1,"a":2}`, `{"a":1,"a":2}`, `{"a":1,"B":2}`, `{"B":1,"a":2}`, `{"a":[1]}`, `{"a":{"b":{"c":1}}}`,
 		`{"é":1}`, `{"a\n":1}`, `{"a":1} `, ` {"a":1}`, `{"a" :1}`, `{"a":1,}`, `{"a":1`, `{"a":"x`, `{"a`, `{`, `"a"`, `[]`, `1`,
 		`{"a":{"b":1,"b":2}}`, `{"a":{"c":1,"b":2}}`, `{"a":{}}`, "{\"a\":\"\x01\"}",
+		// Two-byte UTF-8 at its edges: overlong, a bad or missing
+		// continuation byte, the first and last of the form.
+		"{\"a\":\"\xc0\x80\"}", "{\"a\":\"\xc1\xbf\"}", "{\"a\":\"\xc2\x7f\"}", "{\"a\":\"\xc2\xc0\"}", "{\"a\":\"\xc2\"}",
+		"{\"a\":\"\xc2\x80\xdf\xbf\"}", "{\"a\":\"\xdf\"}", "{\"a\":\"x\xdf",
+		// Three-byte UTF-8 around the form taken without a call (E1 to
+		// EC): overlong (E0), surrogates (ED), cut, bad continuations.
+		"{\"a\":\"\xe0\x80\x80\"}", "{\"a\":\"\xe0\xa0\x80\"}", "{\"a\":\"\xe1\x80\x80\xec\xbf\xbf\"}",
+		"{\"a\":\"\xed\x9f\xbf\"}", "{\"a\":\"\xed\xa0\x80\"}", "{\"a\":\"\xee\x80\x80\xef\xbf\xbf\"}",
+		"{\"a\":\"\xe1\x80\"}", "{\"a\":\"\xe1\x80", "{\"a\":\"\xe1\xc0\x80\"}", "{\"a\":\"\xe1\x80\x7f\"}",
+		"{\"a\":\"\xe2\x80\xa8\u2028\"}",
 	} {
 		compareFastPath(t, []byte(s))
 	}
@@ -298,6 +315,87 @@ func TestArenaEntries(t *testing.T) {
 			wantFields, _ := want.Fields()
 			if !reflect.DeepEqual(gotFields, wantFields) || got.HasEnvelopeKeys() != want.HasEnvelopeKeys() {
 				t.Fatalf("%q: fields after a reset\n%+v\nParseEntry's\n%+v", lines[i], gotFields, wantFields)
+			}
+		}
+	}
+}
+
+// TestEnvelopeOfOtherKinds: a line of the envelope's members in which one
+// holds a value of another kind than the envelope gives it is read by
+// name, and still has the envelope's members (and, its hashes being hex,
+// HashesHex), as a line of the right kinds has.
+func TestEnvelopeOfOtherKinds(t *testing.T) {
+	for _, c := range []struct {
+		key      string
+		value    any
+		hashesOK bool
+	}{
+		{"capsule_id", 7, true}, {"ts", nil, true}, {"seq", "0", true}, {"payload", "p", true},
+		{"run_id", map[string]any{"a": "b"}, true}, {"payload", nil, true}, {"parent_hash", 1, false},
+		{"entry_hash", true, false},
+	} {
+		lines := chainLines(t, 1, func(_ int, m map[string]any) { m[c.key] = c.value })
+		line := lines[0]
+		if c.key == "entry_hash" {
+			// NewEntry sets entry_hash: put the value in its place.
+			e, err := events.ParseEntry(line)
+			if err != nil {
+				t.Fatal(err)
+			}
+			line = bytes.Replace(line, []byte(`"`+e.EntryHash()+`"`), []byte("true"), 1)
+		}
+		e := events.ParseEntryFast(line)
+		if e == nil {
+			t.Fatalf("%s = %v: the fast path declined %s", c.key, c.value, line)
+		}
+		if !e.HasEnvelopeKeys() || e.HashesHex() != c.hashesOK {
+			t.Errorf("%s = %v: HasEnvelopeKeys %v, HashesHex %v, want true, %v", c.key, c.value, e.HasEnvelopeKeys(), e.HashesHex(), c.hashesOK)
+		}
+		compareFastPath(t, line)
+	}
+}
+
+// TestEntryHashTakenUnread: the fast path takes an envelope line's
+// entry_hash of 64 bytes between quotes without reading them, and reads
+// the line again when they are not the digest and not 64 hex digits.
+// Each of these lines is compared with the general path: 64 bytes that
+// hide an escaped quote, an invalid byte, upper-case or other letters,
+// wrong hex; and strings of every length around 64, so that some leave a
+// quote 65 bytes after theirs.
+func TestEntryHashTakenUnread(t *testing.T) {
+	line := chainLines(t, 1, nil)[0]
+	e, err := events.ParseEntry(line)
+	if err != nil {
+		t.Fatal(err)
+	}
+	hash := `"` + e.EntryHash() + `"`
+	values := []string{
+		strings.Repeat("a", 31) + `\"` + strings.Repeat("b", 31), "\xff" + strings.Repeat("0", 63),
+		strings.Repeat("z", 64), strings.Repeat("A", 64), strings.Repeat("0", 64), strings.Repeat("\\\\", 32),
+		strings.Repeat("\u00e9", 32), strings.Repeat("0", 63) + "\x01",
+	}
+	for n := range 80 {
+		values = append(values, strings.Repeat("a", n))
+	}
+	for _, v := range values {
+		compareFastPath(t, bytes.Replace(line, []byte(hash), []byte(`"`+v+`"`), 1))
+	}
+	if got := events.ParseEntryFast(line); got == nil || !got.HashMatches() || !got.HashesHex() {
+		t.Fatalf("the entry itself: %v", got)
+	}
+}
+
+// TestFastPathKeyBytes: member names of one byte to beyond two words
+// with a byte a name may not hold as it is (a control, '"', '\\', DEL, a
+// byte of 0x80 and above) or one it may, at every position; each line
+// compared with the general path.
+func TestFastPathKeyBytes(t *testing.T) {
+	for n := 1; n <= 18; n++ {
+		for pos := range n {
+			for _, c := range []byte{0x00, 0x1f, ' ', '"', '\\', 0x7f, 0x80, 0xc3, 0xff, 'z', '~'} {
+				name := []byte(strings.Repeat("a", n))
+				name[pos] = c
+				compareFastPath(t, []byte(`{"`+string(name)+`":1,"~~~":{"`+string(name)+`":"x"}}`))
 			}
 		}
 	}

@@ -1,7 +1,6 @@
 package events
 
 import (
-	"bufio"
 	"bytes"
 	"errors"
 	"fmt"
@@ -368,7 +367,7 @@ type journalOf struct {
 // most batchLines lines.
 func verifyJournal(r io.Reader, file string, of journalOf, check EntryCheck, workers, batchLines int) (JournalResult, error) {
 	j := &journalLinker{v: NewChainVerifier(of.meta, check), res: JournalResult{Head: ZeroHash}, of: of}
-	rd := &journalReader{br: bufio.NewReaderSize(r, 64<<10), file: file, next: 1, maxLines: batchLines,
+	rd := &journalReader{r: r, file: file, next: 1, maxLines: batchLines,
 		free: make(chan *journalBatch, journalFreeBatches)}
 	first := rd.batch()
 	if first.last || workers < 2 {
@@ -432,16 +431,15 @@ const (
 type journalLine struct {
 	line      []byte // without its newline, in its batch's data
 	off       int    // where line starts in its batch's data
-	at        Location
-	n         int  // the line's length in bytes (a truncated tail's)
-	truncated bool // the last line, without a newline
+	lineNo    int    // its line number in the batch's file (journalBatch.at)
+	n         int    // the line's length in bytes (a truncated tail's)
+	truncated bool   // the last line, without a newline
 	tooLong   bool
 
-	notUTF8     bool
-	e           *Entry    // nil when not parsed
-	problems    []Problem // parseProblem's for a line that did not parse; else entryProblems
-	nonCanon    Problem   // the line's non_canonical problem, when hasNonCanon
-	hasNonCanon bool
+	notUTF8  bool
+	e        *Entry    // nil when not parsed
+	problems []Problem // parseProblem's for a line that did not parse; else entryProblems
+	nonCanon *Problem  // the line's non_canonical problem, if it has one
 }
 
 // prepare runs the checks of the lines of b that do not depend on the
@@ -453,13 +451,18 @@ func (b *journalBatch) prepare(check EntryCheck) {
 	text := unsafe.String(unsafe.SliceData(b.data), len(b.data))
 	for i := range b.lines {
 		l := &b.lines[i]
-		l.prepare(check, text[l.off:l.off+len(l.line)], &b.arena)
+		l.prepare(check, b.at(l), text[l.off:l.off+len(l.line)], &b.arena)
 	}
 }
 
+// at is where line l of b is.
+func (b *journalBatch) at(l *journalLine) Location {
+	return Location{File: b.file, Line: l.lineNo}
+}
+
 // prepare runs the checks of one line that do not depend on the chain;
-// text is the line as a string.
-func (l *journalLine) prepare(check EntryCheck, text string, arena *entryArena) {
+// at is where it is, text the line as a string.
+func (l *journalLine) prepare(check EntryCheck, at Location, text string, arena *entryArena) {
 	if l.truncated || l.tooLong {
 		return
 	}
@@ -469,12 +472,15 @@ func (l *journalLine) prepare(check EntryCheck, text string, arena *entryArena) 
 		return
 	}
 	if err != nil {
-		l.problems = []Problem{parseProblem(err, l.at)}
+		l.problems = []Problem{parseProblem(err, at)}
 		return
 	}
 	l.e = e
-	l.problems = entryProblems(check, e, l.at)
-	l.nonCanon, l.hasNonCanon = nonCanonical(e, l.line, l.at)
+	l.problems = entryProblems(check, e, at)
+	if p, ok := nonCanonical(e, l.line, at); ok {
+		l.nonCanon = new(Problem) // only here: a line that is canonical allocates none
+		*l.nonCanon = p
+	}
 	l.line = nil // e holds what it needs
 }
 
@@ -483,6 +489,7 @@ func (l *journalLine) prepare(check EntryCheck, text string, arena *entryArena) 
 // Once linked, a batch is read into again (journalReader.recycle) unless
 // kept.
 type journalBatch struct {
+	file  string // the journal's name, in the lines' locations
 	data  []byte // the lines' bytes, read into one buffer
 	lines []journalLine
 	arena entryArena // the lines' entries and their members
@@ -494,18 +501,35 @@ type journalBatch struct {
 	kept bool
 }
 
-// journalReader cuts a journal into batches of lines.
+// journalReader cuts a journal into batches of lines. It reads into the
+// batches' buffers themselves, so that a line is not copied there from
+// a reader's buffer: only the bytes read past a batch's last line (part
+// of a line, or lines beyond its limit) are copied, to start the next.
 type journalReader struct {
-	br       *bufio.Reader
+	r        io.Reader
 	file     string
 	next     int // the next line's number
 	maxLines int
 	size     int // the data of the last batch, in bytes
+	// pending: bytes read past the last batch's last line, the start of
+	// the next batch's data.
+	pending []byte
+	// rerr ended the input (io.EOF, or the read error), once met; the
+	// bytes read before it are taken first.
+	rerr error
 	// free holds linked batches to read into again: with it a long
 	// journal is read into the same few buffers, arenas included, and
 	// leaves the collector next to nothing to do.
 	free chan *journalBatch
 }
+
+// journalReadBytes bounds one read into a batch's buffer, as the reader
+// buffer of before did (64 KiB); near the end of a batch a read asks for
+// about what its remaining lines take, so that little is read past it.
+const (
+	journalReadBytes    = 64 << 10
+	journalReadMinBytes = 4 << 10
+)
 
 // journalFreeBatches bounds the linked batches kept for reuse: as many as
 // can be in flight (the workers' queue, the linker's and one being read)
@@ -527,41 +551,147 @@ func (rd *journalReader) recycle(b *journalBatch) {
 	}
 }
 
-// batch reads the next batch; its lines are copied into one buffer (sized
-// after the last batch's, or a linked batch's again), not one allocation
-// each.
+// batch reads the next batch: its lines are read into one buffer (sized
+// after the last batch's, or a linked batch's again), not one
+// allocation each, and are parts of it.
 func (rd *journalReader) batch() *journalBatch {
 	var b *journalBatch
 	select {
 	case b = <-rd.free:
 	default:
 		b = &journalBatch{
-			data:  make([]byte, 0, min(rd.size+rd.size/8+4<<10, journalBatchBytes+64<<10)),
+			data:  make([]byte, 0, min(rd.size+rd.size/8+4<<10, journalBatchBytes+journalReadBytes)),
 			lines: make([]journalLine, 0, min(rd.maxLines, journalBatchLines)),
 		}
 	}
-	defer func() { rd.size = len(b.data) }()
-	for len(b.lines) < rd.maxLines && len(b.data) < journalBatchBytes {
-		off := len(b.data)
-		data, line, complete, tooLong, n, err := readLine(rd.br, b.data)
+	b.file = rd.file
+	b.data = append(b.data[:0], rd.pending...)
+	rd.pending = rd.pending[:0]
+	pos, scan := 0, 0 // the next line's start; where its newline is looked for from
+	for len(b.lines) < rd.maxLines && pos < journalBatchBytes {
+		if k := bytes.IndexByte(b.data[scan:], '\n'); k >= 0 {
+			end := scan + k
+			if end-pos+1 > MaxLineBytes {
+				// Over the bound, its newline read already (a line read
+				// on past the bound is dropped as it is read, by
+				// discardLine): what follows it takes its place.
+				rd.addLine(b, pos, []byte{}, end-pos, true, true)
+				b.data = append(b.data[:pos], b.data[end+1:]...)
+				scan = pos
+				continue
+			}
+			rd.addLine(b, pos, b.data[pos:end], end-pos, true, false)
+			pos, scan = end+1, end+1
+			continue
+		}
+		scan = len(b.data)
+		if len(b.data)-pos > MaxLineBytes {
+			if !rd.discardLine(b, pos) {
+				break
+			}
+			scan = pos
+			continue
+		}
+		if rd.rerr != nil {
+			pos = rd.end(b, pos)
+			break
+		}
+		rd.fill(b, pos)
+	}
+	if !b.last {
+		rd.pending = append(rd.pending, b.data[pos:]...)
+	}
+	b.data = b.data[:pos]
+	rd.size = pos
+	return b
+}
+
+// addLine appends a line that starts at off in b's data.
+func (rd *journalReader) addLine(b *journalBatch, off int, line []byte, n int, complete, tooLong bool) {
+	b.lines = append(b.lines, journalLine{line: line, off: off, lineNo: rd.next, n: n, truncated: !complete, tooLong: tooLong})
+	rd.next++
+	if !complete {
+		b.last = true
+	}
+}
+
+// end ends the batch at the end of the input: the line from pos, if any,
+// is its truncated tail, or, after a read error, dropped with it. It
+// returns where the batch's data ends.
+func (rd *journalReader) end(b *journalBatch, pos int) int {
+	b.last = true
+	if rd.rerr != io.EOF {
+		b.err = rd.rerr
+		return pos
+	}
+	if pos < len(b.data) {
+		rd.addLine(b, pos, b.data[pos:], len(b.data)-pos, false, false)
+	}
+	return len(b.data)
+}
+
+// fill reads more of the input into b's data, growing it when the line
+// from pos leaves too little room (the lines before are moved with it).
+func (rd *journalReader) fill(b *journalBatch, pos int) {
+	want := journalReadBytes
+	if n := len(b.lines); n > 0 {
+		// About what the remaining lines take, at the batch's mean.
+		want = min(max((rd.maxLines-n)*(pos/n)+1, journalReadMinBytes), journalReadBytes)
+	}
+	if cap(b.data)-len(b.data) < want {
+		grown := make([]byte, len(b.data), max(2*cap(b.data), len(b.data)+journalReadBytes))
+		copy(grown, b.data)
+		for i := range b.lines {
+			l := &b.lines[i]
+			if !l.tooLong {
+				l.line = grown[l.off : l.off+len(l.line)]
+			}
+		}
+		b.data = grown
+	}
+	for tries := 0; ; tries++ {
+		n, err := rd.r.Read(b.data[len(b.data):min(cap(b.data), len(b.data)+want)])
+		b.data = b.data[:len(b.data)+n]
 		if err != nil {
-			b.last, b.err = true, err
-			return b
+			rd.rerr = err
+			return
 		}
-		if line == nil && !tooLong {
-			b.last = true
-			return b
+		if n > 0 {
+			return
 		}
-		b.data = data
-		l := journalLine{line: line, off: off, at: Location{File: rd.file, Line: rd.next}, n: n, truncated: !complete, tooLong: tooLong}
-		rd.next++
-		b.lines = append(b.lines, l)
-		if !complete {
-			b.last = true
-			return b
+		if tries == 100 { // as bufio.Reader gives up on a reader that returns nothing
+			rd.rerr = io.ErrNoProgress
+			return
 		}
 	}
-	return b
+}
+
+// discardLine drops the line from pos, longer than MaxLineBytes, reading
+// on to its end without holding it: b's data ends at pos again, followed
+// by what was read past the line. It adds the line (tooLong) and reports
+// whether the batch goes on.
+func (rd *journalReader) discardLine(b *journalBatch, pos int) bool {
+	n := len(b.data) - pos
+	b.data = b.data[:pos]
+	for {
+		if rd.rerr != nil {
+			if rd.rerr != io.EOF {
+				b.last, b.err = true, rd.rerr
+				return false
+			}
+			rd.addLine(b, pos, []byte{}, n, false, true)
+			return false
+		}
+		rd.fill(b, pos)
+		chunk := b.data[pos:]
+		if k := bytes.IndexByte(chunk, '\n'); k >= 0 {
+			rd.addLine(b, pos, []byte{}, n+k, true, true)
+			b.data = b.data[:pos+copy(b.data[pos:], chunk[k+1:])]
+			return true
+		}
+		n += len(chunk)
+		b.data = b.data[:pos]
+	}
 }
 
 // journalLinker applies the chain rules to prepared lines in order and
@@ -596,17 +726,17 @@ func (j *journalLinker) link(b *journalBatch) error {
 		switch {
 		case l.truncated:
 			if !validUTF8ExceptCut(l.line) {
-				j.utf8.Add(Problem{Code: NonCanonical, At: l.at, Reason: "the journal is not valid UTF-8: the partial last line holds an invalid byte before its end"})
+				j.utf8.Add(Problem{Code: NonCanonical, At: b.at(l), Reason: "the journal is not valid UTF-8: the partial last line holds an invalid byte before its end"})
 			}
-			j.truncated.Add(Problem{Code: TruncatedTail, At: l.at,
+			j.truncated.Add(Problem{Code: TruncatedTail, At: b.at(l),
 				Reason: fmt.Sprintf("the journal does not end in a newline: %d trailing bytes are a partial entry", l.n)})
 			continue
 		case l.tooLong:
 			j.res.Entries++
-			j.lineProblems.Add(Problem{Code: CorruptEntry, At: l.at, Reason: fmt.Sprintf("line longer than %d bytes", MaxLineBytes)})
+			j.lineProblems.Add(Problem{Code: CorruptEntry, At: b.at(l), Reason: fmt.Sprintf("line longer than %d bytes", MaxLineBytes)})
 		case l.notUTF8:
 			j.res.Entries++
-			j.utf8.Add(Problem{Code: NonCanonical, At: l.at, Reason: "the journal is not valid UTF-8: this line holds an invalid byte"})
+			j.utf8.Add(Problem{Code: NonCanonical, At: b.at(l), Reason: "the journal is not valid UTF-8: this line holds an invalid byte"})
 		case l.e == nil:
 			j.res.Entries++
 			for _, p := range l.problems {
@@ -614,9 +744,9 @@ func (j *journalLinker) link(b *journalBatch) error {
 			}
 		default:
 			j.res.Entries++
-			problems := j.v.chainProblems(l.e, l.at, l.problems)
-			if l.hasNonCanon {
-				problems = insertBefore(problems, MetadataMismatch, l.nonCanon)
+			problems := j.v.chainProblems(l.e, b.at(l), l.problems)
+			if l.nonCanon != nil {
+				problems = insertBefore(problems, MetadataMismatch, *l.nonCanon)
 			}
 			if len(problems) == 0 {
 				if !l.e.fast {
@@ -676,47 +806,6 @@ func (j *journalLinker) finish(file string, ioErr error) (JournalResult, error) 
 		return j.res, ref
 	}
 	return j.res, nil
-}
-
-// readLine returns the next line without its "\n", appended to dst with
-// its newline: data is dst and what was appended, line the line in it.
-// complete is false for a final line with no newline; line is nil at the
-// end of input. A line over MaxLineBytes is consumed to its end, not
-// appended, and returned empty with tooLong set; n is the line's length
-// in bytes in every case.
-func readLine(br *bufio.Reader, dst []byte) (data, line []byte, complete, tooLong bool, n int, err error) {
-	start := len(dst)
-	buf := dst
-	for {
-		chunk, err := br.ReadSlice('\n')
-		n += len(chunk)
-		if len(buf)-start+len(chunk) > MaxLineBytes {
-			tooLong = true
-			buf = buf[:start]
-		} else if !tooLong {
-			buf = append(buf, chunk...)
-		}
-		switch {
-		case err == nil:
-			n-- // the newline
-			if tooLong {
-				return buf, []byte{}, true, true, n, nil
-			}
-			return buf, buf[start : len(buf)-1], true, false, n, nil
-		case errors.Is(err, bufio.ErrBufferFull):
-			continue
-		case errors.Is(err, io.EOF):
-			if len(buf) == start && !tooLong {
-				return buf, nil, false, false, n, nil
-			}
-			if tooLong {
-				return buf, []byte{}, false, true, n, nil
-			}
-			return buf, buf[start:], false, false, n, nil
-		default:
-			return buf, nil, false, false, n, err
-		}
-	}
 }
 
 // validUTF8ExceptCut reports whether b is valid UTF-8 but for an

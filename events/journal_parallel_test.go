@@ -7,6 +7,7 @@ import (
 	"io"
 	"reflect"
 	"strings"
+	"sync"
 	"testing"
 	"testing/iotest"
 
@@ -152,5 +153,92 @@ func TestCheckLineChecked(t *testing.T) {
 		}
 		a.Accept(e)
 		b.Accept(e)
+	}
+}
+
+// TestJournalReaderEdges: the batches are read into directly, however the
+// reader hands out its bytes, with lines around MaxLineBytes (their
+// newline read with their last bytes, or after them) and read errors
+// and readers that return nothing; each as the sequential verifier sees it.
+func TestJournalReaderEdges(t *testing.T) {
+	lines := chainLines(t, 40, nil)
+	long := func(n int) []byte { return bytes.Repeat([]byte("z"), n) }
+	all := journal(lines...)
+	mixed := journal(append(append([][]byte{}, lines[:5]...), append([][]byte{long(events.MaxLineBytes - 1), long(events.MaxLineBytes),
+		long(events.MaxLineBytes + 1), long(events.MaxLineBytes + 3<<20)}, lines[5:]...)...)...)
+	boom := errors.New("disk on fire")
+	for name, data := range map[string]func() io.Reader{
+		"one byte a read":        func() io.Reader { return iotest.OneByteReader(bytes.NewReader(all)) },
+		"half reads":             func() io.Reader { return iotest.HalfReader(bytes.NewReader(all)) },
+		"data with EOF":          func() io.Reader { return iotest.DataErrReader(bytes.NewReader(all)) },
+		"around the bound":       readerOf(mixed),
+		"bound, data w/ EOF":     func() io.Reader { return iotest.DataErrReader(bytes.NewReader(mixed)) },
+		"truncated at the bound": readerOf(append(journal(lines[:3]...), long(events.MaxLineBytes)...)),
+		"truncated over it":      readerOf(append(journal(lines[:3]...), long(events.MaxLineBytes+1)...)),
+		"error in a long line": func() io.Reader {
+			return io.MultiReader(bytes.NewReader(mixed[:len(mixed)-len(all)/2-2<<20]), iotest.ErrReader(boom))
+		},
+		"error in a line": func() io.Reader {
+			return io.MultiReader(bytes.NewReader(all[:len(all)/2+7]), iotest.ErrReader(boom))
+		},
+		"nothing read": func() io.Reader {
+			return io.MultiReader(bytes.NewReader(all[:len(all)/2]), emptyReader{})
+		},
+	} {
+		t.Run(name, func(t *testing.T) { compareJournal(t, data, nil, oddCheck) })
+	}
+}
+
+// emptyReader returns no bytes and no error, for ever.
+type emptyReader struct{}
+
+func (emptyReader) Read([]byte) (int, error) { return 0, nil }
+
+// TestRepeatedMembers: a member of the envelope that lines repeat is not
+// scanned again where its bytes are the last line's; where they differ,
+// by one byte, a prefix, an escape or a longer string, it is, so the
+// verdicts (and the values they quote) are the sequential verifier's.
+func TestRepeatedMembers(t *testing.T) {
+	ids := []string{"cap-7", "cap-7", "cap-70", "cap-7", `cap-"7`, `cap-"7`, `cap-"8`, `cap-\7`, "cap-7\u00e9", "cap-7\u00e9", "cap-", "cap-7"}
+	families := []string{"slugify", "slugify\n", "slugify\n", "slugify", "slug", "slugify", "slugify\u2028", "slugify"}
+	lines := chainLines(t, 60, func(i int, m map[string]any) {
+		m["capsule_id"] = ids[i%len(ids)]
+		m["task_family"] = families[i%len(families)]
+		if i%5 == 4 {
+			m["schema"] = "capsule-envelope/v2"
+		}
+	})
+	compareJournal(t, readerOf(journal(lines...)), nil, oddCheck)
+	meta := &events.CapsuleMeta{RunID: "run-7", CapsuleID: "cap-7", HarnessVersion: "test/1", TaskFamily: "slugify"}
+	compareJournal(t, readerOf(journal(lines...)), meta, oddCheck)
+
+	// Lines without problems, so that their batches are read into again:
+	// each line's schema (escaped, changing from line to line, not
+	// checked here) as the entry holds it.
+	schemas := []string{`capsule-envelope/"1`, `capsule-envelope/"2`, `capsule-envelope/"2`, "capsule-envelope/\\3", "capsule-envelope/é4"}
+	lines = chainLines(t, 200, func(i int, m map[string]any) { m["schema"] = schemas[i%len(schemas)] })
+	for _, batch := range []int{1, 2, 3, 256} {
+		var mu sync.Mutex
+		seen := map[int64]string{}
+		record := func(e *events.Entry, _ events.Location) []events.Problem {
+			fields, _ := e.Fields()
+			seq, _ := e.Seq()
+			for _, f := range fields {
+				if f.Key == "schema" {
+					mu.Lock()
+					seen[seq] = strings.Clone(f.Text) // the batch is read into again
+					mu.Unlock()
+				}
+			}
+			return nil
+		}
+		if res, err := events.VerifyJournalWith(readerOf(journal(lines...))(), "j", nil, record, 2, batch); err != nil || res.Valid != len(lines) {
+			t.Fatalf("batches of %d: %+v %v", batch, res, err)
+		}
+		for i := range lines {
+			if got, want := seen[int64(i)], schemas[i%len(schemas)]; got != want {
+				t.Fatalf("batches of %d: line %d's schema is %q, want %q", batch, i+1, got, want)
+			}
+		}
 	}
 }

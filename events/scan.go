@@ -65,60 +65,106 @@ type scanner struct {
 	// envelopeObject; hexHashes counts its hashes read by hexString.
 	envelope  bool
 	hexHashes int
+	// lazyHash: envelopeObject takes entry_hash's 64 bytes between its
+	// quotes without reading them, and sets hashUnread when it did
+	// (parseCanonical reads them when they are not the digest).
+	lazyHash, hashUnread bool
 	// known[k] is the index of top-level member knownKeys[k], -1 for none
 	// (Entry.known), found as the members are scanned.
 	known [numKnown]int32
 }
 
-// envelopeTokens are EnvelopeKeys as a canonical line writes them before
-// their values, quoted and followed by ':'. A line of the envelope's
-// members is read by comparing each name whole with the one expected
-// next (envelopeObject): its byte class, its order after the previous
-// name and its index in knownKeys are then known (envelopeKnown) instead
-// of read.
+// envelopeTokens are EnvelopeKeys as a canonical line of the envelope's
+// members writes them: each preceded by the '{' or ',' before it,
+// quoted, followed by ':' and by the first byte of its value when that
+// is a string ('"') or the payload ('{'). A line of the envelope's members
+// is read by comparing each with the bytes where the member must start
+// (envelopeObject): the name's byte class, its order after the previous
+// name, its index in knownKeys (envelopeKnown), the separator before it
+// and its value's kind are then known instead of read.
 var envelopeTokens = func() (t [len(EnvelopeKeys)]token) {
 	for i, k := range EnvelopeKeys {
-		t[i] = newToken(`"` + k + `":`)
+		sep, open := ",", `"`
+		if i == 0 {
+			sep = "{"
+		}
+		switch envelopeReads[i] {
+		case readObject:
+			open = "{"
+		case readValue:
+			open = ""
+		}
+		t[i] = newToken(sep + `"` + k + `":` + open)
 	}
 	return t
 }()
 
-// token is a string of 5 to 24 bytes compared as words: its first eight
-// bytes (masked when it is shorter), its last eight and, beyond 16 bytes,
-// the eight after the first.
+// envelopeRead is how envelopeObject reads the value of a member of the
+// envelope, after its token.
+type envelopeRead uint8
+
+const (
+	readString     envelopeRead = iota // a string (str)
+	readRepeated                       // a string every line of a capsule repeats (entryArena.repeated)
+	readEntryHash                      // entry_hash: 64 bytes taken unread (scanner.lazyHash), or as parent_hash
+	readParentHash                     // 64 hex digits (hexString), or a string
+	readObject                         // the payload
+	readValue                          // seq: any value (value), an integer being the envelope's
+)
+
+// envelopeReads says how each of EnvelopeKeys is read: by the kind the
+// envelope schema gives it (strings but for the payload and seq), and for
+// the members every line of a capsule repeats (its metadata, and
+// schema's constant) and the hashes, as those.
+var envelopeReads = func() (t [len(EnvelopeKeys)]envelopeRead) {
+	for i, k := range EnvelopeKeys {
+		switch k {
+		case "payload":
+			t[i] = readObject
+		case "seq":
+			t[i] = readValue
+		case "capsule_id", "harness_version", "run_id", "schema", "task_family":
+			t[i] = readRepeated
+		case "entry_hash":
+			t[i] = readEntryHash
+		case "parent_hash":
+			t[i] = readParentHash
+		}
+	}
+	return t
+}()
+
+// token is a string of 5 to 24 bytes compared as three words, each
+// masked to the token's bytes in it (a word past its end masked whole),
+// without a branch on its length.
 type token struct {
-	s                     string
-	head, mask, tail, mid uint64
+	s    string
+	word [3]uint64 // the token's bytes, eight a word, zero past its end
+	mask [3]uint64 // all ones over the token's bytes in each word
 }
 
 func newToken(t string) token {
 	if len(t) < 5 || len(t) > 24 {
 		panic("events: token length out of range: " + t)
 	}
-	k := token{s: t, head: wordAt(t+"\x00\x00\x00\x00\x00\x00\x00", 0), mask: ^uint64(0) >> (64 - 8*min(len(t), 8))}
-	k.head &= k.mask
-	if len(t) > 8 {
-		k.tail = wordAt(t, len(t)-8)
-	}
-	if len(t) > 16 {
-		k.mid = wordAt(t, 8)
+	k := token{s: t}
+	padded := t + strings.Repeat("\x00", 24-len(t))
+	for w := range k.word {
+		if n := min(max(len(t)-8*w, 0), 8); n > 0 {
+			k.mask[w] = ^uint64(0) >> (64 - 8*n)
+		}
+		k.word[w] = wordAt(padded, 8*w) & k.mask[w]
 	}
 	return k
 }
 
 // at reports whether src starts with the token.
 func (k *token) at(src string) bool {
-	n := len(k.s)
-	if len(src) < 8 || len(src) < n {
+	if len(src) < 24 {
 		return strings.HasPrefix(src, k.s)
 	}
-	if wordAt(src, 0)&k.mask != k.head {
-		return false
-	}
-	if n > 8 && wordAt(src, n-8) != k.tail {
-		return false
-	}
-	return n <= 16 || wordAt(src, 8) == k.mid
+	src = src[:24]
+	return (wordAt(src, 0)^k.word[0])&k.mask[0]|(wordAt(src, 8)^k.word[1])&k.mask[1]|(wordAt(src, 16)^k.word[2])&k.mask[2] == 0
 }
 
 // envelopeKnown is Entry.known of an entry whose members are
@@ -133,26 +179,40 @@ var envelopeKnown = func() (t [numKnown]int32) {
 	return t
 }()
 
-// The index of entry_hash and of parent_hash in EnvelopeKeys.
+// The index of entry_hash, parent_hash and the metadata in EnvelopeKeys.
 var (
-	envelopeHash   = int(envelopeKnown[knownEntryHash])
-	envelopeParent = int(envelopeKnown[knownParentHash])
+	envelopeHash      = int(envelopeKnown[knownEntryHash])
+	envelopeParent    = int(envelopeKnown[knownParentHash])
+	envelopeRunID     = int(envelopeKnown[knownRunID])
+	envelopeCapsuleID = int(envelopeKnown[knownCapsuleID])
+	envelopeHarness   = int(envelopeKnown[knownHarnessVersion])
+	envelopeFamily    = int(envelopeKnown[knownTaskFamily])
 )
 
 // scanCanonicalEntry returns the fields of line when line is the RFC 8785
 // form of an object of the simple shape; ok is false otherwise (the line
 // may still be canonical, or not JSON at all: the general path decides).
-// The fields are taken from arena when it is not nil.
-func scanCanonicalEntry(src string, arena *entryArena) (s scanner, fields []Field, ok bool) {
-	s = scanner{src: src, hashStart: -1, arena: arena, known: noneKnown}
+// The fields are taken from arena when it is not nil. With lazyHash, an
+// envelope line's entry_hash of 64 bytes between quotes is taken without
+// being read (scanner.hashUnread; parseCanonical reads it when it is
+// not the digest). A line that fails after such an entry_hash fails
+// read in full too: the quote 65 bytes on ends a string either way, so
+// the bytes after it are read alike, and a member name expected there
+// and not found sends the line to be read by name.
+func scanCanonicalEntry(src string, arena *entryArena, lazyHash bool) (s scanner, fields []Field, ok bool) {
+	s = scanner{src: src, hashStart: -1, arena: arena, known: noneKnown, lazyHash: lazyHash}
 	if len(src) < 2 || src[0] != '{' {
 		return s, nil, false
 	}
 	fields, ok, decided := s.envelopeObject()
 	if !decided {
-		// Other members: read by name.
+		// Other members, or the envelope's with a value of another kind:
+		// read by name.
 		s = scanner{src: src, hashStart: -1, arena: arena, known: noneKnown}
 		fields, ok = s.object(1)
+		if ok {
+			s.envelopeByName(fields)
+		}
 	}
 	if !ok || s.i != len(src) {
 		return s, nil, false
@@ -160,45 +220,116 @@ func scanCanonicalEntry(src string, arena *entryArena) (s scanner, fields []Fiel
 	return s, fields, true
 }
 
+// envelopeByName sets s.envelope and s.hexHashes for fields read by name,
+// as envelopeObject sets them: a line whose members are EnvelopeKeys but
+// whose value of one is of another kind than the envelope gives it is
+// read by name, and its members are still the envelope's.
+func (s *scanner) envelopeByName(fields []Field) {
+	if len(fields) != len(EnvelopeKeys) {
+		return
+	}
+	for i := range fields {
+		if fields[i].Key != EnvelopeKeys[i] {
+			return
+		}
+	}
+	s.envelope = true
+	for _, i := range [...]int{envelopeHash, envelopeParent} {
+		if f := &fields[i]; f.Kind == KindString && IsHex64(f.Text) {
+			s.hexHashes++
+		}
+	}
+}
+
 // envelopeObject scans the entry when its members are EnvelopeKeys, in
-// order: each name compared whole with the one expected next, the members
-// scanned into slots taken at once. decided is false when a name or the
-// number of members differs: the line is then scanned again by name. A
-// value that is not canonical decides (ok false): scanning by name would
-// meet the same names and then the same value.
+// order, with values of the kinds the envelope gives them: each member's
+// start compared whole with the one expected next (envelopeTokens), the
+// members scanned into slots taken at once. decided is false when a name,
+// a separator, a value's kind or the number of members differs: the line
+// is then scanned again by name. A value that is not canonical decides (ok
+// false): scanning by name would meet the same names and then the same
+// value.
 func (s *scanner) envelopeObject() (fields []Field, ok, decided bool) {
 	if s.arena != nil {
 		fields = s.arena.take(len(EnvelopeKeys))
 	} else {
 		fields = make([]Field, len(EnvelopeKeys))
 	}
-	s.i = 1 // '{'
-	for n := range fields {
+	fields = fields[:len(EnvelopeKeys)]
+	src := s.src
+	i := 0
+	for n := range len(EnvelopeKeys) {
 		tok := &envelopeTokens[n]
-		if !tok.at(s.src[s.i:]) {
+		if !tok.at(src[i:]) {
 			return nil, false, false
 		}
-		start := s.i
-		s.i += len(tok.s)
+		start := i + 1 // the name's opening quote
+		i += len(tok.s)
 		f := &fields[n]
 		f.Key = EnvelopeKeys[n]
-		if (n == envelopeHash || n == envelopeParent) && s.hexString(f) {
-			s.hexHashes++
-		} else if !s.value(f, 1) {
-			return nil, false, true
+		s.i = i - 1 // the value's first byte
+		switch envelopeReads[n] {
+		case readString:
+			if !s.strField(f) {
+				return nil, false, true
+			}
+		case readRepeated:
+			if s.arena == nil {
+				if !s.strField(f) {
+					return nil, false, true
+				}
+				break
+			}
+			// The same bytes, from the opening quote to the closing one,
+			// scan to the same string.
+			r, q := &s.arena.repeated[n], s.i
+			if r.raw != "" && len(src)-q >= len(r.raw) && src[q:q+len(r.raw)] == r.raw {
+				f.Kind, f.Text, f.Members = KindString, r.text, nil
+				s.i = q + len(r.raw)
+				break
+			}
+			if !s.strField(f) {
+				return nil, false, true
+			}
+			r.raw, r.text = src[q:s.i], f.Text
+		case readEntryHash:
+			if s.lazyHash && len(src)-s.i >= 64+2 && src[s.i+64+1] == '"' {
+				// Taken unread: it is compared with the digest, which
+				// it can equal only as 64 hex digits, and read when it
+				// does not (parseCanonical).
+				f.Kind, f.Text, f.Members = KindString, src[s.i+1:s.i+64+1], nil
+				s.i += 64 + 2
+				s.hexHashes++
+				s.hashUnread = true
+				break
+			}
+			fallthrough
+		case readParentHash:
+			if s.hexString(f) {
+				s.hexHashes++
+			} else if !s.strField(f) {
+				return nil, false, true
+			}
+		case readObject:
+			f.Kind, f.Text = KindObject, ""
+			if f.Members, ok = s.object(2); !ok {
+				return nil, false, true
+			}
+		default:
+			s.i = i
+			if !s.value(f, 1) {
+				return nil, false, true
+			}
 		}
+		i = s.i
 		if n == envelopeHash {
-			s.hashStart, s.hashEnd = start, s.i
+			s.hashStart, s.hashEnd = start, i
 		}
-		end := byte(',')
-		if n == len(fields)-1 {
-			end = '}'
-		}
-		if s.i >= len(s.src) || s.src[s.i] != end {
-			return nil, false, false
-		}
-		s.i++
 	}
+	if i >= len(src) || src[i] != '}' {
+		return nil, false, false
+	}
+	s.i = i + 1
 	s.known, s.envelope = envelopeKnown, true
 	return fields, true, true
 }
@@ -214,6 +345,14 @@ func (s *scanner) hexString(f *Field) bool {
 	f.Kind, f.Text, f.Members = KindString, s.src[s.i+1:s.i+n+1], nil
 	s.i += n + 2
 	return true
+}
+
+// strField scans the string at s.i into f.
+func (s *scanner) strField(f *Field) bool {
+	var ok bool
+	f.Kind, f.Members = KindString, nil
+	f.Text, ok = s.str()
+	return ok
 }
 
 // object scans an object starting at s.i ('{'); depth is 1 for the entry.
@@ -345,6 +484,12 @@ type entryArena struct {
 	fullE   [][]Entry               // entry chunks filled since reset
 	spareE  [][]Entry               // entry chunks to fill again
 	hash    hash.Hash               // the preimage's SHA-256, reset for each entry
+	// repeated: for each member read as readRepeated, the last envelope
+	// line's value as written (quotes included) and as decoded: a line
+	// whose bytes there are the same is not scanned there again
+	// (envelopeObject). They are parts of lines of the arena's batch, so
+	// reset forgets them.
+	repeated [len(EnvelopeKeys)]struct{ raw, text string }
 }
 
 // Chunk sizes of an entryArena: 2,048 members (128 KiB, about a hundred
@@ -375,6 +520,7 @@ func (a *entryArena) entry() *Entry {
 // reset makes every chunk spare: no entry or member taken from the arena
 // may be used after it.
 func (a *entryArena) reset() {
+	a.repeated = [len(EnvelopeKeys)]struct{ raw, text string }{}
 	for d := range a.open {
 		if a.open[d] != nil {
 			a.full[d] = append(a.full[d], a.open[d])
@@ -454,23 +600,43 @@ func (a *entryArena) take(n int) []Field {
 	return f
 }
 
-// key scans a member name: printable ASCII other than '"' and '\', so
+// key scans a member name: printable ASCII other than '"' and '\\', so
 // that the name is written exactly as it is and its UTF-16 order is its
-// byte order.
+// byte order. Eight bytes at a time, as str reads a string, to the first
+// byte that is not printable ASCII or is '"', '\\' or DEL, which must
+// be the closing quote.
 func (s *scanner) key() (string, bool) {
-	if s.i >= len(s.src) || s.src[s.i] != '"' {
+	const ones, highs = 0x0101010101010101, 0x8080808080808080
+	src := s.src
+	if s.i >= len(src) || src[s.i] != '"' {
 		return "", false
 	}
 	start := s.i + 1
 	i := start
-	for i < len(s.src) && keyByte[s.src[i]] {
-		i++
+	for {
+		if len(src)-i < 8 {
+			for i < len(src) && keyByte[src[i]] {
+				i++
+			}
+			break
+		}
+		// The high bit of a lane is set for a byte of 0x80 and above, a
+		// control (x-0x20 borrows), and a '"', '\\' or DEL (zero after
+		// the xor); the lowest lane set is the first such byte (a borrow
+		// never reaches a lower lane).
+		x := wordAt(src, i)
+		q, b, d := x^(ones*'"'), x^(ones*'\\'), x^(ones*0x7f)
+		if m := (x | (x - ones*0x20) | (q-ones)&^q | (b-ones)&^b | (d-ones)&^d) & highs; m != 0 {
+			i += bits.TrailingZeros64(m) >> 3
+			break
+		}
+		i += 8
 	}
-	if i >= len(s.src) || s.src[i] != '"' {
+	if i >= len(src) || src[i] != '"' {
 		return "", false
 	}
 	s.i = i + 1
-	return s.src[start:i], true
+	return src[start:i], true
 }
 
 // keyByte is true for the bytes key takes in a name: printable ASCII but
@@ -572,6 +738,12 @@ func (s *scanner) str() (string, bool) {
 // utf8.Valid refuses (a stray continuation byte, an overlong form, a
 // surrogate, beyond U+10FFFF, a cut sequence).
 func utf8Char(s string) (int, bool) {
+	if len(s) >= 2 && 0xc2 <= s[0] && s[0] <= 0xdf && s[1]&0xc0 == 0x80 {
+		return 2, true // the two-byte form (U+0080 to U+07FF), decoded by no call
+	}
+	if len(s) >= 3 && 0xe1 <= s[0] && s[0] <= 0xec && s[1]&0xc0 == 0x80 && s[2]&0xc0 == 0x80 {
+		return 3, true // three bytes from U+1000 to U+CFFF: neither overlong nor a surrogate
+	}
 	r, n := utf8.DecodeRuneInString(s)
 	return n, r != utf8.RuneError || n > 1
 }
@@ -661,13 +833,50 @@ func controlEscape(hex string) (byte, bool) {
 func (s *scanner) number() (string, bool) {
 	start := s.i
 	i := start
-	for i < len(s.src) {
-		c := s.src[i]
-		if '0' <= c && c <= '9' || c == '-' || c == '+' || c == '.' || c == 'e' || c == 'E' {
-			i++
-			continue
+	// An integer of 1 to 15 digits without a leading zero (or 0 itself),
+	// and a fraction plainDecimal takes, are their own RFC 8785 form
+	// (canonicalNumber): read in one pass when nothing of a number
+	// follows their digits.
+	if i < len(s.src) && s.src[i] == '-' {
+		i++
+	}
+	digits := i
+	for i < len(s.src) && '0' <= s.src[i] && s.src[i] <= '9' {
+		i++
+	}
+	if n := i - digits; n > 0 && n <= 15 && (s.src[digits] != '0' || n == 1) {
+		switch {
+		case i == len(s.src) || !numberByte[s.src[i]]:
+			if s.src[digits] != '0' || digits == start { // not -0
+				s.i = i
+				return s.src[start:i], true
+			}
+		case s.src[i] == '.':
+			frac := i + 1
+			j := frac
+			for j < len(s.src) && '0' <= s.src[j] && s.src[j] <= '9' {
+				j++
+			}
+			if j > frac && s.src[j-1] != '0' && (j == len(s.src) || !numberByte[s.src[j]]) {
+				significant := n + j - frac
+				if s.src[digits] == '0' { // 0.x: the fraction's leading zeros are not significant
+					z := frac
+					for s.src[z] == '0' {
+						z++
+					}
+					significant = j - z
+					if z-frac > 5 { // below 1e-6: exponent notation
+						significant = 16
+					}
+				}
+				if significant <= 15 {
+					s.i = j
+					return s.src[start:j], true
+				}
+			}
 		}
-		break
+	}
+	for i = start; i < len(s.src) && numberByte[s.src[i]]; i++ {
 	}
 	tok := s.src[start:i]
 	if !canonicalNumber(tok) {
@@ -676,6 +885,14 @@ func (s *scanner) number() (string, bool) {
 	s.i = i
 	return tok, true
 }
+
+// numberByte is true for the bytes number reads as part of a number.
+var numberByte = func() (t [256]bool) {
+	for _, c := range "0123456789+-.eE" {
+		t[c] = true
+	}
+	return t
+}()
 
 // canonicalNumber reports whether tok is the RFC 8785 text of its value.
 // Integers of at most 15 digits without a leading zero are (they are exact

@@ -21,8 +21,32 @@ import (
 // only the secret canaries remain to run. Any other entry is checked by
 // jsonschema, which finds and words the problems.
 func (v *Validator) CheckEntry(e *events.Entry, at events.Location) []events.Problem {
+	return v.checkEntry(e, at, checkedIDs{})
+}
+
+// checkedIDs are a capsule's run_id and capsule_id when they match the
+// envelope's pattern for them ("" when not): an entry's that are the
+// same strings take that verdict instead of being read again.
+type checkedIDs struct{ runID, capsuleID string }
+
+// capsuleCheck is CheckEntry for the entries of a capsule whose
+// capsule.json holds meta: its run_id and capsule_id are checked against
+// the envelope's pattern once (checkedIDs), not in every entry that
+// repeats them.
+func (v *Validator) capsuleCheck(meta events.CapsuleMeta) events.EntryCheck {
+	var ids checkedIDs
+	if isID(meta.RunID) {
+		ids.runID = meta.RunID
+	}
+	if isID(meta.CapsuleID) {
+		ids.capsuleID = meta.CapsuleID
+	}
+	return func(e *events.Entry, at events.Location) []events.Problem { return v.checkEntry(e, at, ids) }
+}
+
+func (v *Validator) checkEntry(e *events.Entry, at events.Location, ids checkedIDs) []events.Problem {
 	if v.schemas.fastEnvelope {
-		if fields, ok := e.Fields(); ok && e.HasEnvelopeKeys() && envelopeValuesValid(fields, e.HashMatches(), e.HashesHex()) {
+		if fields, ok := e.Fields(); ok && e.HasEnvelopeKeys() && envelopeValuesValid(fields, e.HashMatches(), e.HashesHex(), ids) {
 			return canaryProblems(payloadField(fields), at)
 		}
 	}
@@ -67,8 +91,8 @@ func canaryProblems(payload []events.Field, at events.Location) []events.Problem
 	var problems []events.Problem
 	for i := range payload {
 		f := &payload[i]
-		if f.Kind != events.KindString {
-			continue
+		if f.Kind != events.KindString || len(f.Text) < canaryMinBytes {
+			continue // matchSecret's first test, without the call
 		}
 		if c := matchSecret(f.Text); c != nil {
 			loc := at

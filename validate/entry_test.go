@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"os"
+	"reflect"
 	"strings"
 	"testing"
 	"testing/fstest"
@@ -62,6 +63,13 @@ func TestSecretCanaries(t *testing.T) {
 			}
 		})
 	}
+	t.Run("the shortest a canary matches", func(t *testing.T) {
+		// 14 bytes (canaryMinBytes), read through the fast path.
+		s := strings.Join([]string{"TO", "KEN="}, "") + "abcdefgh"
+		lines := chainLines(t, 1, func(_ int, m map[string]any) { payload(m)["note"] = s })
+		_, err := v.Journal(bytes.NewReader(journalBytes(lines...)), "j", nil)
+		expectRefusal(t, err, want{events.InvalidEntry, 1, "/payload/note"})
+	})
 	t.Run("in any payload key, even one not allowlisted", func(t *testing.T) {
 		lines := chainLines(t, 1, func(_ int, m map[string]any) { payload(m)["zz_extra"] = cs[3].value })
 		_, err := v.Journal(bytes.NewReader(journalBytes(lines...)), "j", nil)
@@ -187,4 +195,37 @@ func schemasFile(name string) ([]byte, error) {
 	var b bytes.Buffer
 	_, err = b.ReadFrom(f)
 	return b.Bytes(), err
+}
+
+// TestCapsuleCheckIsCheckEntry: the entry check of a capsule's journal,
+// which checks capsule.json's run_id and capsule_id once, finds in every
+// entry what CheckEntry finds, whether the entry's ids are capsule.json's
+// or not, and whether those match their pattern or not; and so does
+// jsonschema.
+func TestCapsuleCheckIsCheckEntry(t *testing.T) {
+	v := newValidator(t)
+	ids := []string{"run-7", "cap-7", "-bad", "", "r", "x/y", strings.Repeat("a", 129), "cap-8"}
+	for _, runID := range ids {
+		for _, capsuleID := range ids {
+			check := v.CapsuleCheck(events.CapsuleMeta{RunID: runID, CapsuleID: capsuleID, HarnessVersion: "test/1", TaskFamily: "slugify"})
+			for _, line := range chainLines(t, len(ids), func(i int, m map[string]any) {
+				m["run_id"], m["capsule_id"] = ids[i], ids[(i+3)%len(ids)]
+				if i%2 == 0 {
+					m["run_id"], m["capsule_id"] = runID, capsuleID
+				}
+			}) {
+				e, err := events.ParseEntry(line)
+				if err != nil {
+					t.Fatal(err)
+				}
+				got := check(e, events.Location{})
+				if want := v.CheckEntry(e, events.Location{}); !reflect.DeepEqual(got, want) {
+					t.Fatalf("capsule %q/%q, entry %s: %v, CheckEntry %v", runID, capsuleID, line, got, want)
+				}
+				if want := v.CheckEntrySchema(e, events.Location{}); !reflect.DeepEqual(got, want) {
+					t.Fatalf("capsule %q/%q, entry %s: %v, jsonschema %v", runID, capsuleID, line, got, want)
+				}
+			}
+		}
+	}
 }

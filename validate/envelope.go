@@ -37,46 +37,16 @@ func fastEnvelopeApplies(layers []fs.FS) bool {
 // a line (Entry.HasEnvelopeKeys).
 var envelopeKeys = events.EnvelopeKeys
 
-// envelopeMemberValid answers, for the member at position i of
-// envelopeKeys, only "certainly valid under the schema's rules for it":
-// one switch, not a function value per member (13 indirect calls an
-// entry). hashMatches says entry_hash is the entry's computed hash
-// (Entry.HashMatches), and hexHashes that both hashes were read as 64 hex
-// digits (Entry.HashesHex): either way certainly their pattern's.
-func envelopeMemberValid(i int, f *events.Field, hashMatches, hexHashes bool) bool {
-	if i == 7 { // payload
-		return f.Kind == events.KindObject && payloadValid(f.Members)
-	}
-	if i == 10 { // seq: integer, minimum 0
-		return isNonNegativeInteger(f)
-	}
-	if f.Kind != events.KindString {
-		return false
-	}
-	t := f.Text
-	switch i {
-	case 0, 8: // capsule_id, run_id
-		return isID(t)
-	case 1: // effect_class
-		return len(t) == 3 && t[:2] == "SE" && '0' <= t[2] && t[2] <= '4'
-	case 2: // entry_hash
-		return hashMatches || hexHashes || isHex64(t)
-	case 6: // parent_hash
-		return hexHashes || isHex64(t)
-	case 3, 11: // harness_version, task_family: minLength 1
-		return t != ""
-	case 4:
-		return isKind(t)
-	case 5: // lineage
-		switch t {
-		case "plan", "attempt", "interaction", "environment", "strategy":
-			return true
-		}
-		return false
-	case 9: // const
-		return t == events.EntrySchema
-	case 12:
-		return isDateTime(t)
+// isEffectClass: effect_class's enum, SE0 to SE4.
+func isEffectClass(t string) bool {
+	return len(t) == 3 && t[0] == 'S' && t[1] == 'E' && '0' <= t[2] && t[2] <= '4'
+}
+
+// isLineage: lineage's enum.
+func isLineage(t string) bool {
+	switch t {
+	case "plan", "attempt", "interaction", "environment", "strategy":
+		return true
 	}
 	return false
 }
@@ -124,19 +94,33 @@ func envelopeValid(fields []events.Field) bool {
 			return false
 		}
 	}
-	return envelopeValuesValid(fields, false, false)
+	return envelopeValuesValid(fields, false, false, checkedIDs{})
 }
 
 // envelopeValuesValid is envelopeValid for fields whose keys are
 // envelopeKeys, known already (Entry.HasEnvelopeKeys): the values alone.
-// hashMatches is Entry.HashMatches, hexHashes Entry.HashesHex.
-func envelopeValuesValid(fields []events.Field, hashMatches, hexHashes bool) bool {
-	for i := range fields {
-		if !envelopeMemberValid(i, &fields[i], hashMatches, hexHashes) {
-			return false
-		}
+// hashMatches says entry_hash is the entry's computed hash
+// (Entry.HashMatches), hexHashes that both hashes were read as 64 hex
+// digits (Entry.HashesHex): either way certainly their pattern's; ids
+// are run_id and capsule_id values known to match theirs. The
+// rules are written out member by member, not a loop with a call and a
+// switch for each of the 13.
+func envelopeValuesValid(fields []events.Field, hashMatches, hexHashes bool, ids checkedIDs) bool {
+	if len(fields) != len(envelopeKeys) {
+		return false
 	}
-	return true
+	f := (*[len(envelopeKeys)]events.Field)(fields)
+	const str = events.KindString
+	if f[0].Kind != str || f[1].Kind != str || f[2].Kind != str || f[3].Kind != str || f[4].Kind != str ||
+		f[5].Kind != str || f[6].Kind != str || f[8].Kind != str || f[9].Kind != str || f[11].Kind != str ||
+		f[12].Kind != str || f[7].Kind != events.KindObject {
+		return false
+	}
+	return (ids.capsuleID != "" && f[0].Text == ids.capsuleID || isID(f[0].Text)) && isEffectClass(f[1].Text) &&
+		(hashMatches || hexHashes || isHex64(f[2].Text)) && f[3].Text != "" &&
+		isKind(f[4].Text) && isLineage(f[5].Text) && (hexHashes || isHex64(f[6].Text)) &&
+		(ids.runID != "" && f[8].Text == ids.runID || isID(f[8].Text)) && f[9].Text == events.EntrySchema && isNonNegativeInteger(&f[10]) &&
+		f[11].Text != "" && isDateTime(f[12].Text) && payloadValid(f[7].Members)
 }
 
 // payloadField is the payload of fields that envelopeValid accepted.

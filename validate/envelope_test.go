@@ -6,6 +6,8 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"regexp"
+	"strings"
 	"testing"
 	"testing/fstest"
 
@@ -159,6 +161,33 @@ func TestIsHex64(t *testing.T) {
 	}
 }
 
+// TestIsID: every byte at every position of ids from one byte to beyond
+// two words, and the lengths around 128, as
+// ^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$ reads them byte by byte.
+func TestIsID(t *testing.T) {
+	re := regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$`)
+	for n := 1; n <= 19; n++ {
+		for pos := range n {
+			for c := range 256 {
+				b := []byte(strings.Repeat("a", n))
+				b[pos] = byte(c)
+				if got, want := validate.IsID(string(b)), re.Match(b); got != want {
+					t.Errorf("IsID(%q) = %v, want %v", b, got, want)
+				}
+			}
+		}
+	}
+	for _, n := range []int{0, 127, 128, 129, 200} {
+		s := strings.Repeat("Z9._:-", 40)[:n]
+		if n > 0 {
+			s = "r" + s[1:]
+		}
+		if got, want := validate.IsID(s), re.MatchString(s); got != want {
+			t.Errorf("IsID of %d bytes = %v, want %v", n, got, want)
+		}
+	}
+}
+
 // TestEnvelopeFastCheckOnlyForTheEmbeddedSchema: another envelope schema
 // in a schema directory turns the fast check off; an identical copy, or a
 // directory without an envelope, leaves it on.
@@ -184,5 +213,42 @@ func TestEnvelopeFastCheckOnlyForTheEmbeddedSchema(t *testing.T) {
 		if v.FastEnvelope() != c.want {
 			t.Errorf("%s: fast check %v, want %v", c.name, v.FastEnvelope(), c.want)
 		}
+	}
+}
+
+// TestIsDateTime: every byte of a date-time replaced by a digit or not
+// one, and the fields at their bounds, as time.Parse reads the date and
+// the RFC 3339 grammar the rest (a leap second and a lower-case 't' or
+// 'z' are jsonschema's to decide, so not taken); each verdict also held
+// to jsonschema through an entry.
+func TestIsDateTime(t *testing.T) {
+	v := newValidator(t)
+	valid := func(s string) bool {
+		re := regexp.MustCompile(`^(\d{4}-\d{2}-\d{2})T([01]\d|2[0-3]):[0-5]\d:[0-5]\d(\.\d+)?(Z|[+-]([01]\d|2[0-3]):[0-5]\d)$`)
+		m := re.FindStringSubmatch(s)
+		return m != nil && validate.IsDate(m[1])
+	}
+	cases := []string{"2026-09-02T00:00:00Z", "2026-09-02T23:59:59.123+23:59", "2024-02-29T12:00:00Z", "2023-02-29T12:00:00Z",
+		"2000-02-29T00:00:00Z", "1900-02-29T00:00:00Z", "2026-04-31T00:00:00Z", "2026-12-31T24:00:00Z", "2026-12-31T23:60:00Z",
+		"2026-12-31T23:59:60Z", "2026-00-10T00:00:00Z", "2026-13-10T00:00:00Z", "2026-01-00T00:00:00Z", "2026-01-32T00:00:00Z",
+		"2026-09-02T00:00:00.Z", "2026-09-02T00:00:00+24:00", "2026-09-02T00:00:00-00:60", "2026-09-02T00:00:00", "2026-09-02t00:00:00Z"}
+	base := "2026-09-03T14:30:04.017Z"
+	for i := range base {
+		for _, c := range []byte{'0', '9', '/', ':', 'a', '-', 'T', 'Z', '+'} {
+			b := []byte(base)
+			b[i] = c
+			cases = append(cases, string(b))
+		}
+	}
+	for _, s := range cases {
+		if got, want := validate.IsDateTime(s), valid(s); got != want {
+			t.Errorf("IsDateTime(%q) = %v, want %v", s, got, want)
+		}
+		line := chainLines(t, 1, func(_ int, m map[string]any) { m["ts"] = s })[0]
+		e, err := events.ParseEntry(line)
+		if err != nil {
+			t.Fatal(err)
+		}
+		compareEnvelopeCheck(t, v, e)
 	}
 }

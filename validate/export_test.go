@@ -104,3 +104,32 @@ func (v *Validator) CompileSchemas() error { return v.schemas.compile() }
 
 // IsHex64 is the envelope's check of entry_hash and parent_hash.
 var IsHex64 = isHex64
+
+// MayHold is the canaries' prefilter: bit k is clear when s cannot hold
+// the literal of canary k.
+var MayHold = mayHold
+
+// CanaryNeeds are the literals the prefilter looks for, one a canary, in
+// order.
+func CanaryNeeds() []string {
+	needs := make([]string, len(secretCanaries))
+	for i, c := range secretCanaries {
+		needs[i] = c.need
+	}
+	return needs
+}
+
+// IsID is the envelope's check of run_id and capsule_id.
+var IsID = isID
+
+// CapsuleCheck is the entry check of a capsule's journal, whose
+// capsule.json holds meta.
+func (v *Validator) CapsuleCheck(meta events.CapsuleMeta) events.EntryCheck {
+	return v.capsuleCheck(meta)
+}
+
+// CanaryMinBytes is the length below which no string matches a canary.
+var CanaryMinBytes = canaryMinBytes
+
+// IsDateTime is the envelope's check of ts.
+var IsDateTime = isDateTime

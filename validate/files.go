@@ -156,7 +156,7 @@ func (v *Validator) verifyCapsuleDir(dir string, rep *Report) error {
 	if err != nil {
 		return err
 	}
-	res, err := events.VerifyCapsule(f, jpath, c, v.CheckEntry)
+	res, err := events.VerifyCapsule(f, jpath, c, v.capsuleCheck(c.Meta))
 	rep.Entries = &res.Entries
 	rep.Head = res.Head
 	return rep.refuse(err)

@@ -3,6 +3,7 @@ package validate
 import (
 	"math/bits"
 	"regexp"
+	"regexp/syntax"
 	"strings"
 	"unicode/utf8"
 )
@@ -84,11 +85,11 @@ func asciiCaseless(expr string) string {
 }
 
 // needsAt maps a byte to the canaries (bit k: secretCanaries[k]) whose
-// need holds it at its at, so that one pass over a string finds every need
-// it holds instead of one strings.Contains per canary (the canaries were
-// half of the entry rules' time). The byte is a rare one ("eyJ" is looked
-// for at its 'J', not its 'e'), so that few bytes of a string make a
-// comparison.
+// need holds it at its at, so that one pass over a string finds which
+// needs it may hold instead of one strings.Contains per canary (the
+// canaries were half of the entry rules' time). The byte is a rare one
+// ("eyJ" is looked for at its 'J', not its 'e'), so that few strings hold
+// any.
 var needsAt = func() (t [256]uint16) {
 	if len(secretCanaries) > 16 {
 		panic("validate: more secret canaries than needsAt's bits")
@@ -99,31 +100,97 @@ var needsAt = func() (t [256]uint16) {
 	return t
 }()
 
+// mayHold is the union of needsAt over the bytes of s: bit k is clear when
+// s cannot hold secretCanaries[k].need. Eight bytes at a time, the last
+// eight of a string of eight or more read as a word too (again in part),
+// so that no byte is looked at on its own but in a string shorter than
+// a word.
+func mayHold(s string) uint16 {
+	var m uint16
+	i := 0
+	for ; len(s)-i >= 8; i += 8 {
+		w := s[i : i+8]
+		m |= needsAt[w[0]] | needsAt[w[1]] | needsAt[w[2]] | needsAt[w[3]] |
+			needsAt[w[4]] | needsAt[w[5]] | needsAt[w[6]] | needsAt[w[7]]
+	}
+	switch {
+	case i == len(s):
+	case len(s) >= 8:
+		w := s[len(s)-8:]
+		m |= needsAt[w[0]] | needsAt[w[1]] | needsAt[w[2]] | needsAt[w[3]] |
+			needsAt[w[4]] | needsAt[w[5]] | needsAt[w[6]] | needsAt[w[7]]
+	default:
+		for ; i < len(s); i++ {
+			m |= needsAt[s[i]]
+		}
+	}
+	return m
+}
+
+// canaryMinBytes is the length of the shortest string any canary can
+// match: each pattern's shortest match in code units (minRunes), the
+// least of them. A code unit of codeUnitView is a rune of at least one
+// byte, and the view has the bytes of s, so a shorter string matches
+// none (most payload strings are such: ids, names, statuses).
+var canaryMinBytes = func() int {
+	least := -1
+	for _, c := range secretCanaries {
+		re, err := syntax.Parse(c.re.String(), syntax.Perl)
+		if err != nil {
+			panic("validate: canary " + c.name + ": " + err.Error())
+		}
+		if n := minRunes(re); least < 0 || n < least {
+			least = n
+		}
+	}
+	return least
+}()
+
+// minRunes is the fewest runes a match of re holds.
+func minRunes(re *syntax.Regexp) int {
+	switch re.Op {
+	case syntax.OpLiteral:
+		return len(re.Rune)
+	case syntax.OpCharClass, syntax.OpAnyChar, syntax.OpAnyCharNotNL:
+		return 1
+	case syntax.OpCapture, syntax.OpPlus:
+		return minRunes(re.Sub[0])
+	case syntax.OpRepeat:
+		return re.Min * minRunes(re.Sub[0])
+	case syntax.OpConcat:
+		n := 0
+		for _, sub := range re.Sub {
+			n += minRunes(sub)
+		}
+		return n
+	case syntax.OpAlternate:
+		n := -1
+		for _, sub := range re.Sub {
+			if m := minRunes(sub); n < 0 || m < n {
+				n = m
+			}
+		}
+		return max(n, 0)
+	}
+	return 0 // empty, assertions, star, quest: none needed
+}
+
 // matchSecret returns the first canary, in the upstream's order, that s
 // matches, or nil.
 func matchSecret(s string) *secretCanary {
+	if len(s) < canaryMinBytes {
+		return nil
+	}
+	may := mayHold(s)
+	if may == 0 {
+		return nil
+	}
 	var found uint16 // bit k: s holds secretCanaries[k].need
-	for i := 0; i < len(s); i++ {
-		// Eight bytes at a time, while none of them is a canary's byte
-		// not yet found: most payload strings hold few.
-		for len(s)-i >= 8 {
-			w := s[i : i+8]
-			if (needsAt[w[0]]|needsAt[w[1]]|needsAt[w[2]]|needsAt[w[3]]|
-				needsAt[w[4]]|needsAt[w[5]]|needsAt[w[6]]|needsAt[w[7]])&^found != 0 {
-				break
-			}
-			i += 8
-		}
-		if i >= len(s) {
-			break
-		}
-		m := needsAt[s[i]] &^ found
-		for m != 0 {
-			k := bits.TrailingZeros16(m)
-			m &^= 1 << k
-			if c := &secretCanaries[k]; i >= c.at && strings.HasPrefix(s[i-c.at:], c.need) {
-				found |= 1 << k
-			}
+	for m := may; m != 0; {
+		k := bits.TrailingZeros16(m)
+		m &^= 1 << k
+		if strings.Contains(s, secretCanaries[k].need) {
+			found |= 1 << k
 		}
 	}
 	if found == 0 {

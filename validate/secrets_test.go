@@ -441,3 +441,40 @@ func TestSecretCanariesNoAllocs(t *testing.T) {
 		}
 	}
 }
+
+// TestMayHold: every canary's literal, at every position of strings
+// shorter than a word, of a word and of up to two words and a part, is
+// seen by the prefilter; a string of none of their bytes is not.
+func TestMayHold(t *testing.T) {
+	for k, need := range validate.CanaryNeeds() {
+		for n := len(need); n <= 2*8+7; n++ {
+			for at := 0; at+len(need) <= n; at++ {
+				s := strings.Repeat(".", at) + need + strings.Repeat(".", n-at-len(need))
+				if validate.MayHold(s)&(1<<k) == 0 {
+					t.Errorf("MayHold(%q) misses %q", s, need)
+				}
+			}
+		}
+	}
+	for n := range 2*8 + 8 {
+		if s := strings.Repeat("az09 .", 4)[:n]; validate.MayHold(s) != 0 {
+			t.Errorf("MayHold(%q) = %#x, want 0", s, validate.MayHold(s))
+		}
+	}
+}
+
+// TestCanaryMinBytes: the shortest string a canary matches is as long as
+// canaryMinBytes says (an env_assignment: TOKEN, '=' and eight more), and
+// a string of the patterns' own bytes one shorter matches none.
+func TestCanaryMinBytes(t *testing.T) {
+	if validate.CanaryMinBytes != 14 {
+		t.Fatalf("CanaryMinBytes = %d, want 14", validate.CanaryMinBytes)
+	}
+	s := cat("TO", "KEN=") + "abcdefgh"
+	if got := validate.MatchSecretPatterns(s); got != "env_assignment" {
+		t.Fatalf("MatchSecretPatterns(%q) = %q, want env_assignment", s, got)
+	}
+	if got := validate.MatchSecretPatterns(s[:len(s)-1]); got != "" {
+		t.Fatalf("MatchSecretPatterns(%q) = %q, want none", s[:len(s)-1], got)
+	}
+}
