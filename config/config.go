@@ -161,7 +161,7 @@ type Serve struct {
 	Listen       string        `name:"listen" help:"Embedded server: client listen address." default:"127.0.0.1:4222" yaml:"listen"`
 	StoreDir     string        `name:"store-dir" help:"Embedded server: JetStream store directory." default:"./data" yaml:"store-dir"`
 	SyncInterval time.Duration `name:"sync-interval" help:"Embedded server: fsync interval; 0 (default) fsyncs before every acknowledgement." default:"0s" yaml:"sync-interval"`
-	MaxPayload   string        `name:"max-payload" help:"Embedded server: largest message accepted (e.g. 1MB); empty keeps the server default." yaml:"max-payload"`
+	MaxPayload   string        `name:"max-payload" help:"Embedded server: largest message accepted (e.g. 1MB; at least 64KB); empty keeps the server default." yaml:"max-payload"`
 	MaxStore     string        `name:"max-store" help:"Embedded server: cap on the JetStream file store (e.g. 10GB); empty means the disk is the limit." yaml:"max-store"`
 	Replicas     int           `name:"replicas" help:"Room stream replicas when it is created: default 1 embedded, 3 with --server." yaml:"replicas"`
 	Stream       string        `name:"stream" help:"Room stream name: the first partition's with --partitions (the others are <stream>-1 …)." default:"ROOMS" yaml:"stream"`
@@ -225,8 +225,10 @@ func (s *Serve) Validate() error {
 	if s.SyncInterval < 0 {
 		bad("--sync-interval must not be negative")
 	}
-	if _, err := ParseSize(s.MaxPayload); err != nil {
+	if n, err := ParseSize(s.MaxPayload); err != nil {
 		bad("--max-payload: %v", err)
+	} else if n != 0 && n < MinMaxPayload {
+		bad("--max-payload %s is below %d bytes: a request carries its lines and the gate's headers, and a client keeps 8 KiB of a message for them", s.MaxPayload, MinMaxPayload)
 	}
 	if _, err := ParseSize(s.MaxStore); err != nil {
 		bad("--max-store: %v", err)
@@ -319,6 +321,12 @@ func (s *Serve) Validate() error {
 	}
 	return errors.Join(errs...)
 }
+
+// MinMaxPayload is the least --max-payload serve takes, in bytes: a
+// journal request is at most the server's max payload less the 8 KiB a
+// client keeps for headers (client.ShipOptions.BatchBytes), and the gate
+// adds its own headers to every stored message.
+const MinMaxPayload = 64 << 10
 
 // ParseSize parses "", "1048576", "512KB", "1MB" into bytes (powers of
 // 1024); "" is 0, meaning "the default".

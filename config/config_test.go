@@ -2,6 +2,7 @@ package config_test
 
 import (
 	"errors"
+	"fmt"
 	"net"
 	"os"
 	"path/filepath"
@@ -138,6 +139,22 @@ func TestServeValidateReportsEveryProblem(t *testing.T) {
 		"--tiles serves on the --http listener", "--tiles needs --origin", "--tiles-cache", "--partitions 65: want 1 to 64"} {
 		if !strings.Contains(err.Error(), want) {
 			t.Errorf("%q missing from %v", want, err)
+		}
+	}
+}
+
+// TestServeMaxPayloadFloor: a --max-payload that leaves no room for a
+// journal request is refused with the least serve takes; that least and
+// the server default ("") are taken.
+func TestServeMaxPayloadFloor(t *testing.T) {
+	for mp, want := range map[string]string{"1KB": "--max-payload 1KB is below 65536 bytes", "65535": "--max-payload 65535 is below 65536 bytes", "64KB": "", "": ""} {
+		s := config.Serve{Listen: "127.0.0.1:4222", StoreDir: t.TempDir(), MaxPayload: mp, MaxBatch: 1000, MaxInflightBatches: 50, Replicas: 1, Partitions: 1}
+		err := s.Validate()
+		switch {
+		case want == "" && err != nil && strings.Contains(err.Error(), "--max-payload"):
+			t.Errorf("--max-payload %q: %v", mp, err)
+		case want != "" && (!errors.Is(err, config.ErrInvalid) || !strings.Contains(fmt.Sprint(err), want)):
+			t.Errorf("--max-payload %q: %v, want %q", mp, err, want)
 		}
 	}
 }

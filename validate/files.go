@@ -12,6 +12,7 @@ import (
 	"strings"
 
 	"github.com/roompub/roompub/events"
+	"github.com/roompub/roompub/internal/regularfile"
 )
 
 // Kinds of input the offline verifier recognises, told from content.
@@ -147,7 +148,7 @@ const MaxRecordBytes = 8 << 20
 // (events.VerifyCapsule).
 func (v *Validator) verifyCapsuleDir(dir string, rep *Report) error {
 	jpath := filepath.Join(dir, JournalFile)
-	f, err := os.Open(jpath)
+	f, err := regularfile.Open(jpath)
 	if err != nil {
 		return fmt.Errorf("%w: %s is not a capsule directory: %v", ErrUsage, dir, err)
 	}
@@ -167,7 +168,7 @@ func (v *Validator) verifyCapsuleDir(dir string, rep *Report) error {
 // error wrapping ErrUsage.
 func ReadCapsule(dir string) (events.CapsuleFile, error) {
 	cpath := filepath.Join(dir, CapsuleFile)
-	raw, err := os.ReadFile(cpath)
+	raw, err := regularfile.ReadFile(cpath)
 	if errors.Is(err, os.ErrNotExist) {
 		return events.CapsuleFile{Problems: []events.Problem{{Code: events.InvalidCapsule,
 			At: events.Location{File: cpath}, Reason: "the capsule directory has no capsule.json"}}}, nil

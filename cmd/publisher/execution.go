@@ -15,6 +15,7 @@ import (
 
 	"github.com/roompub/roompub/config"
 	"github.com/roompub/roompub/events"
+	"github.com/roompub/roompub/internal/regularfile"
 	"github.com/roompub/roompub/room"
 	"github.com/roompub/roompub/room/client"
 )
@@ -159,23 +160,8 @@ func (c *executionCmd) Run(s *streams) error {
 var errExecutionIncomplete = errors.New("not every record was shipped")
 
 // readRecordFile reads a record file, which must be a regular file: a
-// FIFO or a device would block the run (opened without blocking, checked,
-// then read).
-func readRecordFile(name string) ([]byte, error) {
-	f, err := os.OpenFile(name, os.O_RDONLY|syscall.O_NONBLOCK, 0)
-	if err != nil {
-		return nil, err
-	}
-	defer f.Close()
-	fi, err := f.Stat()
-	if err != nil {
-		return nil, err
-	}
-	if !fi.Mode().IsRegular() {
-		return nil, fmt.Errorf("%s: not a regular file (%s)", name, fi.Mode().Type())
-	}
-	return io.ReadAll(f)
-}
+// FIFO or a device would block the run (regularfile).
+func readRecordFile(name string) ([]byte, error) { return regularfile.ReadFile(name) }
 
 // printSkipped prints the --json object of each of files, the files
 // given from index first on, whose records were not sent: skipped, why.

@@ -1,15 +1,16 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 	"slices"
 	"strconv"
-	"strings"
 	"sync"
 	"syscall"
 
@@ -18,6 +19,7 @@ import (
 	"golang.org/x/term"
 
 	"github.com/roompub/roompub/config"
+	"github.com/roompub/roompub/internal/regularfile"
 	"github.com/roompub/roompub/room"
 	"github.com/roompub/roompub/room/client"
 	"github.com/roompub/roompub/validate"
@@ -321,9 +323,20 @@ func (b *bar) finish() {
 }
 
 func countLines(dir string) int {
-	data, err := os.ReadFile(dir + string(os.PathSeparator) + validate.JournalFile)
+	f, err := regularfile.Open(filepath.Join(dir, validate.JournalFile))
 	if err != nil {
 		return -1
 	}
-	return strings.Count(string(data), "\n")
+	defer f.Close()
+	n, buf := 0, make([]byte, 256<<10)
+	for {
+		k, err := f.Read(buf)
+		n += bytes.Count(buf[:k], []byte{'\n'})
+		if err != nil {
+			if err != io.EOF {
+				return -1
+			}
+			return n
+		}
+	}
 }

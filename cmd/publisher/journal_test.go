@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"encoding/json"
+	"os"
 	"path/filepath"
 	"strings"
 	"sync/atomic"
@@ -116,11 +117,26 @@ func TestJournalJSONNoServer(t *testing.T) {
 func TestJournalRunAgainOnlyWhenItHelps(t *testing.T) {
 	url := startNATS(t, 0).ClientURL() // no ingest service: no responders
 	empty := t.TempDir()
+	// A FIFO for journal.ndjson, then for capsule.json: refused before
+	// anything is read (opening one blocks until a writer comes, deaf to
+	// SIGTERM).
+	fifoJournal, fifoCapsule := t.TempDir(), t.TempDir()
+	if err := syscall.Mkfifo(filepath.Join(fifoJournal, "journal.ndjson"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(fifoCapsule, "journal.ndjson"), nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := syscall.Mkfifo(filepath.Join(fifoCapsule, "capsule.json"), 0o600); err != nil {
+		t.Fatal(err)
+	}
 	for _, tc := range []struct {
 		dir, err string
 		hint     bool
 	}{
 		{empty, "is not a capsule directory", false},
+		{fifoJournal, "journal.ndjson is a FIFO, not a regular file", false},
+		{fifoCapsule, "capsule.json: not a regular file (a FIFO)", false},
 		{filepath.Join(empty, "missing"), "is not a capsule directory", false},
 		{samples + "/capsules/csv-dedupe/journal.ndjson", "is not a capsule directory", false},
 		{samples + "/capsules/csv-dedupe", "ingest service unavailable", true},

@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 
 	"github.com/roompub/roompub/events"
+	"github.com/roompub/roompub/internal/regularfile"
 )
 
 type keygenCmd struct {
@@ -40,7 +41,7 @@ func (c *keygenCmd) Run(s *streams) error {
 // wrapping fs.ErrExist).
 func writeSecretFile(path string, data []byte, force bool) error {
 	if fi, err := os.Lstat(path); force && err == nil && !fi.Mode().IsRegular() {
-		return fmt.Errorf("%s is not a regular file (%s); --force replaces only a regular file: %w", path, fileKind(fi.Mode()), fs.ErrExist)
+		return fmt.Errorf("%s is not a regular file (%s); --force replaces only a regular file: %w", path, regularfile.Kind(fi.Mode()), fs.ErrExist)
 	}
 	if !force {
 		f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
@@ -82,21 +83,4 @@ func finishSecretFile(f *os.File, data []byte, name string) error {
 		return fmt.Errorf("write %s: %w", name, err)
 	}
 	return nil
-}
-
-// fileKind names a mode's file type for an error message.
-func fileKind(m fs.FileMode) string {
-	switch {
-	case m&fs.ModeSymlink != 0:
-		return "a symbolic link"
-	case m.IsDir():
-		return "a directory"
-	case m&fs.ModeDevice != 0:
-		return "a device"
-	case m&fs.ModeNamedPipe != 0:
-		return "a FIFO"
-	case m&fs.ModeSocket != 0:
-		return "a socket"
-	}
-	return "not a regular file"
 }

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/roompub/roompub/events"
+	"github.com/roompub/roompub/internal/regularfile"
 	"github.com/roompub/roompub/room"
 	"github.com/roompub/roompub/validate"
 )
@@ -110,8 +111,12 @@ func newShipper(ctx context.Context, c *Client, dir, roomID string, o ShipOption
 		// capsule.json beside it.
 		return nil, fmt.Errorf("%w: %s is not a capsule directory but a file: give the directory that holds capsule.json and journal.ndjson", ErrShip, dir)
 	}
-	if _, err := os.Stat(s.jpath); err != nil {
+	if fi, err := os.Stat(s.jpath); err != nil {
 		return nil, fmt.Errorf("%w: %s is not a capsule directory: %v", ErrShip, dir, err)
+	} else if !fi.Mode().IsRegular() {
+		// A FIFO would block the pass's read in a system call no signal
+		// ends; a device might never end.
+		return nil, fmt.Errorf("%w: %s is not a capsule directory: %s is %s, not a regular file", ErrShip, dir, s.jpath, regularfile.Kind(fi.Mode()))
 	}
 	meta, err := validate.ReadCapsuleMeta(dir)
 	if err != nil {
@@ -154,7 +159,7 @@ func (s *shipper) resume(ctx context.Context) error {
 	if head.Next == 0 || (head.RoomID != "" && head.RoomID != s.res.RoomID) {
 		return nil
 	}
-	f, err := os.Open(s.jpath)
+	f, err := regularfile.Open(s.jpath)
 	if err != nil {
 		return fmt.Errorf("%w: %v", ErrShip, err)
 	}
@@ -237,7 +242,7 @@ func (s *shipper) afterStop(ctx context.Context) error {
 	if head.RoomID != s.res.RoomID || head.Next <= int64(s.line) || head.Lost != nil {
 		return nil
 	}
-	f, err := os.Open(s.jpath)
+	f, err := regularfile.Open(s.jpath)
 	if err != nil {
 		return fmt.Errorf("%w: %v", ErrShip, err)
 	}
@@ -277,7 +282,7 @@ func (s *shipper) stopped(ctx context.Context) error {
 // it has shipped all complete lines (or recorded a refusal),
 // ErrUnavailable-wrapping errors when the service went away.
 func (s *shipper) pass(ctx context.Context) error {
-	f, err := os.Open(s.jpath)
+	f, err := regularfile.Open(s.jpath)
 	if err != nil {
 		return fmt.Errorf("%w: %v", ErrShip, err)
 	}
@@ -297,6 +302,9 @@ func (s *shipper) pass(ctx context.Context) error {
 			return fmt.Errorf("%w: not connected", ErrUnavailable)
 		}
 		batchBytes = int(mp) - 8<<10
+		if batchBytes <= 0 {
+			return fmt.Errorf("%w: the server's max payload of %d bytes leaves no room for a journal request (8 KiB of a message are kept for headers)", ErrShip, mp)
+		}
 	}
 	// left is what the journal held past the offset when the pass began,
 	// less what was sent since (-1: not known). A request's buffer is made
