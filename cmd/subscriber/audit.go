@@ -101,6 +101,10 @@ func (c *auditCmd) Run(s *streams) error {
 	if err != nil {
 		return err
 	}
+	if n := rep.Attestation.StateIgnored; n > 0 {
+		fmt.Fprintf(s.err, "audit: %s: %d kept checkpoint(s) ignored and left in place (%s); give each deployment its own --state-dir\n",
+			state.Dir, n, keptIgnoredWhy)
+	}
 	if c.JSON {
 		b, _ := json.Marshal(rep)
 		fmt.Fprintf(s.out, "%s\n", b)
@@ -120,6 +124,10 @@ func (c *auditCmd) Run(s *streams) error {
 	}
 	return nil
 }
+
+// keptIgnoredWhy says why an audit ignores kept checkpoints
+// (reader.AttestationFacts.StateIgnored), for people.
+const keptIgnoredWhy = "signed by a key not in --trusted-publisher, or of another deployment than --origin: another deployment's state"
 
 // errEmpty: an audit read no message of what it was asked to audit. It
 // exits as a refusal does (ExitRefused): a clean verdict on nothing is no
@@ -231,6 +239,9 @@ func printCheckpoints(w io.Writer, rep *reader.AuditReport) {
 		return
 	}
 	fmt.Fprintf(w, "attestations and checkpoints: checked; trusted publishers %s\n", strings.Join(a.TrustedPublishers, ", "))
+	if a.StateIgnored > 0 {
+		fmt.Fprintf(w, "state dir: %d kept checkpoint(s) ignored (%s)\n", a.StateIgnored, keptIgnoredWhy)
+	}
 	if wf := rep.Witness; wf != nil {
 		fmt.Fprintf(w, "deployment log %s (stream %s): %d entries, %d checkpoints verified, %d refused; quorum %s\n",
 			wf.Origin, wf.Stream, wf.Entries, wf.Checkpoints, wf.Refused, wf.Quorum)
