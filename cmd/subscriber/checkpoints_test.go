@@ -325,7 +325,7 @@ func TestAuditStateOfAnotherDeployment(t *testing.T) {
 	status, stdout, stderr := audit(urlB, false, keys[1])
 	if status != config.ExitOK || strings.Contains(stdout, "checkpoint_mismatch") ||
 		!strings.Contains(stdout, "state dir: 1 kept checkpoint(s) ignored (signed by a key not in --trusted-publisher") ||
-		!strings.Contains(stderr, "audit: "+state+": 1 kept checkpoint(s) ignored and left in place") {
+		!strings.Contains(stderr, "subscriber: audit: "+state+": 1 kept checkpoint(s) ignored and left in place") {
 		t.Errorf("audit of B beside A's state: status %d\n%s\n%s", status, stdout, stderr)
 	}
 	if b, err := os.ReadFile(filepath.Join(state, kept[0].Name())); err != nil || !bytes.Equal(b, keptA) {
