@@ -30,7 +30,7 @@ type auditCmd struct {
 	FromSeq     uint64    `name:"from-seq" placeholder:"N" help:"Start at stream sequence N (chains are anchored at their first entry seen; attestations and checkpoints are not checked)."`
 	Since       time.Time `name:"since" placeholder:"TIME" help:"Start at the first message stored at or after TIME (RFC 3339; attestations and checkpoints are not checked)." format:"2006-01-02T15:04:05Z07:00"`
 	JSON        bool      `name:"json" help:"Print the report as one JSON object."`
-	StateDir    string    `name:"state-dir" help:"Directory of the subscriber's state: with --trusted-publisher, the last checkpoint verified per room (a room whose newest checkpoint is smaller or not consistent with it is refused as rolled back or forked). Default $XDG_STATE_HOME/roompub, else ~/.local/state/roompub; one directory per deployment." placeholder:"DIR" yaml:"state-dir"`
+	StateDir    string    `name:"state-dir" help:"Directory of the subscriber's state: with --trusted-publisher, the last checkpoint verified per room (a room whose newest checkpoint is smaller or not consistent with it is refused as rolled back or forked). Default $XDG_STATE_HOME/roompub, else ~/.local/state/roompub; one directory per deployment (a kept checkpoint signed by a key not trusted, or of another --origin, is ignored and left in place)." placeholder:"DIR" yaml:"state-dir"`
 	Checkpoints []string  `name:"checkpoint" type:"existingfile" placeholder:"FILE" help:"A signed checkpoint note obtained elsewhere (repeatable): it must verify under --trusted-publisher and be consistent with its room as read (catches a fork shown to different readers)."`
 	AllowEmpty  bool      `name:"allow-empty" help:"Accept an audit that reads no message (of the stream, or of a room given with --room): without it that is the verdict EMPTY, exit 1 (a mistyped room id reads nothing)." yaml:"allow-empty"`
 }
@@ -101,6 +101,10 @@ func (c *auditCmd) Run(s *streams) error {
 	if err != nil {
 		return err
 	}
+	if n := rep.Attestation.StateIgnored; n > 0 {
+		fmt.Fprintf(s.err, "subscriber: audit: %s: %d kept checkpoint(s) ignored and left in place (%s); give each deployment its own --state-dir\n",
+			state.Dir, n, keptIgnoredWhy)
+	}
 	if c.JSON {
 		b, _ := json.Marshal(rep)
 		fmt.Fprintf(s.out, "%s\n", b)
@@ -120,6 +124,10 @@ func (c *auditCmd) Run(s *streams) error {
 	}
 	return nil
 }
+
+// keptIgnoredWhy says why an audit ignores kept checkpoints
+// (reader.AttestationFacts.StateIgnored), for people.
+const keptIgnoredWhy = "signed by a key not in --trusted-publisher, or of another deployment than --origin: another deployment's state"
 
 // errEmpty: an audit read no message of what it was asked to audit. It
 // exits as a refusal does (ExitRefused): a clean verdict on nothing is no
@@ -231,6 +239,9 @@ func printCheckpoints(w io.Writer, rep *reader.AuditReport) {
 		return
 	}
 	fmt.Fprintf(w, "attestations and checkpoints: checked; trusted publishers %s\n", strings.Join(a.TrustedPublishers, ", "))
+	if a.StateIgnored > 0 {
+		fmt.Fprintf(w, "state dir: %d kept checkpoint(s) ignored (%s)\n", a.StateIgnored, keptIgnoredWhy)
+	}
 	if wf := rep.Witness; wf != nil {
 		fmt.Fprintf(w, "deployment log %s (stream %s): %d entries, %d checkpoints verified, %d refused; quorum %s\n",
 			wf.Origin, wf.Stream, wf.Entries, wf.Checkpoints, wf.Refused, wf.Quorum)

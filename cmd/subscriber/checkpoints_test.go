@@ -41,6 +41,13 @@ const cliRoom = "room:cli"
 // a forged seventh entry. It returns the server URL, the entries and the checkpoint note.
 func attestedServer(t *testing.T, pub *events.HostKey) (url string, es []*events.Entry, note []byte, tree *checkpoint.Tree) {
 	t.Helper()
+	return attestedRoom(t, pub, cliRoom, true)
+}
+
+// attestedRoom is attestedServer writing roomID, without the forged
+// entry unless forged.
+func attestedRoom(t *testing.T, pub *events.HostKey, roomID string, forged bool) (url string, es []*events.Entry, note []byte, tree *checkpoint.Tree) {
+	t.Helper()
 	srv, err := embedded.Start(embedded.Options{Listen: "127.0.0.1:-1", StoreDir: t.TempDir()})
 	if err != nil {
 		t.Fatal(err)
@@ -68,7 +75,7 @@ func attestedServer(t *testing.T, pub *events.HostKey) (url string, es []*events
 		}
 	}
 	key := events.ChainKey{RunID: "run-1", CapsuleID: "cap-1"}
-	subject := subj.Journal(cliRoom, key)
+	subject := subj.Journal(roomID, key)
 	parent := events.ZeroHash
 	tree = checkpoint.NewTree()
 	var batch []checkpoint.Statement
@@ -86,16 +93,18 @@ func attestedServer(t *testing.T, pub *events.HostKey) (url string, es []*events
 		parent = e.EntryHash()
 		c := checkpoint.ContentHash(e.Canonical())
 		if i == 6 {
-			publish(subject, e.Canonical(), "") // forged: no attestation
+			if forged {
+				publish(subject, e.Canonical(), "") // no attestation
+			}
 			continue
 		}
-		tree.Append(checkpoint.LeafHash(cliRoom, subject, c))
+		tree.Append(checkpoint.LeafHash(roomID, subject, c))
 		if i == 5 {
 			// A batch of one, as an append of one entry is.
-			publish(subject, e.Canonical(), checkpoint.Attest(pub, cliRoom, subject, checkpoint.JournalPosition(int64(i)), c))
+			publish(subject, e.Canonical(), checkpoint.Attest(pub, roomID, subject, checkpoint.JournalPosition(int64(i)), c))
 			continue
 		}
-		batch = append(batch, checkpoint.Statement{Room: cliRoom, Subject: subject, Position: checkpoint.JournalPosition(int64(i)), Content: c})
+		batch = append(batch, checkpoint.Statement{Room: roomID, Subject: subject, Position: checkpoint.JournalPosition(int64(i)), Content: c})
 		if i == 4 {
 			// Entries 0-4: one atomic batch, one signature (the gate's
 			// way), stored in order.
@@ -106,10 +115,10 @@ func attestedServer(t *testing.T, pub *events.HostKey) (url string, es []*events
 			if err != nil {
 				t.Fatal(err)
 			}
-			if note, err = checkpoint.Sign(s, cliRoom, tree.Size(), tree.Root()); err != nil {
+			if note, err = checkpoint.Sign(s, roomID, tree.Size(), tree.Root()); err != nil {
 				t.Fatal(err)
 			}
-			publish(subj.Checkpoint(cliRoom), note, "")
+			publish(subj.Checkpoint(roomID), note, "")
 		}
 	}
 	return srv.ClientURL(), es, note, tree
@@ -273,6 +282,66 @@ func TestAuditCheckpointFlags(t *testing.T) {
 	}
 	if status, _, stderr = invoke(t, "", "audit", "--server", url, "--checkpoint", goodNote); status != config.ExitUsage || !strings.Contains(stderr, "--checkpoint needs --trusted-publisher") {
 		t.Errorf("--checkpoint without keys: status %d %s", status, stderr)
+	}
+}
+
+// TestAuditStateOfAnotherDeployment: two deployments audited with one
+// --state-dir, each trusting its own publisher key. The first audit keeps
+// its room's checkpoint; the audit of the second, clean, deployment ignores
+// it (another key signed it), says so on stderr and in the report, exits
+// 0 and leaves it in place. Trusting both keys, the first deployment's
+// room is absent from the second's stream: rolled back.
+func TestAuditStateOfAnotherDeployment(t *testing.T) {
+	var keys [2]*events.HostKey
+	for i := range keys {
+		k, err := events.GenerateHostKey(rand.Reader)
+		if err != nil {
+			t.Fatal(err)
+		}
+		keys[i] = k
+	}
+	urlA, _, _, _ := attestedRoom(t, keys[0], "room:tt", false)
+	urlB, _, _, _ := attestedRoom(t, keys[1], "room:b", false)
+	state := filepath.Join(t.TempDir(), "state")
+	audit := func(url string, json bool, keys ...*events.HostKey) (int, string, string) {
+		args := []string{"audit", "--server", url, "--state-dir", state}
+		if json {
+			args = append(args, "--json")
+		}
+		for _, k := range keys {
+			args = append(args, "--trusted-publisher", k.NodeID())
+		}
+		return invoke(t, "", args...)
+	}
+	if status, stdout, stderr := audit(urlA, false, keys[0]); status != config.ExitOK || strings.Contains(stderr, "ignored") {
+		t.Fatalf("audit of A: status %d\n%s\n%s", status, stdout, stderr)
+	}
+	kept, err := os.ReadDir(state)
+	if err != nil || len(kept) != 1 {
+		t.Fatalf("state after A: %v, %v", kept, err)
+	}
+	keptA, _ := os.ReadFile(filepath.Join(state, kept[0].Name()))
+
+	status, stdout, stderr := audit(urlB, false, keys[1])
+	if status != config.ExitOK || strings.Contains(stdout, "checkpoint_mismatch") ||
+		!strings.Contains(stdout, "state dir: 1 kept checkpoint(s) ignored (signed by a key not in --trusted-publisher") ||
+		!strings.Contains(stderr, "subscriber: audit: "+state+": 1 kept checkpoint(s) ignored and left in place") {
+		t.Errorf("audit of B beside A's state: status %d\n%s\n%s", status, stdout, stderr)
+	}
+	if b, err := os.ReadFile(filepath.Join(state, kept[0].Name())); err != nil || !bytes.Equal(b, keptA) {
+		t.Errorf("A's kept checkpoint after B's audit: %v", err)
+	}
+	status, stdout, _ = audit(urlB, true, keys[1])
+	var rep reader.AuditReport
+	if err := json.Unmarshal([]byte(stdout), &rep); status != config.ExitOK || err != nil || rep.Attestation.StateIgnored != 1 || !strings.Contains(stdout, `"state_ignored":1`) {
+		t.Errorf("json audit of B: status %d, %v\n%s", status, err, stdout)
+	}
+
+	// Trusting A's key too, A's kept checkpoint is this reader's: its room
+	// is not on B's stream.
+	status, stdout, _ = audit(urlB, false, keys[1], keys[0])
+	if status != config.ExitRefused || !strings.Contains(stdout, "checkpoint_mismatch at stream seq 0 (rooms.tt.checkpoint): rolled back or forked: this reader verified a checkpoint of size 5") {
+		t.Errorf("audit of B trusting A's key: status %d\n%s", status, stdout)
 	}
 }
 

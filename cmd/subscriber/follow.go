@@ -22,7 +22,7 @@ type followCmd struct {
 	Rooms     []string `name:"room" required:"" placeholder:"ROOM" help:"Room to follow (repeatable)."`
 	Durable   string   `name:"durable" required:"" placeholder:"NAME" help:"Durable consumer name: where this subscriber resumes after a restart."`
 	JSON      bool     `name:"json" help:"Print events as JSON lines (the default; kept for symmetry with the other commands)." default:"true" negatable:""`
-	StateDir  string   `name:"state-dir" help:"Directory of the subscriber's state: with --trusted-publisher, the last checkpoint verified per room (a room whose newest checkpoint is smaller or not consistent with it is refused as rolled back or forked). Default $XDG_STATE_HOME/roompub, else ~/.local/state/roompub; one directory per deployment. The set-aside list <durable>.set-aside.ndjson is kept there too." placeholder:"DIR" yaml:"state-dir"`
+	StateDir  string   `name:"state-dir" help:"Directory of the subscriber's state: with --trusted-publisher, the last checkpoint verified per room (a room whose newest checkpoint is smaller or not consistent with it is refused as rolled back or forked). Default $XDG_STATE_HOME/roompub, else ~/.local/state/roompub; one directory per deployment (a kept checkpoint signed by a key not trusted, or of another --origin, is ignored and left in place). The set-aside list <durable>.set-aside.ndjson is kept there too." placeholder:"DIR" yaml:"state-dir"`
 	Reexamine bool     `name:"reexamine" help:"Before following, decide again, with this run's --trusted-host, --trusted-publisher and --schema-dir, the messages the set-aside list holds (set aside and acknowledged, so never delivered again): print those that pass now, marked \"reexamined\", in stream order, and keep the rest listed." yaml:"reexamine"`
 }
 

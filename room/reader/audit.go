@@ -110,6 +110,12 @@ type AttestationFacts struct {
 	// Why it was not checked.
 	Why               string   `json:"why,omitempty"`
 	TrustedPublishers []string `json:"trusted_publishers,omitempty"`
+	// StateIgnored counts the checkpoints of the state directory
+	// (AuditOptions.State) not held against the stream: signed by a key
+	// the trust does not hold, or of another deployment origin than the
+	// one it pins. Another trust verified them (another deployment's
+	// reader sharing the directory); their files are left as they are.
+	StateIgnored int `json:"state_ignored,omitempty"`
 }
 
 // AuditReport is the verdict of one replay.
@@ -280,7 +286,7 @@ func audit(ctx context.Context, js jetstream.JetStream, o AuditOptions, tune aud
 		// its root and proof need the whole tree.
 		r.fullTrees = tune.fullTrees || len(o.External) > 0 || o.Witnessing != nil
 		rep.Attestation = AttestationFacts{Checked: true, TrustedPublishers: o.Trust.NodeIDs()}
-		if err := loadFloors(r, o.State, o.Rooms, tune.ofPartition); err != nil {
+		if rep.Attestation.StateIgnored, err = loadFloors(r, o.State, o.Rooms, tune.ofPartition); err != nil {
 			return nil, nil, err
 		}
 	}
@@ -415,31 +421,57 @@ func roomOfSubject(subjects room.Subjects, subject string) string {
 	return room.RoomIDPrefix + id
 }
 
-// loadFloors gives each room's ledger the checkpoint state holds for it:
-// rooms, or every room of state.
-func loadFloors(r *Reader, state *CheckpointState, rooms []string, of func(string) bool) error {
+// loadFloors gives each room's ledger the checkpoint state holds for it
+// (rooms, or every room of state) when r's trust would have verified it,
+// and returns how many it ignored (foreignKept): those rooms are in
+// r.keptIgnored, whose state is not written.
+func loadFloors(r *Reader, state *CheckpointState, rooms []string, of func(string) bool) (int, error) {
 	if state == nil {
-		return nil
+		return 0, nil
 	}
 	if len(rooms) == 0 {
 		var err error
 		if rooms, err = state.Rooms(); err != nil {
-			return err
+			return 0, err
 		}
 	}
+	ignored := 0
 	for _, id := range rooms {
 		if of != nil && !of(id) {
 			continue
 		}
 		c, err := state.Load(id)
 		if err != nil {
-			return err
+			return 0, err
 		}
-		if c != nil {
+		switch {
+		case c == nil:
+		case foreignKept(c, r.trust):
+			if r.keptIgnored == nil {
+				r.keptIgnored = map[string]bool{}
+			}
+			r.keptIgnored[id] = true
+			ignored++
+		default:
 			r.ledgerOf(id).Keep(c)
 		}
 	}
-	return nil
+	return ignored, nil
+}
+
+// foreignKept reports whether t would not have verified the kept
+// checkpoint c: signed by a key t does not trust, or in the origin form
+// of another deployment than the one t pins (checkpoint.Parse's rules).
+// Another reader's trust put it in a shared state directory (another
+// deployment's), so it says nothing of this stream. A key rotation keeps
+// the old key trusted (docs/checkpoints.md, "Keys and rotation"), so its
+// checkpoints still hold.
+func foreignKept(c *checkpoint.Checkpoint, t *checkpoint.Trust) bool {
+	if !t.Trusts(c.Signer) {
+		return true
+	}
+	_, d, ok := checkpoint.RoomOfOrigin(c.Origin)
+	return ok && t.Origin() != "" && d != t.Origin()
 }
 
 // auditCheckpoints ends a trusting audit: rooms whose newest checkpoint
@@ -485,7 +517,7 @@ func auditCheckpoints(ctx context.Context, js jetstream.JetStream, r *Reader, o 
 		l := r.ledgers[id]
 		latest, _ := l.Latest()
 		kept, _ := l.Kept()
-		if latest != nil && l.refused == "" && (kept == nil || latest.Size > kept.Size) {
+		if latest != nil && l.refused == "" && !r.keptIgnored[id] && (kept == nil || latest.Size > kept.Size) {
 			if err := o.State.Save(latest); err != nil {
 				return fmt.Errorf("checkpoint state: %w", err)
 			}

@@ -23,7 +23,10 @@ var ErrState = errors.New("checkpoint state")
 // a subscriber verified, so the next read can tell a rolled-back
 // or forked copy of the room: its newest checkpoint must be at least as
 // large and consistent with the stored one. One directory belongs to one
-// deployment (its rooms are named by room id only). A room's file is
+// deployment (its rooms are named by room id only); a reader whose trust
+// would not have verified a kept checkpoint (another deployment's, in a
+// shared directory) ignores it and leaves it in place (foreignKept). A
+// room's file is
 // "<hex SHA-256 of the room id>.checkpoint.json", written by Save with an
 // atomic rename. Methods are safe for one process at a time.
 type CheckpointState struct {

@@ -557,8 +557,13 @@ func followFloors(ctx context.Context, nc *nats.Conn, stream string, r *Reader, 
 	if o.State == nil {
 		return nil
 	}
-	if err := loadFloors(r, o.State, o.Rooms, nil); err != nil {
+	ignored, err := loadFloors(r, o.State, o.Rooms, nil)
+	if err != nil {
 		return err
+	}
+	if ignored > 0 {
+		log.Warn("kept checkpoints of another trust ignored: signed by a key not trusted, or of another deployment origin; left in place",
+			zap.String("state_dir", o.State.Dir), zap.Int("ignored", ignored))
 	}
 	saved := map[string]uint64{}
 	for _, id := range r.ledgerRooms() {
@@ -588,7 +593,7 @@ func followFloors(ctx context.Context, nc *nats.Conn, stream string, r *Reader, 
 		}
 	}
 	r.onVerified = func(c *checkpoint.Checkpoint) {
-		if n, ok := saved[c.Room]; ok && c.Size <= n {
+		if n, ok := saved[c.Room]; (ok && c.Size <= n) || r.keptIgnored[c.Room] {
 			return
 		}
 		if err := o.State.Save(c); err != nil {

@@ -216,6 +216,7 @@ func joinReport(out, rep *AuditReport) *AuditReport {
 		t.ByCode[code] += n
 	}
 	out.Checkpoints = append(out.Checkpoints, rep.Checkpoints...)
+	out.Attestation.StateIgnored += rep.Attestation.StateIgnored // each partition's rooms only
 	if out.Witness == nil {
 		out.Witness = rep.Witness
 	}

@@ -157,6 +157,10 @@ type Reader struct {
 	free       []*prepared                  // spent queue elements, for reuse
 	onVerified func(*checkpoint.Checkpoint) // called on every checkpoint verified
 	deployment *deploymentView              // the deployment log as an audit with Witnessing read it
+	// keptIgnored are the rooms whose kept checkpoint (the state
+	// directory's) another trust verified (loadFloors): not checked
+	// against, and not replaced.
+	keptIgnored map[string]bool
 
 	// notices are the loss notices read, in stream order (notice.go).
 	notices []Notice
