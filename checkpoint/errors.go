@@ -33,6 +33,13 @@ var ErrBadCheckpoint = errors.New("bad checkpoint")
 // wrapped too.
 var ErrBadProof = errors.New("proof does not verify")
 
+// ErrBadProofDocument is returned (wrapped) by ParseProof and
+// (*Proof).UnmarshalJSON when the bytes are not a proof document: not
+// strict JSON (duplicate member names at any depth, invalid UTF-8, lone
+// surrogates: events.Canonicalize), not an object, a member missing, null,
+// unknown or of the wrong type, or a malformed hash. Nothing was verified.
+var ErrBadProofDocument = errors.New("not a proof document")
+
 // ErrTreeSize is returned (wrapped) by Tree methods asked about a size or
 // index the tree does not have.
 var ErrTreeSize = errors.New("size out of range")

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/roompub/roompub/events"
 	"github.com/transparency-dev/formats/log"
 	"golang.org/x/mod/sumdb/note"
 )
@@ -110,9 +111,12 @@ func FuzzVerifyAttestation(f *testing.F) {
 	})
 }
 
-// FuzzProofJSON: decoding never panics and errors wrap ErrBadProof (or are
-// json's syntax errors); a decoded proof encodes to a document that decodes
-// to the same proof and encodes to the same bytes; Verify never panics.
+// FuzzProofJSON: decoding never panics and errors wrap ErrBadProofDocument
+// (or are json's syntax errors); a decoded proof holds all the document
+// says and nothing else (the document and the proof's encoding have one
+// canonical form: no duplicate or unknown member was passed over); it
+// encodes to a document that decodes to the same proof and encodes to the
+// same bytes; Verify never panics.
 func FuzzProofJSON(f *testing.F) {
 	k := testKey(1)
 	trust := mustTrust(f, k.NodeID())
@@ -125,15 +129,22 @@ func FuzzProofJSON(f *testing.F) {
 	f.Add([]byte(`{}`))
 	f.Add([]byte(`{"room":"r","subject":"s","stream_seq":0,"content_hash":"","leaf_index":0,"leaf_hash":"","tree_size":0,"proof":[],"checkpoint":""}`))
 	f.Add([]byte(`null`))
+	// Duplicate and case-folded names: encoding/json alone takes the last.
+	f.Add(append([]byte(`{"room":"room:x",`), good[1:]...))
+	f.Add(append([]byte(`{"ROOM":"room:x",`), good[1:]...))
+	f.Add(append([]byte(`{"leaf_index":5,`), good[1:]...))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		var p Proof
 		if err := json.Unmarshal(data, &p); err != nil {
 			var se *json.SyntaxError
-			var te *json.UnmarshalTypeError
-			if !errors.Is(err, ErrBadProof) && !errors.As(err, &se) && !errors.As(err, &te) {
-				t.Fatalf("error %v: not ErrBadProof", err)
+			if !errors.Is(err, ErrBadProofDocument) && !errors.As(err, &se) {
+				t.Fatalf("error %v: not ErrBadProofDocument", err)
 			}
 			return
+		}
+		parsed, err := ParseProof(data)
+		if err != nil || !reflect.DeepEqual(*parsed, p) {
+			t.Fatalf("ParseProof = %+v, %v; json.Unmarshal gave %+v", parsed, err, p)
 		}
 		out, err := json.Marshal(&p)
 		if err != nil {
@@ -149,6 +160,11 @@ func FuzzProofJSON(f *testing.F) {
 		out2, _ := json.Marshal(&q)
 		if !bytes.Equal(out, out2) {
 			t.Fatalf("encoding is not stable:\n%s\n%s", out, out2)
+		}
+		in, err1 := events.Canonicalize(data)
+		back, err2 := events.Canonicalize(out)
+		if err1 != nil || err2 != nil || !bytes.Equal(in, back) {
+			t.Fatalf("the document says more or other than the proof it gave:\n%s\n%s", in, out)
 		}
 		if c, err := p.Verify(trust); err == nil && (c.Size != p.TreeSize || c.Room != p.Room) {
 			t.Fatalf("Verify accepted a proof whose checkpoint is %+v", c)

@@ -68,8 +68,9 @@ func Sign(s note.Signer, origin string, size uint64, root [32]byte) ([]byte, err
 // origin, where d is t's origin when it has one (Trust.WithOrigin) and
 // any deployment origin otherwise; or roomID itself signed under a key
 // named by its node id (checkpoints written before origins). Errors wrap
-// ErrUntrustedPublisher (well-formed, but no trusted key signed it) or
-// ErrBadCheckpoint (anything else).
+// ErrUntrustedPublisher (well-formed, of roomID, but no trusted key signed
+// it) or ErrBadCheckpoint (anything else, such as an origin of another
+// room, whoever signed it).
 func Parse(signed []byte, roomID string, t *Trust) (*Checkpoint, error) {
 	vs := roomVerifiers(t, roomID)
 	n, err := note.Open(signed, vs)
@@ -77,7 +78,14 @@ func Parse(signed []byte, roomID string, t *Trust) (*Checkpoint, error) {
 		var unverified *note.UnverifiedNoteError
 		if errors.As(err, &unverified) {
 			if c, perr := parseBody(unverified.Note.Text); perr == nil {
-				if id, d, ok := RoomOfOrigin(c.Origin); ok && id == roomID && t.Origin() != "" && d != t.Origin() {
+				id, d, ok := RoomOfOrigin(c.Origin)
+				switch {
+				case c.Origin != roomID && (!ok || id != roomID):
+					// Another room's checkpoint: only the room's own
+					// names are offered to note.Open, so a trusted key
+					// looks untrusted here; the origin is the fault.
+					return nil, originNotRoom(c.Origin, roomID)
+				case ok && t.Origin() != "" && d != t.Origin():
 					return nil, fmt.Errorf("%w: origin %q is of deployment %q, not %q", ErrBadCheckpoint, clip(c.Origin), clip(d), clip(t.Origin()))
 				}
 			}
@@ -99,7 +107,7 @@ func Parse(signed []byte, roomID string, t *Trust) (*Checkpoint, error) {
 		id, d, ok := RoomOfOrigin(c.Origin)
 		switch {
 		case !ok || id != roomID:
-			return nil, fmt.Errorf("%w: origin %q is not room %q", ErrBadCheckpoint, clip(c.Origin), clip(roomID))
+			return nil, originNotRoom(c.Origin, roomID)
 		case t.origin != "" && d != t.origin:
 			return nil, fmt.Errorf("%w: origin %q is of deployment %q, not %q", ErrBadCheckpoint, clip(c.Origin), clip(d), clip(t.origin))
 		case sig.Name != c.Origin:
@@ -110,6 +118,15 @@ func Parse(signed []byte, roomID string, t *Trust) (*Checkpoint, error) {
 	c.Room = roomID
 	c.Note = signed
 	return c, nil
+}
+
+// originNotRoom is Parse's error for a checkpoint whose origin is not
+// roomID's: naming the room it is of, when it is a room origin.
+func originNotRoom(origin, roomID string) error {
+	if id, _, ok := RoomOfOrigin(origin); ok {
+		return fmt.Errorf("%w: origin %q is of room %q, not %q", ErrBadCheckpoint, clip(origin), clip(id), clip(roomID))
+	}
+	return fmt.Errorf("%w: origin %q is not room %q", ErrBadCheckpoint, clip(origin), clip(roomID))
 }
 
 // namedVerifiers are the trusted keys under the names a checkpoint may

@@ -142,8 +142,13 @@ func TestCheckpointWithOrigin(t *testing.T) {
 	if _, err := Parse(signed, tRoom, other); !errors.Is(err, ErrBadCheckpoint) || !strings.Contains(err.Error(), `is of deployment "`+tOrigin+`", not "other.example.org/roompub"`) {
 		t.Fatalf("another deployment's trust: %v", err)
 	}
-	if _, err := Parse(signed, "room:other", trust); !errors.Is(err, ErrUntrustedPublisher) {
-		t.Fatalf("another room: %v", err)
+	// Another room's checkpoint, by a trusted key: the origin is the
+	// fault, whoever signed it.
+	wantOther := `bad checkpoint: origin "` + origin + `" is of room "` + tRoom + `", not "room:other"`
+	for _, tr := range []*Trust{trust, mustTrust(t, testKey(9).NodeID())} {
+		if _, err := Parse(signed, "room:other", tr); !errors.Is(err, ErrBadCheckpoint) || err.Error() != wantOther {
+			t.Fatalf("another room: %v, want %s", err, wantOther)
+		}
 	}
 	if _, err := Parse(signed, tRoom, mustTrust(t, testKey(9).NodeID())); !errors.Is(err, ErrUntrustedPublisher) {
 		t.Fatalf("untrusted key: %v", err)

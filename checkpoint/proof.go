@@ -4,7 +4,12 @@ import (
 	"bytes"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"reflect"
+	"slices"
+
+	"github.com/roompub/roompub/events"
 )
 
 // Proof is the offline evidence that one message is in a room (an inclusion proof):
@@ -63,48 +68,98 @@ func (p Proof) MarshalJSON() ([]byte, error) {
 	return json.Marshal(w)
 }
 
-// UnmarshalJSON reads the proof document strictly: no unknown, missing or
-// null members, hashes exactly 64 lowercase hex characters, at most 64 proof
-// hashes. Errors wrap ErrBadProof.
-func (p *Proof) UnmarshalJSON(data []byte) error {
+// proofMembers are the proof document's member names, exactly as written.
+var proofMembers = []string{"room", "subject", "stream_seq", "content_hash", "leaf_index", "leaf_hash", "tree_size", "proof", "checkpoint"}
+
+// ParseProof reads a proof document strictly: strict JSON (I-JSON,
+// events.Canonicalize: a duplicate member name at any depth is refused,
+// as records with one are refused malformed_json, so no two readers can
+// take different values from one document), one object with every
+// member present and non-null and no other (names compared exactly:
+// encoding/json alone would match "Room" to "room"), hashes exactly 64
+// lowercase hex characters, at most 64 proof hashes. It verifies nothing
+// ((*Proof).Verify does). Errors wrap ErrBadProofDocument.
+func ParseProof(data []byte) (*Proof, error) {
+	bad := func(format string, args ...any) (*Proof, error) {
+		return nil, fmt.Errorf("%w: %s", ErrBadProofDocument, fmt.Sprintf(format, args...))
+	}
+	if _, err := events.Canonicalize(data); err != nil {
+		if !json.Valid(data) {
+			// json's own words for a syntax error ("unexpected end of
+			// JSON input") say more than jcs's.
+			var v any
+			err = json.Unmarshal(data, &v)
+		}
+		return bad("%v", err)
+	}
+	var present map[string]json.RawMessage
+	if err := json.Unmarshal(data, &present); err != nil || present == nil {
+		return bad("%v", events.ErrNotObject) // strict JSON, so only that
+	}
+	for k := range present {
+		if !slices.Contains(proofMembers, k) {
+			return bad("unknown member %q", clip(k))
+		}
+	}
+	for _, k := range proofMembers {
+		if v, ok := present[k]; !ok || string(v) == "null" {
+			return bad("member %q is missing or null", k)
+		}
+	}
 	var w proofJSON
 	dec := json.NewDecoder(bytes.NewReader(data))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&w); err != nil {
-		return fmt.Errorf("%w: %w", ErrBadProof, err)
-	}
-	// A second pass sees which members are present (and, unlike Decode,
-	// refuses data after the object).
-	var present map[string]json.RawMessage
-	if err := json.Unmarshal(data, &present); err != nil {
-		return fmt.Errorf("%w: %w", ErrBadProof, err)
-	}
-	for _, k := range []string{"room", "subject", "stream_seq", "content_hash", "leaf_index", "leaf_hash", "tree_size", "proof", "checkpoint"} {
-		if v, ok := present[k]; !ok || string(v) == "null" {
-			return fmt.Errorf("%w: member %q is missing or null", ErrBadProof, k)
+		var te *json.UnmarshalTypeError
+		if errors.As(err, &te) {
+			return bad("member %q is %s, not %s", te.Field, te.Value, wireType(te.Type))
 		}
+		return bad("%v", err)
 	}
 	if len(w.Proof) > maxProofLen {
-		return fmt.Errorf("%w: %d proof hashes, at most %d", ErrBadProof, len(w.Proof), maxProofLen)
+		return bad("%d proof hashes, at most %d", len(w.Proof), maxProofLen)
 	}
-	out := Proof{
+	p := &Proof{
 		Room: w.Room, Subject: w.Subject, StreamSeq: w.StreamSeq,
 		LeafIndex: w.LeafIndex, TreeSize: w.TreeSize, Checkpoint: w.Checkpoint,
 		Path: make([][32]byte, len(w.Proof)),
 	}
 	var err error
-	if out.ContentHash, err = parseHex("content_hash", w.ContentHash); err != nil {
-		return err
+	if p.ContentHash, err = parseHex("content_hash", w.ContentHash); err != nil {
+		return nil, err
 	}
-	if out.LeafHash, err = parseHex("leaf_hash", w.LeafHash); err != nil {
-		return err
+	if p.LeafHash, err = parseHex("leaf_hash", w.LeafHash); err != nil {
+		return nil, err
 	}
 	for i, s := range w.Proof {
-		if out.Path[i], err = parseHex(fmt.Sprintf("proof[%d]", i), s); err != nil {
-			return err
+		if p.Path[i], err = parseHex(fmt.Sprintf("proof[%d]", i), s); err != nil {
+			return nil, err
 		}
 	}
-	*p = out
+	return p, nil
+}
+
+// wireType names a proofJSON member's type as the document spells it.
+func wireType(t reflect.Type) string {
+	switch t.Kind() {
+	case reflect.Uint64:
+		return "an integer from 0 to 2^64-1"
+	case reflect.String:
+		return "a string"
+	case reflect.Slice:
+		return "an array of strings"
+	}
+	return t.String()
+}
+
+// UnmarshalJSON reads the proof document as ParseProof does. Errors wrap
+// ErrBadProofDocument.
+func (p *Proof) UnmarshalJSON(data []byte) error {
+	q, err := ParseProof(data)
+	if err != nil {
+		return err
+	}
+	*p = *q
 	return nil
 }
 
@@ -120,7 +175,7 @@ func parseHex(member, s string) ([32]byte, error) {
 		ok = err == nil
 	}
 	if !ok {
-		return h, fmt.Errorf("%w: %s is not 64 lowercase hex characters", ErrBadProof, member)
+		return h, fmt.Errorf("%w: %s is not 64 lowercase hex characters", ErrBadProofDocument, member)
 	}
 	return h, nil
 }

@@ -156,37 +156,50 @@ func TestProofJSONMalformed(t *testing.T) {
 		b, _ := json.Marshal(m)
 		return string(b)
 	}
-	for name, doc := range map[string]string{
-		"not json":             "{",
-		"array":                "[]",
-		"trailing data":        string(good) + "{}",
-		"unknown member":       edit("extra", 1),
-		"missing room":         edit("room", nil),
-		"missing proof":        edit("proof", nil),
-		"null proof":           edit("proof", json.RawMessage("null")),
-		"null room":            edit("room", json.RawMessage("null")),
-		"uppercase hex":        edit("content_hash", strings.ToUpper(hash)),
-		"short hash":           edit("leaf_hash", hash[:62]),
-		"odd hash":             edit("leaf_hash", hash+"a"),
-		"non-hex":              edit("content_hash", strings.Repeat("zz", 32)),
-		"proof hash not hex":   edit("proof", []string{hash, "xyz"}),
-		"proof too long":       edit("proof", make([]string, 65)),
-		"negative size":        edit("tree_size", -1),
-		"fractional index":     edit("leaf_index", 1.5),
-		"string seq":           edit("stream_seq", "5"),
-		"checkpoint as number": edit("checkpoint", 5),
+	// first puts member ahead of the document's own members.
+	first := func(member string) string { return "{" + member + "," + string(good[1:]) }
+	for _, c := range []struct {
+		name, doc string
+		reason    string // what the error says after "not a proof document: "
+	}{
+		{"not json", "{", "unexpected end of JSON input"},
+		{"array", "[]", "a JSON object is required"},
+		{"null", "null", "a JSON object is required"},
+		{"trailing data", string(good) + "{}", "invalid character '{' after top-level value"},
+		{"unknown member", edit("extra", 1), `unknown member "extra"`},
+		{"missing room", edit("room", nil), `member "room" is missing or null`},
+		{"missing proof", edit("proof", nil), `member "proof" is missing or null`},
+		{"null proof", edit("proof", json.RawMessage("null")), `member "proof" is missing or null`},
+		{"null room", edit("room", json.RawMessage("null")), `member "room" is missing or null`},
+		{"uppercase hex", edit("content_hash", strings.ToUpper(hash)), "content_hash is not 64 lowercase hex characters"},
+		{"short hash", edit("leaf_hash", hash[:62]), "leaf_hash is not 64 lowercase hex characters"},
+		{"odd hash", edit("leaf_hash", hash+"a"), "leaf_hash is not 64 lowercase hex characters"},
+		{"non-hex", edit("content_hash", strings.Repeat("zz", 32)), "content_hash is not 64 lowercase hex characters"},
+		{"proof hash not hex", edit("proof", []string{hash, "xyz"}), "proof[1] is not 64 lowercase hex characters"},
+		{"proof too long", edit("proof", make([]string, 65)), "65 proof hashes, at most 64"},
+		{"negative size", edit("tree_size", -1), `member "tree_size" is number -1, not an integer from 0 to 2^64-1`},
+		{"fractional index", edit("leaf_index", 1.5), `member "leaf_index" is number 1.5, not an integer from 0 to 2^64-1`},
+		{"string seq", edit("stream_seq", "5"), `member "stream_seq" is string, not an integer from 0 to 2^64-1`},
+		{"checkpoint as number", edit("checkpoint", 5), `member "checkpoint" is number, not a string`},
+		// One reader must not take one value and another reader another:
+		// duplicate names (encoding/json alone keeps the last), names that
+		// differ only in case (encoding/json alone matches them).
+		{"duplicate room", first(`"room":"room:x"`), `not strict JSON: Duplicate key: "room"`},
+		{"duplicate room, escaped", first(`"r\u006fom":"room:x"`), `not strict JSON: Duplicate key: "room"`},
+		{"duplicate leaf index", first(`"leaf_index":3`), `not strict JSON: Duplicate key: "leaf_index"`},
+		{"duplicate deeper", first(`"extra":[{"a":1,"a":2}]`), `not strict JSON: Duplicate key: "a"`},
+		{"another spelling of room", first(`"Room":"room:x"`), `unknown member "Room"`},
+		{"lone surrogate", edit("subject", json.RawMessage(`"\ud800"`)), "not strict JSON"},
+		{"invalid UTF-8", strings.Replace(string(good), "roompub.r", "roompub.\xff", 1), "not strict JSON: invalid UTF-8"},
 	} {
-		t.Run(name, func(t *testing.T) {
-			var q Proof
-			if err := json.Unmarshal([]byte(doc), &q); err == nil {
-				t.Fatalf("accepted %s", doc)
-			} else if !errors.Is(err, ErrBadProof) && name != "trailing data" {
-				// json.Unmarshal checks the document's syntax before calling
-				// UnmarshalJSON, so a syntax error is json's own.
-				var se *json.SyntaxError
-				if !errors.As(err, &se) {
-					t.Fatalf("err = %v, want ErrBadProof", err)
-				}
+		t.Run(c.name, func(t *testing.T) {
+			q, err := ParseProof([]byte(c.doc))
+			if want := "not a proof document: " + c.reason; err == nil || !errors.Is(err, ErrBadProofDocument) || !strings.HasPrefix(err.Error(), want) {
+				t.Fatalf("ParseProof(%s) = %+v, %v; want an error starting %q", c.doc, q, err, want)
+			}
+			var r Proof
+			if err := json.Unmarshal([]byte(c.doc), &r); err == nil {
+				t.Fatalf("json.Unmarshal accepted %s", c.doc)
 			}
 		})
 	}

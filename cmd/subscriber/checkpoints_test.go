@@ -164,9 +164,9 @@ func TestProveAndVerifyProof(t *testing.T) {
 		{"valid", "", []string{good, "--trusted-publisher", pub.NodeID()}, config.ExitOK, "(stream seq 3 as reported by the prover, not proven)"},
 		{"valid from stdin", stdout, []string{"-", "--trusted-publisher", pub.NodeID()}, config.ExitOK, "is leaf 2 of the checkpoint of size 5 signed by " + pub.NodeID()},
 		{"valid JSON", "", []string{good, "--json", "--trusted-publisher", pub.NodeID()}, config.ExitOK, `{"valid":true,"room":"room:cli"`},
-		{"tampered", "", []string{tampered, "--trusted-publisher", pub.NodeID()}, config.ExitRefused, "invalid: proof does not verify"},
-		{"another key", "", []string{good, "--trusted-publisher", other.NodeID()}, config.ExitRefused, "invalid: untrusted publisher"},
-		{"not JSON", "{", []string{"-", "--trusted-publisher", pub.NodeID()}, config.ExitRefused, "invalid: not a proof document: unexpected end of JSON input"},
+		{"tampered", "", []string{tampered, "--trusted-publisher", pub.NodeID()}, config.ExitRefused, "invalid: checkpoint_mismatch: proof does not verify: inclusion of leaf 3 at size 5"},
+		{"another key", "", []string{good, "--trusted-publisher", other.NodeID()}, config.ExitRefused, "invalid: checkpoint_mismatch: untrusted publisher: checkpoint signed only by " + pub.NodeID()},
+		{"not JSON", "{", []string{"-", "--trusted-publisher", pub.NodeID()}, config.ExitRefused, "invalid: checkpoint_mismatch: not a proof document: unexpected end of JSON input\n"},
 		{"no such file", "", []string{filepath.Join(dir, "nope"), "--trusted-publisher", pub.NodeID()}, config.ExitUsage, ""},
 		{"no key", "", []string{good}, config.ExitUsage, ""},
 	} {

@@ -10,6 +10,7 @@ import (
 
 	"github.com/roompub/roompub/checkpoint"
 	"github.com/roompub/roompub/config"
+	"github.com/roompub/roompub/events"
 	"github.com/roompub/roompub/room/reader"
 )
 
@@ -56,32 +57,39 @@ func (c *verifyProofCmd) Run(s *streams) error {
 	if reader.IsEvidence(data) {
 		return c.verifyBundle(s, data, t)
 	}
-	var p checkpoint.Proof
+	var p *checkpoint.Proof
 	var ck *checkpoint.Checkpoint
 	if len(data) > maxProofBytes {
-		err = fmt.Errorf("%w: more than %d bytes", checkpoint.ErrBadProof, maxProofBytes)
-	} else if err = json.Unmarshal(data, &p); err != nil {
-		err = fmt.Errorf("not a proof document: %w", err)
-	} else {
+		err = fmt.Errorf("%w: more than %d bytes", checkpoint.ErrBadProofDocument, maxProofBytes)
+	} else if p, err = checkpoint.ParseProof(data); err == nil {
 		ck, err = p.Verify(t)
 	}
 	type verdict struct {
-		Valid   bool   `json:"valid"`
-		Reason  string `json:"reason,omitempty"`
-		Room    string `json:"room,omitempty"`
-		Subject string `json:"subject,omitempty"`
+		Valid bool `json:"valid"`
+		// Code is the refusal's code: checkpoint_mismatch for every
+		// refusal of a proof, as readers refuse what a trusted publisher
+		// did not sign (docs/refusal-codes.md).
+		Code    events.Code `json:"code,omitempty"`
+		Reason  string      `json:"reason,omitempty"`
+		Room    string      `json:"room,omitempty"`
+		Subject string      `json:"subject,omitempty"`
 		// ReportedStreamSeq is the proof's stream_seq as the prover read
 		// it: not covered by the signature or the proof.
 		ReportedStreamSeq uint64 `json:"reported_stream_seq,omitempty"`
-		LeafIndex         uint64 `json:"leaf_index"`
-		TreeSize          uint64 `json:"tree_size,omitempty"`
-		Signer            string `json:"signer,omitempty"`
+		// LeafIndex is the proof's leaf_index, also when it is refused;
+		// absent when the document could not be read.
+		LeafIndex *uint64 `json:"leaf_index,omitempty"`
+		TreeSize  uint64  `json:"tree_size,omitempty"`
+		Signer    string  `json:"signer,omitempty"`
 	}
 	out := verdict{Valid: err == nil}
+	if p != nil {
+		out.LeafIndex = &p.LeafIndex
+	}
 	if err != nil {
-		out.Reason = err.Error()
+		out.Code, out.Reason = events.CheckpointMismatch, err.Error()
 	} else {
-		out.Room, out.Subject, out.ReportedStreamSeq, out.LeafIndex, out.TreeSize, out.Signer = p.Room, p.Subject, p.StreamSeq, p.LeafIndex, ck.Size, ck.Signer
+		out.Room, out.Subject, out.ReportedStreamSeq, out.TreeSize, out.Signer = p.Room, p.Subject, p.StreamSeq, ck.Size, ck.Signer
 	}
 	switch {
 	case c.JSON:
@@ -91,7 +99,7 @@ func (c *verifyProofCmd) Run(s *streams) error {
 		fmt.Fprintf(s.out, "valid: %s (%s) is leaf %d of the checkpoint of size %d signed by %s (stream seq %d as reported by the prover, not proven)\n",
 			p.Room, p.Subject, p.LeafIndex, ck.Size, ck.Signer, p.StreamSeq)
 	default:
-		fmt.Fprintf(s.out, "invalid: %v\n", err)
+		fmt.Fprintf(s.out, "invalid: %s: %v\n", out.Code, err)
 	}
 	if err != nil {
 		return fmt.Errorf("verify-proof: %w", errRefused)

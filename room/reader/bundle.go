@@ -95,7 +95,8 @@ func IsEvidence(data []byte) bool {
 	return json.Unmarshal(data, &probe) == nil && probe.Format != nil
 }
 
-// ParseEvidence reads a bundle strictly: a JSON object with every member
+// ParseEvidence reads a bundle strictly: strict JSON (events.Canonicalize:
+// no member named twice at any depth), an object with every member
 // present and non-null and no other (names exactly as written), format EvidenceFormat, data
 // standard base64, both proofs C2SP tlog-proofs (checkpoint.ParseTlogProof),
 // nothing after the object, at most MaxEvidenceBytes. It checks no
@@ -106,6 +107,12 @@ func ParseEvidence(data []byte) (*Evidence, error) {
 	}
 	if len(data) > MaxEvidenceBytes {
 		return bad("more than %d bytes", MaxEvidenceBytes)
+	}
+	// Strict JSON, as a record: a member named twice would be read
+	// last-one-wins below. A syntax error is left to json, whose words
+	// say more.
+	if _, err := events.Canonicalize(data); err != nil && json.Valid(data) {
+		return bad("%v", err)
 	}
 	var w evidenceJSON
 	dec := json.NewDecoder(bytes.NewReader(data))

@@ -307,7 +307,7 @@ func revoked(t *testing.T, ws []witness.Witness, v *witness.Verifier) *witness.P
 }
 
 // TestParseEvidenceStrict: the offline bundle verifies; a bundle with a
-// member missing, added, spelled otherwise, null, of another format, with
+// member missing, added, spelled otherwise, named twice, null, of another format, with
 // data after it, or with a proof that is no tlog-proof, is no bundle.
 func TestParseEvidenceStrict(t *testing.T) {
 	good, trust, policy := offlineBundle(t)
@@ -323,6 +323,7 @@ func TestParseEvidenceStrict(t *testing.T) {
 		{"null", `"position": "index:0"`, `"position": null`, `member "position" is missing or null`},
 		{"added", `"room":`, `"extra": 1, "room":`, `unknown field "extra"`},
 		{"spelled otherwise", `"room":`, `"ROOM": "room:fuzz", "room":`, `members other than`},
+		{"named twice", `"room":`, `"room": "room:other", "room":`, `not strict JSON: Duplicate key: "room"`},
 		{"format", `roompub-evidence/v1`, `roompub-evidence/v2`, `format "roompub-evidence/v2"`},
 		{"data after", "\n}", "\n} {}", `invalid character '{' after top-level value`},
 		{"not base64", `"data": "`, `"data": "!`, `illegal base64`},

@@ -76,6 +76,7 @@ func FuzzParseEvidence(f *testing.F) {
 	}
 	f.Add(good)
 	f.Add(bytes.Replace(good, []byte(`"room"`), []byte(`"Room"`), 1))
+	f.Add(bytes.Replace(good, []byte(`"room":`), []byte(`"room":"room:x","room":`), 1))
 	f.Add([]byte(`{"format":"roompub-evidence/v1"}`))
 	f.Add([]byte(`{"room":"x"}`))
 	f.Fuzz(func(t *testing.T, data []byte) {

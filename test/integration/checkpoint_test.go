@@ -831,8 +831,8 @@ func TestCheckpointProve(t *testing.T) {
 		{"the signature edited", "", []string{file("sig.json", edit(entryProof, func(p *proofDoc) {
 			p.Checkpoint = strings.Replace(p.Checkpoint, "\n299\n", "\n298\n", 1)
 		}))}, 1, "invalid: …"},
-		{"not JSON", "{", []string{"-"}, 1, "invalid: not a proof document: …"},
-		{"JSON verdict of an invalid proof", "", []string{"--json", file("path2.json", edit(entryProof, func(p *proofDoc) { p.Proof[0] = flip(p.Proof[0]) }))}, 1, `{"valid":false,"reason":…`},
+		{"not JSON", "{", []string{"-"}, 1, "invalid: checkpoint_mismatch: not a proof document: …"},
+		{"JSON verdict of an invalid proof", "", []string{"--json", file("path2.json", edit(entryProof, func(p *proofDoc) { p.Proof[0] = flip(p.Proof[0]) }))}, 1, `{"valid":false,"code":"checkpoint_mismatch","reason":"proof does not verify: …`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			res := keep(subRunIn(t, tc.stdin, append([]string{"verify-proof", "--trusted-publisher", key.id}, tc.args...)...))
