@@ -25,7 +25,7 @@ func (b *bench) records() (*result, error) {
 	}
 	n := b.sz.records
 	const rawRoom, pubRoom = "room:bench-raw-records", "room:bench-pub-records"
-	r := &result{key: "records", name: fmt.Sprintf("records (%d)", n), unit: "records", items: n * b.rounds, floor: 0.6,
+	r := &result{key: "records", name: fmt.Sprintf("records (%d)", n), unit: "records", items: n * b.rounds, floor: 0.7,
 		rawHow: "jetstreamext.PublishMsgBatch per record: the record and its markers (key, run, decision, instance), expected last subject sequences, one after another",
 		pubHow: fmt.Sprintf("client.Client.AppendRecords, %d records per request (ingest service, gate: schema, signature, trust, room rules; ", room.DefaultRecordsPerRequest) +
 			b.storePath() + "), each record its own atomic batch with its markers, one after another"}
