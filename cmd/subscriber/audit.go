@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -106,8 +105,7 @@ func (c *auditCmd) Run(s *streams) error {
 			state.Dir, n, keptIgnoredWhy)
 	}
 	if c.JSON {
-		b, _ := json.Marshal(rep)
-		fmt.Fprintf(s.out, "%s\n", b)
+		_ = rep.WriteJSON(s.out) // as before: the verdict's exit status stands
 	} else {
 		printAudit(s, rep, c.AllowEmpty)
 	}
