@@ -77,6 +77,9 @@ func (c *followCmd) Run(s *streams) error {
 			}
 			fmt.Fprintf(s.err, "subscriber: witness_quorum: %s\n", why)
 		},
+		OnResync: func(why string) {
+			fmt.Fprintf(s.err, "subscriber: resync: %s\n", why)
+		},
 		OnSetAside: func(a reader.SetAside) {
 			if a.Reexamined {
 				fmt.Fprintf(s.err, "still set aside (re-examined): %s\n", a.Error())

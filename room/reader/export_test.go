@@ -3,6 +3,7 @@ package reader
 import (
 	"context"
 	"sync/atomic"
+	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -174,5 +175,12 @@ func WithMarkerPage(o InstanceOptions, n int) InstanceOptions {
 // reads and judges to decide the relation rules.
 func WithGenuineCounter(o InstanceOptions, n *atomic.Int64) InstanceOptions {
 	o.onGenuine = func() { n.Add(1) }
+	return o
+}
+
+// WithFollowSettle returns o with Follow's wait for other pull requests to
+// lapse bounded by d.
+func WithFollowSettle(o FollowOptions, d time.Duration) FollowOptions {
+	o.settle = d
 	return o
 }

@@ -87,6 +87,15 @@ type FollowOptions struct {
 	// checkpoint is short of the policy's quorum each time that changes,
 	// and "" once it is witnessed again. It must not block long.
 	OnWitnessQuorum func(reason string)
+	// OnResync, when set, is told why Follow has its durable deliver again
+	// from the acknowledgement floor while it runs: a delivery went to a
+	// pull request not its own (docs/cli.md, "One run per durable"). It
+	// must not block long.
+	OnResync func(reason string)
+
+	// settle bounds how long Follow waits for other pull requests on its
+	// consumer to lapse (default followSettle); tests shorten it.
+	settle time.Duration
 }
 
 // Handler receives verified events in stream order. Returning nil
@@ -108,7 +117,10 @@ var ErrHandler = errors.New("handler")
 // against everything before them; with Reexamine it serves there the
 // listed messages that pass now. Messages are prepared in parallel as they
 // arrive (as in Audit) and decided, handed out and acknowledged one at a
-// time in stream order. It returns nil when ctx is done, after
+// time in stream order. One durable serves one run at a time: a delivery
+// that goes elsewhere has the consumer deliver again from its
+// acknowledgement floor, and deliveries that keep going elsewhere stop
+// Follow with ErrDurableShared. It returns nil when ctx is done, after
 // acknowledging what was handled; errors of the set-aside list are
 // returned (the message is then not acknowledged).
 func Follow(ctx context.Context, js jetstream.JetStream, o FollowOptions, handle Handler) error {
@@ -156,20 +168,15 @@ func Follow(ctx context.Context, js jetstream.JetStream, o FollowOptions, handle
 		cancel()
 		return fmt.Errorf("consumer %s: %w", o.Durable, err)
 	}
-	ci, err := cons.Info(cctx)
-	if err == nil && ci.NumAckPending > 0 {
-		// An earlier run stopped (crash, handler error) with messages
-		// delivered but not acknowledged. The server would deliver them
-		// again only after AckWait, behind newer ones: out of stream
-		// order, so the newer ones would look like a gap. Deliver again
-		// from the acknowledgement floor instead.
-		_, err = js.ResetConsumer(cctx, name, o.Durable)
-	}
 	cancel()
-	if err != nil {
-		return fmt.Errorf("consumer %s: %w", o.Durable, err)
+	pull := &durablePull{js: js, cons: cons, stream: name, durable: o.Durable, log: log, tell: o.OnResync, settleFor: o.settle}
+	if pull.settleFor <= 0 {
+		pull.settleFor = followSettle
 	}
-	floor := ci.AckFloor.Stream
+	floor, err := pull.start(ctx)
+	if err != nil {
+		return stopped(ctx, err)
+	}
 	list := o.SetAsideList
 	if list != nil {
 		if err := list.open(floor); err != nil {
@@ -338,30 +345,52 @@ func Follow(ctx context.Context, js jetstream.JetStream, o FollowOptions, handle
 			}
 			ch := fb.Messages()
 			got := 0
+			// take adds msg to b when it is the delivery expected next;
+			// otherwise it drops the rest of the fetch and resyncs.
+			resynced := false
+			take := func(b *batch, msg jetstream.Msg) error {
+				meta, err := msg.Metadata()
+				if err != nil {
+					return fmt.Errorf("fetch: %w", err)
+				}
+				if !pull.inOrder(meta) {
+					for range ch {
+						// Delivered again after the resync.
+					}
+					resynced = true
+					return pull.resync(pctx, meta.Sequence.Consumer)
+				}
+				b.add(StreamMsg{Subject: msg.Subject(), Seq: meta.Sequence.Stream, Data: msg.Data(), Time: meta.Timestamp, Attestation: attestationOf(msg.Headers()), Owner: msg.Headers().Get(room.HeaderOwner)}, msg)
+				return nil
+			}
 			for msg := range ch {
 				got++
 				b := newBatch()
-				if err := addFetched(b, msg); err != nil {
-					return err
+				b.epoch = pull.epoch // written by this goroutine only
+				if err := take(b, msg); err != nil {
+					return stopped(pctx, err)
 				}
 				// Take what has already arrived too, without waiting.
 			more:
-				for len(b.xs) < followBatch {
+				for !resynced && len(b.xs) < followBatch {
 					select {
 					case msg, ok := <-ch:
 						if !ok {
 							break more
 						}
-						if err := addFetched(b, msg); err != nil {
-							return err
+						if err := take(b, msg); err != nil {
+							return stopped(pctx, err)
 						}
 					default:
 						break more
 					}
 				}
-				if !emit(b) {
+				if len(b.xs) > 0 && !emit(b) {
 					return nil
 				}
+			}
+			if resynced {
+				continue
 			}
 			err = fb.Error()
 			if err != nil && !errors.Is(err, jetstream.ErrNoMessages) && !errors.Is(err, context.DeadlineExceeded) {
@@ -384,6 +413,7 @@ func Follow(ctx context.Context, js jetstream.JetStream, o FollowOptions, handle
 	type fed struct {
 		seq    uint64
 		msg    jetstream.Msg
+		epoch  uint64      // msg's: batch.epoch
 		listed events.Code // the rebuild's (msg nil): rebuildMsg.listed
 	}
 	waiting := make([]fed, len(rebuilding))
@@ -428,11 +458,10 @@ func Follow(ctx context.Context, js jetstream.JetStream, o FollowOptions, handle
 			}
 		}
 		// Synchronous: once handle returned, the ack is on the server
-		// before the next message, so a crash repeats nothing handled.
-		actx, acancel := context.WithTimeout(context.Background(), room.DefaultTimeout)
-		err := w.msg.DoubleAck(actx)
-		acancel()
-		if err != nil {
+		// before the next message, so a crash repeats nothing handled
+		// (except after a resync: the message is acknowledged when it
+		// is delivered again).
+		if _, err := pull.ack(w.msg, w.epoch); err != nil {
 			herr = fmt.Errorf("ack stream seq %d: %w", w.seq, err)
 			return
 		}
@@ -471,21 +500,24 @@ func Follow(ctx context.Context, js jetstream.JetStream, o FollowOptions, handle
 			seq := x.m.Seq
 			switch {
 			case seq <= last:
-				// Delivered again (an ack that was lost): already handled.
-				_ = msg.Ack()
+				// Delivered again (an ack that was lost, a resync):
+				// already handled.
+				if _, err := pull.ack(msg, b.epoch); err != nil {
+					return fmt.Errorf("ack stream seq %d: %w", seq, err)
+				}
 				continue
 			case seq <= lastFed:
 				// Delivered again while its batch is not whole yet: the
 				// newer delivery is the one to acknowledge.
 				for k := range waiting {
 					if waiting[k].seq == seq && waiting[k].msg != nil {
-						waiting[k].msg = msg
+						waiting[k].msg, waiting[k].epoch = msg, b.epoch
 					}
 				}
 				continue
 			}
 			lastFed = seq
-			waiting = append(waiting, fed{seq: seq, msg: msg})
+			waiting = append(waiting, fed{seq: seq, msg: msg, epoch: b.epoch})
 			r.feed(x, true, out)
 			if herr != nil {
 				return herr
@@ -629,16 +661,6 @@ type rebuildMsg struct {
 
 // errStopped stops Follow's pipeline when its context is done.
 var errStopped = errors.New("stopped")
-
-// addFetched adds a fetched message to b.
-func addFetched(b *batch, msg jetstream.Msg) error {
-	meta, err := msg.Metadata()
-	if err != nil {
-		return fmt.Errorf("fetch: %w", err)
-	}
-	b.add(StreamMsg{Subject: msg.Subject(), Seq: meta.Sequence.Stream, Data: msg.Data(), Time: meta.Timestamp, Attestation: attestationOf(msg.Headers()), Owner: msg.Headers().Get(room.HeaderOwner)}, msg)
-	return nil
-}
 
 // maxWitnessPending bounds the deployment log entries Follow keeps waiting
 // for their rooms (a room not followed yet, or behind): past it the oldest

@@ -11,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"go.uber.org/zap/zaptest"
+
 	"github.com/roompub/roompub/events"
 	"github.com/roompub/roompub/room"
 	"github.com/roompub/roompub/room/internal/roomtest"
@@ -40,6 +42,7 @@ func followOnce(t *testing.T, e *roomtest.Env, o reader.FollowOptions, list stri
 	t.Helper()
 	l := &reader.SetAsideList{Path: list}
 	o.SetAsideList = l
+	o.Logger = zaptest.NewLogger(t) // shown when the test fails
 	ready := make(chan reader.ListFacts, 1)
 	o.Ready = func(uint64) { ready <- l.Facts() }
 	f := roomtest.StartFollow(t, e.Js, o, handle)
@@ -55,11 +58,7 @@ func followOnce(t *testing.T, e *roomtest.Env, o reader.FollowOptions, list stri
 		return run
 	}
 	seq := sentinel()
-	// Longer than the consumer's AckWait (30 s): under CI's load a run
-	// twice saw no sentinel for 15 s. Not explained yet; a message
-	// delivered to a stopped run and never acknowledged would come again
-	// only after AckWait.
-	deadline := time.Now().Add(45 * time.Second)
+	deadline := time.Now().Add(15 * time.Second)
 	for !slices.Contains(f.EventSeqs(), seq) && !slices.ContainsFunc(setAsideOf(f), func(a reader.SetAside) bool { return a.Seq == seq }) {
 		select {
 		case <-f.Done:
@@ -67,7 +66,12 @@ func followOnce(t *testing.T, e *roomtest.Env, o reader.FollowOptions, list stri
 		default:
 		}
 		if time.Now().After(deadline) {
-			t.Fatal("no sentinel within 45s")
+			if c, err := e.Js.Consumer(t.Context(), room.DefaultStream, o.Durable); err == nil {
+				if ci, err := c.Info(t.Context()); err == nil {
+					t.Logf("consumer: delivered %+v, ack floor %+v, %d ack pending, %d pull requests waiting", ci.Delivered, ci.AckFloor, ci.NumAckPending, ci.NumWaiting)
+				}
+			}
+			t.Fatalf("no sentinel (stream seq %d) within 15s: events %v, set aside %v", seq, f.EventSeqs(), asideSeqs(setAsideOf(f)))
 		}
 		time.Sleep(5 * time.Millisecond)
 	}

@@ -18,8 +18,11 @@ import (
 type batch struct {
 	xs   []prepared
 	msgs []jetstream.Msg // Follow: the messages to acknowledge, parallel to xs
-	size int             // bytes of message data
-	done chan struct{}   // closed once every element of xs is prepared
+	// epoch is Follow's: the resyncs of its durable before msgs were
+	// fetched (durablePull.epoch).
+	epoch uint64
+	size  int           // bytes of message data
+	done  chan struct{} // closed once every element of xs is prepared
 }
 
 // batches recycles batches: a replay goes through a few dozen of them,
@@ -35,7 +38,7 @@ func newBatch() *batch { return batches.Get().(*batch) }
 func (b *batch) release() {
 	clear(b.xs)
 	clear(b.msgs)
-	b.xs, b.msgs, b.size, b.done = b.xs[:0], b.msgs[:0], 0, nil
+	b.xs, b.msgs, b.epoch, b.size, b.done = b.xs[:0], b.msgs[:0], 0, 0, nil
 	batches.Put(b)
 }
 

@@ -1,0 +1,192 @@
+package reader
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"go.uber.org/zap"
+
+	"github.com/roompub/roompub/room"
+	"github.com/roompub/roompub/room/internal/jsapi"
+)
+
+// durablePull fetches Follow's live messages from its durable consumer and
+// makes sure this run receives every delivery of it, one after the other.
+// The server numbers each delivery of a consumer (the consumer sequence,
+// redeliveries included), so a delivery missing from that count went to
+// another pull request: one a stopped run left on the server (it lives
+// until it expires), or another subscriber using the same durable. Its
+// message would come back only after AckWait, behind newer ones, and the
+// newer ones would pass for the next in stream order; so the run waits
+// for the other pull requests to lapse and has the consumer deliver again
+// from its acknowledgement floor (docs/cli.md, "One run per durable").
+type durablePull struct {
+	js      jetstream.JetStream
+	cons    jetstream.Consumer
+	stream  string
+	durable string
+	log     *zap.Logger
+	tell    func(string) // FollowOptions.OnResync
+	// next is the consumer sequence the next delivery must carry.
+	next uint64
+	// resyncs holds when the run re-delivered after a missing delivery,
+	// within followResyncWindow of the last one.
+	resyncs []time.Time
+	// mu orders acknowledgements and resyncs: an ack of a delivery made
+	// before a reset would get no reply (the server takes it for a
+	// message not delivered yet), so none is sent once a resync began.
+	mu sync.Mutex
+	// epoch counts resyncs; a delivery of an earlier epoch is not
+	// acknowledged, its message is delivered again.
+	epoch uint64
+	// settleFor bounds how long a resync waits for other pull requests to
+	// lapse (FollowOptions.settle).
+	settleFor time.Duration
+}
+
+// Bounds of durablePull: a resync waits up to followSettle for the other
+// pull requests on the consumer to lapse (Follow's own last at most a
+// fetch, idleFor), and more than followMaxResyncs resyncs, each within
+// followResyncWindow of the one before, stop Follow: deliveries keep going
+// elsewhere, so another subscriber is using the durable.
+const (
+	followSettle        = 3 * time.Second
+	followMaxResyncs    = 5
+	followResyncWindow  = time.Minute
+	followSettlePolling = 50 * time.Millisecond
+)
+
+// ErrDurableShared: deliveries of Follow's durable consumer keep going to
+// pull requests that are not this run's, so another subscriber is using
+// the durable; one durable serves one run at a time, in stream order.
+var ErrDurableShared = errors.New("another subscriber is using the durable")
+
+// start readies the consumer for a run and returns its acknowledgement
+// floor (a stream seq). When an earlier run left messages delivered but
+// not acknowledged (a crash, a handler error, a stop) or a pull request
+// still waiting, it waits for those requests to lapse and delivers again
+// from the floor: the server would deliver the unacknowledged ones again
+// only after AckWait, behind newer ones.
+func (p *durablePull) start(ctx context.Context) (uint64, error) {
+	ci, err := p.info(ctx)
+	if err != nil {
+		return 0, err
+	}
+	if ci.NumAckPending > 0 || ci.NumWaiting > 0 {
+		return p.redeliver(ctx)
+	}
+	// A delivery after this snapshot that is not this run's numbers the
+	// next one past p.next.
+	p.next = ci.Delivered.Consumer + 1
+	return ci.AckFloor.Stream, nil
+}
+
+// inOrder reports whether meta is the delivery this run expects next, and
+// counts it when it is.
+func (p *durablePull) inOrder(meta *jetstream.MsgMetadata) bool {
+	if meta.Sequence.Consumer != p.next {
+		return false
+	}
+	p.next++
+	return true
+}
+
+// resync follows a delivery out of order (got is its consumer sequence):
+// the caller has dropped it and everything fetched after it, and no pull
+// request of the caller's is waiting. It fails with ErrDurableShared after
+// too many resyncs close together.
+func (p *durablePull) resync(ctx context.Context, got uint64) error {
+	now := time.Now()
+	if n := len(p.resyncs); n > 0 && now.Sub(p.resyncs[n-1]) > followResyncWindow {
+		p.resyncs = p.resyncs[:0]
+	}
+	p.resyncs = append(p.resyncs, now)
+	if len(p.resyncs) > followMaxResyncs {
+		return fmt.Errorf("%w: %w: durable %s: %d deliveries out of order since %s",
+			ErrReader, ErrDurableShared, p.durable, len(p.resyncs), p.resyncs[0].UTC().Format(time.RFC3339))
+	}
+	p.mu.Lock()
+	p.epoch++
+	p.mu.Unlock()
+	why := fmt.Sprintf("durable %s: delivery %d came where %d was due (another pull request took deliveries, or the consumer was reset): delivering again from the ack floor",
+		p.durable, got, p.next)
+	p.log.Warn("follow: resync", zap.String("reason", why))
+	if p.tell != nil {
+		p.tell(why)
+	}
+	_, err := p.redeliver(ctx)
+	return err
+}
+
+// ack acknowledges msg, a delivery of epoch, and waits for the server to
+// confirm it (room.DefaultTimeout). After a resync it sends nothing and
+// reports false: the consumer delivers the message again, and that
+// delivery is acknowledged.
+func (p *durablePull) ack(msg jetstream.Msg, epoch uint64) (bool, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if epoch != p.epoch {
+		return false, nil
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), room.DefaultTimeout)
+	defer cancel()
+	return true, msg.DoubleAck(ctx)
+}
+
+// redeliver waits, up to settleFor, until no pull request waits on the
+// consumer, then resets it to its acknowledgement floor and returns the
+// floor (a stream seq). The reset (nats-server's consumer reset, ADR-60)
+// forgets the deliveries pending and numbers the next delivery 1, so
+// p.next is 1: a delivery taken by another pull request right after the
+// reset shows as well.
+func (p *durablePull) redeliver(ctx context.Context) (uint64, error) {
+	deadline := time.Now().Add(p.settleFor)
+	for {
+		ci, err := p.info(ctx)
+		if err != nil {
+			return 0, err
+		}
+		if ci.NumWaiting == 0 || time.Now().After(deadline) {
+			break
+		}
+		select {
+		case <-ctx.Done():
+			return 0, ctx.Err()
+		case <-time.After(followSettlePolling):
+		}
+	}
+	cctx, cancel := jsapi.WithDefaultTimeout(ctx, room.DefaultTimeout)
+	r, err := p.js.ResetConsumer(cctx, p.stream, p.durable)
+	cancel()
+	if err != nil {
+		return 0, fmt.Errorf("consumer %s: reset: %w", p.durable, err)
+	}
+	if r.ResetSeq == 0 {
+		return 0, fmt.Errorf("consumer %s: reset to stream seq 0", p.durable)
+	}
+	p.next = 1
+	return r.ResetSeq - 1, nil
+}
+
+// info returns the consumer's info.
+func (p *durablePull) info(ctx context.Context) (*jetstream.ConsumerInfo, error) {
+	cctx, cancel := jsapi.WithDefaultTimeout(ctx, room.DefaultTimeout)
+	defer cancel()
+	ci, err := p.cons.Info(cctx)
+	if err != nil {
+		return nil, fmt.Errorf("consumer %s: %w", p.durable, err)
+	}
+	return ci, nil
+}
+
+// stopped returns err, or nil when ctx is done (Follow was stopped).
+func stopped(ctx context.Context, err error) error {
+	if ctx.Err() != nil {
+		return nil
+	}
+	return err
+}
