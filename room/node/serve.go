@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/http"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -96,6 +97,11 @@ type ServeOptions struct {
 	Logger     *zap.Logger
 	// Ready, when set, is called once the service answers requests.
 	Ready func(ServeInfo)
+
+	// atStep, when set, is called as Serve starts each step of its
+	// start (the step /healthz names) with the bound HTTP address; tests
+	// hold a step with it.
+	atStep func(step, httpAddr string)
 }
 
 // TilesOptions configure the tlog-tiles endpoint (docs/tiles.md, "The
@@ -240,10 +246,33 @@ func Serve(ctx context.Context, o ServeOptions) error {
 	if err := o.checkTiles(); err != nil {
 		return err
 	}
+	// HTTPAddr answers from here on: /healthz says 503 and the step of the
+	// start until the service is up (a store's recovery can take tens of
+	// seconds), then what it checks.
+	front := &startingHTTP{}
+	var httpSrv *http.Server
+	httpAddr := ""
+	if o.HTTPAddr != "" {
+		ln, err := net.Listen("tcp", o.HTTPAddr)
+		if err != nil {
+			return fmt.Errorf("http listen %s: %w", o.HTTPAddr, err)
+		}
+		httpAddr = ln.Addr().String()
+		httpSrv = &http.Server{Handler: front, ReadHeaderTimeout: 5 * time.Second}
+		go func() { _ = httpSrv.Serve(ln) }()
+		defer httpSrv.Close() // a failed start; after Shutdown below, a no-op
+	}
+	step := func(what string) {
+		front.step.Store(&what)
+		if o.atStep != nil {
+			o.atStep(what, httpAddr)
+		}
+	}
 	url := o.ServerURL
 	replicas := o.Replicas
 	var emb *embedded.Server
 	if url == "" {
+		step(stepEmbedded)
 		eo := o.Embedded
 		if eo.Logger == nil {
 			eo.Logger = log
@@ -278,6 +307,7 @@ func Serve(ctx context.Context, o ServeOptions) error {
 		}),
 		nats.ReconnectHandler(func(nc *nats.Conn) { log.Info("nats reconnected", zap.String("url", nc.ConnectedUrlRedacted())) }),
 	}, o.Connect...)
+	step(stepConnect)
 	nc, err := connectAs(url, "roompub-publisher", opts)
 	if err != nil {
 		return err
@@ -289,6 +319,7 @@ func Serve(ctx context.Context, o ServeOptions) error {
 	}
 	// Creating a replicated stream elects its leader first: on a cluster
 	// that has just formed that can take longer than room.DefaultTimeout.
+	step(stepStream)
 	ectx, cancel := context.WithTimeout(ctx, streamSetupTimeout)
 	place, err := openPlacement(ectx, js, room.Layout{Stream: o.Stream, Subjects: o.Subjects, Partitions: o.Partitions}, replicas)
 	if err != nil {
@@ -340,6 +371,7 @@ func Serve(ctx context.Context, o ServeOptions) error {
 	// that hold the chains' heads (seconds at millions of messages), and
 	// the server answers a connection's requests in order, so on the
 	// gates' connection the first appends would wait behind them.
+	step(stepGates)
 	surveyNC, err := connectAs(url, "roompub-publisher-survey", opts)
 	if err != nil {
 		return err
@@ -410,6 +442,7 @@ func Serve(ctx context.Context, o ServeOptions) error {
 		if p.guard.lost != nil {
 			// The store shows lost messages: no request is served before the
 			// survey has found which rooms and chains they were.
+			step(stepSurvey)
 			p.surveys.waitFirst(surveyCtx)
 		}
 		p.healthy.Store(checkResult{p.guard.writers})
@@ -458,14 +491,8 @@ func Serve(ctx context.Context, o ServeOptions) error {
 		_ = svc.Stop()
 		return err
 	}
-	var httpSrv *http.Server
-	if o.HTTPAddr != "" {
-		ln, err := net.Listen("tcp", o.HTTPAddr)
-		if err != nil {
-			_ = svc.Stop()
-			return fmt.Errorf("http listen %s: %w", o.HTTPAddr, err)
-		}
-		info.HTTPAddr = ln.Addr().String()
+	if httpSrv != nil {
+		info.HTTPAddr = httpAddr
 		mux := http.NewServeMux()
 		mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
 		mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) {
@@ -486,7 +513,6 @@ func Serve(ctx context.Context, o ServeOptions) error {
 		if o.Tiles.Enabled {
 			hs, tnc, err := tilesHandlers(url, opts, &o, place, log)
 			if err != nil {
-				_ = ln.Close()
 				_ = svc.Stop()
 				return err
 			}
@@ -496,8 +522,7 @@ func Serve(ctx context.Context, o ServeOptions) error {
 			}
 			info.Tiles = "http://" + info.HTTPAddr + "/tiles/"
 		}
-		httpSrv = &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
-		go func() { _ = httpSrv.Serve(ln) }()
+		front.serving.Store(mux)
 	}
 	publisher := ""
 	if o.PublisherKey != nil {
@@ -607,4 +632,35 @@ func connectAs(url, name string, opts []nats.Option) (*nats.Conn, error) {
 		return nil, fmt.Errorf("connect %s as %s (one of serve's connections: roompub-publisher, -survey, -checkpointer per partition with a publisher key, -tiles with --tiles): %w", redact(url), name, err)
 	}
 	return nc, nil
+}
+
+// The steps of Serve's start, as /healthz names them until the service is
+// up.
+const (
+	stepEmbedded = "starting the embedded nats-server (it recovers its store first)"
+	stepConnect  = "connecting to NATS"
+	stepStream   = "opening the room stream"
+	stepGates    = "starting the checkpointers and the gates"
+	stepSurvey   = "surveying what the store lost"
+)
+
+// startingHTTP is the handler on ServeOptions.HTTPAddr: the service's own
+// (/metrics, /healthz, /tiles/) once serving holds it; before that, 503
+// with the step of the start, so a probe sees "starting" rather than a
+// refused connection.
+type startingHTTP struct {
+	step    atomic.Pointer[string]
+	serving atomic.Pointer[http.ServeMux]
+}
+
+func (h *startingHTTP) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if mux := h.serving.Load(); mux != nil {
+		mux.ServeHTTP(w, r)
+		return
+	}
+	step := "starting"
+	if s := h.step.Load(); s != nil {
+		step = *s
+	}
+	http.Error(w, "starting: "+step, http.StatusServiceUnavailable)
 }

@@ -3,8 +3,10 @@ package node_test
 import (
 	"context"
 	"crypto/rand"
+	"fmt"
 	"io"
 	"net/http"
+	"strings"
 	"testing"
 	"time"
 
@@ -153,5 +155,50 @@ func (s *served) waitHealth(code int, body string) {
 			s.t.Fatalf("healthz: %d %q, want %d %q", c, b, code, body)
 		}
 		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// TestHealthzWhileStarting: the HTTP address answers from Serve's first
+// step: /healthz (and /metrics) say 503 and the step the start is at,
+// each step in turn, so a probe sees "starting" while the embedded server
+// recovers its store; once the service is up, /healthz says ok.
+func TestHealthzWhileStarting(t *testing.T) {
+	t.Parallel()
+	type answer struct {
+		step, health, metrics string
+	}
+	var seen []answer
+	get := func(addr, path string) string {
+		resp, err := http.Get("http://" + addr + path)
+		if err != nil {
+			return err.Error()
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return fmt.Sprintf("%d %s", resp.StatusCode, b)
+	}
+	s := startServeWith(t, time.Minute, func(so *node.ServeOptions, _ *events.HostKey) {
+		node.WithAtStep(so, func(step, addr string) {
+			seen = append(seen, answer{step, get(addr, "/healthz"), get(addr, "/metrics")})
+		})
+	})
+	want := []string{
+		"starting the embedded nats-server (it recovers its store first)",
+		"connecting to NATS",
+		"opening the room stream",
+		"starting the checkpointers and the gates",
+	}
+	if len(seen) != len(want) {
+		t.Fatalf("steps %+v, want %q", seen, want)
+	}
+	for i, a := range seen {
+		body := "503 starting: " + want[i] + "\n"
+		if a.step != want[i] || a.health != body || a.metrics != body {
+			t.Errorf("step %d: %+v, want %q answered on /healthz and /metrics", i, a, body)
+		}
+	}
+	s.waitHealth(200, "ok\n")
+	if code, body := s.get("/metrics"); code != 200 || !strings.Contains(body, "go_goroutines") {
+		t.Errorf("metrics once serving: %d %.80q", code, body)
 	}
 }
