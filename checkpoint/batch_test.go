@@ -225,8 +225,12 @@ func TestBatchCollector(t *testing.T) {
 		}
 		for j, i := range order {
 			why := stray(i)
-			if i == 0 {
+			switch i {
+			case 0:
 				why = "only messages 0 to 0 of it were read, at stream seqs 21 to 21, and the next message, stream seq 22, is not message 1 of it"
+			case 3:
+				// Read first: nothing was read where 0 to 2 belong.
+				why = "messages 0 to 2 of its batch, at stream seqs 17 to 19, were not read"
 			}
 			if v := got[uint64(20+j)]; !isIncomplete(v, why) {
 				t.Fatalf("id %d (message %d): %+v, want %q", 20+j, i, v, why)
@@ -309,20 +313,23 @@ func TestBatchCollector(t *testing.T) {
 			}
 		}
 		// Message 2 is missing: message 3 ends the batch, whose 0 and 1
-		// can never be whole, and is refused itself; so is 4.
+		// can never be whole, and is refused itself; so is 4. Each names
+		// the place not read and its stream seq.
 		v := c.Add(3, hs[3], ss[3])
 		if len(v) != 3 || c.Pending() != 0 {
 			t.Fatalf("message 3: %+v, pending %d", v, c.Pending())
 		}
 		for j, i := range []uint64{0, 1} {
-			if v[j].ID != i || !isIncomplete(v[j], fmt.Sprintf("message %d of a batch of 5 by %s: only messages 0 to 1 of it were read, at stream seqs 0 to 1, and the next message, stream seq 3, is not message 2 of it", i, k.NodeID())) {
+			if v[j].ID != i || !isIncomplete(v[j], fmt.Sprintf("message %d of a batch of 5 by %s: only messages 0 to 1 of it were read, at stream seqs 0 to 1, and the next message read, stream seq 3, is message 3: "+
+				"message 2 of it, at stream seq 2, was not read (the store lost it, or the message there is not of this batch)", i, k.NodeID())) {
 				t.Fatalf("verdict %d = %+v", j, v[j])
 			}
 		}
-		if v[2].ID != 3 || !isIncomplete(v[2], stray(3)) {
+		notRead := "message 2 of its batch, at stream seq 2, was not read"
+		if v[2].ID != 3 || !isIncomplete(v[2], notRead) {
 			t.Fatalf("message 3: %+v", v[2])
 		}
-		if v := c.Add(4, hs[4], ss[4]); len(v) != 1 || v[0].ID != 4 || !isIncomplete(v[0], stray(4)) {
+		if v := c.Add(4, hs[4], ss[4]); len(v) != 1 || v[0].ID != 4 || !isIncomplete(v[0], notRead) {
 			t.Fatalf("message 4: %+v", v)
 		}
 		if f := c.Flush(); len(f) != 0 {
@@ -344,9 +351,10 @@ func TestBatchCollector(t *testing.T) {
 		if c.Pending() != 0 {
 			t.Fatalf("Pending = %d", c.Pending())
 		}
-		// The rest of that batch arriving late is refused at once.
+		// The rest of that batch arriving late is refused at once: nothing
+		// was read where its places 0 and 1 belong (106, 107).
 		for i := 2; i < 5; i++ {
-			if v := c.Add(uint64(106+i), hs[i], ss[i]); len(v) != 1 || !isIncomplete(v[0], stray(i)) {
+			if v := c.Add(uint64(106+i), hs[i], ss[i]); len(v) != 1 || !isIncomplete(v[0], "messages 0 to 1 of its batch, at stream seqs 106 to 107, were not read") {
 				t.Fatalf("late member: %+v", v)
 			}
 		}

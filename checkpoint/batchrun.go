@@ -33,6 +33,19 @@ type BatchRun struct {
 	a           Attestation // message 0's
 	first, last uint64      // stream seqs of the messages read
 	next        int         // the next index; 0: none open
+	prev        uint64      // the stream seq of the last message given
+	// gone is a batch read after a place of it that was not read: its
+	// later messages are refused for that reason.
+	gone goneRun
+}
+
+// goneRun is the batch a BatchRun reads after places of it that were not
+// read; zero when none.
+type goneRun struct {
+	room string
+	a    Attestation // the last message's
+	last uint64      // its stream seq
+	why  string
 }
 
 // Place is where BatchRun.Next puts a message.
@@ -65,6 +78,7 @@ type BatchStep struct {
 	// Ended is the batch that was open before the message and that the
 	// message ended incomplete (Ended.Count() > 0): refuse its messages.
 	Ended BrokenBatch
+	why   string // a Stray's, when more is known than its place
 }
 
 // Err is the refusal of a Stray message with attestation a; nil for the
@@ -73,8 +87,21 @@ func (s BatchStep) Err(a Attestation) error {
 	if s.Place != Stray {
 		return nil
 	}
+	if s.why != "" {
+		return &IncompleteBatchError{A: a, Why: s.why}
+	}
 	return &IncompleteBatchError{A: a, Why: "the message before it on the stream is not message " + strconv.Itoa(a.Index-1) +
 		" of that batch: a copied header, or a batch not stored whole"}
+}
+
+// notRead says that messages from to to of a batch (whose: "it", "its
+// batch"), at stream seqs fromSeq to toSeq, were not read, where a batch
+// stored whole keeps them.
+func notRead(whose string, from, to int, fromSeq, toSeq uint64) string {
+	if from == to {
+		return fmt.Sprintf("message %d of %s, at stream seq %d, was not read (the store lost it, or the message there is not of this batch)", from, whose, fromSeq)
+	}
+	return fmt.Sprintf("messages %d to %d of %s, at stream seqs %d to %d, were not read (the store lost them, or the messages there are not of this batch)", from, to, whose, fromSeq, toSeq)
 }
 
 // BrokenBatch is a batch that ended before its last message: its messages
@@ -150,6 +177,20 @@ func (b *BatchRun) Read() int { return b.next }
 // message of no room). seq must be greater than every seq given before.
 func (b *BatchRun) Next(seq uint64, roomID string, a Attestation, member bool) BatchStep {
 	var s BatchStep
+	prev := b.prev
+	b.prev = seq
+	if g := &b.gone; g.why != "" {
+		if member && seq == g.last+1 && a.Index == g.a.Index+1 && a.SameBatch(g.a) && roomID == g.room {
+			// A later message of a batch read after a gap in it.
+			s.Place, s.why = Stray, g.why
+			g.a, g.last = a, seq
+			if a.Index == a.Count-1 {
+				*g = goneRun{}
+			}
+			return s
+		}
+		*g = goneRun{}
+	}
 	if b.next > 0 {
 		if member && seq == b.last+1 && a.Index == b.next && a.SameBatch(b.a) && roomID == b.room {
 			b.next++
@@ -157,10 +198,18 @@ func (b *BatchRun) Next(seq uint64, roomID string, a Attestation, member bool) B
 			s.First = b.first
 			if b.next == b.a.Count {
 				s.Place = Completes
-				*b = BatchRun{}
+				b.close()
 			} else {
 				s.Place = Joins
 			}
+			return s
+		}
+		if member && a.Index > b.next && seq-b.last == uint64(a.Index-b.next)+1 && a.SameBatch(b.a) && roomID == b.room {
+			// Exactly the stream seqs of the places between are missing.
+			s.Place, s.why = Stray, notRead("its batch", b.next, a.Index-1, b.last+1, seq-1)
+			s.Ended = b.end("the next message read, stream seq " + strconv.FormatUint(seq, 10) + ", is message " + strconv.Itoa(a.Index) + ": " +
+				notRead("it", b.next, a.Index-1, b.last+1, seq-1))
+			b.gone = goneRun{room: roomID, a: a, last: seq, why: s.why}
 			return s
 		}
 		s.Ended = b.end("the next message, stream seq " + strconv.FormatUint(seq, 10) + ", is not message " + strconv.Itoa(b.next) + " of it")
@@ -172,11 +221,21 @@ func (b *BatchRun) Next(seq uint64, roomID string, a Attestation, member bool) B
 		s.Place, s.First = Alone, seq
 	case a.Index == 0:
 		s.Place, s.First = Opens, seq
-		*b = BatchRun{room: roomID, a: a, first: seq, last: seq, next: 1}
+		b.room, b.a, b.first, b.last, b.next = roomID, a, seq, seq, 1
 	default:
 		s.Place = Stray
+		if uint64(a.Index) < seq && prev < seq-uint64(a.Index) {
+			// Nothing was read where its batch's places before it are.
+			s.why = notRead("its batch", 0, a.Index-1, seq-uint64(a.Index), seq-1)
+			b.gone = goneRun{room: roomID, a: a, last: seq, why: s.why}
+		}
 	}
 	return s
+}
+
+// close forgets the open batch.
+func (b *BatchRun) close() {
+	b.room, b.a, b.first, b.last, b.next = "", Attestation{}, 0, 0, 0
 }
 
 // Break ends the open batch incomplete for the reason why (what came
@@ -192,6 +251,6 @@ func (b *BatchRun) Break(why string) (ended BrokenBatch, ok bool) {
 func (b *BatchRun) end(why string) BrokenBatch {
 	e := BrokenBatch{A: b.a, Room: b.room, First: b.first, Last: b.last,
 		why: fmt.Sprintf("only messages 0 to %d of it were read, at stream seqs %d to %d, and %s", b.next-1, b.first, b.last, why)}
-	*b = BatchRun{}
+	b.close()
 	return e
 }

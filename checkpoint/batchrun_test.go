@@ -90,6 +90,17 @@ func TestBatchRun(t *testing.T) {
 			{10, "r", a3(1), true, Stray, 0, ""},
 			{11, "r", a3(2), true, Stray, 0, ""},
 		}},
+		{"a place not read", []msg{
+			{10, "r", att(1, 1, 0, 4), true, Opens, 10, ""},
+			{12, "r", att(1, 1, 2, 4), true, Stray, 0, "10-10"},
+			{13, "r", att(1, 1, 3, 4), true, Stray, 0, ""},
+			{14, "r", a3(0), true, Opens, 14, ""},
+		}},
+		{"the first places not read", []msg{
+			{5, "r", Attestation{}, false, NotMember, 0, ""},
+			{10, "r", att(1, 1, 2, 4), true, Stray, 0, ""},
+			{11, "r", att(1, 1, 3, 4), true, Stray, 0, ""},
+		}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var b BatchRun
@@ -140,6 +151,37 @@ func TestBatchRunErrors(t *testing.T) {
 			t.Errorf("err %v\nwant %s", tc.err, tc.want)
 		}
 	}
+	// The places between two messages read were not read: the refusals
+	// name them and their stream seqs, for every later message too.
+	b.Next(30, "r", att(1, 1, 0, 5), true)
+	gap := b.Next(33, "r", att(1, 1, 3, 5), true)
+	after := b.Next(34, "r", att(1, 1, 4, 5), true)
+	// Nothing read at the first places: the same.
+	b.Next(40, "r", Attestation{}, false)
+	first := b.Next(43, "r", att(1, 2, 1, 3), true)
+	firstAfter := b.Next(44, "r", att(1, 2, 2, 3), true)
+	// Something else read there: a copied header, as before.
+	copied := b.Next(45, "r", att(1, 3, 1, 3), true)
+	for _, tc := range []struct {
+		err  error
+		want string
+	}{
+		{gap.Ended.Err(att(1, 1, 0, 5)), "only messages 0 to 0 of it were read, at stream seqs 30 to 30, and the next message read, stream seq 33, is message 3: " +
+			"messages 1 to 2 of it, at stream seqs 31 to 32, were not read (the store lost them, or the messages there are not of this batch)"},
+		{gap.Err(att(1, 1, 3, 5)), "message 3 of a batch of 5 by " + k + ": messages 1 to 2 of its batch, at stream seqs 31 to 32, were not read (the store lost them, or the messages there are not of this batch)"},
+		{after.Err(att(1, 1, 4, 5)), "message 4 of a batch of 5 by " + k + ": messages 1 to 2 of its batch, at stream seqs 31 to 32, were not read"},
+		{first.Err(att(1, 2, 1, 3)), "message 1 of a batch of 3 by " + k + ": message 0 of its batch, at stream seq 42, was not read (the store lost it, or the message there is not of this batch)"},
+		{firstAfter.Err(att(1, 2, 2, 3)), "message 2 of a batch of 3 by " + k + ": message 0 of its batch, at stream seq 42, was not read"},
+		{copied.Err(att(1, 3, 1, 3)), "message 1 of a batch of 3 by " + k + ": the message before it on the stream is not message 0 of that batch: a copied header"},
+	} {
+		if tc.err == nil || !strings.Contains(tc.err.Error(), tc.want) {
+			t.Errorf("err %v\nwant it to hold %s", tc.err, tc.want)
+		}
+	}
+	if gap.Place != Stray || gap.Ended.Count() != 1 || after.Place != Stray || first.Place != Stray || firstAfter.Place != Stray || copied.Place != Stray {
+		t.Errorf("places %d %d %d %d %d, ended %d", gap.Place, after.Place, first.Place, firstAfter.Place, copied.Place, gap.Ended.Count())
+	}
+
 	if _, ok := b.Break("x"); ok {
 		t.Fatal("Break with no batch open")
 	}
