@@ -127,20 +127,29 @@ func parseLine(line []byte, at Location, owned bool) (*Entry, []Problem) {
 		return nil, []Problem{{Code: NonCanonical, At: at, Reason: "line is not valid UTF-8"}}
 	}
 	if err != nil {
-		return nil, []Problem{parseProblem(err, at)}
+		return nil, []Problem{parseProblem(err, line, at)}
 	}
 	return e, nil
 }
 
 // parseProblem is the problem of a UTF-8 line that did not parse:
-// invalid_entry for JSON that is not an object, else corrupt_entry.
-func parseProblem(err error, at Location) Problem {
+// invalid_entry for JSON that is not an object, else corrupt_entry. A
+// line that starts with a byte order mark says so: a file saved "UTF-8
+// with BOM" fails on its first line only, on bytes no one sees.
+func parseProblem(err error, line []byte, at Location) Problem {
 	code := CorruptEntry
 	if errors.Is(err, ErrNotObject) {
 		code = InvalidEntry
 	}
-	return Problem{Code: code, At: at, Reason: err.Error()}
+	reason := err.Error()
+	if bytes.HasPrefix(line, utf8BOM) {
+		reason = "line starts with a UTF-8 byte order mark (bytes EF BB BF): a journal is UTF-8 without one (" + reason + ")"
+	}
+	return Problem{Code: code, At: at, Reason: reason}
 }
+
+// utf8BOM is U+FEFF encoded in UTF-8, as editors put it at a file's start.
+var utf8BOM = []byte{0xef, 0xbb, 0xbf}
 
 // CheckLine applies every rule to e, parsed from line, without advancing:
 // CheckEntry's, and that line is byte-equal to e's canonical form, each
@@ -171,6 +180,12 @@ func (v *ChainVerifier) CheckLineChecked(e *Entry, line []byte, at Location, rul
 func nonCanonical(e *Entry, line []byte, at Location) (Problem, bool) {
 	if bytes.Equal(line, e.canonical) {
 		return Problem{}, false
+	}
+	if n := len(e.canonical); len(line) == n+1 && line[n] == '\r' && bytes.Equal(line[:n], e.canonical) {
+		// JSON allows the CR as whitespace; a CRLF file is canonical but
+		// for it.
+		return Problem{Code: NonCanonical, At: at,
+			Reason: "line ends with a carriage return (CRLF line endings): a journal line is its RFC 8785 canonical form ended by a line feed alone"}, true
 	}
 	return Problem{Code: NonCanonical, At: at,
 		Reason: "line is not byte-equal to its RFC 8785 canonical form" + firstDiff(line, e.canonical)}, true
@@ -472,7 +487,7 @@ func (l *journalLine) prepare(check EntryCheck, at Location, text string, arena 
 		return
 	}
 	if err != nil {
-		l.problems = []Problem{parseProblem(err, at)}
+		l.problems = []Problem{parseProblem(err, l.line, at)}
 		return
 	}
 	l.e = e

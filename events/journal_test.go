@@ -556,3 +556,42 @@ func TestLineSeq(t *testing.T) {
 		t.Errorf(`LineSeq({"seq":-1}) = %v, %d`, e, seq)
 	}
 }
+
+// TestVerifyJournalBOMAndCRLF: a journal saved with a byte order mark, or
+// with CRLF line endings, is refused with a reason that names it, by the
+// parallel verification and by the sequential oracle alike; the codes are
+// the upstream's (corrupt_entry for the mark, which is no JSON;
+// non_canonical for the carriage return, which JSON reads as white
+// space).
+func TestVerifyJournalBOMAndCRLF(t *testing.T) {
+	raw := readRef(t, "capsule-journals", "canonical", "journal.ndjson")
+	bom := append([]byte{0xef, 0xbb, 0xbf}, raw...)
+	crlf := bytes.ReplaceAll(raw, []byte("\n"), []byte("\r\n"))
+	for _, tc := range []struct {
+		name   string
+		raw    []byte
+		want   []problemAt
+		reason string
+	}{
+		{"bom", bom, []problemAt{{events.CorruptEntry, 1, ""}}, "line starts with a UTF-8 byte order mark (bytes EF BB BF): a journal is UTF-8 without one (not strict JSON"},
+		{"crlf", crlf, []problemAt{{events.NonCanonical, 1, ""}, {events.NonCanonical, 2, ""}}, "line ends with a carriage return (CRLF line endings): a journal line is its RFC 8785 canonical form ended by a line feed alone"},
+	} {
+		for name, verify := range map[string]func() (events.JournalResult, error){
+			"parallel": func() (events.JournalResult, error) {
+				return events.VerifyJournalWith(bytes.NewReader(tc.raw), "j", nil, nil, 2, 1)
+			},
+			"sequential": func() (events.JournalResult, error) {
+				return events.VerifyJournalSequential(bytes.NewReader(tc.raw), "j", nil, nil)
+			},
+		} {
+			t.Run(tc.name+"/"+name, func(t *testing.T) {
+				_, err := verify()
+				ps := asRefusal(t, err).Problems
+				checkProblems(t, ps, tc.want)
+				if !strings.HasPrefix(ps[0].Reason, tc.reason) {
+					t.Errorf("reason %q, want it to start %q", ps[0].Reason, tc.reason)
+				}
+			})
+		}
+	}
+}

@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"encoding/base64"
 	"encoding/json"
+	"fmt"
 	"strings"
 	"unicode/utf8"
 )
@@ -48,6 +49,9 @@ func ParseRecord(raw []byte) (*Record, error) {
 	}
 	canon, err := Canonicalize(raw)
 	if err != nil {
+		if bytes.HasPrefix(raw, utf8BOM) {
+			return nil, fmt.Errorf("the record starts with a UTF-8 byte order mark (bytes EF BB BF): a record is UTF-8 without one (%w)", err)
+		}
 		return nil, err
 	}
 	if err := objectRequired(canon); err != nil {

@@ -1,9 +1,11 @@
 package events_test
 
 import (
+	"bytes"
 	"crypto/sha256"
 	"encoding/base64"
 	"errors"
+	"strings"
 	"testing"
 
 	"github.com/roompub/roompub/events"
@@ -124,6 +126,21 @@ func TestParseRecordRefusesNonObjects(t *testing.T) {
 		if _, err := events.ParseRecord([]byte(in)); !errors.Is(err, events.ErrNotObject) {
 			t.Errorf("ParseRecord(%q) error = %v, want ErrNotObject", in, err)
 		}
+	}
+}
+
+// TestParseRecordBOM: a record saved with a byte order mark is no JSON
+// (ErrNotJSON), and the error says what the invisible bytes are; the same
+// record with CRLF line endings parses (JSON's white space).
+func TestParseRecordBOM(t *testing.T) {
+	raw := readRef(t, "execution-records", "verified.json")
+	_, err := events.ParseRecord(append([]byte{0xef, 0xbb, 0xbf}, raw...))
+	if !errors.Is(err, events.ErrNotJSON) || !strings.HasPrefix(err.Error(), "the record starts with a UTF-8 byte order mark (bytes EF BB BF): a record is UTF-8 without one (") {
+		t.Errorf("with a byte order mark: %v", err)
+	}
+	rec, err := events.ParseRecord(bytes.ReplaceAll(raw, []byte("\n"), []byte("\r\n")))
+	if err != nil || rec.ComputedRef() != rec.ExecutionRef() {
+		t.Errorf("with CRLF: %v", err)
 	}
 }
 
