@@ -10,13 +10,17 @@ import (
 // MaxRoomIDLength is room/id's maxLength in characters (seed 004).
 const MaxRoomIDLength = 512
 
-var roomIDPattern = func() interface{ MatchString(string) bool } {
-	re, err := newECMAEngine(0).compile(`^room:[^\s]+$`)
+var roomIDPattern = mustECMA(`^room:[^\s]+$`)
+
+// mustECMA compiles a constant ECMA-262 pattern, as the schemas' own are
+// compiled.
+func mustECMA(pattern string) interface{ MatchString(string) bool } {
+	re, err := newECMAEngine(0).compile(pattern)
 	if err != nil {
 		panic(err) // a constant pattern
 	}
 	return re
-}()
+}
 
 // CheckRoomID reports whether id is a room id as seed 004's room/id
 // defines it: "room:" and at least one non-space character (ECMA-262 \s),

@@ -390,7 +390,7 @@ func TestReadFlag(t *testing.T) {
 	if status, stdout, stderr := invoke(t, "", "prove", "--server", url, "--room", cliRoom, "--entry", es[2].EntryHash(), "--trusted-publisher", pub.NodeID(), "--read", "direct"); status != config.ExitOK || !strings.Contains(stdout, `"leaf_index":2`) {
 		t.Errorf("prove --read direct: status %d\n%s\n%s", status, stdout, stderr)
 	}
-	if status, _, stderr := invoke(t, "", "evidence", "--server", url, "--instance", "env/x", "--read", "direct"); status != config.ExitOK {
+	if status, _, stderr := invoke(t, "", "evidence", "--server", url, "--instance", "environment:x", "--read", "direct"); status != config.ExitOK {
 		t.Errorf("evidence --read direct: status %d\n%s", status, stderr)
 	}
 }

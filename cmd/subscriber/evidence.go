@@ -12,6 +12,7 @@ import (
 	"github.com/roompub/roompub/events"
 	"github.com/roompub/roompub/room"
 	"github.com/roompub/roompub/room/reader"
+	"github.com/roompub/roompub/validate"
 )
 
 type evidenceCmd struct {
@@ -24,8 +25,8 @@ type evidenceCmd struct {
 }
 
 func (c *evidenceCmd) Validate() error {
-	if c.Instance == "" || strings.TrimSpace(c.Instance) != c.Instance {
-		return fmt.Errorf("%w: --instance %q: want an environment/ref (e.g. environment:qmail-01), without surrounding spaces", config.ErrInvalid, c.Instance)
+	if err := validate.CheckEnvironmentRef(c.Instance); err != nil {
+		return fmt.Errorf("%w: --instance %v", config.ErrInvalid, err)
 	}
 	if c.Room != "" {
 		if err := checkRooms([]string{c.Room}); err != nil {
