@@ -30,7 +30,7 @@ type auditCmd struct {
 	Since       time.Time `name:"since" placeholder:"TIME" help:"Start at the first message stored at or after TIME (RFC 3339; attestations and checkpoints are not checked)." format:"2006-01-02T15:04:05Z07:00"`
 	JSON        bool      `name:"json" help:"Print the report as one JSON object."`
 	StateDir    string    `name:"state-dir" help:"Directory of the subscriber's state: with --trusted-publisher, the last checkpoint verified per room (a room whose newest checkpoint is smaller or not consistent with it is refused as rolled back or forked). Default $XDG_STATE_HOME/roompub, else ~/.local/state/roompub; one directory per deployment (a kept checkpoint signed by a key not trusted, or of another --origin, is ignored and left in place)." placeholder:"DIR" yaml:"state-dir"`
-	Checkpoints []string  `name:"checkpoint" type:"existingfile" placeholder:"FILE" help:"A signed checkpoint note obtained elsewhere (repeatable): it must verify under --trusted-publisher and be consistent with its room as read (catches a fork shown to different readers)."`
+	Checkpoints []string  `name:"checkpoint" type:"existingfile" placeholder:"FILE" help:"A signed checkpoint note obtained elsewhere (repeatable): it must be consistent with its room as read (catches a fork shown to different readers: checkpoint_mismatch). A file that is not a checkpoint note --trusted-publisher verifies, or is of a room not among --room, is refused before the stream is read (exit 2)."`
 	AllowEmpty  bool      `name:"allow-empty" help:"Accept an audit that reads no message (of the stream, or of a room given with --room): without it that is the verdict EMPTY, exit 1 (a mistyped room id reads nothing)." yaml:"allow-empty"`
 }
 
@@ -64,7 +64,7 @@ func (c *auditCmd) Run(s *streams) error {
 			return err
 		}
 	}
-	external, err := externalCheckpoints(c.Checkpoints)
+	external, err := externalCheckpoints(c.Checkpoints, t, c.Rooms)
 	if err != nil {
 		return err
 	}

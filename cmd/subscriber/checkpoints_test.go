@@ -275,6 +275,25 @@ func TestAuditCheckpointFlags(t *testing.T) {
 	if status != config.ExitRefused || !strings.Contains(stdout, "checkpoint "+forkedNote+" (size 5): forked: the room as read has root "+root) {
 		t.Errorf("forked note: status %d\n%s", status, stdout)
 	}
+	// A file that is no checkpoint the keys verify, or of a room not
+	// audited, is the operator's error: refused before the stream is read,
+	// naming the file, and counted nowhere.
+	garbage := filepath.Join(dir, "garbage.note")
+	if err := os.WriteFile(garbage, []byte("not a note\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--checkpoint", garbage}, "subscriber: invalid configuration: --checkpoint: not a usable checkpoint from elsewhere: " + garbage + ": bad checkpoint"},
+		{[]string{"--checkpoint", goodNote, "--room", "room:other"}, "subscriber: invalid configuration: --checkpoint: not a usable checkpoint from elsewhere: " + goodNote + " (size 5): its room " + cliRoom + " is not among the rooms audited (room:other)"},
+	} {
+		status, stdout, stderr = invoke(t, "", append(base, c.args...)...)
+		if status != config.ExitUsage || stdout != "" || !strings.Contains(stderr, c.want) {
+			t.Errorf("audit %v: status %d, stderr %q, want %q; stdout %q", c.args, status, stderr, c.want, stdout)
+		}
+	}
 	// Without keys: not checked, said so; --checkpoint needs keys.
 	status, stdout, _ = invoke(t, "", "audit", "--server", url)
 	if status != config.ExitOK || !strings.Contains(stdout, "attestations and checkpoints: not checked (no trusted publisher keys (--trusted-publisher))") {

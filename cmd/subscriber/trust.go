@@ -64,15 +64,22 @@ func checkpointState(t *checkpoint.Trust, dir string) (*reader.CheckpointState, 
 	return &reader.CheckpointState{Dir: d}, nil
 }
 
-// externalCheckpoints reads audit --checkpoint files.
-func externalCheckpoints(files []string) ([]reader.ExternalCheckpoint, error) {
+// externalCheckpoints reads audit --checkpoint files and refuses, before
+// anything is read from the stream, one that is not a checkpoint note
+// that t verifies, of one of rooms (reader.ExternalCheckpoint.Check): a
+// bad flag value is a usage error, not a message set aside.
+func externalCheckpoints(files []string, t *checkpoint.Trust, rooms []string) ([]reader.ExternalCheckpoint, error) {
 	var out []reader.ExternalCheckpoint
 	for _, f := range files {
 		b, err := os.ReadFile(f)
 		if err != nil {
-			return nil, err
+			return nil, fmt.Errorf("%w: --checkpoint: %w", config.ErrInvalid, err)
 		}
-		out = append(out, reader.ExternalCheckpoint{Name: f, Note: b})
+		e := reader.ExternalCheckpoint{Name: f, Note: b}
+		if err := e.Check(t, rooms); err != nil {
+			return nil, fmt.Errorf("%w: --checkpoint: %w", config.ErrInvalid, err)
+		}
+		out = append(out, e)
 	}
 	return out, nil
 }

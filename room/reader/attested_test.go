@@ -470,8 +470,10 @@ func TestAttestedRolledBack(t *testing.T) {
 
 // TestAttestedExternalCheckpoint: audit --checkpoint accepts a note that
 // a trusted key signed over the room as read (at any covered size) and
-// refuses a forked one, one beyond the room as read, an untrusted one and
-// garbage.
+// refuses a forked one and one beyond the room as read (checkpoint_mismatch,
+// evidence against the stream); an untrusted one, garbage and one of a
+// room not audited are the caller's error before anything is read
+// (ErrExternalCheckpoint), never a message set aside.
 func TestAttestedExternalCheckpoint(t *testing.T) {
 	e := roomtest.NewEnv(t)
 	pub, other := roomtest.NewHostKey(t), roomtest.NewHostKey(t)
@@ -492,21 +494,18 @@ func TestAttestedExternalCheckpoint(t *testing.T) {
 		{Name: "good-12", Note: a.Note(12, a.Tree.Root(), a.Signer)},
 		{Name: "forked", Note: a.Note(5, forked.Root(), a.Signer)},
 		{Name: "beyond", Note: a.Note(13, a.Tree.Root(), a.Signer)},
-		{Name: "untrusted", Note: a.Note(5, mustRootAt(t, a.Tree, 5), mustSigner(t, other))},
-		{Name: "garbage", Note: []byte("room:attested\n5\n")},
 	}
-	rep, err := reader.Audit(t.Context(), e.Js, reader.AuditOptions{Validator: e.V, Trust: roomtest.Trusting(t, pub), External: exts})
+	trust := roomtest.Trusting(t, pub)
+	rep, err := reader.Audit(t.Context(), e.Js, reader.AuditOptions{Validator: e.V, Trust: trust, External: exts})
 	if err != nil {
 		t.Fatal(err)
 	}
 	wants := []string{
 		"checkpoint forked (size 5): forked: the room as read has root",
 		"checkpoint beyond (size 13): the room as read has 12 admitted messages",
-		"checkpoint untrusted (size 5): untrusted publisher",
-		"checkpoint garbage: bad checkpoint",
 	}
-	if len(rep.Violations) != len(wants) {
-		t.Fatalf("violations %v", rep.Violations)
+	if len(rep.Violations) != len(wants) || rep.Totals.SetAside != uint64(len(wants)) {
+		t.Fatalf("violations %v, %d set aside", rep.Violations, rep.Totals.SetAside)
 	}
 	for i, w := range wants {
 		if v := rep.Violations[i]; v.Code != events.CheckpointMismatch || !strings.HasPrefix(v.Reason, w) {
@@ -519,6 +518,31 @@ func TestAttestedExternalCheckpoint(t *testing.T) {
 	}
 	if _, err := reader.Audit(t.Context(), e.Js, reader.AuditOptions{Validator: e.V, External: exts[:1]}); !errors.Is(err, reader.ErrReader) {
 		t.Errorf("an external checkpoint without trusted keys: %v", err)
+	}
+	for _, c := range []struct {
+		ext   reader.ExternalCheckpoint
+		rooms []string
+		want  string
+	}{
+		{reader.ExternalCheckpoint{Name: "untrusted", Note: a.Note(5, mustRootAt(t, a.Tree, 5), mustSigner(t, other))}, nil,
+			"not a usable checkpoint from elsewhere: untrusted (size 5, room " + roomtest.AttRoom + "): untrusted publisher"},
+		{reader.ExternalCheckpoint{Name: "garbage", Note: []byte("room:attested\n5\n")}, nil,
+			"not a usable checkpoint from elsewhere: garbage: bad checkpoint"},
+		{reader.ExternalCheckpoint{Name: "empty"}, nil,
+			"not a usable checkpoint from elsewhere: empty: bad checkpoint"},
+		{exts[0], []string{"room:other"},
+			"not a usable checkpoint from elsewhere: good-5 (size 5): its room " + roomtest.AttRoom + " is not among the rooms audited (room:other)"},
+	} {
+		if err := c.ext.Check(trust, c.rooms); !errors.Is(err, reader.ErrExternalCheckpoint) || !strings.HasPrefix(err.Error(), c.want) {
+			t.Errorf("Check of %s: %v, want %q", c.ext.Name, err, c.want)
+		}
+		_, err := reader.Audit(t.Context(), e.Js, reader.AuditOptions{Validator: e.V, Trust: trust, Rooms: c.rooms, External: []reader.ExternalCheckpoint{c.ext}})
+		if !errors.Is(err, reader.ErrExternalCheckpoint) || !strings.HasPrefix(err.Error(), c.want) {
+			t.Errorf("audit with %s: %v, want %q", c.ext.Name, err, c.want)
+		}
+	}
+	if err := exts[2].Check(trust, []string{roomtest.AttRoom}); err != nil {
+		t.Errorf("Check of a forked note, which only the stream refutes: %v", err)
 	}
 }
 

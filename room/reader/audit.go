@@ -103,6 +103,36 @@ type ExternalCheckpoint struct {
 	Note []byte
 }
 
+// ErrExternalCheckpoint is wrapped by the error of
+// ExternalCheckpoint.Check, and of Audit for options whose External holds
+// a checkpoint that fails it.
+var ErrExternalCheckpoint = errors.New("not a usable checkpoint from elsewhere")
+
+// Check checks what can be known of a checkpoint from elsewhere before
+// the stream is read: a signed checkpoint note (checkpoint.Parse) that a
+// key of t signed, of one of rooms when rooms is not empty. What fails is
+// the caller's input, not the stream's: the error wraps
+// ErrExternalCheckpoint and names e.Name and why. Whether the note is
+// consistent with its room as read is the audit's to say
+// (checkpoint_mismatch), since only that is evidence against the stream
+// (docs/checkpoints.md, "The readers").
+func (e ExternalCheckpoint) Check(t *checkpoint.Trust, rooms []string) error {
+	u, err := checkpoint.ParseUnverified(e.Note)
+	if err != nil {
+		return fmt.Errorf("%w: %s: %w", ErrExternalCheckpoint, e.Name, err)
+	}
+	if t.Len() == 0 {
+		return fmt.Errorf("%w: %s: no trusted publisher keys to verify it with", ErrExternalCheckpoint, e.Name)
+	}
+	if _, err := checkpoint.Parse(e.Note, u.Room, t); err != nil {
+		return fmt.Errorf("%w: %s (size %d, room %s): %w", ErrExternalCheckpoint, e.Name, u.Size, u.Room, err)
+	}
+	if len(rooms) > 0 && !slices.Contains(rooms, u.Room) {
+		return fmt.Errorf("%w: %s (size %d): its room %s is not among the rooms audited (%s)", ErrExternalCheckpoint, e.Name, u.Size, u.Room, strings.Join(rooms, ", "))
+	}
+	return nil
+}
+
 // AttestationFacts says whether an audit checked the publishers' attestations
 // and checkpoints, and with which keys.
 type AttestationFacts struct {
@@ -229,6 +259,13 @@ func audit(ctx context.Context, js jetstream.JetStream, o AuditOptions, tune aud
 	partial := o.FromSeq > 1 || !o.Since.IsZero()
 	if len(o.External) > 0 && (o.Trust.Len() == 0 || partial) {
 		return nil, nil, fmt.Errorf("%w: a checkpoint from elsewhere needs trusted publishers and a replay from the start", ErrReader)
+	}
+	if tune.ofPartition == nil { // AuditDeployment checked them against every room asked for
+		for _, e := range o.External {
+			if err := e.Check(o.Trust, o.Rooms); err != nil {
+				return nil, nil, err
+			}
+		}
 	}
 	if o.Witnessing != nil && (o.Trust.Len() == 0 || o.Trust.Origin() == "" || partial || o.Witnessing.Policy == nil) {
 		return nil, nil, fmt.Errorf("%w: a witness policy needs trusted publishers, the deployment origin and a replay from the start", ErrReader)

@@ -51,6 +51,11 @@ func AuditDeployment(ctx context.Context, js jetstream.JetStream, o AuditOptions
 	if o.FromSeq > 0 {
 		return nil, errFromSeqPartitions
 	}
+	for _, e := range o.External {
+		if err := e.Check(o.Trust, uniqueRooms(o.Rooms)); err != nil {
+			return nil, err
+		}
+	}
 	// Each room of o.Rooms goes to its partition's audit.
 	index := func(id string) (int, error) {
 		q, ok, err := place.Room(ctx, id)
