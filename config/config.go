@@ -355,14 +355,44 @@ func ParseSize(s string) (int64, error) {
 // YAML is a kong.ConfigurationLoader for YAML config files whose keys are
 // flag names ("store-dir: /var/lib/roompub", "trusted-host: [node:…]").
 // Unlike kong's JSON loader it refuses a key that names no flag, so a typo
-// in a config file is an error, not a silently ignored setting.
+// in a config file is an error, not a silently ignored setting; and a
+// file of more than one YAML document (a "---" line followed by another),
+// whose later documents it would otherwise ignore, naming the line where
+// the second starts. Errors wrap ErrInvalid and name the file when r has
+// a name (an *os.File, as kong opens it).
 func YAML(r io.Reader) (kong.Resolver, error) {
+	where := "config file"
+	if f, ok := r.(interface{ Name() string }); ok {
+		where += " " + f.Name()
+	}
 	var values map[string]any
 	dec := yaml.NewDecoder(r)
-	if err := dec.Decode(&values); err != nil && !errors.Is(err, io.EOF) {
-		return nil, fmt.Errorf("%w: config file: %v", ErrInvalid, err)
+	if err := dec.Decode(&values); err != nil {
+		if errors.Is(err, io.EOF) {
+			return yamlResolver(nil), nil
+		}
+		return nil, fmt.Errorf("%w: %s: %v", ErrInvalid, where, err)
+	}
+	if err := oneDocument(dec, where); err != nil {
+		return nil, err
 	}
 	return yamlResolver(values), nil
+}
+
+// oneDocument returns nil when dec, having decoded a file's first YAML
+// document, is at the end of the file, else an error wrapping ErrInvalid
+// that names where (the file) and the line of the second document's
+// "---" (or what is wrong with it): a decoder reads one document at a
+// time, and a file's later documents would otherwise be ignored.
+func oneDocument(dec *yaml.Decoder, where string) error {
+	var second yaml.Node
+	switch err := dec.Decode(&second); {
+	case errors.Is(err, io.EOF):
+		return nil
+	case err != nil:
+		return fmt.Errorf("%w: %s: a second YAML document: %v (a config file is one document)", ErrInvalid, where, err)
+	}
+	return fmt.Errorf("%w: %s:%d: a second YAML document starts here (a config file is one document)", ErrInvalid, where, second.Line)
 }
 
 type yamlResolver map[string]any

@@ -124,6 +124,37 @@ func TestConfigFileUnknownKey(t *testing.T) {
 	}
 }
 
+// TestConfigFileOneDocument: a config file of a second YAML document is
+// refused, naming the file and the line of its "---", not read as its
+// first document alone; a leading "---" or "..." ends nothing.
+func TestConfigFileOneDocument(t *testing.T) {
+	dir := t.TempDir()
+	for _, c := range []struct {
+		name, yaml, want string
+	}{
+		{"second.yaml", "listen: 127.0.0.1:1\n---\nlisten: 127.0.0.1:2\n", "second.yaml:2: a second YAML document starts here (a config file is one document)"},
+		{"comments.yaml", "listen: 127.0.0.1:1\n\n# more\n---\n# below\nstore-dir: x\n", "comments.yaml:4: a second YAML document starts here"},
+		{"empty-second.yaml", "listen: 127.0.0.1:1\n---\n", "empty-second.yaml:2: a second YAML document starts here"},
+		{"bad-second.yaml", "listen: 127.0.0.1:1\n---\n[\n", "bad-second.yaml: a second YAML document: yaml: line 3: "},
+		{"leading.yaml", "---\nlisten: 127.0.0.1:1\n...\n", ""},
+	} {
+		file := filepath.Join(dir, c.name)
+		if err := os.WriteFile(file, []byte(c.yaml), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		g, err := parse(t, "--config", file, "serve")
+		if c.want == "" {
+			if err != nil || g.Serve.Listen != "127.0.0.1:1" {
+				t.Errorf("%s: %v, listen %q", c.name, err, g.Serve.Listen)
+			}
+			continue
+		}
+		if !errors.Is(err, config.ErrInvalid) || !strings.Contains(err.Error(), "config file "+filepath.Join(dir, c.want)) {
+			t.Errorf("%s: got %v, want %q", c.name, err, c.want)
+		}
+	}
+}
+
 func TestServeValidateReportsEveryProblem(t *testing.T) {
 	s := config.Serve{Listen: "nope", StoreDir: "", SyncInterval: -1, MaxPayload: "lots", Replicas: 9, Stream: "a.b", MaxBatch: 1001, MaxInflightBatches: -1,
 		Prefix: "x>", TrustedHosts: []string{"node:did:key:zBad"}, SchemaDir: "/does/not/exist",

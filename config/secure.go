@@ -141,6 +141,9 @@ func LoadSecureFile(path string) (*SecureFile, error) {
 		// backquotes: drop it, it may be a hash.
 		return nil, fmt.Errorf("%w: --secure-config %s: %s", ErrInvalid, path, yamlValue.ReplaceAllString(err.Error(), "`…`"))
 	}
+	if err := oneDocument(dec, "--secure-config "+path); err != nil {
+		return nil, err
+	}
 	var errs []error
 	bad := func(format string, args ...any) {
 		errs = append(errs, fmt.Errorf("%w: --secure-config %s: "+format, append([]any{ErrInvalid, path}, args...)...))

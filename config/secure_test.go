@@ -43,13 +43,14 @@ tls: {cert: cert.pem, key: key.pem}
 	}
 
 	for name, c := range map[string]struct{ yaml, want string }{
-		"unknown key":   {"users:\n  - {role: harness, user: h, pasword: x}\n", "field pasword not found"},
-		"no users":      {"solver-head: false\n", "no users"},
-		"both":          {"users:\n  - {role: harness, user: h, password: x, nkey: U}\n", "not both"},
-		"neither":       {"users:\n  - {role: harness, user: h}\n", "needs user and password"},
-		"no role":       {"users:\n  - {user: h, password: x}\n", "has no role"},
-		"missing tls":   {"users:\n  - {role: harness, user: h, password: x}\ntls: {cert: nope.pem, key: key.pem}\n", "nope.pem"},
-		"hash as value": {"users: []\nsolver-head: \"" + testHash + "\"\n", "cannot unmarshal"},
+		"unknown key":     {"users:\n  - {role: harness, user: h, pasword: x}\n", "field pasword not found"},
+		"no users":        {"solver-head: false\n", "no users"},
+		"both":            {"users:\n  - {role: harness, user: h, password: x, nkey: U}\n", "not both"},
+		"neither":         {"users:\n  - {role: harness, user: h}\n", "needs user and password"},
+		"no role":         {"users:\n  - {user: h, password: x}\n", "has no role"},
+		"missing tls":     {"users:\n  - {role: harness, user: h, password: x}\ntls: {cert: nope.pem, key: key.pem}\n", "nope.pem"},
+		"hash as value":   {"users: []\nsolver-head: \"" + testHash + "\"\n", "cannot unmarshal"},
+		"second document": {"users:\n  - {role: harness, user: h, password: x}\n---\nusers: []\n", "bad.yaml:3: a second YAML document starts here"},
 	} {
 		p := writeFile(t, dir, "bad.yaml", c.yaml)
 		_, err := LoadSecureFile(p)
