@@ -168,7 +168,7 @@ type Serve struct {
 	Prefix       string        `name:"subject-prefix" help:"First token of every room subject." default:"rooms" yaml:"subject-prefix"`
 	// Partitions is node.ServeOptions.Partitions (docs/design.md,
 	// "Partitions").
-	Partitions   int      `name:"partitions" help:"Place rooms over N room streams (--stream, then --stream-1 …, each with its own leader): recorded in the placement bucket, so a room never moves and partitions can be added later, never removed. 1 (default) is one stream, unless the bucket records more. See docs/operations.md, \"Partitions\"." default:"1" placeholder:"N" yaml:"partitions"`
+	Partitions   int      `name:"partitions" help:"Place rooms over N room streams (--stream, then --stream-1 …, each with its own leader): recorded in the placement bucket, so a room never moves and partitions can be added later, never removed. 1 (default) is one stream, unless the bucket records more; 1 to 64. See docs/operations.md, \"Partitions\"." default:"1" placeholder:"N" yaml:"partitions"`
 	TrustedHosts []string `name:"trusted-host" help:"Host node id whose execution records are accepted (repeatable)." placeholder:"NODE_ID" yaml:"trusted-host"`
 	SchemaDir    string   `name:"schema-dir" help:"Validate against the schema files in DIR instead of the embedded ones." placeholder:"DIR" yaml:"schema-dir"`
 	HTTP         string   `name:"http" help:"Serve /metrics and /healthz on this address." placeholder:"ADDR" yaml:"http"`
@@ -246,8 +246,8 @@ func (s *Serve) Validate() error {
 		// Each check is a few requests; at 1ms they kept a core busy.
 		bad("--stream-check-interval %s: want 0 (30s) or at least 1s", s.StreamCheckInterval)
 	}
-	if s.Partitions < 0 || s.Partitions > room.MaxPartitions {
-		bad("--partitions %d: want 1 to %d", s.Partitions, room.MaxPartitions)
+	if err := CheckPartitions(s.Partitions); err != nil {
+		errs = append(errs, err)
 	}
 	if s.Stream == "" || strings.ContainsAny(s.Stream, " \t.*>/\\") {
 		bad("--stream %q is not a valid stream name", s.Stream)
@@ -350,6 +350,18 @@ func ParseSize(s string) (int64, error) {
 		return 0, fmt.Errorf("%q is not a size", s)
 	}
 	return n * mult, nil
+}
+
+// CheckPartitions refuses a --partitions value outside 1 to
+// room.MaxPartitions with an error wrapping ErrInvalid that gives the
+// range. The libraries take 0 as one stream (room.Layout's zero value); on
+// the command line it means nothing an operator would ask for, so it is
+// refused with the negative values.
+func CheckPartitions(n int) error {
+	if n < 1 || n > room.MaxPartitions {
+		return fmt.Errorf("%w: --partitions %d: want 1 to %d", ErrInvalid, n, room.MaxPartitions)
+	}
+	return nil
 }
 
 // YAML is a kong.ConfigurationLoader for YAML config files whose keys are

@@ -174,6 +174,25 @@ func TestServeValidateReportsEveryProblem(t *testing.T) {
 	}
 }
 
+// TestServePartitionsRange: --partitions takes 1 to room.MaxPartitions;
+// 0, which the libraries read as one stream, is refused with the range,
+// as a negative count and one above the bound are.
+func TestServePartitionsRange(t *testing.T) {
+	for n, want := range map[int]string{-1: "--partitions -1: want 1 to 64", 0: "--partitions 0: want 1 to 64", 65: "--partitions 65: want 1 to 64", 1: "", 64: ""} {
+		s := config.Serve{Listen: "127.0.0.1:4222", StoreDir: t.TempDir(), MaxBatch: 1000, MaxInflightBatches: 50, Replicas: 1, Stream: "ROOMS", Prefix: "rooms", Partitions: n}
+		err := s.Validate()
+		switch {
+		case want == "" && err != nil:
+			t.Errorf("--partitions %d: %v", n, err)
+		case want != "" && (!errors.Is(err, config.ErrInvalid) || !strings.Contains(fmt.Sprint(err), want)):
+			t.Errorf("--partitions %d: %v, want %q", n, err, want)
+		}
+		if err := config.CheckPartitions(n); (err == nil) != (want == "") {
+			t.Errorf("CheckPartitions(%d): %v, want %q", n, err, want)
+		}
+	}
+}
+
 // TestServeMaxPayloadFloor: a --max-payload that leaves no room for a
 // journal request is refused with the least serve takes; that least and
 // the server default ("") are taken.

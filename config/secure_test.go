@@ -68,7 +68,7 @@ func TestSecureServeFlags(t *testing.T) {
 	cfg := writeFile(t, dir, "secure.yaml", "users:\n  - {role: publisher, user: publisher, password: \""+testHash+"\"}\n")
 	pw := writeFile(t, dir, "pw", "the password\n")
 	serve := func(mod func(*Serve)) error {
-		s := &Serve{Listen: "127.0.0.1:4222", StoreDir: "data", Stream: "ROOMS", Prefix: "rooms", Secure: Secure{SecureConfig: cfg}}
+		s := &Serve{Listen: "127.0.0.1:4222", StoreDir: "data", Stream: "ROOMS", Prefix: "rooms", Partitions: 1, Secure: Secure{SecureConfig: cfg}}
 		mod(s)
 		return s.Validate()
 	}
@@ -98,7 +98,7 @@ func TestSecureServeFlags(t *testing.T) {
 		}
 	}
 	// Outside secure mode nothing changes: --user and --password still go.
-	s := &Serve{Listen: "127.0.0.1:4222", StoreDir: "data", Stream: "ROOMS", Prefix: "rooms"}
+	s := &Serve{Listen: "127.0.0.1:4222", StoreDir: "data", Stream: "ROOMS", Prefix: "rooms", Partitions: 1}
 	s.User, s.Password = "u", "p"
 	if err := s.Validate(); err != nil {
 		t.Fatal(err)

@@ -12,8 +12,13 @@ type authconfCmd struct {
 	Stream  string `name:"stream" help:"Room stream name." default:"ROOMS"`
 	Prefix  string `name:"subject-prefix" help:"First token of every room subject." default:"rooms"`
 	// Partitions gives every room stream's permissions (room.Layout).
-	Partitions int    `name:"partitions" help:"The deployment's room streams (serve --partitions): the permissions name each." default:"1" placeholder:"N"`
+	Partitions int    `name:"partitions" help:"The deployment's room streams (serve --partitions, 1 to 64): the permissions name each." default:"1" placeholder:"N"`
 	File       string `arg:"" name:"secure-config" help:"The secure config (YAML) serve uses with --secure-config."`
+}
+
+// Validate refuses a --partitions value outside 1 to room.MaxPartitions.
+func (c *authconfCmd) Validate() error {
+	return config.CheckPartitions(c.Partitions)
 }
 
 // Run prints the nats-server configuration block that gives an existing

@@ -68,6 +68,8 @@ func TestExitStatus(t *testing.T) {
 		{"help", []string{"--help"}, exitOK, "Usage: publisher <command>", ""},
 		{"keygen without --out", []string{"keygen"}, exitUsage, "", "--out"},
 		{"sign without --key", []string{"sign", samples + "/records/verified.json"}, exitUsage, "", "--key"},
+		{"serve --partitions 0", []string{"serve", "--partitions", "0", "--store-dir", emptyDir}, exitUsage, "", "publisher: serve: invalid configuration: --partitions 0: want 1 to 64"},
+		{"authconf --partitions 0", []string{"authconf", "--partitions", "0", "no/such/secure.yaml"}, exitUsage, "", "publisher: authconf: invalid configuration: --partitions 0: want 1 to 64"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
