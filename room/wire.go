@@ -182,6 +182,32 @@ type RecordReply struct {
 	Item   ItemResult `json:"item"`
 }
 
+// InFile returns r with file as the File of its refusal's location and of
+// every problem's, the record's own file (the gate's locations of a record
+// are a JSON pointer into it, or the whole of it: no file, no line), as
+// publisher verify and journal give theirs. A refused item without a
+// location, as a reply cut to outcomes has it, gets the file alone. The
+// problems are copied: r's are not changed.
+func (r RecordReply) InFile(file string) RecordReply {
+	if r.Item.At != nil || r.Item.Outcome == OutcomeRefused {
+		at := events.Location{File: file}
+		if r.Item.At != nil {
+			at = *r.Item.At
+			at.File = file
+		}
+		r.Item.At = &at
+	}
+	if r.Item.Problems != nil {
+		ps := make([]events.Problem, len(r.Item.Problems))
+		for i, p := range r.Item.Problems {
+			p.At.File = file
+			ps[i] = p
+		}
+		r.Item.Problems = ps
+	}
+	return r
+}
+
 // RecordsReply answers a records request: one RecordReply per record of
 // the body, in order (Item.Index is the record's line, from 0), then the
 // counts of each outcome. A reply that would exceed the server's max

@@ -191,7 +191,10 @@ func notConfirmed(s *streams, left []string, err error) {
 	}
 }
 
+// printRecord prints the outcome of file's record, its refusal located
+// in file (room.RecordReply.InFile).
 func printRecord(w io.Writer, asJSON bool, file string, r room.RecordReply) {
+	r = r.InFile(file)
 	it := r.Item
 	if asJSON {
 		b, _ := json.Marshal(struct {
@@ -225,7 +228,6 @@ func printRecord(w io.Writer, asJSON bool, file string, r room.RecordReply) {
 			problems = []events.Problem{p}
 		}
 		for _, p := range problems {
-			p.At.File = file
 			fmt.Fprintf(w, "          %s\n", p.String())
 		}
 	case room.OutcomeSkipped:

@@ -415,6 +415,21 @@ func TestRecordTextReport(t *testing.T) {
 	}
 }
 
+// TestRecordJSONReport: publisher execution --json locates a refusal in
+// the record's file, as the text lines and publisher verify do: a record
+// that is not strict JSON, which the gate refuses as a whole (no pointer,
+// no line), has the file as its "at", never an empty object.
+func TestRecordJSONReport(t *testing.T) {
+	reply := room.RecordReply{Item: room.RefusedItem(0, []events.Problem{{Code: events.MalformedJSON, Reason: "not strict JSON: Duplicate key: \"a\""}})}
+	var b bytes.Buffer
+	printRecord(&b, true, "r.json", reply)
+	want := `{"file":"r.json","ok":false,"item":{"index":0,"outcome":"refused","code":"malformed_json","at":{"file":"r.json"},"reason":"not strict JSON: Duplicate key: \"a\"",` +
+		`"problems":[{"code":"malformed_json","at":{"file":"r.json"},"reason":"not strict JSON: Duplicate key: \"a\""}]}}` + "\n"
+	if b.String() != want {
+		t.Errorf("got\n%s\nwant\n%s", b.String(), want)
+	}
+}
+
 // executionObjects runs publisher execution --json with args and returns
 // its exit status, its objects (file, ok, index, outcome, reason) and
 // stderr; every stdout line must be one JSON object.
