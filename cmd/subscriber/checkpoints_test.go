@@ -175,7 +175,8 @@ func TestProveAndVerifyProof(t *testing.T) {
 			t.Errorf("%s: status %d (want %d)\n%s\n%s", c.name, status, c.status, out, errOut)
 		}
 	}
-	// No proof: not covered (entry 5), forged (entry 6), neither selector.
+	// No proof: not covered (entry 5), forged (entry 6: set aside, said
+	// so), not in the room, neither selector.
 	for _, c := range []struct {
 		name   string
 		args   []string
@@ -183,7 +184,9 @@ func TestProveAndVerifyProof(t *testing.T) {
 		err    string
 	}{
 		{"not covered", []string{"--entry", es[5].EntryHash()}, config.ExitRefused, "not covered by a verified checkpoint"},
-		{"forged", []string{"--entry", es[6].EntryHash()}, config.ExitRefused, "no such verified message"},
+		{"forged", []string{"--entry", es[6].EntryHash()}, config.ExitRefused, "subscriber: prove: entry_hash " + es[6].EntryHash() + " in " + cliRoom +
+			" is set aside at stream seq 8 (rooms.cli.journal.run-1.cap-1): checkpoint_mismatch: the message has no Roompub-Attestation header"},
+		{"not there", []string{"--entry", strings.Repeat("0", 64)}, config.ExitRefused, "subscriber: prove: no such verified message: entry_hash " + strings.Repeat("0", 64) + " in " + cliRoom + ": refused"},
 		{"both", []string{"--entry", es[1].EntryHash(), "--ref", "x"}, config.ExitUsage, ""},
 		{"neither", nil, config.ExitUsage, ""},
 	} {

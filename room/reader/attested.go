@@ -271,7 +271,11 @@ const (
 // decide's. finish hands out what is still waiting.
 func (r *Reader) feed(x *prepared, full bool, out func(*Event, *SetAside)) {
 	if r.trust == nil {
-		out(r.decide(x, full))
+		ev, aside := r.decide(x, full)
+		if aside != nil && r.onAside != nil {
+			r.onAside(x, aside)
+		}
+		out(ev, aside)
 		return
 	}
 	d := r.newDeferred()
@@ -347,6 +351,9 @@ func (r *Reader) emit(x *prepared, full bool, out func(*Event, *SetAside)) {
 	if ev != nil && x.att.leaf {
 		ev.leafOK, ev.leaf, ev.content = true, x.att.index, x.att.content
 		ev.data, ev.attestation, ev.position = x.m.Data, x.m.Attestation, x.att.position
+	}
+	if aside != nil && r.onAside != nil {
+		r.onAside(x, aside)
 	}
 	out(ev, aside)
 }

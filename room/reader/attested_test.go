@@ -16,6 +16,7 @@ import (
 	"github.com/roompub/roompub/room"
 	"github.com/roompub/roompub/room/internal/roomtest"
 	"github.com/roompub/roompub/room/reader"
+	"github.com/roompub/roompub/validate"
 )
 
 // Attestations and checkpoints on the read side, against a real embedded server: messages are
@@ -625,10 +626,49 @@ func TestAttestedProve(t *testing.T) {
 		t.Errorf("uncovered entry at stream seq %d: %v", tail, err)
 	}
 	fork := roomtest.ForkOf(t, es[10])
-	if _, err := prove(fork.EntryHash(), ""); !errors.Is(err, reader.ErrNoSuchMessage) {
+	_, err := prove(fork.EntryHash(), "")
+	var sa *reader.SetAsideError
+	if !errors.Is(err, reader.ErrNoSuchMessage) || !errors.As(err, &sa) || sa.Aside.Seq != forged[1] || sa.What != "entry_hash "+fork.EntryHash() ||
+		!strings.HasPrefix(err.Error(), fmt.Sprintf("entry_hash %s in %s is set aside at stream seq %d (", fork.EntryHash(), roomtest.AttRoom, forged[1])) {
 		t.Errorf("forged entry at stream seq %d: %v", forged[1], err)
 	}
-	if _, err := prove(strings.Repeat("0", 64), ""); !errors.Is(err, reader.ErrNoSuchMessage) {
+	_, err = prove(strings.Repeat("0", 64), "")
+	if !errors.Is(err, reader.ErrNoSuchMessage) || errors.As(err, &sa) || err.Error() != "no such verified message: entry_hash "+strings.Repeat("0", 64)+" in "+roomtest.AttRoom {
 		t.Errorf("unknown entry: %v", err)
+	}
+}
+
+// TestProveSetAsideRecord: Prove of a record a reader that does not trust
+// its host sets aside says so: the record's stream seq, untrusted_host, and
+// the host to trust; with the host trusted it is proven; a ref the room
+// does not hold is still no such message.
+func TestProveSetAsideRecord(t *testing.T) {
+	e := roomtest.NewEnv(t)
+	pub := roomtest.NewHostKey(t)
+	trust := roomtest.Trusting(t, pub)
+	a := roomtest.NewAttestor(t, e.Js, pub, roomtest.AttRoom)
+	rec := roomtest.RecordIn(t, e.Key, roomtest.AttRoom, "attested-1", nil)
+	seq := a.Record(rec)
+	a.Checkpoint()
+	untrusting, err := validate.New(validate.WithTrustedHosts(roomtest.ReferenceHost))
+	if err != nil {
+		t.Fatal(err)
+	}
+	prove := func(v *validate.Validator, ref string) (*checkpoint.Proof, error) {
+		return reader.Prove(t.Context(), e.Js, reader.ProveOptions{Room: roomtest.AttRoom, Ref: ref, Validator: v, Trust: trust})
+	}
+	_, err = prove(untrusting, rec.ComputedRef())
+	want := fmt.Sprintf("execution/ref %s in %s is set aside at stream seq %d (%s): untrusted_host: the host is not trusted here (pass --trusted-host %s if you trust that host)",
+		rec.ComputedRef(), roomtest.AttRoom, seq, "rooms.attested.exec", e.Key.NodeID())
+	var sa *reader.SetAsideError
+	if !errors.Is(err, reader.ErrNoSuchMessage) || !errors.As(err, &sa) || sa.Aside.Code != events.UntrustedHost || err.Error() != want {
+		t.Errorf("record of an untrusted host: %v\nwant %s", err, want)
+	}
+	if p, err := prove(e.V, rec.ComputedRef()); err != nil || p.StreamSeq != seq {
+		t.Errorf("record of a trusted host: %+v, %v", p, err)
+	}
+	_, err = prove(untrusting, "corpus-task-pack-execution:sha256:none")
+	if !errors.Is(err, reader.ErrNoSuchMessage) || errors.As(err, &sa) || !strings.HasPrefix(err.Error(), "no such verified message: execution/ref corpus-task-pack-execution:sha256:none in ") {
+		t.Errorf("a ref the room does not hold: %v", err)
 	}
 }

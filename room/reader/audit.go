@@ -91,6 +91,9 @@ type auditTuning struct {
 	// external checkpoints' and deployment log's rooms that are not belong
 	// to another partition's audit. Nil: every room.
 	ofPartition func(roomID string) bool
+	// aside, when set, receives every message set aside, as read (Prove
+	// and Export name the message asked for that is set aside).
+	aside func(*prepared, *SetAside)
 	// quietDeployment leaves the deployment log's own problems (no log, no
 	// quorum, an entry that is no checkpoint) to another partition's
 	// audit, which reports them once.
@@ -311,6 +314,7 @@ func audit(ctx context.Context, js jetstream.JetStream, o AuditOptions, tune aud
 	r.evidence = nil // the report counts records; OnEvent callers keep what they need
 	r.Anchor = partial
 	r.leafBounds = tune.leaves
+	r.onAside = tune.aside
 	defer r.closeLedgers()
 	switch {
 	case o.Trust.Len() == 0:

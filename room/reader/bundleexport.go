@@ -73,7 +73,7 @@ type ExportOptions struct {
 //
 // The error joins one error per message asked for without a bundle:
 // ErrNoSuchMessage (an entry hash or ref the room holds no verified
-// message of), *NotWitnessedError (ErrNotWitnessed); the bundles returned
+// message of; a *SetAsideError when it holds one set aside), *NotWitnessedError (ErrNotWitnessed); the bundles returned
 // are those of the others. A read error or bad options return no bundle.
 // The stored bytes of every message asked for are held in memory.
 func Export(ctx context.Context, js jetstream.JetStream, o ExportOptions) ([]*Evidence, error) {
@@ -95,6 +95,7 @@ func Export(ctx context.Context, js jetstream.JetStream, o ExportOptions) ([]*Ev
 	}
 	var picked []*pick                   // stream order
 	heads := map[events.ChainKey]*pick{} // each chain's head so far
+	asides := newAsideOf(o.Room, o.Entries, o.Refs)
 	_, r, err := audit(ctx, js, AuditOptions{Stream: o.Stream, Subjects: o.Subjects, Rooms: []string{o.Room}, Validator: o.Validator,
 		Trust: o.Trust, Witnessing: o.Witnessing, Read: o.Read,
 		OnEvent: func(ev *Event) {
@@ -119,20 +120,20 @@ func Export(ctx context.Context, js jetstream.JetStream, o ExportOptions) ([]*Ev
 				heads[*ev.Chain] = p
 			}
 			picked = append(picked, p)
-		}}, auditTuning{fullTrees: true})
+		}}, auditTuning{fullTrees: true, aside: asides.see})
 	if err != nil {
 		return nil, err
 	}
 	var errs []error
 	for _, h := range o.Entries {
 		if wantEntry[h] { // still wanted: not found
-			errs = append(errs, fmt.Errorf("%w: entry_hash %s in %s", ErrNoSuchMessage, h, o.Room))
+			errs = append(errs, asides.missing(h, ""))
 			delete(wantEntry, h)
 		}
 	}
 	for _, ref := range o.Refs {
 		if wantRef[ref] {
-			errs = append(errs, fmt.Errorf("%w: execution/ref %s in %s", ErrNoSuchMessage, ref, o.Room))
+			errs = append(errs, asides.missing("", ref))
 			delete(wantRef, ref)
 		}
 	}

@@ -156,6 +156,7 @@ type Reader struct {
 	qbytes     int                          // message data in the queue
 	free       []*prepared                  // spent queue elements, for reuse
 	onVerified func(*checkpoint.Checkpoint) // called on every checkpoint verified
+	onAside    func(*prepared, *SetAside)   // called on every message feed sets aside (Prove, Export)
 	deployment *deploymentView              // the deployment log as an audit with Witnessing read it
 	// keptIgnored are the rooms whose kept checkpoint (the state
 	// directory's) another trust verified (loadFloors): not checked
