@@ -136,7 +136,10 @@ type tally struct {
 	Reruns       int    // shipper runs that exited non-zero and were simply run again
 	GateFailed   int    // items the gate answered "failed" (not decided; sent again)
 	Checkpoints  uint64 // signed room checkpoints verified by the test's last audit
-	Took         time.Duration
+	// ShortReads counts chains the stream showed short at the oracle's
+	// first read and whole within a minute (a leader still catching up).
+	ShortReads int
+	Took       time.Duration
 }
 
 var (
@@ -166,8 +169,12 @@ func count(t *testing.T) *tally {
 }
 
 func (c *tally) String() string {
-	return fmt.Sprintf("faults injected %d, acknowledged %d, found %d, duplicates reported %d, duplicates stored %d, forks %d, reruns %d, gate failures %d, checkpoints verified %d (%s)",
-		c.Faults, c.Acked, c.Found, c.DupsReported, c.DupsStored, c.Forks, c.Reruns, c.GateFailed, c.Checkpoints, c.Took.Round(100*time.Millisecond))
+	short := ""
+	if c.ShortReads > 0 {
+		short = fmt.Sprintf(", chains read short first %d", c.ShortReads)
+	}
+	return fmt.Sprintf("faults injected %d, acknowledged %d, found %d, duplicates reported %d, duplicates stored %d, forks %d, reruns %d, gate failures %d, checkpoints verified %d%s (%s)",
+		c.Faults, c.Acked, c.Found, c.DupsReported, c.DupsStored, c.Forks, c.Reruns, c.GateFailed, c.Checkpoints, short, c.Took.Round(100*time.Millisecond))
 }
 
 func printSummary() {
