@@ -169,7 +169,7 @@ func Follow(ctx context.Context, js jetstream.JetStream, o FollowOptions, handle
 		return fmt.Errorf("consumer %s: %w", o.Durable, err)
 	}
 	cancel()
-	pull := &durablePull{js: js, cons: cons, stream: name, durable: o.Durable, log: log, tell: o.OnResync, settleFor: o.settle}
+	pull := &durablePull{js: js, cons: cons, stream: name, durable: o.Durable, filters: filters(o.Subjects, o.Rooms), log: log, tell: o.OnResync, settleFor: o.settle}
 	if pull.settleFor <= 0 {
 		pull.settleFor = followSettle
 	}

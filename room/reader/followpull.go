@@ -29,10 +29,14 @@ type durablePull struct {
 	cons    jetstream.Consumer
 	stream  string
 	durable string
+	filters []string // the consumer's filter subjects
 	log     *zap.Logger
 	tell    func(string) // FollowOptions.OnResync
 	// next is the consumer sequence the next delivery must carry.
 	next uint64
+	// taken is the highest stream seq this run received in order (the
+	// ack floor at the start): the run's own acks never pass it.
+	taken uint64
 	// resyncs holds when the run re-delivered after a missing delivery,
 	// within followResyncWindow of the last one.
 	resyncs []time.Time
@@ -76,13 +80,18 @@ func (p *durablePull) start(ctx context.Context) (uint64, error) {
 	if err != nil {
 		return 0, err
 	}
+	floor := ci.AckFloor.Stream
 	if ci.NumAckPending > 0 || ci.NumWaiting > 0 {
-		return p.redeliver(ctx)
+		if floor, err = p.redeliver(ctx); err != nil {
+			return 0, err
+		}
+	} else {
+		// A delivery after this snapshot that is not this run's numbers
+		// the next one past p.next.
+		p.next = ci.Delivered.Consumer + 1
 	}
-	// A delivery after this snapshot that is not this run's numbers the
-	// next one past p.next.
-	p.next = ci.Delivered.Consumer + 1
-	return ci.AckFloor.Stream, nil
+	p.taken = floor
+	return floor, nil
 }
 
 // inOrder reports whether meta is the delivery this run expects next, and
@@ -92,6 +101,7 @@ func (p *durablePull) inOrder(meta *jetstream.MsgMetadata) bool {
 		return false
 	}
 	p.next++
+	p.taken = max(p.taken, meta.Sequence.Stream)
 	return true
 }
 
@@ -118,8 +128,28 @@ func (p *durablePull) resync(ctx context.Context, got uint64) error {
 	if p.tell != nil {
 		p.tell(why)
 	}
-	_, err := p.redeliver(ctx)
-	return err
+	floor, err := p.redeliver(ctx)
+	if err != nil {
+		return err
+	}
+	if floor <= p.taken {
+		return nil
+	}
+	// The floor also passes messages of other subjects; one of the
+	// followed subjects between is one acknowledged by someone else:
+	// this run's state has a hole it can never fill, and every later
+	// verdict would rest on it.
+	hole, err := leaderHasMore(ctx, p.js.Conn(), p.stream, p.filters, p.taken, floor)
+	if err != nil {
+		return fmt.Errorf("consumer %s: after a reset: %w", p.durable, err)
+	}
+	if hole {
+		return fmt.Errorf("%w: %w: durable %s: its ack floor is stream seq %d, but this run received messages only up to %d: another subscriber acknowledged the others",
+			ErrReader, ErrDurableShared, p.durable, floor, p.taken)
+	}
+	// Past what this run received, only other subjects' messages.
+	p.taken = floor
+	return nil
 }
 
 // ack acknowledges msg, a delivery of epoch, and waits for the server to
@@ -134,7 +164,18 @@ func (p *durablePull) ack(msg jetstream.Msg, epoch uint64) (bool, error) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), room.DefaultTimeout)
 	defer cancel()
-	return true, msg.DoubleAck(ctx)
+	err := msg.DoubleAck(ctx)
+	if err != nil && errors.Is(err, context.DeadlineExceeded) {
+		// The server does not answer an ack of a delivery made before a
+		// reset of the consumer; this run resets only under mu.
+		if meta, merr := msg.Metadata(); merr == nil {
+			if ci, ierr := p.info(context.Background()); ierr == nil && ci.Delivered.Consumer < meta.Sequence.Consumer {
+				return true, fmt.Errorf("%w: %w: durable %s: the consumer was reset while this run held delivery %d (it now counts %d deliveries): another subscriber reset it",
+					ErrReader, ErrDurableShared, p.durable, meta.Sequence.Consumer, ci.Delivered.Consumer)
+			}
+		}
+	}
+	return true, err
 }
 
 // redeliver waits, up to settleFor, until no pull request waits on the

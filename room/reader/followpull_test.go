@@ -210,3 +210,56 @@ func TestFollowDurableShared(t *testing.T) {
 		t.Errorf("handed out %v, not a prefix of %v", got, all)
 	}
 }
+
+// TestFollowDurableSharedAcking: another subscriber on the same durable
+// takes deliveries and acknowledges them, so the ack floor passes messages
+// Follow never received. Follow stops with ErrDurableShared at its next
+// resync rather than go on with a hole: it sets nothing aside (a hole would
+// break the chains after it) and what it handed out is in stream order,
+// each once, with nothing missing.
+func TestFollowDurableSharedAcking(t *testing.T) {
+	t.Parallel()
+	e := roomtest.NewEnv(t)
+	all := shipChains(t, e, "a", 2, 10)
+	f := roomtest.StartFollow(t, e.Js, reader.WithFollowSettle(reader.FollowOptions{Durable: "d", Validator: e.V}, 20*time.Millisecond), nil)
+	waitPulls(t, e, "d", 1)
+	cons, err := e.Js.Consumer(t.Context(), room.DefaultStream, "d")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var acked atomic.Int64
+	go func() {
+		for ctx.Err() == nil {
+			fb, err := cons.Fetch(1, jetstream.FetchMaxWait(500*time.Millisecond))
+			if err != nil {
+				continue
+			}
+			for m := range fb.Messages() {
+				if m.DoubleAck(ctx) == nil {
+					acked.Add(1)
+				}
+			}
+		}
+	}()
+	for range 150 {
+		all = append(all, shipChains(t, e, fmt.Sprint("b", len(all)), 1, 3)...)
+		select {
+		case <-f.Done:
+		case <-time.After(100 * time.Millisecond):
+			continue
+		}
+		break
+	}
+	err = f.Wait(t)
+	if !errors.Is(err, reader.ErrDurableShared) {
+		t.Fatalf("Follow returned %v, want ErrDurableShared (the other acknowledged %d)", err, acked.Load())
+	}
+	if got := f.EventSeqs(); !slices.Equal(got, all[:len(got)]) {
+		t.Errorf("handed out %v, not a prefix of %v", got, all)
+	}
+	if len(f.Asides) != 0 {
+		t.Errorf("set aside %v", f.Asides)
+	}
+}
