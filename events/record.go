@@ -93,6 +93,18 @@ func newRecord(obj map[string]any, canon []byte) (*Record, error) {
 
 func b64(sum [32]byte) string { return base64.RawURLEncoding.EncodeToString(sum[:]) }
 
+// IsExecutionRef reports whether s has the form of an execution/ref:
+// ExecutionRefPrefix and the unpadded base64url of 32 bytes (seed 004),
+// as ComputedRef writes it.
+func IsExecutionRef(s string) bool {
+	rest, ok := strings.CutPrefix(s, ExecutionRefPrefix)
+	if !ok || len(rest) != 43 {
+		return false
+	}
+	b, err := base64.RawURLEncoding.Strict().DecodeString(rest)
+	return err == nil && len(b) == 32
+}
+
 // Canonical returns the record's RFC 8785 bytes, the form it is stored in
 // (docs/design.md, "Identity, order and duplicates"). The slice must not
 // be modified.

@@ -163,3 +163,27 @@ func TestDigestOfRef(t *testing.T) {
 		}
 	}
 }
+
+// TestIsExecutionRef: the reference records' refs have the form; a wrong
+// prefix, length, alphabet or padding does not.
+func TestIsExecutionRef(t *testing.T) {
+	for _, name := range []string{"verified.json", "refused.json", "foreign-evidence.json"} {
+		rec, err := events.ParseRecord(readRef(t, "execution-records", name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !events.IsExecutionRef(rec.ComputedRef()) {
+			t.Errorf("%s: %q", name, rec.ComputedRef())
+		}
+	}
+	good := events.ExecutionRefPrefix + strings.Repeat("A", 42) + "Q"
+	if !events.IsExecutionRef(good) {
+		t.Errorf("%q", good)
+	}
+	for _, bad := range []string{"", "garbage", events.ExecutionRefPrefix, good[:len(good)-1], good + "A", good[:len(good)-1] + "=",
+		strings.Replace(good, "A", "+", 1), strings.Replace(good, "A", "/", 1), "x" + good, events.ExecutionRefPrefix + strings.Repeat("A", 42) + "B"} {
+		if events.IsExecutionRef(bad) {
+			t.Errorf("%q taken for an execution/ref", bad)
+		}
+	}
+}

@@ -28,7 +28,7 @@ type exportCmd struct {
 }
 
 func (c *exportCmd) Validate() error {
-	errs := []error{checkRooms([]string{c.Room}), c.publisherTrust.validate(), c.WitnessPolicy.Validate(len(c.TrustedPublishers))}
+	errs := []error{checkRooms([]string{c.Room}), c.publisherTrust.validate(), c.WitnessPolicy.Validate(len(c.TrustedPublishers)), checkWhat(c.Entry, c.Ref)}
 	if len(c.TrustedPublishers) == 0 || !c.WitnessPolicy.Set() {
 		errs = append(errs, fmt.Errorf("%w: export needs --trusted-publisher and a witness policy (--witness or --witness-policy, and the deployment's --origin)", config.ErrInvalid))
 	}

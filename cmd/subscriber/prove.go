@@ -13,6 +13,7 @@ import (
 
 	"github.com/roompub/roompub/checkpoint"
 	"github.com/roompub/roompub/config"
+	"github.com/roompub/roompub/events"
 	"github.com/roompub/roompub/room/reader"
 	"github.com/roompub/roompub/validate"
 )
@@ -28,7 +29,7 @@ type proveCmd struct {
 }
 
 func (c *proveCmd) Validate() error {
-	errs := []error{checkRooms([]string{c.Room}), c.publisherTrust.validate(), c.WitnessPolicy.Validate(len(c.TrustedPublishers))}
+	errs := []error{checkRooms([]string{c.Room}), c.publisherTrust.validate(), c.WitnessPolicy.Validate(len(c.TrustedPublishers)), checkWhat(c.Entry, c.Ref)}
 	if len(c.TrustedPublishers) == 0 {
 		errs = append(errs, fmt.Errorf("%w: prove needs --trusted-publisher (the keys whose checkpoints count)", config.ErrInvalid))
 	}
@@ -104,4 +105,18 @@ func (c *proveCmd) bundle(ctx context.Context, s *streams, js jetstream.JetStrea
 	}
 	_, err = fmt.Fprintf(s.out, "%s\n", b)
 	return err
+}
+
+// checkWhat refuses an --entry that is no entry_hash (64 lower-case hex
+// digits, seed 000) and a --ref that is no execution/ref (seed 004): a
+// lookup of either could match no message, and would say so as if the
+// room lacked it.
+func checkWhat(entry, ref string) error {
+	switch {
+	case entry != "" && !events.IsHex64(entry):
+		return fmt.Errorf("%w: --entry %q is not an entry_hash: 64 lower-case hex digits", config.ErrInvalid, entry)
+	case ref != "" && !events.IsExecutionRef(ref):
+		return fmt.Errorf("%w: --ref %q is not an execution/ref: %s and 43 base64url characters", config.ErrInvalid, ref, events.ExecutionRefPrefix)
+	}
+	return nil
 }

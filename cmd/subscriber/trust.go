@@ -9,6 +9,7 @@ import (
 	"github.com/roompub/roompub/checkpoint"
 	"github.com/roompub/roompub/config"
 	"github.com/roompub/roompub/events"
+	"github.com/roompub/roompub/internal/regularfile"
 	"github.com/roompub/roompub/room/reader"
 )
 
@@ -71,7 +72,8 @@ func checkpointState(t *checkpoint.Trust, dir string) (*reader.CheckpointState, 
 func externalCheckpoints(files []string, t *checkpoint.Trust, rooms []string) ([]reader.ExternalCheckpoint, error) {
 	var out []reader.ExternalCheckpoint
 	for _, f := range files {
-		b, err := os.ReadFile(f)
+		// Not a FIFO's writer to wait for: a checkpoint note is a file.
+		b, err := regularfile.ReadFile(f)
 		if err != nil {
 			return nil, fmt.Errorf("%w: --checkpoint: %w", config.ErrInvalid, err)
 		}

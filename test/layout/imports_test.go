@@ -88,7 +88,7 @@ var rules = map[string]rule{
 	// (internal/witnesstest), the one command that may.
 	// The publisher's receipts (--receipt) read rooms as a subscriber does.
 	"cmd/publisher":     {imports: []string{"checkpoint", "config", "events", "internal/regularfile", "room", "room/backup", "room/checkpointer", "room/client", "room/embedded", "room/ingest", "room/node", "room/reader", "room/secure", "validate", "witness"}, nats: true, server: true},
-	"cmd/subscriber":    {imports: []string{"checkpoint", "config", "events", "room", "room/reader", "validate"}, nats: true},
+	"cmd/subscriber":    {imports: []string{"checkpoint", "config", "events", "internal/regularfile", "room", "room/reader", "validate"}, nats: true},
 	"cmd/roompub-bench": {imports: []string{"checkpoint", "config", "events", "internal/witnesstest", "room", "room/checkpointer", "room/client", "room/embedded", "room/ingest", "room/node", "room/reader", "validate", "witness"}, nats: true, server: true},
 
 	// make image: its flags wired to one internal/ociimage call.
