@@ -166,15 +166,15 @@ func TestFollowDeliveryTakenLive(t *testing.T) {
 	}
 }
 
-// TestFollowDurableShared: another subscriber pulling from the same durable
-// without end, one message at a time, takes deliveries after every resync
-// while messages come; Follow stops with
-// ErrDurableShared rather than go on out of order, and what it handed out
-// before is in stream order, each once.
-func TestFollowDurableShared(t *testing.T) {
-	t.Parallel()
+// shareDurable starts Follow on durable "d" over chains shipped chains of
+// 10 entries, and another subscriber on the same durable that fetches one
+// message at a time and hands it to take, for as long as the test runs;
+// then ships chains of 3 entries until Follow returns (at most 150). It
+// returns Follow and the stream seqs of every entry shipped.
+func shareDurable(t *testing.T, chains int, take func(context.Context, jetstream.Msg)) (*roomtest.Follower, []uint64) {
+	t.Helper()
 	e := roomtest.NewEnv(t)
-	all := shipChains(t, e, "a", 4, 10)
+	all := shipChains(t, e, "a", chains, 10)
 	f := roomtest.StartFollow(t, e.Js, reader.WithFollowSettle(reader.FollowOptions{Durable: "d", Validator: e.V}, 20*time.Millisecond), nil)
 	waitPulls(t, e, "d", 1)
 	cons, err := e.Js.Consumer(t.Context(), room.DefaultStream, "d")
@@ -182,14 +182,15 @@ func TestFollowDurableShared(t *testing.T) {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
+	t.Cleanup(cancel)
 	go func() {
 		for ctx.Err() == nil {
 			fb, err := cons.Fetch(1, jetstream.FetchMaxWait(500*time.Millisecond))
 			if err != nil {
 				continue
 			}
-			for range fb.Messages() {
+			for m := range fb.Messages() {
+				take(ctx, m)
 			}
 		}
 	}()
@@ -202,7 +203,18 @@ func TestFollowDurableShared(t *testing.T) {
 		}
 		break
 	}
-	err = f.Wait(t)
+	return f, all
+}
+
+// TestFollowDurableShared: another subscriber pulling from the same durable
+// without end, one message at a time, takes deliveries after every resync
+// while messages come; Follow stops with
+// ErrDurableShared rather than go on out of order, and what it handed out
+// before is in stream order, each once.
+func TestFollowDurableShared(t *testing.T) {
+	t.Parallel()
+	f, all := shareDurable(t, 4, func(context.Context, jetstream.Msg) {})
+	err := f.Wait(t)
 	if !errors.Is(err, reader.ErrDurableShared) || !errors.Is(err, reader.ErrReader) {
 		t.Fatalf("Follow returned %v, want ErrDurableShared", err)
 	}
@@ -219,40 +231,13 @@ func TestFollowDurableShared(t *testing.T) {
 // each once, with nothing missing.
 func TestFollowDurableSharedAcking(t *testing.T) {
 	t.Parallel()
-	e := roomtest.NewEnv(t)
-	all := shipChains(t, e, "a", 2, 10)
-	f := roomtest.StartFollow(t, e.Js, reader.WithFollowSettle(reader.FollowOptions{Durable: "d", Validator: e.V}, 20*time.Millisecond), nil)
-	waitPulls(t, e, "d", 1)
-	cons, err := e.Js.Consumer(t.Context(), room.DefaultStream, "d")
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
 	var acked atomic.Int64
-	go func() {
-		for ctx.Err() == nil {
-			fb, err := cons.Fetch(1, jetstream.FetchMaxWait(500*time.Millisecond))
-			if err != nil {
-				continue
-			}
-			for m := range fb.Messages() {
-				if m.DoubleAck(ctx) == nil {
-					acked.Add(1)
-				}
-			}
+	f, all := shareDurable(t, 2, func(ctx context.Context, m jetstream.Msg) {
+		if m.DoubleAck(ctx) == nil {
+			acked.Add(1)
 		}
-	}()
-	for range 150 {
-		all = append(all, shipChains(t, e, fmt.Sprint("b", len(all)), 1, 3)...)
-		select {
-		case <-f.Done:
-		case <-time.After(100 * time.Millisecond):
-			continue
-		}
-		break
-	}
-	err = f.Wait(t)
+	})
+	err := f.Wait(t)
 	if !errors.Is(err, reader.ErrDurableShared) {
 		t.Fatalf("Follow returned %v, want ErrDurableShared (the other acknowledged %d)", err, acked.Load())
 	}
