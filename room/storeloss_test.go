@@ -42,10 +42,15 @@ func TestCheckStoreLoss(t *testing.T) {
 }
 
 // TestChainLossString: runs as positions with the stream seqs around
-// them; past ten runs, how many more.
+// them (one side only at the chain's start or lost end); past ten runs,
+// how many more.
 func TestChainLossString(t *testing.T) {
 	l := room.ChainLoss{Count: 3, Stored: 5, Missing: []room.LostRun{{From: 1, To: 1, After: 3, Before: 9}, {From: 5, To: 6, After: 31, Before: 70}}}
 	if got, want := l.String(), "positions 1 (between stream seqs 3 and 9), 5-6 (between stream seqs 31 and 70)"; got != want {
+		t.Errorf("%q, want %q", got, want)
+	}
+	l.Missing = []room.LostRun{{From: 0, To: 2, Before: 7}, {From: 9, To: 12, After: 40}}
+	if got, want := l.String(), "positions 0-2 (before stream seq 7), 9-12 (after stream seq 40)"; got != want {
 		t.Errorf("%q, want %q", got, want)
 	}
 	l.Missing = nil

@@ -128,7 +128,8 @@ type ChainLoss struct {
 // LostRun is a run of missing chain positions From..To (inclusive), and
 // where in the stream they were: after stream sequence After and before
 // Before, the sequences of the stored entries around the run (After 0:
-// the run starts the chain).
+// the run starts the chain; Before 0: no stored entry follows it, the
+// chain's end was lost).
 type LostRun struct {
 	From   int64  `json:"from"`
 	To     int64  `json:"to"`
@@ -138,8 +139,9 @@ type LostRun struct {
 
 // String names the runs as chain positions with the stream sequences
 // around them, for reasons and logs: "positions 5-9 (between stream seqs
-// 12 and 18), 40 (between stream seqs 50 and 52)"; at most 10 runs, then
-// how many more.
+// 12 and 18), 40 (between stream seqs 50 and 52)", "0-3 (before stream seq
+// 7)", "126-199 (after stream seq 126)"; at most 10 runs, then how many
+// more.
 func (l ChainLoss) String() string {
 	var b strings.Builder
 	b.WriteString("positions ")
@@ -156,7 +158,14 @@ func (l ChainLoss) String() string {
 		} else {
 			fmt.Fprintf(&b, "%d-%d", r.From, r.To)
 		}
-		fmt.Fprintf(&b, " (between stream seqs %d and %d)", r.After, r.Before)
+		switch {
+		case r.After > 0 && r.Before > 0:
+			fmt.Fprintf(&b, " (between stream seqs %d and %d)", r.After, r.Before)
+		case r.Before > 0:
+			fmt.Fprintf(&b, " (before stream seq %d)", r.Before)
+		case r.After > 0:
+			fmt.Fprintf(&b, " (after stream seq %d)", r.After)
+		}
 	}
 	return b.String()
 }

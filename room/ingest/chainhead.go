@@ -41,24 +41,28 @@ func (g *Gate) statementOf(m *jetstream.RawStreamMsg) (checkpoint.Statement, boo
 // admittedHead returns the last admitted entry of the chain up to last, the
 // last message on its subjects (nil when there is none): last itself when
 // its batch verifies, else the result of a scan, in stream order, of the
-// messages after c's head (an admitted entry) or from the start.
-func (g *Gate) admittedHead(ctx context.Context, key events.ChainKey, c *chainState, last *jetstream.RawStreamMsg) (*jetstream.RawStreamMsg, error) {
+// messages after c's head (an admitted entry) or from the start. cut
+// reports that the scan found a batch cut short (ErrIncompleteBatch): a
+// store that lost a message it still counts (a damaged block, its state
+// file kept) looks so, and only the chain's positions tell it from a
+// forgery (judgeLoss).
+func (g *Gate) admittedHead(ctx context.Context, key events.ChainKey, c *chainState, last *jetstream.RawStreamMsg) (head *jetstream.RawStreamMsg, cut bool, err error) {
 	ok, err := g.lastAdmitted(ctx, key, last)
 	if err != nil || ok {
-		return last, err
+		return last, false, err
 	}
 	var from uint64 // c's head is admitted (reload and stored keep it so)
 	if c.roomID != "" && c.streamSeq < last.Sequence {
 		from = c.streamSeq
 	}
-	head, forged, err := g.scanAdmitted(ctx, key, from, last.Sequence)
+	head, forged, cut, err := g.scanAdmitted(ctx, key, from, last.Sequence)
 	if err != nil {
-		return nil, err
+		return nil, false, err
 	}
 	if head == nil && from > 0 {
 		head, err = g.leaderMsg(ctx, map[string]any{"seq": from})
 		if err != nil {
-			return nil, err
+			return nil, false, err
 		}
 	}
 	headSeq := uint64(0)
@@ -66,11 +70,12 @@ func (g *Gate) admittedHead(ctx context.Context, key events.ChainKey, c *chainSt
 		headSeq = head.Sequence
 	}
 	if forged == 0 && headSeq == last.Sequence {
-		return head, nil // the last message's batch was not read whole at first (a lagging replica)
+		return head, false, nil // the last message's batch was not read whole at first (a lagging replica)
 	}
 	g.log.Warn("messages on a chain's subject that no trusted publisher attested: the chain goes on after its last admitted entry",
-		zap.String("chain", key.RunID+"/"+key.CapsuleID), zap.Uint64("head_stream_seq", headSeq), zap.Uint64("last_stream_seq", last.Sequence), zap.Int("not_admitted", forged))
-	return head, nil
+		zap.String("chain", key.RunID+"/"+key.CapsuleID), zap.Uint64("head_stream_seq", headSeq), zap.Uint64("last_stream_seq", last.Sequence),
+		zap.Int("not_admitted", forged), zap.Bool("batch_cut", cut))
+	return head, cut, nil
 }
 
 // lastAdmitted reports whether m, the last message on the chain's subjects,
@@ -181,19 +186,20 @@ func (g *Gate) readRangeLeader(ctx context.Context, subj string, from, to uint64
 
 // scanAdmitted reads the messages on the chain's subjects after stream
 // sequence from up to to, in stream order, from the stream leader, and
-// returns the last one that is an admitted entry (nil if none) and how
-// many were not.
-func (g *Gate) scanAdmitted(ctx context.Context, key events.ChainKey, from, to uint64) (*jetstream.RawStreamMsg, int, error) {
+// returns the last one that is an admitted entry (nil if none), how many
+// were not, and whether any of those was refused as a member of a batch
+// cut short (ErrIncompleteBatch).
+func (g *Gate) scanAdmitted(ctx context.Context, key events.ChainKey, from, to uint64) (_ *jetstream.RawStreamMsg, refused int, cut bool, _ error) {
 	bc := checkpoint.NewBatchCollector(g.trust)
 	held := map[uint64]*jetstream.RawStreamMsg{}
 	var head *jetstream.RawStreamMsg
-	refused := 0
 	take := func(vs []checkpoint.BatchVerdict) {
 		for _, v := range vs {
 			m := held[v.ID]
 			delete(held, v.ID)
 			if v.Err != nil {
 				refused++
+				cut = cut || errors.Is(v.Err, checkpoint.ErrIncompleteBatch)
 			} else if head == nil || m.Sequence > head.Sequence {
 				head = m
 			}
@@ -203,7 +209,7 @@ func (g *Gate) scanAdmitted(ctx context.Context, key events.ChainKey, from, to u
 	for after := from; after < to; {
 		m, err := g.leaderMsg(ctx, map[string]any{"seq": after + 1, "next_by_subj": subj})
 		if err != nil {
-			return nil, 0, fmt.Errorf("read chain %s after stream seq %d: %w", subj, after, err)
+			return nil, 0, false, fmt.Errorf("read chain %s after stream seq %d: %w", subj, after, err)
 		}
 		if m == nil || m.Sequence > to {
 			break
@@ -219,7 +225,7 @@ func (g *Gate) scanAdmitted(ctx context.Context, key events.ChainKey, from, to u
 		take(bc.Add(m.Sequence, m.Header.Get(checkpoint.AttestationHeader), st))
 	}
 	take(bc.Flush())
-	return head, refused, nil
+	return head, refused, cut, nil
 }
 
 // Resent lines: a line for a position below the chain's head is decided

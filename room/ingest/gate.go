@@ -553,9 +553,9 @@ func (g *Gate) reload(ctx context.Context, key events.ChainKey, c *chainState, l
 		c.loaded = true // nothing since c was decided: the stream only grows
 		return nil
 	}
-	m := last
+	m, cut := last, false
 	if m != nil && g.trust != nil {
-		if m, err = g.admittedHead(ctx, key, c, last); err != nil {
+		if m, cut, err = g.admittedHead(ctx, key, c, last); err != nil {
 			return err
 		}
 	}
@@ -571,7 +571,7 @@ func (g *Gate) reload(ctx context.Context, key events.ChainKey, c *chainState, l
 		if last != nil {
 			// Entries on the subject, none admitted: a batch of them may
 			// have lost a message (its attestation covers it whole).
-			return g.judgeUnadmitted(ctx, key, c, last)
+			return g.judgeUnadmitted(ctx, key, c, last, cut)
 		}
 		return nil
 	}
@@ -594,18 +594,19 @@ func (g *Gate) reload(ctx context.Context, key events.ChainKey, c *chainState, l
 	}
 	c.owner = keep(c.owner, m.Header.Get(room.HeaderOwner))
 	c.lastSeq = last.Sequence
-	if c.lossGen != g.lossGen.Load() {
+	if c.lossGen != g.lossGen.Load() || cut {
 		rawNext := int64(0)
 		if last != m { // the last message is not the head: what position does it claim?
 			if le, err := events.ParseEntry(last.Data); err == nil {
 				if s, ok := le.Seq(); ok && s >= 0 {
 					// No more positions after the head than stream
 					// seqs after it: a claim beyond is no entry of ours.
-					rawNext = min(s+1, c.next+int64(last.Sequence-c.streamSeq))
+					tail := g.batchTail(last)
+					rawNext = min(s+1+tail, c.next+int64(last.Sequence-c.streamSeq)+tail)
 				}
 			}
 		}
-		if err := g.judgeLoss(ctx, key, c, rawNext); err != nil {
+		if err := g.judgeLoss(ctx, key, c, rawNext, cut); err != nil {
 			c.loaded = false
 			return err
 		}

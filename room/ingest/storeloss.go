@@ -102,7 +102,10 @@ func (g *Gate) Recheck() { g.lossGen.Add(1) }
 // the position after the last entry on the subject whoever attested it:
 // with a publisher key, a batch cut by the loss is not admitted, so the
 // admitted head can stand before later entries the store still holds.
-func (g *Gate) judgeLoss(ctx context.Context, key events.ChainKey, c *chainState, rawNext int64) error {
+// With read set (a trusted batch on the chain was found cut short), the
+// chain is read whatever the count says: a server that kept its state file
+// counts a damaged message it can no longer read.
+func (g *Gate) judgeLoss(ctx context.Context, key events.ChainKey, c *chainState, rawNext int64, read bool) error {
 	gen := g.lossGen.Load()
 	next := max(c.next, rawNext)
 	if next == 0 {
@@ -117,7 +120,7 @@ func (g *Gate) judgeLoss(ctx context.Context, key events.ChainKey, c *chainState
 	var lost *room.ChainLoss
 	// In a room the checkpointer found contradicting its checkpoint, the
 	// server may count messages it can no longer read: read the chain.
-	if int64(counts[subj]) < next || g.contradicted(c.roomID) {
+	if int64(counts[subj]) < next || read || g.contradicted(c.roomID) {
 		if lost, err = g.readLoss(ctx, subj, next, max(c.lastSeq, c.streamSeq)); err != nil {
 			return err
 		}
@@ -129,10 +132,11 @@ func (g *Gate) judgeLoss(ctx context.Context, key events.ChainKey, c *chainState
 
 // judgeUnadmitted judges a chain whose subject holds messages, none of
 // them an admitted entry (with a publisher key): up to the position the
-// last one claims, bounded by its stream seq. When positions below it are
-// gone, the chain is closed in the room of that subject (c.roomID, c.lost
-// set); otherwise it stays a chain with no entry.
-func (g *Gate) judgeUnadmitted(ctx context.Context, key events.ChainKey, c *chainState, last *jetstream.RawStreamMsg) error {
+// last one claims, bounded by its stream seq, reading the chain when cut
+// (judgeLoss's read). When positions below it are gone, the chain is
+// closed in the room of that subject (c.roomID, c.lost set); otherwise it
+// stays a chain with no entry.
+func (g *Gate) judgeUnadmitted(ctx context.Context, key events.ChainKey, c *chainState, last *jetstream.RawStreamMsg, cut bool) error {
 	p, err := g.subjects.Parse(last.Subject)
 	if err != nil || p.Kind != room.KindJournal {
 		return nil
@@ -146,7 +150,8 @@ func (g *Gate) judgeUnadmitted(ctx context.Context, key events.ChainKey, c *chai
 		return nil
 	}
 	c.roomID = p.RoomID
-	if err := g.judgeLoss(ctx, key, c, min(s+1, int64(last.Sequence))); err != nil {
+	tail := g.batchTail(last)
+	if err := g.judgeLoss(ctx, key, c, min(s+1+tail, int64(last.Sequence)+tail), cut); err != nil {
 		c.roomID, c.loaded = "", false
 		return err
 	}
@@ -154,6 +159,21 @@ func (g *Gate) judgeUnadmitted(ctx context.Context, key events.ChainKey, c *chai
 		c.roomID = ""
 	}
 	return nil
+}
+
+// batchTail is how many messages after m the attestation of m, by a
+// trusted publisher, places in m's atomic batch (0 without one). A
+// journal batch is one chain's consecutive positions, stored whole
+// (ADR-50) at consecutive stream seqs, so a batch whose end the store
+// dropped (the rest of a damaged block, a stream cut back) still says the
+// positions it held: those are judged too, where the messages on the
+// subject alone would show no hole.
+func (g *Gate) batchTail(m *jetstream.RawStreamMsg) int64 {
+	a, err := checkpoint.ParseAttestation(m.Header.Get(checkpoint.AttestationHeader))
+	if err != nil || !g.trust.Trusts(a.Signer) {
+		return 0
+	}
+	return int64(a.Count - 1 - a.Index)
 }
 
 // readLoss reads subj's messages up to stream sequence to and returns the

@@ -9,6 +9,7 @@ import (
 
 	"github.com/roompub/roompub/events"
 	"github.com/roompub/roompub/room"
+	"github.com/roompub/roompub/room/ingest"
 	"github.com/roompub/roompub/room/internal/roomtest"
 )
 
@@ -115,5 +116,87 @@ func TestStoreLostStateFileKept(t *testing.T) {
 	}
 	if d := e.Gate.Damaged(); len(d) != 1 || d[0].Loss.Count != 1 {
 		t.Fatalf("damaged: %+v", d)
+	}
+}
+
+// TestStoreLostAttested: with a publisher key, a batch the store damaged
+// is not admitted, and that is the store's loss, not a forgery. A fresh
+// gate reads the chain's positions, finds the lost ones and closes the
+// chain and its room (store_lost): a message the server still counts but
+// cannot read (its state file kept), in the chain's only batch or in one
+// after an admitted batch; and a batch whose end the server dropped (a
+// torn record cut the block), which the messages left on the subject
+// alone would not show, but whose attestation says how many it held. A
+// whole re-ship stores nothing: the chain is not stored a second time
+// after the damage.
+func TestStoreLostAttested(t *testing.T) {
+	const roomID, subj = "room:kept", "rooms.kept.journal.run-a.cap-a"
+	for _, tc := range []struct {
+		name    string
+		batches []int // lines per request
+		damage  func(e *roomtest.Env, a []*events.Entry)
+		loss    string // the loss as the reason names it
+		lost    int64
+		// surveyed: a fresh gate's survey, which reads each chain's last
+		// message and no other, finds the loss without an append (a
+		// message the server counts but cannot read takes a read of the
+		// chain: an append, or serve --checkpoint-full-read).
+		surveyed bool
+	}{
+		{"unreadable in the only batch", []int{200},
+			func(e *roomtest.Env, a []*events.Entry) { e.DamageKeepingState([]byte(a[126].EntryHash())) },
+			"lost 1 entries, positions 126 (between stream seqs 126 and 128)", 1, false},
+		{"unreadable after an admitted batch", []int{100, 100},
+			func(e *roomtest.Env, a []*events.Entry) { e.DamageKeepingState([]byte(a[150].EntryHash())) },
+			"lost 1 entries, positions 150 (between stream seqs 150 and 152)", 1, false},
+		{"batch cut at its end", []int{200},
+			func(e *roomtest.Env, a []*events.Entry) { e.CutBlockAt(subj, 126) },
+			"lost 74 entries, positions 126-199 (after stream seq 126)", 74, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			e := roomtest.NewEnv(t)
+			key := roomtest.NewPublisherKey(t)
+			a, _ := roomtest.Journal(t, "run-a", "cap-a", 200)
+			ship := func(g *ingest.Gate, part []*events.Entry) room.JournalReply {
+				t.Helper()
+				r, err := g.AppendJournal(context.Background(), roomID, roomtest.Lines(part), nil)
+				if err != nil {
+					t.Fatal(err)
+				}
+				return r
+			}
+			g := roomtest.AttestingGate(e, e.Nc, key, nil, ingest.GateOptions{})
+			from := 0
+			for _, n := range tc.batches {
+				if r := ship(g, a[from:from+n]); r.Stored != n {
+					t.Fatalf("ship %d..: %+v", from, r)
+				}
+				from += n
+			}
+			e.Stop()
+			tc.damage(e, a)
+			e.Start()
+			before := e.State()
+			g = roomtest.AttestingGate(e, e.Nc, key, nil, ingest.GateOptions{})
+			r := ship(g, a)
+			it := r.Items[0]
+			// With a publisher key the loss blocks the whole room
+			// until a loss notice covers it (TestLossNoticeOpensRoom).
+			want := "the store lost acknowledged messages of room room:kept (chain run-a/cap-a " + tc.loss + ")"
+			if r.Stored != 0 || r.Dupes != 0 || r.Refused != 1 || r.Skipped != 199 || it.Code != events.StoreLost || !strings.Contains(it.Reason, want) {
+				t.Fatalf("re-ship: stored %d, dupes %d, refused %d, skipped %d; first %+v; want the reason to hold %q", r.Stored, r.Dupes, r.Refused, r.Skipped, it, want)
+			}
+			if got := e.State(); got.LastSeq != before.LastSeq {
+				t.Fatalf("the re-ship stored something: last seq %d, was %d", got.LastSeq, before.LastSeq)
+			}
+			d := g.Damaged()
+			if len(d) != 1 || d[0].Chain != (events.ChainKey{RunID: "run-a", CapsuleID: "cap-a"}) || d[0].Loss.Count != tc.lost || d[0].Loss.Stored != 200-tc.lost {
+				t.Fatalf("damaged: %+v", d)
+			}
+			sv, err := roomtest.AttestingGate(e, e.Nc, key, nil, ingest.GateOptions{}).Survey(context.Background())
+			if err != nil || len(sv.Damaged) != map[bool]int{true: 1}[tc.surveyed] || (tc.surveyed && sv.Damaged[0].Loss.String() != d[0].Loss.String()) {
+				t.Fatalf("survey (finds it: %v): %+v, %v", tc.surveyed, sv, err)
+			}
+		})
 	}
 }

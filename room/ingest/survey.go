@@ -59,9 +59,11 @@ const lastBatch = 256
 // loads on the first read after its start.
 //
 //   - A chain whose subject holds fewer messages than its last entry's
-//     position + 1 is read again as an append would read it (its head,
-//     then the whole chain when still short), which closes it when
-//     positions are missing (events.StoreLost) and names them.
+//     position + 1, or whose last message is attested (by a trusted
+//     publisher) as not the last of its batch, is read again as an
+//     append would read it (its head, then the whole chain when still
+//     short), which closes it when positions are missing
+//     (events.StoreLost) and names them.
 //   - With a publisher key: a room whose latest checkpoint signed by a
 //     trusted publisher has a larger tree than the messages on its
 //     journal and record subjects is damaged (reported; its chains stay
@@ -111,7 +113,9 @@ func (g *Gate) Survey(ctx context.Context) (Survey, error) {
 		if err != nil {
 			return nil // not an entry: not the chain's head (the readers refuse it)
 		}
-		if seq, ok := e.Seq(); !ok || seq < 0 || counts[subj] >= uint64(seq)+1 {
+		// A last message whose trusted attestation places more after
+		// it ends a batch the store cut (batchTail).
+		if seq, ok := e.Seq(); !ok || seq < 0 || (counts[subj] >= uint64(seq)+1 && g.batchTail(m.Raw()) == 0) {
 			return nil
 		}
 		p, _ := g.subjects.Parse(subj)

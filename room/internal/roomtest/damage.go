@@ -5,6 +5,7 @@ import (
 	"context"
 	"os"
 	"path/filepath"
+	"testing"
 
 	"github.com/roompub/roompub/events"
 	"github.com/roompub/roompub/room"
@@ -26,14 +27,21 @@ func (e *Env) Damage(marker []byte) { e.damage(marker, false) }
 func (e *Env) DamageKeepingState(marker []byte) { e.damage(marker, true) }
 
 func (e *Env) damage(marker []byte, keepState bool) {
-	t := e.T
-	t.Helper()
+	e.T.Helper()
 	if e.Srv != nil {
-		t.Fatal("Damage: stop the server first")
+		e.T.Fatal("Damage: stop the server first")
 	}
-	blocks, err := filepath.Glob(filepath.Join(e.Dir, "jetstream", "*", "streams", e.streamName(), "msgs", "*.blk"))
+	DamageStore(e.T, e.Dir, e.streamName(), marker, keepState)
+}
+
+// DamageStore is Env.Damage (keepState false) or Env.DamageKeepingState
+// (true) on the store directory of a stopped embedded server (serve's
+// StoreDir, say), in the block files of stream.
+func DamageStore(t testing.TB, storeDir, stream string, marker []byte, keepState bool) {
+	t.Helper()
+	blocks, err := filepath.Glob(filepath.Join(storeDir, "jetstream", "*", "streams", stream, "msgs", "*.blk"))
 	if err != nil || len(blocks) == 0 {
-		t.Fatalf("Damage: no block file of stream %s under %s (%v)", e.streamName(), e.Dir, err)
+		t.Fatalf("Damage: no block file of stream %s under %s (%v)", stream, storeDir, err)
 	}
 	for _, path := range blocks {
 		data, err := os.ReadFile(path)
@@ -56,7 +64,56 @@ func (e *Env) damage(marker []byte, keepState bool) {
 		}
 		return
 	}
-	t.Fatalf("Damage: %q is in no block file of stream %s", marker, e.streamName())
+	t.Fatalf("Damage: %q is in no block file of stream %s", marker, stream)
+}
+
+// CutBlockAt flips a bit of the length of the n-th (0-based) message on
+// subject in the room stream's block files, as a torn write leaves a
+// record: e must be stopped, and the server, when it starts again, keeps
+// the block only up to the message before (the messages from there to
+// the block's end are gone, the stream's last sequence with them when the
+// block was its last). It relies on the server's record layout (a 4-byte
+// length, 8-byte sequence and timestamp, 2-byte subject length, then the
+// subject).
+func (e *Env) CutBlockAt(subject string, n int) {
+	t := e.T
+	t.Helper()
+	if e.Srv != nil {
+		t.Fatal("CutBlockAt: stop the server first")
+	}
+	blocks, err := filepath.Glob(filepath.Join(e.Dir, "jetstream", "*", "streams", e.streamName(), "msgs", "*.blk"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	const before = 4 + 8 + 8 + 2 // length, sequence, timestamp, subject length
+	subj := []byte(subject)
+	left := n // occurrences still to pass, over the blocks in order
+	for _, path := range blocks {
+		data, err := os.ReadFile(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for off := 0; ; left-- {
+			i := bytes.Index(data[off:], subj)
+			if i < 0 {
+				break
+			}
+			at := off + i
+			off = at + len(subj)
+			if left > 0 {
+				continue
+			}
+			if at < before {
+				t.Fatalf("CutBlockAt: %s at offset %d of %s has no record header before it", subject, at, path)
+			}
+			data[at-before] ^= 0x01
+			if err := os.WriteFile(path, data, 0o600); err != nil {
+				t.Fatal(err)
+			}
+			return
+		}
+	}
+	t.Fatalf("CutBlockAt: message %d on %s is in no block file of stream %s", n, subject, e.streamName())
 }
 
 func (e *Env) streamName() string {
