@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -94,6 +95,13 @@ type Options struct {
 	// that lost or changed acknowledged messages before the rooms' latest
 	// checkpoints is found (OnContradiction), as a reader's audit finds it.
 	FullRead bool
+	// ReadWhole names rooms read from their first message at start even
+	// where they could be resumed: rooms an earlier run found contradicting
+	// their checkpoint (OnContradiction), whose damage lies before that
+	// checkpoint, where a resumed read would not see it. The read finds the
+	// contradiction again (OnContradiction with a reason) or, once the
+	// catch-up read is done, tells that the room matches (reason "").
+	ReadWhole []string
 
 	// Test seams, set from export_test.go: catchUpBatch sizes the
 	// catch-up read's gets (0: ckCatchUpMessages), and with catchUpPause
@@ -231,6 +239,7 @@ type Checkpointer struct {
 	consErr     error                  // the last error reading the stream, for Stop
 	// onContradiction is Options.OnContradiction; nil: none.
 	onContradiction func(roomID, reason string)
+	readWhole       []string // Options.ReadWhole
 }
 
 // readBudget is ctx for Stop's read of the stream: two thirds of the time
@@ -324,6 +333,7 @@ func Start(ctx context.Context, nc *nats.Conn, o Options) (*Checkpointer, error)
 	c.leaseSkew.Store(int64(DefaultLeaseSkew))
 	c.key = o.Key
 	c.onContradiction = o.OnContradiction
+	c.readWhole = slices.Clone(o.ReadWhole)
 	c.batches = checkpoint.NewBatchCollector(trust)
 	c.trustDigest = checkpoint.TrustDigest(trust)
 	if c.log == nil {

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -437,5 +438,67 @@ func TestCheckpointerResumesWithDeploymentLog(t *testing.T) {
 		if sizes := roomtest.Rebuild(e, id, trust).CheckCheckpoints(t); !slices.Equal(sizes, []uint64{22, 44}) {
 			t.Fatalf("%s: sizes %v, want [22 44]", id, sizes)
 		}
+	}
+}
+
+// TestCheckpointerReadWhole: a message the store lost before a room's
+// latest checkpoint, the server still counting it (its state file kept),
+// is not seen by a checkpointer that resumes the room; one told to read
+// the room whole (Options.ReadWhole, what serve keeps of an earlier full
+// read) finds the contradiction again, and tells of a room so read that
+// matches its checkpoint (reason "") once its catch-up read is done.
+func TestCheckpointerReadWhole(t *testing.T) {
+	e := roomtest.NewEnvUnmarked(t, embedded.Options{})
+	key := roomtest.NewPublisherKey(t)
+	o := checkpointer.Options{Key: key, Every: 1000, Interval: time.Hour}
+	chains := resumeChains(t, 30)
+	first, _ := roomtest.StartCheckpointer(t, e.Connect(), o)
+	resumeFill(t, e, roomtest.AttestingGate(e, e.Connect(), key, first, ingest.GateOptions{MaxBatch: 7}), chains, 0, 30, "a")
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := first.Stop(ctx); err != nil {
+		t.Fatal(err)
+	}
+	e.Stop()
+	e.DamageKeepingState([]byte(chains["room:resume-a"][3].EntryHash()))
+	e.Start()
+
+	start := func(readWhole ...string) (*checkpointer.Checkpointer, *observer.ObservedLogs, func() []string) {
+		var mu sync.Mutex
+		var told []string
+		o := o
+		o.ReadWhole = readWhole
+		o.OnContradiction = func(roomID, reason string) {
+			mu.Lock()
+			defer mu.Unlock()
+			told = append(told, roomID+": "+reason)
+		}
+		c, logs := roomtest.StartCheckpointer(t, e.Connect(), o)
+		roomtest.WaitFor(t, 20*time.Second, "caught up", c.CaughtUp)
+		return c, logs, func() []string { mu.Lock(); defer mu.Unlock(); return slices.Clone(told) }
+	}
+	// Resumed: the damage lies before the checkpoints, unread.
+	resumed, _, told := start()
+	if got := told(); len(got) != 0 {
+		t.Fatalf("the resumed checkpointer found %v", got)
+	}
+	if n, _ := resumed.CatchUpRead(); n != 0 {
+		t.Fatalf("the resumed checkpointer read %d messages, want none", n)
+	}
+	if err := resumed.Stop(ctx); err != nil {
+		t.Fatal(err)
+	}
+
+	c, logs, told := start(resumeRooms...)
+	// The whole stream, but the message the server cannot read.
+	if n, from := c.CatchUpRead(); from != 1 || n != e.State().LastSeq-1 {
+		t.Fatalf("read %d messages from stream seq %d, want the whole stream (%d) but one", n, from, e.State().LastSeq)
+	}
+	got := told()
+	if len(got) != 2 || !strings.HasPrefix(got[0], "room:resume-a: its checkpoint at stream seq ") || got[1] != "room:resume-b: " {
+		t.Fatalf("told %q; want room:resume-a contradicted, then room:resume-b matching", got)
+	}
+	if l := logs.FilterMessageSnippet("an earlier run found").Len(); l != 2 {
+		t.Fatalf("%d warnings of rooms read whole, want 2", l)
 	}
 }

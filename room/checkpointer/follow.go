@@ -211,8 +211,24 @@ func (c *Checkpointer) catchUpRead(ctx context.Context) {
 	case seq := <-end:
 		c.mu.Lock()
 		c.switchLocked(seq)
+		c.clearReadWholeLocked()
 		c.mu.Unlock()
 	default: // ctx is done
+	}
+}
+
+// clearReadWholeLocked tells, once the catch-up read is done, that each
+// room of Options.ReadWhole it found no contradiction in matches its
+// checkpoint (OnContradiction with reason ""): the store was restored, or
+// the room was never damaged.
+func (c *Checkpointer) clearReadWholeLocked() {
+	if c.onContradiction == nil {
+		return
+	}
+	for _, id := range c.readWhole {
+		if r := c.rooms[id]; r == nil || r.bad == "" {
+			c.onContradiction(id, "")
+		}
 	}
 }
 

@@ -164,7 +164,7 @@ func newCheckpointMetrics(reg prometheus.Registerer, lag func() checkpointLag, k
 	for _, why := range []string{asideMalformed, asideOtherRoom, asideUntrusted, asideBadSignature} {
 		m.setAside.WithLabelValues(why)
 	}
-	for _, why := range []string{resumeOK, resumeNoHeader, resumeMalformed, resumeBadNote, resumeOtherKey, resumeLeafMismatch, resumeBadRange, resumeTrustChanged, resumeUnreadable} {
+	for _, why := range []string{resumeOK, resumeNoHeader, resumeMalformed, resumeBadNote, resumeOtherKey, resumeLeafMismatch, resumeBadRange, resumeTrustChanged, resumeUnreadable, resumeContradicted} {
 		m.resumed.WithLabelValues(why)
 	}
 	for _, why := range []string{leaseUnsigned, leaseUntrusted, leaseStale, leaseFuture} {

@@ -25,6 +25,7 @@ const (
 	resumeBadRange     = "bad_range"     // the compact range does not hash to the checkpoint's root
 	resumeTrustChanged = "trust_changed" // the tree was built trusting other publishers (or another origin)
 	resumeUnreadable   = "unreadable"    // a read failed
+	resumeContradicted = "contradicted"  // Options.ReadWhole: an earlier run found its checkpoint contradicted
 )
 
 // resume rebuilds, before the catch-up read, each room whose latest
@@ -64,6 +65,12 @@ func (c *Checkpointer) resume(ctx context.Context) uint64 {
 	for _, subj := range slices.Sorted(maps.Keys(counts[root+".*.checkpoint"])) {
 		p, err := c.subjects.Parse(subj)
 		if err != nil || p.Kind != room.KindCheckpoint {
+			continue
+		}
+		if slices.Contains(c.readWhole, p.RoomID) {
+			c.m.resumed.WithLabelValues(resumeContradicted).Inc()
+			c.log.Warn("checkpointer: an earlier run found the room's checkpoint contradicting its messages: reading it from its first message",
+				zap.String("room", p.RoomID))
 			continue
 		}
 		r, why, err := c.resumeRoom(ctx, p.RoomID, subj, execs[c.subjects.Records(p.RoomID)])

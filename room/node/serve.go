@@ -335,14 +335,20 @@ func Serve(ctx context.Context, o ServeOptions) error {
 	}
 	var parts []*partition
 	for i, q := range place.Partitions() {
-		p := &partition{cfg: room.StreamConfig(q.Stream, q.Subjects, replicas), subjects: q.Subjects,
-			contradictions: &contradictionRelay{pending: map[string]string{}}}
+		p := &partition{cfg: room.StreamConfig(q.Stream, q.Subjects, replicas), subjects: q.Subjects}
 		po := o
 		po.Stream, po.Subjects, po.StreamMark = q.Stream, q.Subjects, partitionMark(o.StreamMark, i, q.Stream)
 		if p.guard, p.st, err = openStream(ectx, js, p.cfg, po, emb, log); err != nil {
 			cancel()
 			return err
 		}
+		p.contradictions = newContradictionRelay(p.guard.contradicted)
+		// Stopped after the checkpointers (deferred below), whose final
+		// read may still find a room contradicted.
+		pctx, stopPersist := context.WithCancel(context.Background())
+		persisted := make(chan struct{})
+		go func() { defer close(persisted); p.contradictions.persist(pctx, log) }()
+		defer func() { stopPersist(); <-persisted }()
 		parts = append(parts, p)
 	}
 	cancel()
@@ -389,6 +395,13 @@ func Serve(ctx context.Context, o ServeOptions) error {
 		if o.PublisherKey != nil {
 			co := o.Checkpoint
 			co.OnContradiction = p.contradictions.note
+			if co.ReadWhole, err = p.contradictions.remembered(ctx); err != nil {
+				return err
+			}
+			if len(co.ReadWhole) > 0 {
+				log.Warn("an earlier run found rooms contradicting their checkpoint: they are read from their first message again",
+					zap.String("stream", p.cfg.Name), zap.Strings("rooms", co.ReadWhole), zap.String("kept_in", p.guard.contradicted.where()))
+			}
 			co.Key, co.Stream, co.Subjects, co.Logger, co.Registerer, co.Replicas = o.PublisherKey, p.cfg.Name, p.subjects, log, reg, replicas
 			if len(parts) > 1 {
 				// One set of series per room stream.

@@ -59,21 +59,29 @@ func (f fileMemory) load(context.Context) (*room.StreamMark, error) {
 	return &m, nil
 }
 
-// save writes the mark atomically: a temporary file in the same
-// directory, fsynced, renamed over the mark, and the directory fsynced,
-// so a crash leaves the old mark or the new one, whole.
+// save writes the mark atomically (writeAtomic).
 func (f fileMemory) save(_ context.Context, m room.StreamMark, _ bool) error {
 	data, err := json.Marshal(m)
 	if err != nil {
 		return err
 	}
-	dir := filepath.Dir(f.path)
-	tmp, err := os.CreateTemp(dir, ".roompub-stream-*.tmp")
-	if err != nil {
+	if err := writeAtomic(f.path, ".roompub-stream-*.tmp", append(data, '\n')); err != nil {
 		return fmt.Errorf("stream mark %s: %w", f.path, err)
 	}
+	return nil
+}
+
+// writeAtomic writes data to path atomically: a temporary file (named by
+// pattern) in the same directory, fsynced, renamed over path, and the
+// directory fsynced, so a crash leaves the old file or the new one, whole.
+func writeAtomic(path, pattern string, data []byte) error {
+	dir := filepath.Dir(path)
+	tmp, err := os.CreateTemp(dir, pattern)
+	if err != nil {
+		return err
+	}
 	defer os.Remove(tmp.Name()) // fails harmlessly once renamed
-	_, err = tmp.Write(append(data, '\n'))
+	_, err = tmp.Write(data)
 	if err == nil {
 		err = tmp.Sync()
 	}
@@ -81,7 +89,7 @@ func (f fileMemory) save(_ context.Context, m room.StreamMark, _ bool) error {
 		err = cerr
 	}
 	if err == nil {
-		err = os.Rename(tmp.Name(), f.path)
+		err = os.Rename(tmp.Name(), path)
 	}
 	if err == nil {
 		var d *os.File
@@ -90,10 +98,7 @@ func (f fileMemory) save(_ context.Context, m room.StreamMark, _ bool) error {
 			d.Close()
 		}
 	}
-	if err != nil {
-		return fmt.Errorf("stream mark %s: %w", f.path, err)
-	}
-	return nil
+	return err
 }
 
 // kvMemory is a key of the streams bucket, which every publisher of the
@@ -369,9 +374,12 @@ type streamGuard struct {
 	name     string
 	subjects room.Subjects
 	memory   streamMemory
-	mark     room.StreamMark
-	log      *zap.Logger
-	metrics  *ingest.Metrics // nil: none
+	// contradicted keeps the rooms found contradicting their checkpoint
+	// across starts.
+	contradicted contradictedMemory
+	mark         room.StreamMark
+	log          *zap.Logger
+	metrics      *ingest.Metrics // nil: none
 	// writers is the last verdict on writers into room subjects; it
 	// stands while the account's streams cannot be listed.
 	writers error
@@ -545,8 +553,10 @@ func openStream(ctx context.Context, js jetstream.JetStream, cfg jetstream.Strea
 		}
 	}
 	var mem streamMemory
+	var contra contradictedMemory
 	if emb != nil {
 		mem = fileMemory{path: room.StreamMarkFile(emb.StoreDir(), cfg.Name)}
+		contra = contradictedFileOf(emb.StoreDir(), cfg.Name)
 		if o.StreamMark != "" {
 			// A backup of the store restores its mark too; this one,
 			// outside the store, remembers further.
@@ -567,6 +577,7 @@ func openStream(ctx context.Context, js jetstream.JetStream, cfg jetstream.Strea
 			return nil, nil, err
 		}
 		mem = kvMemory{kv: kv, key: cfg.Name}
+		contra = contradictedKey{kv: kv, key: cfg.Name + ".contradicted", stream: cfg.Name}
 		if o.StreamMark != "" {
 			// The bucket lives on the cluster it remembers; a cluster that
 			// lost the stream may have lost the bucket with it.
@@ -637,7 +648,7 @@ func openStream(ctx context.Context, js jetstream.JetStream, cfg jetstream.Strea
 	if err := setupRetry(ctx, func() error { return mem.save(ctx, m, accepted) }); err != nil {
 		return nil, nil, err
 	}
-	return &streamGuard{js: js, name: cfg.Name, subjects: o.Subjects, memory: mem, mark: m, log: log}, st, nil
+	return &streamGuard{js: js, name: cfg.Name, subjects: o.Subjects, memory: mem, contradicted: contra, mark: m, log: log}, st, nil
 }
 
 // setupRetry runs f until it succeeds, fails for good, or ctx ends: a

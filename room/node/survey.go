@@ -162,38 +162,6 @@ func (s *surveyor) waitFirst(ctx context.Context) {
 	}
 }
 
-// contradictionRelay hands the checkpointer's word on rooms whose latest
-// checkpoint contradicts their messages to the gate
-// (ingest.Gate.NoteContradiction); what comes before the gate exists (the
-// checkpointer starts first) is kept and handed over by attach.
-type contradictionRelay struct {
-	mu      sync.Mutex
-	gate    *ingest.Gate
-	pending map[string]string
-}
-
-func (r *contradictionRelay) note(roomID, reason string) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if r.gate != nil {
-		r.gate.NoteContradiction(roomID, reason)
-		return
-	}
-	r.pending[roomID] = reason
-}
-
-func (r *contradictionRelay) attach(g *ingest.Gate) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	r.gate = g
-	for id, why := range r.pending {
-		if why != "" {
-			g.NoteContradiction(id, why)
-		}
-	}
-	r.pending = nil
-}
-
 // wait waits for a running survey to end (its context ended first).
 func (s *surveyor) wait() { s.wg.Wait() }
 

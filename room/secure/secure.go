@@ -381,13 +381,15 @@ func (o Options) perms(u User) permSet {
 			"$JS.API.INFO",
 		}
 		// The stream guard (docs/secure-mode.md, "The stream"): the
-		// streams bucket, only the room stream's key, where serve on a
+		// streams bucket, only the room stream's keys, where serve on a
 		// server of its own remembers the stream; and the account's
 		// stream and consumer lists (read-only), to find other streams
 		// that write into room subjects.
 		kvStreams := "KV_" + room.DefaultStreamsBucket
 		for _, p := range parts {
-			leases = append(leases, "$KV."+room.DefaultStreamsBucket+"."+p.Stream)
+			// The stream's mark, and the rooms found contradicting their
+			// checkpoint, kept across starts.
+			leases = append(leases, "$KV."+room.DefaultStreamsBucket+"."+p.Stream, "$KV."+room.DefaultStreamsBucket+"."+p.Stream+".contradicted")
 		}
 		leases = append(leases,
 			"$KV."+room.DefaultPlacementBucket+".>", "$JS.API.STREAM.CREATE."+kvPlace,
