@@ -311,7 +311,7 @@ func NewGate(ctx context.Context, nc *nats.Conn, o GateOptions) (*Gate, error) {
 // An Observer that is also a PauseObserver is told the new state.
 func (g *Gate) Pause(err error) {
 	if po, ok := g.obs.(PauseObserver); ok {
-		po.Paused(err != nil)
+		po.Paused(g.streamName(), err != nil)
 	}
 	if err == nil {
 		g.paused.Store(nil)
@@ -325,9 +325,9 @@ func (g *Gate) Pause(err error) {
 // stream guard finds the stream weak, replaced or written into by another
 // stream (docs/secure-mode.md, "The stream").
 type PauseObserver interface {
-	// Paused is called on every Gate.Pause with whether appends are now
-	// paused.
-	Paused(paused bool)
+	// Paused is called on every Gate.Pause with the gate's stream and
+	// whether appends are now paused.
+	Paused(stream string, paused bool)
 }
 
 func (g *Gate) pausedErr() error {

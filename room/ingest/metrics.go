@@ -27,8 +27,8 @@ import (
 //	roompub_foreign_writers                      other streams that can write into the room subjects, at the last check (Serve)
 //	roompub_store_lost_messages                  messages the room stream shows deleted from inside it, at the last check (Serve)
 //	roompub_store_damaged_chains                 chains the gate found missing acknowledged positions (closed: store_lost)
-//	roompub_store_damaged_rooms                  rooms whose latest checkpoint covers more leaves than the stream holds, at the last survey (Serve)
-//	roompub_gate_paused                          1 while appends are paused (Gate.Pause), else 0
+//	roompub_store_damaged_rooms                  rooms whose latest checkpoint covers more leaves than the stream holds, at the last survey (Serve), or contradicts its messages (NoteContradiction)
+//	roompub_gate_paused                          streams whose appends are paused (Gate.Pause): 1 or 0 with one stream
 type Metrics struct {
 	replies  *prometheus.CounterVec
 	quota    *prometheus.CounterVec
@@ -38,10 +38,10 @@ type Metrics struct {
 	batches  *prometheus.CounterVec
 	sizes    prometheus.Histogram
 	foreign  prometheus.Gauge
-	lost     prometheus.Gauge
-	chains   prometheus.Gauge
-	rooms    prometheus.Gauge
-	paused   prometheus.Gauge
+	lost     *streamSum
+	chains   *streamSum
+	rooms    *streamSum
+	paused   *streamSum
 	// series holds the items and latency series of each kind and outcome
 	// once made (itemSeries): WithLabelValues hashes its labels on every
 	// call, and Item is called for every line.
@@ -84,18 +84,18 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 			Namespace: "roompub", Name: "foreign_writers",
 			Help: "Other streams of the account that can write into the room subjects (a RePublish, a push consumer), at serve's last check; appends pause while it is not 0.",
 		}),
-		lost: prometheus.NewGauge(prometheus.GaugeOpts{
+		lost: newStreamSum(prometheus.GaugeOpts{
 			Namespace: "roompub", Name: "store_lost_messages",
-			Help: "Messages the room stream shows deleted from inside it, or gone before its first sequence, at serve's last check: the store lost them; /healthz is not ok while it is not 0.",
+			Help: "Messages the room streams show deleted from inside them, or gone before their first sequence, at serve's last check: the store lost them; /healthz is not ok while it is not 0.",
 		}),
 	}
-	m.chains = prometheus.NewGauge(prometheus.GaugeOpts{
+	m.chains = newStreamSum(prometheus.GaugeOpts{
 		Namespace: "roompub", Name: "store_damaged_chains",
 		Help: "Chains the gate found missing positions the store had acknowledged; each is closed (store_lost) and /healthz is not ok while it is not 0.",
 	})
-	m.rooms = prometheus.NewGauge(prometheus.GaugeOpts{
+	m.rooms = newStreamSum(prometheus.GaugeOpts{
 		Namespace: "roompub", Name: "store_damaged_rooms",
-		Help: "Rooms whose latest checkpoint covers more leaves than the stream holds, at serve's last survey; /healthz is not ok while it is not 0.",
+		Help: "Rooms whose latest checkpoint covers more leaves than the stream holds (serve's last survey), or contradicts the messages it holds (the checkpointer's read); /healthz is not ok while it is not 0.",
 	})
 	m.replies = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Namespace: "roompub", Name: "replies_refused_total",
@@ -114,11 +114,11 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 	}
 	// A boolean as 0 or 1, so an alert is "== 1" and a panel can sum it
 	// over the publishers of a stream.
-	m.paused = prometheus.NewGauge(prometheus.GaugeOpts{
+	m.paused = newStreamSum(prometheus.GaugeOpts{
 		Namespace: "roompub", Subsystem: "gate", Name: "paused",
-		Help: "1 while the gate appends nothing because the stream guard found the room stream weak, replaced or written into by another stream (items come back failed), else 0.",
+		Help: "The room streams whose gate appends nothing because the stream guard found the stream weak, replaced or written into by another stream (items come back failed): 1 or 0 with one stream.",
 	})
-	for _, c := range []prometheus.Collector{m.items, m.refusals, m.latency, m.batches, m.sizes, m.replies, m.quota, m.foreign, m.lost, m.chains, m.rooms, m.paused} {
+	for _, c := range []prometheus.Collector{m.items, m.refusals, m.latency, m.batches, m.sizes, m.replies, m.quota, m.foreign, m.lost.g, m.chains.g, m.rooms.g, m.paused.g} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}
@@ -152,27 +152,52 @@ func (m *Metrics) Item(kind room.Kind, outcome room.Outcome, code events.Code, t
 // into room subjects").
 func (m *Metrics) ForeignWriters(n int) { m.foreign.Set(float64(n)) }
 
-// StoreLost sets roompub_store_lost_messages: the room stream shows n
-// messages deleted from inside it (room.CheckStoreLoss).
-func (m *Metrics) StoreLost(n uint64) { m.lost.Set(float64(n)) }
+// StoreLost sets stream's part of roompub_store_lost_messages: the room
+// stream shows n messages deleted from inside it (room.CheckStoreLoss).
+// The gauge is the sum over the streams (partitions) serve serves.
+func (m *Metrics) StoreLost(stream string, n uint64) { m.lost.set(stream, float64(n)) }
 
-// ChainsDamaged implements LossObserver: it sets
-// roompub_store_damaged_chains.
-func (m *Metrics) ChainsDamaged(n int) { m.chains.Set(float64(n)) }
+// ChainsDamaged implements LossObserver: stream's part of
+// roompub_store_damaged_chains (summed over the streams).
+func (m *Metrics) ChainsDamaged(stream string, n int) { m.chains.set(stream, float64(n)) }
 
-// RoomsDamaged sets roompub_store_damaged_rooms: the last survey found n
-// rooms whose latest checkpoint covers more leaves than the stream holds
-// (Gate.Survey).
-func (m *Metrics) RoomsDamaged(n int) { m.rooms.Set(float64(n)) }
+// RoomsDamaged implements LossObserver: stream's part of
+// roompub_store_damaged_rooms (summed over the streams), the rooms
+// Gate.DamagedRooms lists.
+func (m *Metrics) RoomsDamaged(stream string, n int) { m.rooms.set(stream, float64(n)) }
 
-// Paused implements PauseObserver: it sets roompub_gate_paused to 1 while
-// appends are paused, else 0.
-func (m *Metrics) Paused(paused bool) {
+// Paused implements PauseObserver: roompub_gate_paused counts the streams
+// whose appends are paused (1 or 0 with one stream).
+func (m *Metrics) Paused(stream string, paused bool) {
 	v := 0.0
 	if paused {
 		v = 1
 	}
-	m.paused.Set(v)
+	m.paused.set(stream, v)
+}
+
+// streamSum is a gauge that is the sum of a value per room stream: one
+// Metrics serves every partition's gate and stream guard, and a gate's
+// own value must not overwrite another's.
+type streamSum struct {
+	mu sync.Mutex
+	by map[string]float64
+	g  prometheus.Gauge
+}
+
+func newStreamSum(o prometheus.GaugeOpts) *streamSum {
+	return &streamSum{by: map[string]float64{}, g: prometheus.NewGauge(o)}
+}
+
+func (s *streamSum) set(stream string, v float64) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.by[stream] = v
+	sum := 0.0
+	for _, x := range s.by {
+		sum += x
+	}
+	s.g.Set(sum)
 }
 
 // Batch implements BatchObserver.

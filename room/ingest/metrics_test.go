@@ -77,3 +77,44 @@ func TestMetricsAfterRealItems(t *testing.T) {
 		t.Fatalf("roompub_gate_paused after resume: %v, want 0", v)
 	}
 }
+
+// TestMetricsSumOverStreams: one Metrics watches the gates and stream
+// guards of every partition; each stream's value is its own, and the
+// gauges are their sum, so one stream's all-clear does not hide
+// another's damage. A contradiction the checkpointer reports is a damaged
+// room, as /healthz says.
+func TestMetricsSumOverStreams(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	m, err := ingest.NewMetrics(reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m.ChainsDamaged("ROOMS", 2)
+	m.ChainsDamaged("ROOMS-1", 3)
+	m.RoomsDamaged("ROOMS-1", 1)
+	m.StoreLost("ROOMS", 7)
+	m.Paused("ROOMS", true)
+	m.Paused("ROOMS-1", true)
+	m.ChainsDamaged("ROOMS", 0)
+	m.Paused("ROOMS", false)
+	for name, want := range map[string]float64{"roompub_store_damaged_chains": 3, "roompub_store_damaged_rooms": 1,
+		"roompub_store_lost_messages": 7, "roompub_gate_paused": 1} {
+		if v, ok := roomtest.MetricValue(t, reg, name); !ok || v != want {
+			t.Errorf("%s: %v (present %v), want %v", name, v, ok, want)
+		}
+	}
+
+	e := roomtest.NewEnv(t)
+	g, err := ingest.NewGate(context.Background(), e.Nc, ingest.GateOptions{Validator: e.V, Observer: m})
+	if err != nil {
+		t.Fatal(err)
+	}
+	g.NoteContradiction("room:x", "its checkpoint contradicts")
+	if v, _ := roomtest.MetricValue(t, reg, "roompub_store_damaged_rooms"); v != 2 {
+		t.Fatalf("after a contradiction on %s: roompub_store_damaged_rooms %v, want 2", room.DefaultStream, v)
+	}
+	g.NoteContradiction("room:x", "")
+	if v, _ := roomtest.MetricValue(t, reg, "roompub_store_damaged_rooms"); v != 1 {
+		t.Fatalf("after it matched again: roompub_store_damaged_rooms %v, want 1", v)
+	}
+}

@@ -59,13 +59,18 @@ func (g *Gate) lossFromRead(ctx context.Context, key events.ChainKey, c *chainSt
 	return true
 }
 
-// LossObserver is told how many chains the gate knows to be damaged each
-// time that number changes. An Observer that implements it (Metrics does)
-// is told; implementations must not block.
+// LossObserver is told how many chains and rooms the gate knows to be
+// damaged each time those numbers change, with the gate's stream (one
+// observer may watch the gates of several streams). An Observer that
+// implements it (Metrics does) is told; implementations must not block.
 type LossObserver interface {
 	// ChainsDamaged is called with how many chains the gate knows to be
-	// damaged, each time that number changes.
-	ChainsDamaged(n int)
+	// damaged (Damaged), each time that number changes.
+	ChainsDamaged(stream string, n int)
+	// RoomsDamaged is called with how many rooms DamagedRooms lists
+	// (the survey's, and those the checkpointer found contradicted),
+	// each time it may have changed.
+	RoomsDamaged(stream string, n int)
 }
 
 // DamagedChain is one chain the gate found damaged: where it lives and
@@ -265,7 +270,7 @@ func (g *Gate) noteLoss(key events.ChainKey, roomID string, lost *room.ChainLoss
 			zap.String("room", roomID), zap.String("chain", key.RunID+"/"+key.CapsuleID))
 	}
 	if lo, ok := g.obs.(LossObserver); ok {
-		lo.ChainsDamaged(n)
+		lo.ChainsDamaged(g.streamName(), n)
 	}
 }
 

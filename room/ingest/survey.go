@@ -252,9 +252,18 @@ func (g *Gate) NoteContradiction(roomID, reason string) {
 		g.contradictions[roomID] = reason
 	}
 	g.anyDamage.Store(len(g.damaged) > 0 || len(g.damagedRooms) > 0 || len(g.contradictions) > 0)
+	n := len(g.damagedRoomsLocked())
 	g.lossMu.Unlock()
+	g.roomsObserved(n)
 	if reason != "" {
 		g.Recheck() // chains judged before: judged again, read whole
+	}
+}
+
+// roomsObserved tells a LossObserver how many rooms DamagedRooms lists.
+func (g *Gate) roomsObserved(n int) {
+	if lo, ok := g.obs.(LossObserver); ok {
+		lo.RoomsDamaged(g.streamName(), n)
 	}
 }
 
@@ -276,7 +285,9 @@ func (g *Gate) noteRooms(rooms []DamagedRoom) {
 	old := g.damagedRooms
 	g.damagedRooms = rooms
 	g.anyDamage.Store(len(g.damaged) > 0 || len(rooms) > 0 || len(g.contradictions) > 0)
+	n := len(g.damagedRoomsLocked())
 	g.lossMu.Unlock()
+	g.roomsObserved(n)
 	for _, r := range rooms {
 		if slices.Contains(old, r) {
 			continue

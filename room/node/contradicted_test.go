@@ -92,6 +92,9 @@ func TestServeRemembersContradictedRooms(t *testing.T) {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
+	if n := metricSum(t, s.info.HTTPAddr, "roompub_store_damaged_rooms"); n != 1 {
+		t.Fatalf("roompub_store_damaged_rooms %v while /healthz names the room, want 1", n)
+	}
 	s.stop()
 	got := keptRooms()
 	if len(got) != 1 || !strings.Contains(got["room:dmg"], "contradicts the messages the stream holds") {
@@ -106,6 +109,9 @@ func TestServeRemembersContradictedRooms(t *testing.T) {
 		t.Fatalf("first healthz after the start: %d %q", c, b)
 	}
 	before := checkpoints(s, "room:dmg")
+	if n := metricSum(t, s.info.HTTPAddr, "roompub_store_damaged_rooms"); n != 1 {
+		t.Fatalf("roompub_store_damaged_rooms %v at the start, want 1", n)
+	}
 	_, cbody := roomtest.Journal(t, "run-c", "cap-c", 10)
 	if r := s.shipJournal("room:dmg", cbody); r.Stored != 10 {
 		t.Fatalf("a new chain in the room: %+v", r)

@@ -424,7 +424,7 @@ func (g *streamGuard) checkLoss(ctx context.Context, s jetstream.Stream) {
 			zap.Uint64("lost", n), zap.Uint64("first_seq", st.FirstSeq), zap.Uint64("last_seq", st.LastSeq), zap.Error(lost))
 	}
 	if g.metrics != nil {
-		g.metrics.StoreLost(n)
+		g.metrics.StoreLost(g.name, n)
 	}
 	g.lost = lost
 }

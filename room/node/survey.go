@@ -89,9 +89,6 @@ func (s *surveyor) run(ctx context.Context) {
 			s.log.Error("store survey: the store lost acknowledged messages; /healthz reports it", zap.Int("chains", sv.ChainsSeen), zap.Int("rooms", sv.RoomsSeen),
 				zap.Int("damaged_chains", len(sv.Damaged)), zap.Int("damaged_rooms", len(sv.DamagedRooms)), zap.Duration("took", took))
 		}
-		if err == nil && s.metrics != nil {
-			s.metrics.RoomsDamaged(len(sv.DamagedRooms))
-		}
 		if err == nil && !s.acknowledgeLoss(ctx) && ctx.Err() == nil {
 			// A notice asked for could not be written: survey again, and
 			// write it after, as after a survey that could not finish.
