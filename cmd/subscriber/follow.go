@@ -115,7 +115,7 @@ func listNote(f reader.ListFacts, reexamine bool) string {
 		parts = append(parts, fmt.Sprintf("re-examined %d listed message(s): %d served, %d still set aside", f.Listed, f.Served, f.Aside))
 	}
 	if f.PassNow > 0 {
-		parts = append(parts, fmt.Sprintf("%d listed message(s) pass now and stay set aside: --reexamine serves them", f.PassNow))
+		parts = append(parts, fmt.Sprintf("%d listed message(s) pass now and stay set aside: --reexamine serves them, and listed messages that wait on them may pass too", f.PassNow))
 	}
 	if f.ServedNowAside > 0 {
 		parts = append(parts, fmt.Sprintf("%d message(s) served before are set aside now ('subscriber audit' names them)", f.ServedNowAside))

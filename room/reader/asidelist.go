@@ -60,8 +60,11 @@ type ListFacts struct {
 	// (FollowOptions.Reexamine): served now, or set aside again.
 	Served int `json:"served"`
 	Aside  int `json:"aside"`
-	// PassNow counts the listed messages not re-examined that pass now:
-	// kept set aside, a re-examination would serve them.
+	// PassNow counts the listed messages not re-examined that pass now
+	// with every other listed message kept set aside: a re-examination
+	// would serve them, and may serve more (a chain's entries listed
+	// after one of them, as a gap, pass once it is served), so it is a
+	// lower bound.
 	PassNow int `json:"pass_now"`
 	// ServedNowAside counts the messages at or below the floor not listed
 	// (served before) that the rebuild sets aside now: under a trust
