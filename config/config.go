@@ -196,7 +196,7 @@ type Serve struct {
 	WitnessPolicy      string        `name:"witness-policy" help:"Submit each checkpoint of the deployment log to the witnesses of FILE, a C2SP tlog-policy file whose witness lines carry URLs (c2sp.org/tlog-witness), and store their cosignatures beside it. Needs --origin. See docs/witnesses.md." placeholder:"FILE" type:"path" yaml:"witness-policy"`
 	CheckpointEvery    int           `name:"checkpoint-every" help:"Write a room's checkpoint once its tree has grown by this many messages (0: 10000)." default:"10000" yaml:"checkpoint-every"`
 	CheckpointInterval time.Duration `name:"checkpoint-interval" help:"Write a checkpoint of every room whose tree grew at least this often (0: 10s)." default:"10s" yaml:"checkpoint-interval"`
-	CheckpointFullRead bool          `name:"checkpoint-full-read" help:"At start, read every room from its first message instead of resuming it from its latest checkpoint: the whole stream is read again, and a store that lost or changed acknowledged messages is found. See docs/checkpoints.md." yaml:"checkpoint-full-read"`
+	CheckpointFullRead bool          `name:"checkpoint-full-read" help:"At start, read every room from its first message instead of resuming it from its latest checkpoint: the whole stream is read again, and a store that lost or changed acknowledged messages is found (/healthz names it once the read reaches it; roompub_checkpoint_unread_messages says how far the read is), and kept for later starts. See docs/checkpoints.md." yaml:"checkpoint-full-read"`
 	Logging
 }
 
