@@ -226,6 +226,9 @@ type Gate struct {
 	damagedIn      map[string]int
 	contradictions map[string]string // room -> NoteContradiction's reason
 	noticesByRoom  map[string]*roomNotices
+	// deleted is the span of stream seqs the stream shows deleted, as
+	// read at loss generation deleted.gen (deletedSpan; lossMu).
+	deleted deletedSpan
 }
 
 // ErrGate is wrapped by NewGate for unusable options.
@@ -549,7 +552,13 @@ func (g *Gate) reload(ctx context.Context, key events.ChainKey, c *chainState, l
 	if err != nil {
 		return err
 	}
-	if last != nil && g.trust != nil && last.Sequence == c.lastSeq && c.lossGen == g.lossGen.Load() {
+	var counted int64 // > 0: the server counts messages on the chain's subjects it returns none of as their last
+	if last == nil {
+		if last, counted, err = g.lastReadable(ctx, key); err != nil {
+			return err
+		}
+	}
+	if last != nil && g.trust != nil && last.Sequence == c.lastSeq && c.lossGen == g.lossGen.Load() && counted == 0 {
 		c.loaded = true // nothing since c was decided: the stream only grows
 		return nil
 	}
@@ -571,7 +580,10 @@ func (g *Gate) reload(ctx context.Context, key events.ChainKey, c *chainState, l
 		if last != nil {
 			// Entries on the subject, none admitted: a batch of them may
 			// have lost a message (its attestation covers it whole).
-			return g.judgeUnadmitted(ctx, key, c, last, cut)
+			return g.judgeUnadmitted(ctx, key, c, last, cut, counted)
+		}
+		if counted > 0 {
+			return g.judgeUnreadable(ctx, key, c, counted)
 		}
 		return nil
 	}
@@ -594,19 +606,19 @@ func (g *Gate) reload(ctx context.Context, key events.ChainKey, c *chainState, l
 	}
 	c.owner = keep(c.owner, m.Header.Get(room.HeaderOwner))
 	c.lastSeq = last.Sequence
-	if c.lossGen != g.lossGen.Load() || cut {
-		rawNext := int64(0)
+	if c.lossGen != g.lossGen.Load() || cut || counted > 0 {
+		rawNext := counted
 		if last != m { // the last message is not the head: what position does it claim?
 			if le, err := events.ParseEntry(last.Data); err == nil {
 				if s, ok := le.Seq(); ok && s >= 0 {
 					// No more positions after the head than stream
 					// seqs after it: a claim beyond is no entry of ours.
 					tail := g.batchTail(last)
-					rawNext = min(s+1+tail, c.next+int64(last.Sequence-c.streamSeq)+tail)
+					rawNext = max(rawNext, min(s+1+tail, c.next+int64(last.Sequence-c.streamSeq)+tail))
 				}
 			}
 		}
-		if err := g.judgeLoss(ctx, key, c, rawNext, cut); err != nil {
+		if err := g.judgeLoss(ctx, key, c, rawNext, cut || counted > 0); err != nil {
 			c.loaded = false
 			return err
 		}

@@ -125,6 +125,14 @@ func (g *Gate) judgeLoss(ctx context.Context, key events.ChainKey, c *chainState
 	var lost *room.ChainLoss
 	// In a room the checkpointer found contradicting its checkpoint, the
 	// server may count messages it can no longer read: read the chain.
+	// So it may after it dropped messages its per-subject counts still
+	// hold (a block cut while its state file was kept): a chain whose
+	// messages span deleted stream seqs is read.
+	if !read && int64(counts[subj]) >= next && !g.contradicted(c.roomID) {
+		if read, err = g.spansDeleted(ctx, subj, max(c.lastSeq, c.streamSeq)); err != nil {
+			return err
+		}
+	}
 	if int64(counts[subj]) < next || read || g.contradicted(c.roomID) {
 		if lost, err = g.readLoss(ctx, subj, next, max(c.lastSeq, c.streamSeq)); err != nil {
 			return err
@@ -137,11 +145,12 @@ func (g *Gate) judgeLoss(ctx context.Context, key events.ChainKey, c *chainState
 
 // judgeUnadmitted judges a chain whose subject holds messages, none of
 // them an admitted entry (with a publisher key): up to the position the
-// last one claims, bounded by its stream seq, reading the chain when cut
-// (judgeLoss's read). When positions below it are gone, the chain is
+// last one claims, bounded by its stream seq (and at least counted, the
+// messages the server counts when it returned none as the last),
+// reading the chain when cut or counted (judgeLoss's read). When positions below it are gone, the chain is
 // closed in the room of that subject (c.roomID, c.lost set); otherwise it
 // stays a chain with no entry.
-func (g *Gate) judgeUnadmitted(ctx context.Context, key events.ChainKey, c *chainState, last *jetstream.RawStreamMsg, cut bool) error {
+func (g *Gate) judgeUnadmitted(ctx context.Context, key events.ChainKey, c *chainState, last *jetstream.RawStreamMsg, cut bool, counted int64) error {
 	p, err := g.subjects.Parse(last.Subject)
 	if err != nil || p.Kind != room.KindJournal {
 		return nil
@@ -156,7 +165,110 @@ func (g *Gate) judgeUnadmitted(ctx context.Context, key events.ChainKey, c *chai
 	}
 	c.roomID = p.RoomID
 	tail := g.batchTail(last)
-	if err := g.judgeLoss(ctx, key, c, min(s+1+tail, int64(last.Sequence)+tail), cut); err != nil {
+	if err := g.judgeLoss(ctx, key, c, max(counted, min(s+1+tail, int64(last.Sequence)+tail)), cut || counted > 0); err != nil {
+		c.roomID, c.loaded = "", false
+		return err
+	}
+	if c.lost == nil {
+		c.roomID = ""
+	}
+	return nil
+}
+
+// deletedSpan is the lowest and highest stream seq the room stream shows
+// deleted (both 0: none), read at loss generation gen.
+type deletedSpan struct {
+	gen    uint64
+	lo, hi uint64
+}
+
+// deletedSeqs returns the span of stream seqs the stream shows deleted,
+// read on nc once per loss generation (a new loss moves it on: Recheck).
+func (g *Gate) deletedSeqs(ctx context.Context, nc *nats.Conn) (lo, hi uint64, err error) {
+	gen := g.lossGen.Load()
+	g.lossMu.Lock()
+	d := g.deleted
+	g.lossMu.Unlock()
+	if d.gen == gen {
+		return d.lo, d.hi, nil
+	}
+	d = deletedSpan{gen: gen}
+	if d.lo, d.hi, _, err = jsapi.DeletedSpan(ctx, nc, g.streamName(), g.timeout); err != nil {
+		return 0, 0, err
+	}
+	g.lossMu.Lock()
+	g.deleted = d
+	g.lossMu.Unlock()
+	return d.lo, d.hi, nil
+}
+
+// spansDeleted reports whether the chain on subj, whose last message is
+// at stream seq last, has messages on both sides of, or among, the stream
+// seqs the stream shows deleted: its first message (one get) is at or
+// before the highest deleted, its last after the lowest.
+func (g *Gate) spansDeleted(ctx context.Context, subj string, last uint64) (bool, error) {
+	lo, hi, err := g.deletedSeqs(ctx, g.nc)
+	if err != nil || lo == 0 || last < lo {
+		return false, err
+	}
+	first, err := g.leaderMsg(ctx, map[string]any{"seq": 1, "next_by_subj": subj})
+	if err != nil {
+		return false, err
+	}
+	return first != nil && first.Sequence <= hi, nil
+}
+
+// lastReadable is the gate's second look when the server returns no last
+// message on the chain's subjects: it counts them, and when it counts
+// any (a last message it can no longer read: a damaged block whose state
+// file it kept), it reads the chain from the stream leader for the last
+// message it can read (nil when none) and returns it with the count, the
+// positions the chain held at least. A new chain costs the count's one
+// request, once per process.
+func (g *Gate) lastReadable(ctx context.Context, key events.ChainKey) (*jetstream.RawStreamMsg, int64, error) {
+	subj := g.subjects.ChainAnyRoom(key)
+	counts, err := jsapi.SubjectCounts(ctx, g.nc, g.streamName(), subj, g.timeout)
+	if err != nil {
+		return nil, 0, err
+	}
+	var n uint64
+	for _, k := range counts {
+		n += k
+	}
+	if n == 0 {
+		return nil, 0, nil
+	}
+	var last *jetstream.RawStreamMsg
+	if err := g.readRangeLeader(ctx, subj, 1, math.MaxUint64, func(m *jetstream.RawStreamMsg) { last = m }); err != nil {
+		return nil, 0, err
+	}
+	var at uint64
+	if last != nil {
+		at = last.Sequence
+	}
+	g.log.Warn("the server counts messages on a chain's subject but returns none as its last: reading the chain to judge what the store lost",
+		zap.String("chain", key.RunID+"/"+key.CapsuleID), zap.Uint64("counted", n), zap.Uint64("last_readable_stream_seq", at))
+	return last, int64(min(n, math.MaxInt64)), nil
+}
+
+// judgeUnreadable judges a chain none of whose counted messages the
+// server returns: every position below counted is lost, in the room of
+// the counted subject.
+func (g *Gate) judgeUnreadable(ctx context.Context, key events.ChainKey, c *chainState, counted int64) error {
+	counts, err := jsapi.SubjectCounts(ctx, g.nc, g.streamName(), g.subjects.ChainAnyRoom(key), g.timeout)
+	if err != nil {
+		return err
+	}
+	for _, subj := range slices.Sorted(maps.Keys(counts)) {
+		if p, err := g.subjects.Parse(subj); err == nil && p.Kind == room.KindJournal {
+			c.roomID = p.RoomID
+			break
+		}
+	}
+	if c.roomID == "" {
+		return nil
+	}
+	if err := g.judgeLoss(ctx, key, c, counted, true); err != nil {
 		c.roomID, c.loaded = "", false
 		return err
 	}

@@ -119,6 +119,87 @@ func TestStoreLostStateFileKept(t *testing.T) {
 	}
 }
 
+// TestStoreLostCountsStale: a block whose tail was lost while the
+// server's state file was kept: the server shows the messages deleted,
+// but its per-subject counts still hold them, so no chain looks short by
+// its count. A chain whose messages span the deleted stream seqs is read:
+// the survey finds A's lost positions, its next lines are refused
+// store_lost, and B, stored after the deleted seqs, is not read and goes
+// on.
+func TestStoreLostCountsStale(t *testing.T) {
+	e := roomtest.NewEnv(t)
+	const roomID = "room:stale"
+	a, _ := roomtest.Journal(t, "run-a", "cap-a", 160)
+	b, _ := roomtest.Journal(t, "run-b", "cap-b", 110)
+	for _, part := range [][]*events.Entry{a[:100], nil, b[:100], a[100:150]} {
+		if part == nil { // over a block's worth of messages the gate never sees
+			filler := make([]byte, 950_000)
+			for range 9 {
+				if _, err := e.Js.Publish(context.Background(), "rooms.filler.exec", filler); err != nil {
+					t.Fatal(err)
+				}
+			}
+			continue
+		}
+		if r := e.ShipJournal(roomID, roomtest.Lines(part)); r.Stored != len(part) {
+			t.Fatalf("ship: %+v", r)
+		}
+	}
+	e.Stop()
+	e.TruncateBlockAt([]byte(a[50].EntryHash()))
+	e.Start()
+	if n := e.CountOn("rooms.stale.journal.run-a.cap-a"); n != 150 {
+		t.Fatalf("the server counts %d messages on A's subject; the test wants its stale count, 150", n)
+	}
+	sv, err := e.NewGate(e.Connect()).Survey(context.Background())
+	if err != nil || len(sv.Damaged) != 1 || sv.Damaged[0].Chain.RunID != "run-a" || sv.Damaged[0].Loss.Count != 50 ||
+		!strings.HasPrefix(sv.Damaged[0].Loss.String(), "positions 50-99 (between stream seqs 50 and ") {
+		t.Fatalf("survey: %+v, %v", sv, err)
+	}
+	r := e.ShipJournal(roomID, roomtest.Lines(a[150:155]))
+	if r.Stored != 0 || r.Refused != 1 || r.Items[0].Code != events.StoreLost {
+		t.Fatalf("A's next lines: %+v", r)
+	}
+	if r := e.ShipJournal(roomID, roomtest.Lines(b[100:])); r.Stored != 10 || r.Head.Lost != nil {
+		t.Fatalf("B goes on: %+v", r)
+	}
+}
+
+// TestStoreLostLastUnreadable: without a publisher key, a chain whose last
+// message the server counts but can no longer read (its state file kept)
+// looked new to the gate (no last message on its subject), and a re-ship
+// stored it a second time. The gate counts the subject's messages when it
+// finds no last one, reads the chain and closes it (store_lost naming
+// the position); a fresh gate's survey finds it too.
+func TestStoreLostLastUnreadable(t *testing.T) {
+	e := roomtest.NewEnv(t)
+	const roomID = "room:lastgone"
+	a, body := roomtest.Journal(t, "run-a", "cap-a", 100)
+	if r := e.ShipJournal(roomID, body); r.Stored != 100 {
+		t.Fatalf("ship: %+v", r)
+	}
+	e.Stop()
+	e.DamageKeepingState([]byte(a[99].EntryHash()))
+	e.Start()
+	sv, err := e.NewGate(e.Connect()).Survey(context.Background())
+	if err != nil || len(sv.Damaged) != 1 || sv.Damaged[0].Loss.String() != "positions 99 (after stream seq 99)" {
+		t.Fatalf("survey: %+v, %v", sv, err)
+	}
+	before := e.State()
+	r := e.ShipJournal(roomID, body)
+	it := r.Items[0]
+	if r.Stored != 0 || r.Refused != 1 || it.Code != events.StoreLost ||
+		!strings.Contains(it.Reason, "the store lost 1 of the chain's 100 acknowledged entries, positions 99 (after stream seq 99)") {
+		t.Fatalf("re-ship: stored %d, dupes %d, refused %d, skipped %d; first %+v", r.Stored, r.Dupes, r.Refused, r.Skipped, it)
+	}
+	if got := e.State(); got.LastSeq != before.LastSeq {
+		t.Fatalf("the re-ship stored something: last seq %d, was %d", got.LastSeq, before.LastSeq)
+	}
+	if h, err := e.Gate.Head(context.Background(), events.ChainKey{RunID: "run-a", CapsuleID: "cap-a"}); err != nil || h.Lost == nil || h.Next != 99 {
+		t.Fatalf("head: %+v, %v", h, err)
+	}
+}
+
 // TestStoreLostAttested: with a publisher key, a batch the store damaged
 // is not admitted, and that is the store's loss, not a forgery. A fresh
 // gate reads the chain's positions, finds the lost ones and closes the
@@ -126,9 +207,10 @@ func TestStoreLostStateFileKept(t *testing.T) {
 // cannot read (its state file kept), in the chain's only batch or in one
 // after an admitted batch; and a batch whose end the server dropped (a
 // torn record cut the block), which the messages left on the subject
-// alone would not show, but whose attestation says how many it held. A
-// whole re-ship stores nothing: the chain is not stored a second time
-// after the damage.
+// alone would not show, but whose attestation says how many it held; and
+// a chain whose last message the server counts but returns none for (its
+// head read finds no chain). A whole re-ship stores nothing: the chain is
+// not stored a second time after the damage.
 func TestStoreLostAttested(t *testing.T) {
 	const roomID, subj = "room:kept", "rooms.kept.journal.run-a.cap-a"
 	for _, tc := range []struct {
@@ -149,6 +231,9 @@ func TestStoreLostAttested(t *testing.T) {
 		{"unreadable after an admitted batch", []int{100, 100},
 			func(e *roomtest.Env, a []*events.Entry) { e.DamageKeepingState([]byte(a[150].EntryHash())) },
 			"lost 1 entries, positions 150 (between stream seqs 150 and 152)", 1, false},
+		{"the chain's last message unreadable", []int{200},
+			func(e *roomtest.Env, a []*events.Entry) { e.DamageKeepingState([]byte(a[199].EntryHash())) },
+			"lost 1 entries, positions 199 (after stream seq 199)", 1, true},
 		{"batch cut at its end", []int{200},
 			func(e *roomtest.Env, a []*events.Entry) { e.CutBlockAt(subj, 126) },
 			"lost 74 entries, positions 126-199 (after stream seq 126)", 74, true},

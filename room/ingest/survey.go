@@ -108,14 +108,28 @@ func (g *Gate) Survey(ctx context.Context) (Survey, error) {
 	slices.Sort(checkpoints)
 	slices.Sort(execs)
 	out.ChainsSeen, out.RoomsSeen = len(chains), len(held)
-	err = g.lastEach(ctx, chains, func(subj string, m jsapi.Msg) error {
+	delLo, _, err := g.deletedSeqs(ctx, g.surveyNC)
+	if err != nil {
+		return out, err
+	}
+	err = g.lastEach(ctx, chains, true, func(subj string, m jsapi.Msg) error {
+		if m.Seq == 0 {
+			// Counted, but no last message returned: the server can no
+			// longer read it (a damaged block, its state file kept).
+			p, _ := g.subjects.Parse(subj)
+			_, err := g.Head(ctx, p.Chain) // judges the chain (lastReadable)
+			return err
+		}
 		e, err := events.ParseEntry(m.Data)
 		if err != nil {
 			return nil // not an entry: not the chain's head (the readers refuse it)
 		}
 		// A last message whose trusted attestation places more after
 		// it ends a batch the store cut (batchTail).
-		if seq, ok := e.Seq(); !ok || seq < 0 || (counts[subj] >= uint64(seq)+1 && g.batchTail(m.Raw()) == 0) {
+		// So does a chain that ends after stream seqs the stream shows
+		// deleted: the server's count for its subject may still hold
+		// them (judgeLoss reads it if it spans them).
+		if seq, ok := e.Seq(); !ok || seq < 0 || (counts[subj] >= uint64(seq)+1 && g.batchTail(m.Raw()) == 0 && (delLo == 0 || m.Seq < delLo)) {
 			return nil
 		}
 		p, _ := g.subjects.Parse(subj)
@@ -127,7 +141,7 @@ func (g *Gate) Survey(ctx context.Context) (Survey, error) {
 	}
 	if g.trust != nil {
 		var rooms []DamagedRoom
-		err = g.lastEach(ctx, checkpoints, func(subj string, m jsapi.Msg) error {
+		err = g.lastEach(ctx, checkpoints, false, func(subj string, m jsapi.Msg) error {
 			p, _ := g.subjects.Parse(subj)
 			ck, err := checkpoint.Parse(m.Data, p.RoomID, g.trust)
 			if err != nil {
@@ -155,7 +169,7 @@ func (g *Gate) Survey(ctx context.Context) (Survey, error) {
 		for _, d := range out.Damaged {
 			seen[d.RoomID] = true
 		}
-		for _, d := range out.DamagedRooms {
+		for _, d := range g.DamagedRooms() { // the survey's and those found contradicted
 			seen[d.RoomID] = true
 		}
 		for _, id := range slices.Sorted(maps.Keys(seen)) {
@@ -169,8 +183,10 @@ func (g *Gate) Survey(ctx context.Context) (Survey, error) {
 
 // lastEach calls each with the last message of every subject of subjs
 // that has one, lastBatch subjects a multi_last direct get; a subject the
-// reply left out (the reply's byte bound) is read alone.
-func (g *Gate) lastEach(ctx context.Context, subjs []string, each func(subj string, m jsapi.Msg) error) error {
+// reply left out (the reply's byte bound) is read alone. With unread, a
+// subject of subjs (each counted by the server) whose last message the
+// server does not return is passed too, with a zero Msg.
+func (g *Gate) lastEach(ctx context.Context, subjs []string, unread bool, each func(subj string, m jsapi.Msg) error) error {
 	for len(subjs) > 0 {
 		part := subjs[:min(lastBatch, len(subjs))]
 		subjs = subjs[len(part):]
@@ -185,10 +201,14 @@ func (g *Gate) lastEach(ctx context.Context, subjs []string, each func(subj stri
 				if err != nil {
 					return fmt.Errorf("last message on %s: %w", subj, err)
 				}
-				if raw == nil {
+				switch {
+				case raw != nil:
+					m = jsapi.Msg{Seq: raw.Sequence, Subject: raw.Subject, Header: raw.Header, Data: raw.Data}
+				case unread:
+					m = jsapi.Msg{Subject: subj} // Seq 0: none returned
+				default:
 					continue
 				}
-				m = jsapi.Msg{Seq: raw.Sequence, Subject: raw.Subject, Header: raw.Header, Data: raw.Data}
 			}
 			if err := each(subj, m); err != nil {
 				return err
@@ -315,7 +335,7 @@ func (g *Gate) surveyRecords(ctx context.Context, execs []string, counts map[str
 	if st := s.CachedInfo().State; st.NumDeleted > 0 || st.FirstSeq > 1 {
 		deleted = uint64(st.NumDeleted) + max(st.FirstSeq, 1) - 1
 	}
-	err = g.lastEach(ctx, execs, func(subj string, m jsapi.Msg) error {
+	err = g.lastEach(ctx, execs, false, func(subj string, m jsapi.Msg) error {
 		p, _ := g.subjects.Parse(subj)
 		header, content := m.Header.Get(checkpoint.AttestationHeader), checkpoint.ContentHash(m.Data)
 		held := counts[subj]

@@ -32,10 +32,10 @@ func TestSurveyReadsOnItsConnection(t *testing.T) {
 	if sv.ChainsSeen != 3 || sv.RoomsSeen != 1 || len(sv.Damaged) != 0 {
 		t.Fatalf("survey: %+v", sv)
 	}
-	// Three subject counts (chains, records, checkpoints) and one
-	// multi_last of the three chains' heads.
-	if got := surveyNC.Stats().OutMsgs - surveyBefore; got != 4 {
-		t.Errorf("requests on the survey's connection: %d, want 4", got)
+	// Three subject counts (chains, records, checkpoints), the stream's
+	// deleted span and one multi_last of the three chains' heads.
+	if got := surveyNC.Stats().OutMsgs - surveyBefore; got != 5 {
+		t.Errorf("requests on the survey's connection: %d, want 5", got)
 	}
 	if got := gateNC.Stats().OutMsgs - gateBefore; got != 0 {
 		t.Errorf("requests on the gate's connection: %d, want 0", got)

@@ -47,6 +47,37 @@ func TestSubjectCountsAndLeaderFresh(t *testing.T) {
 	}
 }
 
+// TestDeletedSpan: none deleted is (0, 0, 0); deleted seqs 3, 7 and 5
+// are the span 3..7, three of them, the first and last kept.
+func TestDeletedSpan(t *testing.T) {
+	nc, js := streamS(t)
+	ctx := context.Background()
+	for range 9 {
+		if _, err := js.Publish(ctx, "s.a", []byte("m")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if lo, hi, n, err := jsapi.DeletedSpan(ctx, nc, "S", time.Second); err != nil || lo != 0 || hi != 0 || n != 0 {
+		t.Fatalf("none deleted: %d..%d (%d), %v", lo, hi, n, err)
+	}
+	st, err := js.Stream(ctx, "S")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, seq := range []uint64{3, 7, 5} {
+		if err := st.DeleteMsg(ctx, seq); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if lo, hi, n, err := jsapi.DeletedSpan(ctx, nc, "S", time.Second); err != nil || lo != 3 || hi != 7 || n != 3 {
+		t.Fatalf("3, 7 and 5 deleted: %d..%d (%d), %v", lo, hi, n, err)
+	}
+	var apiErr *jetstream.APIError
+	if _, _, _, err := jsapi.DeletedSpan(ctx, nc, "NOPE", time.Second); !errors.As(err, &apiErr) {
+		t.Errorf("missing stream: %v", err)
+	}
+}
+
 // streamS starts an embedded server with stream S on s.> (file storage,
 // direct gets allowed) and returns a connection to it; both end with t.
 func streamS(t *testing.T) (*nats.Conn, jetstream.JetStream) {

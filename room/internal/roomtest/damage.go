@@ -67,6 +67,36 @@ func DamageStore(t testing.TB, storeDir, stream string, marker []byte, keepState
 	t.Fatalf("Damage: %q is in no block file of stream %s", marker, stream)
 }
 
+// TruncateBlockAt cuts the room stream's block file that holds marker
+// just before it, keeping the stream's state file, as a block whose tail
+// a crash lost: e must be stopped. The server, started again, shows the
+// messages from there to the block's end deleted, while its per-subject
+// counts (from the kept state file) still hold them.
+func (e *Env) TruncateBlockAt(marker []byte) {
+	t := e.T
+	t.Helper()
+	if e.Srv != nil {
+		t.Fatal("TruncateBlockAt: stop the server first")
+	}
+	blocks, err := filepath.Glob(filepath.Join(e.Dir, "jetstream", "*", "streams", e.streamName(), "msgs", "*.blk"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, path := range blocks {
+		data, err := os.ReadFile(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if i := bytes.Index(data, marker); i >= 0 {
+			if err := os.Truncate(path, int64(i)); err != nil {
+				t.Fatal(err)
+			}
+			return
+		}
+	}
+	t.Fatalf("TruncateBlockAt: %q is in no block file of stream %s", marker, e.streamName())
+}
+
 // CutBlockAt flips a bit of the length of the n-th (0-based) message on
 // subject in the room stream's block files, as a torn write leaves a
 // record: e must be stopped, and the server, when it starts again, keeps
