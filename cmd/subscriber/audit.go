@@ -301,8 +301,11 @@ func printNotices(w io.Writer, notices []reader.Notice) {
 		for _, c := range n.Notice.Chains {
 			fmt.Fprintf(w, "  chain %s/%s lost %d of %d entries: %s\n", c.Chain.RunID, c.Chain.CapsuleID, c.Loss.Count, c.Loss.Count+c.Loss.Stored, c.Loss)
 		}
-		if ck := n.Notice.Checkpoint; ck != nil {
+		if ck := n.Notice.Checkpoint; ck != nil && (ck.Size > 0 || ck.Contradiction == "") {
 			fmt.Fprintf(w, "  the room's checkpoint covers %d leaves; the stream held %d\n", ck.Size, ck.Held)
+		}
+		if ck := n.Notice.Checkpoint; ck != nil && ck.Contradiction != "" {
+			fmt.Fprintf(w, "  the room's checkpoint contradicted its messages: %s\n", ck.Contradiction)
 		}
 		if r := n.Notice.Records; r != nil {
 			fmt.Fprintf(w, "  %d records lost before the record at stream seq %d\n", r.Lost, r.Before)

@@ -15,6 +15,7 @@ import (
 	"github.com/roompub/roompub/events"
 	"github.com/roompub/roompub/room"
 	"github.com/roompub/roompub/room/embedded"
+	"github.com/roompub/roompub/room/reader"
 )
 
 // emptyServer starts a server with the room stream and nothing in it.
@@ -96,5 +97,24 @@ func TestAuditEmpty(t *testing.T) {
 	status, stdout, _ = invoke(t, "", "audit", "--json", "--server", url, "--room", cliRoom)
 	if status != config.ExitOK || !strings.Contains(stdout, `"room_messages":{"room:cli":8},"empty":false}`) {
 		t.Errorf("JSON of a room with messages: status %d\n%s", status, stdout)
+	}
+}
+
+// TestPrintNotices: a notice of a checkpoint contradiction prints the
+// contradiction, not a checkpoint of 0 leaves; one of a checkpoint
+// larger than the stream prints its sizes.
+func TestPrintNotices(t *testing.T) {
+	var b strings.Builder
+	printNotices(&b, []reader.Notice{
+		{Seq: 7, Verified: true, Signer: "node:did:key:zA", Notice: room.LossNotice{RoomID: "room:a", NotedAt: "2026-12-03T20:00:00Z",
+			Checkpoint: &room.NoticedCheckpoint{Contradiction: "it covers 20 messages, but only 0 admitted messages of the room precede it"}}},
+		{Seq: 9, Notice: room.LossNotice{RoomID: "room:b", NotedAt: "2026-12-03T20:01:00Z", Checkpoint: &room.NoticedCheckpoint{Size: 250, Held: 200}}},
+	})
+	want := "loss notice for room:a at stream seq 7, noted 2026-12-03T20:00:00Z, attested by node:did:key:zA:\n" +
+		"  the room's checkpoint contradicted its messages: it covers 20 messages, but only 0 admitted messages of the room precede it\n" +
+		"loss notice for room:b at stream seq 9, noted 2026-12-03T20:01:00Z, not verified (no --trusted-publisher):\n" +
+		"  the room's checkpoint covers 250 leaves; the stream held 200\n"
+	if b.String() != want {
+		t.Errorf("got\n%s\nwant\n%s", b.String(), want)
 	}
 }

@@ -189,6 +189,10 @@ type contradictionRelay struct {
 	mem     contradictedMemory // nil: nothing kept
 	changes map[string]string
 	kick    chan struct{}
+	// found, when set, is called (not blocking) for a room newly found
+	// contradicted once the gate knows it: serve surveys again, which
+	// reads the room's loss notices (/healthz leaves out what they cover).
+	found func()
 }
 
 func newContradictionRelay(mem contradictedMemory) *contradictionRelay {
@@ -227,6 +231,9 @@ func (r *contradictionRelay) note(roomID, reason string) {
 	}
 	if r.gate != nil {
 		r.gate.NoteContradiction(roomID, reason)
+		if reason != "" && r.found != nil {
+			r.found()
+		}
 		return
 	}
 	r.pending[roomID] = reason
@@ -286,4 +293,11 @@ func (r *contradictionRelay) persist(ctx context.Context, log *zap.Logger) {
 			return
 		}
 	}
+}
+
+// onFound sets what note calls for a room newly found contradicted.
+func (r *contradictionRelay) onFound(f func()) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.found = f
 }

@@ -24,7 +24,8 @@ import (
 // store directory; a later normal start names the room on /healthz from
 // its first answer, reads the room whole again, and writes no checkpoint
 // for it, where it used to resume the room, say ok and sign a checkpoint
-// readers refuse. The other room is not kept.
+// readers refuse. The other room is not kept. A loss notice covers the
+// room, at this start and the next.
 func TestServeRemembersContradictedRooms(t *testing.T) {
 	store := t.TempDir()
 	pub := roomtest.NewPublisherKey(t)
@@ -124,4 +125,17 @@ func TestServeRemembersContradictedRooms(t *testing.T) {
 	if got := keptRooms(); len(got) != 1 || strings.Contains(got["room:dmg"], "an earlier run found") {
 		t.Fatalf("kept after the normal start: %v", got)
 	}
+	s.stop()
+
+	// An operator acknowledges the loss: /healthz leaves the room out
+	// then and at the next start, whose survey reads the notice back.
+	s = startServeWith(t, time.Hour, func(o *node.ServeOptions, _ *events.HostKey) {
+		o.Embedded.StoreDir = store
+		o.PublisherKey = pub
+		o.AcknowledgeLoss = []string{"room:dmg"}
+	})
+	s.waitHealth(200, "ok\n")
+	s.stop()
+	s = run(false)
+	s.waitHealth(200, "ok\n")
 }

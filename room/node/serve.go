@@ -450,6 +450,7 @@ func Serve(ctx context.Context, o ServeOptions) error {
 		p.gate.Pause(p.guard.writers)
 		p.guard.checkLoss(ctx, p.st)
 		p.surveys = newSurveyor(p.gate, metrics, log, ackLoss[i])
+		p.contradictions.onFound(func() { p.surveys.start(surveyCtx) })
 		defer p.surveys.wait()
 		p.surveys.start(surveyCtx)
 		if p.guard.lost != nil {

@@ -222,7 +222,8 @@ func streamsBucket(ctx context.Context, js jetstream.JetStream, replicas int) (j
 func compareStream(m room.StreamMark, info *jetstream.StreamInfo, where string) error {
 	const howTo = "if that is expected (the stream was restored from a backup or deliberately made anew), " +
 		"start serve once with --accept-stream (accept-stream: true; ServeOptions.AcceptStream); " +
-		"otherwise find out who removed it, and restore it before serve starts"
+		"otherwise find out who removed it, or whether the server dropped it from a damaged block file " +
+		"(docs/reliability.md, \"When the store loses what it acknowledged\"), and restore it before serve starts"
 	if info == nil {
 		return fmt.Errorf("%w: stream %s is gone: serve remembers it %s (%s); serve creates no new stream on its own: %s",
 			room.ErrStreamReplaced, m.Stream, m, where, howTo)

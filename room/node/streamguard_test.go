@@ -175,7 +175,8 @@ func rfc(tm time.Time) string { return tm.UTC().Format(time.RFC3339Nano) }
 
 const acceptHint = "if that is expected (the stream was restored from a backup or deliberately made anew), " +
 	"start serve once with --accept-stream (accept-stream: true; ServeOptions.AcceptStream); " +
-	"otherwise find out who removed it, and restore it before serve starts"
+	"otherwise find out who removed it, or whether the server dropped it from a damaged block file " +
+	"(docs/reliability.md, \"When the store loses what it acknowledged\"), and restore it before serve starts"
 
 // TestStreamGoneRefusesServe: the room stream is deleted between two runs
 // of serve on the embedded server. The second run refuses to start with

@@ -306,8 +306,12 @@ func audit(ctx context.Context, js jetstream.JetStream, o AuditOptions, tune aud
 		}
 	}
 	if info.State.NumDeleted > 0 || (info.State.Msgs > 0 && info.State.FirstSeq != 1) {
-		rep.StreamProblems = append(rep.StreamProblems, fmt.Sprintf("%v: %d message(s) deleted; first sequence %d",
-			room.ErrStreamConfig, info.State.NumDeleted, info.State.FirstSeq))
+		gone := ""
+		if info.State.FirstSeq > 1 {
+			gone = fmt.Sprintf(" (the first %d messages are gone)", info.State.FirstSeq-1)
+		}
+		rep.StreamProblems = append(rep.StreamProblems, fmt.Sprintf("%v: %d message(s) deleted; first sequence %d%s",
+			room.ErrStreamConfig, info.State.NumDeleted, info.State.FirstSeq, gone))
 	}
 	rep.Totals.StreamIsSound = len(rep.StreamProblems) == 0
 
