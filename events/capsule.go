@@ -41,8 +41,11 @@ func CheckCapsule(raw []byte, file string) CapsuleFile {
 	at := Location{File: file}
 	obj, _, err := DecodeObject(raw)
 	if err != nil {
-		return CapsuleFile{Problems: []Problem{{Code: InvalidCapsule, At: at,
-			Reason: "capsule.json is not a strict JSON object: " + err.Error()}}}
+		reason := "capsule.json is not a strict JSON object: " + err.Error()
+		if HasBOM(raw) {
+			reason = BOMReason("capsule.json", "a capsule file") + " (" + err.Error() + ")"
+		}
+		return CapsuleFile{Problems: []Problem{{Code: InvalidCapsule, At: at, Reason: reason}}}
 	}
 	var c CapsuleFile
 	field := func(key string) (string, bool) {

@@ -77,6 +77,17 @@ func TestCheckCapsule(t *testing.T) {
 	}
 }
 
+// TestCheckCapsuleBOM: a capsule.json saved "UTF-8 with BOM" is refused
+// naming the byte order mark, which no editor shows, not only as JSON
+// that does not parse.
+func TestCheckCapsuleBOM(t *testing.T) {
+	c := events.CheckCapsule(append([]byte{0xef, 0xbb, 0xbf}, goodCapsule+"\n"...), "capsule.json")
+	want := "capsule.json starts with a UTF-8 byte order mark (bytes EF BB BF): a capsule file is UTF-8 without one (not strict JSON"
+	if len(c.Problems) != 1 || c.Problems[0].Code != events.InvalidCapsule || !strings.HasPrefix(c.Problems[0].Reason, want) {
+		t.Fatalf("CheckCapsule(BOM + good) = %+v, want one invalid_capsule problem starting %q", c.Problems, want)
+	}
+}
+
 func TestCanonicalISOTime(t *testing.T) {
 	for s, want := range map[string]bool{
 		"2026-01-01T00:00:00.000Z":    true,

@@ -142,14 +142,11 @@ func parseProblem(err error, line []byte, at Location) Problem {
 		code = InvalidEntry
 	}
 	reason := err.Error()
-	if bytes.HasPrefix(line, utf8BOM) {
-		reason = "line starts with a UTF-8 byte order mark (bytes EF BB BF): a journal is UTF-8 without one (" + reason + ")"
+	if HasBOM(line) {
+		reason = BOMReason("line", "a journal") + " (" + reason + ")"
 	}
 	return Problem{Code: code, At: at, Reason: reason}
 }
-
-// utf8BOM is U+FEFF encoded in UTF-8, as editors put it at a file's start.
-var utf8BOM = []byte{0xef, 0xbb, 0xbf}
 
 // CheckLine applies every rule to e, parsed from line, without advancing:
 // CheckEntry's, and that line is byte-equal to e's canonical form, each

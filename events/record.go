@@ -49,8 +49,8 @@ func ParseRecord(raw []byte) (*Record, error) {
 	}
 	canon, err := Canonicalize(raw)
 	if err != nil {
-		if bytes.HasPrefix(raw, utf8BOM) {
-			return nil, fmt.Errorf("the record starts with a UTF-8 byte order mark (bytes EF BB BF): a record is UTF-8 without one (%w)", err)
+		if HasBOM(raw) {
+			return nil, fmt.Errorf("%s (%w)", BOMReason("the record", "a record"), err)
 		}
 		return nil, err
 	}
