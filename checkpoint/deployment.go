@@ -31,6 +31,9 @@ func ParseDeployment(signed []byte, t *Trust) (*Checkpoint, error) {
 	if origin == "" {
 		return nil, ErrNoOrigin
 	}
+	if err := refuseBOM(signed); err != nil {
+		return nil, err
+	}
 	vs := &namedVerifiers{t: t, fits: func(name string) bool { return name == origin }}
 	n, err := note.Open(signed, vs)
 	if err != nil {

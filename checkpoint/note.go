@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"unicode/utf8"
 
+	"github.com/roompub/roompub/events"
 	"github.com/transparency-dev/formats/log"
 	"golang.org/x/mod/sumdb/note"
 )
@@ -72,6 +73,9 @@ func Sign(s note.Signer, origin string, size uint64, root [32]byte) ([]byte, err
 // it) or ErrBadCheckpoint (anything else, such as an origin of another
 // room, whoever signed it).
 func Parse(signed []byte, roomID string, t *Trust) (*Checkpoint, error) {
+	if err := refuseBOM(signed); err != nil {
+		return nil, err
+	}
 	vs := roomVerifiers(t, roomID)
 	n, err := note.Open(signed, vs)
 	if err != nil {
@@ -118,6 +122,17 @@ func Parse(signed []byte, roomID string, t *Trust) (*Checkpoint, error) {
 	c.Room = roomID
 	c.Note = signed
 	return c, nil
+}
+
+// refuseBOM refuses a note that starts with a byte order mark, as a file
+// saved "UTF-8 with BOM" does: note.Open would call it a bad signature
+// (the signature is over the text without the mark), and the mark is
+// invisible.
+func refuseBOM(signed []byte) error {
+	if events.HasBOM(signed) {
+		return fmt.Errorf("%w: %s", ErrBadCheckpoint, events.BOMReason("the note", "a signed note"))
+	}
+	return nil
 }
 
 // originNotRoom is Parse's error for a checkpoint whose origin is not
@@ -188,6 +203,9 @@ func (vs *namedVerifiers) Verifier(name string, hash uint32) (note.Verifier, err
 // for messages to humans (which key signed, which size). Signer is the name
 // on the first signature line. Errors wrap ErrBadCheckpoint.
 func ParseUnverified(signed []byte) (*Checkpoint, error) {
+	if err := refuseBOM(signed); err != nil {
+		return nil, err
+	}
 	_, err := note.Open(signed, note.VerifierList())
 	var unverified *note.UnverifiedNoteError
 	if !errors.As(err, &unverified) {

@@ -186,6 +186,40 @@ func TestCheckpointMalformed(t *testing.T) {
 	}
 }
 
+// TestCheckpointBOM: a note file saved "UTF-8 with BOM" is refused
+// naming the mark, not as a bad signature (the signature is over the
+// text without it), by every reader of a signed note, room or
+// deployment checkpoint alike.
+func TestCheckpointBOM(t *testing.T) {
+	k := testKey(1)
+	s := mustSigner(t, k)
+	tr, err := mustTrust(t, k.NodeID()).WithOrigin(tOrigin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	bom := func(b []byte, err error) []byte {
+		t.Helper()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return append([]byte{0xef, 0xbb, 0xbf}, b...)
+	}
+	room := bom(Sign(s, RoomOrigin(tOrigin, tRoom), 5, sha256.Sum256(nil)))
+	legacy := bom(Sign(s, tRoom, 5, sha256.Sum256(nil)))
+	deployment := bom(Sign(s, tOrigin, 5, sha256.Sum256(nil)))
+	const want = "bad checkpoint: the note starts with a UTF-8 byte order mark (bytes EF BB BF): a signed note is UTF-8 without one"
+	for name, parse := range map[string]func() (*Checkpoint, error){
+		"Parse":                 func() (*Checkpoint, error) { return Parse(room, tRoom, tr) },
+		"Parse, room-id origin": func() (*Checkpoint, error) { return Parse(legacy, tRoom, tr) },
+		"ParseUnverified":       func() (*Checkpoint, error) { return ParseUnverified(room) },
+		"ParseDeployment":       func() (*Checkpoint, error) { return ParseDeployment(deployment, tr) },
+	} {
+		if c, err := parse(); !errors.Is(err, ErrBadCheckpoint) || err.Error() != want {
+			t.Errorf("%s = %+v, %v; want %q", name, c, err, want)
+		}
+	}
+}
+
 // TestTrustVerifiers: the Trust's note verifiers open a note signed by any
 // trusted key and report other keys as unverified.
 func TestTrustVerifiers(t *testing.T) {

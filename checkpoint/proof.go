@@ -84,6 +84,9 @@ func ParseProof(data []byte) (*Proof, error) {
 		return nil, fmt.Errorf("%w: %s", ErrBadProofDocument, fmt.Sprintf(format, args...))
 	}
 	if _, err := events.Canonicalize(data); err != nil {
+		if events.HasBOM(data) {
+			return bad("%s (%v)", events.BOMReason("the document", "a proof document"), err)
+		}
 		if !json.Valid(data) {
 			// json's own words for a syntax error ("unexpected end of
 			// JSON input") say more than jcs's.

@@ -191,6 +191,7 @@ func TestProofJSONMalformed(t *testing.T) {
 		{"another spelling of room", first(`"Room":"room:x"`), `unknown member "Room"`},
 		{"lone surrogate", edit("subject", json.RawMessage(`"\ud800"`)), "not strict JSON"},
 		{"invalid UTF-8", strings.Replace(string(good), "roompub.r", "roompub.\xff", 1), "not strict JSON: invalid UTF-8"},
+		{"byte order mark", "\ufeff" + string(good), "the document starts with a UTF-8 byte order mark (bytes EF BB BF): a proof document is UTF-8 without one"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			q, err := ParseProof([]byte(c.doc))

@@ -203,6 +203,10 @@ func ParsePolicy(file []byte) (*Policy, error) {
 		fail := func(format string, args ...any) (*Policy, error) {
 			return nil, fmt.Errorf("witness: policy line %d: %s", num, fmt.Sprintf(format, args...))
 		}
+		if num == 1 && strings.HasPrefix(line, "\ufeff") {
+			// Saved "UTF-8 with BOM": an unknown keyword, to the eye the right one.
+			return fail("the file starts with a UTF-8 byte order mark (bytes EF BB BF): a policy file is UTF-8 without one")
+		}
 		for _, c := range []byte(line) {
 			if c < 0x20 && c != '\t' || c == 0x7f {
 				return fail("control character 0x%02x", c)

@@ -243,6 +243,7 @@ quorum both
 		{"# ok\nwitnesses A\n", "line 2: unknown keyword \"witnesses\""},
 		{w("A", 0) + "quorum A B\n", "line 2: want quorum <name>"},
 		{"witness A\n", "line 1: want witness"},
+		{"\ufeffquorum none\n", "line 1: the file starts with a UTF-8 byte order mark (bytes EF BB BF): a policy file is UTF-8 without one"},
 	} {
 		if _, err := witness.ParsePolicy([]byte(bad.file)); err == nil || !strings.Contains(err.Error(), bad.want) {
 			t.Errorf("%q: %v, want %q", bad.file, err, bad.want)

@@ -531,6 +531,8 @@ func TestAttestedExternalCheckpoint(t *testing.T) {
 			"not a usable checkpoint from elsewhere: garbage: bad checkpoint"},
 		{reader.ExternalCheckpoint{Name: "empty"}, nil,
 			"not a usable checkpoint from elsewhere: empty: bad checkpoint"},
+		{reader.ExternalCheckpoint{Name: "bom", Note: append([]byte("\ufeff"), exts[0].Note...)}, nil,
+			"not a usable checkpoint from elsewhere: bom: bad checkpoint: the note starts with a UTF-8 byte order mark"},
 		{exts[0], []string{"room:other"},
 			"not a usable checkpoint from elsewhere: good-5 (size 5): its room " + roomtest.AttRoom + " is not among the rooms audited (room:other)"},
 	} {

@@ -88,9 +88,14 @@ var ErrBadEvidence = errors.New("not an evidence bundle")
 // IsEvidence reports whether data looks like an evidence bundle (a JSON
 // object with a format member), as opposed to a single-level
 // checkpoint.Proof, which has none: how verify-proof tells them apart.
+// A byte order mark before the object is looked past, so that
+// ParseEvidence, not ParseProof, names it.
 func IsEvidence(data []byte) bool {
 	var probe struct {
 		Format *string `json:"format"`
+	}
+	if events.HasBOM(data) {
+		data = data[3:] // a bundle saved with one, which ParseEvidence names
 	}
 	return json.Unmarshal(data, &probe) == nil && probe.Format != nil
 }
@@ -99,7 +104,8 @@ func IsEvidence(data []byte) bool {
 // no member named twice at any depth), an object with every member
 // present and non-null and no other (names exactly as written), format EvidenceFormat, data
 // standard base64, both proofs C2SP tlog-proofs (checkpoint.ParseTlogProof),
-// nothing after the object, at most MaxEvidenceBytes. It checks no
+// nothing after the object, at most MaxEvidenceBytes, no byte order mark
+// before it (the error names one). It checks no
 // signature or proof. Errors wrap ErrBadEvidence.
 func ParseEvidence(data []byte) (*Evidence, error) {
 	bad := func(format string, args ...any) (*Evidence, error) {
@@ -107,6 +113,9 @@ func ParseEvidence(data []byte) (*Evidence, error) {
 	}
 	if len(data) > MaxEvidenceBytes {
 		return bad("more than %d bytes", MaxEvidenceBytes)
+	}
+	if events.HasBOM(data) {
+		return bad("%s", events.BOMReason("the bundle", "an evidence bundle"))
 	}
 	// Strict JSON, as a record: a member named twice would be read
 	// last-one-wins below. A syntax error is left to json, whose words

@@ -315,7 +315,7 @@ func TestParseEvidenceStrict(t *testing.T) {
 	if err != nil || v.LeafIndex != 0 || v.RoomSize != 1 || v.DeploymentSize != 1 || !v.AttestationChecked || len(v.Cosigners) != 0 || v.Quorum != "0-of-0" {
 		t.Fatalf("offline bundle: %+v %v", v, err)
 	}
-	if !reader.IsEvidence(good) || reader.IsEvidence([]byte(`{"room":"x","proof":[]}`)) {
+	if !reader.IsEvidence(good) || !reader.IsEvidence(append([]byte("\ufeff"), good...)) || reader.IsEvidence([]byte(`{"room":"x","proof":[]}`)) {
 		t.Fatal("IsEvidence")
 	}
 	for _, c := range []struct{ name, from, to, want string }{
@@ -328,6 +328,7 @@ func TestParseEvidenceStrict(t *testing.T) {
 		{"data after", "\n}", "\n} {}", `invalid character '{' after top-level value`},
 		{"not base64", `"data": "`, `"data": "!`, `illegal base64`},
 		{"proof", `c2sp.org/tlog-proof@v1\nextra`, `c2sp.org/tlog-proof@v1\nextra \nextra`, `room_proof: proof does not verify: tlog-proof line 2`},
+		{"byte order mark", "{", "\ufeff{", `the bundle starts with a UTF-8 byte order mark (bytes EF BB BF): an evidence bundle is UTF-8 without one`},
 	} {
 		bad := strings.Replace(string(good), c.from, c.to, 1)
 		if bad == string(good) {
