@@ -100,7 +100,8 @@ type exitRequest int
 // command's error wraps a *SignalError (ExitInterrupted for SIGINT),
 // ExitRefused when it wraps ErrRefused, ExitUsage for any other error.
 // Flags may stand anywhere among the positional arguments; "--" ends
-// them (flagsFirst).
+// them (flagsFirst). Integer flags take plain decimal only
+// (decimalIntegers).
 // Errors go to stderr prefixed with name. It never calls os.Exit.
 func Run(name, description, version string, grammar any, args []string, stdout, stderr io.Writer, binds ...any) (status int) {
 	defer func() {
@@ -112,7 +113,7 @@ func Run(name, description, version string, grammar any, args []string, stdout, 
 			status = int(req)
 		}
 	}()
-	parser, err := kong.New(grammar,
+	parser, err := kong.New(grammar, append([]kong.Option{
 		kong.Name(name),
 		kong.Description(description),
 		kong.Writers(stdout, stderr),
@@ -120,7 +121,7 @@ func Run(name, description, version string, grammar any, args []string, stdout, 
 		kong.Vars{"version": version},
 		kong.Bind(binds...),
 		kong.Configuration(YAML),
-	)
+	}, decimalIntegers()...)...)
 	if err != nil {
 		// The grammar is static: this is a programming error.
 		fmt.Fprintf(stderr, "%s: %v\n", name, err)
