@@ -7,6 +7,7 @@
 package config
 
 import (
+	"cmp"
 	"crypto/ed25519"
 	"errors"
 	"fmt"
@@ -371,24 +372,38 @@ func CheckPartitions(n int) error {
 // file of more than one YAML document (a "---" line followed by another),
 // whose later documents it would otherwise ignore, naming the line where
 // the second starts. Errors wrap ErrInvalid and name the file when r has
-// a name (an *os.File, as kong opens it).
+// a name (an *os.File, as kong opens it), and the line where the library
+// or the file gives one.
 func YAML(r io.Reader) (kong.Resolver, error) {
 	where := "config file"
 	if f, ok := r.(interface{ Name() string }); ok {
 		where += " " + f.Name()
 	}
-	var values map[string]any
+	var doc yaml.Node
 	dec := yaml.NewDecoder(r)
-	if err := dec.Decode(&values); err != nil {
+	if err := dec.Decode(&doc); err != nil {
 		if errors.Is(err, io.EOF) {
-			return yamlResolver(nil), nil
+			return yamlResolver{}, nil
 		}
 		return nil, fmt.Errorf("%w: %s: %v", ErrInvalid, where, err)
 	}
 	if err := oneDocument(dec, where); err != nil {
 		return nil, err
 	}
-	return yamlResolver(values), nil
+	y := yamlResolver{where: where}
+	if err := doc.Decode(&y.values); err != nil {
+		return nil, fmt.Errorf("%w: %s: %v", ErrInvalid, where, err)
+	}
+	y.lines = map[string]int{}
+	if len(doc.Content) > 0 && doc.Content[0].Kind == yaml.MappingNode {
+		m := doc.Content[0]
+		for i := 0; i+1 < len(m.Content); i += 2 {
+			if k := m.Content[i]; k.ShortTag() != "!!merge" {
+				y.lines[k.Value] = k.Line
+			}
+		}
+	}
+	return y, nil
 }
 
 // oneDocument returns nil when dec, having decoded a file's first YAML
@@ -407,7 +422,14 @@ func oneDocument(dec *yaml.Decoder, where string) error {
 	return fmt.Errorf("%w: %s:%d: a second YAML document starts here (a config file is one document)", ErrInvalid, where, second.Line)
 }
 
-type yamlResolver map[string]any
+// yamlResolver is a config file read by YAML: its values by key, and the
+// line of each key written in the file's top mapping (not of one a merge
+// key, "<<", brings in), for Validate's errors.
+type yamlResolver struct {
+	where  string
+	values map[string]any
+	lines  map[string]int
+}
 
 func (y yamlResolver) Validate(app *kong.Application) error {
 	known := map[string]bool{}
@@ -417,17 +439,27 @@ func (y yamlResolver) Validate(app *kong.Application) error {
 		}
 		return next(nil)
 	})
-	var errs []error
-	for k := range y {
+	var unknown []string
+	for k := range y.values {
 		if !known[k] {
-			errs = append(errs, fmt.Errorf("%w: config file: unknown key %q", ErrInvalid, k))
+			unknown = append(unknown, k)
 		}
+	}
+	// In the order of the file; those of a merge (line 0) first, by name.
+	slices.SortFunc(unknown, func(a, b string) int { return cmp.Or(cmp.Compare(y.lines[a], y.lines[b]), cmp.Compare(a, b)) })
+	var errs []error
+	for _, k := range unknown {
+		at := y.where
+		if line := y.lines[k]; line > 0 {
+			at += ":" + strconv.Itoa(line)
+		}
+		errs = append(errs, fmt.Errorf("%w: %s: unknown key %q", ErrInvalid, at, k))
 	}
 	return errors.Join(errs...)
 }
 
 func (y yamlResolver) Resolve(_ *kong.Context, _ *kong.Path, flag *kong.Flag) (any, error) {
-	v, ok := y[flag.Name]
+	v, ok := y.values[flag.Name]
 	if !ok {
 		return nil, nil
 	}

@@ -113,14 +113,28 @@ func TestServeTrustedPublisherRepeatable(t *testing.T) {
 	}
 }
 
+// TestConfigFileUnknownKey: a key that names no flag is refused, naming
+// the file and the key's line, every such key in the order of the file.
 func TestConfigFileUnknownKey(t *testing.T) {
 	file := filepath.Join(t.TempDir(), "c.yaml")
-	if err := os.WriteFile(file, []byte("store_dri: x\nlisten: 127.0.0.1:1\n"), 0o600); err != nil {
+	if err := os.WriteFile(file, []byte("# serve\nlisten: 127.0.0.1:1\nstore_dri: x\n\ntrusted_host:\n  - "+host+"\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	_, err := parse(t, "--config", file, "serve")
-	if err == nil || !errors.Is(err, config.ErrInvalid) || !strings.Contains(err.Error(), `unknown key "store_dri"`) {
-		t.Fatalf("got %v, want an unknown-key error", err)
+	want := "invalid configuration: config file " + file + `:3: unknown key "store_dri"` + "\n" +
+		"invalid configuration: config file " + file + `:5: unknown key "trusted_host"`
+	if !errors.Is(err, config.ErrInvalid) || err.Error() != want {
+		t.Fatalf("got %v, want %q", err, want)
+	}
+	// A key a merge brings in has no line of its own.
+	if err := os.WriteFile(file, []byte("base: &b {listen: 127.0.0.1:1, stor: x}\n<<: *b\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	_, err = parse(t, "--config", file, "serve")
+	want = "invalid configuration: config file " + file + `: unknown key "stor"` + "\n" +
+		"invalid configuration: config file " + file + `:1: unknown key "base"`
+	if !errors.Is(err, config.ErrInvalid) || err.Error() != want {
+		t.Fatalf("with a merge key: got %v, want %q", err, want)
 	}
 }
 
