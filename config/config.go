@@ -7,6 +7,7 @@
 package config
 
 import (
+	"bytes"
 	"cmp"
 	"crypto/ed25519"
 	"errors"
@@ -15,6 +16,7 @@ import (
 	"net"
 	"net/url"
 	"os"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -379,13 +381,17 @@ func YAML(r io.Reader) (kong.Resolver, error) {
 	if f, ok := r.(interface{ Name() string }); ok {
 		where += " " + f.Name()
 	}
+	src, err := io.ReadAll(r)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %s: %v", ErrInvalid, where, err)
+	}
 	var doc yaml.Node
-	dec := yaml.NewDecoder(r)
+	dec := yaml.NewDecoder(bytes.NewReader(yaml12(src)))
 	if err := dec.Decode(&doc); err != nil {
 		if errors.Is(err, io.EOF) {
 			return yamlResolver{}, nil
 		}
-		return nil, fmt.Errorf("%w: %s: %v", ErrInvalid, where, err)
+		return nil, fmt.Errorf("%w: %s: %v%s", ErrInvalid, where, err, versionHint(err))
 	}
 	if err := oneDocument(dec, where); err != nil {
 		return nil, err
@@ -404,6 +410,54 @@ func YAML(r io.Reader) (kong.Resolver, error) {
 		}
 	}
 	return y, nil
+}
+
+// yaml12 returns src with a "%YAML 1.2" directive among its first lines
+// (before anything but comments, blank lines and other directives) made
+// "%YAML 1.1", in place, so lines and columns stay. The YAML library
+// refuses every version but 1.1 ("found incompatible YAML document"), as
+// the libyaml it was ported from did, though it reads most of YAML 1.2
+// (its documentation: YAML 1.1 booleans only into typed bool fields,
+// 1.1's 0777 octals beside 1.2's 0o777, no base-60 floats). No roompub
+// file needs a directive; this one is taken because editors and
+// generators write it.
+func yaml12(src []byte) []byte {
+	out, cloned := src, false
+	for off := 0; off < len(src); {
+		end := bytes.IndexByte(src[off:], '\n')
+		if end < 0 {
+			end = len(src) - off
+		}
+		line := src[off : off+end]
+		trimmed := bytes.TrimLeft(line, " \t")
+		switch {
+		case len(trimmed) == 0 || trimmed[0] == '#':
+		case yamlDirective12.Match(line):
+			if !cloned {
+				out, cloned = bytes.Clone(src), true
+			}
+			i := off + bytes.Index(line, []byte("1.2"))
+			out[i+2] = '1'
+		case line[0] == '%':
+		default:
+			return out
+		}
+		off += end + 1
+	}
+	return out
+}
+
+// yamlDirective12 is a %YAML 1.2 directive line (YAML 1.2, 6.8.1): the
+// name, white space, the version, then white space or a comment or nothing.
+var yamlDirective12 = regexp.MustCompile(`^%YAML[ \t]+1\.2([ \t].*)?\r?$`)
+
+// versionHint is what to add to the YAML library's error for a %YAML
+// directive of a version it does not take: which ones a file may have.
+func versionHint(err error) string {
+	if strings.Contains(err.Error(), "found incompatible YAML document") {
+		return " (a config file may start with %YAML 1.1 or 1.2, or no %YAML line)"
+	}
+	return ""
 }
 
 // oneDocument returns nil when dec, having decoded a file's first YAML

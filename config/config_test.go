@@ -138,20 +138,15 @@ func TestConfigFileUnknownKey(t *testing.T) {
 	}
 }
 
-// TestConfigFileOneDocument: a config file of a second YAML document is
-// refused, naming the file and the line of its "---", not read as its
-// first document alone; a leading "---" or "..." ends nothing.
-func TestConfigFileOneDocument(t *testing.T) {
+// configFileCase is a config file (name, contents) and the refusal that
+// serve's flags give it, after "config file DIR/"; "" for none, and then
+// the file sets --listen 127.0.0.1:1.
+type configFileCase struct{ name, yaml, want string }
+
+func checkConfigFiles(t *testing.T, cases []configFileCase) {
+	t.Helper()
 	dir := t.TempDir()
-	for _, c := range []struct {
-		name, yaml, want string
-	}{
-		{"second.yaml", "listen: 127.0.0.1:1\n---\nlisten: 127.0.0.1:2\n", "second.yaml:2: a second YAML document starts here (a config file is one document)"},
-		{"comments.yaml", "listen: 127.0.0.1:1\n\n# more\n---\n# below\nstore-dir: x\n", "comments.yaml:4: a second YAML document starts here"},
-		{"empty-second.yaml", "listen: 127.0.0.1:1\n---\n", "empty-second.yaml:2: a second YAML document starts here"},
-		{"bad-second.yaml", "listen: 127.0.0.1:1\n---\n[\n", "bad-second.yaml: a second YAML document: yaml: line 3: "},
-		{"leading.yaml", "---\nlisten: 127.0.0.1:1\n...\n", ""},
-	} {
+	for _, c := range cases {
 		file := filepath.Join(dir, c.name)
 		if err := os.WriteFile(file, []byte(c.yaml), 0o600); err != nil {
 			t.Fatal(err)
@@ -167,6 +162,34 @@ func TestConfigFileOneDocument(t *testing.T) {
 			t.Errorf("%s: got %v, want %q", c.name, err, c.want)
 		}
 	}
+}
+
+// TestConfigFileOneDocument: a config file of a second YAML document is
+// refused, naming the file and the line of its "---", not read as its
+// first document alone; a leading "---" or "..." ends nothing.
+func TestConfigFileOneDocument(t *testing.T) {
+	checkConfigFiles(t, []configFileCase{
+		{"second.yaml", "listen: 127.0.0.1:1\n---\nlisten: 127.0.0.1:2\n", "second.yaml:2: a second YAML document starts here (a config file is one document)"},
+		{"comments.yaml", "listen: 127.0.0.1:1\n\n# more\n---\n# below\nstore-dir: x\n", "comments.yaml:4: a second YAML document starts here"},
+		{"empty-second.yaml", "listen: 127.0.0.1:1\n---\n", "empty-second.yaml:2: a second YAML document starts here"},
+		{"bad-second.yaml", "listen: 127.0.0.1:1\n---\n[\n", "bad-second.yaml: a second YAML document: yaml: line 3: "},
+		{"leading.yaml", "---\nlisten: 127.0.0.1:1\n...\n", ""},
+	})
+}
+
+// TestConfigFileYAMLDirective: a file that starts with a %YAML 1.2
+// directive (after comments, beside a %TAG one) is read, though the YAML
+// library takes only 1.1; another version is refused, saying which are
+// taken.
+func TestConfigFileYAMLDirective(t *testing.T) {
+	checkConfigFiles(t, []configFileCase{
+		{"v12.yaml", "%YAML 1.2\n---\nlisten: 127.0.0.1:1\n", ""},
+		{"v12-comments.yaml", "# roompub\n\n%YAML  1.2 # the version\n%TAG !e! tag:example.com,2000:\n--- # start\nlisten: 127.0.0.1:1\n", ""},
+		{"v11.yaml", "%YAML 1.1\n---\nlisten: 127.0.0.1:1\n", ""},
+		{"v13.yaml", "%YAML 1.3\n---\nlisten: 127.0.0.1:1\n", "v13.yaml: yaml: found incompatible YAML document (a config file may start with %YAML 1.1 or 1.2, or no %YAML line)"},
+		{"v12-no-start.yaml", "%YAML 1.2\nlisten: 127.0.0.1:1\n", "v12-no-start.yaml: yaml: line 2: mapping values are not allowed in this context"},
+		{"v12-twice.yaml", "%YAML 1.2\n%YAML 1.2\n---\nlisten: 127.0.0.1:1\n", "v12-twice.yaml: yaml: line 1: found duplicate %YAML directive"},
+	})
 }
 
 func TestServeValidateReportsEveryProblem(t *testing.T) {

@@ -134,12 +134,12 @@ func LoadSecureFile(path string) (*SecureFile, error) {
 		return nil, fmt.Errorf("%w: --secure-config: %v", ErrInvalid, err)
 	}
 	var f SecureFile
-	dec := yaml.NewDecoder(bytes.NewReader(data))
+	dec := yaml.NewDecoder(bytes.NewReader(yaml12(data)))
 	dec.KnownFields(true)
 	if err := dec.Decode(&f); err != nil && !errors.Is(err, io.EOF) {
 		// yaml.v3 quotes the start of a value that has the wrong type in
 		// backquotes: drop it, it may be a hash.
-		return nil, fmt.Errorf("%w: --secure-config %s: %s", ErrInvalid, path, yamlValue.ReplaceAllString(err.Error(), "`…`"))
+		return nil, fmt.Errorf("%w: --secure-config %s: %s%s", ErrInvalid, path, yamlValue.ReplaceAllString(err.Error(), "`…`"), versionHint(err))
 	}
 	if err := oneDocument(dec, "--secure-config "+path); err != nil {
 		return nil, err

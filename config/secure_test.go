@@ -33,6 +33,11 @@ tls: {cert: cert.pem, key: key.pem}
 	if err != nil {
 		t.Fatal(err)
 	}
+	// The same under a %YAML 1.2 directive, which the YAML library alone refuses.
+	raw, _ := os.ReadFile(good)
+	if _, err := LoadSecureFile(writeFile(t, dir, "v12.yaml", "%YAML 1.2\n---\n"+string(raw))); err != nil {
+		t.Errorf("with %%YAML 1.2: %v", err)
+	}
 	if len(f.Users) != 2 || !f.SolverHead || f.TLS.Cert != filepath.Join(dir, "cert.pem") || f.Users[1].InboxPrefix != "_INBOX_solver" {
 		t.Fatalf("%+v", f)
 	}
@@ -50,6 +55,7 @@ tls: {cert: cert.pem, key: key.pem}
 		"no role":         {"users:\n  - {user: h, password: x}\n", "has no role"},
 		"missing tls":     {"users:\n  - {role: harness, user: h, password: x}\ntls: {cert: nope.pem, key: key.pem}\n", "nope.pem"},
 		"hash as value":   {"users: []\nsolver-head: \"" + testHash + "\"\n", "cannot unmarshal"},
+		"YAML 2.0":        {"%YAML 2.0\n---\nusers: []\n", "found incompatible YAML document (a config file may start with %YAML 1.1 or 1.2, or no %YAML line)"},
 		"second document": {"users:\n  - {role: harness, user: h, password: x}\n---\nusers: []\n", "bad.yaml:3: a second YAML document starts here"},
 	} {
 		p := writeFile(t, dir, "bad.yaml", c.yaml)
