@@ -481,7 +481,7 @@ func oneDocument(dec *yaml.Decoder, where string) error {
 // key, "<<", brings in), for Validate's errors.
 type yamlResolver struct {
 	where  string
-	values map[string]any
+	values map[string]yaml.Node
 	lines  map[string]int
 }
 
@@ -512,24 +512,48 @@ func (y yamlResolver) Validate(app *kong.Application) error {
 	return errors.Join(errs...)
 }
 
+// Resolve gives kong a key's value as written in the file (a list's
+// items joined by commas), for the flag's own mapper to read: not as the
+// YAML library types it, which would make 0x2 and 010 (octal) the
+// integers 2 and 8 and 1e3 the float 1000 before a mapper could refuse
+// them. A null value is no value.
 func (y yamlResolver) Resolve(_ *kong.Context, _ *kong.Path, flag *kong.Flag) (any, error) {
-	v, ok := y.values[flag.Name]
+	n, ok := y.values[flag.Name]
 	if !ok {
 		return nil, nil
 	}
-	// kong parses strings for flags of every type; YAML gives typed values.
-	switch t := v.(type) {
-	case []any:
-		parts := make([]string, len(t))
-		for i, p := range t {
-			parts[i] = fmt.Sprint(p)
+	text := func(n *yaml.Node) (string, bool, error) {
+		if n.Kind == yaml.AliasNode {
+			n = n.Alias
 		}
-		return strings.Join(parts, ","), nil
-	case nil:
-		return nil, nil
-	default:
-		return fmt.Sprint(t), nil
+		switch {
+		case n.Kind == yaml.ScalarNode:
+			return n.Value, n.ShortTag() != "!!null", nil
+		case n.Kind == yaml.MappingNode:
+			return "", false, fmt.Errorf("%w: %s:%d: %s: want a value or a list of values, not a mapping", ErrInvalid, y.where, n.Line, flag.Name)
+		default:
+			return "", false, fmt.Errorf("%w: %s:%d: %s: want a value or a list of values, not a list of lists", ErrInvalid, y.where, n.Line, flag.Name)
+		}
 	}
+	if n.Kind == yaml.AliasNode {
+		n = *n.Alias
+	}
+	if n.Kind != yaml.SequenceNode {
+		v, set, err := text(&n)
+		if err != nil || !set {
+			return nil, err
+		}
+		return v, nil
+	}
+	parts := make([]string, len(n.Content))
+	for i, item := range n.Content {
+		v, _, err := text(item)
+		if err != nil {
+			return nil, err
+		}
+		parts[i] = v
+	}
+	return strings.Join(parts, ","), nil
 }
 
 // Client is the configuration of the commands that talk to a running

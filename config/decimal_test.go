@@ -2,8 +2,12 @@ package config_test
 
 import (
 	"bytes"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/alecthomas/kong"
 
 	"github.com/roompub/roompub/config"
 )
@@ -60,6 +64,48 @@ func TestRunIntegersDecimal(t *testing.T) {
 		c, status, stderr := run(tt.arg)
 		if status != config.ExitUsage || c != nil || !strings.Contains(stderr, tt.want) {
 			t.Errorf("%s: status %d, %+v, stderr %q; want exit %d and %q", tt.arg, status, c, stderr, config.ExitUsage, tt.want)
+		}
+	}
+}
+
+// TestConfigFileIntegersAsWritten: a config file's value reaches the
+// flag's mapper as written, so the YAML library's integer forms (0x2,
+// 010 read as octal 8, 1e3 as a float) are refused as on the command
+// line, not turned into other numbers first.
+func TestConfigFileIntegersAsWritten(t *testing.T) {
+	dir := t.TempDir()
+	run := func(yaml string) (*countsCmd, int, string) {
+		file := filepath.Join(dir, "c.yaml")
+		if err := os.WriteFile(file, []byte(yaml), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		var p parsed
+		var out, errOut bytes.Buffer
+		var grammar struct {
+			Config kong.ConfigFlag `name:"config"`
+			Counts countsCmd       `cmd:""`
+		}
+		status := config.Run("test", "test", "v0", &grammar, []string{"--config", file, "counts"}, &out, &errOut, &p)
+		c, _ := p.cmd.(*countsCmd)
+		return c, status, errOut.String()
+	}
+	for yaml, want := range map[string]countsCmd{
+		"partitions: 3\nevery: 18446744073709551615\n": {Partitions: 3, Every: 1<<64 - 1},
+		"partitions: \"3\"\ndelta: -2\n":               {Partitions: 3, Delta: -2},
+		"delta: &n 4\npartitions: *n\nevery: ~\n":      {Partitions: 4, Delta: 4},
+	} {
+		if c, status, stderr := run(yaml); status != config.ExitOK || c == nil || *c != want {
+			t.Errorf("%q: status %d, %+v, want %+v (%s)", yaml, status, c, want, stderr)
+		}
+	}
+	for yaml, want := range map[string]string{
+		"partitions: 0x2\n":    `--partitions: want a decimal integer, got "0x2"`,
+		"partitions: 010\n":    `--partitions: want a decimal integer, got "010"`,
+		"every: 1e3\n":         `--every: want a decimal integer, got "1e3"`,
+		"partitions: {a: 1}\n": `config file ` + filepath.Join(dir, "c.yaml") + `:1: partitions: want a value or a list of values, not a mapping`,
+	} {
+		if c, status, stderr := run(yaml); status != config.ExitUsage || c != nil || !strings.Contains(stderr, want) {
+			t.Errorf("%q: status %d, %+v, stderr %q; want exit %d and %q", yaml, status, c, stderr, config.ExitUsage, want)
 		}
 	}
 }
