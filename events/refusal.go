@@ -163,10 +163,12 @@ func (l Location) String() string {
 }
 
 // Problem is one failed rule: its code, where, why, and when the rule
-// compares two values, the expected and the actual one.
+// compares two values, the expected and the actual one. In JSON, a
+// problem with no location (about a whole record, as the gate finds it)
+// has no "at" member, not "at":{}.
 type Problem struct {
 	Code     Code     `json:"code"`
-	At       Location `json:"at"`
+	At       Location `json:"at,omitzero"`
 	Reason   string   `json:"reason"`
 	Expected string   `json:"expected,omitempty"`
 	Actual   string   `json:"actual,omitempty"`

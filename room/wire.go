@@ -94,7 +94,17 @@ type ItemResult struct {
 	Code      events.Code      `json:"code,omitempty"`
 	At        *events.Location `json:"at,omitempty"`
 	Reason    string           `json:"reason,omitempty"`
-	Problems  []events.Problem `json:"problems,omitempty"`
+	Problems  Problems         `json:"problems,omitempty"`
+}
+
+// Problems are a refused item's problems. Their JSON leaves out the "at"
+// of a problem without a location (events.Problem's omitzero), also when
+// segmentio/encoding/json, which knows no omitzero, writes the reply.
+type Problems []events.Problem
+
+// MarshalJSON encodes ps with encoding/json, which honours omitzero.
+func (ps Problems) MarshalJSON() ([]byte, error) {
+	return json.Marshal([]events.Problem(ps))
 }
 
 // ChainHead is where a chain stands in the stream.
@@ -268,8 +278,12 @@ type ErrorReply struct {
 // first problem's, and every problem is listed.
 func RefusedItem(idx int, problems []events.Problem) ItemResult {
 	ref := events.NewRefusal(problems)
-	at := ref.At
-	return ItemResult{Index: idx, Outcome: OutcomeRefused, Code: ref.Code, At: &at, Reason: ref.Reason, Problems: ref.Problems}
+	it := ItemResult{Index: idx, Outcome: OutcomeRefused, Code: ref.Code, Reason: ref.Reason, Problems: ref.Problems}
+	if ref.At != (events.Location{}) {
+		at := ref.At
+		it.At = &at // a refusal of the whole record has none, not "at":{}
+	}
+	return it
 }
 
 // RecordsReplyOverhead is how many bytes of a records reply are not its

@@ -48,3 +48,37 @@ func TestRecordReplyInFile(t *testing.T) {
 		}
 	}
 }
+
+// TestRefusedItemWholeRecord: a refusal about a whole record (no file,
+// line, pointer or stream seq) carries no "at" in the reply, the item's or
+// its problems', rather than "at":{}; one with a place keeps it.
+func TestRefusedItemWholeRecord(t *testing.T) {
+	for _, c := range []struct {
+		name     string
+		problems []events.Problem
+		want     string
+	}{
+		{"whole record", []events.Problem{{Code: events.MalformedJSON, Reason: "not strict JSON"}},
+			`{"index":3,"outcome":"refused","code":"malformed_json","reason":"not strict JSON","problems":[{"code":"malformed_json","reason":"not strict JSON"}]}`},
+		{"a pointer, then the whole record", []events.Problem{
+			{Code: events.SchemaInvalid, At: events.Location{Pointer: "/outcome"}, Reason: "schema"},
+			{Code: events.UntrustedHost, Reason: "untrusted", Actual: "node:x"},
+		}, `{"index":3,"outcome":"refused","code":"schema_invalid","at":{"pointer":"/outcome"},"reason":"schema","problems":[{"code":"schema_invalid","at":{"pointer":"/outcome"},"reason":"schema"},{"code":"untrusted_host","reason":"untrusted","actual":"node:x"}]}`},
+	} {
+		item := room.RefusedItem(3, c.problems)
+		got, err := json.Marshal(item)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if string(got) != c.want {
+			t.Errorf("%s: got\n%s\nwant\n%s", c.name, got, c.want)
+		}
+		var back room.ItemResult
+		if err := json.Unmarshal(got, &back); err != nil {
+			t.Fatal(err)
+		}
+		if again, _ := json.Marshal(back); string(again) != c.want {
+			t.Errorf("%s: read back as %s", c.name, again)
+		}
+	}
+}

@@ -566,10 +566,13 @@ func (s *shipper) settle(body []byte, first int, reply room.JournalReply, err er
 			if len(it.Problems) > 0 && it.Problems[0].Code == it.Code {
 				p.Expected, p.Actual = it.Problems[0].Expected, it.Problems[0].Actual
 			}
-			s.res.Refused = &LineRefusal{Problem: p, Problems: relocate(it.Problems, s.jpath, first)}
 			if it.At != nil {
-				s.res.Refused.At = relocate([]events.Problem{{At: *it.At}}, s.jpath, first)[0].At
+				p.At = *it.At
 			}
+			// The journal's file, also for a refusal without a place
+			// (no "at" in the reply).
+			p.At = relocate([]events.Problem{{At: p.At}}, s.jpath, first)[0].At
+			s.res.Refused = &LineRefusal{Problem: p, Problems: relocate(it.Problems, s.jpath, first)}
 		case room.OutcomeFailed:
 			err = fmt.Errorf("%w: line %d not decided: %s", ErrUnavailable, first+it.Index+1, it.Reason)
 		}

@@ -174,3 +174,44 @@ func TestFollowCapsuleStopped(t *testing.T) {
 		t.Errorf("last report: %d stored, head next %d (returned %d stored); the stream holds %d of %d", last.Stored, last.Head.Next, res.Stored, held, total)
 	}
 }
+
+// TestShipRefusalWithoutPlace: a refused line whose reply item has no
+// "at" (no place in the request: a whole-record or whole-chain
+// refusal) is still reported in the journal's file, as when the reply
+// carried "at":{}.
+func TestShipRefusalWithoutPlace(t *testing.T) {
+	e := roomtest.NewEnv(t)
+	if err := e.Svc.Stop(); err != nil { // this test's replies are its own
+		t.Fatal(err)
+	}
+	nc := e.Connect()
+	key := events.ChainKey{RunID: "run-noplace", CapsuleID: "cap-noplace"}
+	reply := func(subject string, body []byte) {
+		t.Helper()
+		if _, err := nc.Subscribe(room.ServiceSubject("", room.Anonymous, subject), func(m *nats.Msg) { _ = m.Respond(body) }); err != nil {
+			t.Fatal(err)
+		}
+	}
+	reply(room.EndpointHead, []byte(`{"chain":{"run_id":"run-noplace","capsule_id":"cap-noplace"},"next":1,"head":"`+events.ZeroHash+`","stream_seq":0}`))
+	reply(room.EndpointJournal, []byte(`{"room":"room:r","chain":{"run_id":"run-noplace","capsule_id":"cap-noplace"},"items":[`+
+		`{"index":0,"outcome":"refused","code":"store_lost","reason":"the chain is closed","problems":[{"code":"store_lost","reason":"the chain is closed"}]},`+
+		`{"index":1,"outcome":"skipped"}],"head":{"chain":{"run_id":"run-noplace","capsule_id":"cap-noplace"},"next":1,"head":"`+events.ZeroHash+`","stream_seq":0},"refused":1,"skipped":1}`))
+	if err := nc.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	_, body := roomtest.Journal(t, key.RunID, key.CapsuleID, 2)
+	dir := roomtest.CapsuleDir(t, key.RunID, key.CapsuleID, body)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	res, err := client.ShipCapsule(ctx, client.New(nc, client.Options{}), dir, "room:r", client.ShipOptions{})
+	if err != nil || res.Refused == nil {
+		t.Fatalf("ship: %+v %v", res, err)
+	}
+	file := dir + "/journal.ndjson"
+	if got, want := res.Refused.String(), "store_lost at "+file+": the chain is closed"; got != want {
+		t.Errorf("refusal %q, want %q", got, want)
+	}
+	if len(res.Refused.Problems) != 1 || res.Refused.Problems[0].At != (events.Location{File: file}) {
+		t.Errorf("problems %+v, want one in %s", res.Refused.Problems, file)
+	}
+}

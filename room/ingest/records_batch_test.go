@@ -181,7 +181,7 @@ func TestRecordsRequestReply(t *testing.T) {
 	if len(r.Records) != 4 || r.Stored != 2 || r.Dupes != 1 || r.Refused != 1 || r.Skipped != 0 || r.Failures != 0 {
 		t.Fatalf("reply %+v", r)
 	}
-	if it := r.Records[1].Item; it.Index != 1 || it.Code != events.MalformedJSON || it.At == nil {
+	if it := r.Records[1].Item; it.Index != 1 || it.Code != events.MalformedJSON || it.At != nil { // the whole record: no place
 		t.Errorf("line 1: %+v", it)
 	}
 	if it := r.Records[3].Item; it.Index != 3 || it.Outcome != room.OutcomeDuplicate || it.StreamSeq != r.Records[0].Item.StreamSeq {
@@ -294,7 +294,11 @@ func TestRecordsReplyTrimmed(t *testing.T) {
 					t.Fatalf("record %d: %+v", i, it)
 				}
 			}
-			keeps := r.Records[1].Item.Reason != "" && r.Records[1].Item.At != nil && r.Records[1].RoomID == "room:trim"
+			// Its first problem is about the whole record: no place, in every form.
+			if at := r.Records[1].Item.At; at != nil {
+				t.Errorf("record 1 at %v, want none", *at)
+			}
+			keeps := r.Records[1].Item.Reason != "" && r.Records[1].RoomID == "room:trim"
 			if want := c.trimmed == room.RecordsTrimmedProblems; keeps != want {
 				t.Errorf("refusal keeps its first problem and room: %v, want %v: %+v", keeps, want, r.Records[1])
 			}

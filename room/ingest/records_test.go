@@ -26,8 +26,13 @@ func checkRecordStored(t *testing.T, r room.RecordReply, rec *events.Record, out
 func checkRefused(t *testing.T, r room.RecordReply, codes ...events.Code) {
 	t.Helper()
 	it := r.Item
-	if it.Outcome != room.OutcomeRefused || it.Code != codes[0] || it.StreamSeq != 0 || it.Subject != "" || it.At == nil {
+	if it.Outcome != room.OutcomeRefused || it.Code != codes[0] || it.StreamSeq != 0 || it.Subject != "" || len(it.Problems) == 0 {
 		t.Fatalf("reply %+v, want refused %s", r, codes[0])
+	}
+	// The item's place is its first problem's; none (no "at") for one
+	// about the whole record.
+	if at := it.Problems[0].At; (it.At == nil) != (at == events.Location{}) || it.At != nil && *it.At != at {
+		t.Fatalf("reply %+v: at %v, want the first problem's, %v", r, it.At, at)
 	}
 	var got []events.Code
 	for _, p := range it.Problems {
