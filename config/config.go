@@ -188,6 +188,9 @@ type Serve struct {
 	// StreamCheckInterval is node.ServeOptions.CheckInterval: the stream
 	// guard's period (docs/design.md, "The room stream").
 	StreamCheckInterval time.Duration `name:"stream-check-interval" help:"Check the room stream again this often while serving (its configuration, writers into room subjects, lost messages) and record its last sequence in the stream mark (0: 30s; at least 1s). Shorter finds a changed or lost stream sooner and keeps the mark closer to the stream; each check is a few requests to the server. See docs/reliability.md." default:"30s" yaml:"stream-check-interval"`
+	// ScrubInterval is node.ServeOptions.ScrubInterval: how often the
+	// whole room stream is read for messages the server cannot read.
+	ScrubInterval time.Duration `name:"scrub-interval" help:"Read the whole room stream once the start's survey has ended and then this often, for messages the server counts but can no longer read (a damaged block whose state file it kept: nothing else finds them); what it finds is logged, on /healthz and roompub_store_unreadable_messages, and closes the chains it cuts. Each scrub reads every message once (about a replay without its checks). 0: never; at least 1m. See docs/reliability.md." default:"24h" yaml:"scrub-interval"`
 	// MaxBatch and MaxInflightBatches bound the gate's atomic batches
 	// (ingest.GateOptions); 0 is the default.
 	MaxBatch           int `name:"max-batch" help:"Journal entries per atomic batch; 0 is 1000, the server's default max_batch_size; no more than the server allows." yaml:"max-batch"`
@@ -248,6 +251,9 @@ func (s *Serve) Validate() error {
 	if s.StreamCheckInterval != 0 && s.StreamCheckInterval < time.Second {
 		// Each check is a few requests; at 1ms they kept a core busy.
 		bad("--stream-check-interval %s: want 0 (30s) or at least 1s", s.StreamCheckInterval)
+	}
+	if s.ScrubInterval != 0 && s.ScrubInterval < time.Minute {
+		bad("--scrub-interval %s: want 0 (never) or at least 1m", s.ScrubInterval)
 	}
 	if err := CheckPartitions(s.Partitions); err != nil {
 		errs = append(errs, err)

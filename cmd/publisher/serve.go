@@ -88,6 +88,8 @@ func (c *serveCmd) Run(s *streams) error {
 		// docs/reliability.md, "Crashes on the cluster".
 		StreamMark:    c.StreamMark,
 		CheckInterval: c.StreamCheckInterval,
+		// docs/reliability.md, "Scrubbing".
+		ScrubInterval: c.ScrubInterval,
 		// docs/reliability.md, "Loss notices".
 		AcknowledgeLoss: c.AcceptLoss,
 		// The gate's atomic batches.

@@ -227,8 +227,10 @@ type Gate struct {
 	contradictions map[string]string // room -> NoteContradiction's reason
 	noticesByRoom  map[string]*roomNotices
 	// deleted is the span of stream seqs the stream shows deleted, as
-	// read at loss generation deleted.gen (deletedSpan; lossMu).
-	deleted deletedSpan
+	// read at loss generation deleted.gen (deletedSpan; lossMu), and
+	// unreadable that of those a Scrub found counted but unreadable.
+	deleted    deletedSpan
+	unreadable deletedSpan
 }
 
 // ErrGate is wrapped by NewGate for unusable options.

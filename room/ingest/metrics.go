@@ -26,22 +26,24 @@ import (
 //	roompub_over_quota_total{endpoint}           requests answered over_quota: their identity, or the service, already held its share (docs/secure-mode.md, "Fair ingest")
 //	roompub_foreign_writers                      other streams that can write into the room subjects, at the last check (Serve)
 //	roompub_store_lost_messages                  messages the room stream shows deleted from inside it, at the last check (Serve)
+//	roompub_store_unreadable_messages            messages the server counts but could not return to the last scrub (Gate.Scrub; Serve)
 //	roompub_store_damaged_chains                 chains the gate found missing acknowledged positions (closed: store_lost)
 //	roompub_store_damaged_rooms                  rooms whose latest checkpoint covers more leaves than the stream holds, at the last survey (Serve), or contradicts its messages (NoteContradiction)
 //	roompub_gate_paused                          streams whose appends are paused (Gate.Pause): 1 or 0 with one stream
 type Metrics struct {
-	replies  *prometheus.CounterVec
-	quota    *prometheus.CounterVec
-	items    *prometheus.CounterVec
-	refusals *prometheus.CounterVec
-	latency  *prometheus.HistogramVec
-	batches  *prometheus.CounterVec
-	sizes    prometheus.Histogram
-	foreign  prometheus.Gauge
-	lost     *streamSum
-	chains   *streamSum
-	rooms    *streamSum
-	paused   *streamSum
+	replies    *prometheus.CounterVec
+	quota      *prometheus.CounterVec
+	items      *prometheus.CounterVec
+	refusals   *prometheus.CounterVec
+	latency    *prometheus.HistogramVec
+	batches    *prometheus.CounterVec
+	sizes      prometheus.Histogram
+	foreign    prometheus.Gauge
+	lost       *streamSum
+	unreadable *streamSum
+	chains     *streamSum
+	rooms      *streamSum
+	paused     *streamSum
 	// series holds the items and latency series of each kind and outcome
 	// once made (itemSeries): WithLabelValues hashes its labels on every
 	// call, and Item is called for every line.
@@ -89,6 +91,10 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 			Help: "Messages the room streams show deleted from inside them, or gone before their first sequence, at serve's last check: the store lost them; /healthz is not ok while it is not 0.",
 		}),
 	}
+	m.unreadable = newStreamSum(prometheus.GaugeOpts{
+		Namespace: "roompub", Name: "store_unreadable_messages",
+		Help: "Messages the server counts but could not return to serve's last scrub of the room streams (a damaged block whose state file it kept): the store lost them; /healthz is not ok while it is not 0.",
+	})
 	m.chains = newStreamSum(prometheus.GaugeOpts{
 		Namespace: "roompub", Name: "store_damaged_chains",
 		Help: "Chains the gate found missing positions the store had acknowledged; each is closed (store_lost) and /healthz is not ok while it is not 0.",
@@ -118,7 +124,7 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 		Namespace: "roompub", Subsystem: "gate", Name: "paused",
 		Help: "The room streams whose gate appends nothing because the stream guard found the stream weak, replaced or written into by another stream (items come back failed): 1 or 0 with one stream.",
 	})
-	for _, c := range []prometheus.Collector{m.items, m.refusals, m.latency, m.batches, m.sizes, m.replies, m.quota, m.foreign, m.lost.g, m.chains.g, m.rooms.g, m.paused.g} {
+	for _, c := range []prometheus.Collector{m.items, m.refusals, m.latency, m.batches, m.sizes, m.replies, m.quota, m.foreign, m.lost.g, m.unreadable.g, m.chains.g, m.rooms.g, m.paused.g} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}
@@ -156,6 +162,11 @@ func (m *Metrics) ForeignWriters(n int) { m.foreign.Set(float64(n)) }
 // stream shows n messages deleted from inside it (room.CheckStoreLoss).
 // The gauge is the sum over the streams (partitions) serve serves.
 func (m *Metrics) StoreLost(stream string, n uint64) { m.lost.set(stream, float64(n)) }
+
+// StoreUnreadable sets stream's part of roompub_store_unreadable_messages:
+// the last scrub (Gate.Scrub) found n messages the server counts but can
+// no longer read.
+func (m *Metrics) StoreUnreadable(stream string, n uint64) { m.unreadable.set(stream, float64(n)) }
 
 // ChainsDamaged implements LossObserver: stream's part of
 // roompub_store_damaged_chains (summed over the streams).

@@ -183,23 +183,37 @@ type deletedSpan struct {
 }
 
 // deletedSeqs returns the span of stream seqs the stream shows deleted,
-// read on nc once per loss generation (a new loss moves it on: Recheck).
+// read on nc once per loss generation (a new loss moves it on: Recheck),
+// widened by those a Scrub found unreadable.
 func (g *Gate) deletedSeqs(ctx context.Context, nc *nats.Conn) (lo, hi uint64, err error) {
 	gen := g.lossGen.Load()
 	g.lossMu.Lock()
-	d := g.deleted
+	d, u := g.deleted, g.unreadable
 	g.lossMu.Unlock()
-	if d.gen == gen {
-		return d.lo, d.hi, nil
+	widen := func(lo, hi uint64) (uint64, uint64) {
+		switch {
+		case u.lo == 0:
+			return lo, hi
+		case lo == 0:
+			return u.lo, u.hi
+		}
+		return min(lo, u.lo), max(hi, u.hi)
 	}
-	d = deletedSpan{gen: gen}
-	if d.lo, d.hi, _, err = jsapi.DeletedSpan(ctx, nc, g.streamName(), g.timeout); err != nil {
+	if d.gen == gen {
+		lo, hi = widen(d.lo, d.hi)
+		return lo, hi, nil
+	}
+	del, err := jsapi.StreamDeletions(ctx, nc, g.streamName(), g.timeout)
+	if err != nil {
 		return 0, 0, err
 	}
+	d = deletedSpan{gen: gen}
+	d.lo, d.hi = del.Span()
 	g.lossMu.Lock()
 	g.deleted = d
 	g.lossMu.Unlock()
-	return d.lo, d.hi, nil
+	lo, hi = widen(d.lo, d.hi)
+	return lo, hi, nil
 }
 
 // spansDeleted reports whether the chain on subj, whose last message is

@@ -23,10 +23,11 @@ type partition struct {
 	ckp            *checkpointer.Checkpointer
 	contradictions *contradictionRelay
 	surveys        *surveyor
-	// healthy holds the last stream check's error and storeLost what the
-	// store lost, wrapped: atomic.Value panics on a nil interface, and
-	// nil is the healthy case.
-	healthy, storeLost atomic.Value
+	// healthy holds the last stream check's error, storeLost what the
+	// store lost and scrubbed what the last scrub found unreadable,
+	// wrapped: atomic.Value panics on a nil interface, and nil is the
+	// healthy case.
+	healthy, storeLost, scrubbed atomic.Value
 }
 
 type checkResult struct{ err error }

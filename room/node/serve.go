@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/http"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -66,6 +67,11 @@ type ServeOptions struct {
 	// pause appends until the next check finds them gone
 	// (docs/secure-mode.md, "The stream").
 	CheckInterval time.Duration
+	// ScrubInterval, when above 0, reads the whole room stream once the
+	// first survey has ended and then this often, for messages the server
+	// counts but can no longer read (ingest.Gate.Scrub; docs/reliability.md,
+	// "Scrubbing"); 0: never.
+	ScrubInterval time.Duration
 	// AcceptStream lets Serve start on a room stream other than the one
 	// it remembers (room.ErrStreamReplaced): it creates the stream when it is
 	// gone, or takes the one there (restored, recreated), logs at warn
@@ -438,6 +444,8 @@ func Serve(ctx context.Context, o ServeOptions) error {
 	// chain an append uses is judged on its first read anyway
 	// (ingest.Gate, "store_lost"); the survey finds the ones nobody uses.
 	surveyCtx, stopSurveys := context.WithCancel(ctx)
+	var scrubs sync.WaitGroup
+	defer scrubs.Wait() // after stopSurveys (deferred after it) ends them
 	defer stopSurveys()
 	ackLoss, err := lossByPartition(ctx, place, o.AcknowledgeLoss)
 	if err != nil {
@@ -462,6 +470,10 @@ func Serve(ctx context.Context, o ServeOptions) error {
 		p.healthy.Store(checkResult{p.guard.writers})
 		// What the store lost does not pause appends; /healthz reports it.
 		p.storeLost.Store(checkResult{p.guard.lost})
+		p.scrubbed.Store(checkResult{})
+		if o.ScrubInterval > 0 {
+			scrubs.Go(func() { p.scrubLoop(surveyCtx, o.ScrubInterval, metrics, log) })
+		}
 	}
 	so := o.Service
 	if so.Logger == nil {
@@ -512,7 +524,7 @@ func Serve(ctx context.Context, o ServeOptions) error {
 		mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) {
 			var errs []error
 			for _, p := range parts {
-				errs = append(errs, p.healthy.Load().(checkResult).err, p.storeLost.Load().(checkResult).err, damageErr(p.gate))
+				errs = append(errs, p.healthy.Load().(checkResult).err, p.storeLost.Load().(checkResult).err, p.scrubbed.Load().(checkResult).err, damageErr(p.gate))
 			}
 			herr := errors.Join(errs...)
 			if herr == nil && !nc.IsConnected() {

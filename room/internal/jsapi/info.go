@@ -58,44 +58,53 @@ func SubjectCounts(ctx context.Context, nc *nats.Conn, stream, filter string, ti
 	}
 }
 
-// DeletedSpan returns the lowest and highest stream seq the stream shows
-// deleted from inside it (both 0 when none), as the stream leader lists
-// them ($JS.API.STREAM.INFO with deleted_details, waiting at most
-// timeout), and how many. Errors as SubjectCounts'; like it, it leaves
-// the caller's cached stream info alone.
-func DeletedSpan(ctx context.Context, nc *nats.Conn, stream string, timeout time.Duration) (lo, hi, n uint64, err error) {
+// Deletions is what a stream's state says of the messages deleted from
+// inside it: its first and last sequence, how many are deleted, and which
+// (Deleted, as the server lists them with deleted_details).
+type Deletions struct {
+	FirstSeq   uint64   `json:"first_seq"`
+	LastSeq    uint64   `json:"last_seq"`
+	NumDeleted uint64   `json:"num_deleted"`
+	Deleted    []uint64 `json:"deleted"`
+}
+
+// Span is the lowest and highest deleted stream seq (both 0 when none;
+// the whole stream when the server counts deletions it does not list).
+func (d Deletions) Span() (lo, hi uint64) {
+	switch {
+	case len(d.Deleted) > 0:
+		lo, hi = d.Deleted[0], d.Deleted[0]
+		for _, s := range d.Deleted {
+			lo, hi = min(lo, s), max(hi, s)
+		}
+	case d.NumDeleted > 0:
+		lo, hi = max(d.FirstSeq, 1), d.LastSeq
+	}
+	return lo, hi
+}
+
+// StreamDeletions reads the stream's Deletions from the stream leader
+// ($JS.API.STREAM.INFO with deleted_details, waiting at most timeout).
+// Errors as SubjectCounts'; like it, it leaves the caller's cached stream
+// info alone.
+func StreamDeletions(ctx context.Context, nc *nats.Conn, stream string, timeout time.Duration) (Deletions, error) {
 	rctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	m, err := nc.RequestWithContext(rctx, "$JS.API.STREAM.INFO."+stream, []byte(`{"deleted_details":true}`))
 	if err != nil {
-		return 0, 0, 0, fmt.Errorf("deleted messages of stream %s: %w", stream, err)
+		return Deletions{}, fmt.Errorf("deleted messages of stream %s: %w", stream, err)
 	}
 	var resp struct {
 		Error *jetstream.APIError `json:"error"`
-		State struct {
-			FirstSeq   uint64   `json:"first_seq"`
-			LastSeq    uint64   `json:"last_seq"`
-			NumDeleted uint64   `json:"num_deleted"`
-			Deleted    []uint64 `json:"deleted"`
-		} `json:"state"`
+		State Deletions           `json:"state"`
 	}
 	if err := json.Unmarshal(m.Data, &resp); err != nil {
-		return 0, 0, 0, fmt.Errorf("deleted messages of stream %s: %w", stream, err)
+		return Deletions{}, fmt.Errorf("deleted messages of stream %s: %w", stream, err)
 	}
 	if resp.Error != nil {
-		return 0, 0, 0, fmt.Errorf("deleted messages of stream %s: %w", stream, resp.Error)
+		return Deletions{}, fmt.Errorf("deleted messages of stream %s: %w", stream, resp.Error)
 	}
-	st := resp.State
-	switch {
-	case len(st.Deleted) > 0:
-		lo, hi = st.Deleted[0], st.Deleted[0]
-		for _, s := range st.Deleted {
-			lo, hi = min(lo, s), max(hi, s)
-		}
-	case st.NumDeleted > 0: // not listed: the whole stream is suspect
-		lo, hi = max(st.FirstSeq, 1), st.LastSeq
-	}
-	return lo, hi, st.NumDeleted, nil
+	return resp.State, nil
 }
 
 // LeaseWindow is how recently a stream leader must have heard from a

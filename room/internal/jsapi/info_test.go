@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"maps"
+	"slices"
 	"testing"
 	"time"
 
@@ -47,9 +48,10 @@ func TestSubjectCountsAndLeaderFresh(t *testing.T) {
 	}
 }
 
-// TestDeletedSpan: none deleted is (0, 0, 0); deleted seqs 3, 7 and 5
-// are the span 3..7, three of them, the first and last kept.
-func TestDeletedSpan(t *testing.T) {
+// TestStreamDeletions: none deleted is the span (0, 0); deleted seqs 3,
+// 7 and 5 are listed, three of them, the span 3..7, the first and last
+// kept.
+func TestStreamDeletions(t *testing.T) {
 	nc, js := streamS(t)
 	ctx := context.Background()
 	for range 9 {
@@ -57,8 +59,10 @@ func TestDeletedSpan(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if lo, hi, n, err := jsapi.DeletedSpan(ctx, nc, "S", time.Second); err != nil || lo != 0 || hi != 0 || n != 0 {
-		t.Fatalf("none deleted: %d..%d (%d), %v", lo, hi, n, err)
+	if d, err := jsapi.StreamDeletions(ctx, nc, "S", time.Second); err != nil || d.NumDeleted != 0 || d.FirstSeq != 1 || d.LastSeq != 9 {
+		t.Fatalf("none deleted: %+v, %v", d, err)
+	} else if lo, hi := d.Span(); lo != 0 || hi != 0 {
+		t.Fatalf("none deleted: span %d..%d", lo, hi)
 	}
 	st, err := js.Stream(ctx, "S")
 	if err != nil {
@@ -69,11 +73,15 @@ func TestDeletedSpan(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if lo, hi, n, err := jsapi.DeletedSpan(ctx, nc, "S", time.Second); err != nil || lo != 3 || hi != 7 || n != 3 {
-		t.Fatalf("3, 7 and 5 deleted: %d..%d (%d), %v", lo, hi, n, err)
+	d, err := jsapi.StreamDeletions(ctx, nc, "S", time.Second)
+	if lo, hi := d.Span(); err != nil || d.NumDeleted != 3 || !slices.Equal(slices.Sorted(slices.Values(d.Deleted)), []uint64{3, 5, 7}) || lo != 3 || hi != 7 || d.FirstSeq != 1 || d.LastSeq != 9 {
+		t.Fatalf("3, 7 and 5 deleted: %+v (span %d..%d), %v", d, lo, hi, err)
+	}
+	if lo, hi := (jsapi.Deletions{FirstSeq: 4, LastSeq: 20, NumDeleted: 2}).Span(); lo != 4 || hi != 20 {
+		t.Errorf("deletions counted, not listed: span %d..%d, want the stream 4..20", lo, hi)
 	}
 	var apiErr *jetstream.APIError
-	if _, _, _, err := jsapi.DeletedSpan(ctx, nc, "NOPE", time.Second); !errors.As(err, &apiErr) {
+	if _, err := jsapi.StreamDeletions(ctx, nc, "NOPE", time.Second); !errors.As(err, &apiErr) {
 		t.Errorf("missing stream: %v", err)
 	}
 }
