@@ -1,7 +1,10 @@
 package room
 
 import (
+	"encoding/json"
+	"errors"
 	"fmt"
+	"os"
 	"path/filepath"
 	"time"
 
@@ -48,4 +51,21 @@ func (m StreamMark) String() string {
 // holds the StreamMark of room stream name: roompub-stream-<name>.json.
 func StreamMarkFile(storeDir, name string) string {
 	return filepath.Join(storeDir, "roompub-stream-"+name+".json")
+}
+
+// ReadStreamMarkFile reads the StreamMark in file path (StreamMarkFile):
+// nil, and no error, when there is no such file.
+func ReadStreamMarkFile(path string) (*StreamMark, error) {
+	data, err := os.ReadFile(path)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("stream mark %s: %w", path, err)
+	}
+	var m StreamMark
+	if err := json.Unmarshal(data, &m); err != nil {
+		return nil, fmt.Errorf("stream mark %s: %w", path, err)
+	}
+	return &m, nil
 }

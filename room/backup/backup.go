@@ -226,3 +226,97 @@ func Restore(ctx context.Context, nc *nats.Conn, dir string, o RestoreOptions) (
 	}
 	return got, nil
 }
+
+// Loss is what a stream lacks that it once held, found after a backup:
+// the backup holds the stream as the server has it, without these.
+type Loss struct {
+	// Inside counts the messages gone from inside the stream, between its
+	// first and last sequence: on a stream that denies deletes and purges
+	// (the room streams, the deployment log), only a damaged store removes
+	// them. InsideSeqs are their stream seqs, as the server lists them.
+	Inside     uint64   `json:"inside"`
+	InsideSeqs []uint64 `json:"inside_seqs,omitempty"`
+	// Mark is the stream mark (room.StreamMark) the stream was compared
+	// with; nil without one.
+	Mark *room.StreamMark `json:"mark,omitempty"`
+	// Front counts the sequences the mark remembers before the stream's
+	// first (Mark.FirstSeq to FirstSeq-1); Tail those after its last
+	// (LastSeq+1 to Mark.LastSeq).
+	Front uint64 `json:"front,omitempty"`
+	Tail  uint64 `json:"tail,omitempty"`
+	// FirstSeq and LastSeq are the stream's, as the server has it.
+	FirstSeq uint64 `json:"first_seq"`
+	LastSeq  uint64 `json:"last_seq"`
+}
+
+// Messages counts every message the loss names.
+func (l *Loss) Messages() uint64 { return l.Inside + l.Front + l.Tail }
+
+// Lines say what is missing, one line each: the sequences the mark
+// remembers past either end of the stream, and the messages gone from
+// inside it (the first 20 of their seqs).
+func (l *Loss) Lines() []string {
+	var out []string
+	if l.Front > 0 {
+		out = append(out, fmt.Sprintf("%d messages missing before the stream's first, stream seqs %d to %d: the stream starts at seq %d, its mark remembers seq %d",
+			l.Front, l.Mark.FirstSeq, l.FirstSeq-1, l.FirstSeq, l.Mark.FirstSeq))
+	}
+	if l.Inside > 0 {
+		seqs := ""
+		if n := len(l.InsideSeqs); n > 0 {
+			more := ""
+			if n > 20 {
+				n, more = 20, " …"
+			}
+			seqs = fmt.Sprintf(" (stream seqs %v%s)", l.InsideSeqs[:n], more)
+		}
+		out = append(out, fmt.Sprintf("%d messages missing from inside the stream, between stream seqs %d and %d%s",
+			l.Inside, l.FirstSeq, l.LastSeq, seqs))
+	}
+	if l.Tail > 0 {
+		out = append(out, fmt.Sprintf("%d messages missing after the stream's last, stream seqs %d to %d: the stream ends at seq %d, its mark remembers seq %d",
+			l.Tail, l.LastSeq+1, l.Mark.LastSeq, l.LastSeq, l.Mark.LastSeq))
+	}
+	return out
+}
+
+// CheckLoss compares stream, as the server on nc has it, with what it
+// once held: mark (nil without one; a mark of another stream, by creation
+// time, is not compared) for its ends, and, on a stream that denies
+// deletes and purges, its interior deletes. Nil when nothing is missing.
+// Call it after Backup with nothing appending (serve stopped): the backup
+// holds the stream as CheckLoss saw it.
+func CheckLoss(ctx context.Context, nc *nats.Conn, stream string, mark *room.StreamMark) (*Loss, error) {
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return nil, err
+	}
+	ictx, cancel := context.WithTimeout(ctx, apiTimeout)
+	defer cancel()
+	st, err := js.Stream(ictx, stream)
+	if err != nil {
+		return nil, fmt.Errorf("stream %s: %w", stream, err)
+	}
+	info, err := st.Info(ictx, jetstream.WithDeletedDetails(true))
+	if err != nil {
+		return nil, fmt.Errorf("stream %s: %w", stream, err)
+	}
+	s := info.State
+	l := &Loss{FirstSeq: s.FirstSeq, LastSeq: s.LastSeq}
+	if info.Config.DenyDelete && info.Config.DenyPurge {
+		l.Inside, l.InsideSeqs = uint64(s.NumDeleted), s.Deleted
+	}
+	if mark != nil && mark.Stream == stream && mark.Created.Equal(info.Created) && mark.LastSeq > 0 {
+		l.Mark = mark
+		if s.LastSeq < mark.LastSeq {
+			l.Tail = mark.LastSeq - s.LastSeq
+		}
+		if first := max(mark.FirstSeq, 1); s.Msgs > 0 && s.FirstSeq > first {
+			l.Front = s.FirstSeq - first
+		}
+	}
+	if l.Messages() == 0 {
+		return nil, nil
+	}
+	return l, nil
+}

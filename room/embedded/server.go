@@ -137,6 +137,23 @@ func Start(o Options) (*Server, error) {
 	return &Server{srv: srv, dir: opts.StoreDir, lock: lock}, nil
 }
 
+// LockStore takes the lock of store directory dir that Start takes,
+// without starting a server: for a command that reads the store's files
+// itself (copies them) and must not race a server starting on them. The
+// returned function releases it. Errors wrap ErrServer, as Start's: a
+// store a running server holds is refused the same way.
+func LockStore(dir string) (unlock func(), err error) {
+	f, err := lockStore(dir)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrServer, err)
+	}
+	return func() {
+		if f != nil {
+			f.Close()
+		}
+	}, nil
+}
+
 // ClientURL is the nats:// URL clients connect to.
 func (e *Server) ClientURL() string { return e.srv.ClientURL() }
 

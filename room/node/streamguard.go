@@ -45,18 +45,7 @@ type fileMemory struct{ path string }
 func (f fileMemory) where() string { return f.path }
 
 func (f fileMemory) load(context.Context) (*room.StreamMark, error) {
-	data, err := os.ReadFile(f.path)
-	if errors.Is(err, os.ErrNotExist) {
-		return nil, nil
-	}
-	if err != nil {
-		return nil, fmt.Errorf("stream mark %s: %w", f.path, err)
-	}
-	var m room.StreamMark
-	if err := json.Unmarshal(data, &m); err != nil {
-		return nil, fmt.Errorf("stream mark %s: %w", f.path, err)
-	}
-	return &m, nil
+	return room.ReadStreamMarkFile(f.path)
 }
 
 // save writes the mark atomically (writeAtomic).
