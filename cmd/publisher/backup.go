@@ -176,10 +176,10 @@ func printBackup(w io.Writer, verb string, rep backupReport, asJSON bool) error 
 		}
 	}
 	for _, b := range rep.Cut {
-		lines = append(lines, indent+b.String()+" rebuilding its state: the messages after them in it are missing")
+		lines = append(lines, fmt.Sprintf("%s%s by the server's rebuild, on the copy: its messages from byte %d on are missing", indent, b, b.Left))
 	}
 	for _, st := range rep.Rebuilt {
-		lines = append(lines, indent+"the server rebuilt the state of "+st.String()+"; on a copy of the store, which is unchanged")
+		lines = append(lines, indent+st.String()+"; the server rebuilt its state on a copy of the store, which is unchanged")
 	}
 	_, err := fmt.Fprintln(w, strings.Join(lines, "\n"))
 	return err
