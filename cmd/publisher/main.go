@@ -12,7 +12,8 @@
 // `publisher backup` and `publisher restore` back a stream up and restore
 // it (backup.go).
 //
-// Exit status: 0 on success, 1 when verify refused an input, 2 for anything
+// Exit status: 0 on success, 1 when verify refused an input (or backup
+// found its stream lacking messages it held), 2 for anything
 // that kept a command from doing its job (bad flags, a missing or unreadable
 // input, a bad schema directory or key), 128 + the signal's number when a
 // signal stopped journal before it was done (130 for SIGINT).
