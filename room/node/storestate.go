@@ -28,6 +28,7 @@ type StaleState struct {
 	Reason string `json:"reason"`
 }
 
+// String is "stream <name>: <reason>".
 func (s StaleState) String() string { return "stream " + s.Stream + ": " + s.Reason }
 
 // stateFile is nats-server's state file of a stream, in its msgs
@@ -117,6 +118,7 @@ type CutBlock struct {
 	Left  int64  `json:"left"`
 }
 
+// String is "stream <name>: block <file> cut from <bytes> to <left> bytes".
 func (c CutBlock) String() string {
 	return fmt.Sprintf("stream %s: block %s cut from %d to %d bytes", c.Stream, c.Block, c.Bytes, c.Left)
 }
