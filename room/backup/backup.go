@@ -27,6 +27,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/roompub/roompub/room"
+	"github.com/roompub/roompub/room/internal/jsapi"
 )
 
 // ErrStreamExists is wrapped by Restore when the server already has a
@@ -244,13 +245,19 @@ type Loss struct {
 	// (LastSeq+1 to Mark.LastSeq).
 	Front uint64 `json:"front,omitempty"`
 	Tail  uint64 `json:"tail,omitempty"`
+	// Unreadable counts the messages the server counts but did not
+	// return to a read of the whole stream (a damaged block whose state
+	// file it kept): the snapshot lacks them too. UnreadableSeqs are the
+	// first ten.
+	Unreadable     uint64   `json:"unreadable,omitempty"`
+	UnreadableSeqs []uint64 `json:"unreadable_seqs,omitempty"`
 	// FirstSeq and LastSeq are the stream's, as the server has it.
 	FirstSeq uint64 `json:"first_seq"`
 	LastSeq  uint64 `json:"last_seq"`
 }
 
 // Messages counts every message the loss names.
-func (l *Loss) Messages() uint64 { return l.Inside + l.Front + l.Tail }
+func (l *Loss) Messages() uint64 { return l.Inside + l.Front + l.Tail + l.Unreadable }
 
 // Lines say what is missing, one line each: the sequences the mark
 // remembers past either end of the stream, and the messages gone from
@@ -273,6 +280,14 @@ func (l *Loss) Lines() []string {
 		out = append(out, fmt.Sprintf("%d messages missing from inside the stream, between stream seqs %d and %d%s",
 			l.Inside, l.FirstSeq, l.LastSeq, seqs))
 	}
+	if l.Unreadable > 0 {
+		more := ""
+		if l.Unreadable > uint64(len(l.UnreadableSeqs)) {
+			more = " …"
+		}
+		out = append(out, fmt.Sprintf("%d messages the server counts but cannot read (stream seqs %v%s): the backup lacks them, and a restore of it holds fewer messages than it records",
+			l.Unreadable, l.UnreadableSeqs, more))
+	}
 	if l.Tail > 0 {
 		out = append(out, fmt.Sprintf("%d messages missing after the stream's last, stream seqs %d to %d: the stream ends at seq %d, its mark remembers seq %d",
 			l.Tail, l.LastSeq+1, l.Mark.LastSeq, l.LastSeq, l.Mark.LastSeq))
@@ -283,7 +298,9 @@ func (l *Loss) Lines() []string {
 // CheckLoss compares stream, as the server on nc has it, with what it
 // once held: mark (nil without one; a mark of another stream, by creation
 // time, is not compared) for its ends, and, on a stream that denies
-// deletes and purges, its interior deletes. Nil when nothing is missing.
+// deletes and purges, its interior deletes; and it reads every message,
+// for those the server counts but cannot return. Nil when nothing is
+// missing.
 // Call it after Backup with nothing appending (serve stopped): the backup
 // holds the stream as CheckLoss saw it.
 func CheckLoss(ctx context.Context, nc *nats.Conn, stream string, mark *room.StreamMark) (*Loss, error) {
@@ -306,6 +323,14 @@ func CheckLoss(ctx context.Context, nc *nats.Conn, stream string, mark *room.Str
 	if info.Config.DenyDelete && info.Config.DenyPurge {
 		l.Inside, l.InsideSeqs = uint64(s.NumDeleted), s.Deleted
 	}
+	// The server counts a message it can no longer read (its state file
+	// kept across the damage) and the snapshot skips it: only a read of
+	// every message finds it.
+	u, err := jsapi.ReadAll(ctx, nc, stream, ">", 1000, apiTimeout)
+	if err != nil {
+		return nil, fmt.Errorf("stream %s: %w", stream, err)
+	}
+	l.Unreadable, l.UnreadableSeqs = u.Unreadable, u.UnreadableSeqs
 	if mark != nil && mark.Stream == stream && mark.Created.Equal(info.Created) && mark.LastSeq > 0 {
 		l.Mark = mark
 		if s.LastSeq < mark.LastSeq {

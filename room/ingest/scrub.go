@@ -64,58 +64,17 @@ const scrubBatch = 1000
 // whole stream each time: about the work of a replay without its checks.
 // Errors: a read that failed (what was found so far is not kept).
 func (g *Gate) Scrub(ctx context.Context) (ScrubResult, error) {
-	del, err := jsapi.StreamDeletions(ctx, g.surveyNC, g.streamName(), g.timeout)
+	u, err := jsapi.ReadAll(ctx, g.surveyNC, g.streamName(), g.subjects.All(), scrubBatch, g.timeout)
+	res := ScrubResult{FirstSeq: u.FirstSeq, LastSeq: u.LastSeq, Read: u.Read, Deleted: u.Deleted, Unreadable: u.Unreadable, UnreadableSeqs: u.UnreadableSeqs}
 	if err != nil {
-		return ScrubResult{}, err
+		return res, fmt.Errorf("scrub: %w", err)
 	}
-	res := ScrubResult{FirstSeq: max(del.FirstSeq, 1), LastSeq: del.LastSeq}
-	deleted := make(map[uint64]bool, len(del.Deleted))
-	for _, s := range del.Deleted {
-		deleted[s] = true
-	}
-	var lo, hi uint64 // span of the unreadable seqs
-	next := res.FirstSeq
-	gap := func(to uint64) { // the seqs from next below to were not read
-		for s := next; s < to; s++ {
-			if deleted[s] {
-				res.Deleted++
-				continue
-			}
-			res.Unreadable++
-			if len(res.UnreadableSeqs) < 10 {
-				res.UnreadableSeqs = append(res.UnreadableSeqs, s)
-			}
-			if lo == 0 {
-				lo = s
-			}
-			hi = s
-		}
-	}
-	for next <= res.LastSeq && res.LastSeq > 0 {
-		msgs, err := jsapi.DirectBatch(ctx, g.surveyNC, g.streamName(),
-			jsapi.BatchRequest{Seq: next, NextBySubj: g.subjects.All(), Batch: scrubBatch, UpToSeq: res.LastSeq}, g.timeout)
-		if err != nil {
-			return res, fmt.Errorf("scrub stream %s from stream seq %d: %w", g.streamName(), next, err)
-		}
-		if len(msgs) == 0 {
-			break
-		}
-		for _, m := range msgs {
-			if m.Seq > res.LastSeq {
-				break
-			}
-			gap(m.Seq)
-			res.Read++
-			next = m.Seq + 1
-		}
-	}
-	gap(res.LastSeq + 1)
 	if res.Unreadable > 0 {
 		g.lossMu.Lock()
-		if g.unreadable.lo == 0 || lo < g.unreadable.lo {
-			g.unreadable.lo = lo
+		if g.unreadable.lo == 0 || u.Lo < g.unreadable.lo {
+			g.unreadable.lo = u.Lo
 		}
-		g.unreadable.hi = max(g.unreadable.hi, hi)
+		g.unreadable.hi = max(g.unreadable.hi, u.Hi)
 		g.lossMu.Unlock()
 		g.Recheck()
 		g.log.Error("scrub: the store cannot read messages it counts; chains spanning them are read when next judged",

@@ -9,6 +9,8 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -213,6 +215,23 @@ func TestBackupOnStoreFresh(t *testing.T) {
 	}
 	if res.Messages != storeMessages || res.LastSeq != storeMessages || loss != nil {
 		t.Fatalf("backup %+v, loss %+v; want %d messages, nothing missing", res, loss, storeMessages)
+	}
+}
+
+// TestBackupOnStoreUnreadable: a damaged message with the server's state
+// file kept: the server trusts the state file, counts the message, and
+// the snapshot skips it, as it cannot read it; the backup names it
+// (Loss.Unreadable) where it used to say nothing was missing.
+func TestBackupOnStoreUnreadable(t *testing.T) {
+	e := roomtest.NewEnv(t)
+	fillStore(t, e, 0, nil)
+	roomtest.DamageStore(t, e.Dir, room.DefaultStream, storeMarker(400), true)
+	_, _, loss := backupOnStore(t, e.Dir)
+	if loss == nil || loss.Unreadable != 1 || !slices.Equal(loss.UnreadableSeqs, []uint64{400}) || loss.Inside != 0 || loss.Tail != 0 {
+		t.Fatalf("loss %+v, want 1 unreadable at stream seq 400", loss)
+	}
+	if l := loss.Lines(); len(l) != 1 || !strings.HasPrefix(l[0], "1 messages the server counts but cannot read (stream seqs [400])") {
+		t.Fatalf("lines %q", l)
 	}
 }
 

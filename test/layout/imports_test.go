@@ -76,7 +76,7 @@ var rules = map[string]rule{
 	// room's stream rules. jsm.go imports the nats-server package itself,
 	// so the server is among its dependencies: no reader or client may
 	// import it.
-	"room/backup": {imports: []string{"room"}, nats: true, server: true},
+	"room/backup": {imports: []string{"room", "room/internal/jsapi"}, nats: true, server: true},
 	// Secure mode's roles and permissions, on room's vocabulary.
 	"room/secure": {imports: []string{"room"}, nats: true, server: true},
 	// The process: serve's assembly of server, stream guard, gate,

@@ -175,3 +175,73 @@ func LeaderFresh(ctx context.Context, nc *nats.Conn, stream string, timeout time
 	}
 	return nil
 }
+
+// Unread is what ReadAll found of a stream: its first and last sequence
+// when the read began, the messages read, the deleted ones in that span
+// (as the stream's state listed them), and the sequences neither read nor
+// deleted (Unreadable, the first ten in UnreadableSeqs, their span Lo to
+// Hi): messages the server counts but did not return.
+type Unread struct {
+	FirstSeq, LastSeq uint64
+	Read, Deleted     uint64
+	Unreadable        uint64
+	UnreadableSeqs    []uint64
+	Lo, Hi            uint64
+}
+
+// ReadAll reads every message of stream on filter's subjects (">" for
+// all) from its first sequence to its last when called, in stream order,
+// by batched direct gets of batch messages (each reply waiting at most
+// timeout), holding none of them, and returns what it found (Unread). A
+// whole-stream read (filter matching all its subjects) names the
+// messages the server counts but cannot return, as from a damaged block
+// whose state file it kept. Errors: StreamDeletions' and DirectBatch's.
+func ReadAll(ctx context.Context, nc *nats.Conn, stream, filter string, batch int, timeout time.Duration) (Unread, error) {
+	del, err := StreamDeletions(ctx, nc, stream, timeout)
+	if err != nil {
+		return Unread{}, err
+	}
+	u := Unread{FirstSeq: max(del.FirstSeq, 1), LastSeq: del.LastSeq}
+	deleted := make(map[uint64]bool, len(del.Deleted))
+	for _, s := range del.Deleted {
+		deleted[s] = true
+	}
+	next := u.FirstSeq
+	gap := func(to uint64) { // the seqs from next below to were not read
+		for s := next; s < to; s++ {
+			if deleted[s] {
+				u.Deleted++
+				continue
+			}
+			u.Unreadable++
+			if len(u.UnreadableSeqs) < 10 {
+				u.UnreadableSeqs = append(u.UnreadableSeqs, s)
+			}
+			if u.Lo == 0 {
+				u.Lo = s
+			}
+			u.Hi = s
+		}
+	}
+	for u.LastSeq > 0 && next <= u.LastSeq {
+		msgs, err := DirectBatch(ctx, nc, stream, BatchRequest{Seq: next, NextBySubj: filter, Batch: batch, UpToSeq: u.LastSeq}, timeout)
+		if err != nil {
+			return u, fmt.Errorf("read stream %s from stream seq %d: %w", stream, next, err)
+		}
+		if len(msgs) == 0 {
+			break
+		}
+		for _, m := range msgs {
+			if m.Seq > u.LastSeq {
+				break
+			}
+			gap(m.Seq)
+			u.Read++
+			next = m.Seq + 1
+		}
+	}
+	if u.LastSeq > 0 {
+		gap(u.LastSeq + 1)
+	}
+	return u, nil
+}
