@@ -220,6 +220,9 @@ type Checkpointer struct {
 
 	mu    sync.Mutex
 	rooms map[string]*ckRoom
+	// lost holds the rooms Block named (room -> why): no checkpoint is
+	// written for them.
+	lost map[string]string
 	// batches reassembles the atomic batches of the messages read and
 	// verifies those the gate of this process did not make, one signature
 	// per batch; held are the messages of the batch it holds open, in
@@ -326,7 +329,7 @@ func Start(ctx context.Context, nc *nats.Conn, o Options) (*Checkpointer, error)
 	}
 	c := &Checkpointer{log: o.Logger, subjects: o.Subjects, signer: signer, nodeID: o.Key.NodeID(), trust: trust,
 		every: uint64(o.Every), interval: o.Interval, due: make(chan struct{}, 1), wdone: make(chan struct{}),
-		rooms: map[string]*ckRoom{}, parsed: map[string]room.Parsed{},
+		rooms: map[string]*ckRoom{}, parsed: map[string]room.Parsed{}, lost: map[string]string{},
 		switched: make(chan struct{}), fdone: make(chan struct{}), cdone: make(chan struct{})}
 	c.acked.init()
 	c.gapWait.Store(int64(ckGapWait))
@@ -496,4 +499,23 @@ func (c *Checkpointer) stop(ctx context.Context) error {
 	}
 	c.log.Info("checkpointer stopped")
 	return errors.Join(errs...)
+}
+
+// Block stops the checkpoints of roomID for as long as the checkpointer
+// runs: the store lost leaves the room's tree holds (serve's survey found
+// the room's latest checkpoint covering more leaves than the stream
+// holds, docs/reliability.md), so a checkpoint of it would sign leaves no
+// reader can find, and readers refuse it (checkpoint_mismatch). A loss
+// notice does not lift it: the tree stays one readers cannot rebuild. The
+// room counts in roompub_checkpoint_rooms_blocked, and why is logged once.
+func (c *Checkpointer) Block(roomID, why string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if _, ok := c.lost[roomID]; ok {
+		return
+	}
+	c.lost[roomID] = why
+	c.m.blocked.Inc()
+	c.log.Error("checkpointer: the store lost leaves of the room: no checkpoint will be written for the room",
+		zap.String("room", roomID), zap.String("reason", why))
 }

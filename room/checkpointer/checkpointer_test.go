@@ -16,6 +16,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zaptest/observer"
 
@@ -831,5 +832,38 @@ func TestCheckpointerOrigin(t *testing.T) {
 	msgs := e.OnSubject(ckSubj)
 	if _, err := checkpoint.Parse(msgs[1].Data, roomID, other); !errors.Is(err, checkpoint.ErrBadCheckpoint) || !strings.Contains(err.Error(), "is of deployment") {
 		t.Fatalf("another deployment's reader: %v", err)
+	}
+}
+
+// TestCheckpointerBlock: a room Block names (serve's survey found the
+// store lost leaves its tree holds) gets no checkpoint, not even a final
+// one, and counts in roompub_checkpoint_rooms_blocked; another room goes
+// on.
+func TestCheckpointerBlock(t *testing.T) {
+	e := roomtest.NewEnv(t)
+	ctx := context.Background()
+	key := roomtest.NewPublisherKey(t)
+	reg := prometheus.NewRegistry()
+	ckp, logs := roomtest.StartCheckpointer(t, e.Connect(), checkpointer.Options{Key: key, Every: 1000, Interval: time.Hour, Registerer: reg})
+	gate := roomtest.AttestingGate(e, e.Nc, key, ckp, ingest.GateOptions{})
+	ckp.Block("room:lost", "its latest checkpoint covers 250 leaves, the stream holds 200")
+	ckp.Block("room:lost", "again") // counted once
+	for _, id := range []string{"room:lost", "room:fine"} {
+		_, body := roomtest.Journal(t, "run-"+id[5:], "cap", 5)
+		if r, err := gate.AppendJournal(ctx, id, body, nil); err != nil || r.Stored != 5 {
+			t.Fatalf("%s: %+v %v", id, r, err)
+		}
+	}
+	if err := ckp.Stop(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if n, m := e.CountOn(room.Subjects{}.Checkpoint("room:lost")), e.CountOn(room.Subjects{}.Checkpoint("room:fine")); n != 0 || m != 1 {
+		t.Fatalf("checkpoints: %d of the blocked room, %d of the other; want 0 and 1", n, m)
+	}
+	if v, ok := roomtest.MetricValue(t, reg, "roompub_checkpoint_rooms_blocked"); !ok || v != 1 {
+		t.Fatalf("roompub_checkpoint_rooms_blocked %v (present %v), want 1", v, ok)
+	}
+	if l := logs.FilterMessageSnippet("the store lost leaves of the room").All(); len(l) != 1 || l[0].ContextMap()["room"] != "room:lost" {
+		t.Fatalf("logs: %v", l)
 	}
 }

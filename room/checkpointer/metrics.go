@@ -114,7 +114,7 @@ func newCheckpointMetrics(reg prometheus.Registerer, lag func() checkpointLag, k
 		}),
 		blocked: prometheus.NewGauge(prometheus.GaugeOpts{
 			Namespace: "roompub", Name: "checkpoint_rooms_blocked",
-			Help: "Rooms whose latest checkpoint contradicts their messages as this publisher reads them: it writes none for them.",
+			Help: "Rooms whose latest checkpoint contradicts their messages as this publisher reads them, or whose leaves the store lost (serve's survey): it writes none for them.",
 		}),
 		unadmitted: prometheus.NewCounter(prometheus.CounterOpts{
 			Namespace: "roompub", Name: "checkpoint_unadmitted_messages_total",

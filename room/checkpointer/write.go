@@ -56,7 +56,7 @@ func (c *Checkpointer) writeDue(ctx context.Context, final bool) error {
 	}
 	for _, r := range c.rooms {
 		size, covered := r.ledger.Size(), max(r.ledger.Covered(), r.written)
-		if size <= covered || r.bad != "" || (!final && now.Before(r.waitTill)) {
+		if size <= covered || r.bad != "" || c.lost[r.id] != "" || (!final && now.Before(r.waitTill)) {
 			continue
 		}
 		if r.lease.rev == 0 && now.Before(r.lease.retryAt) {

@@ -445,7 +445,8 @@ func Serve(ctx context.Context, o ServeOptions) error {
 	// (ingest.Gate, "store_lost"); the survey finds the ones nobody uses.
 	surveyCtx, stopSurveys := context.WithCancel(ctx)
 	var scrubs sync.WaitGroup
-	defer scrubs.Wait() // after stopSurveys (deferred after it) ends them
+	checkSoon := make(chan struct{}, 1) // a scrub asks for the stream check before its turn
+	defer scrubs.Wait()                 // after stopSurveys (deferred after it) ends them
 	defer stopSurveys()
 	ackLoss, err := lossByPartition(ctx, place, o.AcknowledgeLoss)
 	if err != nil {
@@ -458,6 +459,18 @@ func Serve(ctx context.Context, o ServeOptions) error {
 		p.gate.Pause(p.guard.writers)
 		p.guard.checkLoss(ctx, p.st)
 		p.surveys = newSurveyor(p.gate, metrics, log, ackLoss[i])
+		if p.ckp != nil {
+			// A room whose checkpoint covers leaves the store lost gets
+			// no more checkpoints: they would sign leaves readers cannot
+			// find.
+			p.surveys.found = func(sv ingest.Survey) {
+				for _, d := range sv.DamagedRooms {
+					if d.Size > d.Held {
+						p.ckp.Block(d.RoomID, d.What())
+					}
+				}
+			}
+		}
 		p.contradictions.onFound(func() { p.surveys.start(surveyCtx) })
 		defer p.surveys.wait()
 		p.surveys.start(surveyCtx)
@@ -472,7 +485,15 @@ func Serve(ctx context.Context, o ServeOptions) error {
 		p.storeLost.Store(checkResult{p.guard.lost})
 		p.scrubbed.Store(checkResult{})
 		if o.ScrubInterval > 0 {
-			scrubs.Go(func() { p.scrubLoop(surveyCtx, o.ScrubInterval, metrics, log) })
+			p.scrubbed.Store(checkResult{errNotScrubbed})
+			scrubs.Go(func() {
+				p.scrubLoop(surveyCtx, o.ScrubInterval, func() {
+					select {
+					case checkSoon <- struct{}{}:
+					default:
+					}
+				}, metrics, log)
+			})
 		}
 	}
 	so := o.Service
@@ -580,6 +601,10 @@ loop:
 				log.Error("publisher lost its NATS connection: stopping", zap.Error(lost))
 			}
 			break loop
+		case <-checkSoon:
+			for _, p := range parts {
+				p.check(ctx, surveyCtx, log)
+			}
 		case <-tick.C:
 			for _, p := range parts {
 				p.check(ctx, surveyCtx, log)

@@ -30,11 +30,14 @@ type surveyor struct {
 	// acknowledges.
 	ack        []string
 	retryFirst time.Duration // the pause after the first failure; doubled after each
-	mu         sync.Mutex
-	first      chan struct{} // closed once the first survey ended, finished or not
-	running    bool
-	again      bool
-	wg         sync.WaitGroup
+	// found, when set, is told what each finished survey found (before
+	// loss notices are written).
+	found   func(ingest.Survey)
+	mu      sync.Mutex
+	first   chan struct{} // closed once the first survey ended, finished or not
+	running bool
+	again   bool
+	wg      sync.WaitGroup
 }
 
 // The pauses between surveys that could not finish.
@@ -88,6 +91,9 @@ func (s *surveyor) run(ctx context.Context) {
 		default:
 			s.log.Error("store survey: the store lost acknowledged messages; /healthz reports it", zap.Int("chains", sv.ChainsSeen), zap.Int("rooms", sv.RoomsSeen),
 				zap.Int("damaged_chains", len(sv.Damaged)), zap.Int("damaged_rooms", len(sv.DamagedRooms)), zap.Duration("took", took))
+		}
+		if err == nil && s.found != nil {
+			s.found(sv)
 		}
 		if err == nil && !s.acknowledgeLoss(ctx) && ctx.Err() == nil {
 			// A notice asked for could not be written: survey again, and

@@ -84,7 +84,8 @@ func getHealth(t *testing.T, log string) (int, string) {
 // 50..99 (and the rest of that block) on restart. Serve then says so
 // without any append (its survey): an error line naming room, chain and
 // positions, roompub_store_damaged_chains 1 and roompub_store_damaged_rooms
-// 1 (the room's checkpoint covers 250 leaves, 200 are held), /healthz 503
+// 1 (the room's checkpoint covers 250 leaves, 200 are held), the room's
+// checkpoints blocked (roompub_checkpoint_rooms_blocked 1), /healthz 503
 // naming the chain. `publisher journal` of A never says "already stored":
 // it is refused store_lost at line 51, exit 1, and stores nothing; B goes
 // on.
@@ -118,7 +119,9 @@ func TestStoreLostChainClosed(t *testing.T) {
 
 	srv = startKeyed(t, store, key, args...)
 	positions := fmt.Sprintf("positions 50-99 (between stream seqs 50 and %d)", at100)
-	want := map[string]string{"roompub_store_damaged_chains": "1", "roompub_store_damaged_rooms": "1"}
+	// The checkpointer writes no more checkpoints of the room: they would
+	// sign leaves the store lost.
+	want := map[string]string{"roompub_store_damaged_chains": "1", "roompub_store_damaged_rooms": "1", "roompub_checkpoint_rooms_blocked": "1"}
 	deadline := time.Now().Add(10 * time.Second)
 	for got := scrapeMetrics(t, srv.log.String(), want); !maps.Equal(got, want); got = scrapeMetrics(t, srv.log.String(), want) {
 		if time.Now().After(deadline) {
