@@ -555,8 +555,9 @@ func (g *Gate) reload(ctx context.Context, key events.ChainKey, c *chainState, l
 		return err
 	}
 	var counted int64 // > 0: the server counts messages on the chain's subjects it returns none of as their last
+	var counts map[string]uint64
 	if last == nil {
-		if last, counted, err = g.lastReadable(ctx, key); err != nil {
+		if last, counted, counts, err = g.lastReadable(ctx, key); err != nil {
 			return err
 		}
 	}
@@ -585,7 +586,7 @@ func (g *Gate) reload(ctx context.Context, key events.ChainKey, c *chainState, l
 			return g.judgeUnadmitted(ctx, key, c, last, cut, counted)
 		}
 		if counted > 0 {
-			return g.judgeUnreadable(ctx, key, c, counted)
+			return g.judgeUnreadable(ctx, key, c, counted, counts)
 		}
 		return nil
 	}

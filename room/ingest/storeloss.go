@@ -107,9 +107,10 @@ func (g *Gate) Recheck() { g.lossGen.Add(1) }
 // the position after the last entry on the subject whoever attested it:
 // with a publisher key, a batch cut by the loss is not admitted, so the
 // admitted head can stand before later entries the store still holds.
-// With read set (a trusted batch on the chain was found cut short), the
-// chain is read whatever the count says: a server that kept its state file
-// counts a damaged message it can no longer read.
+// With read set (a trusted batch on the chain was found cut short, or the
+// server counts a last message it does not return), the chain is read
+// and not counted: a server that kept its state file counts a damaged
+// message it can no longer read.
 func (g *Gate) judgeLoss(ctx context.Context, key events.ChainKey, c *chainState, rawNext int64, read bool) error {
 	gen := g.lossGen.Load()
 	next := max(c.next, rawNext)
@@ -118,22 +119,27 @@ func (g *Gate) judgeLoss(ctx context.Context, key events.ChainKey, c *chainState
 		return nil
 	}
 	subj := g.subjects.Journal(c.roomID, key)
-	counts, err := jsapi.SubjectCounts(ctx, g.nc, g.streamName(), subj, g.timeout)
-	if err != nil {
-		return err
-	}
-	var lost *room.ChainLoss
 	// In a room the checkpointer found contradicting its checkpoint, the
 	// server may count messages it can no longer read: read the chain.
 	// So it may after it dropped messages its per-subject counts still
 	// hold (a block cut while its state file was kept): a chain whose
-	// messages span deleted stream seqs is read.
-	if !read && int64(counts[subj]) >= next && !g.contradicted(c.roomID) {
-		if read, err = g.spansDeleted(ctx, subj, max(c.lastSeq, c.streamSeq)); err != nil {
+	// messages span deleted stream seqs is read. Otherwise only a count
+	// short of next makes it read.
+	read = read || g.contradicted(c.roomID)
+	if !read {
+		counts, err := jsapi.SubjectCounts(ctx, g.nc, g.streamName(), subj, g.timeout)
+		if err != nil {
 			return err
 		}
+		if read = int64(counts[subj]) < next; !read {
+			if read, err = g.spansDeleted(ctx, subj, max(c.lastSeq, c.streamSeq)); err != nil {
+				return err
+			}
+		}
 	}
-	if int64(counts[subj]) < next || read || g.contradicted(c.roomID) {
+	var lost *room.ChainLoss
+	if read {
+		var err error
 		if lost, err = g.readLoss(ctx, subj, next, max(c.lastSeq, c.streamSeq)); err != nil {
 			return err
 		}
@@ -237,24 +243,22 @@ func (g *Gate) spansDeleted(ctx context.Context, subj string, last uint64) (bool
 // any (a last message it can no longer read: a damaged block whose state
 // file it kept), it reads the chain from the stream leader for the last
 // message it can read (nil when none) and returns it with the count, the
-// positions the chain held at least. A new chain costs the count's one
-// request, once per process.
-func (g *Gate) lastReadable(ctx context.Context, key events.ChainKey) (*jetstream.RawStreamMsg, int64, error) {
+// positions the chain held at least, and the counts by subject. A new
+// chain costs the count's one request, once per process.
+func (g *Gate) lastReadable(ctx context.Context, key events.ChainKey) (last *jetstream.RawStreamMsg, counted int64, counts map[string]uint64, err error) {
 	subj := g.subjects.ChainAnyRoom(key)
-	counts, err := jsapi.SubjectCounts(ctx, g.nc, g.streamName(), subj, g.timeout)
-	if err != nil {
-		return nil, 0, err
+	if counts, err = jsapi.SubjectCounts(ctx, g.nc, g.streamName(), subj, g.timeout); err != nil {
+		return nil, 0, nil, err
 	}
 	var n uint64
 	for _, k := range counts {
 		n += k
 	}
 	if n == 0 {
-		return nil, 0, nil
+		return nil, 0, nil, nil
 	}
-	var last *jetstream.RawStreamMsg
 	if err := g.readRangeLeader(ctx, subj, 1, math.MaxUint64, func(m *jetstream.RawStreamMsg) { last = m }); err != nil {
-		return nil, 0, err
+		return nil, 0, nil, err
 	}
 	var at uint64
 	if last != nil {
@@ -262,17 +266,13 @@ func (g *Gate) lastReadable(ctx context.Context, key events.ChainKey) (*jetstrea
 	}
 	g.log.Warn("the server counts messages on a chain's subject but returns none as its last: reading the chain to judge what the store lost",
 		zap.String("chain", key.RunID+"/"+key.CapsuleID), zap.Uint64("counted", n), zap.Uint64("last_readable_stream_seq", at))
-	return last, int64(min(n, math.MaxInt64)), nil
+	return last, int64(min(n, math.MaxInt64)), counts, nil
 }
 
 // judgeUnreadable judges a chain none of whose counted messages the
 // server returns: every position below counted is lost, in the room of
-// the counted subject.
-func (g *Gate) judgeUnreadable(ctx context.Context, key events.ChainKey, c *chainState, counted int64) error {
-	counts, err := jsapi.SubjectCounts(ctx, g.nc, g.streamName(), g.subjects.ChainAnyRoom(key), g.timeout)
-	if err != nil {
-		return err
-	}
+// the first journal subject of counts (lastReadable's).
+func (g *Gate) judgeUnreadable(ctx context.Context, key events.ChainKey, c *chainState, counted int64, counts map[string]uint64) error {
 	for _, subj := range slices.Sorted(maps.Keys(counts)) {
 		if p, err := g.subjects.Parse(subj); err == nil && p.Kind == room.KindJournal {
 			c.roomID = p.RoomID
