@@ -363,7 +363,7 @@ func audit(ctx context.Context, js jetstream.JetStream, o AuditOptions, tune aud
 	// A whole-stream audit gets every message the server counts; one it
 	// does not get is one the server can no longer read (a damaged block
 	// whose state file was kept: nothing else shows it).
-	unread := unreadSeqs{last: max(info.State.FirstSeq, 1) - 1}
+	unread := jsapi.NewUnread(info.State.FirstSeq, info.State.LastSeq)
 	whole := len(o.Rooms) == 0 && !partial && info.State.NumDeleted == 0
 	if info.State.Msgs > 0 && info.State.LastSeq >= rep.FromSeq {
 		var facts readFacts
@@ -375,7 +375,7 @@ func audit(ctx context.Context, js jetstream.JetStream, o AuditOptions, tune aud
 				x := &b.xs[i]
 				rep.Totals.Messages++
 				if whole {
-					unread.saw(x.m.Seq)
+					unread.Saw(x.m.Seq, nil)
 				}
 				counts.add(x)
 				r.feed(x, full, out)
@@ -390,9 +390,9 @@ func audit(ctx context.Context, js jetstream.JetStream, o AuditOptions, tune aud
 			return rep, r, err
 		}
 		if whole && rep.Totals.Messages < info.State.Msgs {
-			unread.saw(info.State.LastSeq + 1)
+			unread.End(nil)
 			rep.StreamProblems = append(rep.StreamProblems, fmt.Sprintf("%v: the server counts %d messages in stream seqs %d to %d, and the read got %d: %s could not be read (a damaged block whose state file the server kept)",
-				room.ErrStoreLost, info.State.Msgs, info.State.FirstSeq, info.State.LastSeq, rep.Totals.Messages, unread))
+				room.ErrStoreLost, info.State.Msgs, info.State.FirstSeq, info.State.LastSeq, rep.Totals.Messages, unreadString(unread)))
 			rep.Totals.StreamIsSound = false
 		}
 	}
@@ -815,43 +815,20 @@ func replay(ctx context.Context, nc *nats.Conn, st jetstream.Stream, maxPayload 
 	}
 }
 
-// unreadSeqs collects the stream seqs a read in stream order skipped: the
-// count and the first ten.
-type unreadSeqs struct {
-	last  uint64 // the last seq seen
-	count uint64
-	first []uint64
-}
-
-// saw takes the next seq read (the last one + 1 ends the read).
-func (u *unreadSeqs) saw(seq uint64) {
-	for s := u.last + 1; s < seq; s++ {
-		u.count++
-		if len(u.first) < 10 {
-			u.first = append(u.first, s)
-		} else {
-			// Only the count from here on: a run of millions costs
-			// nothing more than its length.
-			u.count += seq - s - 1
-			break
-		}
-	}
-	u.last = seq
-}
-
-// String is "stream seqs 7, 9 (2 messages)", with " …" past ten.
-func (u unreadSeqs) String() string {
+// unreadString is u's skipped seqs for the audit's stream problem:
+// "stream seqs 7, 9 (2 messages)", with " …" past ten.
+func unreadString(u jsapi.Unread) string {
 	var b strings.Builder
 	b.WriteString("stream seqs ")
-	for i, s := range u.first {
+	for i, s := range u.UnreadableSeqs {
 		if i > 0 {
 			b.WriteString(", ")
 		}
 		b.WriteString(strconv.FormatUint(s, 10))
 	}
-	if u.count > uint64(len(u.first)) {
+	if u.Unreadable > uint64(len(u.UnreadableSeqs)) {
 		b.WriteString(" …")
 	}
-	fmt.Fprintf(&b, " (%d messages)", u.count)
+	fmt.Fprintf(&b, " (%d messages)", u.Unreadable)
 	return b.String()
 }

@@ -176,57 +176,91 @@ func LeaderFresh(ctx context.Context, nc *nats.Conn, stream string, timeout time
 	return nil
 }
 
-// Unread is what ReadAll found of a stream: its first and last sequence
-// when the read began, the messages read, the deleted ones in that span
-// (as the stream's state listed them), and the sequences neither read nor
-// deleted (Unreadable, the first ten in UnreadableSeqs, their span Lo to
-// Hi): messages the server counts but did not return.
+// Unread counts what a read of a stream in stream order skipped: its
+// first and last sequence when the read began, the messages read, the
+// skipped sequences a list of deletions names (Deleted), and the others
+// (Unreadable, the first ten in UnreadableSeqs, their span Lo to Hi):
+// messages the server counts but did not return. Make it with NewUnread,
+// feed it with Saw and End.
 type Unread struct {
 	FirstSeq, LastSeq uint64
 	Read, Deleted     uint64
 	Unreadable        uint64
 	UnreadableSeqs    []uint64
 	Lo, Hi            uint64
+	next              uint64 // the seq the read expects next
+}
+
+// NewUnread starts the count of a read of stream seqs first (at least 1)
+// to last.
+func NewUnread(first, last uint64) Unread {
+	first = max(first, 1)
+	return Unread{FirstSeq: first, LastSeq: last, next: first}
+}
+
+// Saw takes the next message the read got, at seq: the sequences skipped
+// since the one before count as Deleted when deleted lists them, else as
+// Unreadable. With no deletions listed, a run of any length costs no
+// more than ten sequences.
+func (u *Unread) Saw(seq uint64, deleted map[uint64]bool) {
+	u.skip(seq, deleted)
+	u.Read++
+	u.next = seq + 1
+}
+
+// End ends the read at LastSeq: what follows the last message got is
+// counted as Saw counts a skip.
+func (u *Unread) End(deleted map[uint64]bool) {
+	if u.LastSeq > 0 {
+		u.skip(u.LastSeq+1, deleted)
+		u.next = u.LastSeq + 1
+	}
+}
+
+func (u *Unread) skip(to uint64, deleted map[uint64]bool) {
+	for s := u.next; s < to; s++ {
+		if deleted[s] {
+			u.Deleted++
+			continue
+		}
+		if len(deleted) == 0 && len(u.UnreadableSeqs) == 10 {
+			u.Unreadable += to - s // only the count from here on
+			u.Hi = to - 1
+			return
+		}
+		u.Unreadable++
+		if len(u.UnreadableSeqs) < 10 {
+			u.UnreadableSeqs = append(u.UnreadableSeqs, s)
+		}
+		if u.Lo == 0 {
+			u.Lo = s
+		}
+		u.Hi = s
+	}
 }
 
 // ReadAll reads every message of stream on filter's subjects (">" for
 // all) from its first sequence to its last when called, in stream order,
 // by batched direct gets of batch messages (each reply waiting at most
-// timeout), holding none of them, and returns what it found (Unread). A
-// whole-stream read (filter matching all its subjects) names the
-// messages the server counts but cannot return, as from a damaged block
-// whose state file it kept. Errors: StreamDeletions' and DirectBatch's.
+// timeout), holding none of them, and returns what it found (Unread,
+// with the stream's listed deletions). A whole-stream read (filter
+// matching all its subjects) names the messages the server counts but
+// cannot return, as from a damaged block whose state file it kept.
+// Errors: StreamDeletions' and DirectBatch's.
 func ReadAll(ctx context.Context, nc *nats.Conn, stream, filter string, batch int, timeout time.Duration) (Unread, error) {
 	del, err := StreamDeletions(ctx, nc, stream, timeout)
 	if err != nil {
 		return Unread{}, err
 	}
-	u := Unread{FirstSeq: max(del.FirstSeq, 1), LastSeq: del.LastSeq}
+	u := NewUnread(del.FirstSeq, del.LastSeq)
 	deleted := make(map[uint64]bool, len(del.Deleted))
 	for _, s := range del.Deleted {
 		deleted[s] = true
 	}
-	next := u.FirstSeq
-	gap := func(to uint64) { // the seqs from next below to were not read
-		for s := next; s < to; s++ {
-			if deleted[s] {
-				u.Deleted++
-				continue
-			}
-			u.Unreadable++
-			if len(u.UnreadableSeqs) < 10 {
-				u.UnreadableSeqs = append(u.UnreadableSeqs, s)
-			}
-			if u.Lo == 0 {
-				u.Lo = s
-			}
-			u.Hi = s
-		}
-	}
-	for u.LastSeq > 0 && next <= u.LastSeq {
-		msgs, err := DirectBatch(ctx, nc, stream, BatchRequest{Seq: next, NextBySubj: filter, Batch: batch, UpToSeq: u.LastSeq}, timeout)
+	for u.LastSeq > 0 && u.next <= u.LastSeq {
+		msgs, err := DirectBatch(ctx, nc, stream, BatchRequest{Seq: u.next, NextBySubj: filter, Batch: batch, UpToSeq: u.LastSeq}, timeout)
 		if err != nil {
-			return u, fmt.Errorf("read stream %s from stream seq %d: %w", stream, next, err)
+			return u, fmt.Errorf("read stream %s from stream seq %d: %w", stream, u.next, err)
 		}
 		if len(msgs) == 0 {
 			break
@@ -235,13 +269,9 @@ func ReadAll(ctx context.Context, nc *nats.Conn, stream, filter string, batch in
 			if m.Seq > u.LastSeq {
 				break
 			}
-			gap(m.Seq)
-			u.Read++
-			next = m.Seq + 1
+			u.Saw(m.Seq, deleted)
 		}
 	}
-	if u.LastSeq > 0 {
-		gap(u.LastSeq + 1)
-	}
+	u.End(deleted)
 	return u, nil
 }

@@ -106,3 +106,23 @@ func streamS(t *testing.T) (*nats.Conn, jetstream.JetStream) {
 	}
 	return nc, js
 }
+
+// TestUnread: skipped seqs a list of deletions names count as deleted,
+// the others as unreadable (the first ten named, the span kept), with a
+// long run counted without walking it when nothing is listed deleted.
+func TestUnread(t *testing.T) {
+	u := jsapi.NewUnread(1, 20)
+	for _, s := range []uint64{1, 2, 6, 9} {
+		u.Saw(s, map[uint64]bool{3: true, 4: true})
+	}
+	u.End(map[uint64]bool{3: true, 4: true})
+	if u.Read != 4 || u.Deleted != 2 || u.Unreadable != 14 || !slices.Equal(u.UnreadableSeqs, []uint64{5, 7, 8, 10, 11, 12, 13, 14, 15, 16}) || u.Lo != 5 || u.Hi != 20 {
+		t.Errorf("with deletions: %+v", u)
+	}
+	u = jsapi.NewUnread(0, 1_000_000)
+	u.Saw(1, nil)
+	u.End(nil)
+	if u.Unreadable != 999_999 || len(u.UnreadableSeqs) != 10 || u.Lo != 2 || u.Hi != 1_000_000 {
+		t.Errorf("a long run: %d unreadable, seqs %v, span %d..%d", u.Unreadable, u.UnreadableSeqs, u.Lo, u.Hi)
+	}
+}
