@@ -2,9 +2,13 @@ package roomtest
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"os"
 	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
 	"testing"
 
 	"github.com/roompub/roompub/events"
@@ -39,32 +43,17 @@ func (e *Env) damage(marker []byte, keepState bool) {
 // StoreDir, say), in the block files of stream.
 func DamageStore(t testing.TB, storeDir, stream string, marker []byte, keepState bool) {
 	t.Helper()
-	blocks, err := filepath.Glob(filepath.Join(storeDir, "jetstream", "*", "streams", stream, "msgs", "*.blk"))
-	if err != nil || len(blocks) == 0 {
-		t.Fatalf("Damage: no block file of stream %s under %s (%v)", stream, storeDir, err)
+	path, data, at := blockWith(t, storeDir, stream, marker, "Damage")
+	data[at+len(marker)/2] ^= 0x01
+	if err := os.WriteFile(path, data, 0o600); err != nil {
+		t.Fatal(err)
 	}
-	for _, path := range blocks {
-		data, err := os.ReadFile(path)
-		if err != nil {
-			t.Fatal(err)
-		}
-		i := bytes.Index(data, marker)
-		if i < 0 {
-			continue
-		}
-		data[i+len(marker)/2] ^= 0x01
-		if err := os.WriteFile(path, data, 0o600); err != nil {
-			t.Fatal(err)
-		}
-		if keepState {
-			return
-		}
-		if err := os.Remove(filepath.Join(filepath.Dir(path), "index.db")); err != nil && !os.IsNotExist(err) {
-			t.Fatal(err)
-		}
+	if keepState {
 		return
 	}
-	t.Fatalf("Damage: %q is in no block file of stream %s", marker, stream)
+	if err := os.Remove(filepath.Join(filepath.Dir(path), "index.db")); err != nil && !os.IsNotExist(err) {
+		t.Fatal(err)
+	}
 }
 
 // TruncateBlockAt cuts the room stream's block file that holds marker
@@ -78,23 +67,10 @@ func (e *Env) TruncateBlockAt(marker []byte) {
 	if e.Srv != nil {
 		t.Fatal("TruncateBlockAt: stop the server first")
 	}
-	blocks, err := filepath.Glob(filepath.Join(e.Dir, "jetstream", "*", "streams", e.streamName(), "msgs", "*.blk"))
-	if err != nil {
+	path, _, at := blockWith(t, e.Dir, e.streamName(), marker, "TruncateBlockAt")
+	if err := os.Truncate(path, int64(at)); err != nil {
 		t.Fatal(err)
 	}
-	for _, path := range blocks {
-		data, err := os.ReadFile(path)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if i := bytes.Index(data, marker); i >= 0 {
-			if err := os.Truncate(path, int64(i)); err != nil {
-				t.Fatal(err)
-			}
-			return
-		}
-	}
-	t.Fatalf("TruncateBlockAt: %q is in no block file of stream %s", marker, e.streamName())
 }
 
 // CutBlockAt flips a bit of the length of the n-th (0-based) message on
@@ -111,14 +87,10 @@ func (e *Env) CutBlockAt(subject string, n int) {
 	if e.Srv != nil {
 		t.Fatal("CutBlockAt: stop the server first")
 	}
-	blocks, err := filepath.Glob(filepath.Join(e.Dir, "jetstream", "*", "streams", e.streamName(), "msgs", "*.blk"))
-	if err != nil {
-		t.Fatal(err)
-	}
 	const before = 4 + 8 + 8 + 2 // length, sequence, timestamp, subject length
 	subj := []byte(subject)
 	left := n // occurrences still to pass, over the blocks in order
-	for _, path := range blocks {
+	for _, path := range blockFiles(t, e.Dir, e.streamName(), "CutBlockAt") {
 		data, err := os.ReadFile(path)
 		if err != nil {
 			t.Fatal(err)
@@ -144,6 +116,41 @@ func (e *Env) CutBlockAt(subject string, n int) {
 		}
 	}
 	t.Fatalf("CutBlockAt: message %d on %s is in no block file of stream %s", n, subject, e.streamName())
+}
+
+// blockFiles returns the block files of stream under storeDir in block
+// order (2.blk before 10.blk), failing t (naming what, the caller) when
+// there is none.
+func blockFiles(t testing.TB, storeDir, stream, what string) []string {
+	t.Helper()
+	blocks, err := filepath.Glob(filepath.Join(storeDir, "jetstream", "*", "streams", stream, "msgs", "*.blk"))
+	if err != nil || len(blocks) == 0 {
+		t.Fatalf("%s: no block file of stream %s under %s (%v)", what, stream, storeDir, err)
+	}
+	number := func(path string) int {
+		n, _ := strconv.Atoi(strings.TrimSuffix(filepath.Base(path), ".blk"))
+		return n
+	}
+	slices.SortFunc(blocks, func(a, b string) int { return cmp.Compare(number(a), number(b)) })
+	return blocks
+}
+
+// blockWith returns the first block file of stream under storeDir that
+// holds marker, its bytes and the marker's offset in them, failing t
+// (naming what) when none does.
+func blockWith(t testing.TB, storeDir, stream string, marker []byte, what string) (path string, data []byte, at int) {
+	t.Helper()
+	for _, path := range blockFiles(t, storeDir, stream, what) {
+		data, err := os.ReadFile(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if at := bytes.Index(data, marker); at >= 0 {
+			return path, data, at
+		}
+	}
+	t.Fatalf("%s: %q is in no block file of stream %s", what, marker, stream)
+	return "", nil, 0
 }
 
 func (e *Env) streamName() string {
