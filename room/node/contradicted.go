@@ -17,7 +17,6 @@ import (
 
 	"github.com/roompub/roompub/room"
 	"github.com/roompub/roompub/room/ingest"
-	"github.com/roompub/roompub/room/internal/jsapi"
 )
 
 // Rooms found contradicting their checkpoint, remembered across starts
@@ -122,30 +121,15 @@ func (k contradictedKey) get(ctx context.Context) (map[string]string, uint64, er
 }
 
 func (k contradictedKey) apply(ctx context.Context, changes map[string]string) error {
-	for range 5 {
+	return updateKey(ctx, k.kv, k.key, "rooms found contradicted ("+k.where()+")", func() ([]byte, uint64, bool, error) {
 		rooms, rev, err := k.get(ctx)
 		if err != nil {
-			return err
+			return nil, 0, false, err
 		}
 		merge(rooms, changes)
 		data, err := json.Marshal(contradictedRecord{Stream: k.stream, Rooms: rooms})
-		if err != nil {
-			return err
-		}
-		if rev == 0 {
-			_, err = k.kv.Create(ctx, k.key, data)
-		} else {
-			_, err = k.kv.Update(ctx, k.key, data, rev)
-		}
-		if err == nil {
-			return nil
-		}
-		if !errors.Is(err, jetstream.ErrKeyExists) && !jsapi.IsWrongLastSequence(err) {
-			return fmt.Errorf("rooms found contradicted (%s): %w", k.where(), err)
-		}
-		// Another publisher wrote in between: read again.
-	}
-	return fmt.Errorf("rooms found contradicted (%s): updated by others five times in a row", k.where())
+		return data, rev, err == nil, err
+	})
 }
 
 // decodeContradicted reads a contradictedRecord of stream; where names it

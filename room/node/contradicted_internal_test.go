@@ -8,6 +8,9 @@ import (
 	"testing"
 
 	"go.uber.org/zap"
+
+	"github.com/roompub/roompub/room"
+	"github.com/roompub/roompub/room/internal/roomtest"
 )
 
 // TestContradictedFile: changes merge into what the file keeps (a reason
@@ -75,5 +78,40 @@ func TestContradictionRelayPersists(t *testing.T) {
 	got, err := f.load(context.Background())
 	if err != nil || !maps.Equal(got, map[string]string{"room:new": "it covers 5"}) {
 		t.Fatalf("kept %v, %v", got, err)
+	}
+}
+
+// TestContradictedKey: the streams bucket's key merges changes as the
+// file does, beside the stream's mark, which it leaves alone; a key kept
+// for another stream is refused.
+func TestContradictedKey(t *testing.T) {
+	e := roomtest.NewEnv(t)
+	ctx := t.Context()
+	kv, err := streamsBucket(ctx, e.Js, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mark := kvMemory{kv: kv, key: "ROOMS"}
+	if err := mark.save(ctx, room.StreamMark{Stream: "ROOMS", LastSeq: 7}, false); err != nil {
+		t.Fatal(err)
+	}
+	k := contradictedKey{kv: kv, key: "ROOMS.contradicted", stream: "ROOMS"}
+	for i, step := range []struct{ changes, want map[string]string }{
+		{map[string]string{"room:a": "why a"}, map[string]string{"room:a": "why a"}},
+		{map[string]string{"room:b": "why b", "room:a": ""}, map[string]string{"room:b": "why b"}},
+	} {
+		if err := k.apply(ctx, step.changes); err != nil {
+			t.Fatalf("step %d: %v", i, err)
+		}
+		if got, err := k.load(ctx); err != nil || !maps.Equal(got, step.want) {
+			t.Fatalf("step %d: %v, %v; want %v", i, got, err, step.want)
+		}
+	}
+	if m, err := mark.load(ctx); err != nil || m == nil || m.LastSeq != 7 {
+		t.Fatalf("the mark beside it: %+v, %v", m, err)
+	}
+	other := contradictedKey{kv: kv, key: "ROOMS.contradicted", stream: "ROOMS-1"}
+	if _, err := other.load(ctx); err == nil || !strings.Contains(err.Error(), `kept for stream "ROOMS", serve's is "ROOMS-1"`) {
+		t.Fatalf("another stream's key: %v", err)
 	}
 }

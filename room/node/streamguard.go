@@ -124,28 +124,44 @@ func (k kvMemory) save(ctx context.Context, m room.StreamMark, force bool) error
 	if err != nil {
 		return err
 	}
-	for range 5 {
+	return updateKey(ctx, k.kv, k.key, "stream mark ("+k.where()+")", func() ([]byte, uint64, bool, error) {
 		old, rev, err := k.get(ctx)
 		if err != nil {
+			return nil, 0, false, err
+		}
+		if old != nil && !force && old.Created.Equal(m.Created) && old.LastSeq >= m.LastSeq {
+			return nil, 0, false, nil // another publisher recorded as much or more
+		}
+		return data, rev, true, nil
+	})
+}
+
+// updateKey writes key of the streams bucket kv by compare-and-set, which
+// every publisher of the account shares: each turn, read gives the value
+// to write and the revision it was read at (0: the key is missing,
+// created), or write false to leave the key as it is. A write another
+// publisher got in before is read again, five turns at most. what names
+// the key in errors; read's own errors are returned as they are.
+func updateKey(ctx context.Context, kv jetstream.KeyValue, key, what string, read func() (data []byte, rev uint64, write bool, err error)) error {
+	for range 5 {
+		data, rev, write, err := read()
+		if err != nil || !write {
 			return err
 		}
-		switch {
-		case old == nil:
-			_, err = k.kv.Create(ctx, k.key, data)
-		case !force && old.Created.Equal(m.Created) && old.LastSeq >= m.LastSeq:
-			return nil // another publisher recorded as much or more
-		default:
-			_, err = k.kv.Update(ctx, k.key, data, rev)
+		if rev == 0 {
+			_, err = kv.Create(ctx, key, data)
+		} else {
+			_, err = kv.Update(ctx, key, data, rev)
 		}
 		if err == nil {
 			return nil
 		}
 		if !errors.Is(err, jetstream.ErrKeyExists) && !jsapi.IsWrongLastSequence(err) {
-			return fmt.Errorf("stream mark (%s): %w", k.where(), err)
+			return fmt.Errorf("%s: %w", what, err)
 		}
 		// Another publisher wrote in between: read again.
 	}
-	return fmt.Errorf("stream mark (%s): updated by others five times in a row", k.where())
+	return fmt.Errorf("%s: updated by others five times in a row", what)
 }
 
 // pairMemory keeps the mark in two places: serve's own file and the
