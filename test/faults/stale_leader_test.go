@@ -46,7 +46,9 @@ func TestClusterStaleLeader(t *testing.T) {
 	}
 	serveX := startServe(t, "--server", x.url(), "--trusted-host", key.NodeID(), "--log-level", "warn")
 	serveL := startServe(t, "--server", l.url(), "--trusted-host", key.NodeID(), "--log-level", "warn")
-	c := newCapsule(t, filepath.Join(t.TempDir(), "stale-leader"), "run-stale-leader", 200)
+	// Lines for six tries of 20 after the first 100, then 10 more and the
+	// rest: with 200, a sixth try sliced past the end and panicked.
+	c := newCapsule(t, filepath.Join(t.TempDir(), "stale-leader"), "run-stale-leader", 260)
 	const roomID = "room:stale-leader"
 	onX, onL := ingestClient(t, x.url()), ingestClient(t, l.url())
 	ncL, err := nats.Connect(l.url(), nats.MaxReconnects(-1))
