@@ -18,7 +18,11 @@ import (
 // attestation of a message: "<node id> <sig> <i>/<n>", where sig is the
 // unpadded base64url Ed25519 signature of the message's atomic batch, i the
 // message's 0-based index in the batch and n the batch size (one
-// signature per atomic batch).
+// signature per atomic batch). In a batch's compact form, which the gate
+// writes, only the last message (i = n-1) carries sig and the others
+// read "<node id> <i>/<n>"; in the every-message form, written before,
+// every message carries it. Readers take both (docs/checkpoints.md, "The
+// publisher").
 const AttestationHeader = "Roompub-Attestation"
 
 // MaxBatch is the largest batch an attestation may name (n <=
@@ -135,24 +139,39 @@ func appendBatchMessage(b []byte, digests [][32]byte) []byte {
 	return b
 }
 
+// Form is how the headers of an attested batch carry its one signature
+// (AttestationHeader). Readers take both; the gate writes the room
+// stream's (room.CompactAttestations).
+type Form uint8
+
+const (
+	// FormCompact: the signature on the batch's last message only, the
+	// others "<node id> <i>/<n>".
+	FormCompact Form = iota
+	// FormEveryMessage: the signature on every message, the form written
+	// before FormCompact, which readers of earlier releases need.
+	FormEveryMessage
+)
+
 // AttestBatch signs the statements of one atomic batch, in the order its
 // messages are appended, with one Ed25519 signature and returns the
-// AttestationHeader value of each: headers[i] goes on message i. An empty
-// batch gets no headers. It panics if len(stmts) > MaxBatch or k holds no
-// usable Ed25519 key (no events.HostKey constructor produces one); both are
-// programming errors.
+// AttestationHeader value of each in FormCompact: headers[i] goes on
+// message i. An empty batch gets no headers. It panics if len(stmts) >
+// MaxBatch or k holds no usable Ed25519 key (no events.HostKey
+// constructor produces one); both are programming errors.
 func AttestBatch(k *events.HostKey, stmts []Statement) []string {
 	digests := make([][32]byte, len(stmts))
 	for i := range stmts {
 		digests[i] = stmts[i].Digest()
 	}
-	return AttestDigests(k, digests)
+	return AttestDigests(k, digests, FormCompact)
 }
 
 // AttestDigests is AttestBatch for a caller that has the statements'
 // digests (Statement.Digest) already, e.g. computed in parallel while the
-// batch was being decided. It panics as AttestBatch does.
-func AttestDigests(k *events.HostKey, digests [][32]byte) []string {
+// batch was being decided, with the headers in form f. It panics as
+// AttestBatch does.
+func AttestDigests(k *events.HostKey, digests [][32]byte, f Form) []string {
 	if len(digests) == 0 {
 		return nil
 	}
@@ -164,37 +183,71 @@ func AttestDigests(k *events.HostKey, digests [][32]byte) []string {
 		panic("checkpoint.AttestBatch: " + err.Error())
 	}
 	sig := ed25519.Sign(hk.priv, batchMessage(digests))
-	n := strconv.Itoa(len(digests))
-	prefix := make([]byte, 0, len(hk.nodeID)+2+sigLen)
-	prefix = append(prefix, hk.nodeID...)
-	prefix = append(prefix, ' ')
-	prefix = base64.RawURLEncoding.AppendEncode(prefix, sig)
-	prefix = append(prefix, ' ')
-	headers := make([]string, len(digests))
-	b := make([]byte, 0, len(prefix)+2*len(n)+1)
+	a := Attestation{Signer: hk.nodeID, Count: len(digests)}
+	copy(a.Sig[:], sig)
+	return a.headers(f)
+}
+
+// headers returns the header of each message of a's batch in form f
+// (a's Signer, Sig and Count).
+func (a Attestation) headers(f Form) []string {
+	headers := make([]string, a.Count)
+	var b []byte
 	for i := range headers {
-		b = append(b[:0], prefix...)
-		b = strconv.AppendInt(b, int64(i), 10)
-		b = append(b, '/')
-		b = append(b, n...)
+		a.Index, a.Signed = i, f == FormEveryMessage || i == a.Count-1
+		b = a.appendTo(b[:0])
 		headers[i] = string(b)
 	}
 	return headers
 }
 
+// Reform rewrites the headers of one whole batch, in batch order, into
+// form f: the same signer, signature and places. Errors are
+// ParseAttestation's, or ErrBadAttestation when the headers are not one
+// batch (VerifyBatch's rule, without the signature).
+func Reform(headers []string, f Form) ([]string, error) {
+	if len(headers) == 0 {
+		return nil, nil
+	}
+	last, err := ParseAttestation(headers[len(headers)-1])
+	if err != nil {
+		return nil, err
+	}
+	var first Attestation
+	for i, h := range headers {
+		a, err := ParseAttestation(h)
+		if err != nil {
+			return nil, err
+		}
+		if i == 0 {
+			first = a
+		}
+		if a.Index != i || a.Count != len(headers) || !a.SameBatch(first) {
+			return nil, fmt.Errorf("%w: header %d is %d/%d of another batch, want %d/%d of one", ErrBadAttestation, i, a.Index, a.Count, i, len(headers))
+		}
+	}
+	return last.headers(f), nil
+}
+
 // Attest returns the AttestationHeader value by which k attests that the
 // message with content hash content is on subject of roomID at position:
-// AttestBatch of that one statement (suffix "0/1"). It panics as
+// AttestBatch of that one statement (suffix "0/1", signed in both forms).
+// It panics as
 // AttestBatch does.
 func Attest(k *events.HostKey, roomID, subject, position string, content [32]byte) string {
 	return AttestBatch(k, []Statement{{Room: roomID, Subject: subject, Position: position, Content: content}})[0]
 }
 
 // HeaderLen is the length of the AttestationHeader value a key with node id
-// nodeID writes on message index of a batch of count, without signing (the
-// gate counts it toward a message's size before the batch is decided).
-func HeaderLen(nodeID string, index, count int) int {
-	return len(nodeID) + 1 + sigLen + 1 + decimalLen(index) + 1 + decimalLen(count)
+// nodeID writes, in form f, on message index of a batch of count, without
+// signing (the gate counts it toward a message's size before the batch is
+// decided).
+func HeaderLen(nodeID string, index, count int, f Form) int {
+	n := len(nodeID) + 1 + decimalLen(index) + 1 + decimalLen(count)
+	if f == FormEveryMessage || index == count-1 {
+		n += sigLen + 1
+	}
+	return n
 }
 
 func decimalLen(v int) int {
@@ -210,47 +263,82 @@ func decimalLen(v int) int {
 // signature.
 type Attestation struct {
 	Signer string   // the publisher's node id
-	Sig    [64]byte // Ed25519 signature of the batch
+	Sig    [64]byte // Ed25519 signature of the batch, when Signed
 	Index  int      // 0-based index of the message in its batch, < Count
 	Count  int      // batch size, 1..MaxBatch
+	// Signed says the header carries Sig: always on a batch's last
+	// message, and on every message of the every-message form; a
+	// compact batch's other messages carry none (Sig is zero).
+	Signed bool
 }
 
 // String is the header value of a: what ParseAttestation reads back.
-func (a Attestation) String() string {
-	return a.Signer + " " + base64.RawURLEncoding.EncodeToString(a.Sig[:]) + " " +
-		strconv.Itoa(a.Index) + "/" + strconv.Itoa(a.Count)
+func (a Attestation) String() string { return string(a.appendTo(nil)) }
+
+// appendTo appends the header value of a to b.
+func (a Attestation) appendTo(b []byte) []byte {
+	b = append(b, a.Signer...)
+	b = append(b, ' ')
+	if a.Signed {
+		b = base64.RawURLEncoding.AppendEncode(b, a.Sig[:])
+		b = append(b, ' ')
+	}
+	b = strconv.AppendInt(b, int64(a.Index), 10)
+	b = append(b, '/')
+	return strconv.AppendInt(b, int64(a.Count), 10)
 }
 
-// SameBatch reports whether a and o claim the same batch: same signer,
-// signature and size.
+// SameBatch reports whether a and o, two messages' attestations, may be
+// of one batch: same signer and size, the same signature where both carry
+// one, and one form: a message without a signature (compact) fits only
+// others without one and the batch's last, never a signed message before
+// the last (every-message form).
 func (a Attestation) SameBatch(o Attestation) bool {
-	return a.Signer == o.Signer && a.Sig == o.Sig && a.Count == o.Count
+	if a.Signer != o.Signer || a.Count != o.Count {
+		return false
+	}
+	switch {
+	case a.Signed && o.Signed:
+		return a.Sig == o.Sig
+	case a.Signed:
+		return a.Index == a.Count-1
+	case o.Signed:
+		return o.Index == o.Count-1
+	}
+	return true
 }
 
 // ParseAttestation reads an AttestationHeader value. The form is exact
-// (docs/checkpoints.md, "The publisher: `serve --publisher-key`"): three fields separated by single spaces: a node id (its key is
-// checked only against a Trust), 86 characters of strict unpadded base64url
-// (RFC 4648 section 5) encoding 64 bytes, and "i/n" in decimal without
-// leading zeros, with i < n and 1 <= n <= MaxBatch. Errors:
-// ErrNoAttestation (empty header), ErrBadAttestation (wrapped).
+// (docs/checkpoints.md, "The publisher: `serve --publisher-key`"): fields
+// separated by single spaces: a node id (its key is checked only against a
+// Trust); then, on a signed message, 86 characters of strict unpadded
+// base64url (RFC 4648 section 5) encoding 64 bytes; last "i/n" in decimal
+// without leading zeros, with i < n and 1 <= n <= MaxBatch. A batch's last
+// message (i = n-1) is always signed: its signature is the batch's.
+// Errors: ErrNoAttestation (empty header), ErrBadAttestation (wrapped).
 func ParseAttestation(header string) (Attestation, error) {
 	var a Attestation
 	if header == "" {
 		return a, ErrNoAttestation
 	}
 	nodeID, rest, ok1 := strings.Cut(header, " ")
-	b64, pos, ok2 := strings.Cut(rest, " ")
-	if !ok1 || !ok2 || nodeID == "" || strings.Contains(pos, " ") {
-		return a, fmt.Errorf("%w: header %q is not \"<node id> <signature> <i>/<n>\"", ErrBadAttestation, clip(header))
+	b64, pos, signed := strings.Cut(rest, " ")
+	if !signed {
+		b64, pos = "", rest
+	}
+	if !ok1 || nodeID == "" || strings.Contains(pos, " ") {
+		return a, fmt.Errorf("%w: header %q is not \"<node id> <signature> <i>/<n>\" or \"<node id> <i>/<n>\"", ErrBadAttestation, clip(header))
 	}
 	if !strings.HasPrefix(nodeID, events.NodeIDPrefix) {
 		return a, fmt.Errorf("%w: %q is not a node id", ErrBadAttestation, clip(nodeID))
 	}
-	if len(b64) != sigLen {
-		return a, fmt.Errorf("%w: signature is %d characters, want %d", ErrBadAttestation, len(b64), sigLen)
-	}
-	if n, err := base64.RawURLEncoding.Strict().Decode(a.Sig[:], []byte(b64)); err != nil || n != ed25519.SignatureSize {
-		return a, fmt.Errorf("%w: signature is not unpadded base64url of %d bytes", ErrBadAttestation, ed25519.SignatureSize)
+	if signed {
+		if len(b64) != sigLen {
+			return a, fmt.Errorf("%w: signature is %d characters, want %d", ErrBadAttestation, len(b64), sigLen)
+		}
+		if n, err := base64.RawURLEncoding.Strict().Decode(a.Sig[:], []byte(b64)); err != nil || n != ed25519.SignatureSize {
+			return a, fmt.Errorf("%w: signature is not unpadded base64url of %d bytes", ErrBadAttestation, ed25519.SignatureSize)
+		}
 	}
 	is, ns, ok := strings.Cut(pos, "/")
 	index, ok1 := parseDecimal(is)
@@ -258,7 +346,10 @@ func ParseAttestation(header string) (Attestation, error) {
 	if !ok || !ok1 || !ok2 || count < 1 || count > MaxBatch || index >= count {
 		return a, fmt.Errorf("%w: batch position %q is not \"<i>/<n>\" with i < n <= %d", ErrBadAttestation, clip(pos), MaxBatch)
 	}
-	a.Signer, a.Index, a.Count = nodeID, index, count
+	if !signed && index == count-1 {
+		return a, fmt.Errorf("%w: message %d/%d carries no signature, and the last message of a batch carries its batch's", ErrBadAttestation, index, count)
+	}
+	a.Signer, a.Index, a.Count, a.Signed = nodeID, index, count, signed
 	return a, nil
 }
 
@@ -391,13 +482,18 @@ func (t *Trust) AttestationSigner(header string) (string, error) {
 // VerifyBatch checks the headers of one whole batch against its messages'
 // statements, in batch order, and returns the signer's node id: there are n
 // of each, header i is well-formed with index i and count n, all name the
-// same signer and signature, the signer is in t and the signature verifies
-// over the statements' digests. Errors: ErrNoAttestation (a header
+// same signer and are of one form (SameBatch), the signer is in t and the
+// last header's signature verifies over the statements' digests. Errors: ErrNoAttestation (a header
 // is empty), ErrBadAttestation (malformed, not one batch, a field with a
 // newline, or a signature that does not verify), ErrUntrustedPublisher.
 func (t *Trust) VerifyBatch(headers []string, stmts []Statement) (signer string, err error) {
 	if len(headers) == 0 || len(headers) != len(stmts) {
 		return "", fmt.Errorf("%w: %d headers for %d messages", ErrBadAttestation, len(headers), len(stmts))
+	}
+	// The last header carries the batch's signature in both forms.
+	last, err := ParseAttestation(headers[len(headers)-1])
+	if err != nil {
+		return "", err
 	}
 	var first Attestation
 	for i, h := range headers {
@@ -408,13 +504,14 @@ func (t *Trust) VerifyBatch(headers []string, stmts []Statement) (signer string,
 		if i == 0 {
 			first = a
 		}
+		// Each against message 0, as BatchRun joins them.
 		if a.Index != i || a.Count != len(headers) || !a.SameBatch(first) {
 			return "", fmt.Errorf("%w: header %d is %d/%d of another batch, want %d/%d of one", ErrBadAttestation, i, a.Index, a.Count, i, len(headers))
 		}
 	}
-	pub, ok := t.key(first.Signer)
+	pub, ok := t.key(last.Signer)
 	if !ok {
-		return "", fmt.Errorf("%w: attestation by %s", ErrUntrustedPublisher, clip(first.Signer))
+		return "", fmt.Errorf("%w: attestation by %s", ErrUntrustedPublisher, clip(last.Signer))
 	}
 	digests := make([][32]byte, len(stmts))
 	for i := range stmts {
@@ -423,10 +520,10 @@ func (t *Trust) VerifyBatch(headers []string, stmts []Statement) (signer string,
 		}
 		digests[i] = stmts[i].Digest()
 	}
-	if _, ok := verifyDigests(pub, first.Sig, digests, nil); !ok {
-		return "", badSignature(first.Signer, stmts[0], len(stmts))
+	if _, ok := verifyDigests(pub, last.Sig, digests, nil); !ok {
+		return "", badSignature(last.Signer, stmts[0], len(stmts))
 	}
-	return first.Signer, nil
+	return last.Signer, nil
 }
 
 // badSignature is the refusal of a batch of n whose signature by signer

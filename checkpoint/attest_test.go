@@ -54,7 +54,7 @@ func TestAttestRoundTrip(t *testing.T) {
 	if h2 := Attest(k, tRoom, tSubject, pos, c); h2 != h {
 		t.Fatal("Attest is not deterministic")
 	}
-	if got := HeaderLen(k.NodeID(), 0, 1); got != len(h) {
+	if got := HeaderLen(k.NodeID(), 0, 1, FormCompact); got != len(h) {
 		t.Fatalf("HeaderLen = %d, header is %d", got, len(h))
 	}
 }

@@ -37,19 +37,36 @@ func TestAttestBatchRoundTrip(t *testing.T) {
 		}
 		msg.WriteString(hex.EncodeToString(d[:]) + "\n")
 	}
-	sig := strings.Split(hs[0], " ")[1]
+	// The compact form: the signature on the last message only.
+	sig := strings.Split(hs[11], " ")[1]
 	for i, h := range hs {
-		want := k.NodeID() + " " + sig + " " + fmt.Sprintf("%d/12", i)
+		want := k.NodeID() + " " + fmt.Sprintf("%d/12", i)
+		if i == 11 {
+			want = k.NodeID() + " " + sig + " 11/12"
+		}
 		if h != want {
 			t.Fatalf("header %d = %q, want %q", i, h, want)
 		}
-		if HeaderLen(k.NodeID(), i, 12) != len(h) {
-			t.Fatalf("HeaderLen(%d, 12) = %d, header is %d", i, HeaderLen(k.NodeID(), i, 12), len(h))
+		if HeaderLen(k.NodeID(), i, 12, FormCompact) != len(h) {
+			t.Fatalf("HeaderLen(%d, 12) = %d, header is %d", i, HeaderLen(k.NodeID(), i, 12, FormCompact), len(h))
 		}
 		a, err := ParseAttestation(h)
-		if err != nil || a.Index != i || a.Count != 12 || a.Signer != k.NodeID() || a.String() != h {
+		if err != nil || a.Index != i || a.Count != 12 || a.Signer != k.NodeID() || a.Signed != (i == 11) || a.String() != h {
 			t.Fatalf("ParseAttestation(%q) = %+v, %v", h, a, err)
 		}
+	}
+	// The every-message form of the same batch.
+	every, err := Reform(hs, FormEveryMessage)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, h := range every {
+		if want := k.NodeID() + " " + sig + " " + fmt.Sprintf("%d/12", i); h != want {
+			t.Fatalf("every-message header %d = %q, want %q", i, h, want)
+		}
+	}
+	if signer, err := mustTrust(t, k.NodeID()).VerifyBatch(every, ss); err != nil || signer != k.NodeID() {
+		t.Fatalf("VerifyBatch of the every-message form = %q, %v", signer, err)
 	}
 	raw, _ := base64.RawURLEncoding.DecodeString(sig)
 	if !ed25519.Verify(k.Public(), []byte(msg.String()), raw) {
@@ -123,6 +140,14 @@ func TestVerifyBatchTampering(t *testing.T) {
 	ss := stmts(3)
 	hs := AttestBatch(k, ss)
 	other := AttestBatch(k, stmts(4)[1:]) // another batch of 3
+	every := func(hs []string) []string {
+		out, err := Reform(hs, FormEveryMessage)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return out
+	}
+	ev, otherEv := every(hs), every(other)
 	withSuffix := func(h, suffix string) string { return h[:strings.LastIndexByte(h, ' ')+1] + suffix }
 	for _, tc := range []struct {
 		name    string
@@ -133,7 +158,11 @@ func TestVerifyBatchTampering(t *testing.T) {
 		{"index edited", []string{hs[0], withSuffix(hs[1], "2/3"), hs[2]}, ss, ErrBadAttestation},
 		{"count edited", []string{withSuffix(hs[0], "0/2"), withSuffix(hs[1], "1/2")}, ss[:2], ErrBadAttestation},
 		{"count edited on one", []string{hs[0], withSuffix(hs[1], "1/4"), hs[2]}, ss, ErrBadAttestation},
-		{"copied header", []string{hs[0], other[1], hs[2]}, ss, ErrBadAttestation},
+		{"copied header", []string{ev[0], otherEv[1], ev[2]}, ss, ErrBadAttestation},
+		{"another batch's last", []string{hs[0], hs[1], other[2]}, ss, ErrBadAttestation},
+		{"two forms", []string{ev[0], hs[1], hs[2]}, ss, ErrBadAttestation},
+		{"two forms, compact first", []string{hs[0], ev[1], hs[2]}, ss, ErrBadAttestation},
+		{"unsigned last", []string{hs[0], hs[1], k.NodeID() + " 2/3"}, ss, ErrBadAttestation},
 		{"missing message", hs[:2], ss[:2], ErrBadAttestation},
 		{"missing header", hs[:2], ss, ErrBadAttestation},
 		{"extra message", append(append([]string(nil), hs...), hs[2]), append(append([]Statement(nil), ss...), ss[2]), ErrBadAttestation},
@@ -514,15 +543,15 @@ func TestAttestDigests(t *testing.T) {
 	for i := range ss {
 		ds[i] = ss[i].Digest()
 	}
-	a, b := AttestBatch(k, ss), AttestDigests(k, ds)
+	a, b := AttestBatch(k, ss), AttestDigests(k, ds, FormCompact)
 	if strings.Join(a, "\n") != strings.Join(b, "\n") {
 		t.Fatalf("AttestDigests differs from AttestBatch:\n%q\n%q", a, b)
 	}
 	ds[3][0] ^= 1
-	if c := AttestDigests(k, ds); c[0] == a[0] {
+	if c := AttestDigests(k, ds, FormCompact); c[6] == a[6] {
 		t.Fatal("another digest list, the same signature")
 	}
-	if AttestDigests(k, nil) != nil {
+	if AttestDigests(k, nil, FormCompact) != nil {
 		t.Fatal("an empty batch got headers")
 	}
 }

@@ -8,10 +8,20 @@ import (
 )
 
 // att is an attestation of place i in a batch of n by signer k's key,
-// with signature byte s.
+// with signature byte s, in the every-message form.
 func att(k byte, s byte, i, n int) Attestation {
-	a := Attestation{Signer: testKey(k).NodeID(), Index: i, Count: n}
+	a := Attestation{Signer: testKey(k).NodeID(), Index: i, Count: n, Signed: true}
 	a.Sig[0] = s
+	return a
+}
+
+// attCompact is att in the compact form: only the batch's last message
+// carries the signature.
+func attCompact(k byte, s byte, i, n int) Attestation {
+	a := att(k, s, i, n)
+	if i < n-1 {
+		a.Sig, a.Signed = [64]byte{}, false
+	}
 	return a
 }
 
@@ -38,6 +48,26 @@ func TestBatchRun(t *testing.T) {
 			{11, "r", a3(1), true, Joins, 10, ""},
 			{12, "r", a3(2), true, Completes, 10, ""},
 			{13, "r", att(1, 3, 0, 1), true, Alone, 13, ""},
+		}},
+		{"a whole compact batch", []msg{
+			{10, "r", attCompact(1, 1, 0, 3), true, Opens, 10, ""},
+			{11, "r", attCompact(1, 1, 1, 3), true, Joins, 10, ""},
+			{12, "r", attCompact(1, 1, 2, 3), true, Completes, 10, ""},
+		}},
+		{"two forms in one batch", []msg{
+			{10, "r", attCompact(1, 1, 0, 3), true, Opens, 10, ""},
+			{11, "r", a3(1), true, Stray, 0, "10-10"},
+			{12, "r", a3(0), true, Opens, 12, ""},
+			{13, "r", attCompact(1, 1, 1, 3), true, Stray, 0, "12-12"},
+		}},
+		{"another compact batch's message", []msg{
+			// Unsigned places of two batches by one key of one size are
+			// alike: the batch's signature, on its last, tells them apart.
+			{10, "r", attCompact(1, 1, 0, 3), true, Opens, 10, ""},
+			{11, "r", attCompact(1, 2, 1, 3), true, Joins, 10, ""},
+			{12, "r", attCompact(1, 2, 2, 3), true, Completes, 10, ""},
+			{13, "r", attCompact(1, 3, 0, 2), true, Opens, 13, ""},
+			{14, "r", attCompact(2, 3, 1, 2), true, Stray, 0, "13-13"},
 		}},
 		{"a batch of one between others", []msg{
 			{1, "r", att(1, 3, 0, 1), true, Alone, 1, ""},

@@ -182,6 +182,15 @@ func FuzzParseAttestation(f *testing.F) {
 	for _, h := range AttestBatch(k, stmts(3)) {
 		f.Add(h)
 	}
+	every, err := Reform(AttestBatch(k, stmts(3)), FormEveryMessage)
+	if err != nil {
+		f.Fatal(err)
+	}
+	for _, h := range every {
+		f.Add(h)
+	}
+	f.Add(k.NodeID() + " 2/3")
+	f.Add(k.NodeID() + "  0/3")
 	f.Add(Attest(testKey(2), tRoom, tSubject, "seq:0", ContentHash(nil)))
 	f.Add(k.NodeID() + " " + string(bytes.Repeat([]byte("_"), 86)) + " 999999/1000000")
 	f.Add(k.NodeID() + " " + string(bytes.Repeat([]byte("A"), 86)) + " 0/01")
@@ -210,9 +219,19 @@ func FuzzParseAttestation(f *testing.F) {
 		if !a.SameBatch(other) {
 			t.Fatal("another index of one batch is not SameBatch")
 		}
-		other.Sig[0] ^= 1
-		if a.SameBatch(other) {
-			t.Fatal("another signature is SameBatch")
+		if a.Signed {
+			other.Sig[0] ^= 1
+			if a.SameBatch(other) {
+				t.Fatal("another signature is SameBatch")
+			}
+		} else if a.Count > 2 {
+			// A signed message before the last is of the every-message
+			// form, never of a compact batch.
+			every := a
+			every.Index, every.Signed = (a.Index+1)%(a.Count-1), true
+			if a.SameBatch(every) || every.SameBatch(a) {
+				t.Fatalf("%+v and %+v, of two forms, are SameBatch", a, every)
+			}
 		}
 	})
 }
@@ -236,7 +255,7 @@ func FuzzBatchCollector(f *testing.F) {
 		if len(ops) > 200 {
 			return
 		}
-		// Batches of 1, 3 and 5 messages by two keys; op bits:
+		// Batches of 1, 3 and 5 messages by two keys, of both forms; op bits:
 		// low 3 bits: member index; bits 3-4: which batch; bit 5: gap in
 		// ids; bit 6: edit the statement; bit 7: foreign signer.
 		type batch struct {
@@ -249,7 +268,16 @@ func FuzzBatchCollector(f *testing.F) {
 			for i := range ss {
 				ss[i].Subject += strings.Repeat("x", bi)
 			}
-			batches = append(batches, batch{ss, AttestBatch(k, ss)})
+			hs := AttestBatch(k, ss)
+			if bi == 3 {
+				// The every-message form, beside a compact batch of the
+				// same key and size whose unsigned headers are alike.
+				var err error
+				if hs, err = Reform(hs, FormEveryMessage); err != nil {
+					t.Fatal(err)
+				}
+			}
+			batches = append(batches, batch{ss, hs})
 		}
 		foreign := AttestBatch(testKey(3), stmts(5))
 		c := NewBatchCollector(trust)

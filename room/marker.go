@@ -27,6 +27,23 @@ func RecordMarkers(cfg jetstream.StreamConfig) bool {
 	return cfg.Metadata[MetadataRecordMarkers] == MarkersV1
 }
 
+// MetadataAttestation is the room stream's metadata key that sets the
+// form of the gate's attestations; AttestationCompact its one value,
+// checkpoint.FormCompact (docs/checkpoints.md, "Two forms"). A stream
+// without it gets checkpoint.FormEveryMessage, which readers of v0.3.0
+// and before need, so StreamConfig sets it on the streams it makes only;
+// an administrator adds it once every serve and reader knows the compact
+// form (docs/operations.md, "The attestation's compact form").
+const (
+	MetadataAttestation = "roompub-attestation"
+	AttestationCompact  = "compact"
+)
+
+// CompactAttestations reports whether cfg sets the compact form.
+func CompactAttestations(cfg jetstream.StreamConfig) bool {
+	return cfg.Metadata[MetadataAttestation] == AttestationCompact
+}
+
 // Marker is the body of a record marker: which record of the room it
 // stands for. Markers are stored in one atomic batch (ADR-50) after their
 // record, so the record's stream sequence is the marker's minus Offset.

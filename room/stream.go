@@ -67,9 +67,11 @@ var ErrStreamConfig = errors.New("room stream is not append-only")
 // counters or schedules, no mirror, source or transform writing into it,
 // direct get on for readers, and atomic batch publish (ADR-50) allowed for
 // journal backfill and records with their markers. Record markers are on
-// (MetadataRecordMarkers): only a stream this makes has them; an existing
-// stream keeps its metadata (RecordMarkersAdvice). replicas is 1 on one
-// server, 3 on a cluster.
+// (MetadataRecordMarkers), and so is the attestations' compact form
+// (MetadataAttestation): only a stream this makes has them; an existing
+// stream keeps its metadata (RecordMarkersAdvice,
+// CompactAttestationsAdvice). replicas is 1 on one server, 3 on a
+// cluster.
 // MaxConsumers -1 sets no limit of the stream's own; nats-server then
 // applies its default_max_consumers (server.JSDefaultMaxConsumersPerStream,
 // 1,000 per stream) unless the account sets one, so consumers can run out:
@@ -102,7 +104,7 @@ func StreamConfig(name string, subjects Subjects, replicas int) jetstream.Stream
 		AllowRollup:        false,
 		AllowDirect:        true,
 		AllowAtomicPublish: true,
-		Metadata:           map[string]string{"roompub": "rooms/v1", MetadataRecordMarkers: MarkersV1},
+		Metadata:           map[string]string{"roompub": "rooms/v1", MetadataRecordMarkers: MarkersV1, MetadataAttestation: AttestationCompact},
 	}
 }
 
@@ -259,6 +261,19 @@ func RecordMarkersAdvice(cfg jetstream.StreamConfig) string {
 	}
 	return fmt.Sprintf("stream %s has no record markers: serve keeps the record rules of each room in memory, read whole from the stream (docs/operations.md, \"Record markers\"); once every serve and reader is at this release: nats stream edit %s --metadata %s=%s, then restart the serves",
 		cfg.Name, cfg.Name, MetadataRecordMarkers, MarkersV1)
+}
+
+// CompactAttestationsAdvice returns, for a room stream without the
+// attestations' compact form (one made before it: EnsureStream never
+// updates a stream), what an operator can run to turn it on once every
+// serve and reader is at this release; "" when cfg has it
+// (docs/operations.md, "The attestation's compact form").
+func CompactAttestationsAdvice(cfg jetstream.StreamConfig) string {
+	if CompactAttestations(cfg) {
+		return ""
+	}
+	return fmt.Sprintf("stream %s has no compact attestations: the gate writes the batch's signature on every message, about 90 bytes each (docs/operations.md, \"The attestation's compact form\"); once every serve and reader is at this release: nats stream edit %s --metadata %s=%s, then restart the serves",
+		cfg.Name, cfg.Name, MetadataAttestation, AttestationCompact)
 }
 
 // DefaultTimeout bounds a server call when the caller's context has no

@@ -53,42 +53,63 @@ func TestStreamDuplicateWindow(t *testing.T) {
 	}
 }
 
-// A stream StreamConfig makes has record markers on, as the server reports
-// it back, and no advice; a stream made without them (every one before
-// this release) is sound all the same, stays as it is (EnsureStream
-// updates nothing), and the advice names the edit that turns them on.
-func TestStreamRecordMarkers(t *testing.T) {
+// TestStreamMetadataSettings: StreamConfig makes the room stream with
+// record markers and the attestations' compact form on; an existing
+// stream without one keeps it off (EnsureStream never updates a stream),
+// its advice names the edit, and the edited stream has it and is still
+// append-only.
+func TestStreamMetadataSettings(t *testing.T) {
 	e := roomtest.NewEnv(t)
-	got := e.Stream.CachedInfo().Config
-	if !room.RecordMarkers(got) || got.Metadata[room.MetadataRecordMarkers] != "v1" || room.RecordMarkersAdvice(got) != "" {
-		t.Fatalf("created with metadata %v; advice %q", got.Metadata, room.RecordMarkersAdvice(got))
-	}
 	ctx := context.Background()
-	subj := room.Subjects{Prefix: "old"}
-	cfg := room.StreamConfig("OLD", subj, 1)
-	delete(cfg.Metadata, room.MetadataRecordMarkers)
-	if _, err := e.Js.CreateStream(ctx, cfg); err != nil {
-		t.Fatal(err)
-	}
-	st, err := room.EnsureStream(ctx, e.Js, room.StreamConfig("OLD", subj, 1), subj)
-	if err != nil {
-		t.Fatalf("a stream without markers is append-only all the same: %v", err)
-	}
-	old := st.CachedInfo().Config
-	if room.RecordMarkers(old) {
-		t.Fatalf("EnsureStream turned markers on an existing stream: %v", old.Metadata)
-	}
-	want := "stream OLD has no record markers: serve keeps the record rules of each room in memory, read whole from the stream " +
-		"(docs/operations.md, \"Record markers\"); once every serve and reader is at this release: " +
-		"nats stream edit OLD --metadata roompub-record-markers=v1, then restart the serves"
-	if a := room.RecordMarkersAdvice(old); a != want {
-		t.Fatalf("advice %q", a)
-	}
-	// The edit the advice names: the server takes it, and the stream
-	// stays append-only.
-	old.Metadata[room.MetadataRecordMarkers] = room.MarkersV1
-	st, err = e.Js.UpdateStream(ctx, old)
-	if err != nil || !room.RecordMarkers(st.CachedInfo().Config) || room.CheckStreamConfig(st.CachedInfo().Config, subj) != nil {
-		t.Fatalf("update: %v %v", err, st.CachedInfo().Config.Metadata)
+	for _, tc := range []struct {
+		key, value string
+		on         func(jetstream.StreamConfig) bool
+		advice     func(jetstream.StreamConfig) string
+		want       string // the advice for stream OLD
+	}{
+		{room.MetadataRecordMarkers, room.MarkersV1, room.RecordMarkers, room.RecordMarkersAdvice,
+			"stream OLD has no record markers: serve keeps the record rules of each room in memory, read whole from the stream " +
+				"(docs/operations.md, \"Record markers\"); once every serve and reader is at this release: " +
+				"nats stream edit OLD --metadata roompub-record-markers=v1, then restart the serves"},
+		{room.MetadataAttestation, room.AttestationCompact, room.CompactAttestations, room.CompactAttestationsAdvice,
+			"stream OLD has no compact attestations: the gate writes the batch's signature on every message, about 90 bytes each " +
+				"(docs/operations.md, \"The attestation's compact form\"); once every serve and reader is at this release: " +
+				"nats stream edit OLD --metadata roompub-attestation=compact, then restart the serves"},
+	} {
+		t.Run(tc.key, func(t *testing.T) {
+			got := e.Stream.CachedInfo().Config
+			if !tc.on(got) || got.Metadata[tc.key] != tc.value || tc.advice(got) != "" {
+				t.Fatalf("created with metadata %v; advice %q", got.Metadata, tc.advice(got))
+			}
+			subj := room.Subjects{Prefix: "old"}
+			cfg := room.StreamConfig("OLD", subj, 1)
+			delete(cfg.Metadata, tc.key)
+			if _, err := e.Js.CreateStream(ctx, cfg); err != nil {
+				t.Fatal(err)
+			}
+			defer func() {
+				if err := e.Js.DeleteStream(ctx, "OLD"); err != nil {
+					t.Fatal(err)
+				}
+			}()
+			st, err := room.EnsureStream(ctx, e.Js, room.StreamConfig("OLD", subj, 1), subj)
+			if err != nil {
+				t.Fatalf("a stream without %s is append-only all the same: %v", tc.key, err)
+			}
+			old := st.CachedInfo().Config
+			if tc.on(old) {
+				t.Fatalf("EnsureStream set %s on an existing stream: %v", tc.key, old.Metadata)
+			}
+			if a := tc.advice(old); a != tc.want {
+				t.Fatalf("advice %q", a)
+			}
+			// The edit the advice names: the server takes it, and the
+			// stream stays append-only.
+			old.Metadata[tc.key] = tc.value
+			st, err = e.Js.UpdateStream(ctx, old)
+			if err != nil || !tc.on(st.CachedInfo().Config) || room.CheckStreamConfig(st.CachedInfo().Config, subj) != nil {
+				t.Fatalf("update: %v %v", err, st.CachedInfo().Config.Metadata)
+			}
+		})
 	}
 }

@@ -1,13 +1,11 @@
 package checkpointer
 
 import (
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
-	"github.com/roompub/roompub/checkpoint"
 	"github.com/roompub/roompub/room"
 )
 
@@ -91,9 +89,9 @@ func (a *ackedOwn) init() {
 // expect notes the batch of an attestation the gate is about to send as
 // in flight (a gap is not read before its acknowledgement, for a while).
 func (a *ackedOwn) expect(header string) {
-	batch, _, _, ok := splitOwn(header)
+	batch, ok := signedBatch(header)
 	if !ok {
-		return
+		return // not the batch's last message: that one names the batch
 	}
 	a.expects.Add(1)
 	a.mu.Lock()
@@ -109,7 +107,7 @@ func (a *ackedOwn) expect(header string) {
 func (a *ackedOwn) stored(first uint64, msgs []room.StoredMsg) {
 	a.mu.Lock()
 	for _, m := range msgs {
-		if batch, _, _, ok := splitOwn(m.Header); ok {
+		if batch, ok := signedBatch(m.Header); ok {
 			delete(a.inflight, batch)
 		}
 	}
@@ -130,7 +128,7 @@ func (a *ackedOwn) stored(first uint64, msgs []room.StoredMsg) {
 
 // unstored forgets the batch of header as in flight: it was refused.
 func (a *ackedOwn) unstored(header string) {
-	if batch, _, _, ok := splitOwn(header); ok {
+	if batch, ok := signedBatch(header); ok {
 		a.mu.Lock()
 		delete(a.inflight, batch)
 		a.mu.Unlock()
@@ -218,31 +216,25 @@ func (a *ackedOwn) waiting(since, now time.Time, gapWait time.Duration) bool {
 }
 
 // ownAttestations holds the attestations the gate made and the reader has
-// not seen yet, by batch (the header without its "i/n" suffix), in two
+// not seen yet, by message (subject and content hash), in two
 // generations: the older one is dropped when the newer has grown by
 // ownGeneration messages or a minute has passed, so an attestation whose
-// message never landed costs memory only for a while (a batch seen later
-// than that has its signature verified instead). A batch the reader has
-// begun to take is never dropped: its messages are stored together, so
-// the rest follow, and a batch is admitted as the gate's own whole or not
-// at all (a part of a batch cannot be verified on its own).
+// message never landed costs memory only for a while. A message found
+// here is vouched for (checkpoint.BatchCollector.Vouch); its batch is
+// admitted without a signature check only when every message of it was,
+// so a batch whose messages were partly dropped meanwhile, or one the
+// gate announced twice (a retried append of the same entries), has its
+// signature verified instead: it costs time, never a verdict.
 type ownAttestations struct {
 	mu       sync.Mutex
-	cur, old map[string]*ownBatch
-	curSize  int // messages expected in cur
+	cur, old map[ownKey]string // the header the gate made for the message
 	since    time.Time
 }
 
-// ownBatch is one batch the gate attested: members[i] is message i.
-type ownBatch struct {
-	members []ownAttestation
-	taken   int
-}
-
-type ownAttestation struct {
+// ownKey names one message the gate attested.
+type ownKey struct {
 	subject string
 	content [32]byte
-	set     bool
 }
 
 const (
@@ -250,84 +242,44 @@ const (
 	ownGenerationAge = time.Minute
 )
 
-// splitOwn splits an attestation header the gate made into its batch
-// ("<node id> <sig>"), index and count.
-func splitOwn(header string) (batch string, index, count int, ok bool) {
+// signedBatch returns the batch an attestation header names by its
+// signature ("<node id> <sig>", the header without its "i/n"), when it
+// carries one: a batch's last message does in both of the header's forms
+// (checkpoint.AttestationHeader), so every batch has one such header.
+func signedBatch(header string) (string, bool) {
 	sp := strings.LastIndexByte(header, ' ')
-	if sp < 0 {
-		return "", 0, 0, false
+	if sp < 0 || strings.IndexByte(header[:sp], ' ') < 0 {
+		return "", false
 	}
-	is, ns, ok := strings.Cut(header[sp+1:], "/")
-	i, err1 := strconv.Atoi(is)
-	n, err2 := strconv.Atoi(ns)
-	if !ok || err1 != nil || err2 != nil || i < 0 || i >= n || n > checkpoint.MaxBatch {
-		return "", 0, 0, false
-	}
-	return header[:sp], i, n, true
+	return header[:sp], true
 }
 
 func (o *ownAttestations) add(content [32]byte, subject, header string) {
-	batch, i, n, ok := splitOwn(header)
-	if !ok {
-		return
-	}
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	if o.cur == nil {
-		o.cur, o.since = make(map[string]*ownBatch), time.Now()
+		o.cur, o.since = make(map[ownKey]string), time.Now()
 	}
-	b := o.cur[batch]
-	if b == nil {
-		b = o.old[batch]
+	if len(o.cur) >= ownGeneration || time.Since(o.since) > ownGenerationAge {
+		o.old, o.cur, o.since = o.cur, make(map[ownKey]string), time.Now()
 	}
-	if b == nil {
-		if o.curSize >= ownGeneration || time.Since(o.since) > ownGenerationAge {
-			o.rotate()
-		}
-		b = &ownBatch{members: make([]ownAttestation, n)}
-		o.cur[batch] = b
-		o.curSize += n
-	}
-	if len(b.members) == n {
-		b.members[i] = ownAttestation{subject: subject, content: content, set: true}
-	}
-}
-
-// rotate drops the old generation but for the batches begun.
-func (o *ownAttestations) rotate() {
-	next := make(map[string]*ownBatch)
-	size := 0
-	for k, b := range o.old {
-		if b.taken > 0 {
-			next[k] = b
-			size += len(b.members)
-		}
-	}
-	o.old, o.cur, o.curSize, o.since = o.cur, next, size, time.Now()
+	o.cur[ownKey{subject, content}] = header
 }
 
 // take reports whether the gate attested exactly this header for content
 // on subject, and forgets it.
 func (o *ownAttestations) take(content [32]byte, subject, header string) bool {
-	batch, i, n, ok := splitOwn(header)
-	if !ok {
-		return false
-	}
+	k := ownKey{subject, content}
 	o.mu.Lock()
 	defer o.mu.Unlock()
-	for _, m := range []map[string]*ownBatch{o.cur, o.old} {
-		b := m[batch]
-		if b == nil || len(b.members) != n {
-			continue
+	for _, m := range []map[ownKey]string{o.cur, o.old} {
+		if h, ok := m[k]; ok {
+			if h != header {
+				return false
+			}
+			delete(m, k)
+			return true
 		}
-		if a := b.members[i]; !a.set || a.subject != subject || a.content != content {
-			return false
-		}
-		b.members[i] = ownAttestation{}
-		if b.taken++; b.taken == n {
-			delete(m, batch)
-		}
-		return true
 	}
 	return false
 }

@@ -291,7 +291,7 @@ func (r *journalRun) attestations(n int) []string {
 	for k := range digests {
 		digests[k] = r.pending[k].att.digest
 	}
-	return checkpoint.AttestDigests(r.g.key, digests)
+	return checkpoint.AttestDigests(r.g.key, digests, r.g.form)
 }
 
 // lineTry is the retry state of the line being decided.
@@ -671,7 +671,7 @@ func (r *journalRun) messageSize(e *events.Entry, expect bool, last uint64) int6
 			headerLineSize(jetstream.ExpectedLastSubjSeqSubjHeader, len(r.anyRoom))
 	}
 	if r.g.key != nil {
-		size += headerLineSize(checkpoint.AttestationHeader, checkpoint.HeaderLen(r.g.nodeID, 0, 1))
+		size += headerLineSize(checkpoint.AttestationHeader, checkpoint.HeaderLen(r.g.nodeID, 0, 1, r.g.form))
 	}
 	return size
 }
@@ -884,7 +884,9 @@ func (r *journalRun) publishBatch(n int) (flushResult, bool) {
 	ack, err := jetstreamext.PublishMsgBatch(ctx, g.js, msgs, jetstreamext.BatchFlowControl{AckFirst: true, AckTimeout: g.timeout})
 	cancel()
 	if err != nil {
-		g.unstored(msgs[0], nil, err)
+		// The batch's last message carries its signature, by which the
+		// attestation sink knows the batch.
+		g.unstored(msgs[len(msgs)-1], nil, err)
 	}
 	<-g.inflight
 	if bo, ok := g.obs.(BatchObserver); ok {
@@ -1013,7 +1015,8 @@ func (r *journalRun) ours(id string, prev uint64, batch []pend) ([]uint64, error
 
 // msgHeaderSize is the size of msg's headers on the wire, as tooLarge
 // counts them, with the attestation the gate will add when msg has none
-// yet: message index of a batch of count ("<node id> <sig> <index>/<count>").
+// yet: message index of a batch of count, in the gate's form
+// (checkpoint.HeaderLen).
 func (g *Gate) msgHeaderSize(msg *nats.Msg, index, count int) int64 {
 	size := int64(headerFraming)
 	for k, vs := range msg.Header {
@@ -1022,7 +1025,7 @@ func (g *Gate) msgHeaderSize(msg *nats.Msg, index, count int) int64 {
 		}
 	}
 	if g.key != nil && msg.Header.Get(checkpoint.AttestationHeader) == "" {
-		size += headerLineSize(checkpoint.AttestationHeader, checkpoint.HeaderLen(g.nodeID, index, count))
+		size += headerLineSize(checkpoint.AttestationHeader, checkpoint.HeaderLen(g.nodeID, index, count, g.form))
 	}
 	return size
 }

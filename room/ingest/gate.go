@@ -131,8 +131,9 @@ type AttestationSink interface {
 	Stored(first uint64, msgs []room.StoredMsg)
 	// Unstored is called when the server refused a batch Expect announced
 	// (an API error, or a duplicate acknowledgement of one message): none
-	// of it is stored. header is the attestation header of one of its
-	// messages. An append with no clear answer gets no call.
+	// of it is stored. header is the attestation header of its last
+	// message, the one that carries the batch's signature. An append
+	// with no clear answer gets no call.
 	Unstored(header string)
 }
 
@@ -170,6 +171,9 @@ type Gate struct {
 	// markers: the stream turns record markers on (room.RecordMarkers);
 	// rooms whose records are marked keep no index (markers.go).
 	markers bool
+	// form: the form of the gate's attestations, the stream's
+	// (room.CompactAttestations): FormEveryMessage unless it says compact.
+	form checkpoint.Form
 	// recordsRead counts the records catchUp read (export_test.go's
 	// RecordsRead): a marked room reads none.
 	recordsRead atomic.Uint64
@@ -303,8 +307,12 @@ func NewGate(ctx context.Context, nc *nats.Conn, o GateOptions) (*Gate, error) {
 		g.now = time.Now
 	}
 	g.swept = g.now()
+	g.form = checkpoint.FormEveryMessage
 	if info := st.CachedInfo(); info != nil {
 		g.markers = room.RecordMarkers(info.Config)
+		if room.CompactAttestations(info.Config) {
+			g.form = checkpoint.FormCompact
+		}
 	}
 	return g, nil
 }

@@ -650,6 +650,11 @@ func openStream(ctx context.Context, js jetstream.JetStream, cfg jetstream.Strea
 	if advice := room.RecordMarkersAdvice(st.CachedInfo().Config); advice != "" {
 		log.Warn("room stream: "+advice, zap.String("stream", cfg.Name), zap.Bool("record_markers", false))
 	}
+	// And one made before the attestations' compact form, which readers
+	// of earlier releases refuse.
+	if advice := room.CompactAttestationsAdvice(st.CachedInfo().Config); advice != "" {
+		log.Warn("room stream: "+advice, zap.String("stream", cfg.Name), zap.Bool("compact_attestations", false))
+	}
 	m := markOf(st.CachedInfo())
 	if err := setupRetry(ctx, func() error { return mem.save(ctx, m, accepted) }); err != nil {
 		return nil, nil, err

@@ -183,6 +183,37 @@ func trustCases(t *testing.T) []trustCase {
 				incomplete(1, 3, r.a.Key.NodeID())+"the message before it on the stream is not message 0 of that batch")
 			r.entries(r.es[3:5]...)
 		}},
+		{"batch: the every-message form", func(t *testing.T, r *trustRun) {
+			// The form the gate wrote before the compact one: every
+			// message carries the batch's signature. Old stores hold it.
+			r.entries(r.es[:3]...)
+			ms, hs := r.signed(r.es[3:7]...)
+			every, err := checkpoint.Reform(hs, checkpoint.FormEveryMessage)
+			if err != nil {
+				t.Fatal(err)
+			}
+			seqs := r.add(r.a.Append(ms, every)...)
+			for _, m := range ms {
+				r.a.Leaf(checkpoint.LeafHash(r.a.Room, m.Subject, checkpoint.ContentHash(m.Data)))
+			}
+			r.head, r.next = seqs[3], 7
+			r.entries(r.es[7:9]...)
+		}},
+		{"batch: two forms in one batch", func(t *testing.T, r *trustRun) {
+			r.entries(r.es[:3]...)
+			ms, hs := r.signed(r.es[3:6]...)
+			every, err := checkpoint.Reform(hs, checkpoint.FormEveryMessage)
+			if err != nil {
+				t.Fatal(err)
+			}
+			mixed := r.add(r.a.Append(ms, []string{every[0], hs[1], hs[2]})...)
+			r.refuse(mixed, "")
+			r.why[mixed[0]] = incomplete(0, 3, r.a.Key.NodeID()) + fmt.Sprintf("only messages 0 to 0 of it were read, at stream seqs %d to %d, and the next message, stream seq %d, is not message 1 of it", mixed[0], mixed[0], mixed[1])
+			for i, s := range mixed[1:] {
+				r.why[s] = incomplete(i+1, 3, r.a.Key.NodeID()) + fmt.Sprintf("the message before it on the stream is not message %d of that batch: a copied header, or a batch not stored whole", i)
+			}
+			r.entries(r.es[3:6]...)
+		}},
 		{"batch: a batch whole after a part of it", func(t *testing.T, r *trustRun) {
 			// A store that filled mid-batch kept its first two messages;
 			// the same statements, signed again (the same signature),

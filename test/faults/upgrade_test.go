@@ -347,6 +347,11 @@ func TestRollingUpgradeV010(t *testing.T) {
 	if n := strings.Count(cur.stderr.String(), "has no record markers"); n != 1 {
 		t.Fatalf("this build's serve on v0.1.0's stream logged the record markers advice %d times, want once\n%s", n, tail(cur.stderr.String(), 3000))
 	}
+	// Nor the attestations' compact form, which v0.1.0's checkpointer
+	// and readers refuse: the same advice, once.
+	if n := strings.Count(cur.stderr.String(), "has no compact attestations"); n != 1 {
+		t.Fatalf("this build's serve on v0.1.0's stream logged the compact attestations advice %d times, want once\n%s", n, tail(cur.stderr.String(), 3000))
+	}
 	// 3. v0.1.0 stops; this build alone takes v0.1.0's shipper and
 	// checkpoints over v0.1.0's checkpoints.
 	stop(old, 0)

@@ -47,6 +47,9 @@ type Env struct {
 	// (room.MetadataRecordMarkers), as StreamConfig makes it; else without,
 	// as a stream made before them.
 	marked bool
+	// everyMessage: the stream is made without the attestations' compact
+	// form (room.MetadataAttestation), as a stream made before it.
+	everyMessage bool
 }
 
 // EachGate runs f on e's gate and on every gate e makes after: a test
@@ -78,6 +81,14 @@ func NewEnvUnmarked(t *testing.T, opts embedded.Options) *Env {
 	return newEnv(t, opts, false)
 }
 
+// NewEnvEveryMessage is NewEnv on a stream made before the attestations'
+// compact form (without room.MetadataAttestation): its gates attest in
+// checkpoint.FormEveryMessage.
+func NewEnvEveryMessage(t *testing.T) *Env {
+	t.Helper()
+	return newEnvOf(t, &Env{T: t, Dir: t.TempDir(), marked: true, everyMessage: true})
+}
+
 // NewEnvWith is NewEnv with server options (MaxPayload, SyncInterval):
 // the stream is room.StreamConfig's, record markers on.
 func NewEnvWith(t *testing.T, opts embedded.Options) *Env {
@@ -87,7 +98,12 @@ func NewEnvWith(t *testing.T, opts embedded.Options) *Env {
 
 func newEnv(t *testing.T, opts embedded.Options, marked bool) *Env {
 	t.Helper()
-	e := &Env{T: t, Dir: t.TempDir(), Opts: opts, marked: marked}
+	return newEnvOf(t, &Env{T: t, Dir: t.TempDir(), Opts: opts, marked: marked})
+}
+
+// newEnvOf makes e's keys and validator and starts it.
+func newEnvOf(t *testing.T, e *Env) *Env {
+	t.Helper()
 	var err error
 	e.Key, err = events.GenerateHostKey(rand.Reader)
 	if err != nil {
@@ -131,6 +147,9 @@ func (e *Env) Start() {
 	cfg := room.StreamConfig("", subj, 1)
 	if !e.marked {
 		delete(cfg.Metadata, room.MetadataRecordMarkers)
+	}
+	if e.everyMessage {
+		delete(cfg.Metadata, room.MetadataAttestation)
 	}
 	e.Stream, err = room.EnsureStream(ctx, e.Js, cfg, subj)
 	if err != nil {
