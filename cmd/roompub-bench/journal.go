@@ -181,7 +181,7 @@ func (b *bench) longChain() (*result, error) {
 		return nil, err
 	}
 	n := b.sz.chainEntries
-	r := &result{key: "long_chain", name: fmt.Sprintf("long chain (1 × %d)", n), unit: "entries", items: n * b.rounds, floor: 0.5,
+	r := &result{key: "long_chain", name: fmt.Sprintf("long chain (1 × %d)", n), unit: "entries", items: n * b.rounds, floor: 0.65,
 		rawHow: fmt.Sprintf("jetstreamext.PublishMsgBatch, %d per atomic batch, one after another", b.c.Batch),
 		pubHow: "client.ShipCapsule of the capsule directory: client, ingest service, gate, chain check, " + b.storePath()}
 	_, _, rawRoom, pubRoom := sides("long", 0, 0)
