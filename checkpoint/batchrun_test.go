@@ -260,13 +260,33 @@ func TestBatchCollectorVouch(t *testing.T) {
 	for i := range bad {
 		bad[i].Content[0] ^= 1 // what the signature does not cover
 	}
+	sig := lastSig(t, hs)
 	t.Run("all vouched", func(t *testing.T) {
 		c := NewBatchCollector(tr)
 		var vs []BatchVerdict
 		for i := range 3 {
-			vs = append(vs, c.Vouch(uint64(i+1), hs[i], bad[i], nil, "")...)
+			vs = append(vs, c.Vouch(uint64(i+1), hs[i], bad[i], nil, "", sig)...)
 		}
 		if len(vs) != 3 || vs[0].Err != nil || vs[2].Signer != k.NodeID() {
+			t.Fatalf("%+v", vs)
+		}
+	})
+	t.Run("vouched in two batches", func(t *testing.T) {
+		// Messages 0 and 1 of one announced batch and message 2 of
+		// another of the same key and size, stored as one: the compact
+		// form's unsigned headers are alike, so only the signature the
+		// messages were vouched with tells them apart, and the batch's
+		// signature is checked, and fails.
+		other := stmts(4)[1:]
+		ho := AttestBatch(k, other)
+		if hs[0] != ho[0] || hs[1] != ho[1] {
+			t.Fatalf("the unsigned headers differ: %q %q", hs[:2], ho[:2])
+		}
+		c := NewBatchCollector(tr)
+		c.Vouch(1, hs[0], ss[0], nil, "", sig)
+		c.Vouch(2, hs[1], ss[1], nil, "", sig)
+		vs := c.Vouch(3, ho[2], other[2], nil, "", lastSig(t, ho))
+		if len(vs) != 3 || !errors.Is(vs[0].Err, ErrBadAttestation) || !errors.Is(vs[2].Err, ErrBadAttestation) {
 			t.Fatalf("%+v", vs)
 		}
 	})
@@ -285,17 +305,17 @@ func TestBatchCollectorVouch(t *testing.T) {
 		noPos := sts[0]
 		noPos.Position = ""
 		c := NewBatchCollector(tr)
-		c.Vouch(1, h[0], noPos, entry(0), "")
+		c.Vouch(1, h[0], noPos, entry(0), "", lastSig(t, h))
 		c.Add(2, h[1], sts[1])
 		if vs := c.Add(3, h[2], sts[2]); len(vs) != 3 || vs[0].Err != nil || vs[1].Err != nil || vs[2].Err != nil {
 			t.Fatalf("genuine, one vouched: %+v", vs)
 		}
-		c.Vouch(4, h[0], noPos, entry(0), "owner:x") // another position: the signature fails
+		c.Vouch(4, h[0], noPos, entry(0), "owner:x", lastSig(t, h)) // another position: the signature fails
 		c.Add(5, h[1], sts[1])
 		if vs := c.Add(6, h[2], sts[2]); len(vs) != 3 || !errors.Is(vs[0].Err, ErrBadAttestation) {
 			t.Fatalf("a vouched message at another position: %+v", vs)
 		}
-		c.Vouch(7, h[0], noPos, nil, "") // no entry to work it out from
+		c.Vouch(7, h[0], noPos, nil, "", lastSig(t, h)) // no entry to work it out from
 		c.Add(8, h[1], sts[1])
 		if vs := c.Add(9, h[2], sts[2]); len(vs) != 3 || !errors.Is(vs[0].Err, ErrBadAttestation) || !strings.Contains(vs[0].Err.Error(), "position of message 0") {
 			t.Fatalf("a vouched message without a position: %+v", vs)
@@ -303,13 +323,23 @@ func TestBatchCollectorVouch(t *testing.T) {
 	})
 	t.Run("incomplete", func(t *testing.T) {
 		c := NewBatchCollector(tr)
-		c.Vouch(1, hs[0], ss[0], nil, "")
-		c.Vouch(2, hs[1], ss[1], nil, "")
+		c.Vouch(1, hs[0], ss[0], nil, "", sig)
+		c.Vouch(2, hs[1], ss[1], nil, "", sig)
 		vs := c.Pass(3)
 		if len(vs) != 2 || !errors.Is(vs[0].Err, ErrIncompleteBatch) || !errors.Is(vs[1].Err, ErrIncompleteBatch) {
 			t.Fatalf("%+v", vs)
 		}
 	})
+}
+
+// lastSig is the signature the last of a batch's headers carries.
+func lastSig(t testing.TB, hs []string) [64]byte {
+	t.Helper()
+	a, err := ParseAttestation(hs[len(hs)-1])
+	if err != nil || !a.Signed {
+		t.Fatalf("the batch's last header %q: %+v %v", hs[len(hs)-1], a, err)
+	}
+	return a.Sig
 }
 
 // testEntries returns n journal lines whose seqs are 0..n-1 (what
@@ -351,10 +381,11 @@ func TestBatchCollectorNoAllocs(t *testing.T) {
 	c := NewBatchCollector(mustTrust(t, k.NodeID()))
 	one := stmts(1)
 	h1 := AttestBatch(k, one)
+	s1 := lastSig(t, h1)
 	id := uint64(0)
 	if n := testing.AllocsPerRun(1000, func() {
 		id++
-		if v := c.Vouch(id, h1[0], one[0], nil, ""); len(v) != 1 || v[0].Err != nil {
+		if v := c.Vouch(id, h1[0], one[0], nil, "", s1); len(v) != 1 || v[0].Err != nil {
 			t.Fatalf("%+v", v)
 		}
 	}); n != 0 {
@@ -362,10 +393,11 @@ func TestBatchCollectorNoAllocs(t *testing.T) {
 	}
 	three := stmts(3)
 	h3 := AttestBatch(k, three)
+	s3 := lastSig(t, h3)
 	if n := testing.AllocsPerRun(1000, func() {
 		for i := range 3 {
 			id++
-			c.Vouch(id, h3[i], three[i], nil, "")
+			c.Vouch(id, h3[i], three[i], nil, "", s3)
 		}
 	}); n != 0 {
 		t.Errorf("Vouch of a batch of 3: %v allocations", n)

@@ -47,7 +47,10 @@ type member struct {
 	id      uint64
 	st      Statement
 	vouched bool
-	entry   int32 // with vouched and st.Position "": 1 + its index in entries; 0: none
+	// sig: with vouched, the signature of the batch the caller's gate
+	// made the message's header for.
+	sig   [64]byte
+	entry int32 // with vouched and st.Position "": 1 + its index in entries; 0: none
 }
 
 // entryOf is a vouched journal message's entry and HeaderOwner, whose
@@ -78,15 +81,19 @@ func (c *BatchCollector) Add(id uint64, header string, st Statement) []BatchVerd
 }
 
 // Vouch is Add for a message whose attestation header the caller's own
-// gate made for exactly this message's subject and content (the
-// checkpointer's own appends). Its batch is reassembled as any other; once
-// whole, a batch whose every message was vouched for is admitted without
-// its signature being checked, and any other is verified. st.Position may
-// be left "" with entry the message's journal entry and owner its
-// HeaderOwner: the position (EntryPosition) is then computed only if the
-// signature has to be checked.
-func (c *BatchCollector) Vouch(id uint64, header string, st Statement, entry []byte, owner string) []BatchVerdict {
-	return c.add(id, header, member{id: id, st: st, vouched: true}, entryOf{entry, owner})
+// gate made for exactly this message's subject and content, in a batch
+// whose signature is sig (the checkpointer's own appends). Its batch is
+// reassembled as any other; once whole, a batch whose every message was
+// vouched for with the signature its last message carries is admitted
+// without that signature being checked, and any other is verified: in the
+// compact form the unsigned headers of two batches of one key and size
+// are alike, so messages of two announced batches stored as one are
+// verified, and refused. st.Position may be left "" with entry the
+// message's journal entry and owner its HeaderOwner: the position
+// (EntryPosition) is then computed only if the signature has to be
+// checked.
+func (c *BatchCollector) Vouch(id uint64, header string, st Statement, entry []byte, owner string, sig [64]byte) []BatchVerdict {
+	return c.add(id, header, member{id: id, st: st, vouched: true, sig: sig}, entryOf{entry, owner})
 }
 
 // Pass tells that the message at id, in stream order, is no attested
@@ -174,14 +181,14 @@ func (c *BatchCollector) Flush() []BatchVerdict {
 // Pending is the number of messages held, waiting for their batch.
 func (c *BatchCollector) Pending() int { return len(c.members) }
 
-// verify decides a whole batch whose members (indices 0..n-1) are given,
-// and appends their verdicts to out: admitted without a signature check
-// when every one was vouched for, else by its signature over their
-// statements.
+// verify decides a whole batch whose members (indices 0..n-1) are given
+// and whose last message's attestation is a, and appends their verdicts
+// to out: admitted without a signature check when every one was vouched
+// for with a's signature, else by its signature over their statements.
 func (c *BatchCollector) verify(out []BatchVerdict, pub ed25519.PublicKey, a Attestation, members []member) []BatchVerdict {
 	var err error
 	for _, m := range members {
-		if !m.vouched {
+		if !m.vouched || m.sig != a.Sig {
 			err = c.check(pub, a, members)
 			break
 		}

@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -259,8 +261,44 @@ func RecordMarkersAdvice(cfg jetstream.StreamConfig) string {
 	if RecordMarkers(cfg) {
 		return ""
 	}
-	return fmt.Sprintf("stream %s has no record markers: serve keeps the record rules of each room in memory, read whole from the stream (docs/operations.md, \"Record markers\"); once every serve and reader is at this release: nats stream edit %s --metadata %s=%s, then restart the serves",
-		cfg.Name, cfg.Name, MetadataRecordMarkers, MarkersV1)
+	return fmt.Sprintf("stream %s has no record markers: serve keeps the record rules of each room in memory, read whole from the stream (docs/operations.md, \"Record markers\"); once every serve and reader is at this release: %s, then restart the serves",
+		cfg.Name, MetadataEdit(cfg))
+}
+
+// MetadataEdit returns the nats CLI command that turns on every roompub
+// setting cfg's stream lacks (record markers, the attestations' compact
+// form), once every serve and reader is at this release: `nats stream
+// edit` replaces the stream's whole metadata, so the command names every
+// key the stream keeps too (but the server's own, "_nats." ones), sorted.
+// Both settings have that one condition, so one command turns on both.
+func MetadataEdit(cfg jetstream.StreamConfig) string {
+	md := make(map[string]string, len(cfg.Metadata)+2)
+	for k, v := range cfg.Metadata {
+		if !strings.HasPrefix(k, "_nats.") {
+			md[k] = v
+		}
+	}
+	md[MetadataRecordMarkers], md[MetadataAttestation] = MarkersV1, AttestationCompact
+	keys := slices.Sorted(maps.Keys(md))
+	var b strings.Builder
+	b.WriteString("nats stream edit " + cfg.Name)
+	for _, k := range keys {
+		b.WriteString(" --metadata " + shellWord(k+"="+md[k]))
+	}
+	return b.String()
+}
+
+// shellWord is w as one word of a POSIX shell command line: as it is
+// when it holds only characters no shell treats specially, else in
+// single quotes.
+func shellWord(w string) string {
+	safe := w != "" && strings.IndexFunc(w, func(r rune) bool {
+		return !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || strings.ContainsRune("._/:=,@+-", r))
+	}) < 0
+	if safe {
+		return w
+	}
+	return "'" + strings.ReplaceAll(w, "'", `'\''`) + "'"
 }
 
 // CompactAttestationsAdvice returns, for a room stream without the
@@ -272,8 +310,8 @@ func CompactAttestationsAdvice(cfg jetstream.StreamConfig) string {
 	if CompactAttestations(cfg) {
 		return ""
 	}
-	return fmt.Sprintf("stream %s has no compact attestations: the gate writes the batch's signature on every message, about 90 bytes each (docs/operations.md, \"The attestation's compact form\"); once every serve and reader is at this release: nats stream edit %s --metadata %s=%s, then restart the serves",
-		cfg.Name, cfg.Name, MetadataAttestation, AttestationCompact)
+	return fmt.Sprintf("stream %s has no compact attestations: the gate writes the batch's signature on every message, about 90 bytes each (docs/operations.md, \"The attestation's compact form\"); once every serve and reader is at this release: %s, then restart the serves",
+		cfg.Name, MetadataEdit(cfg))
 }
 
 // DefaultTimeout bounds a server call when the caller's context has no

@@ -2,6 +2,9 @@ package room_test
 
 import (
 	"context"
+	"maps"
+	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -67,14 +70,19 @@ func TestStreamMetadataSettings(t *testing.T) {
 		advice     func(jetstream.StreamConfig) string
 		want       string // the advice for stream OLD
 	}{
+		// `nats stream edit --metadata` replaces the whole map: the
+		// command names the keys the stream keeps (an operator's own,
+		// quoted for the shell), never the server's "_nats." ones.
 		{room.MetadataRecordMarkers, room.MarkersV1, room.RecordMarkers, room.RecordMarkersAdvice,
 			"stream OLD has no record markers: serve keeps the record rules of each room in memory, read whole from the stream " +
 				"(docs/operations.md, \"Record markers\"); once every serve and reader is at this release: " +
-				"nats stream edit OLD --metadata roompub-record-markers=v1, then restart the serves"},
+				"nats stream edit OLD --metadata 'owner=team a' --metadata roompub=rooms/v1 --metadata roompub-attestation=compact " +
+				"--metadata roompub-record-markers=v1, then restart the serves"},
 		{room.MetadataAttestation, room.AttestationCompact, room.CompactAttestations, room.CompactAttestationsAdvice,
 			"stream OLD has no compact attestations: the gate writes the batch's signature on every message, about 90 bytes each " +
 				"(docs/operations.md, \"The attestation's compact form\"); once every serve and reader is at this release: " +
-				"nats stream edit OLD --metadata roompub-attestation=compact, then restart the serves"},
+				"nats stream edit OLD --metadata 'owner=team a' --metadata roompub=rooms/v1 --metadata roompub-attestation=compact " +
+				"--metadata roompub-record-markers=v1, then restart the serves"},
 	} {
 		t.Run(tc.key, func(t *testing.T) {
 			got := e.Stream.CachedInfo().Config
@@ -84,6 +92,7 @@ func TestStreamMetadataSettings(t *testing.T) {
 			subj := room.Subjects{Prefix: "old"}
 			cfg := room.StreamConfig("OLD", subj, 1)
 			delete(cfg.Metadata, tc.key)
+			cfg.Metadata["owner"] = "team a"
 			if _, err := e.Js.CreateStream(ctx, cfg); err != nil {
 				t.Fatal(err)
 			}
@@ -102,6 +111,9 @@ func TestStreamMetadataSettings(t *testing.T) {
 			}
 			if a := tc.advice(old); a != tc.want {
 				t.Fatalf("advice %q", a)
+			}
+			if hasServerKey := slices.ContainsFunc(slices.Collect(maps.Keys(old.Metadata)), func(k string) bool { return strings.HasPrefix(k, "_nats.") }); !hasServerKey {
+				t.Fatalf("the server set no _nats. metadata: %v", old.Metadata)
 			}
 			// The edit the advice names: the server takes it, and the
 			// stream stays append-only.

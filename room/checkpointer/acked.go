@@ -6,14 +6,26 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/roompub/roompub/checkpoint"
 	"github.com/roompub/roompub/room"
 )
 
 // Expect implements AttestationSink: the gate of this process is about to
-// send a message on subject with this attestation and content hash.
-func (c *Checkpointer) Expect(subject, header string, content [32]byte) {
-	c.own.add(content, subject, header)
-	c.acked.expect(header)
+// send msgs, one attested batch. Its messages are vouched for when read
+// (checkpoint.BatchCollector.Vouch) with the signature its last header
+// carries; a batch whose last header carries none, or another size, is
+// not a batch the gate makes and is left to be verified.
+func (c *Checkpointer) Expect(msgs []room.StoredMsg) {
+	if len(msgs) == 0 {
+		return
+	}
+	last := msgs[len(msgs)-1].Header
+	a, err := checkpoint.ParseAttestation(last)
+	if err != nil || !a.Signed || a.Count != len(msgs) {
+		return
+	}
+	c.own.add(msgs, &a.Sig)
+	c.acked.expect(last)
 }
 
 // Unstored implements AttestationSink: the batch of header was refused,
@@ -216,18 +228,21 @@ func (a *ackedOwn) waiting(since, now time.Time, gapWait time.Duration) bool {
 }
 
 // ownAttestations holds the attestations the gate made and the reader has
-// not seen yet, by message (subject and content hash), in two
-// generations: the older one is dropped when the newer has grown by
-// ownGeneration messages or a minute has passed, so an attestation whose
-// message never landed costs memory only for a while. A message found
-// here is vouched for (checkpoint.BatchCollector.Vouch); its batch is
-// admitted without a signature check only when every message of it was,
-// so a batch whose messages were partly dropped meanwhile, or one the
-// gate announced twice (a retried append of the same entries), has its
+// not seen yet, by message (subject and content hash), each with its
+// batch's signature, in two generations: the older one is dropped when
+// the newer has grown by ownGeneration messages or a minute has passed,
+// so an attestation whose message never landed costs memory only for a
+// while. A message found here is vouched for with its batch's signature
+// (checkpoint.BatchCollector.Vouch); its batch is admitted without a
+// signature check only when every message of it was, with the signature
+// the batch's last message carries. So a batch whose messages were partly
+// dropped meanwhile, one the gate announced twice (a retried append of
+// the same entries), or messages of two announced batches stored as one
+// (in the compact form their unsigned headers are alike) have the
 // signature verified instead: it costs time, never a verdict.
 type ownAttestations struct {
 	mu       sync.Mutex
-	cur, old map[ownKey]string // the header the gate made for the message
+	cur, old map[ownKey]ownRef
 	since    time.Time
 }
 
@@ -235,6 +250,13 @@ type ownAttestations struct {
 type ownKey struct {
 	subject string
 	content [32]byte
+}
+
+// ownRef is what the gate attested for one message: its header, and its
+// batch's signature (shared by the batch's messages).
+type ownRef struct {
+	header string
+	sig    *[64]byte
 }
 
 const (
@@ -254,32 +276,34 @@ func signedBatch(header string) (string, bool) {
 	return header[:sp], true
 }
 
-func (o *ownAttestations) add(content [32]byte, subject, header string) {
+func (o *ownAttestations) add(msgs []room.StoredMsg, sig *[64]byte) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	if o.cur == nil {
-		o.cur, o.since = make(map[ownKey]string), time.Now()
+		o.cur, o.since = make(map[ownKey]ownRef), time.Now()
 	}
 	if len(o.cur) >= ownGeneration || time.Since(o.since) > ownGenerationAge {
-		o.old, o.cur, o.since = o.cur, make(map[ownKey]string), time.Now()
+		o.old, o.cur, o.since = o.cur, make(map[ownKey]ownRef), time.Now()
 	}
-	o.cur[ownKey{subject, content}] = header
+	for _, m := range msgs {
+		o.cur[ownKey{m.Subject, m.Content}] = ownRef{m.Header, sig}
+	}
 }
 
 // take reports whether the gate attested exactly this header for content
-// on subject, and forgets it.
-func (o *ownAttestations) take(content [32]byte, subject, header string) bool {
+// on subject, with its batch's signature, and forgets it.
+func (o *ownAttestations) take(content [32]byte, subject, header string) ([64]byte, bool) {
 	k := ownKey{subject, content}
 	o.mu.Lock()
 	defer o.mu.Unlock()
-	for _, m := range []map[ownKey]string{o.cur, o.old} {
-		if h, ok := m[k]; ok {
-			if h != header {
-				return false
+	for _, m := range []map[ownKey]ownRef{o.cur, o.old} {
+		if r, ok := m[k]; ok {
+			if r.header != header {
+				return [64]byte{}, false
 			}
 			delete(m, k)
-			return true
+			return *r.sig, true
 		}
 	}
-	return false
+	return [64]byte{}, false
 }

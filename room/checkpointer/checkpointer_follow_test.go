@@ -29,9 +29,7 @@ type heldSink struct {
 	held []func()
 }
 
-func (s *heldSink) Expect(subject, header string, content [32]byte) {
-	s.c.Expect(subject, header, content)
-}
+func (s *heldSink) Expect(msgs []room.StoredMsg) { s.c.Expect(msgs) }
 
 func (s *heldSink) Unstored(header string) { s.c.Unstored(header) }
 
@@ -229,9 +227,9 @@ type forgetfulSink struct {
 	announce bool
 }
 
-func (s *forgetfulSink) Expect(subject, header string, content [32]byte) {
+func (s *forgetfulSink) Expect(msgs []room.StoredMsg) {
 	if s.announce {
-		s.c.Expect(subject, header, content)
+		s.c.Expect(msgs)
 	}
 }
 

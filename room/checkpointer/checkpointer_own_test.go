@@ -1,12 +1,14 @@
 package checkpointer_test
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/roompub/roompub/checkpoint"
 	"github.com/roompub/roompub/events"
+	"github.com/roompub/roompub/room"
 	"github.com/roompub/roompub/room/checkpointer"
 	"github.com/roompub/roompub/room/internal/roomtest"
 )
@@ -31,9 +33,7 @@ func TestCheckpointerOwnBatchReadPartly(t *testing.T) {
 	es, _ := roomtest.Journal(t, "run-o", "cap-o", 4)
 	ms := []roomtest.AttMsg{a.EntryMsg(es[0]), a.EntryMsg(es[1]), a.EntryMsg(es[2])}
 	hs := a.Sign(ms)
-	for i, m := range ms {
-		ckp.Expect(m.Subject, hs[i], checkpoint.ContentHash(m.Data))
-	}
+	ckp.Expect(announced(ms, hs))
 	part := a.Append(ms[:2], hs[:2])
 	whole := a.Append(ms, hs)
 	for _, m := range ms {
@@ -57,5 +57,80 @@ func TestCheckpointerOwnBatchReadPartly(t *testing.T) {
 	}
 	if len(notLeaves) != 2 || notLeaves[0] != part[0] || notLeaves[1] != part[1] || whole[0] != part[1]+1 {
 		t.Fatalf("no leaves %v, want the part %v", notLeaves, part)
+	}
+}
+
+// announced is ms with headers hs as the gate announces one batch to its
+// attestation sink.
+func announced(ms []roomtest.AttMsg, hs []string) []room.StoredMsg {
+	out := make([]room.StoredMsg, len(ms))
+	for i, m := range ms {
+		out[i] = room.StoredMsg{Subject: m.Subject, Header: hs[i], Content: checkpoint.ContentHash(m.Data)}
+	}
+	return out
+}
+
+// TestCheckpointerOwnBatchesNotRecombined: two batches the gate announced
+// and the server refused (their announcements still held), and a batch
+// stored around the gate of message 0 of one and the signed message 1 of
+// the other. In the compact form the unsigned header of message 0 is the
+// same in both, and each message is one the gate announced, so only the
+// signature each was announced with tells the batches apart: the
+// checkpointer verifies the mixed batch's signature and refuses it, as
+// the readers do (in the every-message form the headers tell it), and
+// signs no checkpoint of it.
+func TestCheckpointerOwnBatchesNotRecombined(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		f    checkpoint.Form
+		why  string // the refusal of each message of the mixed batch
+	}{
+		// Alike headers: one batch, whose signature fails.
+		{"compact", checkpoint.FormCompact, "does not verify for this batch of 2"},
+		// Each header names its batch's signature: two broken batches.
+		{"every message", checkpoint.FormEveryMessage, "incomplete batch: message "},
+	} {
+		f := tc.f
+		t.Run(tc.name, func(t *testing.T) {
+			e := roomtest.NewEnv(t)
+			key := roomtest.NewPublisherKey(t)
+			const roomID = "room:recombined"
+			ckp, logs := roomtest.StartCheckpointer(t, e.Connect(), checkpointer.Options{Key: key, Every: 1000, Interval: time.Hour})
+			ckp.SetGapWait(10 * time.Millisecond)
+			a := roomtest.NewAttestor(t, e.Js, key, roomID)
+			es, _ := roomtest.Journal(t, "run-r", "cap-r", 5)
+			b1 := []roomtest.AttMsg{a.EntryMsg(es[0]), a.EntryMsg(es[1])}
+			b2 := []roomtest.AttMsg{a.EntryMsg(es[2]), a.EntryMsg(es[3])}
+			h1, err := checkpoint.Reform(a.Sign(b1), f)
+			if err != nil {
+				t.Fatal(err)
+			}
+			h2, err := checkpoint.Reform(a.Sign(b2), f)
+			if err != nil {
+				t.Fatal(err)
+			}
+			ckp.Expect(announced(b1, h1))
+			ckp.Expect(announced(b2, h2))
+			ckp.Unstored(h1[1])
+			ckp.Unstored(h2[1])
+			mixed := a.Append([]roomtest.AttMsg{b2[0], b1[1]}, []string{h2[0], h1[1]})
+			a.Entry(es[4]) // a genuine batch after it, for a checkpoint to cover
+			checkRoom(t, e, ckp, roomID, roomtest.Trusting(t, key), 1, 0, -1)
+			rt := roomtest.Rebuild(e, roomID, roomtest.Trusting(t, key))
+			if fmt.Sprint(rt.NotLeaves) != fmt.Sprint(mixed) || rt.Tree.Size() != 1 || rt.Tree.Root() != a.Tree.Root() {
+				t.Fatalf("the independent rebuild: %d leaves, no leaves %v; want 1 and %v", rt.Tree.Size(), rt.NotLeaves, mixed)
+			}
+			var refused []uint64
+			for _, l := range logs.FilterMessageSnippet("is not a leaf").All() {
+				m := l.ContextMap()
+				refused = append(refused, m["stream_seq"].(uint64))
+				if !strings.Contains(m["error"].(string), tc.why) {
+					t.Errorf("no leaf: %v", m)
+				}
+			}
+			if fmt.Sprint(refused) != fmt.Sprint(mixed) {
+				t.Fatalf("the checkpointer refused %v, want the mixed batch %v", refused, mixed)
+			}
+		})
 	}
 }

@@ -68,24 +68,26 @@ func (c *Checkpointer) handleLocked(seq uint64, subject string, data []byte, hea
 	}
 	q := ckHeld{r: r, seq: seq, subject: subject, leaf: checkpoint.LeafHash(r.id, subject, content), exec: r.execCount}
 	st := checkpoint.Statement{Room: r.id, Subject: subject, Position: position, Content: content}
+	// The gate's announcement of the message, if any, is forgotten now.
+	sig, announced := c.own.take(content, subject, header)
 	switch {
 	case own != nil:
 		// The gate attested it and the server acknowledged it stored at
-		// seq, in a whole batch: a leaf. Its announcement is forgotten.
-		c.own.take(content, subject, header)
+		// seq, in a whole batch: a leaf.
 		c.take(r, q)
 	case header == "":
 		c.decide(nil, c.batches.Pass(seq))
 		c.notLeaf(r, notLeafUnattested, seq, subject, nil)
-	case c.own.take(content, subject, header):
+	case announced:
 		// The gate's own, read from the stream: admitted without its
-		// signature checked once its batch is read whole (a journal
-		// entry's position is worked out only if the batch turns out to
-		// hold messages the gate did not announce).
+		// signature checked once its batch is read whole, each message
+		// announced in the batch whose signature its last carries (a
+		// journal entry's position is worked out only if the batch turns
+		// out to hold messages the gate did not announce in it).
 		if p.Kind == room.KindJournal {
-			c.decide(&q, c.batches.Vouch(seq, header, st, data, owner))
+			c.decide(&q, c.batches.Vouch(seq, header, st, data, owner, sig))
 		} else {
-			c.decide(&q, c.batches.Vouch(seq, header, st, nil, ""))
+			c.decide(&q, c.batches.Vouch(seq, header, st, nil, "", sig))
 		}
 	default:
 		// Another publisher's, or this one's before a restart: verified

@@ -766,7 +766,7 @@ func (r *journalRun) publishOne() (flushResult, bool) {
 	}
 	if atts := r.attestations(1); atts != nil {
 		msg.Header.Set(checkpoint.AttestationHeader, atts[0])
-		g.expect(msg, p.att.content)
+		g.expect([]*nats.Msg{msg}, func(int) [32]byte { return p.att.content })
 	}
 	ack, err := g.publish(r.ctx, msg)
 	g.unstored(msg, ack, err)
@@ -868,10 +868,10 @@ func (r *journalRun) publishBatch(n int) (flushResult, bool) {
 	// The chain is decided: the batch is signed once, before its first
 	// message is sent.
 	if atts := r.attestations(n); atts != nil {
-		for k, p := range batch {
+		for k := range batch {
 			msgs[k].Header.Set(checkpoint.AttestationHeader, atts[k])
-			g.expect(msgs[k], p.att.content)
 		}
+		g.expect(msgs, func(k int) [32]byte { return batch[k].att.content })
 	}
 	select {
 	case g.inflight <- struct{}{}:

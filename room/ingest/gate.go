@@ -119,10 +119,13 @@ type GateOptions struct {
 // never. Checkpointer implements it. Implementations must be safe for
 // concurrent use and must not block.
 type AttestationSink interface {
-	// Expect is called with the message's subject, its
+	// Expect is called with one attested batch the gate is about to
+	// send, msgs[i] its message i: its subject, its
 	// checkpoint.AttestationHeader value and its content hash
-	// (checkpoint.ContentHash of the data).
-	Expect(subject, header string, content [32]byte)
+	// (checkpoint.ContentHash of the data). An atomic batch, or one
+	// message alone; the last message's header carries the batch's
+	// signature in both forms. The slice is the sink's to keep.
+	Expect(msgs []room.StoredMsg)
 	// Stored is called once the server acknowledged messages Expect
 	// announced as newly stored (not duplicates): msgs[i] is at stream
 	// sequence first+i (an atomic batch is stored contiguously). One
@@ -803,31 +806,38 @@ func (g *Gate) attest(roomID, subject, position string, content [32]byte) string
 	return checkpoint.Attest(g.key, roomID, subject, position, content)
 }
 
-// expect tells the attestation sink about msg just before it is sent.
-func (g *Gate) expect(msg *nats.Msg, content [32]byte) {
-	if g.attested == nil {
-		return
-	}
-	if h := msg.Header.Get(checkpoint.AttestationHeader); h != "" {
-		g.attested.Expect(msg.Subject, h, content)
+// expect tells the attestation sink of msgs, one attested batch about to
+// be sent, whose message i has content hash content(i).
+func (g *Gate) expect(msgs []*nats.Msg, content func(i int) [32]byte) {
+	if out, ok := g.attestedMsgs(msgs, content); ok {
+		g.attested.Expect(out)
 	}
 }
 
 // stored tells the attestation sink that msgs[i], whose content hash is
 // content(i), is stored at stream sequence first+i.
 func (g *Gate) stored(first uint64, msgs []*nats.Msg, content func(i int) [32]byte) {
+	if out, ok := g.attestedMsgs(msgs, content); ok {
+		g.attested.Stored(first, out)
+	}
+}
+
+// attestedMsgs is msgs as the attestation sink is told of them; ok is
+// false when there is no sink or a message is not attested (the sink is
+// told nothing of such a batch).
+func (g *Gate) attestedMsgs(msgs []*nats.Msg, content func(i int) [32]byte) ([]room.StoredMsg, bool) {
 	if g.attested == nil {
-		return
+		return nil, false
 	}
 	out := make([]room.StoredMsg, 0, len(msgs))
 	for i, m := range msgs {
 		h := m.Header.Get(checkpoint.AttestationHeader)
 		if h == "" {
-			return // not attested: the sink was told nothing of these
+			return nil, false
 		}
 		out = append(out, room.StoredMsg{Subject: m.Subject, Header: h, Content: content(i)})
 	}
-	g.attested.Stored(first, out)
+	return out, true
 }
 
 // unstored tells the attestation sink that the server refused msg's batch

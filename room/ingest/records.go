@@ -447,7 +447,7 @@ func (g *Gate) storeRecord(ctx context.Context, rec *events.Record, reply room.R
 			}
 			continue
 		}
-		g.expect(msg, content)
+		g.expect([]*nats.Msg{msg}, func(int) [32]byte { return content })
 		ack, err := g.publish(ctx, msg)
 		g.unstored(msg, ack, err)
 		switch {
