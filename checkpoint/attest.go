@@ -54,6 +54,22 @@ func OwnedJournalPosition(seq int64, owner string) string {
 	return JournalPosition(seq) + " owner:" + owner
 }
 
+// JournalPositionOwner returns the owner an OwnedJournalPosition names
+// ("" for the anonymous identity); ok is false when position is no
+// journal position ("seq:" + decimal, then " owner:" + a non-empty owner
+// or nothing).
+func JournalPositionOwner(position string) (owner string, ok bool) {
+	rest, ok := strings.CutPrefix(position, "seq:")
+	if !ok {
+		return "", false
+	}
+	seq, owner, named := strings.Cut(rest, " owner:")
+	if n, err := strconv.ParseInt(seq, 10, 64); err != nil || strconv.FormatInt(n, 10) != seq || (named && owner == "") {
+		return "", false
+	}
+	return owner, true
+}
+
 // EntryPosition is the attested position of a journal message whose data
 // is entry and whose HeaderOwner is owner: OwnedJournalPosition of the
 // entry's seq (events.ParseEntry). Errors: the parse error, or

@@ -260,3 +260,28 @@ func TestKeyCache(t *testing.T) {
 	runtime.KeepAlive(a)
 	runtime.KeepAlive(b)
 }
+
+// TestJournalPositionOwner: the owner an OwnedJournalPosition names, and
+// what is no journal position.
+func TestJournalPositionOwner(t *testing.T) {
+	for _, tc := range []struct {
+		pos   string
+		owner string
+		ok    bool
+	}{
+		{OwnedJournalPosition(7, ""), "", true},
+		{OwnedJournalPosition(7, "alice"), "alice", true},
+		{OwnedJournalPosition(0, "a b"), "a b", true},
+		{"seq:7 owner:", "", false},
+		{"seq:07", "", false},
+		{"seq:", "", false},
+		{"seq:x owner:alice", "", false},
+		{RecordPosition(7), "", false},
+		{NoticePosition, "", false},
+		{"", "", false},
+	} {
+		if owner, ok := JournalPositionOwner(tc.pos); owner != tc.owner || ok != tc.ok {
+			t.Errorf("JournalPositionOwner(%q) = %q, %v; want %q, %v", tc.pos, owner, ok, tc.owner, tc.ok)
+		}
+	}
+}

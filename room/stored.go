@@ -9,4 +9,9 @@ type StoredMsg struct {
 	Subject string   // the subject it is stored on
 	Header  string   // its checkpoint.AttestationHeader value
 	Content [32]byte // checkpoint.ContentHash of its data
+	// Position is the position its attestation signs
+	// (checkpoint.Statement.Position), or "" when the gate does not say:
+	// the checkpointer admits a message the gate announced without its
+	// batch's signature checked only at the position announced.
+	Position string
 }

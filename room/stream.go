@@ -281,7 +281,7 @@ func MetadataEdit(cfg jetstream.StreamConfig) string {
 	md[MetadataRecordMarkers], md[MetadataAttestation] = MarkersV1, AttestationCompact
 	keys := slices.Sorted(maps.Keys(md))
 	var b strings.Builder
-	b.WriteString("nats stream edit " + cfg.Name)
+	b.WriteString("nats stream edit " + shellWord(cfg.Name))
 	for _, k := range keys {
 		b.WriteString(" --metadata " + shellWord(k+"="+md[k]))
 	}

@@ -229,11 +229,13 @@ func (a *ackedOwn) waiting(since, now time.Time, gapWait time.Duration) bool {
 
 // ownAttestations holds the attestations the gate made and the reader has
 // not seen yet, by message (subject and content hash), each with its
-// batch's signature, in two generations: the older one is dropped when
+// position and its batch's signature, in two generations: the older one is dropped when
 // the newer has grown by ownGeneration messages or a minute has passed,
 // so an attestation whose message never landed costs memory only for a
-// while. A message found here is vouched for with its batch's signature
-// (checkpoint.BatchCollector.Vouch); its batch is admitted without a
+// while. A message found here, stored at the position announced (its
+// attestation signs room, subject, position and content), is vouched for
+// with its batch's signature (checkpoint.BatchCollector.Vouch); its batch
+// is admitted without a
 // signature check only when every message of it was, with the signature
 // the batch's last message carries. So a batch whose messages were partly
 // dropped meanwhile, one the gate announced twice (a retried append of
@@ -252,11 +254,11 @@ type ownKey struct {
 	content [32]byte
 }
 
-// ownRef is what the gate attested for one message: its header, and its
-// batch's signature (shared by the batch's messages).
+// ownRef is what the gate attested for one message: its header, its
+// position, and its batch's signature (shared by the batch's messages).
 type ownRef struct {
-	header string
-	sig    *[64]byte
+	header, position string
+	sig              *[64]byte
 }
 
 const (
@@ -286,24 +288,42 @@ func (o *ownAttestations) add(msgs []room.StoredMsg, sig *[64]byte) {
 		o.old, o.cur, o.since = o.cur, make(map[ownKey]ownRef), time.Now()
 	}
 	for _, m := range msgs {
-		o.cur[ownKey{m.Subject, m.Content}] = ownRef{m.Header, sig}
+		o.cur[ownKey{m.Subject, m.Content}] = ownRef{m.Header, m.Position, sig}
 	}
 }
 
 // take reports whether the gate attested exactly this header for content
-// on subject, with its batch's signature, and forgets it.
-func (o *ownAttestations) take(content [32]byte, subject, header string) ([64]byte, bool) {
+// on subject, and with which position and batch signature, and forgets
+// it.
+func (o *ownAttestations) take(content [32]byte, subject, header string) (r ownRef, ok bool) {
 	k := ownKey{subject, content}
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	for _, m := range []map[ownKey]ownRef{o.cur, o.old} {
 		if r, ok := m[k]; ok {
 			if r.header != header {
-				return [64]byte{}, false
+				return ownRef{}, false
 			}
 			delete(m, k)
-			return *r.sig, true
+			return r, true
 		}
 	}
-	return [64]byte{}, false
+	return ownRef{}, false
+}
+
+// at reports whether a message the gate announced at position r.position
+// is stored at the position its statement has there: a record at
+// position (its place on the exec subject, as read), a journal entry
+// with owner (its Roompub-Owner header; the entry's seq, the rest of its
+// position, is in its content, which the announcement names). A message
+// announced without a position is at none.
+func (r ownRef) at(kind room.Kind, position, owner string) bool {
+	if r.position == "" {
+		return false
+	}
+	if kind == room.KindJournal {
+		o, ok := checkpoint.JournalPositionOwner(r.position)
+		return ok && o == owner
+	}
+	return r.position == position
 }

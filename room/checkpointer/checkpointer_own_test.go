@@ -6,6 +6,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
+	"go.uber.org/zap/zaptest/observer"
+
 	"github.com/roompub/roompub/checkpoint"
 	"github.com/roompub/roompub/events"
 	"github.com/roompub/roompub/room"
@@ -24,12 +27,8 @@ import (
 // announced message worked out from its entry, and it is admitted. The
 // checkpointer's tree is an independent rebuild's.
 func TestCheckpointerOwnBatchReadPartly(t *testing.T) {
-	e := roomtest.NewEnv(t)
-	key := roomtest.NewPublisherKey(t)
 	const roomID = "room:own-partly"
-	ckp, logs := roomtest.StartCheckpointer(t, e.Connect(), checkpointer.Options{Key: key, Every: 1000, Interval: time.Hour})
-	ckp.SetGapWait(10 * time.Millisecond)
-	a := roomtest.NewAttestor(t, e.Js, key, roomID)
+	e, key, ckp, logs, a := ownRoom(t, roomID)
 	es, _ := roomtest.Journal(t, "run-o", "cap-o", 4)
 	ms := []roomtest.AttMsg{a.EntryMsg(es[0]), a.EntryMsg(es[1]), a.EntryMsg(es[2])}
 	hs := a.Sign(ms)
@@ -65,7 +64,7 @@ func TestCheckpointerOwnBatchReadPartly(t *testing.T) {
 func announced(ms []roomtest.AttMsg, hs []string) []room.StoredMsg {
 	out := make([]room.StoredMsg, len(ms))
 	for i, m := range ms {
-		out[i] = room.StoredMsg{Subject: m.Subject, Header: hs[i], Content: checkpoint.ContentHash(m.Data)}
+		out[i] = room.StoredMsg{Subject: m.Subject, Header: hs[i], Content: checkpoint.ContentHash(m.Data), Position: m.Position}
 	}
 	return out
 }
@@ -92,12 +91,8 @@ func TestCheckpointerOwnBatchesNotRecombined(t *testing.T) {
 	} {
 		f := tc.f
 		t.Run(tc.name, func(t *testing.T) {
-			e := roomtest.NewEnv(t)
-			key := roomtest.NewPublisherKey(t)
 			const roomID = "room:recombined"
-			ckp, logs := roomtest.StartCheckpointer(t, e.Connect(), checkpointer.Options{Key: key, Every: 1000, Interval: time.Hour})
-			ckp.SetGapWait(10 * time.Millisecond)
-			a := roomtest.NewAttestor(t, e.Js, key, roomID)
+			e, key, ckp, logs, a := ownRoom(t, roomID)
 			es, _ := roomtest.Journal(t, "run-r", "cap-r", 5)
 			b1 := []roomtest.AttMsg{a.EntryMsg(es[0]), a.EntryMsg(es[1])}
 			b2 := []roomtest.AttMsg{a.EntryMsg(es[2]), a.EntryMsg(es[3])}
@@ -133,4 +128,80 @@ func TestCheckpointerOwnBatchesNotRecombined(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestCheckpointerOwnMessageAtAnotherPosition: an attestation signs the
+// message's position too, which its subject, content and header do not
+// show: a journal entry's owner (its Roompub-Owner header) and a record's
+// place on the exec subject. A copy of a message the gate announced (and
+// the server refused), stored around the gate at another position, is
+// not vouched for: its signature is checked, and fails, so the
+// checkpointer's tree is the readers' (found by a fresh reviewer: the
+// copy was admitted unchecked, and an audit took it on the checkpoint's
+// word, a chain's first entry under another owner among them).
+func TestCheckpointerOwnMessageAtAnotherPosition(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		store func(t *testing.T, e *roomtest.Env, a *roomtest.Attestor, ckp *checkpointer.Checkpointer) uint64 // the copy's stream seq
+	}{
+		{"a journal entry under another owner", func(t *testing.T, e *roomtest.Env, a *roomtest.Attestor, ckp *checkpointer.Checkpointer) uint64 {
+			es, _ := roomtest.Journal(t, "run-p", "cap-p", 1)
+			ms := []roomtest.AttMsg{a.EntryMsg(es[0])}
+			hs := a.Sign(ms)
+			ckp.Expect(announced(ms, hs))
+			ckp.Unstored(hs[0])
+			m := nats.NewMsg(ms[0].Subject)
+			m.Data = ms[0].Data
+			m.Header.Set(checkpoint.AttestationHeader, hs[0])
+			m.Header.Set(room.HeaderOwner, "someone-else")
+			ack, err := e.Js.PublishMsg(t.Context(), m)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return ack.Sequence
+		}},
+		{"a record at another place", func(t *testing.T, e *roomtest.Env, a *roomtest.Attestor, ckp *checkpointer.Checkpointer) uint64 {
+			rm := roomtest.AttMsg{Subject: a.Subj.Records(a.Room), Data: roomtest.RecordNamed(e, a.Room, "r0"), Position: checkpoint.RecordPosition(0)}
+			hs := a.Sign([]roomtest.AttMsg{rm})
+			ckp.Expect(announced([]roomtest.AttMsg{rm}, hs))
+			ckp.Unstored(hs[0])
+			// An unattested record first: the copy lands at index 1.
+			a.Publish(rm.Subject, roomtest.RecordNamed(e, a.Room, "other"), "")
+			return a.Publish(rm.Subject, rm.Data, hs[0])
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			const roomID = "room:own-position"
+			e, key, ckp, logs, a := ownRoom(t, roomID)
+			copied := tc.store(t, e, a, ckp)
+			es, _ := roomtest.Journal(t, "run-q", "cap-q", 1)
+			a.Entry(es[0]) // a genuine message after it, for a checkpoint to cover
+			checkRoom(t, e, ckp, roomID, roomtest.Trusting(t, key), 1, 0, -1)
+			var refused []uint64
+			for _, l := range logs.FilterMessageSnippet("is not a leaf").All() {
+				m := l.ContextMap()
+				if seq := m["stream_seq"].(uint64); seq == copied {
+					refused = append(refused, seq)
+					if !strings.Contains(m["error"].(string), "does not verify") {
+						t.Errorf("the copy: %v", m)
+					}
+				}
+			}
+			if len(refused) != 1 {
+				t.Fatalf("the checkpointer did not refuse the copy at stream seq %d", copied)
+			}
+		})
+	}
+}
+
+// ownRoom starts a server with a room stream, a checkpointer with a
+// publisher key (its gap wait short), and an attestor of roomID with that
+// key: the gate's side of the checkpointer's own messages.
+func ownRoom(t *testing.T, roomID string) (*roomtest.Env, *events.HostKey, *checkpointer.Checkpointer, *observer.ObservedLogs, *roomtest.Attestor) {
+	t.Helper()
+	e := roomtest.NewEnv(t)
+	key := roomtest.NewPublisherKey(t)
+	ckp, logs := roomtest.StartCheckpointer(t, e.Connect(), checkpointer.Options{Key: key, Every: 1000, Interval: time.Hour})
+	ckp.SetGapWait(10 * time.Millisecond)
+	return e, key, ckp, logs, roomtest.NewAttestor(t, e.Js, key, roomID)
 }

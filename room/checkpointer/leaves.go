@@ -68,8 +68,10 @@ func (c *Checkpointer) handleLocked(seq uint64, subject string, data []byte, hea
 	}
 	q := ckHeld{r: r, seq: seq, subject: subject, leaf: checkpoint.LeafHash(r.id, subject, content), exec: r.execCount}
 	st := checkpoint.Statement{Room: r.id, Subject: subject, Position: position, Content: content}
-	// The gate's announcement of the message, if any, is forgotten now.
-	sig, announced := c.own.take(content, subject, header)
+	// The gate's announcement of the message, if any, is forgotten now;
+	// it vouches for the message only at the position announced.
+	ref, announced := c.own.take(content, subject, header)
+	announced = announced && ref.at(p.Kind, position, owner)
 	switch {
 	case own != nil:
 		// The gate attested it and the server acknowledged it stored at
@@ -85,9 +87,9 @@ func (c *Checkpointer) handleLocked(seq uint64, subject string, data []byte, hea
 		// journal entry's position is worked out only if the batch turns
 		// out to hold messages the gate did not announce in it).
 		if p.Kind == room.KindJournal {
-			c.decide(&q, c.batches.Vouch(seq, header, st, data, owner, sig))
+			c.decide(&q, c.batches.Vouch(seq, header, st, data, owner, *ref.sig))
 		} else {
-			c.decide(&q, c.batches.Vouch(seq, header, st, nil, "", sig))
+			c.decide(&q, c.batches.Vouch(seq, header, st, nil, "", *ref.sig))
 		}
 	default:
 		// Another publisher's, or this one's before a restart: verified

@@ -205,10 +205,11 @@ type checkedLine struct {
 // the chain's state. The batch's one signature over the digests is made
 // once the batch is decided (publishBatch, publishOne).
 type lineAttestation struct {
-	ok      bool
-	chain   events.ChainKey // the chain whose subject the digest names
-	content [32]byte        // checkpoint.ContentHash of the entry
-	digest  [32]byte        // checkpoint.Statement.Digest
+	ok       bool
+	chain    events.ChainKey // the chain whose subject the digest names
+	content  [32]byte        // checkpoint.ContentHash of the entry
+	position string          // checkpoint.OwnedJournalPosition of the entry
+	digest   [32]byte        // checkpoint.Statement.Digest
 }
 
 // checkChunk is how many lines one worker takes at a time.
@@ -275,7 +276,7 @@ func (g *Gate) checkLines(roomID, owner string, lines []line) []checkedLine {
 func (g *Gate) lineAttestation(roomID, owner string, key events.ChainKey, subject string, seq int64, e *events.Entry) lineAttestation {
 	content := checkpoint.ContentHash(e.Canonical())
 	st := checkpoint.Statement{Room: roomID, Subject: subject, Position: checkpoint.OwnedJournalPosition(seq, owner), Content: content}
-	return lineAttestation{ok: true, chain: key, content: content, digest: st.Digest()}
+	return lineAttestation{ok: true, chain: key, content: content, position: st.Position, digest: st.Digest()}
 }
 
 // attestations signs the first n pending lines as one batch (one
@@ -766,13 +767,13 @@ func (r *journalRun) publishOne() (flushResult, bool) {
 	}
 	if atts := r.attestations(1); atts != nil {
 		msg.Header.Set(checkpoint.AttestationHeader, atts[0])
-		g.expect([]*nats.Msg{msg}, func(int) [32]byte { return p.att.content })
+		g.expect([]*nats.Msg{msg}, func(int) ([32]byte, string) { return p.att.content, p.att.position })
 	}
 	ack, err := g.publish(r.ctx, msg)
 	g.unstored(msg, ack, err)
 	switch {
 	case err == nil && !ack.Duplicate:
-		g.stored(ack.Sequence, []*nats.Msg{msg}, func(int) [32]byte { return p.att.content })
+		g.stored(ack.Sequence, []*nats.Msg{msg}, func(int) ([32]byte, string) { return p.att.content, p.att.position })
 		r.stored(p, ack.Sequence)
 		r.pending = r.pending[1:]
 		return flushResult{}, true
@@ -871,7 +872,7 @@ func (r *journalRun) publishBatch(n int) (flushResult, bool) {
 		for k := range batch {
 			msgs[k].Header.Set(checkpoint.AttestationHeader, atts[k])
 		}
-		g.expect(msgs, func(k int) [32]byte { return batch[k].att.content })
+		g.expect(msgs, func(k int) ([32]byte, string) { return batch[k].att.content, batch[k].att.position })
 	}
 	select {
 	case g.inflight <- struct{}{}:
@@ -897,7 +898,7 @@ func (r *journalRun) publishBatch(n int) (flushResult, bool) {
 	switch {
 	case err == nil:
 		first := ack.Sequence - uint64(n) + 1 // a batch is stored at consecutive sequences
-		g.stored(first, msgs, func(k int) [32]byte { return batch[k].att.content })
+		g.stored(first, msgs, func(k int) ([32]byte, string) { return batch[k].att.content, batch[k].att.position })
 		for k, p := range batch {
 			r.stored(p, first+uint64(k))
 		}

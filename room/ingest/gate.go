@@ -807,17 +807,18 @@ func (g *Gate) attest(roomID, subject, position string, content [32]byte) string
 }
 
 // expect tells the attestation sink of msgs, one attested batch about to
-// be sent, whose message i has content hash content(i).
-func (g *Gate) expect(msgs []*nats.Msg, content func(i int) [32]byte) {
-	if out, ok := g.attestedMsgs(msgs, content); ok {
+// be sent, whose message i has content hash and attested position att(i)
+// (the position "" when the gate does not say it).
+func (g *Gate) expect(msgs []*nats.Msg, att func(i int) ([32]byte, string)) {
+	if out, ok := g.attestedMsgs(msgs, att); ok {
 		g.attested.Expect(out)
 	}
 }
 
-// stored tells the attestation sink that msgs[i], whose content hash is
-// content(i), is stored at stream sequence first+i.
-func (g *Gate) stored(first uint64, msgs []*nats.Msg, content func(i int) [32]byte) {
-	if out, ok := g.attestedMsgs(msgs, content); ok {
+// stored tells the attestation sink that msgs[i], whose content hash and
+// position are att(i), is stored at stream sequence first+i.
+func (g *Gate) stored(first uint64, msgs []*nats.Msg, att func(i int) ([32]byte, string)) {
+	if out, ok := g.attestedMsgs(msgs, att); ok {
 		g.attested.Stored(first, out)
 	}
 }
@@ -825,7 +826,7 @@ func (g *Gate) stored(first uint64, msgs []*nats.Msg, content func(i int) [32]by
 // attestedMsgs is msgs as the attestation sink is told of them; ok is
 // false when there is no sink or a message is not attested (the sink is
 // told nothing of such a batch).
-func (g *Gate) attestedMsgs(msgs []*nats.Msg, content func(i int) [32]byte) ([]room.StoredMsg, bool) {
+func (g *Gate) attestedMsgs(msgs []*nats.Msg, att func(i int) ([32]byte, string)) ([]room.StoredMsg, bool) {
 	if g.attested == nil {
 		return nil, false
 	}
@@ -835,14 +836,12 @@ func (g *Gate) attestedMsgs(msgs []*nats.Msg, content func(i int) [32]byte) ([]r
 		if h == "" {
 			return nil, false
 		}
-		out = append(out, room.StoredMsg{Subject: m.Subject, Header: h, Content: content(i)})
+		content, position := att(i)
+		out = append(out, room.StoredMsg{Subject: m.Subject, Header: h, Content: content, Position: position})
 	}
 	return out, true
 }
 
-// unstored tells the attestation sink that the server refused msg's batch
-// (err an API error but a full store, which may keep part of a batch, or
-// ack a duplicate): nothing of it was stored.
 func (g *Gate) unstored(msg *nats.Msg, ack *jetstream.PubAck, err error) {
 	if g.attested == nil {
 		return

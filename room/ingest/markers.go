@@ -335,7 +335,7 @@ func (g *Gate) storeMarked(ctx context.Context, rec *events.Record, r *roomState
 		msgs = append(msgs, m)
 	}
 	if att != "" {
-		g.expect([]*nats.Msg{rm}, func(int) [32]byte { return content })
+		g.expect([]*nats.Msg{rm}, func(int) ([32]byte, string) { return content, "" })
 	}
 	tctx, cancel := context.WithTimeout(ctx, g.timeout)
 	// One round trip: no acknowledgement of the first message.

@@ -447,12 +447,12 @@ func (g *Gate) storeRecord(ctx context.Context, rec *events.Record, reply room.R
 			}
 			continue
 		}
-		g.expect([]*nats.Msg{msg}, func(int) [32]byte { return content })
+		g.expect([]*nats.Msg{msg}, func(int) ([32]byte, string) { return content, "" })
 		ack, err := g.publish(ctx, msg)
 		g.unstored(msg, ack, err)
 		switch {
 		case err == nil && !ack.Duplicate:
-			g.stored(ack.Sequence, []*nats.Msg{msg}, func(int) [32]byte { return content })
+			g.stored(ack.Sequence, []*nats.Msg{msg}, func(int) ([32]byte, string) { return content, "" })
 			r.streamSeq = ack.Sequence
 			r.count.Add(1)
 			r.Add(rec, ack.Sequence)
