@@ -14,18 +14,34 @@ import (
 // send msgs, one attested batch. Its messages are vouched for when read
 // (checkpoint.BatchCollector.Vouch) with the signature its last header
 // carries; a batch whose last header carries none, or another size, is
-// not a batch the gate makes and is left to be verified.
+// not a batch the gate makes and is left to be verified, and so is one by
+// a key the checkpointer does not trust (a gate wired to another key's
+// checkpointer: what it would refuse read from the stream).
 func (c *Checkpointer) Expect(msgs []room.StoredMsg) {
-	if len(msgs) == 0 {
-		return
-	}
-	last := msgs[len(msgs)-1].Header
-	a, err := checkpoint.ParseAttestation(last)
-	if err != nil || !a.Signed || a.Count != len(msgs) {
+	a, ok := c.ownBatch(msgs)
+	if !ok {
 		return
 	}
 	c.own.add(msgs, &a.Sig)
-	c.acked.expect(last)
+	c.acked.expect(a.String())
+}
+
+// ownBatch returns the attestation of the last attested message of msgs
+// when msgs' attested messages (those with a header: a record's markers
+// have none) are one whole batch, signed by a key the checkpointer
+// trusts.
+func (c *Checkpointer) ownBatch(msgs []room.StoredMsg) (checkpoint.Attestation, bool) {
+	n, last := 0, ""
+	for _, m := range msgs {
+		if m.Header != "" {
+			n, last = n+1, m.Header
+		}
+	}
+	if n == 0 {
+		return checkpoint.Attestation{}, false
+	}
+	a, err := checkpoint.ParseAttestation(last)
+	return a, err == nil && a.Signed && a.Count == n && c.trust.Trusts(a.Signer)
 }
 
 // Unstored implements AttestationSink: the batch of header was refused,
@@ -33,10 +49,15 @@ func (c *Checkpointer) Expect(msgs []room.StoredMsg) {
 func (c *Checkpointer) Unstored(header string) { c.acked.unstored(header) }
 
 // Stored implements AttestationSink: the gate's messages Expect announced
-// are stored from stream sequence first on.
+// are stored from stream sequence first on. They are taken from memory as
+// leaves, unchecked, only when they are a whole batch by a trusted key;
+// else they are read from the stream and verified.
 func (c *Checkpointer) Stored(first uint64, msgs []room.StoredMsg) {
 	if len(msgs) > 0 {
 		c.sawUpTo(first + uint64(len(msgs)) - 1)
+	}
+	if _, ok := c.ownBatch(msgs); !ok {
+		msgs = nil
 	}
 	c.acked.stored(first, msgs)
 }

@@ -205,3 +205,33 @@ func ownRoom(t *testing.T, roomID string) (*roomtest.Env, *events.HostKey, *chec
 	ckp.SetGapWait(10 * time.Millisecond)
 	return e, key, ckp, logs, roomtest.NewAttestor(t, e.Js, key, roomID)
 }
+
+// TestCheckpointerOwnBatchByAnotherKey: a gate that signs with a key the
+// checkpointer does not trust (a library caller wiring one key's gate to
+// another's checkpointer) announces and stores a batch: it is neither
+// taken from memory nor vouched for, but read and refused as the readers
+// refuse it.
+func TestCheckpointerOwnBatchByAnotherKey(t *testing.T) {
+	const roomID = "room:own-other-key"
+	e, key, ckp, logs, a := ownRoom(t, roomID)
+	other := roomtest.NewAttestor(t, e.Js, roomtest.NewPublisherKey(t), roomID)
+	es, _ := roomtest.Journal(t, "run-k", "cap-k", 3)
+	ms := []roomtest.AttMsg{other.EntryMsg(es[0]), other.EntryMsg(es[1])}
+	hs := other.Sign(ms)
+	ckp.Expect(announced(ms, hs))
+	seqs := other.Append(ms, hs)
+	ckp.Stored(seqs[0], announced(ms, hs))
+	a.Entry(es[2]) // the checkpointer's own key's, for a checkpoint to cover
+	checkRoom(t, e, ckp, roomID, roomtest.Trusting(t, key), 1, 0, -1)
+	var refused []uint64
+	for _, l := range logs.FilterMessageSnippet("is not a leaf").All() {
+		m := l.ContextMap()
+		refused = append(refused, m["stream_seq"].(uint64))
+		if !strings.Contains(m["error"].(string), "untrusted publisher") {
+			t.Errorf("no leaf: %v", m)
+		}
+	}
+	if fmt.Sprint(refused) != fmt.Sprint(seqs) {
+		t.Fatalf("refused %v, want the other key's batch %v", refused, seqs)
+	}
+}
