@@ -225,31 +225,40 @@ func Reform(headers []string, f Form) ([]string, error) {
 	if len(headers) == 0 {
 		return nil, nil
 	}
-	last, err := ParseAttestation(headers[len(headers)-1])
+	last, err := parseBatch(headers)
 	if err != nil {
 		return nil, err
 	}
+	return last.headers(f), nil
+}
+
+// parseBatch parses the headers of one whole batch (at least one), in
+// batch order, and returns the last one's attestation, which carries the
+// batch's signature in both forms: header i must be well formed, with
+// index i and count n, and each of one batch with message 0 (SameBatch,
+// as BatchRun joins them). Errors: ParseAttestation's, ErrBadAttestation.
+func parseBatch(headers []string) (last Attestation, err error) {
 	var first Attestation
 	for i, h := range headers {
 		a, err := ParseAttestation(h)
 		if err != nil {
-			return nil, err
+			return Attestation{}, err
 		}
 		if i == 0 {
 			first = a
 		}
 		if a.Index != i || a.Count != len(headers) || !a.SameBatch(first) {
-			return nil, fmt.Errorf("%w: header %d is %d/%d of another batch, want %d/%d of one", ErrBadAttestation, i, a.Index, a.Count, i, len(headers))
+			return Attestation{}, fmt.Errorf("%w: header %d is %d/%d of another batch, want %d/%d of one", ErrBadAttestation, i, a.Index, a.Count, i, len(headers))
 		}
+		last = a
 	}
-	return last.headers(f), nil
+	return last, nil
 }
 
 // Attest returns the AttestationHeader value by which k attests that the
 // message with content hash content is on subject of roomID at position:
 // AttestBatch of that one statement (suffix "0/1", signed in both forms).
-// It panics as
-// AttestBatch does.
+// It panics as AttestBatch does.
 func Attest(k *events.HostKey, roomID, subject, position string, content [32]byte) string {
 	return AttestBatch(k, []Statement{{Room: roomID, Subject: subject, Position: position, Content: content}})[0]
 }
@@ -498,32 +507,18 @@ func (t *Trust) AttestationSigner(header string) (string, error) {
 // VerifyBatch checks the headers of one whole batch against its messages'
 // statements, in batch order, and returns the signer's node id: there are n
 // of each, header i is well-formed with index i and count n, all name the
-// same signer and are of one form (SameBatch), the signer is in t and the
-// last header's signature verifies over the statements' digests. Errors: ErrNoAttestation (a header
-// is empty), ErrBadAttestation (malformed, not one batch, a field with a
-// newline, or a signature that does not verify), ErrUntrustedPublisher.
+// same signer and are of one form (parseBatch), the signer is in t and
+// the last header's signature verifies over the statements' digests.
+// Errors: ErrNoAttestation (a header is empty), ErrBadAttestation
+// (malformed, not one batch, a field with a newline, or a signature that
+// does not verify), ErrUntrustedPublisher.
 func (t *Trust) VerifyBatch(headers []string, stmts []Statement) (signer string, err error) {
 	if len(headers) == 0 || len(headers) != len(stmts) {
 		return "", fmt.Errorf("%w: %d headers for %d messages", ErrBadAttestation, len(headers), len(stmts))
 	}
-	// The last header carries the batch's signature in both forms.
-	last, err := ParseAttestation(headers[len(headers)-1])
+	last, err := parseBatch(headers)
 	if err != nil {
 		return "", err
-	}
-	var first Attestation
-	for i, h := range headers {
-		a, err := ParseAttestation(h)
-		if err != nil {
-			return "", err
-		}
-		if i == 0 {
-			first = a
-		}
-		// Each against message 0, as BatchRun joins them.
-		if a.Index != i || a.Count != len(headers) || !a.SameBatch(first) {
-			return "", fmt.Errorf("%w: header %d is %d/%d of another batch, want %d/%d of one", ErrBadAttestation, i, a.Index, a.Count, i, len(headers))
-		}
 	}
 	pub, ok := t.key(last.Signer)
 	if !ok {

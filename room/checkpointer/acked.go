@@ -18,30 +18,30 @@ import (
 // a key the checkpointer does not trust (a gate wired to another key's
 // checkpointer: what it would refuse read from the stream).
 func (c *Checkpointer) Expect(msgs []room.StoredMsg) {
-	a, ok := c.ownBatch(msgs)
+	a, last, ok := c.ownBatch(msgs)
 	if !ok {
 		return
 	}
 	c.own.add(msgs, &a.Sig)
-	c.acked.expect(a.String())
+	c.acked.expect(last)
 }
 
-// ownBatch returns the attestation of the last attested message of msgs
-// when msgs' attested messages (those with a header: a record's markers
-// have none) are one whole batch, signed by a key the checkpointer
-// trusts.
-func (c *Checkpointer) ownBatch(msgs []room.StoredMsg) (checkpoint.Attestation, bool) {
-	n, last := 0, ""
+// ownBatch returns the header of the last attested message of msgs, and
+// its attestation, when msgs' attested messages (those with a header: a
+// record's markers have none) are one whole batch, signed by a key the
+// checkpointer trusts.
+func (c *Checkpointer) ownBatch(msgs []room.StoredMsg) (a checkpoint.Attestation, last string, ok bool) {
+	n := 0
 	for _, m := range msgs {
 		if m.Header != "" {
 			n, last = n+1, m.Header
 		}
 	}
 	if n == 0 {
-		return checkpoint.Attestation{}, false
+		return checkpoint.Attestation{}, "", false
 	}
 	a, err := checkpoint.ParseAttestation(last)
-	return a, err == nil && a.Signed && a.Count == n && c.trust.Trusts(a.Signer)
+	return a, last, err == nil && a.Signed && a.Count == n && c.trust.Trusts(a.Signer)
 }
 
 // Unstored implements AttestationSink: the batch of header was refused,
@@ -56,7 +56,7 @@ func (c *Checkpointer) Stored(first uint64, msgs []room.StoredMsg) {
 	if len(msgs) > 0 {
 		c.sawUpTo(first + uint64(len(msgs)) - 1)
 	}
-	if _, ok := c.ownBatch(msgs); !ok {
+	if _, _, ok := c.ownBatch(msgs); !ok {
 		msgs = nil
 	}
 	c.acked.stored(first, msgs)
@@ -250,13 +250,13 @@ func (a *ackedOwn) waiting(since, now time.Time, gapWait time.Duration) bool {
 
 // ownAttestations holds the attestations the gate made and the reader has
 // not seen yet, by message (subject and content hash), each with its
-// position and its batch's signature, in two generations: the older one is dropped when
-// the newer has grown by ownGeneration messages or a minute has passed,
-// so an attestation whose message never landed costs memory only for a
-// while. A message found here, stored at the position announced (its
-// attestation signs room, subject, position and content), is vouched for
-// with its batch's signature (checkpoint.BatchCollector.Vouch); its batch
-// is admitted without a
+// position and its batch's signature, in two generations: the older one
+// is dropped when the newer has grown by ownGeneration messages or a
+// minute has passed, so an attestation whose message never landed costs
+// memory only for a while. A message found here, stored at the position
+// announced (its attestation signs room, subject, position and content),
+// is vouched for with its batch's signature
+// (checkpoint.BatchCollector.Vouch); its batch is admitted without a
 // signature check only when every message of it was, with the signature
 // the batch's last message carries. So a batch whose messages were partly
 // dropped meanwhile, one the gate announced twice (a retried append of

@@ -842,6 +842,9 @@ func (g *Gate) attestedMsgs(msgs []*nats.Msg, att func(i int) ([32]byte, string)
 	return out, true
 }
 
+// unstored tells the attestation sink that the server refused msg's batch
+// (err an API error but a full store, which may keep part of a batch, or
+// ack a duplicate): nothing of it was stored.
 func (g *Gate) unstored(msg *nats.Msg, ack *jetstream.PubAck, err error) {
 	if g.attested == nil {
 		return
