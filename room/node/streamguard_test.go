@@ -591,6 +591,13 @@ func TestStreamMarkFileOutlivesTheBucket(t *testing.T) {
 	defer nc.Close()
 	js, _ := jetstream.New(nc)
 	ctx := context.Background()
+	// A stream the test keeps: when an account's last stream is deleted,
+	// the server removes its empty streams directory in the background,
+	// and a stream created meanwhile can fail with "error creating store
+	// for stream" (10049). Serve is not what that would test.
+	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "KEEP", Subjects: []string{"keep"}, Storage: jetstream.FileStorage}); err != nil {
+		t.Fatal(err)
+	}
 	for _, s := range []string{room.DefaultStream, "KV_" + room.DefaultStreamsBucket} {
 		if err := js.DeleteStream(ctx, s); err != nil {
 			t.Fatal(err)
