@@ -96,6 +96,19 @@ func NewBoundedLedger(b LeafBounds) (*Ledger, error) {
 	return &Ledger{tree: t}, nil
 }
 
+// Bound bounds a lean ledger's leaves from now on (LeanTree.Bound): one
+// made by NewLedger or ResumeLedger keeps at most about b.Window+b.Chunk
+// leaves after the latest checkpoint in memory, with the same checks and
+// verdicts. Errors: a full ledger (NewFullLedger), a tree bounded
+// already, or b.Chunk not a power of two.
+func (l *Ledger) Bound(b LeafBounds) error {
+	t, ok := l.tree.(*LeanTree)
+	if !ok {
+		return errors.New("checkpoint: a full ledger keeps every node: it cannot be bounded")
+	}
+	return t.Bound(b)
+}
+
 // LeafStats is what a bounded ledger's tree did with its leaves
 // (LeanTree.LeafStats); zero for a full ledger.
 func (l *Ledger) LeafStats() LeafStats {

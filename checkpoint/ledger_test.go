@@ -400,3 +400,56 @@ func TestLedgerNoAllocs(t *testing.T) {
 		t.Errorf("Accept of 10,000 leaves: %v allocations", n)
 	}
 }
+
+// TestLedgerBound: a lean ledger, new or resumed from a checkpoint, is
+// bounded from then on, with the roots and verdicts of an unbounded one;
+// a full ledger, or one bounded already, refuses.
+func TestLedgerBound(t *testing.T) {
+	const room, n = "room:bound", 300
+	full := treeOf(room, n)
+	if err := NewFullLedger().Bound(LeafBounds{}); err == nil {
+		t.Fatal("a full ledger was bounded")
+	}
+	root37, _ := full.RootAt(37)
+	base := &Checkpoint{Room: room, Size: 37, Root: root37}
+	fresh := NewLedger()
+	for i := range 37 {
+		fresh.Append(leafN(room, i))
+	}
+	rs, err := fresh.ResumeAt(37)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resumed, err := ResumeLedger(base, 1, rs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := LeafBounds{Window: 4, Chunk: 2, MaxChunks: 4, Dir: t.TempDir()}
+	if err := resumed.Bound(b); err != nil {
+		t.Fatal(err)
+	}
+	defer resumed.Close()
+	if err := resumed.Bound(b); err == nil {
+		t.Fatal("bounded twice")
+	}
+	for i := 37; i < n; i++ {
+		resumed.Append(leafN(room, i))
+		want, _ := full.RootAt(uint64(i + 1))
+		if got, err := resumed.RootAt(uint64(i + 1)); err != nil || got != want {
+			t.Fatalf("root at %d: %x %v, want %x", i+1, got, err, want)
+		}
+	}
+	st := resumed.LeafStats()
+	if st.Spilled == 0 || st.Held > 6 || st.Spilled+st.Held != n-37 {
+		t.Fatalf("%+v: want at most 6 held, the other %d spilled", st, n-37)
+	}
+	root250, _ := full.RootAt(250)
+	ck := &Checkpoint{Room: room, Size: 250, Root: root250}
+	if err := resumed.Check(ck); err != nil {
+		t.Fatalf("a checkpoint of the stream's leaves: %v", err)
+	}
+	bad := &Checkpoint{Room: room, Size: 250, Root: root37}
+	if err := resumed.Check(bad); !errors.Is(err, ErrCheckpointMismatch) {
+		t.Fatalf("a checkpoint of another root: %v", err)
+	}
+}

@@ -105,6 +105,7 @@ func (c *serveCmd) Run(s *streams) error {
 			Every:             c.CheckpointEvery,
 			Interval:          c.CheckpointInterval,
 			FullRead:          c.CheckpointFullRead,
+			LeafDir:           c.CheckpointLeafDir,
 		},
 		Service:  ingest.ServiceOptions{Version: buildVersion()},
 		HTTPAddr: c.HTTP,

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -36,7 +37,8 @@ const (
 	DefaultCheckpointInterval = 10 * time.Second
 )
 
-// ErrCheckpointer is wrapped by Start for unusable options.
+// ErrCheckpointer is wrapped by Start for unusable options (among them a
+// LeafDir that is no directory).
 var ErrCheckpointer = errors.New("checkpointer")
 
 // Options configures a Checkpointer. The zero value of each
@@ -102,6 +104,15 @@ type Options struct {
 	// contradiction again (OnContradiction with a reason) or, once the
 	// catch-up read is done, tells that the room matches (reason "").
 	ReadWhole []string
+
+	// LeafDir is where a room's tree writes the leaves no checkpoint
+	// covers once they pass its window (checkpoint.LeafBounds: twice
+	// Every, from checkpoint.DefaultLeafWindow to 1,048,576 leaves); "":
+	// os.TempDir().
+	// A room whose checkpoints keep up never writes there; one whose
+	// checkpoints stop (blocked, failing writes) keeps a file of 32 bytes
+	// a leaf instead of that much memory.
+	LeafDir string
 
 	// Test seams, set from export_test.go: catchUpBatch sizes the
 	// catch-up read's gets (0: ckCatchUpMessages), and with catchUpPause
@@ -178,8 +189,10 @@ type Checkpointer struct {
 	trustDigest string // checkpoint.TrustDigest(trust), for the resume headers
 	every       uint64
 	interval    time.Duration
-	ttl         time.Duration
-	m           *checkpointMetrics
+	// bounds bound each room's leaves in memory (Options.LeafDir).
+	bounds checkpoint.LeafBounds
+	ttl    time.Duration
+	m      *checkpointMetrics
 
 	own ownAttestations
 	// acked holds the gate's batches the server acknowledged, whole, by
@@ -255,6 +268,10 @@ func readBudget(ctx context.Context) (context.Context, context.CancelFunc) {
 	return context.WithDeadline(ctx, dl.Add(-time.Until(dl)/3))
 }
 
+// maxLeafWindow caps a room's leaves in memory past its latest checkpoint
+// (32 MiB of hashes), whatever Options.Every.
+const maxLeafWindow = 1 << 20
+
 // ckSubjectCache bounds the checkpointer's cache of parsed subjects (one
 // per chain and two per room); it is cleared when full.
 const ckSubjectCache = 4096
@@ -281,8 +298,10 @@ type ckRoom struct {
 	waitTill time.Time // after a failed write
 	warned   bool      // a message that is no leaf was logged at warn level
 	// asideWarned: a message set aside on the checkpoint subject was
-	// logged at warn level.
+	// logged at warn level; spillWarned: the tree's leaves could not be
+	// written to its file (checkpoint.LeafStats.WriteErr).
 	asideWarned bool
+	spillWarned bool
 	lease       lease
 	// from and resumedAt: the room was resumed (resume) from its
 	// checkpoint at stream seq resumedAt and is read from from on (its
@@ -345,6 +364,17 @@ func Start(ctx context.Context, nc *nats.Conn, o Options) (*Checkpointer, error)
 	if o.Every <= 0 {
 		c.every = DefaultCheckpointEvery
 	}
+	if o.LeafDir != "" {
+		if fi, err := os.Stat(o.LeafDir); err != nil {
+			return nil, fmt.Errorf("%w: LeafDir: %w", ErrCheckpointer, err)
+		} else if !fi.IsDir() {
+			return nil, fmt.Errorf("%w: LeafDir %s is not a directory", ErrCheckpointer, o.LeafDir)
+		}
+	}
+	// Twice Every: a room whose checkpoints keep up holds no more, so
+	// only a room whose checkpoints stopped writes its leaves out (or,
+	// past the cap, one whose Every is over half a million).
+	c.bounds = checkpoint.LeafBounds{Window: int(min(max(2*c.every, checkpoint.DefaultLeafWindow), maxLeafWindow)), Dir: o.LeafDir}
 	if c.interval <= 0 {
 		c.interval = DefaultCheckpointInterval
 	}
@@ -497,6 +527,13 @@ func (c *Checkpointer) stop(ctx context.Context) error {
 		r.lease.rev = 0
 		c.m.leases.Dec()
 	}
+	c.mu.Lock()
+	for _, r := range c.rooms {
+		if err := r.ledger.Close(); err != nil {
+			c.log.Warn("checkpointer: removing the room's file of leaves", zap.String("room", r.id), zap.Error(err))
+		}
+	}
+	c.mu.Unlock()
 	c.log.Info("checkpointer stopped")
 	return errors.Join(errs...)
 }

@@ -2,6 +2,8 @@ package checkpointer
 
 import (
 	"time"
+
+	"github.com/roompub/roompub/checkpoint"
 )
 
 // FollowCounts returns how many messages the checkpointer's follow took
@@ -65,4 +67,17 @@ func (c *Checkpointer) CaughtUp() bool {
 	default:
 		return false
 	}
+}
+
+// RoomLeaves returns the size of the checkpointer's tree of roomID, the
+// leaves its latest checkpoint read back covers (the tree's base), and
+// what the tree did with its leaves.
+func (c *Checkpointer) RoomLeaves(roomID string) (size, covered uint64, stats checkpoint.LeafStats) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	r := c.rooms[roomID]
+	if r == nil {
+		return 0, 0, checkpoint.LeafStats{}
+	}
+	return r.ledger.Size(), r.ledger.Covered(), r.ledger.LeafStats()
 }

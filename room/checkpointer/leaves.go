@@ -40,7 +40,7 @@ func (c *Checkpointer) handleLocked(seq uint64, subject string, data []byte, hea
 	}
 	r := c.rooms[p.RoomID]
 	if r == nil {
-		r = &ckRoom{id: p.RoomID, ledger: checkpoint.NewLedger()}
+		r = &ckRoom{id: p.RoomID, ledger: c.boundLedger(checkpoint.NewLedger(), p.RoomID)}
 		c.rooms[p.RoomID] = r
 	}
 	if r.from != 0 && c.passedOver(r, seq, p.Kind, data) {
@@ -163,6 +163,16 @@ func (c *Checkpointer) settleStuck(ctx context.Context, force bool) {
 	}
 }
 
+// boundLedger bounds l, roomID's new tree, by c.bounds and returns it;
+// one that cannot be bounded (the bounds are checked at Start, so only a
+// ledger bounded already) keeps its leaves in memory, as before bounds.
+func (c *Checkpointer) boundLedger(l *checkpoint.Ledger, roomID string) *checkpoint.Ledger {
+	if err := l.Bound(c.bounds); err != nil {
+		c.log.Warn("checkpointer: the room's leaves stay in memory", zap.String("room", roomID), zap.Error(err))
+	}
+	return l
+}
+
 // take adds an admitted message to r's tree.
 func (c *Checkpointer) take(r *ckRoom, q ckHeld) {
 	r.ledger.Append(q.leaf)
@@ -170,10 +180,18 @@ func (c *Checkpointer) take(r *ckRoom, q ckHeld) {
 	if r.grewAt.IsZero() {
 		r.grewAt = time.Now()
 	}
-	if r.ledger.Size()-max(r.ledger.Covered(), r.written) >= c.every {
+	uncovered := r.ledger.Size() - max(r.ledger.Covered(), r.written)
+	if uncovered >= c.every {
 		select {
 		case c.due <- struct{}{}:
 		default:
+		}
+	}
+	if uncovered%uint64(c.bounds.Window) == 0 && !r.spillWarned {
+		if err := r.ledger.LeafStats().WriteErr; err != nil {
+			r.spillWarned = true
+			c.log.Warn("checkpointer: the room's uncovered leaves cannot be written to a file: they stay in memory, 32 bytes each, until a checkpoint covers them",
+				zap.String("room", r.id), zap.Uint64("uncovered", uncovered), zap.Error(err))
 		}
 	}
 }

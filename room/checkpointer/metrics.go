@@ -43,6 +43,9 @@ var (
 	unreadDesc = prometheus.NewDesc("roompub_checkpoint_unread_messages",
 		"Messages the room stream holds that this publisher's checkpointer has not read yet, as it last learned the stream's end (its reads, the gate's acknowledgements): no checkpoint of it covers them; 0 when it keeps up.",
 		nil, nil)
+	spilledDesc = prometheus.NewDesc("roompub_checkpoint_leaves_spilled_total",
+		"Leaf hashes of rooms' trees written to a file (32 bytes each, Options.LeafDir) because no checkpoint covered them within the room's window (twice Every leaves, from 4,096 to 1,048,576): rooms whose checkpoints stopped.",
+		nil, nil)
 )
 
 // checkpointLag is what the lag series report at one moment.
@@ -51,6 +54,7 @@ type checkpointLag struct {
 	maxAge      time.Duration
 	rooms       int
 	unread      uint64 // messages stored after the last one handled
+	spilled     uint64 // leaves the rooms' trees wrote to their files
 }
 
 // lagCollector reads the checkpointer's rooms at each scrape, so the lag
@@ -63,6 +67,7 @@ func (l lagCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- lagSecondsDesc
 	ch <- lagRoomsDesc
 	ch <- unreadDesc
+	ch <- spilledDesc
 }
 
 // Collect implements prometheus.Collector.
@@ -72,6 +77,7 @@ func (l lagCollector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(lagSecondsDesc, prometheus.GaugeValue, v.maxAge.Seconds())
 	ch <- prometheus.MustNewConstMetric(lagRoomsDesc, prometheus.GaugeValue, float64(v.rooms))
 	ch <- prometheus.MustNewConstMetric(unreadDesc, prometheus.GaugeValue, float64(v.unread))
+	ch <- prometheus.MustNewConstMetric(spilledDesc, prometheus.CounterValue, float64(v.spilled))
 }
 
 // lag is the checkpoint lag over c's rooms now: a room lags by the
@@ -87,6 +93,7 @@ func (c *Checkpointer) lag() checkpointLag {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	for _, r := range c.rooms {
+		l.spilled += r.ledger.LeafStats().Spilled
 		size, covered := r.ledger.Size(), max(r.ledger.Covered(), r.written)
 		if size <= covered {
 			continue

@@ -165,7 +165,7 @@ func (c *Checkpointer) resumeRoom(ctx context.Context, roomID, subj string, reco
 	if err != nil {
 		return nil, resumeUnreadable, err
 	}
-	return &ckRoom{id: roomID, ledger: l, execCount: rs.Records, from: from, resumedAt: m.Sequence, ckptSeq: m.Sequence,
+	return &ckRoom{id: roomID, ledger: c.boundLedger(l, roomID), execCount: rs.Records, from: from, resumedAt: m.Sequence, ckptSeq: m.Sequence,
 		leafSeq: rs.LeafSeq, leafExec: rs.Records}, resumeOK, nil
 }
 
