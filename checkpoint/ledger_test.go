@@ -432,8 +432,13 @@ func TestLedgerBound(t *testing.T) {
 	if err := resumed.Bound(b); err == nil {
 		t.Fatal("bounded twice")
 	}
+	unbounded, err := ResumeLedger(base, 1, rs)
+	if err != nil {
+		t.Fatal(err)
+	}
 	for i := 37; i < n; i++ {
 		resumed.Append(leafN(room, i))
+		unbounded.Append(leafN(room, i))
 		want, _ := full.RootAt(uint64(i + 1))
 		if got, err := resumed.RootAt(uint64(i + 1)); err != nil || got != want {
 			t.Fatalf("root at %d: %x %v, want %x", i+1, got, err, want)
@@ -442,6 +447,13 @@ func TestLedgerBound(t *testing.T) {
 	st := resumed.LeafStats()
 	if st.Spilled == 0 || st.Held > 6 || st.Spilled+st.Held != n-37 {
 		t.Fatalf("%+v: want at most 6 held, the other %d spilled", st, n-37)
+	}
+	for _, size := range []uint64{38, 100, 250, n} {
+		got, err := resumed.ResumeAt(size)
+		want, _ := unbounded.ResumeAt(size)
+		if err != nil || got.String() != want.String() {
+			t.Fatalf("resume state at %d: %v %v, want %v", size, got, err, want)
+		}
 	}
 	root250, _ := full.RootAt(250)
 	ck := &Checkpoint{Room: room, Size: 250, Root: root250}
