@@ -38,7 +38,7 @@ const (
 )
 
 // ErrCheckpointer is wrapped by Start for unusable options (among them a
-// LeafDir that is no directory).
+// LeafDir that cannot hold a file: CheckLeafDir).
 var ErrCheckpointer = errors.New("checkpointer")
 
 // Options configures a Checkpointer. The zero value of each
@@ -107,11 +107,12 @@ type Options struct {
 
 	// LeafDir is where a room's tree writes the leaves no checkpoint
 	// covers once they pass its window (checkpoint.LeafBounds: twice
-	// Every, from checkpoint.DefaultLeafWindow to 1,048,576 leaves); "":
-	// os.TempDir().
-	// A room whose checkpoints keep up never writes there; one whose
-	// checkpoints stop (blocked, failing writes) keeps a file of 32 bytes
-	// a leaf instead of that much memory.
+	// Every, from checkpoint.DefaultLeafWindow to 1,048,576 leaves); "" is
+	// os.TempDir(). Start refuses one it cannot create a file in
+	// (CheckLeafDir). A room whose
+	// checkpoints keep up writes there only during the catch-up read at
+	// start; one whose checkpoints stop (blocked, failing writes) keeps a
+	// file of 32 bytes a leaf instead of that much memory.
 	LeafDir string
 
 	// Test seams, set from export_test.go: catchUpBatch sizes the
@@ -268,6 +269,33 @@ func readBudget(ctx context.Context) (context.Context, context.CancelFunc) {
 	return context.WithDeadline(ctx, dl.Add(-time.Until(dl)/3))
 }
 
+// CheckLeafDir returns why dir cannot hold the rooms' files of leaves
+// (Options.LeafDir, --checkpoint-leaf-dir), or nil: it must be a
+// directory this process can create a file in (a probe file is made and
+// removed); "" (os.TempDir()) is not checked. Errors wrap ErrCheckpointer.
+func CheckLeafDir(dir string) error {
+	if dir == "" {
+		return nil
+	}
+	bad := func(err error) error {
+		return fmt.Errorf("%w: the directory for leaves no checkpoint covers yet (--checkpoint-leaf-dir, Options.LeafDir) %s: %w", ErrCheckpointer, dir, err)
+	}
+	if fi, err := os.Stat(dir); err != nil {
+		return bad(err)
+	} else if !fi.IsDir() {
+		return bad(errors.New("not a directory"))
+	}
+	f, err := os.CreateTemp(dir, "roompub-leaves-probe-*")
+	if err != nil {
+		return bad(err)
+	}
+	f.Close()
+	if err := os.Remove(f.Name()); err != nil {
+		return bad(err)
+	}
+	return nil
+}
+
 // maxLeafWindow caps a room's leaves in memory past its latest checkpoint
 // (32 MiB of hashes), whatever Options.Every.
 const maxLeafWindow = 1 << 20
@@ -291,9 +319,12 @@ type ckRoom struct {
 	execCount uint64 // messages read on the exec subject (the next record's position)
 	// ckptSeq is the checkpoint subject's last stream sequence read or
 	// written: a write expects it.
-	ckptSeq  uint64
-	written  uint64 // size of this checkpointer's last write
-	bad      string // why the latest checkpoint contradicts the tree; "" if it does not
+	ckptSeq uint64
+	written uint64 // size of this checkpointer's last write
+	bad     string // why the latest checkpoint contradicts the tree; "" if it does not
+	// treeErr: the tree's leaves written to its file cannot be read back
+	// (loseTree); nil while the tree is whole.
+	treeErr  error
 	grewAt   time.Time
 	waitTill time.Time // after a failed write
 	warned   bool      // a message that is no leaf was logged at warn level
@@ -364,12 +395,8 @@ func Start(ctx context.Context, nc *nats.Conn, o Options) (*Checkpointer, error)
 	if o.Every <= 0 {
 		c.every = DefaultCheckpointEvery
 	}
-	if o.LeafDir != "" {
-		if fi, err := os.Stat(o.LeafDir); err != nil {
-			return nil, fmt.Errorf("%w: LeafDir: %w", ErrCheckpointer, err)
-		} else if !fi.IsDir() {
-			return nil, fmt.Errorf("%w: LeafDir %s is not a directory", ErrCheckpointer, o.LeafDir)
-		}
+	if err := CheckLeafDir(o.LeafDir); err != nil {
+		return nil, err
 	}
 	// Twice Every: a room whose checkpoints keep up holds no more, so
 	// only a room whose checkpoints stopped writes its leaves out (or,

@@ -13,6 +13,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/roompub/roompub/checkpoint"
+	"github.com/roompub/roompub/events"
 	"github.com/roompub/roompub/room"
 	"github.com/roompub/roompub/room/checkpointer"
 	"github.com/roompub/roompub/room/ingest"
@@ -76,9 +77,67 @@ func TestCheckpointerBoundsUncoveredLeaves(t *testing.T) {
 	if err := os.WriteFile(file, nil, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	for _, dir := range []string{file, filepath.Join(file, "missing")} {
-		if _, err := checkpointer.Start(ctx, e.Connect(), checkpointer.Options{Key: key, LeafDir: dir}); !errors.Is(err, checkpointer.ErrCheckpointer) || !strings.Contains(err.Error(), "LeafDir") {
+	for dir, why := range map[string]string{file: "not a directory", filepath.Join(file, "missing"): "not a directory", "/proc": ""} {
+		_, err := checkpointer.Start(ctx, e.Connect(), checkpointer.Options{Key: key, LeafDir: dir})
+		want := "the directory for leaves no checkpoint covers yet (--checkpoint-leaf-dir, Options.LeafDir) " + dir + ": "
+		if !errors.Is(err, checkpointer.ErrCheckpointer) || !strings.Contains(err.Error(), want) || !strings.Contains(err.Error(), why) {
 			t.Fatalf("LeafDir %s: %v", dir, err)
 		}
+	}
+}
+
+// TestCheckpointerLostTree: a room whose tree lost the leaves it wrote to
+// its file (checkpoint.ErrLeafSpill) is no contradiction: it is counted
+// blocked and logged once, its later leaves are passed over (nothing
+// grows for it), and it gets no checkpoint, the final one included; the
+// other rooms go on.
+func TestCheckpointerLostTree(t *testing.T) {
+	e := roomtest.NewEnv(t)
+	ctx := context.Background()
+	key := roomtest.NewPublisherKey(t)
+	reg := prometheus.NewRegistry()
+	contradictions := 0
+	ckp, logs := roomtest.StartCheckpointer(t, e.Connect(), checkpointer.Options{Key: key, Every: 1000, Interval: time.Hour, Registerer: reg,
+		OnContradiction: func(string, string) { contradictions++ }})
+	gate := roomtest.AttestingGate(e, e.Nc, key, ckp, ingest.GateOptions{})
+	const lost, fine = "room:lost", "room:fine"
+	ship := func(id string, es []*events.Entry, want uint64) {
+		t.Helper()
+		if r, err := gate.AppendJournal(ctx, id, roomtest.Lines(es), nil); err != nil || r.Stored != len(es) {
+			t.Fatalf("%s: %+v %v", id, r, err)
+		}
+		roomtest.WaitFor(t, 10*time.Second, fmt.Sprintf("%s: %d leaves", id, want), func() bool {
+			size, _, _ := ckp.RoomLeaves(id)
+			return size == want
+		})
+	}
+	les, _ := roomtest.Journal(t, "run-lost", "cap", 20)
+	fes, _ := roomtest.Journal(t, "run-fine", "cap", 20)
+	ship(lost, les[:10], 10)
+	why := fmt.Errorf("%w: read: input/output error", checkpoint.ErrLeafSpill)
+	ckp.LoseTree(lost, why)
+	ckp.LoseTree(lost, why) // logged and counted once
+	if r, err := gate.AppendJournal(ctx, lost, roomtest.Lines(les[10:]), nil); err != nil || r.Stored != 10 {
+		t.Fatalf("%+v %v", r, err)
+	}
+	ship(fine, fes, 20) // read after the lost room's second request
+	if size, _, _ := ckp.RoomLeaves(lost); size != 10 {
+		t.Fatalf("the lost tree grew to %d leaves, want 10", size)
+	}
+	if v, ok := roomtest.MetricValue(t, reg, "roompub_checkpoint_rooms_blocked"); !ok || v != 1 {
+		t.Fatalf("roompub_checkpoint_rooms_blocked %v (present %v), want 1", v, ok)
+	}
+	if err := ckp.Stop(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if n, m := e.CountOn(room.Subjects{}.Checkpoint(lost)), e.CountOn(room.Subjects{}.Checkpoint(fine)); n != 0 || m != 1 {
+		t.Fatalf("checkpoints: %d of the lost room, %d of the other; want 0 and 1", n, m)
+	}
+	l := logs.FilterMessageSnippet("lost the leaves it wrote to its file").All()
+	if len(l) != 1 || l[0].ContextMap()["room"] != lost || l[0].ContextMap()["error"] != why.Error() || l[0].ContextMap()["size"] != uint64(10) {
+		t.Fatalf("logs: %v", l)
+	}
+	if contradictions != 0 || logs.FilterMessageSnippet("contradicts").Len() != 0 {
+		t.Fatalf("a lost tree reported as a contradiction (%d)", contradictions)
 	}
 }

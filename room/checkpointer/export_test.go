@@ -81,3 +81,13 @@ func (c *Checkpointer) RoomLeaves(roomID string) (size, covered uint64, stats ch
 	}
 	return r.ledger.Size(), r.ledger.Covered(), r.ledger.LeafStats()
 }
+
+// LoseTree gives up roomID's tree as a spill file that cannot be read back
+// does (loseTree), err being why.
+func (c *Checkpointer) LoseTree(roomID string, err error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if r := c.rooms[roomID]; r != nil {
+		c.loseTree(r, err)
+	}
+}

@@ -175,6 +175,9 @@ func (c *Checkpointer) boundLedger(l *checkpoint.Ledger, roomID string) *checkpo
 
 // take adds an admitted message to r's tree.
 func (c *Checkpointer) take(r *ckRoom, q ckHeld) {
+	if r.treeErr != nil {
+		return // the tree is lost until a restart rebuilds it (loseTree)
+	}
 	r.ledger.Append(q.leaf)
 	r.leafSeq, r.leafExec = q.seq, q.exec
 	if r.grewAt.IsZero() {
@@ -187,13 +190,38 @@ func (c *Checkpointer) take(r *ckRoom, q ckHeld) {
 		default:
 		}
 	}
-	if uncovered%uint64(c.bounds.Window) == 0 && !r.spillWarned {
-		if err := r.ledger.LeafStats().WriteErr; err != nil {
+	if r.ledger.Size()-r.ledger.Covered() > uint64(c.bounds.Window) {
+		// Past the window the tree writes leaves to its file: say once
+		// when it cannot, and give the tree up when what it wrote cannot
+		// be read back.
+		st := r.ledger.LeafStats()
+		if st.WriteErr != nil && !r.spillWarned {
 			r.spillWarned = true
 			c.log.Warn("checkpointer: the room's uncovered leaves cannot be written to a file: they stay in memory, 32 bytes each, until a checkpoint covers them",
-				zap.String("room", r.id), zap.Uint64("uncovered", uncovered), zap.Error(err))
+				zap.String("room", r.id), zap.Uint64("uncovered", uncovered), zap.Error(st.WriteErr))
+		}
+		if st.ReadErr != nil {
+			c.loseTree(r, st.ReadErr)
 		}
 	}
+}
+
+// loseTree gives up r's tree, whose leaves written to its file cannot be
+// read back (checkpoint.ErrLeafSpill: the file's disk failed, or filled
+// while compacting): its roots can no longer be computed, so the room
+// gets no checkpoint and its later leaves and checkpoints are passed over
+// (no memory grows for it) until a restart rebuilds the tree from the
+// room's latest checkpoint or its first message. Not a contradiction:
+// nothing is said of the room's messages. Counted in
+// roompub_checkpoint_rooms_blocked and logged once. c.mu is held.
+func (c *Checkpointer) loseTree(r *ckRoom, err error) {
+	if r.treeErr != nil {
+		return
+	}
+	r.treeErr = err
+	c.m.blocked.Inc()
+	c.log.Error("checkpointer: the room's tree lost the leaves it wrote to its file: no checkpoint will be written for the room until serve restarts",
+		zap.String("room", r.id), zap.Uint64("size", r.ledger.Size()), zap.Error(err))
 }
 
 // notLeaf counts and logs a message that is no leaf: the room's first at
@@ -226,7 +254,14 @@ func (c *Checkpointer) readCheckpoint(r *ckRoom, seq uint64, data []byte) {
 		c.setAside(r, seq, data, err)
 		return
 	}
+	if r.treeErr != nil {
+		return // nothing to check it against (loseTree)
+	}
 	if err := r.ledger.Check(ck); err != nil {
+		if errors.Is(err, checkpoint.ErrLeafSpill) {
+			c.loseTree(r, err) // not a verdict on the room: its leaves are lost here
+			return
+		}
 		if r.bad == "" {
 			c.m.blocked.Inc()
 		}

@@ -44,7 +44,7 @@ var (
 		"Messages the room stream holds that this publisher's checkpointer has not read yet, as it last learned the stream's end (its reads, the gate's acknowledgements): no checkpoint of it covers them; 0 when it keeps up.",
 		nil, nil)
 	spilledDesc = prometheus.NewDesc("roompub_checkpoint_leaves_spilled_total",
-		"Leaf hashes of rooms' trees written to a file (32 bytes each, Options.LeafDir) because no checkpoint covered them within the room's window (twice Every leaves, from 4,096 to 1,048,576): rooms whose checkpoints stopped.",
+		"Leaf hashes of rooms' trees written to a file (32 bytes each, Options.LeafDir) because no checkpoint covered them within the room's window (twice Every leaves, from 4,096 to 1,048,576): rooms whose checkpoints stopped, or read from their first message at start.",
 		nil, nil)
 )
 
@@ -121,7 +121,7 @@ func newCheckpointMetrics(reg prometheus.Registerer, lag func() checkpointLag, k
 		}),
 		blocked: prometheus.NewGauge(prometheus.GaugeOpts{
 			Namespace: "roompub", Name: "checkpoint_rooms_blocked",
-			Help: "Rooms whose latest checkpoint contradicts their messages as this publisher reads them, or whose leaves the store lost (serve's survey): it writes none for them.",
+			Help: "Rooms whose latest checkpoint contradicts their messages as this publisher reads them, whose leaves the store lost (serve's survey), or whose tree lost the leaves it wrote to its file (until a restart): it writes none for them.",
 		}),
 		unadmitted: prometheus.NewCounter(prometheus.CounterOpts{
 			Namespace: "roompub", Name: "checkpoint_unadmitted_messages_total",

@@ -56,7 +56,7 @@ func (c *Checkpointer) writeDue(ctx context.Context, final bool) error {
 	}
 	for _, r := range c.rooms {
 		size, covered := r.ledger.Size(), max(r.ledger.Covered(), r.written)
-		if size <= covered || r.bad != "" || c.lost[r.id] != "" || (!final && now.Before(r.waitTill)) {
+		if size <= covered || r.bad != "" || r.treeErr != nil || c.lost[r.id] != "" || (!final && now.Before(r.waitTill)) {
 			continue
 		}
 		if r.lease.rev == 0 && now.Before(r.lease.retryAt) {
@@ -64,12 +64,21 @@ func (c *Checkpointer) writeDue(ctx context.Context, final bool) error {
 		}
 		if final || size-covered >= c.every || now.Sub(r.grewAt) >= c.interval {
 			root, err := r.ledger.RootAt(size)
+			if errors.Is(err, checkpoint.ErrLeafSpill) {
+				c.loseTree(r, err)
+				continue
+			}
 			if err != nil { // cannot happen: the base is a checkpoint's size, below size
 				c.log.Error("checkpointer: the room's root", zap.String("room", r.id), zap.Error(err))
 				continue
 			}
 			d := dueCheckpoint{r: r, size: size, root: root, expect: r.ckptSeq}
-			if rs, err := r.ledger.ResumeAt(size); err == nil {
+			rs, err := r.ledger.ResumeAt(size)
+			if errors.Is(err, checkpoint.ErrLeafSpill) {
+				c.loseTree(r, err)
+				continue
+			}
+			if err == nil {
 				rs.LeafSeq, rs.Records, rs.Trust = r.leafSeq, r.leafExec, c.trustDigest
 				d.resume = rs.String()
 			}

@@ -252,6 +252,12 @@ func Serve(ctx context.Context, o ServeOptions) error {
 	if err := o.checkTiles(); err != nil {
 		return err
 	}
+	if o.PublisherKey != nil {
+		// Before anything is started, as a bad flag should be.
+		if err := checkpointer.CheckLeafDir(o.Checkpoint.LeafDir); err != nil {
+			return err
+		}
+	}
 	// HTTPAddr answers from here on: /healthz says 503 and the step of the
 	// start until the service is up (a store's recovery can take tens of
 	// seconds), then what it checks.

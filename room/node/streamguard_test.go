@@ -624,8 +624,9 @@ func TestStreamMarkFileOutlivesTheBucket(t *testing.T) {
 // from an older copy brings its own older mark back; the outside mark
 // still refuses it (stream_replaced: fewer messages than remembered).
 // Wrong settings stop serve before anything is created: a mark file
-// whose directory does not exist, a mark of another stream, a room id
-// that is none for AcknowledgeLoss, and AcknowledgeLoss without a key.
+// whose directory does not exist, a leaf directory that does not exist,
+// a mark of another stream, a room id that is none for AcknowledgeLoss,
+// and AcknowledgeLoss without a key.
 func TestStreamMarkOutsideTheStore(t *testing.T) {
 	dir := filepath.Join(t.TempDir(), "store")
 	old := filepath.Join(t.TempDir(), "store-old")
@@ -664,6 +665,7 @@ func TestStreamMarkOutsideTheStore(t *testing.T) {
 		"tiles without an origin": {Tiles: node.TilesOptions{Enabled: true}, HTTPAddr: "127.0.0.1:0", PublisherKey: roomtest.NewPublisherKey(t)},
 		"tiles without a key":     {Tiles: node.TilesOptions{Enabled: true}, HTTPAddr: "127.0.0.1:0", Checkpoint: checkpointer.Options{Origin: "example.org/log"}},
 		"tiles without http":      {Tiles: node.TilesOptions{Enabled: true}, PublisherKey: roomtest.NewPublisherKey(t), Checkpoint: checkpointer.Options{Origin: "example.org/log"}},
+		"no leaf directory":       {PublisherKey: roomtest.NewPublisherKey(t), Checkpoint: checkpointer.Options{LeafDir: filepath.Join(t.TempDir(), "nodir")}},
 	} {
 		fresh := filepath.Join(t.TempDir(), "fresh")
 		bad.Embedded, bad.Validator, bad.CheckInterval = embedded.Options{Listen: "127.0.0.1:-1", StoreDir: fresh}, guardValidator(t), time.Hour
@@ -671,6 +673,8 @@ func TestStreamMarkOutsideTheStore(t *testing.T) {
 			t.Errorf("%s: served", name)
 		} else if strings.HasPrefix(name, "tiles") && !errors.Is(err, node.ErrTiles) {
 			t.Errorf("%s: %v, want node.ErrTiles", name, err)
+		} else if name == "no leaf directory" && !errors.Is(err, checkpointer.ErrCheckpointer) {
+			t.Errorf("%s: %v, want checkpointer.ErrCheckpointer", name, err)
 		} else if _, serr := os.Stat(filepath.Join(fresh, "jetstream", "$G", "streams", "ROOMS")); serr == nil {
 			t.Errorf("%s: refused (%v) only after it made the stream", name, err)
 		}
