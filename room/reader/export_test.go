@@ -178,6 +178,13 @@ func WithGenuineCounter(o InstanceOptions, n *atomic.Int64) InstanceOptions {
 	return o
 }
 
+// WithBeforeList is o calling fn before it lists each page of instance
+// markers after the first, with the page's index.
+func WithBeforeList(o InstanceOptions, fn func(page int)) InstanceOptions {
+	o.beforeList = fn
+	return o
+}
+
 // WithFollowSettle returns o with Follow's wait for other pull requests to
 // lapse bounded by d.
 func WithFollowSettle(o FollowOptions, d time.Duration) FollowOptions {

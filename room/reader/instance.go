@@ -1,9 +1,11 @@
 package reader
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sort"
 	"sync"
 	"time"
@@ -40,6 +42,10 @@ type InstanceOptions struct {
 	// onGenuine, when set, is called once per marker whose record is read
 	// and judged to decide the relation rules (tests count them).
 	onGenuine func()
+	// beforeList, when set, is called before the request for each page of
+	// instance markers after the first, with the page's index (tests
+	// append records while a read is under way).
+	beforeList func(page int)
 }
 
 // InstanceReport is what InstanceRecords found: the verified records of
@@ -99,10 +105,6 @@ func InstanceRecords(ctx context.Context, nc *nats.Conn, o InstanceOptions) (*In
 		return nil, err
 	}
 	out.Unmarked = unmarked
-	markers, err := instanceMarkers(ctx, nc, o)
-	if err != nil {
-		return nil, err
-	}
 	g, err := jsapi.NewGetter(nc, o.Stream, o.Timeout)
 	if err != nil {
 		return nil, err
@@ -113,27 +115,46 @@ func InstanceRecords(ctx context.Context, nc *nats.Conn, o InstanceOptions) (*In
 		aside *SetAside
 		err   error
 	}
-	results := make([]result, len(markers))
+	type job struct {
+		m jsapi.Msg
+		r *result
+	}
 	decisions := newDecisionMarkers()
 	var wg sync.WaitGroup
-	next := make(chan int)
+	jobs := make(chan job)
 	for range instanceWorkers {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			for i := range next {
-				r := &results[i]
-				r.rec, r.aside, r.err = instanceRecord(ctx, g, o, decisions, markers[i])
+			for j := range jobs {
+				j.r.rec, j.r.aside, j.r.err = instanceRecord(ctx, g, o, decisions, j.m)
 			}
 		}()
 	}
-	for i := range markers {
-		next <- i
-	}
-	close(next)
+	// Each page of markers goes to the workers before the next is listed:
+	// its records are read while the server still holds the blocks the
+	// listing loaded, where listing every marker first had it load the
+	// room's every block twice (docs/performance.md, "Records in a room").
+	var pages [][]result // one per page: workers hold pointers into them
+	listErr := instanceMarkers(ctx, nc, o, func(page []jsapi.Msg) error {
+		rs := make([]result, len(page))
+		pages = append(pages, rs)
+		for i := range page {
+			select {
+			case jobs <- job{page[i], &rs[i]}:
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+		}
+		return nil
+	})
+	close(jobs)
 	wg.Wait()
+	if listErr != nil {
+		return nil, listErr
+	}
 	seen := map[uint64]bool{}
-	for _, r := range results {
+	for _, r := range slices.Concat(pages...) {
 		switch {
 		case r.err != nil:
 			return nil, r.err
@@ -182,18 +203,25 @@ func unmarkedRooms(ctx context.Context, nc *nats.Conn, o InstanceOptions) ([]str
 }
 
 // instanceMarkers reads the instance's markers, in stream order, in
-// batches of direct gets.
-func instanceMarkers(ctx context.Context, nc *nats.Conn, o InstanceOptions) ([]jsapi.Msg, error) {
+// batches of direct gets of o.markerPage, and hands each batch to page
+// before it reads the next; errors are the stream's or page's.
+func instanceMarkers(ctx context.Context, nc *nats.Conn, o InstanceOptions, page func([]jsapi.Msg) error) error {
 	filter := o.Subjects.InstanceMarkers(o.Room, o.Instance)
-	var out []jsapi.Msg
-	for seq := uint64(1); ; {
+	for seq, n := uint64(1), 0; ; n++ {
+		if o.beforeList != nil && n > 0 {
+			o.beforeList(n)
+		}
 		ms, err := jsapi.DirectBatch(ctx, nc, o.Stream, jsapi.BatchRequest{Seq: seq, NextBySubj: filter, Batch: o.markerPage}, o.Timeout)
 		if err != nil {
-			return nil, fmt.Errorf("read the instance markers of %s: %w", o.Instance, err)
+			return fmt.Errorf("read the instance markers of %s: %w", o.Instance, err)
 		}
-		out = append(out, ms...)
+		if len(ms) > 0 {
+			if err := page(ms); err != nil {
+				return err
+			}
+		}
 		if len(ms) == 0 || ms[len(ms)-1].Pending == 0 {
-			return out, nil
+			return nil
 		}
 		seq = ms[len(ms)-1].Seq + 1
 	}
@@ -288,14 +316,14 @@ func heldBy(ctx context.Context, g *jsapi.Getter, o InstanceOptions, decisions *
 			continue
 		}
 		if k == room.MarkDecision {
-			marks, err := decisions.read(ctx, g, o, roomID, v, subj)
+			marks, err := decisions.read(ctx, g, o, roomID, v, subj, seq)
 			if err != nil {
 				return nil, err
 			}
 			held.Unknown = unknownBefore(marks, seq)
 			continue
 		}
-		err := eachMarker(ctx, g, subj, func(mk room.Marker, at uint64) (bool, error) {
+		_, err := eachMarker(ctx, g, subj, 1, func(mk room.Marker, at uint64) (bool, error) {
 			if at == seq {
 				return true, nil // rec's own marker: nothing before it holds the value
 			}
@@ -346,19 +374,24 @@ func unknownBefore(marks []decisionMarker, seq uint64) uint64 {
 }
 
 // decisionMarkers holds, for one InstanceRecords call, each decision
-// subject's markers as judged, read once by the first worker that needs
-// them while the others wait. They are read after the instance's markers,
-// so each record judged has its own decision marker among them.
+// subject's markers as judged, read by the first worker that needs them
+// while the others wait. A record's own decision marker is stored before
+// its instance marker, so a read that does not reach the record judged
+// (no marker names it or a later record) was made before that record was
+// stored, while the instance's markers were still being listed: the
+// subject is then read on from where that read ended.
 type decisionMarkers struct {
 	mu   sync.Mutex
 	subj map[string]*decisionRead
 }
 
-// decisionRead is one decision subject's read: marks and err are set
-// before done is closed.
+// decisionRead is one decision subject's read so far (mu): its markers in
+// stream order, the stream sequence it goes on from, and the stream's
+// error, which ends it.
 type decisionRead struct {
-	done  chan struct{}
+	mu    sync.Mutex
 	marks []decisionMarker
+	next  uint64
 	err   error
 }
 
@@ -367,25 +400,23 @@ func newDecisionMarkers() *decisionMarkers {
 }
 
 // read returns the markers of subj, the subject of decision value in
-// roomID, in stream order, each judged (genuine); or the stream's error.
-func (d *decisionMarkers) read(ctx context.Context, g *jsapi.Getter, o InstanceOptions, roomID, value, subj string) ([]decisionMarker, error) {
+// roomID, in stream order, each judged (genuine), read at least up to the
+// marker of the record at seq when the subject holds it; or the stream's
+// error.
+func (d *decisionMarkers) read(ctx context.Context, g *jsapi.Getter, o InstanceOptions, roomID, value, subj string, seq uint64) ([]decisionMarker, error) {
 	d.mu.Lock()
 	r, ok := d.subj[subj]
 	if !ok {
-		r = &decisionRead{done: make(chan struct{})}
+		r = &decisionRead{next: 1}
 		d.subj[subj] = r
 	}
 	d.mu.Unlock()
-	if ok {
-		select {
-		case <-r.done:
-			return r.marks, r.err
-		case <-ctx.Done():
-			return nil, ctx.Err()
-		}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.err != nil || (ok && reaches(r.marks, seq)) {
+		return r.marks, r.err
 	}
-	defer close(r.done)
-	r.err = eachMarker(ctx, g, subj, func(mk room.Marker, at uint64) (bool, error) {
+	r.next, r.err = eachMarker(ctx, g, subj, r.next, func(mk room.Marker, at uint64) (bool, error) {
 		h, outcome, err := genuine(ctx, g, o, roomID, room.MarkDecision, value, mk, at)
 		r.marks = append(r.marks, decisionMarker{at: at, genuine: h != nil, outcome: outcome})
 		return false, err
@@ -393,14 +424,21 @@ func (d *decisionMarkers) read(ctx context.Context, g *jsapi.Getter, o InstanceO
 	return r.marks, r.err
 }
 
-// eachMarker calls fn, in stream order, with each marker on subj that
-// names a record (its body and that record's stream sequence), until fn
-// says stop; errors are the stream's or fn's.
-func eachMarker(ctx context.Context, g *jsapi.Getter, subj string, fn func(mk room.Marker, at uint64) (stop bool, err error)) error {
-	for from := uint64(1); ; {
+// reaches reports whether marks name the record at seq or a later one.
+func reaches(marks []decisionMarker, seq uint64) bool {
+	return len(marks) > 0 && slices.MaxFunc(marks, func(a, b decisionMarker) int { return cmp.Compare(a.at, b.at) }).at >= seq
+}
+
+// eachMarker calls fn, in stream order, with each marker on subj from
+// stream sequence from on that names a record (its body and that record's
+// stream sequence), until fn says stop; it returns the stream sequence
+// after the last message it read (from when none), and the stream's or
+// fn's error.
+func eachMarker(ctx context.Context, g *jsapi.Getter, subj string, from uint64, fn func(mk room.Marker, at uint64) (stop bool, err error)) (uint64, error) {
+	for {
 		m, err := g.NextBySubject(ctx, from, subj)
 		if err != nil || m == nil {
-			return err
+			return from, err
 		}
 		from = m.Seq + 1
 		mk, err := room.ParseMarker(m.Data)
@@ -409,7 +447,7 @@ func eachMarker(ctx context.Context, g *jsapi.Getter, subj string, fn func(mk ro
 			continue // no record's marker
 		}
 		if stop, err := fn(mk, at); stop || err != nil {
-			return err
+			return from, err
 		}
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"strconv"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/roompub/roompub/events"
 	"github.com/roompub/roompub/room"
@@ -12,6 +13,29 @@ import (
 	"github.com/roompub/roompub/room/internal/roomtest"
 	"github.com/roompub/roompub/room/reader"
 )
+
+// The room, instance and decision of the decision tests.
+const (
+	roomID   = "room:decided"
+	inst     = "environment:a"
+	dig      = "sha256:AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA"
+	decision = "corpus-experiment-chair-decision:" + dig
+)
+
+// decidedRoom returns a marked embedded store, a gate attesting to it,
+// and a maker of records of roomID and decision, observed on env, with
+// more fields set.
+func decidedRoom(t *testing.T) (*roomtest.Env, *ingest.Gate, func(name, env string, more map[string]any) *events.Record) {
+	e := roomtest.NewEnvMarked(t, embedded.Options{})
+	g := roomtest.AttestingGate(e, e.Connect(), roomtest.NewPublisherKey(t), nil, ingest.GateOptions{})
+	return e, g, func(name, env string, more map[string]any) *events.Record {
+		m := map[string]any{"environment/ref": env, "evidence": roomtest.EvidenceOn(env, 1), "decision/ref": decision, "decision/digest": dig}
+		for k, v := range more {
+			m[k] = v
+		}
+		return roomtest.RecordIn(t, e.Key, roomID, name, m)
+	}
+}
 
 // TestInstanceRecordsReadADecisionOnce: the records of one decision are
 // judged on its markers read once per InstanceRecords call, not once per
@@ -22,18 +46,8 @@ import (
 // set aside unknown_not_consent; each of the decision's twelve markers has
 // its record read and judged exactly once.
 func TestInstanceRecordsReadADecisionOnce(t *testing.T) {
-	e := roomtest.NewEnvMarked(t, embedded.Options{})
-	g := roomtest.AttestingGate(e, e.Connect(), roomtest.NewPublisherKey(t), nil, ingest.GateOptions{})
-	const roomID, inst = "room:decided", "environment:a"
-	const dig = "sha256:AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA"
-	const decision = "corpus-experiment-chair-decision:" + dig
-	rec := func(name string, more map[string]any) *events.Record {
-		m := map[string]any{"environment/ref": inst, "evidence": roomtest.EvidenceOn(inst, 1), "decision/ref": decision, "decision/digest": dig}
-		for k, v := range more {
-			m[k] = v
-		}
-		return roomtest.RecordIn(t, e.Key, roomID, name, m)
-	}
+	e, g, recOn := decidedRoom(t)
+	rec := func(name string, more map[string]any) *events.Record { return recOn(name, inst, more) }
 	var raws [][]byte
 	for i := range 10 {
 		raws = append(raws, rec("d-"+strconv.Itoa(i), nil).Canonical())
@@ -76,5 +90,57 @@ func TestInstanceRecordsReadADecisionOnce(t *testing.T) {
 	}
 	if n := judged.Load(); n != 12 {
 		t.Fatalf("%d markers' records judged, want 12: each of the decision's markers once", n)
+	}
+}
+
+// TestInstanceRecordsReadADecisionOn: a decision's markers, read once for
+// a record of one page of instance markers, are read on for a record of a
+// later page stored after that read. Records r0, r1 and r4 of one decision
+// are stored by the gate (r1 and r4 on the instance, so judging r1 reads
+// the decision's markers); once they are read, and before the second page
+// is listed, the gate stores r2 with an unknown outcome and r3 of the
+// instance is written around the gate. r3 is set aside
+// unknown_not_consent: the markers read for r1 end at r4, before r2.
+func TestInstanceRecordsReadADecisionOn(t *testing.T) {
+	e, g, rec := decidedRoom(t)
+	store := func(r *events.Record) {
+		t.Helper()
+		if res := g.AppendRecord(t.Context(), r.Canonical()); res.Item.Outcome != room.OutcomeStored {
+			t.Fatalf("%s: %+v", r.RunRef(), res.Item)
+		}
+	}
+	store(rec("r0", "environment:b", nil))
+	r1, r4 := rec("r1", inst, nil), rec("r4", inst, nil)
+	store(r1)
+	store(r4)
+
+	var judged atomic.Int64
+	var r3seq uint64
+	o := reader.WithGenuineCounter(reader.InstanceOptions{Room: roomID, Instance: inst, Validator: e.V}, &judged)
+	o = reader.WithMarkerPage(o, 1)
+	o = reader.WithBeforeList(o, func(page int) {
+		if page != 1 {
+			return
+		}
+		for judged.Load() < 3 { // r0's, r1's and r4's markers: r1's decision read
+			time.Sleep(time.Millisecond)
+		}
+		store(rec("r2", "environment:b", map[string]any{"outcome": "unknown"}))
+		r3 := rec("r3", inst, nil)
+		var s room.Subjects
+		r3seq = roomtest.PublishRaw(t, e.Js, s.Records(roomID), r3.Canonical())
+		roomtest.PublishRaw(t, e.Js, s.Marker(roomID, room.MarkDecision, decision), room.Marker{Record: r3.ContentDigest(), Offset: 1}.Encode())
+		pos := uint64(4)
+		roomtest.PublishRaw(t, e.Js, s.Marker(roomID, room.MarkInstance, inst), room.Marker{Record: r3.ContentDigest(), Offset: 2, Position: &pos}.Encode())
+	})
+	rep, err := reader.InstanceRecords(t.Context(), e.Nc, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(rep.Records) != 2 || rep.Records[0].Digest != r1.ContentDigest() || rep.Records[1].Digest != r4.ContentDigest() {
+		t.Fatalf("records %+v, want r1 and r4", rep.Records)
+	}
+	if len(rep.SetAside) != 1 || rep.SetAside[0].Seq != r3seq || rep.SetAside[0].Code != events.UnknownNotConsent {
+		t.Fatalf("set aside %+v, want r3 at %d, unknown_not_consent", rep.SetAside, r3seq)
 	}
 }
