@@ -72,11 +72,12 @@ CAPACITY_LINES ?= 20000
 capacity:
 	ROOMPUB_CAPACITY=1 ROOMPUB_CAPACITY_LINES=$(CAPACITY_LINES) $(GO) test -count=1 -run '^TestCapacity$$' -timeout 20m -v ./test/faults/
 
-## bench-records: BenchmarkMarkedRoom: one room of RECORDS records with markers (default 100000): a restarted gate's first record, its heap, the server's heap per record, one instance's evidence
+## bench-records: BenchmarkMarkedRoom: one room of RECORDS records with markers (default 100000), one in INSTANCE_EVERY (default 10) on one instance: a restarted gate's first record, its heap, the server's heap per record, that instance's evidence
 RECORDS ?= 100000
+INSTANCE_EVERY ?= 10
 .PHONY: bench-records
 bench-records:
-	ROOMPUB_BENCH_RECORDS=$(RECORDS) $(GO) test -run '^$$' -bench '^BenchmarkMarkedRoom$$' -benchtime 1x -timeout 60m ./room/ingest/
+	ROOMPUB_BENCH_RECORDS=$(RECORDS) ROOMPUB_BENCH_INSTANCE_EVERY=$(INSTANCE_EVERY) $(GO) test -run '^$$' -bench '^BenchmarkMarkedRoom$$' -benchtime 1x -timeout 60m ./room/ingest/
 
 ## bench-checkpointer-start: BenchmarkCheckpointerStart: a checkpointer's start on CKPT_ENTRIES entries in 10 rooms (default 100000; 1000000 takes about 10 min, most of it filling the stream), reading every room vs resuming from the rooms' checkpoints: seconds to the end of the catch-up read, messages read
 CKPT_ENTRIES ?= 100000
