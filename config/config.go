@@ -203,7 +203,7 @@ type Serve struct {
 	CheckpointEvery    int           `name:"checkpoint-every" help:"Write a room's checkpoint once its tree has grown by this many messages (0: 10000)." default:"10000" yaml:"checkpoint-every"`
 	CheckpointInterval time.Duration `name:"checkpoint-interval" help:"Write a checkpoint of every room whose tree grew at least this often (0: 10s)." default:"10s" yaml:"checkpoint-interval"`
 	CheckpointFullRead bool          `name:"checkpoint-full-read" help:"At start, read every room from its first message instead of resuming it from its latest checkpoint: the whole stream is read again, and a store that lost or changed acknowledged messages is found (/healthz names it once the read reaches it; roompub_checkpoint_unread_messages says how far the read is), and kept for later starts. See docs/checkpoints.md." yaml:"checkpoint-full-read"`
-	CheckpointLeafDir  string        `name:"checkpoint-leaf-dir" help:"Directory for the leaf hashes of a room past twice --checkpoint-every without a checkpoint (its checkpoints stopped, or the catch-up read at start): 32 bytes a message in an unlinked temporary file instead of memory (default: $TMPDIR or /tmp; not a tmpfs). See docs/checkpoints.md." placeholder:"DIR" type:"path" yaml:"checkpoint-leaf-dir"`
+	CheckpointLeafDir  string        `name:"checkpoint-leaf-dir" help:"Directory for the leaf hashes of a room past twice --checkpoint-every without a checkpoint (its checkpoints stopped, or the catch-up read at start), and of a tiles log past 4,096: 32 bytes a message in an unlinked temporary file instead of memory (default: $TMPDIR or /tmp; not a tmpfs). See docs/checkpoints.md." placeholder:"DIR" type:"path" yaml:"checkpoint-leaf-dir"`
 	Logging
 }
 

@@ -153,8 +153,9 @@ func (o *ServeOptions) checkTiles() error {
 
 // tilesHandlers returns the tiles endpoint's handlers by path, reading
 // the streams through a connection of its own (nc's options), so tile
-// reads never queue behind the gate's acknowledgements.
-func tilesHandlers(url string, opts []nats.Option, o *ServeOptions, place *room.Placement, log *zap.Logger) (map[string]http.Handler, *nats.Conn, error) {
+// reads never queue behind the gate's acknowledgements, and what closes
+// that connection and the logs' files of leaf hashes.
+func tilesHandlers(url string, opts []nats.Option, o *ServeOptions, place *room.Placement, log *zap.Logger) (map[string]http.Handler, func(), error) {
 	ids := append([]string{o.PublisherKey.NodeID()}, o.Checkpoint.TrustedPublishers...)
 	trust, err := checkpoint.NewTrust(ids...)
 	if err == nil {
@@ -168,7 +169,7 @@ func tilesHandlers(url string, opts []nats.Option, o *ServeOptions, place *room.
 		return nil, nil, err
 	}
 	first := place.Partitions()[0]
-	so := tilesource.Options{Stream: first.Stream, Subjects: first.Subjects, Deployment: o.Checkpoint.Deployment.Log, Trust: trust}
+	so := tilesource.Options{Stream: first.Stream, Subjects: first.Subjects, Deployment: o.Checkpoint.Deployment.Log, Trust: trust, LeafDir: o.Checkpoint.LeafDir}
 	if len(place.Partitions()) > 1 {
 		so.Placement = place
 	}
@@ -181,6 +182,12 @@ func tilesHandlers(url string, opts []nats.Option, o *ServeOptions, place *room.
 	if err != nil {
 		nc.Close()
 		return nil, nil, err
+	}
+	closeAll := func() {
+		if err := errors.Join(rooms.Close(), dep.Close()); err != nil {
+			log.Warn("tiles: a file of leaf hashes could not be removed", zap.Error(err))
+		}
+		nc.Close()
 	}
 	size := o.Tiles.CacheBytes
 	if size == 0 {
@@ -203,7 +210,7 @@ func tilesHandlers(url string, opts []nats.Option, o *ServeOptions, place *room.
 	return map[string]http.Handler{
 		"/tiles/deployment/": http.StripPrefix("/tiles/deployment", depNone),
 		"/tiles/room/":       http.StripPrefix("/tiles/room", tiles.NewMux(rooms.Resolve, topts)),
-	}, nc, nil
+	}, closeAll, nil
 }
 
 // ErrPartitionsAdded is returned by Serve when another serve added
@@ -564,12 +571,12 @@ func Serve(ctx context.Context, o ServeOptions) error {
 			_, _ = w.Write([]byte("ok\n"))
 		})
 		if o.Tiles.Enabled {
-			hs, tnc, err := tilesHandlers(url, opts, &o, place, log)
+			hs, closeTiles, err := tilesHandlers(url, opts, &o, place, log)
 			if err != nil {
 				_ = svc.Stop()
 				return err
 			}
-			defer tnc.Close()
+			defer closeTiles()
 			for path, h := range hs {
 				mux.Handle(path, h)
 			}

@@ -19,7 +19,8 @@ import (
 // at its size, consistent with the one before), served whole, witness
 // cosignature lines included, so a client with a witness policy can check
 // them. Memory: 24 bytes per 256 entries, plus 32 bytes per entry past
-// that checkpoint. Safe for concurrent use.
+// that checkpoint up to checkpoint.DefaultLeafWindow and a chunk (the
+// others in a file, Options.LeafDir). Safe for concurrent use.
 type Deployment struct {
 	logState
 	ledger  *checkpoint.Ledger // scanMu
@@ -36,7 +37,7 @@ func NewDeployment(nc *nats.Conn, o Options) (*Deployment, error) {
 	if o.Trust.Origin() == "" {
 		return nil, fmt.Errorf("tilesource: the deployment log: %w", checkpoint.ErrNoOrigin)
 	}
-	d := &Deployment{ledger: checkpoint.NewLedger()}
+	d := &Deployment{ledger: newLedger(&o)}
 	d.logState = logState{nc: nc, stream: o.Deployment.StreamName(), o: &o, next: 1}
 	return d, nil
 }
@@ -49,8 +50,19 @@ func (d *Deployment) Checkpoint(ctx context.Context) ([]byte, int64, error) {
 	return d.checkpoint(ctx, d.scan)
 }
 
+// Close removes the log's file of leaf hashes (Options.LeafDir) once a
+// read under way ends; later calls of Checkpoint fail ErrClosed.
+func (d *Deployment) Close() error {
+	d.scanMu.Lock()
+	defer d.scanMu.Unlock()
+	return closeLedger(&d.ledger)
+}
+
 // scan reads the log from where the last scan stopped. scanMu is held.
 func (d *Deployment) scan(ctx context.Context) error {
+	if d.ledger == nil {
+		return fmt.Errorf("the deployment log: %w", ErrClosed)
+	}
 	dl := d.o.Deployment
 	return d.read(ctx, dl.Subjects().All(), d.next, pullMessages, func(m jsapi.Msg) bool {
 		d.next = m.Seq + 1

@@ -25,8 +25,25 @@ type Rooms struct {
 	nc *nats.Conn
 	o  Options
 
-	mu    sync.Mutex
-	rooms map[string]*Room
+	mu     sync.Mutex
+	rooms  map[string]*Room
+	closed bool
+}
+
+// Close removes the rooms' files of leaf hashes (Options.LeafDir), each
+// once a read under way of its room ends; later calls of Room, Resolve
+// and a kept Room's Checkpoint fail ErrClosed. It returns the files'
+// errors.
+func (rs *Rooms) Close() error {
+	rs.mu.Lock()
+	rooms := rs.rooms
+	rs.rooms, rs.closed = map[string]*Room{}, true
+	rs.mu.Unlock()
+	var errs []error
+	for _, r := range rooms {
+		errs = append(errs, r.close())
+	}
+	return errors.Join(errs...)
 }
 
 // NewRooms returns the room logs of o.Stream, read through nc. Errors:
@@ -55,8 +72,11 @@ func (rs *Rooms) Resolve(ctx context.Context, segment string) (tiles.Source, err
 // Errors as Resolve's.
 func (rs *Rooms) Room(ctx context.Context, roomID string) (*Room, error) {
 	rs.mu.Lock()
-	r := rs.rooms[roomID]
+	r, closed := rs.rooms[roomID], rs.closed
 	rs.mu.Unlock()
+	if closed {
+		return nil, ErrClosed
+	}
 	if r == nil {
 		if err := rs.o.Subjects.CheckRoom(roomID); err != nil {
 			return nil, fmt.Errorf("%w: %v", tiles.ErrUnknownLog, err)
@@ -82,6 +102,10 @@ func (rs *Rooms) Room(ctx context.Context, roomID string) (*Room, error) {
 			return nil, fmt.Errorf("%w: room %q has no checkpoint", tiles.ErrUnknownLog, roomID)
 		}
 		rs.mu.Lock()
+		if rs.closed {
+			rs.mu.Unlock()
+			return nil, ErrClosed
+		}
 		if r = rs.rooms[roomID]; r == nil {
 			r = newRoom(rs.nc, &ro, roomID)
 			rs.rooms[roomID] = r
@@ -93,10 +117,14 @@ func (rs *Rooms) Room(ctx context.Context, roomID string) (*Room, error) {
 	if _, _, err := r.Checkpoint(ctx); err != nil {
 		if errors.Is(err, ErrNoCheckpoint) {
 			rs.mu.Lock()
-			if rs.rooms[roomID] == r {
+			dropped := rs.rooms[roomID] == r
+			if dropped {
 				delete(rs.rooms, roomID)
 			}
 			rs.mu.Unlock()
+			if dropped {
+				_ = r.close() // its file, if its leaves spilled: nothing is kept of it
+			}
 			return nil, fmt.Errorf("%w: room %q: %w", tiles.ErrUnknownLog, roomID, err)
 		}
 		return nil, err
@@ -113,7 +141,9 @@ func (rs *Rooms) Room(ctx context.Context, roomID string) (*Room, error) {
 // checkpoint.Parse verifies and that the leaves as read match
 // (checkpoint.Ledger's rules), and the log is served up to its size.
 // Memory: 24 bytes per 256 entries, 32 bytes per entry past that
-// checkpoint, and the atomic batch being read. Safe for concurrent use.
+// checkpoint up to checkpoint.DefaultLeafWindow and a chunk (the others in
+// a file, Options.LeafDir), and the atomic batch being read. Safe for
+// concurrent use.
 type Room struct {
 	logState
 	id     string
@@ -123,7 +153,7 @@ type Room struct {
 }
 
 func newRoom(nc *nats.Conn, o *Options, roomID string) *Room {
-	r := &Room{id: roomID, ledger: checkpoint.NewLedger(), sc: newScanner(o, roomID, mark{seq: 1})}
+	r := &Room{id: roomID, ledger: newLedger(o), sc: newScanner(o, roomID, mark{seq: 1})}
 	if d := o.Trust.Origin(); d != "" {
 		r.origin = checkpoint.RoomOrigin(d, roomID)
 	}
@@ -142,8 +172,18 @@ func (r *Room) Checkpoint(ctx context.Context) ([]byte, int64, error) {
 	return r.checkpoint(ctx, r.scan)
 }
 
+// close closes the room's ledger once a read under way ends.
+func (r *Room) close() error {
+	r.scanMu.Lock()
+	defer r.scanMu.Unlock()
+	return closeLedger(&r.ledger)
+}
+
 // scan reads the room from where the last scan stopped. scanMu is held.
 func (r *Room) scan(ctx context.Context) error {
+	if r.ledger == nil {
+		return fmt.Errorf("room %q: %w", r.id, ErrClosed)
+	}
 	return r.read(ctx, r.o.Subjects.Room(r.id), r.next, pullMessages, func(m jsapi.Msg) bool {
 		r.next = m.Seq + 1
 		p, ok := r.sc.feed(m, func(i uint64, h held, start mark) {

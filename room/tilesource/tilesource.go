@@ -14,8 +14,9 @@
 // entries, built as the log is read, from which Entries starts a tile's
 // read. The rest of a log's state is the checkpoint rules' (a
 // checkpoint.Ledger on a LeanTree: O(log n) hashes plus 32 bytes per
-// entry past the latest matching checkpoint) and the atomic batch being
-// read.
+// entry past the latest matching checkpoint, at most
+// checkpoint.DefaultLeafWindow and a chunk of them, the older ones in a
+// file in Options.LeafDir) and the atomic batch being read.
 //
 // tilesource imports checkpoint, room, room/internal/jsapi, tiles and
 // nats.go; never the NATS server (test/layout).
@@ -40,6 +41,10 @@ import (
 // checkpoint that verifies and that the entries as read match: nothing
 // can be served yet.
 var ErrNoCheckpoint = errors.New("tilesource: no verified checkpoint matches the log yet")
+
+// ErrClosed is returned (wrapped) by a log's reads after Rooms.Close or
+// Deployment.Close.
+var ErrClosed = errors.New("tilesource: the log was closed")
 
 // ErrShort is returned by Entries (wrapped) when the stream gave fewer
 // entries than the index says it holds: messages the log served before are
@@ -76,6 +81,12 @@ type Options struct {
 	// MaxAge is how long a checkpoint is served before the stream is read
 	// again; default DefaultMaxAge.
 	MaxAge time.Duration
+	// LeafDir is where a log keeps its leaf hashes past its latest
+	// matching checkpoint once they are more than
+	// checkpoint.DefaultLeafWindow (a log whose checkpoints stopped):
+	// an unlinked file per log, made only then, 32 bytes a leaf
+	// (checkpoint.LeafBounds); "" is os.TempDir(). Close removes them.
+	LeafDir string
 }
 
 func (o *Options) defaults() error {
@@ -92,6 +103,27 @@ func (o *Options) defaults() error {
 		o.MaxAge = DefaultMaxAge
 	}
 	return nil
+}
+
+// newLedger returns a log's ledger, its leaves past the latest matching
+// checkpoint bounded in memory (Options.LeafDir).
+func newLedger(o *Options) *checkpoint.Ledger {
+	l, err := checkpoint.NewBoundedLedger(checkpoint.LeafBounds{Dir: o.LeafDir})
+	if err != nil { // not reached: the default chunk is a power of two
+		return checkpoint.NewLedger()
+	}
+	return l
+}
+
+// closeLedger closes *l, the ledger of a log whose scanMu the caller
+// holds, and leaves nil there: the log's later scans fail ErrClosed.
+func closeLedger(l **checkpoint.Ledger) error {
+	if *l == nil {
+		return nil
+	}
+	err := (*l).Close()
+	*l = nil
+	return err
 }
 
 // Reads are batch direct gets of pullMessages messages and at most
