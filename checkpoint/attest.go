@@ -155,6 +155,23 @@ func appendBatchMessage(b []byte, digests [][32]byte) []byte {
 	return b
 }
 
+// AttestationOf returns a stored message's AttestationHeader from its
+// headers (a nats.Header): its one value, several values joined by ", "
+// (which ParseAttestation refuses: a message carries one attestation, and
+// a reader that took the first of several would admit what the others
+// refuse), or "". Every role reads the header through it.
+func AttestationOf(h map[string][]string) string {
+	vs := h[AttestationHeader]
+	switch len(vs) {
+	case 0:
+		return ""
+	case 1:
+		return vs[0]
+	default:
+		return strings.Join(vs, ", ")
+	}
+}
+
 // Form is how the headers of an attested batch carry its one signature
 // (AttestationHeader). Readers take both; the gate writes the room
 // stream's (room.CompactAttestations).

@@ -285,3 +285,24 @@ func TestJournalPositionOwner(t *testing.T) {
 		}
 	}
 }
+
+// TestAttestationOf: a message's attestation header is its one value;
+// several are joined by ", ", which ParseAttestation refuses
+// (TestCheckpointerTwoAttestationValues), so no role admits a message on
+// the first of its values.
+func TestAttestationOf(t *testing.T) {
+	const v = "node:did:key:z6Mk 1/2"
+	for _, c := range []struct {
+		h    map[string][]string
+		want string
+	}{
+		{nil, ""},
+		{map[string][]string{AttestationHeader: {v}}, v},
+		{map[string][]string{AttestationHeader: {v, "junk"}}, v + ", junk"},
+		{map[string][]string{"roompub-attestation": {v}}, ""}, // header names are exact in NATS
+	} {
+		if got := AttestationOf(c.h); got != c.want {
+			t.Errorf("AttestationOf(%v) = %q, want %q", c.h, got, c.want)
+		}
+	}
+}

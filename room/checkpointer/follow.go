@@ -118,7 +118,7 @@ func (c *Checkpointer) follow(ctx context.Context) {
 		if run < 2 || (kept && upTo == next+1) {
 			var m *jetstream.RawStreamMsg
 			if m, err = jsapi.LeaderGetRaw(ctx, nc, name, room.DefaultTimeout, map[string]any{"seq": next, "next_by_subj": all}); m != nil {
-				msgs = []gapMsg{{seq: m.Sequence, subject: m.Subject, data: m.Data, header: m.Header.Get(checkpoint.AttestationHeader), owner: m.Header.Get(room.HeaderOwner)}}
+				msgs = []gapMsg{{seq: m.Sequence, subject: m.Subject, data: m.Data, header: checkpoint.AttestationOf(m.Header), owner: m.Header.Get(room.HeaderOwner)}}
 			}
 		} else {
 			limit := ckPullMessages
@@ -340,7 +340,7 @@ func (c *Checkpointer) readBatch(ctx context.Context, next uint64, limit int) ([
 	}
 	out := make([]gapMsg, len(msgs))
 	for i, m := range msgs {
-		out[i] = gapMsg{seq: m.Seq, subject: m.Subject, data: m.Data, header: m.Header.Get(checkpoint.AttestationHeader),
+		out[i] = gapMsg{seq: m.Seq, subject: m.Subject, data: m.Data, header: checkpoint.AttestationOf(m.Header),
 			owner: m.Header.Get(room.HeaderOwner), pending: m.Pending}
 	}
 	return out, nil

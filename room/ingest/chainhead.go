@@ -84,7 +84,7 @@ func (g *Gate) admittedHead(ctx context.Context, key events.ChainKey, c *chainSt
 // its place puts message 0 at, is whole and verifies (a BatchCollector:
 // the readers' rule).
 func (g *Gate) lastAdmitted(ctx context.Context, key events.ChainKey, m *jetstream.RawStreamMsg) (bool, error) {
-	a, err := checkpoint.ParseAttestation(m.Header.Get(checkpoint.AttestationHeader))
+	a, err := checkpoint.ParseAttestation(checkpoint.AttestationOf(m.Header))
 	if err != nil || !g.trust.Trusts(a.Signer) || a.Index != a.Count-1 || uint64(a.Index) >= m.Sequence {
 		return false, nil
 	}
@@ -94,7 +94,7 @@ func (g *Gate) lastAdmitted(ctx context.Context, key events.ChainKey, m *jetstre
 		if !ok {
 			return bc.Pass(mm.Sequence)
 		}
-		return bc.Add(mm.Sequence, mm.Header.Get(checkpoint.AttestationHeader), st)
+		return bc.Add(mm.Sequence, checkpoint.AttestationOf(mm.Header), st)
 	}
 	if a.Count > 1 {
 		// Messages before m that a verdict is reached for are not of
@@ -222,7 +222,7 @@ func (g *Gate) scanAdmitted(ctx context.Context, key events.ChainKey, from, to u
 			continue
 		}
 		held[m.Sequence] = m
-		take(bc.Add(m.Sequence, m.Header.Get(checkpoint.AttestationHeader), st))
+		take(bc.Add(m.Sequence, checkpoint.AttestationOf(m.Header), st))
 	}
 	take(bc.Flush())
 	return head, refused, cut, nil
@@ -413,7 +413,7 @@ func (g *Gate) scanAdmittedEntry(ctx context.Context, c *chainState, key events.
 		g.countReads(1)
 		if st, ok := g.statementOf(m); ok {
 			held[m.Sequence] = storedEntry{strings.Clone(m.Header.Get(jetstream.MsgIDHeader)), m.Sequence}
-			take(bc.Add(m.Sequence, m.Header.Get(checkpoint.AttestationHeader), st))
+			take(bc.Add(m.Sequence, checkpoint.AttestationOf(m.Header), st))
 		} else {
 			take(bc.Pass(m.Sequence))
 		}

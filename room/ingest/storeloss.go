@@ -300,7 +300,7 @@ func (g *Gate) judgeUnreadable(ctx context.Context, key events.ChainKey, c *chai
 // positions it held: those are judged too, where the messages on the
 // subject alone would show no hole.
 func (g *Gate) batchTail(m *jetstream.RawStreamMsg) int64 {
-	a, err := checkpoint.ParseAttestation(m.Header.Get(checkpoint.AttestationHeader))
+	a, err := checkpoint.ParseAttestation(checkpoint.AttestationOf(m.Header))
 	if err != nil || !g.trust.Trusts(a.Signer) {
 		return 0
 	}
@@ -579,7 +579,7 @@ func (g *Gate) notices(ctx context.Context, roomID string) ([]room.LossNotice, e
 		if err != nil {
 			return
 		}
-		if _, err := g.trust.VerifyAttestation(m.Header.Get(checkpoint.AttestationHeader), roomID, subj, checkpoint.NoticePosition, checkpoint.ContentHash(m.Data)); err != nil {
+		if _, err := g.trust.VerifyAttestation(checkpoint.AttestationOf(m.Header), roomID, subj, checkpoint.NoticePosition, checkpoint.ContentHash(m.Data)); err != nil {
 			return
 		}
 		found = append(found, *n)

@@ -337,7 +337,7 @@ func (g *Gate) surveyRecords(ctx context.Context, execs []string, counts map[str
 	}
 	err = g.lastEach(ctx, execs, false, func(subj string, m jsapi.Msg) error {
 		p, _ := g.subjects.Parse(subj)
-		header, content := m.Header.Get(checkpoint.AttestationHeader), checkpoint.ContentHash(m.Data)
+		header, content := checkpoint.AttestationOf(m.Header), checkpoint.ContentHash(m.Data)
 		held := counts[subj]
 		if held == 0 || deleted == 0 {
 			return nil

@@ -6,12 +6,9 @@ import (
 	"fmt"
 	"slices"
 	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
-
-	"github.com/nats-io/nats.go"
 
 	"github.com/roompub/roompub/checkpoint"
 	"github.com/roompub/roompub/events"
@@ -85,20 +82,6 @@ type attestation struct {
 	// Checkpoint messages: the note, verified in prepare (nil with ckptErr).
 	ckpt    *checkpoint.Checkpoint
 	ckptErr error
-}
-
-// attestationOf returns a message's attestation header: its one value,
-// several values joined by ", " (which no attestation accepts), or "".
-func attestationOf(h nats.Header) string {
-	vs := h.Values(checkpoint.AttestationHeader)
-	switch len(vs) {
-	case 0:
-		return ""
-	case 1:
-		return vs[0]
-	default:
-		return strings.Join(vs, ", ")
-	}
 }
 
 // prepareAttestation is prepare's part for a trusting reader: the content

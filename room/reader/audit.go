@@ -707,7 +707,7 @@ func replay(ctx context.Context, nc *nats.Conn, st jetstream.Stream, maxPayload 
 			return
 		}
 		handled = seq
-		b.add(StreamMsg{Subject: msg.Subject(), Seq: seq, Data: msg.Data(), Time: meta.Timestamp, Attestation: attestationOf(msg.Headers()), Owner: msg.Headers().Get(room.HeaderOwner)}, nil)
+		b.add(StreamMsg{Subject: msg.Subject(), Seq: seq, Data: msg.Data(), Time: meta.Timestamp, Attestation: checkpoint.AttestationOf(msg.Headers()), Owner: msg.Headers().Get(room.HeaderOwner)}, nil)
 		if seq == last || meta.NumPending == 0 || len(b.xs) >= batchMsgs || b.size >= batchBytes {
 			if !flush() {
 				finish(ctx.Err())

@@ -360,7 +360,7 @@ func Follow(ctx context.Context, js jetstream.JetStream, o FollowOptions, handle
 					resynced = true
 					return pull.resync(pctx, meta.Sequence.Consumer)
 				}
-				b.add(StreamMsg{Subject: msg.Subject(), Seq: meta.Sequence.Stream, Data: msg.Data(), Time: meta.Timestamp, Attestation: attestationOf(msg.Headers()), Owner: msg.Headers().Get(room.HeaderOwner)}, msg)
+				b.add(StreamMsg{Subject: msg.Subject(), Seq: meta.Sequence.Stream, Data: msg.Data(), Time: meta.Timestamp, Attestation: checkpoint.AttestationOf(msg.Headers()), Owner: msg.Headers().Get(room.HeaderOwner)}, msg)
 				return nil
 			}
 			for msg := range ch {

@@ -274,7 +274,7 @@ func instanceRecord(ctx context.Context, g *jsapi.Getter, o InstanceOptions, dec
 		return aside(problems)
 	}
 	if o.Trust.Len() > 0 {
-		att := rm.Header.Get(checkpoint.AttestationHeader)
+		att := checkpoint.AttestationOf(rm.Header)
 		if _, err := o.Trust.VerifyAttestation(att, p.RoomID, subj, checkpoint.RecordPosition(*mk.Position), checkpoint.ContentHash(rm.Data)); err != nil {
 			return aside([]events.Problem{{Code: events.CheckpointMismatch, At: events.Location{Seq: seq}, Reason: "not admitted: " + err.Error()}})
 		}

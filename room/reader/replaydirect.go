@@ -12,6 +12,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/roompub/roompub/checkpoint"
 	"github.com/roompub/roompub/room"
 	"github.com/roompub/roompub/room/internal/jsapi"
 )
@@ -272,7 +273,7 @@ func replayDirect(ctx context.Context, js jetstream.JetStream, stream string, ma
 			if keep != nil && !matchesAny(keep, m.Subject) {
 				continue
 			}
-			b.add(StreamMsg{Subject: m.Subject, Seq: m.Sequence, Data: m.Data, Time: m.Time, Attestation: attestationOf(m.Header), Owner: m.Header.Get(room.HeaderOwner)}, nil)
+			b.add(StreamMsg{Subject: m.Subject, Seq: m.Sequence, Data: m.Data, Time: m.Time, Attestation: checkpoint.AttestationOf(m.Header), Owner: m.Header.Get(room.HeaderOwner)}, nil)
 			if len(b.xs) >= batchMsgs || b.size >= batchBytes {
 				if !emit(b) {
 					return ctx.Err()

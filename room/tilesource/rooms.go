@@ -309,7 +309,7 @@ func (s *scanner) feed(m jsapi.Msg, leaf func(i uint64, h held, start mark)) (ro
 	h.content = checkpoint.ContentHash(m.Data)
 	s.held = append(s.held, h)
 	st := checkpoint.Statement{Room: s.roomID, Subject: m.Subject, Position: position, Content: h.content}
-	s.decide(s.bc.Add(m.Seq, m.Header.Get(checkpoint.AttestationHeader), st), leaf)
+	s.decide(s.bc.Add(m.Seq, checkpoint.AttestationOf(m.Header), st), leaf)
 	return p, true
 }
 

@@ -111,7 +111,7 @@ func RebuildWith(e *Env, roomID string, trust *checkpoint.Trust, aside bool) *Ro
 			seq, _ := en.Seq()
 			position = checkpoint.OwnedJournalPosition(seq, m.Header.Get(room.HeaderOwner))
 		}
-		take(bc.Add(m.Sequence, m.Header.Get(checkpoint.AttestationHeader),
+		take(bc.Add(m.Sequence, checkpoint.AttestationOf(m.Header),
 			checkpoint.Statement{Room: roomID, Subject: m.Subject, Position: position, Content: checkpoint.ContentHash(m.Data)}))
 	}
 	take(bc.Flush())
