@@ -1,6 +1,7 @@
 package checkpoint
 
 import (
+	"crypto/ed25519"
 	"crypto/sha256"
 	"encoding/base64"
 	"encoding/hex"
@@ -9,6 +10,8 @@ import (
 	"math/bits"
 	"strconv"
 	"strings"
+
+	"github.com/roompub/roompub/events"
 )
 
 // ResumeHeader is the header of a checkpoint message that carries what a
@@ -17,6 +20,69 @@ import (
 // the signed note, which it leaves unchanged: readers that do not know it
 // ignore it (docs/checkpoints.md, "Resuming").
 const ResumeHeader = "Roompub-Resume"
+
+// ResumeSignatureHeader carries the publisher's signature of a checkpoint
+// message's ResumeHeader value, bound to the message's note (SignResume).
+// The note's own signature covers the note only; without this one, a copy
+// of the message stored with the header changed (a record count, a leaf
+// seq) would be resumed from, and the successor would sign trees no
+// reader builds.
+const ResumeSignatureHeader = "Roompub-Resume-Signature"
+
+// resumeTag starts every resume statement's signed message, so a resume
+// signature can never be taken for another roompub signature (leaseTag's
+// reasoning: a checkpoint note's second line is a decimal size of at most
+// 20 digits, never the 64 hex digits here).
+const resumeTag = "roompub-checkpoint-resume/v1\n"
+
+// resumeMessage is what the publisher key signs for a resume header value
+// of the checkpoint message whose data is note:
+//
+//	"roompub-checkpoint-resume/v1\n" + hex(SHA-256(note)) + "\n" + value + "\n"
+func resumeMessage(note []byte, value string) []byte {
+	sum := sha256.Sum256(note)
+	b := make([]byte, 0, len(resumeTag)+2*len(sum)+len(value)+2)
+	b = append(b, resumeTag...)
+	b = hex.AppendEncode(b, sum[:])
+	b = append(b, '\n')
+	b = append(b, value...)
+	return append(b, '\n')
+}
+
+// SignResume returns the ResumeSignatureHeader value by which k vouches
+// for value, the ResumeHeader of the checkpoint message whose data is note:
+// the unpadded base64url Ed25519 signature of resumeMessage. Errors are
+// k's.
+func SignResume(k *events.HostKey, note []byte, value string) (string, error) {
+	hk, err := signingKey(k)
+	if err != nil {
+		return "", err
+	}
+	return base64.RawURLEncoding.EncodeToString(ed25519.Sign(hk.priv, resumeMessage(note, value))), nil
+}
+
+// VerifyResume checks sig, a ResumeSignatureHeader value, over value, the
+// ResumeHeader of the checkpoint message whose data is note, by nodeID
+// (the note's signer). Errors wrap ErrBadResume (no signature, not 64
+// bytes of unpadded base64url, or one that does not verify) or
+// ErrUntrustedPublisher (nodeID not in t).
+func (t *Trust) VerifyResume(nodeID string, note []byte, value, sig string) error {
+	if sig == "" {
+		return fmt.Errorf("%w: no %s (written before it, or by hand)", ErrBadResume, ResumeSignatureHeader)
+	}
+	raw, err := base64.RawURLEncoding.Strict().DecodeString(sig)
+	if err != nil || len(raw) != ed25519.SignatureSize {
+		return fmt.Errorf("%w: the signature is not %d bytes of unpadded base64url", ErrBadResume, ed25519.SignatureSize)
+	}
+	pub, ok := t.key(nodeID)
+	if !ok {
+		return fmt.Errorf("%w: resume state by %s", ErrUntrustedPublisher, clip(nodeID))
+	}
+	if !ed25519.Verify(pub, resumeMessage(note, value), raw) {
+		return fmt.Errorf("%w: the signature by %s does not verify for this note and header", ErrBadResume, nodeID)
+	}
+	return nil
+}
 
 // resumeVersion is the first field of a ResumeHeader value.
 const resumeVersion = "1"
@@ -31,8 +97,7 @@ var ErrBadResume = errors.New("bad resume state")
 //
 //   - Prefix, the compact range (merkle/compact, largest subtree first) of
 //     the first n-1 leaves, and Last, the leaf hash n-1: together they
-//     hash to the checkpoint's root, so they need no signature of their
-//     own;
+//     hash to the checkpoint's root;
 //   - LeafSeq, the stream seq of the message whose leaf is Last: a
 //     successor checks that message's leaf hash and reads the room on
 //     from LeafSeq+1;
@@ -41,6 +106,9 @@ var ErrBadResume = errors.New("bad resume state")
 //   - Trust, the TrustDigest of the publishers whose attestations built
 //     the tree: a successor that trusts others would build another tree,
 //     and does not resume.
+//
+// LeafSeq and Records are tied to nothing the note signs, so the header
+// value goes with a signature of its own (SignResume, VerifyResume).
 type Resume struct {
 	LeafSeq uint64
 	Records uint64

@@ -130,3 +130,38 @@ func TestParseResumeRefuses(t *testing.T) {
 		t.Errorf("a valid one: %+v %v", r, err)
 	}
 }
+
+// TestResumeSignature: a resume header's signature verifies for its note
+// and value under a trust that holds its signer, and for nothing else.
+func TestResumeSignature(t *testing.T) {
+	k, other := testKey(1), testKey(2)
+	trust := mustTrust(t, k.NodeID(), other.NodeID())
+	note, value := []byte("origin\n3\nroot\n\n— sig\n"), "1 80 6 b4de5b1a4a853113 AAAA"
+	sig, err := SignResume(k, note, value)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := trust.VerifyResume(k.NodeID(), note, value, sig); err != nil {
+		t.Fatalf("the signature does not verify: %v", err)
+	}
+	otherSig, err := SignResume(other, note, value)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		name, node, value, sig string
+		note                   []byte
+		want                   error
+	}{
+		{"no signature", k.NodeID(), value, "", note, ErrBadResume},
+		{"another value", k.NodeID(), "1 80 5 b4de5b1a4a853113 AAAA", sig, note, ErrBadResume},
+		{"another note", k.NodeID(), value, sig, []byte("origin\n4\nroot\n\n— sig\n"), ErrBadResume},
+		{"another signer's", k.NodeID(), value, otherSig, note, ErrBadResume},
+		{"padded", k.NodeID(), value, sig + "==", note, ErrBadResume},
+		{"untrusted signer", testKey(3).NodeID(), value, sig, note, ErrUntrustedPublisher},
+	} {
+		if err := trust.VerifyResume(c.node, c.note, c.value, c.sig); !errors.Is(err, c.want) {
+			t.Errorf("%s: %v, want %v", c.name, err, c.want)
+		}
+	}
+}

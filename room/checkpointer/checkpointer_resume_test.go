@@ -212,7 +212,8 @@ func TestCheckpointerResumesFromItsCheckpoints(t *testing.T) {
 
 // TestCheckpointerResumeFallsBack: when a room's latest checkpoint cannot
 // be resumed from (no resume header, as written before it; another
-// trusted key's; a damaged compact range; a header naming another leaf),
+// trusted key's; a header changed under its signature; signed but with a
+// damaged compact range, or naming another leaf),
 // the room is read from its first message, with a warning that says why,
 // while the other room resumes; the trees and final checkpoints are the
 // full read's all the same, and the audit stays clean.
@@ -226,7 +227,7 @@ func TestCheckpointerResumeFallsBack(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	chains := resumeChains(t, 70)
+	chains := resumeChains(t, 85)
 	first, _ := roomtest.StartCheckpointer(t, e.Connect(), o)
 	resumeFill(t, e, roomtest.AttestingGate(e, e.Connect(), key, first, ingest.GateOptions{MaxBatch: 7}), chains, 0, 10, "a")
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -236,34 +237,52 @@ func TestCheckpointerResumeFallsBack(t *testing.T) {
 	}
 	forged, id := resumeRooms[0], 0
 	ckSubj := room.Subjects{}.Checkpoint(forged)
+	// resign signs an edited header as the checkpointer would have: what
+	// the checks after its signature refuse is what a checkpointer of the
+	// same key that went wrong could write.
+	resign := func(data []byte, h string) string {
+		sig, err := checkpoint.SignResume(key, data, h)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return sig
+	}
 	for _, tc := range []struct {
 		why  string
-		edit func(data []byte, h string) ([]byte, string) // the forged copy of the latest checkpoint
+		edit func(data []byte, h, sig string) ([]byte, string, string) // the forged copy of the latest checkpoint
 	}{
-		{"no_header", func(data []byte, _ string) ([]byte, string) { return data, "" }},
-		{"other_key", func(data []byte, h string) ([]byte, string) {
+		{"no_header", func(data []byte, _, _ string) ([]byte, string, string) { return data, "", "" }},
+		{"other_key", func(data []byte, h, sig string) ([]byte, string, string) {
 			ck := roomtest.Parsed(t, data)
 			n, err := checkpoint.Sign(otherSigner, forged, ck.Size, ck.Root)
 			if err != nil {
 				t.Fatal(err)
 			}
-			return n, h
+			return n, h, sig
 		}},
-		{"bad_range", func(data []byte, h string) ([]byte, string) {
+		{"unsigned", func(data []byte, h, sig string) ([]byte, string, string) {
+			rs, err := checkpoint.ParseResume(h)
+			if err != nil || rs.Records == 0 {
+				t.Fatalf("%q: %v", h, err)
+			}
+			rs.Records-- // a record count the signature is not over: every later record's position
+			return data, rs.String(), sig
+		}},
+		{"bad_range", func(data []byte, h, _ string) ([]byte, string, string) {
 			rs, err := checkpoint.ParseResume(h)
 			if err != nil || len(rs.Prefix) == 0 {
 				t.Fatalf("%q: %v", h, err)
 			}
 			rs.Prefix[0][0] ^= 1
-			return data, rs.String()
+			return data, rs.String(), resign(data, rs.String())
 		}},
-		{"leaf_mismatch", func(data []byte, h string) ([]byte, string) {
+		{"leaf_mismatch", func(data []byte, h, _ string) ([]byte, string, string) {
 			rs, err := checkpoint.ParseResume(h)
 			if err != nil {
 				t.Fatal(err)
 			}
 			rs.LeafSeq--
-			return data, rs.String()
+			return data, rs.String(), resign(data, rs.String())
 		}},
 	} {
 		t.Run(tc.why, func(t *testing.T) {
@@ -271,10 +290,13 @@ func TestCheckpointerResumeFallsBack(t *testing.T) {
 			id++
 			last := e.OnSubject(ckSubj)
 			m := last[len(last)-1]
-			data, h := tc.edit(m.Data, m.Header.Get(checkpoint.ResumeHeader))
+			data, h, sig := tc.edit(m.Data, m.Header.Get(checkpoint.ResumeHeader), m.Header.Get(checkpoint.ResumeSignatureHeader))
 			msg := &nats.Msg{Subject: ckSubj, Data: data, Header: nats.Header{}}
 			if h != "" {
 				msg.Header.Set(checkpoint.ResumeHeader, h)
+			}
+			if sig != "" {
+				msg.Header.Set(checkpoint.ResumeSignatureHeader, sig)
 			}
 			if _, err := e.Js.PublishMsg(context.Background(), msg); err != nil {
 				t.Fatal(err)

@@ -137,7 +137,7 @@ func newCheckpointMetrics(reg prometheus.Registerer, lag func() checkpointLag, k
 		Namespace: "roompub", Name: "checkpoint_resumed_rooms_total",
 		Help: "Rooms with a checkpoint at the checkpointer's start, by outcome: resumed (from the resume header of its latest checkpoint, " +
 			"verified), or why that checkpoint could not be resumed from and the room was read from its first message " +
-			"(no_header, malformed, bad_note, other_key, leaf_mismatch, bad_range, trust_changed, unreadable).",
+			"(no_header, unsigned, malformed, bad_note, other_key, leaf_mismatch, bad_range, trust_changed, unreadable, contradicted).",
 	}, []string{"outcome"})
 	m.overridden = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Namespace: "roompub", Name: "checkpoint_leases_overridden_total",

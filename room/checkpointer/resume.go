@@ -18,6 +18,7 @@ import (
 const (
 	resumeOK           = "resumed"
 	resumeNoHeader     = "no_header"     // no checkpoint.ResumeHeader (written before it, or by hand)
+	resumeUnsigned     = "unsigned"      // no checkpoint.ResumeSignatureHeader that verifies for the note and header
 	resumeMalformed    = "malformed"     // the header does not parse, or names a leaf at or after the checkpoint
 	resumeBadNote      = "bad_note"      // not a checkpoint of the room a trusted publisher signed
 	resumeOtherKey     = "other_key"     // signed by another trusted publisher than this one
@@ -113,7 +114,9 @@ func (c *Checkpointer) resume(ctx context.Context) uint64 {
 // resumeRoom returns roomID's state as of its latest checkpoint (the last
 // message on subj) and where it is read from (roomFrom), from the checkpoint's resume header, verified rather
 // than trusted: the note is a checkpoint of the room signed by this
-// checkpointer's key; the header parses, names a leaf before the
+// checkpointer's key, and so is the header (checkpoint.VerifyResume: its
+// record count and leaf seq are tied to nothing the note signs); the
+// header parses, names a leaf before the
 // checkpoint and the publishers this checkpointer trusts
 // (checkpoint.TrustDigest: trusting others, the tree would be another);
 // the message at that seq is a leaf subject of the room whose
@@ -137,6 +140,9 @@ func (c *Checkpointer) resumeRoom(ctx context.Context, roomID, subj string, reco
 	}
 	if ck.Signer != c.nodeID {
 		return nil, resumeOtherKey, nil
+	}
+	if err := c.trust.VerifyResume(ck.Signer, m.Data, hv, m.Header.Get(checkpoint.ResumeSignatureHeader)); err != nil {
+		return nil, resumeUnsigned, err
 	}
 	rs, err := checkpoint.ParseResume(hv)
 	if err != nil {

@@ -139,8 +139,13 @@ func (c *Checkpointer) write(ctx context.Context, d dueCheckpoint) error {
 	if d.resume != "" {
 		// What a successor needs to go on from this checkpoint without
 		// reading the room's leaves again (resume); beside the note, which
-		// it leaves as readers know it.
-		msg.Header.Set(checkpoint.ResumeHeader, d.resume)
+		// it leaves as readers know it, signed with it.
+		if sig, err := checkpoint.SignResume(c.key, signed, d.resume); err == nil {
+			msg.Header.Set(checkpoint.ResumeHeader, d.resume)
+			msg.Header.Set(checkpoint.ResumeSignatureHeader, sig)
+		} else {
+			c.log.Warn("checkpointer: cannot sign the resume state: the checkpoint goes without it", zap.String("room", r.id), zap.Error(err))
+		}
 	}
 	pctx, cancel := jsapi.WithDefaultTimeout(ctx, room.DefaultTimeout)
 	ack, err := c.js.PublishMsg(pctx, msg, jetstream.WithRetryAttempts(0))
