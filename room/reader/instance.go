@@ -1,7 +1,6 @@
 package reader
 
 import (
-	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -386,11 +385,12 @@ type decisionMarkers struct {
 }
 
 // decisionRead is one decision subject's read so far (mu): its markers in
-// stream order, the stream sequence it goes on from, and the stream's
-// error, which ends it.
+// stream order, the largest record sequence they name, the stream
+// sequence it goes on from, and the stream's error, which ends it.
 type decisionRead struct {
 	mu    sync.Mutex
 	marks []decisionMarker
+	reach uint64
 	next  uint64
 	err   error
 }
@@ -413,20 +413,16 @@ func (d *decisionMarkers) read(ctx context.Context, g *jsapi.Getter, o InstanceO
 	d.mu.Unlock()
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if r.err != nil || (ok && reaches(r.marks, seq)) {
+	if r.err != nil || (ok && r.reach >= seq) {
 		return r.marks, r.err
 	}
 	r.next, r.err = eachMarker(ctx, g, subj, r.next, func(mk room.Marker, at uint64) (bool, error) {
 		h, outcome, err := genuine(ctx, g, o, roomID, room.MarkDecision, value, mk, at)
 		r.marks = append(r.marks, decisionMarker{at: at, genuine: h != nil, outcome: outcome})
+		r.reach = max(r.reach, at)
 		return false, err
 	})
 	return r.marks, r.err
-}
-
-// reaches reports whether marks name the record at seq or a later one.
-func reaches(marks []decisionMarker, seq uint64) bool {
-	return len(marks) > 0 && slices.MaxFunc(marks, func(a, b decisionMarker) int { return cmp.Compare(a.at, b.at) }).at >= seq
 }
 
 // eachMarker calls fn, in stream order, with each marker on subj from
