@@ -117,9 +117,11 @@ type Options struct {
 
 	// Test seams, set from export_test.go: catchUpBatch sizes the
 	// catch-up read's gets (0: ckCatchUpMessages), and with catchUpPause
-	// the catch-up read waits on it after each.
+	// the catch-up read waits on it after each; beforeFinal runs in Stop
+	// once the stream is no longer followed, before the final writes.
 	catchUpBatch int
 	catchUpPause <-chan struct{}
+	beforeFinal  func()
 }
 
 // Checkpointer writes the signed checkpoints of every room of one stream
@@ -209,9 +211,10 @@ type Checkpointer struct {
 	readFrom    uint64
 	catchUpMsgs atomic.Uint64
 	cdone       chan struct{}
-	// catchUpBatch and catchUpPause: Options'.
+	// catchUpBatch, catchUpPause and beforeFinal: Options'.
 	catchUpBatch int
 	catchUpPause <-chan struct{}
+	beforeFinal  func()
 	stopF        context.CancelFunc
 	fdone        chan struct{}
 	// next is the stream sequence follow handles next (c.mu); fromMemory
@@ -442,7 +445,7 @@ func Start(ctx context.Context, nc *nats.Conn, o Options) (*Checkpointer, error)
 	c.seen.Store(c.startSeq)
 	c.caughtUp = c.startSeq == 0
 	c.readFrom = 1
-	c.catchUpBatch, c.catchUpPause = cmp.Or(o.catchUpBatch, ckCatchUpMessages), o.catchUpPause
+	c.catchUpBatch, c.catchUpPause, c.beforeFinal = cmp.Or(o.catchUpBatch, ckCatchUpMessages), o.catchUpPause, o.beforeFinal
 	if c.startSeq > 0 && !o.FullRead {
 		c.readFrom = c.resume(ctx)
 	}
@@ -510,6 +513,9 @@ func (c *Checkpointer) stop(ctx context.Context) error {
 		c.caughtUp = true
 	}
 	c.mu.Unlock()
+	if c.beforeFinal != nil {
+		c.beforeFinal()
+	}
 	switch {
 	case len(errs) == 0:
 		errs = append(errs, c.writeDue(ctx, true))

@@ -45,6 +45,13 @@ func WithCatchUpPause(o Options, batch int, pause <-chan struct{}) Options {
 	return o
 }
 
+// WithBeforeFinal returns o for a checkpointer whose Stop calls f once the
+// stream is no longer followed, before the final checkpoints are written.
+func WithBeforeFinal(o Options, f func()) Options {
+	o.beforeFinal = f
+	return o
+}
+
 // RoomTree returns the size and root of the checkpointer's tree of
 // roomID, and whether it has the room.
 func (c *Checkpointer) RoomTree(roomID string) (size uint64, root [32]byte, ok bool) {

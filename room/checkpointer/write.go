@@ -43,18 +43,69 @@ type dueCheckpoint struct {
 	resume string // its checkpoint.ResumeHeader value; "" when none could be made
 }
 
+// finalAttempts bounds how often a final checkpoint is written again after
+// a checkpoint stored on the room's subject since it was last read.
+const finalAttempts = 3
+
 // writeDue writes the checkpoint of every room that is due (every room
 // whose tree grew, with final) and whose lease it holds or takes. It
-// returns the errors of writes that failed.
+// returns the errors of writes that failed. A write the writer started
+// runs to its answer even when ctx ends: cut off, a checkpoint the server
+// stores anyway is unknown to the final write, which would expect the
+// subject's previous one. A final write that finds a checkpoint it has not
+// read reads the subject on and is written again (finalWrite).
 func (c *Checkpointer) writeDue(ctx context.Context, final bool) error {
+	var errs []error
+	var only map[*ckRoom]bool
+	for attempt := 1; ; attempt++ {
+		due := c.dueNow(final, only)
+		wctx := ctx
+		if !final {
+			wctx = context.WithoutCancel(ctx)
+		}
+		only = nil
+		for _, d := range due {
+			if ctx.Err() != nil {
+				break
+			}
+			if !c.holdLease(wctx, d.r) {
+				continue
+			}
+			err := c.write(wctx, d)
+			if errors.Is(err, errCheckpointMoved) {
+				if attempt < finalAttempts {
+					if only == nil {
+						only = map[*ckRoom]bool{}
+					}
+					only[d.r] = true
+					continue
+				}
+				err = fmt.Errorf("final checkpoint of %s at size %d: %w %d times", d.r.id, d.size, err, attempt)
+			}
+			if err != nil {
+				errs = append(errs, err)
+			}
+		}
+		if only == nil {
+			return errors.Join(errs...)
+		}
+	}
+}
+
+// dueNow returns the checkpoints due now: of every room in only, or of all
+// when only is nil.
+func (c *Checkpointer) dueNow(final bool, only map[*ckRoom]bool) []dueCheckpoint {
 	now := time.Now()
 	var due []dueCheckpoint
 	c.mu.Lock()
+	defer c.mu.Unlock()
 	if !c.caughtUp {
-		c.mu.Unlock()
 		return nil
 	}
 	for _, r := range c.rooms {
+		if only != nil && !only[r] {
+			continue
+		}
 		size, covered := r.ledger.Size(), max(r.ledger.Covered(), r.written)
 		if size <= covered || r.bad != "" || r.treeErr != nil || c.lost[r.id] != "" || (!final && now.Before(r.waitTill)) {
 			continue
@@ -85,20 +136,7 @@ func (c *Checkpointer) writeDue(ctx context.Context, final bool) error {
 			due = append(due, d)
 		}
 	}
-	c.mu.Unlock()
-	var errs []error
-	for _, d := range due {
-		if ctx.Err() != nil {
-			break
-		}
-		if !c.holdLease(ctx, d.r) {
-			continue
-		}
-		if err := c.write(ctx, d); err != nil {
-			errs = append(errs, err)
-		}
-	}
-	return errors.Join(errs...)
+	return due
 }
 
 // sign signs the due checkpoint of r: under the room's origin and a key
@@ -170,6 +208,16 @@ func (c *Checkpointer) write(ctx context.Context, d dueCheckpoint) error {
 			}
 		}
 		return nil
+	case jsapi.IsWrongLastSequence(err) && c.stopping:
+		// The stream is no longer followed: read what the subject holds
+		// past the last message read, and write again.
+		c.mu.Unlock()
+		rerr := c.readCheckpointsOn(ctx, r)
+		c.mu.Lock()
+		if rerr != nil {
+			return fmt.Errorf("final checkpoint of %s at size %d: reading the checkpoints stored since: %w", r.id, d.size, rerr)
+		}
+		return errCheckpointMoved
 	case jsapi.IsWrongLastSequence(err):
 		// A checkpoint this reader has not read yet: it is checked when
 		// read, and the room is decided again after.
@@ -181,5 +229,36 @@ func (c *Checkpointer) write(ctx context.Context, d dueCheckpoint) error {
 		r.waitTill = time.Now().Add(min(c.interval, 5*time.Second))
 		c.log.Warn("checkpointer: writing the room's checkpoint failed", zap.String("room", r.id), zap.Uint64("size", d.size), zap.Error(err))
 		return fmt.Errorf("checkpoint of %s at size %d: %w", r.id, d.size, err)
+	}
+}
+
+// errCheckpointMoved: a final write found a checkpoint stored on the
+// room's subject since the one it expected.
+var errCheckpointMoved = errors.New("a checkpoint was stored on the room's subject since the last one read")
+
+// readCheckpointsOn reads the messages on r's checkpoint subject past the
+// last one read (r.ckptSeq), each checked as follow checks it
+// (readCheckpoint). Once the stream is no longer followed, these are what
+// a write expecting r.ckptSeq was refused for: a write of this
+// checkpointer cut off before its answer, or another writer's.
+func (c *Checkpointer) readCheckpointsOn(ctx context.Context, r *ckRoom) error {
+	subject := c.subjects.Checkpoint(r.id)
+	c.mu.Lock()
+	seq := r.ckptSeq + 1
+	c.mu.Unlock()
+	for {
+		gctx, cancel := jsapi.WithDefaultTimeout(ctx, room.DefaultTimeout)
+		m, err := c.stream.GetMsg(gctx, seq, jetstream.WithGetMsgSubject(subject))
+		cancel()
+		if errors.Is(err, jetstream.ErrMsgNotFound) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		c.mu.Lock()
+		c.readCheckpoint(r, m.Sequence, m.Data)
+		c.mu.Unlock()
+		seq = m.Sequence + 1
 	}
 }
