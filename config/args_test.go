@@ -123,3 +123,26 @@ func TestRunFlagsAmongPositionalsErrors(t *testing.T) {
 		})
 	}
 }
+
+// TestRunRefusesNonUTF8Arguments: an argument that is not UTF-8 (a room
+// id or path with a stray byte) is refused with its position, the command
+// never runs; kong would have read it with U+FFFD in place of the byte.
+func TestRunRefusesNonUTF8Arguments(t *testing.T) {
+	for _, c := range []struct {
+		args []string
+		n    int // the argument refused, from 1
+	}{
+		{[]string{"one", "a\xffb"}, 2},
+		{[]string{"list", "--host", "h", "--level=x\xc3", "p"}, 4},
+	} {
+		p, status, errOut := runArgs(t, c.args...)
+		want := fmt.Sprintf("argument %d (%q) is not valid UTF-8", c.n, c.args[c.n-1])
+		if status != config.ExitUsage || p.calls != 0 || !strings.Contains(errOut, want) {
+			t.Errorf("%q: status %d, %d calls, stderr %q; want %q", c.args, status, p.calls, errOut, want)
+		}
+	}
+	// UTF-8 beyond ASCII passes as it is.
+	if p, status, _ := runArgs(t, "one", "ü€😀"); status != config.ExitOK || p.cmd.(*oneCmd).File != "ü€😀" {
+		t.Fatalf("status %d, %+v", status, p.cmd)
+	}
+}

@@ -9,6 +9,7 @@ import (
 	"os/signal"
 	"runtime/debug"
 	"syscall"
+	"unicode/utf8"
 
 	"github.com/alecthomas/kong"
 )
@@ -101,7 +102,8 @@ type exitRequest int
 // ExitRefused when it wraps ErrRefused, ExitUsage for any other error.
 // Flags may stand anywhere among the positional arguments; "--" ends
 // them (flagsFirst). Integer flags take plain decimal only
-// (decimalIntegers).
+// (decimalIntegers). An argument that is not valid UTF-8 is refused
+// (ExitUsage) before parsing, which would replace its bytes.
 // Errors go to stderr prefixed with name. It never calls os.Exit.
 func Run(name, description, version string, grammar any, args []string, stdout, stderr io.Writer, binds ...any) (status int) {
 	defer func() {
@@ -126,6 +128,14 @@ func Run(name, description, version string, grammar any, args []string, stdout, 
 		// The grammar is static: this is a programming error.
 		fmt.Fprintf(stderr, "%s: %v\n", name, err)
 		return ExitUsage
+	}
+	for i, a := range args {
+		// kong reads an argument as text and puts U+FFFD in place of
+		// what is not UTF-8: a room id or path would change unseen.
+		if !utf8.ValidString(a) {
+			fmt.Fprintf(stderr, "%s: argument %d (%q) is not valid UTF-8: give it as UTF-8 text\nRun '%s --help' for usage.\n", name, i+1, a, name)
+			return ExitUsage
+		}
 	}
 	ctx, err := parser.Parse(flagsFirst(parser.Model, args))
 	if err != nil {

@@ -262,7 +262,7 @@ func (g *Gate) appendRecord(ctx context.Context, raw []byte) room.RecordReply {
 }
 
 // checkRecord applies every rule that needs no stream (in the order of
-// docs/design.md, "Refusal codes and their order", up to trust, then the room id's subject form). It returns the record and
+// docs/design.md, "Refusal codes and their order", up to trust, then the room id's control characters and subject form). It returns the record and
 // a reply naming its room and execution/ref to go on with, or nil and the
 // final reply (refused, or failed for an error that is not a refusal).
 // It touches no gate state, so records can be checked ahead of the one
@@ -285,6 +285,19 @@ func (g *Gate) checkRecord(raw []byte) (*events.Record, room.RecordReply) {
 			reply.Item.Hash = rec.ComputedRef()
 		}
 		return nil, reply
+	}
+	if err := validate.CheckRoomID(rec.RoomID()); err != nil {
+		// The schema's pattern lets a control character through, which
+		// no checkpoint of the room could name (validate.CheckRoomID).
+		var ref *events.Refusal
+		if errors.As(err, &ref) {
+			for i := range ref.Problems {
+				ref.Problems[i].At.Pointer = "/room~1id"
+			}
+			reply.Item = room.RefusedItem(0, ref.Problems)
+			reply.Item.Hash = rec.ComputedRef()
+			return nil, reply
+		}
 	}
 	if err := g.subjects.CheckRoom(rec.RoomID()); err != nil {
 		reply.Item = room.RefusedItem(0, []events.Problem{{Code: events.TooLarge, At: events.Location{Pointer: "/room~1id"}, Reason: err.Error()}})
