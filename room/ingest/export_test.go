@@ -42,6 +42,13 @@ func WithEntryReads(o GateOptions, n *atomic.Uint64) GateOptions {
 	return o
 }
 
+// WithLeaderGets returns o counting in n the messages the gate gets from
+// the stream leader one at a time (leaderMsg).
+func WithLeaderGets(o GateOptions, n *atomic.Uint64) GateOptions {
+	o.leaderGets = n
+	return o
+}
+
 // SweepChains drops the chains idle for ChainIdle now, as the gate does
 // on a chain's use once ChainIdle / 2 passed since the last sweep.
 func (g *Gate) SweepChains() {

@@ -110,8 +110,11 @@ type GateOptions struct {
 	// (tests: WithPresignedCount).
 	presigned *atomic.Uint64
 	// entryReads, when set, counts the messages the gate read to find the
-	// stored entry a resent line is decided on (tests: WithEntryReads).
+	// stored entry a resent line is decided on (tests: WithEntryReads);
+	// leaderGets the messages it got from the stream leader one at a time
+	// (tests: WithLeaderGets).
 	entryReads *atomic.Uint64
+	leaderGets *atomic.Uint64
 }
 
 // AttestationSink is told of each message a gate attests, before the
@@ -213,8 +216,9 @@ type Gate struct {
 	// at most maxUnheld of them (GateOptions.IdleChains; g.mu).
 	unheld    chainList
 	maxUnheld int
-	// entryReads is GateOptions.entryReads; nil: not counted.
+	// entryReads and leaderGets are GateOptions'; nil: not counted.
 	entryReads *atomic.Uint64
+	leaderGets *atomic.Uint64
 	// orders orders each chain's journal requests in flight (order.go).
 	orderMu sync.Mutex
 	orders  map[events.ChainKey]*chainOrder
@@ -225,6 +229,8 @@ type Gate struct {
 	lossGen atomic.Uint64
 	lossMu  sync.Mutex
 	damaged map[events.ChainKey]DamagedChain
+	// judged keeps the verdict on each damaged chain (keepJudged).
+	judged map[events.ChainKey]chainVerdict
 	// damagedRooms is what the last Survey found, damagedIn counts the
 	// damaged chains of each room, and noticesByRoom the loss notices
 	// read of each room (lossMu).
@@ -270,7 +276,7 @@ func NewGate(ctx context.Context, nc *nats.Conn, o GateOptions) (*Gate, error) {
 		js: js, nc: nc, surveyNC: cmp.Or(o.SurveyConn, nc), stream: st, subjects: o.Subjects, v: o.Validator,
 		log: o.Logger, obs: o.Observer, timeout: o.PublishTimeout, attempts: o.Attempts, key: o.PublisherKey, attested: o.Attested,
 		chains: map[events.ChainKey]*chainState{}, rooms: map[string]*roomState{}, orders: map[events.ChainKey]*chainOrder{},
-		damaged: map[events.ChainKey]DamagedChain{}, damagedIn: map[string]int{}, noticesByRoom: map[string]*roomNotices{},
+		damaged: map[events.ChainKey]DamagedChain{}, judged: map[events.ChainKey]chainVerdict{}, damagedIn: map[string]int{}, noticesByRoom: map[string]*roomNotices{},
 		contradictions: map[string]string{},
 	}
 	g.lossGen.Store(1)
@@ -302,7 +308,7 @@ func NewGate(ctx context.Context, nc *nats.Conn, o GateOptions) (*Gate, error) {
 	if g.idle <= 0 {
 		g.idle = DefaultChainIdle
 	}
-	g.maxUnheld, g.entryReads = o.IdleChains, o.entryReads
+	g.maxUnheld, g.entryReads, g.leaderGets = o.IdleChains, o.entryReads, o.leaderGets
 	if g.maxUnheld <= 0 {
 		g.maxUnheld = DefaultIdleChains
 	}
@@ -382,6 +388,13 @@ type chainState struct {
 	// as judged at loss generation lossGen (storeloss.go).
 	lost    *room.ChainLoss
 	lossGen uint64
+	// decided: the fields above are reload's verdict on the chain as the
+	// stream held it (lastSeq, or counted), which stands while that holds
+	// at loss generation lossGen. counted is the number of messages the
+	// server counted on the chain's subjects when it returned none as
+	// their last (0 when it did).
+	decided bool
+	counted int64
 	// users counts the calls that hold c (chain, until unchain), and
 	// used is when the last of them let go (g.mu guards both): a chain
 	// with users is never dropped. A chain without users is on
@@ -554,28 +567,67 @@ func (g *Gate) lastOn(ctx context.Context, subject string, leader bool) (*jetstr
 // allows direct gets) from its own copy, which can lag behind the stream:
 // what a refusal or a record decision rests on is read here instead.
 func (g *Gate) leaderMsg(ctx context.Context, req map[string]any) (*jetstream.RawStreamMsg, error) {
+	if g.leaderGets != nil {
+		g.leaderGets.Add(1)
+	}
 	return jsapi.LeaderGetRaw(ctx, g.nc, g.streamName(), g.timeout, req)
 }
 
 // reload brings c up to the stream's head for key; with leader set, as the
 // stream leader has it (see lastOn). With a publisher key the head is the
 // last entry a trusted publisher attested (admittedHead).
+//
+// A chain decided before, whose subjects hold what they held then (the
+// same last message, or the same count with no last message returned)
+// at the same loss generation, is not judged again: judging a damaged
+// chain reads it whole from the stream leader, one get a message. A state
+// that never saw the chain (a Head of a chain the gate does not hold, one
+// dropped idle) starts from the verdict kept for a damaged chain
+// (keepJudged), so that read is paid once per damage, not per request.
 func (g *Gate) reload(ctx context.Context, key events.ChainKey, c *chainState, leader bool) error {
 	last, err := g.lastOn(ctx, g.subjects.ChainAnyRoom(key), leader)
 	if err != nil {
 		return err
 	}
+	if !c.decided && c.roomID == "" && c.lastSeq == 0 {
+		g.restoreJudged(key, c)
+	}
+	gen := g.lossGen.Load()
 	var counted int64 // > 0: the server counts messages on the chain's subjects it returns none of as their last
 	var counts map[string]uint64
 	if last == nil {
-		if last, counted, counts, err = g.lastReadable(ctx, key); err != nil {
+		if counted, counts, err = g.countChain(ctx, key); err != nil {
 			return err
 		}
+		if counted > 0 && c.decided && counted == c.counted && c.lossGen == gen {
+			c.loaded = true // the same count, still no last message: nothing since c was decided
+			return nil
+		}
+		if counted > 0 {
+			if last, err = g.lastReadable(ctx, key, counted); err != nil {
+				return err
+			}
+		}
 	}
-	if last != nil && g.trust != nil && last.Sequence == c.lastSeq && c.lossGen == g.lossGen.Load() && counted == 0 {
+	if last != nil && g.trust != nil && c.decided && last.Sequence == c.lastSeq && c.lossGen == gen && counted == 0 && c.counted == 0 {
 		c.loaded = true // nothing since c was decided: the stream only grows
 		return nil
 	}
+	c.decided, c.counted = false, counted
+	if err := g.decide(ctx, key, c, last, counted, counts); err != nil {
+		return err
+	}
+	c.decided = true
+	if c.lost != nil {
+		g.keepJudged(key, c)
+	}
+	return nil
+}
+
+// decide is reload's judgment of c from last, the last message on the
+// chain's subjects (or the last the server returns of the counted ones).
+func (g *Gate) decide(ctx context.Context, key events.ChainKey, c *chainState, last *jetstream.RawStreamMsg, counted int64, counts map[string]uint64) error {
+	var err error
 	m, cut := last, false
 	if m != nil && g.trust != nil {
 		if m, cut, err = g.admittedHead(ctx, key, c, last); err != nil {

@@ -238,35 +238,77 @@ func (g *Gate) spansDeleted(ctx context.Context, subj string, last uint64) (bool
 	return first != nil && first.Sequence <= hi, nil
 }
 
-// lastReadable is the gate's second look when the server returns no last
-// message on the chain's subjects: it counts them, and when it counts
-// any (a last message it can no longer read: a damaged block whose state
-// file it kept), it reads the chain from the stream leader for the last
-// message it can read (nil when none) and returns it with the count, the
-// positions the chain held at least, and the counts by subject. A new
-// chain costs the count's one request, once per process.
-func (g *Gate) lastReadable(ctx context.Context, key events.ChainKey) (last *jetstream.RawStreamMsg, counted int64, counts map[string]uint64, err error) {
-	subj := g.subjects.ChainAnyRoom(key)
-	if counts, err = jsapi.SubjectCounts(ctx, g.nc, g.streamName(), subj, g.timeout); err != nil {
-		return nil, 0, nil, err
+// countChain is the gate's second look when the server returns no last
+// message on the chain's subjects: it counts them (one request; a new
+// chain costs it once per process) and returns the sum and the counts by
+// subject. A sum above 0 means the server counts a last message it can no
+// longer read (a damaged block whose state file it kept).
+func (g *Gate) countChain(ctx context.Context, key events.ChainKey) (counted int64, counts map[string]uint64, err error) {
+	if counts, err = jsapi.SubjectCounts(ctx, g.nc, g.streamName(), g.subjects.ChainAnyRoom(key), g.timeout); err != nil {
+		return 0, nil, err
 	}
 	var n uint64
 	for _, k := range counts {
 		n += k
 	}
-	if n == 0 {
-		return nil, 0, nil, nil
-	}
-	if err := g.readRangeLeader(ctx, subj, 1, math.MaxUint64, func(m *jetstream.RawStreamMsg) { last = m }); err != nil {
-		return nil, 0, nil, err
+	return int64(min(n, math.MaxInt64)), counts, nil
+}
+
+// lastReadable reads the chain whose subjects hold counted messages, none
+// returned as their last (countChain), from the stream leader for the
+// last message it can read (nil when none).
+func (g *Gate) lastReadable(ctx context.Context, key events.ChainKey, counted int64) (last *jetstream.RawStreamMsg, err error) {
+	if err := g.readRangeLeader(ctx, g.subjects.ChainAnyRoom(key), 1, math.MaxUint64, func(m *jetstream.RawStreamMsg) { last = m }); err != nil {
+		return nil, err
 	}
 	var at uint64
 	if last != nil {
 		at = last.Sequence
 	}
 	g.log.Warn("the server counts messages on a chain's subject but returns none as its last: reading the chain to judge what the store lost",
-		zap.String("chain", key.RunID+"/"+key.CapsuleID), zap.Uint64("counted", n), zap.Uint64("last_readable_stream_seq", at))
-	return last, int64(min(n, math.MaxInt64)), counts, nil
+		zap.String("chain", key.RunID+"/"+key.CapsuleID), zap.Int64("counted", counted), zap.Uint64("last_readable_stream_seq", at))
+	return last, nil
+}
+
+// chainVerdict is a damaged chain's state as reload decided it, kept
+// (Gate.judged) while the chain stays damaged, so a state that never saw
+// the chain starts from it instead of reading the chain again.
+type chainVerdict struct {
+	roomID, head       string
+	next               int64
+	streamSeq, lastSeq uint64
+	owner              string
+	meta               events.CapsuleMeta
+	lost               *room.ChainLoss
+	lossGen            uint64
+	counted            int64
+}
+
+// keepJudged keeps c's verdict on key, a damaged chain (c.lost set). Its
+// entry goes when the chain is judged whole (noteLoss); the chains kept
+// are those Damaged lists.
+func (g *Gate) keepJudged(key events.ChainKey, c *chainState) {
+	v := chainVerdict{roomID: c.roomID, head: c.head, next: c.next, streamSeq: c.streamSeq, lastSeq: c.lastSeq,
+		owner: c.owner, meta: c.meta, lost: c.lost, lossGen: c.lossGen, counted: c.counted}
+	g.lossMu.Lock()
+	defer g.lossMu.Unlock()
+	if _, ok := g.damaged[key]; ok {
+		g.judged[key] = v
+	}
+}
+
+// restoreJudged sets c, a state that never saw key's chain, to the
+// verdict kept for it, if any (reload then tells whether it still
+// stands).
+func (g *Gate) restoreJudged(key events.ChainKey, c *chainState) {
+	g.lossMu.Lock()
+	v, ok := g.judged[key]
+	g.lossMu.Unlock()
+	if !ok {
+		return
+	}
+	c.roomID, c.head, c.next, c.streamSeq, c.lastSeq = v.roomID, v.head, v.next, v.streamSeq, v.lastSeq
+	c.owner, c.meta, c.lost, c.lossGen, c.counted, c.decided = v.owner, v.meta, v.lost, v.lossGen, v.counted, true
 }
 
 // judgeUnreadable judges a chain none of whose counted messages the
@@ -373,6 +415,7 @@ func (g *Gate) noteLoss(key events.ChainKey, roomID string, lost *room.ChainLoss
 		return
 	case lost == nil:
 		delete(g.damaged, key)
+		delete(g.judged, key)
 		g.damagedIn[old.RoomID]--
 	case had && old.RoomID == roomID && old.Loss.String() == lost.String():
 		g.lossMu.Unlock()
