@@ -136,6 +136,9 @@ func TestProveAndVerifyProof(t *testing.T) {
 	if status != config.ExitOK {
 		t.Fatalf("prove: status %d\n%s\n%s", status, stdout, stderr)
 	}
+	if strings.Contains(stderr, "--trusted-host") {
+		t.Errorf("prove --entry warns of records it does not read: %s", stderr)
+	}
 	var p checkpoint.Proof
 	if err := json.Unmarshal([]byte(stdout), &p); err != nil {
 		t.Fatal(err)

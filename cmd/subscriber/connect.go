@@ -20,9 +20,10 @@ import (
 // validator that checks host trust. With no --trusted-host it says on
 // warn that every execution record will be set aside (untrusted_host): a
 // reader trusts no host it was not told to, and a room whose records all
-// land aside for that reason should not surprise anyone.
+// land aside for that reason should not surprise anyone. A command that
+// reads no record (prove and export of journal entries) passes a nil warn.
 func open(c *config.Reader, name string, warn io.Writer) (*nats.Conn, jetstream.JetStream, *validate.Validator, error) {
-	if len(c.TrustedHosts) == 0 {
+	if len(c.TrustedHosts) == 0 && warn != nil {
 		fmt.Fprintln(warn, "subscriber: no --trusted-host: every execution record will be set aside as untrusted_host (name the hosts whose signatures you trust)")
 	}
 	vopts := []validate.Option{validate.WithTrustedHosts(c.TrustedHosts...)}

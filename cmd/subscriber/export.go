@@ -49,7 +49,11 @@ func (c *exportCmd) Run(s *streams) error {
 	if err != nil {
 		return err
 	}
-	nc, js, v, err := open(&c.Reader, "roompub-subscriber-export", s.err)
+	warn := s.err
+	if c.Entry != "" || c.Heads {
+		warn = nil // journal entries only: no record's host to trust
+	}
+	nc, js, v, err := open(&c.Reader, "roompub-subscriber-export", warn)
 	if err != nil {
 		return err
 	}

@@ -50,7 +50,11 @@ func (c *proveCmd) Run(s *streams) error {
 	if err != nil {
 		return err
 	}
-	nc, js, v, err := open(&c.Reader, "roompub-subscriber-prove", s.err)
+	warn := s.err
+	if c.Ref == "" {
+		warn = nil // a journal entry: no record's host to trust
+	}
+	nc, js, v, err := open(&c.Reader, "roompub-subscriber-prove", warn)
 	if err != nil {
 		return err
 	}
