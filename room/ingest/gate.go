@@ -583,15 +583,14 @@ func (g *Gate) leaderMsg(ctx context.Context, req map[string]any) (*jetstream.Ra
 // chain reads it whole from the stream leader, one get a message. A state
 // that never saw the chain (a Head of a chain the gate does not hold, one
 // dropped idle) starts from the verdict kept for a damaged chain
-// (keepJudged), so that read is paid once per damage, not per request.
+// (keepJudged) when a shortcut holds for it, so that read is paid once
+// per damage, not per request; otherwise it is judged afresh.
 func (g *Gate) reload(ctx context.Context, key events.ChainKey, c *chainState, leader bool) error {
 	last, err := g.lastOn(ctx, g.subjects.ChainAnyRoom(key), leader)
 	if err != nil {
 		return err
 	}
-	if !c.decided && c.roomID == "" && c.lastSeq == 0 {
-		g.restoreJudged(key, c)
-	}
+	restored := !c.decided && c.roomID == "" && c.lastSeq == 0 && g.restoreJudged(key, c)
 	gen := g.lossGen.Load()
 	var counted int64 // > 0: the server counts messages on the chain's subjects it returns none of as their last
 	var counts map[string]uint64
@@ -612,6 +611,12 @@ func (g *Gate) reload(ctx context.Context, key events.ChainKey, c *chainState, l
 	if last != nil && g.trust != nil && c.decided && last.Sequence == c.lastSeq && c.lossGen == gen && counted == 0 && c.counted == 0 {
 		c.loaded = true // nothing since c was decided: the stream only grows
 		return nil
+	}
+	if restored {
+		// The kept verdict stands only through the shortcuts above: the
+		// chain's subjects changed (a store restored in place, say), so
+		// it is judged as a state that never saw it.
+		c.forget()
 	}
 	c.decided, c.counted = false, counted
 	if err := g.decide(ctx, key, c, last, counted, counts); err != nil {

@@ -298,17 +298,25 @@ func (g *Gate) keepJudged(key events.ChainKey, c *chainState) {
 }
 
 // restoreJudged sets c, a state that never saw key's chain, to the
-// verdict kept for it, if any (reload then tells whether it still
-// stands).
-func (g *Gate) restoreJudged(key events.ChainKey, c *chainState) {
+// verdict kept for it, if any, and reports whether there was one (reload
+// then tells whether it still stands).
+func (g *Gate) restoreJudged(key events.ChainKey, c *chainState) bool {
 	g.lossMu.Lock()
 	v, ok := g.judged[key]
 	g.lossMu.Unlock()
 	if !ok {
-		return
+		return false
 	}
 	c.roomID, c.head, c.next, c.streamSeq, c.lastSeq = v.roomID, v.head, v.next, v.streamSeq, v.lastSeq
 	c.owner, c.meta, c.lost, c.lossGen, c.counted, c.decided = v.owner, v.meta, v.lost, v.lossGen, v.counted, true
+	return true
+}
+
+// forget sets c back to a state that never saw its chain (restoreJudged
+// undone).
+func (c *chainState) forget() {
+	c.roomID, c.head, c.next, c.streamSeq, c.lastSeq = "", "", 0, 0, 0
+	c.owner, c.meta, c.lost, c.lossGen, c.counted, c.decided = "", events.CapsuleMeta{}, nil, 0, 0, false
 }
 
 // judgeUnreadable judges a chain none of whose counted messages the
