@@ -49,29 +49,25 @@ const finalAttempts = 3
 
 // writeDue writes the checkpoint of every room that is due (every room
 // whose tree grew, with final) and whose lease it holds or takes. It
-// returns the errors of writes that failed. A write the writer started
-// runs to its answer even when ctx ends: cut off, a checkpoint the server
-// stores anyway is unknown to the final write, which would expect the
-// subject's previous one. A final write that finds a checkpoint it has not
-// read reads the subject on and is written again (finalWrite).
+// returns the errors of writes that failed. A write the writer had in
+// flight when Stop cut it off may be stored anyway, after Stop's read of
+// the stream: the final write, which expects the subject's previous
+// message, is then refused, reads the subject on and is written again
+// (readCheckpointsOn), up to finalAttempts times.
 func (c *Checkpointer) writeDue(ctx context.Context, final bool) error {
 	var errs []error
 	var only map[*ckRoom]bool
 	for attempt := 1; ; attempt++ {
 		due := c.dueNow(final, only)
-		wctx := ctx
-		if !final {
-			wctx = context.WithoutCancel(ctx)
-		}
 		only = nil
 		for _, d := range due {
 			if ctx.Err() != nil {
 				break
 			}
-			if !c.holdLease(wctx, d.r) {
+			if !c.holdLease(ctx, d.r) {
 				continue
 			}
-			err := c.write(wctx, d)
+			err := c.write(ctx, d)
 			if errors.Is(err, errCheckpointMoved) {
 				if attempt < finalAttempts {
 					if only == nil {
