@@ -48,7 +48,7 @@ func open(c *config.Reader, name string, warn io.Writer) (*nats.Conn, jetstream.
 
 func checkRooms(rooms []string) error {
 	for _, r := range rooms {
-		if err := validate.CheckRoomID(r); err != nil {
+		if err := validate.CheckRoomIDForm(r); err != nil {
 			return fmt.Errorf("%w: --room %q: %v", config.ErrInvalid, r, err)
 		}
 	}

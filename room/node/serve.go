@@ -252,7 +252,7 @@ func Serve(ctx context.Context, o ServeOptions) error {
 		return fmt.Errorf("%w: a loss notice (--acknowledge-loss) is attested with the publisher key: give --publisher-key", ingest.ErrGate)
 	}
 	for _, id := range o.AcknowledgeLoss {
-		if err := validate.CheckRoomID(id); err != nil {
+		if err := validate.CheckRoomIDForm(id); err != nil {
 			return fmt.Errorf("%w: --acknowledge-loss %q: %v", ingest.ErrGate, id, err)
 		}
 	}
