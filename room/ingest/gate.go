@@ -395,6 +395,9 @@ type chainState struct {
 	// their last (0 when it did).
 	decided bool
 	counted int64
+	// read is what the judgment under way read of the chain already
+	// (lastReadable), for judgeLoss; nil outside reload.
+	read *chainRead
 	// users counts the calls that hold c (chain, until unchain), and
 	// used is when the last of them let go (g.mu guards both): a chain
 	// with users is never dropped. A chain without users is on
@@ -603,9 +606,10 @@ func (g *Gate) reload(ctx context.Context, key events.ChainKey, c *chainState, l
 			return nil
 		}
 		if counted > 0 {
-			if last, err = g.lastReadable(ctx, key, counted); err != nil {
+			if last, c.read, err = g.lastReadable(ctx, key, counted); err != nil {
 				return err
 			}
+			defer func() { c.read = nil }() // held for this judgment only
 		}
 	}
 	if last != nil && g.trust != nil && c.decided && last.Sequence == c.lastSeq && c.lossGen == gen && counted == 0 && c.counted == 0 {

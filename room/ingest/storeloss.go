@@ -138,9 +138,12 @@ func (g *Gate) judgeLoss(ctx context.Context, key events.ChainKey, c *chainState
 		}
 	}
 	var lost *room.ChainLoss
-	if read {
+	switch to := max(c.lastSeq, c.streamSeq); {
+	case read && c.read != nil && c.read.to >= to:
+		lost = c.read.loss(subj, next) // read whole already, up to to and past it
+	case read:
 		var err error
-		if lost, err = g.readLoss(ctx, subj, next, max(c.lastSeq, c.streamSeq)); err != nil {
+		if lost, err = g.readLoss(ctx, subj, next, to); err != nil {
 			return err
 		}
 	}
@@ -256,10 +259,17 @@ func (g *Gate) countChain(ctx context.Context, key events.ChainKey) (counted int
 
 // lastReadable reads the chain whose subjects hold counted messages, none
 // returned as their last (countChain), from the stream leader for the
-// last message it can read (nil when none).
-func (g *Gate) lastReadable(ctx context.Context, key events.ChainKey, counted int64) (last *jetstream.RawStreamMsg, err error) {
-	if err := g.readRangeLeader(ctx, g.subjects.ChainAnyRoom(key), 1, math.MaxUint64, func(m *jetstream.RawStreamMsg) { last = m }); err != nil {
-		return nil, err
+// last message it can read (nil when none). The read is whole, from the
+// stream's first sequence, as readLoss reads: it returns what that read
+// found at each position (chainRead), so judging the loss reads the
+// chain no second time.
+func (g *Gate) lastReadable(ctx context.Context, key events.ChainKey, counted int64) (last *jetstream.RawStreamMsg, read *chainRead, err error) {
+	read = &chainRead{at: map[string]map[int64]uint64{}}
+	if err := g.readRangeLeader(ctx, g.subjects.ChainAnyRoom(key), 1, math.MaxUint64, func(m *jetstream.RawStreamMsg) {
+		last = m
+		read.add(m)
+	}); err != nil {
+		return nil, nil, err
 	}
 	var at uint64
 	if last != nil {
@@ -267,7 +277,50 @@ func (g *Gate) lastReadable(ctx context.Context, key events.ChainKey, counted in
 	}
 	g.log.Warn("the server counts messages on a chain's subject but returns none as its last: reading the chain to judge what the store lost",
 		zap.String("chain", key.RunID+"/"+key.CapsuleID), zap.Int64("counted", counted), zap.Uint64("last_readable_stream_seq", at))
-	return last, nil
+	read.to = at
+	return last, read, nil
+}
+
+// chainRead is what a whole read of a chain's subjects from the stream
+// leader found (lastReadable): for each subject, the stream seq of the
+// first message at each position, from the stream's first sequence up to
+// to. It holds what readLoss would read of any of those subjects up to
+// to, so judgeLoss takes it instead of reading again.
+type chainRead struct {
+	to uint64
+	at map[string]map[int64]uint64
+}
+
+// add takes m, the next message of the read in stream order: the first
+// at its position counts, as in readLoss.
+func (r *chainRead) add(m *jetstream.RawStreamMsg) {
+	e, err := events.ParseEntry(m.Data)
+	if err != nil {
+		return
+	}
+	seq, ok := e.Seq()
+	if !ok || seq < 0 {
+		return
+	}
+	at := r.at[m.Subject]
+	if at == nil {
+		at = map[int64]uint64{}
+		r.at[m.Subject] = at
+	}
+	if _, dup := at[seq]; !dup {
+		at[seq] = m.Sequence
+	}
+}
+
+// loss is readLoss's verdict on subj below next from what r read.
+func (r *chainRead) loss(subj string, next int64) *room.ChainLoss {
+	at := map[int64]uint64{}
+	for p, s := range r.at[subj] {
+		if p < next {
+			at[p] = s
+		}
+	}
+	return lossOf(at, next)
 }
 
 // chainVerdict is a damaged chain's state as reload decided it, kept
@@ -365,22 +418,11 @@ func (g *Gate) batchTail(m *jetstream.RawStreamMsg) int64 {
 // leader's hole (a damaged replica that leads). Only a chain already
 // found short is read so.
 func (g *Gate) readLoss(ctx context.Context, subj string, next int64, to uint64) (*room.ChainLoss, error) {
-	at := map[int64]uint64{}
-	err := g.readRangeLeader(ctx, subj, 1, to, func(m *jetstream.RawStreamMsg) {
-		e, err := events.ParseEntry(m.Data)
-		if err != nil {
-			return
-		}
-		if seq, ok := e.Seq(); ok && seq >= 0 && seq < next {
-			if _, dup := at[seq]; !dup {
-				at[seq] = m.Sequence
-			}
-		}
-	})
-	if err != nil {
+	r := &chainRead{to: to, at: map[string]map[int64]uint64{}}
+	if err := g.readRangeLeader(ctx, subj, 1, to, r.add); err != nil {
 		return nil, fmt.Errorf("read chain %s: %w", subj, err)
 	}
-	return lossOf(at, next), nil
+	return r.loss(subj, next), nil
 }
 
 // lossOf is the loss of a chain whose stored entries are at (position to
