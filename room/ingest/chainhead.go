@@ -55,8 +55,10 @@ func (g *Gate) admittedHead(ctx context.Context, key events.ChainKey, c *chainSt
 	if c.roomID != "" && c.streamSeq < last.Sequence {
 		from = c.streamSeq
 	}
-	head, forged, cut, err := g.scanAdmitted(ctx, key, from, last.Sequence)
-	if err != nil {
+	var forged int
+	if r := c.read; from == 0 && r != nil && r.scan != nil && r.to == last.Sequence {
+		head, forged, cut = r.scan.head, r.scan.refused, r.scan.cut // read whole already (lastReadable)
+	} else if head, forged, cut, err = g.scanAdmitted(ctx, key, from, last.Sequence); err != nil {
 		return nil, false, err
 	}
 	if head == nil && from > 0 {
@@ -190,21 +192,7 @@ func (g *Gate) readRangeLeader(ctx context.Context, subj string, from, to uint64
 // were not, and whether any of those was refused as a member of a batch
 // cut short (ErrIncompleteBatch).
 func (g *Gate) scanAdmitted(ctx context.Context, key events.ChainKey, from, to uint64) (_ *jetstream.RawStreamMsg, refused int, cut bool, _ error) {
-	bc := checkpoint.NewBatchCollector(g.trust)
-	held := map[uint64]*jetstream.RawStreamMsg{}
-	var head *jetstream.RawStreamMsg
-	take := func(vs []checkpoint.BatchVerdict) {
-		for _, v := range vs {
-			m := held[v.ID]
-			delete(held, v.ID)
-			if v.Err != nil {
-				refused++
-				cut = cut || errors.Is(v.Err, checkpoint.ErrIncompleteBatch)
-			} else if head == nil || m.Sequence > head.Sequence {
-				head = m
-			}
-		}
-	}
+	s := g.newAdmittedScan()
 	subj := g.subjects.ChainAnyRoom(key)
 	for after := from; after < to; {
 		m, err := g.leaderMsg(ctx, map[string]any{"seq": after + 1, "next_by_subj": subj})
@@ -215,17 +203,54 @@ func (g *Gate) scanAdmitted(ctx context.Context, key events.ChainKey, from, to u
 			break
 		}
 		after = m.Sequence
-		st, ok := g.statementOf(m)
-		if !ok {
-			refused++
-			take(bc.Pass(m.Sequence))
-			continue
-		}
-		held[m.Sequence] = m
-		take(bc.Add(m.Sequence, checkpoint.AttestationOf(m.Header), st))
+		s.add(m)
 	}
-	take(bc.Flush())
-	return head, refused, cut, nil
+	s.finish()
+	return s.head, s.refused, s.cut, nil
+}
+
+// admittedScan finds the last admitted entry among a chain's messages
+// given in stream order (scanAdmitted; lastReadable's whole read): each
+// batch is judged as the readers judge it (checkpoint.BatchCollector).
+type admittedScan struct {
+	g       *Gate
+	bc      *checkpoint.BatchCollector
+	held    map[uint64]*jetstream.RawStreamMsg
+	head    *jetstream.RawStreamMsg
+	refused int  // messages that are no admitted entry
+	cut     bool // one of them was refused as a member of a batch cut short
+}
+
+func (g *Gate) newAdmittedScan() *admittedScan {
+	return &admittedScan{g: g, bc: checkpoint.NewBatchCollector(g.trust), held: map[uint64]*jetstream.RawStreamMsg{}}
+}
+
+// add takes m, the next message in stream order.
+func (s *admittedScan) add(m *jetstream.RawStreamMsg) {
+	st, ok := s.g.statementOf(m)
+	if !ok {
+		s.refused++
+		s.take(s.bc.Pass(m.Sequence))
+		return
+	}
+	s.held[m.Sequence] = m
+	s.take(s.bc.Add(m.Sequence, checkpoint.AttestationOf(m.Header), st))
+}
+
+// finish judges the batches still open: the read is over.
+func (s *admittedScan) finish() { s.take(s.bc.Flush()) }
+
+func (s *admittedScan) take(vs []checkpoint.BatchVerdict) {
+	for _, v := range vs {
+		m := s.held[v.ID]
+		delete(s.held, v.ID)
+		if v.Err != nil {
+			s.refused++
+			s.cut = s.cut || errors.Is(v.Err, checkpoint.ErrIncompleteBatch)
+		} else if s.head == nil || m.Sequence > s.head.Sequence {
+			s.head = m
+		}
+	}
 }
 
 // Resent lines: a line for a position below the chain's head is decided

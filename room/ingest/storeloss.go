@@ -260,16 +260,25 @@ func (g *Gate) countChain(ctx context.Context, key events.ChainKey) (counted int
 // lastReadable reads the chain whose subjects hold counted messages, none
 // returned as their last (countChain), from the stream leader for the
 // last message it can read (nil when none). The read is whole, from the
-// stream's first sequence, as readLoss reads: it returns what that read
-// found at each position (chainRead), so judging the loss reads the
-// chain no second time.
+// stream's first sequence, as readLoss and (with a publisher key)
+// scanAdmitted read: it returns what it found (chainRead), so judging the
+// chain reads it no second time.
 func (g *Gate) lastReadable(ctx context.Context, key events.ChainKey, counted int64) (last *jetstream.RawStreamMsg, read *chainRead, err error) {
 	read = &chainRead{at: map[string]map[int64]uint64{}}
+	if g.trust != nil {
+		read.scan = g.newAdmittedScan()
+	}
 	if err := g.readRangeLeader(ctx, g.subjects.ChainAnyRoom(key), 1, math.MaxUint64, func(m *jetstream.RawStreamMsg) {
 		last = m
 		read.add(m)
+		if read.scan != nil {
+			read.scan.add(m)
+		}
 	}); err != nil {
 		return nil, nil, err
+	}
+	if read.scan != nil {
+		read.scan.finish()
 	}
 	var at uint64
 	if last != nil {
@@ -289,6 +298,9 @@ func (g *Gate) lastReadable(ctx context.Context, key events.ChainKey, counted in
 type chainRead struct {
 	to uint64
 	at map[string]map[int64]uint64
+	// scan is the admitted head the read found, with a publisher key
+	// (admittedHead takes it for a scan from the start up to to).
+	scan *admittedScan
 }
 
 // add takes m, the next message of the read in stream order: the first
