@@ -72,15 +72,19 @@ func startCluster(dir string, size int) (*cluster, error) {
 }
 
 // waitMeta waits until every server has its routes to the others, one
-// server leads JetStream's meta group and every server is current in it.
+// server leads JetStream's meta group, every server is current in it, and
+// the leader counts every server as a peer a stream can be placed on (it
+// has the peer's JetStream stats: before, an R3 stream is refused "no
+// suitable peers for placement, peer offline", err_code 10005).
 func (c *cluster) waitMeta(within time.Duration) error {
 	deadline := time.Now().Add(within)
 	for {
-		leaders, current, routed := 0, 0, 0
+		leaders, current, routed, placeable := 0, 0, 0, 0
 		for _, s := range c.servers {
 			ns := s.NATSServer()
 			if ns.JetStreamIsLeader() {
 				leaders++
+				placeable = len(ns.JetStreamClusterPeers())
 			}
 			if ns.JetStreamIsCurrent() {
 				current++
@@ -89,11 +93,11 @@ func (c *cluster) waitMeta(within time.Duration) error {
 				routed++
 			}
 		}
-		if leaders == 1 && current == len(c.servers) && routed == len(c.servers) {
+		if leaders == 1 && current == len(c.servers) && routed == len(c.servers) && placeable == len(c.servers) {
 			return nil
 		}
 		if time.Now().After(deadline) {
-			return fmt.Errorf("cluster of %d not ready after %s: %d meta leaders, %d current, %d with every route", len(c.servers), within, leaders, current, routed)
+			return fmt.Errorf("cluster of %d not ready after %s: %d meta leaders, %d current, %d with every route, %d placeable", len(c.servers), within, leaders, current, routed, placeable)
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
