@@ -117,6 +117,14 @@ type ChainHead struct {
 	Head string `json:"head"`
 	// StreamSeq is the stream sequence of the last stored entry (0 for none).
 	StreamSeq uint64 `json:"stream_seq"`
+	// Owner names the identity that started the chain, as IdentityName
+	// gives it (its token, or "(anonymous)" for the anonymous identity and
+	// for entries stored before chains had owners); "" while the chain has
+	// no entry, and from a service older than owners. Only the owner
+	// extends the chain (docs/secure-mode.md, "Chains belong to the
+	// identity that starts them"), so a shipper of another identity must
+	// not count its stored lines as its own.
+	Owner string `json:"owner,omitempty"`
 	// Lost, when set, says the store no longer holds chain positions below
 	// Next that it acknowledged: the chain is closed (every append to it is
 	// refused events.StoreLost; docs/reliability.md, "When the store loses

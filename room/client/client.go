@@ -187,6 +187,10 @@ func (c *Client) request(ctx context.Context, endpoint string, hdr nats.Header, 
 	return nil
 }
 
+// Identity returns the identity token the client's requests name
+// (Options.Identity; Anonymous by default).
+func (c *Client) Identity() string { return c.identity }
+
 // Head asks where a chain stands.
 func (c *Client) Head(ctx context.Context, key events.ChainKey) (room.ChainHead, error) {
 	body, _ := json.Marshal(room.HeadRequest{RunID: key.RunID, CapsuleID: key.CapsuleID})

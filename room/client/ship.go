@@ -156,6 +156,12 @@ func (s *shipper) resume(ctx context.Context) error {
 		s.res.Refused = storeLost(s.jpath, head)
 		return nil
 	}
+	if head.Next > 0 && head.Owner != "" && head.Owner != room.IdentityName(s.c.Identity()) {
+		// Another identity started the chain: what it stored is its own,
+		// even line for line this journal, and only it may extend it.
+		s.res.Refused = notChainOwner(s.jpath, head, s.c.Identity())
+		return nil
+	}
 	if head.Next == 0 || (head.RoomID != "" && head.RoomID != s.res.RoomID) {
 		return nil
 	}
@@ -171,6 +177,19 @@ func (s *shipper) resume(ctx context.Context) error {
 		s.offset, s.line = off, int(head.Next)
 	}
 	return nil
+}
+
+// notChainOwner is the refusal of a journal whose chain another identity
+// than self started (head.Owner): the gate would refuse every line not
+// stored, and the stored ones are the owner's, not this shipper's
+// (docs/secure-mode.md, "Chains belong to the identity that starts
+// them").
+func notChainOwner(jpath string, head room.ChainHead, self string) *LineRefusal {
+	p := events.Problem{Code: events.NotChainOwner, At: events.Location{File: jpath, Line: 1},
+		Reason: fmt.Sprintf("the chain was started by identity %s in %s, which holds %d of its entries: only it may extend the chain or claim its id, and what it stored is not this identity's",
+			head.Owner, head.RoomID, head.Next),
+		Expected: head.Owner, Actual: room.IdentityName(self)}
+	return &LineRefusal{Problem: p, Problems: []events.Problem{p}}
 }
 
 // storeLost is the refusal of a journal whose chain the store lost

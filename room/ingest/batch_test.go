@@ -264,7 +264,7 @@ func TestBatchStoredMsgID(t *testing.T) {
 		want = append(want, wantItem{room.OutcomeStored, es[i], uint64(i + 1), ""})
 	}
 	checkItems(t, r, subj, want)
-	want15 := room.ChainHead{RoomID: "room:ids", Chain: key, Next: 15, Head: es[14].EntryHash(), StreamSeq: 15}
+	want15 := room.ChainHead{RoomID: "room:ids", Chain: key, Next: 15, Head: es[14].EntryHash(), StreamSeq: 15, Owner: "(anonymous)"}
 	if r.Head != want15 {
 		t.Fatalf("head %+v, want %+v", r.Head, want15)
 	}

@@ -736,7 +736,11 @@ func (g *Gate) Head(ctx context.Context, key events.ChainKey) (room.ChainHead, e
 }
 
 func (c *chainState) view(key events.ChainKey) room.ChainHead {
-	return room.ChainHead{RoomID: c.roomID, Chain: key, Next: c.next, Head: c.head, StreamSeq: c.streamSeq, Lost: c.lost}
+	h := room.ChainHead{RoomID: c.roomID, Chain: key, Next: c.next, Head: c.head, StreamSeq: c.streamSeq, Lost: c.lost}
+	if c.next > 0 {
+		h.Owner = room.IdentityName(c.owner)
+	}
+	return h
 }
 
 // tally sets r's counts from its items.

@@ -30,7 +30,7 @@ func TestJournalStoreDuplicateExtend(t *testing.T) {
 		t.Fatalf("first ship: %+v", r)
 	}
 	roomtest.CheckStored(t, r, entries, 0, 5, 1, subj)
-	wantHead := room.ChainHead{RoomID: "room:alpha", Chain: key, Next: 5, Head: entries[4].EntryHash(), StreamSeq: 5}
+	wantHead := room.ChainHead{RoomID: "room:alpha", Chain: key, Next: 5, Head: entries[4].EntryHash(), StreamSeq: 5, Owner: "(anonymous)"}
 	if r.Head != wantHead {
 		t.Fatalf("head: %+v, want %+v", r.Head, wantHead)
 	}
@@ -66,7 +66,7 @@ func TestJournalStoreDuplicateExtend(t *testing.T) {
 		t.Fatalf("extend: %+v", r)
 	}
 	roomtest.CheckStored(t, r, entries, 5, 8, 6, subj)
-	wantHead = room.ChainHead{RoomID: "room:alpha", Chain: key, Next: 8, Head: entries[7].EntryHash(), StreamSeq: 8}
+	wantHead = room.ChainHead{RoomID: "room:alpha", Chain: key, Next: 8, Head: entries[7].EntryHash(), StreamSeq: 8, Owner: "(anonymous)"}
 	if r.Head != wantHead {
 		t.Fatalf("head after extend: %+v", r.Head)
 	}
@@ -169,7 +169,7 @@ func TestJournalRefusals(t *testing.T) {
 					t.Fatalf("item %d: %+v", j, it)
 				}
 			}
-			want := room.ChainHead{RoomID: "room:alpha", Chain: events.ChainKey{RunID: run, CapsuleID: "cap-1"}, Next: 3, Head: es[2].EntryHash(), StreamSeq: before.LastSeq + 3}
+			want := room.ChainHead{RoomID: "room:alpha", Chain: events.ChainKey{RunID: run, CapsuleID: "cap-1"}, Next: 3, Head: es[2].EntryHash(), StreamSeq: before.LastSeq + 3, Owner: "(anonymous)"}
 			if r.Head != want {
 				t.Fatalf("head: %+v, want %+v", r.Head, want)
 			}
@@ -395,7 +395,7 @@ func TestHeadEndpoint(t *testing.T) {
 	if code := e.Request(roomtest.SubjHead, nil, []byte(`{"run_id":"run.1:x","capsule_id":"cap-1"}`), &h); code != "" {
 		t.Fatalf("head: %s", code)
 	}
-	want := room.ChainHead{RoomID: "room:a.b/c", Chain: events.ChainKey{RunID: "run.1:x", CapsuleID: "cap-1"}, Next: 4, Head: entries[3].EntryHash(), StreamSeq: 4}
+	want := room.ChainHead{RoomID: "room:a.b/c", Chain: events.ChainKey{RunID: "run.1:x", CapsuleID: "cap-1"}, Next: 4, Head: entries[3].EntryHash(), StreamSeq: 4, Owner: "(anonymous)"}
 	if h != want {
 		t.Fatalf("head %+v, want %+v", h, want)
 	}
@@ -407,7 +407,7 @@ func TestHeadEndpoint(t *testing.T) {
 	}
 	h = room.ChainHead{}
 	if code := e.Request(roomtest.SubjHead, nil, []byte(`{"run_id":"run-3","capsule_id":"cap-1"}`), &h); code != "" ||
-		h != (room.ChainHead{RoomID: "room:é*>~", Chain: events.ChainKey{RunID: "run-3", CapsuleID: "cap-1"}, Next: 1, Head: es[0].EntryHash(), StreamSeq: 5}) {
+		h != (room.ChainHead{RoomID: "room:é*>~", Chain: events.ChainKey{RunID: "run-3", CapsuleID: "cap-1"}, Next: 1, Head: es[0].EntryHash(), StreamSeq: 5, Owner: "(anonymous)"}) {
 		t.Fatalf("head: %s %+v", code, h)
 	}
 

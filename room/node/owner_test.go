@@ -12,6 +12,7 @@ import (
 	"github.com/roompub/roompub/events"
 	"github.com/roompub/roompub/room"
 	"github.com/roompub/roompub/room/checkpointer"
+	"github.com/roompub/roompub/room/client"
 	"github.com/roompub/roompub/room/ingest"
 	"github.com/roompub/roompub/room/internal/roomtest"
 	"github.com/roompub/roompub/room/reader"
@@ -77,6 +78,20 @@ func chainOwnerSecure(t *testing.T, place string) {
 	rest, err := mine.AppendJournal(ctx, "room:secure", nil, bytes.Join(lines[7:], nil))
 	if err != nil || rest.Stored != 7 {
 		t.Fatalf("owner's last 7 lines: %+v %v", rest, err)
+	}
+	// The whole journal, line for line what the owner stored, shipped by
+	// the other harness: not "already stored" (it is the owner's), but
+	// refused not_chain_owner naming the owner; the owner's own shipper
+	// finds it all stored.
+	dir := roomtest.Testdata("samples/capsules/csv-dedupe")
+	res, err := client.ShipCapsule(ctx, theirs, dir, "room:secure", client.ShipOptions{})
+	if err != nil || res.Refused == nil || res.Refused.Code != events.NotChainOwner || res.Skipped != 0 || res.Stored != 0 ||
+		res.Refused.Expected != userHarness || res.Refused.Actual != room.IdentityName(room.IdentityToken(userHarness2)) || res.Refused.At.Line != 1 ||
+		res.Head.Owner != userHarness {
+		t.Fatalf("the other harness ships the owner's journal: %+v %v", res, err)
+	}
+	if res, err := client.ShipCapsule(ctx, mine, dir, "room:secure", client.ShipOptions{}); err != nil || res.Refused != nil || res.Skipped != 14 {
+		t.Fatalf("the owner ships it again: %+v %v", res, err)
 	}
 	st, err := admin.js.Stream(ctx, room.DefaultStream)
 	if err != nil {
