@@ -9,6 +9,8 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/prometheus/client_golang/prometheus"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zaptest/observer"
 
 	"github.com/roompub/roompub/events"
 	"github.com/roompub/roompub/room"
@@ -115,7 +117,8 @@ func TestServiceFairPerIdentity(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	svc := restartService(e, ingest.ServiceOptions{Concurrency: 4, IdentityConcurrency: 2, Observer: m})
+	core, logs := observer.New(zap.InfoLevel)
+	svc := restartService(e, ingest.ServiceOptions{Concurrency: 4, IdentityConcurrency: 2, Observer: m, Logger: zap.New(core)})
 	tokA, tokB := room.IdentityToken("harness-a"), room.IdentityToken("harness-b")
 	const roomID, sent, fair = "room:fair", 2000, 20
 	bodies := make([][]byte, sent)
@@ -172,7 +175,20 @@ func TestServiceFairPerIdentity(t *testing.T) {
 	if got := svc.OverQuota(); got != uint64(over) {
 		t.Errorf("OverQuota() %d, want %d", got, over)
 	}
-	t.Logf("A: %d stored, %d over_quota; B: %d stored", storedA, over, storedB)
+	// The log names who floods, at a bounded rate: the first 50 at once,
+	// then 10 a second, each saying how many it left out before it.
+	logged, left := logs.FilterMessage("over quota").All(), uint64(0)
+	for _, en := range logged {
+		f := en.ContextMap()
+		if en.Level != zap.InfoLevel || f["identity"] != "harness-a" || f["code"] != string(events.OverQuota) || f["endpoint"] != room.EndpointJournal {
+			t.Fatalf("over quota log %+v", en)
+		}
+		left += f["not_logged_before"].(uint64)
+	}
+	if len(logged) < min(over, 50) || len(logged) > 50+over/10 || uint64(len(logged))+left > uint64(over) {
+		t.Errorf("%d over quota logs (%d left out) for %d over_quota answers", len(logged), left, over)
+	}
+	t.Logf("A: %d stored, %d over_quota (%d logged); B: %d stored", storedA, over, len(logged), storedB)
 }
 
 // TestGateHeadKeepsNoState: 2,000 head requests naming chains the gate

@@ -105,6 +105,9 @@ type Service struct {
 	refusedReplies  atomic.Uint64
 	replyLog        *rate.Limiter
 	repliesUnlogged atomic.Uint64
+	// quotaLog and quotaUnlogged do the same for over_quota answers.
+	quotaLog      *rate.Limiter
+	quotaUnlogged atomic.Uint64
 	// quota admits requests within their identity's share (quota.go).
 	quota *quotas
 	// overQuota counts requests answered events.OverQuota.
@@ -151,7 +154,7 @@ func StartServiceOver(nc *nats.Conn, gates *Gates, o ServiceOptions) (*Service, 
 	if o.IdentityPendingBytes <= 0 {
 		o.IdentityPendingBytes = o.PendingBytes / 4
 	}
-	s := &Service{gate: gate, gates: gates, log: o.Logger, slots: newFairSlots(o.Concurrency), replyLog: rate.NewLimiter(replyLogRate, replyLogBurst), maxPayload: int(nc.MaxPayload()), prefix: o.Prefix, obs: o.Observer,
+	s := &Service{gate: gate, gates: gates, log: o.Logger, slots: newFairSlots(o.Concurrency), replyLog: rate.NewLimiter(replyLogRate, replyLogBurst), quotaLog: rate.NewLimiter(replyLogRate, replyLogBurst), maxPayload: int(nc.MaxPayload()), prefix: o.Prefix, obs: o.Observer,
 		quota: newQuotas(o.IdentityConcurrency, o.IdentityPendingBytes, o.PendingBytes)}
 	if s.log == nil {
 		s.log = zap.NewNop()
@@ -232,7 +235,15 @@ func (s *Service) async(h func(micro.Request, *orderTicket), ordered bool) micro
 			if s.obs != nil {
 				s.obs.OverQuota(endpoint)
 			}
-			s.log.Debug("over quota", zap.String("endpoint", endpoint), zap.String("identity", room.IdentityName(token)), zap.String("reason", reason))
+			// Who floods is what an operator needs: logged at info
+			// level naming the identity, at the rate of the refused
+			// replies' log (an identity can send these at will).
+			if s.quotaLog.Allow() {
+				s.log.Info("over quota", zap.String("code", string(events.OverQuota)), zap.String("endpoint", endpoint), zap.String("identity", room.IdentityName(token)),
+					zap.String("reason", reason), zap.Uint64("not_logged_before", s.quotaUnlogged.Swap(0)))
+			} else {
+				s.quotaUnlogged.Add(1)
+			}
 			s.respondError(req, "429", events.OverQuota, reason)
 			return
 		}
@@ -278,8 +289,9 @@ func (s *Service) async(h func(micro.Request, *orderTicket), ordered bool) micro
 // (docs/secure-mode.md, "Fair ingest").
 func (s *Service) OverQuota() uint64 { return s.overQuota.Load() }
 
-// replyLogRate and replyLogBurst bound the "request not answered" log
-// lines: at most replyLogBurst at once, then replyLogRate per second.
+// replyLogRate and replyLogBurst bound the "request not answered" and the
+// "over quota" log lines, each: at most replyLogBurst at once, then
+// replyLogRate per second.
 const (
 	replyLogRate  = 10
 	replyLogBurst = 50
@@ -463,13 +475,21 @@ func (s *Service) handleJournal(req micro.Request, t *orderTicket) {
 		zap.Int("stored", reply.Stored), zap.Int("duplicates", reply.Dupes), zap.Int("refused", reply.Refused), zap.Int("failed", reply.Failures))
 	for _, it := range reply.Items {
 		if it.Outcome == room.OutcomeRefused {
-			s.log.Info("refused", zap.String("kind", string(room.KindJournal)), zap.String("room", roomID), zap.String("code", string(it.Code)), zap.Int("line", it.Index+1), zap.String("reason", it.Reason))
+			s.log.Info("refused", zap.String("kind", string(room.KindJournal)), zap.String("room", roomID), zap.String("identity", room.IdentityName(owner)),
+				zap.String("code", string(it.Code)), zap.Int("line", it.Index+1), zap.String("reason", it.Reason))
 		}
 	}
 	if brief {
 		reply.Items = briefItems(reply.Items)
 	}
 	s.respond(req, reply)
+}
+
+// requester names the identity whose subject req came on, for logs (its
+// subject was parsed before the request was taken: replyAllowed).
+func (s *Service) requester(req micro.Request) string {
+	token, _, _ := room.ParseServiceSubject(s.prefix, req.Subject())
+	return room.IdentityName(token)
 }
 
 // briefItems cuts stored and duplicate items to their index and outcome
@@ -486,7 +506,8 @@ func briefItems(items []room.ItemResult) []room.ItemResult {
 func (s *Service) handleExecution(req micro.Request, _ *orderTicket) {
 	reply := s.gates.AppendRecord(s.ctx, req.Data())
 	if reply.Item.Outcome == room.OutcomeRefused {
-		s.log.Info("refused", zap.String("kind", string(room.KindExecution)), zap.String("room", reply.RoomID), zap.String("code", string(reply.Item.Code)), zap.String("reason", reply.Item.Reason))
+		s.log.Info("refused", zap.String("kind", string(room.KindExecution)), zap.String("room", reply.RoomID), zap.String("identity", s.requester(req)),
+			zap.String("code", string(reply.Item.Code)), zap.String("reason", reply.Item.Reason))
 	}
 	s.respond(req, reply)
 }
@@ -515,7 +536,8 @@ func (s *Service) handleRecords(req micro.Request, _ *orderTicket) {
 	for _, r := range replies {
 		counts.add(r.Item.Outcome)
 		if r.Item.Outcome == room.OutcomeRefused {
-			s.log.Info("refused", zap.String("kind", string(room.KindExecution)), zap.String("room", r.RoomID), zap.String("code", string(r.Item.Code)), zap.Int("record", r.Item.Index), zap.String("reason", r.Item.Reason))
+			s.log.Info("refused", zap.String("kind", string(room.KindExecution)), zap.String("room", r.RoomID), zap.String("identity", s.requester(req)),
+				zap.String("code", string(r.Item.Code)), zap.Int("record", r.Item.Index), zap.String("reason", r.Item.Reason))
 		}
 	}
 	body, err := encodeRecordsReply(&reply, s.maxPayload)
