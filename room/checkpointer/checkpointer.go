@@ -257,6 +257,10 @@ type Checkpointer struct {
 	startSeq    uint64                 // the stream's last sequence at start
 	caughtUp    bool                   // handled up to startSeq: writes may begin
 	consErr     error                  // the last error reading the stream, for Stop
+	// readErrLogged is the last read error logged at warn level (c.mu),
+	// readFailing whether the last read failed (readFailed, readOK).
+	readErrLogged string
+	readFailing   atomic.Bool
 	// onContradiction is Options.OnContradiction; nil: none.
 	onContradiction func(roomID, reason string)
 	readWhole       []string // Options.ReadWhole

@@ -129,14 +129,12 @@ func (c *Checkpointer) follow(ctx context.Context) {
 		}
 		if err != nil {
 			if ctx.Err() == nil {
-				c.log.Warn("checkpointer: reading the room stream", zap.Uint64("stream_seq", next), zap.Error(err))
-				c.mu.Lock()
-				c.consErr = err
-				c.mu.Unlock()
+				c.readFailed(next, err)
 				wait(time.Second)
 			}
 			continue
 		}
+		c.readOK()
 		if len(msgs) == 0 { // nothing at or after next yet
 			gapSince, run = time.Time{}, 0
 			if !wait(ckIdlePoll) {
@@ -245,10 +243,7 @@ func (c *Checkpointer) catchUpFetch(ctx context.Context, batches chan<- []gapMsg
 	next := c.readFrom
 	fail := func(err error) {
 		if ctx.Err() == nil {
-			c.log.Warn("checkpointer: reading the room stream", zap.Uint64("stream_seq", next), zap.Error(err))
-			c.mu.Lock()
-			c.consErr = err
-			c.mu.Unlock()
+			c.readFailed(next, err)
 			jsapi.Sleep(ctx, time.Second)
 		}
 	}
@@ -370,4 +365,35 @@ func (c *Checkpointer) catchUp(ctx context.Context) error {
 	c.caughtUp = true
 	c.mu.Unlock()
 	return nil
+}
+
+// readFailed records a failed read of the room stream at next, retried
+// every second: logged at warn level when its error differs from the one
+// logged before, else at debug level, so a stream deleted under serve
+// (which the stream guard reports) is not a warning a second.
+func (c *Checkpointer) readFailed(next uint64, err error) {
+	c.mu.Lock()
+	c.consErr = err
+	repeat := c.readErrLogged == err.Error()
+	c.readErrLogged = err.Error()
+	c.mu.Unlock()
+	c.readFailing.Store(true)
+	log := c.log.Warn
+	if repeat {
+		log = c.log.Debug
+	}
+	log("checkpointer: reading the room stream", zap.Uint64("stream_seq", next), zap.Error(err))
+}
+
+// readOK notes a read of the room stream that succeeded: after failures,
+// once, at info level.
+func (c *Checkpointer) readOK() {
+	if !c.readFailing.Load() {
+		return
+	}
+	c.readFailing.Store(false)
+	c.mu.Lock()
+	c.readErrLogged = ""
+	c.mu.Unlock()
+	c.log.Info("checkpointer: the room stream reads again")
 }
