@@ -24,6 +24,13 @@ import (
 // the same request may be sent again.
 var ErrUnavailable = errors.New("ingest service unavailable")
 
+// ErrNotPermitted is wrapped by Client calls whose request got no answer
+// because the server refused this connection's user publishing it (a
+// permissions violation: in secure mode, a solver or auditor calling an
+// endpoint its role does not allow, docs/secure-mode.md). Sending it
+// again fails the same way.
+var ErrNotPermitted = errors.New("the server does not permit this user the request")
+
 // ServiceError is a request-level error reply from the ingest service
 // (Nats-Service-Error-Code and an room.ErrorReply body).
 type ServiceError struct {
@@ -169,6 +176,11 @@ func (c *Client) request(ctx context.Context, endpoint string, hdr nats.Header, 
 	if err != nil {
 		if cause := context.Cause(ctx); errors.Is(cause, errConnectionLost) {
 			err = cause
+		}
+		// The server says so asynchronously (-ERR), which nats.go keeps
+		// as the connection's last error: no answer then is no outage.
+		if le := c.nc.LastError(); errors.Is(le, nats.ErrPermissionViolation) && strings.Contains(le.Error(), `"`+msg.Subject+`"`) {
+			return fmt.Errorf("%w: %s: %v", ErrNotPermitted, msg.Subject, le)
 		}
 		return fmt.Errorf("%w: %s: %v", ErrUnavailable, msg.Subject, err)
 	}

@@ -697,6 +697,15 @@ func secureMatrix(t *testing.T, p *securePlace) {
 				t.Fatalf("solver-head: %+v %v", h, err)
 			}
 		}
+		if !id.opts.SolverHead {
+			// A client call the server refuses says so: not an outage
+			// to wait out and retry.
+			cl := client.New(auditor.nc, client.Options{Identity: room.IdentityToken(userAuditor), Timeout: 500 * time.Millisecond})
+			_, err := cl.Head(ctx, events.ChainKey{RunID: "run-20260903-csv-dedupe-0009", CapsuleID: "cap-csv-dedupe-0009"})
+			if !errors.Is(err, client.ErrNotPermitted) || errors.Is(err, client.ErrUnavailable) || client.Retryable(err) {
+				t.Fatalf("the auditor's head request: %v, want ErrNotPermitted", err)
+			}
+		}
 		unchanged(t, "solver ingest")
 	})
 
