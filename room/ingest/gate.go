@@ -369,32 +369,13 @@ type chainState struct {
 	mu     sync.Mutex
 	loaded bool
 	key    events.ChainKey // its key in Gate.chains
-	roomID string          // room the chain lives in, "" while it has no entry
 	// claimed is the room the placement bucket gave the chain (Gate.claim),
 	// "" before the gate asked.
-	claimed   string
-	next      int64
-	head      string
-	streamSeq uint64 // the head entry's stream sequence
-	// lastSeq is the last stream sequence on the chain's subjects in every
-	// room, which the next append expects: streamSeq, but for messages
-	// after the head that are no admitted entry (with a key).
-	lastSeq uint64
-	// owner is the HeaderOwner of the head entry: the chain's owner
-	// (Anonymous for none, or while the chain has no entry).
-	owner string
-	meta  events.CapsuleMeta
-	// lost is what the store lost of the chain below next (nil: nothing),
-	// as judged at loss generation lossGen (storeloss.go).
-	lost    *room.ChainLoss
-	lossGen uint64
-	// decided: the fields above are reload's verdict on the chain as the
-	// stream held it (lastSeq, or counted), which stands while that holds
-	// at loss generation lossGen. counted is the number of messages the
-	// server counted on the chain's subjects when it returned none as
-	// their last (0 when it did).
-	decided bool
-	counted int64
+	claimed string
+	// chainVerdict is what the stream holds of the chain, as reload
+	// decided it and appends keep it; the gate keeps a copy for a damaged
+	// chain (keepJudged).
+	chainVerdict
 	// read is what the judgment under way read of the chain already
 	// (lastReadable), for judgeLoss; nil outside reload.
 	read *chainRead
@@ -620,7 +601,7 @@ func (g *Gate) reload(ctx context.Context, key events.ChainKey, c *chainState, l
 		// The kept verdict stands only through the shortcuts above: the
 		// chain's subjects changed (a store restored in place, say), so
 		// it is judged as a state that never saw it.
-		c.forget()
+		c.chainVerdict = chainVerdict{}
 	}
 	c.decided, c.counted = false, counted
 	if err := g.decide(ctx, key, c, last, counted, counts); err != nil {
@@ -733,6 +714,34 @@ func (g *Gate) Head(ctx context.Context, key events.ChainKey) (room.ChainHead, e
 			return room.ChainHead{}, err
 		}
 	}
+}
+
+// chainVerdict is a chain's state as the stream holds it: what reload
+// decides and appends move on.
+type chainVerdict struct {
+	roomID    string // room the chain lives in, "" while it has no entry
+	next      int64
+	head      string
+	streamSeq uint64 // the head entry's stream sequence
+	// lastSeq is the last stream sequence on the chain's subjects in every
+	// room, which the next append expects: streamSeq, but for messages
+	// after the head that are no admitted entry (with a key).
+	lastSeq uint64
+	// owner is the HeaderOwner of the head entry: the chain's owner
+	// (Anonymous for none, or while the chain has no entry).
+	owner string
+	meta  events.CapsuleMeta
+	// lost is what the store lost of the chain below next (nil: nothing),
+	// as judged at loss generation lossGen (storeloss.go).
+	lost    *room.ChainLoss
+	lossGen uint64
+	// decided: the fields above are reload's verdict on the chain as the
+	// stream held it (lastSeq, or counted), which stands while that holds
+	// at loss generation lossGen. counted is the number of messages the
+	// server counted on the chain's subjects when it returned none as
+	// their last (0 when it did).
+	decided bool
+	counted int64
 }
 
 func (c *chainState) view(key events.ChainKey) room.ChainHead {

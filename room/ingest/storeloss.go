@@ -335,30 +335,15 @@ func (r *chainRead) loss(subj string, next int64) *room.ChainLoss {
 	return lossOf(at, next)
 }
 
-// chainVerdict is a damaged chain's state as reload decided it, kept
-// (Gate.judged) while the chain stays damaged, so a state that never saw
-// the chain starts from it instead of reading the chain again.
-type chainVerdict struct {
-	roomID, head       string
-	next               int64
-	streamSeq, lastSeq uint64
-	owner              string
-	meta               events.CapsuleMeta
-	lost               *room.ChainLoss
-	lossGen            uint64
-	counted            int64
-}
-
-// keepJudged keeps c's verdict on key, a damaged chain (c.lost set). Its
-// entry goes when the chain is judged whole (noteLoss); the chains kept
-// are those Damaged lists.
+// keepJudged keeps c's verdict on key, a damaged chain (c.lost set), so a
+// state that never saw the chain starts from it instead of reading the
+// chain again. Its entry goes when the chain is judged whole (noteLoss);
+// the chains kept are those Damaged lists.
 func (g *Gate) keepJudged(key events.ChainKey, c *chainState) {
-	v := chainVerdict{roomID: c.roomID, head: c.head, next: c.next, streamSeq: c.streamSeq, lastSeq: c.lastSeq,
-		owner: c.owner, meta: c.meta, lost: c.lost, lossGen: c.lossGen, counted: c.counted}
 	g.lossMu.Lock()
 	defer g.lossMu.Unlock()
 	if _, ok := g.damaged[key]; ok {
-		g.judged[key] = v
+		g.judged[key] = c.chainVerdict
 	}
 }
 
@@ -369,19 +354,10 @@ func (g *Gate) restoreJudged(key events.ChainKey, c *chainState) bool {
 	g.lossMu.Lock()
 	v, ok := g.judged[key]
 	g.lossMu.Unlock()
-	if !ok {
-		return false
+	if ok {
+		c.chainVerdict = v
 	}
-	c.roomID, c.head, c.next, c.streamSeq, c.lastSeq = v.roomID, v.head, v.next, v.streamSeq, v.lastSeq
-	c.owner, c.meta, c.lost, c.lossGen, c.counted, c.decided = v.owner, v.meta, v.lost, v.lossGen, v.counted, true
-	return true
-}
-
-// forget sets c back to a state that never saw its chain (restoreJudged
-// undone).
-func (c *chainState) forget() {
-	c.roomID, c.head, c.next, c.streamSeq, c.lastSeq = "", "", 0, 0, 0
-	c.owner, c.meta, c.lost, c.lossGen, c.counted, c.decided = "", events.CapsuleMeta{}, nil, 0, 0, false
+	return ok
 }
 
 // judgeUnreadable judges a chain none of whose counted messages the
