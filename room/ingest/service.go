@@ -100,14 +100,11 @@ type Service struct {
 	prefix     string
 	obs        ServiceObserver
 	// refusedReplies counts requests not answered for their reply subject;
-	// replyLog bounds how many of them are logged (replyLogRate), and
-	// repliesUnlogged counts those left out since the last one logged.
-	refusedReplies  atomic.Uint64
-	replyLog        *rate.Limiter
-	repliesUnlogged atomic.Uint64
-	// quotaLog and quotaUnlogged do the same for over_quota answers.
-	quotaLog      *rate.Limiter
-	quotaUnlogged atomic.Uint64
+	// replyLog bounds how many of them are logged, quotaLog how many
+	// over_quota answers.
+	refusedReplies atomic.Uint64
+	replyLog       *boundedLog
+	quotaLog       *boundedLog
 	// quota admits requests within their identity's share (quota.go).
 	quota *quotas
 	// overQuota counts requests answered events.OverQuota.
@@ -154,7 +151,7 @@ func StartServiceOver(nc *nats.Conn, gates *Gates, o ServiceOptions) (*Service, 
 	if o.IdentityPendingBytes <= 0 {
 		o.IdentityPendingBytes = o.PendingBytes / 4
 	}
-	s := &Service{gate: gate, gates: gates, log: o.Logger, slots: newFairSlots(o.Concurrency), replyLog: rate.NewLimiter(replyLogRate, replyLogBurst), quotaLog: rate.NewLimiter(replyLogRate, replyLogBurst), maxPayload: int(nc.MaxPayload()), prefix: o.Prefix, obs: o.Observer,
+	s := &Service{gate: gate, gates: gates, log: o.Logger, slots: newFairSlots(o.Concurrency), replyLog: newBoundedLog(), quotaLog: newBoundedLog(), maxPayload: int(nc.MaxPayload()), prefix: o.Prefix, obs: o.Observer,
 		quota: newQuotas(o.IdentityConcurrency, o.IdentityPendingBytes, o.PendingBytes)}
 	if s.log == nil {
 		s.log = zap.NewNop()
@@ -238,11 +235,9 @@ func (s *Service) async(h func(micro.Request, *orderTicket), ordered bool) micro
 			// Who floods is what an operator needs: logged at info
 			// level naming the identity, at the rate of the refused
 			// replies' log (an identity can send these at will).
-			if s.quotaLog.Allow() {
+			if left, ok := s.quotaLog.allow(); ok {
 				s.log.Info("over quota", zap.String("code", string(events.OverQuota)), zap.String("endpoint", endpoint), zap.String("identity", room.IdentityName(token)),
-					zap.String("reason", reason), zap.Uint64("not_logged_before", s.quotaUnlogged.Swap(0)))
-			} else {
-				s.quotaUnlogged.Add(1)
+					zap.String("reason", reason), zap.Uint64("not_logged_before", left))
 			}
 			s.respondError(req, "429", events.OverQuota, reason)
 			return
@@ -297,6 +292,28 @@ const (
 	replyLogBurst = 50
 )
 
+// boundedLog bounds the lines of one kind of log that a client can cause
+// at will (replyLogRate, replyLogBurst) and counts those it leaves out.
+type boundedLog struct {
+	lim  *rate.Limiter
+	left atomic.Uint64
+}
+
+func newBoundedLog() *boundedLog {
+	return &boundedLog{lim: rate.NewLimiter(replyLogRate, replyLogBurst)}
+}
+
+// allow reports whether one more line may be logged now and, when it
+// may, how many were left out since the last one logged (for its
+// not_logged_before); when not, it counts this one as left out.
+func (b *boundedLog) allow() (left uint64, ok bool) {
+	if !b.lim.Allow() {
+		b.left.Add(1)
+		return 0, false
+	}
+	return b.left.Swap(0), true
+}
+
 // shuttingDown is the reason of the answer to a request the service did
 // not start because it is stopping.
 const shuttingDown = "the ingest service is shutting down: send the request again"
@@ -323,12 +340,12 @@ func (s *Service) replyAllowed(req micro.Request) (token, endpoint string, ok bo
 	// deliver there (a pull request's reply subject is the requester's to
 	// choose), can send these at will: the metric counts every one, the
 	// log takes a bounded rate and says how many it left out.
-	if !s.replyLog.Allow() {
-		s.repliesUnlogged.Add(1)
+	left, ok := s.replyLog.allow()
+	if !ok {
 		return "", "", false
 	}
 	s.log.Warn("request not answered", zap.String("code", string(events.ReplyNotAllowed)), zap.String("subject", room.ClipSubject(req.Subject())),
-		zap.String("reply", room.ClipSubject(req.Reply())), zap.String("reason", err.Error()), zap.Uint64("not_logged_before", s.repliesUnlogged.Swap(0)))
+		zap.String("reply", room.ClipSubject(req.Reply())), zap.String("reason", err.Error()), zap.Uint64("not_logged_before", left))
 	return "", "", false
 }
 
