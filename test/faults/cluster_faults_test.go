@@ -108,7 +108,7 @@ func (cr *clusterRun) finish(s *shipment) {
 	t.Logf("first publisher journal run: exit %d after %s: %d stored, %d duplicates%s", status, time.Since(s.started).Round(time.Millisecond),
 		first[0].Stored, first[0].Duplicates, ifErr(first[0].Error))
 	acked := first[0].acked()
-	cr.in.checkAckedPrefix(s.cap, s.roomID, acked, "after the fault")
+	cr.in.checkAckedPrefix(cr.tl, s.cap, s.roomID, acked, "after the fault")
 	rr := &recordRuns{acked: map[string]room.Outcome{}}
 	estatus := s.exec.wait(3 * time.Minute)
 	rr.note(t, result{status: estatus, stdout: s.exec.stdout.String()})

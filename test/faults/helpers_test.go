@@ -875,10 +875,11 @@ func (in *inspector) readOnce(filter string, want int, out *[]storedMsg) error {
 
 // checkAckedPrefix is the oracle "no acknowledged entry lost" at a fault:
 // the chain's subject holds at least the first acked journal lines, byte
-// for byte and in order. It returns the count the chain holds.
-func (in *inspector) checkAckedPrefix(c *capsule, roomID string, acked int, when string) int {
+// for byte and in order. It returns the count the chain holds. A chain
+// read short is read again while the stream settles (readSettled).
+func (in *inspector) checkAckedPrefix(tl *tally, c *capsule, roomID string, acked int, when string) int {
 	in.t.Helper()
-	msgs := in.read(in.subj.Journal(roomID, c.key()))
+	msgs := in.readSettled(tl, in.subj.Journal(roomID, c.key()), acked, c.key())
 	if len(msgs) < acked {
 		in.t.Fatalf("oracle (no acknowledged entry lost) %s: the chain holds %d entries; %d were acknowledged", when, len(msgs), acked)
 	}
@@ -890,6 +891,31 @@ func (in *inspector) checkAckedPrefix(c *capsule, roomID string, acked int, when
 	return len(msgs)
 }
 
+// readSettled reads filter and, while it holds fewer than want messages,
+// reads it again for up to a minute: right after a heal or a restart the
+// stream leader can show a chain short (once in CI, 1,450 and once 1,600
+// of 3,000 entries it had acknowledged) until it has applied what it
+// committed (docs/reliability.md). What stays missing is lost; a short
+// first read is counted in tl.
+func (in *inspector) readSettled(tl *tally, filter string, want int, chain events.ChainKey) []storedMsg {
+	t := in.t
+	t.Helper()
+	msgs := in.read(filter)
+	first := len(msgs)
+	if first >= want {
+		return msgs
+	}
+	began := time.Now()
+	for len(msgs) < want && time.Since(began) < time.Minute {
+		time.Sleep(2 * time.Second)
+		msgs = in.read(filter)
+	}
+	t.Logf("oracle: chain %s: the stream showed %d of %d messages at the first read, %d after %s (stream leader %s)",
+		chain, first, want, len(msgs), time.Since(began).Round(time.Millisecond), in.streamLeader(10*time.Second))
+	tl.ShortReads++
+	return msgs
+}
+
 // checkChain is the oracles "no acknowledged entry lost", "exactly one
 // stored copy" and "no fork" for one capsule: the chain's subject holds
 // exactly the journal's lines, byte for byte, in order, each once, and the
@@ -898,20 +924,7 @@ func (in *inspector) checkChain(tl *tally, c *capsule, roomID string, acked int)
 	t := in.t
 	t.Helper()
 	filter := in.subj.ChainAnyRoom(c.key())
-	msgs := in.read(filter)
-	if first := len(msgs); first < len(c.lines) {
-		// Once seen: after a cut healed, the stream showed 1,450 of a chain
-		// whose 3,000 entries it had shown whole moments before. Read
-		// again while the stream settles; what stays missing is lost.
-		began := time.Now()
-		for len(msgs) < len(c.lines) && time.Since(began) < time.Minute {
-			time.Sleep(2 * time.Second)
-			msgs = in.read(filter)
-		}
-		t.Logf("oracle: chain %s: the stream showed %d of its %d lines at the first read, %d after %s (stream leader %s)",
-			c.key(), first, len(c.lines), len(msgs), time.Since(began).Round(time.Millisecond), in.streamLeader(10*time.Second))
-		tl.ShortReads++
-	}
+	msgs := in.readSettled(tl, filter, len(c.lines), c.key())
 	byHash := map[string]int{}
 	byPos := map[int64]map[string]bool{}
 	for _, m := range msgs {
@@ -1140,7 +1153,14 @@ func auditReadsAll(t *testing.T, url string) {
 	if rep.LastSeq == 0 || rep.Totals.Messages != rep.LastSeq {
 		t.Errorf("oracle (audit reads to the end): audit through %s read %d messages, last seq %d (exit %d)", url, rep.Totals.Messages, rep.LastSeq, r.status)
 	} else {
-		t.Logf("audit through %s: read all %d messages up to last seq %d (exit %d)", url, rep.Totals.Messages, rep.LastSeq, r.status)
+		// Exit 1 is a verdict this oracle does not judge: the audit trusts
+		// no host (untrusted_host for every record), and a reader on a
+		// replica still catching up refuses what it kept as rolled back.
+		why := ""
+		if r.status == 1 {
+			why = fmt.Sprintf(": %d set aside %v", rep.Totals.SetAside, rep.Totals.ByCode)
+		}
+		t.Logf("audit through %s: read all %d messages up to last seq %d (exit %d)%s", url, rep.Totals.Messages, rep.LastSeq, r.status, why)
 	}
 }
 

@@ -24,6 +24,7 @@ package faults
 
 import (
 	"crypto/rand"
+	"flag"
 	"fmt"
 	"os"
 	"os/exec"
@@ -58,6 +59,14 @@ func TestMain(m *testing.M) {
 }
 
 func runMain(m *testing.M) int {
+	flag.Parse()
+	// Audit state and tallies are kept per test name: with -count above
+	// 1 the second run would audit its new cluster against the first
+	// run's checkpoints and refuse it as rolled back.
+	if f := flag.Lookup("test.count"); f != nil && f.Value.String() != "1" {
+		fmt.Fprintf(os.Stderr, "faults: -count %s: these tests keep audit state per test name across runs; run the command in a loop instead\n", f.Value)
+		return 2
+	}
 	var err error
 	if root, err = filepath.Abs("../.."); err != nil {
 		fmt.Fprintln(os.Stderr, err)

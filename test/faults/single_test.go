@@ -76,7 +76,7 @@ func TestServeKilled(t *testing.T) {
 		}
 		srv.restart(t)
 		in = inspect(t, srv.url)
-		after := in.checkAckedPrefix(c, roomID, acked, fmt.Sprintf("after SIGKILL %d and restart", i+1))
+		after := in.checkAckedPrefix(tl, c, roomID, acked, fmt.Sprintf("after SIGKILL %d and restart", i+1))
 		t.Logf("fault %d: SIGKILL of publisher serve with >= %d entries in the stream; the run had acknowledged %d; after the restart the chain holds %d",
 			i+1, seen, acked, after)
 		if acked < int(seen)-1000 || after < acked || after >= len(c.lines) {
@@ -148,7 +148,7 @@ func TestFullStore(t *testing.T) {
 		t.Fatalf("publisher journal on a full store: %d acknowledged: %d already stored, %d stored, head next %d; want 0, all of them, %d (900 to 1,500 fit in 1MB)", acked, l.AlreadyStored, l.Stored, l.Head.Next, acked)
 	}
 	// Exactly what was acknowledged is stored: nothing half-written.
-	if got := in.checkAckedPrefix(c, roomID, acked, "with the store full"); got != acked {
+	if got := in.checkAckedPrefix(tl, c, roomID, acked, "with the store full"); got != acked {
 		t.Fatalf("oracle (exactly what was acknowledged): the chain holds %d entries; %d were acknowledged", got, acked)
 	}
 	rec := run(t, time.Minute, publisherBin, "execution", "--json", "--server", srv.url, rs.files[0])
