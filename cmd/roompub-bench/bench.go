@@ -288,6 +288,18 @@ func (c *cli) Run(s *streams) error {
 		}
 		defer pprof.StopCPUProfile()
 	}
+	if c.MemProfile != "" {
+		f, err := os.Create(c.MemProfile)
+		if err != nil {
+			return fmt.Errorf("%w: --memprofile: %v", config.ErrInvalid, err)
+		}
+		defer func() {
+			if err := pprof.Lookup("allocs").WriteTo(f, 0); err != nil {
+				fmt.Fprintf(os.Stderr, "roompub-bench: --memprofile: %v\n", err)
+			}
+			f.Close()
+		}()
+	}
 	if c.Trace != "" {
 		if err := os.MkdirAll(c.Trace, 0o755); err != nil {
 			return fmt.Errorf("%w: --trace: %v", config.ErrInvalid, err)

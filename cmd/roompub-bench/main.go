@@ -106,6 +106,7 @@ type cli struct {
 	Subscriber string        `name:"subscriber" default:"bin/subscriber" placeholder:"FILE" help:"The subscriber binary (audit); default bin/subscriber."`
 	Trace      string        `name:"trace" placeholder:"DIR" help:"Write an execution trace (runtime/trace) of each side's timed work in each round of the write rows to DIR/<row>-r<round>-<side>.trace (<row>-<mode>-r<round>-<side>.trace for the other modes of --modes; go tool trace FILE; its goroutine analysis shows the stream's goroutine running, in system calls, waiting for a core or for messages). Tracing slows the run: its ratios are not the bench's."`
 	CPUProfile string        `name:"cpuprofile" placeholder:"FILE" help:"Write a CPU profile (runtime/pprof) of the whole run to FILE: the embedded server, roompub and the raw side share the process, so it shows where both sides spend their time (go tool pprof FILE)."`
+	MemProfile string        `name:"memprofile" placeholder:"FILE" help:"Write an allocation profile (runtime/pprof, allocs) of the whole run to FILE at its end: what the server, roompub and the raw side allocated, for the collector's share (go tool pprof -sample_index=alloc_space FILE)."`
 	Timeout    time.Duration `name:"timeout" default:"10m" placeholder:"DURATION" help:"How long one ingest request may wait for its reply (requests queue at the service while others are decided)."`
 }
 

@@ -555,7 +555,7 @@ func (s *serve) upOrRetry(t *testing.T) (refused bool, status int) {
 		if try > 1 {
 			s.proc = startProc(s.proc.t, s.proc.name, publisherBin, append([]string{"serve"}, s.args...)...)
 		}
-		deadline := time.After(90 * time.Second)
+		deadline := time.After(serveStartLimit)
 	wait:
 		for {
 			if m := servingRE.FindStringSubmatch(s.stderr.String()); m != nil {
@@ -567,7 +567,7 @@ func (s *serve) upOrRetry(t *testing.T) (refused bool, status int) {
 				status = s.cmd.ProcessState.ExitCode()
 				break wait
 			case <-deadline:
-				t.Fatalf("publisher serve did not say it serves within 90s:\n%s", tail(s.stderr.String(), 4000))
+				t.Fatalf("publisher serve did not say it serves within %s:\n%s", serveStartLimit, tail(s.stderr.String(), 4000))
 			case <-time.After(20 * time.Millisecond):
 			}
 		}
