@@ -134,17 +134,26 @@ func LoadSecureFile(path string) (*SecureFile, error) {
 		return nil, fmt.Errorf("%w: --secure-config: %v", ErrInvalid, err)
 	}
 	var f SecureFile
+	var errs []error
 	dec := yaml.NewDecoder(bytes.NewReader(yaml12(data)))
 	dec.KnownFields(true)
 	if err := dec.Decode(&f); err != nil && !errors.Is(err, io.EOF) {
 		// yaml.v3 quotes the start of a value that has the wrong type in
 		// backquotes: drop it, it may be a hash.
-		return nil, fmt.Errorf("%w: --secure-config %s: %s%s", ErrInvalid, path, yamlValue.ReplaceAllString(err.Error(), "`…`"), versionHint(err))
+		// A type error (an unknown key, a value of the wrong type) leaves
+		// the rest decoded: its problems are reported with it, so one
+		// edit can fix them all. A syntax error ends the reading.
+		var te *yaml.TypeError
+		typeErr := errors.As(err, &te)
+		err = fmt.Errorf("%w: --secure-config %s: %s%s", ErrInvalid, path, yamlValue.ReplaceAllString(err.Error(), "`…`"), versionHint(err))
+		if !typeErr {
+			return nil, err
+		}
+		errs = append(errs, err)
 	}
 	if err := oneDocument(dec, "--secure-config "+path); err != nil {
-		return nil, err
+		return nil, errors.Join(append(errs, err)...)
 	}
-	var errs []error
 	bad := func(format string, args ...any) {
 		errs = append(errs, fmt.Errorf("%w: --secure-config %s: "+format, append([]any{ErrInvalid, path}, args...)...))
 	}

@@ -48,7 +48,13 @@ tls: {cert: cert.pem, key: key.pem}
 	}
 
 	for name, c := range map[string]struct{ yaml, want string }{
-		"unknown key":     {"users:\n  - {role: harness, user: h, pasword: x}\n", "field pasword not found"},
+		"unknown key": {"users:\n  - {role: harness, user: h, pasword: x}\n", "field pasword not found"},
+		// The type error and what the rest of the file lacks, at once.
+		"unknown key and more": {"users:\n  - {role: harness, user: h, pasword: x}\n  - {user: s, password: y}\ntls: {cert: nope.pem}\n",
+			"field pasword not found in type config.SecureFileUser\n" +
+				"invalid configuration: --secure-config " + filepath.Join(dir, "bad.yaml") + ": user 1: needs user and password (a bcrypt hash), or nkey\n" +
+				"invalid configuration: --secure-config " + filepath.Join(dir, "bad.yaml") + ": user 2 has no role\n" +
+				"invalid configuration: --secure-config " + filepath.Join(dir, "bad.yaml") + ": tls: stat " + filepath.Join(dir, "nope.pem") + ": no such file or directory"},
 		"no users":        {"solver-head: false\n", "no users"},
 		"both":            {"users:\n  - {role: harness, user: h, password: x, nkey: U}\n", "not both"},
 		"neither":         {"users:\n  - {role: harness, user: h}\n", "needs user and password"},
