@@ -41,6 +41,13 @@ func (c *verifyProofCmd) Run(s *streams) error {
 	if err != nil {
 		return err
 	}
+	// --origin pins the deployment for a plain proof too: a room
+	// checkpoint of another deployment signed by the same key is refused,
+	// as audit, prove, export and follow refuse it.
+	witnessing, t, err := c.Policy(t)
+	if err != nil {
+		return err
+	}
 	var r io.Reader = s.in
 	if c.File != "-" {
 		f, err := os.Open(c.File)
@@ -55,7 +62,7 @@ func (c *verifyProofCmd) Run(s *streams) error {
 		return err
 	}
 	if reader.IsEvidence(data) {
-		return c.verifyBundle(s, data, t)
+		return c.verifyBundle(s, data, t, witnessing)
 	}
 	var p *checkpoint.Proof
 	var ck *checkpoint.Checkpoint
@@ -81,6 +88,9 @@ func (c *verifyProofCmd) Run(s *streams) error {
 		LeafIndex *uint64 `json:"leaf_index,omitempty"`
 		TreeSize  uint64  `json:"tree_size,omitempty"`
 		Signer    string  `json:"signer,omitempty"`
+		// Origin is the checkpoint note's origin line: the deployment
+		// (and room) the signature covers.
+		Origin string `json:"origin,omitempty"`
 	}
 	out := verdict{Valid: err == nil}
 	if p != nil {
@@ -89,15 +99,21 @@ func (c *verifyProofCmd) Run(s *streams) error {
 	if err != nil {
 		out.Code, out.Reason = events.CheckpointMismatch, err.Error()
 	} else {
-		out.Room, out.Subject, out.ReportedStreamSeq, out.TreeSize, out.Signer = p.Room, p.Subject, p.StreamSeq, ck.Size, ck.Signer
+		out.Room, out.Subject, out.ReportedStreamSeq, out.TreeSize, out.Signer, out.Origin = p.Room, p.Subject, p.StreamSeq, ck.Size, ck.Signer, ck.Origin
 	}
 	switch {
 	case c.JSON:
 		b, _ := json.Marshal(out)
 		fmt.Fprintf(s.out, "%s\n", b)
 	case err == nil:
-		fmt.Fprintf(s.out, "valid: %s (%s) is leaf %d of the checkpoint of size %d signed by %s (stream seq %d as reported by the prover, not proven)\n",
-			p.Room, p.Subject, p.LeafIndex, ck.Size, ck.Signer, p.StreamSeq)
+		// A checkpoint in the deployment's origin form names the
+		// deployment; one in the room id form names no more than the room.
+		origin := ""
+		if ck.Origin != p.Room {
+			origin = " (origin " + ck.Origin + ")"
+		}
+		fmt.Fprintf(s.out, "valid: %s (%s) is leaf %d of the checkpoint of size %d%s signed by %s (stream seq %d as reported by the prover, not proven)\n",
+			p.Room, p.Subject, p.LeafIndex, ck.Size, origin, ck.Signer, p.StreamSeq)
 	default:
 		fmt.Fprintf(s.out, "invalid: %s: %v\n", out.Code, err)
 	}
@@ -110,11 +126,7 @@ func (c *verifyProofCmd) Run(s *streams) error {
 // verifyBundle checks an evidence bundle (reader.VerifyEvidence) and
 // prints the verdict: what was proven, or the code and the check that
 // failed.
-func (c *verifyProofCmd) verifyBundle(s *streams, data []byte, t *checkpoint.Trust) error {
-	witnessing, t, err := c.Policy(t)
-	if err != nil {
-		return err
-	}
+func (c *verifyProofCmd) verifyBundle(s *streams, data []byte, t *checkpoint.Trust, witnessing *reader.Witnessing) error {
 	if witnessing == nil {
 		return fmt.Errorf("%w: an evidence bundle needs the witness policy (--witness or --witness-policy) and the deployment's --origin", config.ErrInvalid)
 	}

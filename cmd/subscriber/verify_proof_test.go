@@ -128,3 +128,37 @@ func jsonString(t *testing.T, s string) string {
 	}
 	return string(b)
 }
+
+// TestVerifyProofPinsOrigin: --origin pins the deployment for a plain
+// proof as for every reader: a proof whose checkpoint the trusted key
+// signed in the deployment example.org/roompub is refused under another
+// --origin (a staging proof shown to a verifier of production, one key
+// for both) and valid under its own, which the verdict names.
+func TestVerifyProofPinsOrigin(t *testing.T) {
+	pub, err := events.GenerateHostKey(rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	doc := offlineProof(t, pub)
+	origin := checkpoint.RoomOrigin("example.org/roompub", cliRoom)
+	for _, c := range []struct {
+		name   string
+		args   []string
+		status int
+		out    string
+	}{
+		{"another deployment", []string{"--origin", "prod.example.net/roompub"}, config.ExitRefused,
+			`invalid: checkpoint_mismatch: bad checkpoint: origin "` + origin + `" is of deployment "example.org/roompub", not "prod.example.net/roompub"` + "\n"},
+		{"its deployment", []string{"--origin", "example.org/roompub"}, config.ExitOK,
+			"is leaf 2 of the checkpoint of size 5 (origin " + origin + ") signed by " + pub.NodeID()},
+		{"its deployment, JSON", []string{"--origin", "example.org/roompub", "--json"}, config.ExitOK,
+			`"signer":"` + pub.NodeID() + `","origin":"` + origin + `"}`},
+		{"no origin pinned", nil, config.ExitOK, "(origin " + origin + ")"},
+	} {
+		args := append([]string{"verify-proof", "--trusted-publisher", pub.NodeID()}, c.args...)
+		status, out, errOut := invoke(t, doc, append(args, "-")...)
+		if status != c.status || !strings.Contains(out, c.out) {
+			t.Errorf("%s: status %d (want %d), stdout %q (want it to hold %q), stderr %q", c.name, status, c.status, out, c.out, errOut)
+		}
+	}
+}
