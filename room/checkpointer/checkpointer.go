@@ -88,8 +88,9 @@ type Options struct {
 	// signed by a trusted publisher contradicts the messages the stream
 	// holds (reason set: the store lost or changed messages it
 	// acknowledged; no checkpoint is written for the room), and when it
-	// matches them again (reason ""). Called with the checkpointer's lock
-	// held: it must not block or call the checkpointer.
+	// matches them again (reason ""), before the checkpointer logs it.
+	// Called with the checkpointer's lock held: it must not block or call
+	// the checkpointer.
 	OnContradiction func(roomID, reason string)
 	// FullRead reads every room from its first message at start instead of
 	// resuming it from its latest checkpoint (docs/checkpoints.md,
