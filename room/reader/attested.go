@@ -927,7 +927,16 @@ func (r *Reader) checkExternal(subjects room.Subjects, rooms []string, e Externa
 	}
 	l := r.ledgerOf(c.Room)
 	if err := l.CheckOther(c); err != nil {
-		return refuse(err.Error())
+		// A trusted checkpoint the room as read contradicts: the room
+		// is forked or rolled back here, so its newest checkpoint is
+		// not kept in the state as verified (a later audit of the same
+		// history would pass the state's check, one of the other be
+		// refused).
+		a := refuse(err.Error())
+		if l.refused == "" {
+			l.refused = a.Reason
+		}
+		return a
 	}
 	l.external = append(l.external, *factOf(c, 0))
 	return nil

@@ -469,6 +469,52 @@ func TestAttestedRolledBack(t *testing.T) {
 	}
 }
 
+// TestAttestedExternalKeepsState: an audit whose --checkpoint shows the
+// room as read forked, or behind a trusted checkpoint, keeps nothing of
+// the room in its state (a later audit of the same history would pass the
+// state's check, and one of the other history be refused as rolled back);
+// one whose checkpoints from elsewhere agree keeps the room's newest.
+func TestAttestedExternalKeepsState(t *testing.T) {
+	e := roomtest.NewEnv(t)
+	pub := roomtest.NewHostKey(t)
+	a := roomtest.NewAttestor(t, e.Js, pub, roomtest.AttRoom)
+	es, _ := roomtest.Journal(t, "run-x", "cap-x", 6)
+	for _, en := range es {
+		a.Entry(en)
+	}
+	a.Checkpoint() // size 6
+	forked := a.LaterTree(nil)
+	forked.Truncate(4)
+	forked.Append([32]byte{9})
+	for _, c := range []struct {
+		name string
+		ext  reader.ExternalCheckpoint
+		kept bool
+	}{
+		{"forked", reader.ExternalCheckpoint{Name: "forked", Note: a.Note(5, forked.Root(), a.Signer)}, false},
+		{"beyond", reader.ExternalCheckpoint{Name: "beyond", Note: a.Note(7, a.Tree.Root(), a.Signer)}, false},
+		{"agrees", reader.ExternalCheckpoint{Name: "good-5", Note: a.Note(5, mustRootAt(t, a.Tree, 5), a.Signer)}, true},
+	} {
+		state := &reader.CheckpointState{Dir: t.TempDir()}
+		rep, err := reader.Audit(t.Context(), e.Js, reader.AuditOptions{Validator: e.V, Trust: roomtest.Trusting(t, pub), External: []reader.ExternalCheckpoint{c.ext}, State: state})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if rep.Clean() == !c.kept {
+			t.Errorf("%s: clean %v, want %v: %v", c.name, rep.Clean(), c.kept, rep.Violations)
+		}
+		k, err := state.Load(roomtest.AttRoom)
+		switch {
+		case err != nil:
+			t.Errorf("%s: %v", c.name, err)
+		case c.kept && (k == nil || k.Size != 6 || k.Root != a.Tree.Root()):
+			t.Errorf("%s: kept %+v, want the room's checkpoint at size 6", c.name, k)
+		case !c.kept && k != nil:
+			t.Errorf("%s: an audit that found the room contradicting a trusted checkpoint kept its checkpoint at size %d as verified", c.name, k.Size)
+		}
+	}
+}
+
 // TestAttestedExternalCheckpoint: audit --checkpoint accepts a note that
 // a trusted key signed over the room as read (at any covered size) and
 // refuses a forked one and one beyond the room as read (checkpoint_mismatch,
