@@ -821,7 +821,7 @@ func TestCheckpointProve(t *testing.T) {
 		{"record", "", []string{recordFile}, 0,
 			fmt.Sprintf("valid: %s (%s) is leaf 1 of the checkpoint of size 2 signed by %s (stream seq 306 as reported by the prover, not proven)\n", qmail, execSubject, key.id)},
 		{"entry, JSON", "", []string{"--json", entryFile}, 0,
-			fmt.Sprintf(`{"valid":true,"room":%q,"subject":%q,"reported_stream_seq":138,"leaf_index":137,"tree_size":299,"signer":%q}`+"\n", slug, slugSubj, key.id)},
+			fmt.Sprintf(`{"valid":true,"room":%q,"subject":%q,"reported_stream_seq":138,"leaf_index":137,"tree_size":299,"signer":%q,"origin":%q}`+"\n", slug, slugSubj, key.id, slug)},
 		{"a proof hash flipped", "", []string{file("path.json", edit(entryProof, func(p *proofDoc) { p.Proof[4] = flip(p.Proof[4]) }))}, 1, "invalid: …"},
 		{"the content hash flipped", "", []string{file("content.json", edit(recordProof, func(p *proofDoc) { p.ContentHash = flip(p.ContentHash) }))}, 1, "invalid: …"},
 		{"the leaf hash flipped", "", []string{file("leaf.json", edit(entryProof, func(p *proofDoc) { p.LeafHash = flip(p.LeafHash) }))}, 1, "invalid: …"},
