@@ -92,11 +92,11 @@ func (g *Gate) loadMarked(ctx context.Context, roomID string, r *roomState) (boo
 		// marked room has its format marker there by now.
 		format := r.marked != nil && r.marked.format
 		if !format && n > 0 {
-			m, err := g.leaderMsg(ctx, map[string]any{"last_by_subj": g.subjects.Marker(roomID, room.MarkFormat, "")})
+			ok, err := g.formatMarked(ctx, roomID)
 			if err != nil {
 				return false, fmt.Errorf("read the format marker of %s: %w", roomID, err)
 			}
-			if m == nil {
+			if !ok {
 				return false, nil
 			}
 			format = true
@@ -108,6 +108,30 @@ func (g *Gate) loadMarked(ctx context.Context, roomID string, r *roomState) (boo
 		r.streamSeq = seqOf(after)
 		r.count.Store(n)
 		return true, nil
+	}
+}
+
+// formatMarked reports whether roomID's format marker is stored: a
+// message on its format subject naming the room's first record, with
+// which the gate stores it. Anything else there was written around the
+// gate, and must not turn a room whose records were stored before markers
+// (and so have none) over to the markers' rules, under which its keys and
+// runs would look free.
+func (g *Gate) formatMarked(ctx context.Context, roomID string) (bool, error) {
+	firstRec, err := g.leaderMsg(ctx, map[string]any{"seq": 1, "next_by_subj": g.subjects.Records(roomID)})
+	if err != nil || firstRec == nil {
+		return false, err
+	}
+	subj := g.subjects.Marker(roomID, room.MarkFormat, "")
+	for seq := uint64(1); ; {
+		m, err := g.leaderMsg(ctx, map[string]any{"seq": seq, "next_by_subj": subj})
+		if err != nil || m == nil {
+			return false, err
+		}
+		if mk, err := room.ParseMarker(m.Data); err == nil && mk.RecordSeq(m.Sequence) == firstRec.Sequence {
+			return true, nil
+		}
+		seq = m.Sequence + 1
 	}
 }
 
@@ -170,11 +194,30 @@ func markerMsgs(rec *events.Record, specs []markerSpec, pos uint64) []*nats.Msg 
 
 // markerHolder returns the record that holds subj's marker of kind k for
 // value in roomID: for a key or run, the stored record the first genuine
-// marker names; for a decision, the latest. A marker is genuine when the
-// record at its offset is roomID's, passes every stateless rule, has the
-// marker's content digest and holds value (and, for a decision, the
-// outcome it says). last is the subject's last stream sequence (0: none).
+// marker names; for a decision, the latest. A marker is genuine when it
+// is the one the gate stores in its record's batch (genuine). last is the
+// subject's last stream sequence (0: none).
 func (g *Gate) markerHolder(ctx context.Context, roomID string, s markerSpec) (held *validate.HeldBy, outcome string, last uint64, err error) {
+	if s.kind != room.MarkDecision {
+		// The gate stores a key's or run's marker only on an empty
+		// subject, or after messages none of which is genuine: the first
+		// genuine one is the gate's, and on a subject nobody wrote around
+		// the gate, the first message. A later copy naming a replayed
+		// record must not move the key.
+		first, err := g.leaderMsg(ctx, map[string]any{"seq": 1, "next_by_subj": s.subj})
+		if err != nil || first == nil {
+			return nil, "", 0, err
+		}
+		if h, out, ok, err := g.genuine(ctx, roomID, s, first); err != nil || ok {
+			return h, out, first.Sequence, err
+		}
+		m, err := g.leaderMsg(ctx, map[string]any{"last_by_subj": s.subj})
+		if err != nil || m == nil {
+			return nil, "", 0, err
+		}
+		h, out, err := g.scanMarkers(ctx, roomID, s, first.Sequence+1, m.Sequence, true)
+		return h, out, m.Sequence, err
+	}
 	m, err := g.leaderMsg(ctx, map[string]any{"last_by_subj": s.subj})
 	if err != nil || m == nil {
 		return nil, "", 0, err
@@ -185,34 +228,50 @@ func (g *Gate) markerHolder(ctx context.Context, roomID string, s markerSpec) (h
 	}
 	// The last marker was written around the gate: the genuine one, if
 	// any, is earlier (a gate appends one only where none is genuine).
+	h, out, err := g.scanMarkers(ctx, roomID, s, 1, last-1, false)
+	return h, out, last, err
+}
+
+// scanMarkers returns the first (first) or the last genuine marker of s
+// on its subject between stream seqs from and to (inclusive), or nil.
+func (g *Gate) scanMarkers(ctx context.Context, roomID string, s markerSpec, from, to uint64, first bool) (*validate.HeldBy, string, error) {
 	var found *validate.HeldBy
-	for seq := uint64(1); seq < last; {
+	var outcome string
+	for seq := from; seq <= to; {
 		m, err := g.leaderMsg(ctx, map[string]any{"seq": seq, "next_by_subj": s.subj})
 		if err != nil {
-			return nil, "", 0, err
+			return nil, "", err
 		}
-		if m == nil || m.Sequence >= last {
+		if m == nil || m.Sequence > to {
 			break
 		}
 		h, out, ok, err := g.genuine(ctx, roomID, s, m)
 		if err != nil {
-			return nil, "", 0, err
+			return nil, "", err
 		}
 		if ok {
 			found, outcome = h, out
-			if s.kind != room.MarkDecision {
+			if first {
 				break
 			}
 		}
 		seq = m.Sequence + 1
 	}
-	return found, outcome, last, nil
+	return found, outcome, nil
 }
 
-// genuine checks marker message m of spec s (see markerHolder).
+// genuine checks marker message m of spec s: it is the marker the gate
+// stores in its record's batch when the record at its offset is roomID's,
+// passes every stateless rule, has the marker's content digest and holds
+// value (and, for a decision, the outcome it says), and the offset is the
+// one its kind has in a record's batch (recordMarkers: key 1, run 2,
+// decision 3). A decision's record must also be the one its key's first
+// genuine marker names: a copy of an earlier run's record written around
+// the gate, followed by a marker at the right offset, must not reopen a
+// decision its unknown outcome closed.
 func (g *Gate) genuine(ctx context.Context, roomID string, s markerSpec, m *jetstream.RawStreamMsg) (*validate.HeldBy, string, bool, error) {
 	mk, err := room.ParseMarker(m.Data)
-	if err != nil {
+	if err != nil || mk.Offset != markerOffset(s.kind) {
 		return nil, "", false, nil
 	}
 	seq := mk.RecordSeq(m.Sequence)
@@ -227,7 +286,28 @@ func (g *Gate) genuine(ctx context.Context, roomID string, s markerSpec, m *jets
 	if err != nil || !mk.Names(rec, s.kind, s.value) {
 		return nil, "", false, nil
 	}
+	if s.kind == room.MarkDecision {
+		key := markerSpec{kind: room.MarkKey, value: rec.IdempotencyKey(), subj: g.subjects.Marker(roomID, room.MarkKey, rec.IdempotencyKey())}
+		h, _, _, err := g.markerHolder(ctx, roomID, key)
+		if err != nil || h == nil || h.Seq != seq {
+			return nil, "", false, err
+		}
+	}
 	return &validate.HeldBy{Digest: mk.Record, Seq: seq}, rec.Outcome(), true, nil
+}
+
+// markerOffset is the offset a marker of kind k has in its record's batch
+// (recordMarkers), for the kinds a rule reads; 0 for the others.
+func markerOffset(k room.MarkerKind) uint64 {
+	switch k {
+	case room.MarkKey:
+		return 1
+	case room.MarkRun:
+		return 2
+	case room.MarkDecision:
+		return 3
+	}
+	return 0
 }
 
 // markedHeld reads what the room holds against rec (validate.Held) from
@@ -241,6 +321,19 @@ func (g *Gate) markedHeld(ctx context.Context, rec *events.Record, m *markedRoom
 	// decision one record after the other would give.
 	for i := len(specs) - 1; i >= 0; i-- {
 		s := specs[i]
+		if s.kind == room.MarkFormat {
+			// A room's first record: its format marker follows whatever
+			// was written on the subject around the gate, which would
+			// otherwise refuse every first batch of the room.
+			fm, err := g.leaderMsg(ctx, map[string]any{"last_by_subj": s.subj})
+			if err != nil {
+				return held, err
+			}
+			if fm != nil {
+				m.setExpect(s.subj, lastMarker{seq: fm.Sequence})
+			}
+			continue
+		}
 		if s.kind != room.MarkKey && s.kind != room.MarkRun && s.kind != room.MarkDecision {
 			continue
 		}

@@ -191,3 +191,88 @@ func TestUnmarkedStreamWritesNoMarkers(t *testing.T) {
 		t.Fatalf("%d messages", len(msgs))
 	}
 }
+
+// TestMarkedForgedDecisionMarker: a decision its unknown outcome closed
+// stays closed for a gate that reads its markers afresh (a restart) when
+// a message written around the gate copies an earlier run's genuine
+// marker: one published alone (its offset far from the record), and one
+// after a raw copy of that run's record and two more messages (the offset
+// a decision marker has in its batch). Readers refuse the new run too.
+func TestMarkedForgedDecisionMarker(t *testing.T) {
+	for _, withCopy := range []bool{false, true} {
+		t.Run("copy="+strconv.FormatBool(withCopy), func(t *testing.T) {
+			e := roomtest.NewEnvMarked(t, embedded.Options{})
+			base := roomtest.ReferenceRecord(t, "verified.json")
+			a := e.Sign(base, map[string]any{"room/id": "room:d"})
+			checkRecordStored(t, e.ShipRecord(a.Canonical()), a, room.OutcomeStored, 1)
+			u := e.Sign(base, map[string]any{"room/id": "room:d", "idempotency/key": "key-u", "run/ref": "operator-task-run:u", "outcome": "unknown"})
+			if r := e.ShipRecord(u.Canonical()); r.Item.Outcome != room.OutcomeStored {
+				t.Fatalf("%+v", r.Item)
+			}
+			var s room.Subjects
+			forged := room.Marker{Record: a.ContentDigest(), Outcome: "verified"}
+			if withCopy {
+				roomtest.PublishRaw(t, e.Js, s.Records("room:d"), a.Canonical())
+				roomtest.PublishRaw(t, e.Js, "rooms.d.filler", []byte("x"))
+				roomtest.PublishRaw(t, e.Js, "rooms.d.filler", []byte("x"))
+				forged.Offset = 3
+			} else {
+				forged.Offset = e.State().LastSeq // names a at stream seq 1
+			}
+			roomtest.PublishRaw(t, e.Js, s.Marker("room:d", room.MarkDecision, a.DecisionRef()), forged.Encode())
+			v := e.Sign(base, map[string]any{"room/id": "room:d", "idempotency/key": "key-v", "run/ref": "operator-task-run:v"})
+			checkRefused(t, e.NewGate(e.Connect()).AppendRecord(t.Context(), v.Canonical()), events.UnknownNotConsent)
+		})
+	}
+}
+
+// TestMarkedForgedFormatMarker: a message written around the gate on a
+// room's format subject neither blocks the room's first record (the gate
+// follows it) nor turns a room whose records were stored before markers
+// over to the markers' rules, under which its keys would look free.
+func TestMarkedForgedFormatMarker(t *testing.T) {
+	e := roomtest.NewEnvMarked(t, embedded.Options{})
+	base := roomtest.ReferenceRecord(t, "verified.json")
+	var s room.Subjects
+	roomtest.PublishRaw(t, e.Js, s.Marker("room:new", room.MarkFormat, ""), []byte("x"))
+	a := e.Sign(base, map[string]any{"room/id": "room:new"})
+	first := e.Gate.AppendRecord(t.Context(), a.Canonical())
+	checkRecordStored(t, first, a, room.OutcomeStored, first.Item.StreamSeq)
+	// The gate's format marker follows the junk, naming the record.
+	var onFormat [][]byte
+	for _, m := range e.Stored() {
+		if m.Subject == s.Marker("room:new", room.MarkFormat, "") {
+			onFormat = append(onFormat, m.Data)
+		}
+	}
+	if len(onFormat) != 2 {
+		t.Fatalf("%d messages on the format subject, want the junk and the gate's marker", len(onFormat))
+	}
+	if mk, err := room.ParseMarker(onFormat[1]); err != nil || mk.Record != a.ContentDigest() {
+		t.Fatalf("format marker %+v, %v", mk, err)
+	}
+	// An old room (no markers), then a forged format marker naming its
+	// record: a record with the old one's key is still refused.
+	old := e.Sign(base, map[string]any{"room/id": "room:old"})
+	oldSeq := roomtest.PublishRaw(t, e.Js, "rooms.old.exec", old.Canonical())
+	fmSeq := e.State().LastSeq + 1
+	roomtest.PublishRaw(t, e.Js, s.Marker("room:old", room.MarkFormat, ""), room.Marker{Record: old.ContentDigest(), Offset: fmSeq - oldSeq + 1}.Encode())
+	g := e.NewGate(e.Connect())
+	b := e.Sign(base, map[string]any{"room/id": "room:old", "recorded-at": "2026-09-25T12:16:00Z"})
+	checkRefused(t, g.AppendRecord(t.Context(), b.Canonical()), events.IdempotencyConflict, events.RunConflict)
+}
+
+// TestMarkedForgedKeyMarkerCopy: a raw copy of a stored record and a key
+// marker naming the copy do not move the key: the record sent again is a
+// duplicate of its own stream seq, not of the copy (which readers set
+// aside as replayed).
+func TestMarkedForgedKeyMarkerCopy(t *testing.T) {
+	e := roomtest.NewEnvMarked(t, embedded.Options{})
+	base := roomtest.ReferenceRecord(t, "verified.json")
+	a := e.Sign(base, map[string]any{"room/id": "room:k"})
+	checkRecordStored(t, e.ShipRecord(a.Canonical()), a, room.OutcomeStored, 1)
+	var s room.Subjects
+	roomtest.PublishRaw(t, e.Js, s.Records("room:k"), a.Canonical())
+	roomtest.PublishRaw(t, e.Js, s.Marker("room:k", room.MarkKey, a.IdempotencyKey()), room.Marker{Record: a.ContentDigest(), Offset: 1}.Encode())
+	checkRecordStored(t, e.NewGate(e.Connect()).AppendRecord(t.Context(), a.Canonical()), a, room.OutcomeDuplicate, 1)
+}
