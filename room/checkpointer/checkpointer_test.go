@@ -867,3 +867,69 @@ func TestCheckpointerBlock(t *testing.T) {
 		t.Fatalf("logs: %v", l)
 	}
 }
+
+// TestCheckpointerFinalLeaseHeldWarns: a checkpointer stopped while a
+// dead publisher still holds a room's lease writes no final checkpoint of
+// the room (the holder's, until it lapses) and says so in one warning
+// naming the room; with no lease in the way, Stop warns of nothing.
+func TestCheckpointerFinalLeaseHeldWarns(t *testing.T) {
+	e := roomtest.NewEnv(t)
+	ctx := context.Background()
+	keyA, keyB := roomtest.NewPublisherKey(t), roomtest.NewPublisherKey(t)
+	const roomID = "room:held"
+	opts := func(k, other *events.HostKey) checkpointer.Options {
+		return checkpointer.Options{Key: k, TrustedPublishers: []string{other.NodeID()}, Every: 5, Interval: 100 * time.Millisecond, LeaseTTL: time.Minute}
+	}
+	trust := roomtest.Trusting(t, keyA, keyB)
+	ncA := e.Connect()
+	ckA, _ := roomtest.StartCheckpointer(t, ncA, opts(keyA, keyB))
+	gateA := roomtest.AttestingGate(e, e.Connect(), keyA, ckA, ingest.GateOptions{TrustedPublishers: []string{keyB.NodeID()}})
+	es, _ := roomtest.Journal(t, "run-h", "cap-h", 20)
+	if r, err := gateA.AppendJournal(ctx, roomID, roomtest.Lines(es[:10]), nil); err != nil || r.Stored != 10 {
+		t.Fatalf("%+v %v", r, err)
+	}
+	roomtest.WaitFor(t, 10*time.Second, "A's checkpoint of size 10", func() bool {
+		cks := roomtest.Rebuild(e, roomID, trust).Checkpoints
+		return len(cks) > 0 && cks[len(cks)-1].Size == 10
+	})
+	ncA.Close() // A dies holding the lease
+	ckB, logsB := roomtest.StartCheckpointer(t, e.Connect(), opts(keyB, keyA))
+	gateB := roomtest.AttestingGate(e, e.Connect(), keyB, ckB, ingest.GateOptions{TrustedPublishers: []string{keyA.NodeID()}})
+	if r, err := gateB.AppendJournal(ctx, roomID, roomtest.Lines(es[10:]), nil); err != nil || r.Stored != 10 {
+		t.Fatalf("%+v %v", r, err)
+	}
+	sctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	if err := ckB.Stop(sctx); err != nil {
+		t.Fatal(err)
+	}
+	if cks := roomtest.Rebuild(e, roomID, trust).Checkpoints; cks[len(cks)-1].Size != 10 {
+		t.Fatalf("the last checkpoint is of size %d: B wrote on A's lease", cks[len(cks)-1].Size)
+	}
+	warned := logsB.FilterMessageSnippet("no final checkpoint for rooms whose lease another publisher holds").All()
+	if len(warned) != 1 {
+		t.Fatalf("%d warnings of rooms left without a final checkpoint, want 1", len(warned))
+	}
+	f := warned[0].ContextMap()
+	if f["rooms"] != int64(1) || fmt.Sprint(f["first_rooms"]) != "["+roomID+"]" {
+		t.Errorf("warning fields %v", f)
+	}
+
+	// Alone, a checkpointer holds its lease, writes the final checkpoint
+	// and warns of nothing.
+	e2 := roomtest.NewEnv(t)
+	ckC, logsC := roomtest.StartCheckpointer(t, e2.Connect(), opts(keyA, keyB))
+	gateC := roomtest.AttestingGate(e2, e2.Connect(), keyA, ckC, ingest.GateOptions{})
+	if r, err := gateC.AppendJournal(ctx, roomID, roomtest.Lines(es[:3]), nil); err != nil || r.Stored != 3 {
+		t.Fatalf("%+v %v", r, err)
+	}
+	if err := ckC.Stop(sctx); err != nil {
+		t.Fatal(err)
+	}
+	if cks := roomtest.Rebuild(e2, roomID, trust).Checkpoints; len(cks) == 0 || cks[len(cks)-1].Size != 3 {
+		t.Fatalf("alone: checkpoints %+v, want the last of size 3", cks)
+	}
+	if n := len(logsC.FilterMessageSnippet("no final checkpoint").All()); n != 0 {
+		t.Fatalf("alone: %d warnings of rooms left without a final checkpoint", n)
+	}
+}

@@ -57,14 +57,30 @@ const finalAttempts = 3
 func (c *Checkpointer) writeDue(ctx context.Context, final bool) error {
 	var errs []error
 	var only map[*ckRoom]bool
+	var leased []string // final: rooms left to another publisher's lease
+	defer func() {
+		if len(leased) > 0 {
+			// Not an error (the lease's holder, or the next start, writes
+			// it), but an operator who stopped serve for its final
+			// checkpoints must hear that these got none.
+			c.log.Warn("checkpointer: no final checkpoint for rooms whose lease another publisher holds (one killed holds it until it lapses); the holder or the next start writes it",
+				zap.Int("rooms", len(leased)), zap.Strings("first_rooms", leased[:min(len(leased), 10)]), zap.Duration("lease_ttl", c.ttl))
+		}
+	}()
 	for attempt := 1; ; attempt++ {
-		due := c.dueNow(final, only)
+		due, skipped := c.dueNow(final, only)
+		if attempt == 1 {
+			leased = append(leased, skipped...)
+		}
 		only = nil
 		for _, d := range due {
 			if ctx.Err() != nil {
 				break
 			}
 			if !c.holdLease(ctx, d.r) {
+				if final && attempt == 1 {
+					leased = append(leased, d.r.id)
+				}
 				continue
 			}
 			err := c.write(ctx, d)
@@ -89,14 +105,14 @@ func (c *Checkpointer) writeDue(ctx context.Context, final bool) error {
 }
 
 // dueNow returns the checkpoints due now: of every room in only, or of all
-// when only is nil.
-func (c *Checkpointer) dueNow(final bool, only map[*ckRoom]bool) []dueCheckpoint {
+// when only is nil; with final, also the rooms left out because another
+// publisher holds their lease.
+func (c *Checkpointer) dueNow(final bool, only map[*ckRoom]bool) (due []dueCheckpoint, leased []string) {
 	now := time.Now()
-	var due []dueCheckpoint
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if !c.caughtUp {
-		return nil
+		return nil, nil
 	}
 	for _, r := range c.rooms {
 		if only != nil && !only[r] {
@@ -107,6 +123,9 @@ func (c *Checkpointer) dueNow(final bool, only map[*ckRoom]bool) []dueCheckpoint
 			continue
 		}
 		if r.lease.rev == 0 && now.Before(r.lease.retryAt) {
+			if final {
+				leased = append(leased, r.id)
+			}
 			continue // another publisher's lease, for now (lease is the writer's: this is it)
 		}
 		if final || size-covered >= c.every || now.Sub(r.grewAt) >= c.interval {
@@ -132,7 +151,7 @@ func (c *Checkpointer) dueNow(final bool, only map[*ckRoom]bool) []dueCheckpoint
 			due = append(due, d)
 		}
 	}
-	return due
+	return due, leased
 }
 
 // sign signs the due checkpoint of r: under the room's origin and a key
