@@ -9,6 +9,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"strconv"
 	"time"
 
 	"github.com/roompub/roompub/events"
@@ -575,7 +576,14 @@ func (s *shipper) settle(body []byte, first int, reply room.JournalReply, err er
 	shipped := 0
 	for _, it := range reply.Items {
 		switch it.Outcome {
-		case room.OutcomeStored, room.OutcomeDuplicate:
+		case room.OutcomeDuplicate:
+			if p, ok := misplaced(body, it.Index, first, s.jpath); ok {
+				s.res.Refused = &LineRefusal{Problem: p, Problems: []events.Problem{p}}
+				break
+			}
+			shipped++
+			continue
+		case room.OutcomeStored:
 			shipped++
 			continue
 		case room.OutcomeRefused:
@@ -609,6 +617,36 @@ func (s *shipper) settle(body []byte, first int, reply room.JournalReply, err er
 		s.o.Progress(s.res)
 	}
 	return err
+}
+
+// misplaced checks the line of a duplicate answer (item index of the
+// request whose first line is file line first+1): a duplicate is the same
+// entry at its position, and in a journal the entry at file line n has
+// seq n-1. A line whose seq is another repeats an entry of the journal out
+// of its place: the gate took it for a resend, but the file is not a
+// chain, and publisher verify refuses it as reordered; so does the
+// shipper (lines after it that continue the chain may be stored by then).
+// Only duplicates are parsed: they are rare.
+func misplaced(body []byte, index, first int, file string) (events.Problem, bool) {
+	ln := body
+	for range index {
+		i := bytes.IndexByte(ln, '\n')
+		if i < 0 {
+			return events.Problem{}, false
+		}
+		ln = ln[i+1:]
+	}
+	if i := bytes.IndexByte(ln, '\n'); i >= 0 {
+		ln = ln[:i]
+	}
+	_, seq := events.LineSeq(ln)
+	want := int64(first + index)
+	if seq < 0 || seq == want {
+		return events.Problem{}, false
+	}
+	return events.Problem{Code: events.Reordered, At: events.Location{File: file, Line: first + index + 1, Pointer: "/seq"},
+		Reason:   "seq is not the entry's position in the chain (the line repeats an entry stored at another position)",
+		Expected: strconv.FormatInt(want, 10), Actual: strconv.FormatInt(seq, 10)}, true
 }
 
 // relocate turns request line numbers into file line numbers.

@@ -215,3 +215,60 @@ func TestShipRefusalWithoutPlace(t *testing.T) {
 		t.Errorf("problems %+v, want one in %s", res.Refused.Problems, file)
 	}
 }
+
+// TestShipRepeatedLineRefused: a journal that repeats an entry out of its
+// place (line 5 a copy of line 4) is refused by the shipper as publisher
+// verify refuses it: reordered at line 5, /seq, expected 4, got 3. In
+// the middle of a request the gate took the copy for a resend
+// (duplicate), so the shipper exited 0 and the harness's bug went
+// unseen; at a request's start the gate refuses it. Either way the chain
+// in the stream stays whole. A capsule shipped twice is still
+// "already stored", and a resend decides nothing anew.
+func TestShipRepeatedLineRefused(t *testing.T) {
+	e := roomtest.NewEnv(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	for _, c := range []struct{ batch, stored, dupes int }{
+		// One request: the gate takes the copy for a resend and stores
+		// the lines after it, which continue the chain; the shipper
+		// refuses the copy.
+		{0, 10, 1},
+		// The copy opens the second request: the gate, told the seq of
+		// the request ahead, refuses it itself.
+		{4, 4, 0},
+	} {
+		batch := c.batch
+		t.Run(fmt.Sprintf("batch=%d", batch), func(t *testing.T) {
+			run := fmt.Sprintf("run-dup-%d", batch)
+			_, body := roomtest.Journal(t, run, "cap-dup", 10)
+			lines := strings.SplitAfter(string(body), "\n")
+			dupped := strings.Join(lines[:4], "") + lines[3] + strings.Join(lines[4:], "")
+			dir := roomtest.CapsuleDir(t, run, "cap-dup", []byte(dupped))
+			rep, err := e.V.VerifyPath(dir)
+			if err != nil || rep.OK || rep.Code != events.Reordered {
+				t.Fatalf("verify: %+v %v", rep, err)
+			}
+			cl := client.New(e.Connect(), client.Options{})
+			res, err := client.ShipCapsule(ctx, cl, dir, "room:dup", client.ShipOptions{BatchLines: batch})
+			if err != nil || res.Refused == nil {
+				t.Fatalf("ship: %+v %v", res, err)
+			}
+			p := res.Refused.Problem
+			if p.Code != events.Reordered || p.At.Line != 5 || p.At.Pointer != "/seq" || p.Expected != "4" || p.Actual != "3" || !strings.HasSuffix(p.At.File, "journal.ndjson") {
+				t.Errorf("refusal %+v, want reordered at journal.ndjson:5 /seq, expected 4, got 3 (verify: %s at %s)", p, rep.Code, rep.At)
+			}
+			if res.Stored != c.stored || res.Duplicates != c.dupes {
+				t.Errorf("stored %d, duplicates %d, want %d and %d: %+v", res.Stored, res.Duplicates, c.stored, c.dupes, res)
+			}
+		})
+	}
+	_, body := roomtest.Journal(t, "run-twice", "cap-twice", 6)
+	dir := roomtest.CapsuleDir(t, "run-twice", "cap-twice", body)
+	cl := client.New(e.Connect(), client.Options{})
+	for i := range 2 {
+		res, err := client.ShipCapsule(ctx, cl, dir, "room:dup", client.ShipOptions{})
+		if err != nil || res.Refused != nil || res.Stored+res.Skipped != 6 {
+			t.Fatalf("ship %d of a whole journal: %+v %v", i+1, res, err)
+		}
+	}
+}
