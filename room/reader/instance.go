@@ -152,16 +152,25 @@ func InstanceRecords(ctx context.Context, nc *nats.Conn, o InstanceOptions) (*In
 	if listErr != nil {
 		return nil, listErr
 	}
-	seen := map[uint64]bool{}
-	for _, r := range slices.Concat(pages...) {
-		switch {
-		case r.err != nil:
+	// A record is judged once per marker that names it: a marker written
+	// around the gate (another position, say) can fail where the gate's
+	// verified it. A record one marker verified is served and not set
+	// aside; one no marker verified is set aside once.
+	all := slices.Concat(pages...)
+	served, aside := map[uint64]bool{}, map[uint64]bool{}
+	for _, r := range all {
+		if r.err != nil {
 			return nil, r.err
-		case r.aside != nil:
-			out.SetAside = append(out.SetAside, *r.aside)
-		case r.rec != nil && !seen[r.rec.StreamSeq]:
-			seen[r.rec.StreamSeq] = true
+		}
+		if r.rec != nil && !served[r.rec.StreamSeq] {
+			served[r.rec.StreamSeq] = true
 			out.Records = append(out.Records, *r.rec)
+		}
+	}
+	for _, r := range all {
+		if r.aside != nil && !served[r.aside.Seq] && !aside[r.aside.Seq] {
+			aside[r.aside.Seq] = true
+			out.SetAside = append(out.SetAside, *r.aside)
 		}
 	}
 	sort.Slice(out.Records, func(i, j int) bool { return out.Records[i].StreamSeq < out.Records[j].StreamSeq })

@@ -146,3 +146,31 @@ func TestInstanceRecordsMatchTheAudit(t *testing.T) {
 		}
 	}
 }
+
+// TestInstanceForgedPositionMarker: an instance marker written around the
+// gate that names a genuine record at another position fails its
+// attestation check, but the gate's own marker verified the record: it is
+// served once and not also set aside (it was both, and evidence counted a
+// checkpoint_mismatch for a record it printed).
+func TestInstanceForgedPositionMarker(t *testing.T) {
+	e := roomtest.NewEnvMarked(t, embedded.Options{})
+	pub := roomtest.NewPublisherKey(t)
+	g := roomtest.AttestingGate(e, e.Connect(), pub, nil, ingest.GateOptions{})
+	a := e.Sign(roomtest.ReferenceRecord(t, "verified.json"), map[string]any{"room/id": "room:p"})
+	r := g.AppendRecord(t.Context(), a.Canonical())
+	if r.Item.Outcome != room.OutcomeStored {
+		t.Fatalf("%+v", r.Item)
+	}
+	env, _ := a.EnvironmentRef()
+	var s room.Subjects
+	pos, next := uint64(9), e.State().LastSeq+1
+	roomtest.PublishRaw(t, e.Js, s.Marker("room:p", room.MarkInstance, env),
+		room.Marker{Record: a.ContentDigest(), Offset: next - r.Item.StreamSeq, Position: &pos}.Encode())
+	rep, err := reader.InstanceRecords(t.Context(), e.Nc, reader.InstanceOptions{Room: "room:p", Instance: env, Validator: e.V, Trust: roomtest.Trusting(t, pub)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(rep.Records) != 1 || rep.Records[0].StreamSeq != r.Item.StreamSeq || len(rep.SetAside) != 0 {
+		t.Fatalf("records %+v, set aside %+v: want the record at stream seq %d alone", rep.Records, rep.SetAside, r.Item.StreamSeq)
+	}
+}
