@@ -202,12 +202,47 @@ func unmarkedRooms(ctx context.Context, nc *nats.Conn, o InstanceOptions) ([]str
 		if err != nil {
 			continue
 		}
-		if formats[o.Subjects.Marker(p.RoomID, room.MarkFormat, "")] == 0 {
+		fsubj := o.Subjects.Marker(p.RoomID, room.MarkFormat, "")
+		marked := false
+		if formats[fsubj] > 0 {
+			if marked, err = formatMarked(ctx, nc, o, subj, fsubj); err != nil {
+				return nil, err
+			}
+		}
+		if !marked {
 			out = append(out, p.RoomID)
 		}
 	}
 	sort.Strings(out)
 	return out, nil
+}
+
+// formatMarked reports whether the format subject fsubj holds the room's
+// format marker: one naming the room's first record (on execSubj), with
+// which the gate stores it (docs/design.md, "Record markers"). Anything
+// else there was written around the gate: a room stored before markers
+// (whose records have none) must still be read whole, not through the
+// instance markers it lacks.
+func formatMarked(ctx context.Context, nc *nats.Conn, o InstanceOptions, execSubj, fsubj string) (bool, error) {
+	get := func(seq uint64, subj string) (*jsapi.Msg, error) {
+		gctx, cancel := context.WithTimeout(ctx, o.Timeout)
+		defer cancel()
+		return jsapi.DirectGet(gctx, nc, o.Stream, map[string]any{"seq": seq, "next_by_subj": subj})
+	}
+	first, err := get(1, execSubj)
+	if err != nil || first == nil {
+		return false, err
+	}
+	for seq := uint64(1); ; {
+		m, err := get(seq, fsubj)
+		if err != nil || m == nil {
+			return false, err
+		}
+		if mk, err := room.ParseMarker(m.Data); err == nil && mk.RecordSeq(m.Seq) == first.Seq {
+			return true, nil
+		}
+		seq = m.Seq + 1
+	}
 }
 
 // instanceMarkers reads the instance's markers, in stream order, in

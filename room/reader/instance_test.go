@@ -174,3 +174,41 @@ func TestInstanceForgedPositionMarker(t *testing.T) {
 		t.Fatalf("records %+v, set aside %+v: want the record at stream seq %d alone", rep.Records, rep.SetAside, r.Item.StreamSeq)
 	}
 }
+
+// TestInstanceForgedFormatMarker: a room whose records were stored before
+// markers keeps being read whole by evidence when a message written
+// around the gate lands on its format subject (junk, or a marker naming
+// another record): its record of the instance is still found. Without the
+// check it was read through instance markers it does not have, and its
+// records vanished from evidence (exit 0, nothing set aside).
+func TestInstanceForgedFormatMarker(t *testing.T) {
+	e := roomtest.NewEnvMarked(t, embedded.Options{})
+	const old, instA = "room:old", "environment:a"
+	rec := roomtest.RecordIn(t, e.Key, old, "a-old", map[string]any{"environment/ref": instA, "evidence": roomtest.EvidenceOn(instA, 1)})
+	seq := roomtest.PublishRaw(t, e.Js, "rooms.old.exec", rec.Canonical())
+	rec2 := roomtest.RecordIn(t, e.Key, old, "a-old-2", map[string]any{"environment/ref": instA, "evidence": roomtest.EvidenceOn(instA, 1)})
+	roomtest.PublishRaw(t, e.Js, "rooms.old.exec", rec2.Canonical())
+	count := func() int {
+		t.Helper()
+		place, err := reader.OpenLayout(t.Context(), e.Js, room.Layout{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ev, err := reader.InstanceEvidence(t.Context(), e.Nc, e.Js, reader.EvidenceOptions{Instance: instA, Audit: reader.AuditOptions{Validator: e.V}}, place)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return len(ev.Records)
+	}
+	if n := count(); n != 2 {
+		t.Fatalf("before: %d records, want 2", n)
+	}
+	var s room.Subjects
+	fsubj := s.Marker(old, room.MarkFormat, "")
+	roomtest.PublishRaw(t, e.Js, fsubj, []byte("x"))
+	next := e.State().LastSeq + 1
+	roomtest.PublishRaw(t, e.Js, fsubj, room.Marker{Record: rec2.ContentDigest(), Offset: next - seq - 1}.Encode()) // names the second record
+	if n := count(); n != 2 {
+		t.Fatalf("after messages written around the gate on the format subject: evidence finds %d records of %s, want 2", n, instA)
+	}
+}
