@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -153,6 +154,10 @@ func Follow(ctx context.Context, js jetstream.JetStream, o FollowOptions, handle
 	if err != nil {
 		cancel()
 		return fmt.Errorf("stream %s: %w", name, err)
+	}
+	if err := sameRooms(cctx, st, o.Durable, filters(o.Subjects, o.Rooms), o.Subjects.All()); err != nil {
+		cancel()
+		return err
 	}
 	cons, err := st.CreateOrUpdateConsumer(cctx, jetstream.ConsumerConfig{
 		Durable:        o.Durable,
@@ -707,4 +712,39 @@ func (w *followWitness) step(ctx context.Context, js jetstream.JetStream, r *Rea
 		}
 	}
 	return w.err
+}
+
+// sameRooms refuses to resume durable with filters that take in messages
+// its earlier runs did not: its acknowledgement floor is a stream
+// sequence, so the earlier messages of a room added to it would lie below
+// the floor and never reach the handler (rebuilt as state only, without a
+// word). Fewer rooms, or the same, resume; all (the whole stream, all)
+// takes in every filter. A durable not made yet has nothing to skip.
+func sameRooms(ctx context.Context, st jetstream.Stream, durable string, want []string, all string) error {
+	c, err := st.Consumer(ctx, durable)
+	if errors.Is(err, jetstream.ErrConsumerNotFound) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("consumer %s: %w", durable, err)
+	}
+	cfg := c.CachedInfo().Config
+	had := cfg.FilterSubjects
+	if cfg.FilterSubject != "" {
+		had = append(had, cfg.FilterSubject)
+	}
+	if len(had) == 0 || slices.Contains(had, all) {
+		return nil
+	}
+	var added []string
+	for _, f := range want {
+		if !slices.Contains(had, f) {
+			added = append(added, f)
+		}
+	}
+	if len(added) > 0 {
+		return fmt.Errorf("%w: durable %s follows %s; this run would add %s, whose messages below the durable's acknowledgement floor would never be handed out: follow them with a new --durable (or delete the consumer to start it over)",
+			ErrReader, durable, strings.Join(had, ", "), strings.Join(added, ", "))
+	}
+	return nil
 }

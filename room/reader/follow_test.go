@@ -1,9 +1,12 @@
 package reader_test
 
 import (
+	"context"
 	"errors"
 	"slices"
+	"strings"
 	"testing"
+	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -239,5 +242,50 @@ func TestFollowLiveAndRebuild(t *testing.T) {
 	}
 	if err := reader.Follow(t.Context(), e.Js, reader.FollowOptions{Validator: e.V}, nil); err == nil {
 		t.Error("Follow without a durable name did not fail")
+	}
+}
+
+// TestFollowDurableAddedRoomRefused: a durable resumed with a room its
+// earlier runs did not follow is refused, naming the room: the durable's
+// acknowledgement floor is a stream sequence, so the added room's earlier
+// messages would never reach the handler (they were rebuilt as state
+// only, without a word). The same rooms, or fewer, resume; a new durable
+// follows the added room from its start.
+func TestFollowDurableAddedRoomRefused(t *testing.T) {
+	e := roomtest.NewEnv(t)
+	_, bodyB := roomtest.Journal(t, "run-b", "cap-b", 2)
+	if r := e.ShipJournal("room:b", bodyB); r.Stored != 2 {
+		t.Fatalf("ship b: %+v", r)
+	}
+	_, bodyA := roomtest.Journal(t, "run-a", "cap-a", 2)
+	if r := e.ShipJournal("room:a", bodyA); r.Stored != 2 {
+		t.Fatalf("ship a: %+v", r)
+	}
+	f := roomtest.StartFollow(t, e.Js, reader.FollowOptions{Durable: "d", Rooms: []string{"room:a"}, Validator: e.V}, nil)
+	f.WaitSeen(t, 2)
+	if err := f.Stop(t); err != nil {
+		t.Fatal(err)
+	}
+	err := reader.Follow(t.Context(), e.Js, reader.FollowOptions{Durable: "d", Rooms: []string{"room:a", "room:b"}, Validator: e.V}, func(context.Context, *reader.Event) error { return nil })
+	if !errors.Is(err, reader.ErrReader) || !strings.Contains(err.Error(), "this run would add rooms.b.>") {
+		t.Fatalf("resumed with an added room: %v", err)
+	}
+	ready := make(chan uint64, 1)
+	f = roomtest.StartFollow(t, e.Js, reader.FollowOptions{Durable: "d", Rooms: []string{"room:a"}, Validator: e.V, Ready: func(floor uint64) { ready <- floor }}, nil)
+	select {
+	case floor := <-ready:
+		if floor != 4 {
+			t.Errorf("resumed at %d, want 4", floor)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the resumed durable is not ready after 10s")
+	}
+	if err := f.Stop(t); err != nil || len(f.Events) != 0 {
+		t.Fatalf("resumed with the same room: %v, %d events again", err, len(f.Events))
+	}
+	f = roomtest.StartFollow(t, e.Js, reader.FollowOptions{Durable: "d2", Rooms: []string{"room:a", "room:b"}, Validator: e.V}, nil)
+	f.WaitSeen(t, 4)
+	if err := f.Stop(t); err != nil || !slices.Equal(f.EventSeqs(), roomtest.SeqRange(1, 4)) {
+		t.Fatalf("a new durable: %v, events %v", err, f.EventSeqs())
 	}
 }
