@@ -4,10 +4,12 @@ import (
 	"bytes"
 	"cmp"
 	"context"
+	"encoding/base64"
 	"errors"
 	"fmt"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -306,6 +308,25 @@ func (c *Checkpointer) signDeployment(ctx context.Context, d *deployment) error 
 	if d.cosigner != nil {
 		signed = c.cosign(ctx, d, signed, size)
 	}
+	d.mu.Lock()
+	latest := d.latest
+	d.mu.Unlock()
+	if latest != nil && latest.Size == size && latest.Root == root {
+		// A round run again for the checkpoint the log holds: what it
+		// stores keeps every cosignature the stored one has, and adds
+		// the new witnesses'. A round that adds none stores nothing (a
+		// copy with fewer would lose a quorum the log had, for the tiles'
+		// /checkpoint and whoever takes the newest of a size; one with
+		// the same is noise, every retry while a witness is down).
+		merged, added := mergeCosignatures(latest.Note, signed)
+		if added == 0 {
+			d.mu.Lock()
+			d.signedAt = time.Now()
+			d.mu.Unlock()
+			return nil
+		}
+		signed = merged
+	}
 	msg := &nats.Msg{Subject: d.log.Checkpoint(), Data: signed, Header: nats.Header{}}
 	msg.Header.Set(jetstream.ExpectedLastSubjSeqHeader, strconv.FormatUint(expect, 10))
 	pctx, cancel := jsapi.WithDefaultTimeout(ctx, room.DefaultTimeout)
@@ -319,6 +340,55 @@ func (c *Checkpointer) signDeployment(ctx context.Context, d *deployment) error 
 	}
 	c.m.deploymentCheckpoints.Inc()
 	return c.readDeployment(ctx, d)
+}
+
+// mergeCosignatures returns stored (a signed note) with the signature
+// lines of fresh (a signed note of the same text) that name a key stored
+// has no line of, and how many it added. A signature line is "— NAME
+// BASE64", whose decoded signature starts with the key's 4-byte hash
+// (C2SP signed-note): a key is its name and hash. The text must be the
+// same; otherwise fresh is returned whole, as added.
+func mergeCosignatures(stored, fresh []byte) ([]byte, int) {
+	split := func(n []byte) ([]byte, []string, bool) {
+		i := bytes.Index(n, []byte("\n\n"))
+		if i < 0 {
+			return nil, nil, false
+		}
+		return n[:i+1], strings.SplitAfter(string(n[i+2:]), "\n"), true
+	}
+	keyOf := func(line string) string {
+		f := strings.Fields(strings.TrimPrefix(line, "— "))
+		if len(f) != 2 {
+			return line
+		}
+		sig, err := base64.StdEncoding.DecodeString(f[1])
+		if err != nil || len(sig) < 4 {
+			return line
+		}
+		return f[0] + "\x00" + string(sig[:4])
+	}
+	st, sl, ok1 := split(stored)
+	ft, fl, ok2 := split(fresh)
+	if !ok1 || !ok2 || !bytes.Equal(st, ft) {
+		return fresh, 1
+	}
+	have := map[string]bool{}
+	out := append(bytes.Clone(st), '\n')
+	for _, l := range sl {
+		if l != "" {
+			have[keyOf(l)] = true
+			out = append(out, l...)
+		}
+	}
+	added := 0
+	for _, l := range fl {
+		if l != "" && !have[keyOf(l)] {
+			have[keyOf(l)] = true
+			out = append(out, l...)
+			added++
+		}
+	}
+	return out, added
 }
 
 // cosign runs one witness round on signed and returns it with every

@@ -357,3 +357,53 @@ func TestDeploymentLogGuards(t *testing.T) {
 		t.Fatalf("the log deleted: %v", err)
 	}
 }
+
+// TestDeploymentRetryKeepsCosignatures: a witness round run again for the
+// checkpoint the log holds (a witness was missing) stores nothing while
+// it adds no cosignature: it stored, every retry, a copy with only that
+// round's, so with every witness down the newest checkpoint of the size
+// lost the quorum the log had (the tiles' /checkpoint serves the newest)
+// and the log grew by one copy a retry. A witness back from its outage
+// adds its cosignature to those the stored one has.
+func TestDeploymentRetryKeepsCosignatures(t *testing.T) {
+	e := roomtest.NewEnv(t)
+	ctx := context.Background()
+	key := roomtest.NewPublisherKey(t)
+	ws, wws := roomtest.StartWitnesses(t, 2, key)
+	opts := checkpointer.Options{Key: key, Origin: tDeployment, Every: 5, Interval: time.Hour,
+		Deployment: checkpointer.DeploymentOptions{Interval: 100 * time.Millisecond, Witnesses: wws}}
+	ckp, _ := roomtest.StartCheckpointer(t, e.Connect(), opts)
+	gate := roomtest.AttestingGate(e, e.Nc, key, ckp, ingest.GateOptions{})
+	logV, err := note.NewVerifier(roomtest.DeploymentVKey(t, key))
+	if err != nil {
+		t.Fatal(err)
+	}
+	p1, p2 := roomtest.Policy(t, wws, 1), roomtest.Policy(t, wws, 2)
+	ws[1].Stop()
+	es, _ := roomtest.Journal(t, "run-r", "cap-r", 5)
+	if _, err := gate.AppendJournal(ctx, "room:rr", roomtest.Lines(es), nil); err != nil {
+		t.Fatal(err)
+	}
+	roomtest.WaitFor(t, 20*time.Second, "a checkpoint cosigned by witness 0", func() bool {
+		_, ck := deploymentLog(t, e)
+		return len(ck) > 0 && checkOK(p1, ck[len(ck)-1].Data, logV)
+	})
+	_, before := deploymentLog(t, e)
+	ws[0].Stop()
+	time.Sleep(2 * time.Second) // four retry rounds (5 intervals each)
+	_, after := deploymentLog(t, e)
+	if len(after) != len(before) || !checkOK(p1, after[len(after)-1].Data, logV) {
+		t.Fatalf("with every witness down: %d deployment checkpoints (%d before), the newest cosigned by one witness: %v\n%s",
+			len(after), len(before), checkOK(p1, after[len(after)-1].Data, logV), after[len(after)-1].Data)
+	}
+	ws[1].Start()
+	roomtest.WaitFor(t, 20*time.Second, "the checkpoint cosigned by both witnesses", func() bool {
+		_, ck := deploymentLog(t, e)
+		return checkOK(p2, ck[len(ck)-1].Data, logV)
+	})
+}
+
+func checkOK(p *witness.Policy, data []byte, v note.Verifier) bool {
+	_, err := p.Check(data, v)
+	return err == nil
+}
