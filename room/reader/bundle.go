@@ -311,7 +311,7 @@ func VerifyEvidence(bundle []byte, t *checkpoint.Trust, p *witness.Policy) (*Ver
 	}
 	v.DeploymentIndex, v.DeploymentSize = e.DeploymentProof.Index, d.Size
 
-	cosigners, err := p.CheckWith(d.Note, t.OriginVerifiers())
+	cosigners, err := p.CheckWith(d.Note, deploymentVerifiers(p, t))
 	if err != nil {
 		code := events.CheckpointMismatch
 		var qe *witness.QuorumError

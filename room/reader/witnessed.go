@@ -7,6 +7,7 @@ import (
 	"slices"
 
 	"github.com/nats-io/nats.go/jetstream"
+	"golang.org/x/mod/sumdb/note"
 
 	"github.com/roompub/roompub/checkpoint"
 	"github.com/roompub/roompub/events"
@@ -26,6 +27,27 @@ import (
 type Witnessing struct {
 	Policy *witness.Policy
 	Log    room.DeploymentLog // the deployment log's stream; zero: the defaults
+}
+
+// deploymentVerifiers are the keys a deployment checkpoint may be signed
+// by under policy p: the trusted publishers under the deployment origin,
+// and of those, when the policy names the log's keys (C2SP tlog-policy
+// "log" lines), only the ones it names. A policy pins the log's key: a
+// checkpoint of another trusted publisher (a fill node, a rotated key) is
+// not the log the witnesses were asked about.
+func deploymentVerifiers(p *witness.Policy, t *checkpoint.Trust) note.Verifiers {
+	all := t.OriginVerifiers()
+	logs := p.Logs()
+	if len(logs) == 0 {
+		return all
+	}
+	var pinned []note.Verifier
+	for _, l := range logs {
+		if v, err := all.Verifier(l.Name(), l.KeyHash()); err == nil {
+			pinned = append(pinned, v)
+		}
+	}
+	return note.VerifierList(pinned...)
 }
 
 // WitnessFacts is what an audit verified of the deployment log.
@@ -172,7 +194,7 @@ func (d *deploymentView) checkpoint(m jsapi.Msg) {
 		return
 	}
 	d.facts.Checkpoints++
-	cosigners, qerr := d.w.Policy.CheckWith(m.Data, d.trust.OriginVerifiers())
+	cosigners, qerr := d.w.Policy.CheckWith(m.Data, deploymentVerifiers(d.w.Policy, d.trust))
 	wc := &WitnessedCheckpoint{Size: ck.Size, Root: hexRoot(ck.Root), Seq: m.Seq, Cosigners: cosigners}
 	d.latest, d.facts.Latest = ck, wc
 	if qerr == nil {
