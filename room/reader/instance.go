@@ -305,10 +305,15 @@ func instanceRecord(ctx context.Context, g *jsapi.Getter, o InstanceOptions, dec
 	rec, err := o.Validator.StoredRecord(rm.Data, events.Location{Seq: seq}, p.RoomID)
 	var ref *events.Refusal
 	switch {
+	case rec == nil || !mk.Names(rec, room.MarkInstance, o.Instance):
+		// Not the record the marker says (another's, another instance's,
+		// or none that parses): the marker is no record's, and nothing of
+		// another instance is set aside as this one's.
+		return nil, nil, nil
 	case errors.As(err, &ref):
 		return aside(ref.Problems)
-	case err != nil || !mk.Names(rec, room.MarkInstance, o.Instance):
-		return nil, nil, nil // not the record the marker says: the marker is no record's
+	case err != nil:
+		return nil, nil, nil
 	}
 	if problems, err := heldBy(ctx, g, o, decisions, rec, mk.Record, seq, batch); err != nil || len(problems) > 0 {
 		if err != nil {

@@ -212,3 +212,33 @@ func TestInstanceForgedFormatMarker(t *testing.T) {
 		t.Fatalf("after messages written around the gate on the format subject: evidence finds %d records of %s, want 2", n, instA)
 	}
 }
+
+// TestInstanceRefusedRecordOfAnother: a marker written on instance A's
+// subject that names a refused record of instance B (an untrusted host)
+// sets nothing aside as A's: it was counted among A's set-aside records,
+// nothing of B's may be filed under A. The same marker on B's subject,
+// naming that record by its digest, sets it aside there.
+func TestInstanceRefusedRecordOfAnother(t *testing.T) {
+	e := roomtest.NewEnvMarked(t, embedded.Options{})
+	const lab, instA, instB = "room:lab", "environment:a", "environment:b"
+	other := roomtest.NewHostKey(t) // not trusted by e.V
+	recB := roomtest.RecordIn(t, other, lab, "b-1", map[string]any{"environment/ref": instB, "evidence": roomtest.EvidenceOn(instB, 1)})
+	seq := roomtest.PublishRaw(t, e.Js, "rooms.lab.exec", recB.Canonical())
+	var s room.Subjects
+	pos := uint64(0)
+	for _, inst := range []string{instA, instB} {
+		roomtest.PublishRaw(t, e.Js, s.Marker(lab, room.MarkInstance, inst), room.Marker{Record: recB.ContentDigest(), Offset: e.State().LastSeq + 1 - seq, Position: &pos}.Encode())
+	}
+	for _, c := range []struct {
+		inst  string
+		aside int
+	}{{instA, 0}, {instB, 1}} {
+		rep, err := reader.InstanceRecords(t.Context(), e.Nc, reader.InstanceOptions{Instance: c.inst, Validator: e.V})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(rep.Records) != 0 || len(rep.SetAside) != c.aside || (c.aside == 1 && rep.SetAside[0].Seq != seq) {
+			t.Errorf("instance %s: records %d, set aside %+v; want none served and %d set aside (the record at %d is %s's)", c.inst, len(rep.Records), rep.SetAside, c.aside, seq, instB)
+		}
+	}
+}
