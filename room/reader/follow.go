@@ -102,7 +102,10 @@ type FollowOptions struct {
 // Handler receives verified events in stream order. Returning nil
 // acknowledges the event: it is never delivered again, also not after a
 // restart. Returning an error stops Follow without acknowledging it, so
-// it is delivered again on the next start.
+// it is delivered again on the next start; Follow returns it (wrapped in
+// ErrHandler), unless Follow's context is done and the error is the
+// context's (a handler that honours the context it is given): that is a
+// stop, and Follow returns nil.
 type Handler func(context.Context, *Event) error
 
 // ErrHandler wraps the error a Handler returned.
@@ -458,6 +461,13 @@ func Follow(ctx context.Context, js jetstream.JetStream, o FollowOptions, handle
 		default:
 			if err := handle(ctx, ev); err != nil {
 				_ = w.msg.Nak()
+				if ctx.Err() != nil && errors.Is(err, ctx.Err()) {
+					// A handler that gave up because Follow was
+					// stopped: a stop, not a failure; the event is
+					// delivered again on the next start.
+					herr = errStopped
+					return
+				}
 				herr = fmt.Errorf("%w: stream seq %d: %w", ErrHandler, w.seq, err)
 				return
 			}

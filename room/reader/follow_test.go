@@ -289,3 +289,33 @@ func TestFollowDurableAddedRoomRefused(t *testing.T) {
 		t.Fatalf("a new durable: %v, events %v", err, f.EventSeqs())
 	}
 }
+
+// TestFollowStopMidHandler: Follow stopped while its handler runs, the
+// handler returning its context's error, returns nil (it returned
+// "handler: stream seq 2: context canceled"), and the event is delivered
+// again on the next start, then acknowledged.
+func TestFollowStopMidHandler(t *testing.T) {
+	e := roomtest.NewEnv(t)
+	_, body := roomtest.Journal(t, "run-h", "cap-h", 3)
+	if r := e.ShipJournal("room:h", body); r.Stored != 3 {
+		t.Fatalf("ship: %+v", r)
+	}
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	err := reader.Follow(ctx, e.Js, reader.FollowOptions{Durable: "h", Validator: e.V}, func(hctx context.Context, ev *reader.Event) error {
+		if ev.Seq == 2 {
+			cancel() // SIGTERM while this event is handled
+			<-hctx.Done()
+			return hctx.Err()
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatalf("Follow stopped by its context returned %v, want nil", err)
+	}
+	f := roomtest.StartFollow(t, e.Js, reader.FollowOptions{Durable: "h", Validator: e.V}, nil)
+	f.WaitSeen(t, 2) // stream seqs 2 and 3: 1 was acknowledged
+	if err := f.Stop(t); err != nil || !slices.Equal(f.EventSeqs(), []uint64{2, 3}) {
+		t.Fatalf("the next start: %v, events %v, want 2 and 3", err, f.EventSeqs())
+	}
+}
