@@ -318,6 +318,9 @@ func audit(ctx context.Context, js jetstream.JetStream, o AuditOptions, tune aud
 	r := NewReader(o.Validator, o.Subjects)
 	r.evidence = nil // the report counts records; OnEvent callers keep what they need
 	r.Anchor = partial
+	if len(o.Rooms) > 0 {
+		r.chainHome = chainHomes(ctx, js.Conn(), name, o.Subjects, room.DefaultTimeout)
+	}
 	r.leafBounds = tune.leaves
 	r.onAside = tune.aside
 	defer r.closeLedgers()

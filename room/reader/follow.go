@@ -207,6 +207,9 @@ func Follow(ctx context.Context, js jetstream.JetStream, o FollowOptions, handle
 	}
 	r := NewReader(o.Validator, o.Subjects)
 	r.evidence = nil // no caller can reach it: per-record memory for nothing
+	if len(o.Rooms) > 0 {
+		r.chainHome = chainHomes(ctx, js.Conn(), name, o.Subjects, room.DefaultTimeout)
+	}
 	defer r.closeLedgers()
 	r.trustPublishers(o.Trust)
 	if r.trust != nil {

@@ -319,3 +319,48 @@ func TestFollowStopMidHandler(t *testing.T) {
 		t.Fatalf("the next start: %v, events %v, want 2 and 3", err, f.EventSeqs())
 	}
 }
+
+// TestReaderOfOneRoomChainOfAnother: byte-for-byte copies of room:x's
+// chain written on room:y's subject around the gate (no trusted publisher,
+// so no attestation to fail) are set aside room_conflict by a reader of
+// room:y alone, as a whole-stream audit sets them aside: Follow and Audit
+// of room:y served them as room:y's. A reader of room:x alone serves its
+// chain.
+func TestReaderOfOneRoomChainOfAnother(t *testing.T) {
+	e := roomtest.NewEnvMarked(t, embedded.Options{})
+	es, body := roomtest.Journal(t, "run-m", "cap-m", 3)
+	if r := e.ShipJournal("room:x", body); r.Stored != 3 {
+		t.Fatalf("ship: %+v", r)
+	}
+	var s room.Subjects
+	key := events.ChainKey{RunID: "run-m", CapsuleID: "cap-m"}
+	for _, en := range es {
+		roomtest.PublishRaw(t, e.Js, s.Journal("room:y", key), en.Canonical())
+	}
+	for _, rooms := range [][]string{nil, {"room:y"}} {
+		rep, err := reader.Audit(t.Context(), e.Js, reader.AuditOptions{Validator: e.V, Rooms: rooms})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if rep.Totals.SetAside != 3 || rep.Totals.ByCode[events.RoomConflict] != 3 {
+			t.Errorf("audit of rooms %v: %d set aside %v, want 3 room_conflict", rooms, rep.Totals.SetAside, rep.Totals.ByCode)
+		}
+	}
+	f := roomtest.StartFollow(t, e.Js, reader.FollowOptions{Durable: "y", Rooms: []string{"room:y"}, Validator: e.V}, nil)
+	f.WaitSeen(t, 3)
+	err := f.Stop(t)
+	conflicts := 0
+	for _, a := range f.Asides {
+		if a.Code == events.RoomConflict {
+			conflicts++
+		}
+	}
+	if err != nil || len(f.Events) != 0 || conflicts != 3 || len(f.Asides) != 3 {
+		t.Fatalf("follow of room:y: %v, %d events, set aside %+v: want none served, 3 room_conflict", err, len(f.Events), f.Asides)
+	}
+	f = roomtest.StartFollow(t, e.Js, reader.FollowOptions{Durable: "x", Rooms: []string{"room:x"}, Validator: e.V}, nil)
+	f.WaitSeen(t, 3)
+	if err := f.Stop(t); err != nil || !slices.Equal(f.EventSeqs(), []uint64{1, 2, 3}) {
+		t.Fatalf("follow of room:x: %v, events %v", err, f.EventSeqs())
+	}
+}

@@ -132,6 +132,9 @@ type Reader struct {
 	// Anchor, when set, starts a chain at the first entry seen for it
 	// instead of at position 0: for audits that start mid-stream.
 	Anchor bool
+	// chainHome, when set (a reader of some rooms: chainHomes), names the
+	// room a chain met for the first time lives in; "" when unknown.
+	chainHome func(key events.ChainKey, roomID string) string
 
 	// Attestations and checkpoints (attested.go), for Audit and Follow: with trust set (at
 	// least one key), attestations and checkpoints are checked, each room
@@ -339,7 +342,13 @@ func (r *Reader) verifyEntry(x *prepared, full bool) (*Event, *SetAside) {
 	}
 	c := r.chains[key]
 	if c == nil {
-		c = &chainView{roomID: p.RoomID, cv: r.v.NewChain(nil), firstSeq: m.Seq}
+		home := p.RoomID
+		if r.chainHome != nil {
+			if h := r.chainHome(key, p.RoomID); h != "" {
+				home = h // another room's: every entry read here is room_conflict
+			}
+		}
+		c = &chainView{roomID: home, cv: r.v.NewChain(nil), firstSeq: m.Seq}
 		r.chains[key] = c
 	}
 	if c.roomID != p.RoomID {
