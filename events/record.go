@@ -126,7 +126,13 @@ func (r *Record) SigningPayload() []byte { return r.payload }
 // ContentDigest is "sha256:" + unpadded base64url SHA-256 of the canonical
 // bytes: the record's content identity, used for Nats-Msg-Id and for "the
 // same bytes again" (docs/design.md, "Identity, order and duplicates").
-func (r *Record) ContentDigest() string { return DigestPrefix + b64(sha256.Sum256(r.canonical)) }
+func (r *Record) ContentDigest() string { return ContentDigestOf(r.canonical) }
+
+// ContentDigestOf is the content digest of a record's RFC 8785 bytes, as
+// Record.ContentDigest gives it ("sha256:" and the unpadded base64url of
+// their SHA-256), without parsing them: of stored bytes, which are the
+// canonical form, it is the stored record's.
+func ContentDigestOf(canonical []byte) string { return DigestPrefix + b64(sha256.Sum256(canonical)) }
 
 // Str returns the string member key ("" if absent or not a string).
 func (r *Record) Str(key string) string {

@@ -92,6 +92,22 @@ func ParseMarker(data []byte) (Marker, error) {
 	return m, nil
 }
 
+// MaxBatchMarkers is the most markers a record's batch holds after it:
+// key, run, decision, instance and format.
+const MaxBatchMarkers = 5
+
+// FormatMarks reports whether the message data stored at seq is the
+// format marker of the room whose first record, stored at recordSeq, has
+// content digest digest: a marker naming that record, stored inside its
+// batch (at most MaxBatchMarkers messages after it). A message written
+// around the gate can name the record but cannot be stored inside a batch
+// stored before it, so it does not turn a room whose records predate
+// markers over to the markers' rules (docs/design.md, "Record markers").
+func FormatMarks(data []byte, seq, recordSeq uint64, digest string) bool {
+	m, err := ParseMarker(data)
+	return err == nil && m.Record == digest && m.RecordSeq(seq) == recordSeq && seq-recordSeq <= MaxBatchMarkers
+}
+
 // RecordSeq is the stream sequence of the record a marker stored at seq
 // names; 0 when the offset points before the stream's start.
 func (m Marker) RecordSeq(seq uint64) uint64 {

@@ -112,8 +112,8 @@ func (g *Gate) loadMarked(ctx context.Context, roomID string, r *roomState) (boo
 }
 
 // formatMarked reports whether roomID's format marker is stored: a
-// message on its format subject naming the room's first record, with
-// which the gate stores it. Anything else there was written around the
+// message on its format subject naming the room's first record, inside
+// its batch (room.FormatMarks), with which the gate stores it. Anything else there was written around the
 // gate, and must not turn a room whose records were stored before markers
 // (and so have none) over to the markers' rules, under which its keys and
 // runs would look free.
@@ -123,12 +123,15 @@ func (g *Gate) formatMarked(ctx context.Context, roomID string) (bool, error) {
 		return false, err
 	}
 	subj := g.subjects.Marker(roomID, room.MarkFormat, "")
+	digest := events.ContentDigestOf(firstRec.Data)
+	// The marker lies inside the first record's batch, so only the
+	// messages up to MaxBatchMarkers after it are read.
 	for seq := uint64(1); ; {
 		m, err := g.leaderMsg(ctx, map[string]any{"seq": seq, "next_by_subj": subj})
-		if err != nil || m == nil {
+		if err != nil || m == nil || m.Sequence > firstRec.Sequence+room.MaxBatchMarkers {
 			return false, err
 		}
-		if mk, err := room.ParseMarker(m.Data); err == nil && mk.RecordSeq(m.Sequence) == firstRec.Sequence {
+		if room.FormatMarks(m.Data, m.Sequence, firstRec.Sequence, digest) {
 			return true, nil
 		}
 		seq = m.Sequence + 1

@@ -251,15 +251,24 @@ func TestMarkedForgedFormatMarker(t *testing.T) {
 	if mk, err := room.ParseMarker(onFormat[1]); err != nil || mk.Record != a.ContentDigest() {
 		t.Fatalf("format marker %+v, %v", mk, err)
 	}
-	// An old room (no markers), then a forged format marker naming its
-	// record: a record with the old one's key is still refused.
+	// An old room (no markers), then format markers written around the
+	// gate naming its first record, by its digest and at the right
+	// offset, but after its batch: a record with the old one's key is
+	// still refused.
 	old := e.Sign(base, map[string]any{"room/id": "room:old"})
 	oldSeq := roomtest.PublishRaw(t, e.Js, "rooms.old.exec", old.Canonical())
-	fmSeq := e.State().LastSeq + 1
-	roomtest.PublishRaw(t, e.Js, s.Marker("room:old", room.MarkFormat, ""), room.Marker{Record: old.ContentDigest(), Offset: fmSeq - oldSeq + 1}.Encode())
-	g := e.NewGate(e.Connect())
-	b := e.Sign(base, map[string]any{"room/id": "room:old", "recorded-at": "2026-09-25T12:16:00Z"})
-	checkRefused(t, g.AppendRecord(t.Context(), b.Canonical()), events.IdempotencyConflict, events.RunConflict)
+	// Later messages of other rooms: a room stored before markers has
+	// its first record's neighbours taken long ago.
+	for range room.MaxBatchMarkers {
+		roomtest.PublishRaw(t, e.Js, "rooms.other.filler", []byte("x"))
+	}
+	for _, digest := range []string{"sha256:junk", old.ContentDigest()} {
+		fmSeq := e.State().LastSeq + 1
+		roomtest.PublishRaw(t, e.Js, s.Marker("room:old", room.MarkFormat, ""), room.Marker{Record: digest, Offset: fmSeq - oldSeq}.Encode())
+		g := e.NewGate(e.Connect())
+		b := e.Sign(base, map[string]any{"room/id": "room:old", "recorded-at": "2026-09-25T12:16:00Z"})
+		checkRefused(t, g.AppendRecord(t.Context(), b.Canonical()), events.IdempotencyConflict, events.RunConflict)
+	}
 }
 
 // TestMarkedForgedKeyMarkerCopy: a raw copy of a stored record and a key

@@ -218,8 +218,8 @@ func unmarkedRooms(ctx context.Context, nc *nats.Conn, o InstanceOptions) ([]str
 }
 
 // formatMarked reports whether the format subject fsubj holds the room's
-// format marker: one naming the room's first record (on execSubj), with
-// which the gate stores it (docs/design.md, "Record markers"). Anything
+// format marker: one naming the room's first record (on execSubj), inside
+// its batch (room.FormatMarks), with which the gate stores it (docs/design.md, "Record markers"). Anything
 // else there was written around the gate: a room stored before markers
 // (whose records have none) must still be read whole, not through the
 // instance markers it lacks.
@@ -233,12 +233,13 @@ func formatMarked(ctx context.Context, nc *nats.Conn, o InstanceOptions, execSub
 	if err != nil || first == nil {
 		return false, err
 	}
+	digest := events.ContentDigestOf(first.Data)
 	for seq := uint64(1); ; {
 		m, err := get(seq, fsubj)
-		if err != nil || m == nil {
+		if err != nil || m == nil || m.Seq > first.Seq+room.MaxBatchMarkers {
 			return false, err
 		}
-		if mk, err := room.ParseMarker(m.Data); err == nil && mk.RecordSeq(m.Seq) == first.Seq {
+		if room.FormatMarks(m.Data, m.Seq, first.Seq, digest) {
 			return true, nil
 		}
 		seq = m.Seq + 1

@@ -186,6 +186,9 @@ func TestInstanceForgedFormatMarker(t *testing.T) {
 	const old, instA = "room:old", "environment:a"
 	rec := roomtest.RecordIn(t, e.Key, old, "a-old", map[string]any{"environment/ref": instA, "evidence": roomtest.EvidenceOn(instA, 1)})
 	seq := roomtest.PublishRaw(t, e.Js, "rooms.old.exec", rec.Canonical())
+	for range room.MaxBatchMarkers { // the first record's neighbours, long taken
+		roomtest.PublishRaw(t, e.Js, "rooms.other.filler", []byte("x"))
+	}
 	rec2 := roomtest.RecordIn(t, e.Key, old, "a-old-2", map[string]any{"environment/ref": instA, "evidence": roomtest.EvidenceOn(instA, 1)})
 	roomtest.PublishRaw(t, e.Js, "rooms.old.exec", rec2.Canonical())
 	count := func() int {
@@ -208,6 +211,9 @@ func TestInstanceForgedFormatMarker(t *testing.T) {
 	roomtest.PublishRaw(t, e.Js, fsubj, []byte("x"))
 	next := e.State().LastSeq + 1
 	roomtest.PublishRaw(t, e.Js, fsubj, room.Marker{Record: rec2.ContentDigest(), Offset: next - seq - 1}.Encode()) // names the second record
+	// Naming the first record, by its digest and offset, after its batch.
+	next = e.State().LastSeq + 1
+	roomtest.PublishRaw(t, e.Js, fsubj, room.Marker{Record: rec.ContentDigest(), Offset: next - seq}.Encode())
 	if n := count(); n != 2 {
 		t.Fatalf("after messages written around the gate on the format subject: evidence finds %d records of %s, want 2", n, instA)
 	}
