@@ -448,17 +448,43 @@ func (r *journalRun) run() {
 	}
 }
 
-// resume positions cv at the chain as c has it.
+// resume positions cv at the chain as c has it: against its stored
+// metadata once it has entries (the chain's first entry is every
+// reader's reference: a capsule header may not replace it), against the
+// capsule header's before.
 func (r *journalRun) resume() {
 	c := r.c
 	r.cv = r.g.v.NewChain(nil)
-	if c.next > 0 || r.capsule != nil {
-		meta := c.meta
-		if r.capsule != nil {
-			meta = *r.capsule
-		}
-		r.cv.Resume(c.next, c.head, meta)
+	switch {
+	case c.next > 0:
+		r.cv.Resume(c.next, c.head, c.meta)
+	case r.capsule != nil:
+		r.cv.Resume(0, c.head, *r.capsule)
 	}
+}
+
+// capsuleProblems are the metadata_mismatch problems of a capsule header
+// (capsule.json) that differs from the metadata of chain c, which has
+// entries, at line i: publisher verify refuses such a capsule, and its
+// lines are checked against the chain's own.
+func capsuleProblems(capsule *events.CapsuleMeta, c *chainState, i int) []events.Problem {
+	if capsule == nil || c.next == 0 || *capsule == c.meta {
+		return nil
+	}
+	at := events.Location{Line: i + 1}
+	var out []events.Problem
+	for _, f := range [...]struct{ key, chain, capsule string }{
+		{"run_id", c.meta.RunID, capsule.RunID},
+		{"capsule_id", c.meta.CapsuleID, capsule.CapsuleID},
+		{"harness_version", c.meta.HarnessVersion, capsule.HarnessVersion},
+		{"task_family", c.meta.TaskFamily, capsule.TaskFamily},
+	} {
+		if f.chain != f.capsule {
+			out = append(out, events.Problem{Code: events.MetadataMismatch, At: at,
+				Reason: "capsule.json's " + f.key + " differs from the stored chain's entries", Expected: f.chain, Actual: f.capsule})
+		}
+	}
+	return out
 }
 
 // decide decides line i against the chain and the pending lines. Anything
@@ -547,6 +573,9 @@ func (r *journalRun) decide(i int, try *lineTry) (decision, room.ItemResult) {
 		// The entry rules ran in checkLines; CheckLineChecked adds the rest
 		// in CheckLine's order.
 		problems := r.cv.CheckLineChecked(e, r.lines[i].data, at, p.problems)
+		if cp := capsuleProblems(r.capsule, c, i); cp != nil {
+			problems = append(cp, problems...)
+		}
 		res := room.ItemResult{Index: i, Seq: &seq, Hash: e.EntryHash()}
 		if len(problems) > 0 && flushFirst {
 			return decFlush, room.ItemResult{}

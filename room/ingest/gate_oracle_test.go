@@ -119,15 +119,17 @@ func (g *Gate) oldAppendLine(ctx context.Context, roomID string, key events.Chai
 			return room.RefusedItem(idx, []events.Problem{{Code: events.RoomConflict, At: at,
 				Reason: fmt.Sprintf("the capsule's chain already lives in %q", c.roomID), Expected: c.roomID, Actual: roomID}})
 		}
-		meta := c.meta
-		if capsule != nil {
-			meta = *capsule
-		}
 		cv := g.v.NewChain(nil)
-		if c.next > 0 || capsule != nil {
-			cv.Resume(c.next, c.head, meta)
+		switch {
+		case c.next > 0:
+			cv.Resume(c.next, c.head, c.meta)
+		case capsule != nil:
+			cv.Resume(0, c.head, *capsule)
 		}
 		problems := cv.CheckLine(e, ln.data, at)
+		if cp := capsuleProblems(capsule, c, idx); cp != nil {
+			problems = append(cp, problems...)
+		}
 		res := room.ItemResult{Index: idx, Seq: &seq, Hash: e.EntryHash()}
 		if seq < c.next && onlyPosition(problems) {
 			stored, err := g.entryAt(ctx, c, key, seq)

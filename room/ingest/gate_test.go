@@ -280,6 +280,24 @@ func TestJournalCapsuleHeader(t *testing.T) {
 	if st := e.State(); st.Msgs != 3 {
 		t.Fatalf("stream holds %d messages, want 3", st.Msgs)
 	}
+	// The header and the line both say test/2: the chain's stored entries
+	// (every reader's reference) say test/1, so the line is refused, where
+	// the header took the chain's place and the line was stored for every
+	// reader to refuse.
+	evil := roomtest.Rebuilt(t, more[3], map[string]any{"harness_version": "test/2"})
+	r = room.JournalReply{}
+	if code := e.Request(roomtest.SubjJournal, hdr(bad), roomtest.Lines([]*events.Entry{evil}), &r); code != "" || r.Refused != 1 || r.Items[0].Code != events.MetadataMismatch ||
+		r.Items[0].Problems[0].Expected != "test/1" || r.Items[0].Problems[0].Actual != "test/2" {
+		t.Fatalf("header and line against the stored chain: %s %+v", code, r)
+	}
+	// The right header with a line that differs is refused as before.
+	r = room.JournalReply{}
+	if code := e.Request(roomtest.SubjJournal, hdr(good), roomtest.Lines([]*events.Entry{evil}), &r); code != "" || r.Refused != 1 || r.Items[0].Code != events.MetadataMismatch {
+		t.Fatalf("a line that differs from the stored chain: %s %+v", code, r)
+	}
+	if st := e.State(); st.Msgs != 3 {
+		t.Fatalf("stream holds %d messages, want 3", st.Msgs)
+	}
 }
 
 func TestJournalRoomConflictForkGap(t *testing.T) {
