@@ -6,7 +6,9 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"runtime"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -724,5 +726,27 @@ func TestGateWithoutDirectGet(t *testing.T) {
 	}
 	if h, err := fresh.Head(t.Context(), key); err != nil || h.Next != 6 || h.Head != es[5].EntryHash() || h.RoomID != "room:nd" {
 		t.Fatalf("head: %+v %v", h, err)
+	}
+}
+
+// TestJournalManyLinesRefusedBeforeSplit: a body of 1 MiB of newlines is
+// refused bad_request for its line count (1,048,576, at most
+// room.MaxBatchLines) before a line is made of it: it allocated 172 MB
+// (a 32-byte line each, and the slice's doublings) before the count was
+// checked, 164 times what the quota charges for the request.
+func TestJournalManyLinesRefusedBeforeSplit(t *testing.T) {
+	e := roomtest.NewEnv(t)
+	body := bytes.Repeat([]byte("\n"), 1<<20)
+	var before, after runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&before)
+	_, err := e.Gate.AppendJournal(t.Context(), "room:alpha", body, nil)
+	runtime.ReadMemStats(&after)
+	var ref *events.Refusal
+	if !errors.As(err, &ref) || ref.Code != events.BadRequest || !strings.Contains(ref.Reason, "the request holds 1048576 lines; at most") {
+		t.Fatalf("1 MiB of newlines: %v", err)
+	}
+	if n := after.TotalAlloc - before.TotalAlloc; n > 8<<20 {
+		t.Errorf("refusing it allocated %d bytes", n)
 	}
 }
