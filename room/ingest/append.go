@@ -355,7 +355,14 @@ type journalRun struct {
 // take more), and aheadPoll how often it reads the chain's head meanwhile.
 const defaultAheadWait = 5 * time.Second
 
-const aheadPoll = 5 * time.Millisecond
+// aheadPoll is the first wait between two reads of the chain's head;
+// each wait doubles, up to aheadPollMax: a request ahead lands in
+// milliseconds, and a hint that lies (a first line no request ahead will
+// reach) cost 900 reads of the stream leader in 5 s at a fixed 5 ms.
+const (
+	aheadPoll    = 5 * time.Millisecond
+	aheadPollMax = 250 * time.Millisecond
+)
 
 // awaitChain waits, up to the gate's ahead wait (defaultAheadWait), until the chain's next seq as the
 // stream leader has it reaches seq, the end of the request ahead of a
@@ -367,9 +374,13 @@ func (g *Gate) awaitChain(ctx context.Context, key events.ChainKey, seq int64) e
 	c := g.chain(key)
 	defer g.unchain(c)
 	until := time.Now().Add(time.Duration(g.aheadWait.Load()))
+	poll := aheadPoll
 	for attempt := 0; ; attempt++ {
-		if attempt > 1 && !jsapi.Sleep(ctx, aheadPoll) {
-			return ctx.Err()
+		if attempt > 1 {
+			if !jsapi.Sleep(ctx, poll) {
+				return ctx.Err()
+			}
+			poll = min(2*poll, aheadPollMax)
 		}
 		c.mu.Lock()
 		if attempt > 0 || !c.loaded {

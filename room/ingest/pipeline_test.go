@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -455,5 +456,31 @@ func TestGatePipelinedOutOfOrderRefused(t *testing.T) {
 	}
 	if n := e.CountOn(">"); n != 2 {
 		t.Fatalf("stream holds %d messages, want the 2 in order", n)
+	}
+}
+
+// TestGatePipelinedAheadPollsBackOff: a pipelined request whose hint lies
+// (no request ahead will bring the chain to its first line) waits the
+// whole ahead wait, reading the chain's head with waits that double from
+// 5 ms to 250 ms: about 30 reads of the stream leader in 5 s, where a
+// fixed 5 ms poll made one 442-byte request cost about 900.
+func TestGatePipelinedAheadPollsBackOff(t *testing.T) {
+	e := roomtest.NewEnv(t)
+	var gets atomic.Uint64
+	g := newGate(t, e, ingest.WithLeaderGets(ingest.GateOptions{Validator: e.V}, &gets))
+	svc, err := ingest.StartService(e.Nc, g, ingest.ServiceOptions{Prefix: "rv"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer svc.Stop()
+	es, _ := roomtest.Journal(t, "run-lie", "cap-lie", 8)
+	var r room.JournalReply
+	start := time.Now()
+	e.Request("rv.journal", nats.Header{room.HeaderRoom: {"room:lie"}, room.HeaderPipelined: {"6"}}, roomtest.Lines(es[7:]), &r)
+	if r.Ahead != 1 || time.Since(start) < 4*time.Second {
+		t.Fatalf("reply %+v after %s, want ahead after the 5 s wait", r, time.Since(start))
+	}
+	if n := gets.Load(); n > 60 {
+		t.Errorf("one request read the stream leader %d times in the ahead wait", n)
 	}
 }
