@@ -355,13 +355,17 @@ type journalRun struct {
 // take more), and aheadPoll how often it reads the chain's head meanwhile.
 const defaultAheadWait = 5 * time.Second
 
-// aheadPoll is the first wait between two reads of the chain's head;
-// each wait doubles, up to aheadPollMax: a request ahead lands in
-// milliseconds, and a hint that lies (a first line no request ahead will
-// reach) cost 900 reads of the stream leader in 5 s at a fixed 5 ms.
+// aheadPoll is the wait between two reads of the chain's head for the
+// first aheadPollFast of the wait, when the request ahead (through
+// another gate) usually lands; after that each wait doubles, up to
+// aheadPollMax. A hint that lies (a first line no request ahead will
+// reach) cost 900 reads of the stream leader in 5 s at a fixed 5 ms; a
+// request deep in a pipeline, waiting longest, still sees the one ahead
+// within aheadPollMax.
 const (
-	aheadPoll    = 5 * time.Millisecond
-	aheadPollMax = 250 * time.Millisecond
+	aheadPoll     = 5 * time.Millisecond
+	aheadPollFast = 100 * time.Millisecond
+	aheadPollMax  = 100 * time.Millisecond
 )
 
 // awaitChain waits, up to the gate's ahead wait (defaultAheadWait), until the chain's next seq as the
@@ -373,14 +377,17 @@ const (
 func (g *Gate) awaitChain(ctx context.Context, key events.ChainKey, seq int64) error {
 	c := g.chain(key)
 	defer g.unchain(c)
-	until := time.Now().Add(time.Duration(g.aheadWait.Load()))
+	began := time.Now()
+	until := began.Add(time.Duration(g.aheadWait.Load()))
 	poll := aheadPoll
 	for attempt := 0; ; attempt++ {
 		if attempt > 1 {
-			if !jsapi.Sleep(ctx, poll) {
+			if !jsapi.Sleep(ctx, max(0, min(poll, time.Until(until)))) {
 				return ctx.Err()
 			}
-			poll = min(2*poll, aheadPollMax)
+			if time.Since(began) >= aheadPollFast {
+				poll = min(2*poll, aheadPollMax)
+			}
 		}
 		c.mu.Lock()
 		if attempt > 0 || !c.loaded {
