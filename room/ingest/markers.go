@@ -126,7 +126,7 @@ func (g *Gate) formatMarked(ctx context.Context, roomID string) (bool, error) {
 	digest := events.ContentDigestOf(firstRec.Data)
 	// The marker lies inside the first record's batch, so only the
 	// messages up to MaxBatchMarkers after it are read.
-	for seq := uint64(1); ; {
+	for seq := firstRec.Sequence + 1; ; {
 		m, err := g.leaderMsg(ctx, map[string]any{"seq": seq, "next_by_subj": subj})
 		if err != nil || m == nil || m.Sequence > firstRec.Sequence+room.MaxBatchMarkers {
 			return false, err

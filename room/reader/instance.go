@@ -234,7 +234,7 @@ func formatMarked(ctx context.Context, nc *nats.Conn, o InstanceOptions, execSub
 		return false, err
 	}
 	digest := events.ContentDigestOf(first.Data)
-	for seq := uint64(1); ; {
+	for seq := first.Seq + 1; ; {
 		m, err := get(seq, fsubj)
 		if err != nil || m == nil || m.Seq > first.Seq+room.MaxBatchMarkers {
 			return false, err
