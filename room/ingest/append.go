@@ -56,7 +56,7 @@ type BatchObserver interface {
 // The gate stores the lines from body itself, without a copy: body must
 // not change until AppendJournal returns (it keeps no reference after).
 func (g *Gate) AppendJournal(ctx context.Context, roomID string, body []byte, capsule *events.CapsuleMeta) (room.JournalReply, error) {
-	t := g.ticket(body)
+	t := g.ticket(body, room.Anonymous)
 	defer t.done()
 	return g.appendJournal(ctx, roomID, room.Anonymous, body, capsule, t, -1)
 }
@@ -66,7 +66,7 @@ func (g *Gate) AppendJournal(ctx context.Context, roomID string, body []byte, ca
 // stored its first entry, and a request of another identity on it is
 // refused events.NotChainOwner (docs/secure-mode.md).
 func (g *Gate) AppendJournalAs(ctx context.Context, roomID, owner string, body []byte, capsule *events.CapsuleMeta) (room.JournalReply, error) {
-	t := g.ticket(body)
+	t := g.ticket(body, owner)
 	defer t.done()
 	return g.appendJournal(ctx, roomID, owner, body, capsule, t, -1)
 }

@@ -40,6 +40,12 @@ type orderTicket struct {
 	g   *Gate
 	key events.ChainKey
 	seq int64
+	// owner is the requester's identity token: a request waits for, and
+	// stalls, only the same identity's requests of the chain. A chain
+	// belongs to one identity, so another's request of it is refused
+	// not_chain_owner; it must not delay the owner's pipeline or stall
+	// it into resending.
+	owner string
 	// stalled: a request of this gate ahead of this one ended without
 	// storing all its lines, so the chain will not reach this one's first
 	// line by itself: awaitChain does not wait for it (Gate.orderMu).
@@ -84,14 +90,15 @@ func (t *orderTicket) idle(ctx context.Context, f func() error) error {
 func (t *orderTicket) releases() bool { return t == nil || t.slot == nil || t.holding }
 
 // ticket takes a ticket for the journal request body (the first line's
-// chain and seq); nil when the first line does not parse or has no seq.
-func (g *Gate) ticket(body []byte) *orderTicket {
+// chain and seq) of identity owner; nil when the first line does not
+// parse or has no seq.
+func (g *Gate) ticket(body []byte, owner string) *orderTicket {
 	first, _, _ := bytes.Cut(body, []byte{'\n'})
 	e, seq := events.LineSeq(first)
 	if e == nil {
 		return nil
 	}
-	t := &orderTicket{g: g, key: events.ChainKey{RunID: e.RunID(), CapsuleID: e.CapsuleID()}, seq: seq}
+	t := &orderTicket{g: g, key: events.ChainKey{RunID: e.RunID(), CapsuleID: e.CapsuleID()}, seq: seq, owner: owner}
 	g.orderMu.Lock()
 	defer g.orderMu.Unlock()
 	o := g.orders[t.key]
@@ -118,7 +125,7 @@ func (t *orderTicket) wait(ctx context.Context) error {
 		o := g.orders[t.key]
 		ahead := false
 		for _, h := range o.held {
-			if h.seq < t.seq {
+			if h.seq < t.seq && h.owner == t.owner {
 				ahead = true
 				break
 			}
@@ -169,7 +176,7 @@ func (t *orderTicket) stall() {
 	g.orderMu.Lock()
 	defer g.orderMu.Unlock()
 	for _, h := range g.orders[t.key].held {
-		if h.seq > t.seq {
+		if h.seq > t.seq && h.owner == t.owner {
 			h.stalled = true
 		}
 	}

@@ -255,7 +255,7 @@ func (s *Service) async(h func(micro.Request, *orderTicket), ordered bool) micro
 		s.mu.Unlock()
 		var t *orderTicket
 		if ordered {
-			t = s.gate.ticket(req.Data())
+			t = s.gate.ticket(req.Data(), token)
 		}
 		go func() {
 			defer func() {
