@@ -96,16 +96,36 @@ func ParseMarker(data []byte) (Marker, error) {
 // key, run, decision, instance and format.
 const MaxBatchMarkers = 5
 
-// FormatMarks reports whether the message data stored at seq is the
-// format marker of the room whose first record, stored at recordSeq, has
-// content digest digest: a marker naming that record, stored inside its
-// batch (at most MaxBatchMarkers messages after it). A message written
-// around the gate can name the record but cannot be stored inside a batch
-// stored before it, so it does not turn a room whose records predate
-// markers over to the markers' rules (docs/design.md, "Record markers").
-func FormatMarks(data []byte, seq, recordSeq uint64, digest string) bool {
-	m, err := ParseMarker(data)
-	return err == nil && m.Record == digest && m.RecordSeq(seq) == recordSeq && seq-recordSeq <= MaxBatchMarkers
+// NextMsg returns the first message on subject subj at stream seq or
+// after it (a direct get with next_by_subj): its sequence and data, ok
+// false when there is none.
+type NextMsg func(seq uint64, subj string) (at uint64, data []byte, ok bool, err error)
+
+// FormatMarked reports whether a room's format marker is stored: a
+// message on formatSubj naming the room's first record on recordsSubj by
+// its content digest (events.ContentDigestOf of the stored, canonical
+// bytes) and stored inside that record's batch, at most MaxBatchMarkers
+// messages after it. A message written around the gate can name the
+// record but cannot be stored inside a batch stored before it, so it
+// does not turn a room whose records predate markers over to the markers'
+// rules (docs/design.md, "Record markers"). Only the messages of that
+// window are read. The gate and evidence both decide with it.
+func FormatMarked(next NextMsg, recordsSubj, formatSubj string) (bool, error) {
+	first, data, ok, err := next(1, recordsSubj)
+	if err != nil || !ok {
+		return false, err
+	}
+	digest := events.ContentDigestOf(data)
+	for seq := first + 1; ; {
+		at, data, ok, err := next(seq, formatSubj)
+		if err != nil || !ok || at > first+MaxBatchMarkers {
+			return false, err
+		}
+		if m, err := ParseMarker(data); err == nil && m.Record == digest && m.RecordSeq(at) == first {
+			return true, nil
+		}
+		seq = at + 1
+	}
 }
 
 // RecordSeq is the stream sequence of the record a marker stored at seq

@@ -111,31 +111,19 @@ func (g *Gate) loadMarked(ctx context.Context, roomID string, r *roomState) (boo
 	}
 }
 
-// formatMarked reports whether roomID's format marker is stored: a
-// message on its format subject naming the room's first record, inside
-// its batch (room.FormatMarks), with which the gate stores it. Anything else there was written around the
-// gate, and must not turn a room whose records were stored before markers
-// (and so have none) over to the markers' rules, under which its keys and
-// runs would look free.
+// formatMarked reports whether roomID's format marker is stored
+// (room.FormatMarked, read from the stream leader). Anything else on the
+// subject was written around the gate, and must not turn a room whose
+// records were stored before markers (and so have none) over to the
+// markers' rules, under which its keys and runs would look free.
 func (g *Gate) formatMarked(ctx context.Context, roomID string) (bool, error) {
-	firstRec, err := g.leaderMsg(ctx, map[string]any{"seq": 1, "next_by_subj": g.subjects.Records(roomID)})
-	if err != nil || firstRec == nil {
-		return false, err
-	}
-	subj := g.subjects.Marker(roomID, room.MarkFormat, "")
-	digest := events.ContentDigestOf(firstRec.Data)
-	// The marker lies inside the first record's batch, so only the
-	// messages up to MaxBatchMarkers after it are read.
-	for seq := firstRec.Sequence + 1; ; {
+	return room.FormatMarked(func(seq uint64, subj string) (uint64, []byte, bool, error) {
 		m, err := g.leaderMsg(ctx, map[string]any{"seq": seq, "next_by_subj": subj})
-		if err != nil || m == nil || m.Sequence > firstRec.Sequence+room.MaxBatchMarkers {
-			return false, err
+		if err != nil || m == nil {
+			return 0, nil, false, err
 		}
-		if room.FormatMarks(m.Data, m.Sequence, firstRec.Sequence, digest) {
-			return true, nil
-		}
-		seq = m.Sequence + 1
-	}
+		return m.Sequence, m.Data, true, nil
+	}, g.subjects.Records(roomID), g.subjects.Marker(roomID, room.MarkFormat, ""))
 }
 
 func seqOf(m *jetstream.RawStreamMsg) uint64 {

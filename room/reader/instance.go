@@ -218,32 +218,20 @@ func unmarkedRooms(ctx context.Context, nc *nats.Conn, o InstanceOptions) ([]str
 }
 
 // formatMarked reports whether the format subject fsubj holds the room's
-// format marker: one naming the room's first record (on execSubj), inside
-// its batch (room.FormatMarks), with which the gate stores it (docs/design.md, "Record markers"). Anything
-// else there was written around the gate: a room stored before markers
-// (whose records have none) must still be read whole, not through the
-// instance markers it lacks.
+// format marker (room.FormatMarked, read by direct gets). Anything else
+// there was written around the gate: a room stored before markers (whose
+// records have none) must still be read whole, not through the instance
+// markers it lacks.
 func formatMarked(ctx context.Context, nc *nats.Conn, o InstanceOptions, execSubj, fsubj string) (bool, error) {
-	get := func(seq uint64, subj string) (*jsapi.Msg, error) {
+	return room.FormatMarked(func(seq uint64, subj string) (uint64, []byte, bool, error) {
 		gctx, cancel := context.WithTimeout(ctx, o.Timeout)
 		defer cancel()
-		return jsapi.DirectGet(gctx, nc, o.Stream, map[string]any{"seq": seq, "next_by_subj": subj})
-	}
-	first, err := get(1, execSubj)
-	if err != nil || first == nil {
-		return false, err
-	}
-	digest := events.ContentDigestOf(first.Data)
-	for seq := first.Seq + 1; ; {
-		m, err := get(seq, fsubj)
-		if err != nil || m == nil || m.Seq > first.Seq+room.MaxBatchMarkers {
-			return false, err
+		m, err := jsapi.DirectGet(gctx, nc, o.Stream, map[string]any{"seq": seq, "next_by_subj": subj})
+		if err != nil || m == nil {
+			return 0, nil, false, err
 		}
-		if room.FormatMarks(m.Data, m.Seq, first.Seq, digest) {
-			return true, nil
-		}
-		seq = m.Seq + 1
-	}
+		return m.Seq, m.Data, true, nil
+	}, execSubj, fsubj)
 }
 
 // instanceMarkers reads the instance's markers, in stream order, in
