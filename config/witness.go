@@ -99,19 +99,15 @@ func (w *WitnessPolicy) Policy(t *checkpoint.Trust) (*reader.Witnessing, *checkp
 			return nil, nil, fmt.Errorf("%w: --origin: %v", ErrInvalid, err)
 		}
 	}
-	if p != nil && len(p.Logs()) > 0 && t.Len() > 0 {
+	if p != nil && t.Len() > 0 {
 		// The policy's log lines pin the key that signs the deployment
 		// log; readers take only those of them that are trusted
-		// publishers (reader.Witnessing), so none would verify nothing.
-		trusted, named := t.OriginVerifiers(), []string{}
-		pinned := false
-		for _, l := range p.Logs() {
-			named = append(named, l.Name()+"+"+fmt.Sprintf("%08x", l.KeyHash()))
-			if _, err := trusted.Verifier(l.Name(), l.KeyHash()); err == nil {
-				pinned = true
+		// publishers, so none would verify nothing.
+		if _, pinned := reader.DeploymentLogKeys(p, t); !pinned {
+			var named []string
+			for _, l := range p.Logs() {
+				named = append(named, fmt.Sprintf("%s+%08x", l.Name(), l.KeyHash()))
 			}
-		}
-		if !pinned {
 			return nil, nil, fmt.Errorf("%w: --witness-policy %s: its log line names the key %s, which is none of the --trusted-publisher keys: the deployment log is signed by a trusted publisher, and the policy says which", ErrInvalid, w.WitnessPolicy, strings.Join(named, ", "))
 		}
 	}

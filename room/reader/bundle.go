@@ -311,7 +311,8 @@ func VerifyEvidence(bundle []byte, t *checkpoint.Trust, p *witness.Policy) (*Ver
 	}
 	v.DeploymentIndex, v.DeploymentSize = e.DeploymentProof.Index, d.Size
 
-	cosigners, err := p.CheckWith(d.Note, deploymentVerifiers(p, t))
+	keys, _ := DeploymentLogKeys(p, t)
+	cosigners, err := p.CheckWith(d.Note, keys)
 	if err != nil {
 		code := events.CheckpointMismatch
 		var qe *witness.QuorumError

@@ -29,25 +29,27 @@ type Witnessing struct {
 	Log    room.DeploymentLog // the deployment log's stream; zero: the defaults
 }
 
-// deploymentVerifiers are the keys a deployment checkpoint may be signed
-// by under policy p: the trusted publishers under the deployment origin,
-// and of those, when the policy names the log's keys (C2SP tlog-policy
-// "log" lines), only the ones it names. A policy pins the log's key: a
-// checkpoint of another trusted publisher (a fill node, a rotated key) is
-// not the log the witnesses were asked about.
-func deploymentVerifiers(p *witness.Policy, t *checkpoint.Trust) note.Verifiers {
+// DeploymentLogKeys are the keys a deployment checkpoint may be signed by
+// under policy p: the trusted publishers under the deployment origin
+// (t.OriginVerifiers), and of those, when the policy names the log's
+// keys (C2SP tlog-policy "log" lines), only the ones it names. A policy
+// pins the log's key: a checkpoint of another trusted publisher (a fill
+// node, a rotated key) is not the log the witnesses were asked about.
+// pinned is false when the policy names keys none of which is trusted:
+// then nothing verifies, and config refuses such a policy.
+func DeploymentLogKeys(p *witness.Policy, t *checkpoint.Trust) (keys note.Verifiers, pinned bool) {
 	all := t.OriginVerifiers()
 	logs := p.Logs()
 	if len(logs) == 0 {
-		return all
+		return all, true
 	}
-	var pinned []note.Verifier
+	var named []note.Verifier
 	for _, l := range logs {
 		if v, err := all.Verifier(l.Name(), l.KeyHash()); err == nil {
-			pinned = append(pinned, v)
+			named = append(named, v)
 		}
 	}
-	return note.VerifierList(pinned...)
+	return note.VerifierList(named...), len(named) > 0
 }
 
 // WitnessFacts is what an audit verified of the deployment log.
@@ -194,7 +196,8 @@ func (d *deploymentView) checkpoint(m jsapi.Msg) {
 		return
 	}
 	d.facts.Checkpoints++
-	cosigners, qerr := d.w.Policy.CheckWith(m.Data, deploymentVerifiers(d.w.Policy, d.trust))
+	keys, _ := DeploymentLogKeys(d.w.Policy, d.trust)
+	cosigners, qerr := d.w.Policy.CheckWith(m.Data, keys)
 	wc := &WitnessedCheckpoint{Size: ck.Size, Root: hexRoot(ck.Root), Seq: m.Seq, Cosigners: cosigners}
 	d.latest, d.facts.Latest = ck, wc
 	if qerr == nil {

@@ -11,12 +11,12 @@ import (
 	"github.com/roompub/roompub/witness"
 )
 
-// TestDeploymentVerifiersPinned: with a policy whose log line names key A,
+// TestDeploymentLogKeysPinned: with a policy whose log line names key A,
 // a deployment checkpoint signed by another trusted publisher B is not
 // the log the witnesses vouch for (CheckWith refuses it), and A's is; a
 // policy without log lines takes every trusted publisher under the
 // origin.
-func TestDeploymentVerifiersPinned(t *testing.T) {
+func TestDeploymentLogKeysPinned(t *testing.T) {
 	const origin = "evidence.example.org/roompub"
 	a, err := events.GenerateHostKey(rand.Reader)
 	if err != nil {
@@ -66,9 +66,10 @@ func TestDeploymentVerifiersPinned(t *testing.T) {
 		{"pinned, another trusted publisher", pinned, b, false},
 		{"no log line, either", open, b, true},
 	} {
-		_, err := c.p.CheckWith(signedBy(c.signer), deploymentVerifiers(c.p, trust))
-		if (err == nil) != c.ok {
-			t.Errorf("%s: %v, want accepted %v", c.name, err, c.ok)
+		keys, pinned := DeploymentLogKeys(c.p, trust)
+		_, err := c.p.CheckWith(signedBy(c.signer), keys)
+		if (err == nil) != c.ok || !pinned {
+			t.Errorf("%s: %v (pinned %v), want accepted %v", c.name, err, pinned, c.ok)
 		}
 	}
 }
