@@ -8,8 +8,6 @@ import (
 	"slices"
 	"strings"
 
-	"github.com/nats-io/nats.go/jetstream"
-
 	"github.com/roompub/roompub/config"
 	"github.com/roompub/roompub/events"
 	"github.com/roompub/roompub/room"
@@ -71,36 +69,12 @@ func (c *evidenceCmd) Run(s *streams) error {
 	}
 	// On stderr, with --json too: stdout stays one record per line.
 	fmt.Fprintf(s.err, "subscriber: %d verified record(s) observed on %s; %d message(s) of the room(s) set aside%s\n", len(recs), c.Instance, rep.SetAside, codeCounts(rep.ByCode))
-	if len(recs) == 0 && c.Room != "" {
-		// Nothing found in a room that holds nothing is most often a
-		// mistyped --room: say so (audit calls such a room EMPTY).
-		if q, err := place.Locate(context.Background(), c.Room); err == nil {
-			if n, err := roomMessages(js, q, c.Room); err == nil && n == 0 {
-				fmt.Fprintf(s.err, "subscriber: %s holds no message on stream %s: is --room right?\n", c.Room, q.Stream)
-			}
-		}
+	if rep.EmptyOn != "" {
+		// Most often a mistyped --room: say so (audit calls such a room
+		// EMPTY); an instance with no record is an answer (exit 0).
+		fmt.Fprintf(s.err, "subscriber: %s holds no message on stream %s: is --room right?\n", c.Room, rep.EmptyOn)
 	}
 	return nil
-}
-
-// roomMessages counts the messages on roomID's subjects of partition q
-// (stream info with a subject filter).
-func roomMessages(js jetstream.JetStream, q room.Partition, roomID string) (uint64, error) {
-	ctx, cancel := context.WithTimeout(context.Background(), room.DefaultTimeout)
-	defer cancel()
-	st, err := js.Stream(ctx, q.Stream)
-	if err != nil {
-		return 0, err
-	}
-	info, err := st.Info(ctx, jetstream.WithSubjectFilter(q.Subjects.Room(roomID)))
-	if err != nil {
-		return 0, err
-	}
-	var n uint64
-	for _, c := range info.State.Subjects {
-		n += c
-	}
-	return n, nil
 }
 
 // codeCounts is " (code n, code n)" for the set-aside counts by code, in

@@ -530,6 +530,11 @@ type EvidenceReport struct {
 	// Marked counts the partitions read through instance markers,
 	// Audited those some rooms of which (or all) were audited whole.
 	Marked, Audited int
+	// EmptyOn names the stream of EvidenceOptions.Room's partition when
+	// the room was given, no record was found, and the room holds no
+	// message at all there (a mistyped room, most often; audit calls such
+	// a room EMPTY); "" otherwise, also when that count could not be read.
+	EmptyOn string
 }
 
 // InstanceEvidence gathers the verified records of one instance over a
@@ -593,6 +598,12 @@ func InstanceEvidence(ctx context.Context, nc *nats.Conn, js jetstream.JetStream
 		}
 		out.Records = append(out.Records, idx.Instance(o.Instance, o.Room)...)
 		sortByStreamSeq(out.Records[from:]) // the marked rooms' records, then the audited ones'
+	}
+	if o.Room != "" && len(out.Records) == 0 {
+		p := parts[0]
+		if counts, err := jsapi.SubjectCounts(ctx, nc, p.Stream, p.Subjects.Room(o.Room), room.DefaultTimeout); err == nil && len(counts) == 0 {
+			out.EmptyOn = p.Stream
+		}
 	}
 	return out, nil
 }
