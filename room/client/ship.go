@@ -606,11 +606,7 @@ func (s *shipper) settle(body []byte, first int, reply room.JournalReply, err er
 		break
 	}
 	// Advance the cursor by what is now in the stream.
-	adv := 0
-	for i := 0; i < shipped; i++ {
-		j := bytes.IndexByte(body[adv:], '\n')
-		adv += j + 1
-	}
+	adv := lineStart(body, shipped)
 	s.offset += int64(adv)
 	s.line = first + shipped
 	if s.o.Progress != nil {
@@ -628,14 +624,7 @@ func (s *shipper) settle(body []byte, first int, reply room.JournalReply, err er
 // shipper (lines after it that continue the chain may be stored by then).
 // Only duplicates are parsed: they are rare.
 func misplaced(body []byte, index, first int, file string) (events.Problem, bool) {
-	ln := body
-	for range index {
-		i := bytes.IndexByte(ln, '\n')
-		if i < 0 {
-			return events.Problem{}, false
-		}
-		ln = ln[i+1:]
-	}
+	ln := body[lineStart(body, index):]
 	if i := bytes.IndexByte(ln, '\n'); i >= 0 {
 		ln = ln[:i]
 	}
@@ -647,6 +636,20 @@ func misplaced(body []byte, index, first int, file string) (events.Problem, bool
 	return events.Problem{Code: events.Reordered, At: events.Location{File: file, Line: first + index + 1, Pointer: "/seq"},
 		Reason:   "seq is not the entry's position in the chain (the line repeats an entry stored at another position)",
 		Expected: strconv.FormatInt(want, 10), Actual: strconv.FormatInt(seq, 10)}, true
+}
+
+// lineStart is the offset in body (lines ending in "\n") of line n, from
+// 0; len(body) when body holds fewer lines.
+func lineStart(body []byte, n int) int {
+	at := 0
+	for range n {
+		i := bytes.IndexByte(body[at:], '\n')
+		if i < 0 {
+			return len(body)
+		}
+		at += i + 1
+	}
+	return at
 }
 
 // relocate turns request line numbers into file line numbers.
