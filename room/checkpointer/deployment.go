@@ -4,12 +4,10 @@ import (
 	"bytes"
 	"cmp"
 	"context"
-	"encoding/base64"
 	"errors"
 	"fmt"
 	"slices"
 	"strconv"
-	"strings"
 	"sync"
 	"time"
 
@@ -318,7 +316,7 @@ func (c *Checkpointer) signDeployment(ctx context.Context, d *deployment) error 
 		// copy with fewer would lose a quorum the log had, for the tiles'
 		// /checkpoint and whoever takes the newest of a size; one with
 		// the same is noise, every retry while a witness is down).
-		merged, added := mergeCosignatures(latest.Note, signed)
+		merged, added := mergeCosignatures(latest.Note, signed, c.trust.OriginVerifiers())
 		if added == 0 {
 			d.mu.Lock()
 			d.signedAt = time.Now()
@@ -342,51 +340,44 @@ func (c *Checkpointer) signDeployment(ctx context.Context, d *deployment) error 
 	return c.readDeployment(ctx, d)
 }
 
-// mergeCosignatures returns stored (a signed note) with the signature
-// lines of fresh (a signed note of the same text) that name a key stored
-// has no line of, and how many it added. A signature line is "— NAME
-// BASE64", whose decoded signature starts with the key's 4-byte hash
-// (C2SP signed-note): a key is its name and hash. The text must be the
-// same; otherwise fresh is returned whole, as added.
-func mergeCosignatures(stored, fresh []byte) ([]byte, int) {
-	split := func(n []byte) ([]byte, []string, bool) {
-		i := bytes.Index(n, []byte("\n\n"))
-		if i < 0 {
-			return nil, nil, false
-		}
-		return n[:i+1], strings.SplitAfter(string(n[i+2:]), "\n"), true
-	}
-	keyOf := func(line string) string {
-		f := strings.Fields(strings.TrimPrefix(line, "— "))
-		if len(f) != 2 {
-			return line
-		}
-		sig, err := base64.StdEncoding.DecodeString(f[1])
-		if err != nil || len(sig) < 4 {
-			return line
-		}
-		return f[0] + "\x00" + string(sig[:4])
-	}
-	st, sl, ok1 := split(stored)
-	ft, fl, ok2 := split(fresh)
-	if !ok1 || !ok2 || !bytes.Equal(st, ft) {
+// mergeCosignatures returns stored (a signed note) with the signatures
+// of fresh (a signed note of the same text) by keys stored has none of,
+// and how many it added; a key is its name and hash (C2SP signed-note).
+// Both are opened with vs, the log's keys (golang.org/x/mod/sumdb/note:
+// the publisher's signature verified, the witnesses' kept as they are),
+// and the merge is encoded by note.Sign. A note that does not open, or
+// another text, gives fresh whole, as added.
+func mergeCosignatures(stored, fresh []byte, vs note.Verifiers) ([]byte, int) {
+	s, err := note.Open(stored, vs)
+	if err != nil {
 		return fresh, 1
 	}
-	have := map[string]bool{}
-	out := append(bytes.Clone(st), '\n')
-	for _, l := range sl {
-		if l != "" {
-			have[keyOf(l)] = true
-			out = append(out, l...)
-		}
+	f, err := note.Open(fresh, vs)
+	if err != nil || f.Text != s.Text {
+		return fresh, 1
+	}
+	type key struct {
+		name string
+		hash uint32
+	}
+	have := map[key]bool{}
+	for _, sig := range slices.Concat(s.Sigs, s.UnverifiedSigs) {
+		have[key{sig.Name, sig.Hash}] = true
 	}
 	added := 0
-	for _, l := range fl {
-		if l != "" && !have[keyOf(l)] {
-			have[keyOf(l)] = true
-			out = append(out, l...)
+	for _, sig := range slices.Concat(f.Sigs, f.UnverifiedSigs) {
+		if !have[key{sig.Name, sig.Hash}] {
+			have[key{sig.Name, sig.Hash}] = true
+			s.UnverifiedSigs = append(s.UnverifiedSigs, sig)
 			added++
 		}
+	}
+	if added == 0 {
+		return stored, 0
+	}
+	out, err := note.Sign(s)
+	if err != nil {
+		return fresh, 1
 	}
 	return out, added
 }
