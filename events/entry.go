@@ -544,6 +544,29 @@ type CapsuleMeta struct {
 // Key returns the chain the metadata names.
 func (m CapsuleMeta) Key() ChainKey { return ChainKey{RunID: m.RunID, CapsuleID: m.CapsuleID} }
 
+// MetaField is a member of the capsule metadata two CapsuleMeta differ
+// in: its key, and its value in each.
+type MetaField struct{ Key, Want, Have string }
+
+// Differences lists the members in which have differs from m, in the
+// envelope's order (run_id, capsule_id, harness_version, task_family),
+// Want being m's value: the metadata_mismatch of an entry against its
+// chain, or of a capsule.json against a stored chain.
+func (m CapsuleMeta) Differences(have CapsuleMeta) []MetaField {
+	var out []MetaField
+	for _, f := range [...]MetaField{
+		{"run_id", m.RunID, have.RunID},
+		{"capsule_id", m.CapsuleID, have.CapsuleID},
+		{"harness_version", m.HarnessVersion, have.HarnessVersion},
+		{"task_family", m.TaskFamily, have.TaskFamily},
+	} {
+		if f.Want != f.Have {
+			out = append(out, f)
+		}
+	}
+	return out
+}
+
 // ErrInvalidCapsule is wrapped by ParseCapsule.
 var ErrInvalidCapsule = errors.New("invalid capsule.json")
 

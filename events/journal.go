@@ -232,17 +232,9 @@ func (v *ChainVerifier) chainProblems(e *Entry, at Location, problems []Problem)
 	if v.meta == nil || got == *v.meta {
 		return problems // the first entry's is the reference, or it agrees
 	}
-	ref := *v.meta
-	for _, f := range [...]struct{ key, want, have string }{
-		{"run_id", ref.RunID, got.RunID},
-		{"capsule_id", ref.CapsuleID, got.CapsuleID},
-		{"harness_version", ref.HarnessVersion, got.HarnessVersion},
-		{"task_family", ref.TaskFamily, got.TaskFamily},
-	} {
-		if f.want != f.have {
-			problems = append(problems, Problem{Code: MetadataMismatch, At: withPointer(at, "/"+f.key),
-				Reason: f.key + " differs from the capsule's", Expected: f.want, Actual: f.have})
-		}
+	for _, f := range v.meta.Differences(got) {
+		problems = append(problems, Problem{Code: MetadataMismatch, At: withPointer(at, "/"+f.Key),
+			Reason: f.Key + " differs from the capsule's", Expected: f.Want, Actual: f.Have})
 	}
 	return problems
 }

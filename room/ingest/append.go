@@ -494,16 +494,9 @@ func capsuleProblems(capsule *events.CapsuleMeta, c *chainState, i int) []events
 	}
 	at := events.Location{Line: i + 1}
 	var out []events.Problem
-	for _, f := range [...]struct{ key, chain, capsule string }{
-		{"run_id", c.meta.RunID, capsule.RunID},
-		{"capsule_id", c.meta.CapsuleID, capsule.CapsuleID},
-		{"harness_version", c.meta.HarnessVersion, capsule.HarnessVersion},
-		{"task_family", c.meta.TaskFamily, capsule.TaskFamily},
-	} {
-		if f.chain != f.capsule {
-			out = append(out, events.Problem{Code: events.MetadataMismatch, At: at,
-				Reason: "capsule.json's " + f.key + " differs from the stored chain's entries", Expected: f.chain, Actual: f.capsule})
-		}
+	for _, f := range c.meta.Differences(*capsule) {
+		out = append(out, events.Problem{Code: events.MetadataMismatch, At: at,
+			Reason: "capsule.json's " + f.Key + " differs from the stored chain's entries", Expected: f.Want, Actual: f.Have})
 	}
 	return out
 }
