@@ -542,11 +542,14 @@ type EvidenceReport struct {
 // through its instance markers (InstanceRecords), and, for the rooms of
 // such a stream that hold records without markers and for every room of
 // a stream without markers, by an audit of those rooms
-// (EvidenceIndex.Instance). Errors: the stream's or the audit's.
+// (EvidenceIndex.Instance). With o.Room, only that room's partition is
+// read: where place locates it (room.Placement.Locate: a room placed
+// nowhere is on the first partition, as audit finds it). Errors: the
+// stream's or the audit's.
 func InstanceEvidence(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, o EvidenceOptions, place *room.Placement) (*EvidenceReport, error) {
 	parts := place.Partitions()
 	if o.Room != "" {
-		q, _, err := place.Room(ctx, o.Room)
+		q, err := place.Locate(ctx, o.Room)
 		if err != nil {
 			return nil, err
 		}

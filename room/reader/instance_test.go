@@ -248,3 +248,33 @@ func TestInstanceRefusedRecordOfAnother(t *testing.T) {
 		}
 	}
 }
+
+// TestInstanceEvidenceUnplacedRoom: on a deployment of two partitions, a
+// room written before placements were recorded (placed nowhere, on the
+// first partition) is found by evidence of that room, as audit finds it.
+// It was looked for on a partition of no stream ("stream : ...").
+func TestInstanceEvidenceUnplacedRoom(t *testing.T) {
+	e := roomtest.NewEnvMarked(t, embedded.Options{})
+	const old, instA = "room:old", "environment:a"
+	rec := roomtest.RecordIn(t, e.Key, old, "a-old", map[string]any{"environment/ref": instA, "evidence": roomtest.EvidenceOn(instA, 1)})
+	seq := roomtest.PublishRaw(t, e.Js, "rooms.old.exec", rec.Canonical())
+	l := room.Layout{Partitions: 2}
+	if _, err := room.OpenPlacement(t.Context(), e.Js, l, 1, true); err != nil {
+		t.Fatal(err)
+	}
+	q := l.Partition(1)
+	if _, err := e.Js.CreateStream(t.Context(), room.StreamConfig(q.Stream, q.Subjects, 1)); err != nil {
+		t.Fatal(err)
+	}
+	place, err := reader.OpenLayout(t.Context(), e.Js, room.Layout{})
+	if err != nil || len(place.Partitions()) != 2 {
+		t.Fatalf("layout: %v", err)
+	}
+	ev, err := reader.InstanceEvidence(t.Context(), e.Nc, e.Js, reader.EvidenceOptions{Instance: instA, Room: old, Audit: reader.AuditOptions{Validator: e.V}}, place)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(ev.Records) != 1 || ev.Records[0].StreamSeq != seq || ev.EmptyOn != "" {
+		t.Fatalf("records %+v, empty on %q: want the record at stream seq %d", ev.Records, ev.EmptyOn, seq)
+	}
+}
