@@ -205,9 +205,7 @@ func printAudit(s *streams, rep *reader.AuditReport, allowEmpty bool) {
 	}
 	if len(rep.Violations) > 0 {
 		fmt.Fprintf(w, "violations:\n")
-		for _, v := range rep.Violations {
-			fmt.Fprintf(w, "  %s\n", v.Error())
-		}
+		printViolations(w, rep.Violations)
 		if rep.Omitted > 0 {
 			fmt.Fprintf(w, "  … and %d more\n", rep.Omitted)
 		}
@@ -227,6 +225,37 @@ func printAudit(s *streams, rep *reader.AuditReport, allowEmpty bool) {
 	}
 	fmt.Fprintf(w, "%s: %d messages, %d entries and %d records verified, %d set aside; %d chains ok, %d broken; stream append-only: %v%s\n",
 		verdict, t.Messages, t.Entries, t.Records, t.SetAside, t.ChainsOK, t.ChainsBroken, t.StreamIsSound, empty)
+}
+
+// foldRun is the shortest run of set-aside messages printViolations folds.
+const foldRun = 3
+
+// printViolations prints the set-aside messages, each on a line, but a
+// run of foldRun or more in a row with the same code on the same subject
+// (most often the rest of an atomic batch a damaged store broke) as its
+// first message's line and a line counting the others, with their stream
+// sequences; their reasons differ only in their place (--json lists each).
+func printViolations(w io.Writer, vs []reader.SetAside) {
+	for i := 0; i < len(vs); {
+		j := i + 1
+		for j < len(vs) && vs[j].Code == vs[i].Code && vs[j].Subject == vs[i].Subject {
+			j++
+		}
+		if j-i < foldRun {
+			for k := i; k < j; k++ {
+				fmt.Fprintf(w, "  %s\n", vs[k].Error())
+			}
+			i = j
+			continue
+		}
+		lo, hi := vs[i+1].Seq, vs[i+1].Seq
+		for _, v := range vs[i+2 : j] {
+			lo, hi = min(lo, v.Seq), max(hi, v.Seq)
+		}
+		fmt.Fprintf(w, "  %s\n  … and %d more %s on %s, stream seq %d to %d (--json lists each)\n",
+			vs[i].Error(), j-i-1, vs[i].Code, vs[i].Subject, lo, hi)
+		i = j
+	}
 }
 
 // printCheckpoints prints the report's attestation and checkpoint facts.

@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"encoding/json"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -116,5 +117,34 @@ func TestPrintNotices(t *testing.T) {
 		"  the room's checkpoint covers 250 leaves; the stream held 200\n"
 	if b.String() != want {
 		t.Errorf("got\n%s\nwant\n%s", b.String(), want)
+	}
+}
+
+// TestPrintViolationsFolds: three or more set-aside messages in a row
+// with one code on one subject (a batch a damaged store broke) print as
+// the first one and a count with their stream sequences; shorter runs,
+// and runs broken by another code or subject, print whole.
+func TestPrintViolationsFolds(t *testing.T) {
+	aside := func(seq uint64, code events.Code, subj string) reader.SetAside {
+		return reader.SetAside{Seq: seq, Code: code, Subject: subj, Reason: "r" + strconv.FormatUint(seq, 10)}
+	}
+	const a, b = "rooms.lab.journal.x.y", "rooms.lab.exec"
+	var vs []reader.SetAside
+	for seq := uint64(10); seq < 1010; seq++ {
+		vs = append(vs, aside(seq, "checkpoint_mismatch", a))
+	}
+	vs = append(vs, aside(1010, "checkpoint_mismatch", b), aside(1011, "checkpoint_mismatch", b),
+		aside(1012, "chain_break", a), aside(1013, "checkpoint_mismatch", a), aside(1014, "checkpoint_mismatch", a), aside(1015, "checkpoint_mismatch", a))
+	var out strings.Builder
+	printViolations(&out, vs)
+	want := "  checkpoint_mismatch at stream seq 10 (" + a + "): r10\n" +
+		"  … and 999 more checkpoint_mismatch on " + a + ", stream seq 11 to 1009 (--json lists each)\n" +
+		"  checkpoint_mismatch at stream seq 1010 (" + b + "): r1010\n" +
+		"  checkpoint_mismatch at stream seq 1011 (" + b + "): r1011\n" +
+		"  chain_break at stream seq 1012 (" + a + "): r1012\n" +
+		"  checkpoint_mismatch at stream seq 1013 (" + a + "): r1013\n" +
+		"  … and 2 more checkpoint_mismatch on " + a + ", stream seq 1014 to 1015 (--json lists each)\n"
+	if out.String() != want {
+		t.Errorf("got\n%s\nwant\n%s", out.String(), want)
 	}
 }
