@@ -127,7 +127,7 @@ func (g *Gate) appendJournal(ctx context.Context, roomID, owner string, body []b
 			return err
 		}
 		if after >= 0 && !t.isStalled() {
-			return g.awaitChain(ctx, key, after+1)
+			return g.awaitChain(ctx, key, after+1, owner)
 		}
 		return nil
 	})
@@ -373,8 +373,10 @@ const (
 // pipelined one: it may be on its way through another gate. It holds
 // the chain's lock only to read: the request ahead may come to this gate.
 // It returns ctx's error only; a chain that does not get there is decided
-// as it is (OutcomeAhead).
-func (g *Gate) awaitChain(ctx context.Context, key events.ChainKey, seq int64) error {
+// as it is (OutcomeAhead). A chain another identity than owner started is
+// not waited for: the request is refused not_chain_owner at once, and
+// another's requests must not hold up the owner's chain with reads.
+func (g *Gate) awaitChain(ctx context.Context, key events.ChainKey, seq int64, owner string) error {
 	c := g.chain(key)
 	defer g.unchain(c)
 	began := time.Now()
@@ -397,7 +399,7 @@ func (g *Gate) awaitChain(ctx context.Context, key events.ChainKey, seq int64) e
 				return ctx.Err() // decide reads again and says what is wrong
 			}
 		}
-		behind := c.next < seq
+		behind := c.next < seq && (c.next == 0 || c.owner == owner)
 		c.mu.Unlock()
 		if !behind || !time.Now().Before(until) {
 			return nil

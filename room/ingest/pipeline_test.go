@@ -487,3 +487,45 @@ func TestGatePipelinedAheadPollsBackOff(t *testing.T) {
 	}
 	t.Logf("one request read the stream leader %d times in the %s ahead wait", n, time.Since(start).Round(time.Millisecond))
 }
+
+// TestPipelinedAheadOnAnotherOwnersChain: a pipelined request whose first
+// line is ahead of a chain another identity started is refused
+// not_chain_owner at once, not after the ahead wait: it waited (reading
+// the owner's chain from the stream leader under its lock all the while),
+// so one identity's flood of them slowed the owner's appends a
+// hundredfold.
+func TestPipelinedAheadOnAnotherOwnersChain(t *testing.T) {
+	e := roomtest.NewEnv(t)
+	e.Gate.SetAheadWait(time.Minute)
+	tokA, tokB := room.IdentityToken("harness-a"), room.IdentityToken("harness-b")
+	connect := func(tok string) *nats.Conn {
+		nc, err := nats.Connect(e.Srv.ClientURL(), nats.CustomInboxPrefix(room.InboxPrefix(tok)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(nc.Close)
+		return nc
+	}
+	es, _ := roomtest.Journal(t, "run-b", "cap-b", 60)
+	cB := client.New(connect(tokB), client.Options{Identity: tokB})
+	if r, err := cB.AppendJournal(t.Context(), "room:own", nil, roomtest.Lines(es[:1])); err != nil || r.Stored != 1 {
+		t.Fatalf("B's first entry: %+v %v", r, err)
+	}
+	msg := &nats.Msg{Subject: room.ServiceSubject("", tokA, room.EndpointJournal), Data: roomtest.Lines(es[50:51]),
+		Header: nats.Header{room.HeaderRoom: {"room:own"}, room.HeaderPipelined: {"49"}}}
+	began := time.Now()
+	resp, err := connect(tokA).RequestMsg(msg, 20*time.Second)
+	if err != nil {
+		t.Fatalf("A's request: %v", err)
+	}
+	var r room.JournalReply
+	if err := json.Unmarshal(resp.Data, &r); err != nil {
+		t.Fatal(err)
+	}
+	if len(r.Items) != 1 || r.Items[0].Outcome != room.OutcomeRefused || r.Items[0].Code != events.NotChainOwner {
+		t.Fatalf("A's request on B's chain: %s", resp.Data)
+	}
+	if took := time.Since(began); took > 10*time.Second {
+		t.Errorf("refused after %v: it waited for B's chain to reach it", took)
+	}
+}
