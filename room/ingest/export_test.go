@@ -91,3 +91,11 @@ func (g *Gate) RecordsRead() uint64 { return g.recordsRead.Load() }
 func MarkerBatch(s room.Subjects, rec *events.Record, first bool, pos uint64) []*nats.Msg {
 	return markerMsgs(rec, recordMarkers(s, rec, first), pos)
 }
+
+// HoldRoom locks the records lock of roomID, as a request storing a
+// record there holds it, until release is called.
+func (g *Gate) HoldRoom(roomID string) (release func()) {
+	r := g.room(roomID)
+	r.mu.Lock()
+	return r.mu.Unlock
+}

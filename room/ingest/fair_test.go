@@ -1,6 +1,8 @@
 package ingest_test
 
 import (
+	"bytes"
+	"context"
 	"encoding/json"
 	"fmt"
 	"sync/atomic"
@@ -368,5 +370,69 @@ func TestServiceWaitingBodiesCount(t *testing.T) {
 	roomtest.ChainInStream(t, e, roomID, es[:1+held])
 	if got := e.State().Msgs; got != 1+held {
 		t.Fatalf("stream holds %d messages, want %d", got, 1+held)
+	}
+}
+
+// TestServiceRecordsWaitWithoutPlaces: records requests waiting for their
+// room (another request holds its records lock) give their places in the
+// service's concurrency limit back, so another identity's request in
+// another room is decided meanwhile. They held them: one identity's
+// records requests queued on one room took every place, and another
+// identity's one-line journal request timed out. Once the room is free,
+// every waiting record is stored.
+func TestServiceRecordsWaitWithoutPlaces(t *testing.T) {
+	e := roomtest.NewEnv(t)
+	restartService(e, ingest.ServiceOptions{Concurrency: 2})
+	tokA, tokB := room.IdentityToken("harness-a"), room.IdentityToken("harness-b")
+	const busy = "room:busy"
+	release := e.Gate.HoldRoom(busy)
+	released := false
+	defer func() {
+		if !released {
+			release()
+		}
+	}()
+	// Two on each endpoint, more than the places: each waits for the room.
+	var bodies, singles [][]byte
+	for i := range 2 {
+		bodies = append(bodies, bytes.Join([][]byte{roomtest.RecordNamed(e, busy, fmt.Sprint("a-", i, "-0")), roomtest.RecordNamed(e, busy, fmt.Sprint("a-", i, "-1"))}, []byte("\n")))
+		singles = append(singles, roomtest.RecordNamed(e, busy, fmt.Sprint("s-", i)))
+	}
+	collect := flood(t, e.Connect(), tokA, room.EndpointRecords, nil, bodies)
+	collectSingles := flood(t, e.Connect(), tokA, room.EndpointExecution, nil, singles)
+	ncB, err := nats.Connect(e.Srv.ClientURL(), nats.CustomInboxPrefix(room.InboxPrefix(tokB)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ncB.Close()
+	cB := client.New(ncB, client.Options{Identity: tokB})
+	ctx, cancel := context.WithTimeout(t.Context(), 15*time.Second)
+	defer cancel()
+	_, body := roomtest.Journal(t, "run-b", "cap-b", 1)
+	if r, err := cB.AppendJournal(ctx, "room:b", nil, body); err != nil || r.Stored != 1 {
+		t.Fatalf("B's request while A's records wait for their room: %+v %v", r, err)
+	}
+	if got := e.State().Msgs; got != 1 {
+		t.Fatalf("the stream holds %d messages while the room is held, want B's entry alone", got)
+	}
+	release()
+	released = true
+	status, replies := collect()
+	for i := range replies {
+		var r room.RecordsReply
+		if err := json.Unmarshal(replies[i], &r); status[i] != "" || err != nil || r.Stored != 2 {
+			t.Fatalf("A's records request %d: %s %q", i, status[i], replies[i])
+		}
+	}
+	status, replies = collectSingles()
+	for i := range replies {
+		var r room.RecordReply
+		if err := json.Unmarshal(replies[i], &r); status[i] != "" || err != nil || r.Item.Outcome != room.OutcomeStored {
+			t.Fatalf("A's record %d: %s %q", i, status[i], replies[i])
+		}
+	}
+	var subj room.Subjects
+	if got := len(e.OnSubject(subj.Records(busy))); got != 6 {
+		t.Errorf("the room holds %d records, want A's 6", got)
 	}
 }

@@ -3,6 +3,7 @@ package ingest
 import (
 	"bytes"
 	"context"
+	"sync"
 
 	"github.com/roompub/roompub/events"
 )
@@ -50,9 +51,30 @@ type orderTicket struct {
 	// storing all its lines, so the chain will not reach this one's first
 	// line by itself: awaitChain does not wait for it (Gate.orderMu).
 	stalled bool
-	// slot, when set, is the ingest service's concurrency limit, of which
-	// the request holds one place: it gives it back while it waits (idle),
-	// so waiting requests do not keep others from being decided.
+	// hold, when set, is the request's place in the ingest service's
+	// concurrency limit, given back while the request waits (idle).
+	hold *slotHold
+}
+
+// idle runs f, which waits for the requests of the chain ahead, without
+// the request's place in the service's concurrency limit (slotHold.idle).
+// A running request waits for no ticket, so waiting never blocks a
+// request ahead.
+func (t *orderTicket) idle(ctx context.Context, f func() error) error {
+	if t == nil {
+		return f()
+	}
+	return t.hold.idle(ctx, f)
+}
+
+// slotHold is a request's place in the ingest service's concurrency
+// limit (fairSlots) and in its identity's concurrency count (quotas). A
+// request gives both back while it waits for other requests (idle): for
+// the requests of its chain ahead of it, or for its room's records lock
+// held by another request. So waiting requests keep no other identity's
+// from being decided. A nil *slotHold is none (the gate called as a
+// library): idle just runs f.
+type slotHold struct {
 	slot    *fairSlots
 	holding bool // the request holds a place in slot (its goroutine's alone)
 	// quota, when set, counts the request in its identity's share
@@ -64,30 +86,49 @@ type orderTicket struct {
 
 // idle runs f, which waits for other requests, without the request's
 // place in the service's concurrency limit, and takes a place again
-// after it. Only running requests hold places and a running request
-// waits for no ticket, so waiting never blocks a request ahead.
-func (t *orderTicket) idle(ctx context.Context, f func() error) error {
-	if t == nil || t.slot == nil || !t.holding {
+// after it: the error is acquire's (ctx done) before f's. f may return
+// holding a lock, as long as no request holding a place waits for that
+// lock without idle: a request then waits for a place holding it, and
+// the places' holders never wait for it.
+func (h *slotHold) idle(ctx context.Context, f func() error) error {
+	if h == nil || h.slot == nil || !h.holding {
 		return f()
 	}
-	if t.quota != nil {
-		t.quota.idle(t.token, false)
-		defer t.quota.idle(t.token, true)
+	if h.quota != nil {
+		h.quota.idle(h.token, false)
+		defer h.quota.idle(h.token, true)
 	}
-	t.slot.release()
-	t.holding = false
+	h.slot.release()
+	h.holding = false
 	err := f()
-	if aerr := t.slot.acquire(ctx, t.token); aerr != nil {
+	if aerr := h.slot.acquire(ctx, h.token); aerr != nil {
 		return aerr
 	}
-	t.holding = true
+	h.holding = true
 	return err
 }
 
 // releases reports whether the request's goroutine must give a place in
 // the service's concurrency limit back when it ends: it took one, and
 // holds it unless idle gave it back.
-func (t *orderTicket) releases() bool { return t == nil || t.slot == nil || t.holding }
+func (h *slotHold) releases() bool { return h == nil || h.slot == nil || h.holding }
+
+// lockIdle locks mu, waiting for it without h's place (idle) when another
+// request holds it. It returns with mu locked unless it returns an error
+// (ctx done while it took a place again).
+func lockIdle(ctx context.Context, mu *sync.Mutex, h *slotHold) error {
+	if mu.TryLock() {
+		return nil
+	}
+	err := h.idle(ctx, func() error {
+		mu.Lock()
+		return nil
+	})
+	if err != nil {
+		mu.Unlock()
+	}
+	return err
+}
 
 // ticket takes a ticket for the journal request body (the first line's
 // chain and seq) of identity owner; nil when the first line does not

@@ -180,11 +180,17 @@ func (gs *Gates) recordGate(ctx context.Context, raw []byte) (*Gate, error) {
 
 // AppendRecord is Gate.AppendRecord on the record's room's partition.
 func (gs *Gates) AppendRecord(ctx context.Context, raw []byte) room.RecordReply {
+	return gs.appendRecord(ctx, raw, nil)
+}
+
+// appendRecord is AppendRecord for a request of the ingest service, which
+// waits for its room without its place hold.
+func (gs *Gates) appendRecord(ctx context.Context, raw []byte, hold *slotHold) room.RecordReply {
 	g, err := gs.recordGate(ctx, raw)
 	if err != nil {
 		return room.RecordReply{RoomID: recordRoom(raw), Item: failed(0, err)}
 	}
-	return g.AppendRecord(ctx, raw)
+	return g.appendRecordHeld(ctx, raw, hold)
 }
 
 // AppendRecords is Gate.AppendRecords with each record decided by its
@@ -192,8 +198,14 @@ func (gs *Gates) AppendRecord(ctx context.Context, raw []byte) room.RecordReply 
 // the partitions one after the other (no rule spans two rooms, so none
 // spans two partitions).
 func (gs *Gates) AppendRecords(ctx context.Context, raws [][]byte) []room.RecordReply {
+	return gs.appendRecords(ctx, raws, nil)
+}
+
+// appendRecords is AppendRecords for a request of the ingest service,
+// which waits for each record's room without its place hold.
+func (gs *Gates) appendRecords(ctx context.Context, raws [][]byte, hold *slotHold) []room.RecordReply {
 	if len(gs.gates) == 1 {
-		return gs.gates[0].AppendRecords(ctx, raws)
+		return gs.gates[0].appendRecords(ctx, raws, hold)
 	}
 	out := make([]room.RecordReply, len(raws))
 	byGate := map[*Gate][]int{}
@@ -215,7 +227,7 @@ func (gs *Gates) AppendRecords(ctx context.Context, raws [][]byte) []room.Record
 		for j, i := range idx {
 			sub[j] = raws[i]
 		}
-		for j, r := range g.AppendRecords(ctx, sub) {
+		for j, r := range g.appendRecords(ctx, sub, hold) {
 			r.Item.Index = idx[j]
 			out[idx[j]] = r
 		}

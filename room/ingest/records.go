@@ -123,8 +123,15 @@ func (g *Gate) catchUp(ctx context.Context, roomID string, r *roomState) error {
 // AppendRecord decides one execution record (any JSON formatting; it is
 // stored in its RFC 8785 form). The room is the record's room/id.
 func (g *Gate) AppendRecord(ctx context.Context, raw []byte) room.RecordReply {
+	return g.appendRecordHeld(ctx, raw, nil)
+}
+
+// appendRecordHeld is AppendRecord for a request holding hold, a place in
+// the ingest service's concurrency limit, which it gives back while it
+// waits for the room's lock.
+func (g *Gate) appendRecordHeld(ctx context.Context, raw []byte, hold *slotHold) room.RecordReply {
 	start := time.Now()
-	res := g.appendRecord(ctx, raw)
+	res := g.appendRecord(ctx, raw, hold)
 	g.makeDurable(res.Item.Outcome, func(err error) { res.Item = notDurable(res.Item, err) })
 	g.observe(room.KindExecution, res.Item, start)
 	return res
@@ -146,6 +153,13 @@ func (g *Gate) AppendRecord(ctx context.Context, raw []byte) room.RecordReply {
 // record after it is OutcomeSkipped, so nothing is stored out of order
 // (the client sends them again).
 func (g *Gate) AppendRecords(ctx context.Context, raws [][]byte) []room.RecordReply {
+	return g.appendRecords(ctx, raws, nil)
+}
+
+// appendRecords is AppendRecords for a request holding hold, a place in
+// the ingest service's concurrency limit, which it gives back while a
+// record waits for its room's lock.
+func (g *Gate) appendRecords(ctx context.Context, raws [][]byte, hold *slotHold) []room.RecordReply {
 	out := make([]room.RecordReply, len(raws))
 	// flight is where one room's records of this request stand: next is
 	// the room's count after the last record the storer finished (known
@@ -214,7 +228,7 @@ func (g *Gate) AppendRecords(ctx context.Context, raws [][]byte) []room.RecordRe
 	for c := range ch {
 		reply := c.reply
 		if c.rec != nil {
-			reply = g.storeRecord(ctx, c.rec, reply, c.pre)
+			reply = g.storeRecord(ctx, c.rec, reply, c.pre, hold)
 		}
 		if f := c.flight; f != nil {
 			f.mu.Lock()
@@ -253,12 +267,12 @@ func (g *Gate) AppendRecords(ctx context.Context, raws [][]byte) []room.RecordRe
 // whose checks take longer (a refusal with many problems).
 const recordsAhead = 2
 
-func (g *Gate) appendRecord(ctx context.Context, raw []byte) room.RecordReply {
+func (g *Gate) appendRecord(ctx context.Context, raw []byte, hold *slotHold) room.RecordReply {
 	rec, reply := g.checkRecord(raw)
 	if rec == nil {
 		return reply
 	}
-	return g.storeRecord(ctx, rec, reply, presigned{})
+	return g.storeRecord(ctx, rec, reply, presigned{}, hold)
 }
 
 // checkRecord applies every rule that needs no stream (in the order of
@@ -345,12 +359,17 @@ func (g *Gate) readyToAppend(ctx context.Context, roomID string) (*room.ItemResu
 
 // storeRecord decides a record checkRecord passed against its room's
 // stored records (duplicate, then the stream-side rules) and stores it.
-// reply is checkRecord's.
-func (g *Gate) storeRecord(ctx context.Context, rec *events.Record, reply room.RecordReply, pre presigned) room.RecordReply {
+// reply is checkRecord's. While another request holds the room's lock,
+// it waits without hold's place (lockIdle): one identity's records queued
+// on a room must not take every place from the others' requests.
+func (g *Gate) storeRecord(ctx context.Context, rec *events.Record, reply room.RecordReply, pre presigned, hold *slotHold) room.RecordReply {
 	at := events.Location{}
 	roomID := rec.RoomID()
 	r := g.room(roomID)
-	r.mu.Lock()
+	if err := lockIdle(ctx, &r.mu, hold); err != nil {
+		reply.Item = failed(0, err)
+		return reply
+	}
 	defer r.mu.Unlock()
 	subj := g.subjects.Records(roomID)
 	digest := rec.ContentDigest()

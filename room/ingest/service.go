@@ -46,12 +46,14 @@ type ServiceOptions struct {
 	// bounds the bytes of all requests the service holds (admitted and
 	// not answered yet, RequestOverheadBytes each besides the body): one
 	// beyond it is answered events.OverQuota (docs/secure-mode.md, "Fair
-	// ingest").
+	// ingest"), unless its identity holds nothing and the service holds
+	// less than PendingBytes plus one IdentityPendingBytes with it.
 	PendingBytes int
 	// IdentityConcurrency bounds the requests of one identity (the token
-	// its subject names, ParseServiceSubject) the service holds at once:
-	// waiting for a slot, for the requests of their chain ahead of them,
-	// or being decided. One beyond it is answered events.OverQuota at
+	// its subject names, ParseServiceSubject) the service holds at once
+	// waiting for a slot or being decided; those waiting for the requests
+	// of their chain ahead of them or for their room (slotHold.idle) are
+	// bounded by their bytes alone. One beyond it is answered events.OverQuota at
 	// once (status 429). Default DefaultIdentityConcurrency. Fairness
 	// does not rest on it: the Concurrency slots go to the identities
 	// with requests waiting in turn (fairSlots), so an identity alone may
@@ -170,7 +172,7 @@ func StartServiceOver(nc *nats.Conn, gates *Gates, o ServiceOptions) (*Service, 
 	grp := svc.AddGroup(o.Prefix)
 	for _, ep := range []struct {
 		name    string
-		h       func(micro.Request, *orderTicket)
+		h       func(micro.Request, *slotHold, *orderTicket)
 		ordered bool
 		doc     string
 	}{
@@ -220,7 +222,7 @@ func StartServiceOver(nc *nats.Conn, gates *Gates, o ServiceOptions) (*Service, 
 // (quota.go); one that does not is answered events.OverQuota at once. The
 // subscription goroutine never waits: an admitted request waits for its
 // slot on its own goroutine, holding its share meanwhile.
-func (s *Service) async(h func(micro.Request, *orderTicket), ordered bool) micro.Handler {
+func (s *Service) async(h func(micro.Request, *slotHold, *orderTicket), ordered bool) micro.Handler {
 	return micro.HandlerFunc(func(req micro.Request) {
 		token, endpoint, ok := s.replyAllowed(req)
 		if !ok {
@@ -267,15 +269,16 @@ func (s *Service) async(h func(micro.Request, *orderTicket), ordered bool) micro
 				s.respondError(req, "503", "", shuttingDown)
 				return
 			}
+			hold := &slotHold{slot: s.slots, holding: true, quota: s.quota, token: token}
 			if t != nil {
-				t.slot, t.holding, t.quota, t.token = s.slots, true, s.quota, token
+				t.hold = hold
 			}
 			defer func() {
-				if t.releases() {
+				if hold.releases() {
 					s.slots.release()
 				}
 			}()
-			h(req, t)
+			h(req, hold, t)
 		}()
 	})
 }
@@ -443,7 +446,7 @@ func header(h micro.Headers, name string) (string, bool, error) {
 	}
 }
 
-func (s *Service) handleJournal(req micro.Request, t *orderTicket) {
+func (s *Service) handleJournal(req micro.Request, _ *slotHold, t *orderTicket) {
 	roomID, ok, err := header(req.Headers(), room.HeaderRoom)
 	if err != nil || !ok {
 		reason := "no " + room.HeaderRoom + " header: a journal request names its room"
@@ -520,8 +523,8 @@ func briefItems(items []room.ItemResult) []room.ItemResult {
 	return items
 }
 
-func (s *Service) handleExecution(req micro.Request, _ *orderTicket) {
-	reply := s.gates.AppendRecord(s.ctx, req.Data())
+func (s *Service) handleExecution(req micro.Request, hold *slotHold, _ *orderTicket) {
+	reply := s.gates.appendRecord(s.ctx, req.Data(), hold)
 	if reply.Item.Outcome == room.OutcomeRefused {
 		s.log.Info("refused", zap.String("kind", string(room.KindExecution)), zap.String("room", reply.RoomID), zap.String("identity", s.requester(req)),
 			zap.String("code", string(reply.Item.Code)), zap.String("reason", reply.Item.Reason))
@@ -529,7 +532,7 @@ func (s *Service) handleExecution(req micro.Request, _ *orderTicket) {
 	s.respond(req, reply)
 }
 
-func (s *Service) handleRecords(req micro.Request, _ *orderTicket) {
+func (s *Service) handleRecords(req micro.Request, hold *slotHold, _ *orderTicket) {
 	body := req.Data()
 	body = bytes.TrimSuffix(body, []byte("\n"))
 	if len(body) == 0 {
@@ -547,7 +550,7 @@ func (s *Service) handleRecords(req micro.Request, _ *orderTicket) {
 		s.respondError(req, "400", events.BadRequest, fmt.Sprintf("%d records: this server's max payload (%d bytes) answers at most %d per request", n, s.maxPayload, most))
 		return
 	}
-	replies := s.gates.AppendRecords(s.ctx, bytes.Split(body, []byte("\n")))
+	replies := s.gates.appendRecords(s.ctx, bytes.Split(body, []byte("\n")), hold)
 	reply := room.RecordsReply{Records: replies}
 	counts := outcomeCounts{&reply.Stored, &reply.Dupes, &reply.Refused, &reply.Skipped, &reply.Failures, nil}
 	for _, r := range replies {
@@ -618,7 +621,7 @@ func clipBytes(s string, n int) string {
 // chainID is the envelope's run_id and capsule_id pattern (seed 000).
 var chainID = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$`)
 
-func (s *Service) handleHead(req micro.Request, _ *orderTicket) {
+func (s *Service) handleHead(req micro.Request, _ *slotHold, _ *orderTicket) {
 	const usage = "body must be {\"run_id\":…,\"capsule_id\":…}, both ids of the envelope's form and nothing else"
 	obj, _, err := events.DecodeObject(req.Data()) // strict: duplicate keys are an error
 	if err != nil || len(obj) != 2 {
