@@ -57,7 +57,10 @@ func charge(n int) int { return n + RequestOverheadBytes }
 // reason of its events.OverQuota answer. A request that finds its
 // identity (or the service) holding nothing in bytes is admitted whatever
 // its size, so that no request is refused forever for its size alone (the
-// server's max payload bounds it).
+// server's max payload bounds it). The service's total keeps a reserve of
+// one identity's share (IdentityPendingBytes) for identities holding
+// nothing: five identities at their share fill PendingBytes, and a sixth
+// must still be served.
 func (q *quotas) admit(token string, n int) string {
 	c := charge(n)
 	q.mu.Lock()
@@ -73,9 +76,9 @@ func (q *quotas) admit(token string, n int) string {
 	case u.bytes > 0 && u.bytes+c > q.perBytes:
 		return fmt.Sprintf("identity %s already has %d bytes of requests held, and this one (%d bytes) would take it past its share of %d (IdentityPendingBytes): send it again once one is answered",
 			room.IdentityName(token), u.bytes, c, q.perBytes)
-	case q.total > 0 && q.total+c > q.totalBytes:
-		return fmt.Sprintf("the service already holds %d bytes of requests, and this one (%d bytes) would take it past %d (PendingBytes): send it again once one is answered",
-			q.total, c, q.totalBytes)
+	case q.total > 0 && q.total+c > q.totalBytes && (u.bytes > 0 || q.total+c > q.totalBytes+q.perBytes):
+		return fmt.Sprintf("the service already holds %d bytes of requests, and this one (%d bytes) would take it past %d (PendingBytes, and a reserve of %d for identities holding nothing): send it again once one is answered",
+			q.total, c, q.totalBytes, q.perBytes)
 	}
 	u.requests++
 	u.held++
@@ -87,9 +90,9 @@ func (q *quotas) admit(token string, n int) string {
 
 // idle moves a request of identity token out of (busy false) or back into
 // (true) its identity's IdentityConcurrency count: a request waiting for
-// the requests of its chain ahead of it (orderTicket.idle) does not count,
-// or a shipper's own pipelined requests, waiting for the one ahead, would
-// keep it out. Its bytes count all along.
+// the requests of its chain ahead of it, or for its room (slotHold.idle),
+// does not count, or a shipper's own pipelined requests, waiting for the
+// one ahead, would keep it out. Its bytes count all along.
 func (q *quotas) idle(token string, busy bool) {
 	q.mu.Lock()
 	defer q.mu.Unlock()

@@ -7,9 +7,9 @@ import (
 
 // TestServiceQuotaAdmit: the bounds of quotas, one at a time, with exact
 // figures: an identity's requests, its bytes (a first request of any
-// size is admitted), the service's total; waiting for the chain leaves
-// the request count; release gives everything back and forgets the
-// identity.
+// size is admitted), the service's total and its reserve of one share for
+// identities holding nothing; waiting for the chain leaves the request
+// count; release gives everything back and forgets the identity.
 func TestServiceQuotaAdmit(t *testing.T) {
 	c := charge(100)
 	q := newQuotas(2, 3*c, 8*c)
@@ -30,9 +30,15 @@ func TestServiceQuotaAdmit(t *testing.T) {
 	if r, b, total := q.held("a"); r != 1 || b != 3*c || total != 3*c {
 		t.Fatalf("a holds %d requests, %d bytes; total %d", r, b, total)
 	}
-	admit("b", 4*c-RequestOverheadBytes, "")             // over b's share, but b holds nothing
-	admit("c", c-RequestOverheadBytes+1, "PendingBytes") // 8 × c and one byte
+	admit("b", 4*c-RequestOverheadBytes, "") // over b's share, but b holds nothing
+	// 8 × c and one byte: past the total, into the reserve, as c holds
+	// nothing; c's next, and one past the reserve, are refused.
+	admit("c", c-RequestOverheadBytes+1, "")
+	admit("c", 100, "PendingBytes")
+	admit("d", 3*c-RequestOverheadBytes, "a reserve of 3372 for identities holding nothing")
+	admit("d", 3*c-RequestOverheadBytes-1, "") // 11 × c: the total and the reserve
 	q.release("b", 4*c-RequestOverheadBytes)
+	q.release("d", 3*c-RequestOverheadBytes-1)
 	admit("c", 100, "")
 	q.idle("a", true)
 	q.idle("a", true)
@@ -40,6 +46,7 @@ func TestServiceQuotaAdmit(t *testing.T) {
 		q.release("a", 100)
 	}
 	q.release("c", 100)
+	q.release("c", c-RequestOverheadBytes+1)
 	if r, b, total := q.held("a"); r != 0 || b != 0 || total != 0 || len(q.ids) != 0 {
 		t.Fatalf("after release: a %d requests, %d bytes; total %d; %d identities", r, b, total, len(q.ids))
 	}
