@@ -578,7 +578,9 @@ func TestBatchAmbiguousCommit(t *testing.T) {
 				t.Fatal(err)
 			}
 			t.Cleanup(nc.Close)
-			g, log := gateWith(e, nc, ingest.GateOptions{PublishTimeout: time.Second})
+			// The timeout waits out the answer the cut loses; the first
+			// batch's must come within it (1 s was missed once, loaded).
+			g, log := gateWith(e, nc, ingest.GateOptions{PublishTimeout: 3 * time.Second})
 			run := "run-a-" + strconv.FormatBool(pass)
 			subj := "rooms.amb.journal." + run + ".cap-1"
 			es, _ := roomtest.Journal(t, run, "cap-1", 150)
@@ -658,9 +660,12 @@ func TestServiceManyChains(t *testing.T) {
 	for c := range es {
 		es[c], _ = roomtest.Journal(t, "run-many", "cap-"+strconv.Itoa(c), n)
 	}
+	// Each request waits for the batches of up to 100 others, two at a
+	// time: under the race detector on a loaded machine that passed the
+	// client's default 30 s. The bound is for a hung test alone.
 	conns := make([]*client.Client, 10)
 	for i := range conns {
-		conns[i] = client.New(e.Connect(), client.Options{})
+		conns[i] = client.New(e.Connect(), client.Options{Timeout: 2 * time.Minute})
 	}
 	var wg sync.WaitGroup
 	start := make(chan struct{})
