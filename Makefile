@@ -12,7 +12,7 @@ GO ?= go
 BIN := bin
 VERSION := $(shell git describe --tags --always --dirty 2>/dev/null)
 # Packages whose Fuzz targets `make test` (2s each, two at a time) and `make fuzz` (60s each) run.
-FUZZ_PKGS := ./events ./validate ./checkpoint ./room ./room/ingest ./room/reader ./witness ./tiles
+FUZZ_PKGS := ./events ./validate ./checkpoint ./config ./room ./room/ingest ./room/reader ./witness ./tiles
 
 .PHONY: build run image test unit integration fuzz-short fuzz bench fmt vet lint samples clean
 

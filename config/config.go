@@ -13,6 +13,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"net"
 	"net/url"
 	"os"
@@ -164,7 +165,7 @@ type Serve struct {
 	Listen       string        `name:"listen" help:"Embedded server: client listen address." default:"127.0.0.1:4222" yaml:"listen"`
 	StoreDir     string        `name:"store-dir" help:"Embedded server: JetStream store directory." default:"./data" yaml:"store-dir"`
 	SyncInterval time.Duration `name:"sync-interval" help:"Embedded server: fsync interval; 0 (default) fsyncs before every acknowledgement." default:"0s" yaml:"sync-interval"`
-	MaxPayload   string        `name:"max-payload" help:"Embedded server: largest message accepted (e.g. 1MB; at least 64KB); empty keeps the server default." yaml:"max-payload"`
+	MaxPayload   string        `name:"max-payload" help:"Embedded server: largest message accepted (e.g. 1MB; 64KB to 64MB); empty keeps the server default." yaml:"max-payload"`
 	MaxStore     string        `name:"max-store" help:"Embedded server: cap on the JetStream file store (e.g. 10GB); empty means the disk is the limit." yaml:"max-store"`
 	Replicas     int           `name:"replicas" help:"Room stream replicas when it is created: default 1 embedded, 3 with --server." yaml:"replicas"`
 	Stream       string        `name:"stream" help:"Room stream name: the first partition's with --partitions (the others are <stream>-1 …)." default:"ROOMS" yaml:"stream"`
@@ -236,6 +237,8 @@ func (s *Serve) Validate() error {
 		bad("--max-payload: %v", err)
 	} else if n != 0 && n < MinMaxPayload {
 		bad("--max-payload %s is below %d bytes: a request carries its lines and the gate's headers, and a client keeps 8 KiB of a message for them", s.MaxPayload, MinMaxPayload)
+	} else if n > MaxMaxPayload {
+		bad("--max-payload %s is above %d bytes (64MB): nats-server holds at most that much pending for a connection, and warns above 8MB", s.MaxPayload, MaxMaxPayload)
 	}
 	if _, err := ParseSize(s.MaxStore); err != nil {
 		bad("--max-store: %v", err)
@@ -338,8 +341,14 @@ func (s *Serve) Validate() error {
 // adds its own headers to every stored message.
 const MinMaxPayload = 64 << 10
 
+// MaxMaxPayload is the most --max-payload serve takes, in bytes: the
+// embedded nats-server's default max_pending for a connection, which it
+// refuses a max_payload above (it warns above 8 MiB already).
+const MaxMaxPayload = 64 << 20
+
 // ParseSize parses "", "1048576", "512KB", "1MB" into bytes (powers of
-// 1024); "" is 0, meaning "the default".
+// 1024); "" is 0, meaning "the default". A size past math.MaxInt64 bytes
+// is an error, not a wrapped number.
 func ParseSize(s string) (int64, error) {
 	s = strings.TrimSpace(strings.ToUpper(s))
 	if s == "" {
@@ -358,6 +367,9 @@ func ParseSize(s string) (int64, error) {
 	n, err := strconv.ParseInt(s, 10, 64)
 	if err != nil || n < 0 {
 		return 0, fmt.Errorf("%q is not a size", s)
+	}
+	if n > math.MaxInt64/mult {
+		return 0, fmt.Errorf("%q is too large a size (at most %d bytes)", s, int64(math.MaxInt64))
 	}
 	return n * mult, nil
 }

@@ -6,6 +6,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -234,7 +235,8 @@ func TestServePartitionsRange(t *testing.T) {
 // journal request is refused with the least serve takes; that least and
 // the server default ("") are taken.
 func TestServeMaxPayloadFloor(t *testing.T) {
-	for mp, want := range map[string]string{"1KB": "--max-payload 1KB is below 65536 bytes", "65535": "--max-payload 65535 is below 65536 bytes", "64KB": "", "": ""} {
+	for mp, want := range map[string]string{"1KB": "--max-payload 1KB is below 65536 bytes", "65535": "--max-payload 65535 is below 65536 bytes", "64KB": "", "": "",
+		"64MB": "", "64MB1": "is not a size", "67108865": "--max-payload 67108865 is above 67108864 bytes", "2GB": "--max-payload 2GB is above", "4GB": "--max-payload 4GB is above"} {
 		s := config.Serve{Listen: "127.0.0.1:4222", StoreDir: t.TempDir(), MaxPayload: mp, MaxBatch: 1000, MaxInflightBatches: 50, Replicas: 1, Partitions: 1}
 		err := s.Validate()
 		switch {
@@ -260,7 +262,7 @@ func TestParseSize(t *testing.T) {
 			t.Errorf("ParseSize(%q) = %d, %v; want %d", in, got, err, want)
 		}
 	}
-	for _, in := range []string{"x", "-1", "1TB", "1.5MB"} {
+	for _, in := range []string{"x", "-1", "1TB", "1.5MB", "17179869184GB", "8589934592G", "9223372036854775807K"} {
 		if _, err := config.ParseSize(in); err == nil {
 			t.Errorf("ParseSize(%q) accepted", in)
 		}
@@ -315,4 +317,24 @@ func TestConnectWaiting(t *testing.T) {
 	if len(calls) != 1 || !errors.Is(calls[0], nats.ErrNoServers) || nc.IsConnected() || nc.IsClosed() {
 		t.Errorf("waiting called with %v; connected %v, closed %v: want once with no servers, still trying", calls, nc.IsConnected(), nc.IsClosed())
 	}
+}
+
+// FuzzParseSize: any text parses to a size of at least 0 or is an error,
+// never a wrapped number; a plain count of bytes is itself.
+func FuzzParseSize(f *testing.F) {
+	for _, s := range []string{"", "1024", "512KB", "1MB", "2m", "1G", "10B", "17179869184GB", "9223372036854775807K", "-1", " 3 kb "} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		n, err := config.ParseSize(s)
+		if err != nil {
+			return
+		}
+		if n < 0 {
+			t.Fatalf("ParseSize(%q) = %d", s, n)
+		}
+		if v, perr := strconv.ParseInt(strings.TrimSpace(s), 10, 64); perr == nil && v != n {
+			t.Fatalf("ParseSize(%q) = %d, want %d", s, n, v)
+		}
+	})
 }
