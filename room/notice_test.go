@@ -25,6 +25,9 @@ func TestParseLossNotice(t *testing.T) {
 		{"unknown member", strings.Replace(noticeJSON, `"noted_at"`, `"extra":1,"noted_at"`, 1), "room:x", `unknown field "extra"`},
 		{"schema", strings.Replace(noticeJSON, "roompub-loss-notice/v1", "roompub-loss-notice/v2", 1), "room:x", `schema "roompub-loss-notice/v2"`},
 		{"nothing", `{"noted_at":"2026-12-02T07:30:00Z","publisher":"p","room":"room:x","schema":"roompub-loss-notice/v1"}`, "room:x", "acknowledges nothing"},
+		{"held over size", `{"checkpoint":{"held":9,"size":1},"noted_at":"2026-12-02T07:30:00Z","publisher":"p","room":"room:x","schema":"roompub-loss-notice/v1"}`, "room:x", "its checkpoint's held 9 is more than its size 1"},
+		{"negative count", strings.Replace(noticeJSON, `"count":2`, `"count":-2`, 1), "room:x", "chain run-a/cap-a: count -2 and stored 1 are no chain's positions"},
+		{"negative stored", strings.Replace(noticeJSON, `"stored":1`, `"stored":-1`, 1), "room:x", "count 2 and stored -1 are no chain's positions"},
 	} {
 		if _, err := room.ParseLossNotice([]byte(c.data), c.room); err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("%s: %v, want %q", c.name, err, c.want)

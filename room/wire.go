@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"math"
 	"strings"
 
 	"github.com/roompub/roompub/events"
@@ -374,6 +375,15 @@ func ParseLossNotice(data []byte, roomID string) (*LossNotice, error) {
 		return nil, fmt.Errorf("names room %q on the subject of %q", n.RoomID, roomID)
 	case len(n.Chains) == 0 && n.Checkpoint == nil && n.Records == nil:
 		return nil, fmt.Errorf("acknowledges nothing")
+	case n.Checkpoint != nil && n.Checkpoint.Held > n.Checkpoint.Size:
+		return nil, fmt.Errorf("its checkpoint's held %d is more than its size %d", n.Checkpoint.Held, n.Checkpoint.Size)
+	}
+	for _, c := range n.Chains {
+		// Count + Stored is the chain's Next: neither negative, nor past
+		// int64 together (canonical JSON keeps both under 2^53 already).
+		if l := c.Loss; l.Count < 0 || l.Stored < 0 || l.Count > math.MaxInt64-l.Stored {
+			return nil, fmt.Errorf("chain %s/%s: count %d and stored %d are no chain's positions", c.Chain.RunID, c.Chain.CapsuleID, l.Count, l.Stored)
+		}
 	}
 	return &n, nil
 }

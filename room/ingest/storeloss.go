@@ -610,7 +610,7 @@ func noticed(notices []room.LossNotice, d DamagedChain) bool {
 func noticedRoom(notices []room.LossNotice, d DamagedRoom) bool {
 	ck, recs, contra := d.Size == 0, d.RecordsLost == 0, d.Contradiction == ""
 	for _, n := range notices {
-		if c := n.Checkpoint; c != nil && c.Size >= d.Size && c.Size-c.Held >= d.Size-d.Held {
+		if c := n.Checkpoint; c != nil && c.Held <= c.Size && c.Size >= d.Size && c.Size-c.Held >= d.Size-d.Held {
 			ck = true
 		}
 		if c := n.Checkpoint; c != nil && c.Contradiction != "" {
