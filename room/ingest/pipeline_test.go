@@ -312,7 +312,7 @@ func TestShipCapsulePipelinedGapAtRequestBoundary(t *testing.T) {
 func TestGatePipelinedHeaderMustBeASeq(t *testing.T) {
 	e := roomtest.NewEnv(t)
 	es, _ := roomtest.Journal(t, "run-ahead", "cap-header", 2)
-	for _, v := range []string{"1x", "-3", ""} {
+	for _, v := range []string{"1x", "-3", "", "9223372036854775807"} {
 		code, reply := e.RequestError("roompub.v1.journal", nats.Header{room.HeaderRoom: []string{"room:ahead"}, room.HeaderPipelined: []string{v}}, roomtest.Lines(es))
 		if code != "400" || reply.Code != events.BadRequest {
 			t.Fatalf("header %q: %s %+v, want 400 bad_request", v, code, reply)

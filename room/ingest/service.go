@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"regexp"
 
 	"runtime"
@@ -475,8 +476,8 @@ func (s *Service) handleJournal(req micro.Request, _ *slotHold, t *orderTicket) 
 		if err == nil {
 			after, err = strconv.ParseInt(v, 10, 64)
 		}
-		if err != nil || after < 0 {
-			s.respondError(req, "400", events.BadRequest, room.HeaderPipelined+" must be the seq of the last line of the request ahead (a non-negative integer)")
+		if err != nil || after < 0 || after == math.MaxInt64 { // after+1 is this request's first seq
+			s.respondError(req, "400", events.BadRequest, room.HeaderPipelined+" must be the seq of the last line of the request ahead (a non-negative integer below 2^63-1)")
 			return
 		}
 	}
