@@ -6,6 +6,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"slices"
 	"strconv"
 	"sync"
@@ -488,9 +489,13 @@ func (c *Checkpointer) deploymentMsg(d *deployment, m jsapi.Msg) {
 			_, err = checkpoint.Parse(m.Data, u.Room, c.trust)
 		}
 		if err != nil {
+			// Its Roompub-Source header is no one's word: a junk entry
+			// naming the last seq of a room stream stopped the log from
+			// taking any later checkpoint of it.
 			c.junkEntry(d, m.Seq, err)
+			return
 		}
-		if stream, seq, ok := room.ParseSource(m.Header.Get(room.SourceHeader)); ok && seq > d.sources[stream] {
+		if stream, seq, ok := room.ParseSource(m.Header.Get(room.SourceHeader)); ok && seq > d.sources[stream] && seq < math.MaxUint64 {
 			d.sources[stream] = seq
 			if len(d.pending) > 0 {
 				d.pending = slices.DeleteFunc(d.pending, func(p srcCheckpoint) bool { return p.stream == stream && p.seq <= seq })

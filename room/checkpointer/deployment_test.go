@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
 	"golang.org/x/mod/sumdb/note"
@@ -313,7 +314,9 @@ func TestDeploymentLogFinal(t *testing.T) {
 // never makes a lost log anew: a start with another origin, and a start
 // after the log's stream was deleted while the rooms hold checkpoints of
 // its origin, are refused with ErrDeployment; an entry written around
-// serve is logged.
+// serve is logged, and its Roompub-Source header, no one's word, is not
+// taken: one naming a room stream seq far ahead made the log drop every
+// later checkpoint of that stream.
 func TestDeploymentLogGuards(t *testing.T) {
 	e := roomtest.NewEnv(t)
 	ctx := context.Background()
@@ -330,7 +333,13 @@ func TestDeploymentLogGuards(t *testing.T) {
 		_, ckpts := deploymentLog(t, e)
 		return len(ckpts) > 0
 	})
-	junk := roomtest.PublishRaw(t, e.Js, room.DeploymentLog{}.Entry(), []byte("junk"))
+	jm := &nats.Msg{Subject: room.DeploymentLog{}.Entry(), Data: []byte("junk"), Header: nats.Header{}}
+	jm.Header.Set(room.SourceHeader, room.FormatSource(room.DefaultStream, 1<<40))
+	ack, err := e.Js.PublishMsg(ctx, jm)
+	if err != nil {
+		t.Fatal(err)
+	}
+	junk := ack.Sequence
 	roomtest.WaitFor(t, 10*time.Second, "the junk entry logged", func() bool {
 		for _, l := range logs.FilterMessageSnippet("no room checkpoint a trusted publisher signed").All() {
 			if l.ContextMap()["stream_seq"] == junk {
@@ -338,6 +347,15 @@ func TestDeploymentLogGuards(t *testing.T) {
 			}
 		}
 		return false
+	})
+	// The room's next checkpoint is still logged after the junk entry.
+	more, _ := roomtest.Journal(t, "run-g2", "cap-g2", 5)
+	if r, err := gate.AppendJournal(ctx, "room:guard", roomtest.Lines(more), nil); err != nil || r.Stored != 5 {
+		t.Fatalf("%+v %v", r, err)
+	}
+	roomtest.WaitFor(t, 10*time.Second, "the room's next checkpoint in the deployment log", func() bool {
+		entries, _ := deploymentLog(t, e)
+		return len(entries) > 0 && entries[len(entries)-1].Sequence > junk
 	})
 	if err := ckp.Stop(ctx); err != nil {
 		t.Fatal(err)
