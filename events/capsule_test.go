@@ -2,6 +2,7 @@ package events_test
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"os/exec"
@@ -163,4 +164,26 @@ func TestCanonicalISOTimeNode(t *testing.T) {
 		}
 	}
 	t.Logf("%d strings, %d canonical per JavaScript; CanonicalISOTime agrees on all", len(corpus), canonical)
+}
+
+// FuzzParseCapsule: a Roompub-Capsule header (the request's sender
+// writes it) parses to the four members the gate compares entries
+// against, each non-empty, or is refused with ErrInvalidCapsule, without
+// a panic.
+func FuzzParseCapsule(f *testing.F) {
+	f.Add([]byte(`{"run_id":"r","capsule_id":"c","harness_version":"1","task_family":"t"}`))
+	f.Add([]byte(`{"run_id":"r","run_id":"s","capsule_id":"c","harness_version":"1","task_family":"t"}`))
+	f.Add([]byte(`{"run_id":1}`))
+	f.Fuzz(func(t *testing.T, raw []byte) {
+		m, err := events.ParseCapsule(raw)
+		if err != nil {
+			if !errors.Is(err, events.ErrInvalidCapsule) {
+				t.Fatalf("ParseCapsule(%q): %v does not wrap ErrInvalidCapsule", raw, err)
+			}
+			return
+		}
+		if m.RunID == "" || m.CapsuleID == "" || m.HarnessVersion == "" || m.TaskFamily == "" {
+			t.Fatalf("ParseCapsule(%q) = %+v", raw, m)
+		}
+	})
 }

@@ -102,3 +102,31 @@ func TestDecodeDIDKeyRefuses(t *testing.T) {
 		}
 	}
 }
+
+// FuzzParseNodeID: a host/node-id from a record or a flag names an
+// Ed25519 key or is refused (ErrBadDIDKey) without a panic, and the
+// canonical id of the key it names (NodeID) names the same key. (A
+// doubled "did:key:" parses too; trust is looked up by the id's string,
+// and checkpoint signers must be canonical.)
+func FuzzParseNodeID(f *testing.F) {
+	f.Add("node:did:key:z6MkqB3fVxzXFbVUK2q1GPrLQzaxgwDGGVuxkDzaf5tsLnpo")
+	f.Add("node:did:key:z")
+	f.Add("node:did:key:did:key:z6Mk")
+	f.Add("z6MkqB3fVxzXFbVUK2q1GPrLQzaxgwDGGVuxkDzaf5tsLnpo")
+	f.Fuzz(func(t *testing.T, id string) {
+		pub, err := events.ParseNodeID(id)
+		if err != nil {
+			if !errors.Is(err, events.ErrBadDIDKey) {
+				t.Fatalf("ParseNodeID(%q): %v does not wrap ErrBadDIDKey", id, err)
+			}
+			return
+		}
+		if len(pub) != ed25519.PublicKeySize {
+			t.Fatalf("ParseNodeID(%q): a key of %d bytes", id, len(pub))
+		}
+		back, err := events.ParseNodeID(events.NodeID(pub))
+		if err != nil || !bytes.Equal(back, pub) {
+			t.Fatalf("ParseNodeID(%q): its canonical id %q names %x, %v", id, events.NodeID(pub), back, err)
+		}
+	})
+}

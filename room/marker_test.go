@@ -45,3 +45,37 @@ func TestParseMarkerTakesOnlyItsOneForm(t *testing.T) {
 		}
 	}
 }
+
+// FuzzParseMarker: a marker body read off the stream (anyone with the
+// stream's rights writes one) parses or is refused without a panic, and
+// what parses is in the one form Encode writes, byte for byte.
+func FuzzParseMarker(f *testing.F) {
+	pos := uint64(7)
+	for _, m := range []room.Marker{{Record: "sha256:abc", Offset: 1}, {Record: "sha256:abc", Offset: 3, Outcome: "unknown"}, {Record: "sha256:abc", Offset: 4, Position: &pos}} {
+		f.Add(m.Encode())
+	}
+	f.Add([]byte(`{"record":"sha256:abc","offset":18446744073709551615}`))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		m, err := room.ParseMarker(data)
+		if err != nil {
+			return
+		}
+		if m.Record == "" || m.Offset == 0 || string(m.Encode()) != string(data) {
+			t.Fatalf("parsed %+v from %q, which encodes as %q", m, data, m.Encode())
+		}
+	})
+}
+
+// FuzzParseSource: a Roompub-Source header parses only in the form
+// FormatSource writes.
+func FuzzParseSource(f *testing.F) {
+	for _, s := range []string{"ROOMS 1", "ROOMS-2 18446744073709551615", "ROOMS 01", " 1", "ROOMS", "ROOMS 1 2"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, v string) {
+		stream, seq, ok := room.ParseSource(v)
+		if ok && (stream == "" || room.FormatSource(stream, seq) != v) {
+			t.Fatalf("ParseSource(%q) = %q %d, which formats as %q", v, stream, seq, room.FormatSource(stream, seq))
+		}
+	})
+}
