@@ -73,12 +73,16 @@ func (f *FairSlots) Release() { f.release() }
 func (f *FairSlots) Waiting() int {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	n := 0
+	n := len(f.first)
 	for _, q := range f.queues {
 		n += len(q)
 	}
 	return n
 }
+
+// AcquireFirst takes a slot before every request waiting in turn
+// (fairSlots.acquireFirst).
+func (f *FairSlots) AcquireFirst(ctx context.Context) error { return f.acquireFirst(ctx) }
 
 // RecordsRead is how many records g read to bring a room's index up to
 // the stream head (none for a room whose records are marked).

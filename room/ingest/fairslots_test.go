@@ -12,8 +12,10 @@ import (
 
 // TestFairSlots: with one slot held, identity a queues five requests and
 // then b two; the slots go to a and b in turn (a first: it waited
-// first), then to a's rest, in arrival order. A request whose wait is
-// cancelled takes no slot and leaves no turn behind.
+// first), then to a's rest, in arrival order. A request that waits
+// holding a room's lock (AcquireFirst), queued last, is served before all
+// of them. A request whose wait is cancelled takes no slot and leaves no
+// turn behind; a cancelled AcquireFirst takes none either.
 func TestFairSlots(t *testing.T) {
 	f := ingest.NewFairSlots(1)
 	ctx := context.Background()
@@ -52,6 +54,29 @@ func TestFairSlots(t *testing.T) {
 	}
 	enqueue("b", "b1")
 	enqueue("b", "b2")
+	// A request holding a room's lock, queued last, goes first.
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		if err := f.AcquireFirst(ctx); err != nil {
+			t.Error(err)
+			return
+		}
+		mu.Lock()
+		order = append(order, "room")
+		mu.Unlock()
+		f.Release()
+	}()
+	queued++
+	waitQueued(queued)
+	fctx, fcancel := context.WithCancel(ctx)
+	ferr := make(chan error, 1)
+	go func() { ferr <- f.AcquireFirst(fctx) }()
+	waitQueued(queued + 1)
+	fcancel()
+	if err := <-ferr; !errors.Is(err, context.Canceled) {
+		t.Fatalf("cancelled AcquireFirst: %v", err)
+	}
 	// A cancelled wait of c's takes no turn.
 	cctx, cancel := context.WithCancel(ctx)
 	cerr := make(chan error, 1)
@@ -64,7 +89,7 @@ func TestFairSlots(t *testing.T) {
 	waitQueued(queued)
 	f.Release()
 	wg.Wait()
-	want := []string{"a1", "b1", "a2", "b2", "a3", "a4", "a5"}
+	want := []string{"room", "a1", "b1", "a2", "b2", "a3", "a4", "a5"}
 	if len(order) != len(want) {
 		t.Fatalf("order %v, want %v", order, want)
 	}

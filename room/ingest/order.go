@@ -91,6 +91,13 @@ type slotHold struct {
 // lock without idle: a request then waits for a place holding it, and
 // the places' holders never wait for it.
 func (h *slotHold) idle(ctx context.Context, f func() error) error {
+	return h.idleThen(ctx, f, false)
+}
+
+// idleThen is idle; first takes the place again before every request
+// waiting in turn (fairSlots.acquireFirst), for f that returns holding a
+// lock others wait for.
+func (h *slotHold) idleThen(ctx context.Context, f func() error, first bool) error {
 	if h == nil || h.slot == nil || !h.holding {
 		return f()
 	}
@@ -101,7 +108,13 @@ func (h *slotHold) idle(ctx context.Context, f func() error) error {
 	h.slot.release()
 	h.holding = false
 	err := f()
-	if aerr := h.slot.acquire(ctx, h.token); aerr != nil {
+	var aerr error
+	if first {
+		aerr = h.slot.acquireFirst(ctx)
+	} else {
+		aerr = h.slot.acquire(ctx, h.token)
+	}
+	if aerr != nil {
 		return aerr
 	}
 	h.holding = true
@@ -114,16 +127,18 @@ func (h *slotHold) idle(ctx context.Context, f func() error) error {
 func (h *slotHold) releases() bool { return h == nil || h.slot == nil || h.holding }
 
 // lockIdle locks mu, waiting for it without h's place (idle) when another
-// request holds it. It returns with mu locked unless it returns an error
-// (ctx done while it took a place again).
+// request holds it, and takes a place again before the requests waiting
+// in turn: the other requests waiting for mu must not wait behind h's
+// identity's queue too. It returns with mu locked unless it returns an
+// error (ctx done while it took a place again).
 func lockIdle(ctx context.Context, mu *sync.Mutex, h *slotHold) error {
 	if mu.TryLock() {
 		return nil
 	}
-	err := h.idle(ctx, func() error {
+	err := h.idleThen(ctx, func() error {
 		mu.Lock()
 		return nil
-	})
+	}, true)
 	if err != nil {
 		mu.Unlock()
 	}
