@@ -232,13 +232,17 @@ const foldRun = 3
 
 // printViolations prints the set-aside messages, each on a line, but a
 // run of foldRun or more in a row with the same code on the same subject
-// (most often the rest of an atomic batch a damaged store broke) as its
-// first message's line and a line counting the others, with their stream
-// sequences; their reasons differ only in their place (--json lists each).
+// and the same reason but for its numbers (most often the rest of an
+// atomic batch a damaged store broke: "message 7 of a batch of 1000") as
+// its first message's line and a line counting the others, with the span
+// of their stream sequences (--json lists each).
 func printViolations(w io.Writer, vs []reader.SetAside) {
+	same := func(a, b *reader.SetAside) bool {
+		return a.Code == b.Code && a.Subject == b.Subject && withoutNumbers(a.Reason) == withoutNumbers(b.Reason)
+	}
 	for i := 0; i < len(vs); {
 		j := i + 1
-		for j < len(vs) && vs[j].Code == vs[i].Code && vs[j].Subject == vs[i].Subject {
+		for j < len(vs) && same(&vs[j], &vs[i]) {
 			j++
 		}
 		if j-i < foldRun {
@@ -252,10 +256,28 @@ func printViolations(w io.Writer, vs []reader.SetAside) {
 		for _, v := range vs[i+2 : j] {
 			lo, hi = min(lo, v.Seq), max(hi, v.Seq)
 		}
-		fmt.Fprintf(w, "  %s\n  … and %d more %s on %s, stream seq %d to %d (--json lists each)\n",
+		fmt.Fprintf(w, "  %s\n  … and %d more %s on %s for the same reason, between stream seq %d and %d (--json lists each)\n",
 			vs[i].Error(), j-i-1, vs[i].Code, vs[i].Subject, lo, hi)
 		i = j
 	}
+}
+
+// withoutNumbers is s with each run of decimal digits as one '#', so
+// reasons that differ only in a position or sequence compare equal.
+func withoutNumbers(s string) string {
+	var b strings.Builder
+	digits := false
+	for _, r := range s {
+		d := r >= '0' && r <= '9'
+		switch {
+		case d && !digits:
+			b.WriteByte('#')
+		case !d:
+			b.WriteRune(r)
+		}
+		digits = d
+	}
+	return b.String()
 }
 
 // printCheckpoints prints the report's attestation and checkpoint facts.

@@ -121,12 +121,25 @@ func TestPrintNotices(t *testing.T) {
 }
 
 // TestPrintViolationsFolds: three or more set-aside messages in a row
-// with one code on one subject (a batch a damaged store broke) print as
-// the first one and a count with their stream sequences; shorter runs,
-// and runs broken by another code or subject, print whole.
+// with one code on one subject for one reason but its numbers (a batch a
+// damaged store broke) print as the first one and a count with the span
+// of their stream sequences; shorter runs, and runs broken by another
+// code, subject or reason (untrusted hosts, each named), print whole.
 func TestPrintViolationsFolds(t *testing.T) {
 	aside := func(seq uint64, code events.Code, subj string) reader.SetAside {
 		return reader.SetAside{Seq: seq, Code: code, Subject: subj, Reason: "r" + strconv.FormatUint(seq, 10)}
+	}
+	hosts := []reader.SetAside{
+		{Seq: 5, Code: "untrusted_host", Subject: "rooms.lab.exec", Reason: "host node:did:key:zONE is not trusted"},
+		{Seq: 6, Code: "untrusted_host", Subject: "rooms.lab.exec", Reason: "host node:did:key:zTWO is not trusted"},
+		{Seq: 9, Code: "untrusted_host", Subject: "rooms.lab.exec", Reason: "host node:did:key:zTHREE is not trusted"},
+	}
+	var hb strings.Builder
+	printViolations(&hb, hosts)
+	if want := "  untrusted_host at stream seq 5 (rooms.lab.exec): host node:did:key:zONE is not trusted\n" +
+		"  untrusted_host at stream seq 6 (rooms.lab.exec): host node:did:key:zTWO is not trusted\n" +
+		"  untrusted_host at stream seq 9 (rooms.lab.exec): host node:did:key:zTHREE is not trusted\n"; hb.String() != want {
+		t.Errorf("distinct reasons: got\n%s\nwant\n%s", hb.String(), want)
 	}
 	const a, b = "rooms.lab.journal.x.y", "rooms.lab.exec"
 	var vs []reader.SetAside
@@ -138,12 +151,12 @@ func TestPrintViolationsFolds(t *testing.T) {
 	var out strings.Builder
 	printViolations(&out, vs)
 	want := "  checkpoint_mismatch at stream seq 10 (" + a + "): r10\n" +
-		"  … and 999 more checkpoint_mismatch on " + a + ", stream seq 11 to 1009 (--json lists each)\n" +
+		"  … and 999 more checkpoint_mismatch on " + a + " for the same reason, between stream seq 11 and 1009 (--json lists each)\n" +
 		"  checkpoint_mismatch at stream seq 1010 (" + b + "): r1010\n" +
 		"  checkpoint_mismatch at stream seq 1011 (" + b + "): r1011\n" +
 		"  chain_break at stream seq 1012 (" + a + "): r1012\n" +
 		"  checkpoint_mismatch at stream seq 1013 (" + a + "): r1013\n" +
-		"  … and 2 more checkpoint_mismatch on " + a + ", stream seq 1014 to 1015 (--json lists each)\n"
+		"  … and 2 more checkpoint_mismatch on " + a + " for the same reason, between stream seq 1014 and 1015 (--json lists each)\n"
 	if out.String() != want {
 		t.Errorf("got\n%s\nwant\n%s", out.String(), want)
 	}
