@@ -121,16 +121,20 @@ func (g *Gate) appendJournal(ctx context.Context, roomID, owner string, body []b
 		return reply, nil
 	}
 	// The requests of this chain ahead of this one are decided first; the
-	// lines above were checked meanwhile.
-	err = t.idle(ctx, func() error {
-		if err := t.wait(ctx); err != nil {
-			return err
-		}
-		if after >= 0 && !t.isStalled() {
-			return g.awaitChain(ctx, key, after+1, owner)
-		}
-		return nil
-	})
+	// lines above were checked meanwhile. A request with nothing to wait
+	// for keeps its slot: giving it back sent it behind its identity's
+	// whole queue, with its lines checked.
+	if after >= 0 || t.ahead() {
+		err = t.idle(ctx, func() error {
+			if err := t.wait(ctx); err != nil {
+				return err
+			}
+			if after >= 0 && !t.isStalled() {
+				return g.awaitChain(ctx, key, after+1, owner)
+			}
+			return nil
+		})
+	}
 	if err != nil {
 		reply.Items[0] = failed(0, err) // the later lines stay skipped
 		g.observeItems(reply.Items, start)

@@ -199,6 +199,22 @@ func (t *orderTicket) wait(ctx context.Context) error {
 	}
 }
 
+// ahead reports whether a ticket of the chain with a smaller first seq,
+// of the same owner, is held: whether wait would wait now.
+func (t *orderTicket) ahead() bool {
+	if t == nil {
+		return false
+	}
+	t.g.orderMu.Lock()
+	defer t.g.orderMu.Unlock()
+	for _, h := range t.g.orders[t.key].held {
+		if h.seq < t.seq && h.owner == t.owner {
+			return true
+		}
+	}
+	return false
+}
+
 // done gives the ticket back; the requests waiting for it look again.
 func (t *orderTicket) done() {
 	if t == nil {
