@@ -73,16 +73,18 @@ func (f *FairSlots) Release() { f.release() }
 func (f *FairSlots) Waiting() int {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	n := len(f.first)
+	n := 0
 	for _, q := range f.queues {
 		n += len(q)
 	}
 	return n
 }
 
-// AcquireFirst takes a slot before every request waiting in turn
-// (fairSlots.acquireFirst).
-func (f *FairSlots) AcquireFirst(ctx context.Context) error { return f.acquireFirst(ctx) }
+// AcquireFirst takes a slot for identity token first among its identity's
+// waiting requests (fairSlots.acquireFirst).
+func (f *FairSlots) AcquireFirst(ctx context.Context, token string) error {
+	return f.acquireFirst(ctx, token)
+}
 
 // RecordsRead is how many records g read to bring a room's index up to
 // the stream head (none for a room whose records are marked).

@@ -12,10 +12,11 @@ import (
 
 // TestFairSlots: with one slot held, identity a queues five requests and
 // then b two; the slots go to a and b in turn (a first: it waited
-// first), then to a's rest, in arrival order. A request that waits
-// holding a room's lock (AcquireFirst), queued last, is served before all
-// of them. A request whose wait is cancelled takes no slot and leaves no
-// turn behind; a cancelled AcquireFirst takes none either.
+// first), then to a's rest, in arrival order. A request of b that waits
+// holding a room's lock (AcquireFirst), queued last, goes before b's
+// others but still waits for a's turn: no identity skips the turns. A
+// request whose wait is cancelled takes no slot and leaves no turn
+// behind; a cancelled AcquireFirst takes none either.
 func TestFairSlots(t *testing.T) {
 	f := ingest.NewFairSlots(1)
 	ctx := context.Background()
@@ -54,11 +55,11 @@ func TestFairSlots(t *testing.T) {
 	}
 	enqueue("b", "b1")
 	enqueue("b", "b2")
-	// A request holding a room's lock, queued last, goes first.
+	// b's request holding a room's lock, queued last, goes first of b's.
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
-		if err := f.AcquireFirst(ctx); err != nil {
+		if err := f.AcquireFirst(ctx, "b"); err != nil {
 			t.Error(err)
 			return
 		}
@@ -71,7 +72,7 @@ func TestFairSlots(t *testing.T) {
 	waitQueued(queued)
 	fctx, fcancel := context.WithCancel(ctx)
 	ferr := make(chan error, 1)
-	go func() { ferr <- f.AcquireFirst(fctx) }()
+	go func() { ferr <- f.AcquireFirst(fctx, "c") }()
 	waitQueued(queued + 1)
 	fcancel()
 	if err := <-ferr; !errors.Is(err, context.Canceled) {
@@ -89,7 +90,7 @@ func TestFairSlots(t *testing.T) {
 	waitQueued(queued)
 	f.Release()
 	wg.Wait()
-	want := []string{"room", "a1", "b1", "a2", "b2", "a3", "a4", "a5"}
+	want := []string{"a1", "room", "a2", "b1", "a3", "b2", "a4", "a5"}
 	if len(order) != len(want) {
 		t.Fatalf("order %v, want %v", order, want)
 	}

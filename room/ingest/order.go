@@ -94,9 +94,9 @@ func (h *slotHold) idle(ctx context.Context, f func() error) error {
 	return h.idleThen(ctx, f, false)
 }
 
-// idleThen is idle; first takes the place again before every request
-// waiting in turn (fairSlots.acquireFirst), for f that returns holding a
-// lock others wait for.
+// idleThen is idle; first takes the place again first among its
+// identity's waiting requests (fairSlots.acquireFirst), for f that returns
+// holding a lock others wait for.
 func (h *slotHold) idleThen(ctx context.Context, f func() error, first bool) error {
 	if h == nil || h.slot == nil || !h.holding {
 		return f()
@@ -110,7 +110,7 @@ func (h *slotHold) idleThen(ctx context.Context, f func() error, first bool) err
 	err := f()
 	var aerr error
 	if first {
-		aerr = h.slot.acquireFirst(ctx)
+		aerr = h.slot.acquireFirst(ctx, h.token)
 	} else {
 		aerr = h.slot.acquire(ctx, h.token)
 	}
@@ -127,9 +127,10 @@ func (h *slotHold) idleThen(ctx context.Context, f func() error, first bool) err
 func (h *slotHold) releases() bool { return h == nil || h.slot == nil || h.holding }
 
 // lockIdle locks mu, waiting for it without h's place (idle) when another
-// request holds it, and takes a place again before the requests waiting
-// in turn: the other requests waiting for mu must not wait behind h's
-// identity's queue too. It returns with mu locked unless it returns an
+// request holds it, and takes a place again first among its identity's
+// waiting requests: the other requests waiting for mu must not wait
+// behind h's identity's whole queue too, and the identities still take
+// turns. It returns with mu locked unless it returns an
 // error (ctx done while it took a place again).
 func lockIdle(ctx context.Context, mu *sync.Mutex, h *slotHold) error {
 	if mu.TryLock() {

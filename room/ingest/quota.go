@@ -141,9 +141,6 @@ type fairSlots struct {
 	free   int
 	queues map[string][]chan struct{} // waiting requests per identity, in arrival order
 	turns  []string                   // identities with requests waiting, in turn order
-	// first holds the requests that wait holding a room's records lock
-	// (acquireFirst), served before any turn.
-	first []chan struct{}
 }
 
 func newFairSlots(n int) *fairSlots {
@@ -153,6 +150,11 @@ func newFairSlots(n int) *fairSlots {
 // acquire takes a slot for a request of identity token, waiting for one
 // (ctx bounds the wait; its error is returned, with no slot taken).
 func (f *fairSlots) acquire(ctx context.Context, token string) error {
+	return f.wait(ctx, token, false)
+}
+
+// wait is acquire; front queues the request first among its identity's.
+func (f *fairSlots) wait(ctx context.Context, token string, front bool) error {
 	f.mu.Lock()
 	if f.free > 0 && len(f.turns) == 0 {
 		f.free--
@@ -163,7 +165,11 @@ func (f *fairSlots) acquire(ctx context.Context, token string) error {
 	if len(f.queues[token]) == 0 {
 		f.turns = append(f.turns, token)
 	}
-	f.queues[token] = append(f.queues[token], ch)
+	if front {
+		f.queues[token] = append([]chan struct{}{ch}, f.queues[token]...)
+	} else {
+		f.queues[token] = append(f.queues[token], ch)
+	}
 	f.mu.Unlock()
 	select {
 	case <-ch:
@@ -190,49 +196,21 @@ func (f *fairSlots) acquire(ctx context.Context, token string) error {
 	return ctx.Err()
 }
 
-// acquireFirst takes a slot for a request that holds a room's records
-// lock, before every request waiting in turn: others' requests for that
-// room wait for the lock, and must not wait behind its identity's whole
-// queue as well. At most one request per room waits here. ctx as acquire.
-func (f *fairSlots) acquireFirst(ctx context.Context) error {
-	f.mu.Lock()
-	if f.free > 0 {
-		f.free--
-		f.mu.Unlock()
-		return nil
-	}
-	ch := make(chan struct{}, 1)
-	f.first = append(f.first, ch)
-	f.mu.Unlock()
-	select {
-	case <-ch:
-		return nil
-	case <-ctx.Done():
-	}
-	f.mu.Lock()
-	if i := slices.Index(f.first, ch); i >= 0 {
-		f.first = slices.Delete(f.first, i, i+1)
-		f.mu.Unlock()
-		return ctx.Err()
-	}
-	f.mu.Unlock()
-	<-ch // handed a slot as ctx ended: give it on
-	f.release()
-	return ctx.Err()
+// acquireFirst takes a slot for a request of identity token that holds a
+// room's records lock: at the front of its identity's queue, not behind
+// its identity's other requests, which others' requests for that room
+// would wait for too. The identities still take turns: another
+// identity's request waits for at most one slot per identity waiting, as
+// with acquire. ctx as acquire.
+func (f *fairSlots) acquireFirst(ctx context.Context, token string) error {
+	return f.wait(ctx, token, true)
 }
 
-// release gives a slot back: to the first request waiting holding a room's
-// lock (acquireFirst), else to the first waiting request of the identity
-// whose turn it is, else to the free slots.
+// release gives a slot back: to the first waiting request of the identity
+// whose turn it is, or to the free slots.
 func (f *fairSlots) release() {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	if len(f.first) > 0 {
-		ch := f.first[0]
-		f.first = f.first[1:]
-		ch <- struct{}{}
-		return
-	}
 	if len(f.turns) == 0 {
 		f.free++
 		return
