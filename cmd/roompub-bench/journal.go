@@ -160,10 +160,6 @@ func (b *bench) inRounds(r *result, raw, pub func(round int) (side, error)) erro
 				// The other modes' passes trace into files of their own.
 				sideTraces.name = fmt.Sprintf("%s-%s-r%d-%s", r.key, b.mode, round+1, o.name)
 			}
-			// The side before left its garbage in this process: collected
-			// now, not in this side's time (a raw round after roompub's
-			// paid for the collection of roompub's parsed lines).
-			runtime.GC()
 			s, err := o.fn(round)
 			sideTraces.name = ""
 			if err == nil {
