@@ -37,7 +37,8 @@ func TestOpenKeyFilesRefused(t *testing.T) {
 		}
 	}
 	// Secure mode reads serve's own --nkey to tell its role; with a
-	// --max-payload serve refuses right after that, it never serves.
+	// --store-dir that is a file, serve fails right after that, it never
+	// serves.
 	secure := filepath.Join(dir, "secure.yaml")
 	if err := os.WriteFile(secure, []byte("users:\n  - {role: publisher, nkey: "+nkeyPublic(t, seed)+"}\n"), 0o600); err != nil {
 		t.Fatal(err)
@@ -52,7 +53,7 @@ func TestOpenKeyFilesRefused(t *testing.T) {
 	}{
 		{"sign --key", []string{"sign", "--key", key, record}, key},
 		{"serve --publisher-key", append(serve, "--publisher-key", key), key},
-		{"serve --secure-config --nkey", []string{"serve", "--listen", "127.0.0.1:-1", "--store-dir", filepath.Join(dir, "store"), "--secure-config", secure, "--nkey", seed, "--max-payload", "4GB"}, seed},
+		{"serve --secure-config --nkey", []string{"serve", "--listen", "127.0.0.1:-1", "--store-dir", secure, "--secure-config", secure, "--nkey", seed}, seed},
 		{"execution --nkey", []string{"execution", "--nkey", seed, "--server", "nats://127.0.0.1:1", record}, seed},
 		{"journal --nkey", []string{"journal", "--room", "room:x", "--nkey", seed, "--server", "nats://127.0.0.1:1", samples + "/capsules/csv-dedupe"}, seed},
 	} {
