@@ -179,15 +179,7 @@ func (t *orderTicket) wait(ctx context.Context) error {
 	g := t.g
 	for {
 		g.orderMu.Lock()
-		o := g.orders[t.key]
-		ahead := false
-		for _, h := range o.held {
-			if h.seq < t.seq && h.owner == t.owner {
-				ahead = true
-				break
-			}
-		}
-		left := o.left
+		ahead, left := t.aheadLocked(), g.orders[t.key].left
 		g.orderMu.Unlock()
 		if !ahead {
 			return nil
@@ -208,6 +200,11 @@ func (t *orderTicket) ahead() bool {
 	}
 	t.g.orderMu.Lock()
 	defer t.g.orderMu.Unlock()
+	return t.aheadLocked()
+}
+
+// aheadLocked is ahead with Gate.orderMu held.
+func (t *orderTicket) aheadLocked() bool {
 	for _, h := range t.g.orders[t.key].held {
 		if h.seq < t.seq && h.owner == t.owner {
 			return true
