@@ -105,3 +105,10 @@ func (g *Gate) HoldRoom(roomID string) (release func()) {
 	r.mu.Lock()
 	return r.mu.Unlock
 }
+
+// WithAfterHandle returns o running f on each request's goroutine after
+// its handler returns, before the request's end is accounted.
+func WithAfterHandle(o ServiceOptions, f func()) ServiceOptions {
+	o.afterHandle = f
+	return o
+}

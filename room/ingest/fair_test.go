@@ -436,3 +436,38 @@ func TestServiceRecordsWaitWithoutPlaces(t *testing.T) {
 		t.Errorf("the room holds %d records, want A's 6", got)
 	}
 }
+
+// TestServiceShareFreeOnAnswer: a request gives its identity's share
+// back as its answer goes out. At IdentityConcurrency 1, a client that
+// sends its next request on reading an answer is served, even while the
+// answered request's goroutine has not ended yet (held here by the
+// afterHandle seam until the second answer is in).
+func TestServiceShareFreeOnAnswer(t *testing.T) {
+	e := roomtest.NewEnv(t)
+	release := make(chan struct{})
+	held := make(chan struct{}, 2)
+	svc := restartService(e, ingest.WithAfterHandle(ingest.ServiceOptions{Concurrency: 4, IdentityConcurrency: 1}, func() {
+		held <- struct{}{}
+		select {
+		case <-release:
+		case <-time.After(time.Minute): // a hung test, not a bound
+		}
+	}))
+	defer close(release)
+	tok := room.IdentityToken("harness-a")
+	body := []byte(`{"run_id":"run-1","capsule_id":"cap-1"}`)
+	for i := range 2 {
+		status, replies := flood(t, e.Nc, tok, "head", nil, [][]byte{body})()
+		if status[0] != "" {
+			t.Fatalf("request %d answered %s: %s", i+1, status[0], replies[0])
+		}
+		var head room.ChainHead
+		if err := json.Unmarshal(replies[0], &head); err != nil {
+			t.Fatalf("request %d: %q: %v", i+1, replies[0], err)
+		}
+		<-held // its goroutine has not ended: the share must be free all the same
+	}
+	if n := svc.OverQuota(); n != 0 {
+		t.Fatalf("%d requests answered over_quota, want 0", n)
+	}
+}

@@ -70,6 +70,8 @@ type ServiceOptions struct {
 	Logger               *zap.Logger
 	// Observer, when set, is told of the service's own events (metrics).
 	Observer ServiceObserver
+
+	afterHandle func() // Service.afterHandle
 }
 
 // DefaultIdentityConcurrency is ServiceOptions.IdentityConcurrency's
@@ -112,6 +114,9 @@ type Service struct {
 	quota *quotas
 	// overQuota counts requests answered events.OverQuota.
 	overQuota atomic.Uint64
+	// afterHandle, when set, runs on a request's goroutine after its
+	// handler returns (a test's seam: ServiceOptions.afterHandle).
+	afterHandle func()
 }
 
 // ServiceObserver receives the ingest service's own events, for metrics.
@@ -155,7 +160,7 @@ func StartServiceOver(nc *nats.Conn, gates *Gates, o ServiceOptions) (*Service, 
 		o.IdentityPendingBytes = o.PendingBytes / 4
 	}
 	s := &Service{gate: gate, gates: gates, log: o.Logger, slots: newFairSlots(o.Concurrency), replyLog: newBoundedLog(), quotaLog: newBoundedLog(), maxPayload: int(nc.MaxPayload()), prefix: o.Prefix, obs: o.Observer,
-		quota: newQuotas(o.IdentityConcurrency, o.IdentityPendingBytes, o.PendingBytes)}
+		quota: newQuotas(o.IdentityConcurrency, o.IdentityPendingBytes, o.PendingBytes), afterHandle: o.afterHandle}
 	if s.log == nil {
 		s.log = zap.NewNop()
 	}
@@ -260,10 +265,12 @@ func (s *Service) async(h func(micro.Request, *slotHold, *orderTicket), ordered 
 		if ordered {
 			t = s.gate.ticket(req.Data(), token)
 		}
+		ans := &answering{Request: req, before: func() { s.quota.release(token, n) }}
+		req = ans
 		go func() {
 			defer func() {
 				t.done()
-				s.quota.release(token, n)
+				ans.settle()
 				s.wg.Done()
 			}()
 			if s.slots.acquire(s.ctx, token) != nil {
@@ -280,8 +287,47 @@ func (s *Service) async(h func(micro.Request, *slotHold, *orderTicket), ordered 
 				}
 			}()
 			h(req, hold, t)
+			if s.afterHandle != nil {
+				s.afterHandle()
+			}
 		}()
 	})
+}
+
+// answering is an admitted request that gives its identity's share back
+// (before) as its answer goes out, not after its goroutine ends: a client
+// that sends its next request on reading the answer, at exactly its
+// share, must find the share free.
+type answering struct {
+	micro.Request
+	before  func()
+	settled atomic.Bool
+}
+
+// settle runs before once, whichever comes first: the answer or the
+// request's end without one.
+func (a *answering) settle() {
+	if a.settled.CompareAndSwap(false, true) {
+		a.before()
+	}
+}
+
+// Respond gives the share back, then sends the answer.
+func (a *answering) Respond(data []byte, opts ...micro.RespondOpt) error {
+	a.settle()
+	return a.Request.Respond(data, opts...)
+}
+
+// RespondJSON gives the share back, then sends the answer.
+func (a *answering) RespondJSON(v any, opts ...micro.RespondOpt) error {
+	a.settle()
+	return a.Request.RespondJSON(v, opts...)
+}
+
+// Error gives the share back, then sends the error answer.
+func (a *answering) Error(code, description string, data []byte, opts ...micro.RespondOpt) error {
+	a.settle()
+	return a.Request.Error(code, description, data, opts...)
 }
 
 // OverQuota counts the requests the service answered events.OverQuota
