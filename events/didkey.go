@@ -49,13 +49,26 @@ func DecodeDIDKey(s string) (ed25519.PublicKey, error) {
 // NodeID returns "node:did:key:" + EncodeDIDKey(pub).
 func NodeID(pub ed25519.PublicKey) string { return NodeIDPrefix + EncodeDIDKey(pub) }
 
-// ParseNodeID returns the public key a host/node-id names. Errors wrap
-// ErrBadDIDKey.
+// ParseNodeID returns the public key a host/node-id names. The id must
+// be NodeID of that key, byte for byte: trust and evidence are looked up
+// by the id's string, so one key has one id ("node:did:key:did:key:z…"
+// names no key). Errors wrap ErrBadDIDKey.
 func ParseNodeID(id string) (ed25519.PublicKey, error) {
 	if !strings.HasPrefix(id, NodeIDPrefix) {
 		return nil, fmt.Errorf("%w: %q does not start with %q", ErrBadDIDKey, short(id), NodeIDPrefix)
 	}
-	return DecodeDIDKey(id[len(NodeIDPrefix):])
+	rest := id[len(NodeIDPrefix):]
+	if !strings.HasPrefix(rest, "z") {
+		return nil, fmt.Errorf("%w: %q: the key after %q lacks the base58btc multibase prefix z", ErrBadDIDKey, short(id), NodeIDPrefix)
+	}
+	pub, err := DecodeDIDKey(rest)
+	if err != nil {
+		return nil, err
+	}
+	if EncodeDIDKey(pub) != rest {
+		return nil, fmt.Errorf("%w: %q is not the key's canonical did:key", ErrBadDIDKey, short(id))
+	}
+	return pub, nil
 }
 
 func short(s string) string {
