@@ -304,6 +304,9 @@ func (c *Client) AppendRecords(ctx context.Context, raws [][]byte) ([]room.Recor
 			return fmt.Errorf("%s.records: %d replies for %d records", c.prefix, len(r.Records), n)
 		}
 		for i := range r.Records {
+			if got := r.Records[i].Item.Index; got != i {
+				return fmt.Errorf("%s.records: reply %d names record %d: the replies answer the records in order", c.prefix, i, got)
+			}
 			r.Records[i].Item.Index = first + i
 		}
 		out = append(out, r.Records...)

@@ -568,6 +568,12 @@ func (s *shipper) settle(body []byte, first int, reply room.JournalReply, err er
 		}
 		return err
 	}
+	if bad := replyMismatch(body, reply.Items); bad != "" {
+		// The cursor moves by the reply's items: one that does not answer
+		// the request's lines one by one, in order, moves it nowhere.
+		s.line = first
+		return fmt.Errorf("%w: the reply to the request from line %d does not answer it: %s", ErrUnavailable, first+1, bad)
+	}
 	if reply.Head.Chain.RunID != "" {
 		s.res.Head = reply.Head
 	}
@@ -613,6 +619,21 @@ func (s *shipper) settle(body []byte, first int, reply room.JournalReply, err er
 		s.o.Progress(s.res)
 	}
 	return err
+}
+
+// replyMismatch says how items fail to be a journal reply to body (lines
+// ending in "\n"): one item per line, item i with index i
+// (room.JournalReply); "" when they are one.
+func replyMismatch(body []byte, items []room.ItemResult) string {
+	if n := bytes.Count(body, newline); len(items) != n {
+		return fmt.Sprintf("%d items for %d lines", len(items), n)
+	}
+	for i, it := range items {
+		if it.Index != i {
+			return fmt.Sprintf("item %d has index %d", i, it.Index)
+		}
+	}
+	return ""
 }
 
 // misplaced checks the line of a duplicate answer (item index of the

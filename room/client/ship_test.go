@@ -272,3 +272,48 @@ func TestShipRepeatedLineRefused(t *testing.T) {
 		}
 	}
 }
+
+// TestShipReplyNotAnswering: a journal reply whose items do not answer
+// the request's lines one by one, in order (an item missing, two with
+// one index, one too many), moves the shipper's cursor nowhere: the ship
+// fails ErrUnavailable naming the mismatch, and reports nothing stored.
+func TestShipReplyNotAnswering(t *testing.T) {
+	key := events.ChainKey{RunID: "run-liar", CapsuleID: "cap-liar"}
+	chain := `"chain":{"run_id":"run-liar","capsule_id":"cap-liar"}`
+	head := `{` + chain + `,"next":0,"head":"` + events.ZeroHash + `","stream_seq":0}`
+	for _, c := range []struct{ name, items, want string }{
+		{"missing", `{"index":0,"outcome":"stored"},{"index":1,"outcome":"stored"}`, "2 items for 3 lines"},
+		{"repeated", `{"index":0,"outcome":"stored"},{"index":0,"outcome":"stored"},{"index":2,"outcome":"stored"}`, "item 1 has index 0"},
+		{"extra", `{"index":0,"outcome":"stored"},{"index":1,"outcome":"stored"},{"index":2,"outcome":"stored"},{"index":3,"outcome":"stored"}`, "4 items for 3 lines"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			e := roomtest.NewEnv(t)
+			if err := e.Svc.Stop(); err != nil { // this test's replies are its own
+				t.Fatal(err)
+			}
+			nc := e.Connect()
+			for subject, body := range map[string]string{
+				room.EndpointHead:    head,
+				room.EndpointJournal: `{"room":"room:r",` + chain + `,"items":[` + c.items + `],"head":` + head + `,"stored":3}`,
+			} {
+				if _, err := nc.Subscribe(room.ServiceSubject("", room.Anonymous, subject), func(m *nats.Msg) { _ = m.Respond([]byte(body)) }); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if err := nc.Flush(); err != nil {
+				t.Fatal(err)
+			}
+			_, body := roomtest.Journal(t, key.RunID, key.CapsuleID, 3)
+			dir := roomtest.CapsuleDir(t, key.RunID, key.CapsuleID, body)
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+			res, err := client.ShipCapsule(ctx, client.New(nc, client.Options{}), dir, "room:r", client.ShipOptions{})
+			if !errors.Is(err, client.ErrUnavailable) || !strings.Contains(err.Error(), c.want) {
+				t.Fatalf("ship: %+v, %v; want ErrUnavailable naming %q", res, err, c.want)
+			}
+			if res.Stored != 0 {
+				t.Errorf("%d reported stored, want 0", res.Stored)
+			}
+		})
+	}
+}
