@@ -77,8 +77,10 @@ func (q *quotas) admit(token string, n int) string {
 		return fmt.Sprintf("identity %s already has %d bytes of requests held, and this one (%d bytes) would take it past its share of %d (IdentityPendingBytes): send it again once one is answered",
 			room.IdentityName(token), u.bytes, c, q.perBytes)
 	case q.total > 0 && q.total+c > q.totalBytes && (u.bytes > 0 || q.total+c > q.totalBytes+q.perBytes):
-		return fmt.Sprintf("the service already holds %d bytes of requests, and this one (%d bytes) would take it past %d (PendingBytes, and a reserve of %d for identities holding nothing): send it again once one is answered",
-			q.total, c, q.totalBytes, q.perBytes)
+		// What the other identities hold is theirs: the answer names the
+		// bounds, not the service's total (serve's log has it).
+		return fmt.Sprintf("this request (%d bytes) would take the service past the bytes of requests it holds at once, %d (PendingBytes, and a reserve of %d for identities holding nothing): send it again once one is answered",
+			c, q.totalBytes, q.perBytes)
 	}
 	u.requests++
 	u.held++

@@ -1,6 +1,7 @@
 package ingest
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 )
@@ -35,6 +36,9 @@ func TestServiceQuotaAdmit(t *testing.T) {
 	// nothing; c's next, and one past the reserve, are refused.
 	admit("c", c-RequestOverheadBytes+1, "")
 	admit("c", 100, "PendingBytes")
+	if got := q.admit("c", 100); strings.Contains(got, fmt.Sprint(q.total)) {
+		t.Fatalf("the answer %q names the service's total, %d: what other identities hold is theirs", got, q.total)
+	}
 	admit("d", 3*c-RequestOverheadBytes, "a reserve of 3372 for identities holding nothing")
 	admit("d", 3*c-RequestOverheadBytes-1, "") // 11 × c: the total and the reserve
 	q.release("b", 4*c-RequestOverheadBytes)

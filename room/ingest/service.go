@@ -244,8 +244,10 @@ func (s *Service) async(h func(micro.Request, *slotHold, *orderTicket), ordered 
 			// level naming the identity, at the rate of the refused
 			// replies' log (an identity can send these at will).
 			if left, ok := s.quotaLog.allow(); ok {
+				requests, heldBytes, total := s.quota.held(token)
 				s.log.Info("over quota", zap.String("code", string(events.OverQuota)), zap.String("endpoint", endpoint), zap.String("identity", room.IdentityName(token)),
-					zap.String("reason", reason), zap.Uint64("not_logged_before", left))
+					zap.String("reason", reason), zap.Int("identity_requests", requests), zap.Int("identity_bytes", heldBytes), zap.Int("service_bytes", total),
+					zap.Uint64("not_logged_before", left))
 			}
 			s.respondError(req, "429", events.OverQuota, reason)
 			return
