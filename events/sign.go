@@ -7,6 +7,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"strings"
 )
 
 // SignatureAlg is the only signature algorithm of seed 004.
@@ -49,10 +50,16 @@ func SigningMessage(domain string, payload []byte) [32]byte {
 }
 
 // VerifySignature checks sig over payload in domain. The key is taken from
-// sig.KeyPublic (did:key). Errors wrap ErrBadSignature or ErrBadDIDKey.
+// sig.KeyPublic, which must be the key's did:key method-specific id as
+// EncodeDIDKey writes it ("z…"): the signature does not sign it, and the
+// record's host/node-id is compared with it as a string, so one key has
+// one form. Errors wrap ErrBadSignature or ErrBadDIDKey.
 func VerifySignature(sig Signature, domain string, payload []byte) error {
 	if sig.Alg != SignatureAlg {
 		return fmt.Errorf("%w: alg %q is not %q", ErrBadSignature, sig.Alg, SignatureAlg)
+	}
+	if !strings.HasPrefix(sig.KeyPublic, "z") {
+		return fmt.Errorf("%w: key/public %q is not a did:key method-specific id (z…)", ErrBadDIDKey, short(sig.KeyPublic))
 	}
 	pub, err := DecodeDIDKey(sig.KeyPublic)
 	if err != nil {

@@ -131,6 +131,9 @@ func TestVerifySignatureRefuses(t *testing.T) {
 		{"other alg", events.Signature{Alg: "ed25519", Value: good.Value, KeyPublic: good.KeyPublic}, payload, events.ExecutionDomain, events.ErrBadSignature},
 		{"other key", events.Signature{Alg: good.Alg, Value: good.Value, KeyPublic: other.DIDKey()}, payload, events.ExecutionDomain, events.ErrBadSignature},
 		{"bad key", events.Signature{Alg: good.Alg, Value: good.Value, KeyPublic: "z6Mk"}, payload, events.ExecutionDomain, events.ErrBadDIDKey},
+		// The signature signs no key/public: a prefix would give the key
+		// a second host/node-id ("node:did:key:did:key:z…").
+		{"did:key: prefixed key", events.Signature{Alg: good.Alg, Value: good.Value, KeyPublic: "did:key:" + good.KeyPublic}, payload, events.ExecutionDomain, events.ErrBadDIDKey},
 		{"padded value", events.Signature{Alg: good.Alg, Value: good.Value + "==", KeyPublic: good.KeyPublic}, payload, events.ExecutionDomain, events.ErrBadSignature},
 		{"std base64 value", events.Signature{Alg: good.Alg, Value: strings.NewReplacer("-", "+", "_", "/").Replace(good.Value) + "+", KeyPublic: good.KeyPublic}, payload, events.ExecutionDomain, events.ErrBadSignature},
 		{"short value", events.Signature{Alg: good.Alg, Value: good.Value[:84], KeyPublic: good.KeyPublic}, payload, events.ExecutionDomain, events.ErrBadSignature},

@@ -23,7 +23,10 @@ import (
 // counts against the pending-bytes bounds besides its body, in bytes: the
 // request, its goroutine and its order ticket (ServiceOptions
 // IdentityPendingBytes, PendingBytes). An empty body still counts, so the
-// bounds also bound how many requests are held.
+// bounds also bound how many requests are held. A request counts until
+// its answer goes out; what it holds past that (its body, its slot, the
+// answer being sent) lasts while it holds one of the Concurrency slots,
+// so at most that many requests are past their count at once.
 const RequestOverheadBytes = 1024
 
 // identityUse is what one identity's requests hold in the service.
