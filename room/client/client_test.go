@@ -7,12 +7,9 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/nats-io/nats.go"
-
 	"github.com/roompub/roompub/events"
 	"github.com/roompub/roompub/room"
 	"github.com/roompub/roompub/room/client"
-	"github.com/roompub/roompub/room/internal/roomtest"
 )
 
 // TestRetryable: what a rerun can get past (no answer, over quota, a
@@ -50,18 +47,7 @@ func TestAppendRecordsReplyNotAnswering(t *testing.T) {
 		{"swapped", `{"item":{"index":1,"outcome":"stored","stream_seq":7}},{"item":{"index":0,"outcome":"stored","stream_seq":8}}`, "reply 0 names record 1"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			e := roomtest.NewEnv(t)
-			if err := e.Svc.Stop(); err != nil { // this test's replies are its own
-				t.Fatal(err)
-			}
-			nc := e.Connect()
-			body := []byte(`{"records":[` + c.items + `],"stored":2}`)
-			if _, err := nc.Subscribe(room.ServiceSubject("", room.Anonymous, room.EndpointRecords), func(m *nats.Msg) { _ = m.Respond(body) }); err != nil {
-				t.Fatal(err)
-			}
-			if err := nc.Flush(); err != nil {
-				t.Fatal(err)
-			}
+			nc := fakeService(t, map[string]string{room.EndpointRecords: `{"records":[` + c.items + `],"stored":2}`})
 			replies, err := client.New(nc, client.Options{}).AppendRecords(t.Context(), [][]byte{[]byte(`{"a":1}`), []byte(`{"a":2}`)})
 			if err == nil || !strings.Contains(err.Error(), c.want) || len(replies) != 0 {
 				t.Fatalf("AppendRecords: %d replies, %v; want none and an error naming %q", len(replies), err, c.want)

@@ -180,25 +180,13 @@ func TestFollowCapsuleStopped(t *testing.T) {
 // refusal) is still reported in the journal's file, as when the reply
 // carried "at":{}.
 func TestShipRefusalWithoutPlace(t *testing.T) {
-	e := roomtest.NewEnv(t)
-	if err := e.Svc.Stop(); err != nil { // this test's replies are its own
-		t.Fatal(err)
-	}
-	nc := e.Connect()
 	key := events.ChainKey{RunID: "run-noplace", CapsuleID: "cap-noplace"}
-	reply := func(subject string, body []byte) {
-		t.Helper()
-		if _, err := nc.Subscribe(room.ServiceSubject("", room.Anonymous, subject), func(m *nats.Msg) { _ = m.Respond(body) }); err != nil {
-			t.Fatal(err)
-		}
-	}
-	reply(room.EndpointHead, []byte(`{"chain":{"run_id":"run-noplace","capsule_id":"cap-noplace"},"next":1,"head":"`+events.ZeroHash+`","stream_seq":0}`))
-	reply(room.EndpointJournal, []byte(`{"room":"room:r","chain":{"run_id":"run-noplace","capsule_id":"cap-noplace"},"items":[`+
-		`{"index":0,"outcome":"refused","code":"store_lost","reason":"the chain is closed","problems":[{"code":"store_lost","reason":"the chain is closed"}]},`+
-		`{"index":1,"outcome":"skipped"}],"head":{"chain":{"run_id":"run-noplace","capsule_id":"cap-noplace"},"next":1,"head":"`+events.ZeroHash+`","stream_seq":0},"refused":1,"skipped":1}`))
-	if err := nc.Flush(); err != nil {
-		t.Fatal(err)
-	}
+	nc := fakeService(t, map[string]string{
+		room.EndpointHead: `{"chain":{"run_id":"run-noplace","capsule_id":"cap-noplace"},"next":1,"head":"` + events.ZeroHash + `","stream_seq":0}`,
+		room.EndpointJournal: `{"room":"room:r","chain":{"run_id":"run-noplace","capsule_id":"cap-noplace"},"items":[` +
+			`{"index":0,"outcome":"refused","code":"store_lost","reason":"the chain is closed","problems":[{"code":"store_lost","reason":"the chain is closed"}]},` +
+			`{"index":1,"outcome":"skipped"}],"head":{"chain":{"run_id":"run-noplace","capsule_id":"cap-noplace"},"next":1,"head":"` + events.ZeroHash + `","stream_seq":0},"refused":1,"skipped":1}`,
+	})
 	_, body := roomtest.Journal(t, key.RunID, key.CapsuleID, 2)
 	dir := roomtest.CapsuleDir(t, key.RunID, key.CapsuleID, body)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
@@ -287,22 +275,10 @@ func TestShipReplyNotAnswering(t *testing.T) {
 		{"extra", `{"index":0,"outcome":"stored"},{"index":1,"outcome":"stored"},{"index":2,"outcome":"stored"},{"index":3,"outcome":"stored"}`, "4 items for 3 lines"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			e := roomtest.NewEnv(t)
-			if err := e.Svc.Stop(); err != nil { // this test's replies are its own
-				t.Fatal(err)
-			}
-			nc := e.Connect()
-			for subject, body := range map[string]string{
+			nc := fakeService(t, map[string]string{
 				room.EndpointHead:    head,
 				room.EndpointJournal: `{"room":"room:r",` + chain + `,"items":[` + c.items + `],"head":` + head + `,"stored":3}`,
-			} {
-				if _, err := nc.Subscribe(room.ServiceSubject("", room.Anonymous, subject), func(m *nats.Msg) { _ = m.Respond([]byte(body)) }); err != nil {
-					t.Fatal(err)
-				}
-			}
-			if err := nc.Flush(); err != nil {
-				t.Fatal(err)
-			}
+			})
 			_, body := roomtest.Journal(t, key.RunID, key.CapsuleID, 3)
 			dir := roomtest.CapsuleDir(t, key.RunID, key.CapsuleID, body)
 			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
@@ -316,4 +292,25 @@ func TestShipReplyNotAnswering(t *testing.T) {
 			}
 		})
 	}
+}
+
+// fakeService stops the test server's ingest service and answers each
+// endpoint of the anonymous identity with its body in replies, whatever
+// it is sent; it returns a connection to that server.
+func fakeService(t *testing.T, replies map[string]string) *nats.Conn {
+	t.Helper()
+	e := roomtest.NewEnv(t)
+	if err := e.Svc.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	nc := e.Connect()
+	for endpoint, body := range replies {
+		if _, err := nc.Subscribe(room.ServiceSubject("", room.Anonymous, endpoint), func(m *nats.Msg) { _ = m.Respond([]byte(body)) }); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := nc.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	return nc
 }
