@@ -366,6 +366,11 @@ const defaultAheadWait = 5 * time.Second
 // reach) cost 900 reads of the stream leader in 5 s at a fixed 5 ms; a
 // request deep in a pipeline, waiting longest, still sees the one ahead
 // within aheadPollMax.
+// aheadPollers is how many pipelined requests of a gate read the stream
+// leader for their chain at once (awaitChain): the ingest service's
+// default Concurrency, 4×GOMAXPROCS.
+func aheadPollers() int { return 4 * runtime.GOMAXPROCS(0) }
+
 const (
 	aheadPoll     = 5 * time.Millisecond
 	aheadPollFast = 100 * time.Millisecond
@@ -380,11 +385,32 @@ const (
 // as it is (OutcomeAhead). A chain another identity than owner started is
 // not waited for: the request is refused not_chain_owner at once, and
 // another's requests must not hold up the owner's chain with reads.
+//
+// Reading the leader takes one of the gate's poll places (aheadPollers),
+// shared by owners in turn, for as long as the request reads: the
+// request waits for it holding no slot of the service, so the places,
+// not the slots, bound the reads that hints can cause. A hint may lie
+// (no request ahead of it exists), and a flood of such requests would
+// otherwise read the leader about 75 times each, all at once. A request
+// that gets no place within its wait is decided as the chain stands.
 func (g *Gate) awaitChain(ctx context.Context, key events.ChainKey, seq int64, owner string) error {
 	c := g.chain(key)
 	defer g.unchain(c)
 	began := time.Now()
 	until := began.Add(time.Duration(g.aheadWait.Load()))
+	c.mu.Lock()
+	behind := !c.loaded || (c.next < seq && (c.next == 0 || c.owner == owner))
+	c.mu.Unlock()
+	if !behind {
+		return nil // the request ahead was decided here: no read needed
+	}
+	wctx, cancel := context.WithDeadline(ctx, until)
+	err := g.pollers.acquire(wctx, owner)
+	cancel()
+	if err != nil {
+		return ctx.Err() // no place within the wait: decided as it stands
+	}
+	defer g.pollers.release()
 	poll := aheadPoll
 	for attempt := 0; ; attempt++ {
 		if attempt > 1 {

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -528,4 +529,53 @@ func TestPipelinedAheadOnAnotherOwnersChain(t *testing.T) {
 	if took := time.Since(began); took > 10*time.Second {
 		t.Errorf("refused after %v: it waited for B's chain to reach it", took)
 	}
+}
+
+// TestGateAheadPollersBounded: a flood of pipelined requests whose hints
+// lie, each on a chain of its own, waits for the gate's poll places to
+// read the stream leader: the reads stay within the places' share
+// (about 35 a place in a 1 s wait), where each request read on its own,
+// holding no slot (300 of them: about 9,600 reads in a second). Every one
+// is answered ahead, and another identity's request is stored meanwhile.
+func TestGateAheadPollersBounded(t *testing.T) {
+	e := roomtest.NewEnv(t)
+	var gets atomic.Uint64
+	g := newGate(t, e, ingest.WithLeaderGets(ingest.GateOptions{Validator: e.V}, &gets))
+	g.SetAheadWait(time.Second)
+	if err := e.Svc.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	svc, err := ingest.StartService(e.Nc, g, ingest.ServiceOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer svc.Stop()
+	tokA, tokB := room.IdentityToken("harness-a"), room.IdentityToken("harness-b")
+	const n = 300
+	bodies := make([][]byte, n)
+	for i := range bodies {
+		es, _ := roomtest.Journal(t, fmt.Sprint("run-lie-", i), "cap-lie", 2)
+		bodies[i] = roomtest.Lines(es[1:]) // seq 1, with the hint that seq 0 is on its way: a lie
+	}
+	start := time.Now()
+	collect := flood(t, e.Nc, tokA, room.EndpointJournal, nats.Header{room.HeaderRoom: {"room:lie"}, room.HeaderPipelined: {"0"}}, bodies)
+	_, body := roomtest.Journal(t, "run-b", "cap-b", 1)
+	status, replies := flood(t, e.Nc, tokB, room.EndpointJournal, nats.Header{room.HeaderRoom: {"room:b"}}, [][]byte{body})()
+	var rb room.JournalReply
+	if status[0] != "" || json.Unmarshal(replies[0], &rb) != nil || rb.Stored != 1 {
+		t.Fatalf("B's request during the flood: %s %s", status[0], replies[0])
+	}
+	status, replies = collect()
+	took := time.Since(start)
+	for i := range status {
+		var r room.JournalReply
+		if status[i] != "" || json.Unmarshal(replies[i], &r) != nil || r.Ahead != 1 {
+			t.Fatalf("request %d: %s %s, want ahead", i, status[i], replies[i])
+		}
+	}
+	places, waits := 4*runtime.GOMAXPROCS(0), int(took/time.Second)+2 // the gate's poll places
+	if got, bound := gets.Load(), uint64(places*40*waits); got > bound {
+		t.Errorf("%d reads of the stream leader in %v, over %d places × 40 reads × %d waits", got, took.Round(time.Millisecond), places, waits)
+	}
+	t.Logf("%d requests with lying hints: %d reads of the stream leader in %v", n, gets.Load(), took.Round(time.Millisecond))
 }
