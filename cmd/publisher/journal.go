@@ -273,7 +273,12 @@ func (p *shipPrinter) print(res client.ShipResult, err error) {
 		for _, q := range res.Refused.Problems[min(1, len(res.Refused.Problems)):] {
 			fmt.Fprintf(p.w, "         %s\n", q.String())
 		}
-		if res.Stored+res.Duplicates+res.Skipped > 0 {
+		switch {
+		case res.Refused.Resent && res.Head.RoomID == res.RoomID:
+			fmt.Fprintf(p.w, "         it repeats an entry, and the gate took it for a resend: lines before it are in the room, and so are the lines after it that continue the chain, up to seq %d\n", res.Head.Next-1)
+		case res.Refused.Resent:
+			fmt.Fprintf(p.w, "         it repeats an entry, and the gate took it for a resend: lines before it are in the room, and lines after it that continue the chain may be too\n")
+		case res.Stored+res.Duplicates+res.Skipped > 0:
 			fmt.Fprintf(p.w, "         lines before it are in the room; it and every later line are not\n")
 		}
 	}

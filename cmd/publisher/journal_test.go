@@ -13,7 +13,9 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/roompub/roompub/config"
+	"github.com/roompub/roompub/events"
 	"github.com/roompub/roompub/room"
+	"github.com/roompub/roompub/room/client"
 )
 
 // ingestRequests starts a nats-server with a stand-in for the ingest
@@ -170,5 +172,34 @@ func TestJournalNotSentAfterInterrupt(t *testing.T) {
 	notSent(&streams{out: &out, err: &errOut}, &shipPrinter{w: &out}, []string{"a"}, "room:x", cause)
 	if want := "publisher: a: not sent: interrupted by SIGINT (run again to resume)\n"; out.Len() != 0 || errOut.String() != want {
 		t.Errorf("text: stdout %q, stderr %q, want %q", out.String(), errOut.String(), want)
+	}
+}
+
+// TestJournalPrintsWhatLanded: the line under a refusal says what the
+// room holds of the chain: nothing from the refused line on, or, for a
+// line the gate took for a resend, the lines after it up to the head.
+func TestJournalPrintsWhatLanded(t *testing.T) {
+	refused := func(resent bool) *client.LineRefusal {
+		p := events.Problem{Code: events.Reordered, At: events.Location{File: "c/journal.ndjson", Line: 4, Pointer: "/seq"}, Reason: "seq is not the entry's position"}
+		return &client.LineRefusal{Problem: p, Problems: []events.Problem{p}, Resent: resent}
+	}
+	head := room.ChainHead{RoomID: "room:x", Next: 5, StreamSeq: 9}
+	for _, tc := range []struct {
+		name string
+		res  client.ShipResult
+		want string
+	}{
+		{"refused", client.ShipResult{RoomID: "room:x", Stored: 3, Head: room.ChainHead{RoomID: "room:x", Next: 3}, Refused: refused(false)},
+			"lines before it are in the room; it and every later line are not\n"},
+		{"resent", client.ShipResult{RoomID: "room:x", Stored: 5, Duplicates: 1, Head: head, Refused: refused(true)},
+			"it repeats an entry, and the gate took it for a resend: lines before it are in the room, and so are the lines after it that continue the chain, up to seq 4\n"},
+		{"resent, head not known", client.ShipResult{RoomID: "room:x", Stored: 5, Duplicates: 1, Refused: refused(true)},
+			"lines after it that continue the chain may be too\n"},
+	} {
+		var out bytes.Buffer
+		(&shipPrinter{w: &out}).print(tc.res, nil)
+		if !strings.HasSuffix(out.String(), tc.want) {
+			t.Errorf("%s: printed\n%s\nwant it to end %q", tc.name, out.String(), tc.want)
+		}
 	}
 }

@@ -67,6 +67,13 @@ type ShipResult struct {
 type LineRefusal struct {
 	events.Problem
 	Problems []events.Problem `json:"problems"`
+	// Resent is set when the line repeats an entry of the chain out of its
+	// place and the gate, which sees one line at a time, took it for a
+	// resend: the lines after it that continue the chain may be stored
+	// (Stored counts those its request stored; ShipResult.Head, asked
+	// after the refusal, says how far the chain goes). Without it, no
+	// line from the refused one on is stored.
+	Resent bool `json:"resent,omitempty"`
 }
 
 // ErrShip is wrapped by ShipCapsule and FollowCapsule for a capsule
@@ -584,7 +591,7 @@ func (s *shipper) settle(body []byte, first int, reply room.JournalReply, err er
 		switch it.Outcome {
 		case room.OutcomeDuplicate:
 			if p, ok := misplaced(body, it.Index, first, s.jpath); ok {
-				s.res.Refused = &LineRefusal{Problem: p, Problems: []events.Problem{p}}
+				s.res.Refused = &LineRefusal{Problem: p, Problems: []events.Problem{p}, Resent: true}
 				break
 			}
 			shipped++
@@ -752,7 +759,23 @@ func ShipCapsule(ctx context.Context, c *Client, dir, roomID string, o ShipOptio
 	if err != nil && ctx.Err() != nil && (errors.Is(err, ErrStopped) || Retryable(err)) {
 		err = s.stopped(ctx)
 	}
+	if err == nil && s.res.Refused != nil && s.res.Refused.Resent {
+		s.askHead(ctx)
+	}
 	return s.res, err
+}
+
+// askHead sets the result's head to the chain's head in the stream, asked
+// on a fresh context of stopTimeout, after a refused line the gate took
+// for a resend (LineRefusal.Resent): the requests behind its request may
+// have stored more of the chain. On no answer the head stays the last
+// reply's.
+func (s *shipper) askHead(ctx context.Context) {
+	hctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), stopTimeout)
+	defer cancel()
+	if head, err := s.c.Head(hctx, s.meta.Key()); err == nil {
+		s.res.Head = head
+	}
 }
 
 // capsuleMissing reports whether s was refused only because dir has no

@@ -248,6 +248,12 @@ func TestShipRepeatedLineRefused(t *testing.T) {
 			if res.Stored != c.stored || res.Duplicates != c.dupes {
 				t.Errorf("stored %d, duplicates %d, want %d and %d: %+v", res.Stored, res.Duplicates, c.stored, c.dupes, res)
 			}
+			// Taken for a resend, the copy let the chain go on: the result
+			// says so, and its head is the chain's whole. Refused by the
+			// gate, nothing after it landed.
+			if resent := c.dupes > 0; res.Refused.Resent != resent || res.Head.Next != int64(c.stored) {
+				t.Errorf("resent %v, head next %d; want %v and %d", res.Refused.Resent, res.Head.Next, resent, c.stored)
+			}
 		})
 	}
 	_, body := roomtest.Journal(t, "run-twice", "cap-twice", 6)
