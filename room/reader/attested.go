@@ -758,8 +758,31 @@ func (r *Reader) refusedAttestation(x *prepared) *SetAside {
 	if x.p.Kind == room.KindJournal {
 		key := x.p.Chain
 		chain = &key
+		// The chain's next entry, not in the room: the gap a later entry
+		// finds names it.
+		if pos, ok := seqOf(x.e); ok {
+			switch c := r.chains[key]; {
+			case c != nil:
+				if c.unadmitted == 0 && pos == c.cv.Next() {
+					c.unadmitted = x.m.Seq
+				}
+			case pos == 0 && r.unadmitted[key] == 0:
+				if r.unadmitted == nil {
+					r.unadmitted = map[events.ChainKey]uint64{}
+				}
+				r.unadmitted[key] = x.m.Seq
+			}
+		}
 	}
 	return r.aside(x.m, x.p, chain, []events.Problem{{Code: events.CheckpointMismatch, At: events.Location{Seq: x.m.Seq}, Reason: x.att.reason}})
+}
+
+// seqOf is e's chain position, if e is an entry that claims one.
+func seqOf(e *events.Entry) (int64, bool) {
+	if e == nil {
+		return 0, false
+	}
+	return e.Seq()
 }
 
 // CheckpointFact is one signed checkpoint as a reader saw it.

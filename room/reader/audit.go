@@ -305,13 +305,15 @@ func audit(ctx context.Context, js jetstream.JetStream, o AuditOptions, tune aud
 			rep.StreamProblems = append(rep.StreamProblems, e.Error())
 		}
 	}
-	if info.State.NumDeleted > 0 || (info.State.Msgs > 0 && info.State.FirstSeq != 1) {
-		gone := ""
-		if info.State.FirstSeq > 1 {
-			gone = fmt.Sprintf(" (the first %d messages are gone)", info.State.FirstSeq-1)
+	if st := info.State; st.NumDeleted > 0 || (st.Msgs > 0 && st.FirstSeq != 1) {
+		var gone []string
+		if st.FirstSeq > 1 {
+			gone = append(gone, fmt.Sprintf("the first %d messages are gone (the stream starts at seq %d)", st.FirstSeq-1, st.FirstSeq))
 		}
-		rep.StreamProblems = append(rep.StreamProblems, fmt.Sprintf("%v: %d message(s) deleted; first sequence %d%s",
-			room.ErrStreamConfig, info.State.NumDeleted, info.State.FirstSeq, gone))
+		if st.NumDeleted > 0 {
+			gone = append(gone, fmt.Sprintf("%d message(s) deleted between stream seqs %d and %d", st.NumDeleted, st.FirstSeq, st.LastSeq))
+		}
+		rep.StreamProblems = append(rep.StreamProblems, fmt.Sprintf("%v: %s", room.ErrStreamConfig, strings.Join(gone, "; ")))
 	}
 	rep.Totals.StreamIsSound = len(rep.StreamProblems) == 0
 

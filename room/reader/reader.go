@@ -111,6 +111,11 @@ type chainView struct {
 	broken   *SetAside // the first failure; nil while the chain is whole
 	anchored bool      // the chain was first seen mid-way (audit from a point)
 	owner    string    // HeaderOwner of the chain's first entry read
+	// unadmitted is the stream seq of the entry at the chain's next
+	// position that was set aside before the chain's rules saw it (its
+	// attestation refused: not in the room); 0 when none. A later entry
+	// then finds that position missing, and its gap says why.
+	unadmitted uint64
 }
 
 // Reader re-verifies room messages in stream order with the same code as
@@ -129,6 +134,10 @@ type Reader struct {
 	// markers counts the record markers decide skipped (Audit's
 	// AuditTotals.Markers).
 	markers uint64
+	// unadmitted is chainView.unadmitted of the chains not met yet: the
+	// stream seq of the first entry at position 0, set aside before the
+	// chain's rules saw it (nil until one is).
+	unadmitted map[events.ChainKey]uint64
 	// Anchor, when set, starts a chain at the first entry seen for it
 	// instead of at position 0: for audits that start mid-stream.
 	Anchor bool
@@ -348,7 +357,8 @@ func (r *Reader) verifyEntry(x *prepared, full bool) (*Event, *SetAside) {
 				home = h // another room's: every entry read here is room_conflict
 			}
 		}
-		c = &chainView{roomID: home, cv: r.v.NewChain(nil), firstSeq: m.Seq}
+		c = &chainView{roomID: home, cv: r.v.NewChain(nil), firstSeq: m.Seq, unadmitted: r.unadmitted[key]}
+		delete(r.unadmitted, key)
 		r.chains[key] = c
 	}
 	if c.roomID != p.RoomID {
@@ -386,8 +396,12 @@ func (r *Reader) verifyEntry(x *prepared, full bool) (*Event, *SetAside) {
 				ps = []events.Problem{{Code: events.Fork, At: withPtr(at, "/seq"),
 					Reason: "chain position " + strconv.FormatInt(pos, 10) + " is already held by an earlier entry: the first one stored wins"}}
 			default:
+				why := " is missing"
+				if c.unadmitted != 0 {
+					why = fmt.Sprintf(" is not in the room: its entry at stream seq %d was set aside (%s)", c.unadmitted, events.CheckpointMismatch)
+				}
 				ps = []events.Problem{{Code: events.Gap, At: withPtr(at, "/seq"),
-					Reason:   "chain position " + strconv.FormatInt(c.cv.Next(), 10) + " is missing",
+					Reason:   "chain position " + strconv.FormatInt(c.cv.Next(), 10) + why,
 					Expected: strconv.FormatInt(c.cv.Next(), 10), Actual: strconv.FormatInt(pos, 10)}}
 			}
 			s := r.aside(m, p, &key, ps)
@@ -415,6 +429,7 @@ func (r *Reader) verifyEntry(x *prepared, full bool) (*Event, *SetAside) {
 		return nil, s
 	}
 	c.cv.Accept(e)
+	c.unadmitted = 0
 	c.entries++
 	c.lastSeq = m.Seq
 	if !full {

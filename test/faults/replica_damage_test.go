@@ -425,7 +425,7 @@ func TestReplicaDamage(t *testing.T) {
 		t.Logf("subscriber audit with %s leading: exit %d, %d messages read, %d entries, chains %d ok %d broken, by code %v, append-only %v %q",
 			d.name, r.status, rep.Totals.Messages, rep.Totals.Entries, rep.Totals.ChainsOK, rep.Totals.ChainsBroken, rep.Totals.ByCode, rep.Totals.Sound, rep.StreamProblems)
 		// Both copies come with the leader's word: its deletions.
-		if len(rep.StreamProblems) != 1 || !strings.Contains(rep.StreamProblems[0], fmt.Sprintf(": %d message(s) deleted; first sequence 1", lost)) {
+		if len(rep.StreamProblems) != 1 || !strings.Contains(rep.StreamProblems[0], fmt.Sprintf(": %d message(s) deleted between stream seqs 1 and ", lost)) {
 			t.Errorf("subscriber audit with the damaged replica leading: stream problems %q, want the %d deleted messages", rep.StreamProblems, lost)
 		}
 		switch {

@@ -1118,7 +1118,7 @@ func TestCheckpointKeyRotation(t *testing.T) {
 	only2 = append(only2, refusal{11, "checkpoint_mismatch", execSubject, untrusted(key1.id)},
 		refusal{rotCk1[0], "checkpoint_mismatch", rotCk, ckUntrusted(key1.id)},
 		refusal{qmailCk1[0], "checkpoint_mismatch", qmailCk, ckUntrusted(key1.id)},
-		refusal{14, "gap", rotSubj, "chain position 0 is missing"})
+		refusal{14, "gap", rotSubj, "chain position 0 is not in the room: its entry at stream seq 1 was set aside (checkpoint_mismatch)"})
 	for seq := uint64(15); seq <= 19; seq++ {
 		only2 = append(only2, refusal{seq, "chain_broken", rotSubj, "the chain is broken at stream seq 14 (gap): later entries are not served"})
 	}
