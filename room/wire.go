@@ -189,6 +189,26 @@ func (l ChainLoss) String() string {
 	return b.String()
 }
 
+// EndLost reports whether the chain's end was lost (its last run has no
+// stored entry after it): entries the store acknowledged after those it
+// can still see of the chain, lost with them, leave no trace, so Count
+// and Count+Stored are then lower bounds.
+func (l ChainLoss) EndLost() bool {
+	return len(l.Missing) > 0 && l.Missing[len(l.Missing)-1].Before == 0
+}
+
+// Tally says how many of how many acknowledged entries the store lost:
+// "3 of the chain's 10 acknowledged entries", or, when its end was lost
+// (EndLost), "at least 3 of the chain's 10 or more acknowledged entries
+// (…)": for reasons and logs.
+func (l ChainLoss) Tally() string {
+	if l.EndLost() {
+		return fmt.Sprintf("at least %d of the chain's %d or more acknowledged entries (its end was lost: entries acknowledged after it, lost with it, leave no trace)",
+			l.Count, l.Count+l.Stored)
+	}
+	return fmt.Sprintf("%d of the chain's %d acknowledged entries", l.Count, l.Count+l.Stored)
+}
+
 // JournalReply answers a journal request: one result per line, in order.
 type JournalReply struct {
 	RoomID string          `json:"room"`

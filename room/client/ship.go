@@ -219,8 +219,8 @@ func storeLost(jpath string, head room.ChainHead) *LineRefusal {
 		ps = append(ps, events.Problem{Code: events.StoreLost, At: events.Location{File: jpath}})
 	}
 	p := ps[0]
-	p.Reason = fmt.Sprintf("the store lost %d of the %d entries of this chain it acknowledged, %s; the chain is closed, nothing more is stored on it (docs/reliability.md)",
-		head.Lost.Count, head.Lost.Count+head.Lost.Stored, head.Lost)
+	p.Reason = fmt.Sprintf("the store lost %s, %s; the chain is closed, nothing more is stored on it (docs/reliability.md)",
+		head.Lost.Tally(), head.Lost)
 	return &LineRefusal{Problem: p, Problems: ps}
 }
 

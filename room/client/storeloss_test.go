@@ -35,7 +35,7 @@ func TestShipStoreLost(t *testing.T) {
 		}
 		jpath := filepath.Join(dir, "journal.ndjson")
 		p := res.Refused.Problem
-		want := fmt.Sprintf("the store lost 50 of the 150 entries of this chain it acknowledged, positions 50-99 (between stream seqs 50 and %d); the chain is closed, nothing more is stored on it (docs/reliability.md)", at100)
+		want := fmt.Sprintf("the store lost 50 of the chain's 150 acknowledged entries, positions 50-99 (between stream seqs 50 and %d); the chain is closed, nothing more is stored on it (docs/reliability.md)", at100)
 		if p.Code != events.StoreLost || p.At.File != jpath || p.At.Line != 51 || p.Reason != want {
 			t.Errorf("%d lines: refusal %+v\nwant store_lost at %s:51: %s", n, p, jpath, want)
 		}

@@ -471,7 +471,7 @@ func (g *Gate) noteLoss(key events.ChainKey, roomID string, lost *room.ChainLoss
 	if lost != nil {
 		g.log.Error("the store lost acknowledged entries of a chain: the chain is closed (store_lost)",
 			zap.String("room", roomID), zap.String("chain", key.RunID+"/"+key.CapsuleID),
-			zap.Int64("lost", lost.Count), zap.Int64("stored", lost.Stored), zap.String("missing", lost.String()))
+			zap.Int64("lost", lost.Count), zap.Int64("stored", lost.Stored), zap.Bool("end_lost", lost.EndLost()), zap.String("missing", lost.String()))
 	} else {
 		g.log.Warn("a chain the store had lost entries of is whole again (the store was restored)",
 			zap.String("room", roomID), zap.String("chain", key.RunID+"/"+key.CapsuleID))
@@ -486,8 +486,8 @@ func (g *Gate) noteLoss(key events.ChainKey, roomID string, lost *room.ChainLoss
 func storeLostItem(i int, c *chainState, e *events.Entry) room.ItemResult {
 	seq, _ := e.Seq()
 	rf := room.RefusedItem(i, []events.Problem{{Code: events.StoreLost, At: events.Location{Line: i + 1},
-		Reason: fmt.Sprintf("the store lost %d of the chain's %d acknowledged entries, %s; the chain is closed, as an append would build on the hole",
-			c.lost.Count, c.lost.Count+c.lost.Stored, c.lost.String())}})
+		Reason: fmt.Sprintf("the store lost %s, %s; the chain is closed, as an append would build on the hole",
+			c.lost.Tally(), c.lost.String())}})
 	rf.Seq, rf.Hash = &seq, e.EntryHash()
 	return rf
 }

@@ -146,7 +146,7 @@ func TestStoreLostChainClosed(t *testing.T) {
 
 	r := runPub(t, nil, "journal", "--server", srv.url, "--room", roomID, capsuleOf(t, metaA, a))
 	if r.status != 1 || strings.Contains(r.stdout, "already stored (nothing new)") || !strings.Contains(r.stdout, "0 stored, 0 duplicate, 0 already stored") ||
-		!strings.Contains(r.stdout, "store_lost at ") || !strings.Contains(r.stdout, "journal.ndjson:51: the store lost 50 of the 150 entries of this chain it acknowledged, "+positions) {
+		!strings.Contains(r.stdout, "store_lost at ") || !strings.Contains(r.stdout, "journal.ndjson:51: the store lost 50 of the chain's 150 acknowledged entries, "+positions) {
 		t.Errorf("journal of A: exit %d\n%s%s", r.status, r.stdout, r.stderr)
 	}
 	// B lost nothing, but the room did: no append to it until an operator
@@ -174,7 +174,7 @@ func TestStoreLostChainClosed(t *testing.T) {
 		t.Errorf("/healthz after the notice: %d %q; want only the stream's lost messages", status, body)
 	}
 	r = runPub(t, nil, "journal", "--server", srv.url, "--room", roomID, capsuleOf(t, metaA, a))
-	if r.status != 1 || !strings.Contains(r.stdout, "journal.ndjson:51: the store lost 50 of the 150 entries") {
+	if r.status != 1 || !strings.Contains(r.stdout, "journal.ndjson:51: the store lost 50 of the chain's 150 acknowledged entries") {
 		t.Errorf("journal of A after the notice: exit %d\n%s%s", r.status, r.stdout, r.stderr)
 	}
 
@@ -251,7 +251,7 @@ func TestStoreLostStateFileKept(t *testing.T) {
 	// The shipper of A: the gate reads the contradicted room's chain
 	// whole, finds position 50 gone, and closes it.
 	r := runPub(t, nil, "journal", "--server", srv.url, "--room", roomID, capsuleOf(t, metaA, a))
-	if r.status != 1 || !strings.Contains(r.stdout, "journal.ndjson:51: the store lost 1 of the 100 entries of this chain it acknowledged, positions 50 (between stream seqs 50 and 52)") {
+	if r.status != 1 || !strings.Contains(r.stdout, "journal.ndjson:51: the store lost 1 of the chain's 100 acknowledged entries, positions 50 (between stream seqs 50 and 52)") {
 		t.Errorf("journal of A: exit %d\n%s%s", r.status, r.stdout, r.stderr)
 	}
 	// A's hole is in the room: with a publisher key, the room waits for a
