@@ -63,7 +63,8 @@ func (r *Report) refuse(err error) error {
 
 // VerifyPath verifies a capsule directory (capsule.json + journal.ndjson), a
 // journal file or an execution record file; the kind of a file is told from
-// its content (DetectKind), not its name. A refusal is
+// its content (DetectKind), not its name, and an empty file (white space
+// alone) is refused empty_input as neither (Kind ""). A refusal is
 // reported in the Report (OK false); the error is non-nil only for inputs
 // that cannot be verified at all, wrapping ErrUsage.
 func (v *Validator) VerifyPath(path string) (rep Report, err error) {
@@ -107,6 +108,11 @@ func (v *Validator) VerifyPath(path string) (rep Report, err error) {
 		return rep, v.verifyBeyondRecord(&rep, path, data[:64<<10], "more than "+strconv.Itoa(MaxRecordBytes), func() (io.Reader, error) {
 			return io.MultiReader(bytes.NewReader(data), f), nil
 		})
+	}
+	if len(bytes.Trim(data, jsonSpace)) == 0 {
+		// Nothing says which kind it is: neither is named.
+		return rep, rep.refuse(events.NewRefusal([]events.Problem{{Code: events.EmptyInput, At: at,
+			Reason: "the file is empty: it holds no journal entry and no execution record"}}))
 	}
 	rep.Kind = DetectKind(data)
 	if rep.Kind == KindExecution {

@@ -25,7 +25,7 @@ func TestVerifyPathHostileFiles(t *testing.T) {
 		kind string
 		code events.Code
 	}{
-		{"empty file", "", validate.KindJournal, events.EmptyInput},
+		{"empty file", "", "", events.EmptyInput}, // neither kind
 		{"byte-order mark", "\ufeff{\"schema\":\"capsule-envelope/v1\"}\n", validate.KindJournal, events.CorruptEntry},
 		{"CRLF line (schema fails first)", "{\"a\":1}\r\n", validate.KindJournal, events.InvalidEntry},
 		{"no final newline", "{\"a\":1}", validate.KindJournal, events.TruncatedTail},

@@ -134,10 +134,14 @@ func TestVerifyPathFiles(t *testing.T) {
 		t.Errorf("record under a .ndjson name: %+v, %v", rep, err)
 	}
 
-	p = write("empty", nil)
-	rep, err = v.VerifyPath(p)
-	if err != nil || rep.OK || rep.Code != events.EmptyInput || *rep.Entries != 0 {
-		t.Errorf("empty file: %+v, %v", rep, err)
+	// Nothing tells an empty file's kind: it is refused as neither.
+	for _, name := range []string{"empty", "record.json", "journal.ndjson"} {
+		p = write(name, []byte(" \n"))
+		rep, err = v.VerifyPath(p)
+		if err != nil || rep.OK || rep.Kind != "" || rep.Code != events.EmptyInput || rep.Entries != nil ||
+			rep.Refusal.Reason != "the file is empty: it holds no journal entry and no execution record" {
+			t.Errorf("empty file %s: %+v, %v", name, rep, err)
+		}
 	}
 
 	p = write("bad-record.json", []byte(`{"schema/v":1,"schema/v":1}`))

@@ -47,7 +47,7 @@ type cli struct {
 	Follow      followCmd      `cmd:"" help:"Follow rooms with a durable consumer and print verified events as JSON lines."`
 	Audit       auditCmd       `cmd:"" help:"Replay rooms from the stream, verify everything and print a verdict."`
 	Evidence    evidenceCmd    `cmd:"" help:"Print one instance's verified execution records and evidence items."`
-	Prove       proveCmd       `cmd:"" help:"Print the inclusion proof of a message against its room's latest verified checkpoint (JSON); with a witness policy, its evidence bundle."`
+	Prove       proveCmd       `cmd:"" help:"Print the inclusion proof of a message against its room's latest verified checkpoint (JSON); with a witness policy, its evidence bundle. Give one of --entry or --ref (the usage line lists both)."`
 	Export      exportCmd      `cmd:"" help:"Write the witnessed evidence bundle of messages of a room, one file each, for offline verification. Give one of --entry, --ref, --heads or --all (the usage line lists all four), and --trusted-publisher with a witness policy (--witness or --witness-policy, and --origin)."`
 	VerifyProof verifyProofCmd `cmd:"" name:"verify-proof" help:"Check an inclusion proof or an evidence bundle offline with the trusted publisher keys (and the witness policy) only."`
 }

@@ -932,4 +932,13 @@ func TestCheckpointerFinalLeaseHeldWarns(t *testing.T) {
 	if n := len(logsC.FilterMessageSnippet("no final checkpoint").All()); n != 0 {
 		t.Fatalf("alone: %d warnings of rooms left without a final checkpoint", n)
 	}
+	// Each stop says how many final checkpoints it wrote: B none (the
+	// room is A's), C the room's.
+	for who, l := range map[string]*observer.ObservedLogs{"B": logsB, "C": logsC} {
+		written := l.FilterMessage("checkpointer: final checkpoints written").All()
+		want := map[string]int64{"B": 0, "C": 1}[who]
+		if len(written) != 1 || written[0].ContextMap()["rooms"] != want {
+			t.Errorf("%s: final checkpoints logged %v, want one line of %d rooms", who, written, want)
+		}
+	}
 }

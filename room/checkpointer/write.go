@@ -58,7 +58,13 @@ func (c *Checkpointer) writeDue(ctx context.Context, final bool) error {
 	var errs []error
 	var only map[*ckRoom]bool
 	var leased []string // final: rooms left to another publisher's lease
+	written := 0        // final: checkpoints written
 	defer func() {
+		if final {
+			// What an operator who stopped serve for its final checkpoints
+			// looks for; the rooms not counted had one covering them.
+			c.log.Info("checkpointer: final checkpoints written", zap.Int("rooms", written))
+		}
 		if len(leased) > 0 {
 			// Not an error (the lease's holder, or the next start, writes
 			// it), but an operator who stopped serve for its final
@@ -96,6 +102,8 @@ func (c *Checkpointer) writeDue(ctx context.Context, final bool) error {
 			}
 			if err != nil {
 				errs = append(errs, err)
+			} else {
+				written++
 			}
 		}
 		if only == nil {
