@@ -130,7 +130,7 @@ func (g *Gate) appendJournal(ctx context.Context, roomID, owner string, body []b
 				return err
 			}
 			if after >= 0 && !t.isStalled() {
-				return g.awaitChain(ctx, key, after+1, owner)
+				return g.awaitChain(ctx, key, after+1, owner, t.slots())
 			}
 			return nil
 		})
@@ -366,11 +366,6 @@ const defaultAheadWait = 5 * time.Second
 // reach) cost 900 reads of the stream leader in 5 s at a fixed 5 ms; a
 // request deep in a pipeline, waiting longest, still sees the one ahead
 // within aheadPollMax.
-// aheadPollers is how many pipelined requests of a gate read the stream
-// leader for their chain at once (awaitChain): the ingest service's
-// default Concurrency, 4×GOMAXPROCS.
-func aheadPollers() int { return 4 * runtime.GOMAXPROCS(0) }
-
 const (
 	aheadPoll     = 5 * time.Millisecond
 	aheadPollFast = 100 * time.Millisecond
@@ -386,31 +381,20 @@ const (
 // not waited for: the request is refused not_chain_owner at once, and
 // another's requests must not hold up the owner's chain with reads.
 //
-// Reading the leader takes one of the gate's poll places (aheadPollers),
-// shared by owners in turn, for as long as the request reads: the
-// request waits for it holding no slot of the service, so the places,
-// not the slots, bound the reads that hints can cause. A hint may lie
-// (no request ahead of it exists), and a flood of such requests would
-// otherwise read the leader about 75 times each, all at once. A request
-// that gets no place within its wait is decided as the chain stands.
-func (g *Gate) awaitChain(ctx context.Context, key events.ChainKey, seq int64, owner string) error {
+// Each read of the leader takes a place in the service's concurrency
+// limit for itself (slotHold.briefly: h, nil for a library caller), as
+// the identity's own head requests would: a hint may lie (no request
+// ahead of it exists), and a flood of such requests must get no more
+// reads from the service than its identity's turns, however many of them
+// wait. Between reads the request holds no place. One that gets no place
+// within its wait is decided as the chain stands.
+func (g *Gate) awaitChain(ctx context.Context, key events.ChainKey, seq int64, owner string, h *slotHold) error {
 	c := g.chain(key)
 	defer g.unchain(c)
 	began := time.Now()
 	until := began.Add(time.Duration(g.aheadWait.Load()))
-	c.mu.Lock()
-	behind := !c.loaded || (c.next < seq && (c.next == 0 || c.owner == owner))
-	c.mu.Unlock()
-	if !behind {
-		return nil // the request ahead was decided here: no read needed
-	}
 	wctx, cancel := context.WithDeadline(ctx, until)
-	err := g.pollers.acquire(wctx, owner)
-	cancel()
-	if err != nil {
-		return ctx.Err() // no place within the wait: decided as it stands
-	}
-	defer g.pollers.release()
+	defer cancel()
 	poll := aheadPoll
 	for attempt := 0; ; attempt++ {
 		if attempt > 1 {
@@ -421,16 +405,31 @@ func (g *Gate) awaitChain(ctx context.Context, key events.ChainKey, seq int64, o
 				poll = min(2*poll, aheadPollMax)
 			}
 		}
-		c.mu.Lock()
-		if attempt > 0 || !c.loaded {
-			if err := g.reload(ctx, key, c, true); err != nil {
-				c.loaded = false
-				c.mu.Unlock()
-				return ctx.Err() // decide reads again and says what is wrong
+		var behind bool
+		look := func() error {
+			c.mu.Lock()
+			defer c.mu.Unlock()
+			if attempt > 0 || !c.loaded {
+				if err := g.reload(ctx, key, c, true); err != nil {
+					c.loaded = false
+					return err
+				}
 			}
+			behind = c.next < seq && (c.next == 0 || c.owner == owner)
+			return nil
 		}
-		behind := c.next < seq && (c.next == 0 || c.owner == owner)
+		c.mu.Lock()
+		known := attempt == 0 && c.loaded
 		c.mu.Unlock()
+		var err error
+		if known {
+			err = look() // the chain as this gate has it: no read
+		} else {
+			err = h.briefly(wctx, look)
+		}
+		if err != nil {
+			return ctx.Err() // no place in time, or a read failed: decide reads again and says what is wrong
+		}
 		if !behind || !time.Now().Before(until) {
 			return nil
 		}

@@ -160,19 +160,16 @@ const (
 type Gate struct {
 	// aheadWait is defaultAheadWait; tests shorten or lengthen it.
 	aheadWait atomic.Int64
-	// pollers bounds the pipelined requests reading the stream leader
-	// for their chain at once (awaitChain), fairly by owner.
-	pollers  *fairSlots
-	js       jetstream.JetStream
-	nc       *nats.Conn
-	surveyNC *nats.Conn // Survey's reads: GateOptions.SurveyConn, else nc
-	stream   jetstream.Stream
-	subjects room.Subjects
-	v        *validate.Validator
-	log      *zap.Logger
-	obs      Observer
-	timeout  time.Duration
-	attempts int
+	js        jetstream.JetStream
+	nc        *nats.Conn
+	surveyNC  *nats.Conn // Survey's reads: GateOptions.SurveyConn, else nc
+	stream    jetstream.Stream
+	subjects  room.Subjects
+	v         *validate.Validator
+	log       *zap.Logger
+	obs       Observer
+	timeout   time.Duration
+	attempts  int
 
 	maxBatch atomic.Int64  // messages per atomic batch (halved if the server says too large)
 	inflight chan struct{} // one token per atomic batch open
@@ -280,7 +277,7 @@ func NewGate(ctx context.Context, nc *nats.Conn, o GateOptions) (*Gate, error) {
 		log: o.Logger, obs: o.Observer, timeout: o.PublishTimeout, attempts: o.Attempts, key: o.PublisherKey, attested: o.Attested,
 		chains: map[events.ChainKey]*chainState{}, rooms: map[string]*roomState{}, orders: map[events.ChainKey]*chainOrder{},
 		damaged: map[events.ChainKey]DamagedChain{}, judged: map[events.ChainKey]chainVerdict{}, damagedIn: map[string]int{}, noticesByRoom: map[string]*roomNotices{},
-		contradictions: map[string]string{}, pollers: newFairSlots(aheadPollers()),
+		contradictions: map[string]string{},
 	}
 	g.lossGen.Store(1)
 	g.aheadWait.Store(int64(defaultAheadWait))

@@ -67,6 +67,15 @@ func (t *orderTicket) idle(ctx context.Context, f func() error) error {
 	return t.hold.idle(ctx, f)
 }
 
+// slots is the request's place in the service's concurrency limit, nil
+// for none (t nil: the gate called as a library).
+func (t *orderTicket) slots() *slotHold {
+	if t == nil {
+		return nil
+	}
+	return t.hold
+}
+
 // slotHold is a request's place in the ingest service's concurrency
 // limit (fairSlots) and in its identity's concurrency count (quotas). A
 // request gives both back while it waits for other requests (idle): for
@@ -119,6 +128,22 @@ func (h *slotHold) idleThen(ctx context.Context, f func() error, first bool) err
 	}
 	h.holding = true
 	return err
+}
+
+// briefly runs f in a place of the service's concurrency limit taken for
+// f alone, in the identity's turn, and given back after it, for a request
+// that holds none (idle): a waiting request's read on its own behalf. A
+// nil h, or one holding its place, runs f as it is. The error is
+// acquire's (ctx done) or f's.
+func (h *slotHold) briefly(ctx context.Context, f func() error) error {
+	if h == nil || h.slot == nil || h.holding {
+		return f()
+	}
+	if err := h.slot.acquire(ctx, h.token); err != nil {
+		return err
+	}
+	defer h.slot.release()
+	return f()
 }
 
 // releases reports whether the request's goroutine must give a place in

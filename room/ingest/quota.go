@@ -134,10 +134,8 @@ func (q *quotas) held(token string) (requests, bytes, total int) {
 	return requests, bytes, q.total
 }
 
-// fairSlots is a limit of places handed out fairly across identities
-// (docs/secure-mode.md, "Fair ingest"): the ingest service's concurrency
-// limit, and a gate's places for reading the stream leader on a
-// pipelined request's behalf (awaitChain). A free slot goes
+// fairSlots is the ingest service's concurrency limit, handed out fairly
+// across identities (docs/secure-mode.md, "Fair ingest"): a free slot goes
 // to the request waiting first, unless several identities have requests
 // waiting, when they take turns (round robin over identities, first come
 // first served within one). An identity alone may use every slot, and one
