@@ -467,6 +467,11 @@ type pipeline struct {
 	queue  []*shipment
 	stop   bool  // a reply ended the pass
 	err    error // the error that ended it
+	// tally, with stop, takes the replies of the requests in flight
+	// without deciding anything on them: after a line the gate took for a
+	// resend (LineRefusal.Resent) the gate goes on storing those requests'
+	// lines, which continue the chain, and the result counts them.
+	tally bool
 }
 
 // shipment is one request of a pass: its body, the file line of its first
@@ -521,7 +526,14 @@ func (p *pipeline) settle() {
 	p.queue = p.queue[1:]
 	<-sh.done
 	if p.stop {
-		return // abandoned
+		if p.tally && sh.err == nil {
+			p.s.res.Stored += sh.reply.Stored
+			p.s.res.Duplicates += sh.reply.Dupes
+			if sh.reply.Head.Next > p.s.res.Head.Next {
+				p.s.res.Head = sh.reply.Head
+			}
+		}
+		return // abandoned, or only counted
 	}
 	s := p.s
 	if sh.err == nil && sh.reply.Ahead > 0 {
@@ -533,7 +545,10 @@ func (p *pipeline) settle() {
 	if err := s.settle(sh.body, sh.first, sh.reply, sh.err); err != nil {
 		p.err = err
 	}
-	if s.res.Refused != nil || s.line != sh.first+sh.lines {
+	switch {
+	case s.res.Refused != nil && s.res.Refused.Resent:
+		p.stop, p.tally = true, true // nothing more is sent; what is in flight lands
+	case s.res.Refused != nil || s.line != sh.first+sh.lines:
 		p.stop = true
 		p.cancel()
 	}

@@ -320,3 +320,33 @@ func fakeService(t *testing.T, replies map[string]string) *nats.Conn {
 	}
 	return nc
 }
+
+// TestShipResentCountsWhatLanded: after a line the gate took for a
+// resend, the requests already in flight behind it continue the chain
+// and are stored; the ship takes their replies instead of abandoning
+// them, so its head and its count are what the room holds once it
+// returns (abandoned, they landed after it had asked the head: it said
+// seq 7 where the room went to 49).
+func TestShipResentCountsWhatLanded(t *testing.T) {
+	e := roomtest.NewEnv(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	es, body := roomtest.Journal(t, "run-dup-pipe", "cap-dup", 400)
+	lines := strings.SplitAfter(string(body), "\n")
+	dupped := strings.Join(lines[:4], "") + lines[3] + strings.Join(lines[4:], "")
+	dir := roomtest.CapsuleDir(t, "run-dup-pipe", "cap-dup", []byte(dupped))
+	cl := client.New(e.Connect(), client.Options{})
+	res, err := client.ShipCapsule(ctx, cl, dir, "room:dup", client.ShipOptions{BatchLines: 3, Pipeline: 16})
+	if err != nil || res.Refused == nil || !res.Refused.Resent {
+		t.Fatalf("ship: %+v %v", res, err)
+	}
+	time.Sleep(300 * time.Millisecond) // anything still on its way lands
+	head, err := cl.Head(ctx, events.ChainKey{RunID: es[0].RunID(), CapsuleID: es[0].CapsuleID()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if head.Next != res.Head.Next || int64(res.Stored) != head.Next || res.Duplicates != 1 {
+		t.Errorf("the result: head next %d, %d stored, %d duplicates; the room: head next %d (want the same, all stored, 1 duplicate)",
+			res.Head.Next, res.Stored, res.Duplicates, head.Next)
+	}
+}
