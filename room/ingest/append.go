@@ -405,30 +405,28 @@ func (g *Gate) awaitChain(ctx context.Context, key events.ChainKey, seq int64, o
 				poll = min(2*poll, aheadPollMax)
 			}
 		}
-		var behind bool
-		look := func() error {
-			c.mu.Lock()
-			defer c.mu.Unlock()
-			if attempt > 0 || !c.loaded {
+		var behind, known bool
+		c.mu.Lock()
+		if attempt == 0 && c.loaded { // the chain as this gate has it: no read
+			known, behind = true, c.next < seq && (c.next == 0 || c.owner == owner)
+		}
+		c.mu.Unlock()
+		if !known {
+			// The place the read takes is kept when the request goes on to
+			// be decided: it is its turn, and another would queue it again.
+			err := h.briefly(wctx, func() (keep bool, err error) {
+				c.mu.Lock()
+				defer c.mu.Unlock()
 				if err := g.reload(ctx, key, c, true); err != nil {
 					c.loaded = false
-					return err
+					return false, err
 				}
+				behind = c.next < seq && (c.next == 0 || c.owner == owner)
+				return !behind || !time.Now().Before(until), nil
+			})
+			if err != nil {
+				return ctx.Err() // no place in time, or a read failed: decide reads again and says what is wrong
 			}
-			behind = c.next < seq && (c.next == 0 || c.owner == owner)
-			return nil
-		}
-		c.mu.Lock()
-		known := attempt == 0 && c.loaded
-		c.mu.Unlock()
-		var err error
-		if known {
-			err = look() // the chain as this gate has it: no read
-		} else {
-			err = h.briefly(wctx, look)
-		}
-		if err != nil {
-			return ctx.Err() // no place in time, or a read failed: decide reads again and says what is wrong
 		}
 		if !behind || !time.Now().Before(until) {
 			return nil

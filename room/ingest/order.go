@@ -117,6 +117,9 @@ func (h *slotHold) idleThen(ctx context.Context, f func() error, first bool) err
 	h.slot.release()
 	h.holding = false
 	err := f()
+	if h.holding {
+		return err // f kept a place it took (briefly)
+	}
 	var aerr error
 	if first {
 		aerr = h.slot.acquireFirst(ctx, h.token)
@@ -131,19 +134,26 @@ func (h *slotHold) idleThen(ctx context.Context, f func() error, first bool) err
 }
 
 // briefly runs f in a place of the service's concurrency limit taken for
-// f alone, in the identity's turn, and given back after it, for a request
-// that holds none (idle): a waiting request's read on its own behalf. A
-// nil h, or one holding its place, runs f as it is. The error is
-// acquire's (ctx done) or f's.
-func (h *slotHold) briefly(ctx context.Context, f func() error) error {
+// f, in the identity's turn, for a request that holds none (idle): a
+// waiting request's read on its own behalf. The place is given back after
+// f, unless f says to keep it (the wait is over: the request goes on to
+// be decided in it, and idle takes no other). A nil h, or one holding its
+// place, runs f as it is. The error is acquire's (ctx done) or f's.
+func (h *slotHold) briefly(ctx context.Context, f func() (keep bool, err error)) error {
 	if h == nil || h.slot == nil || h.holding {
-		return f()
+		_, err := f()
+		return err
 	}
 	if err := h.slot.acquire(ctx, h.token); err != nil {
 		return err
 	}
-	defer h.slot.release()
-	return f()
+	keep, err := f()
+	if keep && err == nil {
+		h.holding = true
+		return nil
+	}
+	h.slot.release()
+	return err
 }
 
 // releases reports whether the request's goroutine must give a place in

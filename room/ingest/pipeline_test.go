@@ -631,3 +631,51 @@ func TestGateAheadLiarsLeaveOthersTurns(t *testing.T) {
 		t.Errorf("B's pipelined request, whose request ahead had landed, took %v beside 50 liars", took.Round(time.Millisecond))
 	}
 }
+
+// TestGateAheadReadKeepsItsPlace: a pipelined request whose request ahead
+// landed through another serve needs one read of the leader. With one
+// slot and another identity's requests queued (100 ms each), it costs
+// its arrival's turn and its read's, whose slot it keeps to be decided:
+// 4 of the other's requests end meanwhile, where giving the read's slot
+// back and queueing again let 6 end.
+func TestGateAheadReadKeepsItsPlace(t *testing.T) {
+	e := roomtest.NewEnv(t)
+	g := newGate(t, e, ingest.GateOptions{Validator: e.V})
+	if err := e.Svc.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	var done atomic.Int64
+	svc, err := ingest.StartService(e.Nc, g, ingest.WithAfterHandle(ingest.ServiceOptions{Concurrency: 1}, func() {
+		time.Sleep(100 * time.Millisecond)
+		done.Add(1)
+	}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer svc.Stop()
+	tokB, tokC := room.IdentityToken("harness-b"), room.IdentityToken("harness-c")
+	esB, _ := roomtest.Journal(t, "run-b", "cap-b", 2)
+	g2 := newGate(t, e, ingest.GateOptions{Validator: e.V}) // another serve's
+	if r, err := g2.AppendJournalAs(t.Context(), "room:b", tokB, roomtest.Lines(esB[:1]), nil); err != nil || r.Stored != 1 {
+		t.Fatalf("B's first request through the other gate: %+v %v", r, err)
+	}
+	head := []byte(`{"run_id":"run-c","capsule_id":"cap-c"}`)
+	bodies := make([][]byte, 30)
+	for i := range bodies {
+		bodies[i] = head
+	}
+	collectC := flood(t, e.Nc, tokC, room.EndpointHead, nil, bodies)
+	time.Sleep(150 * time.Millisecond)
+	before := done.Load()
+	status, replies := flood(t, e.Nc, tokB, room.EndpointJournal, nats.Header{room.HeaderRoom: {"room:b"}, room.HeaderPipelined: {"0"}}, [][]byte{roomtest.Lines(esB[1:])})()
+	turns := done.Load() - before
+	var r room.JournalReply
+	if status[0] != "" || json.Unmarshal(replies[0], &r) != nil || r.Stored != 1 {
+		t.Fatalf("B's pipelined request: %s %s", status[0], replies[0])
+	}
+	collectC()
+	t.Logf("C's requests that ended while B's one pipelined request was decided: %d", turns)
+	if turns > 5 { // 4 here; one more for a slow machine's timing
+		t.Errorf("%d of C's requests ended before B's pipelined request (one read, one decision) was answered; want at most 5 (2 turns)", turns)
+	}
+}
