@@ -532,6 +532,9 @@ func (p *pipeline) settle() {
 			if sh.reply.Head.Next > p.s.res.Head.Next {
 				p.s.res.Head = sh.reply.Head
 			}
+			if p.s.o.Progress != nil {
+				p.s.o.Progress(p.s.res)
+			}
 		}
 		return // abandoned, or only counted
 	}
