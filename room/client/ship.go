@@ -526,10 +526,12 @@ func (p *pipeline) settle() {
 	p.queue = p.queue[1:]
 	<-sh.done
 	if p.stop {
-		if p.tally && sh.err == nil {
+		// A reply that does not answer its request's lines one by one
+		// counts nothing here either (replyMismatch).
+		if p.tally && sh.err == nil && replyMismatch(sh.body, sh.reply.Items) == "" {
 			p.s.res.Stored += sh.reply.Stored
 			p.s.res.Duplicates += sh.reply.Dupes
-			if sh.reply.Head.Next > p.s.res.Head.Next {
+			if sh.reply.Head.Chain.RunID != "" && sh.reply.Head.Next > p.s.res.Head.Next {
 				p.s.res.Head = sh.reply.Head
 			}
 			if p.s.o.Progress != nil {

@@ -350,3 +350,30 @@ func TestShipResentCountsWhatLanded(t *testing.T) {
 			res.Head.Next, res.Stored, res.Duplicates, head.Next)
 	}
 }
+
+// TestShipResentTallyChecksReplies: after a line taken for a resend, the
+// replies of the requests in flight are counted only when they answer
+// their request's lines one by one (replyMismatch), as on the pass's own
+// path: a fake service's 2-item reply to a 1-line request counts nothing.
+func TestShipResentTallyChecksReplies(t *testing.T) {
+	key := events.ChainKey{RunID: "run-tally", CapsuleID: "cap-tally"}
+	chain := `"chain":{"run_id":"run-tally","capsule_id":"cap-tally"}`
+	head := `{` + chain + `,"next":1,"head":"` + events.ZeroHash + `","stream_seq":1}`
+	nc := fakeService(t, map[string]string{
+		room.EndpointHead:    head,
+		room.EndpointJournal: `{"room":"room:r",` + chain + `,"items":[{"index":0,"outcome":"stored"},{"index":1,"outcome":"duplicate"}],"head":` + head + `,"stored":1,"duplicates":1}`,
+	})
+	_, body := roomtest.Journal(t, key.RunID, key.CapsuleID, 4)
+	lines := strings.SplitAfter(string(body), "\n")
+	dupped := lines[0] + lines[0] + strings.Join(lines[1:], "") // 5 lines: requests of 2, 2, 1
+	dir := roomtest.CapsuleDir(t, key.RunID, key.CapsuleID, []byte(dupped))
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	res, err := client.ShipCapsule(ctx, client.New(nc, client.Options{}), dir, "room:r", client.ShipOptions{BatchLines: 2, Pipeline: 4})
+	if err != nil || res.Refused == nil || !res.Refused.Resent {
+		t.Fatalf("ship: %+v %v", res, err)
+	}
+	if res.Stored != 2 || res.Duplicates != 2 {
+		t.Errorf("%d stored, %d duplicates: the 1-line request's 2-item reply was counted (want 2 and 2, from the two replies that answer their requests)", res.Stored, res.Duplicates)
+	}
+}
