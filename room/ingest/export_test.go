@@ -112,3 +112,21 @@ func WithAfterHandle(o ServiceOptions, f func()) ServiceOptions {
 	o.afterHandle = f
 	return o
 }
+
+// Places is how many of the service's concurrency slots are free, and
+// how many requests wait for one.
+func (s *Service) Places() (free, waiting int) {
+	s.slots.mu.Lock()
+	defer s.slots.mu.Unlock()
+	for _, q := range s.slots.queues {
+		waiting += len(q)
+	}
+	return s.slots.free, waiting
+}
+
+// HeldIdentities is how many identities the service holds a share of.
+func (s *Service) HeldIdentities() int {
+	s.quota.mu.Lock()
+	defer s.quota.mu.Unlock()
+	return len(s.quota.ids)
+}

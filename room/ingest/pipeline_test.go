@@ -679,3 +679,75 @@ func TestGateAheadReadKeepsItsPlace(t *testing.T) {
 		t.Errorf("%d of C's requests ended before B's pipelined request (one read, one decision) was answered; want at most 5 (2 turns)", turns)
 	}
 }
+
+// TestServicesPipelinedAcrossGatesLeakNothing: two services, each over a
+// gate of its own on one stream (two serves of one queue group), 2 slots
+// each, take 12 chains of 6 one-line requests sent pipelined (so a
+// chain's requests land on both and wait for each other through the
+// stream) and 4 requests whose hints lie. Every request is answered
+// (stored, or ahead for the liars and for a request decided before the one
+// ahead of it landed), and once they are, each service has both slots free,
+// none waiting, and holds no identity's share: the reads that took and
+// kept a slot while waiting gave every one back.
+func TestServicesPipelinedAcrossGatesLeakNothing(t *testing.T) {
+	e := roomtest.NewEnv(t)
+	if err := e.Svc.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	var svcs []*ingest.Service
+	for range 2 {
+		nc := e.Connect()
+		g := e.NewGate(nc)
+		g.SetAheadWait(300 * time.Millisecond)
+		svc, err := ingest.StartService(nc, g, ingest.ServiceOptions{Concurrency: 2})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer svc.Stop()
+		svcs = append(svcs, svc)
+	}
+	tok := room.IdentityToken("harness-a")
+	const chains, n = 12, 6
+	var collects []func() ([]string, [][]byte)
+	var want []string // what each request may be answered, by collect
+	entries := make([][]*events.Entry, chains)
+	for c := range chains {
+		entries[c], _ = roomtest.Journal(t, fmt.Sprint("run-x-", c), "cap-x", n)
+	}
+	for k := range n {
+		for c := range chains {
+			hdr := nats.Header{room.HeaderRoom: {"room:x"}}
+			if k > 0 {
+				hdr.Set(room.HeaderPipelined, fmt.Sprint(k-1))
+			}
+			collects = append(collects, flood(t, e.Nc, tok, room.EndpointJournal, hdr, [][]byte{roomtest.Lines(entries[c][k : k+1])}))
+			want = append(want, "stored or ahead")
+		}
+	}
+	for i := range 4 {
+		es, _ := roomtest.Journal(t, fmt.Sprint("run-lie-", i), "cap-lie", 2)
+		collects = append(collects, flood(t, e.Nc, tok, room.EndpointJournal, nats.Header{room.HeaderRoom: {"room:x"}, room.HeaderPipelined: {"0"}}, [][]byte{roomtest.Lines(es[1:])}))
+		want = append(want, "ahead")
+	}
+	for i, collect := range collects {
+		status, replies := collect()
+		var r room.JournalReply
+		if status[0] != "" || json.Unmarshal(replies[0], &r) != nil || len(r.Items) != 1 ||
+			(r.Items[0].Outcome != room.OutcomeAhead && (want[i] == "ahead" || r.Items[0].Outcome != room.OutcomeStored)) {
+			t.Fatalf("request %d: %s %s, want %s", i, status[0], replies[0], want[i])
+		}
+	}
+	for i, svc := range svcs {
+		var free, waiting, held int
+		for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+			free, waiting = svc.Places()
+			held = svc.HeldIdentities()
+			if (free == 2 && waiting == 0 && held == 0) || time.Now().After(deadline) {
+				break
+			}
+		}
+		if free != 2 || waiting != 0 || held != 0 {
+			t.Errorf("service %d after every answer: %d of 2 slots free, %d waiting, %d identities held", i, free, waiting, held)
+		}
+	}
+}
