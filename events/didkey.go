@@ -57,16 +57,22 @@ func ParseNodeID(id string) (ed25519.PublicKey, error) {
 	if !strings.HasPrefix(id, NodeIDPrefix) {
 		return nil, fmt.Errorf("%w: %q does not start with %q", ErrBadDIDKey, short(id), NodeIDPrefix)
 	}
-	rest := id[len(NodeIDPrefix):]
-	if !strings.HasPrefix(rest, "z") {
-		return nil, fmt.Errorf("%w: %q: the key after %q lacks the base58btc multibase prefix z", ErrBadDIDKey, short(id), NodeIDPrefix)
+	return decodeCanonicalDIDKey(id[len(NodeIDPrefix):])
+}
+
+// decodeCanonicalDIDKey is DecodeDIDKey of s that must be the key's
+// method-specific id exactly as EncodeDIDKey writes it ("z…", no
+// "did:key:" prefix): the form records and node ids compare as strings.
+func decodeCanonicalDIDKey(s string) (ed25519.PublicKey, error) {
+	if !strings.HasPrefix(s, "z") {
+		return nil, fmt.Errorf("%w: %q is not a did:key method-specific id (z…)", ErrBadDIDKey, short(s))
 	}
-	pub, err := DecodeDIDKey(rest)
+	pub, err := DecodeDIDKey(s)
 	if err != nil {
 		return nil, err
 	}
-	if EncodeDIDKey(pub) != rest {
-		return nil, fmt.Errorf("%w: %q is not the key's canonical did:key", ErrBadDIDKey, short(id))
+	if EncodeDIDKey(pub) != s {
+		return nil, fmt.Errorf("%w: %q is not the key's canonical did:key", ErrBadDIDKey, short(s))
 	}
 	return pub, nil
 }

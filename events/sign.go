@@ -7,7 +7,6 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"strings"
 )
 
 // SignatureAlg is the only signature algorithm of seed 004.
@@ -58,10 +57,7 @@ func VerifySignature(sig Signature, domain string, payload []byte) error {
 	if sig.Alg != SignatureAlg {
 		return fmt.Errorf("%w: alg %q is not %q", ErrBadSignature, sig.Alg, SignatureAlg)
 	}
-	if !strings.HasPrefix(sig.KeyPublic, "z") {
-		return fmt.Errorf("%w: key/public %q is not a did:key method-specific id (z…)", ErrBadDIDKey, short(sig.KeyPublic))
-	}
-	pub, err := DecodeDIDKey(sig.KeyPublic)
+	pub, err := decodeCanonicalDIDKey(sig.KeyPublic)
 	if err != nil {
 		return err
 	}
