@@ -395,6 +395,12 @@ func (g *Gate) awaitChain(ctx context.Context, key events.ChainKey, seq int64, o
 	until := began.Add(time.Duration(g.aheadWait.Load()))
 	wctx, cancel := context.WithDeadline(ctx, until)
 	defer cancel()
+	// over (c.mu held): the chain got past the request ahead, or the wait
+	// ran out.
+	over := func() bool {
+		behind := c.next < seq && (c.next == 0 || c.owner == owner)
+		return !behind || !time.Now().Before(until)
+	}
 	poll := aheadPoll
 	for attempt := 0; ; attempt++ {
 		if attempt > 1 {
@@ -405,10 +411,10 @@ func (g *Gate) awaitChain(ctx context.Context, key events.ChainKey, seq int64, o
 				poll = min(2*poll, aheadPollMax)
 			}
 		}
-		var behind, known bool
+		var done, known bool
 		c.mu.Lock()
 		if attempt == 0 && c.loaded { // the chain as this gate has it: no read
-			known, behind = true, c.next < seq && (c.next == 0 || c.owner == owner)
+			known, done = true, over()
 		}
 		c.mu.Unlock()
 		if !known {
@@ -421,14 +427,14 @@ func (g *Gate) awaitChain(ctx context.Context, key events.ChainKey, seq int64, o
 					c.loaded = false
 					return false, err
 				}
-				behind = c.next < seq && (c.next == 0 || c.owner == owner)
-				return !behind || !time.Now().Before(until), nil
+				done = over()
+				return done, nil
 			})
 			if err != nil {
 				return ctx.Err() // no place in time, or a read failed: decide reads again and says what is wrong
 			}
 		}
-		if !behind || !time.Now().Before(until) {
+		if done || !time.Now().Before(until) {
 			return nil
 		}
 	}

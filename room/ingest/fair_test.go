@@ -24,10 +24,17 @@ import (
 // restartService replaces e's ingest service with one started with o.
 func restartService(e *roomtest.Env, o ingest.ServiceOptions) *ingest.Service {
 	e.T.Helper()
+	return restartServiceOver(e, e.Gate, o)
+}
+
+// restartServiceOver replaces e's ingest service with one over g started
+// with o; e stops it when the test ends.
+func restartServiceOver(e *roomtest.Env, g *ingest.Gate, o ingest.ServiceOptions) *ingest.Service {
+	e.T.Helper()
 	if err := e.Svc.Stop(); err != nil {
 		e.T.Fatal(err)
 	}
-	svc, err := ingest.StartService(e.Nc, e.Gate, o)
+	svc, err := ingest.StartService(e.Nc, g, o)
 	if err != nil {
 		e.T.Fatal(err)
 	}

@@ -542,21 +542,14 @@ func TestGateAheadReadsInSlots(t *testing.T) {
 	var gets atomic.Uint64
 	g := newGate(t, e, ingest.WithLeaderGets(ingest.GateOptions{Validator: e.V}, &gets))
 	g.SetAheadWait(3 * time.Second)
-	if err := e.Svc.Stop(); err != nil {
-		t.Fatal(err)
-	}
 	var hold atomic.Bool
 	held, release := make(chan struct{}, 2), make(chan struct{})
-	svc, err := ingest.StartService(e.Nc, g, ingest.WithAfterHandle(ingest.ServiceOptions{Concurrency: 2}, func() {
+	restartServiceOver(e, g, ingest.WithAfterHandle(ingest.ServiceOptions{Concurrency: 2}, func() {
 		if hold.Load() { // a head request of C: keep its place until released
 			held <- struct{}{}
 			<-release
 		}
 	}))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer svc.Stop()
 	tokA, tokC := room.IdentityToken("harness-a"), room.IdentityToken("harness-c")
 	es, _ := roomtest.Journal(t, "run-lie", "cap-lie", 2)
 	collect := flood(t, e.Nc, tokA, room.EndpointJournal, nats.Header{room.HeaderRoom: {"room:lie"}, room.HeaderPipelined: {"0"}}, [][]byte{roomtest.Lines(es[1:])})
@@ -598,20 +591,9 @@ func TestGateAheadLiarsLeaveOthersTurns(t *testing.T) {
 	e := roomtest.NewEnv(t)
 	g := newGate(t, e, ingest.GateOptions{Validator: e.V})
 	g.SetAheadWait(3 * time.Second)
-	if err := e.Svc.Stop(); err != nil {
-		t.Fatal(err)
-	}
-	svc, err := ingest.StartService(e.Nc, g, ingest.ServiceOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer svc.Stop()
+	restartServiceOver(e, g, ingest.ServiceOptions{})
 	tokA, tokB := room.IdentityToken("harness-a"), room.IdentityToken("harness-b")
-	esB, _ := roomtest.Journal(t, "run-b", "cap-b", 2)
-	g2 := newGate(t, e, ingest.GateOptions{Validator: e.V}) // another serve's
-	if r, err := g2.AppendJournalAs(t.Context(), "room:b", tokB, roomtest.Lines(esB[:1]), nil); err != nil || r.Stored != 1 {
-		t.Fatalf("B's first request through the other gate: %+v %v", r, err)
-	}
+	esB := landedElsewhere(t, e, tokB)
 	bodies := make([][]byte, 50)
 	for i := range bodies {
 		es, _ := roomtest.Journal(t, fmt.Sprint("run-lie-", i), "cap-lie", 2)
@@ -641,24 +623,13 @@ func TestGateAheadLiarsLeaveOthersTurns(t *testing.T) {
 func TestGateAheadReadKeepsItsPlace(t *testing.T) {
 	e := roomtest.NewEnv(t)
 	g := newGate(t, e, ingest.GateOptions{Validator: e.V})
-	if err := e.Svc.Stop(); err != nil {
-		t.Fatal(err)
-	}
 	var done atomic.Int64
-	svc, err := ingest.StartService(e.Nc, g, ingest.WithAfterHandle(ingest.ServiceOptions{Concurrency: 1}, func() {
+	restartServiceOver(e, g, ingest.WithAfterHandle(ingest.ServiceOptions{Concurrency: 1}, func() {
 		time.Sleep(100 * time.Millisecond)
 		done.Add(1)
 	}))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer svc.Stop()
 	tokB, tokC := room.IdentityToken("harness-b"), room.IdentityToken("harness-c")
-	esB, _ := roomtest.Journal(t, "run-b", "cap-b", 2)
-	g2 := newGate(t, e, ingest.GateOptions{Validator: e.V}) // another serve's
-	if r, err := g2.AppendJournalAs(t.Context(), "room:b", tokB, roomtest.Lines(esB[:1]), nil); err != nil || r.Stored != 1 {
-		t.Fatalf("B's first request through the other gate: %+v %v", r, err)
-	}
+	esB := landedElsewhere(t, e, tokB)
 	head := []byte(`{"run_id":"run-c","capsule_id":"cap-c"}`)
 	bodies := make([][]byte, 30)
 	for i := range bodies {
@@ -750,4 +721,18 @@ func TestServicesPipelinedAcrossGatesLeakNothing(t *testing.T) {
 			t.Errorf("service %d after every answer: %d of 2 slots free, %d waiting, %d identities held", i, free, waiting, held)
 		}
 	}
+}
+
+// landedElsewhere stores the first entry of identity tok's 2-entry chain
+// run-b/cap-b in room:b through a gate of its own (another serve's), and
+// returns the chain's entries: the second, sent pipelined, finds its
+// request ahead landed where this gate did not see it.
+func landedElsewhere(t *testing.T, e *roomtest.Env, tok string) []*events.Entry {
+	t.Helper()
+	es, _ := roomtest.Journal(t, "run-b", "cap-b", 2)
+	g := newGate(t, e, ingest.GateOptions{Validator: e.V})
+	if r, err := g.AppendJournalAs(t.Context(), "room:b", tok, roomtest.Lines(es[:1]), nil); err != nil || r.Stored != 1 {
+		t.Fatalf("the first request through the other gate: %+v %v", r, err)
+	}
+	return es
 }
