@@ -259,9 +259,7 @@ func (s *shipper) afterStop(ctx context.Context) error {
 	if !s.c.nc.IsConnected() {
 		return fmt.Errorf("%w: not connected", ErrUnavailable)
 	}
-	hctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), stopTimeout)
-	defer cancel()
-	head, err := s.c.Head(hctx, s.meta.Key())
+	head, err := s.headNow(ctx)
 	if err != nil {
 		return err
 	}
@@ -791,11 +789,17 @@ func ShipCapsule(ctx context.Context, c *Client, dir, roomID string, o ShipOptio
 // have stored more of the chain. On no answer the head stays the last
 // reply's.
 func (s *shipper) askHead(ctx context.Context) {
-	hctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), stopTimeout)
-	defer cancel()
-	if head, err := s.c.Head(hctx, s.meta.Key()); err == nil {
+	if head, err := s.headNow(ctx); err == nil {
 		s.res.Head = head
 	}
+}
+
+// headNow asks the chain's head on a fresh context of stopTimeout: ctx
+// may have ended the shipment, and what the stream holds is still asked.
+func (s *shipper) headNow(ctx context.Context) (room.ChainHead, error) {
+	hctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), stopTimeout)
+	defer cancel()
+	return s.c.Head(hctx, s.meta.Key())
 }
 
 // capsuleMissing reports whether s was refused only because dir has no
