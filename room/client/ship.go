@@ -103,6 +103,13 @@ type shipper struct {
 	offset int64 // bytes of the journal already shipped (whole lines)
 	line   int   // lines already shipped or skipped
 	sentTo int   // the file line after the last one sent by this run
+	// cut: after a line taken for a resend, the bodies of the requests in
+	// flight whose replies never came (cut off by the stop timeout, or the
+	// service gone), and tallyFrom the chain's next seq when the tally
+	// began. Their lines are counted from the head asked after
+	// (countCut), as a stopped shipment counts its lines.
+	cut       [][]byte
+	tallyFrom int64
 }
 
 func newShipper(ctx context.Context, c *Client, dir, roomID string, o ShipOptions) (*shipper, error) {
@@ -524,6 +531,9 @@ func (p *pipeline) settle() {
 	p.queue = p.queue[1:]
 	<-sh.done
 	if p.stop {
+		if p.tally && sh.err != nil {
+			p.s.cut = append(p.s.cut, sh.body)
+		}
 		// A reply that does not answer its request's lines one by one
 		// counts nothing here either (replyMismatch).
 		if p.tally && sh.err == nil && replyMismatch(sh.body, sh.reply.Items) == "" {
@@ -551,6 +561,7 @@ func (p *pipeline) settle() {
 	switch {
 	case s.res.Refused != nil && s.res.Refused.Resent:
 		p.stop, p.tally = true, true // nothing more is sent; what is in flight lands
+		s.tallyFrom = s.res.Head.Next
 	case s.res.Refused != nil || s.line != sh.first+sh.lines:
 		p.stop = true
 		p.cancel()
@@ -778,20 +789,60 @@ func ShipCapsule(ctx context.Context, c *Client, dir, roomID string, o ShipOptio
 		err = s.stopped(ctx)
 	}
 	if err == nil && s.res.Refused != nil && s.res.Refused.Resent {
-		s.askHead(ctx)
+		err = s.afterResent(ctx)
 	}
 	return s.res, err
 }
 
-// askHead sets the result's head to the chain's head in the stream, asked
-// on a fresh context of stopTimeout, after a refused line the gate took
-// for a resend (LineRefusal.Resent): the requests behind its request may
-// have stored more of the chain. On no answer the head stays the last
-// reply's.
-func (s *shipper) askHead(ctx context.Context) {
-	if head, err := s.headNow(ctx); err == nil {
+// afterResent asks the chain's head after a line the gate took for a
+// resend, once the requests in flight behind it are answered. When some
+// of their replies never came, their lines below that head count as
+// stored (countCut); if ctx ended the wait for them, the shipment was
+// stopped, and the error says so: ErrStopped with what the stream holds.
+// Without the head they cannot be counted, and the error says that.
+func (s *shipper) afterResent(ctx context.Context) error {
+	head, herr := s.headNow(ctx)
+	if herr == nil {
 		s.res.Head = head
 	}
+	if len(s.cut) == 0 {
+		return nil
+	}
+	switch {
+	case herr == nil && head.RoomID == s.res.RoomID:
+		s.res.Stored += countCut(s.cut, s.tallyFrom, head.Next)
+	case herr == nil:
+		herr = fmt.Errorf("the chain lives in %q", head.RoomID)
+	}
+	if ctx.Err() == nil {
+		if herr != nil {
+			return fmt.Errorf("%w: the replies to %d requests after the resent line never came, and the chain's head could not be asked: %v", ErrUnavailable, len(s.cut), herr)
+		}
+		return nil
+	}
+	err := fmt.Errorf("%w: %w", ErrStopped, context.Cause(ctx))
+	if herr != nil {
+		return fmt.Errorf("%w; what the stream holds could not be asked: %v", err, herr)
+	}
+	return fmt.Errorf("%w; the stream holds %d lines of the chain", err, head.Next)
+}
+
+// countCut counts the lines of bodies (requests whose replies never came)
+// that the head now covers: those with a seq from from (the chain's next
+// seq before them) up to next, each seq once, as a stopped shipment
+// counts the lines it sent (afterStop). A line repeating an earlier
+// entry has a seq below from and counts nothing.
+func countCut(bodies [][]byte, from, next int64) int {
+	seen := make(map[int64]bool)
+	for _, body := range bodies {
+		for ln := range bytes.Lines(body) {
+			_, seq := events.LineSeq(bytes.TrimSuffix(ln, []byte{'\n'}))
+			if seq >= from && seq < next {
+				seen[seq] = true
+			}
+		}
+	}
+	return len(seen)
 }
 
 // headNow asks the chain's head on a fresh context of stopTimeout: ctx
@@ -855,8 +906,15 @@ func FollowCapsule(ctx context.Context, c *Client, dir, roomID string, o ShipOpt
 			err = s.pass(ctx)
 			last = s.res
 			if s.res.Refused != nil {
+				var rerr error
+				if s.res.Refused.Resent && err == nil {
+					rerr = s.afterResent(ctx)
+				}
 				report(s.res)
-				return s.res, nil
+				if ctx.Err() != nil {
+					rerr = nil // ended by ctx: the report says what the stream holds
+				}
+				return s.res, rerr
 			}
 			if err == nil && s.res.Stored+s.res.Duplicates != before {
 				report(s.res)

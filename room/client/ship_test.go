@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -376,4 +377,93 @@ func TestShipResentTallyChecksReplies(t *testing.T) {
 	if res.Stored != 2 || res.Duplicates != 2 {
 		t.Errorf("%d stored, %d duplicates: the 1-line request's 2-item reply was counted (want 2 and 2, from the two replies that answer their requests)", res.Stored, res.Duplicates)
 	}
+}
+
+// TestShipResentCutOffCountsFromHead: after a line taken for a resend, an
+// interrupt whose wait for the requests in flight runs out cuts their
+// replies off. Their lines that the head asked after covers are counted
+// as stored, and a shipment says it was stopped: it counted 1 of the 4
+// lines the room held and reported a plain refusal. A follower, which
+// ctx ends without an error, counts them alike.
+func TestShipResentCutOffCountsFromHead(t *testing.T) {
+	t.Run("ship", func(t *testing.T) {
+		res, err := shipResentCutOff(t, func(ctx context.Context, c *client.Client, dir string) (client.ShipResult, error) {
+			return client.ShipCapsule(ctx, c, dir, "room:r", client.ShipOptions{BatchLines: 2, Pipeline: 4})
+		})
+		if !errors.Is(err, client.ErrStopped) || !strings.Contains(err.Error(), "the stream holds 4 lines") {
+			t.Errorf("error %v; want ErrStopped saying the stream holds 4 lines", err)
+		}
+		checkResentCutOff(t, res)
+	})
+	t.Run("follow", func(t *testing.T) {
+		var reports []client.ShipResult
+		res, err := shipResentCutOff(t, func(ctx context.Context, c *client.Client, dir string) (client.ShipResult, error) {
+			return client.FollowCapsule(ctx, c, dir, "room:r", client.ShipOptions{BatchLines: 2, Pipeline: 4},
+				func(r client.ShipResult) { reports = append(reports, r) })
+		})
+		if err != nil || len(reports) != 1 {
+			t.Errorf("error %v, %d reports; want none and 1", err, len(reports))
+		} else {
+			checkResentCutOff(t, reports[0])
+		}
+		checkResentCutOff(t, res)
+	})
+}
+
+func checkResentCutOff(t *testing.T, res client.ShipResult) {
+	t.Helper()
+	if res.Refused == nil || !res.Refused.Resent {
+		t.Fatalf("refusal %+v; want the resent line's", res.Refused)
+	}
+	if res.Stored != 4 || res.Duplicates != 1 || res.Head.Next != 4 {
+		t.Errorf("%d stored, %d duplicates, head next %d; want 4 (line 0 answered, seqs 1-3 cut off and under the head), 1 and 4",
+			res.Stored, res.Duplicates, res.Head.Next)
+	}
+}
+
+// shipResentCutOff runs ship on a fake service that takes a journal's
+// second line for a resend of its first, then answers nothing more and
+// interrupts ship's ctx once both requests behind it arrived; the head
+// asked after says the chain holds 4 lines.
+func shipResentCutOff(t *testing.T, ship func(context.Context, *client.Client, string) (client.ShipResult, error)) (client.ShipResult, error) {
+	t.Helper()
+	key := events.ChainKey{RunID: "run-cut", CapsuleID: "cap-cut"}
+	chain := `"chain":{"run_id":"run-cut","capsule_id":"cap-cut"}`
+	e := roomtest.NewEnv(t)
+	if err := e.Svc.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	nc := e.Connect()
+	var heads atomic.Int32
+	if _, err := nc.Subscribe(room.ServiceSubject("", room.Anonymous, room.EndpointHead), func(m *nats.Msg) {
+		if heads.Add(1) == 1 { // where the chain stands: nowhere
+			_ = m.Respond([]byte(`{` + chain + `,"next":0,"head":"` + events.ZeroHash + `","stream_seq":0}`))
+			return
+		}
+		_ = m.Respond([]byte(`{"room":"room:r",` + chain + `,"next":4,"head":"` + events.ZeroHash + `","stream_seq":9}`))
+	}); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancelCause(context.Background())
+	defer cancel(nil)
+	_, body := roomtest.Journal(t, key.RunID, key.CapsuleID, 4)
+	lines := strings.SplitAfter(string(body), "\n")
+	dupped := lines[0] + lines[0] + strings.Join(lines[1:], "") // requests of 2, 2, 1
+	dir := roomtest.CapsuleDir(t, key.RunID, key.CapsuleID, []byte(dupped))
+	var behind atomic.Int32
+	if _, err := nc.Subscribe(room.ServiceSubject("", room.Anonymous, room.EndpointJournal), func(m *nats.Msg) {
+		if string(m.Data) == lines[0]+lines[0] { // line 0 stored, its copy taken for a resend
+			_ = m.Respond([]byte(`{"room":"room:r",` + chain + `,"items":[{"index":0,"outcome":"stored"},{"index":1,"outcome":"duplicate"}],"head":{"room":"room:r",` + chain + `,"next":1,"head":"` + events.ZeroHash + `","stream_seq":1},"stored":1,"duplicates":1}`))
+			return
+		}
+		if behind.Add(1) == 2 { // both requests behind it arrived: interrupt; neither is answered
+			cancel(errors.New("interrupted"))
+		}
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if err := nc.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	return ship(ctx, client.New(nc, client.Options{}), dir)
 }
