@@ -40,6 +40,8 @@ type ShipOptions struct {
 	// Retry is how long FollowCapsule waits after the service could not
 	// be reached before it tries again; default 2s.
 	Retry time.Duration
+
+	stopWait time.Duration // stopTimeout when 0; shorter in tests
 }
 
 // ShipResult is what happened to one capsule directory.
@@ -92,6 +94,14 @@ var ErrStopped = errors.New("stopped")
 // over; its report must be true, and come soon.
 const stopTimeout = 5 * time.Second
 
+// stopTimeout is stopTimeout, or the test's ShipOptions.stopWait.
+func (s *shipper) stopTimeout() time.Duration {
+	if s.o.stopWait > 0 {
+		return s.o.stopWait
+	}
+	return stopTimeout
+}
+
 // shipper ships one capsule from a cursor into a room.
 type shipper struct {
 	c      *Client
@@ -110,6 +120,9 @@ type shipper struct {
 	// (countCut), as a stopped shipment counts its lines.
 	cut       [][]byte
 	tallyFrom int64
+	// tallied: the seqs the tally's answered replies stored, which a cut
+	// request repeating one of them must not count again.
+	tallied map[int64]bool
 }
 
 func newShipper(ctx context.Context, c *Client, dir, roomID string, o ShipOptions) (*shipper, error) {
@@ -356,7 +369,7 @@ func (s *shipper) pass(ctx context.Context) error {
 	p := &pipeline{s: s, ctx: pctx, cancel: cancel, depth: s.o.Pipeline}
 	defer p.drain()
 	stopAfter := context.AfterFunc(ctx, func() {
-		t := time.NewTimer(stopTimeout)
+		t := time.NewTimer(s.stopTimeout())
 		defer t.Stop()
 		select {
 		case <-t.C:
@@ -539,6 +552,17 @@ func (p *pipeline) settle() {
 		if p.tally && sh.err == nil && replyMismatch(sh.body, sh.reply.Items) == "" {
 			p.s.res.Stored += sh.reply.Stored
 			p.s.res.Duplicates += sh.reply.Dupes
+			for _, it := range sh.reply.Items {
+				if it.Outcome == room.OutcomeStored {
+					ln := lineAt(sh.body, it.Index)
+					if _, seq := events.LineSeq(ln); seq >= 0 {
+						if p.s.tallied == nil {
+							p.s.tallied = map[int64]bool{}
+						}
+						p.s.tallied[seq] = true
+					}
+				}
+			}
 			if sh.reply.Head.Chain.RunID != "" && sh.reply.Head.Next > p.s.res.Head.Next {
 				p.s.res.Head = sh.reply.Head
 			}
@@ -785,11 +809,12 @@ func ShipCapsule(ctx context.Context, c *Client, dir, roomID string, o ShipOptio
 		return s.res, nil
 	}
 	err = s.pass(ctx)
-	if err != nil && ctx.Err() != nil && (errors.Is(err, ErrStopped) || Retryable(err)) {
-		err = s.stopped(ctx)
-	}
-	if err == nil && s.res.Refused != nil && s.res.Refused.Resent {
+	resent := s.res.Refused != nil && s.res.Refused.Resent
+	switch {
+	case resent && (err == nil || errors.Is(err, ErrStopped)):
 		err = s.afterResent(ctx)
+	case err != nil && ctx.Err() != nil && (errors.Is(err, ErrStopped) || Retryable(err)):
+		err = s.stopped(ctx)
 	}
 	return s.res, err
 }
@@ -810,7 +835,7 @@ func (s *shipper) afterResent(ctx context.Context) error {
 	}
 	switch {
 	case herr == nil && head.RoomID == s.res.RoomID:
-		s.res.Stored += countCut(s.cut, s.tallyFrom, head.Next)
+		s.res.Stored += countCut(s.cut, s.tallied, s.tallyFrom, head.Next)
 	case herr == nil:
 		herr = fmt.Errorf("the chain lives in %q", head.RoomID)
 	}
@@ -829,15 +854,16 @@ func (s *shipper) afterResent(ctx context.Context) error {
 
 // countCut counts the lines of bodies (requests whose replies never came)
 // that the head now covers: those with a seq from from (the chain's next
-// seq before them) up to next, each seq once, as a stopped shipment
-// counts the lines it sent (afterStop). A line repeating an earlier
-// entry has a seq below from and counts nothing.
-func countCut(bodies [][]byte, from, next int64) int {
+// seq before them) up to next, each seq once and none an answered reply
+// of the tally stored (tallied), as a stopped shipment counts the lines
+// it sent (afterStop). A line repeating an earlier entry has a seq below
+// from, or a tallied one, and counts nothing.
+func countCut(bodies [][]byte, tallied map[int64]bool, from, next int64) int {
 	seen := make(map[int64]bool)
 	for _, body := range bodies {
 		for ln := range bytes.Lines(body) {
 			_, seq := events.LineSeq(bytes.TrimSuffix(ln, []byte{'\n'}))
-			if seq >= from && seq < next {
+			if seq >= from && seq < next && !tallied[seq] {
 				seen[seq] = true
 			}
 		}
@@ -848,7 +874,7 @@ func countCut(bodies [][]byte, from, next int64) int {
 // headNow asks the chain's head on a fresh context of stopTimeout: ctx
 // may have ended the shipment, and what the stream holds is still asked.
 func (s *shipper) headNow(ctx context.Context) (room.ChainHead, error) {
-	hctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), stopTimeout)
+	hctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.stopTimeout())
 	defer cancel()
 	return s.c.Head(hctx, s.meta.Key())
 }
@@ -907,14 +933,17 @@ func FollowCapsule(ctx context.Context, c *Client, dir, roomID string, o ShipOpt
 			last = s.res
 			if s.res.Refused != nil {
 				var rerr error
-				if s.res.Refused.Resent && err == nil {
+				if s.res.Refused.Resent && (err == nil || errors.Is(err, ErrStopped)) {
 					rerr = s.afterResent(ctx)
 				}
-				report(s.res)
 				if ctx.Err() != nil {
 					rerr = nil // ended by ctx: the report says what the stream holds
 				}
-				return s.res, rerr
+				if rerr != nil {
+					return s.res, rerr // the caller reports it, with the error
+				}
+				report(s.res)
+				return s.res, nil
 			}
 			if err == nil && s.res.Stored+s.res.Duplicates != before {
 				report(s.res)
@@ -949,4 +978,13 @@ func FollowCapsule(ctx context.Context, c *Client, dir, roomID string, o ShipOpt
 		case <-time.After(wait):
 		}
 	}
+}
+
+// lineAt is line i of body (lines ending in "\n"), without its newline.
+func lineAt(body []byte, i int) []byte {
+	ln := body[lineStart(body, i):]
+	if j := bytes.IndexByte(ln, '\n'); j >= 0 {
+		ln = ln[:j]
+	}
+	return ln
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -388,7 +389,7 @@ func TestShipResentTallyChecksReplies(t *testing.T) {
 func TestShipResentCutOffCountsFromHead(t *testing.T) {
 	t.Run("ship", func(t *testing.T) {
 		res, err := shipResentCutOff(t, func(ctx context.Context, c *client.Client, dir string) (client.ShipResult, error) {
-			return client.ShipCapsule(ctx, c, dir, "room:r", client.ShipOptions{BatchLines: 2, Pipeline: 4})
+			return client.ShipCapsule(ctx, c, dir, "room:r", client.WithStopWait(client.ShipOptions{BatchLines: 2, Pipeline: 4}, 300*time.Millisecond))
 		})
 		if !errors.Is(err, client.ErrStopped) || !strings.Contains(err.Error(), "the stream holds 4 lines") {
 			t.Errorf("error %v; want ErrStopped saying the stream holds 4 lines", err)
@@ -398,7 +399,7 @@ func TestShipResentCutOffCountsFromHead(t *testing.T) {
 	t.Run("follow", func(t *testing.T) {
 		var reports []client.ShipResult
 		res, err := shipResentCutOff(t, func(ctx context.Context, c *client.Client, dir string) (client.ShipResult, error) {
-			return client.FollowCapsule(ctx, c, dir, "room:r", client.ShipOptions{BatchLines: 2, Pipeline: 4},
+			return client.FollowCapsule(ctx, c, dir, "room:r", client.WithStopWait(client.ShipOptions{BatchLines: 2, Pipeline: 4}, 300*time.Millisecond),
 				func(r client.ShipResult) { reports = append(reports, r) })
 		})
 		if err != nil || len(reports) != 1 {
@@ -421,6 +422,30 @@ func checkResentCutOff(t *testing.T, res client.ShipResult) {
 	}
 }
 
+// fakeHeadService stops the test server's ingest service and answers the
+// anonymous identity's head requests for chain (its JSON member): the
+// chain holds nothing at the first (where a shipment starts), later()
+// after; it returns a connection to that server.
+func fakeHeadService(t *testing.T, chain string, later func() string) *nats.Conn {
+	t.Helper()
+	e := roomtest.NewEnv(t)
+	if err := e.Svc.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	nc := e.Connect()
+	var heads atomic.Int32
+	if _, err := nc.Subscribe(room.ServiceSubject("", room.Anonymous, room.EndpointHead), func(m *nats.Msg) {
+		if heads.Add(1) == 1 {
+			_ = m.Respond([]byte(`{` + chain + `,"next":0,"head":"` + events.ZeroHash + `","stream_seq":0}`))
+			return
+		}
+		_ = m.Respond([]byte(later()))
+	}); err != nil {
+		t.Fatal(err)
+	}
+	return nc
+}
+
 // shipResentCutOff runs ship on a fake service that takes a journal's
 // second line for a resend of its first, then answers nothing more and
 // interrupts ship's ctx once both requests behind it arrived; the head
@@ -429,21 +454,9 @@ func shipResentCutOff(t *testing.T, ship func(context.Context, *client.Client, s
 	t.Helper()
 	key := events.ChainKey{RunID: "run-cut", CapsuleID: "cap-cut"}
 	chain := `"chain":{"run_id":"run-cut","capsule_id":"cap-cut"}`
-	e := roomtest.NewEnv(t)
-	if err := e.Svc.Stop(); err != nil {
-		t.Fatal(err)
-	}
-	nc := e.Connect()
-	var heads atomic.Int32
-	if _, err := nc.Subscribe(room.ServiceSubject("", room.Anonymous, room.EndpointHead), func(m *nats.Msg) {
-		if heads.Add(1) == 1 { // where the chain stands: nowhere
-			_ = m.Respond([]byte(`{` + chain + `,"next":0,"head":"` + events.ZeroHash + `","stream_seq":0}`))
-			return
-		}
-		_ = m.Respond([]byte(`{"room":"room:r",` + chain + `,"next":4,"head":"` + events.ZeroHash + `","stream_seq":9}`))
-	}); err != nil {
-		t.Fatal(err)
-	}
+	nc := fakeHeadService(t, chain, func() string {
+		return `{"room":"room:r",` + chain + `,"next":4,"head":"` + events.ZeroHash + `","stream_seq":9}`
+	})
 	ctx, cancel := context.WithCancelCause(context.Background())
 	defer cancel(nil)
 	_, body := roomtest.Journal(t, key.RunID, key.CapsuleID, 4)
@@ -466,4 +479,121 @@ func shipResentCutOff(t *testing.T, ship func(context.Context, *client.Client, s
 		t.Fatal(err)
 	}
 	return ship(ctx, client.New(nc, client.Options{}), dir)
+}
+
+const cutChain = `"chain":{"run_id":"run-cut2","capsule_id":"cap-cut2"}`
+
+// cutHead is a head of room:r's chain run-cut2/cap-cut2 at next.
+func cutHead(next int) string {
+	return fmt.Sprintf(`{"room":"room:r",%s,"next":%d,"head":"%s","stream_seq":%d}`, cutChain, next, events.ZeroHash, next)
+}
+
+// cutReply is a journal reply of outcomes, one item per line, the head at
+// next after it.
+func cutReply(outcomes []string, next int) string {
+	var items []string
+	st, du := 0, 0
+	for i, o := range outcomes {
+		items = append(items, fmt.Sprintf(`{"index":%d,"outcome":"%s"}`, i, o))
+		if o == "stored" {
+			st++
+		} else {
+			du++
+		}
+	}
+	return fmt.Sprintf(`{"room":"room:r",%s,"items":[%s],"head":%s,"stored":%d,"duplicates":%d}`,
+		cutChain, strings.Join(items, ","), cutHead(next), st, du)
+}
+
+// TestShipResentCutOffRepeatCountsOnce: requests L0 L0 | L1 L2 | L3 L1.
+// The first holds the resent line; the second is answered (seqs 1 and 2
+// stored); the third is cut off, and its second line repeats seq 1, which
+// the answered reply counted: the room holds seqs 0-3, 4 stored, where
+// seq 1 was counted twice (5).
+func TestShipResentCutOffRepeatCountsOnce(t *testing.T) {
+	nc := fakeHeadService(t, cutChain, func() string { return cutHead(4) })
+	ctx, cancel := context.WithCancelCause(context.Background())
+	defer cancel(nil)
+	_, body := roomtest.Journal(t, "run-cut2", "cap-cut2", 4)
+	l := strings.SplitAfter(string(body), "\n")
+	dir := roomtest.CapsuleDir(t, "run-cut2", "cap-cut2", []byte(l[0]+l[0]+l[1]+l[2]+l[3]+l[1]))
+	if _, err := nc.Subscribe(room.ServiceSubject("", room.Anonymous, room.EndpointJournal), func(m *nats.Msg) {
+		switch string(m.Data) {
+		case l[0] + l[0]:
+			_ = m.Respond([]byte(cutReply([]string{"stored", "duplicate"}, 1)))
+		case l[1] + l[2]:
+			_ = m.Respond([]byte(cutReply([]string{"stored", "stored"}, 3)))
+		default: // l[3]+l[1]: cut off
+			cancel(errors.New("interrupted"))
+		}
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if err := nc.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	res, err := client.ShipCapsule(ctx, client.New(nc, client.Options{}), dir, "room:r", client.WithStopWait(client.ShipOptions{BatchLines: 2, Pipeline: 4}, 300*time.Millisecond))
+	if !errors.Is(err, client.ErrStopped) {
+		t.Errorf("error %v; want ErrStopped", err)
+	}
+	if res.Stored != 4 || res.Head.Next != 4 {
+		t.Errorf("%d stored, head next %d; want 4 and 4", res.Stored, res.Head.Next)
+	}
+}
+
+// TestShipResentAfterHalt: ctx ends while the pass is still sending, and
+// the resent line's reply comes while the requests in flight are taken:
+// the lines of those behind it, cut off, are counted from the head asked
+// after, as when the pass had sent everything (they were left uncounted,
+// and a follower reported the last reply's head).
+func TestShipResentAfterHalt(t *testing.T) {
+	for _, follow := range []bool{false, true} {
+		t.Run(fmt.Sprint("follow=", follow), func(t *testing.T) {
+			var arrived atomic.Int32
+			nc := fakeHeadService(t, cutChain, func() string {
+				return cutHead(3 + 2*int(arrived.Load()-2)) // every request behind the resent one landed
+			})
+			ctx, cancel := context.WithCancelCause(context.Background())
+			defer cancel(nil)
+			_, body := roomtest.Journal(t, "run-cut2", "cap-cut2", 11)
+			l := strings.SplitAfter(string(body), "\n")
+			file := l[0] + l[1] + l[2] + l[0] + strings.Join(l[3:], "")
+			dir := roomtest.CapsuleDir(t, "run-cut2", "cap-cut2", []byte(file))
+			var mu sync.Mutex
+			held := map[string]*nats.Msg{}
+			if _, err := nc.Subscribe(room.ServiceSubject("", room.Anonymous, room.EndpointJournal), func(m *nats.Msg) {
+				mu.Lock()
+				defer mu.Unlock()
+				held[string(m.Data)] = m
+				if arrived.Add(1) == 3 {
+					cancel(errors.New("interrupted"))
+					_ = held[l[0]+l[1]].Respond([]byte(cutReply([]string{"stored", "stored"}, 2)))
+					_ = held[l[2]+l[0]].Respond([]byte(cutReply([]string{"stored", "duplicate"}, 3)))
+				}
+			}); err != nil {
+				t.Fatal(err)
+			}
+			if err := nc.Flush(); err != nil {
+				t.Fatal(err)
+			}
+			o := client.WithStopWait(client.ShipOptions{BatchLines: 2, Pipeline: 3}, 300*time.Millisecond)
+			var res client.ShipResult
+			var err error
+			if follow {
+				res, err = client.FollowCapsule(ctx, client.New(nc, client.Options{}), dir, "room:r", o, func(client.ShipResult) {})
+			} else {
+				res, err = client.ShipCapsule(ctx, client.New(nc, client.Options{}), dir, "room:r", o)
+			}
+			if wantErr := !follow; (err != nil) != wantErr || (wantErr && !errors.Is(err, client.ErrStopped)) {
+				t.Errorf("error %v; want ErrStopped from a shipment, none from a follower", err)
+			}
+			if res.Refused == nil || !res.Refused.Resent {
+				t.Fatalf("refusal %+v", res.Refused)
+			}
+			want := 3 + 2*int64(arrived.Load()-2)
+			if res.Head.Next != want || int64(res.Stored) != want || res.Duplicates != 1 {
+				t.Errorf("%d stored, %d duplicates, head next %d; want %d, 1, %d", res.Stored, res.Duplicates, res.Head.Next, want, want)
+			}
+		})
+	}
 }
