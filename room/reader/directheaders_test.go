@@ -45,3 +45,38 @@ func TestReadersIgnoreStoredServerHeaders(t *testing.T) {
 		}
 	}
 }
+
+// TestReadersReadPastHiddenServerHeaders: a message written straight into
+// the stream with a blank line inside its header block (which the server
+// stores as sent) hides the headers a direct get appends from nats.go;
+// with the server's headers forged before it, it claimed another seq.
+// It stopped every audit by direct get ("direct get refused: status"),
+// for good. Audits by consumer and by direct get now give the same
+// report: every message where the server stored it, the raw entry
+// judged as any message written around the gate.
+func TestReadersReadPastHiddenServerHeaders(t *testing.T) {
+	for name, hdr := range map[string]string{
+		"blank line": "NATS/1.0\r\nX: 1\r\n\r\nY: 2\r\n\r\n",
+		"forged":     "NATS/1.0\r\nNats-Stream: ROOMS\r\nNats-Subject: rooms.other.exec\r\nNats-Sequence: 1\r\nNats-Time-Stamp: 2026-01-01T00:00:00Z\r\nNats-Num-Pending: 0\r\nNats-Last-Sequence: 0\r\n\r\nY: 2\r\n\r\n",
+	} {
+		t.Run(name, func(t *testing.T) {
+			e := roomtest.NewEnv(t)
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+			es, _ := roomtest.Journal(t, "run-blank", "cap-blank", 5)
+			if r, err := e.Gate.AppendJournal(ctx, "room:blank", roomtest.Lines(es[:3]), nil); err != nil || r.Stored != 3 {
+				t.Fatalf("%+v %v", r, err)
+			}
+			key := events.ChainKey{RunID: "run-blank", CapsuleID: "cap-blank"}
+			raw := roomtest.PublishRawHeader(t, e.Connect(), room.Subjects{}.Journal("room:blank", key), hdr, es[3].Canonical())
+			if r, err := e.Gate.AppendJournal(ctx, "room:blank", roomtest.Lines(es[4:]), nil); err != nil || r.Stored != 1 {
+				t.Fatalf("after the raw message: %+v %v", r, err)
+			}
+			rep := auditBothWays(t, e, reader.AuditOptions{Validator: e.V})
+			if rep.Totals.Messages != 5 || rep.Totals.Entries != 5 || rep.LastSeq != raw+1 || len(rep.Chains) != 1 || rep.Chains[0].Entries != 5 {
+				t.Errorf("%d messages, %d entries, last seq %d (want 5, 5, %d), chains %+v",
+					rep.Totals.Messages, rep.Totals.Entries, rep.LastSeq, raw+1, rep.Chains)
+			}
+		})
+	}
+}

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"math"
-	"strings"
 	"sync/atomic"
 	"time"
 
@@ -418,27 +417,9 @@ func headerSize(h map[string][]string) int {
 // matchesAny reports whether the literal subject matches one of filters.
 func matchesAny(filters []string, subject string) bool {
 	for _, f := range filters {
-		if subjectMatches(f, subject) {
+		if jsapi.SubjectMatches(f, subject) {
 			return true
 		}
 	}
 	return false
-}
-
-// subjectMatches reports whether the literal subject matches filter, whose
-// tokens may be "*" (one token) or a last ">" (one or more tokens).
-func subjectMatches(filter, subject string) bool {
-	for {
-		ft, frest, fmore := strings.Cut(filter, ".")
-		st, srest, smore := strings.Cut(subject, ".")
-		switch {
-		case ft == ">" && !fmore:
-			return true
-		case ft != "*" && ft != st:
-			return false
-		case !fmore || !smore:
-			return fmore == smore
-		}
-		filter, subject = frest, srest
-	}
 }

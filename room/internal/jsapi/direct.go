@@ -9,6 +9,7 @@
 package jsapi
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -59,6 +60,17 @@ var serverHeaders = [...]string{
 // is returned as itself (status 503: no replica answers direct gets).
 var ErrStatus = errors.New("direct get refused")
 
+// ErrUnreadable is wrapped by DirectBatch, DirectGet and the Getter's
+// reads for a reply message that did not read as the server formed it
+// (a stored header with a blank line inside, say) and that the stream
+// leader could not tell apart either: two such messages side by side in
+// a multi_last reply, or a leader that returns another message.
+var ErrUnreadable = errors.New("a stored message's headers hide where it is stored")
+
+// resolveTimeout bounds each read of the stream leader that takes the
+// place of a suspect direct get reply.
+const resolveTimeout = 10 * time.Second
+
 // DirectBatch sends req to $JS.API.DIRECT.GET.<stream> and returns the up
 // to req.Batch messages of its reply, in stream order, once the server
 // has said the batch is over; none when nothing matches. It waits at most
@@ -85,49 +97,135 @@ func DirectBatch(ctx context.Context, nc *nats.Conn, stream string, req BatchReq
 	}
 	t := time.NewTimer(timeout)
 	defer t.Stop()
-	var out []Msg
+	var b batchReply
 	for {
 		var m *nats.Msg
 		select {
 		case m = <-ch:
 		case <-t.C:
-			return nil, fmt.Errorf("direct get %s: %w after %d messages", body, nats.ErrTimeout, len(out))
+			return nil, fmt.Errorf("direct get %s: %w after %d messages", body, nats.ErrTimeout, len(b.replies))
 		case <-ctx.Done():
 			return nil, ctx.Err()
 		}
 		t.Reset(timeout)
-		msg, end, err := readReply(m, body)
-		switch {
-		case err != nil:
+		done, err := b.take(m, body)
+		if err != nil {
 			return nil, err
-		case end:
-			return out, nil
 		}
-		out = append(out, msg)
+		if done {
+			return b.messages(ctx, nc, stream, req, timeout)
+		}
 	}
+}
+
+// reply is one message of a direct get reply as read: a stored message,
+// or the server's end of the reply (end).
+type reply struct {
+	Msg
+	end bool
+	// last is the reply's Nats-Last-Sequence: in a batch reply, the seq
+	// of the message the server sent before it (0 for the first); on
+	// the batch's end, the seq of its last message.
+	last uint64
+	// suspect: the reply does not read as the server formed it (see
+	// readReply); its Seq, Subject and Time are not to be taken from it.
+	suspect bool
 }
 
 // readReply reads one message of a direct get reply to request body: a
 // stored message, or the end (204 end of batch, 404 not found), or an
 // error (503: nats.ErrNoResponders; another status: ErrStatus). The
-// server's end and errors carry no Nats-Stream; every message it returns
-// carries one, last.
-func readReply(m *nats.Msg, body []byte) (msg Msg, end bool, err error) {
+// server's end and errors carry no Nats-Stream and no payload; every
+// stored message it returns carries one, with the server's headers
+// appended after the stored ones. A stored header that nats.go stops
+// reading early (a blank line inside it, which the server stores as
+// sent) hides those: such a reply is suspect (its payload is still the
+// message's), as is one whose headers as read do not add up to the
+// bytes sent or whose sequence does not parse. A suspect reply is never
+// an error: one stored message must not stop every reader of a stream.
+func readReply(m *nats.Msg, body []byte) (reply, error) {
+	if !headerWhole(m) {
+		return reply{Msg: Msg{Data: m.Data}, suspect: true}, nil
+	}
+	last := func(key string) string {
+		vs := m.Header.Values(key)
+		if len(vs) == 0 {
+			return ""
+		}
+		return vs[len(vs)-1]
+	}
+	lastSeq, _ := strconv.ParseUint(last("Nats-Last-Sequence"), 10, 64)
 	if len(m.Header.Values(jetstream.StreamHeader)) == 0 {
+		if !serverStatus(m) {
+			return reply{Msg: Msg{Data: m.Data}, suspect: true}, nil
+		}
 		switch status := m.Header.Get("Status"); status {
 		case "204", "404":
-			return Msg{}, true, nil
+			return reply{end: true, last: lastSeq}, nil
 		case "503":
-			return Msg{}, false, nats.ErrNoResponders
+			return reply{}, nats.ErrNoResponders
 		default:
-			return Msg{}, false, fmt.Errorf("direct get %s: %w: status %s %s", body, ErrStatus, status, m.Header.Get("Description"))
+			return reply{}, fmt.Errorf("direct get %s: %w: status %s %s", body, ErrStatus, status, m.Header.Get("Description"))
 		}
 	}
-	msg, err = fromReply(m)
+	msg, err := fromReply(m)
 	if err != nil {
-		return Msg{}, false, fmt.Errorf("direct get %s: %w", body, err)
+		return reply{Msg: Msg{Data: m.Data}, suspect: true}, nil
 	}
-	return msg, false, nil
+	return reply{Msg: msg, last: lastSeq}, nil
+}
+
+// statusHeaders are the headers of the server's own ends and errors of a
+// direct get reply (nats-server's eob and eobm, 404, 408, 413..., and
+// no responders, which names the request's subject).
+var statusHeaders = map[string]bool{"Status": true, "Description": true, "Nats-Subject": true,
+	"Nats-Num-Pending": true, "Nats-Last-Sequence": true, "Nats-UpTo-Sequence": true}
+
+// serverStatus reports whether m, a reply without Nats-Stream, is a
+// status the server sends: a status line, only status headers, no
+// payload. A stored message never is: the server strips a stored
+// header's status line, and appends Nats-Sequence and Nats-Time-Stamp
+// to what it returns.
+func serverStatus(m *nats.Msg) bool {
+	if len(m.Data) > 0 || m.Header.Get("Status") == "" {
+		return false
+	}
+	for k := range m.Header {
+		if !statusHeaders[k] {
+			return false
+		}
+	}
+	return true
+}
+
+// headerWhole reports whether m's headers, as nats.go read them, account
+// for every header byte the server sent: their canonical form ("NATS/1.0"
+// and its status, then "Key: value" lines, each ending in CRLF, and an
+// empty line) is as long as what came. It is not when nats.go stopped
+// at a blank line inside the block, or read lines in another form; a
+// message no subscription received (made in this process) always is.
+func headerWhole(m *nats.Msg) bool {
+	if m.Sub == nil {
+		return true
+	}
+	wire := m.Size() - len(m.Subject) - len(m.Reply) - len(m.Data)
+	if len(m.Header) == 0 {
+		return wire == 0
+	}
+	n := len("NATS/1.0\r\n\r\n")
+	for k, vs := range m.Header {
+		if k == "Status" || k == "Description" { // on the first line, after a space
+			if len(vs) != 1 {
+				return false
+			}
+			n += 1 + len(vs[0])
+			continue
+		}
+		for _, v := range vs {
+			n += len(k) + len(": \r\n") + len(v)
+		}
+	}
+	return n == wire
 }
 
 // fromReply reads one message of a direct get reply: the server's values
@@ -193,11 +291,29 @@ func DirectGet(ctx context.Context, nc *nats.Conn, stream string, req any) (*Msg
 	if err != nil {
 		return nil, err
 	}
-	msg, end, err := readReply(m, body)
-	if err != nil || end {
+	r, err := readReply(m, body)
+	switch {
+	case err != nil || r.end:
 		return nil, err
+	case r.suspect:
+		return leaderAgain(ctx, nc, stream, body, r.Data)
 	}
-	return &msg, nil
+	return &r.Msg, nil
+}
+
+// leaderAgain is a single direct get whose reply was suspect, sent again
+// to the stream leader ($JS.API.STREAM.MSG.GET takes the same request):
+// the message it returns, which must hold data, the suspect reply's
+// payload. Errors: LeaderGet's, or ErrUnreadable.
+func leaderAgain(ctx context.Context, nc *nats.Conn, stream string, body, data []byte) (*Msg, error) {
+	m, err := LeaderGet(ctx, nc, stream, resolveTimeout, json.RawMessage(body))
+	switch {
+	case err != nil:
+		return nil, err
+	case m == nil || !bytes.Equal(m.Data, data):
+		return nil, fmt.Errorf("direct get %s: %w: the stream leader returns another message", body, ErrUnreadable)
+	}
+	return m, nil
 }
 
 // Raw returns m as nats.go's jetstream package represents a stored message.
@@ -249,9 +365,10 @@ func LeaderGet(ctx context.Context, nc *nats.Conn, stream string, timeout time.D
 	// stored headers, which it returns as they were stored.
 	out := &Msg{Seq: resp.Message.Seq, Subject: resp.Message.Subject, Data: resp.Message.Data, Time: resp.Message.Time}
 	if len(resp.Message.Hdrs) > 0 {
-		if out.Header, err = nats.DecodeHeadersMsg(resp.Message.Hdrs); err != nil {
-			return nil, fmt.Errorf("stream get %s: headers: %w", body, err)
-		}
+		// Read as nats.go reads a delivered message's: up to a blank line.
+		// A block it cannot read at all is taken for none, as a delivery
+		// gives it, not an error: it would stop every read of the message.
+		out.Header, _ = nats.DecodeHeadersMsg(resp.Message.Hdrs)
 	}
 	return out, nil
 }

@@ -51,14 +51,14 @@ func TestReadReplyStatuses(t *testing.T) {
 		end    bool
 		err    error
 	}{{"204", true, nil}, {"404", true, nil}, {"503", false, nats.ErrNoResponders}, {"408", false, ErrStatus}} {
-		_, end, err := readReply(&nats.Msg{Header: nats.Header{"Status": {c.status}, "Description": {"x"}}}, []byte("{}"))
-		if end != c.end || (c.err == nil) != (err == nil) || (c.err != nil && !errors.Is(err, c.err)) {
-			t.Errorf("status %s: end %v, err %v; want %v, %v", c.status, end, err, c.end, c.err)
+		r, err := readReply(&nats.Msg{Header: nats.Header{"Status": {c.status}, "Description": {"x"}}}, []byte("{}"))
+		if end := r.end; end != c.end || r.suspect || (c.err == nil) != (err == nil) || (c.err != nil && !errors.Is(err, c.err)) {
+			t.Errorf("status %s: %+v, err %v; want end %v, %v", c.status, r, err, c.end, c.err)
 		}
 	}
 	// A stored message's own Status header does not end anything.
-	m, end, err := readReply(&nats.Msg{Data: []byte("d"), Header: nats.Header{"Status": {"404"}, "Nats-Stream": {"ROOMS"}, "Nats-Sequence": {"9"}}}, nil)
-	if err != nil || end || m.Seq != 9 || m.Header.Get("Status") != "404" {
-		t.Errorf("stored message with a Status header: %+v, end %v, %v", m, end, err)
+	r, err := readReply(&nats.Msg{Data: []byte("d"), Header: nats.Header{"Status": {"404"}, "Nats-Stream": {"ROOMS"}, "Nats-Sequence": {"9"}}}, nil)
+	if err != nil || r.end || r.suspect || r.Seq != 9 || r.Header.Get("Status") != "404" {
+		t.Errorf("stored message with a Status header: %+v, %v", r, err)
 	}
 }

@@ -17,6 +17,7 @@ import (
 // server to handle), so many can be in flight on one connection at the
 // cost of a publish each. Safe for concurrent use; Close ends it.
 type Getter struct {
+	stream  string
 	subject string // $JS.API.DIRECT.GET.<stream>
 	prefix  string // a request's replies come on prefix + "." + its id
 	nc      *nats.Conn
@@ -31,7 +32,7 @@ type Getter struct {
 // NewGetter subscribes to the replies of direct gets to stream; timeout
 // bounds the wait for each reply message. Errors: the subscription's.
 func NewGetter(nc *nats.Conn, stream string, timeout time.Duration) (*Getter, error) {
-	g := &Getter{subject: "$JS.API.DIRECT.GET." + stream, prefix: nc.NewInbox(), nc: nc, timeout: timeout, pending: map[string]chan *nats.Msg{}}
+	g := &Getter{stream: stream, subject: "$JS.API.DIRECT.GET." + stream, prefix: nc.NewInbox(), nc: nc, timeout: timeout, pending: map[string]chan *nats.Msg{}}
 	sub, err := nc.Subscribe(g.prefix+".*", g.route)
 	if err != nil {
 		return nil, err
@@ -74,19 +75,11 @@ func (g *Getter) Batch(ctx context.Context, req BatchRequest) ([]Msg, error) {
 	if err != nil {
 		return nil, err
 	}
-	var out []Msg
-	err = g.request(ctx, body, req.Batch+2, func(m *nats.Msg) (bool, error) {
-		msg, end, err := readReply(m, body)
-		if err != nil || end {
-			return true, err
-		}
-		out = append(out, msg)
-		return false, nil
-	})
-	if err != nil {
+	var b batchReply
+	if err := g.request(ctx, body, req.Batch+2, func(m *nats.Msg) (bool, error) { return b.take(m, body) }); err != nil {
 		return nil, err
 	}
-	return out, nil
+	return b.messages(ctx, g.nc, g.stream, req, g.timeout)
 }
 
 // NextBySubject is the first message on subject at or after seq (a
@@ -110,15 +103,19 @@ func (g *Getter) Seq(ctx context.Context, seq uint64) (*Msg, error) {
 
 // single sends a single direct get: its reply is one message or a status.
 func (g *Getter) single(ctx context.Context, body []byte) (*Msg, error) {
-	var out *Msg
+	var r reply
 	err := g.request(ctx, body, 1, func(m *nats.Msg) (bool, error) {
-		msg, end, err := readReply(m, body)
-		if err == nil && !end {
-			out = &msg
-		}
+		var err error
+		r, err = readReply(m, body)
 		return true, err
 	})
-	return out, err
+	switch {
+	case err != nil || r.end:
+		return nil, err
+	case r.suspect:
+		return leaderAgain(ctx, g.nc, g.stream, body, r.Data)
+	}
+	return &r.Msg, nil
 }
 
 // request publishes body with a reply subject of its own and hands each

@@ -1,6 +1,10 @@
-package reader
+package jsapi_test
 
-import "testing"
+import (
+	"testing"
+
+	"github.com/roompub/roompub/room/internal/jsapi"
+)
 
 func TestSubjectMatches(t *testing.T) {
 	for _, c := range []struct {
@@ -19,9 +23,11 @@ func TestSubjectMatches(t *testing.T) {
 		{"rooms.a.exec", "rooms.a.exec", true},
 		{"rooms.a.exec", "rooms.a", false},
 		{"other.>", "rooms.a.exec", false},
+		{">", "rooms", true},
+		{"rooms.>", "rooms.", false},
 	} {
-		if got := subjectMatches(c.filter, c.subject); got != c.want {
-			t.Errorf("subjectMatches(%q, %q) = %v", c.filter, c.subject, got)
+		if got := jsapi.SubjectMatches(c.filter, c.subject); got != c.want {
+			t.Errorf("SubjectMatches(%q, %q) = %v", c.filter, c.subject, got)
 		}
 	}
 }
