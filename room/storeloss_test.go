@@ -41,6 +41,20 @@ func TestCheckStoreLoss(t *testing.T) {
 	}
 }
 
+// TestChainLossLost: a loss whose chain's end is gone is a lower bound,
+// and its count says so, as Tally does ("4 lost" on /healthz where the
+// audit set aside 1,000).
+func TestChainLossLost(t *testing.T) {
+	inside := room.ChainLoss{Count: 4, Stored: 10, Missing: []room.LostRun{{From: 3, To: 6, After: 3, Before: 9}}}
+	end := room.ChainLoss{Count: 4, Stored: 10, Missing: []room.LostRun{{From: 10, To: 13, After: 12}}}
+	if inside.Lost() != "4" || end.Lost() != "at least 4" {
+		t.Errorf("lost %q and %q, want 4 and at least 4", inside.Lost(), end.Lost())
+	}
+	if !strings.HasPrefix(end.Tally(), "at least 4 of the chain's 14 or more") || !strings.HasPrefix(inside.Tally(), "4 of the chain's 14 acknowledged") {
+		t.Errorf("tallies %q and %q", inside.Tally(), end.Tally())
+	}
+}
+
 // TestChainLossString: runs as positions with the stream seqs around
 // them (one side only at the chain's start or lost end); past ten runs,
 // how many more.

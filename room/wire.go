@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"math"
+	"strconv"
 	"strings"
 
 	"github.com/roompub/roompub/events"
@@ -195,6 +196,15 @@ func (l ChainLoss) String() string {
 // and Count+Stored are then lower bounds.
 func (l ChainLoss) EndLost() bool {
 	return len(l.Missing) > 0 && l.Missing[len(l.Missing)-1].Before == 0
+}
+
+// Lost is Count for a report: "4", or "at least 4" when the chain's end
+// was lost (EndLost), since entries acknowledged after it left no trace.
+func (l ChainLoss) Lost() string {
+	if l.EndLost() {
+		return fmt.Sprintf("at least %d", l.Count)
+	}
+	return strconv.FormatInt(l.Count, 10)
 }
 
 // Tally says how many of how many acknowledged entries the store lost:

@@ -350,7 +350,7 @@ func printNotices(w io.Writer, notices []reader.Notice) {
 		}
 		fmt.Fprintf(w, "loss notice for %s at stream seq %d, noted %s, %s:\n", n.Notice.RoomID, n.Seq, n.Notice.NotedAt, by)
 		for _, c := range n.Notice.Chains {
-			fmt.Fprintf(w, "  chain %s/%s lost %d of %d entries: %s\n", c.Chain.RunID, c.Chain.CapsuleID, c.Loss.Count, c.Loss.Count+c.Loss.Stored, c.Loss)
+			fmt.Fprintf(w, "  chain %s/%s lost %s: %s\n", c.Chain.RunID, c.Chain.CapsuleID, c.Loss.Tally(), c.Loss)
 		}
 		if ck := n.Notice.Checkpoint; ck != nil && (ck.Size > 0 || ck.Contradiction == "") {
 			fmt.Fprintf(w, "  the room's checkpoint covers %d leaves; the stream held %d\n", ck.Size, ck.Held)

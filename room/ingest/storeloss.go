@@ -567,7 +567,7 @@ func (g *Gate) roomBlocked(ctx context.Context, roomID string) (string, error) {
 	var open []string
 	for _, d := range chains {
 		if !noticed(notices, d) {
-			open = append(open, fmt.Sprintf("chain %s/%s lost %d entries, %s", d.Chain.RunID, d.Chain.CapsuleID, d.Loss.Count, d.Loss.String()))
+			open = append(open, fmt.Sprintf("chain %s/%s lost %s entries, %s", d.Chain.RunID, d.Chain.CapsuleID, d.Loss.Lost(), d.Loss.String()))
 		}
 	}
 	if ck != nil && !noticedRoom(notices, *ck) {

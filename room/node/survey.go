@@ -177,7 +177,7 @@ func damageErr(g *ingest.Gate) error {
 	if len(chains) > 0 {
 		var names []string
 		for _, c := range chains[:min(3, len(chains))] {
-			names = append(names, fmt.Sprintf("%s %s/%s: %d lost (%s)", c.RoomID, c.Chain.RunID, c.Chain.CapsuleID, c.Loss.Count, c.Loss))
+			names = append(names, fmt.Sprintf("%s %s/%s: %s lost (%s)", c.RoomID, c.Chain.RunID, c.Chain.CapsuleID, c.Loss.Lost(), c.Loss))
 		}
 		errs = append(errs, fmt.Errorf("the store lost acknowledged entries of %d chains (closed: store_lost): %s", len(chains), strings.Join(names, "; ")))
 	}

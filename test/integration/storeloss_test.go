@@ -187,7 +187,7 @@ func TestStoreLostChainClosed(t *testing.T) {
 		t.Errorf("audit's notices: %+v", rep.Notices)
 	}
 	text := subRun(t, ckArgs(srv.url, key.id, "audit", "--state-dir", t.TempDir(), "--room", roomID)...)
-	if !strings.Contains(text.stdout, "loss notice for "+roomID+" at stream seq ") || !strings.Contains(text.stdout, "chain "+metaA.RunID+"/"+metaA.CapsuleID+" lost 50 of 150 entries: "+positions) {
+	if !strings.Contains(text.stdout, "loss notice for "+roomID+" at stream seq ") || !strings.Contains(text.stdout, "chain "+metaA.RunID+"/"+metaA.CapsuleID+" lost 50 of the chain's 150 acknowledged entries: "+positions) {
 		t.Errorf("audit text: %s", text.stdout)
 	}
 	verdicts := map[string]string{}
