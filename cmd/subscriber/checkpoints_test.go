@@ -169,7 +169,7 @@ func TestProveAndVerifyProof(t *testing.T) {
 		{"valid JSON", "", []string{good, "--json", "--trusted-publisher", pub.NodeID()}, config.ExitOK, `{"valid":true,"room":"room:cli"`},
 		{"tampered", "", []string{tampered, "--trusted-publisher", pub.NodeID()}, config.ExitRefused, "invalid: checkpoint_mismatch: proof does not verify: inclusion of leaf 3 at size 5"},
 		{"another key", "", []string{good, "--trusted-publisher", other.NodeID()}, config.ExitRefused, "invalid: checkpoint_mismatch: untrusted publisher: checkpoint signed only by " + pub.NodeID()},
-		{"not JSON", "{", []string{"-", "--trusted-publisher", pub.NodeID()}, config.ExitRefused, "invalid: checkpoint_mismatch: not a proof document: unexpected end of JSON input\n"},
+		{"not JSON", "{", []string{"-", "--trusted-publisher", pub.NodeID()}, config.ExitRefused, "invalid: malformed_json: not a proof document: unexpected end of JSON input\n"},
 		{"no such file", "", []string{filepath.Join(dir, "nope"), "--trusted-publisher", pub.NodeID()}, config.ExitUsage, ""},
 		{"no key", "", []string{good}, config.ExitUsage, ""},
 	} {

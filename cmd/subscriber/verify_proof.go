@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -73,9 +74,7 @@ func (c *verifyProofCmd) Run(s *streams) error {
 	}
 	type verdict struct {
 		Valid bool `json:"valid"`
-		// Code is the refusal's code: checkpoint_mismatch for every
-		// refusal of a proof, as readers refuse what a trusted publisher
-		// did not sign (docs/refusal-codes.md).
+		// Code is the refusal's code (proofCode).
 		Code    events.Code `json:"code,omitempty"`
 		Reason  string      `json:"reason,omitempty"`
 		Room    string      `json:"room,omitempty"`
@@ -97,7 +96,7 @@ func (c *verifyProofCmd) Run(s *streams) error {
 		out.LeafIndex = &p.LeafIndex
 	}
 	if err != nil {
-		out.Code, out.Reason = events.CheckpointMismatch, err.Error()
+		out.Code, out.Reason = proofCode(data, err), err.Error()
 	} else {
 		out.Room, out.Subject, out.ReportedStreamSeq, out.TreeSize, out.Signer, out.Origin = p.Room, p.Subject, p.StreamSeq, ck.Size, ck.Signer, ck.Origin
 	}
@@ -121,6 +120,22 @@ func (c *verifyProofCmd) Run(s *streams) error {
 		return fmt.Errorf("verify-proof: %w", errRefused)
 	}
 	return nil
+}
+
+// proofCode is the code of a proof document data refused with err:
+// empty_input when it holds nothing, malformed_json when it is not strict
+// JSON, else checkpoint_mismatch, as readers refuse what a trusted
+// publisher did not sign (docs/refusal-codes.md).
+func proofCode(data []byte, err error) events.Code {
+	if errors.Is(err, checkpoint.ErrBadProofDocument) {
+		if len(bytes.TrimSpace(data)) == 0 {
+			return events.EmptyInput
+		}
+		if _, cerr := events.Canonicalize(data); cerr != nil {
+			return events.MalformedJSON
+		}
+	}
+	return events.CheckpointMismatch
 }
 
 // verifyBundle checks an evidence bundle (reader.VerifyEvidence) and

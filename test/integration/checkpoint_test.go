@@ -831,7 +831,7 @@ func TestCheckpointProve(t *testing.T) {
 		{"the signature edited", "", []string{file("sig.json", edit(entryProof, func(p *proofDoc) {
 			p.Checkpoint = strings.Replace(p.Checkpoint, "\n299\n", "\n298\n", 1)
 		}))}, 1, "invalid: …"},
-		{"not JSON", "{", []string{"-"}, 1, "invalid: checkpoint_mismatch: not a proof document: …"},
+		{"not JSON", "{", []string{"-"}, 1, "invalid: malformed_json: not a proof document: …"},
 		{"JSON verdict of an invalid proof", "", []string{"--json", file("path2.json", edit(entryProof, func(p *proofDoc) { p.Proof[0] = flip(p.Proof[0]) }))}, 1, `{"valid":false,"code":"checkpoint_mismatch","reason":"proof does not verify: …`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
