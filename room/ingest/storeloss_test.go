@@ -233,10 +233,10 @@ func TestStoreLostAttested(t *testing.T) {
 			"lost 1 entries, positions 150 (between stream seqs 150 and 152)", 1, false},
 		{"the chain's last message unreadable", []int{200},
 			func(e *roomtest.Env, a []*events.Entry) { e.DamageKeepingState([]byte(a[199].EntryHash())) },
-			"lost 1 entries, positions 199 (after stream seq 199)", 1, true},
+			"lost at least 1 entries, positions 199 (after stream seq 199)", 1, true},
 		{"batch cut at its end", []int{200},
 			func(e *roomtest.Env, a []*events.Entry) { e.CutBlockAt(subj, 126) },
-			"lost 74 entries, positions 126-199 (after stream seq 126)", 74, true},
+			"lost at least 74 entries, positions 126-199 (after stream seq 126)", 74, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			e := roomtest.NewEnv(t)
