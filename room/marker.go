@@ -137,6 +137,23 @@ func (m Marker) RecordSeq(seq uint64) uint64 {
 	return seq - m.Offset
 }
 
+// MarkerOffset is the offset a marker of kind k has in its record's
+// batch, as the gate stores it (record, then key, run and decision
+// markers): key 1, run 2, decision 3; 0 for the other kinds, whose offset
+// no rule reads. A key, run or decision marker at another offset was not
+// written by the gate (docs/design.md, "Record markers").
+func MarkerOffset(k MarkerKind) uint64 {
+	switch k {
+	case MarkKey:
+		return 1
+	case MarkRun:
+		return 2
+	case MarkDecision:
+		return 3
+	}
+	return 0
+}
+
 // MarkedValue is the value of rec a marker of kind k stands for: its
 // idempotency/key, run/ref, decision/ref or environment/ref; "" for
 // MarkFormat or a value rec lacks.

@@ -262,7 +262,7 @@ func (g *Gate) scanMarkers(ctx context.Context, roomID string, s markerSpec, fro
 // decision its unknown outcome closed.
 func (g *Gate) genuine(ctx context.Context, roomID string, s markerSpec, m *jetstream.RawStreamMsg) (*validate.HeldBy, string, bool, error) {
 	mk, err := room.ParseMarker(m.Data)
-	if err != nil || mk.Offset != markerOffset(s.kind) {
+	if err != nil || mk.Offset != room.MarkerOffset(s.kind) {
 		return nil, "", false, nil
 	}
 	seq := mk.RecordSeq(m.Sequence)
@@ -285,20 +285,6 @@ func (g *Gate) genuine(ctx context.Context, roomID string, s markerSpec, m *jets
 		}
 	}
 	return &validate.HeldBy{Digest: mk.Record, Seq: seq}, rec.Outcome(), true, nil
-}
-
-// markerOffset is the offset a marker of kind k has in its record's batch
-// (recordMarkers), for the kinds a rule reads; 0 for the others.
-func markerOffset(k room.MarkerKind) uint64 {
-	switch k {
-	case room.MarkKey:
-		return 1
-	case room.MarkRun:
-		return 2
-	case room.MarkDecision:
-		return 3
-	}
-	return 0
 }
 
 // markedHeld reads what the room holds against rec (validate.Held) from

@@ -487,12 +487,26 @@ func eachMarker(ctx context.Context, g *jsapi.Getter, subj string, from uint64, 
 }
 
 // genuine reads the record at seq a marker of kind k for value names, and
-// returns it as the holder when it is the room's stored record, passes its
-// own rules and is the one the marker names (room.Marker.Names); nil
-// otherwise.
+// returns it as the holder when, as the gate judges its own markers, the
+// marker lies at its kind's offset in the record's batch
+// (room.MarkerOffset), the record is the room's stored record, passes its
+// own rules and is the one the marker names (room.Marker.Names), and, for
+// a decision, is the record its key's first genuine marker names: a
+// record the gate refused (its key held by another), written around the
+// gate with markers at their offsets, must not close a decision the gate
+// and the audit keep open. nil otherwise.
 func genuine(ctx context.Context, g *jsapi.Getter, o InstanceOptions, roomID string, k room.MarkerKind, value string, mk room.Marker, seq uint64) (*validate.HeldBy, string, error) {
 	if o.onGenuine != nil {
 		o.onGenuine()
+	}
+	return judgeMarker(ctx, g, o, roomID, k, value, mk, seq)
+}
+
+// judgeMarker is genuine without the test's count: a decision's key is
+// judged with it, once per decision marker.
+func judgeMarker(ctx context.Context, g *jsapi.Getter, o InstanceOptions, roomID string, k room.MarkerKind, value string, mk room.Marker, seq uint64) (*validate.HeldBy, string, error) {
+	if mk.Offset != room.MarkerOffset(k) {
+		return nil, "", nil
 	}
 	rm, err := g.Seq(ctx, seq)
 	if err != nil || rm == nil || rm.Subject != o.Subjects.Records(roomID) {
@@ -501,6 +515,18 @@ func genuine(ctx context.Context, g *jsapi.Getter, o InstanceOptions, roomID str
 	rec, err := o.Validator.StoredRecord(rm.Data, events.Location{Seq: seq}, roomID)
 	if err != nil || !mk.Names(rec, k, value) {
 		return nil, "", nil
+	}
+	if k == room.MarkDecision {
+		key := rec.IdempotencyKey()
+		var first *validate.HeldBy
+		_, err := eachMarker(ctx, g, o.Subjects.Marker(roomID, room.MarkKey, key), 1, func(kmk room.Marker, at uint64) (bool, error) {
+			h, _, err := judgeMarker(ctx, g, o, roomID, room.MarkKey, key, kmk, at)
+			first = h
+			return h != nil, err
+		})
+		if err != nil || first == nil || first.Seq != seq {
+			return nil, "", err
+		}
 	}
 	return &validate.HeldBy{Digest: mk.Record, Seq: seq}, rec.Outcome(), nil
 }

@@ -144,3 +144,60 @@ func TestInstanceRecordsReadADecisionOn(t *testing.T) {
 		t.Fatalf("set aside %+v, want r3 at %d, unknown_not_consent", rep.SetAside, r3seq)
 	}
 }
+
+// TestInstanceRecordsDecisionClosedOnlyByItsKeysRecord: a record the gate
+// refused (its key held by r1), with an unknown outcome, written around
+// the gate with its key, run and decision markers at their offsets, does
+// not close the decision: the gate stores r2 after it and the audit
+// admits r2, since the key's first genuine marker names r1. Evidence
+// took the copy's decision marker for genuine and set r2 aside
+// unknown_not_consent; it now judges the marker as the gate does.
+func TestInstanceRecordsDecisionClosedOnlyByItsKeysRecord(t *testing.T) {
+	e, g, rec := decidedRoom(t)
+	store := func(r *events.Record) {
+		t.Helper()
+		if res := g.AppendRecord(t.Context(), r.Canonical()); res.Item.Outcome != room.OutcomeStored {
+			t.Fatalf("%s: %+v", r.RunRef(), res.Item)
+		}
+	}
+	r1 := rec("r1", inst, nil)
+	store(r1)
+	copied := rec("r1", inst, map[string]any{"outcome": "unknown", "recorded-at": "2026-09-25T12:58:00Z"})
+	if res := g.AppendRecord(t.Context(), copied.Canonical()); res.Item.Code != events.IdempotencyConflict {
+		t.Fatalf("the copy: %+v, want idempotency_conflict", res.Item)
+	}
+	var s room.Subjects
+	at := roomtest.PublishRaw(t, e.Js, s.Records(roomID), copied.Canonical())
+	for i, k := range []room.MarkerKind{room.MarkKey, room.MarkRun, room.MarkDecision} {
+		mk := room.Marker{Record: copied.ContentDigest(), Offset: uint64(i + 1)}
+		if k == room.MarkDecision {
+			mk.Outcome = "unknown"
+		}
+		roomtest.PublishRaw(t, e.Js, s.Marker(roomID, k, room.MarkedValue(copied, k)), mk.Encode())
+	}
+	r2 := rec("r2", inst, nil)
+	store(r2)
+
+	var audited []string
+	if _, err := reader.Audit(t.Context(), e.Js, reader.AuditOptions{Validator: e.V, OnEvent: func(ev *reader.Event) {
+		if ev.Record != nil {
+			audited = append(audited, ev.Record.RunRef())
+		}
+	}}); err != nil {
+		t.Fatal(err)
+	}
+	rep, err := reader.InstanceRecords(t.Context(), e.Nc, reader.InstanceOptions{Room: roomID, Instance: inst, Validator: e.V})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, r := range rep.Records {
+		got = append(got, r.RunRef)
+	}
+	if len(audited) != 2 || audited[0] != r1.RunRef() || audited[1] != r2.RunRef() {
+		t.Fatalf("the audit admitted %v, want r1 and r2", audited)
+	}
+	if len(got) != 2 || got[0] != r1.RunRef() || got[1] != r2.RunRef() || len(rep.SetAside) != 0 {
+		t.Errorf("evidence %v, set aside %+v; want r1 and r2, none (the audit admitted %v; the copy at stream seq %d)", got, rep.SetAside, audited, at)
+	}
+}
