@@ -2,6 +2,8 @@ package reader_test
 
 import (
 	"context"
+	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -9,6 +11,7 @@ import (
 
 	"github.com/roompub/roompub/events"
 	"github.com/roompub/roompub/room"
+	"github.com/roompub/roompub/room/internal/jsapi"
 	"github.com/roompub/roompub/room/internal/roomtest"
 	"github.com/roompub/roompub/room/reader"
 )
@@ -79,4 +82,55 @@ func TestReadersReadPastHiddenServerHeaders(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestReadersReadPastForgedHeadersAddingUp: a stray entry on room:blank's
+// chain subject whose header forges the server's (another room's subject)
+// before a blank line, padded with bare-LF lines so that nats.go's
+// headers add up to the bytes sent, was read by direct get on the
+// subject it claimed: a gap in room:blank and a room_conflict in
+// room:other, where the consumer read the chain whole (found by a
+// reviewer). Both reads now give one report. The forgery assumes the
+// server's time stamp has 30 characters; each try that misses is one
+// more stray message, which both reads must agree on too.
+func TestReadersReadPastForgedHeadersAddingUp(t *testing.T) {
+	e := roomtest.NewEnv(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	es, _ := roomtest.Journal(t, "run-blank", "cap-blank", 5)
+	if r, err := e.Gate.AppendJournal(ctx, "room:blank", roomtest.Lines(es[:3]), nil); err != nil || r.Stored != 3 {
+		t.Fatalf("%+v %v", r, err)
+	}
+	key := events.ChainKey{RunID: "run-blank", CapsuleID: "cap-blank"}
+	subj := room.Subjects{}.Journal("room:blank", key)
+	other := room.Subjects{}.Journal("room:other", key)
+	nc := e.Connect()
+	for try := 0; ; try++ {
+		info, err := e.Stream.Info(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		name, seq := info.Config.Name, info.State.LastSeq+1
+		forged := [][2]string{{"Nats-Stream", name}, {"Nats-Subject", other}, {"Nats-Sequence", fmt.Sprint(seq)}, {"Nats-Time-Stamp", "2026-01-01T00:00:00Z"},
+			{"Nats-Num-Pending", "0"}, {"Nats-Last-Sequence", fmt.Sprint(seq - 1)}}
+		server := [][2]string{{"Nats-Stream", name}, {"Nats-Subject", subj}, {"Nats-Sequence", fmt.Sprint(seq)}, {"Nats-Time-Stamp", strings.Repeat("x", 30)},
+			{"Nats-Num-Pending", "1"}, {"Nats-Last-Sequence", fmt.Sprint(seq - 1)}}
+		if at := roomtest.PublishRawHeader(t, nc, subj, roomtest.HeaderAddingUp(forged, server), es[3].Canonical()); at != seq {
+			t.Fatalf("stored at %d, want %d", at, seq)
+		}
+		lm, err := jsapi.LeaderGet(ctx, e.Nc, name, 5*time.Second, map[string]uint64{"seq": seq})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(lm.Time.UTC().Format(time.RFC3339Nano)) == 30 {
+			break
+		}
+		if try == 20 {
+			t.Fatal("no time stamp of 30 characters in 20 tries")
+		}
+	}
+	if r, err := e.Gate.AppendJournal(ctx, "room:blank", roomtest.Lines(es[4:]), nil); err != nil || r.Stored != 1 {
+		t.Fatalf("after the raw message: %+v %v", r, err)
+	}
+	auditBothWays(t, e, reader.AuditOptions{Validator: e.V})
 }

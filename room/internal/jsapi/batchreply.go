@@ -17,6 +17,10 @@ import (
 type batchReply struct {
 	replies []reply
 	endLast uint64 // the end's Nats-Last-Sequence: the seq of the last message sent
+	upTo    uint64 // the end's Nats-UpTo-Sequence (multi_last)
+	// endPending is the end's Nats-Num-Pending: the messages the request
+	// selects after the last one sent.
+	endPending uint64
 }
 
 // take reads one message of the reply to request body; done once the
@@ -27,7 +31,7 @@ func (b *batchReply) take(m *nats.Msg, body []byte) (done bool, err error) {
 		return true, err
 	}
 	if r.end {
-		b.endLast = r.last
+		b.endLast, b.upTo, b.endPending = r.last, r.upTo, r.Pending
 		return true, nil
 	}
 	b.replies = append(b.replies, r)
@@ -48,7 +52,8 @@ func (b *batchReply) take(m *nats.Msg, body []byte) (done bool, err error) {
 // not the reply's.
 func (b *batchReply) messages(ctx context.Context, nc *nats.Conn, stream string, req BatchRequest, timeout time.Duration) ([]Msg, error) {
 	out := make([]Msg, 0, len(b.replies))
-	lo := uint64(0) // the seq of the message before; every message lies above it
+	var fromLeader []bool // which of out were read from the leader
+	lo := uint64(0)       // the seq of the message before; every message lies above it
 	if req.Seq > 0 {
 		lo = req.Seq - 1
 	}
@@ -67,8 +72,26 @@ func (b *batchReply) messages(ctx context.Context, nc *nats.Conn, stream string,
 		if err != nil {
 			return nil, err
 		}
+		if fromLeader == nil {
+			fromLeader = make([]bool, len(b.replies))
+		}
+		fromLeader[i] = true
 		out = append(out, *m)
 		lo = m.Seq
+	}
+	// A message read from the leader has no Nats-Num-Pending: the server
+	// counts one message fewer after each (nats-server getDirectRequest),
+	// so it is the next message's plus one, the last's the end's. A
+	// reader that stops at none pending must not stop early on one.
+	for i := len(out) - 1; i >= 0 && fromLeader != nil; i-- {
+		if !fromLeader[i] {
+			continue
+		}
+		if i+1 < len(out) {
+			out[i].Pending = out[i+1].Pending + 1
+		} else {
+			out[i].Pending = b.endPending
+		}
 	}
 	return out, nil
 }
@@ -102,8 +125,58 @@ func (b *batchReply) fromLeader(ctx context.Context, nc *nats.Conn, stream strin
 			return m, nil
 		}
 	}
+	if len(req.MultiLast) > 0 && !known {
+		return b.walkLast(ctx, nc, stream, req, r, lo, timeout)
+	}
 	return nil, fmt.Errorf("direct get of %s after stream seq %d: %w: the stream leader has no message of the reply's payload there",
 		stream, lo, ErrUnreadable)
+}
+
+// maxWalk bounds the messages walkLast reads on each filter.
+const maxWalk = 256
+
+// walkLast finds r, a multi_last reply whose seq neither it nor the
+// server (the next reply being suspect too) names, on the stream leader:
+// on each of req's filters, the first message after lo that holds r's
+// payload and is the last on its subject up to the reply's bound (the
+// end's Nats-UpTo-Sequence, req.UpToSeq, or else the stream's last); the
+// one of lowest seq, as the reply is in stream order. Each filter is
+// walked at most maxWalk messages. Errors: LeaderGet's, or ErrUnreadable.
+func (b *batchReply) walkLast(ctx context.Context, nc *nats.Conn, stream string, req BatchRequest, r reply, lo uint64, timeout time.Duration) (*Msg, error) {
+	bound := b.upTo
+	if req.UpToSeq > 0 {
+		bound = req.UpToSeq
+	}
+	var found *Msg
+	for _, f := range req.MultiLast {
+		from := lo + 1
+		for range maxWalk {
+			m, err := LeaderGet(ctx, nc, stream, timeout, map[string]any{"seq": from, "next_by_subj": f})
+			if err != nil {
+				return nil, err
+			}
+			if m == nil || (bound > 0 && m.Seq > bound) || (found != nil && m.Seq > found.Seq) {
+				break
+			}
+			from = m.Seq + 1
+			if !bytes.Equal(m.Data, r.Data) {
+				continue
+			}
+			after, err := LeaderGet(ctx, nc, stream, timeout, map[string]any{"seq": m.Seq + 1, "next_by_subj": m.Subject})
+			if err != nil {
+				return nil, err
+			}
+			if after == nil || (bound > 0 && after.Seq > bound) {
+				found = m
+				break
+			}
+		}
+	}
+	if found == nil {
+		return nil, fmt.Errorf("multi_last direct get of %s after stream seq %d: %w: no last message on the stream leader holds the reply's payload",
+			stream, lo, ErrUnreadable)
+	}
+	return found, nil
 }
 
 // selects reports whether req's filter (next_by_subj, or one of

@@ -130,6 +130,9 @@ type reply struct {
 	// suspect: the reply does not read as the server formed it (see
 	// readReply); its Seq, Subject and Time are not to be taken from it.
 	suspect bool
+	// upTo is a multi_last batch end's Nats-UpTo-Sequence: the stream's
+	// last seq the reply's "last on its subject" was judged at.
+	upTo uint64
 }
 
 // readReply reads one message of a direct get reply to request body: a
@@ -161,7 +164,9 @@ func readReply(m *nats.Msg, body []byte) (reply, error) {
 		}
 		switch status := m.Header.Get("Status"); status {
 		case "204", "404":
-			return reply{end: true, last: lastSeq}, nil
+			upTo, _ := strconv.ParseUint(last("Nats-UpTo-Sequence"), 10, 64)
+			pending, _ := strconv.ParseUint(last("Nats-Num-Pending"), 10, 64)
+			return reply{Msg: Msg{Pending: pending}, end: true, last: lastSeq, upTo: upTo}, nil
 		case "503":
 			return reply{}, nats.ErrNoResponders
 		default:
@@ -174,6 +179,17 @@ func readReply(m *nats.Msg, body []byte) (reply, error) {
 	}
 	return reply{Msg: msg, last: lastSeq}, nil
 }
+
+// maxReplyValues bounds the header values of a reply headerWhole takes
+// for whole. A line nats.go reads is at most 2 bytes longer in canonical
+// form than sent (a bare LF, no space after the colon), while the lines
+// the server appends, which a stored blank line would have to hide
+// (Nats-Stream, Nats-Subject, Nats-Sequence, Nats-Time-Stamp, each at
+// least 17 bytes, the time stamp 39), come to at least 91 bytes: a stored
+// header that hides them cannot add up with 32 values or fewer (64
+// bytes). A reply with more is read from the stream leader; roompub's own
+// messages carry a few.
+const maxReplyValues = 32
 
 // statusHeaders are the headers of the server's own ends and errors of a
 // direct get reply (nats-server's eob and eobm, 404, 408, 413..., and
@@ -190,8 +206,8 @@ func serverStatus(m *nats.Msg) bool {
 	if len(m.Data) > 0 || m.Header.Get("Status") == "" {
 		return false
 	}
-	for k := range m.Header {
-		if !statusHeaders[k] {
+	for k, vs := range m.Header {
+		if !statusHeaders[k] || len(vs) != 1 {
 			return false
 		}
 	}
@@ -199,11 +215,12 @@ func serverStatus(m *nats.Msg) bool {
 }
 
 // headerWhole reports whether m's headers, as nats.go read them, account
-// for every header byte the server sent: their canonical form ("NATS/1.0"
-// and its status, then "Key: value" lines, each ending in CRLF, and an
-// empty line) is as long as what came. It is not when nats.go stopped
-// at a blank line inside the block, or read lines in another form; a
-// message no subscription received (made in this process) always is.
+// for every header byte the server sent: there are at most maxReplyValues
+// of them and their canonical form ("NATS/1.0" and its status, then
+// "Key: value" lines, each ending in CRLF, and an empty line) is as long
+// as what came. It is not when nats.go stopped at a blank line inside the
+// block, or read lines in another form; a message no subscription
+// received (made in this process) always is.
 func headerWhole(m *nats.Msg) bool {
 	if m.Sub == nil {
 		return true
@@ -211,6 +228,13 @@ func headerWhole(m *nats.Msg) bool {
 	wire := m.Size() - len(m.Subject) - len(m.Reply) - len(m.Data)
 	if len(m.Header) == 0 {
 		return wire == 0
+	}
+	values := 0
+	for _, vs := range m.Header {
+		values += len(vs)
+	}
+	if values > maxReplyValues {
+		return false
 	}
 	n := len("NATS/1.0\r\n\r\n")
 	for k, vs := range m.Header {

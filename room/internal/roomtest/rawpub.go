@@ -49,3 +49,35 @@ func PublishRawHeader(t testing.TB, nc *nats.Conn, subject, hdr string, data []b
 		return a.Seq
 	}
 }
+
+// HeaderAddingUp is a stored header block that forges the headers a
+// direct get appends: its part nats.go reads (up to a blank line) holds
+// forged, as "K:V" lines ending in a bare LF, padded with "a:" lines so
+// that, read canonically, they are as long as the reply's whole header,
+// the server's lines server included. A reader that only sums lengths
+// takes the forged values for the server's.
+func HeaderAddingUp(forged, server [][2]string) string {
+	var b strings.Builder
+	b.WriteString("NATS/1.0\r\n")
+	n := len("NATS/1.0\r\n\r\n")
+	for _, kv := range forged {
+		fmt.Fprintf(&b, "%s:%s\n", kv[0], kv[1])
+		n += len(kv[0]) + 4 + len(kv[1])
+	}
+	ls := 0
+	for _, kv := range server {
+		ls += len(kv[0]) + 4 + len(kv[1])
+	}
+	for {
+		switch d := b.Len() + 4 + ls - n; {
+		case d == 0:
+			b.WriteString("\r\n\r\n")
+			return b.String()
+		case d == 1:
+			b.WriteString("a: \n")
+		default:
+			b.WriteString("a:\n")
+		}
+		n += 5
+	}
+}
