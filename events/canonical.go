@@ -33,9 +33,35 @@ func Canonicalize(raw []byte) ([]byte, error) {
 	}
 	out, err := jcs.Transform(raw)
 	if err != nil {
+		if at, c, ok := rawControl(raw); ok {
+			// jcs says "Unterminated string literal" of it.
+			return nil, fmt.Errorf("%w: control character U+%04X unescaped inside a string at byte %d", ErrNotJSON, c, at)
+		}
 		return nil, fmt.Errorf("%w: %v", ErrNotJSON, err)
 	}
 	return out, nil
+}
+
+// rawControl finds the first control character (below U+0020) inside a
+// string of raw, which RFC 8259 requires escaped: its byte offset and
+// value.
+func rawControl(raw []byte) (at int, c byte, ok bool) {
+	in, escaped := false, false
+	for i, b := range raw {
+		switch {
+		case !in:
+			in = b == '"'
+		case escaped:
+			escaped = false
+		case b == '\\':
+			escaped = true
+		case b == '"':
+			in = false
+		case b < 0x20:
+			return i, b, true
+		}
+	}
+	return 0, 0, false
 }
 
 // DecodeObject canonicalises raw and decodes it into a map whose numbers are

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"strings"
 	"testing"
 
 	"github.com/roompub/roompub/events"
@@ -122,6 +123,22 @@ func TestCanonicalizeRefusesNonStrictJSON(t *testing.T) {
 				t.Fatalf("Canonicalize(%q) = %q, %v; want an error wrapping ErrNotJSON", tt.in, out, err)
 			}
 		})
+	}
+}
+
+// TestCanonicalizeNamesARawControlCharacter: a control character left
+// unescaped in a string (a NUL, say) is named with its byte, where the
+// JCS library said "Unterminated string literal".
+func TestCanonicalizeNamesARawControlCharacter(t *testing.T) {
+	for in, want := range map[string]string{
+		"{\"a\":\"x\x00y\"}":     "not strict JSON: control character U+0000 unescaped inside a string at byte 7",
+		"{\"a\\\"\x1f\":1}":      "not strict JSON: control character U+001F unescaped inside a string at byte 5",
+		"{\"a\":\"\\\\\"}\n\x01": "not strict JSON: ",
+	} {
+		_, err := events.Canonicalize([]byte(in))
+		if err == nil || !strings.HasPrefix(err.Error(), want) || (!strings.Contains(want, "U+") && strings.Contains(err.Error(), "U+")) {
+			t.Errorf("Canonicalize(%q): %v; want %q", in, err, want)
+		}
 	}
 }
 
