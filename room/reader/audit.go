@@ -636,17 +636,37 @@ const (
 // consumer whether any is left; replayRecreate is how many times in a row
 // it lets the answer be that the consumer is being created again before
 // it gives up (about 30 s).
+// replayStall is how many times in a row it lets the consumer deliver
+// nothing while it says messages are left before it gives up on it
+// (about 10 s): a stored message whose header reads as a status (a
+// block of bare LFs keeps its status line) is taken by nats.go's
+// consumer for the server's, which resets the ordered consumer onto the
+// same message again and again, so nothing past it ever comes.
 const (
 	replayIdle     = 2 * time.Second
 	replayRecreate = 15
+	replayStall    = 5
 )
+
+// stallError ends a replay whose ordered consumer made no progress past
+// stream seq At (replayStall); ReadAuto reads on from At by direct gets.
+type stallError struct {
+	At  uint64
+	For time.Duration // how long nothing came
+}
+
+func (e *stallError) Error() string {
+	return fmt.Sprintf("the ordered consumer delivered nothing past stream seq %d for %s while the server counts messages left: "+
+		"a stored message there may read to the client as a status (docs/design.md, \"Where a direct get says a message is stored\"); read with direct gets (subscriber --read direct)",
+		e.At-1, e.For)
+}
 
 // replay emits, in batches, the messages on the rooms' subjects in stream
 // order, from fromSeq (or since) up to last inclusive, read with an
-// ordered consumer. It returns once the message at last (or the last one
+// ordered consumer; idleAfter is replayIdle (a test's shorter). It returns once the message at last (or the last one
 // on these subjects) is emitted, on an error, or with ctx's error once
 // emit refuses a batch.
-func replay(ctx context.Context, nc *nats.Conn, st jetstream.Stream, maxPayload int, subjects room.Subjects, rooms []string, fromSeq uint64, since time.Time, last uint64, emit func(*batch) bool) error {
+func replay(ctx context.Context, nc *nats.Conn, st jetstream.Stream, idleAfter time.Duration, maxPayload int, subjects room.Subjects, rooms []string, fromSeq uint64, since time.Time, last uint64, emit func(*batch) bool) error {
 	stream := st.CachedInfo().Config.Name
 	cfg := jetstream.OrderedConsumerConfig{FilterSubjects: filters(subjects, rooms), DeliverPolicy: jetstream.DeliverAllPolicy}
 	start, err := replayStart(ctx, nc, stream, subjects, fromSeq, since)
@@ -745,9 +765,9 @@ func replay(ctx context.Context, nc *nats.Conn, st jetstream.Stream, maxPayload 
 		_ = st.DeleteConsumer(dctx, cons.CachedInfo().Name)
 		cancel()
 	}()
-	idle := time.NewTicker(replayIdle)
+	idle := time.NewTicker(idleAfter)
 	defer idle.Stop()
-	before, recreating := uint64(0), 0
+	before, recreating, stalled := uint64(0), 0, 0
 	// atEnd reports whether nothing after handled up to last is left on
 	// these subjects as the stream leader has them (see leaderHasMore).
 	atEnd := func(handled uint64) bool {
@@ -783,7 +803,7 @@ func replay(ctx context.Context, nc *nats.Conn, st jetstream.Stream, maxPayload 
 			// Nothing for a while: either the end of these subjects or a
 			// slow server. Ask the consumer which, rather than stop short.
 			if now := seen.Load(); now != before {
-				before = now
+				before, stalled = now, 0
 				continue
 			}
 			ci, err := cons.Info(ctx)
@@ -792,6 +812,16 @@ func replay(ctx context.Context, nc *nats.Conn, st jetstream.Stream, maxPayload 
 			}
 			mu.Lock()
 			switch {
+			case err == nil && (ci.NumPending > 0 || (ci.Delivered.Consumer > 0 && ci.Delivered.Stream > handled)):
+				// Messages left, none delivered: a slow server for a
+				// while, a consumer stuck on one message after that.
+				if stalled++; stalled >= replayStall {
+					if !flush() {
+						finish(ctx.Err())
+						break
+					}
+					finish(&stallError{At: handled + 1, For: time.Duration(replayStall) * idleAfter})
+				}
 			case (errors.Is(err, jetstream.ErrConsumerNotFound) || errors.Is(err, jetstream.ErrOrderedConsumerNotCreated)) && recreating < replayRecreate:
 				// The ordered consumer is being created again (after a
 				// missed heartbeat, a reconnect, a leader change): ask

@@ -134,3 +134,49 @@ func TestReadersReadPastForgedHeadersAddingUp(t *testing.T) {
 	}
 	auditBothWays(t, e, reader.AuditOptions{Validator: e.V})
 }
+
+// TestConsumerAuditPastStoredStatus: an empty message whose stored block
+// (bare LFs, which the server does not strip a status line from) reads as
+// "409 Consumer Deleted" is taken by nats.go's ordered consumer for the
+// server's status: it resets onto the same message again and again, and
+// an audit by consumer hung until its deadline (found by a reviewer). A
+// consumer that delivers nothing while messages are left is given up on:
+// the default read goes on from that message by direct gets, with the
+// report a direct read gives; a read by consumer only fails, naming the
+// stream seq.
+func TestConsumerAuditPastStoredStatus(t *testing.T) {
+	e := roomtest.NewEnv(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	es, _ := roomtest.Journal(t, "run-blank", "cap-blank", 3)
+	if r, err := e.Gate.AppendJournal(ctx, "room:blank", roomtest.Lines(es), nil); err != nil || r.Stored != 3 {
+		t.Fatalf("%+v %v", r, err)
+	}
+	key := events.ChainKey{RunID: "run-blank", CapsuleID: "cap-blank"}
+	raw := roomtest.PublishRawHeader(t, e.Connect(), room.Subjects{}.Journal("room:blank", key), "NATS/1.0 409 Consumer Deleted\n\n", nil)
+	more, _ := roomtest.Journal(t, "run-more", "cap-more", 4)
+	if r, err := e.Gate.AppendJournal(ctx, "room:more", roomtest.Lines(more), nil); err != nil || r.Stored != 4 {
+		t.Fatalf("%+v %v", r, err)
+	}
+	direct, err := reader.Audit(ctx, e.Js, reader.AuditOptions{Validator: e.V, Read: reader.ReadDirect})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if direct.Totals.Messages != 8 || direct.LastSeq != raw+4 {
+		t.Fatalf("direct: %d messages, last seq %d; want 8, %d", direct.Totals.Messages, direct.LastSeq, raw+4)
+	}
+	auto, err := reader.AuditIdle(ctx, e.Js, reader.AuditOptions{Validator: e.V}, 50*time.Millisecond)
+	if err != nil {
+		t.Fatalf("auto: %v", err)
+	}
+	if auto.ReadBy != reader.ReadByDirect || !strings.Contains(auto.ReadWhy, fmt.Sprintf("from stream seq %d: the ordered consumer delivered nothing past stream seq %d", raw, raw-1)) {
+		t.Errorf("auto read by %q (%q); want direct, from stream seq %d", auto.ReadBy, auto.ReadWhy, raw)
+	}
+	if got, want := reportJSON(t, auto), reportJSON(t, direct); got != want {
+		t.Errorf("auto's report:\n%s\ndirect's:\n%s", got, want)
+	}
+	if _, err := reader.AuditIdle(ctx, e.Js, reader.AuditOptions{Validator: e.V, Read: reader.ReadConsumer}, 50*time.Millisecond); err == nil ||
+		!strings.Contains(err.Error(), fmt.Sprintf("delivered nothing past stream seq %d", raw-1)) {
+		t.Errorf("consumer: %v; want the stall past stream seq %d", err, raw-1)
+	}
+}

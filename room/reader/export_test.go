@@ -191,3 +191,11 @@ func WithFollowSettle(o FollowOptions, d time.Duration) FollowOptions {
 	o.settle = d
 	return o
 }
+
+// AuditIdle is Audit with the consumer replay's idle tick set to idle
+// (replayIdle), so that a stalled consumer is given up on in
+// replayStall ticks of it.
+func AuditIdle(ctx context.Context, js jetstream.JetStream, o AuditOptions, idle time.Duration) (*AuditReport, error) {
+	rep, _, err := audit(ctx, js, o, auditTuning{direct: directRead{idle: idle}})
+	return rep, err
+}

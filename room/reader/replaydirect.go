@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"strconv"
 	"sync/atomic"
 	"time"
 
@@ -69,10 +70,17 @@ func replayWith(ctx context.Context, js jetstream.JetStream, st jetstream.Stream
 	}
 	*facts = readFacts{ReadByConsumer, ""}
 	var emitted atomic.Bool
-	err := replay(ctx, nc, st, maxPayload, subjects, rooms, fromSeq, since, last, func(b *batch) bool {
+	err := replay(ctx, nc, st, tune.idle, maxPayload, subjects, rooms, fromSeq, since, last, func(b *batch) bool {
 		emitted.Store(true)
 		return emit(b)
 	})
+	// A consumer stuck on one message: the batches before it were
+	// emitted, so the direct read goes on from it.
+	var stall *stallError
+	if mode != ReadConsumer && errors.As(err, &stall) {
+		*facts = readFacts{ReadByDirect, "from stream seq " + strconv.FormatUint(stall.At, 10) + ": " + stall.Error()}
+		return replayDirect(ctx, js, stream, maxPayload, tune, subjects, rooms, stall.At, time.Time{}, last, emit)
+	}
 	// An ordered consumer that could not be created delivered nothing.
 	if mode == ReadConsumer || err == nil || emitted.Load() || !errors.Is(err, jetstream.ErrMaximumConsumersLimit) {
 		return err
@@ -95,6 +103,8 @@ type directRead struct {
 	// filter, merging them in stream order; more rooms are read with the
 	// filter of every room. Default 8; -1 for none.
 	mergeMax int
+	// idle is the consumer replay's replayIdle, shorter in tests.
+	idle time.Duration
 }
 
 // withDefaults fills in d's zero fields.
@@ -104,6 +114,9 @@ func (d directRead) withDefaults() directRead {
 	}
 	if d.inFlight <= 0 {
 		d.inFlight = 2
+	}
+	if d.idle <= 0 {
+		d.idle = replayIdle
 	}
 	switch {
 	case d.mergeMax == 0:

@@ -2,6 +2,7 @@ package jsapi_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"testing"
@@ -311,5 +312,49 @@ func TestMultiLastHidingPair(t *testing.T) {
 	ms, err := jsapi.DirectBatch(ctx, nc, "S", jsapi.BatchRequest{MultiLast: []string{"s.*"}, Batch: 10}, 5*time.Second)
 	if err != nil || len(ms) != 3 || ms[1].Seq != b || ms[2].Seq != c {
 		t.Errorf("multi_last: %d messages, %v; want 3 (b %d, c %d)", len(ms), err, b, c)
+	}
+}
+
+// TestStoredStatusIsNoNoResponders: a header block without a CR keeps its
+// status line when stored (the server strips one only up to a CR); an
+// empty message so stored read, through nats.go's request, as "no
+// responders" for every single direct get of it (found by a reviewer:
+// the reader then took a chain's room for its own). Every read now
+// returns the message.
+func TestStoredStatusIsNoNoResponders(t *testing.T) {
+	nc, js := streamS(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if _, err := js.Publish(ctx, "s.a", []byte("before")); err != nil {
+		t.Fatal(err)
+	}
+	seq := roomtest.PublishRawHeader(t, nc, "s.b", "NATS/1.0 503\nX:1\nab", nil)
+	if _, err := js.Publish(ctx, "s.a", []byte("after")); err != nil {
+		t.Fatal(err)
+	}
+	for name, req := range map[string]any{
+		"seq":          map[string]any{"seq": seq},
+		"next_by_subj": map[string]any{"seq": 1, "next_by_subj": "s.b"},
+		"last_by_subj": map[string]any{"last_by_subj": "s.b"},
+	} {
+		m, err := jsapi.DirectGet(ctx, nc, "S", req)
+		if err != nil || m == nil || m.Seq != seq || m.Subject != "s.b" {
+			t.Errorf("DirectGet %s: %+v, %v; want the message at %d", name, m, err, seq)
+		}
+	}
+	g, err := jsapi.NewGetter(nc, "S", 5*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer g.Close()
+	if m, err := g.Seq(ctx, seq); err != nil || m == nil || m.Seq != seq {
+		t.Errorf("Getter.Seq: %+v, %v", m, err)
+	}
+	if ms, err := jsapi.DirectBatch(ctx, nc, "S", jsapi.BatchRequest{Seq: 1, Batch: 10}, 5*time.Second); err != nil || len(ms) != 3 || ms[1].Seq != seq {
+		t.Errorf("DirectBatch: %d messages, %v; want 3, the second at %d", len(ms), err, seq)
+	}
+	// No stream: the server's own 503.
+	if _, err := jsapi.DirectGet(ctx, nc, "NOPE", map[string]any{"seq": 1}); !errors.Is(err, nats.ErrNoResponders) {
+		t.Errorf("DirectGet of no stream: %v, want no responders", err)
 	}
 }

@@ -198,10 +198,12 @@ var statusHeaders = map[string]bool{"Status": true, "Description": true, "Nats-S
 	"Nats-Num-Pending": true, "Nats-Last-Sequence": true, "Nats-UpTo-Sequence": true}
 
 // serverStatus reports whether m, a reply without Nats-Stream, is a
-// status the server sends: a status line, only status headers, no
-// payload. A stored message never is: the server strips a stored
-// header's status line, and appends Nats-Sequence and Nats-Time-Stamp
-// to what it returns.
+// status the server sends: a status line, only status headers, each
+// once, no payload. A stored message never is, though its block may keep
+// a status line (the server strips one only up to a CR, and a block of
+// bare LFs has none): the server appends Nats-Sequence and
+// Nats-Time-Stamp to what it returns, which only a blank line could hide,
+// and that does not add up (headerWhole).
 func serverStatus(m *nats.Msg) bool {
 	if len(m.Data) > 0 || m.Header.Get("Status") == "" {
 		return false
@@ -303,17 +305,39 @@ func StoredHeader(h nats.Header) nats.Header {
 // DirectGet sends one direct get request (ADR-31: {"last_by_subj": ...},
 // {"seq": ..., "next_by_subj": ...}; wildcards allowed) to
 // $JS.API.DIRECT.GET.<stream> and returns the message, nil when there is
-// none (404). Errors: ctx's (its deadline bounds the request),
-// nats.ErrNoResponders (no replica answers direct gets), ErrStatus
-// (wrapped), or a reply the server did not form.
+// none (404). Errors: ctx's (its deadline, or else resolveTimeout, bounds
+// the request), nats.ErrNoResponders (no replica answers direct gets),
+// ErrStatus (wrapped), or a reply the server did not form. The reply is
+// taken on a channel subscription of its own, as a batch's is: nats.go's
+// request (and a synchronous subscription) would take a stored message
+// whose header reads as a 503 status for no responders before readReply
+// could tell it from the server's.
 func DirectGet(ctx context.Context, nc *nats.Conn, stream string, req any) (*Msg, error) {
 	body, err := json.Marshal(req)
 	if err != nil {
 		return nil, err
 	}
-	m, err := nc.RequestWithContext(ctx, "$JS.API.DIRECT.GET."+stream, body)
+	if _, ok := ctx.Deadline(); !ok {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, resolveTimeout)
+		defer cancel()
+	}
+	// A channel subscription: a synchronous one's NextMsg also takes a
+	// 503 without payload for no responders.
+	ch := make(chan *nats.Msg, 1)
+	sub, err := nc.ChanSubscribe(nc.NewInbox(), ch)
 	if err != nil {
 		return nil, err
+	}
+	defer func() { _ = sub.Unsubscribe() }()
+	if err := nc.PublishRequest("$JS.API.DIRECT.GET."+stream, sub.Subject, body); err != nil {
+		return nil, err
+	}
+	var m *nats.Msg
+	select {
+	case m = <-ch:
+	case <-ctx.Done():
+		return nil, ctx.Err()
 	}
 	r, err := readReply(m, body)
 	switch {
