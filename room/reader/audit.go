@@ -635,13 +635,13 @@ const (
 // replayIdle is how long a replay waits for a message before it asks the
 // consumer whether any is left; replayRecreate is how many times in a row
 // it lets the answer be that the consumer is being created again before
-// it gives up (about 30 s).
-// replayStall is how many times in a row it lets the consumer deliver
-// nothing while it says messages are left before it gives up on it
-// (about 10 s): a stored message whose header reads as a status (a
-// block of bare LFs keeps its status line) is taken by nats.go's
-// consumer for the server's, which resets the ordered consumer onto the
-// same message again and again, so nothing past it ever comes.
+// it gives up (about 30 s); replayStall is how many times in a row it
+// lets the consumer deliver nothing while it says messages are left
+// before it gives up on it (about 10 s): a stored message whose header
+// reads as a status (a block of bare LFs keeps its status line) is taken
+// by nats.go's consumer for the server's, which resets the ordered
+// consumer onto the same message again and again, so nothing past it
+// ever comes.
 const (
 	replayIdle     = 2 * time.Second
 	replayRecreate = 15
@@ -663,9 +663,10 @@ func (e *stallError) Error() string {
 
 // replay emits, in batches, the messages on the rooms' subjects in stream
 // order, from fromSeq (or since) up to last inclusive, read with an
-// ordered consumer; idleAfter is replayIdle (a test's shorter). It returns once the message at last (or the last one
-// on these subjects) is emitted, on an error, or with ctx's error once
-// emit refuses a batch.
+// ordered consumer; idleAfter is replayIdle (a test's shorter). It
+// returns once the message at last (or the last one on these subjects)
+// is emitted, on an error (a *stallError when the consumer is stuck),
+// or with ctx's error once emit refuses a batch.
 func replay(ctx context.Context, nc *nats.Conn, st jetstream.Stream, idleAfter time.Duration, maxPayload int, subjects room.Subjects, rooms []string, fromSeq uint64, since time.Time, last uint64, emit func(*batch) bool) error {
 	stream := st.CachedInfo().Config.Name
 	cfg := jetstream.OrderedConsumerConfig{FilterSubjects: filters(subjects, rooms), DeliverPolicy: jetstream.DeliverAllPolicy}
