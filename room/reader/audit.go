@@ -635,9 +635,10 @@ const (
 // replayIdle is how long a replay waits for a message before it asks the
 // consumer whether any is left; replayRecreate is how many times in a row
 // it lets the answer be that the consumer is being created again before
-// it gives up (about 30 s); replayStall is how many times in a row it
-// lets the consumer deliver nothing while it says messages are left
-// before it gives up on it (about 10 s): a stored message whose header
+// it gives up (about 30 s); replayStall is how many checks in a row it
+// lets the consumer deliver nothing, be created anew since the check
+// before and say messages are left before it gives up on it (about
+// 10 s): a stored message whose header
 // reads as a status (a block of bare LFs keeps its status line) is taken
 // by nats.go's consumer for the server's, which resets the ordered
 // consumer onto the same message again and again, so nothing past it
@@ -769,6 +770,7 @@ func replay(ctx context.Context, nc *nats.Conn, st jetstream.Stream, idleAfter t
 	idle := time.NewTicker(idleAfter)
 	defer idle.Stop()
 	before, recreating, stalled := uint64(0), 0, 0
+	named := "" // the consumer's name at the last check: nats.go names each one it creates anew
 	// atEnd reports whether nothing after handled up to last is left on
 	// these subjects as the stream leader has them (see leaderHasMore).
 	atEnd := func(handled uint64) bool {
@@ -808,14 +810,24 @@ func replay(ctx context.Context, nc *nats.Conn, st jetstream.Stream, idleAfter t
 				continue
 			}
 			ci, err := cons.Info(ctx)
+			reset := false // created anew since the last check, nothing delivered
 			if err == nil {
 				recreating = 0
+				reset = named != "" && ci.Name != named
+				named = ci.Name
 			}
 			mu.Lock()
 			switch {
 			case err == nil && (ci.NumPending > 0 || (ci.Delivered.Consumer > 0 && ci.Delivered.Stream > handled)):
-				// Messages left, none delivered: a slow server for a
-				// while, a consumer stuck on one message after that.
+				// Messages left, none delivered: a slow server, or a
+				// consumer nats.go resets onto one message again and
+				// again. Only the second renames it at every check; a
+				// recovery (a missed heartbeat) renames it once, then
+				// delivers.
+				if !reset {
+					stalled = 0
+					break
+				}
 				if stalled++; stalled >= replayStall {
 					if !flush() {
 						finish(ctx.Err())
