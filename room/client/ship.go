@@ -822,18 +822,20 @@ func ShipCapsule(ctx context.Context, c *Client, dir, roomID string, o ShipOptio
 // afterResent asks the chain's head after a line the gate took for a
 // resend, once the requests in flight behind it are answered. When some
 // of their replies never came, their lines below that head count as
-// stored (countCut); if ctx ended the wait for them, the shipment was
-// stopped, and the error says so: ErrStopped with what the stream holds.
-// Without the head they cannot be counted, and the error says that.
+// stored (countCut). If ctx ended (an interrupt, whether or not it cut
+// replies off), the shipment was stopped, and the error says so:
+// ErrStopped with what the stream holds. Without the head cut lines
+// cannot be counted, and the error says that.
 func (s *shipper) afterResent(ctx context.Context) error {
 	head, herr := s.headNow(ctx)
 	if herr == nil {
 		s.res.Head = head
 	}
-	if len(s.cut) == 0 {
+	if len(s.cut) == 0 && ctx.Err() == nil {
 		return nil
 	}
 	switch {
+	case len(s.cut) == 0:
 	case herr == nil && head.RoomID == s.res.RoomID:
 		s.res.Stored += countCut(s.cut, s.tallied, s.tallyFrom, head.Next)
 	case herr == nil:

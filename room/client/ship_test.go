@@ -597,3 +597,39 @@ func TestShipResentAfterHalt(t *testing.T) {
 		})
 	}
 }
+
+// TestShipResentInterruptedIsStopped: an interrupt during a shipment
+// whose line the gate took for a resend, with every reply answered, made
+// it REFUSED (exit 1), the signal unsaid (found by a new user); it is
+// STOPPED, with the refusal and what the stream holds.
+func TestShipResentInterruptedIsStopped(t *testing.T) {
+	nc := fakeHeadService(t, cutChain, func() string { return cutHead(4) })
+	ctx, cancel := context.WithCancelCause(context.Background())
+	defer cancel(nil)
+	_, body := roomtest.Journal(t, "run-cut2", "cap-cut2", 4)
+	l := strings.SplitAfter(string(body), "\n")
+	dir := roomtest.CapsuleDir(t, "run-cut2", "cap-cut2", []byte(l[0]+l[0]+l[1]+l[2]+l[3]))
+	if _, err := nc.Subscribe(room.ServiceSubject("", room.Anonymous, room.EndpointJournal), func(m *nats.Msg) {
+		switch string(m.Data) {
+		case l[0] + l[0]:
+			cancel(errors.New("interrupted"))
+			_ = m.Respond([]byte(cutReply([]string{"stored", "duplicate"}, 1)))
+		case l[1] + l[2]:
+			_ = m.Respond([]byte(cutReply([]string{"stored", "stored"}, 3)))
+		default:
+			_ = m.Respond([]byte(cutReply([]string{"stored"}, 4)))
+		}
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if err := nc.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	res, err := client.ShipCapsule(ctx, client.New(nc, client.Options{}), dir, "room:r", client.WithStopWait(client.ShipOptions{BatchLines: 2, Pipeline: 4}, 300*time.Millisecond))
+	if !errors.Is(err, client.ErrStopped) || !strings.Contains(err.Error(), "the stream holds 4 lines") {
+		t.Errorf("error %v; want ErrStopped saying the stream holds 4 lines", err)
+	}
+	if res.Refused == nil || !res.Refused.Resent || res.Head.Next != 4 {
+		t.Errorf("refusal %+v, head next %d; want the resent line's, 4", res.Refused, res.Head.Next)
+	}
+}
