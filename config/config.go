@@ -659,7 +659,7 @@ type Reader struct {
 // Replay is how `subscriber audit`, `evidence` and `prove` read the
 // stream.
 type Replay struct {
-	Read string `name:"read" help:"How to read the stream: auto (batch direct gets for a user named by --user, --nkey or --creds, since secure mode lets solvers create no ephemeral consumer; else an ordered consumer, and direct gets when the stream's consumer limit is reached), consumer, or direct (batch direct gets: creates no consumer, needs no right to)." default:"auto" enum:"auto,consumer,direct" yaml:"read"`
+	Read string `name:"read" help:"How to read the stream: auto (batch direct gets for a user named by --user, --nkey or --creds, since secure mode lets solvers create no ephemeral consumer; else an ordered consumer, and direct gets when the stream's consumer limit is reached or from a message the consumer stalls on), consumer, or direct (batch direct gets: creates no consumer, needs no right to)." default:"auto" enum:"auto,consumer,direct" yaml:"read"`
 }
 
 // ReadMode is the read path Replay names for a reader with credentials c:

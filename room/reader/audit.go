@@ -72,8 +72,9 @@ type AuditOptions struct {
 
 	// Read chooses how the stream is read: ReadAuto (the default), an
 	// ordered consumer, falling back to direct gets when the stream's
-	// consumer limit is reached; ReadConsumer; or ReadDirect, which
-	// creates no consumer. AuditReport.ReadBy says which was used.
+	// consumer limit is reached or from a message the consumer stalls on
+	// (replayStall); ReadConsumer; or ReadDirect, which creates no
+	// consumer. AuditReport.ReadBy says which was used.
 	Read ReadMode
 }
 
