@@ -11,6 +11,9 @@ import (
 	"strings"
 	"syscall"
 
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
+
 	"github.com/roompub/roompub/config"
 	"github.com/roompub/roompub/room/reader"
 )
@@ -70,6 +73,10 @@ func (c *followCmd) Run(s *streams) error {
 		Stream: stream, Subjects: subjects, Rooms: c.Rooms, Durable: c.Durable, Validator: v,
 		Trust: t, State: state, Read: config.FollowRead(c.Credentials), SetAsideList: list, Reexamine: c.Reexamine,
 		Witnessing: witnessing,
+		// What follow warns of (a fetch that fails, a message served
+		// before set aside now) goes to stderr with the lines below; it
+		// went nowhere, so a follower stuck on one message said nothing.
+		Logger: zap.New(zapcore.NewCore(zapcore.NewConsoleEncoder(zap.NewProductionEncoderConfig()), zapcore.AddSync(s.err), zapcore.WarnLevel)),
 		OnWitnessQuorum: func(why string) {
 			if why == "" {
 				fmt.Fprintf(s.err, "subscriber: the deployment log is witnessed again\n")
