@@ -150,13 +150,7 @@ func readReply(m *nats.Msg, body []byte) (reply, error) {
 	if !headerWhole(m) {
 		return reply{Msg: Msg{Data: m.Data}, suspect: true}, nil
 	}
-	last := func(key string) string {
-		vs := m.Header.Values(key)
-		if len(vs) == 0 {
-			return ""
-		}
-		return vs[len(vs)-1]
-	}
+	last := func(key string) string { return lastValue(m.Header, key) }
 	lastSeq, _ := strconv.ParseUint(last("Nats-Last-Sequence"), 10, 64)
 	if len(m.Header.Values(jetstream.StreamHeader)) == 0 {
 		if !serverStatus(m) {
@@ -231,15 +225,9 @@ func headerWhole(m *nats.Msg) bool {
 	if len(m.Header) == 0 {
 		return wire == 0
 	}
-	values := 0
-	for _, vs := range m.Header {
-		values += len(vs)
-	}
-	if values > maxReplyValues {
-		return false
-	}
-	n := len("NATS/1.0\r\n\r\n")
+	values, n := 0, len("NATS/1.0\r\n\r\n")
 	for k, vs := range m.Header {
+		values += len(vs)
 		if k == "Status" || k == "Description" { // on the first line, after a space
 			if len(vs) != 1 {
 				return false
@@ -251,19 +239,13 @@ func headerWhole(m *nats.Msg) bool {
 			n += len(k) + len(": \r\n") + len(v)
 		}
 	}
-	return n == wire
+	return values <= maxReplyValues && n == wire
 }
 
 // fromReply reads one message of a direct get reply: the server's values
 // are the last of each header it adds.
 func fromReply(m *nats.Msg) (Msg, error) {
-	last := func(key string) string {
-		vs := m.Header.Values(key)
-		if len(vs) == 0 {
-			return ""
-		}
-		return vs[len(vs)-1]
-	}
+	last := func(key string) string { return lastValue(m.Header, key) }
 	seq, err := strconv.ParseUint(last(jetstream.SequenceHeader), 10, 64)
 	if err != nil {
 		return Msg{}, fmt.Errorf("sequence: %w", err)
@@ -277,6 +259,17 @@ func fromReply(m *nats.Msg) (Msg, error) {
 	out.Pending, _ = strconv.ParseUint(last("Nats-Num-Pending"), 10, 64)
 	out.Header = StoredHeader(m.Header)
 	return out, nil
+}
+
+// lastValue is the last value of h's key, "" when it has none: where a
+// reply carries a header both stored and added by the server, the
+// server's comes last.
+func lastValue(h nats.Header, key string) string {
+	vs := h.Values(key)
+	if len(vs) == 0 {
+		return ""
+	}
+	return vs[len(vs)-1]
 }
 
 // StoredHeader returns h, a direct get reply message's headers, without
