@@ -5,11 +5,6 @@ import (
 	"errors"
 	"testing"
 	"time"
-
-	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
-
-	"github.com/roompub/roompub/room/embedded"
 )
 
 // TestBatchReplyTakesTheServersSeqs: a reply that reads whole but claims
@@ -21,21 +16,8 @@ import (
 // still adds up to the bytes sent (lines ending in a bare LF, which
 // nats.go reads as CRLF ones) would give.
 func TestBatchReplyTakesTheServersSeqs(t *testing.T) {
-	srv, err := embedded.Start(embedded.Options{Listen: "127.0.0.1:-1", StoreDir: t.TempDir()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(srv.Shutdown)
-	nc, err := nats.Connect(srv.ClientURL())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(nc.Close)
-	js, _ := jetstream.New(nc)
+	nc, js := streamS(t)
 	ctx := context.Background()
-	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "S", Subjects: []string{"s.>"}, Storage: jetstream.FileStorage, AllowDirect: true}); err != nil {
-		t.Fatal(err)
-	}
 	for _, p := range []struct{ subj, data string }{{"s.a", "one"}, {"s.b", "two"}, {"s.a", "three"}} {
 		if _, err := js.Publish(ctx, p.subj, []byte(p.data)); err != nil {
 			t.Fatal(err)

@@ -8,12 +8,13 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/roompub/roompub/room/embedded"
 	"github.com/roompub/roompub/room/internal/jsapi"
 )
+
+// streamS is jsapi.StreamS (export_test.go).
+var streamS = jsapi.StreamS
 
 // TestSubjectCountsAndLeaderFresh: the leader's per-subject counts for a
 // filter, exactly; a stream of one replica is always fresh; a missing
@@ -84,27 +85,6 @@ func TestStreamDeletions(t *testing.T) {
 	if _, err := jsapi.StreamDeletions(ctx, nc, "NOPE", time.Second); !errors.As(err, &apiErr) {
 		t.Errorf("missing stream: %v", err)
 	}
-}
-
-// streamS starts an embedded server with stream S on s.> (file storage,
-// direct gets allowed) and returns a connection to it; both end with t.
-func streamS(t *testing.T) (*nats.Conn, jetstream.JetStream) {
-	t.Helper()
-	srv, err := embedded.Start(embedded.Options{Listen: "127.0.0.1:-1", StoreDir: t.TempDir()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(srv.Shutdown)
-	nc, err := nats.Connect(srv.ClientURL())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(nc.Close)
-	js, _ := jetstream.New(nc)
-	if _, err := js.CreateStream(context.Background(), jetstream.StreamConfig{Name: "S", Subjects: []string{"s.>"}, Storage: jetstream.FileStorage, AllowDirect: true}); err != nil {
-		t.Fatal(err)
-	}
-	return nc, js
 }
 
 // TestUnread: skipped seqs a list of deletions names count as deleted,
