@@ -1,6 +1,7 @@
 package events
 
 import (
+	"bytes"
 	"fmt"
 	"strconv"
 	"strings"
@@ -311,4 +312,26 @@ func (ps *Problems) Refusal() *Refusal {
 		r.Omitted += ps.omitted
 	}
 	return r
+}
+
+// DocumentCode is the code of a JSON document that is not of its form (a
+// proof or an evidence bundle, refused before anything it says is
+// checked): empty_input when data holds nothing but white space,
+// malformed_json when it is not strict JSON (Canonicalize: a syntax error,
+// a member named twice, a byte order mark), schema_invalid when it is
+// strict JSON of another form (not an object; a member missing, null,
+// unknown or of another type; a value out of its format). A document
+// over its size limit is too_large, which the caller knows before
+// parsing. docs/refusal-codes.md lists the three for documents.
+func DocumentCode(data []byte) Code {
+	switch {
+	case len(bytes.TrimSpace(data)) == 0:
+		return EmptyInput
+	case HasBOM(data):
+		return MalformedJSON
+	}
+	if _, err := Canonicalize(data); err != nil {
+		return MalformedJSON
+	}
+	return SchemaInvalid
 }

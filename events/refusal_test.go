@@ -153,3 +153,25 @@ func TestRefusalTextsClipped(t *testing.T) {
 		t.Fatalf("short text changed: %q", r.Problems[0].Actual)
 	}
 }
+
+func TestDocumentCode(t *testing.T) {
+	for _, c := range []struct {
+		doc  string
+		want events.Code
+	}{
+		{"", events.EmptyInput},
+		{" \n\t", events.EmptyInput},
+		{"{", events.MalformedJSON},
+		{`{"a":1,"a":2}`, events.MalformedJSON},
+		{"\xef\xbb\xbf{}", events.MalformedJSON},
+		{"{}\n{}", events.MalformedJSON},
+		{`"\ud800"`, events.MalformedJSON},
+		{"null", events.SchemaInvalid},
+		{"[1]", events.SchemaInvalid},
+		{` {"room":"room:a"} `, events.SchemaInvalid},
+	} {
+		if got := events.DocumentCode([]byte(c.doc)); got != c.want {
+			t.Errorf("DocumentCode(%q) = %s, want %s", c.doc, got, c.want)
+		}
+	}
+}

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -67,7 +66,8 @@ func (c *verifyProofCmd) Run(s *streams) error {
 	}
 	var p *checkpoint.Proof
 	var ck *checkpoint.Checkpoint
-	if len(data) > maxProofBytes {
+	tooLarge := len(data) > maxProofBytes
+	if tooLarge {
 		err = fmt.Errorf("%w: more than %d bytes", checkpoint.ErrBadProofDocument, maxProofBytes)
 	} else if p, err = checkpoint.ParseProof(data); err == nil {
 		ck, err = p.Verify(t)
@@ -96,7 +96,7 @@ func (c *verifyProofCmd) Run(s *streams) error {
 		out.LeafIndex = &p.LeafIndex
 	}
 	if err != nil {
-		out.Code, out.Reason = proofCode(data, err), err.Error()
+		out.Code, out.Reason = proofCode(data, tooLarge, err), err.Error()
 	} else {
 		out.Room, out.Subject, out.ReportedStreamSeq, out.TreeSize, out.Signer, out.Origin = p.Room, p.Subject, p.StreamSeq, ck.Size, ck.Signer, ck.Origin
 	}
@@ -123,17 +123,17 @@ func (c *verifyProofCmd) Run(s *streams) error {
 }
 
 // proofCode is the code of a proof document data refused with err:
-// empty_input when it holds nothing, malformed_json when it is not strict
-// JSON, else checkpoint_mismatch, as readers refuse what a trusted
-// publisher did not sign (docs/refusal-codes.md).
-func proofCode(data []byte, err error) events.Code {
-	if errors.Is(err, checkpoint.ErrBadProofDocument) {
-		if len(bytes.TrimSpace(data)) == 0 {
-			return events.EmptyInput
-		}
-		if _, cerr := events.Canonicalize(data); cerr != nil {
-			return events.MalformedJSON
-		}
+// too_large over maxProofBytes; for a document that is no proof
+// (checkpoint.ErrBadProofDocument) empty_input, malformed_json or
+// schema_invalid (events.DocumentCode); else checkpoint_mismatch, as
+// readers refuse what a trusted publisher did not sign
+// (docs/refusal-codes.md).
+func proofCode(data []byte, tooLarge bool, err error) events.Code {
+	switch {
+	case tooLarge:
+		return events.TooLarge
+	case errors.Is(err, checkpoint.ErrBadProofDocument):
+		return events.DocumentCode(data)
 	}
 	return events.CheckpointMismatch
 }

@@ -82,9 +82,9 @@ func TestVerifyProofRefusals(t *testing.T) {
 			[]string{`{"valid":false,"code":"malformed_json","reason":"not a proof document: not strict JSON: Duplicate key: \"room\""}` + "\n"}, ""},
 		// encoding/json matches member names regardless of case.
 		{"a second spelling of room", strings.Replace(otherRoom, `"tree_size"`, `"Room":"room:cli","tree_size"`, 1), false, config.ExitRefused,
-			[]string{"invalid: checkpoint_mismatch: not a proof document: unknown member \"Room\"\n"}, ""},
+			[]string{"invalid: schema_invalid: not a proof document: unknown member \"Room\"\n"}, ""},
 		{"unknown member", first(`"extra":1`), false, config.ExitRefused,
-			[]string{"invalid: checkpoint_mismatch: not a proof document: unknown member \"extra\"\n"}, ""},
+			[]string{"invalid: schema_invalid: not a proof document: unknown member \"extra\"\n"}, ""},
 		{"another room", otherRoom, false, config.ExitRefused,
 			[]string{fmt.Sprintf("invalid: checkpoint_mismatch: bad checkpoint: origin %q is of room %q, not %q\n", origin, cliRoom, "room:other")}, "untrusted"},
 		{"another room, JSON", otherRoom, true, config.ExitRefused,
@@ -100,9 +100,17 @@ func TestVerifyProofRefusals(t *testing.T) {
 		{"empty", "", false, config.ExitRefused,
 			[]string{"invalid: empty_input: not a proof document: "}, "does not verify"},
 		{"missing member", strings.Replace(good, `"subject"`, `"subjekt"`, 1), false, config.ExitRefused,
-			[]string{"invalid: checkpoint_mismatch: not a proof document: unknown member \"subjekt\"\n"}, "does not verify"},
+			[]string{"invalid: schema_invalid: not a proof document: unknown member \"subjekt\"\n"}, "does not verify"},
+		// Strict JSON of another form: no proof, and nothing a publisher
+		// signed or did not sign.
+		{"null", "null", false, config.ExitRefused,
+			[]string{"invalid: schema_invalid: not a proof document: "}, "does not verify"},
+		{"an array, JSON", "[" + good + "]", true, config.ExitRefused,
+			[]string{`{"valid":false,"code":"schema_invalid","reason":"not a proof document: `}, "leaf_index"},
+		{"a hash out of its form", strings.Replace(good, `"proof":["`, `"proof":["zz`, 1), false, config.ExitRefused,
+			[]string{"invalid: schema_invalid: not a proof document: "}, "does not verify"},
 		{"too large", good + strings.Repeat(" ", 1<<20), false, config.ExitRefused,
-			[]string{"invalid: checkpoint_mismatch: not a proof document: more than 1048576 bytes\n"}, "does not verify"},
+			[]string{"invalid: too_large: not a proof document: more than 1048576 bytes\n"}, "does not verify"},
 	} {
 		args := []string{"verify-proof", "--trusted-publisher", pub.NodeID(), "-"}
 		if c.json {

@@ -185,9 +185,11 @@ const (
 )
 
 // EvidenceError is VerifyEvidence's refusal: the check that failed, its
-// code (events.WitnessQuorum when the cosignatures fall short of the
-// policy's quorum, events.CheckpointMismatch for everything else: the
-// readers' code for what a trusted publisher did not sign) and the cause
+// code (for a bundle that is no bundle, PartBundle, the document's code:
+// events.DocumentCode, or events.TooLarge over MaxEvidenceBytes;
+// events.WitnessQuorum when the cosignatures fall short of the policy's
+// quorum; events.CheckpointMismatch for everything else: the readers'
+// code for what a trusted publisher did not sign) and the cause
 // (ErrBadEvidence, checkpoint.ErrBadAttestation, ErrBadProof,
 // ErrBadCheckpoint, ErrUntrustedPublisher, *witness.QuorumError).
 type EvidenceError struct {
@@ -267,7 +269,11 @@ func VerifyEvidence(bundle []byte, t *checkpoint.Trust, p *witness.Policy) (*Ver
 	}
 	e, err := ParseEvidence(bundle)
 	if err != nil {
-		return fail(PartBundle, err)
+		code := events.DocumentCode(bundle)
+		if len(bundle) > MaxEvidenceBytes {
+			code = events.TooLarge
+		}
+		return nil, &EvidenceError{Code: code, Part: PartBundle, Err: err}
 	}
 	content := checkpoint.ContentHash(e.Data)
 	v := &VerifiedEvidence{Room: e.Room, Subject: e.Subject, ReportedStreamSeq: e.StreamSeq, Position: e.Position,

@@ -202,6 +202,23 @@ func TestExportEvidence(t *testing.T) {
 	if _, err := reader.VerifyEvidence(data, roomtest.Trusting(t, key), two); !errors.Is(err, checkpoint.ErrNoOrigin) {
 		t.Errorf("no origin: %v", err)
 	}
+	// No bundle at all: the document's code, not what a publisher signed.
+	dup := bytes.Replace(data, []byte(`{`), []byte(`{"format":"x",`), 1)
+	for _, c := range []struct {
+		name string
+		doc  []byte
+		code events.Code
+	}{
+		{"a member named twice", dup, events.MalformedJSON},
+		{"a member missing", []byte(`{"format":"` + reader.EvidenceFormat + `"}`), events.SchemaInvalid},
+		{"a member of another type, one unknown", bytes.Replace(data, []byte(`"stream_seq":`), []byte(`"stream_seq":"1",`+"\"x\":"), 1), events.SchemaInvalid},
+		{"over the limit", append(bytes.Clone(data), bytes.Repeat([]byte(" "), reader.MaxEvidenceBytes)...), events.TooLarge},
+	} {
+		_, err := reader.VerifyEvidence(c.doc, trust, two)
+		if !errors.As(err, &ee) || ee.Part != reader.PartBundle || ee.Code != c.code || !errors.Is(err, reader.ErrBadEvidence) {
+			t.Errorf("%s: %v, want %s at %s", c.name, err, c.code, reader.PartBundle)
+		}
+	}
 
 	// Heads and All: the chain's head is entry 9; all is 11 messages.
 	heads, err := export(two, reader.ExportOptions{Heads: true})
