@@ -220,7 +220,7 @@ type prepared struct {
 	// Journal entries.
 	e          *events.Entry
 	parse      []events.Problem // events.ParseLine's (e is nil then)
-	rules      []events.Problem // the validator's entry rules (unless otherChain)
+	rules      []events.Problem // the validator's entry rules
 	otherChain bool             // e names another run or capsule than its subject
 
 	// Execution records.
@@ -262,15 +262,21 @@ func (r *Reader) prepare(x *prepared, m StreamMsg, subjects subjectCache) {
 	case room.KindNotice:
 		x.notice, x.noticeErr = room.ParseLossNotice(m.Data, x.p.RoomID)
 	case room.KindJournal:
+		if len(bytes.TrimSpace(m.Data)) == 0 {
+			// A message, not a journal's line: it holds no entry at all,
+			// as an empty record message is empty_input.
+			x.parse = []events.Problem{{Code: events.EmptyInput, At: at, Reason: "no JSON value: the message holds no entry"}}
+			break
+		}
 		x.e, x.parse = events.ParseLine(m.Data, at)
 		if x.e == nil {
 			break
 		}
-		if x.e.RunID() != x.p.Chain.RunID || x.e.CapsuleID() != x.p.Chain.CapsuleID {
-			x.otherChain = true
-			break
-		}
 		x.rules = r.v.CheckEntry(x.e, at)
+		if x.e.RunID() != x.p.Chain.RunID || x.e.CapsuleID() != x.p.Chain.CapsuleID {
+			// Another chain's entry, or no entry (its rules name why).
+			x.otherChain = true
+		}
 	}
 	if r.trust != nil {
 		r.prepareAttestation(x)
@@ -344,7 +350,11 @@ func (r *Reader) verifyEntry(x *prepared, full bool) (*Event, *SetAside) {
 	key := p.Chain
 	if x.otherChain {
 		// Not this chain's entry at all: set aside without touching (or
-		// creating) the chain.
+		// creating) the chain; as what it is when it is no entry (no
+		// run_id, say), as another chain's when it is one.
+		if len(x.rules) > 0 {
+			return nil, r.aside(m, p, &key, x.rules)
+		}
 		return nil, r.aside(m, p, &key, []events.Problem{{Code: events.WrongRoom, At: at,
 			Reason:   "the entry names another run or capsule than its subject",
 			Expected: key.RunID + "/" + key.CapsuleID, Actual: e.RunID() + "/" + e.CapsuleID()}})

@@ -1,6 +1,7 @@
 package reader_test
 
 import (
+	"fmt"
 	"maps"
 	"slices"
 	"strings"
@@ -188,6 +189,40 @@ func TestReaderCompromisedWriter(t *testing.T) {
 		t.Errorf("events at %v, want %v", got, sc.events)
 	}
 	roomtest.DiffAsides(t, "set-aside messages", asides, sc.asides)
+}
+
+// TestReaderNoEntryOnAJournalSubject: a message on a chain's subject that
+// holds no entry is set aside as what it is: empty_input when it is
+// empty (as on a record subject), invalid_entry when it is JSON without
+// the envelope (not wrong_room: it names no other chain); only an entry
+// of another chain is wrong_room.
+func TestReaderNoEntryOnAJournalSubject(t *testing.T) {
+	e := roomtest.NewEnvUnmarked(t, embedded.Options{})
+	_, body := roomtest.Journal(t, "run-a", "cap-a", 2)
+	other, _ := roomtest.Journal(t, "run-b", "cap-b", 1)
+	if r := e.ShipJournal("room:junk", body); r.Stored != 2 {
+		t.Fatalf("gate: %+v", r)
+	}
+	// Each on a chain of its own: a chain is broken from its first
+	// failure, and only the first code of each is asked for here.
+	for i, data := range [][]byte{nil, []byte(" \n"), []byte(`{"junk":1}`), []byte(`[1]`), other[0].Canonical()} {
+		roomtest.PublishRaw(t, e.Js, fmt.Sprintf("rooms.junk.journal.run-a.cap-%d", i), data) // 3-7
+	}
+	r := reader.NewReader(e.V, room.Subjects{})
+	var got []string
+	for _, m := range e.Stored() {
+		ev, s := r.Verify(reader.StreamMsg{Subject: m.Subject, Seq: m.Sequence, Data: m.Data, Time: m.Time})
+		switch {
+		case s != nil:
+			got = append(got, fmt.Sprintf("%d:%s", s.Seq, s.Code))
+		case ev != nil:
+			got = append(got, fmt.Sprintf("%d:ok", ev.Seq))
+		}
+	}
+	want := []string{"1:ok", "2:ok", "3:empty_input", "4:empty_input", "5:invalid_entry", "6:invalid_entry", "7:wrong_room"}
+	if !slices.Equal(got, want) {
+		t.Errorf("verdicts %v, want %v", got, want)
+	}
 }
 
 // TestReaderEvents: what a verified event carries, for an entry and a
