@@ -98,11 +98,11 @@ func (c *auditCmd) Run(s *streams) error {
 		_ = bar.Finish()
 	}
 	if err != nil {
-		return err
+		return fmt.Errorf("audit: %w", err)
 	}
 	if n := rep.Attestation.StateIgnored; n > 0 {
-		fmt.Fprintf(s.err, "subscriber: audit: %s: %d kept checkpoint(s) ignored and left in place (%s); give each deployment its own --state-dir\n",
-			state.Dir, n, keptIgnoredWhy)
+		fmt.Fprintf(s.err, "subscriber: audit: %s: %d kept checkpoint(s) ignored and left in place (%s), so no rollback of %s is found against them; give each deployment its own --state-dir\n",
+			state.Dir, n, keptIgnoredWhy, roomList(rep.Attestation.StateIgnoredRooms))
 	}
 	if c.JSON {
 		_ = rep.WriteJSON(s.out) // as before: the verdict's exit status stands
@@ -122,6 +122,18 @@ func (c *auditCmd) Run(s *streams) error {
 	}
 	return nil
 }
+
+// roomList names rooms for people: the first maxNamedRooms, then how many
+// more (--json lists them all).
+func roomList(rooms []string) string {
+	if len(rooms) <= maxNamedRooms {
+		return strings.Join(rooms, ", ")
+	}
+	return fmt.Sprintf("%s and %d more (--json lists each)", strings.Join(rooms[:maxNamedRooms], ", "), len(rooms)-maxNamedRooms)
+}
+
+// maxNamedRooms bounds the rooms a line of text names.
+const maxNamedRooms = 5
 
 // keptIgnoredWhy says why an audit ignores kept checkpoints
 // (reader.AttestationFacts.StateIgnored), for people.
@@ -289,7 +301,7 @@ func printCheckpoints(w io.Writer, rep *reader.AuditReport) {
 	}
 	fmt.Fprintf(w, "attestations and checkpoints: checked; trusted publishers %s\n", strings.Join(a.TrustedPublishers, ", "))
 	if a.StateIgnored > 0 {
-		fmt.Fprintf(w, "state dir: %d kept checkpoint(s) ignored (%s)\n", a.StateIgnored, keptIgnoredWhy)
+		fmt.Fprintf(w, "state dir: %d kept checkpoint(s) ignored (%s): %s\n", a.StateIgnored, keptIgnoredWhy, roomList(a.StateIgnoredRooms))
 	}
 	if wf := rep.Witness; wf != nil {
 		fmt.Fprintf(w, "deployment log %s (stream %s): %d entries, %d checkpoints verified, %d refused; quorum %s\n",

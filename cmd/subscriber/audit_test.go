@@ -161,3 +161,18 @@ func TestPrintViolationsFolds(t *testing.T) {
 		t.Errorf("got\n%s\nwant\n%s", out.String(), want)
 	}
 }
+
+func TestRoomList(t *testing.T) {
+	for _, c := range []struct {
+		rooms []string
+		want  string
+	}{
+		{[]string{"room:a"}, "room:a"},
+		{[]string{"room:a", "room:b", "room:c", "room:d", "room:e"}, "room:a, room:b, room:c, room:d, room:e"},
+		{[]string{"room:a", "room:b", "room:c", "room:d", "room:e", "room:f", "room:g"}, "room:a, room:b, room:c, room:d, room:e and 2 more (--json lists each)"},
+	} {
+		if got := roomList(c.rooms); got != c.want {
+			t.Errorf("roomList(%v) = %q, want %q", c.rooms, got, c.want)
+		}
+	}
+}

@@ -350,7 +350,9 @@ func TestAuditStateOfAnotherDeployment(t *testing.T) {
 	status, stdout, stderr := audit(urlB, false, keys[1])
 	if status != config.ExitOK || strings.Contains(stdout, "checkpoint_mismatch") ||
 		!strings.Contains(stdout, "state dir: 1 kept checkpoint(s) ignored (signed by a key not in --trusted-publisher") ||
-		!strings.Contains(stderr, "subscriber: audit: "+state+": 1 kept checkpoint(s) ignored and left in place") {
+		!strings.Contains(stdout, "another deployment's state): room:tt\n") ||
+		!strings.Contains(stderr, "subscriber: audit: "+state+": 1 kept checkpoint(s) ignored and left in place") ||
+		!strings.Contains(stderr, "so no rollback of room:tt is found against them") {
 		t.Errorf("audit of B beside A's state: status %d\n%s\n%s", status, stdout, stderr)
 	}
 	if b, err := os.ReadFile(filepath.Join(state, kept[0].Name())); err != nil || !bytes.Equal(b, keptA) {
@@ -358,7 +360,7 @@ func TestAuditStateOfAnotherDeployment(t *testing.T) {
 	}
 	status, stdout, _ = audit(urlB, true, keys[1])
 	var rep reader.AuditReport
-	if err := json.Unmarshal([]byte(stdout), &rep); status != config.ExitOK || err != nil || rep.Attestation.StateIgnored != 1 || !strings.Contains(stdout, `"state_ignored":1`) {
+	if err := json.Unmarshal([]byte(stdout), &rep); status != config.ExitOK || err != nil || rep.Attestation.StateIgnored != 1 || !strings.Contains(stdout, `"state_ignored":1,"state_ignored_rooms":["room:tt"]`) {
 		t.Errorf("json audit of B: status %d, %v\n%s", status, err, stdout)
 	}
 

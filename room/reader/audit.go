@@ -151,6 +151,10 @@ type AttestationFacts struct {
 	// one it pins. Another trust verified them (another deployment's
 	// reader sharing the directory); their files are left as they are.
 	StateIgnored int `json:"state_ignored,omitempty"`
+	// StateIgnoredRooms names the rooms of StateIgnored, sorted: this
+	// audit holds no kept checkpoint of theirs, so a rollback of them
+	// since is not found against one.
+	StateIgnoredRooms []string `json:"state_ignored_rooms,omitempty"`
 }
 
 // AuditReport is the verdict of one replay.
@@ -338,9 +342,10 @@ func audit(ctx context.Context, js jetstream.JetStream, o AuditOptions, tune aud
 		// its root and proof need the whole tree.
 		r.fullTrees = tune.fullTrees || len(o.External) > 0 || o.Witnessing != nil
 		rep.Attestation = AttestationFacts{Checked: true, TrustedPublishers: o.Trust.NodeIDs()}
-		if rep.Attestation.StateIgnored, err = loadFloors(r, o.State, o.Rooms, tune.ofPartition); err != nil {
+		if rep.Attestation.StateIgnoredRooms, err = loadFloors(r, o.State, o.Rooms, tune.ofPartition); err != nil {
 			return nil, nil, err
 		}
+		rep.Attestation.StateIgnored = len(rep.Attestation.StateIgnoredRooms)
 	}
 	full := o.OnEvent != nil
 	out := func(ev *Event, aside *SetAside) {
@@ -489,26 +494,26 @@ func roomOfSubject(subjects room.Subjects, subject string) string {
 
 // loadFloors gives each room's ledger the checkpoint state holds for it
 // (rooms, or every room of state) when r's trust would have verified it,
-// and returns how many it ignored (foreignKept): those rooms are in
-// r.keptIgnored, whose state is not written.
-func loadFloors(r *Reader, state *CheckpointState, rooms []string, of func(string) bool) (int, error) {
+// and returns the rooms whose checkpoint it ignored (foreignKept), sorted:
+// those rooms are in r.keptIgnored, whose state is not written.
+func loadFloors(r *Reader, state *CheckpointState, rooms []string, of func(string) bool) ([]string, error) {
 	if state == nil {
-		return 0, nil
+		return nil, nil
 	}
 	if len(rooms) == 0 {
 		var err error
 		if rooms, err = state.Rooms(); err != nil {
-			return 0, err
+			return nil, err
 		}
 	}
-	ignored := 0
+	var ignored []string
 	for _, id := range rooms {
 		if of != nil && !of(id) {
 			continue
 		}
 		c, err := state.Load(id)
 		if err != nil {
-			return 0, err
+			return nil, err
 		}
 		switch {
 		case c == nil:
@@ -516,12 +521,15 @@ func loadFloors(r *Reader, state *CheckpointState, rooms []string, of func(strin
 			if r.keptIgnored == nil {
 				r.keptIgnored = map[string]bool{}
 			}
+			if !r.keptIgnored[id] {
+				ignored = append(ignored, id)
+			}
 			r.keptIgnored[id] = true
-			ignored++
 		default:
 			r.ledgerOf(id).Keep(c)
 		}
 	}
+	slices.Sort(ignored)
 	return ignored, nil
 }
 

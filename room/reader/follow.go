@@ -611,9 +611,9 @@ func followFloors(ctx context.Context, nc *nats.Conn, stream string, r *Reader, 
 	if err != nil {
 		return err
 	}
-	if ignored > 0 {
-		log.Warn("kept checkpoints of another trust ignored: signed by a key not trusted, or of another deployment origin; left in place",
-			zap.String("state_dir", o.State.Dir), zap.Int("ignored", ignored))
+	if len(ignored) > 0 {
+		log.Warn("kept checkpoints of another trust ignored: signed by a key not trusted, or of another deployment origin; left in place, and no rollback of their rooms is found against them",
+			zap.String("state_dir", o.State.Dir), zap.Int("ignored", len(ignored)), zap.Strings("rooms", ignored))
 	}
 	saved := map[string]uint64{}
 	for _, id := range r.ledgerRooms() {

@@ -222,6 +222,8 @@ func joinReport(out, rep *AuditReport) *AuditReport {
 	}
 	out.Checkpoints = append(out.Checkpoints, rep.Checkpoints...)
 	out.Attestation.StateIgnored += rep.Attestation.StateIgnored // each partition's rooms only
+	out.Attestation.StateIgnoredRooms = append(out.Attestation.StateIgnoredRooms, rep.Attestation.StateIgnoredRooms...)
+	slices.Sort(out.Attestation.StateIgnoredRooms)
 	if out.Witness == nil {
 		out.Witness = rep.Witness
 	}
