@@ -325,6 +325,7 @@ func Serve(ctx context.Context, o ServeOptions) error {
 			}
 		}),
 		nats.ReconnectHandler(func(nc *nats.Conn) { log.Info("nats reconnected", zap.String("url", nc.ConnectedUrlRedacted())) }),
+		nats.ErrorHandler(asyncErrorLogger(log)),
 	}, o.Connect...)
 	step(stepConnect)
 	nc, err := connectAs(url, "roompub-publisher", opts)
@@ -683,6 +684,24 @@ func redact(u string) string {
 		return u[:i+3] + "[REDACTED]" + u[j:]
 	}
 	return u
+}
+
+// asyncErrorLogger is serve's nats.ErrHandler: an error the client meets
+// outside any call (a message whose stored headers it cannot decode, a
+// slow consumer, a permission refused) goes to log at warn level with its
+// subscription's subject, where nats.go would print it to stderr, outside
+// the structured log an operator reads.
+func asyncErrorLogger(log *zap.Logger) nats.ErrHandler {
+	return func(nc *nats.Conn, sub *nats.Subscription, err error) {
+		fields := []zap.Field{zap.Error(err)}
+		if nc != nil {
+			fields = append(fields, zap.String("connection", nc.Opts.Name))
+		}
+		if sub != nil {
+			fields = append(fields, zap.String("subject", sub.Subject))
+		}
+		log.Warn("nats: asynchronous error", fields...)
+	}
 }
 
 // connectAs opens one of serve's connections to url, named name (the
