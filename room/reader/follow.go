@@ -347,7 +347,7 @@ func Follow(ctx context.Context, js jetstream.JetStream, o FollowOptions, handle
 			if pctx.Err() != nil {
 				return nil
 			}
-			fb, err := cons.Fetch(followFetch, jetstream.FetchMaxWait(time.Second))
+			fb, err := pullNext(pctx, js.Conn(), name, o.Durable, followFetch, time.Second)
 			if err != nil {
 				if pctx.Err() != nil {
 					return nil
@@ -359,19 +359,19 @@ func Follow(ctx context.Context, js jetstream.JetStream, o FollowOptions, handle
 			// take adds msg to b when it is the delivery expected next;
 			// otherwise it drops the rest of the fetch and resyncs.
 			resynced := false
-			take := func(b *batch, msg jetstream.Msg) error {
+			take := func(b *batch, msg *nats.Msg) error {
 				meta, err := msg.Metadata()
 				if err != nil {
 					return fmt.Errorf("fetch: %w", err)
 				}
-				if !pull.inOrder(meta) {
+				if !pull.inOrder(meta.Sequence.Consumer, meta.Sequence.Stream) {
 					for range ch {
 						// Delivered again after the resync.
 					}
 					resynced = true
 					return pull.resync(pctx, meta.Sequence.Consumer)
 				}
-				b.add(StreamMsg{Subject: msg.Subject(), Seq: meta.Sequence.Stream, Data: msg.Data(), Time: meta.Timestamp, Attestation: checkpoint.AttestationOf(msg.Headers()), Owner: msg.Headers().Get(room.HeaderOwner)}, msg)
+				b.add(StreamMsg{Subject: msg.Subject, Seq: meta.Sequence.Stream, Data: msg.Data, Time: meta.Timestamp, Attestation: checkpoint.AttestationOf(msg.Header), Owner: msg.Header.Get(room.HeaderOwner)}, msg)
 				return nil
 			}
 			for msg := range ch {
@@ -404,11 +404,17 @@ func Follow(ctx context.Context, js jetstream.JetStream, o FollowOptions, handle
 				continue
 			}
 			err = fb.Error()
-			if err != nil && !errors.Is(err, jetstream.ErrNoMessages) && !errors.Is(err, context.DeadlineExceeded) {
+			if err != nil {
 				if pctx.Err() != nil {
 					return nil
 				}
 				log.Warn("fetch", zap.Error(err))
+				if got == 0 && !jsapi.Sleep(pctx, followErrorPause) {
+					// A pull that fails at once (the durable deleted, no
+					// responder) is asked again a second later, not in a
+					// loop that keeps a core and the log busy.
+					return nil
+				}
 				continue
 			}
 			if got == 0 && !emit(newBatch()) {
@@ -423,7 +429,7 @@ func Follow(ctx context.Context, js jetstream.JetStream, o FollowOptions, handle
 	// rebuilt, as in the rebuild), then live ones.
 	type fed struct {
 		seq    uint64
-		msg    jetstream.Msg
+		msg    *nats.Msg
 		epoch  uint64      // msg's: batch.epoch
 		listed events.Code // the rebuild's (msg nil): rebuildMsg.listed
 	}
@@ -463,7 +469,7 @@ func Follow(ctx context.Context, js jetstream.JetStream, o FollowOptions, handle
 			// A checkpoint message: verified (or not looked at), not an event.
 		default:
 			if err := handle(ctx, ev); err != nil {
-				_ = w.msg.Nak()
+				_ = w.msg.Nak() // delivered again after AckWait, or on the next start
 				if ctx.Err() != nil && errors.Is(err, ctx.Err()) {
 					// A handler that gave up because Follow was
 					// stopped: a stop, not a failure; the event is
@@ -656,7 +662,8 @@ func followFloors(ctx context.Context, nc *nats.Conn, stream string, r *Reader, 
 }
 
 // Follow's fetches: followFetch messages per pull (at most
-// followMaxAckPending are ever unacknowledged), prepared in batches of up
+// followMaxAckPending are ever unacknowledged; a pull that failed with
+// nothing delivered is asked again after followErrorPause), prepared in batches of up
 // to followBatch that have already arrived. A trusting Follow holds the
 // messages of an atomic batch unacknowledged until the batch is whole, so
 // it refuses batches of more than followMaxRun messages (nats-server's
@@ -664,6 +671,7 @@ func followFloors(ctx context.Context, nc *nats.Conn, stream string, r *Reader, 
 // could never arrive whole.
 const (
 	followFetch         = 64
+	followErrorPause    = time.Second
 	followBatch         = 16
 	followMaxAckPending = 4096
 	followMaxRun        = followMaxAckPending - followFetch

@@ -3,6 +3,7 @@ package reader_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"slices"
 	"strings"
 	"testing"
@@ -362,5 +363,54 @@ func TestReaderOfOneRoomChainOfAnother(t *testing.T) {
 	f.WaitSeen(t, 3)
 	if err := f.Stop(t); err != nil || !slices.Equal(f.EventSeqs(), []uint64{1, 2, 3}) {
 		t.Fatalf("follow of room:x: %v, events %v", err, f.EventSeqs())
+	}
+}
+
+// TestFollowPastStoredStatus: an empty message stored on a chain's
+// subject with a header block that begins with a status line
+// ("NATS/1.0 409 Consumer Deleted", written around the gate) is a stored
+// message like any other for Follow: it is set aside, acknowledged, and
+// the messages after it are handed out, live and after a restart. Fetched
+// by nats.go's pull consumer it ended every fetch where it lay, and the
+// follower handed out nothing past it.
+func TestFollowPastStoredStatus(t *testing.T) {
+	t.Parallel()
+	e := roomtest.NewEnvUnmarked(t, embedded.Options{})
+	es, _ := roomtest.Journal(t, "run-1", "cap-1", 2)
+	more, _ := roomtest.Journal(t, "run-2", "cap-2", 3)
+	o := reader.FollowOptions{Durable: "status", Rooms: []string{"room:alpha"}, Validator: e.V}
+	f := roomtest.StartFollow(t, e.Js, o, nil)
+	e.ShipJournal("room:alpha", roomtest.Lines(es)) // 1-2
+	f.WaitSeen(t, 2)
+	for _, hdr := range []string{"NATS/1.0 409 Consumer Deleted\n\n", "NATS/1.0 409 Consumer Deleted\r\n\r\n", "NATS/1.0 404 No Messages\r\n\r\n"} {
+		roomtest.PublishRawHeader(t, e.Nc, "rooms.alpha.journal.run-3.cap-3", hdr, nil) // 3-5
+	}
+	e.ShipJournal("room:alpha", roomtest.Lines(more[:2])) // 6-7
+	f.WaitSeen(t, 7)
+	if err := f.Stop(t); err != nil {
+		t.Fatal(err)
+	}
+	if got := f.EventSeqs(); !slices.Equal(got, []uint64{1, 2, 6, 7}) {
+		t.Errorf("events %v, want 1, 2, 6, 7", got)
+	}
+	var asides []string
+	for _, s := range f.Asides {
+		asides = append(asides, fmt.Sprintf("%d:%s", s.Seq, s.Code))
+	}
+	if want := []string{"3:empty_input", "4:chain_broken", "5:chain_broken"}; !slices.Equal(asides, want) {
+		t.Errorf("set aside %v, want %v", asides, want)
+	}
+	// A restart resumes past them: the acknowledgements held. Its
+	// rebuild reads by direct gets: by consumer it would wait out the
+	// stall on them before reading on (TestConsumerAuditPastStoredStatus).
+	o.Read = reader.ReadDirect
+	f = roomtest.StartFollow(t, e.Js, o, nil)
+	e.ShipJournal("room:alpha", roomtest.Lines(more[2:])) // 8
+	f.WaitSeen(t, 1)
+	if err := f.Stop(t); err != nil {
+		t.Fatal(err)
+	}
+	if got := f.EventSeqs(); !slices.Equal(got, []uint64{8}) || len(f.Asides) != 0 {
+		t.Errorf("after the restart: events %v, set aside %d; want 8 alone", got, len(f.Asides))
 	}
 }

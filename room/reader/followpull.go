@@ -7,6 +7,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"go.uber.org/zap"
 
@@ -94,14 +95,15 @@ func (p *durablePull) start(ctx context.Context) (uint64, error) {
 	return floor, nil
 }
 
-// inOrder reports whether meta is the delivery this run expects next, and
-// counts it when it is.
-func (p *durablePull) inOrder(meta *jetstream.MsgMetadata) bool {
-	if meta.Sequence.Consumer != p.next {
+// inOrder reports whether the delivery numbered consumer (of the message
+// at stream seq stream) is the one this run expects next, and counts it
+// when it is.
+func (p *durablePull) inOrder(consumer, stream uint64) bool {
+	if consumer != p.next {
 		return false
 	}
 	p.next++
-	p.taken = max(p.taken, meta.Sequence.Stream)
+	p.taken = max(p.taken, stream)
 	return true
 }
 
@@ -156,7 +158,7 @@ func (p *durablePull) resync(ctx context.Context, got uint64) error {
 // confirm it (room.DefaultTimeout). After a resync it sends nothing and
 // reports false: the consumer delivers the message again, and that
 // delivery is acknowledged.
-func (p *durablePull) ack(msg jetstream.Msg, epoch uint64) (bool, error) {
+func (p *durablePull) ack(msg *nats.Msg, epoch uint64) (bool, error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if epoch != p.epoch {
@@ -164,7 +166,8 @@ func (p *durablePull) ack(msg jetstream.Msg, epoch uint64) (bool, error) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), room.DefaultTimeout)
 	defer cancel()
-	err := msg.DoubleAck(ctx)
+	// A double ack: the server answers once the ack is stored.
+	_, err := p.js.Conn().RequestWithContext(ctx, msg.Reply, []byte("+ACK"))
 	if err != nil && errors.Is(err, context.DeadlineExceeded) {
 		// The server does not answer an ack of a delivery made before a
 		// reset of the consumer; this run resets only under mu.

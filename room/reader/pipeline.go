@@ -5,7 +5,7 @@ import (
 	"runtime"
 	"sync"
 
-	"github.com/nats-io/nats.go/jetstream"
+	"github.com/nats-io/nats.go"
 )
 
 // Parallel verification: messages of a stream are prepared (Reader.prepare:
@@ -17,7 +17,7 @@ import (
 // batch is a run of consecutive stream messages, prepared by one worker.
 type batch struct {
 	xs   []prepared
-	msgs []jetstream.Msg // Follow: the messages to acknowledge, parallel to xs
+	msgs []*nats.Msg // Follow: the messages to acknowledge, parallel to xs
 	// epoch is Follow's: the resyncs of its durable before msgs were
 	// fetched (durablePull.epoch).
 	epoch uint64
@@ -42,7 +42,7 @@ func (b *batch) release() {
 	batches.Put(b)
 }
 
-func (b *batch) add(m StreamMsg, msg jetstream.Msg) {
+func (b *batch) add(m StreamMsg, msg *nats.Msg) {
 	b.xs = append(b.xs, prepared{m: m})
 	if msg != nil {
 		b.msgs = append(b.msgs, msg)
