@@ -328,7 +328,9 @@ func (c *Checkpointer) switchLocked(seq uint64) {
 // was served: any replica may answer).
 func (c *Checkpointer) readBatch(ctx context.Context, next uint64, limit int) ([]gapMsg, error) {
 	nc := c.js.Conn()
-	msgs, err := jsapi.DirectBatch(ctx, nc, c.streamName, jsapi.BatchRequest{Seq: next, NextBySubj: c.subjects.All(), Batch: limit,
+	// The whole stream, not the room subjects' filter (jsapi.WholeStream):
+	// a message on another subject is no room's leaf (handleLocked).
+	msgs, err := jsapi.DirectBatch(ctx, nc, c.streamName, jsapi.BatchRequest{Seq: next, NextBySubj: jsapi.WholeStream, Batch: limit,
 		MaxBytes: max(ckPullBytes, 2*int(nc.MaxPayload()))}, room.DefaultTimeout)
 	if err != nil {
 		return nil, err

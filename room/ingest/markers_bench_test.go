@@ -41,7 +41,10 @@ import (
 // the gate may be, so each record's evidence reads its key, run and
 // decision subjects), one in ROOMPUB_BENCH_INSTANCE_EVERY of them (default
 // 10; `make bench-records INSTANCE_EVERY=100`) on one instance, on an
-// embedded server that fsyncs once a minute, and then reports:
+// embedded server that fsyncs once a minute (or, with
+// ROOMPUB_BENCH_SERVER=URL, on that server, whose heap, reads and store are
+// then not this process's: the three metrics of them are left out), and
+// then reports:
 //   - restart-ms: a new gate's first record in that room (what a
 //     restarted serve pays);
 //   - gate-KiB: the live heap the gate adds after 1,000 more records (the
@@ -66,14 +69,18 @@ func BenchmarkMarkedRoom(b *testing.B) {
 	hotRecords := (n + every - 1) / every // records i with i%every == 0
 	// fsync once a minute, not per acknowledgement: the fill is millions
 	// of messages; what is measured is reads and memory.
-	storeDir := b.TempDir()
-	srv, err := embedded.Start(embedded.Options{StoreDir: storeDir, Listen: "127.0.0.1:-1", SyncInterval: time.Minute})
-	if err != nil {
-		b.Fatal(err)
+	storeDir, url := "", os.Getenv("ROOMPUB_BENCH_SERVER")
+	if url == "" {
+		storeDir = b.TempDir()
+		srv, err := embedded.Start(embedded.Options{StoreDir: storeDir, Listen: "127.0.0.1:-1", SyncInterval: time.Minute})
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer srv.Shutdown()
+		url = srv.ClientURL()
 	}
-	defer srv.Shutdown()
 	connect := func() *nats.Conn {
-		nc, err := nats.Connect(srv.ClientURL())
+		nc, err := nats.Connect(url)
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -173,11 +180,13 @@ func BenchmarkMarkedRoom(b *testing.B) {
 	b.StopTimer()
 	b.ReportMetric(float64(restart.Microseconds())/1000/float64(b.N), "restart-ms")
 	b.ReportMetric(float64(gateHeap)/1024/float64(b.N), "gate-KiB")
-	b.ReportMetric(float64(int64(filled)-int64(empty))/float64(n), "server-B/record")
+	if storeDir != "" { // the server in this process: its heap, its reads, its store
+		b.ReportMetric(float64(int64(filled)-int64(empty))/float64(n), "server-B/record")
+		b.ReportMetric(float64(evidenceRead)/1e6/float64(b.N), "evidence-read-MB")
+		b.ReportMetric(float64(dirBytes(b, storeDir))/1e6, "store-MB")
+	}
 	b.ReportMetric(float64(evidence.Microseconds())/1000/float64(b.N), "evidence-ms")
 	b.ReportMetric(float64(evidenceCPU.Microseconds())/float64(b.N*hotRecords), "evidence-cpu-µs/record")
-	b.ReportMetric(float64(evidenceRead)/1e6/float64(b.N), "evidence-read-MB")
-	b.ReportMetric(float64(dirBytes(b, storeDir))/1e6, "store-MB")
 	b.ReportMetric(float64(again.Microseconds())/1000/float64(b.N), "evidence-again-ms")
 	b.ReportMetric(float64(floorList.Microseconds())/1000/float64(b.N), "floor-list-ms")
 	b.ReportMetric(float64(floorReads.Microseconds())/1000/float64(b.N), "floor-reads-ms")

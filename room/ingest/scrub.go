@@ -64,7 +64,7 @@ const scrubBatch = 1000
 // whole stream each time: about the work of a replay without its checks.
 // Errors: a read that failed (what was found so far is not kept).
 func (g *Gate) Scrub(ctx context.Context) (ScrubResult, error) {
-	u, err := jsapi.ReadAll(ctx, g.surveyNC, g.streamName(), g.subjects.All(), scrubBatch, g.timeout)
+	u, err := jsapi.ReadAll(ctx, g.surveyNC, g.streamName(), jsapi.WholeStream, scrubBatch, g.timeout)
 	res := ScrubResult{FirstSeq: u.FirstSeq, LastSeq: u.LastSeq, Read: u.Read, Deleted: u.Deleted, Unreadable: u.Unreadable, UnreadableSeqs: u.UnreadableSeqs}
 	if err != nil {
 		return res, fmt.Errorf("scrub: %w", err)

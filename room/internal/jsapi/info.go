@@ -239,15 +239,18 @@ func (u *Unread) skip(to uint64, deleted map[uint64]bool) {
 	}
 }
 
-// ReadAll reads every message of stream on filter's subjects (">" for
-// all) from its first sequence to its last when called, in stream order,
-// by batched direct gets of batch messages (each reply waiting at most
-// timeout), holding none of them, and returns what it found (Unread,
-// with the stream's listed deletions). A whole-stream read (filter
-// matching all its subjects) names the messages the server counts but
-// cannot return, as from a damaged block whose state file it kept.
+// ReadAll reads every message of stream on filter's subjects ("" or ">"
+// for all, read with no filter: WholeStream) from its first sequence to
+// its last when called, in stream order, by batched direct gets of batch
+// messages (each reply waiting at most timeout), holding none of them,
+// and returns what it found (Unread, with the stream's listed
+// deletions). A whole-stream read names the messages the server counts
+// but cannot return, as from a damaged block whose state file it kept.
 // Errors: StreamDeletions' and DirectBatch's.
 func ReadAll(ctx context.Context, nc *nats.Conn, stream, filter string, batch int, timeout time.Duration) (Unread, error) {
+	if filter == ">" {
+		filter = WholeStream
+	}
 	del, err := StreamDeletions(ctx, nc, stream, timeout)
 	if err != nil {
 		return Unread{}, err
