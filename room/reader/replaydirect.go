@@ -150,9 +150,13 @@ type directRes struct {
 // up to last inclusive, read with batch direct gets (ADR-31), which any
 // replica answers from its copy. A batch get takes one subject: one room
 // is read with its own filter; up to tune.mergeMax rooms each with its
-// own, concurrently, merged in stream order (replayMerged); more with the
-// filter of every room, keeping the messages on the rooms' subjects (which
-// reads the other rooms' messages too). Messages the stream no longer has are not there,
+// own, concurrently, merged in stream order (replayMerged); more, and
+// every room, by reading the whole stream by sequence (jsapi.WholeStream),
+// keeping the messages on the rooms' subjects (which reads the other
+// rooms' messages too). A room's own filter makes the server walk the
+// room's subjects for each batch: a room of many records (three marker
+// subjects each) read this way costs that walk per batch, which the
+// default read by consumer does not. Messages the stream no longer has are not there,
 // as with a consumer. A replica may answer short (it lags): the replay
 // ends only once an answer holds nothing more and the stream leader
 // agrees (leaderHasMore), as replay does. It returns ctx's error once
@@ -165,6 +169,12 @@ func replayDirect(ctx context.Context, js jetstream.JetStream, stream string, ma
 	filter, keep := fs[0], []string(nil)
 	if len(fs) > 1 {
 		filter, keep = subjects.All(), fs
+	}
+	if filter == subjects.All() {
+		// Every room: the whole stream by sequence, keeping the room
+		// subjects, since the server walks its whole subject index for
+		// every batch asked under a wildcard (jsapi.WholeStream).
+		filter, keep = jsapi.WholeStream, fs
 	}
 	from, err := replayStart(ctx, js.Conn(), stream, subjects, fromSeq, since)
 	if err != nil || from > last {
