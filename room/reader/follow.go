@@ -347,7 +347,7 @@ func Follow(ctx context.Context, js jetstream.JetStream, o FollowOptions, handle
 			if pctx.Err() != nil {
 				return nil
 			}
-			fb, err := pullNext(pctx, js.Conn(), name, o.Durable, followFetch, time.Second)
+			fb, err := pullNext(pctx, js.Conn(), name, o.Durable, followFetch, max(pullMaxBytes, 2*int(js.Conn().MaxPayload())), time.Second)
 			if err != nil {
 				if pctx.Err() != nil {
 					return nil
@@ -407,6 +407,14 @@ func Follow(ctx context.Context, js jetstream.JetStream, o FollowOptions, handle
 			if err != nil {
 				if pctx.Err() != nil {
 					return nil
+				}
+				if errors.Is(err, errConsumerGone) {
+					// Deleted by someone else, or not there to answer
+					// now (a cluster electing its leader): a durable
+					// that is gone ends Follow, naming it.
+					if _, ierr := pull.info(pctx); errors.Is(ierr, jetstream.ErrConsumerNotFound) {
+						return fmt.Errorf("%w: durable %s was deleted while following (%v): its acknowledgement floor is gone, and a new run creates it anew and hands out the rooms' messages from their start", ErrReader, o.Durable, err)
+					}
 				}
 				log.Warn("fetch", zap.Error(err))
 				if got == 0 && !jsapi.Sleep(pctx, followErrorPause) {
