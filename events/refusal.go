@@ -314,9 +314,15 @@ func (ps *Problems) Refusal() *Refusal {
 	return r
 }
 
+// IsBlank reports whether data holds nothing but JSON's white space
+// (jsonSpace, RFC 8259 section 2): no value at all. A form feed or U+00A0
+// is no white space there, so a document of them is malformed, not
+// empty.
+func IsBlank(data []byte) bool { return len(bytes.Trim(data, jsonSpace)) == 0 }
+
 // DocumentCode is the code of a JSON document that is not of its form (a
 // proof or an evidence bundle, refused before anything it says is
-// checked): empty_input when data holds nothing but white space,
+// checked): empty_input when data holds nothing but JSON's white space,
 // malformed_json when it is not strict JSON (Canonicalize: a syntax error,
 // a member named twice, a byte order mark), schema_invalid when it is
 // strict JSON of another form (not an object; a member missing, null,
@@ -325,7 +331,7 @@ func (ps *Problems) Refusal() *Refusal {
 // parsing. docs/refusal-codes.md lists the three for documents.
 func DocumentCode(data []byte) Code {
 	switch {
-	case len(bytes.TrimSpace(data)) == 0:
+	case IsBlank(data):
 		return EmptyInput
 	case HasBOM(data):
 		return MalformedJSON

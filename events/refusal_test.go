@@ -160,7 +160,12 @@ func TestDocumentCode(t *testing.T) {
 		want events.Code
 	}{
 		{"", events.EmptyInput},
-		{" \n\t", events.EmptyInput},
+		{" \n\t\r", events.EmptyInput},
+		// No JSON white space: no value either, but not an empty one.
+		{"\f", events.MalformedJSON},
+		{"\v", events.MalformedJSON},
+		{"\u00a0", events.MalformedJSON},
+		{"\u2003", events.MalformedJSON},
 		{"{", events.MalformedJSON},
 		{`{"a":1,"a":2}`, events.MalformedJSON},
 		{"\xef\xbb\xbf{}", events.MalformedJSON},

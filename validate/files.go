@@ -109,7 +109,7 @@ func (v *Validator) VerifyPath(path string) (rep Report, err error) {
 			return io.MultiReader(bytes.NewReader(data), f), nil
 		})
 	}
-	if len(bytes.Trim(data, jsonSpace)) == 0 {
+	if events.IsBlank(data) {
 		// Nothing says which kind it is: neither is named.
 		return rep, rep.refuse(events.NewRefusal([]events.Problem{{Code: events.EmptyInput, At: at,
 			Reason: "the file is empty: it holds no journal entry and no execution record"}}))

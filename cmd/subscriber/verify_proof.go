@@ -67,9 +67,16 @@ func (c *verifyProofCmd) Run(s *streams) error {
 	var p *checkpoint.Proof
 	var ck *checkpoint.Checkpoint
 	tooLarge := len(data) > maxProofBytes
-	if tooLarge {
+	switch {
+	case len(data) > reader.MaxEvidenceBytes:
+		// Cut short where it was read: whichever it was meant to be.
+		err = fmt.Errorf("%w: more than %d bytes, the most an evidence bundle holds (a proof: %d)", checkpoint.ErrBadProofDocument, reader.MaxEvidenceBytes, maxProofBytes)
+	case tooLarge:
 		err = fmt.Errorf("%w: more than %d bytes", checkpoint.ErrBadProofDocument, maxProofBytes)
-	} else if p, err = checkpoint.ParseProof(data); err == nil {
+	default:
+		p, err = checkpoint.ParseProof(data)
+	}
+	if err == nil {
 		ck, err = p.Verify(t)
 	}
 	type verdict struct {

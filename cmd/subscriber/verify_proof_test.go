@@ -10,6 +10,7 @@ import (
 	"github.com/roompub/roompub/checkpoint"
 	"github.com/roompub/roompub/config"
 	"github.com/roompub/roompub/events"
+	"github.com/roompub/roompub/room/reader"
 )
 
 // offlineProof returns the proof document of leaf 2 of a room of 5
@@ -109,6 +110,8 @@ func TestVerifyProofRefusals(t *testing.T) {
 			[]string{`{"valid":false,"code":"schema_invalid","reason":"not a proof document: `}, "leaf_index"},
 		{"a hash out of its form", strings.Replace(good, `"proof":["`, `"proof":["zz`, 1), false, config.ExitRefused,
 			[]string{"invalid: schema_invalid: not a proof document: "}, "does not verify"},
+		{"larger than a bundle", good + strings.Repeat(" ", reader.MaxEvidenceBytes), false, config.ExitRefused,
+			[]string{fmt.Sprintf("invalid: too_large: not a proof document: more than %d bytes, the most an evidence bundle holds (a proof: 1048576)\n", reader.MaxEvidenceBytes)}, "does not verify"},
 		{"too large", good + strings.Repeat(" ", 1<<20), false, config.ExitRefused,
 			[]string{"invalid: too_large: not a proof document: more than 1048576 bytes\n"}, "does not verify"},
 	} {

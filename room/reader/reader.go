@@ -262,7 +262,7 @@ func (r *Reader) prepare(x *prepared, m StreamMsg, subjects subjectCache) {
 	case room.KindNotice:
 		x.notice, x.noticeErr = room.ParseLossNotice(m.Data, x.p.RoomID)
 	case room.KindJournal:
-		if len(bytes.TrimSpace(m.Data)) == 0 {
+		if events.IsBlank(m.Data) {
 			// A message, not a journal's line: it holds no entry at all,
 			// as an empty record message is empty_input.
 			x.parse = []events.Problem{{Code: events.EmptyInput, At: at, Reason: "no JSON value: the message holds no entry"}}
