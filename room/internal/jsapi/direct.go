@@ -41,10 +41,13 @@ type BatchRequest struct {
 // ADR-31) before it answers: under a wildcard filter ("rooms.>") it walks
 // its index of the stream's subjects, a whole pass over millions of them
 // on a stream with record markers (0.7 s of the server's CPU a request at
-// a million records), where without a filter it subtracts sequences
-// (nothing deleted) or sums its blocks' counts. So a read meant for the
-// whole stream asks for it this way and drops, by itself, any message
-// outside the subjects it wants.
+// a million records), where without a filter it subtracts sequences. So a
+// read meant for the whole stream asks for it this way and drops, by
+// itself, any message outside the subjects it wants. That holds while
+// nothing is deleted from the stream: with any message deleted (store
+// loss, on a room stream), a request starting in the first half of its
+// blocks has the server walk the index again (nats-server v2.15.2,
+// fileStore.NumPending).
 const WholeStream = ""
 
 // Msg is one message of a batch direct get: where the server stored it

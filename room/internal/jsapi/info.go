@@ -268,11 +268,17 @@ func ReadAll(ctx context.Context, nc *nats.Conn, stream, filter string, batch in
 		if len(msgs) == 0 {
 			break
 		}
+		past := false
 		for _, m := range msgs {
-			if m.Seq > u.LastSeq {
+			if past = m.Seq > u.LastSeq; past {
 				break
 			}
 			u.Saw(m.Seq, deleted)
+		}
+		if past {
+			// Appended since the read began, past seqs that are gone:
+			// nothing more of the span to read (End counts them).
+			break
 		}
 	}
 	u.End(deleted)

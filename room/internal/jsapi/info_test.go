@@ -5,9 +5,11 @@ import (
 	"errors"
 	"maps"
 	"slices"
+	"sync"
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/roompub/roompub/room/internal/jsapi"
@@ -104,5 +106,53 @@ func TestUnread(t *testing.T) {
 	u.End(nil)
 	if u.Unreadable != 999_999 || len(u.UnreadableSeqs) != 10 || u.Lo != 2 || u.Hi != 1_000_000 {
 		t.Errorf("a long run: %d unreadable, seqs %v, span %d..%d", u.Unreadable, u.UnreadableSeqs, u.Lo, u.Hi)
+	}
+}
+
+// TestReadAllEndsPastAGoneTail: the stream's last seqs at the read's
+// start are gone (deleted here; a damaged tail block in the field) and a
+// message is appended meanwhile (serve keeps storing). ReadAll ends and
+// counts the gone seq; it asked again from the gap forever, every answer
+// starting past the span it reads.
+func TestReadAllEndsPastAGoneTail(t *testing.T) {
+	nc, js := streamS(t)
+	ctx := context.Background()
+	for range 20 {
+		if _, err := js.Publish(ctx, "s.a", []byte("m")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	st, err := js.Stream(ctx, "S")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := st.DeleteMsg(ctx, 20); err != nil {
+		t.Fatal(err)
+	}
+	var once sync.Once
+	appended := make(chan struct{})
+	sub, err := nc.Subscribe("$JS.API.DIRECT.GET.S", func(*nats.Msg) {
+		once.Do(func() {
+			go func() {
+				defer close(appended)
+				if _, err := js.Publish(ctx, "s.a", []byte("late")); err != nil {
+					t.Error(err)
+				}
+			}()
+		})
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sub.Unsubscribe()
+	rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	u, err := jsapi.ReadAll(rctx, nc, "S", jsapi.WholeStream, 1, time.Second)
+	<-appended
+	if err != nil {
+		t.Fatalf("ReadAll did not end: %v (read %d, next stuck at the gap)", err, u.Read)
+	}
+	if u.Read != 19 || u.Deleted != 1 || u.Unreadable != 0 {
+		t.Errorf("got %+v", u)
 	}
 }
