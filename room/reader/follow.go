@@ -493,7 +493,7 @@ func Follow(ctx context.Context, js jetstream.JetStream, o FollowOptions, handle
 		// before the next message, so a crash repeats nothing handled
 		// (except after a resync: the message is acknowledged when it
 		// is delivered again).
-		if _, err := pull.ack(w.msg, w.epoch); err != nil {
+		if _, err := pull.ack(ctx, w.msg, w.epoch); err != nil {
 			herr = fmt.Errorf("ack stream seq %d: %w", w.seq, err)
 			return
 		}
@@ -534,7 +534,7 @@ func Follow(ctx context.Context, js jetstream.JetStream, o FollowOptions, handle
 			case seq <= last:
 				// Delivered again (an ack that was lost, a resync):
 				// already handled.
-				if _, err := pull.ack(msg, b.epoch); err != nil {
+				if _, err := pull.ack(ctx, msg, b.epoch); err != nil {
 					return fmt.Errorf("ack stream seq %d: %w", seq, err)
 				}
 				continue

@@ -63,6 +63,11 @@ const (
 	followMaxResyncs    = 5
 	followResyncWindow  = time.Minute
 	followSettlePolling = 50 * time.Millisecond
+	// An ack not confirmed is sent again for up to followAckRetry (a
+	// server restarting under serve), after pauses from followAckPause
+	// doubling to 2 s.
+	followAckRetry = 30 * time.Second
+	followAckPause = 100 * time.Millisecond
 )
 
 // ErrDurableShared: deliveries of Follow's durable consumer keep going to
@@ -157,28 +162,53 @@ func (p *durablePull) resync(ctx context.Context, got uint64) error {
 // ack acknowledges msg, a delivery of epoch, and waits for the server to
 // confirm it (room.DefaultTimeout). After a resync it sends nothing and
 // reports false: the consumer delivers the message again, and that
-// delivery is acknowledged.
-func (p *durablePull) ack(msg *nats.Msg, epoch uint64) (bool, error) {
+// delivery is acknowledged. An ack the server does not confirm (it is
+// restarting, its consumer's leader moving) is sent again, up to
+// followAckRetry, until ctx is done: a second ack of one delivery is
+// answered as the first. Errors: ErrDurableShared (wrapped) when another
+// subscriber reset the consumer, ErrReader naming the durable when it was
+// deleted, or the last request's error.
+func (p *durablePull) ack(ctx context.Context, msg *nats.Msg, epoch uint64) (bool, error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if epoch != p.epoch {
 		return false, nil
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), room.DefaultTimeout)
-	defer cancel()
-	// A double ack: the server answers once the ack is stored.
-	_, err := p.js.Conn().RequestWithContext(ctx, msg.Reply, []byte("+ACK"))
-	if err != nil && errors.Is(err, context.DeadlineExceeded) {
+	deadline := time.Now().Add(followAckRetry)
+	wait := followAckPause
+	for {
+		actx, cancel := context.WithTimeout(context.Background(), room.DefaultTimeout)
+		// A double ack: the server answers once the ack is stored.
+		_, err := p.js.Conn().RequestWithContext(actx, msg.Reply, []byte("+ACK"))
+		cancel()
+		if err == nil {
+			return true, nil
+		}
+		if !errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, nats.ErrNoResponders) && !errors.Is(err, nats.ErrTimeout) {
+			return true, err
+		}
 		// The server does not answer an ack of a delivery made before a
 		// reset of the consumer; this run resets only under mu.
 		if meta, merr := msg.Metadata(); merr == nil {
-			if ci, ierr := p.info(context.Background()); ierr == nil && ci.Delivered.Consumer < meta.Sequence.Consumer {
+			ci, ierr := p.info(context.Background())
+			switch {
+			case ierr == nil && ci.Delivered.Consumer < meta.Sequence.Consumer:
 				return true, fmt.Errorf("%w: %w: durable %s: the consumer was reset while this run held delivery %d (it now counts %d deliveries): another subscriber reset it",
 					ErrReader, ErrDurableShared, p.durable, meta.Sequence.Consumer, ci.Delivered.Consumer)
+			case errors.Is(ierr, jetstream.ErrConsumerNotFound):
+				return true, fmt.Errorf("%w: durable %s was deleted while following (an ack not confirmed: %v): its acknowledgement floor is gone, and a new run creates it anew and hands out the rooms' messages from their start",
+					ErrReader, p.durable, err)
 			}
 		}
+		if time.Now().After(deadline) {
+			return true, err
+		}
+		p.log.Warn("follow: ack not confirmed; sending it again", zap.String("durable", p.durable), zap.Error(err))
+		if !jsapi.Sleep(ctx, wait) {
+			return true, err
+		}
+		wait = min(2*wait, 2*time.Second)
 	}
-	return true, err
 }
 
 // redeliver waits, up to settleFor, until no pull request waits on the

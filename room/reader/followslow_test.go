@@ -6,6 +6,7 @@ import (
 	"errors"
 	"io"
 	"net"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -143,5 +144,54 @@ func TestFollowDurableDeleted(t *testing.T) {
 		}
 	case <-time.After(8 * time.Second):
 		t.Error("Follow still running 8 s after its durable was deleted")
+	}
+}
+
+// TestFollowServerRestart: the server restarting under Follow (serve's
+// embedded server, at a routine restart of serve) while messages are
+// being handed out ends nothing: an ack the server did not confirm is
+// sent again once it is back, and every message is handed out once, in
+// order. Follow ended with "ack stream seq N: context deadline exceeded".
+func TestFollowServerRestart(t *testing.T) {
+	t.Parallel()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close()
+	e := roomtest.NewEnvUnmarked(t, embedded.Options{Listen: addr})
+	const n = 300
+	es, _ := roomtest.Journal(t, "run-1", "cap-1", n)
+	e.ShipJournal("room:alpha", roomtest.Lines(es))
+	nc, err := nats.Connect(e.Srv.ClientURL(), nats.MaxReconnects(-1), nats.ReconnectWait(50*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	o := reader.FollowOptions{Durable: "restart", Rooms: []string{"room:alpha"}, Validator: e.V, Read: reader.ReadDirect}
+	f := roomtest.StartFollow(t, js, o, func(*reader.Event) error { time.Sleep(2 * time.Millisecond); return nil })
+	f.WaitSeen(t, 40)
+	e.Stop()
+	time.Sleep(500 * time.Millisecond)
+	e.Start()
+	deadline := time.Now().Add(40 * time.Second)
+	for f.Seen() < n && time.Now().Before(deadline) {
+		select {
+		case <-f.Done:
+			t.Fatalf("Follow returned %v after %d of %d messages", f.Err, f.Seen(), n)
+		default:
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if err := f.Stop(t); err != nil {
+		t.Fatal(err)
+	}
+	if got := f.EventSeqs(); !slices.Equal(got, roomtest.SeqRange(1, n)) {
+		t.Errorf("handed out %d events (%v…), want stream seqs 1 to %d once each", len(got), got[:min(len(got), 10)], n)
 	}
 }
