@@ -11,6 +11,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"go.uber.org/zap"
 
 	"github.com/roompub/roompub/config"
 	"github.com/roompub/roompub/events"
@@ -174,5 +175,17 @@ func TestRoomList(t *testing.T) {
 		if got := roomList(c.rooms); got != c.want {
 			t.Errorf("roomList(%v) = %q, want %q", c.rooms, got, c.want)
 		}
+	}
+}
+
+// TestWarnLogger: a library's warnings on the command's stderr read as its
+// other lines do: one a line, no time, the command named.
+func TestWarnLogger(t *testing.T) {
+	var b strings.Builder
+	l := warnLogger(&b)
+	l.Info("not shown")
+	l.Warn("fetch", zap.String("error", "consumer d: pull ended"))
+	if got, want := b.String(), "warn: subscriber: fetch: {\"error\": \"consumer d: pull ended\"}\n"; got != want {
+		t.Errorf("stderr %q, want %q", got, want)
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -76,7 +77,7 @@ func (c *followCmd) Run(s *streams) error {
 		// What follow warns of (a fetch that fails, a message served
 		// before set aside now) goes to stderr with the lines below; it
 		// went nowhere, so a follower stuck on one message said nothing.
-		Logger: zap.New(zapcore.NewCore(zapcore.NewConsoleEncoder(zap.NewProductionEncoderConfig()), zapcore.AddSync(s.err), zapcore.WarnLevel)),
+		Logger: warnLogger(s.err),
 		OnWitnessQuorum: func(why string) {
 			if why == "" {
 				fmt.Fprintf(s.err, "subscriber: the deployment log is witnessed again\n")
@@ -128,4 +129,14 @@ func listNote(f reader.ListFacts, reexamine bool) string {
 		parts = append(parts, fmt.Sprintf("%d message(s) served before are set aside now ('subscriber audit' names them)", f.ServedNowAside))
 	}
 	return strings.Join(parts, "; ")
+}
+
+// warnLogger writes a library's warnings to w as the command's other
+// stderr lines read, one a line without a time: "warn: subscriber: fetch:
+// {"error": "…"}".
+func warnLogger(w io.Writer) *zap.Logger {
+	enc := zap.NewProductionEncoderConfig()
+	enc.TimeKey = ""
+	enc.ConsoleSeparator = ": "
+	return zap.New(zapcore.NewCore(zapcore.NewConsoleEncoder(enc), zapcore.AddSync(w), zapcore.WarnLevel)).Named("subscriber")
 }

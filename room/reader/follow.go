@@ -91,7 +91,8 @@ type FollowOptions struct {
 	// OnResync, when set, is told why Follow has its durable deliver again
 	// from the acknowledgement floor while it runs: a delivery went to a
 	// pull request not its own (docs/cli.md, "One run per durable"). It
-	// must not block long.
+	// must not block long. Told, a resync is logged at info level; not
+	// told, at warn.
 	OnResync func(reason string)
 
 	// settle bounds how long Follow waits for other pull requests on its

@@ -131,9 +131,13 @@ func (p *durablePull) resync(ctx context.Context, got uint64) error {
 	p.mu.Unlock()
 	why := fmt.Sprintf("durable %s: delivery %d came where %d was due (another pull request took deliveries, or the consumer was reset): delivering again from the ack floor",
 		p.durable, got, p.next)
-	p.log.Warn("follow: resync", zap.String("reason", why))
 	if p.tell != nil {
+		// Told, so only noted in the log: the caller says it its way
+		// (the command once on stderr).
 		p.tell(why)
+		p.log.Info("follow: resync", zap.String("reason", why))
+	} else {
+		p.log.Warn("follow: resync", zap.String("reason", why))
 	}
 	floor, err := p.redeliver(ctx)
 	if err != nil {

@@ -158,7 +158,7 @@ func TestFollowDeliveryTakenLive(t *testing.T) {
 	if got := f.EventSeqs(); !slices.Equal(got, want) {
 		t.Errorf("handed out %v, want %v", got, want)
 	}
-	warned := logs.FilterMessage("follow: resync").FilterLevelExact(zapcore.WarnLevel).Len()
+	warned := logs.FilterMessage("follow: resync").FilterLevelExact(zapcore.InfoLevel).Len()
 	mu.Lock()
 	defer mu.Unlock()
 	if len(told) < 1 || warned != len(told) || !strings.Contains(told[0], "durable d: delivery ") || !strings.Contains(told[0], "delivering again from the ack floor") {
