@@ -414,7 +414,7 @@ func Follow(ctx context.Context, js jetstream.JetStream, o FollowOptions, handle
 					// now (a cluster electing its leader): a durable
 					// that is gone ends Follow, naming it.
 					if _, ierr := pull.info(pctx); errors.Is(ierr, jetstream.ErrConsumerNotFound) {
-						return fmt.Errorf("%w: durable %s was deleted while following (%v): its acknowledgement floor is gone, and a new run creates it anew and hands out the rooms' messages from their start", ErrReader, o.Durable, err)
+						return pull.deleted(err)
 					}
 				}
 				log.Warn("fetch", zap.Error(err))

@@ -200,8 +200,7 @@ func (p *durablePull) ack(ctx context.Context, msg *nats.Msg, epoch uint64) (boo
 				return true, fmt.Errorf("%w: %w: durable %s: the consumer was reset while this run held delivery %d (it now counts %d deliveries): another subscriber reset it",
 					ErrReader, ErrDurableShared, p.durable, meta.Sequence.Consumer, ci.Delivered.Consumer)
 			case errors.Is(ierr, jetstream.ErrConsumerNotFound):
-				return true, fmt.Errorf("%w: durable %s was deleted while following (an ack not confirmed: %v): its acknowledgement floor is gone, and a new run creates it anew and hands out the rooms' messages from their start",
-					ErrReader, p.durable, err)
+				return true, p.deleted(fmt.Errorf("an ack not confirmed: %w", err))
 			}
 		}
 		if time.Now().After(deadline) {
@@ -213,6 +212,13 @@ func (p *durablePull) ack(ctx context.Context, msg *nats.Msg, epoch uint64) (boo
 		}
 		wait = min(2*wait, 2*time.Second)
 	}
+}
+
+// deleted is Follow's error when its durable was found gone (cause: what
+// showed it): the run ends, naming the durable.
+func (p *durablePull) deleted(cause error) error {
+	return fmt.Errorf("%w: durable %s was deleted while following (%v): its acknowledgement floor is gone, and a new run creates it anew and hands out the rooms' messages from their start",
+		ErrReader, p.durable, cause)
 }
 
 // redeliver waits, up to settleFor, until no pull request waits on the
