@@ -167,13 +167,11 @@ func replayDirect(ctx context.Context, js jetstream.JetStream, stream string, ma
 	}
 	fs := filters(subjects, rooms)
 	filter, keep := fs[0], []string(nil)
-	if len(fs) > 1 {
-		filter, keep = subjects.All(), fs
-	}
-	if filter == subjects.All() {
-		// Every room: the whole stream by sequence, keeping the room
-		// subjects, since the server walks its whole subject index for
-		// every batch asked under a wildcard (jsapi.WholeStream).
+	if len(fs) > 1 || filter == subjects.All() {
+		// More rooms than one, or every room: the whole stream by
+		// sequence, keeping the rooms' subjects, since the server walks
+		// its whole subject index for every batch asked under a
+		// wildcard (jsapi.WholeStream).
 		filter, keep = jsapi.WholeStream, fs
 	}
 	from, err := replayStart(ctx, js.Conn(), stream, subjects, fromSeq, since)
